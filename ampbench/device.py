@@ -1,0 +1,180 @@
+"""The device under test: what it can run, what it is called, and how fast its matmul units are."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ampbench.modes import PrecisionMode
+
+
+def resolve(name: str) -> torch.device:
+    """'auto' means CUDA where there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"--perf-device {name}: no CUDA device is visible to torch {torch.__version__}")
+    return device
+
+
+def _capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0)
+
+
+@dataclass(frozen=True)
+class Capability:
+    check: Callable[[torch.device], bool]  # does this device have it
+    missing: str  # the skip reason when it does not
+
+
+# On the CPU every dtype runs (slowly): the smoke pass exercises the same code path, not tensor cores.
+CAPABILITIES: dict[str, Capability] = {
+    "tf32": Capability(
+        lambda d: d.type == "cuda" and _capability(d) >= (8, 0),
+        "TF32 needs an NVIDIA GPU of compute capability 8.0 (Ampere) or newer",
+    ),
+    "fp16": Capability(
+        lambda d: d.type == "cpu" or _capability(d) >= (7, 0),
+        "fp16 tensor cores need an NVIDIA GPU of compute capability 7.0 (Volta) or newer",
+    ),
+    "bf16": Capability(
+        lambda d: d.type == "cpu" or (d.type == "cuda" and _capability(d) >= (8, 0)),
+        "bf16 needs an NVIDIA GPU of compute capability 8.0 (Ampere) or newer",
+    ),
+}
+
+
+def unsupported_reason(mode: PrecisionMode, device: torch.device) -> str | None:
+    """Why `mode` cannot run on `device`, or None if it can."""
+    for need in mode.needs:
+        cap = CAPABILITIES[need]
+        if not cap.check(device):
+            return f"{mode.name} on {device_name(device)}: {cap.missing}"
+    return None
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3': the baseline file's stem."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    if not slug:
+        raise ValueError(f"cannot make a file name from device name {name!r}")
+    return slug
+
+
+def configure_backends(device: torch.device) -> None:
+    """Settings every measurement shares: cuDNN picks the fastest algorithm for each fixed shape; on
+    the CPU the smoke pass's tiny shapes run on one thread, because on a small, busy runner OpenMP's
+    spin-waiting makes a 1 ms step take 100 ms."""
+    torch.backends.cudnn.benchmark = True
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+
+
+# matmul dtype of the peak measurement -> (tensor dtype, TF32 on)
+PEAK_DTYPES: dict[str, tuple[torch.dtype, bool]] = {
+    "fp32": (torch.float32, False),
+    "tf32": (torch.float32, True),
+    "fp16": (torch.float16, False),
+    "bf16": (torch.bfloat16, False),
+}
+
+
+def measure_peak_tflops(device: torch.device, dtype_name: str, n: int = 8192, repeats: int = 10) -> float:
+    """Achieved TFLOP/s of an n x n x n matrix product on random data: the ceiling a training step's
+    TFLOP/s is held against. Measured, not read off a datasheet, because boards of one name differ in
+    clocks and power limits."""
+    dtype, tf32 = PEAK_DTYPES[dtype_name]
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        gen = torch.Generator(device=device).manual_seed(0)
+        a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+        b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+        for _ in range(3):  # warm-up: cuBLAS handle, heuristics, clocks out of idle
+            torch.mm(a, b)
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(repeats):
+                torch.mm(a, b)
+            end.record()
+            end.synchronize()
+            seconds = start.elapsed_time(end) / 1e3
+        else:
+            import time
+
+            t0 = time.perf_counter()
+            for _ in range(repeats):
+                torch.mm(a, b)
+            seconds = time.perf_counter() - t0
+        return 2.0 * n**3 * repeats / seconds / 1e12
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def machine_info(device: torch.device) -> dict:
+    """What pytest-benchmark's machine_info should carry so two runs can be told apart."""
+    info: dict = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "device": device_name(device),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            gpu_slug=gpu_slug(props.name),
+            capability=f"{props.major}.{props.minor}",
+            multiprocessors=props.multi_processor_count,
+            memory_gib=round(props.total_memory / 2**30, 2),
+        )
+        info.update(_driver_and_clocks(device))
+    return info
+
+
+def _driver_and_clocks(device: torch.device) -> dict:
+    """Driver version and clocks from NVML if nvidia-ml-py is installed, else nvidia-smi, else nothing."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(index)
+            return {
+                "driver": pynvml.nvmlSystemGetDriverVersion(),
+                "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+                "power_limit_w": pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,
+            }
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - NVML absent or refused: fall back to nvidia-smi
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    fields = "driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit"
+    try:
+        out = subprocess.run(
+            [smi, f"--query-gpu={fields}", "--format=csv,noheader,nounits", f"--id={index}"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+    except (subprocess.SubprocessError, OSError):
+        return {}
+    values = [v.strip() for v in out.split(",")]
+    keys = ["driver", "sm_clock_mhz", "max_sm_clock_mhz", "mem_clock_mhz", "power_limit_w"]
+    return dict(zip(keys, values))

@@ -1,0 +1,76 @@
+"""The seven precision modes, as one table of data.
+
+Everything that differs between modes lives in a ``PrecisionMode`` row; the training step
+(``ampbench.train``) reads the row and never branches on a mode's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+# Static loss scale of pure fp16 (seed 003 used 128; 64 and 256 trained the same there).
+STATIC_LOSS_SCALE = 128.0
+
+
+@dataclass(frozen=True)
+class PrecisionMode:
+    name: str  # key in MODES and in test ids
+    param_dtype: torch.dtype  # dtype of the model's parameters and float inputs
+    autocast_dtype: torch.dtype | None  # torch.autocast dtype around forward and loss; None: no autocast
+    tf32: bool  # TF32 tensor cores for fp32 matmuls and cuDNN convolutions (set explicitly, both ways)
+    loss_scaling: str  # key of ampbench.train.LOSS_SCALERS: "none", "dynamic" or "static"
+    master_weights: bool  # the optimizer updates an fp32 master copy (Apex O2, fastai to_fp16)
+    keep_norms_fp32: bool  # normalization layers stay fp32 inside a low-precision model
+    peak_dtype: str  # which measured matmul peak (ampbench.device.PEAK_DTYPES) its TFLOP/s compare with
+    needs: tuple[str, ...]  # device capabilities (ampbench.device.CAPABILITIES) it cannot run without
+    seeds_name: str  # what the seed write-ups called it
+
+    @contextlib.contextmanager
+    def math_flags(self) -> Iterator[None]:
+        """TF32 on or off for matmuls and cuDNN for the duration, restored afterwards.
+
+        PyTorch's default turns TF32 on for cuDNN convolutions, so an fp32 run that does not set
+        this is really half TF32; the reference and the mode run interleaved, so the flags are
+        set around every block rather than once per process.
+        """
+        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = self.tf32
+        torch.backends.cudnn.allow_tf32 = self.tf32
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
+
+
+_F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
+
+MODES: dict[str, PrecisionMode] = {
+    m.name: m
+    for m in (
+        PrecisionMode("fp32", _F32, None, False, "none", False, False, "fp32", (), 'Apex O0, "default precision"'),
+        PrecisionMode("tf32", _F32, None, True, "none", False, False, "tf32", ("tf32",), "PyTorch's cuDNN default"),
+        PrecisionMode("amp_fp16", _F32, _F16, False, "dynamic", False, False, "fp16", ("fp16",), "Apex O1, torch.cuda.amp"),
+        PrecisionMode("amp_bf16", _F32, _BF16, False, "none", False, False, "bf16", ("bf16",), "-"),
+        PrecisionMode("fp16_master", _F16, None, False, "dynamic", True, True, "fp16", ("fp16",), "Apex O2, fastai to_fp16"),
+        PrecisionMode("fp16", _F16, None, False, "static", False, False, "fp16", ("fp16",), "Apex O3, .half()"),
+        PrecisionMode("bf16", _BF16, None, False, "none", False, False, "bf16", ("bf16",), "-"),
+    )
+}
+
+REFERENCE_MODE = "fp32"
+
+
+def get_mode(name: str) -> PrecisionMode:
+    try:
+        return MODES[name]
+    except KeyError:
+        raise KeyError(f"unknown precision mode {name!r}; valid modes: {', '.join(MODES)}") from None

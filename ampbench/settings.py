@@ -1,0 +1,108 @@
+"""The suite's settings: one frozen object built from the ``--perf-*`` options, with validators whose
+errors name the flag. Importable without pytest; ``conftest.py`` wires it to the command line."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+TIERS = ("quick", "full")
+
+
+@dataclass(frozen=True)
+class PerfSettings:
+    device: torch.device  # where models train; cpu means the smoke pass on tiny shapes
+    models: tuple[str, ...]  # model names under test, registry order
+    precisions: tuple[str, ...]  # precision mode names under test, table order
+    tier: str  # "quick" or "full"
+    baseline_dir: Path  # folder of <gpu-slug>.json baseline files
+    update_baselines: bool  # record or merge this run's figures into the baseline file
+    tolerance: float  # smallest relative drop that counts as a regression (cells with more noise get more)
+    strict: bool  # an inconclusive speed verdict fails instead of warning
+    min_rounds: int  # interleaved rounds before the first look at the interval
+    memory_cap_gib: float | None  # cap for the largest-batch search; None: a fraction of the card
+    data_root: Path | None  # folder with CIFAR-10/100 and MNIST on disk; None: digits only
+    loader_workers: int  # DataLoader worker processes for input-pipeline tests
+    pin_memory: bool  # DataLoader pin_memory for input-pipeline tests
+    loss_scaler: str  # MODULE:CALLABLE of the scaler the loss-scaling properties test
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def smoke(self) -> bool:
+        """On the CPU the suite runs the same code on tiny shapes and holds nothing against baselines."""
+        return self.device.type == "cpu"
+
+
+def names_validator(flag: str, valid: Callable[[], list[str]], what: str) -> Callable[[str], tuple[str, ...]]:
+    """A type= function for a comma-separated list of names, each checked against `valid()`."""
+
+    def parse(value: str) -> tuple[str, ...]:
+        names = tuple(n.strip() for n in value.split(",") if n.strip())
+        if not names:
+            raise argparse.ArgumentTypeError(f"{flag} needs at least one {what} name; valid: {', '.join(valid())}")
+        unknown = [n for n in names if n not in valid()]
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"{flag}: unknown {what} {', '.join(map(repr, unknown))}; valid {what}s: {', '.join(valid())}"
+            )
+        return names
+
+    return parse
+
+
+def number_validator(flag: str, kind: type, low: float, high: float | None = None, *, low_open: bool = False):
+    """A type= function for a number in [low, high] (or (low, high] with low_open)."""
+
+    def parse(value: str):
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} expects a {kind.__name__}, got {value!r}") from None
+        too_low = number <= low if low_open else number < low
+        if too_low or (high is not None and number > high):
+            bounds = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'}]"
+            raise argparse.ArgumentTypeError(f"{flag} must lie in {bounds}, got {value}")
+        return number
+
+    return parse
+
+
+def device_validator(flag: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value == "auto":
+            return value
+        try:
+            device = torch.device(value)
+        except RuntimeError:
+            raise argparse.ArgumentTypeError(f"{flag}: {value!r} is not a device (auto, cpu, cuda, cuda:N)") from None
+        if device.type not in ("cpu", "cuda"):
+            raise argparse.ArgumentTypeError(f"{flag}: device type {device.type!r} is not supported (cpu or cuda)")
+        return value
+
+    return parse
+
+
+def directory_validator(flag: str, must_exist: bool) -> Callable[[str], Path]:
+    def parse(value: str) -> Path:
+        path = Path(value).expanduser()
+        if must_exist and not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{flag}: {value!r} is not a directory")
+        if path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{flag}: {value!r} exists and is not a directory")
+        return path
+
+    return parse
+
+
+def scaler_validator(flag: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        module, sep, attr = value.partition(":")
+        if not sep or not module or not attr:
+            raise argparse.ArgumentTypeError(f"{flag} expects MODULE:CALLABLE, e.g. torch.amp:GradScaler, got {value!r}")
+        return value
+
+    return parse

@@ -1,0 +1,163 @@
+"""A speed cell from start to verdict: prepare both sides, time interleaved rounds, judge against
+the baseline, and decide what to record. Pure harness: the pytest test only wires it up."""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ampbench.modes import PrecisionMode
+from ampbench.stats import SpeedupEstimate, estimate_speedup, relative_spread
+from ampbench.timing import (
+    PairedTimer,
+    RoundsPolicy,
+    extend_until_tight,
+    peak_memory_bytes,
+    steps_per_block,
+    warm_up,
+)
+from ampbench.train import Trainer
+from ampbench.verdict import SpeedupCheck, Verdict
+from models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class SpeedPolicy:
+    warmup_steps: int  # training steps before anything is timed (cuDNN autotuning, scaler settling)
+    warmup_seconds: float  # and at least this long, so the SM clock has left idle
+    block_seconds: float  # target length of the faster side's timed block
+    rounds: RoundsPolicy  # rounds of the first (and of a confirming) batch
+    extend_to: int  # rounds a straddling interval may grow to before it is called inconclusive
+
+
+def policy_for(device: torch.device, min_rounds: int, tolerance: float) -> SpeedPolicy:
+    if device.type != "cuda":
+        # the smoke pass checks the code path, not the CPU's speed: the fewest rounds that still give
+        # a 99% interval, one batch, no extension
+        return SpeedPolicy(2, 0.0, 0.01, RoundsPolicy(8, 8, 1.0, 5.0), 8)
+    return SpeedPolicy(
+        warmup_steps=8,
+        warmup_seconds=0.5,
+        block_seconds=0.03,
+        rounds=RoundsPolicy(min_rounds, max_rounds=max(40, min_rounds), target_half_width=tolerance / 4, budget_seconds=12.0),
+        extend_to=max(80, min_rounds),
+    )
+
+
+@dataclass
+class Side:
+    """One trainer, warmed up, with what was learned about it on the way."""
+
+    trainer: Trainer
+    step_seconds: float  # per-step time at the end of warm-up, to size the timed blocks
+    peak_bytes: int | None  # peak memory of one step attributable to this trainer (None off CUDA)
+
+
+def allocated_bytes(device: torch.device) -> int:
+    return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+
+
+def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smoke: bool, policy: SpeedPolicy) -> Side:
+    before = allocated_bytes(device)
+    trainer = Trainer(spec, mode, device, smoke=smoke)
+    step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
+    return Side(trainer, step_seconds, peak_memory_bytes(trainer, before))
+
+
+def release(device: torch.device) -> None:
+    """Give freed blocks back, so the next cell starts from the same allocator state."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def catch_oom(fn: Callable[[], object]) -> tuple[object, str | None]:
+    """(fn(), None), or (None, a description) if the device ran out of memory.
+
+    The description is built inside the handler and the exception dropped with it: the traceback
+    holds the frames, and so the tensors, of the failed work, which must be freed before the next
+    cell runs. Call ``release()`` afterwards.
+    """
+    try:
+        return fn(), None
+    except torch.OutOfMemoryError as exc:
+        peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, f"peak memory {peak:.2f} GiB; {first_line}"
+
+
+def parameters_fingerprint(trainer: Trainer) -> torch.Tensor:
+    """A cheap device-side summary of the weights: changes whenever an optimizer step really lands."""
+    return torch.stack([p.detach().float().sum() for p in trainer.model.parameters()])
+
+
+def loss_scale(trainer: Trainer) -> float | None:
+    """The scaler's current scale, or None for modes that do not scale the loss."""
+    scaler = trainer.scaler
+    return float(scaler.get_scale()) if scaler.is_enabled() else None
+
+
+def fresh_timer(reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
+    faster = min(reference.step_seconds, mode.step_seconds)
+    return PairedTimer(reference.trainer, mode.trainer, steps_per_block(faster, policy.block_seconds))
+
+
+def extend_while_straddling(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> SpeedupEstimate:
+    est = timer.estimate(policy.rounds.confidence)
+    while check.classify(est) is Verdict.INCONCLUSIVE and len(timer.mode_times) < policy.extend_to:
+        timer.rounds(min(policy.rounds.step, policy.extend_to - len(timer.mode_times)))
+        est = timer.estimate(policy.rounds.confidence)
+    return est
+
+
+@dataclass
+class SpeedOutcome:
+    estimate: SpeedupEstimate  # the first batch's estimate (after any extension)
+    verdict: Verdict
+    confirmation: SpeedupEstimate | None  # the second, independent batch, when one ran
+    message: str
+
+
+def judge(
+    check: SpeedupCheck | None,
+    first: PairedTimer,
+    policy: SpeedPolicy,
+    second_batch: Callable[[], SpeedupEstimate],
+) -> SpeedOutcome:
+    """Verdict of DESIGN.md: a regression only when the whole interval lies below the line and a
+    second independent batch of rounds agrees; a straddling interval is extended, then inconclusive."""
+    est = extend_until_tight(first, policy.rounds)
+    if check is None:
+        return SpeedOutcome(est, Verdict.NO_BASELINE, None, f"speedup {est}; no baseline for this GPU")
+    verdict = check.classify(est)
+    if verdict is Verdict.INCONCLUSIVE:
+        est = extend_while_straddling(first, check, policy)
+        verdict = check.classify(est)
+    confirmation = None
+    if verdict is Verdict.REGRESSION:
+        confirmation = second_batch()
+        again = check.classify(confirmation)
+        if again is not Verdict.REGRESSION:  # two batches disagree: not a confirmed regression
+            verdict = Verdict.INCONCLUSIVE
+    message = check.describe(est)
+    if confirmation is not None:
+        message += f"; confirming batch {confirmation}"
+    return SpeedOutcome(est, verdict, confirmation, message)
+
+
+def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: dict | None, same_stack: bool) -> float:
+    """The noise a baseline is stored with: the wider of the two batches' intervals and their
+    disagreement, and, when the entry is re-recorded on the same software, its distance from the
+    previous recording, so recording twice teaches the suite a cell's run-to-run spread."""
+    noise = max(first.half_width, second.half_width, relative_spread(first.speedup, second.speedup))
+    if previous is not None and same_stack and previous.get("speedup"):
+        pooled = (first.speedup * second.speedup) ** 0.5
+        noise = max(noise, float(previous.get("noise") or 0.0), relative_spread(pooled, previous["speedup"]))
+    return noise
+
+
+def pooled_estimate(a: PairedTimer, b: PairedTimer, confidence: float) -> SpeedupEstimate:
+    return estimate_speedup(a.ref_times + b.ref_times, a.mode_times + b.mode_times, confidence)

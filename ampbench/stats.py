@@ -1,0 +1,91 @@
+"""Small pure statistics for paired timings: log ratios, medians and their order-statistic intervals."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+
+def log_ratios(reference: Sequence[float], mode: Sequence[float]) -> list[float]:
+    """r_i = ln(t_ref_i / t_mode_i) per round: positive when the mode is faster."""
+    if len(reference) != len(mode):
+        raise ValueError(f"paired timings differ in length: {len(reference)} reference vs {len(mode)} mode")
+    if any(t <= 0 for t in (*reference, *mode)):
+        raise ValueError("timings must be positive")
+    return [math.log(r / m) for r, m in zip(reference, mode)]
+
+
+def median(xs: Sequence[float]) -> float:
+    if not xs:
+        raise ValueError("median of no values")
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def _binom_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+
+
+def median_interval_ranks(n: int, confidence: float) -> tuple[int, int]:
+    """0-based ranks (lo, hi) such that [x_(lo), x_(hi)] covers the median with at least `confidence`.
+
+    Distribution-free: the number of values below the median is Binomial(n, 1/2) for any
+    continuous distribution, so no assumption about the shape of the timing noise is needed.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    alpha = 1 - confidence
+    if 2 * 0.5**n > alpha:
+        raise ValueError(f"{n} values cannot give a {confidence:.0%} interval for the median; need {min_rounds(confidence)}")
+    # x_(j) (0-based) lies above the median iff at most j values lie below it: P = cdf(j); so the
+    # widest-coverage-enough interval uses the largest j with cdf(j) <= alpha / 2, on both sides
+    j = 0
+    while _binom_cdf(j + 1, n) <= alpha / 2:
+        j += 1
+    return j, n - 1 - j
+
+
+def min_rounds(confidence: float) -> int:
+    """The fewest values for which an order-statistic interval of the median reaches `confidence`."""
+    n = 1
+    while 2 * 0.5**n > 1 - confidence:
+        n += 1
+    return n
+
+
+def median_interval(xs: Sequence[float], confidence: float) -> tuple[float, float]:
+    lo, hi = median_interval_ranks(len(xs), confidence)
+    s = sorted(xs)
+    return s[lo], s[hi]
+
+
+@dataclass(frozen=True)
+class SpeedupEstimate:
+    speedup: float  # exp(median of per-round log ratios): > 1 means the mode is faster than the reference
+    low: float  # lower end of the interval of the speedup
+    high: float  # upper end
+    rounds: int  # paired rounds behind it
+    confidence: float  # coverage of [low, high]
+
+    @property
+    def half_width(self) -> float:
+        """Relative half-width of the interval, e.g. 0.01 for +-1%."""
+        return 0.5 * math.log(self.high / self.low)
+
+    def __str__(self) -> str:
+        return f"{self.speedup:.3f}x [{self.low:.3f}, {self.high:.3f}] ({self.confidence:.0%}, {self.rounds} rounds)"
+
+
+def estimate_speedup(reference: Sequence[float], mode: Sequence[float], confidence: float = 0.99) -> SpeedupEstimate:
+    """Speedup of `mode` over `reference` from paired per-round times, with an interval."""
+    r = log_ratios(reference, mode)
+    lo, hi = median_interval(r, confidence)
+    return SpeedupEstimate(math.exp(median(r)), math.exp(lo), math.exp(hi), len(r), confidence)
+
+
+def relative_spread(a: float, b: float) -> float:
+    """|ln(a / b)|: how far apart two positive figures are, symmetric and scale-free."""
+    return abs(math.log(a / b))

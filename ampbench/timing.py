@@ -1,0 +1,144 @@
+"""Timing a precision mode against the fp32 reference: interleaved blocks of training steps in one
+process, timed with CUDA events, with no host sync inside a timed block."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ampbench.stats import SpeedupEstimate, estimate_speedup, min_rounds
+from ampbench.train import Trainer
+
+
+def time_block(device: torch.device, fn: Callable[[], object]) -> float:
+    """Seconds `fn` keeps the device busy, from an idle device to the end of its last kernel."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def warm_up(trainer: Trainer, *, min_steps: int, min_seconds: float) -> float:
+    """Train until cuDNN has tuned, the loss scaler has settled and the clocks are up; return the
+    seconds per step measured at the end. Warm-up is real training: the SM clock idles low and only
+    rises under load."""
+    t0 = time.perf_counter()
+    trainer.run(min_steps)
+    sync(trainer.device)
+    while time.perf_counter() - t0 < min_seconds:
+        trainer.run(max(1, min_steps // 2))
+        sync(trainer.device)
+    probe = 3
+    return time_block(trainer.device, lambda: trainer.run(probe)) / probe
+
+
+def steps_per_block(step_seconds: float, target_seconds: float, max_steps: int = 64) -> int:
+    """Steps in one timed block: enough that launch latency and event overhead are small against it."""
+    return max(1, min(max_steps, math.ceil(target_seconds / max(step_seconds, 1e-9))))
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class PairedTimer:
+    """Round k times one block of the reference and one of the mode, reference first in even rounds
+    and mode first in odd ones, so drift and order effects fall on both sides alike.
+
+    ``before_mode_block`` and ``mode_block`` split a round so that pytest-benchmark's ``pedantic``
+    times exactly the mode's block (as its target) while the reference blocks run in its setup.
+    """
+
+    reference: Trainer
+    mode: Trainer
+    steps: int  # training steps per block, the same on both sides
+    ref_times: list[float] = field(default_factory=list)  # seconds per step, one per round
+    mode_times: list[float] = field(default_factory=list)
+
+    def _ref_block(self) -> None:
+        self.ref_times.append(time_block(self.reference.device, lambda: self.reference.run(self.steps)) / self.steps)
+
+    def before_mode_block(self) -> None:
+        k = len(self.mode_times)
+        while len(self.ref_times) < k:  # the reference half of the last mode-first round
+            self._ref_block()
+        if k % 2 == 0:
+            self._ref_block()
+
+    def mode_block(self) -> None:
+        self.mode_times.append(time_block(self.mode.device, lambda: self.mode.run(self.steps)) / self.steps)
+
+    def finish(self) -> None:
+        while len(self.ref_times) < len(self.mode_times):
+            self._ref_block()
+
+    def rounds(self, n: int) -> None:
+        for _ in range(n):
+            self.before_mode_block()
+            self.mode_block()
+        self.finish()
+
+    def estimate(self, confidence: float) -> SpeedupEstimate:
+        self.finish()
+        return estimate_speedup(self.ref_times, self.mode_times, confidence)
+
+
+@dataclass(frozen=True)
+class RoundsPolicy:
+    """How many rounds a speedup gets: at least `min_rounds`, then more in steps of `step` until the
+    interval's relative half-width is under `target_half_width` or a limit is hit."""
+
+    min_rounds: int
+    max_rounds: int
+    target_half_width: float
+    budget_seconds: float  # wall-clock limit for one batch of rounds
+    confidence: float = 0.99
+    step: int = 4
+
+    def __post_init__(self) -> None:
+        need = min_rounds(self.confidence)
+        if self.min_rounds < need:
+            raise ValueError(f"min_rounds={self.min_rounds} cannot give a {self.confidence:.0%} interval; need {need}")
+        if self.max_rounds < self.min_rounds:
+            raise ValueError(f"max_rounds={self.max_rounds} < min_rounds={self.min_rounds}")
+
+
+def extend_until_tight(timer: PairedTimer, policy: RoundsPolicy, max_rounds: int | None = None) -> SpeedupEstimate:
+    """Add rounds to `timer` until the policy is satisfied; return the estimate over all its rounds."""
+    limit = max_rounds if max_rounds is not None else policy.max_rounds
+    t0 = time.perf_counter()
+    if len(timer.mode_times) < policy.min_rounds:
+        timer.rounds(policy.min_rounds - len(timer.mode_times))
+    est = timer.estimate(policy.confidence)
+    while (
+        est.half_width > policy.target_half_width
+        and len(timer.mode_times) < limit
+        and time.perf_counter() - t0 < policy.budget_seconds
+    ):
+        timer.rounds(min(policy.step, limit - len(timer.mode_times)))
+        est = timer.estimate(policy.confidence)
+    return est
+
+
+def peak_memory_bytes(trainer: Trainer, baseline_allocated: int) -> int | None:
+    """Peak bytes of one training step attributable to `trainer`: the allocator's peak during the step
+    minus what was allocated before the trainer existed. None where the device keeps no statistics."""
+    if trainer.device.type != "cuda":
+        return None
+    sync(trainer.device)
+    torch.cuda.reset_peak_memory_stats(trainer.device)
+    trainer.run(1)
+    sync(trainer.device)
+    return torch.cuda.max_memory_allocated(trainer.device) - baseline_allocated

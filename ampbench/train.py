@@ -1,0 +1,188 @@
+"""One real training step of one model in one precision mode: forward, loss, backward, optimizer step,
+with the loss scaling and master weights its ``PrecisionMode`` row asks for."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch
+from torch import nn
+
+from ampbench.modes import STATIC_LOSS_SCALE, PrecisionMode
+from models.spec import Batch, ModelSpec
+
+NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
+
+
+def _fused_where_possible(cls: type[torch.optim.Optimizer], params, device: torch.device, **kwargs):
+    # fused kernels also take GradScaler's scale and inf flag on the device, so a scaled step needs no
+    # host sync; where a build lacks a fused kernel, the multi-tensor (foreach) path is next best.
+    try:
+        return cls(params, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return cls(params, foreach=True, **kwargs)
+
+
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "sgd": lambda params, lr, device: _fused_where_possible(
+        torch.optim.SGD, params, device, lr=lr, momentum=0.9, weight_decay=5e-4
+    ),
+    "adamw": lambda params, lr, device: _fused_where_possible(
+        torch.optim.AdamW, params, device, lr=lr, betas=(0.9, 0.95), weight_decay=0.1
+    ),
+}
+
+
+def _static_scaler(device: torch.device):
+    from ampbench.scaling import LossScaler
+
+    # a static scale: never grows, never backs off, but still skips a step whose gradients overflowed
+    return LossScaler(device=device.type, init_scale=STATIC_LOSS_SCALE, growth_factor=1.0, backoff_factor=1.0)
+
+
+LOSS_SCALERS: dict[str, Callable[[torch.device], object]] = {
+    "none": lambda device: torch.amp.GradScaler(device.type, enabled=False),
+    "dynamic": lambda device: torch.amp.GradScaler(device.type),
+    "static": _static_scaler,
+}
+
+
+class MasterWeights:
+    """fp32 master copies of a low-precision model's parameters (Apex O2, fastai ``to_fp16``).
+
+    The optimizer owns ``master_params``; after backward the model's fp16 gradients are copied into
+    the masters' fp32 gradients, the optimizer steps the masters, and the result is rounded back into
+    the model. Parameters that are already fp32 (normalization layers) are their own masters.
+    """
+
+    def __init__(self, params: Iterable[nn.Parameter]):
+        self.model_params = [p for p in params if p.requires_grad]
+        self.master_params: list[torch.Tensor] = []
+        self._low = []  # (model param, master) pairs that need copying
+        for p in self.model_params:
+            if p.dtype == torch.float32:
+                self.master_params.append(p)
+            else:
+                master = nn.Parameter(p.detach().float().clone())
+                master.grad = torch.zeros_like(master)
+                self.master_params.append(master)
+                self._low.append((p, master))
+
+    def grads_to_master(self) -> None:
+        with torch.no_grad():
+            for p, master in self._low:
+                if p.grad is None:
+                    master.grad.zero_()
+                else:
+                    master.grad.copy_(p.grad)
+
+    def master_to_model(self) -> None:
+        if self._low:
+            with torch.no_grad():
+                torch._foreach_copy_([p for p, _ in self._low], [m for _, m in self._low])
+
+
+def cast_model(model: nn.Module, mode: PrecisionMode) -> nn.Module:
+    model = model.to(mode.param_dtype)
+    if mode.keep_norms_fp32:
+        for module in model.modules():
+            if isinstance(module, NORM_LAYERS):
+                module.float()
+    return model
+
+
+class Trainer:
+    """A model, its optimizer, its loss scaler and one fixed batch, ready to train in one mode.
+
+    ``step()`` launches a full training step and returns the loss as a device tensor: it never reads a
+    value back to the host itself, so a block of steps can be timed with CUDA events.
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        mode: PrecisionMode,
+        device: torch.device,
+        *,
+        smoke: bool = False,
+        batch_size: int | None = None,
+        config=None,
+        seed: int = 0,
+    ):
+        self.spec, self.mode, self.device = spec, mode, device
+        self.config = config if config is not None else spec.config_for(smoke)
+        self.batch_size = batch_size if batch_size is not None else spec.batch_size_for(smoke)
+        # channels_last only helps where tensor cores read NHWC; on the CPU it would only add copies
+        self.memory_format = (
+            torch.channels_last if spec.channels_last and device.type == "cuda" else torch.contiguous_format
+        )
+        torch.manual_seed(seed)  # the same initial weights in every mode
+        model = spec.build(self.config)
+        self.model = cast_model(model, mode).to(device=device, memory_format=self.memory_format)
+        self.model.train()
+        self.master = MasterWeights(self.model.parameters()) if mode.master_weights else None
+        params = self.master.master_params if self.master else list(self.model.parameters())
+        self.optimizer = OPTIMIZERS[spec.optimizer](params, spec.lr, device)
+        self.scaler = LOSS_SCALERS[mode.loss_scaling](device)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        self.inputs, self.targets = self.prepare(spec.make_batch(self.config, self.batch_size, device, gen))
+
+    def prepare(self, batch: Batch) -> Batch:
+        """Cast float tensors of a batch to the model's dtype and layout (integer labels stay as they are)."""
+        inputs, targets = batch
+        if inputs.is_floating_point():
+            inputs = inputs.to(self.mode.param_dtype)
+            if inputs.dim() == 4:
+                inputs = inputs.contiguous(memory_format=self.memory_format)
+        return inputs, targets
+
+    def step(self, inputs: torch.Tensor | None = None, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """One training step on the given batch (default: the fixed one). Call inside ``math_flags()``."""
+        x = self.inputs if inputs is None else inputs
+        y = self.targets if targets is None else targets
+        self.model.zero_grad(set_to_none=True)
+        with self.mode.autocast(self.device):
+            out = self.model(x)
+            # the loss itself in fp32, whatever the model computed in: softmax sums overflow fp16
+            loss = self.spec.loss(out.float(), y.float() if y.is_floating_point() else y)
+        self.scaler.scale(loss).backward()
+        if self.master is not None:
+            self.master.grads_to_master()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.master is not None:
+            self.master.master_to_model()
+        return loss.detach()
+
+    def run(self, steps: int) -> torch.Tensor:
+        """`steps` training steps on the fixed batch, with this mode's math flags; returns the last loss."""
+        with self.mode.math_flags():
+            for _ in range(steps):
+                loss = self.step()
+        return loss
+
+    def persistent_bytes(self) -> int:
+        """Bytes held between steps that belong to this trainer (weights, masters, optimizer state, batch)."""
+        seen: set[int] = set()
+        total = 0
+
+        def add(t: torch.Tensor | None) -> None:
+            nonlocal total
+            if isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+
+        for p in self.model.parameters():
+            add(p)
+        for b in self.model.buffers():
+            add(b)
+        if self.master:
+            for m in self.master.master_params:
+                add(m)
+                add(m.grad)
+        for state in self.optimizer.state.values():
+            for v in state.values():
+                add(v)
+        add(self.inputs)
+        add(self.targets)
+        return total

@@ -1,0 +1,84 @@
+"""Regression checks as tiny objects: each classifies a measurement and explains itself."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from ampbench.stats import SpeedupEstimate
+
+# A cell's tolerance is at least this many times the noise recorded with its baseline, so cells
+# whose speedup wanders between runs (host-bound steps) do not fail on that wandering.
+NOISE_MULTIPLIER = 2.0
+
+
+class Verdict(str, Enum):
+    PASS = "pass"  # the interval reaches the line or above it
+    IMPROVED = "improved"  # the whole interval lies above baseline x (1 + tolerance)
+    REGRESSION = "regression"  # the whole interval lies below baseline x (1 - tolerance)
+    INCONCLUSIVE = "inconclusive"  # the interval straddles the line
+    NO_BASELINE = "no baseline"  # nothing recorded for this test on this GPU
+
+
+def tolerance_for(floor: float, recorded_noise: float | None) -> float:
+    """The relative drop that counts as a regression for one cell: the user's floor, or more where
+    the cell's own recorded noise demands it."""
+    if recorded_noise is None or not math.isfinite(recorded_noise):
+        return floor
+    return max(floor, NOISE_MULTIPLIER * recorded_noise)
+
+
+@dataclass(frozen=True)
+class SpeedupCheck:
+    model: str
+    mode: str
+    expected: float  # baseline speedup over fp32
+    tolerance: float  # relative; the line is expected x (1 - tolerance)
+
+    @property
+    def line(self) -> float:
+        return self.expected * (1.0 - self.tolerance)
+
+    def classify(self, est: SpeedupEstimate) -> Verdict:
+        if est.high < self.line:
+            return Verdict.REGRESSION
+        if est.low < self.line:
+            return Verdict.INCONCLUSIVE
+        if est.low > self.expected * (1.0 + self.tolerance):
+            return Verdict.IMPROVED
+        return Verdict.PASS
+
+    def drop(self, est: SpeedupEstimate) -> float:
+        """Relative change of the measured speedup against the baseline (negative: slower)."""
+        return est.speedup / self.expected - 1.0
+
+    def describe(self, est: SpeedupEstimate) -> str:
+        return (
+            f"{self.model} {self.mode}: speedup over fp32 {est} against baseline {self.expected:.3f}x "
+            f"({self.drop(est):+.1%}); regression line {self.line:.3f}x (tolerance {self.tolerance:.1%})"
+        )
+
+
+@dataclass(frozen=True)
+class RatioCheck:
+    """A figure that should stay near its baseline within a relative tolerance (memory ratio,
+    largest batch): one-sided when only growth (`worse="higher"`) or shrinkage is a regression."""
+
+    model: str
+    mode: str
+    figure: str  # name of the figure, e.g. "memory ratio"
+    expected: float
+    tolerance: float
+    worse: str  # "higher" or "lower": which direction is a regression
+
+    def failure(self, measured: float) -> str | None:
+        """None if `measured` is acceptable, else a message naming model, mode, figure and drop."""
+        change = measured / self.expected - 1.0
+        bad = change > self.tolerance if self.worse == "higher" else change < -self.tolerance
+        if not bad:
+            return None
+        return (
+            f"{self.model} {self.mode}: {self.figure} {measured:.4g} against baseline {self.expected:.4g} "
+            f"({change:+.1%}), beyond the tolerance of {self.tolerance:.1%} ({self.worse} is worse)"
+        )

@@ -1,0 +1,217 @@
+"""ampbench's pytest face: the --perf-* options, session fixtures, hypothesis profiles and the
+pytest-benchmark hooks. The harness itself lives in ``ampbench/`` and does not import pytest."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings as hypothesis_settings
+
+import models
+from ampbench import device as devices
+from ampbench.baselines import BaselineError, BaselineStore
+from ampbench.modes import MODES, get_mode
+from ampbench.settings import (
+    TIERS,
+    PerfSettings,
+    device_validator,
+    directory_validator,
+    names_validator,
+    number_validator,
+    scaler_validator,
+)
+
+SETTINGS_KEY = pytest.StashKey[PerfSettings]()
+STORE_KEY = pytest.StashKey[dict]()  # lazily opened BaselineStore, under "store"
+ROOT = Path(__file__).parent
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perf", "ampbench: mixed-precision training performance")
+    group.addoption("--perf-device", metavar="DEVICE", default="auto", type=device_validator("--perf-device"),
+                    help="device to train on: auto, cpu, cuda or cuda:N; cpu runs the smoke pass on tiny shapes (default: auto, CUDA if present)")
+    group.addoption("--perf-models", metavar="NAMES", default=None,
+                    type=names_validator("--perf-models", lambda: list(models.REGISTRY), "model"),
+                    help="comma-separated models to test (default: every model of the tier)")
+    group.addoption("--perf-precisions", metavar="NAMES", default=None,
+                    type=names_validator("--perf-precisions", lambda: list(MODES), "precision mode"),
+                    help=f"comma-separated precision modes to test, of {', '.join(MODES)} (default: all)")
+    group.addoption("--perf-tier", metavar="TIER", default="quick", choices=TIERS,
+                    help="quick: mlp, wide_resnet28_10, resnet50, lstm_lm, gpt; full: the whole zoo (default: quick)")
+    group.addoption("--perf-baseline-dir", metavar="DIR", default=str(ROOT / "baselines"),
+                    type=directory_validator("--perf-baseline-dir", must_exist=False),
+                    help="folder of per-GPU baseline files <gpu-slug>.json (default: baselines/ of the repo)")
+    group.addoption("--perf-update-baselines", action="store_true", default=False,
+                    help="record this run's figures into the GPU's baseline file, merging with what is there (default: off)")
+    group.addoption("--perf-tolerance", metavar="FRACTION", default=0.03,
+                    type=number_validator("--perf-tolerance", float, 0.0, 0.9, low_open=True),
+                    help="smallest relative speedup drop that fails a test; noisier cells get more (default: 0.03)")
+    group.addoption("--perf-strict", action="store_true", default=False,
+                    help="fail, rather than warn, when a speed verdict stays inconclusive (default: off)")
+    group.addoption("--perf-rounds", metavar="N", default=12,
+                    type=number_validator("--perf-rounds", int, 8, 1000),
+                    help="interleaved rounds before the first look at a speedup's interval; 8 is the fewest for a 99%% interval (default: 12)")
+    group.addoption("--perf-memory-cap", metavar="GIB", default=None,
+                    type=number_validator("--perf-memory-cap", float, 0.0, low_open=True),
+                    help="GPU memory the largest-batch search may use, in GiB (default: 90%% of the card's free memory at start)")
+    group.addoption("--perf-data-root", metavar="DIR", default=None,
+                    type=directory_validator("--perf-data-root", must_exist=True),
+                    help="folder holding CIFAR-10/100 (python pickles) and MNIST (idx files) (default: none; scikit-learn's digits only)")
+    group.addoption("--perf-loader-workers", metavar="N", default=4,
+                    type=number_validator("--perf-loader-workers", int, 0, 256),
+                    help="DataLoader worker processes for the input-pipeline tests (default: 4)")
+    group.addoption("--perf-pin-memory", metavar="ON|OFF", default="on", choices=("on", "off"),
+                    help="DataLoader pin_memory for the input-pipeline tests (default: on)")
+    group.addoption("--perf-loss-scaler", "--loss-scaler", dest="perf_loss_scaler", metavar="MODULE:CALLABLE",
+                    default="torch.amp:GradScaler", type=scaler_validator("--loss-scaler"),
+                    help="loss scaler the loss-scaling properties test; called with GradScaler's keyword arguments (default: torch.amp:GradScaler)")
+
+
+def _register_hypothesis_profiles() -> None:
+    hypothesis_settings.register_profile("dev", max_examples=50, deadline=None)
+    hypothesis_settings.register_profile(
+        "ci", max_examples=60, derandomize=True, deadline=None, print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    hypothesis_settings.register_profile(
+        "thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    # CI runners set CI=true; there the run must be reproducible
+    default = "ci" if os.environ.get("CI") else "dev"
+    hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", default))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _register_hypothesis_profiles()
+    opt = config.option
+    try:
+        device = devices.resolve(opt.perf_device)
+    except RuntimeError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[SETTINGS_KEY] = PerfSettings(
+        device=device,
+        models=opt.perf_models or tuple(models.model_names(opt.perf_tier)),
+        precisions=opt.perf_precisions or tuple(MODES),
+        tier=opt.perf_tier,
+        baseline_dir=opt.perf_baseline_dir,
+        update_baselines=opt.perf_update_baselines,
+        tolerance=opt.perf_tolerance,
+        strict=opt.perf_strict,
+        min_rounds=opt.perf_rounds,
+        memory_cap_gib=opt.perf_memory_cap,
+        data_root=opt.perf_data_root,
+        loader_workers=opt.perf_loader_workers,
+        pin_memory=opt.perf_pin_memory == "on",
+        loss_scaler=opt.perf_loss_scaler,
+    )
+    config.stash[STORE_KEY] = {}
+
+
+def perf_settings_of(config: pytest.Config) -> PerfSettings:
+    return config.stash[SETTINGS_KEY]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests taking `model_name` and `mode_name` run once per cell, model-major, ids `model-mode`.
+
+    ``@pytest.mark.cells(models=[...])`` gives a test its own models instead of the tier's (those
+    --perf-models names, if given, still narrow it).
+    """
+    if not {"model_name", "mode_name"} <= set(metafunc.fixturenames):
+        return
+    s = perf_settings_of(metafunc.config)
+    names = s.models
+    marker = metafunc.definition.get_closest_marker("cells")
+    if marker is not None and "models" in marker.kwargs:
+        own = list(marker.kwargs["models"])
+        names = [m for m in own if m in s.models] if metafunc.config.option.perf_models else own
+    cells = [(m, p) for m in names for p in s.precisions]
+    metafunc.parametrize(("model_name", "mode_name"), cells, ids=[f"{m}-{p}" for m, p in cells])
+
+
+@pytest.fixture(scope="session")
+def perf_settings(pytestconfig: pytest.Config) -> PerfSettings:
+    return perf_settings_of(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def perf_device(perf_settings: PerfSettings):
+    devices.configure_backends(perf_settings.device)
+    return perf_settings.device
+
+
+@pytest.fixture
+def mode(mode_name: str, perf_device):
+    """The precision mode of this cell, or a skip saying what the device lacks."""
+    m = get_mode(mode_name)
+    reason = devices.unsupported_reason(m, perf_device)
+    if reason:
+        pytest.skip(reason)
+    return m
+
+
+@pytest.fixture
+def model_spec(model_name: str):
+    return models.get_model(model_name)
+
+
+def baseline_store_of(config: pytest.Config) -> BaselineStore | None:
+    """This GPU's baselines, opened once per session; None on the CPU (the smoke pass holds nothing
+    against baselines). A malformed file ends the session with a message naming file and field, and
+    is never overwritten."""
+    cache = config.stash[STORE_KEY]
+    if "store" not in cache:
+        s = perf_settings_of(config)
+        if s.device.type != "cuda":
+            cache["store"] = None
+        else:
+            name = devices.device_name(s.device)
+            try:
+                cache["store"] = BaselineStore.open(s.baseline_dir, name, devices.gpu_slug(name))
+            except BaselineError as exc:
+                pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)
+    return cache["store"]
+
+
+@pytest.fixture(scope="session")
+def baseline_store(pytestconfig: pytest.Config) -> BaselineStore | None:
+    return baseline_store_of(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def software(perf_device) -> dict:
+    """What a baseline was recorded on, stored beside its figures."""
+    info = devices.machine_info(perf_device)
+    keep = ("torch", "cuda", "cudnn", "driver", "device", "capability")
+    return {k: info[k] for k in keep if k in info}
+
+
+@pytest.fixture(scope="session")
+def peak_tflops(perf_device):
+    """Measured matmul peak per dtype name, each measured once per session on first use."""
+    cache: dict[str, float] = {}
+
+    def get(dtype_name: str) -> float | None:
+        if perf_device.type != "cuda":
+            return None
+        if dtype_name not in cache:
+            cache[dtype_name] = devices.measure_peak_tflops(perf_device, dtype_name)
+        return cache[dtype_name]
+
+    return get
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    machine_info["ampbench"] = devices.machine_info(perf_settings_of(config).device)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    cache = session.config.stash.get(STORE_KEY, {})
+    store = cache.get("store")
+    if store is not None and store.pending and perf_settings_of(session.config).update_baselines:
+        path = store.write()
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"ampbench: baselines written to {path}")

@@ -1,0 +1,42 @@
+"""What the harness needs to know about a model: how to build it, feed it and score it.
+
+Each model file defines a frozen ``Config`` dataclass and one ``SPEC``: a ``ModelSpec`` holding the
+full-size config (the seed's shapes, used on a GPU) and a tiny one (used for the CPU smoke pass, so the
+same code path runs in CI in seconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str  # registry key; appears in test ids such as test_speed[resnet50-amp_fp16]
+    origin: str  # which seed write-up (or practice) the model and its shapes come from
+    config: Any  # full-size config: the seed's input shape, used on a GPU
+    smoke_config: Any  # tiny config of the same architecture for the CPU smoke pass
+    build: Callable[[Any], nn.Module]  # build(config) -> fp32 module on the CPU, freshly initialised
+    # make_batch(config, batch_size, device, generator) -> (inputs, targets), made on `device`;
+    # float inputs are fp32 (the trainer casts them for pure fp16/bf16 modes)
+    make_batch: Callable[[Any, int, torch.device, torch.Generator | None], Batch]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # loss(model_output, targets) -> scalar
+    flops_per_sample: Callable[[Any], float]  # training FLOPs per sample (forward + backward = 3x forward)
+    batch_size: int  # default batch on a GPU
+    smoke_batch_size: int  # batch of the CPU smoke pass
+    optimizer: str  # key of ampbench.train.OPTIMIZERS: "sgd" (convnets, MLP, LSTM) or "adamw" (transformers)
+    lr: float  # learning rate that trains this model stably in every mode
+    channels_last: bool = False  # memory format for 4-D activations; True where it is faster on GPUs
+    tier: str = "full"  # "quick": part of the default run; "full": only with --perf-tier full
+
+    def config_for(self, smoke: bool) -> Any:
+        return self.smoke_config if smoke else self.config
+
+    def batch_size_for(self, smoke: bool) -> int:
+        return self.smoke_batch_size if smoke else self.batch_size

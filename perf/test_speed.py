@@ -1,0 +1,140 @@
+"""Speed: every model in every precision mode, timed in interleaved rounds against fp32 in this
+process, and held against this GPU's baseline."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from ampbench import speed
+from ampbench.modes import REFERENCE_MODE, get_mode
+from ampbench.stats import median
+from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
+
+
+class InconclusiveSpeed(UserWarning):
+    """A speed verdict whose interval still straddles the regression line after extension."""
+
+
+@pytest.fixture(scope="session")
+def _reference_cache() -> dict:
+    return {}
+
+
+@pytest.fixture
+def reference(model_spec, perf_device, perf_settings, _reference_cache) -> speed.Side:
+    """The fp32 side of this model's cells, built and warmed up once and shared by its modes; only
+    the current model's reference is kept, so one model at a time occupies the device."""
+    if _reference_cache.get("model") != model_spec.name:
+        _reference_cache.clear()
+        speed.release(perf_device)
+        policy = speed.policy_for(perf_device, perf_settings.min_rounds, perf_settings.tolerance)
+        side, oom = speed.catch_oom(
+            lambda: speed.prepare_side(model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings.smoke, policy)
+        )
+        if oom:
+            speed.release(perf_device)
+            pytest.fail(f"{model_spec.name} fp32 reference: out of memory at batch "
+                        f"{model_spec.batch_size_for(perf_settings.smoke)}: {oom}")
+        _reference_cache.update(model=model_spec.name, side=side)
+    return _reference_cache["side"]
+
+
+def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_device, baseline_store, software, peak_tflops):
+    settings = perf_settings
+    test_id = f"test_speed[{model_spec.name}-{mode.name}]"
+    policy = speed.policy_for(perf_device, settings.min_rounds, settings.tolerance)
+    batch = model_spec.batch_size_for(settings.smoke)
+
+    side, oom = speed.catch_oom(lambda: speed.prepare_side(model_spec, mode, perf_device, settings.smoke, policy))
+    if oom:
+        speed.release(perf_device)
+        pytest.fail(f"{model_spec.name} {mode.name}: out of memory at batch {batch}: {oom}")
+
+    # identity first, so a cell that fails later is still recognisable in --benchmark-json
+    benchmark.extra_info.update(ampbench_schema=1, kind="speed", model=model_spec.name, mode=mode.name,
+                                device=str(perf_device), batch_size=batch)
+    before = speed.parameters_fingerprint(side.trainer)
+    timer = speed.fresh_timer(reference, side, policy)
+    benchmark.pedantic(timer.mode_block, setup=timer.before_mode_block, rounds=policy.rounds.min_rounds,
+                       iterations=1, warmup_rounds=0)
+
+    baseline = baseline_store.figures(test_id) if baseline_store is not None else None
+    check = None
+    if baseline is not None:
+        benchmark.extra_info["baseline_noise"] = baseline.get("noise")
+        tol = tolerance_for(settings.tolerance, baseline.get("noise"))
+        check = SpeedupCheck(model_spec.name, mode.name, float(baseline["speedup"]), tol)
+
+    second: list = []
+
+    def second_batch():
+        t = speed.fresh_timer(reference, side, policy)
+        second.append(t)
+        return speed.extend_until_tight(t, policy.rounds)
+
+    outcome = speed.judge(check, timer, policy, second_batch)
+    est = outcome.estimate
+
+    # the mode really trained: its weights moved and its loss scale is still usable. (Whether the
+    # loss stays finite on one fixed random batch is a property of that task, not of the mode: it
+    # is recorded here and judged by the convergence tests on real data.)
+    last_loss = side.trainer.run(1)
+    moved = bool((speed.parameters_fingerprint(side.trainer) != before).any())
+    loss_ok = bool(torch.isfinite(last_loss))
+    scale = speed.loss_scale(side.trainer)
+
+    step_s, ref_step_s = median(timer.mode_times), median(timer.ref_times)
+    flops = model_spec.flops_per_sample(side.trainer.config)
+    tflops = flops * batch / step_s / 1e12
+    peak = peak_tflops(mode.peak_dtype)
+    ratio = (side.peak_bytes / reference.peak_bytes) if side.peak_bytes and reference.peak_bytes else None
+    benchmark.extra_info.update(
+        ampbench_schema=1, kind="speed", model=model_spec.name, mode=mode.name, device=str(perf_device),
+        batch_size=batch, steps_per_block=timer.steps,
+        speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds, confidence=est.confidence,
+        throughput=batch / step_s, throughput_ref=batch / ref_step_s, step_ms=step_s * 1e3, step_ms_ref=ref_step_s * 1e3,
+        peak_mem_bytes=side.peak_bytes, peak_mem_ref_bytes=reference.peak_bytes, memory_ratio=ratio,
+        tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
+        baseline_speedup=check.expected if check else None, tolerance=check.tolerance if check else None,
+        line=check.line if check else None, drop=check.drop(est) if check else None,
+        confirm_speedup=outcome.confirmation.speedup if outcome.confirmation else None,
+        verdict=outcome.verdict.value, message=outcome.message, weights_moved=moved, final_loss_finite=loss_ok,
+        loss_scale=scale,
+    )
+
+    if settings.update_baselines and baseline_store is not None:
+        if not second:
+            second_batch()
+        previous = baseline_store.figures(test_id)
+        same_stack = baseline_store.software(test_id) == software
+        second_est = second[0].estimate(policy.rounds.confidence)
+        pooled = speed.pooled_estimate(timer, second[0], policy.rounds.confidence)
+        baseline_store.record(test_id, {
+            "speedup": pooled.speedup, "ci_low": pooled.low, "ci_high": pooled.high, "rounds": pooled.rounds,
+            "noise": speed.recorded_noise(est, second_est, previous, same_stack),
+            "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
+            "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes,
+        }, software)
+
+    del side, timer, second
+    speed.release(perf_device)
+
+    assert math.isfinite(est.speedup) and est.low <= est.speedup <= est.high, (
+        f"{model_spec.name} {mode.name}: malformed speedup estimate {est}")
+    assert moved, f"{model_spec.name} {mode.name}: no optimizer step changed the weights during the run (every step skipped?)"
+    assert scale is None or (math.isfinite(scale) and scale > 0), (
+        f"{model_spec.name} {mode.name}: loss scale is {scale} after the timed run; expected finite and positive")
+    if outcome.verdict is Verdict.REGRESSION:
+        pytest.fail(f"speed regression: {outcome.message}", pytrace=False)
+    if outcome.verdict is Verdict.INCONCLUSIVE:
+        if settings.strict:
+            pytest.fail(f"inconclusive speed verdict (--perf-strict): {outcome.message}", pytrace=False)
+        warnings.warn(InconclusiveSpeed(f"inconclusive: {outcome.message}"))
+    if baseline_store is not None and not baseline_store.exists and not settings.update_baselines:
+        warnings.warn(UserWarning(
+            f"no baseline file {baseline_store.path}; measured {est}. Record one with "
+            f"`pytest perf/ --perf-tier full --perf-update-baselines`"))

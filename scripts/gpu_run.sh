@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Stages of a GPU session, run from the repo root on the GPU machine; JSON and logs go to $OUT.
+#   scripts/gpu_run.sh env quick fidelity         # any stages, in order
+# Stages: env, quick (speed, quick tier), quick2 (the same again), slowdown (quick tier with a 5%
+# slowdown injected into resnet50 amp_bf16), full-record (full tier, recording baselines), fidelity,
+# memory, memory-record, convergence, scaling (loss-scaling properties on CUDA), all (pytest perf/).
+set -uo pipefail
+OUT=${OUT:-/tmp/ampbench-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+PYTEST=(python3 -m pytest -p no:cacheprovider -q -rfEw --benchmark-disable-gc --benchmark-sort=name)
+declare -a SUMMARY=()
+
+stage() {  # name, then the command
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "=== $name: $*"
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 15 "$OUT/$name.log"
+  SUMMARY+=("$name rc=$rc $((SECONDS - t0))s")
+}
+
+for s in "$@"; do
+  case $s in
+    env) stage env bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv;
+          python3 -c "import torch,torchvision;print(torch.__version__,torchvision.__version__,torch.version.cuda,torch.backends.cudnn.version())"' ;;
+    quick) stage quick "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick.json" ;;
+    quick2) stage quick2 "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick2.json" ;;
+    slowdown) stage slowdown env AMPBENCH_SLOWDOWN=resnet50:amp_bf16:0.05 "${PYTEST[@]}" perf/test_speed.py \
+                -p scripts.slowdown_plugin --benchmark-json "$OUT/slowdown.json" ;;
+    full-record) stage full-record "${PYTEST[@]}" perf/test_speed.py --perf-tier full --perf-update-baselines \
+                --benchmark-json "$OUT/full.json" ;;
+    fidelity) stage fidelity python3 scripts/plain_loop.py "$OUT/quick.json" ;;
+    memory) stage memory "${PYTEST[@]}" perf/test_memory.py --benchmark-json "$OUT/memory.json" ;;
+    memory-record) stage memory-record "${PYTEST[@]}" perf/test_memory.py --perf-tier full --perf-update-baselines \
+                --benchmark-json "$OUT/memory-full.json" ;;
+    convergence) stage convergence "${PYTEST[@]}" perf/test_convergence.py perf/test_input_pipeline.py \
+                --perf-update-baselines --benchmark-json "$OUT/convergence.json" ;;
+    scaling) stage scaling "${PYTEST[@]}" perf/test_loss_scaling.py --perf-device cuda ;;
+    all) stage all "${PYTEST[@]}" perf/ --benchmark-json "$OUT/all.json" ;;
+    *) echo "unknown stage $s"; exit 2 ;;
+  esac
+done
+cp baselines/*.json "$OUT/" 2>/dev/null
+for f in "$OUT"/*.json; do
+  case $f in *nvidia*) ;; *) echo "--- $(basename "$f")"; python3 scripts/table.py "$f" 2>/dev/null | cut -c1-220 ;; esac
+done
+printf '%s\n' "${SUMMARY[@]}"

@@ -1,0 +1,97 @@
+"""Verdicts: the line, the straddle, the confirmation, the tolerance that follows a cell's noise."""
+
+import pytest
+
+from ampbench.speed import SpeedPolicy, judge, recorded_noise
+from ampbench.stats import SpeedupEstimate
+from ampbench.timing import RoundsPolicy
+from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, tolerance_for
+
+
+def est(s, lo, hi, n=12):
+    return SpeedupEstimate(s, lo, hi, n, 0.99)
+
+
+CHECK = SpeedupCheck("resnet50", "amp_bf16", expected=2.0, tolerance=0.05)  # line 1.9
+
+
+@pytest.mark.parametrize(
+    "estimate, verdict",
+    [
+        (est(2.0, 1.98, 2.02), Verdict.PASS),
+        (est(1.85, 1.80, 1.89), Verdict.REGRESSION),
+        (est(1.9, 1.85, 1.95), Verdict.INCONCLUSIVE),
+        (est(2.3, 2.2, 2.4), Verdict.IMPROVED),
+        (est(1.9, 1.9, 1.95), Verdict.PASS),  # touching the line is not below it
+    ],
+)
+def test_classify(estimate, verdict):
+    assert CHECK.classify(estimate) is verdict
+
+
+def test_message_names_model_mode_figures_and_drop():
+    msg = CHECK.describe(est(1.8, 1.78, 1.82))
+    for part in ("resnet50", "amp_bf16", "1.800x", "2.000x", "-10.0%", "1.900x", "5.0%"):
+        assert part in msg
+
+
+def test_tolerance_follows_recorded_noise():
+    assert tolerance_for(0.03, None) == 0.03
+    assert tolerance_for(0.03, 0.001) == 0.03
+    assert tolerance_for(0.03, 0.05) == pytest.approx(0.10)
+    assert tolerance_for(0.03, float("nan")) == 0.03
+
+
+def test_ratio_check_is_one_sided():
+    check = RatioCheck("gpt", "bf16", "memory ratio", expected=0.5, tolerance=0.05, worse="higher")
+    assert check.failure(0.4) is None
+    assert check.failure(0.52) is None
+    msg = check.failure(0.6)
+    assert msg and "gpt bf16" in msg and "memory ratio" in msg and "+20.0%" in msg
+
+
+class FakeTimer:
+    """Stands in for PairedTimer: hands out preset estimates as rounds are added."""
+
+    def __init__(self, estimates):
+        self.estimates = list(estimates)
+        self.mode_times = [0.0] * 12
+
+    def rounds(self, n):
+        self.mode_times += [0.0] * n
+        if len(self.estimates) > 1:
+            self.estimates.pop(0)
+
+    def estimate(self, confidence):
+        return self.estimates[0]
+
+
+POLICY = SpeedPolicy(0, 0.0, 0.01, RoundsPolicy(12, 12, 1.0, 1.0), extend_to=24)
+
+
+def test_regression_needs_the_second_batch_to_agree():
+    low = est(1.5, 1.45, 1.55)
+    out = judge(CHECK, FakeTimer([low]), POLICY, lambda: low)
+    assert out.verdict is Verdict.REGRESSION and out.confirmation is low
+    out = judge(CHECK, FakeTimer([low]), POLICY, lambda: est(2.0, 1.98, 2.02))
+    assert out.verdict is Verdict.INCONCLUSIVE
+
+
+def test_straddle_is_extended_then_resolved_or_inconclusive():
+    straddle, clear = est(1.9, 1.85, 1.95), est(1.99, 1.97, 2.01)
+    assert judge(CHECK, FakeTimer([straddle, clear]), POLICY, lambda: clear).verdict is Verdict.PASS
+    assert judge(CHECK, FakeTimer([straddle]), POLICY, lambda: clear).verdict is Verdict.INCONCLUSIVE
+
+
+def test_no_baseline_reports_without_judging():
+    out = judge(None, FakeTimer([est(2.0, 1.9, 2.1)]), POLICY, lambda: pytest.fail("no confirmation without a baseline"))
+    assert out.verdict is Verdict.NO_BASELINE and "no baseline" in out.message
+
+
+def test_recorded_noise_learns_run_to_run_spread_only_on_the_same_stack():
+    a, b = est(2.0, 1.99, 2.01), est(2.02, 2.01, 2.03)
+    base = recorded_noise(a, b, None, False)
+    assert base == pytest.approx(max(a.half_width, b.half_width, 0.00995), rel=1e-2)
+    prev = {"speedup": 2.2, "noise": 0.01}
+    assert recorded_noise(a, b, prev, same_stack=False) == base
+    assert recorded_noise(a, b, prev, same_stack=True) > 0.08
