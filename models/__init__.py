@@ -1,0 +1,36 @@
+"""The model zoo: an explicit registry, one architecture per module."""
+
+from __future__ import annotations
+
+from models import dpn, gpt, lstm_lm, mlp, mnist_cnn, resnet, wide_resnet
+from models.spec import ModelSpec
+
+# the order of DESIGN.md's table, which is also the order of test ids and report rows
+_SPECS: tuple[ModelSpec, ...] = (
+    mlp.SPEC,
+    mnist_cnn.SPEC,
+    wide_resnet.SPEC,
+    resnet.RESNET18,
+    resnet.RESNET34,
+    resnet.RESNET50,
+    resnet.RESNET101,
+    resnet.RESNET152,
+    dpn.DPN26_SPEC,
+    dpn.DPN92_SPEC,
+    lstm_lm.SPEC,
+    gpt.SPEC,
+)
+REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in _SPECS}
+assert len(REGISTRY) == len(_SPECS), f"duplicate model names in {[spec.name for spec in _SPECS]}"
+
+
+def get_model(name: str) -> ModelSpec:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown model {name!r}; valid models: {', '.join(REGISTRY)}") from None
+
+
+def model_names(tier: str = "full") -> list[str]:
+    """Names in registry order; tier 'quick' keeps only the quick-tier models."""
+    return [name for name, spec in REGISTRY.items() if tier == "full" or spec.tier == "quick"]

@@ -1,0 +1,85 @@
+"""torchvision's ResNet-18/34/50/101/152, as seed 001 trained them on CIFAR-100 resized to 224x224.
+
+The architectures are torchvision's own (``torchvision.models.resnetXX(num_classes=...)``), so speed
+numbers compare with everyone else's; only the classifier is sized for 100 classes.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import nn
+
+from models.flops import training_flops
+from models.spec import Batch, ModelSpec
+
+# explicit, so a typo in a depth fails loudly rather than reaching for some other torchvision model
+CONSTRUCTORS: dict[int, Callable[..., nn.Module]] = {
+    18: torchvision.models.resnet18,
+    34: torchvision.models.resnet34,
+    50: torchvision.models.resnet50,
+    101: torchvision.models.resnet101,
+    152: torchvision.models.resnet152,
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    depth: int  # one of CONSTRUCTORS' keys
+    num_classes: int = 100  # CIFAR-100
+    image_size: int = 224  # the seed resized CIFAR-100 to ImageNet's input size
+    in_channels: int = 3  # RGB; torchvision's stem is fixed at 3
+
+
+def build(config: Config) -> nn.Module:
+    assert config.depth in CONSTRUCTORS, f"resnet depth must be one of {sorted(CONSTRUCTORS)}, got {config.depth}"
+    assert config.in_channels == 3, f"torchvision's ResNet stem takes 3 channels, got {config.in_channels}"
+    # torchvision already ends in adaptive average pooling, so any image_size >= 32 works
+    return CONSTRUCTORS[config.depth](num_classes=config.num_classes)
+
+
+def make_batch(
+    config: Config, batch_size: int, device: torch.device, generator: torch.Generator | None = None
+) -> Batch:
+    size = (batch_size, config.in_channels, config.image_size, config.image_size)
+    x = torch.randn(size, device=device, generator=generator)
+    y = torch.randint(0, config.num_classes, (batch_size,), device=device, generator=generator)
+    return x, y
+
+
+@functools.lru_cache(maxsize=None)
+def flops_per_sample(config: Config) -> float:
+    return training_flops(build, config, make_batch)
+
+
+def _spec(depth: int, batch_size: int, tier: str) -> ModelSpec:
+    return ModelSpec(
+        name=f"resnet{depth}",
+        origin=f"seed 001: torchvision resnet{depth} on CIFAR-100 resized to 224x224",
+        config=Config(depth=depth),
+        # full width (torchvision has no knob for it) but a small image and head keep the CPU pass fast;
+        # 64 leaves a 2x2 map at the last stage, as batch norm over a 1x1 map of two samples diverges
+        smoke_config=Config(depth=depth, num_classes=4, image_size=64),
+        build=build,
+        make_batch=make_batch,
+        loss=F.cross_entropy,
+        flops_per_sample=flops_per_sample,
+        batch_size=batch_size,
+        smoke_batch_size=2,
+        optimizer="sgd",
+        lr=0.05,
+        channels_last=True,
+        tier=tier,
+    )
+
+
+RESNET18 = _spec(18, batch_size=256, tier="full")
+RESNET34 = _spec(34, batch_size=256, tier="full")
+RESNET50 = _spec(50, batch_size=128, tier="quick")
+RESNET101 = _spec(101, batch_size=64, tier="full")
+RESNET152 = _spec(152, batch_size=64, tier="full")
