@@ -1,0 +1,145 @@
+"""The ``ampbench`` command: reports and comparisons of saved benchmark JSON, outside pytest."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from ampbench.compare import (
+    DEFAULT_ACCURACY_TOLERANCE,
+    DEFAULT_MEMORY_TOLERANCE,
+    DEFAULT_TOLERANCE,
+    compare_runs,
+    format_text,
+)
+from ampbench.report import RunError, build_report, failed_tests, load_run, write_report
+
+# exit statuses: 0 all good, 1 a regression (or, under --strict, an inconclusive verdict), 2 bad usage
+# or unusable input, like argparse's own usage errors
+EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _fraction(flag: str):
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {value!r}") from None
+        if not 0 < number < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must lie in (0, 1), e.g. 0.03 for 3%, got {value}")
+        return number
+
+    return parse
+
+
+def _add_tolerances(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tolerance", type=_fraction("--tolerance"), default=DEFAULT_TOLERANCE, metavar="FRACTION",
+                   help="smallest relative drop of a speedup that counts as a regression; cells measured with "
+                        f"more noise get more, as in the suite (default: {DEFAULT_TOLERANCE})")
+    p.add_argument("--memory-tolerance", type=_fraction("--memory-tolerance"), default=DEFAULT_MEMORY_TOLERANCE,
+                   metavar="FRACTION", help="relative growth of a memory ratio, or shrinkage of the largest batch, "
+                                            f"that counts as a regression (default: {DEFAULT_MEMORY_TOLERANCE})")
+    p.add_argument("--accuracy-tolerance", type=_fraction("--accuracy-tolerance"), default=DEFAULT_ACCURACY_TOLERANCE,
+                   metavar="FRACTION", help="relative drop of a convergence test's accuracy that counts as a "
+                                            f"regression (default: {DEFAULT_ACCURACY_TOLERANCE})")
+    p.add_argument("--strict", action="store_true",
+                   help="an inconclusive verdict fails too (exit status 1), like pytest's --perf-strict")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ampbench",
+        description="Reports and comparisons of ampbench runs, i.e. of the JSON written by "
+                    "`pytest perf/ --benchmark-json RUN.json`.",
+        epilog="Exit status: 0 fine, 1 a regression (or an inconclusive verdict under --strict), 2 bad usage or "
+               "a file that is not a usable ampbench run.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    rep = sub.add_parser(
+        "report", help="turn a run into DIR/index.html, DIR/summary.md and PNG charts",
+        description="Write DIR/index.html (one self-contained file: open it in a browser), DIR/summary.md (for a CI "
+                    "job summary, e.g. >> $GITHUB_STEP_SUMMARY) and PNG charts of speedup, memory, largest batch and "
+                    "throughput. With --compare, also the change of every test against an older run, with its verdict. "
+                    "The report is written to a temporary folder and moved into place at the end, so a failure leaves "
+                    "no partial report.",
+    )
+    rep.add_argument("run", type=Path, metavar="RUN.json", help="benchmark JSON of the run to report on")
+    rep.add_argument("--compare", type=Path, metavar="OLD.json", default=None,
+                     help="an older run of the same suite to compare with (e.g. the last run on main)")
+    rep.add_argument("-o", "--output", type=Path, metavar="DIR", default=Path("report"),
+                     help="folder for the report; an earlier report there is replaced (default: report)")
+    rep.add_argument("--junit", type=Path, metavar="JUNIT.xml", default=None,
+                     help="pytest's --junitxml file of the same run: its failed tests are listed at the top")
+    rep.add_argument("--fail-on-regression", action="store_true",
+                     help="exit with status 1 when the run has a regression, by its own verdicts or against --compare")
+    _add_tolerances(rep)
+
+    cmp_ = sub.add_parser(
+        "compare", help="per-test verdicts of NEW.json against OLD.json; exit status 1 on a regression",
+        description="Hold every test of NEW.json against the same test in OLD.json with the suite's statistics: "
+                    "OLD's speedup is the baseline, NEW's 99%% interval must not lie wholly below baseline x "
+                    "(1 - tolerance). Memory ratio, largest batch and accuracy are held to relative tolerances.",
+    )
+    cmp_.add_argument("old", type=Path, metavar="OLD.json", help="the earlier run (the baseline)")
+    cmp_.add_argument("new", type=Path, metavar="NEW.json", help="the run to judge")
+    cmp_.add_argument("--changes-only", action="store_true", help="list only tests whose verdict is not pass")
+    cmp_.add_argument("--markdown", type=Path, metavar="FILE", default=None,
+                      help="also write the comparison as markdown to FILE (e.g. $GITHUB_STEP_SUMMARY is appended to)")
+    _add_tolerances(cmp_)
+    return parser
+
+
+def _tolerances(args: argparse.Namespace) -> dict:
+    return dict(tolerance=args.tolerance, memory_tolerance=args.memory_tolerance,
+                accuracy_tolerance=args.accuracy_tolerance)
+
+
+def _report(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    run = load_run(args.run)
+    comparison = compare_runs(load_run(args.compare), run, **_tolerances(args)) if args.compare else None
+    failures = failed_tests(args.junit) if args.junit else ()
+    written = write_report(args.output, build_report(run, comparison, failures))
+    print(f"ampbench: report of {args.run} ({len(run.cells)} results, {run.gpu}) written to "
+          f"{written.directory}/index.html in {time.perf_counter() - t0:.1f} s")
+    own = [c for c in run.cells if c.verdict == "regression"]
+    for c in own:
+        print(f"REGRESSION: {c.test_id}: {c.get('message') or ''}")
+    if comparison is not None:
+        for r in comparison.regressions:
+            print(f"REGRESSION against {args.compare.name}: {r.message}")
+    failed = bool(own) or (comparison is not None and comparison.failed(args.strict))
+    if args.strict:
+        failed = failed or any(c.verdict == "inconclusive" for c in run.cells)
+    return EXIT_REGRESSION if failed and args.fail_on_regression else EXIT_OK
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ampbench.report import render_comparison_markdown
+
+    comparison = compare_runs(load_run(args.old), load_run(args.new), **_tolerances(args))
+    sys.stdout.write(format_text(comparison, all_rows=not args.changes_only))
+    if args.markdown is not None:
+        with open(args.markdown, "a", encoding="utf-8") as f:
+            f.write("\n".join(render_comparison_markdown(comparison)) + "\n")
+    return EXIT_REGRESSION if comparison.failed(args.strict) else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _report(args) if args.command == "report" else _compare(args)
+    except RunError as exc:
+        print(f"ampbench: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (FileExistsError, OSError) as exc:
+        print(f"ampbench: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

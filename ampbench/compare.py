@@ -1,0 +1,211 @@
+"""Per-test verdicts between two runs, with the statistics the suite's own tests use: the old run's
+speedup plays the baseline, the new run's interval is classified by `SpeedupCheck`, and the cell's
+tolerance follows from the noise the old run was measured with (`tolerance_for`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ampbench.report import Cell, Run, fmt_number, fmt_pct, fmt_speedup, verdict_label
+from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, tolerance_for
+
+DEFAULT_TOLERANCE = 0.03  # the same floor as the suite's --perf-tolerance default
+DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little
+DEFAULT_ACCURACY_TOLERANCE = 0.02  # relative; short convergence runs wander this much between seeds
+
+MISSING = "missing"  # in the old run, not in the new one (deselected, skipped, crashed)
+NEW = "new"  # only in the new run
+
+
+@dataclass(frozen=True)
+class Change:
+    """One figure of one test, old against new, and what that means."""
+
+    test_id: str
+    kind: str
+    model: str
+    mode: str
+    figure: str  # "speedup", "memory ratio", "largest batch", "accuracy", or "-" for missing/new tests
+    old: str  # formatted for people
+    new: str
+    change: float | None  # relative change new / old - 1
+    verdict: str  # a Verdict value, MISSING or NEW
+    message: str
+    change_low: float | None = None  # the new interval's ends, relative to the old figure (speedup only)
+    change_high: float | None = None
+    tolerance: float | None = None
+
+    def cells(self) -> list[str]:
+        return [self.test_id, self.figure, self.old, self.new, fmt_pct(self.change), verdict_label(self.verdict)]
+
+
+@dataclass
+class Comparison:
+    old: Run
+    new: Run
+    rows: list[Change]
+    notes: list[str] = field(default_factory=list)  # e.g. the runs were made on different GPUs
+
+    def counts(self) -> dict[str, int]:
+        order = [Verdict.REGRESSION.value, Verdict.INCONCLUSIVE.value, Verdict.IMPROVED.value,
+                 Verdict.PASS.value, Verdict.NO_BASELINE.value, MISSING, NEW]
+        counts: dict[str, int] = {}
+        for r in self.rows:
+            counts[r.verdict] = counts.get(r.verdict, 0) + 1
+        return {v: counts[v] for v in sorted(counts, key=lambda v: order.index(v) if v in order else len(order))}
+
+    @property
+    def regressions(self) -> list[Change]:
+        return [r for r in self.rows if r.verdict == Verdict.REGRESSION.value]
+
+    @property
+    def inconclusive(self) -> list[Change]:
+        return [r for r in self.rows if r.verdict == Verdict.INCONCLUSIVE.value]
+
+    def failed(self, strict: bool = False) -> bool:
+        """A regression fails; under `strict` an inconclusive verdict fails too (like --perf-strict)."""
+        return bool(self.regressions or (strict and self.inconclusive))
+
+
+def _speed_change(old: Cell, new: Cell, floor: float) -> Change:
+    old_est, new_est = old.estimate(), new.estimate()
+    base = dict(test_id=new.test_id, kind=new.kind, model=new.model, mode=new.mode, figure="speedup")
+    if old_est is None:
+        return Change(**base, old="-", new=fmt_speedup(new_est, new.number("speedup")), change=None,
+                      verdict=Verdict.NO_BASELINE.value, message="the old run has no speedup with an interval for this test")
+    if new_est is None:
+        return Change(**base, old=fmt_speedup(old_est), new="-", change=None, verdict=Verdict.INCONCLUSIVE.value,
+                      message="the new run has no speedup with an interval for this test")
+    # the old interval's width stands for the noise the 'baseline' was recorded with; the tolerance the
+    # old run itself was held to already folds in its baseline's recorded noise, so never go below it
+    tolerance = tolerance_for(floor, old_est.half_width)
+    recorded = old.number("tolerance")
+    if recorded is not None and 0 < recorded < 1:
+        tolerance = max(tolerance, recorded)
+    check = SpeedupCheck(new.model, new.mode, expected=old_est.speedup, tolerance=tolerance)
+    return Change(
+        **base,
+        old=fmt_speedup(old_est),
+        new=fmt_speedup(new_est),
+        change=check.drop(new_est),
+        verdict=check.classify(new_est).value,
+        message=check.describe(new_est),
+        change_low=new_est.low / check.expected - 1.0,
+        change_high=new_est.high / check.expected - 1.0,
+        tolerance=tolerance,
+    )
+
+
+def _ratio_change(old: Cell, new: Cell, key: str, figure: str, worse: str, tolerance: float,
+                  fmt: Callable[[float | None], str]) -> Change | None:
+    before, after = old.number(key), new.number(key)
+    if before is None and after is None:
+        return None
+    base = dict(test_id=new.test_id, kind=new.kind, model=new.model, mode=new.mode, figure=figure,
+                old=fmt(before), new=fmt(after))
+    if before is None or before <= 0:
+        return Change(**base, change=None, verdict=Verdict.NO_BASELINE.value, message=f"the old run has no {figure}")
+    if after is None:
+        return Change(**base, change=None, verdict=Verdict.INCONCLUSIVE.value, message=f"the new run has no {figure}")
+    check = RatioCheck(new.model, new.mode, figure, expected=before, tolerance=tolerance, worse=worse)
+    change = after / before - 1.0
+    failure = check.failure(after)
+    if failure is not None:
+        return Change(**base, change=change, verdict=Verdict.REGRESSION.value, message=failure)
+    better = change < -tolerance if worse == "higher" else change > tolerance
+    verdict = Verdict.IMPROVED if better else Verdict.PASS
+    return Change(**base, change=change, verdict=verdict.value,
+                  message=f"{new.model} {new.mode}: {figure} {fmt(after)} against {fmt(before)} ({change:+.1%})")
+
+
+def _convergence_change(old: Cell, new: Cell, accuracy_tolerance: float) -> list[Change]:
+    rows = []
+    acc = _ratio_change(old, new, "accuracy", "accuracy", "lower", accuracy_tolerance, lambda v: fmt_number(v, ".4g"))
+    if acc is not None:
+        rows.append(acc)
+    # a run that stopped converging may have no accuracy worth comparing; its own verdict says so
+    bad = Verdict.REGRESSION.value
+    if new.verdict == bad and old.verdict != bad and not (acc and acc.verdict == bad):
+        rows.append(Change(new.test_id, new.kind, new.model, new.mode, "convergence", verdict_label(old.verdict),
+                           verdict_label(new.verdict), None, bad, str(new.get("message") or "no longer converges")))
+    return rows
+
+
+def compare_cells(old: Cell, new: Cell, *, tolerance: float = DEFAULT_TOLERANCE,
+                  memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE,
+                  accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE) -> list[Change]:
+    """The changes of one test between two runs (none for kinds it knows no figure of)."""
+    if new.kind == "speed":
+        return [_speed_change(old, new, tolerance)]
+    if new.kind == "memory":
+        rows = [
+            _ratio_change(old, new, "memory_ratio", "memory ratio", "higher", memory_tolerance, lambda v: fmt_number(v, ".3f", "x")),
+            _ratio_change(old, new, "max_batch_ratio", "largest batch", "lower", memory_tolerance, lambda v: fmt_number(v, ".3f", "x")),
+        ]
+        return [r for r in rows if r is not None]
+    if new.kind == "convergence":
+        return _convergence_change(old, new, accuracy_tolerance)
+    return []
+
+
+def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
+                 memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE,
+                 accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE) -> Comparison:
+    """Every test of either run, matched by test id, in the new run's order (then the old-only ones)."""
+    old_by_id = {c.test_id: c for c in old.cells}
+    new_ids = {c.test_id for c in new.cells}
+    rows: list[Change] = []
+    for cell in new.cells:
+        before = old_by_id.get(cell.test_id)
+        if before is None:
+            rows.append(Change(cell.test_id, cell.kind, cell.model, cell.mode, "-", "-", "present", None, NEW,
+                               "not in the old run"))
+            continue
+        rows += compare_cells(before, cell, tolerance=tolerance, memory_tolerance=memory_tolerance,
+                              accuracy_tolerance=accuracy_tolerance)
+    for cell in old.cells:
+        if cell.test_id not in new_ids:
+            rows.append(Change(cell.test_id, cell.kind, cell.model, cell.mode, "-", "present", "-", None, MISSING,
+                               "not in the new run (deselected, skipped or crashed)"))
+    return Comparison(old, new, rows, _notes(old, new))
+
+
+def _notes(old: Run, new: Run) -> list[str]:
+    notes = []
+    if old.gpu != new.gpu:
+        notes.append(
+            f"The runs were made on different GPUs ({old.gpu} and {new.gpu}): speedups over fp32 compare, "
+            "absolute step times and throughput do not."
+        )
+    changed = [
+        f"{k} {a} → {b}"
+        for k in ("torch", "cuda", "cudnn", "driver")
+        if (a := old.machine.get(k)) is not None and (b := new.machine.get(k)) is not None and a != b
+    ]
+    if changed:
+        notes.append("Software changed between the runs: " + ", ".join(changed) + ".")
+    return notes
+
+
+def format_text(comparison: Comparison, *, all_rows: bool = True) -> str:
+    """A plain-text table for the terminal and CI logs."""
+    rows = comparison.rows if all_rows else [r for r in comparison.rows if r.verdict != Verdict.PASS.value]
+    headers = ["test", "figure", "old", "new", "change", "verdict"]
+    table = [headers] + [[*r.cells()[:5], r.verdict] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    lines = [f"old: {comparison.old.path} ({comparison.old.gpu})", f"new: {comparison.new.path} ({comparison.new.gpu})"]
+    lines += [f"note: {n}" for n in comparison.notes]
+    lines.append("")
+    for i, row in enumerate(table):
+        lines.append("  ".join(c.ljust(w) if j < 1 else c.rjust(w) if j in (2, 3, 4) else c.ljust(w)
+                               for j, (c, w) in enumerate(zip(row, widths))).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    if comparison.regressions or comparison.inconclusive:
+        lines.append("")
+        lines += [f"{r.verdict.upper()}: {r.message}" for r in comparison.regressions + comparison.inconclusive]
+    lines.append("")
+    counts = comparison.counts()
+    lines.append("summary: " + (", ".join(f"{n} {v}" for v, n in counts.items()) or "nothing to compare"))
+    return "\n".join(lines) + "\n"

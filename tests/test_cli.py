@@ -1,0 +1,224 @@
+"""The `ampbench` command: report and compare, exit statuses, and bad input that leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, main
+from ampbench.report import load_run
+
+DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).parent.parent
+REAL_H100 = DATA / "h100_run.json"
+GPU_RUN = REAL_H100 if REAL_H100.exists() else DATA / "synthetic_h100_quick.json"
+
+
+def _slower(tmp_path: Path, factor: float = 0.5, name: str = "new.json", verdict: str | None = None) -> Path:
+    """GPU_RUN with the tightest speed cell's speedup scaled by `factor` (0.5: a clear regression)."""
+    doc = json.loads(GPU_RUN.read_text())
+    run = load_run(GPU_RUN)
+    target = min(run.of_kind("speed"), key=lambda c: c.estimate().half_width).test_id
+    for b in doc["benchmarks"]:
+        if b["name"] == target:
+            for k in ("speedup", "speedup_low", "speedup_high"):
+                b["extra_info"][k] *= factor
+            if verdict:
+                b["extra_info"]["verdict"] = verdict
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _straddling(tmp_path: Path) -> Path:
+    """GPU_RUN with one speed interval widened across the regression line: inconclusive against GPU_RUN."""
+    doc = json.loads(GPU_RUN.read_text())
+    for b in doc["benchmarks"]:
+        e = b["extra_info"]
+        if e.get("kind") == "speed":
+            e["speedup_low"], e["speedup_high"] = e["speedup"] * 0.5, e["speedup"] * 1.5
+            break
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------
+# report
+
+
+def test_report_writes_html_summary_and_charts(tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["report", str(GPU_RUN), "-o", str(out)]) == EXIT_OK
+    names = {p.name for p in out.iterdir()}
+    assert {"index.html", "summary.md", "speedup.png", "throughput.png", "memory.png"} <= names
+    assert "index.html" in capsys.readouterr().out
+    assert [p.name for p in tmp_path.iterdir()] == ["report"]  # no temp folders left beside it
+
+
+def test_report_with_compare_adds_the_change_per_test(tmp_path):
+    out = tmp_path / "report"
+    assert main(["report", str(_slower(tmp_path)), "--compare", str(GPU_RUN), "-o", str(out)]) == EXIT_OK
+    assert (out / "compare.png").exists()
+    assert "Compared with" in (out / "summary.md").read_text()
+
+
+def test_report_fails_on_regression_only_when_asked(tmp_path):
+    clean = tmp_path / "clean.json"
+    doc = json.loads(GPU_RUN.read_text())
+    for b in doc["benchmarks"]:
+        b["extra_info"]["verdict"] = "pass"
+    clean.write_text(json.dumps(doc))
+    new = _slower(tmp_path, verdict="pass")
+    args = ["report", str(new), "--compare", str(clean), "-o", str(tmp_path / "r")]
+    assert main(args) == EXIT_OK
+    assert main([*args, "--fail-on-regression"]) == EXIT_REGRESSION
+    assert main(["report", str(clean), "--compare", str(clean), "-o", str(tmp_path / "r"), "--fail-on-regression"]) == EXIT_OK
+
+
+def test_report_lists_failed_tests_from_junit(tmp_path):
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="2" failures="1">'
+        '<testcase classname="perf.test_speed" name="test_speed[resnet50-amp_bf16]">'
+        '<failure message="speed regression: resnet50 amp_bf16: 3.07x against 3.41x">trace</failure></testcase>'
+        '<testcase classname="perf.test_speed" name="test_speed[resnet50-bf16]"/></testsuite></testsuites>'
+    )
+    out = tmp_path / "report"
+    assert main(["report", str(GPU_RUN), "--junit", str(junit), "-o", str(out)]) == EXIT_OK
+    summary = (out / "summary.md").read_text()
+    assert "Failed tests (1)" in summary and "perf.test_speed::test_speed[resnet50-amp_bf16]" in summary
+    assert "test_speed[resnet50-bf16]`" not in summary.split("### Failed tests")[1].split("###")[0]
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ('{"machine_info": {}, "benchmarks": [{"name": "test_x", "stats": {}, "extra_info": {}}]}', "not ampbench output"),
+        ('{"machine_info": {"ampbench": {}}, "benchmarks": [{"name": "t[a-b]", "extra_info": {"ampbench_schema": 7}}]}',
+         "schema 7"),
+        (None, "truncated"),
+    ],
+    ids=["not-ampbench", "other-schema", "truncated"],
+)
+def test_bad_input_names_the_file_and_leaves_no_report(tmp_path, capsys, content, words):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content if content is not None else GPU_RUN.read_text()[:5000])
+    out = tmp_path / "report"
+    assert main(["report", str(bad), "-o", str(out)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert str(bad) in err and words in err
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["bad.json"]
+
+
+def test_bad_compare_file_keeps_the_earlier_report(tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main(["report", str(GPU_RUN), "-o", str(out)]) == EXIT_OK
+    before = (out / "index.html").read_bytes()
+    bad = tmp_path / "old.json"
+    bad.write_text("{")
+    assert main(["report", str(GPU_RUN), "--compare", str(bad), "-o", str(out)]) == EXIT_BAD_INPUT
+    assert str(bad) in capsys.readouterr().err
+    assert (out / "index.html").read_bytes() == before
+
+
+def test_report_will_not_overwrite_a_folder_that_is_not_a_report(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep")
+    assert main(["report", str(GPU_RUN), "-o", str(out)]) == EXIT_BAD_INPUT
+    assert "does not look like an ampbench report" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# compare
+
+
+def test_compare_a_run_with_itself_exits_zero(capsys):
+    assert main(["compare", str(GPU_RUN), str(GPU_RUN)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "summary:" in out and "regression" not in out.split("summary:")[1]
+
+
+def test_compare_exits_non_zero_on_a_regression_and_names_it(tmp_path, capsys):
+    new = _slower(tmp_path)
+    assert main(["compare", str(GPU_RUN), str(new)]) == EXIT_REGRESSION
+    out = capsys.readouterr().out
+    assert "REGRESSION:" in out and "against baseline" in out
+
+
+def test_compare_strict_fails_an_inconclusive_verdict(tmp_path):
+    wide = _straddling(tmp_path)
+    assert main(["compare", str(GPU_RUN), str(wide)]) == EXIT_OK
+    assert main(["compare", str(GPU_RUN), str(wide), "--strict"]) == EXIT_REGRESSION
+
+
+def test_compare_tolerance_moves_the_line(tmp_path):
+    new = _slower(tmp_path, factor=0.8)
+    assert main(["compare", str(GPU_RUN), str(new)]) == EXIT_REGRESSION
+    assert main(["compare", str(GPU_RUN), str(new), "--tolerance", "0.5"]) == EXIT_OK
+
+
+def test_compare_appends_markdown(tmp_path):
+    summary = tmp_path / "summary.md"
+    summary.write_text("# earlier step\n")
+    main(["compare", str(GPU_RUN), str(_slower(tmp_path)), "--markdown", str(summary), "--changes-only"])
+    text = summary.read_text()
+    assert text.startswith("# earlier step\n") and "Compared with" in text
+
+
+def test_compare_bad_file_exits_two_and_names_it(tmp_path, capsys):
+    bad = tmp_path / "nope.json"
+    bad.write_text("[]")
+    assert main(["compare", str(bad), str(GPU_RUN)]) == EXIT_BAD_INPUT
+    assert str(bad) in capsys.readouterr().err
+
+
+def test_bad_tolerance_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["compare", str(GPU_RUN), str(GPU_RUN), "--tolerance", "3"])
+    assert info.value.code == 2
+    assert "--tolerance must lie in (0, 1)" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------
+# the entry points
+
+
+def _run_module(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "ampbench", *args], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+
+
+def test_python_dash_m_ampbench_has_help_for_each_command():
+    top = _run_module("--help")
+    assert top.returncode == 0 and "report" in top.stdout and "compare" in top.stdout
+    for command in ("report", "compare"):
+        sub = _run_module(command, "--help")
+        assert sub.returncode == 0 and "--tolerance" in sub.stdout
+
+
+def test_python_dash_m_ampbench_compare_exit_status(tmp_path):
+    assert _run_module("compare", str(GPU_RUN), str(GPU_RUN)).returncode == EXIT_OK
+    result = _run_module("compare", str(GPU_RUN), str(_slower(tmp_path)))
+    assert result.returncode == EXIT_REGRESSION, result.stderr
+
+
+def test_no_command_is_a_usage_error():
+    result = _run_module()
+    assert result.returncode == 2 and "usage" in result.stderr
+
+
+def test_example_ci_workflow_runs_the_suite_and_keeps_what_matters():
+    workflow = (ROOT / "examples" / "github-actions-gpu.yml").read_text()
+    for needed in ("self-hosted", "pytest perf/", "--benchmark-json", "--junitxml", "ampbench report",
+                   "GITHUB_STEP_SUMMARY", "upload-artifact"):
+        assert needed in workflow, needed

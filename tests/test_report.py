@@ -1,0 +1,435 @@
+"""ampbench.report and ampbench.compare against the benchmark JSON files in tests/data/.
+
+Every ``tests/data/*.json`` is a run the suite wrote (or could have written): the tests assert the
+structure of what is made from it, never its numbers, so a fresh capture can replace any of them.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import importlib.util
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from ampbench.compare import MISSING, NEW, compare_runs
+from ampbench.report import (
+    RunError,
+    build_report,
+    load_run,
+    model_rows,
+    parse_run,
+    render_markdown,
+    write_report,
+)
+from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
+
+DATA = Path(__file__).parent / "data"
+RUNS = sorted(DATA.glob("*.json"))
+REAL_H100 = DATA / "h100_run.json"
+
+
+def _fixtures_module():
+    spec = importlib.util.spec_from_file_location("ampbench_test_fixtures", DATA / "make_fixtures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write(tmp_path: Path, name: str, document) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(document) if not isinstance(document, str) else document)
+    return path
+
+
+def _gpu_run() -> Path:
+    """A run with GPU figures (memory, largest batch): the real H100 capture once it is there."""
+    return REAL_H100 if REAL_H100.exists() else DATA / "synthetic_h100_quick.json"
+
+
+def _png_ok(data: bytes) -> bool:
+    return data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
+
+
+def test_there_is_test_data():
+    assert RUNS, f"no benchmark JSON under {DATA}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# loading
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
+def test_every_fixture_loads_as_a_run(path: Path):
+    run = load_run(path)
+    assert run.cells, f"{path.name} holds no ampbench results"
+    assert run.gpu and run.gpu != "unknown device"
+    assert set(run.kinds()) <= {"speed", "memory", "convergence", "input_pipeline", "loss_scaling"} | set(run.kinds())
+    for cell in run.of_kind("speed"):
+        est = cell.estimate()
+        assert est is not None, f"{cell.test_id}: speed cell without a speedup interval"
+        assert est.low <= est.speedup <= est.high
+        assert cell.model in cell.test_id and cell.mode in cell.test_id
+
+
+def test_real_h100_capture_has_gpu_figures():
+    if not REAL_H100.exists():
+        pytest.skip(f"the real H100 capture {REAL_H100} is not in the repository yet")
+    run = load_run(REAL_H100)
+    assert "H100" in run.gpu
+    speed = run.of_kind("speed")
+    assert speed, "an H100 run without speed results"
+    assert all(c.number("peak_mem_bytes") is not None for c in speed), "peak memory missing on a GPU run"
+    assert any(c.number("tflops_fraction") is not None for c in speed)
+    assert {"torch", "cuda", "device"} <= set(run.machine)
+
+
+def test_model_and_mode_come_from_the_test_id_when_extra_info_lacks_them(tmp_path):
+    doc = {"machine_info": {"ampbench": {"device": "cpu"}}, "benchmarks": [
+        {"name": "test_speed[wide_resnet28_10-amp_fp16]", "extra_info": {"ampbench_schema": 1, "kind": "speed"}}]}
+    run = parse_run(doc, tmp_path / "x.json")
+    (cell,) = run.cells
+    assert (cell.model, cell.mode) == ("wide_resnet28_10", "amp_fp16")
+
+
+def test_benchmarks_not_written_by_ampbench_are_left_out(tmp_path):
+    doc = json.loads(_gpu_run().read_text())
+    doc["benchmarks"].append({"name": "test_other", "stats": {}, "extra_info": {}})
+    run = parse_run(doc, tmp_path / "mixed.json")
+    assert run.foreign == ["test_other"]
+    assert all(c.test_id != "test_other" for c in run.cells)
+
+
+# ---------------------------------------------------------------------------------------------------
+# bad input: a clear error that names the file
+
+
+def test_truncated_json_is_called_truncated(tmp_path):
+    text = _gpu_run().read_text()
+    path = _write(tmp_path, "cut.json", text[: len(text) // 2])
+    with pytest.raises(RunError, match="truncated") as info:
+        load_run(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("", "empty"),
+        ("not json at all", "not valid JSON"),
+        ("[1, 2, 3]", "not ampbench output"),
+        ('{"benchmarks": "nope"}', "not ampbench output"),
+        ('{"machine_info": {}, "benchmarks": [{"name": "test_x", "extra_info": {}, "stats": {}}]}', "not ampbench output"),
+        ('{"machine_info": {}, "benchmarks": []}', "not ampbench output"),
+        ('{"machine_info": {"ampbench": {}}, "benchmarks": [{"name": "t[a-b]", "extra_info": {"ampbench_schema": 2}}]}',
+         "schema 2"),
+        ('{"machine_info": {"ampbench": {}}, "benchmarks": [3]}', r"benchmarks\[0\]"),
+    ],
+    ids=["empty", "not-json", "list", "no-benchmarks-list", "plain-pytest-benchmark", "no-trace-of-ampbench",
+         "other-schema", "bad-entry"],
+)
+def test_unusable_json_names_the_file_and_the_problem(tmp_path, content, problem):
+    path = _write(tmp_path, "bad.json", content)
+    with pytest.raises(RunError, match=problem) as info:
+        load_run(path)
+    assert str(path) in str(info.value)
+    assert info.value.path == path
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(RunError, match="no such file") as info:
+        load_run(tmp_path / "absent.json")
+    assert "absent.json" in str(info.value)
+
+
+def test_an_empty_but_genuine_run_is_accepted(tmp_path):
+    """Every test skipped (e.g. no GPU): still ampbench output, reported as having no results."""
+    run = parse_run({"machine_info": {"ampbench": {"device": "cpu"}}, "benchmarks": []}, tmp_path / "e.json")
+    files = build_report(run)
+    assert b"no ampbench results" in files["index.html"]
+    assert "no ampbench results" in files["summary.md"].decode()
+
+
+# ---------------------------------------------------------------------------------------------------
+# the report
+
+
+@pytest.fixture(scope="module")
+def gpu_report():
+    run = load_run(_gpu_run())
+    return run, build_report(run)
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[p.name for p in RUNS])
+def test_report_of_every_fixture_is_complete_and_self_contained(path: Path):
+    run = load_run(path)
+    files = build_report(run)
+    assert {"index.html", "summary.md"} <= set(files)
+    html = files["index.html"].decode()
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    # one file that opens offline: no fetches of any kind
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|file:)""", html)
+    assert "<link" not in html and "<script" not in html and "@import" not in html
+    images = re.findall(r'<img [^>]*src="([^"]+)"', html)
+    assert images, "no charts in the HTML"
+    for src in images:
+        assert src.startswith("data:image/png;base64,")
+        assert _png_ok(base64.b64decode(src.split(",", 1)[1]))
+    for name, data in files.items():
+        if name.endswith(".png"):
+            assert _png_ok(data), name
+    if run.of_kind("speed"):
+        assert "speedup.png" in files and "throughput.png" in files
+    # the seeds' table, per model: every model and every mode of the run appears in the HTML
+    for model, rows in model_rows(run).items():
+        assert f"<h3>{model}</h3>" in html
+        for row in rows:
+            assert f"<td>{row.mode}</td>" in html
+    assert run.gpu in html
+
+
+def test_gpu_run_has_memory_and_batch_charts(gpu_report):
+    run, files = gpu_report
+    assert "memory.png" in files
+    if run.of_kind("memory"):
+        assert "max_batch.png" in files
+
+
+def test_speed_chart_marks_baselines_and_intervals(gpu_report):
+    """The speedup chart is drawn with error bars and baseline marks: check the figure, not the pixels."""
+    run, _ = gpu_report
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.collections import LineCollection, PathCollection
+
+    from ampbench import report
+
+    figures = []
+    real_png = report._png
+
+    def keep(fig):
+        figures.append(fig)
+        return real_png(fig)
+
+    report._png = keep
+    try:
+        report.run_charts(run)
+    finally:
+        report._png = real_png
+    speed_ax = figures[0].axes[0]
+    assert "Speedup" in speed_ax.get_title(loc="left")
+    assert any(isinstance(c, LineCollection) for c in speed_ax.collections), "no interval whiskers"
+    if any(c.number("baseline_speedup") is not None for c in run.of_kind("speed")):
+        assert any(isinstance(c, PathCollection) for c in speed_ax.collections), "no baseline marks"
+
+
+def test_summary_fits_a_ci_job_summary(gpu_report):
+    run, files = gpu_report
+    md = files["summary.md"].decode()
+    assert len(files["summary.md"]) < 1024 * 1024  # GitHub's limit for a step summary
+    assert md.startswith(f"## ampbench: {run.gpu}")
+    assert "| model |" in md
+    for cell in run.cells:
+        if cell.verdict == Verdict.REGRESSION.value:
+            assert cell.test_id in md
+
+
+def test_regressions_of_the_run_are_listed_first(gpu_report):
+    run, files = gpu_report
+    html = files["index.html"].decode()
+    flagged = [c for c in run.cells if c.verdict in ("regression", "inconclusive")]
+    if not flagged:
+        pytest.skip("this run has nothing to flag")
+    assert "Needs a look" in html
+    assert html.index("Needs a look") < html.index("Charts")
+    for c in flagged:
+        assert c.test_id in html
+
+
+def test_missing_optional_fields_and_unknown_kinds_show_a_dash(tmp_path):
+    doc = {
+        "machine_info": {"ampbench": {"device": "NVIDIA H100 80GB HBM3"}},
+        "benchmarks": [
+            {"name": "test_speed[gpt-amp_bf16]", "extra_info": {"ampbench_schema": 1, "kind": "speed", "speedup": 2.0}},
+            {"name": "test_memory[gpt-amp_bf16]", "extra_info": {"ampbench_schema": 1, "kind": "memory",
+                                                                 "memory_ratio": None, "max_batch": "lots"}},
+            {"name": "test_loader[gpt-amp_bf16]", "extra_info": {"ampbench_schema": 1, "kind": "input_pipeline"}},
+            {"name": "test_future[gpt-amp_bf16]", "extra_info": {"ampbench_schema": 1, "kind": "something new",
+                                                                 "message": "<script>alert(1)</script>"}},
+        ],
+    }
+    run = parse_run(doc, tmp_path / "sparse.json")
+    files = build_report(run)
+    html = files["index.html"].decode()
+    assert "<td>-</td>" in html
+    assert "Other tests" in html and "test_future[gpt-amp_bf16]" in html
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "memory.png" not in files  # nothing to draw
+    (row,) = model_rows(run)["gpt"][-1:]
+    assert row.cells()[1] == "-" and row.cells()[3] == "2.00x"
+
+
+def test_nan_and_infinite_figures_are_not_drawn(tmp_path):
+    doc = json.loads(_gpu_run().read_text())
+    speed = [b for b in doc["benchmarks"] if b["extra_info"].get("kind") == "speed"]
+    speed[0]["extra_info"]["throughput"] = float("nan")
+    speed[0]["extra_info"]["speedup"] = float("inf")
+    run = parse_run(json.loads(json.dumps(doc)), tmp_path / "nan.json")
+    files = build_report(run)
+    assert "speedup.png" in files
+
+
+# ---------------------------------------------------------------------------------------------------
+# writing: all or nothing
+
+
+def test_write_report_replaces_an_earlier_report(tmp_path, gpu_report):
+    _, files = gpu_report
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"old", "summary.md": b"old", "stale.png": b"x"})
+    write_report(out, files)
+    assert (out / "index.html").read_bytes() == files["index.html"]
+    assert not (out / "stale.png").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no temp folders left
+
+
+def test_write_report_refuses_a_folder_that_is_not_a_report(tmp_path, gpu_report):
+    _, files = gpu_report
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "thesis.tex").write_text("keep me")
+    with pytest.raises(FileExistsError):
+        write_report(out, files)
+    assert (out / "thesis.tex").read_text() == "keep me"
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+    def boom(self, data):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Path, "write_bytes", boom)
+    with pytest.raises(OSError, match="disk full"):
+        write_report(tmp_path / "report", {"index.html": b"x", "summary.md": b"y"})
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# compare
+
+
+def _scaled(doc: dict, test_id: str, factor: float, keys=("speedup", "speedup_low", "speedup_high")) -> dict:
+    doc = copy.deepcopy(doc)
+    for b in doc["benchmarks"]:
+        if b["name"] == test_id:
+            for k in keys:
+                b["extra_info"][k] *= factor
+    return doc
+
+
+def _tightest_speed_cell(run):
+    return min((c for c in run.of_kind("speed")), key=lambda c: c.estimate().half_width)
+
+
+def test_a_run_compared_with_itself_has_no_regression():
+    run = load_run(_gpu_run())
+    comparison = compare_runs(run, run)
+    assert not comparison.regressions and not comparison.failed(strict=True)
+    assert not [r for r in comparison.rows if r.verdict in (Verdict.IMPROVED.value, MISSING, NEW)]
+    assert {r.test_id for r in comparison.rows} >= {c.test_id for c in run.of_kind("speed")}
+
+
+def test_compare_uses_the_suites_statistics(tmp_path):
+    path = _gpu_run()
+    doc = json.loads(path.read_text())
+    old = load_run(path)
+    cell = _tightest_speed_cell(old)
+    est = cell.estimate()
+    tolerance = max(tolerance_for(0.03, est.half_width), cell.number("tolerance") or 0)
+    # far enough down that the whole new interval lies below the regression line
+    factor = (1 - tolerance) / (est.high / est.speedup) * 0.9
+    new = parse_run(_scaled(doc, cell.test_id, factor), tmp_path / "new.json")
+    comparison = compare_runs(old, new)
+    (row,) = [r for r in comparison.rows if r.test_id == cell.test_id]
+    expected = SpeedupCheck(cell.model, cell.mode, est.speedup, tolerance).classify(new.cell("speed", cell.model, cell.mode).estimate())
+    assert row.verdict == expected.value == Verdict.REGRESSION.value
+    assert row.change == pytest.approx(factor - 1)
+    assert cell.model in row.message and cell.mode in row.message
+    assert comparison.failed() and comparison.regressions == [row]
+    others = [r for r in comparison.rows if r.test_id != cell.test_id]
+    assert not [r for r in others if r.verdict in (Verdict.REGRESSION.value, Verdict.INCONCLUSIVE.value)]
+
+
+def test_compare_sees_an_improvement_and_a_memory_regression(tmp_path):
+    path = _gpu_run()
+    doc = json.loads(path.read_text())
+    old = load_run(path)
+    cell = _tightest_speed_cell(old)
+    doc = _scaled(doc, cell.test_id, 1.5)
+    memory = [c for c in old.cells if c.number("memory_ratio") is not None and c.kind == "memory"]
+    if memory:
+        doc = _scaled(doc, memory[0].test_id, 1.5, keys=("memory_ratio",))
+    comparison = compare_runs(old, parse_run(doc, tmp_path / "new.json"))
+    verdicts = {(r.test_id, r.figure): r.verdict for r in comparison.rows}
+    assert verdicts[(cell.test_id, "speedup")] == Verdict.IMPROVED.value
+    if memory:
+        assert verdicts[(memory[0].test_id, "memory ratio")] == Verdict.REGRESSION.value
+        assert comparison.failed()
+
+
+def test_compare_lists_tests_only_one_run_has(tmp_path):
+    path = _gpu_run()
+    doc = json.loads(path.read_text())
+    old = load_run(path)
+    gone = doc["benchmarks"].pop(0)["name"]
+    doc["benchmarks"].append({"name": "test_speed[newmodel-bf16]",
+                              "extra_info": {"ampbench_schema": 1, "kind": "speed", "model": "newmodel", "mode": "bf16"}})
+    comparison = compare_runs(old, parse_run(doc, tmp_path / "new.json"))
+    verdicts = {r.test_id: r.verdict for r in comparison.rows}
+    assert verdicts[gone] == MISSING
+    assert verdicts["test_speed[newmodel-bf16]"] == NEW
+    assert not comparison.failed()
+
+
+def test_compare_notes_a_different_gpu_and_software(tmp_path):
+    path = _gpu_run()
+    doc = json.loads(path.read_text())
+    doc["machine_info"]["ampbench"].update(device="NVIDIA A100-SXM4-80GB", torch="9.9.9")
+    comparison = compare_runs(load_run(path), parse_run(doc, tmp_path / "a100.json"))
+    notes = " ".join(comparison.notes)
+    assert "different GPUs" in notes and "9.9.9" in notes
+
+
+def test_comparison_goes_into_html_markdown_and_a_chart(tmp_path):
+    path = _gpu_run()
+    old = load_run(path)
+    cell = _tightest_speed_cell(old)
+    new = parse_run(_scaled(json.loads(path.read_text()), cell.test_id, 0.5), tmp_path / "new.json")
+    comparison = compare_runs(old, new)
+    files = build_report(new, comparison)
+    assert _png_ok(files["compare.png"])
+    html = files["index.html"].decode()
+    assert "Compared with" in html and cell.test_id in html
+    md = render_markdown(new, comparison)
+    assert "Compared with" in md and cell.test_id in md
+
+
+# ---------------------------------------------------------------------------------------------------
+# the target: a full-tier report in under 10 s
+
+
+def test_full_tier_report_renders_in_under_ten_seconds(tmp_path):
+    doc = _fixtures_module().full_tier_run()
+    path = _write(tmp_path, "full.json", doc)
+    t0 = time.perf_counter()
+    run = load_run(path)
+    comparison = compare_runs(run, run)
+    write_report(tmp_path / "report", build_report(run, comparison))
+    elapsed = time.perf_counter() - t0
+    assert len(run.of_kind("speed")) == 84 and len(run.of_kind("memory")) == 84
+    assert elapsed < 10.0, f"a full-tier report took {elapsed:.1f} s"
+    assert (tmp_path / "report" / "summary.md").stat().st_size < 256 * 1024
