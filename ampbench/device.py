@@ -82,6 +82,17 @@ def configure_backends(device: torch.device) -> None:
         torch.set_num_threads(1)
 
 
+def prime_libraries(device: torch.device) -> None:
+    """Make the allocations that live as long as the process (cuBLAS's workspace for this stream)
+    before anything is measured, so no cell's figures depend on whether it ran first in the session."""
+    if device.type != "cuda":
+        return
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        x = torch.ones(16, 16, device=device, dtype=dtype, requires_grad=True)
+        torch.nn.functional.linear(x, x, x[0]).sum().backward()
+    torch.cuda.synchronize(device)
+
+
 # matmul dtype of the peak measurement -> (tensor dtype, TF32 on)
 PEAK_DTYPES: dict[str, tuple[torch.dtype, bool]] = {
     "fp32": (torch.float32, False),

@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from ampbench.device import prime_libraries
 from ampbench.modes import PrecisionMode
 from ampbench.stats import SpeedupEstimate, estimate_speedup, relative_spread
 from ampbench.timing import (
@@ -30,6 +31,7 @@ class SpeedPolicy:
     warmup_seconds: float  # and at least this long, so the SM clock has left idle
     block_seconds: float  # target length of the faster side's timed block
     rounds: RoundsPolicy  # rounds of the first (and of a confirming) batch
+    record_rounds: RoundsPolicy  # rounds of the extra batch that measures noise when recording a baseline
     extend_to: int  # rounds a straddling interval may grow to before it is called inconclusive
 
 
@@ -37,13 +39,18 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float) -> Speed
     if device.type != "cuda":
         # the smoke pass checks the code path, not the CPU's speed: the fewest rounds that still give
         # a 99% interval, one batch, no extension
-        return SpeedPolicy(2, 0.0, 0.01, RoundsPolicy(8, 8, 1.0, 5.0), 8)
+        smoke = RoundsPolicy(8, 8, 1.0, 5.0)
+        return SpeedPolicy(2, 0.0, 0.01, smoke, smoke, 8)
+    # One-step blocks of a 30 ms step spread +-10% on an H100 (the ramp from an idle GPU), so
+    # each side's block is ~0.1 s; fp32 steps are longer than that, so their blocks are one step.
     return SpeedPolicy(
         warmup_steps=8,
-        warmup_seconds=0.5,
-        block_seconds=0.03,
-        rounds=RoundsPolicy(min_rounds, max_rounds=max(40, min_rounds), target_half_width=tolerance / 4, budget_seconds=12.0),
-        extend_to=max(80, min_rounds),
+        warmup_seconds=0.3,
+        block_seconds=0.1,
+        rounds=RoundsPolicy(min_rounds, max_rounds=max(24, min_rounds), target_half_width=tolerance / 3, budget_seconds=8.0),
+        # the fewest rounds for a 99% interval: the noise it yields is, if anything, too high
+        record_rounds=RoundsPolicy(8, 8, 1.0, 8.0),
+        extend_to=max(48, min_rounds),
     )
 
 
@@ -61,6 +68,7 @@ def allocated_bytes(device: torch.device) -> int:
 
 
 def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smoke: bool, policy: SpeedPolicy) -> Side:
+    prime_libraries(device)
     before = allocated_bytes(device)
     trainer = Trainer(spec, mode, device, smoke=smoke)
     step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
@@ -101,8 +109,12 @@ def loss_scale(trainer: Trainer) -> float | None:
 
 
 def fresh_timer(reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
-    faster = min(reference.step_seconds, mode.step_seconds)
-    return PairedTimer(reference.trainer, mode.trainer, steps_per_block(faster, policy.block_seconds))
+    return PairedTimer(
+        reference.trainer,
+        mode.trainer,
+        steps_per_block(reference.step_seconds, policy.block_seconds),
+        steps_per_block(mode.step_seconds, policy.block_seconds),
+    )
 
 
 def extend_while_straddling(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> SpeedupEstimate:

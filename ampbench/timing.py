@@ -55,7 +55,9 @@ def sync(device: torch.device) -> None:
 @dataclass
 class PairedTimer:
     """Round k times one block of the reference and one of the mode, reference first in even rounds
-    and mode first in odd ones, so drift and order effects fall on both sides alike.
+    and mode first in odd ones, so drift and order effects fall on both sides alike. Each side's
+    block holds enough steps that the ramp from an idle device (the first launches, before the
+    host runs ahead of the GPU) is small against it; times are per step.
 
     ``before_mode_block`` and ``mode_block`` split a round so that pytest-benchmark's ``pedantic``
     times exactly the mode's block (as its target) while the reference blocks run in its setup.
@@ -63,12 +65,13 @@ class PairedTimer:
 
     reference: Trainer
     mode: Trainer
-    steps: int  # training steps per block, the same on both sides
+    ref_steps: int  # training steps per reference block
+    mode_steps: int  # training steps per mode block: each side's block is long enough on its own
     ref_times: list[float] = field(default_factory=list)  # seconds per step, one per round
     mode_times: list[float] = field(default_factory=list)
 
     def _ref_block(self) -> None:
-        self.ref_times.append(time_block(self.reference.device, lambda: self.reference.run(self.steps)) / self.steps)
+        self.ref_times.append(time_block(self.reference.device, lambda: self.reference.run(self.ref_steps)) / self.ref_steps)
 
     def before_mode_block(self) -> None:
         k = len(self.mode_times)
@@ -78,7 +81,7 @@ class PairedTimer:
             self._ref_block()
 
     def mode_block(self) -> None:
-        self.mode_times.append(time_block(self.mode.device, lambda: self.mode.run(self.steps)) / self.steps)
+        self.mode_times.append(time_block(self.mode.device, lambda: self.mode.run(self.mode_steps)) / self.mode_steps)
 
     def finish(self) -> None:
         while len(self.ref_times) < len(self.mode_times):

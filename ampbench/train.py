@@ -12,6 +12,19 @@ from ampbench.modes import STATIC_LOSS_SCALE, PrecisionMode
 from models.spec import Batch, ModelSpec
 
 NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
+# cuDNN's batch norm takes fp16/bf16 input with fp32 parameters natively (as Apex O2 relied on);
+# CUDA's layer and group norm kernels do not, so those get their input cast around them.
+NATIVELY_MIXED_NORMS = (nn.modules.batchnorm._BatchNorm,)
+
+# Synthetic data comes as INPUT_POOL input batches and TARGET_POOL target batches, cycled
+# independently (coprime sizes): every input meets conflicting targets, so the model cannot
+# memorise its data. On one fixed batch it does within ~10 steps, its logits then grow without
+# bound and overflow fp16 (resnet50 amp_fp16 on an H100: every step skipped, loss scale 1e-23).
+INPUT_POOL, TARGET_POOL = 2, 3
+
+# AdamW keeps its moments in the parameters' dtype: in fp16, grad**2 underflows to 0 below ~2.4e-4
+# and the update m / (sqrt(v) + eps) explodes with eps = 1e-8 (pure-fp16 GPT's weights went inf).
+ADAM_EPS = {torch.float16: 1e-4}
 
 
 def _fused_where_possible(cls: type[torch.optim.Optimizer], params, device: torch.device, **kwargs):
@@ -24,11 +37,11 @@ def _fused_where_possible(cls: type[torch.optim.Optimizer], params, device: torc
 
 
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
-    "sgd": lambda params, lr, device: _fused_where_possible(
+    "sgd": lambda params, lr, device, dtype: _fused_where_possible(
         torch.optim.SGD, params, device, lr=lr, momentum=0.9, weight_decay=5e-4
     ),
-    "adamw": lambda params, lr, device: _fused_where_possible(
-        torch.optim.AdamW, params, device, lr=lr, betas=(0.9, 0.95), weight_decay=0.1
+    "adamw": lambda params, lr, device, dtype: _fused_where_possible(
+        torch.optim.AdamW, params, device, lr=lr, betas=(0.9, 0.95), weight_decay=0.1, eps=ADAM_EPS.get(dtype, 1e-8)
     ),
 }
 
@@ -69,10 +82,14 @@ class MasterWeights:
                 self._low.append((p, master))
 
     def grads_to_master(self) -> None:
+        # a parameter without a gradient keeps none on its master too: a zero gradient would still
+        # be decayed and moved by momentum, which fp32 training does not do
         with torch.no_grad():
             for p, master in self._low:
                 if p.grad is None:
-                    master.grad.zero_()
+                    master.grad = None
+                elif master.grad is None:
+                    master.grad = p.grad.float()
                 else:
                     master.grad.copy_(p.grad)
 
@@ -82,17 +99,30 @@ class MasterWeights:
                 torch._foreach_copy_([p for p, _ in self._low], [m for _, m in self._low])
 
 
+def _norm_input_to_fp32(module: nn.Module, args: tuple) -> tuple:
+    # the forward hook sees the cast args, so the dtype to return to is remembered here
+    module._input_dtype = args[0].dtype
+    return tuple(a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+
+def _norm_output_to_input_dtype(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    return output.to(module._input_dtype)
+
+
 def cast_model(model: nn.Module, mode: PrecisionMode) -> nn.Module:
     model = model.to(mode.param_dtype)
     if mode.keep_norms_fp32:
         for module in model.modules():
             if isinstance(module, NORM_LAYERS):
                 module.float()
+                if not isinstance(module, NATIVELY_MIXED_NORMS):
+                    module.register_forward_pre_hook(_norm_input_to_fp32)
+                    module.register_forward_hook(_norm_output_to_input_dtype)
     return model
 
 
 class Trainer:
-    """A model, its optimizer, its loss scaler and one fixed batch, ready to train in one mode.
+    """A model, its optimizer, its loss scaler and its synthetic data, ready to train in one mode.
 
     ``step()`` launches a full training step and returns the loss as a device tensor: it never reads a
     value back to the host itself, so a block of steps can be timed with CUDA events.
@@ -122,10 +152,22 @@ class Trainer:
         self.model.train()
         self.master = MasterWeights(self.model.parameters()) if mode.master_weights else None
         params = self.master.master_params if self.master else list(self.model.parameters())
-        self.optimizer = OPTIMIZERS[spec.optimizer](params, spec.lr, device)
+        self.optimizer = OPTIMIZERS[spec.optimizer](params, spec.lr, device, mode.param_dtype)
         self.scaler = LOSS_SCALERS[mode.loss_scaling](device)
         gen = torch.Generator(device=device).manual_seed(seed)
-        self.inputs, self.targets = self.prepare(spec.make_batch(self.config, self.batch_size, device, gen))
+        batches = [self.prepare(spec.make_batch(self.config, self.batch_size, device, gen)) for _ in range(TARGET_POOL)]
+        self.input_pool = [x for x, _ in batches[:INPUT_POOL]]
+        self.target_pool = [y for _, y in batches]
+        self.steps_taken = 0
+
+    @property
+    def inputs(self) -> torch.Tensor:
+        """The input batch the next default step trains on."""
+        return self.input_pool[self.steps_taken % INPUT_POOL]
+
+    @property
+    def targets(self) -> torch.Tensor:
+        return self.target_pool[self.steps_taken % TARGET_POOL]
 
     def prepare(self, batch: Batch) -> Batch:
         """Cast float tensors of a batch to the model's dtype and layout (integer labels stay as they are)."""
@@ -137,9 +179,11 @@ class Trainer:
         return inputs, targets
 
     def step(self, inputs: torch.Tensor | None = None, targets: torch.Tensor | None = None) -> torch.Tensor:
-        """One training step on the given batch (default: the fixed one). Call inside ``math_flags()``."""
+        """One training step on the given batch (default: the next of the synthetic pools). Call
+        inside ``math_flags()``."""
         x = self.inputs if inputs is None else inputs
         y = self.targets if targets is None else targets
+        self.steps_taken += 1
         self.model.zero_grad(set_to_none=True)
         with self.mode.autocast(self.device):
             out = self.model(x)
@@ -183,6 +227,6 @@ class Trainer:
         for state in self.optimizer.state.values():
             for v in state.values():
                 add(v)
-        add(self.inputs)
-        add(self.targets)
+        for t in (*self.input_pool, *self.target_pool):
+            add(t)
         return total

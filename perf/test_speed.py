@@ -71,10 +71,10 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
 
     second: list = []
 
-    def second_batch():
+    def second_batch(rounds=policy.rounds):
         t = speed.fresh_timer(reference, side, policy)
         second.append(t)
-        return speed.extend_until_tight(t, policy.rounds)
+        return speed.extend_until_tight(t, rounds)
 
     outcome = speed.judge(check, timer, policy, second_batch)
     est = outcome.estimate
@@ -94,7 +94,7 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
     ratio = (side.peak_bytes / reference.peak_bytes) if side.peak_bytes and reference.peak_bytes else None
     benchmark.extra_info.update(
         ampbench_schema=1, kind="speed", model=model_spec.name, mode=mode.name, device=str(perf_device),
-        batch_size=batch, steps_per_block=timer.steps,
+        batch_size=batch, steps_per_block=timer.mode_steps, ref_steps_per_block=timer.ref_steps,
         speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds, confidence=est.confidence,
         throughput=batch / step_s, throughput_ref=batch / ref_step_s, step_ms=step_s * 1e3, step_ms_ref=ref_step_s * 1e3,
         peak_mem_bytes=side.peak_bytes, peak_mem_ref_bytes=reference.peak_bytes, memory_ratio=ratio,
@@ -108,7 +108,7 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
 
     if settings.update_baselines and baseline_store is not None:
         if not second:
-            second_batch()
+            second_batch(policy.record_rounds)
         previous = baseline_store.figures(test_id)
         same_stack = baseline_store.software(test_id) == software
         second_est = second[0].estimate(policy.rounds.confidence)

@@ -2,7 +2,8 @@
 # Stages of a GPU session, run from the repo root on the GPU machine; JSON and logs go to $OUT.
 #   scripts/gpu_run.sh env quick fidelity         # any stages, in order
 # Stages: env, quick (speed, quick tier), quick2 (the same again), slowdown (quick tier with a 5%
-# slowdown injected into resnet50 amp_bf16), full-record (full tier, recording baselines), fidelity,
+# slowdown injected into resnet50 amp_bf16), full-a / full-b (the full tier in two halves, recording
+# baselines: each fits one device call), fidelity,
 # memory, memory-record, convergence, scaling (loss-scaling properties on CUDA), all (pytest perf/).
 set -uo pipefail
 OUT=${OUT:-/tmp/ampbench-out}
@@ -29,9 +30,11 @@ for s in "$@"; do
     quick2) stage quick2 "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick2.json" ;;
     slowdown) stage slowdown env AMPBENCH_SLOWDOWN=resnet50:amp_bf16:0.05 "${PYTEST[@]}" perf/test_speed.py \
                 -p scripts.slowdown_plugin --benchmark-json "$OUT/slowdown.json" ;;
-    full-record) stage full-record "${PYTEST[@]}" perf/test_speed.py --perf-tier full --perf-update-baselines \
-                --benchmark-json "$OUT/full.json" ;;
-    fidelity) stage fidelity python3 scripts/plain_loop.py "$OUT/quick.json" ;;
+    full-a) stage full-a "${PYTEST[@]}" perf/test_speed.py --perf-update-baselines \
+                --perf-models mlp,mnist_cnn,wide_resnet28_10,resnet18,resnet34,resnet50 --benchmark-json "$OUT/full-a.json" ;;
+    full-b) stage full-b "${PYTEST[@]}" perf/test_speed.py --perf-update-baselines \
+                --perf-models resnet101,resnet152,dpn26,dpn92,lstm_lm,gpt --benchmark-json "$OUT/full-b.json" ;;
+    fidelity) stage fidelity python3 -m scripts.plain_loop "$OUT/quick.json" ;;
     memory) stage memory "${PYTEST[@]}" perf/test_memory.py --benchmark-json "$OUT/memory.json" ;;
     memory-record) stage memory-record "${PYTEST[@]}" perf/test_memory.py --perf-tier full --perf-update-baselines \
                 --benchmark-json "$OUT/memory-full.json" ;;

@@ -66,7 +66,7 @@ class FakeTimer:
         return self.estimates[0]
 
 
-POLICY = SpeedPolicy(0, 0.0, 0.01, RoundsPolicy(12, 12, 1.0, 1.0), extend_to=24)
+POLICY = SpeedPolicy(0, 0.0, 0.01, RoundsPolicy(12, 12, 1.0, 1.0), RoundsPolicy(8, 8, 1.0, 1.0), extend_to=24)
 
 
 def test_regression_needs_the_second_batch_to_agree():
