@@ -34,6 +34,10 @@ for s in "$@"; do
                 --perf-models mlp,mnist_cnn,wide_resnet28_10,resnet18,resnet34,resnet50 --benchmark-json "$OUT/full-a.json" ;;
     full-b) stage full-b "${PYTEST[@]}" perf/test_speed.py --perf-update-baselines \
                 --perf-models resnet101,resnet152,dpn26,dpn92,lstm_lm,gpt --benchmark-json "$OUT/full-b.json" ;;
+    diag) stage diag timeout 120 python3 -m scripts.diag_bn ;;
+    memory-quick) stage memory-quick timeout 150 "${PYTEST[@]}" perf/test_memory.py --benchmark-json "$OUT/memory.json" ;;
+    convergence-quick) stage convergence-quick timeout 120 "${PYTEST[@]}" perf/test_convergence.py perf/test_input_pipeline.py \
+                --benchmark-json "$OUT/convergence.json" ;;
     fidelity) stage fidelity python3 -m scripts.plain_loop "$OUT/quick.json" ;;
     memory) stage memory "${PYTEST[@]}" perf/test_memory.py --benchmark-json "$OUT/memory.json" ;;
     memory-record) stage memory-record "${PYTEST[@]}" perf/test_memory.py --perf-tier full --perf-update-baselines \
