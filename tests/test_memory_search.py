@@ -1,0 +1,348 @@
+"""The largest-batch search and the memory verdict on the CPU, against fake training steps.
+
+A fake step has a memory model (peak bytes as a function of the batch) and an allocator limit: above
+the limit it raises ``torch.OutOfMemoryError`` like the caching allocator does. The limit can sit
+below the cap the search is told (fragmentation makes the real boundary lower than the allocated
+peak's line predicts), and the memory model can be linear, noisy or curved.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import weakref
+
+import pytest
+import torch
+
+import models
+from ampbench import memory
+from ampbench.memory import CapTooSmall, SearchError, find_largest_batch, granule, judge
+from ampbench.modes import get_mode
+from ampbench.train import Trainer
+from ampbench.verdict import Verdict
+
+MIB = 2**20
+GIB = 2**30
+
+
+class FakeStep:
+    """peak(b) bytes per step; out of memory above `limit` bytes. Counts its calls like real steps."""
+
+    def __init__(self, peak, limit: float):
+        self.peak, self.limit = peak, limit
+        self.calls: list[int] = []
+
+    def __call__(self, batch: int) -> float:
+        self.calls.append(batch)
+        y = self.peak(batch)
+        if y > self.limit:
+            raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {y - self.limit:.0f} bytes")
+        return y
+
+    def fits(self, batch: int) -> bool:
+        return self.peak(batch) <= self.limit
+
+
+def linear(fixed: float, per_sample: float, noise: float = 0.0, seed: int = 0):
+    """fixed + per_sample * b, plus a deterministic per-batch jitter of up to +-noise bytes."""
+
+    def peak(b: int) -> float:
+        jitter = random.Random(b * 7919 + seed).uniform(-1.0, 1.0) * noise if noise else 0.0
+        return fixed + per_sample * b + jitter
+
+    return peak
+
+
+def assert_confirmed(result, step: FakeStep) -> None:
+    """The result's claim holds for the fake: max_batch fits, the next size up does not."""
+    assert result.confirmed, result.describe()
+    assert step.fits(result.max_batch), result.describe()
+    if not result.limited:
+        assert result.next_failing is not None and result.next_failing <= result.max_batch + result.granularity
+        assert not step.fits(result.next_failing), result.describe()
+
+
+# -- the grid ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("predicted, step", [(1, 1), (100, 1), (127, 1), (128, 2), (1000, 8), (2000, 16), (131072, 2048)])
+def test_granule_is_a_power_of_two_near_one_64th(predicted, step):
+    assert granule(predicted) == step
+
+
+# -- prediction confirmed ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixed, per_sample, first", [
+    (2 * GIB, 85 * MIB, 128),  # resnet50-like: ~800 samples
+    (1 * GIB, 1.9 * GIB, 8),  # gpt-like: a few dozen samples
+    (600 * MIB, 130 * 1024, 512),  # mlp-like: hundreds of thousands
+])
+def test_a_linear_peak_is_confirmed_by_two_steps_after_the_two_sizes(fixed, per_sample, first):
+    cap = 70 * GIB
+    step = FakeStep(linear(fixed, per_sample), cap)
+    result = find_largest_batch(step, cap, first, first_peak=linear(fixed, per_sample)(first))
+    assert_confirmed(result, step)
+    assert result.predicted == result.max_batch, result.describe()
+    assert result.max_batch + result.granularity > (cap - fixed) / per_sample >= result.max_batch
+    # the second size, then the next size up (out of memory), then the prediction (fits, left warm)
+    assert result.steps == 3, result.describe()
+    assert step.calls[-2:] == [result.max_batch + result.granularity, result.max_batch]
+
+
+def test_granularity_one_finds_the_exact_largest_batch():
+    fixed, per_sample, cap = 3 * GIB, 85 * MIB, 70 * GIB
+    step = FakeStep(linear(fixed, per_sample), cap)
+    result = find_largest_batch(step, cap, 128, granularity=1)
+    assert result.max_batch == math.floor((cap - fixed) / per_sample)
+    assert result.next_failing == result.max_batch + 1
+    assert result.steps == 4  # the first size (no peak handed in), the second, the prediction + 1, the prediction
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_noise_in_the_peak_still_ends_confirmed_in_few_steps(seed):
+    fixed, per_sample, cap = 2 * GIB, 85 * MIB, 70 * GIB
+    # up to +-40 MiB of jitter per step: allocator rounding and workspaces that differ per shape
+    step = FakeStep(linear(fixed, per_sample, noise=40 * MIB, seed=seed), cap)
+    result = find_largest_batch(step, cap, 128, first_peak=step.peak(128))
+    assert_confirmed(result, step)
+    assert result.steps <= 5, result.describe()
+
+
+# -- prediction off, corrected -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss, most_steps", [(0.005, 5), (0.02, 5), (0.05, 7), (0.12, 9)])
+def test_a_prediction_that_overshoots_is_corrected_inside_the_bracket(loss, most_steps):
+    """The allocator's real limit lies below the cap (fragmentation): the line's prediction runs out of
+    memory and the search walks down to the real boundary."""
+    fixed, per_sample, cap = 2 * GIB, 85 * MIB, 70 * GIB
+    step = FakeStep(linear(fixed, per_sample), cap * (1 - loss))
+    result = find_largest_batch(step, cap, 128, first_peak=step.peak(128))
+    assert_confirmed(result, step)
+    assert result.max_batch < result.predicted
+    true_max = math.floor((cap * (1 - loss) - fixed) / per_sample)
+    assert true_max - result.granularity < result.max_batch <= true_max
+    # a miss of m grid steps costs about 2 log2(m) steps: galloping down, then bisecting
+    assert result.steps <= most_steps, result.describe()
+
+
+@pytest.mark.parametrize("gain", [0.01, 0.05, 0.2])
+def test_a_prediction_that_undershoots_is_corrected_upwards(gain):
+    """The small sizes overstate the per-sample cost (e.g. a workspace that stops growing): the next
+    size up fits too, and the search climbs with the refitted line."""
+    fixed, per_sample, cap = 2 * GIB, 85 * MIB, 70 * GIB
+    knee = 256  # per-sample cost drops by `gain` above this batch
+
+    def peak(b: int) -> float:
+        return fixed + per_sample * min(b, knee) + per_sample * (1 - gain) * max(0, b - knee)
+
+    step = FakeStep(peak, cap)
+    result = find_largest_batch(step, cap, 128, first_peak=peak(128))
+    assert_confirmed(result, step)
+    assert result.max_batch > result.predicted
+    assert result.steps <= 7, result.describe()
+
+
+# -- non-linear peaks --------------------------------------------------------------------------------
+
+
+NONLINEAR = {
+    # quadratic growth (e.g. attention materialised at growing size), noticeable only at large batches
+    "superlinear": lambda b: 2 * GIB + 60 * MIB * b + 30 * 1024 * b * b,
+    # sublinear: cheaper per sample as the batch grows
+    "sublinear": lambda b: 2 * GIB + 400 * MIB * b**0.8,
+    # a workspace that jumps by 3 GiB above batch 500 (another algorithm is picked)
+    "step": lambda b: 2 * GIB + 85 * MIB * b + (3 * GIB if b > 500 else 0),
+    # allocator rounding to 2 MiB blocks of 40 tensors, plus jitter
+    "rounded": lambda b: 2 * GIB + 40 * 2 * MIB * math.ceil(b * 85 * MIB / 40 / (2 * MIB)),
+}
+
+
+@pytest.mark.parametrize("name", list(NONLINEAR))
+def test_non_linear_peaks_end_confirmed(name):
+    peak = NONLINEAR[name]
+    cap = 70 * GIB
+    step = FakeStep(peak, cap)
+    result = find_largest_batch(step, cap, 64, first_peak=peak(64))
+    assert_confirmed(result, step)
+    assert result.steps <= 10, result.describe()
+
+
+def test_a_non_monotone_boundary_is_confirmed_locally():
+    """Where fragmentation makes b fit and b - 1 not, the answer is still a batch that fits whose next
+    size up does not."""
+    base = linear(2 * GIB, 85 * MIB)
+    step = FakeStep(lambda b: base(b) + (200 * MIB if b % 3 == 0 else 0), 70 * GIB)
+    result = find_largest_batch(step, 70 * GIB, 64, granularity=1)
+    assert_confirmed(result, step)
+
+
+# -- the limit, the smallest batch, errors ------------------------------------------------------------
+
+
+def test_the_search_stops_at_the_batch_limit_and_says_so():
+    peak = linear(600 * MIB, 130 * 1024)  # mlp-like: ~550k samples would fit
+    step = FakeStep(peak, 70 * GIB)
+    result = find_largest_batch(step, 70 * GIB, 512, first_peak=peak(512), limit=256 * 512)
+    assert result.limited and result.confirmed
+    assert result.max_batch == 256 * 512
+    assert result.predicted > result.limit  # what the line says lies beyond: reported, not confirmed
+    assert result.steps == 2  # the second size and the limit itself
+
+
+def test_a_cap_below_the_smallest_batch_is_a_clear_error():
+    step = FakeStep(linear(5 * GIB, 100 * MIB), 4 * GIB)
+    with pytest.raises(CapTooSmall, match=r"even a batch of 1 does not fit under the memory cap of 4\.00 GiB"):
+        find_largest_batch(step, 4 * GIB, 128)
+    assert step.calls[-1] == 1
+
+
+def test_a_first_batch_over_the_cap_descends_to_one_that_fits():
+    peak = linear(1 * GIB, 100 * MIB)
+    step = FakeStep(peak, 4 * GIB)
+    result = find_largest_batch(step, 4 * GIB, 128, first_peak=peak(128))  # 13.5 GiB: not even stepped
+    assert_confirmed(result, step)
+    assert result.max_batch == 30
+    assert 128 not in step.calls  # known to be over the cap from the handed-in peak
+
+
+def test_a_non_oom_error_propagates():
+    def broken(batch: int) -> float:
+        raise ValueError("CUDNN_STATUS_NOT_SUPPORTED")
+
+    with pytest.raises(ValueError, match="NOT_SUPPORTED"):
+        find_largest_batch(broken, GIB, 8)
+
+
+def test_a_runtime_error_saying_out_of_memory_counts_as_oom():
+    assert memory.is_out_of_memory(RuntimeError("CUDA error: out of memory"))
+    assert memory.is_out_of_memory(RuntimeError("CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"))
+    assert not memory.is_out_of_memory(RuntimeError("CUDNN_STATUS_NOT_SUPPORTED"))
+
+
+def test_too_many_steps_is_an_error_with_the_trail():
+    step = FakeStep(linear(GIB, MIB), 60 * GIB)
+    with pytest.raises(SearchError, match=r"no confirmed largest batch after 3 steps: .*steps: "):
+        find_largest_batch(step, 60 * GIB, 8, granularity=1, max_steps=3)
+
+
+def test_a_cap_that_is_not_positive_is_refused():
+    with pytest.raises(ValueError, match="must be positive"):
+        find_largest_batch(FakeStep(linear(0, 1), 1), 0, 8)
+
+
+# -- out of memory as an expected event ---------------------------------------------------------------
+
+
+class Activations:
+    """Stands for the tensors a failed step's frames hold."""
+
+
+def test_after_each_oom_the_failed_steps_objects_are_gone_before_recovery_runs():
+    refs: list[weakref.ref] = []
+    seen_alive: list[bool] = []
+    peak = linear(2 * GIB, 85 * MIB)
+
+    def step(batch: int) -> float:
+        held = Activations()  # a local of the failing frame, reachable only from the traceback
+        refs.append(weakref.ref(held))
+        if peak(batch) > 60 * GIB:
+            raise torch.OutOfMemoryError("CUDA out of memory.")
+        return peak(batch)
+
+    def on_oom() -> None:
+        seen_alive.append(refs[-1]() is not None)
+
+    result = find_largest_batch(step, 70 * GIB, 128, on_oom=on_oom)
+    assert seen_alive and not any(seen_alive), "the failed step's frame outlived its exception"
+    assert len(seen_alive) == sum(not p.fits for p in result.probes if p.stepped)
+
+
+# -- the verdict ---------------------------------------------------------------------------------
+
+
+def figures(**overrides) -> dict:
+    f = {
+        "batch_size": 128, "peak_mem_bytes": 10 * GIB, "memory_ratio": 0.55, "max_batch": 1456,
+        "max_batch_ref": 800, "max_batch_ratio": 1.82, "max_batch_step": 16, "max_batch_ref_step": 8,
+        "max_batch_limited": False, "max_batch_ref_limited": False, "max_batch_throughput": 3000.0,
+        "max_batch_throughput_ratio": 2.4, "cap_bytes": 70 * GIB, "alloc_conf": None,
+    }
+    f.update(overrides)
+    return f
+
+
+def baseline_of(f: dict) -> dict:
+    return {k: f[k] for k in memory.BASELINE_FIGURES}
+
+
+def test_no_baseline_reports_the_figures():
+    j = judge("resnet50", "amp_bf16", figures(), None, 0.03)
+    assert j.verdict is Verdict.NO_BASELINE and not j.failures
+    assert "largest batch 1456 (1.82x fp32's 800)" in j.message
+
+
+def test_the_same_figures_pass():
+    j = judge("resnet50", "amp_bf16", figures(), baseline_of(figures()), 0.03)
+    assert j.verdict is Verdict.PASS, j.message
+
+
+def test_a_grown_memory_ratio_fails_naming_model_mode_figure_and_values():
+    j = judge("resnet50", "amp_bf16", figures(memory_ratio=0.60), baseline_of(figures()), 0.03)
+    assert j.verdict is Verdict.REGRESSION
+    (msg,) = j.failures
+    assert "resnet50 amp_bf16: memory ratio to fp32 0.6 against baseline 0.55 (+9.1%)" in msg
+
+
+def test_a_smaller_largest_batch_fails_beyond_tolerance_and_grid():
+    base = baseline_of(figures())
+    # 1.82 -> 1.75 is -3.8%: inside 3% + the two grid steps (1.1% + 1.0%)
+    assert judge("resnet50", "amp_bf16", figures(max_batch_ratio=1.75), base, 0.03).verdict is Verdict.PASS
+    j = judge("resnet50", "amp_bf16", figures(max_batch=1296, max_batch_ratio=1.62), base, 0.03)
+    assert j.verdict is Verdict.REGRESSION
+    assert any("largest batch 1296 against baseline 1456" in m for m in j.failures)
+
+
+def test_the_largest_batch_is_not_compared_across_caps_or_at_the_limit():
+    base = baseline_of(figures())
+    j = judge("resnet50", "amp_bf16", figures(cap_bytes=40 * GIB, max_batch=800, max_batch_ratio=1.0), base, 0.03)
+    assert j.verdict is Verdict.PASS and "largest batch not compared" in j.message
+    j = judge("mlp", "bf16", figures(max_batch_limited=True, max_batch=131072), base, 0.03)
+    assert j.verdict is Verdict.PASS and "batch limit" in j.message
+
+
+def test_less_memory_than_the_baseline_is_an_improvement():
+    j = judge("gpt", "amp_bf16", figures(memory_ratio=0.40, peak_mem_bytes=7 * GIB), baseline_of(figures()), 0.03)
+    assert j.verdict is Verdict.IMPROVED, j.message
+
+
+# -- where the memory goes (tensor accounting runs on any device) ------------------------------------
+
+
+def bytes_of(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def test_held_bytes_splits_weights_grads_and_optimizer_state():
+    spec = models.get_model("mlp")
+    trainer = Trainer(spec, get_mode("fp32"), torch.device("cpu"), smoke=True)
+    trainer.run(1)
+    held = memory.held_bytes(trainer)
+    params = list(trainer.model.parameters())
+    assert held["weights"] == bytes_of(params)
+    assert held["grads"] == bytes_of(p.grad for p in params)
+    assert held["optimizer_state"] == bytes_of(params)  # SGD momentum: one buffer per parameter
+    assert held["master"] == 0
+    assert held["batch"] == bytes_of((trainer.inputs, trainer.targets))
+
+
+def test_held_bytes_counts_fp16_masters_once():
+    spec = models.get_model("mlp")
+    trainer = Trainer(spec, get_mode("fp16_master"), torch.device("cpu"), smoke=True)
+    trainer.run(1)
+    held = memory.held_bytes(trainer)
+    params = list(trainer.model.parameters())
+    assert held["weights"] == bytes_of(params)  # fp16
+    assert held["master"] == 2 * 2 * bytes_of(params)  # fp32 copies and their fp32 gradients
