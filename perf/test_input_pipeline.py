@@ -1,0 +1,96 @@
+"""The input pipeline: does the host keep up with the GPU?
+
+Seed 000 found that two weak vCPUs hid every AMP gain behind data loading: at batch 512, O0, O1 and O2
+took the same time. For each CIFAR-shaped model and mode this test measures the samples/s of the
+training step fed by a real DataLoader (``--perf-loader-workers``, ``--perf-pin-memory``, non_blocking
+copies, seed 000's per-sample augmentation) against the same step on device-resident batches, and
+reports the mode as input-bound when the loader caps its step rate. Being input-bound is a finding
+about this host, not a regression, so it is a warning, never a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from ampbench import convergence as conv
+from ampbench.speed import release
+
+CIFAR_SHAPED = ("wide_resnet28_10", "dpn26", "dpn92")
+SEED = 0
+
+
+class InputBound(UserWarning):
+    """The DataLoader caps a mode's step rate, so its speedup over fp32 is hidden on this host."""
+
+
+def _pipeline_config(model_spec, smoke: bool):
+    """The model's own config with a 10-class head for CIFAR-10 or digits (on the CPU, the convergence
+    test's shrunken smoke config: CPU fp16 convolutions are slow)."""
+    try:
+        config, _, _ = conv.image_config(model_spec, smoke, num_classes=10)
+    except ValueError as exc:
+        pytest.fail(f"{model_spec.name}: listed as CIFAR-shaped, but {exc}", pytrace=False)
+    return config
+
+
+@pytest.fixture(scope="session")
+def _pipeline_datasets() -> dict:
+    return {}
+
+
+@pytest.mark.cells(models=list(CIFAR_SHAPED))
+def test_input_pipeline(benchmark, model_spec, mode, perf_settings, perf_device, _pipeline_datasets):
+    settings = perf_settings
+    if model_spec.tier != "quick" and settings.tier == "quick" and model_spec.name not in (settings.models or ()):
+        pytest.skip(f"{model_spec.name}: input pipeline of the full tier only (--perf-tier full)")
+    smoke = settings.smoke
+    config = _pipeline_config(model_spec, smoke)
+    key = (config.in_channels, config.image_size, str(settings.data_root))
+    if key not in _pipeline_datasets:
+        _pipeline_datasets[key] = conv.pipeline_dataset(config, settings.data_root, seed=SEED)
+    dataset, data_name = _pipeline_datasets[key]
+    batch = model_spec.batch_size_for(smoke)
+    # the smoke pass checks the code path; a GPU gets enough steps for a rate to mean something
+    steps, warmup = (4, 2) if smoke else (30, 10)
+    workers = settings.loader_workers
+
+    holder: dict = {}
+
+    def run() -> None:
+        holder["r"] = conv.measure_input_pipeline(
+            model_spec, mode, perf_device, config=config, dataset=dataset, data_name=data_name,
+            batch_size=batch, steps=steps, warmup=warmup, workers=workers, pin_memory=settings.pin_memory, seed=SEED)
+
+    try:
+        benchmark.pedantic(run, rounds=1, iterations=1, warmup_rounds=0)
+    except torch.OutOfMemoryError as exc:
+        peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        del exc
+        release(perf_device)
+        pytest.fail(f"{model_spec.name} {mode.name}: out of memory at batch {batch}, peak {peak:.2f} GiB: {first}",
+                    pytrace=False)
+    result: conv.PipelineResult = holder["r"]
+    release(perf_device)
+
+    benchmark.extra_info.update(
+        ampbench_schema=1, kind="input_pipeline", model=model_spec.name, mode=mode.name, device=str(perf_device),
+        data=result.data, batch_size=result.batch_size, steps=result.steps, workers=result.workers,
+        pin_memory=result.pin_memory, throughput_resident=result.resident_samples_per_s,
+        throughput_loader=result.loader_samples_per_s, throughput_loader_only=result.loader_only_samples_per_s,
+        loader_ratio=result.loader_ratio, input_bound=result.input_bound,
+        input_bound_ratio=conv.INPUT_BOUND_RATIO, loader_headroom=conv.LOADER_HEADROOM, verdict="input-bound" if result.input_bound else "pass",
+        message=result.message,
+    )
+
+    for name, value in (("resident", result.resident_samples_per_s), ("loader-fed", result.loader_samples_per_s),
+                        ("loader-only", result.loader_only_samples_per_s)):
+        assert math.isfinite(value) and value > 0, (
+            f"{model_spec.name} {mode.name}: {name} throughput is {value} samples/s, expected a positive number")
+    assert result.losses_finite, f"{model_spec.name} {mode.name}: NaN/inf loss while measuring the input pipeline"
+    if result.input_bound:
+        warnings.warn(InputBound(result.message))

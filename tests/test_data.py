@@ -1,0 +1,243 @@
+"""ampbench.data on the CPU: the digits split, and CIFAR-10/100 and MNIST read through torchvision from
+tiny files written in their exact on-disk formats, plus the errors a missing or corrupt root gives.
+
+The fixtures write what the real archives hold: CIFAR's python pickles (a dict of ``data``, an (N, 3072)
+uint8 array of R, G and B planes, and ``labels``/``fine_labels``, plus a meta pickle), and MNIST's idx
+files (a big-endian magic number 0x0803/0x0801, the dimensions, then the bytes).
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ampbench import convergence as conv
+from ampbench import data
+
+# one marked pixel per image, so a test can tell whether the planes and axes arrive where they belong
+MARK = (5, 7)  # (row, column)
+
+
+def _cifar_images(n: int, seed: int) -> tuple[np.ndarray, list[int]]:
+    rng = np.random.default_rng(seed)
+    rgb = rng.integers(0, 200, size=(n, 3, 32, 32), dtype=np.uint8)
+    rgb[:, 0, MARK[0], MARK[1]] = 250  # red plane
+    rgb[:, 1, MARK[0], MARK[1]] = 251  # green plane
+    rgb[:, 2, MARK[0], MARK[1]] = 252  # blue plane
+    return rgb, [int(v) for v in rng.integers(0, 10, size=n)]
+
+
+def _pickle(path: Path, obj: dict) -> None:
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=2)  # the archives were written by Python 2's cPickle
+
+
+def write_cifar10(root: Path, per_batch: int = 3) -> Path:
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    for i, name in enumerate(names):
+        rgb, labels = _cifar_images(per_batch, seed=i)
+        _pickle(folder / name, {
+            "batch_label": f"{name} of 6", "labels": labels, "data": rgb.reshape(per_batch, 3072),
+            "filenames": [f"img_{i}_{j}.png" for j in range(per_batch)],
+        })
+    _pickle(folder / "batches.meta", {
+        "num_cases_per_batch": per_batch, "num_vis": 3072,
+        "label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"],
+    })
+    return root
+
+
+def write_cifar100(root: Path, n: int = 4) -> Path:
+    folder = root / "cifar-100-python"
+    folder.mkdir(parents=True)
+    for i, name in enumerate(("train", "test")):
+        rgb, _ = _cifar_images(n, seed=10 + i)
+        fine = [97, 3, 50, 0][:n]
+        _pickle(folder / name, {
+            "filenames": [f"x{j}.png" for j in range(n)], "batch_label": f"{name} batch", "fine_labels": fine,
+            "coarse_labels": [f % 20 for f in fine], "data": rgb.reshape(n, 3072),
+        })
+    _pickle(folder / "meta", {"fine_label_names": [f"fine{i}" for i in range(100)],
+                              "coarse_label_names": [f"coarse{i}" for i in range(20)]})
+    return root
+
+
+def _idx(path: Path, array: np.ndarray) -> None:
+    # magic: two zero bytes, the type code (0x08: unsigned byte), the number of dimensions
+    header = struct.pack(">I", 0x0800 | array.ndim) + b"".join(struct.pack(">I", d) for d in array.shape)
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+def write_mnist(root: Path, n: int = 5) -> Path:
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for i, prefix in enumerate(("train", "t10k")):
+        rng = np.random.default_rng(20 + i)
+        images = rng.integers(0, 200, size=(n, 28, 28), dtype=np.uint8)
+        images[:, MARK[0], MARK[1]] = 255
+        _idx(raw / f"{prefix}-images-idx3-ubyte", images)
+        _idx(raw / f"{prefix}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 10)
+    return root
+
+
+# -- the digits ----------------------------------------------------------------------------------
+
+def test_digits_split_is_real_stratified_and_deterministic():
+    d = data.load_digits()
+    again = data.load_digits.__wrapped__()  # bypass the cache: a fresh load gives the same split
+    assert d.name == "digits" and d.num_classes == 10
+    assert d.image_shape == (1, 8, 8) and d.train_images.dtype == torch.uint8
+    assert len(d.train_labels) + len(d.test_labels) == 1797, "scikit-learn ships 1,797 digits"
+    assert len(d.test_labels) == 450
+    assert torch.equal(d.train_images, again.train_images) and torch.equal(d.test_labels, again.test_labels)
+    assert int(d.train_images.max()) == 255 and int(d.train_images.min()) == 0
+    counts = torch.bincount(d.test_labels, minlength=10)
+    assert int(counts.min()) >= 43 and int(counts.max()) <= 47, f"test split not stratified: {counts.tolist()}"
+    other = data.load_digits.__wrapped__(seed=1)
+    assert not torch.equal(other.test_images, d.test_images), "another seed should give another split"
+
+
+def test_fit_images_resizes_and_normalizes():
+    d = data.load_digits()
+    mean, std = d.channel_stats()
+    x = data.fit_images(d.train_images[:16], 3, 32, mean, std)
+    assert x.shape == (16, 3, 32, 32) and x.dtype == torch.float32
+    assert torch.equal(x[:, 0], x[:, 2]), "a grey image becomes RGB by repeating its channel"
+    full = data.fit_images(d.train_images, 1, 8, mean, std)
+    assert abs(float(full.mean())) < 1e-4 and abs(float(full.std()) - 1.0) < 1e-3
+
+
+def test_unknown_data_set_names_the_valid_ones():
+    with pytest.raises(KeyError, match="digits, cifar10, cifar100, mnist"):
+        data.load("imagenet")
+
+
+# -- CIFAR and MNIST through torchvision ----------------------------------------------------------
+
+def test_cifar10_pickles_load_through_torchvision(tmp_path):
+    root = write_cifar10(tmp_path)
+    d = data.load("cifar10", root)
+    assert d.num_classes == 10 and d.image_shape == (3, 32, 32)
+    assert len(d.train_labels) == 15 and len(d.test_labels) == 3
+    expected_rgb, expected_labels = _cifar_images(3, seed=0)
+    assert torch.equal(d.train_images[:3], torch.from_numpy(expected_rgb)), "planes or axes were scrambled"
+    assert d.train_labels[:3].tolist() == expected_labels
+    assert d.train_images[0, :, MARK[0], MARK[1]].tolist() == [250, 251, 252]
+    ds = data.torchvision_dataset("cifar10", root, train=True)
+    assert type(ds).__mro__[1].__module__.startswith("torchvision"), "must be read by torchvision's own class"
+    assert ds.classes[0] == "airplane"
+
+
+def test_cifar100_reads_fine_labels(tmp_path):
+    d = data.load_cifar100(write_cifar100(tmp_path))
+    assert d.num_classes == 100 and d.train_labels.tolist() == [97, 3, 50, 0]
+    assert d.test_images[:, :, MARK[0], MARK[1]].tolist() == [[250, 251, 252]] * 4
+
+
+def test_mnist_idx_files_load_through_torchvision(tmp_path):
+    d = data.load_mnist(write_mnist(tmp_path))
+    assert d.image_shape == (1, 28, 28) and len(d.train_labels) == 5
+    assert d.train_labels.tolist() == [0, 1, 2, 3, 4]
+    assert d.train_images[:, 0, MARK[0], MARK[1]].tolist() == [255] * 5
+
+
+def test_pipeline_dataset_reads_cifar_from_the_root(tmp_path):
+    from models import get_model
+
+    config, _, _ = conv.image_config(get_model("wide_resnet28_10"), True, 10)
+    dataset, name = conv.pipeline_dataset(config, write_cifar10(tmp_path))
+    x, y = dataset[0]
+    assert name.startswith("cifar10") and x.shape == (3, config.image_size, config.image_size)
+    digits, name = conv.pipeline_dataset(config, None)
+    x, y = digits[0]
+    assert name.startswith("digits") and x.shape == (3, config.image_size, config.image_size) and 0 <= y < 10
+
+
+# -- missing and corrupt roots ----------------------------------------------------------------------
+
+def test_missing_root_names_path_and_expected_files(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(data.DataError) as err:
+        data.load_cifar10(missing)
+    assert str(missing) in str(err.value) and "not a directory" in str(err.value)
+    assert "data_batch_1" in str(err.value) and "CIFAR-10 python pickle" in str(err.value)
+    with pytest.raises(data.DataError, match="no data root given"):
+        data.load("mnist", None)
+
+
+def test_root_without_the_data_set_lists_what_is_missing(tmp_path):
+    write_cifar10(tmp_path)
+    (tmp_path / "cifar-10-batches-py" / "test_batch").unlink()
+    with pytest.raises(data.DataError, match=r"cifar-10-batches-py lacks test_batch"):
+        data.load_cifar10(tmp_path)
+    with pytest.raises(data.DataError, match=r"MNIST/raw lacks train-images-idx3-ubyte.*MNIST idx files"):
+        data.load_mnist(tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "bad labels"])
+def test_corrupt_cifar_names_the_folder(tmp_path, damage):
+    root = write_cifar10(tmp_path)
+    batch = root / "cifar-10-batches-py" / "data_batch_2"
+    if damage == "garbage":
+        batch.write_bytes(b"this is not a pickle")
+    elif damage == "truncated":
+        _pickle(batch, {"labels": [1, 2], "data": np.zeros((2, 3000), dtype=np.uint8)})
+    else:
+        rgb, _ = _cifar_images(3, seed=1)
+        _pickle(batch, {"labels": [1, 2, 99], "data": rgb.reshape(3, 3072)})
+    with pytest.raises(data.DataError) as err:
+        data.load_cifar10(root)
+    assert "cifar-10-batches-py" in str(err.value) and "cifar10" in str(err.value)
+
+
+def test_corrupt_mnist_names_the_folder(tmp_path):
+    root = write_mnist(tmp_path)
+    (root / "MNIST" / "raw" / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x09\x07junk")
+    with pytest.raises(data.DataError, match=r"mnist: cannot read .*MNIST/raw"):
+        data.load_mnist(root)
+
+
+def test_mnist_label_count_mismatch(tmp_path):
+    root = write_mnist(tmp_path)
+    _idx(root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte", np.zeros(3, dtype=np.uint8))
+    with pytest.raises(data.DataError, match="5 images but 3 labels"):
+        data.load_mnist(root)
+
+
+# -- the convergence verdicts (pure logic, no training) ---------------------------------------------
+
+def _result(accuracy: float, curve: list[float] | None = None, finite_params: bool = True) -> conv.ConvergenceResult:
+    curve = curve if curve is not None else [2.3, 1.0, 0.5]
+    bad = [i for i, v in enumerate(curve) if not np.isfinite(v)]
+    return conv.ConvergenceResult("wide_resnet28_10", "amp_fp16", "digits", accuracy, curve, bad, finite_params,
+                                  len(curve), 64, (3, 32, 32), 1.0)
+
+
+@pytest.mark.parametrize("accuracy, curve, outcome", [
+    (0.965, None, conv.Outcome.PASS),
+    (0.95, None, conv.Outcome.PASS),
+    (0.93, None, conv.Outcome.BELOW_MARGIN),
+    (0.97, [2.3, float("nan"), 0.4], conv.Outcome.NONFINITE),
+])
+def test_parity_check(accuracy, curve, outcome):
+    check = conv.ParityCheck("wide_resnet28_10", "amp_fp16", accuracy_ref=0.98, margin=0.03, min_accuracy=0.9)
+    got, message = check.judge(_result(accuracy, curve))
+    assert got is outcome, message
+    assert message.startswith("wide_resnet28_10 amp_fp16: accuracy")
+    if outcome is conv.Outcome.BELOW_MARGIN:
+        assert "expected at least 0.9500" in message and "fp32 0.9800" in message and "5.0 points below" in message
+    if outcome is conv.Outcome.NONFINITE:
+        assert "steps [1]" in message
+
+
+def test_parity_needs_a_reference_that_learned():
+    check = conv.ParityCheck("mnist_cnn", "bf16", accuracy_ref=0.4, margin=0.03, min_accuracy=0.9)
+    got, message = check.judge(_result(0.41))
+    assert got is conv.Outcome.REFERENCE_FAILED and "budget is too small" in message
