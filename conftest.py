@@ -55,7 +55,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="interleaved rounds before the first look at a speedup's interval; 8 is the fewest for a 99%% interval (default: 12)")
     group.addoption("--perf-memory-cap", metavar="GIB", default=None,
                     type=number_validator("--perf-memory-cap", float, 0.0, low_open=True),
-                    help="GPU memory the largest-batch search may use, in GiB (default: 90%% of the card's free memory at start)")
+                    help="GPU memory the largest-batch search may use, in GiB, on top of what the session already holds (default: 90%% of the card's total memory, or 95%% of its free memory where less is free)")
     group.addoption("--perf-data-root", metavar="DIR", default=None,
                     type=directory_validator("--perf-data-root", must_exist=True),
                     help="folder holding CIFAR-10/100 (python pickles) and MNIST (idx files) (default: none; scikit-learn's digits only)")
@@ -207,11 +207,16 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     machine_info["ampbench"] = devices.machine_info(perf_settings_of(config).device)
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    cache = session.config.stash.get(STORE_KEY, {})
-    store = cache.get("store")
-    if store is not None and store.pending and perf_settings_of(session.config).update_baselines:
-        path = store.write()
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(f"ampbench: baselines written to {path}")
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Write what a test recorded as soon as it is done: a session killed half-way through a long
+    recording (a CI job's time limit, a lost runner) keeps every cell it finished."""
+    store = item.config.stash.get(STORE_KEY, {}).get("store")
+    if store is not None and store.pending and perf_settings_of(item.config).update_baselines:
+        store.write()
+        item.config.stash[STORE_KEY]["written"] = store.path
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    written = config.stash.get(STORE_KEY, {}).get("written")
+    if written is not None:
+        terminalreporter.write_line(f"ampbench: baselines written to {written}")

@@ -47,7 +47,7 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float) -> Speed
         warmup_steps=8,
         warmup_seconds=0.3,
         block_seconds=0.1,
-        rounds=RoundsPolicy(min_rounds, max_rounds=max(24, min_rounds), target_half_width=tolerance / 3, budget_seconds=8.0),
+        rounds=RoundsPolicy(min_rounds, max_rounds=max(20, min_rounds), target_half_width=tolerance / 2, budget_seconds=8.0),
         # the fewest rounds for a 99% interval: the noise it yields is, if anything, too high
         record_rounds=RoundsPolicy(8, 8, 1.0, 8.0),
         extend_to=max(48, min_rounds),

@@ -106,7 +106,16 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
         loss_scale=scale,
     )
 
-    if settings.update_baselines and baseline_store is not None:
+    problems = []
+    if not (math.isfinite(est.speedup) and est.low <= est.speedup <= est.high):
+        problems.append(f"malformed speedup estimate {est}")
+    if not moved:
+        problems.append("no optimizer step changed the weights during the timed run (every step skipped?)")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        problems.append(f"loss scale is {scale} after the timed run; expected finite and positive")
+
+    # only a cell that really trained may become a baseline
+    if settings.update_baselines and baseline_store is not None and not problems:
         if not second:
             second_batch(policy.record_rounds)
         previous = baseline_store.figures(test_id)
@@ -120,14 +129,12 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
             "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes,
         }, software)
 
+    # freed before any failure is raised: pytest keeps a failed test's frames, and with them its trainer
     del side, timer, second
     speed.release(perf_device)
 
-    assert math.isfinite(est.speedup) and est.low <= est.speedup <= est.high, (
-        f"{model_spec.name} {mode.name}: malformed speedup estimate {est}")
-    assert moved, f"{model_spec.name} {mode.name}: no optimizer step changed the weights during the run (every step skipped?)"
-    assert scale is None or (math.isfinite(scale) and scale > 0), (
-        f"{model_spec.name} {mode.name}: loss scale is {scale} after the timed run; expected finite and positive")
+    if problems:
+        pytest.fail(f"{model_spec.name} {mode.name}: " + "; ".join(problems), pytrace=False)
     if outcome.verdict is Verdict.REGRESSION:
         pytest.fail(f"speed regression: {outcome.message}", pytrace=False)
     if outcome.verdict is Verdict.INCONCLUSIVE:
