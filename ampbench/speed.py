@@ -161,13 +161,19 @@ def judge(
 
 
 def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: dict | None, same_stack: bool) -> float:
-    """The noise a baseline is stored with: the wider of the two batches' intervals and their
-    disagreement, and, when the entry is re-recorded on the same software, its distance from the
-    previous recording, so recording twice teaches the suite a cell's run-to-run spread."""
-    noise = max(first.half_width, second.half_width, relative_spread(first.speedup, second.speedup))
+    """The noise a baseline is stored with, from robust figures only: the first batch's interval
+    (>= 12 rounds, so one stray round cannot set it), how far the medians of the two batches lie
+    apart, and, when the entry is re-recorded on the same software, how far this recording lies from
+    the previous one, so recording twice teaches the suite a cell's run-to-run spread.
+
+    The second batch's own interval is left out: with its 8 rounds it is [min, max], and one stray
+    round made resnet50 tf32 (+-0.2% in its first batch) look 12% noisy on an H100. An old entry's
+    noise is not carried over either, so a noisy recording does not loosen a cell for ever.
+    """
+    noise = max(first.half_width, relative_spread(first.speedup, second.speedup))
     if previous is not None and same_stack and previous.get("speedup"):
         pooled = (first.speedup * second.speedup) ** 0.5
-        noise = max(noise, float(previous.get("noise") or 0.0), relative_spread(pooled, previous["speedup"]))
+        noise = max(noise, relative_spread(pooled, previous["speedup"]))
     return noise
 
 
