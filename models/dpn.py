@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.flops import training_flops
-from models.spec import Batch, ModelSpec
+from models.spec import ModelSpec, image_batch
 
 
 @dataclass(frozen=True)
@@ -97,13 +97,7 @@ class DPN(nn.Module):
         return self.linear(torch.flatten(out, 1))
 
 
-def make_batch(
-    config: Config, batch_size: int, device: torch.device, generator: torch.Generator | None = None
-) -> Batch:
-    size = (batch_size, config.in_channels, config.image_size, config.image_size)
-    x = torch.randn(size, device=device, generator=generator)
-    y = torch.randint(0, config.num_classes, (batch_size,), device=device, generator=generator)
-    return x, y
+make_batch = image_batch
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.flops import training_flops
-from models.spec import Batch, ModelSpec
+from models.spec import ModelSpec, image_batch
 
 
 @dataclass(frozen=True)
@@ -57,13 +57,7 @@ class MnistCNN(nn.Module):
         return self.fc2(x)  # (B, num_classes) logits
 
 
-def make_batch(
-    config: Config, batch_size: int, device: torch.device, generator: torch.Generator | None = None
-) -> Batch:
-    size = (batch_size, config.in_channels, config.image_size, config.image_size)
-    x = torch.randn(size, device=device, generator=generator)
-    y = torch.randint(0, config.num_classes, (batch_size,), device=device, generator=generator)
-    return x, y
+make_batch = image_batch
 
 
 @functools.lru_cache(maxsize=None)

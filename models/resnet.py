@@ -10,13 +10,12 @@ import functools
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
 import torch.nn.functional as F
 import torchvision
 from torch import nn
 
 from models.flops import training_flops
-from models.spec import Batch, ModelSpec
+from models.spec import ModelSpec, image_batch
 
 # explicit, so a typo in a depth fails loudly rather than reaching for some other torchvision model
 CONSTRUCTORS: dict[int, Callable[..., nn.Module]] = {
@@ -46,13 +45,7 @@ def build(config: Config) -> nn.Module:
     return CONSTRUCTORS[config.depth](num_classes=config.num_classes, zero_init_residual=True)
 
 
-def make_batch(
-    config: Config, batch_size: int, device: torch.device, generator: torch.Generator | None = None
-) -> Batch:
-    size = (batch_size, config.in_channels, config.image_size, config.image_size)
-    x = torch.randn(size, device=device, generator=generator)
-    y = torch.randint(0, config.num_classes, (batch_size,), device=device, generator=generator)
-    return x, y
+make_batch = image_batch
 
 
 @functools.lru_cache(maxsize=None)

@@ -40,3 +40,12 @@ class ModelSpec:
 
     def batch_size_for(self, smoke: bool) -> int:
         return self.smoke_batch_size if smoke else self.batch_size
+
+
+def image_batch(config: Any, batch_size: int, device: torch.device, generator: torch.Generator | None = None) -> Batch:
+    """Random images and class labels for image classifiers whose config has `in_channels`,
+    `image_size` and `num_classes`: (B, C, H, W) fp32 inputs and (B,) int64 targets, made on `device`."""
+    size = (batch_size, config.in_channels, config.image_size, config.image_size)
+    x = torch.randn(size, device=device, generator=generator)
+    y = torch.randint(0, config.num_classes, (batch_size,), device=device, generator=generator)
+    return x, y

@@ -130,7 +130,8 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
         }, software)
 
     # freed before any failure is raised: pytest keeps a failed test's frames, and with them its trainer
-    del side, timer, second
+    side = timer = None
+    second.clear()
     speed.release(perf_device)
 
     if problems:

@@ -84,7 +84,7 @@ def plain_speedup(model_name: str, amp_dtype: torch.dtype, rounds: int = 12, ste
             b = timed(step_amp)
             a = timed(step_fp32)
         ratios.append(a / b)
-    del fp32, amp
+    fp32 = amp = None  # free both models before the next cell
     torch.cuda.empty_cache()
     return statistics.median(ratios)
 
