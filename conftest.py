@@ -59,9 +59,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-data-root", metavar="DIR", default=None,
                     type=directory_validator("--perf-data-root", must_exist=True),
                     help="folder holding CIFAR-10/100 (python pickles) and MNIST (idx files) (default: none; scikit-learn's digits only)")
-    group.addoption("--perf-loader-workers", metavar="N", default=4,
+    group.addoption("--perf-loader-workers", metavar="N", default=None,
                     type=number_validator("--perf-loader-workers", int, 0, 256),
-                    help="DataLoader worker processes for the input-pipeline tests (default: 4)")
+                    help="DataLoader worker processes for the input-pipeline tests (default: 4, or the CPU count if lower)")
     group.addoption("--perf-pin-memory", metavar="ON|OFF", default="on", choices=("on", "off"),
                     help="DataLoader pin_memory for the input-pipeline tests (default: on)")
     group.addoption("--perf-loss-scaler", "--loss-scaler", dest="perf_loss_scaler", metavar="MODULE:CALLABLE",
@@ -102,7 +102,8 @@ def pytest_configure(config: pytest.Config) -> None:
         min_rounds=opt.perf_rounds,
         memory_cap_gib=opt.perf_memory_cap,
         data_root=opt.perf_data_root,
-        loader_workers=opt.perf_loader_workers,
+        # more workers than cores only adds switching (and a warning from torch on small CI runners)
+        loader_workers=opt.perf_loader_workers if opt.perf_loader_workers is not None else min(4, os.cpu_count() or 1),
         pin_memory=opt.perf_pin_memory == "on",
         loss_scaler=opt.perf_loss_scaler,
     )
