@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import re
 import shutil
 import subprocess
@@ -80,6 +81,14 @@ def configure_backends(device: torch.device) -> None:
     torch.backends.cudnn.benchmark = True
     if device.type == "cpu":
         torch.set_num_threads(1)
+
+
+def release(device: torch.device) -> None:
+    """Collect reference cycles (a failed step's traceback and frames form them) and give the
+    allocator's cached blocks back, so the next cell starts from the same allocator state."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def prime_libraries(device: torch.device) -> None:

@@ -35,7 +35,6 @@ and the allocator's cache is emptied, so the next step starts from the state the
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import os
 import time
@@ -44,7 +43,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from ampbench.device import prime_libraries
+from ampbench.device import prime_libraries, release
 from ampbench.modes import PrecisionMode
 from ampbench.stats import median
 from ampbench.timing import sync, time_block
@@ -432,13 +431,6 @@ def _allocator_stats(device: torch.device, names: dict[str, str] = _STATS) -> di
 
 
 # -- the device side -----------------------------------------------------------------------------
-
-
-def release(device: torch.device) -> None:
-    """Collect cycles (tracebacks and frames of a failed step form them) and give cached blocks back."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def default_cap_bytes(device: torch.device) -> int:

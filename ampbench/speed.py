@@ -3,7 +3,6 @@ the baseline, and decide what to record. Pure harness: the pytest test only wire
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 from typing import Callable
 
@@ -75,19 +74,12 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
     return Side(trainer, step_seconds, peak_memory_bytes(trainer, before))
 
 
-def release(device: torch.device) -> None:
-    """Give freed blocks back, so the next cell starts from the same allocator state."""
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def catch_oom(fn: Callable[[], object]) -> tuple[object, str | None]:
     """(fn(), None), or (None, a description) if the device ran out of memory.
 
     The description is built inside the handler and the exception dropped with it: the traceback
     holds the frames, and so the tensors, of the failed work, which must be freed before the next
-    cell runs. Call ``release()`` afterwards.
+    cell runs. Call ``ampbench.device.release()`` afterwards.
     """
     try:
         return fn(), None

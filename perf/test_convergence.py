@@ -18,7 +18,7 @@ import torch
 from ampbench import convergence as conv
 from ampbench.data import load_digits
 from ampbench.modes import REFERENCE_MODE, get_mode
-from ampbench.speed import release
+from ampbench.device import release
 
 # the zoo models that take images and train in seconds; seed 000's WRN-28-10 is the CIFAR-shaped one
 CONVERGENCE_MODELS = ("mnist_cnn", "wide_resnet28_10")

@@ -14,6 +14,7 @@ import warnings
 import pytest
 
 from ampbench import memory
+from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
 from ampbench.modes import REFERENCE_MODE, get_mode
 from ampbench.verdict import Verdict
@@ -26,7 +27,7 @@ def memory_cap_bytes(perf_settings, perf_device) -> int | None:
     None off CUDA."""
     if perf_device.type != "cuda":
         return None
-    memory.release(perf_device)
+    release(perf_device)
     cap = memory.cap_bytes_for(perf_device, perf_settings.memory_cap_gib)
     nominal = memory.nominal_cap_bytes(perf_device)
     if perf_settings.memory_cap_gib is None and cap < nominal:

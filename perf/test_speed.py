@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ampbench import speed
+from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, get_mode
 from ampbench.stats import median
 from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
@@ -30,13 +31,13 @@ def reference(model_spec, perf_device, perf_settings, _reference_cache) -> speed
     the current model's reference is kept, so one model at a time occupies the device."""
     if _reference_cache.get("model") != model_spec.name:
         _reference_cache.clear()
-        speed.release(perf_device)
+        release(perf_device)
         policy = speed.policy_for(perf_device, perf_settings.min_rounds, perf_settings.tolerance)
         side, oom = speed.catch_oom(
             lambda: speed.prepare_side(model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings.smoke, policy)
         )
         if oom:
-            speed.release(perf_device)
+            release(perf_device)
             pytest.fail(f"{model_spec.name} fp32 reference: out of memory at batch "
                         f"{model_spec.batch_size_for(perf_settings.smoke)}: {oom}")
         _reference_cache.update(model=model_spec.name, side=side)
@@ -51,7 +52,7 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
 
     side, oom = speed.catch_oom(lambda: speed.prepare_side(model_spec, mode, perf_device, settings.smoke, policy))
     if oom:
-        speed.release(perf_device)
+        release(perf_device)
         pytest.fail(f"{model_spec.name} {mode.name}: out of memory at batch {batch}: {oom}")
 
     # identity first, so a cell that fails later is still recognisable in --benchmark-json
@@ -132,7 +133,7 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
     # freed before any failure is raised: pytest keeps a failed test's frames, and with them its trainer
     side = timer = None
     second.clear()
-    speed.release(perf_device)
+    release(perf_device)
 
     if problems:
         pytest.fail(f"{model_spec.name} {mode.name}: " + "; ".join(problems), pytrace=False)

@@ -1,9 +1,10 @@
 """Fidelity check: the speedups a plain, hand-written training loop measures (the seeds' code, with
 the same good practice: channels_last, fused optimizer) for resnet50 and gpt, against the harness's.
 
-    python3 scripts/plain_loop.py [HARNESS.json]
+    python3 -m scripts.plain_loop [HARNESS.json ...]
 
-With a harness JSON, prints both speedups per cell and their difference; the target is within 3%.
+With harness JSONs (any runs that hold the cells), prints both speedups per cell and their
+difference; the target is within 3%.
 """
 
 from __future__ import annotations
@@ -91,9 +92,9 @@ def plain_speedup(model_name: str, amp_dtype: torch.dtype, rounds: int = 12, ste
 
 def main(argv: list[str]) -> int:
     harness = {}
-    if argv:
-        with open(argv[0]) as f:
-            harness = {b["name"]: b["extra_info"] for b in json.load(f)["benchmarks"]}
+    for path in argv:
+        with open(path) as f:
+            harness.update({b["name"]: b["extra_info"] for b in json.load(f)["benchmarks"] if "speedup" in b.get("extra_info", {})})
     worst = 0.0
     for model, mode in CELLS:
         plain = plain_speedup(model, torch.bfloat16 if mode == "amp_bf16" else torch.float16)
