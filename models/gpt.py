@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.flops import training_flops
-from models.spec import Batch, ModelSpec
+from models.spec import Batch, ModelSpec, token_batch, token_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -119,15 +119,10 @@ class GPT(nn.Module):
 def make_batch(
     config: Config, batch_size: int, device: torch.device, generator: torch.Generator | None = None
 ) -> Batch:
-    size = (batch_size, config.block_size)
-    x = torch.randint(0, config.vocab_size, size, device=device, generator=generator)
-    y = torch.randint(0, config.vocab_size, size, device=device, generator=generator)
-    return x, y
+    return token_batch(batch_size, config.block_size, config.vocab_size, device, generator)
 
 
-def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    # logits: (B, T, vocab), targets: (B, T) -> mean cross entropy over every position
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+loss = token_cross_entropy
 
 
 @functools.lru_cache(maxsize=None)

@@ -16,11 +16,10 @@ import functools
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from models.flops import TRAINING_OVER_FORWARD
-from models.spec import Batch, ModelSpec
+from models.spec import Batch, ModelSpec, token_batch, token_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -69,15 +68,10 @@ class RNNModel(nn.Module):
 def make_batch(
     config: Config, batch_size: int, device: torch.device, generator: torch.Generator | None = None
 ) -> Batch:
-    size = (batch_size, config.bptt)
-    x = torch.randint(0, config.vocab_size, size, device=device, generator=generator)
-    y = torch.randint(0, config.vocab_size, size, device=device, generator=generator)
-    return x, y
+    return token_batch(batch_size, config.bptt, config.vocab_size, device, generator)
 
 
-def loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    # logits: (B, T, vocab), targets: (B, T); the mean over every position, as the example scores it
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+loss = token_cross_entropy
 
 
 @functools.lru_cache(maxsize=None)

@@ -49,3 +49,18 @@ def image_batch(config: Any, batch_size: int, device: torch.device, generator: t
     x = torch.randn(size, device=device, generator=generator)
     y = torch.randint(0, config.num_classes, (batch_size,), device=device, generator=generator)
     return x, y
+
+
+def token_batch(
+    batch_size: int, seq_len: int, vocab_size: int, device: torch.device, generator: torch.Generator | None = None
+) -> Batch:
+    """Random token ids and next-token targets for language models: two (B, T) int64 tensors on `device`."""
+    size = (batch_size, seq_len)
+    x = torch.randint(0, vocab_size, size, device=device, generator=generator)
+    y = torch.randint(0, vocab_size, size, device=device, generator=generator)
+    return x, y
+
+
+def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross entropy over every position: logits (B, T, vocab), targets (B, T)."""
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
