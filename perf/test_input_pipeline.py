@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from ampbench import convergence as conv
-from ampbench.speed import release
+from ampbench.device import release
 
 CIFAR_SHAPED = ("wide_resnet28_10", "dpn26", "dpn92")
 SEED = 0
