@@ -29,13 +29,9 @@ from torch import nn
 
 from ampbench.data import ArrayImageDataset, ImageData, cifar_train_transform, fit_images, load_digits, resized_uint8
 from ampbench.modes import PrecisionMode
+from ampbench.timing import sync
 from ampbench.train import MasterWeights, Trainer
 from models.spec import ModelSpec
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # -- budgets ---------------------------------------------------------------------------------------
@@ -170,7 +166,7 @@ def train_to_accuracy(
     order_gen = torch.Generator().manual_seed(seed)
     order, pos = torch.empty(0, dtype=torch.int64), n
     losses: list[torch.Tensor] = []
-    _sync(device)
+    sync(device)
     t0 = time.perf_counter()
     with mode.math_flags():
         for step in range(budget.steps):
@@ -484,11 +480,11 @@ def measure_input_pipeline(
     with mode.math_flags():
         for _ in range(warmup):
             trainer.step(rx, ry)
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         for _ in range(steps):
             losses.append(trainer.step(rx, ry))
-        _sync(device)
+        sync(device)
         resident = steps * batch_size / (time.perf_counter() - t0)
 
         # one loader for both loader measurements, so the workers start once per cell
@@ -496,11 +492,11 @@ def measure_input_pipeline(
         it = iter(_loader(dataset, batch_size, warmup + 2 * steps + drain, workers, pin, seed))
         for _ in range(warmup):  # worker start-up and the first prefetches stay outside the timing
             feed(*next(it))
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         for _ in range(steps):
             feed(*next(it))
-        _sync(device)
+        sync(device)
         fed = steps * batch_size / (time.perf_counter() - t0)
 
     for _ in range(drain):  # batches prefetched during training would arrive instantly

@@ -83,6 +83,20 @@ def configure_backends(device: torch.device) -> None:
         torch.set_num_threads(1)
 
 
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Out of memory from the caching allocator, or from a library that allocates on its own."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc) if isinstance(exc, RuntimeError) else ""
+    return any(s in text for s in ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED"))
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line: allocator messages run to a paragraph of advice."""
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def release(device: torch.device) -> None:
     """Collect reference cycles (a failed step's traceback and frames form them) and give the
     allocator's cached blocks back, so the next cell starts from the same allocator state."""

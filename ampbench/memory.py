@@ -43,7 +43,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from ampbench.device import prime_libraries, release
+from ampbench.device import first_line, is_out_of_memory, prime_libraries, release
 from ampbench.modes import PrecisionMode
 from ampbench.stats import median
 from ampbench.timing import sync, time_block
@@ -98,19 +98,6 @@ class CapTooSmall(SearchError):
 class MemoryMeasurementError(RuntimeError):
     """A memory cell could not be measured (out of memory where it must fit, a cap the card cannot
     give); the message names model, mode, batch and the figures seen."""
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """Out of memory from the caching allocator, or from a library that allocates on its own."""
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    text = str(exc) if isinstance(exc, RuntimeError) else ""
-    return any(s in text for s in ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED"))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc)
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def gib(n: float | None) -> str:
@@ -497,10 +484,10 @@ class _Prober:
 
     def set_batch(self, batch: int | None) -> None:
         t = self.trainer
-        t.inputs = t.targets = None  # the old batch goes before the new one is made
+        t.use_batch(None)  # the old batch goes before the new one is made
         if batch is not None:
             gen = torch.Generator(device=self.device).manual_seed(0)
-            t.inputs, t.targets = t.prepare(t.spec.make_batch(t.config, batch, self.device, gen))
+            t.use_batch(t.prepare(t.spec.make_batch(t.config, batch, self.device, gen)))
             t.batch_size = batch
 
     def peak(self, batch: int) -> int:
@@ -675,7 +662,7 @@ def measure_memory(
             failure = f"{where}: {exc}"
         elif is_out_of_memory(exc):
             peak = torch.cuda.max_memory_allocated(device) - base_allocated
-            failure = f"{where}: out of memory during {stage} (batch {batch}, peak {gib(peak)}): {_first_line(exc)}"
+            failure = f"{where}: out of memory during {stage} (batch {batch}, peak {gib(peak)}): {first_line(exc)}"
         else:
             raise
     finally:

@@ -8,12 +8,13 @@ from typing import Callable
 
 import torch
 
-from ampbench.device import prime_libraries
+from ampbench.device import first_line, is_out_of_memory, prime_libraries
 from ampbench.modes import PrecisionMode
 from ampbench.stats import SpeedupEstimate, estimate_speedup, relative_spread
 from ampbench.timing import (
     PairedTimer,
     RoundsPolicy,
+    add_rounds_while,
     extend_until_tight,
     peak_memory_bytes,
     steps_per_block,
@@ -83,10 +84,11 @@ def catch_oom(fn: Callable[[], object]) -> tuple[object, str | None]:
     """
     try:
         return fn(), None
-    except torch.OutOfMemoryError as exc:
+    except Exception as exc:  # noqa: BLE001 - anything but running out of memory propagates
+        if not is_out_of_memory(exc):
+            raise
         peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
-        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return None, f"peak memory {peak:.2f} GiB; {first_line}"
+        return None, f"peak memory {peak:.2f} GiB; {first_line(exc)}"
 
 
 def parameters_fingerprint(trainer: Trainer) -> torch.Tensor:
@@ -110,11 +112,9 @@ def fresh_timer(reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer
 
 
 def extend_while_straddling(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> SpeedupEstimate:
-    est = timer.estimate(policy.rounds.confidence)
-    while check.classify(est) is Verdict.INCONCLUSIVE and len(timer.mode_times) < policy.extend_to:
-        timer.rounds(min(policy.rounds.step, policy.extend_to - len(timer.mode_times)))
-        est = timer.estimate(policy.rounds.confidence)
-    return est
+    return add_rounds_while(
+        timer, policy.rounds, policy.extend_to, lambda est: check.classify(est) is Verdict.INCONCLUSIVE
+    )
 
 
 @dataclass

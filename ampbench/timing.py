@@ -118,21 +118,33 @@ class RoundsPolicy:
             raise ValueError(f"max_rounds={self.max_rounds} < min_rounds={self.min_rounds}")
 
 
-def extend_until_tight(timer: PairedTimer, policy: RoundsPolicy, max_rounds: int | None = None) -> SpeedupEstimate:
-    """Add rounds to `timer` until the policy is satisfied; return the estimate over all its rounds."""
-    limit = max_rounds if max_rounds is not None else policy.max_rounds
+def add_rounds_while(
+    timer: PairedTimer,
+    policy: RoundsPolicy,
+    limit: int,
+    keep_going: Callable[[SpeedupEstimate], bool],
+    budget_seconds: float = math.inf,
+) -> SpeedupEstimate:
+    """Add rounds in steps of `policy.step` while `keep_going(estimate)`, up to `limit` rounds and
+    `budget_seconds`; return the estimate over all of the timer's rounds."""
     t0 = time.perf_counter()
-    if len(timer.mode_times) < policy.min_rounds:
-        timer.rounds(policy.min_rounds - len(timer.mode_times))
     est = timer.estimate(policy.confidence)
-    while (
-        est.half_width > policy.target_half_width
-        and len(timer.mode_times) < limit
-        and time.perf_counter() - t0 < policy.budget_seconds
-    ):
+    while keep_going(est) and len(timer.mode_times) < limit and time.perf_counter() - t0 < budget_seconds:
         timer.rounds(min(policy.step, limit - len(timer.mode_times)))
         est = timer.estimate(policy.confidence)
     return est
+
+
+def extend_until_tight(timer: PairedTimer, policy: RoundsPolicy) -> SpeedupEstimate:
+    """At least the policy's first rounds, then more until the interval is tight enough or a limit
+    is hit; the estimate over all of the timer's rounds."""
+    t0 = time.perf_counter()
+    if len(timer.mode_times) < policy.min_rounds:
+        timer.rounds(policy.min_rounds - len(timer.mode_times))
+    return add_rounds_while(
+        timer, policy, policy.max_rounds, lambda est: est.half_width > policy.target_half_width,
+        budget_seconds=policy.budget_seconds - (time.perf_counter() - t0),
+    )
 
 
 def peak_memory_bytes(trainer: Trainer, baseline_allocated: int) -> int | None:

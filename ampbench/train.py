@@ -27,7 +27,7 @@ INPUT_POOL, TARGET_POOL = 2, 3
 ADAM_EPS = {torch.float16: 1e-4}
 
 
-def _fused_where_possible(cls: type[torch.optim.Optimizer], params, device: torch.device, **kwargs):
+def _fused_where_possible(cls: type[torch.optim.Optimizer], params, **kwargs):
     # fused kernels also take GradScaler's scale and inf flag on the device, so a scaled step needs no
     # host sync; where a build lacks a fused kernel, the multi-tensor (foreach) path is next best.
     try:
@@ -37,11 +37,11 @@ def _fused_where_possible(cls: type[torch.optim.Optimizer], params, device: torc
 
 
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
-    "sgd": lambda params, lr, device, dtype: _fused_where_possible(
-        torch.optim.SGD, params, device, lr=lr, momentum=0.9, weight_decay=5e-4
+    "sgd": lambda params, lr, dtype: _fused_where_possible(
+        torch.optim.SGD, params, lr=lr, momentum=0.9, weight_decay=5e-4
     ),
-    "adamw": lambda params, lr, device, dtype: _fused_where_possible(
-        torch.optim.AdamW, params, device, lr=lr, betas=(0.9, 0.95), weight_decay=0.1, eps=ADAM_EPS.get(dtype, 1e-8)
+    "adamw": lambda params, lr, dtype: _fused_where_possible(
+        torch.optim.AdamW, params, lr=lr, betas=(0.9, 0.95), weight_decay=0.1, eps=ADAM_EPS.get(dtype, 1e-8)
     ),
 }
 
@@ -155,7 +155,7 @@ class Trainer:
         self.model.train()
         self.master = MasterWeights(self.model.parameters()) if mode.master_weights else None
         params = self.master.master_params if self.master else list(self.model.parameters())
-        self.optimizer = OPTIMIZERS[spec.optimizer](params, spec.lr, device, mode.param_dtype)
+        self.optimizer = OPTIMIZERS[spec.optimizer](params, spec.lr, mode.param_dtype)
         self.scaler = LOSS_SCALERS[mode.loss_scaling](device)
         gen = torch.Generator(device=device).manual_seed(seed)
         batches = [self.prepare(spec.make_batch(self.config, self.batch_size, device, gen)) for _ in range(TARGET_POOL)]
@@ -166,11 +166,16 @@ class Trainer:
     @property
     def inputs(self) -> torch.Tensor:
         """The input batch the next default step trains on."""
-        return self.input_pool[self.steps_taken % INPUT_POOL]
+        return self.input_pool[self.steps_taken % len(self.input_pool)]
 
     @property
     def targets(self) -> torch.Tensor:
-        return self.target_pool[self.steps_taken % TARGET_POOL]
+        return self.target_pool[self.steps_taken % len(self.target_pool)]
+
+    def use_batch(self, batch: Batch | None) -> None:
+        """Train on this one batch from now on, or hold none (None): the memory search probes batch
+        sizes this way, a few steps each, where memorisation cannot set in."""
+        self.input_pool, self.target_pool = ([batch[0]], [batch[1]]) if batch is not None else ([], [])
 
     def prepare(self, batch: Batch) -> Batch:
         """Cast float tensors of a batch to the model's dtype and layout (integer labels stay as they are)."""
@@ -202,34 +207,8 @@ class Trainer:
         return loss.detach()
 
     def run(self, steps: int) -> torch.Tensor:
-        """`steps` training steps on the fixed batch, with this mode's math flags; returns the last loss."""
+        """`steps` training steps on the synthetic data, with this mode's math flags; returns the last loss."""
         with self.mode.math_flags():
             for _ in range(steps):
                 loss = self.step()
         return loss
-
-    def persistent_bytes(self) -> int:
-        """Bytes held between steps that belong to this trainer (weights, masters, optimizer state, batch)."""
-        seen: set[int] = set()
-        total = 0
-
-        def add(t: torch.Tensor | None) -> None:
-            nonlocal total
-            if isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
-                seen.add(t.data_ptr())
-                total += t.numel() * t.element_size()
-
-        for p in self.model.parameters():
-            add(p)
-        for b in self.model.buffers():
-            add(b)
-        if self.master:
-            for m in self.master.master_params:
-                add(m)
-                add(m.grad)
-        for state in self.optimizer.state.values():
-            for v in state.values():
-                add(v)
-        for t in (*self.input_pool, *self.target_pool):
-            add(t)
-        return total

@@ -32,16 +32,19 @@ def reference(model_spec, perf_device, perf_settings, _reference_cache) -> speed
     if _reference_cache.get("model") != model_spec.name:
         _reference_cache.clear()
         release(perf_device)
-        policy = speed.policy_for(perf_device, perf_settings.min_rounds, perf_settings.tolerance)
-        side, oom = speed.catch_oom(
-            lambda: speed.prepare_side(model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings.smoke, policy)
-        )
-        if oom:
-            release(perf_device)
-            pytest.fail(f"{model_spec.name} fp32 reference: out of memory at batch "
-                        f"{model_spec.batch_size_for(perf_settings.smoke)}: {oom}")
+        side = _prepare_or_fail(model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings, "fp32 reference")
         _reference_cache.update(model=model_spec.name, side=side)
     return _reference_cache["side"]
+
+
+def _prepare_or_fail(model_spec, mode, device, settings, label: str) -> speed.Side:
+    """A warmed-up side, or this test's failure naming its batch and peak memory if it does not fit."""
+    policy = speed.policy_for(device, settings.min_rounds, settings.tolerance)
+    side, oom = speed.catch_oom(lambda: speed.prepare_side(model_spec, mode, device, settings.smoke, policy))
+    if oom:
+        release(device)
+        pytest.fail(f"{model_spec.name} {label}: out of memory at batch {model_spec.batch_size_for(settings.smoke)}: {oom}")
+    return side
 
 
 def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_device, baseline_store, software, peak_tflops):
@@ -50,10 +53,7 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
     policy = speed.policy_for(perf_device, settings.min_rounds, settings.tolerance)
     batch = model_spec.batch_size_for(settings.smoke)
 
-    side, oom = speed.catch_oom(lambda: speed.prepare_side(model_spec, mode, perf_device, settings.smoke, policy))
-    if oom:
-        release(perf_device)
-        pytest.fail(f"{model_spec.name} {mode.name}: out of memory at batch {batch}: {oom}")
+    side = _prepare_or_fail(model_spec, mode, perf_device, settings, mode.name)
 
     # identity first, so a cell that fails later is still recognisable in --benchmark-json
     benchmark.extra_info.update(ampbench_schema=1, kind="speed", model=model_spec.name, mode=mode.name,
@@ -81,8 +81,8 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
     est = outcome.estimate
 
     # the mode really trained: its weights moved and its loss scale is still usable. (Whether the
-    # loss stays finite on one fixed random batch is a property of that task, not of the mode: it
-    # is recorded here and judged by the convergence tests on real data.)
+    # loss stays finite on random data is a property of that task, not of the mode: it is recorded
+    # here and judged by the convergence tests on real data.)
     last_loss = side.trainer.run(1)
     moved = bool((speed.parameters_fingerprint(side.trainer) != before).any())
     loss_ok = bool(torch.isfinite(last_loss))

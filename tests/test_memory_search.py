@@ -346,3 +346,16 @@ def test_held_bytes_counts_fp16_masters_once():
     params = list(trainer.model.parameters())
     assert held["weights"] == bytes_of(params)  # fp16
     assert held["master"] == 2 * 2 * bytes_of(params)  # fp32 copies and their fp32 gradients
+
+
+def test_probes_switch_the_trainers_batch():
+    """The search trains one trainer at many batch sizes: each probe replaces the synthetic pools
+    with one batch of its size (found in review: assigning to the read-only pools raised)."""
+    trainer = Trainer(models.get_model("mlp"), get_mode("amp_bf16"), torch.device("cpu"), smoke=True)
+    prober = memory._Prober(trainer, base_allocated=0, base_reserved=0)
+    prober.set_batch(5)
+    assert trainer.inputs.shape[0] == 5 and trainer.targets.shape[0] == 5 and trainer.batch_size == 5
+    trainer.run(2)
+    assert memory.held_bytes(trainer)["batch"] == 2 * 5 * 64 * 4  # inputs and targets, fp32
+    prober.set_batch(None)
+    assert trainer.input_pool == [] and trainer.target_pool == []
