@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -17,10 +18,13 @@ from ampbench.modes import PrecisionMode
 def resolve(name: str) -> torch.device:
     """'auto' means CUDA where there is one, else the CPU."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"--perf-device {name}: no CUDA device is visible to torch {torch.__version__}")
+    if device.type == "cuda" and device.index is None:
+        # an explicit index: some torch.cuda calls (set_per_process_memory_fraction) refuse a bare "cuda"
+        device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 
@@ -212,3 +216,16 @@ def _driver_and_clocks(device: torch.device) -> dict:
     values = [v.strip() for v in out.split(",")]
     keys = ["driver", "sm_clock_mhz", "max_sm_clock_mhz", "mem_clock_mhz", "power_limit_w"]
     return dict(zip(keys, values))
+
+
+@contextlib.contextmanager
+def cudnn_heuristics() -> Iterator[None]:
+    """cuDNN benchmark mode off for the duration, for work that is not timed: with it every new
+    shape and dtype autotunes (seconds per model on an H100), and the algorithms it tries have
+    workspaces that make a peak depend on timing rather than on the batch."""
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved

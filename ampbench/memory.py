@@ -43,7 +43,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from ampbench.device import first_line, is_out_of_memory, prime_libraries, release
+from ampbench.device import cudnn_heuristics, first_line, is_out_of_memory, prime_libraries, release
 from ampbench.modes import PrecisionMode
 from ampbench.stats import median
 from ampbench.timing import sync, time_block
@@ -445,31 +445,20 @@ def allocator_config() -> str | None:
 
 
 @contextlib.contextmanager
-def cudnn_heuristics() -> Iterator[None]:
-    """cuDNN benchmark mode off for the duration: with it every new batch size autotunes, trying
-    algorithms whose workspaces make the peak depend on timing (not on the batch) and cost seconds."""
-    saved = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.benchmark = saved
-
-
-@contextlib.contextmanager
 def process_memory_limit(device: torch.device, limit_bytes: int) -> Iterator[float]:
     """The caching allocator refuses to hold more than `limit_bytes` on `device` for the duration
     (``set_per_process_memory_fraction``), then the previous fraction is restored so later tests get
     the whole card again. Yields the fraction set."""
-    _, total = torch.cuda.mem_get_info(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    _, total = torch.cuda.mem_get_info(index)
     getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-    previous = float(getter(device)) if getter is not None else 1.0
+    previous = float(getter(index)) if getter is not None else 1.0
     fraction = min(1.0, limit_bytes / total)
-    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
     try:
         yield fraction
     finally:
-        torch.cuda.set_per_process_memory_fraction(previous, device)
+        torch.cuda.set_per_process_memory_fraction(previous, index)
 
 
 class _Prober:

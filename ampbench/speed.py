@@ -3,6 +3,7 @@ the baseline, and decide what to record. Pure harness: the pytest test only wire
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -61,6 +62,7 @@ class Side:
     trainer: Trainer
     step_seconds: float  # per-step time at the end of warm-up, to size the timed blocks
     peak_bytes: int | None  # peak memory of one step attributable to this trainer (None off CUDA)
+    prepare_seconds: float  # building and warming up, cuDNN's autotuning included
 
 
 def allocated_bytes(device: torch.device) -> int:
@@ -68,11 +70,12 @@ def allocated_bytes(device: torch.device) -> int:
 
 
 def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smoke: bool, policy: SpeedPolicy) -> Side:
+    t0 = time.perf_counter()
     prime_libraries(device)
     before = allocated_bytes(device)
     trainer = Trainer(spec, mode, device, smoke=smoke)
     step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
-    return Side(trainer, step_seconds, peak_memory_bytes(trainer, before))
+    return Side(trainer, step_seconds, peak_memory_bytes(trainer, before), time.perf_counter() - t0)
 
 
 def catch_oom(fn: Callable[[], object]) -> tuple[object, str | None]:

@@ -104,7 +104,9 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
         line=check.line if check else None, drop=check.drop(est) if check else None,
         confirm_speedup=outcome.confirmation.speedup if outcome.confirmation else None,
         verdict=outcome.verdict.value, message=outcome.message, weights_moved=moved, final_loss_finite=loss_ok,
-        loss_scale=scale,
+        loss_scale=scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds,
+        # per-step milliseconds of every round, in order: what drift or a stray slow block looked like
+        round_ms=[t * 1e3 for t in timer.mode_times], ref_round_ms=[t * 1e3 for t in timer.ref_times],
     )
 
     problems = []

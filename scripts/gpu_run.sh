@@ -7,11 +7,12 @@
 #   env                 the GPU, driver, torch, CUDA, cuDNN
 #   quick, quick2       speed, quick tier (quick2: the same again, to its own JSON)
 #   slowdown            the quick tier with a 5% slowdown injected into resnet50 amp_bf16 (scripts/slowdown_plugin.py)
-#   record=M1,M2,...    speed of these models in every mode, recording baselines
+#   record=M1,M2[/P1,P2] speed of these models (in these modes, default all), recording baselines
+#   cudnn               scripts/diag_cudnn.py: what cuDNN autotuning costs and buys
 #   record-1/2/3        the full tier's speed baselines in three parts of four models
 #   full                speed, full tier, no recording
 #   fidelity            scripts/plain_loop.py against every speed JSON in $OUT so far
-#   memory-quick, memory, memory-record (full tier, recording)
+#   memory-quick, memory-quick-record, memory, memory-record (full tier, recording)
 #   convergence-quick, convergence (recording)
 #   scaling             loss-scaling properties on CUDA
 #   diag                scripts/diag_bn.py
@@ -50,9 +51,10 @@ for arg in "$@"; do
     quick2) stage quick2 "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick2.json" ;;
     slowdown) stage slowdown env AMPBENCH_SLOWDOWN=resnet50:amp_bf16:0.05 "${PYTEST[@]}" perf/test_speed.py \
                 -p scripts.slowdown_plugin --benchmark-json "$OUT/slowdown.json" ;;
-    record=*) models=${s#record=}
+    record=*) cells=${s#record=}; models=${cells%%/*}; only=()
+              [ "$cells" != "$models" ] && only=(--perf-precisions "${cells#*/}")
               stage "record-${models//,/-}" "${PYTEST[@]}" perf/test_speed.py --perf-update-baselines \
-                --perf-models "$models" --benchmark-json "$OUT/record-${models//,/-}.json" ;;
+                --perf-models "$models" "${only[@]}" --benchmark-json "$OUT/record-${models//,/-}.json" ;;
     # the full tier recorded in three parts of four models, each inside one 10-minute device call
     record-1) stage record-1 "${PYTEST[@]}" perf/test_speed.py --perf-update-baselines \
                 --perf-models mlp,mnist_cnn,wide_resnet28_10,resnet18 --benchmark-json "$OUT/record-1.json" ;;
@@ -62,7 +64,10 @@ for arg in "$@"; do
                 --perf-models dpn26,dpn92,lstm_lm,gpt --benchmark-json "$OUT/record-3.json" ;;
     full) stage full "${PYTEST[@]}" perf/test_speed.py --perf-tier full --benchmark-json "$OUT/full.json" ;;
     diag) stage diag python3 -m scripts.diag_bn ;;
+    cudnn) stage cudnn python3 -m scripts.diag_cudnn resnet50:amp_bf16,fp32,amp_fp16,tf32 wide_resnet28_10:amp_bf16 ;;
     memory-quick) stage memory-quick "${PYTEST[@]}" perf/test_memory.py --benchmark-json "$OUT/memory.json" ;;
+    memory-quick-record) stage memory-quick-record "${PYTEST[@]}" perf/test_memory.py --perf-update-baselines \
+                --benchmark-json "$OUT/memory.json" ;;
     memory) stage memory "${PYTEST[@]}" perf/test_memory.py --benchmark-json "$OUT/memory.json" ;;
     memory-record) stage memory-record "${PYTEST[@]}" perf/test_memory.py --perf-tier full --perf-update-baselines \
                 --benchmark-json "$OUT/memory-full.json" ;;
