@@ -6,13 +6,14 @@
 # with every stage's output in hand. Stages:
 #   env                 the GPU, driver, torch, CUDA, cuDNN
 #   quick, quick2       speed, quick tier (quick2: the same again, to its own JSON)
-#   slowdown            the quick tier with a 5% slowdown injected into resnet50 amp_bf16 (scripts/slowdown_plugin.py)
+#   slowdown            the quick tier with a 5% slowdown injected into resnet50 bf16 (scripts/slowdown_plugin.py)
 #   record=M1,M2[/P1,P2] speed of these models (in these modes, default all), recording baselines
 #   cudnn               scripts/diag_cudnn.py: what cuDNN autotuning costs and buys
 #   record-1/2/3        the full tier's speed baselines in three parts of four models
 #   full                speed, full tier, no recording
 #   fidelity            scripts/plain_loop.py against every speed JSON in $OUT so far
-#   memory-quick, memory-quick-record, memory, memory-record (full tier, recording)
+#   memory-quick, memory-quick-record, memory, memory-record (full tier, recording), memory=M1,M2 (recording)
+#   pipeline            the input-pipeline test alone
 #   convergence-quick, convergence (recording)
 #   scaling             loss-scaling properties on CUDA
 #   diag                scripts/diag_bn.py
@@ -33,9 +34,9 @@ stage() {  # name, then the command; runs under the stage's @SECONDS limit when 
   local t0=$SECONDS
   echo "=== $name: $*" | tee -a "$LOG"
   if [ "$LIMIT" -gt 0 ]; then
-    timeout "$LIMIT" "$@" 2>&1 | tee -a "$LOG" | grep -E '\[progress\]|passed|failed|error|Error' | tail -n 60
+    timeout "$LIMIT" "$@" 2>&1 | tee -a "$LOG" | grep -E '\[progress\]|passed|failed|error|Error|^fidelity|^practice|^cudnn' | tail -n 60
   else
-    "$@" 2>&1 | tee -a "$LOG" | grep -E '\[progress\]|passed|failed|error|Error' | tail -n 60
+    "$@" 2>&1 | tee -a "$LOG" | grep -E '\[progress\]|passed|failed|error|Error|^fidelity|^practice|^cudnn' | tail -n 60
   fi
   local rc=${PIPESTATUS[0]}
   SUMMARY+=("$name rc=$rc $((SECONDS - t0))s")
@@ -49,7 +50,7 @@ for arg in "$@"; do
           python3 -c "import torch,torchvision;print(torch.__version__,torchvision.__version__,torch.version.cuda,torch.backends.cudnn.version())"' ;;
     quick) stage quick "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick.json" ;;
     quick2) stage quick2 "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick2.json" ;;
-    slowdown) stage slowdown env AMPBENCH_SLOWDOWN=resnet50:amp_bf16:0.05 "${PYTEST[@]}" perf/test_speed.py \
+    slowdown) stage slowdown env AMPBENCH_SLOWDOWN=resnet50:bf16:0.05 "${PYTEST[@]}" perf/test_speed.py \
                 -p scripts.slowdown_plugin --benchmark-json "$OUT/slowdown.json" ;;
     record=*) cells=${s#record=}; models=${cells%%/*}; only=()
               [ "$cells" != "$models" ] && only=(--perf-precisions "${cells#*/}")
@@ -68,6 +69,10 @@ for arg in "$@"; do
     memory-quick) stage memory-quick "${PYTEST[@]}" perf/test_memory.py --benchmark-json "$OUT/memory.json" ;;
     memory-quick-record) stage memory-quick-record "${PYTEST[@]}" perf/test_memory.py --perf-update-baselines \
                 --benchmark-json "$OUT/memory.json" ;;
+    memory=*) models=${s#memory=}
+              stage "memory-${models//,/-}" "${PYTEST[@]}" perf/test_memory.py --perf-update-baselines \
+                --perf-models "$models" --benchmark-json "$OUT/memory-${models//,/-}.json" ;;
+    pipeline) stage pipeline "${PYTEST[@]}" perf/test_input_pipeline.py --benchmark-json "$OUT/pipeline.json" ;;
     memory) stage memory "${PYTEST[@]}" perf/test_memory.py --benchmark-json "$OUT/memory.json" ;;
     memory-record) stage memory-record "${PYTEST[@]}" perf/test_memory.py --perf-tier full --perf-update-baselines \
                 --benchmark-json "$OUT/memory-full.json" ;;
@@ -75,7 +80,8 @@ for arg in "$@"; do
                 --benchmark-json "$OUT/convergence.json" ;;
     convergence) stage convergence "${PYTEST[@]}" perf/test_convergence.py perf/test_input_pipeline.py \
                 --perf-update-baselines --benchmark-json "$OUT/convergence.json" ;;
-    fidelity) stage fidelity bash -c 'python3 -m scripts.plain_loop $(ls "$0"/*.json 2>/dev/null | grep -v nvidia)' "$OUT" ;;
+    # against the recording in baselines/ first, then any speed JSON of this session
+    fidelity) stage fidelity bash -c 'python3 -m scripts.plain_loop baselines/*.json $(ls "$0"/*.json 2>/dev/null | grep -v nvidia)' "$OUT" ;;
     scaling) stage scaling "${PYTEST[@]}" perf/test_loss_scaling.py --perf-device cuda ;;
     all) stage all "${PYTEST[@]}" perf/ --benchmark-json "$OUT/all.json" ;;
     *) echo "unknown stage $s"; exit 2 ;;

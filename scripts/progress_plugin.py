@@ -28,7 +28,8 @@ def _figures(item: pytest.Item) -> str:
         return (f" speedup {info['speedup']:.3f} [{info['speedup_low']:.3f},{info['speedup_high']:.3f}] "
                 f"n={info['rounds']} prep {info.get('prepare_s', 0):.1f}s {info['verdict']}"
                 + (f" confirm {second:.3f}" if second else ""))
-    keys = ("memory_ratio", "max_batch", "max_batch_ratio", "accuracy", "loader_ratio", "verdict")
+    keys = ("memory_ratio", "max_batch", "max_batch_ratio", "search_seconds", "cell_seconds", "accuracy",
+            "loader_ratio", "input_bound", "verdict", "search")
     return "".join(f" {k}={info[k]:.4g}" if isinstance(info[k], float) else f" {k}={info[k]}" for k in keys if k in info)
 
 
