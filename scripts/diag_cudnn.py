@@ -1,8 +1,13 @@
-"""What cuDNN's autotuning (``torch.backends.cudnn.benchmark``) costs and buys per mode: for each
-model and mode, a trainer under cuDNN's heuristics and one under autotuning, the seconds the tuned
-one's first steps take, then interleaved blocks of both, reported as step times and their ratio.
+"""What cuDNN's autotuning (``torch.backends.cudnn.benchmark``) costs and buys per model and mode.
 
-    python3 -m scripts.diag_cudnn resnet50:fp32,tf32,amp_fp16,amp_bf16 wide_resnet28_10:amp_bf16
+    python3 -m scripts.diag_cudnn off resnet50:fp32,amp_bf16 wide_resnet28_10:amp_bf16
+    python3 -m scripts.diag_cudnn on  resnet50:fp32,amp_bf16 wide_resnet28_10:amp_bf16
+
+One setting per process: PyTorch caches cuDNN's execution plans by shape, dtype and layout, not by how
+they were chosen, so in one process whichever setting runs first decides the plans of both (the first
+version of this script compared heuristics with heuristics that way). Prints, per cell, the seconds of
+the first 3 steps (autotuning happens there) and the median step time of 6 blocks of 4 steps after;
+compare the two processes' lines.
 """
 
 from __future__ import annotations
@@ -19,36 +24,33 @@ from ampbench.train import Trainer
 from models import get_model
 
 
-def compare(model: str, mode_name: str, blocks: int = 6, block_steps: int = 4) -> None:
+def measure(model: str, mode_name: str, blocks: int = 6, block_steps: int = 4) -> tuple[float, float]:
+    """(seconds of the first 3 steps, median ms per step after them)."""
     spec, mode, dev = get_model(model), get_mode(mode_name), torch.device("cuda", torch.cuda.current_device())
-    torch.backends.cudnn.benchmark = False
-    heur = Trainer(spec, mode, dev)
-    heur.run(3)
+    trainer = Trainer(spec, mode, dev)
     torch.cuda.synchronize()
-    torch.backends.cudnn.benchmark = True
-    tuned = Trainer(spec, mode, dev)
     t0 = time.perf_counter()
-    tuned.run(3)
+    trainer.run(3)
     torch.cuda.synchronize()
-    tune_s = time.perf_counter() - t0
-    times = {"heuristics": [], "tuned": []}
-    for r in range(blocks):
-        order = [("heuristics", heur, False), ("tuned", tuned, True)]
-        for name, trainer, flag in (order if r % 2 == 0 else order[::-1]):
-            torch.backends.cudnn.benchmark = flag
-            times[name].append(time_block(dev, lambda: trainer.run(block_steps)) / block_steps * 1e3)
-    h, t = statistics.median(times["heuristics"]), statistics.median(times["tuned"])
-    print(f"cudnn {model:18s} {mode_name:9s} first 3 tuned steps {tune_s:6.1f}s | step heuristics {h:7.2f}ms "
-          f"tuned {t:7.2f}ms | tuned/heuristics {t / h:.3f}", flush=True)
-    del heur, tuned
+    first = time.perf_counter() - t0
+    trainer.run(5)
+    times = [time_block(dev, lambda: trainer.run(block_steps)) / block_steps * 1e3 for _ in range(blocks)]
+    del trainer
     torch.cuda.empty_cache()
+    return first, statistics.median(times)
 
 
 def main(argv: list[str]) -> int:
-    for arg in argv:
+    if not argv or argv[0] not in ("on", "off"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    torch.backends.cudnn.benchmark = argv[0] == "on"
+    for arg in argv[1:]:
         model, modes = arg.split(":")
         for m in modes.split(","):
-            compare(model, m)
+            first, step_ms = measure(model, m)
+            print(f"cudnn benchmark={argv[0]:3s} {model:18s} {m:9s} first 3 steps {first:6.2f}s  step {step_ms:7.2f}ms",
+                  flush=True)
     return 0
 
 

@@ -65,7 +65,9 @@ for arg in "$@"; do
                 --perf-models dpn26,dpn92,lstm_lm,gpt --benchmark-json "$OUT/record-3.json" ;;
     full) stage full "${PYTEST[@]}" perf/test_speed.py --perf-tier full --benchmark-json "$OUT/full.json" ;;
     diag) stage diag python3 -m scripts.diag_bn ;;
-    cudnn) stage cudnn python3 -m scripts.diag_cudnn resnet50:amp_bf16,fp32,amp_fp16,tf32 wide_resnet28_10:amp_bf16 ;;
+    cudnn) for b in off on; do
+             stage "cudnn-$b" python3 -m scripts.diag_cudnn $b resnet50:fp32,tf32,amp_fp16,amp_bf16 wide_resnet28_10:fp32,amp_bf16
+           done ;;
     memory-quick) stage memory-quick "${PYTEST[@]}" perf/test_memory.py --benchmark-json "$OUT/memory.json" ;;
     memory-quick-record) stage memory-quick-record "${PYTEST[@]}" perf/test_memory.py --perf-update-baselines \
                 --benchmark-json "$OUT/memory.json" ;;
@@ -81,7 +83,7 @@ for arg in "$@"; do
     convergence) stage convergence "${PYTEST[@]}" perf/test_convergence.py perf/test_input_pipeline.py \
                 --perf-update-baselines --benchmark-json "$OUT/convergence.json" ;;
     # against the recording in baselines/ first, then any speed JSON of this session
-    fidelity) stage fidelity bash -c 'python3 -m scripts.plain_loop baselines/*.json $(ls "$0"/*.json 2>/dev/null | grep -v nvidia)' "$OUT" ;;
+    fidelity) stage fidelity bash -c 'python3 -m scripts.plain_loop baselines/*.json "$0"/*.json' "$OUT" ;;
     scaling) stage scaling "${PYTEST[@]}" perf/test_loss_scaling.py --perf-device cuda ;;
     all) stage all "${PYTEST[@]}" perf/ --benchmark-json "$OUT/all.json" ;;
     *) echo "unknown stage $s"; exit 2 ;;
