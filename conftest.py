@@ -53,6 +53,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-rounds", metavar="N", default=12,
                     type=number_validator("--perf-rounds", int, 8, 1000),
                     help="interleaved rounds before the first look at a speedup's interval; 8 is the fewest for a 99%% interval (default: 12)")
+    group.addoption("--perf-block-seconds", metavar="SECONDS", default=0.1,
+                    type=number_validator("--perf-block-seconds", float, 0.0, 10.0, low_open=True),
+                    help="target length of each side's timed block in a speed round on CUDA; a block holds whole steps, at least one (default: 0.1)")
+    group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="on", choices=("on", "off"),
+                    help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per convnet and dtype on an H100, off uses cuDNN's heuristics; baselines record which (default: on)")
     group.addoption("--perf-memory-cap", metavar="GIB", default=None,
                     type=number_validator("--perf-memory-cap", float, 0.0, low_open=True),
                     help="GPU memory the largest-batch search may use, in GiB, on top of what the session already holds (default: 90%% of the card's total memory, or 95%% of its free memory where less is free)")
@@ -106,6 +111,8 @@ def pytest_configure(config: pytest.Config) -> None:
         loader_workers=opt.perf_loader_workers if opt.perf_loader_workers is not None else min(4, os.cpu_count() or 1),
         pin_memory=opt.perf_pin_memory == "on",
         loss_scaler=opt.perf_loss_scaler,
+        block_seconds=opt.perf_block_seconds,
+        cudnn_benchmark=opt.perf_cudnn_benchmark == "on",
     )
     config.stash[STORE_KEY] = {}
 
@@ -139,7 +146,7 @@ def perf_settings(pytestconfig: pytest.Config) -> PerfSettings:
 
 @pytest.fixture(scope="session")
 def perf_device(perf_settings: PerfSettings):
-    devices.configure_backends(perf_settings.device)
+    devices.configure_backends(perf_settings.device, perf_settings.cudnn_benchmark)
     return perf_settings.device
 
 

@@ -78,11 +78,12 @@ def gpu_slug(name: str) -> str:
     return slug
 
 
-def configure_backends(device: torch.device) -> None:
-    """Settings every measurement shares: cuDNN picks the fastest algorithm for each fixed shape; on
-    the CPU the smoke pass's tiny shapes run on one thread, because on a small, busy runner OpenMP's
-    spin-waiting makes a 1 ms step take 100 ms."""
-    torch.backends.cudnn.benchmark = True
+def configure_backends(device: torch.device, cudnn_benchmark: bool = True) -> None:
+    """Settings every measurement shares: cuDNN picks the fastest algorithm for each fixed shape
+    (unless `cudnn_benchmark` is off: then its heuristics choose, without the 10-25 s of autotuning
+    per convnet and dtype an H100 spends); on the CPU the smoke pass's tiny shapes run on one thread,
+    because on a small, busy runner OpenMP's spin-waiting makes a 1 ms step take 100 ms."""
+    torch.backends.cudnn.benchmark = cudnn_benchmark
     if device.type == "cpu":
         torch.set_num_threads(1)
 

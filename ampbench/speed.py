@@ -36,23 +36,41 @@ class SpeedPolicy:
     extend_to: int  # rounds a straddling interval may grow to before it is called inconclusive
 
 
-def policy_for(device: torch.device, min_rounds: int, tolerance: float) -> SpeedPolicy:
+def policy_for(device: torch.device, min_rounds: int, tolerance: float, block_seconds: float = 0.1) -> SpeedPolicy:
     if device.type != "cuda":
         # the smoke pass checks the code path, not the CPU's speed: the fewest rounds that still give
         # a 99% interval, one batch, no extension
         smoke = RoundsPolicy(8, 8, 1.0, 5.0)
         return SpeedPolicy(2, 0.0, 0.01, smoke, smoke, 8)
     # One-step blocks of a 30 ms step spread +-10% on an H100 (the ramp from an idle GPU), so
-    # each side's block is ~0.1 s; fp32 steps are longer than that, so their blocks are one step.
+    # each side's block is ~0.1 s by default; fp32 steps are longer than that, so their blocks are one step.
     return SpeedPolicy(
         warmup_steps=8,
         warmup_seconds=0.3,
-        block_seconds=0.1,
+        block_seconds=block_seconds,
         rounds=RoundsPolicy(min_rounds, max_rounds=max(20, min_rounds), target_half_width=tolerance / 2, budget_seconds=8.0),
         # the fewest rounds for a 99% interval: the noise it yields is, if anything, too high
         record_rounds=RoundsPolicy(8, 8, 1.0, 8.0),
         extend_to=max(48, min_rounds),
     )
+
+
+# How a speed cell was measured, as baselines store it. Entries recorded before these were stored
+# were measured with these values.
+MEASUREMENT_DEFAULTS: dict[str, object] = {"cudnn_benchmark": True, "block_seconds": 0.1}
+
+
+def measurement_mismatch(baseline: dict, measured_with: dict[str, object]) -> str | None:
+    """A sentence naming each setting this run measures with that differs from the baseline's, or None."""
+    differ = [
+        f"{name} {baseline.get(name, MEASUREMENT_DEFAULTS.get(name))} in the baseline, {value} here"
+        for name, value in measured_with.items()
+        if baseline.get(name, MEASUREMENT_DEFAULTS.get(name)) != value
+    ]
+    if not differ:
+        return None
+    return ("measured differently from its baseline (" + "; ".join(differ) + "): a speedup that moves may "
+            "owe it to that, not to the software under test")
 
 
 @dataclass

@@ -39,7 +39,7 @@ def reference(model_spec, perf_device, perf_settings, _reference_cache) -> speed
 
 def _prepare_or_fail(model_spec, mode, device, settings, label: str) -> speed.Side:
     """A warmed-up side, or this test's failure naming its batch and peak memory if it does not fit."""
-    policy = speed.policy_for(device, settings.min_rounds, settings.tolerance)
+    policy = speed.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds)
     side, oom = speed.catch_oom(lambda: speed.prepare_side(model_spec, mode, device, settings.smoke, policy))
     if oom:
         release(device)
@@ -50,7 +50,7 @@ def _prepare_or_fail(model_spec, mode, device, settings, label: str) -> speed.Si
 def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_device, baseline_store, software, peak_tflops):
     settings = perf_settings
     test_id = f"test_speed[{model_spec.name}-{mode.name}]"
-    policy = speed.policy_for(perf_device, settings.min_rounds, settings.tolerance)
+    policy = speed.policy_for(perf_device, settings.min_rounds, settings.tolerance, settings.block_seconds)
     batch = model_spec.batch_size_for(settings.smoke)
 
     side = _prepare_or_fail(model_spec, mode, perf_device, settings, mode.name)
@@ -63,8 +63,10 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
     benchmark.pedantic(timer.mode_block, setup=timer.before_mode_block, rounds=policy.rounds.min_rounds,
                        iterations=1, warmup_rounds=0)
 
+    measured_with = {"cudnn_benchmark": settings.cudnn_benchmark, "block_seconds": settings.block_seconds}
     baseline = baseline_store.figures(test_id) if baseline_store is not None else None
     check = None
+    mismatch = speed.measurement_mismatch(baseline, measured_with) if baseline is not None else None
     if baseline is not None:
         benchmark.extra_info["baseline_noise"] = baseline.get("noise")
         tol = tolerance_for(settings.tolerance, baseline.get("noise"))
@@ -104,7 +106,7 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
         line=check.line if check else None, drop=check.drop(est) if check else None,
         confirm_speedup=outcome.confirmation.speedup if outcome.confirmation else None,
         verdict=outcome.verdict.value, message=outcome.message, weights_moved=moved, final_loss_finite=loss_ok,
-        loss_scale=scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds,
+        loss_scale=scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds, **measured_with,
         # per-step milliseconds of every round, in order: what drift or a stray slow block looked like
         round_ms=[t * 1e3 for t in timer.mode_times], ref_round_ms=[t * 1e3 for t in timer.ref_times],
     )
@@ -129,7 +131,7 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
             "speedup": pooled.speedup, "ci_low": pooled.low, "ci_high": pooled.high, "rounds": pooled.rounds,
             "noise": speed.recorded_noise(est, second_est, previous, same_stack),
             "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
-            "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes,
+            "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
         }, software)
 
     # freed before any failure is raised: pytest keeps a failed test's frames, and with them its trainer
@@ -137,6 +139,8 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
     second.clear()
     release(perf_device)
 
+    if mismatch and not settings.update_baselines:
+        warnings.warn(UserWarning(f"{test_id}: {mismatch}"))
     if problems:
         pytest.fail(f"{model_spec.name} {mode.name}: " + "; ".join(problems), pytrace=False)
     if outcome.verdict is Verdict.REGRESSION:

@@ -6,6 +6,8 @@
 # with every stage's output in hand. Stages:
 #   env                 the GPU, driver, torch, CUDA, cuDNN
 #   quick, quick2       speed, quick tier (quick2: the same again, to its own JSON)
+#   quick-heuristics    the quick tier under cuDNN's heuristics (--perf-cudnn-benchmark off)
+#   quick-blocks=S      the quick tier with S-second timed blocks (--perf-block-seconds S)
 #   slowdown            the quick tier with a 5% slowdown injected into resnet50 bf16 (scripts/slowdown_plugin.py)
 #   record=M1,M2[/P1,P2] speed of these models (in these modes, default all), recording baselines
 #   cudnn               scripts/diag_cudnn.py: what cuDNN autotuning costs and buys
@@ -50,6 +52,11 @@ for arg in "$@"; do
           python3 -c "import torch,torchvision;print(torch.__version__,torchvision.__version__,torch.version.cuda,torch.backends.cudnn.version())"' ;;
     quick) stage quick "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick.json" ;;
     quick2) stage quick2 "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick2.json" ;;
+    quick-heuristics) stage quick-heuristics "${PYTEST[@]}" perf/test_speed.py --perf-cudnn-benchmark off \
+                --benchmark-json "$OUT/quick-heuristics.json" ;;
+    quick-blocks=*) secs=${s#quick-blocks=}
+              stage "quick-blocks-$secs" "${PYTEST[@]}" perf/test_speed.py --perf-block-seconds "$secs" \
+                --benchmark-json "$OUT/quick-blocks-$secs.json" ;;
     slowdown) stage slowdown env AMPBENCH_SLOWDOWN=resnet50:bf16:0.05 "${PYTEST[@]}" perf/test_speed.py \
                 -p scripts.slowdown_plugin --benchmark-json "$OUT/slowdown.json" ;;
     record=*) cells=${s#record=}; models=${cells%%/*}; only=()

@@ -30,6 +30,9 @@ def run_pytest(*args):
         (["--perf-tier", "huge"], ["--perf-tier", "invalid choice", "quick"]),
         (["--perf-device", "tpu"], ["--perf-device"]),
         (["--loss-scaler", "torch.amp.GradScaler"], ["--loss-scaler expects MODULE:CALLABLE"]),
+        (["--perf-block-seconds", "0"], ["--perf-block-seconds must lie in (0.0, 10.0]"]),
+        (["--perf-block-seconds", "fast"], ["--perf-block-seconds expects a float"]),
+        (["--perf-cudnn-benchmark", "maybe"], ["--perf-cudnn-benchmark", "invalid choice", "'on'"]),
     ],
 )
 def test_usage_errors(args, expected):
