@@ -10,12 +10,12 @@ difference; the target is within 3%.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 
 import torch
 
+from ampbench.modes import get_mode
 from models import get_model
 
 CELLS = [("resnet50", "amp_bf16"), ("resnet50", "amp_fp16"), ("gpt", "amp_bf16"), ("gpt", "amp_fp16")]
@@ -98,7 +98,8 @@ def plain_speedup(model_name: str, amp_dtype: torch.dtype, rounds: int = 10, ste
 
 def harness_speedups(paths: list[str]) -> dict[str, dict]:
     """test id -> {speedup, low, high, source} from benchmark JSONs and baseline files; a baseline
-    file (the recording run) wins, since a benchmark JSON may be a run with an injected slowdown."""
+    file (the recording run) wins whatever the order, since a benchmark JSON may be a run with an
+    injected slowdown."""
     found: dict[str, dict] = {}
     for path in paths:
         try:
@@ -121,11 +122,11 @@ def harness_speedups(paths: list[str]) -> dict[str, dict]:
 
 
 def main(argv: list[str]) -> int:
-    # baseline files first: they are read first and so win over a benchmark JSON of the same cell
-    harness = harness_speedups(sorted(argv, key=lambda p: not os.path.basename(p).startswith("nvidia")))
+    harness = harness_speedups(argv)
     worst = 0.0
+    plain_of: dict[tuple[str, str], float] = {}
     for model, mode in CELLS:
-        plain = plain_speedup(model, torch.bfloat16 if mode == "amp_bf16" else torch.float16)
+        plain = plain_of[model, mode] = plain_speedup(model, get_mode(mode).autocast_dtype)
         h = harness.get(f"test_speed[{model}-{mode}]")
         if h:
             diff = h["speedup"] / plain - 1
@@ -139,8 +140,8 @@ def main(argv: list[str]) -> int:
     # good practice against the seeds' plain code: the same loop without channels_last and with the
     # optimizer's default (foreach) implementation instead of the fused one
     for model, mode in GAP_CELLS:
-        dtype = torch.bfloat16 if mode == "amp_bf16" else torch.float16
-        good = plain_speedup(model, dtype)
+        dtype = get_mode(mode).autocast_dtype
+        good = plain_of.get((model, mode)) or plain_speedup(model, dtype)  # measured above for the CELLS
         seeds = plain_speedup(model, dtype, good_practice=False)
         print(f"practice {model:9s} {mode:9s} good practice {good:.3f}x, seeds' plain code {seeds:.3f}x: "
               f"good practice is {good / seeds - 1:+.1%} (both against the same plain fp32 loop)", flush=True)
