@@ -151,6 +151,21 @@ def perf_device(perf_settings: PerfSettings):
 
 
 @pytest.fixture
+def fail_on_oom(perf_device):
+    """``fail_on_oom(fn, what, batch)``: fn(), or this test's failure naming `what`, its batch and the
+    peak memory when the device runs out, after the failed work's memory is released."""
+
+    def run(fn, what: str, batch: int):
+        result, oom = devices.catch_oom(fn)
+        if oom:  # outside the handler: a failure raised inside it would keep the failed frames alive
+            devices.release(perf_device)
+            pytest.fail(f"{what}: out of memory at batch {batch}: {oom}", pytrace=False)
+        return result
+
+    return run
+
+
+@pytest.fixture
 def mode(mode_name: str, perf_device):
     """The precision mode of this cell, or a skip saying what the device lacks."""
     m = get_mode(mode_name)

@@ -102,6 +102,22 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def catch_oom(fn: Callable[[], object]) -> tuple[object, str | None]:
+    """(fn(), None), or (None, a description) if the device ran out of memory.
+
+    The description is built inside the handler and the exception dropped with it: the traceback
+    holds the frames, and so the tensors, of the failed work, which must be freed before the next
+    cell runs. Call ``ampbench.device.release()`` afterwards.
+    """
+    try:
+        return fn(), None
+    except Exception as exc:  # noqa: BLE001 - anything but running out of memory propagates
+        if not is_out_of_memory(exc):
+            raise
+        peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
+        return None, f"peak memory {peak:.2f} GiB; {first_line(exc)}"
+
+
 def release(device: torch.device) -> None:
     """Collect reference cycles (a failed step's traceback and frames form them) and give the
     allocator's cached blocks back, so the next cell starts from the same allocator state."""

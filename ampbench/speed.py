@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from ampbench.device import first_line, is_out_of_memory, prime_libraries
+from ampbench.device import prime_libraries
 from ampbench.modes import PrecisionMode
 from ampbench.stats import SpeedupEstimate, estimate_speedup, relative_spread
 from ampbench.timing import (
@@ -94,22 +94,6 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
     trainer = Trainer(spec, mode, device, smoke=smoke)
     step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
     return Side(trainer, step_seconds, peak_memory_bytes(trainer, before), time.perf_counter() - t0)
-
-
-def catch_oom(fn: Callable[[], object]) -> tuple[object, str | None]:
-    """(fn(), None), or (None, a description) if the device ran out of memory.
-
-    The description is built inside the handler and the exception dropped with it: the traceback
-    holds the frames, and so the tensors, of the failed work, which must be freed before the next
-    cell runs. Call ``ampbench.device.release()`` afterwards.
-    """
-    try:
-        return fn(), None
-    except Exception as exc:  # noqa: BLE001 - anything but running out of memory propagates
-        if not is_out_of_memory(exc):
-            raise
-        peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
-        return None, f"peak memory {peak:.2f} GiB; {first_line(exc)}"
 
 
 def parameters_fingerprint(trainer: Trainer) -> torch.Tensor:

@@ -13,7 +13,6 @@ scaled, and the test says how many.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from ampbench import convergence as conv
 from ampbench.data import load_digits
@@ -36,19 +35,9 @@ def _train(model_spec, mode, device, smoke):
     return conv.train_to_accuracy(model_spec, mode, device, load_digits(), config=config, budget=budget, seed=SEED)
 
 
-def _guarded(fn, what: str, batch: int):
-    """fn(), or a failure naming the cell, its batch and the peak memory when the GPU runs out."""
-    try:
-        return fn()
-    except torch.OutOfMemoryError as exc:
-        peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    release(torch.device("cuda"))
-    pytest.fail(f"{what}: out of memory at batch {batch}, peak {peak:.2f} GiB: {first}", pytrace=False)
-
-
 @pytest.mark.cells(models=list(CONVERGENCE_MODELS))
-def test_convergence(benchmark, model_spec, mode, perf_settings, perf_device, baseline_store, software, _fp32_results):
+def test_convergence(benchmark, model_spec, mode, perf_settings, perf_device, baseline_store, software, _fp32_results,
+                     fail_on_oom):
     smoke = perf_settings.smoke
     test_id = f"test_convergence[{model_spec.name}-{mode.name}]"
     budget = conv.budget_for(model_spec.name, perf_device)
@@ -57,15 +46,15 @@ def test_convergence(benchmark, model_spec, mode, perf_settings, perf_device, ba
     ref = _fp32_results.get(model_spec.name)
     if ref is None and mode.name != REFERENCE_MODE:
         # this model's fp32 cell did not run first (filtered out by --perf-precisions): train it here
-        ref = _guarded(lambda: _train(model_spec, get_mode(REFERENCE_MODE), perf_device, smoke),
-                       f"{model_spec.name} fp32 reference", budget.batch_size)
+        ref = fail_on_oom(lambda: _train(model_spec, get_mode(REFERENCE_MODE), perf_device, smoke),
+                          f"{model_spec.name} fp32 reference", budget.batch_size)
         _fp32_results.clear()
         _fp32_results[model_spec.name] = ref
         release(perf_device)
 
     holder: dict = {}
-    benchmark.pedantic(lambda: holder.update(r=_guarded(lambda: _train(model_spec, mode, perf_device, smoke),
-                                                        what, budget.batch_size)),
+    benchmark.pedantic(lambda: holder.update(r=fail_on_oom(lambda: _train(model_spec, mode, perf_device, smoke),
+                                                           what, budget.batch_size)),
                        rounds=1, iterations=1, warmup_rounds=0)
     result: conv.ConvergenceResult = holder["r"]
     if mode.name == REFERENCE_MODE:

@@ -14,7 +14,6 @@ import math
 import warnings
 
 import pytest
-import torch
 
 from ampbench import convergence as conv
 from ampbench.device import release
@@ -43,7 +42,7 @@ def _pipeline_datasets() -> dict:
 
 
 @pytest.mark.cells(models=list(CIFAR_SHAPED))
-def test_input_pipeline(benchmark, model_spec, mode, perf_settings, perf_device, _pipeline_datasets):
+def test_input_pipeline(benchmark, model_spec, mode, perf_settings, perf_device, _pipeline_datasets, fail_on_oom):
     settings = perf_settings
     if model_spec.tier != "quick" and settings.tier == "quick" and model_spec.name not in (settings.models or ()):
         pytest.skip(f"{model_spec.name}: input pipeline of the full tier only (--perf-tier full)")
@@ -65,15 +64,8 @@ def test_input_pipeline(benchmark, model_spec, mode, perf_settings, perf_device,
             model_spec, mode, perf_device, config=config, dataset=dataset, data_name=data_name,
             batch_size=batch, steps=steps, warmup=warmup, workers=workers, pin_memory=settings.pin_memory, seed=SEED)
 
-    try:
-        benchmark.pedantic(run, rounds=1, iterations=1, warmup_rounds=0)
-    except torch.OutOfMemoryError as exc:
-        peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        del exc
-        release(perf_device)
-        pytest.fail(f"{model_spec.name} {mode.name}: out of memory at batch {batch}, peak {peak:.2f} GiB: {first}",
-                    pytrace=False)
+    fail_on_oom(lambda: benchmark.pedantic(run, rounds=1, iterations=1, warmup_rounds=0),
+                f"{model_spec.name} {mode.name}", batch)
     result: conv.PipelineResult = holder["r"]
     release(perf_device)
 

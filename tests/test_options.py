@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench import speed
+from ampbench.device import catch_oom
 
 ROOT = Path(__file__).parent.parent
 
@@ -65,7 +65,7 @@ def test_out_of_memory_is_described_and_its_tensors_freed():
         holder["ref"] = weakref.ref(big)
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB\nmore detail")
 
-    result, oom = speed.catch_oom(cell)
+    result, oom = catch_oom(cell)
     assert result is None
     assert "Tried to allocate 9.00 GiB" in oom and "more detail" not in oom and "peak memory" in oom
     assert holder["ref"]() is None, "the failed cell's tensors are still referenced after the OOM"
