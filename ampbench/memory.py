@@ -46,7 +46,7 @@ import torch
 from ampbench.device import cudnn_heuristics, first_line, is_out_of_memory, prime_libraries, release
 from ampbench.modes import PrecisionMode
 from ampbench.stats import median
-from ampbench.timing import sync, time_block
+from ampbench.timing import peak_memory_bytes, sync, time_block
 from ampbench.train import Trainer
 from ampbench.verdict import RatioCheck, Verdict
 from models.spec import ModelSpec
@@ -485,7 +485,6 @@ class _Prober:
         self.warm_batch = None
         entry: dict = {"batch": batch, "peak_bytes": None, "reserved_peak_bytes": None, "seconds": None}
         self.log.append(entry)
-        t0 = time.perf_counter()
         # every probe starts from the same live set (weights, optimizer state) and an empty cache: a
         # block split from a cached one is counted whole, so the peak would otherwise depend on history
         self.set_batch(None)
@@ -493,11 +492,9 @@ class _Prober:
         torch.cuda.empty_cache()
         self.set_batch(batch)
         sync(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        self.trainer.run(PROBE_STEPS)
-        sync(self.device)
+        t0 = time.perf_counter()  # the steps alone: their time sizes the timed rounds at the largest batch
+        entry["peak_bytes"] = peak_memory_bytes(self.trainer, self.base_allocated, PROBE_STEPS)
         entry["seconds"] = (time.perf_counter() - t0) / PROBE_STEPS
-        entry["peak_bytes"] = torch.cuda.max_memory_allocated(self.device) - self.base_allocated
         entry["reserved_peak_bytes"] = torch.cuda.max_memory_reserved(self.device) - self.base_reserved
         self.warm_batch = batch
         return entry["peak_bytes"]
@@ -590,19 +587,17 @@ def measure_memory(
     cap_bytes: int,
     *,
     smoke: bool = False,
-    limit: int | None = None,
-    resolution: float = BATCH_RESOLUTION,
     timed: Callable[[Callable[[], None], int], None] | None = None,
 ) -> CellMemory:
     """Peak and breakdown at the default batch, the largest batch under `cap_bytes` (confirmed), and
     step times there. `timed(step, rounds)` runs the timed steps (pytest-benchmark's ``pedantic`` in
     the tests). cuDNN benchmark mode is off throughout, and the cap holds from the search to the last
-    timed step. Raises ``MemoryMeasurementError`` (or ``CapTooSmall``) with the figures seen."""
+    timed step. Raises ``MemoryMeasurementError`` with the figures seen (a failed search included)."""
     if device.type != "cuda":
         raise MemoryMeasurementError(f"{spec.name} {mode.name}: {NO_CUDA_REASON}")
     where = f"{spec.name} {mode.name}"
     t_start = time.perf_counter()
-    limit = batch_limit(spec, smoke) if limit is None else limit
+    limit = batch_limit(spec, smoke)
     timed = timed or _default_timed
     prime_libraries(device)
     release(device)
@@ -634,7 +629,7 @@ def measure_memory(
                 t0 = time.perf_counter()
                 result = find_largest_batch(
                     prober.peak, cap_bytes, breakdown.batch_size, first_peak=breakdown.peak_bytes,
-                    fixed_bytes=fixed, limit=limit, resolution=resolution, on_oom=prober.recover,
+                    fixed_bytes=fixed, limit=limit, on_oom=prober.recover,
                 )
                 search_seconds = time.perf_counter() - t0
                 batch = result.max_batch

@@ -147,13 +147,13 @@ def extend_until_tight(timer: PairedTimer, policy: RoundsPolicy) -> SpeedupEstim
     )
 
 
-def peak_memory_bytes(trainer: Trainer, baseline_allocated: int) -> int | None:
-    """Peak bytes of one training step attributable to `trainer`: the allocator's peak during the step
+def peak_memory_bytes(trainer: Trainer, baseline_allocated: int, steps: int = 1) -> int | None:
+    """Peak bytes of `steps` training steps attributable to `trainer`: the allocator's peak during them
     minus what was allocated before the trainer existed. None where the device keeps no statistics."""
     if trainer.device.type != "cuda":
         return None
     sync(trainer.device)
     torch.cuda.reset_peak_memory_stats(trainer.device)
-    trainer.run(1)
+    trainer.run(steps)
     sync(trainer.device)
     return torch.cuda.max_memory_allocated(trainer.device) - baseline_allocated
