@@ -113,8 +113,7 @@ def _ratio_change(old: Cell, new: Cell, key: str, figure: str, worse: str, toler
     failure = check.failure(after)
     if failure is not None:
         return Change(**base, change=change, verdict=Verdict.REGRESSION.value, message=failure)
-    better = change < -tolerance if worse == "higher" else change > tolerance
-    verdict = Verdict.IMPROVED if better else Verdict.PASS
+    verdict = Verdict.IMPROVED if check.improved(after) else Verdict.PASS
     return Change(**base, change=change, verdict=verdict.value,
                   message=f"{new.model} {new.mode}: {figure} {fmt(after)} against {fmt(before)} ({change:+.1%})")
 

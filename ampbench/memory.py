@@ -782,9 +782,7 @@ def judge(model: str, mode: str, figures: dict, baseline: dict | None, tolerance
                  own + figures["max_batch_ref_step"] / figures["max_batch_ref"])
 
     failures = tuple(msg for check, value in checks if (msg := check.failure(value)) is not None)
-    # better than the baseline by more than the tolerance: the mirror-image check fails
-    improved = [c for c, v in checks if RatioCheck(
-        c.model, c.mode, c.figure, c.expected, c.tolerance, "lower" if c.worse == "higher" else "higher").failure(v)]
+    improved = [c for c, v in checks if c.improved(v)]
     compared = "; ".join(f"{c.figure} {v:.4g} vs baseline {c.expected:.4g} ({v / c.expected - 1:+.1%})" for c, v in checks)
     expected_tput = baseline.get("max_batch_throughput_ratio")
     if isinstance(expected_tput, (int, float)) and expected_tput > 0 and figures.get("max_batch_throughput_ratio"):

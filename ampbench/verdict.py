@@ -72,12 +72,20 @@ class RatioCheck:
     tolerance: float
     worse: str  # "higher" or "lower": which direction is a regression
 
+    def worsening(self, measured: float) -> float:
+        """Relative change against the baseline, signed so that > 0 is worse and < 0 better."""
+        change = measured / self.expected - 1.0
+        return change if self.worse == "higher" else -change
+
+    def improved(self, measured: float) -> bool:
+        """Better than the baseline by more than the tolerance."""
+        return self.worsening(measured) < -self.tolerance
+
     def failure(self, measured: float) -> str | None:
         """None if `measured` is acceptable, else a message naming model, mode, figure and drop."""
-        change = measured / self.expected - 1.0
-        bad = change > self.tolerance if self.worse == "higher" else change < -self.tolerance
-        if not bad:
+        if self.worsening(measured) <= self.tolerance:
             return None
+        change = measured / self.expected - 1.0
         return (
             f"{self.model} {self.mode}: {self.figure} {measured:.4g} against baseline {self.expected:.4g} "
             f"({change:+.1%}), beyond the tolerance of {self.tolerance:.1%} ({self.worse} is worse)"
