@@ -15,7 +15,8 @@ from ampbench.compare import (
     compare_runs,
     format_text,
 )
-from ampbench.report import RunError, build_report, failed_tests, load_run, write_report
+from ampbench.report import RunError, build_report, failed_tests, load_run, render_comparison_markdown, write_report
+from ampbench.verdict import Verdict
 
 # exit statuses: 0 all good, 1 a regression (or, under --strict, an inconclusive verdict), 2 bad usage
 # or unusable input, like argparse's own usage errors
@@ -105,8 +106,8 @@ def _report(args: argparse.Namespace) -> int:
     failures = failed_tests(args.junit) if args.junit else ()
     written = write_report(args.output, build_report(run, comparison, failures))
     print(f"ampbench: report of {args.run} ({len(run.cells)} results, {run.gpu}) written to "
-          f"{written.directory}/index.html in {time.perf_counter() - t0:.1f} s")
-    own = [c for c in run.cells if c.verdict == "regression"]
+          f"{written}/index.html in {time.perf_counter() - t0:.1f} s")
+    own = [c for c in run.cells if c.verdict == Verdict.REGRESSION.value]
     for c in own:
         print(f"REGRESSION: {c.test_id}: {c.get('message') or ''}")
     if comparison is not None:
@@ -114,13 +115,11 @@ def _report(args: argparse.Namespace) -> int:
             print(f"REGRESSION against {args.compare.name}: {r.message}")
     failed = bool(own) or (comparison is not None and comparison.failed(args.strict))
     if args.strict:
-        failed = failed or any(c.verdict == "inconclusive" for c in run.cells)
+        failed = failed or any(c.verdict == Verdict.INCONCLUSIVE.value for c in run.cells)
     return EXIT_REGRESSION if failed and args.fail_on_regression else EXIT_OK
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from ampbench.report import render_comparison_markdown
-
     comparison = compare_runs(load_run(args.old), load_run(args.new), **_tolerances(args))
     sys.stdout.write(format_text(comparison, all_rows=not args.changes_only))
     if args.markdown is not None:
@@ -133,10 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _report(args) if args.command == "report" else _compare(args)
-    except RunError as exc:
-        print(f"ampbench: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (FileExistsError, OSError) as exc:
+    except (RunError, OSError) as exc:  # a run file that cannot be read, an output folder in the way
         print(f"ampbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

@@ -98,12 +98,10 @@ class Cell:
     """One benchmark of the run: a (model, mode) cell of one kind of test."""
 
     test_id: str  # pytest-benchmark's "name", e.g. test_speed[resnet50-amp_fp16]
-    fullname: str
     kind: str
     model: str
     mode: str
     info: Mapping[str, Any]  # extra_info as written by the suite
-    stats: Mapping[str, Any]  # pytest-benchmark's wall-clock stats of the timed block
 
     def get(self, key: str) -> Any:
         return self.info.get(key)
@@ -164,9 +162,6 @@ class Run:
     def models(self) -> list[str]:
         """Models in the order the run met them, which is the registry's order."""
         return list(dict.fromkeys(c.model for c in self.cells))
-
-    def modes(self) -> list[str]:
-        return order_modes(c.mode for c in self.cells)
 
     def cell(self, kind: str, model: str, mode: str) -> Cell | None:
         for c in self.cells:
@@ -278,9 +273,7 @@ def parse_run(document: Any, path: Path | str) -> Run:
         model = info.get("model") if isinstance(info.get("model"), str) else id_model
         mode = info.get("mode") if isinstance(info.get("mode"), str) else id_mode
         kind = info.get("kind") if isinstance(info.get("kind"), str) else "unknown"
-        fullname = bench.get("fullname") if isinstance(bench.get("fullname"), str) else name
-        stats = bench.get("stats") if isinstance(bench.get("stats"), dict) else {}
-        cells.append(Cell(name, fullname, kind, model, mode, info, stats))
+        cells.append(Cell(name, kind, model, mode, info))
     if not cells and not machine:
         problem = (
             "none of its benchmarks carries extra_info.ampbench_schema and machine_info has no 'ampbench' entry"
@@ -1019,12 +1012,6 @@ def render_html(run: Run, charts: Sequence[Chart], comparison: "Comparison | Non
 # writing
 
 
-@dataclass(frozen=True)
-class ReportFiles:
-    directory: Path
-    files: tuple[str, ...]
-
-
 def build_report(run: Run, comparison: "Comparison | None" = None,
                  failures: Sequence[tuple[str, str]] = ()) -> dict[str, bytes]:
     """Every file of the report, by name, in memory: nothing touches the disk until all are made."""
@@ -1040,10 +1027,10 @@ def build_report(run: Run, comparison: "Comparison | None" = None,
     return files
 
 
-def write_report(directory: Path | str, files: Mapping[str, bytes]) -> ReportFiles:
+def write_report(directory: Path | str, files: Mapping[str, bytes]) -> Path:
     """Write the report into a temp folder beside `directory`, then swap it in, so a reader never
     sees half a report and a failure leaves no partial one. An existing `directory` is replaced only
-    if it is empty or an earlier report (it holds an index.html and a summary.md)."""
+    if it is empty or an earlier report (it holds an index.html and a summary.md). Returns the folder."""
     directory = Path(directory)
     if directory.exists():
         if not directory.is_dir():
@@ -1073,4 +1060,4 @@ def write_report(directory: Path | str, files: Mapping[str, bytes]) -> ReportFil
     finally:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    return ReportFiles(directory, tuple(sorted(files)))
+    return directory
