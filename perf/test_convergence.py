@@ -29,9 +29,8 @@ def _fp32_results() -> dict:
     return {}
 
 
-def _train(model_spec, mode, device, smoke):
+def _train(model_spec, mode, device, smoke, budget):
     config, _, _ = conv.image_config(model_spec, smoke, num_classes=10)
-    budget = conv.budget_for(model_spec.name, device)
     return conv.train_to_accuracy(model_spec, mode, device, load_digits(), config=config, budget=budget, seed=SEED)
 
 
@@ -46,14 +45,14 @@ def test_convergence(benchmark, model_spec, mode, perf_settings, perf_device, ba
     ref = _fp32_results.get(model_spec.name)
     if ref is None and mode.name != REFERENCE_MODE:
         # this model's fp32 cell did not run first (filtered out by --perf-precisions): train it here
-        ref = fail_on_oom(lambda: _train(model_spec, get_mode(REFERENCE_MODE), perf_device, smoke),
+        ref = fail_on_oom(lambda: _train(model_spec, get_mode(REFERENCE_MODE), perf_device, smoke, budget),
                           f"{model_spec.name} fp32 reference", budget.batch_size)
         _fp32_results.clear()
         _fp32_results[model_spec.name] = ref
         release(perf_device)
 
     holder: dict = {}
-    benchmark.pedantic(lambda: holder.update(r=fail_on_oom(lambda: _train(model_spec, mode, perf_device, smoke),
+    benchmark.pedantic(lambda: holder.update(r=fail_on_oom(lambda: _train(model_spec, mode, perf_device, smoke, budget),
                                                            what, budget.batch_size)),
                        rounds=1, iterations=1, warmup_rounds=0)
     result: conv.ConvergenceResult = holder["r"]
