@@ -56,11 +56,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-block-seconds", metavar="SECONDS", default=0.1,
                     type=number_validator("--perf-block-seconds", float, 0.0, 10.0, low_open=True),
                     help="target length of each side's timed block in a speed round on CUDA; a block holds whole steps, at least one (default: 0.1)")
-    group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="on", choices=("on", "off"),
-                    help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per convnet and dtype on an H100, off uses cuDNN's heuristics; baselines record which (default: on)")
+    group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="off", choices=("on", "off"),
+                    help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per convnet and dtype on an H100, off uses cuDNN's heuristics as PyTorch does by default; baselines record which (default: off)")
     group.addoption("--perf-memory-cap", metavar="GIB", default=None,
                     type=number_validator("--perf-memory-cap", float, 0.0, low_open=True),
-                    help="GPU memory the largest-batch search may use, in GiB, on top of what the session already holds (default: 90%% of the card's total memory, or 95%% of its free memory where less is free)")
+                    help="GPU memory the largest-batch search may use, in GiB, on top of what the session already holds (default: 90%% of the card's total memory, at most 24 GiB, or 95%% of its free memory where less is free)")
     group.addoption("--perf-data-root", metavar="DIR", default=None,
                     type=directory_validator("--perf-data-root", must_exist=True),
                     help="folder holding CIFAR-10/100 (python pickles) and MNIST (idx files) (default: none; scikit-learn's digits only)")

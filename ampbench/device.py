@@ -78,10 +78,10 @@ def gpu_slug(name: str) -> str:
     return slug
 
 
-def configure_backends(device: torch.device, cudnn_benchmark: bool = True) -> None:
-    """Settings every measurement shares: cuDNN picks the fastest algorithm for each fixed shape
-    (unless `cudnn_benchmark` is off: then its heuristics choose, without the 10-25 s of autotuning
-    per convnet and dtype an H100 spends); on the CPU the smoke pass's tiny shapes run on one thread,
+def configure_backends(device: torch.device, cudnn_benchmark: bool = False) -> None:
+    """Settings every measurement shares: cuDNN's heuristics choose its algorithms, as in PyTorch's
+    default (with `cudnn_benchmark`, it times the candidates for each new shape instead: 10-25 s per
+    convnet and dtype on an H100, which alone took 130 s of a 325 s quick tier); on the CPU the smoke pass's tiny shapes run on one thread,
     because on a small, busy runner OpenMP's spin-waiting makes a 1 ms step take 100 ms."""
     torch.backends.cudnn.benchmark = cudnn_benchmark
     if device.type == "cpu":

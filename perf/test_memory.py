@@ -23,8 +23,8 @@ from models import get_model
 
 @pytest.fixture(scope="session")
 def memory_cap_bytes(perf_settings, perf_device) -> int | None:
-    """--perf-memory-cap in bytes, or 90% of the card's total memory (less where the card is shared);
-    None off CUDA."""
+    """--perf-memory-cap in bytes, or 90% of the card's total memory up to 24 GiB (less where the card
+    is shared); None off CUDA."""
     if perf_device.type != "cuda":
         return None
     release(perf_device)
@@ -97,7 +97,8 @@ def test_memory(benchmark, model_spec, mode, memory_reference, perf_settings, pe
     benchmark.extra_info.update(
         ampbench_schema=1, kind="memory", model=spec.name, mode=mode.name, device=str(perf_device),
         **figures,
-        search_probes=[[p["batch"], p["peak_bytes"], p["reserved_peak_bytes"], p["seconds"]] for p in cell.probe_log],
+        search_probes=[[p["batch"], p["peak_bytes"], p["reserved_peak_bytes"], p["seconds"], p["alloc_retries"]]
+                       for p in cell.probe_log],
         search=cell.search.describe(),
         baseline_memory_ratio=baseline.get("memory_ratio") if baseline else None,
         baseline_max_batch=baseline.get("max_batch") if baseline else None,

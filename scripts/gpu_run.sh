@@ -6,14 +6,15 @@
 # with every stage's output in hand. Stages:
 #   env                 the GPU, driver, torch, CUDA, cuDNN
 #   quick, quick2       speed, quick tier (quick2: the same again, to its own JSON)
-#   quick-heuristics    the quick tier under cuDNN's heuristics (--perf-cudnn-benchmark off)
+#   quick-autotune      the quick tier with cuDNN's autotuning (--perf-cudnn-benchmark on)
 #   quick-blocks=S      the quick tier with S-second timed blocks (--perf-block-seconds S)
 #   slowdown            the quick tier with a 5% slowdown injected into resnet50 bf16 (scripts/slowdown_plugin.py)
 #   record=M1,M2[/P1,P2] speed of these models (in these modes, default all), recording baselines
 #   cudnn               scripts/diag_cudnn.py: what cuDNN autotuning costs and buys
+#   record-full         the full tier's speed baselines, every model in every mode, in one process
 #   record-1/2/3        the full tier's speed baselines in three parts of four models
 #   full                speed, full tier, no recording
-#   fidelity            scripts/plain_loop.py against every speed JSON in $OUT so far
+#   fidelity            scripts/plain_loop.py: the harness against a plain loop, alternating in one process
 #   memory-quick, memory-quick-record, memory, memory-record (full tier, recording), memory=M1,M2 (recording)
 #   pipeline            the input-pipeline test alone
 #   convergence-quick, convergence (recording)
@@ -52,8 +53,8 @@ for arg in "$@"; do
           python3 -c "import torch,torchvision;print(torch.__version__,torchvision.__version__,torch.version.cuda,torch.backends.cudnn.version())"' ;;
     quick) stage quick "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick.json" ;;
     quick2) stage quick2 "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick2.json" ;;
-    quick-heuristics) stage quick-heuristics "${PYTEST[@]}" perf/test_speed.py --perf-cudnn-benchmark off \
-                --benchmark-json "$OUT/quick-heuristics.json" ;;
+    quick-autotune) stage quick-autotune "${PYTEST[@]}" perf/test_speed.py --perf-cudnn-benchmark on \
+                --benchmark-json "$OUT/quick-autotune.json" ;;
     quick-blocks=*) secs=${s#quick-blocks=}
               stage "quick-blocks-$secs" "${PYTEST[@]}" perf/test_speed.py --perf-block-seconds "$secs" \
                 --benchmark-json "$OUT/quick-blocks-$secs.json" ;;
@@ -63,6 +64,8 @@ for arg in "$@"; do
               [ "$cells" != "$models" ] && only=(--perf-precisions "${cells#*/}")
               stage "record-${models//,/-}" "${PYTEST[@]}" perf/test_speed.py --perf-update-baselines \
                 --perf-models "$models" "${only[@]}" --benchmark-json "$OUT/record-${models//,/-}.json" ;;
+    record-full) stage record-full "${PYTEST[@]}" perf/test_speed.py --perf-tier full --perf-update-baselines \
+                --benchmark-json "$OUT/record-full.json" ;;
     # the full tier recorded in three parts of four models, each inside one 10-minute device call
     record-1) stage record-1 "${PYTEST[@]}" perf/test_speed.py --perf-update-baselines \
                 --perf-models mlp,mnist_cnn,wide_resnet28_10,resnet18 --benchmark-json "$OUT/record-1.json" ;;
@@ -89,8 +92,7 @@ for arg in "$@"; do
                 --benchmark-json "$OUT/convergence.json" ;;
     convergence) stage convergence "${PYTEST[@]}" perf/test_convergence.py perf/test_input_pipeline.py \
                 --perf-update-baselines --benchmark-json "$OUT/convergence.json" ;;
-    # against the recording in baselines/ first, then any speed JSON of this session
-    fidelity) stage fidelity bash -c 'python3 -m scripts.plain_loop baselines/*.json "$0"/*.json' "$OUT" ;;
+    fidelity) stage fidelity python3 -m scripts.plain_loop ;;
     scaling) stage scaling "${PYTEST[@]}" perf/test_loss_scaling.py --perf-device cuda ;;
     all) stage all "${PYTEST[@]}" perf/ --benchmark-json "$OUT/all.json" ;;
     *) echo "unknown stage $s"; exit 2 ;;
