@@ -157,18 +157,28 @@ def judge(
     return SpeedOutcome(est, verdict, confirmation, message)
 
 
-def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: dict | None, same_stack: bool) -> float:
+def comparable_recording(previous: dict | None, previous_software: dict | None, software: dict,
+                         measured_with: dict[str, object]) -> bool:
+    """Whether a previous baseline entry measured what this recording measures: the same software,
+    and the same measurement settings (see ``measurement_mismatch``)."""
+    return previous is not None and previous_software == software and measurement_mismatch(previous, measured_with) is None
+
+
+def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: dict | None, comparable: bool) -> float:
     """The noise a baseline is stored with, from robust figures only: the first batch's interval
     (>= 12 rounds, so one stray round cannot set it), how far the medians of the two batches lie
-    apart, and, when the entry is re-recorded on the same software, how far this recording lies from
-    the previous one, so recording twice teaches the suite a cell's run-to-run spread.
+    apart, and, when the entry is re-recorded `comparable`-ly (the same software, measured the same
+    way), how far this recording lies from the previous one, so recording twice teaches the suite a
+    cell's run-to-run spread. A previous entry measured otherwise (cuDNN autotuning against its
+    heuristics moved WRN-28-10 tf32 from 3.23x to 4.04x) differs by a shift, not by noise: counting
+    it gave that cell a 45% tolerance.
 
     The second batch's own interval is left out: with its 8 rounds it is [min, max], and one stray
     round made resnet50 tf32 (+-0.2% in its first batch) look 12% noisy on an H100. An old entry's
     noise is not carried over either, so a noisy recording does not loosen a cell for ever.
     """
     noise = max(first.half_width, relative_spread(first.speedup, second.speedup))
-    if previous is not None and same_stack and previous.get("speedup"):
+    if previous is not None and comparable and previous.get("speedup"):
         pooled = (first.speedup * second.speedup) ** 0.5
         noise = max(noise, relative_spread(pooled, previous["speedup"]))
     return noise

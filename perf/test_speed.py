@@ -122,12 +122,12 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
         if not second:
             second_batch(policy.record_rounds)
         previous = baseline_store.figures(test_id)
-        same_stack = baseline_store.software(test_id) == software
+        comparable = speed.comparable_recording(previous, baseline_store.software(test_id), software, measured_with)
         second_est = second[0].estimate(policy.rounds.confidence)
         pooled = speed.pooled_estimate(timer, second[0], policy.rounds.confidence)
         baseline_store.record(test_id, {
             "speedup": pooled.speedup, "ci_low": pooled.low, "ci_high": pooled.high, "rounds": pooled.rounds,
-            "noise": speed.recorded_noise(est, second_est, previous, same_stack),
+            "noise": speed.recorded_noise(est, second_est, previous, comparable),
             "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
             "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
         }, software)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ampbench.speed import SpeedPolicy, judge, recorded_noise
+from ampbench.speed import SpeedPolicy, comparable_recording, judge, recorded_noise
 from ampbench.stats import SpeedupEstimate
 from ampbench.timing import RoundsPolicy
 from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, tolerance_for
@@ -88,13 +88,25 @@ def test_no_baseline_reports_without_judging():
     assert out.verdict is Verdict.NO_BASELINE and "no baseline" in out.message
 
 
-def test_recorded_noise_learns_run_to_run_spread_only_on_the_same_stack():
+def test_recorded_noise_learns_run_to_run_spread_only_from_a_comparable_recording():
     a, b = est(2.0, 1.99, 2.01), est(2.02, 2.01, 2.03)
     base = recorded_noise(a, b, None, False)
     assert base == pytest.approx(max(a.half_width, 0.00995), rel=1e-2)
     prev = {"speedup": 2.2, "noise": 0.5}
-    assert recorded_noise(a, b, prev, same_stack=False) == base
-    assert 0.08 < recorded_noise(a, b, prev, same_stack=True) < 0.1, "an old noise must not be carried over"
+    assert recorded_noise(a, b, prev, comparable=False) == base
+    assert 0.08 < recorded_noise(a, b, prev, comparable=True) < 0.1, "an old noise must not be carried over"
+
+
+def test_a_recording_is_comparable_only_on_the_same_software_measured_the_same_way():
+    sw = {"torch": "2.11.0+cu130", "cudnn": 91900}
+    now = {"cudnn_benchmark": False, "block_seconds": 0.1}
+    same = {"speedup": 4.0, "cudnn_benchmark": False, "block_seconds": 0.1}
+    assert comparable_recording(same, sw, sw, now)
+    assert not comparable_recording(None, None, sw, now)
+    assert not comparable_recording(same, {**sw, "cudnn": 91800}, sw, now)
+    # an entry from before the settings were stored counts as autotuned: a shift, not noise
+    assert not comparable_recording({"speedup": 3.2}, sw, sw, now)
+    assert not comparable_recording({**same, "block_seconds": 0.25}, sw, sw, now)
 
 
 def test_one_stray_round_in_the_short_batch_does_not_set_the_noise():
