@@ -647,10 +647,11 @@ def measure_memory(
                 )
                 search_seconds = time.perf_counter() - t0
             # Timed with the cap lifted. At the largest batch, by definition, the workspaces cuDNN's
-            # heuristics ask for do not fit under the cap: every convolution's request then makes the
-            # allocator flush its cache and retry before cuDNN falls back to another algorithm, and
-            # one fp32 step of WRN-28-10 at batch 3,200 took 23 s instead of ~3. That times the
-            # allocator at its limit, not the mode; the batch itself was settled under the cap.
+            # heuristics ask for do not fit under the cap: a convolution's request then makes the
+            # allocator flush its cache (a device sync) and retry before cuDNN falls back to another
+            # algorithm; WRN-28-10 fp32's probes near a 24 GiB cap logged 10-20 flushes per step on
+            # an H100. That would time the allocator at its limit, not the mode; the batch itself was
+            # settled under the cap.
             batch = result.max_batch
             stage = f"steps at the largest batch {batch}"
             if prober.warm_batch != batch:  # the search ended on a failure: the batch is made again
