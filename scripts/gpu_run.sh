@@ -15,6 +15,7 @@
 #   record-1/2/3        the full tier's speed baselines in three parts of four models
 #   full                speed, full tier, no recording
 #   fidelity            scripts/plain_loop.py: the harness against a plain loop, alternating in one process
+#   fidelity=M:P,M:P    the same for these cells only (e.g. fidelity=gpt:amp_bf16,gpt:amp_fp16)
 #   memory-quick, memory-quick-record, memory, memory-record (full tier, recording), memory=M1,M2 (recording)
 #   pipeline            the input-pipeline test alone
 #   convergence-quick, convergence (recording)
@@ -93,6 +94,8 @@ for arg in "$@"; do
     convergence) stage convergence "${PYTEST[@]}" perf/test_convergence.py perf/test_input_pipeline.py \
                 --perf-update-baselines --benchmark-json "$OUT/convergence.json" ;;
     fidelity) stage fidelity python3 -m scripts.plain_loop ;;
+    fidelity=*) cells=${s#fidelity=}
+                stage "fidelity-${cells//[,:]/-}" python3 -m scripts.plain_loop ${cells//,/ } ;;
     scaling) stage scaling "${PYTEST[@]}" perf/test_loss_scaling.py --perf-device cuda ;;
     all) stage all "${PYTEST[@]}" perf/ --benchmark-json "$OUT/all.json" ;;
     *) echo "unknown stage $s"; exit 2 ;;

@@ -1,7 +1,7 @@
 """Fidelity check: the speedups a plain, hand-written training loop measures (the seeds' code, with
 the same good practice: channels_last, fused optimizer) for resnet50 and gpt, against the harness's.
 
-    python3 -m scripts.plain_loop [--cudnn-benchmark]
+    python3 -m scripts.plain_loop [--cudnn-benchmark] [MODEL:MODE ...]    # default: the four CELLS
 
 For each cell, in one process and alternating, the harness's measurement (the calls ``test_speed``
 makes) and the plain loop's, REPEATS times each; prints the median of each and their difference
@@ -116,15 +116,20 @@ def harness_speedup(model_name: str, mode_name: str) -> SpeedupEstimate:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] not in ([], ["--cudnn-benchmark"]):
-        print(__doc__, file=sys.stderr)
+    autotune = "--cudnn-benchmark" in argv
+    args = [a for a in argv if a != "--cudnn-benchmark"]
+    try:
+        cells = [tuple(a.split(":")) for a in args] or CELLS
+        for model, mode in cells:
+            get_model(model), get_mode(mode)
+    except (ValueError, KeyError) as exc:
+        print(f"plain_loop: {exc}; expected MODEL:MODE arguments\n{__doc__}", file=sys.stderr)
         return 2
     # the harness's default is cuDNN's heuristics; --cudnn-benchmark compares under autotuning
-    # (then run pytest with --perf-cudnn-benchmark on to compare with its recording)
-    configure_backends(torch.device("cuda"), cudnn_benchmark=bool(argv))
+    configure_backends(torch.device("cuda"), cudnn_benchmark=autotune)
     worst = 0.0
     plain_of: dict[tuple[str, str], float] = {}
-    for model, mode in CELLS:
+    for model, mode in cells:
         dtype = get_mode(mode).autocast_dtype
         # alternated in one process, so drift between them falls on both and each is measured twice
         harness, plain = [], []
@@ -141,7 +146,7 @@ def main(argv: list[str]) -> int:
     print(f"fidelity worst |difference| {worst:.2%} (target: within 3%)", flush=True)
     # good practice against the seeds' plain code: the same loop without channels_last and with the
     # optimizer's default (foreach) implementation instead of the fused one
-    for model, mode in GAP_CELLS:
+    for model, mode in GAP_CELLS if not args else ():  # the gap only in a full check
         dtype = get_mode(mode).autocast_dtype
         good = plain_of.get((model, mode)) or plain_speedup(model, dtype)  # measured above for the CELLS
         seeds = plain_speedup(model, dtype, good_practice=False)
