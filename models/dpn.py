@@ -8,14 +8,13 @@ channels are concatenated to it (the densely connected path), so every block wid
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.flops import training_flops
+from models.flops import counted_training_flops
 from models.spec import ModelSpec, image_batch
 
 
@@ -100,9 +99,7 @@ class DPN(nn.Module):
 make_batch = image_batch
 
 
-@functools.lru_cache(maxsize=None)
-def flops_per_sample(config: Config) -> float:
-    return training_flops(DPN, config, make_batch)
+flops_per_sample = counted_training_flops(DPN, make_batch)
 
 
 def _spec(name: str, config: Config, smoke_blocks: tuple[int, ...]) -> ModelSpec:

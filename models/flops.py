@@ -7,6 +7,7 @@ tokens counts in well under a second.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import torch
@@ -45,3 +46,17 @@ def training_flops(
 ) -> float:
     """Training (forward + backward) FLOPs of one sample."""
     return TRAINING_OVER_FORWARD * forward_flops(build, config, make_batch)
+
+
+def counted_training_flops(
+    build: Callable[[Any], nn.Module],
+    make_batch: Callable[[Any, int, torch.device, torch.Generator | None], Batch],
+) -> Callable[[Any], float]:
+    """A model's ``flops_per_sample(config)``: ``training_flops`` counted once per config (configs are
+    frozen, so hashable), since every speed cell of a model asks for it."""
+
+    @functools.lru_cache(maxsize=None)
+    def flops_per_sample(config: Any) -> float:
+        return training_flops(build, config, make_batch)
+
+    return flops_per_sample

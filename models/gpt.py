@@ -8,7 +8,6 @@ The vocabulary is nanoGPT's 50304 (GPT-2's 50257 padded to a multiple of 64 for 
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -16,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.flops import training_flops
+from models.flops import counted_training_flops
 from models.spec import Batch, ModelSpec, token_batch, token_cross_entropy
 
 
@@ -125,10 +124,8 @@ def make_batch(
 loss = token_cross_entropy
 
 
-@functools.lru_cache(maxsize=None)
-def flops_per_sample(config: Config) -> float:
-    # counted, so attention is included at its full T x T cost (the convention of nanoGPT's MFU estimate)
-    return training_flops(GPT, config, make_batch)
+# counted, so attention is included at its full T x T cost (the convention of nanoGPT's MFU estimate)
+flops_per_sample = counted_training_flops(GPT, make_batch)
 
 
 SPEC = ModelSpec(

@@ -6,7 +6,6 @@ numbers compare with everyone else's; only the classifier is sized for 100 class
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -14,7 +13,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from models.flops import training_flops
+from models.flops import counted_training_flops
 from models.spec import ModelSpec, image_batch
 
 # explicit, so a typo in a depth fails loudly rather than reaching for some other torchvision model
@@ -48,9 +47,7 @@ def build(config: Config) -> nn.Module:
 make_batch = image_batch
 
 
-@functools.lru_cache(maxsize=None)
-def flops_per_sample(config: Config) -> float:
-    return training_flops(build, config, make_batch)
+flops_per_sample = counted_training_flops(build, make_batch)
 
 
 def _spec(depth: int, batch_size: int, tier: str) -> ModelSpec:

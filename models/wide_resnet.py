@@ -9,14 +9,13 @@ block changes width or resolution. ~36.5M parameters.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.flops import training_flops
+from models.flops import counted_training_flops
 from models.spec import ModelSpec, image_batch
 
 
@@ -85,9 +84,7 @@ class WideResNet(nn.Module):
 make_batch = image_batch
 
 
-@functools.lru_cache(maxsize=None)
-def flops_per_sample(config: Config) -> float:
-    return training_flops(WideResNet, config, make_batch)
+flops_per_sample = counted_training_flops(WideResNet, make_batch)
 
 
 SPEC = ModelSpec(
