@@ -425,6 +425,12 @@ def _allocator_stats(device: torch.device, names: dict[str, str] = _STATS) -> di
     return {name: int(stats[key]) for name, key in names.items() if key in stats}
 
 
+def _alloc_retries(device: torch.device) -> int:
+    """The session's count of cache flushes: a request that did not fit (a cuDNN workspace under the
+    cap) made the allocator free its cached blocks, a device sync, and try again."""
+    return _allocator_stats(device, _EVENTS).get("alloc_retries", 0)
+
+
 # -- the device side -----------------------------------------------------------------------------
 
 
@@ -506,12 +512,11 @@ class _Prober:
         torch.cuda.empty_cache()
         self.set_batch(batch)
         sync(self.device)
-        # cache flushes inside the step: a request (a cuDNN workspace) that did not fit under the cap
-        retries = _allocator_stats(self.device, _EVENTS).get("alloc_retries", 0)
+        retries = _alloc_retries(self.device)
         t0 = time.perf_counter()
         entry["peak_bytes"] = peak_memory_bytes(self.trainer, self.base_allocated, PROBE_STEPS)
         entry["seconds"] = (time.perf_counter() - t0) / PROBE_STEPS
-        entry["alloc_retries"] = _allocator_stats(self.device, _EVENTS).get("alloc_retries", 0) - retries
+        entry["alloc_retries"] = _alloc_retries(self.device) - retries
         entry["reserved_peak_bytes"] = torch.cuda.max_memory_reserved(self.device) - self.base_reserved
         self.warm_batch = batch
         return entry["peak_bytes"]
@@ -656,12 +661,12 @@ def measure_memory(
             stage = f"steps at the largest batch {batch}"
             if prober.warm_batch != batch:  # the search ended on a failure: the batch is made again
                 prober.set_batch(batch)
-            retries_before = _allocator_stats(device, _EVENTS).get("alloc_retries", 0)
+            retries_before = _alloc_retries(device)
             per_step = time_block(device, lambda: trainer.run(1))  # warm: algorithms and blocks uncapped
             rounds = max(1, min(MAX_TIMED_ROUNDS, math.ceil(TIMED_SECONDS / per_step)))
             seconds: list[float] = []
             timed(lambda: seconds.append(time_block(trainer.device, lambda: trainer.run(1))), rounds)
-            timed_retries = _allocator_stats(device, _EVENTS).get("alloc_retries", 0) - retries_before
+            timed_retries = _alloc_retries(device) - retries_before
     except Exception as exc:  # noqa: BLE001 - out of memory and a failed search become a report
         # the message is built here and the exception dropped: its traceback holds the trainer
         if isinstance(exc, SearchError):

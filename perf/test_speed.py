@@ -121,13 +121,13 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
     if settings.update_baselines and baseline_store is not None and not problems:
         if not second:
             second_batch(policy.record_rounds)
-        previous = baseline_store.figures(test_id)
-        comparable = speed.comparable_recording(previous, baseline_store.software(test_id), software, measured_with)
+        # `baseline` is still the entry this recording replaces (record() only queues the new one)
+        comparable = speed.comparable_recording(baseline, baseline_store.software(test_id), software, measured_with)
         second_est = second[0].estimate(policy.rounds.confidence)
         pooled = speed.pooled_estimate(timer, second[0], policy.rounds.confidence)
         baseline_store.record(test_id, {
             "speedup": pooled.speedup, "ci_low": pooled.low, "ci_high": pooled.high, "rounds": pooled.rounds,
-            "noise": speed.recorded_noise(est, second_est, previous, comparable),
+            "noise": speed.recorded_noise(est, second_est, baseline, comparable),
             "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
             "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
         }, software)

@@ -330,12 +330,15 @@ def bytes_of(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def test_held_bytes_splits_weights_grads_and_optimizer_state():
-    spec = models.get_model("mlp")
-    trainer = Trainer(spec, get_mode("fp32"), torch.device("cpu"), smoke=True)
+def mlp_after_one_step(mode: str) -> tuple[Trainer, dict[str, int], list[torch.nn.Parameter]]:
+    """The smoke MLP after one CPU training step in `mode`: the trainer, its held bytes, its parameters."""
+    trainer = Trainer(models.get_model("mlp"), get_mode(mode), torch.device("cpu"), smoke=True)
     trainer.run(1)
-    held = memory.held_bytes(trainer)
-    params = list(trainer.model.parameters())
+    return trainer, memory.held_bytes(trainer), list(trainer.model.parameters())
+
+
+def test_held_bytes_splits_weights_grads_and_optimizer_state():
+    trainer, held, params = mlp_after_one_step("fp32")
     assert held["weights"] == bytes_of(params)
     assert held["grads"] == bytes_of(p.grad for p in params)
     assert held["optimizer_state"] == bytes_of(params)  # SGD momentum: one buffer per parameter
@@ -344,11 +347,7 @@ def test_held_bytes_splits_weights_grads_and_optimizer_state():
 
 
 def test_held_bytes_counts_fp16_masters_once():
-    spec = models.get_model("mlp")
-    trainer = Trainer(spec, get_mode("fp16_master"), torch.device("cpu"), smoke=True)
-    trainer.run(1)
-    held = memory.held_bytes(trainer)
-    params = list(trainer.model.parameters())
+    _, held, params = mlp_after_one_step("fp16_master")
     assert held["weights"] == bytes_of(params)  # fp16
     assert held["master"] == 2 * 2 * bytes_of(params)  # fp32 copies and their fp32 gradients
 
