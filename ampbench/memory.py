@@ -7,14 +7,22 @@ against fake steps; ``measure_memory`` wires it to real training steps on a CUDA
 
 How the search spends its steps (each real step at a large batch costs up to a second):
 
-1. Two measured sizes: the model's default batch (measured anyway for the peak figure) and twice it
-   (or less, if that would come near the cap). Both are small and cheap; memory is linear enough in
-   the batch size that a line through them lands near the cap.
+0. Where this GPU's baseline holds a largest batch found under the same cap and allocator settings,
+   the search starts there, on the baseline's grid: P is that batch and step 1 is skipped. Unchanged,
+   the cell is settled by the two confirming steps of 2; changed, the bracket of 3 takes over from
+   them. The answer is confirmed by real steps either way; the start only saves the steps spent
+   looking (on the H100 they were more than half of the memory tests' time).
+1. Two measured sizes: the model's default batch (measured anyway for the peak figure) and half-way
+   to where a line through it and the fixed memory (weights, optimizer state) puts the largest batch.
+   A line through those lands near the cap; a second size at twice a small default batch did not
+   (lstm_lm's line through batches 20 and 40 overshot by 25-400%, because its smallest batches carry
+   a workspace that larger ones amortise).
 2. The line predicts the largest batch P under the cap. One step at P + g (must not fit), then one at
    P (must fit): the prediction is confirmed in two steps, and the trainer is left warm at P for timing.
 3. A miss is corrected inside the bracket [largest fit, smallest failure]: first with the line refitted
-   through the largest fits, then by galloping down from a failure, then by bisection. Every step lies
-   strictly inside the bracket, so the search always ends, in a few steps when the miss is small.
+   through the largest fits, then by galloping down from a failure (never past the bracket's middle),
+   then by bisection. Every step lies strictly inside the bracket, so the search always ends, in a few
+   steps when the miss is small.
 
 Batches are searched on a grid of step g, a power of two of about 1/64 of the predicted batch (1 below
 128): "the next size up" is P + g. A resolution finer than ~1.5% would cost more steps than it tells.
@@ -28,6 +36,8 @@ allocator (``set_per_process_memory_fraction``) during the search and lifted aft
 compare across GPUs of different sizes and other tests get the whole card. The default is 90% of the
 card, at most 24 GiB. The steps timed at the largest batch run with the cap lifted: under it, cuDNN's
 workspace requests make the allocator flush its cache at every convolution (see ``measure_memory``).
+The search's own last step at that batch is their warm-up (it chose the algorithms and cached the
+blocks), so no extra step is spent unless the search ended on a failure.
 
 OOM is an expected event: after each one every reference to the failed step is dropped outside the
 ``except`` block, the trainer's gradients and loss-scaler bookkeeping are reset, ``gc.collect()`` runs
@@ -135,6 +145,7 @@ class SearchResult:
     limit: int | None  # the search stops at this batch
     cap_bytes: float
     probes: list[Probe] = field(default_factory=list)
+    started_at: int | None = None  # the batch the search started from (a baseline's), None: searched blind
 
     @property
     def limited(self) -> bool:
@@ -167,7 +178,8 @@ class SearchResult:
         else:
             tail = "nothing larger was tried"
         trail = ", ".join(f"{p.batch}{'' if p.fits else ' OOM'}" for p in self.probes if p.stepped)
-        return f"{head}; {tail}; predicted {self.predicted}; {self.steps} steps: {trail}"
+        start = f"started at {self.started_at}" if self.started_at is not None else f"predicted {self.predicted}"
+        return f"{head}; {tail}; {start}; {self.steps} steps: {trail}"
 
 
 def try_step(measure: Callable[[int], float], batch: int, on_oom: Callable[[], None] | None = None) -> float | None:
@@ -202,6 +214,7 @@ def find_largest_batch(
     max_steps: int = 24,
     min_batch: int = 1,
     on_oom: Callable[[], None] | None = None,
+    start: int | None = None,
 ) -> SearchResult:
     """The largest batch whose training step fits under `cap_bytes`, confirmed by real steps.
 
@@ -209,19 +222,22 @@ def find_largest_batch(
     `first_peak` is an already measured peak at `first_batch` (saves a step when comfortably under the
     cap); `fixed_bytes` a prior for the memory that does not grow with the batch (weights, optimizer
     state), used to place the grid before two sizes are measured. `on_oom` runs after every failed step,
-    once the failure's references are gone. Raises ``CapTooSmall`` when even `min_batch` does not fit,
-    ``SearchError`` when `max_steps` steps do not settle it.
+    once the failure's references are gone. `start` is a largest batch found before (a baseline's, on
+    the grid `granularity`): it is tried first, instead of the line's prediction. Raises
+    ``CapTooSmall`` when even `min_batch` does not fit, ``SearchError`` when `max_steps` steps do not
+    settle it.
     """
-    return _Search(measure, cap_bytes, fixed_bytes, limit, granularity, resolution, max_steps, min_batch, on_oom).run(
-        first_batch, first_peak
-    )
+    if start is not None and granularity is None:
+        raise ValueError(f"a search that starts at batch {start} needs the grid it was found on (granularity)")
+    return _Search(measure, cap_bytes, fixed_bytes, limit, granularity, resolution, max_steps, min_batch, on_oom,
+                   start).run(first_batch, first_peak)
 
 
 class _Search:
-    def __init__(self, measure, cap, fixed, limit, granularity, resolution, max_steps, min_batch, on_oom):
+    def __init__(self, measure, cap, fixed, limit, granularity, resolution, max_steps, min_batch, on_oom, start):
         if cap <= 0:
             raise ValueError(f"the memory cap must be positive, got {cap} bytes")
-        self.measure, self.cap, self.fixed = measure, float(cap), float(fixed)
+        self.measure, self.cap, self.fixed, self.start = measure, float(cap), float(fixed), start
         self.limit, self.g, self.resolution = limit, granularity, resolution
         self.max_steps, self.min_batch, self.on_oom = max_steps, min_batch, on_oom
         self.probes: list[Probe] = []
@@ -247,7 +263,11 @@ class _Search:
         self.lo = batch if self.lo is None else max(self.lo, batch)
 
     def aim(self) -> int | None:
-        """Largest batch on the grid whose peak the line through the two largest fits keeps under the cap."""
+        """The start while it is untried and inside the bracket; else the largest batch on the grid whose
+        peak the line through the two largest fits keeps under the cap."""
+        s = self.start
+        if s is not None and self.lo < s and (self.hi is None or s < self.hi) and all(p.batch != s for p in self.probes):
+            return s
         raw = self.raw_aim()
         return None if raw is None else int(raw // self.g) * self.g
 
@@ -274,12 +294,15 @@ class _Search:
         else:
             self.probe(first_batch)
         self.descend_to_first_fit(first_batch)
+        if self.start is not None and self.start > self.lo:
+            self.settle()  # no second size: the start stands in for the line's prediction
+            return self.result()
 
-        # the second measured size: small and cheap, at most half-way to where a line through the
-        # fixed-memory prior would put the largest batch
+        # the second measured size: half-way to where a line through the fixed-memory prior puts the
+        # largest batch, far enough from the first that the line through both holds near the cap
         lo, y = self.lo, self.fits[self.lo]
         slope = (y - self.fixed) / lo if y > self.fixed else y / lo
-        second = min(2 * lo, int(lo + (self.cap - y) / slope) // 2) if slope > 0 else 2 * lo
+        second = int(lo + (self.cap - y) / slope) // 2 if slope > 0 else 2 * lo
         if self.limit is not None:
             second = min(second, self.limit)
         if self.hi is not None:
@@ -324,10 +347,11 @@ class _Search:
                 expect_fit = False
             elif aim is not None and lo < aim < hi:
                 candidate, expect_fit = aim, True
-            elif misses and hi - g * 2**misses > lo:
-                candidate, expect_fit = hi - g * 2**misses, True
             else:
-                candidate, expect_fit = lo + g * max(1, (hi - lo) // g // 2), True
+                # after a miss gallop down from the failure, never past the middle; else bisect
+                middle = lo + g * max(1, (hi - lo) // g // 2)
+                candidate = max(hi - g * 2**misses, middle) if misses else middle
+                expect_fit = True
             if self.limit is not None:
                 candidate = min(candidate, self.limit)
             fit = self.probe(candidate)
@@ -340,6 +364,7 @@ class _Search:
             next_failing=self.hi,
             granularity=self.g or 1,
             predicted=self.predicted,
+            started_at=self.start,
             limit=self.limit,
             cap_bytes=self.cap,
             probes=list(self.probes),
@@ -607,11 +632,13 @@ def measure_memory(
     *,
     smoke: bool = False,
     timed: Callable[[Callable[[], None], int], None] | None = None,
+    start: tuple[int, int] | None = None,
 ) -> CellMemory:
     """Peak and breakdown at the default batch, the largest batch under `cap_bytes` (confirmed), and
     step times there. `timed(step, rounds)` runs the timed steps (pytest-benchmark's ``pedantic`` in
-    the tests). cuDNN benchmark mode is off throughout; the cap holds during the search and is lifted
-    for the timed steps. Raises ``MemoryMeasurementError`` with the figures seen (a failed search included)."""
+    the tests); `start` is (batch, grid step) where the search starts (see ``search_start``). cuDNN
+    benchmark mode is off throughout; the cap holds during the search and is lifted for the timed
+    steps. Raises ``MemoryMeasurementError`` with the figures seen (a failed search included)."""
     if device.type != "cuda":
         raise MemoryMeasurementError(f"{spec.name} {mode.name}: {NO_CUDA_REASON}")
     where = f"{spec.name} {mode.name}"
@@ -649,6 +676,7 @@ def measure_memory(
                 result = find_largest_batch(
                     prober.peak, cap_bytes, breakdown.batch_size, first_peak=breakdown.peak_bytes,
                     fixed_bytes=fixed, limit=limit, on_oom=prober.recover,
+                    start=start[0] if start else None, granularity=start[1] if start else None,
                 )
                 search_seconds = time.perf_counter() - t0
             # Timed with the cap lifted. At the largest batch, by definition, the workspaces cuDNN's
@@ -659,10 +687,13 @@ def measure_memory(
             # settled under the cap.
             batch = result.max_batch
             stage = f"steps at the largest batch {batch}"
-            if prober.warm_batch != batch:  # the search ended on a failure: the batch is made again
-                prober.set_batch(batch)
             retries_before = _alloc_retries(device)
-            per_step = time_block(device, lambda: trainer.run(1))  # warm: algorithms and blocks uncapped
+            if prober.warm_batch == batch:
+                # the search's last step ran at this batch: its algorithms are chosen and its blocks cached
+                per_step = prober.log[-1]["seconds"]
+            else:  # the search ended on a failure: the batch is made again and one untimed step warms it
+                prober.set_batch(batch)
+                per_step = time_block(device, lambda: trainer.run(1))
             rounds = max(1, min(MAX_TIMED_ROUNDS, math.ceil(TIMED_SECONDS / per_step)))
             seconds: list[float] = []
             timed(lambda: seconds.append(time_block(trainer.device, lambda: trainer.run(1))), rounds)
@@ -768,6 +799,24 @@ def summary(model: str, mode: str, f: dict) -> str:
     )
 
 
+def same_budget(baseline: dict, cap_bytes: float, alloc_conf: str | None) -> bool:
+    """Whether a baseline entry's largest batch was found under this cap and these allocator settings."""
+    base_cap = baseline.get("cap_bytes")
+    return (isinstance(base_cap, (int, float)) and base_cap > 0 and abs(cap_bytes / base_cap - 1.0) <= CAP_MATCH
+            and baseline.get("alloc_conf") == alloc_conf)
+
+
+def search_start(baseline: dict | None, cap_bytes: float) -> tuple[int, int] | None:
+    """(largest batch, grid step) of a baseline entry found under this cap and this process's allocator
+    settings, where the search starts; None where there is none, and the search goes blind."""
+    if not baseline or not same_budget(baseline, cap_bytes, allocator_config()):
+        return None
+    batch, step = baseline.get("max_batch"), baseline.get("max_batch_step")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, step)):
+        return None
+    return batch, step
+
+
 def judge(model: str, mode: str, figures: dict, baseline: dict | None, tolerance: float) -> MemoryJudgement:
     """Hold a memory cell's figures against its baseline entry.
 
@@ -792,9 +841,7 @@ def judge(model: str, mode: str, figures: dict, baseline: dict | None, tolerance
     hold("peak_mem_bytes", "peak memory (bytes)", "higher")
     hold("memory_ratio", "memory ratio to fp32", "higher")
     base_cap = baseline.get("cap_bytes")
-    same_cap = isinstance(base_cap, (int, float)) and abs(figures["cap_bytes"] / base_cap - 1.0) <= CAP_MATCH
-    same_alloc = baseline.get("alloc_conf") == figures.get("alloc_conf")
-    if not (same_cap and same_alloc):
+    if not same_budget(baseline, figures["cap_bytes"], figures.get("alloc_conf")):
         notes.append(
             f"largest batch not compared: baseline recorded under a cap of {gib(base_cap) if isinstance(base_cap, (int, float)) else 'n/a'} "
             f"and allocator settings {baseline.get('alloc_conf')!r}, this run {gib(figures['cap_bytes'])} and {figures.get('alloc_conf')!r}"
@@ -845,6 +892,7 @@ def figures_of(cell: CellMemory, reference: CellMemory) -> dict:
         "max_batch_confirmed": s.confirmed,
         "max_batch_next_failing": s.next_failing,
         "max_batch_predicted": s.predicted,
+        "max_batch_search_start": s.started_at,
         "max_batch_peak_bytes": s.peak_at(s.max_batch),
         "max_batch_throughput": cell.throughput,
         "max_batch_throughput_ref": reference.throughput,

@@ -50,24 +50,32 @@ def needs_cuda(perf_device) -> None:
         pytest.skip(memory.NO_CUDA_REASON)
 
 
-def _measure(spec, mode, device, settings, cap, timed=None) -> CellMemory | str:
-    """The cell's measurement, or a failure message naming model, mode, batch and figures."""
+def _measure(spec, mode, device, settings, cap, baseline_store, timed=None) -> CellMemory | str:
+    """The cell's measurement, or a failure message naming model, mode, batch and figures. The search
+    starts at the baseline's largest batch where one was recorded under this cap (see
+    ``memory.search_start``)."""
+    baseline = baseline_store.figures(_test_id(spec.name, mode.name)) if baseline_store is not None else None
     try:
-        return memory.measure_memory(spec, mode, device, cap, smoke=settings.smoke, timed=timed)
+        return memory.measure_memory(spec, mode, device, cap, smoke=settings.smoke, timed=timed,
+                                     start=memory.search_start(baseline, cap))
     except MemoryMeasurementError as exc:
         return str(exc)
 
 
+def _test_id(model: str, mode: str) -> str:
+    return f"test_memory[{model}-{mode}]"
+
+
 @pytest.fixture
 def memory_reference(needs_cuda, model_spec, mode, perf_device, perf_settings, memory_cap_bytes,
-                     _memory_references) -> CellMemory | None:
+                     baseline_store, _memory_references) -> CellMemory | None:
     """fp32's figures for this model, measured once per session and shared by its modes; None in the
     fp32 cell itself, which measures them (with the benchmark fixture) and leaves them here."""
     if mode.name == REFERENCE_MODE:
         return None
     if model_spec.name not in _memory_references:
         _memory_references[model_spec.name] = _measure(
-            model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings, memory_cap_bytes)
+            model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings, memory_cap_bytes, baseline_store)
     ref = _memory_references[model_spec.name]
     if isinstance(ref, str):
         pytest.fail(f"{model_spec.name} fp32 reference could not be measured: {ref}", pytrace=False)
@@ -79,12 +87,12 @@ def test_memory(benchmark, model_spec, mode, memory_reference, perf_settings, pe
     """Peak memory and its ratio to fp32, the confirmed largest batch and its ratio, throughput there;
     held against this GPU's baseline. pytest-benchmark times the steps at the largest batch."""
     settings, spec = perf_settings, model_spec
-    test_id = f"test_memory[{spec.name}-{mode.name}]"
+    test_id = _test_id(spec.name, mode.name)
 
     def timed(step, rounds: int) -> None:
         benchmark.pedantic(step, rounds=rounds, iterations=1, warmup_rounds=0)
 
-    cell = _measure(spec, mode, perf_device, settings, memory_cap_bytes, timed)
+    cell = _measure(spec, mode, perf_device, settings, memory_cap_bytes, baseline_store, timed)
     if memory_reference is None:  # this is the fp32 cell
         _memory_references[spec.name] = cell
     if isinstance(cell, str):

@@ -8,7 +8,8 @@
 #   quick, quick2       speed, quick tier (quick2: the same again, to its own JSON)
 #   quick-autotune      the quick tier with cuDNN's autotuning (--perf-cudnn-benchmark on)
 #   quick-blocks=S      the quick tier with S-second timed blocks (--perf-block-seconds S)
-#   slowdown            the quick tier with a 5% slowdown injected into resnet50 bf16 (scripts/slowdown_plugin.py)
+#   slowdown[=M:P:F]    the quick tier with a slowdown F injected into model M's mode P (scripts/slowdown_plugin.py;
+#                       default resnet50:bf16:0.05)
 #   record=M1,M2[/P1,P2] speed of these models (in these modes, default all), recording baselines
 #   cudnn               scripts/diag_cudnn.py: what cuDNN autotuning costs and buys
 #   record-full         the full tier's speed baselines, every model in every mode, in one process
@@ -59,8 +60,9 @@ for arg in "$@"; do
     quick-blocks=*) secs=${s#quick-blocks=}
               stage "quick-blocks-$secs" "${PYTEST[@]}" perf/test_speed.py --perf-block-seconds "$secs" \
                 --benchmark-json "$OUT/quick-blocks-$secs.json" ;;
-    slowdown) stage slowdown env AMPBENCH_SLOWDOWN=resnet50:bf16:0.05 "${PYTEST[@]}" perf/test_speed.py \
-                -p scripts.slowdown_plugin --benchmark-json "$OUT/slowdown.json" ;;
+    slowdown|slowdown=*) target=resnet50:bf16:0.05; [ "$s" != slowdown ] && target=${s#slowdown=}
+              stage "slowdown-${target//[:.]/-}" env AMPBENCH_SLOWDOWN="$target" "${PYTEST[@]}" perf/test_speed.py \
+                -p scripts.slowdown_plugin --benchmark-json "$OUT/slowdown-${target//[:.]/-}.json" ;;
     record=*) cells=${s#record=}; models=${cells%%/*}; only=()
               [ "$cells" != "$models" ] && only=(--perf-precisions "${cells#*/}")
               stage "record-${models//,/-}" "${PYTEST[@]}" perf/test_speed.py --perf-update-baselines \

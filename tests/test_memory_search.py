@@ -8,9 +8,12 @@ peak's line predicts), and the memory model can be linear, noisy or curved.
 
 from __future__ import annotations
 
+import bisect
+import json
 import math
 import random
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -177,6 +180,123 @@ def test_a_non_monotone_boundary_is_confirmed_locally():
     step = FakeStep(lambda b: base(b) + (200 * MIB if b % 3 == 0 else 0), 70 * GIB)
     result = find_largest_batch(step, 70 * GIB, 64, granularity=1)
     assert_confirmed(result, step)
+
+
+# -- a start from the baseline ----------------------------------------------------------------------
+
+
+def test_a_start_at_the_largest_batch_is_confirmed_in_two_steps():
+    """Unchanged since the baseline: the next size up runs out of memory, the start fits, and the
+    trainer is left warm at it; no second size is measured."""
+    fixed, per_sample, cap = 2 * GIB, 85 * MIB, 70 * GIB
+    step = FakeStep(linear(fixed, per_sample), cap)
+    true_max = math.floor((cap - fixed) / per_sample) // 8 * 8
+    result = find_largest_batch(step, cap, 128, first_peak=step.peak(128), start=true_max, granularity=8)
+    assert_confirmed(result, step)
+    assert (result.max_batch, result.steps, step.calls) == (true_max, 2, [true_max + 8, true_max]), result.describe()
+    assert result.started_at == true_max and f"started at {true_max}" in result.describe()
+
+
+@pytest.mark.parametrize("shift", [-0.2, -0.03, 0.03, 0.2])
+def test_a_start_that_no_longer_holds_is_corrected(shift):
+    """Memory per sample grew (the start runs out of memory) or shrank (the next size up fits): the
+    bracket logic takes over from the start and confirms the new largest batch on the same grid."""
+    fixed, per_sample, cap = 2 * GIB, 85 * MIB, 70 * GIB
+    step = FakeStep(linear(fixed, per_sample * (1 - shift)), cap)
+    recorded = math.floor((cap - fixed) / per_sample) // 8 * 8
+    result = find_largest_batch(step, cap, 128, first_peak=step.peak(128), start=recorded, granularity=8)
+    assert_confirmed(result, step)
+    assert result.granularity == 8
+    assert (result.max_batch > recorded) == (shift > 0), result.describe()
+    assert result.steps <= 8, result.describe()
+
+
+def test_a_start_at_the_limit_takes_one_step():
+    step = FakeStep(linear(600 * MIB, 130 * 1024), 70 * GIB)
+    result = find_largest_batch(step, 70 * GIB, 512, first_peak=step.peak(512), limit=256 * 512,
+                                start=256 * 512, granularity=2048)
+    assert result.limited and result.steps == 1, result.describe()
+
+
+def test_a_start_without_its_grid_is_refused():
+    with pytest.raises(ValueError, match="start.*granularity"):
+        find_largest_batch(FakeStep(linear(0, 1), 100), 100, 8, start=64)
+
+
+@pytest.mark.parametrize("baseline, expected", [
+    ({"max_batch": 560, "max_batch_step": 8, "cap_bytes": 24 * GIB, "alloc_conf": None}, (560, 8)),
+    ({"max_batch": 560, "max_batch_step": 8, "cap_bytes": 71 * GIB, "alloc_conf": None}, None),  # another cap
+    ({"max_batch": 560, "max_batch_step": 8, "cap_bytes": 24 * GIB, "alloc_conf": "expandable_segments:True"}, None),
+    ({"max_batch": 560, "cap_bytes": 24 * GIB, "alloc_conf": None}, None),  # no grid recorded
+    ({"max_batch": True, "max_batch_step": 8, "cap_bytes": 24 * GIB, "alloc_conf": None}, None),
+    (None, None),
+])
+def test_the_search_starts_from_a_baseline_only_under_the_same_budget(baseline, expected, monkeypatch):
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    assert memory.search_start(baseline, 24 * GIB) == expected
+
+
+# -- the H100's cells, replayed ---------------------------------------------------------------------
+
+H100_CELLS = json.loads((Path(__file__).parent / "data" / "h100_memory_search.json").read_text())["cells"]
+
+
+class RecordedCell(FakeStep):
+    """A memory cell of a real H100 run (tests/data/h100_memory_search.json): a step at a recorded batch
+    returns its recorded peak, one between recorded batches the interpolated peak; a batch above the
+    recorded largest batch runs out of memory, as its next size up did on the H100."""
+
+    def __init__(self, cell: dict):
+        self.points = cell["fit_peaks"]
+        ceiling = math.inf if cell["max_batch_limited"] else cell["max_batch"]
+        super().__init__(self.peak_at, limit=math.inf)
+        self.ceiling = ceiling
+
+    def peak_at(self, b: int) -> float:
+        xs = [x for x, _ in self.points]
+        i = min(max(bisect.bisect_left(xs, b), 1), len(xs) - 1)
+        (x0, y0), (x1, y1) = self.points[i - 1], self.points[i]
+        return y0 + (y1 - y0) * (b - x0) / (x1 - x0)
+
+    def __call__(self, batch: int) -> float:
+        self.calls.append(batch)
+        if batch > self.ceiling:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (batch {batch} did not fit on the H100)")
+        return self.peak_at(batch)
+
+    def fits(self, batch: int) -> bool:
+        return batch <= self.ceiling
+
+
+def _replay(name: str, **kwargs):
+    cell = H100_CELLS[name]
+    step = RecordedCell(cell)
+    result = find_largest_batch(step, cell["cap_bytes"], cell["batch_size"], first_peak=cell["peak_mem_bytes"],
+                                fixed_bytes=cell["fixed_bytes"], limit=cell["max_batch_limit"], **kwargs)
+    assert_confirmed(result, step)
+    return cell, result
+
+
+def test_h100_cells_searched_blind_take_fewer_steps_than_on_the_h100():
+    """Every recorded cell, searched without a start, lands within one grid step of the H100's answer in
+    at most 9 steps, and all 84 together take fewer steps than the H100's search did (425)."""
+    steps = 0
+    for name in H100_CELLS:
+        cell, result = _replay(name)
+        grid = max(result.granularity, cell["max_batch_step"])
+        assert cell["max_batch"] - grid < result.max_batch <= cell["max_batch"] or result.limited, (name, result.describe())
+        assert result.steps <= 9, (name, result.describe())
+        steps += result.steps
+    recorded = sum(len(c["probes"]) - 1 for c in H100_CELLS.values())  # the first entry is the default batch
+    assert recorded == 425 and steps < 0.95 * recorded, (steps, recorded)
+
+
+@pytest.mark.parametrize("name", sorted(H100_CELLS))
+def test_h100_cells_started_from_their_baseline_take_two_steps(name):
+    cell, result = _replay(name, start=H100_CELLS[name]["max_batch"], granularity=H100_CELLS[name]["max_batch_step"])
+    assert result.max_batch == cell["max_batch"], result.describe()
+    assert result.steps == (1 if cell["max_batch_limited"] else 2), result.describe()
 
 
 # -- the limit, the smallest batch, errors ------------------------------------------------------------
