@@ -239,11 +239,11 @@ def test_the_search_starts_from_a_baseline_only_under_the_same_budget(baseline, 
 
 # -- the H100's cells, replayed ---------------------------------------------------------------------
 
-H100_CELLS = json.loads((Path(__file__).parent / "data" / "h100_memory_search.json").read_text())["cells"]
+H100_CELLS = json.loads((Path(__file__).parent / "data" / "memory_search" / "h100_full_tier.json").read_text())["cells"]
 
 
 class RecordedCell(FakeStep):
-    """A memory cell of a real H100 run (tests/data/h100_memory_search.json): a step at a recorded batch
+    """A memory cell of a real H100 run (tests/data/memory_search/h100_full_tier.json): a step at a recorded batch
     returns its recorded peak, one between recorded batches the interpolated peak; a batch above the
     recorded largest batch runs out of memory, as its next size up did on the H100."""
 
