@@ -17,7 +17,7 @@
 #   full                speed, full tier, no recording
 #   fidelity            scripts/plain_loop.py: the harness against a plain loop, alternating in one process
 #   fidelity=M:P,M:P    the same for these cells only (e.g. fidelity=gpt:amp_bf16,gpt:amp_fp16)
-#   memory-quick, memory-quick-record, memory, memory-record (full tier, recording), memory=M1,M2 (recording)
+#   memory-quick, memory-quick-record, memory-full, memory-record (full tier, recording), memory=M1,M2 (recording)
 #   pipeline            the input-pipeline test alone
 #   convergence-quick, convergence (recording)
 #   scaling             loss-scaling properties on CUDA
@@ -88,7 +88,7 @@ for arg in "$@"; do
               stage "memory-${models//,/-}" "${PYTEST[@]}" perf/test_memory.py --perf-update-baselines \
                 --perf-models "$models" --benchmark-json "$OUT/memory-${models//,/-}.json" ;;
     pipeline) stage pipeline "${PYTEST[@]}" perf/test_input_pipeline.py --benchmark-json "$OUT/pipeline.json" ;;
-    memory) stage memory "${PYTEST[@]}" perf/test_memory.py --benchmark-json "$OUT/memory.json" ;;
+    memory-full) stage memory-full "${PYTEST[@]}" perf/test_memory.py --perf-tier full --benchmark-json "$OUT/memory-full.json" ;;
     memory-record) stage memory-record "${PYTEST[@]}" perf/test_memory.py --perf-tier full --perf-update-baselines \
                 --benchmark-json "$OUT/memory-full.json" ;;
     convergence-quick) stage convergence-quick "${PYTEST[@]}" perf/test_convergence.py perf/test_input_pipeline.py \
