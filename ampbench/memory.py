@@ -5,7 +5,7 @@ The largest-batch search (``find_largest_batch``) is pure logic over a ``measure
 function that raises ``torch.OutOfMemoryError`` when a batch does not fit, so it is tested on the CPU
 against fake steps; ``measure_memory`` wires it to real training steps on a CUDA device.
 
-How the search spends its steps (each real step at a large batch costs up to a second):
+How the search spends its steps (each real step at a large batch costs up to a few seconds):
 
 0. Where this GPU's baseline holds a largest batch found under the same cap and allocator settings,
    the search starts there, on the baseline's grid: P is that batch and step 1 is skipped. Unchanged,
@@ -294,7 +294,9 @@ class _Search:
         else:
             self.probe(first_batch)
         self.descend_to_first_fit(first_batch)
-        if self.start is not None and self.start > self.lo:
+        if self.start is not None and self.start <= self.lo:
+            self.start = None  # a start that is no larger than what already fit says nothing: search blind
+        if self.start is not None:
             self.settle()  # no second size: the start stands in for the line's prediction
             return self.result()
 

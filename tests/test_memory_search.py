@@ -218,6 +218,13 @@ def test_a_start_at_the_limit_takes_one_step():
     assert result.limited and result.steps == 1, result.describe()
 
 
+def test_a_start_no_larger_than_the_first_fit_is_ignored():
+    step = FakeStep(linear(2 * GIB, 85 * MIB), 70 * GIB)
+    result = find_largest_batch(step, 70 * GIB, 128, first_peak=step.peak(128), start=64, granularity=8)
+    assert_confirmed(result, step)
+    assert result.started_at is None and "predicted" in result.describe(), result.describe()
+
+
 def test_a_start_without_its_grid_is_refused():
     with pytest.raises(ValueError, match="start.*granularity"):
         find_largest_batch(FakeStep(linear(0, 1), 100), 100, 8, start=64)
