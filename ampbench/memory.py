@@ -240,27 +240,29 @@ class _Search:
         self.measure, self.cap, self.fixed, self.start = measure, float(cap), float(fixed), start
         self.limit, self.g, self.resolution = limit, granularity, resolution
         self.max_steps, self.min_batch, self.on_oom = max_steps, min_batch, on_oom
-        self.probes: list[Probe] = []
-        self.fits: dict[int, float] = {}
-        self.lo: int | None = None  # largest batch that fit
-        self.hi: int | None = None  # smallest batch that ran out of memory
+        self.probes: list[Probe] = []  # everything the search knows; the bracket below is read off it
         self.predicted: int | None = None
+
+    @property
+    def fits(self) -> dict[int, float]:
+        """Peak bytes by batch, of every batch that fit."""
+        return {p.batch: p.peak_bytes for p in self.probes if p.fits}
+
+    @property
+    def lo(self) -> int | None:
+        """The largest batch that fit."""
+        return max((p.batch for p in self.probes if p.fits), default=None)
+
+    @property
+    def hi(self) -> int | None:
+        """The smallest batch that ran out of memory."""
+        return min((p.batch for p in self.probes if not p.fits), default=None)
 
     def probe(self, batch: int) -> bool:
         if sum(p.stepped for p in self.probes) >= self.max_steps:
             raise SearchError(f"no confirmed largest batch after {self.max_steps} steps: {self.result().describe()}")
-        peak = try_step(self.measure, batch, self.on_oom)
-        if peak is None:
-            self.probes.append(Probe(batch, None))
-            self.hi = batch if self.hi is None else min(self.hi, batch)
-            return False
-        self.record_fit(batch, peak)
-        return True
-
-    def record_fit(self, batch: int, peak: float, stepped: bool = True) -> None:
-        self.probes.append(Probe(batch, peak, stepped))
-        self.fits[batch] = peak
-        self.lo = batch if self.lo is None else max(self.lo, batch)
+        self.probes.append(Probe(batch, try_step(self.measure, batch, self.on_oom)))
+        return self.probes[-1].fits
 
     def aim(self) -> int | None:
         """The start while it is untried and inside the bracket; else the largest batch on the grid whose
@@ -287,10 +289,9 @@ class _Search:
         if first_batch < self.min_batch:
             raise ValueError(f"first batch {first_batch} is below the smallest batch {self.min_batch}")
         if first_peak is not None and first_peak <= FIRST_PEAK_TRUST * self.cap:
-            self.record_fit(first_batch, first_peak, stepped=False)
+            self.probes.append(Probe(first_batch, first_peak, stepped=False))
         elif first_peak is not None:
             self.probes.append(Probe(first_batch, None, stepped=False))  # over the cap already, no step needed
-            self.hi = first_batch
         else:
             self.probe(first_batch)
         self.descend_to_first_fit(first_batch)
