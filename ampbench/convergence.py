@@ -16,18 +16,28 @@ Three measurements, each deterministic given its seed (up to the GPU's own non-d
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ampbench.data import ArrayImageDataset, ImageData, cifar_train_transform, fit_images, load_digits, resized_uint8
+from ampbench.data import (
+    ArrayImageDataset,
+    ImageData,
+    channel_stats,
+    cifar_train_transform,
+    fit_images,
+    load_digits,
+    resized_uint8,
+    torchvision_dataset,
+)
 from ampbench.device import cudnn_heuristics
 from ampbench.modes import PrecisionMode
 from ampbench.timing import sync
@@ -127,6 +137,18 @@ def evaluate(trainer: Trainer, images: torch.Tensor, labels: torch.Tensor, batch
 WARMUP_FRACTION = 0.1  # of the budget's steps
 
 
+def shuffled_batches(n: int, batch: int, seed: int, device: torch.device) -> Iterator[torch.Tensor]:
+    """Index batches of `batch` out of `n` samples, endlessly: a seeded permutation per epoch, whose
+    ragged tail is dropped so every step has one shape."""
+    if not 0 < batch <= n:
+        raise ValueError(f"a batch of {batch} cannot be drawn from {n} samples")
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        order = torch.randperm(n, generator=gen).to(device)
+        for pos in range(0, n - batch + 1, batch):
+            yield order[pos:pos + batch]
+
+
 def lr_factor(step: int, steps: int) -> float:
     """Seed 000's schedule: linear warm-up, then linear decay to zero at the last step. Ending at a
     small learning rate makes the final accuracy a property of the mode, not of where the last noisy
@@ -167,20 +189,15 @@ def train_to_accuracy(
 
     trainer = Trainer(spec, mode, device, config=config, batch_size=batch, seed=seed)
     base_lrs = [group["lr"] for group in trainer.optimizer.param_groups]
-    order_gen = torch.Generator().manual_seed(seed)
-    order, pos = torch.empty(0, dtype=torch.int64), n
+    batches = shuffled_batches(n, batch, seed, device)
     losses: list[torch.Tensor] = []
     sync(device)
     t0 = time.perf_counter()
     with mode.math_flags():
-        for step in range(budget.steps):
+        for step, idx in zip(range(budget.steps), batches):
             factor = lr_factor(step, budget.steps)
             for group, base in zip(trainer.optimizer.param_groups, base_lrs):
                 group["lr"] = base * factor
-            if pos + batch > n:  # a new epoch; the ragged tail is dropped so every step has one shape
-                order, pos = torch.randperm(n, generator=order_gen).to(device), 0
-            idx = order[pos:pos + batch]
-            pos += batch
             x, y = trainer.prepare((x_train[idx], y_train[idx]))
             losses.append(trainer.step(x, y))  # a device tensor: no host sync inside the loop
     curve = torch.stack(losses).float().cpu()
@@ -307,8 +324,6 @@ def _first_step_underflow(model16: nn.Module, x: torch.Tensor, y: torch.Tensor, 
 
 
 def _clone_float(model: nn.Module) -> nn.Module:
-    import copy
-
     return copy.deepcopy(model).float()
 
 
@@ -332,15 +347,8 @@ def _train_underflow(
     params = master.master_params if master else list(model.parameters())
     optimizer = torch.optim.SGD(params, lr=lr / factor, momentum=0.9)
     scaler = LossScaler(device=device.type, init_scale=loss_scale, growth_factor=1.0, backoff_factor=1.0) if fp16 else None
-    gen = torch.Generator().manual_seed(seed)
-    n = len(y_train)
     losses = []
-    order, pos = torch.empty(0, dtype=torch.int64), n
-    for _ in range(steps):
-        if pos + batch_size > n:
-            order, pos = torch.randperm(n, generator=gen).to(device), 0
-        idx = order[pos:pos + batch_size]
-        pos += batch_size
+    for _, idx in zip(range(steps), shuffled_batches(len(y_train), batch_size, seed, device)):
         x = x_train[idx].half() if fp16 else x_train[idx]
         model.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x).float(), y_train[idx])
@@ -424,21 +432,17 @@ def pipeline_dataset(config: Any, data_root: Any = None, seed: int = 0) -> tuple
     """The training set a CIFAR-shaped model's DataLoader reads, with seed 000's per-sample augmentation:
     CIFAR-10 from `data_root` when one is given (an error if it lacks CIFAR-10), else the digits
     stored as 3x32x32 uint8 images so each sample costs the host what a CIFAR image costs."""
-    from ampbench.data import torchvision_dataset
-
     size = config.image_size
     if data_root is not None:
         probe = torchvision_dataset("cifar10", data_root, train=True)
         # the statistics of 10,000 images are CIFAR's to three decimals, at a fifth of the memory
-        x = torch.from_numpy(probe.data[:10_000]).permute(0, 3, 1, 2).float().div_(255.0)
-        mean, std = x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3))
+        mean, std = channel_stats(torch.from_numpy(probe.data[:10_000]).permute(0, 3, 1, 2))
         transform = cifar_train_transform(size, mean, std, resize_from=32)
         probe.transform = transform
         return probe, f"cifar10 ({data_root})"
     digits = load_digits(seed=seed)
     images = resized_uint8(digits.train_images, config.in_channels, 32)
-    x = images.float().div_(255.0)
-    mean, std = x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3)).clamp_min(1e-6)
+    mean, std = channel_stats(images)
     transform = cifar_train_transform(size, mean, std, resize_from=32)
     return ArrayImageDataset(images, digits.train_labels, transform), "digits as 3x32x32 uint8"
 

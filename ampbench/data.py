@@ -41,12 +41,16 @@ class ImageData:
         return tuple(self.train_images.shape[1:])  # type: ignore[return-value]
 
     def channel_stats(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-channel mean and std of the training images on the [0, 1] scale (test images never
-        leak into the normalization)."""
-        x = self.train_images.float().div_(255.0)
-        mean = x.mean(dim=(0, 2, 3))
-        std = x.std(dim=(0, 2, 3)).clamp_min(1e-6)
-        return mean, std
+        """Per-channel mean and std of the training images (test images never leak into the
+        normalization)."""
+        return channel_stats(self.train_images)
+
+
+def channel_stats(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel mean and std of uint8 (N, C, H, W) images on the [0, 1] scale; the std is kept off
+    zero, since it divides."""
+    x = images.float().div_(255.0)
+    return x.mean(dim=(0, 2, 3)), x.std(dim=(0, 2, 3)).clamp_min(1e-6)
 
 
 # -- scikit-learn's digits ------------------------------------------------------------------------
@@ -255,6 +259,18 @@ def fit_images(images: torch.Tensor, channels: int, size: int, mean: torch.Tenso
     """
     x = images.float().div_(255.0)
     x = (x - mean.to(x.device).view(1, -1, 1, 1)) / std.to(x.device).view(1, -1, 1, 1)
+    return _reshaped(x, channels, size).contiguous()
+
+
+def resized_uint8(images: torch.Tensor, channels: int, size: int) -> torch.Tensor:
+    """uint8 (N, C, H, W) -> uint8 (N, channels, size, size): the pixels a data set of that shape would
+    hold on disk, so a DataLoader over them does the same per-sample work as over CIFAR."""
+    return _reshaped(images.float(), channels, size).round().clamp(0, 255).to(torch.uint8).contiguous()
+
+
+def _reshaped(x: torch.Tensor, channels: int, size: int) -> torch.Tensor:
+    """float (N, C, H, W) -> (N, channels, size, size): grey repeated to RGB or RGB averaged to grey,
+    then resized bilinearly where the size differs."""
     c = x.shape[1]
     if c != channels:
         if c == 1:
@@ -265,18 +281,7 @@ def fit_images(images: torch.Tensor, channels: int, size: int, mean: torch.Tenso
             raise ValueError(f"cannot map {c}-channel images onto {channels} channels")
     if x.shape[-1] != size or x.shape[-2] != size:
         x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
-    return x.contiguous()
-
-
-def resized_uint8(images: torch.Tensor, channels: int, size: int) -> torch.Tensor:
-    """uint8 (N, C, H, W) -> uint8 (N, channels, size, size): the pixels a data set of that shape would
-    hold on disk, so a DataLoader over them does the same per-sample work as over CIFAR."""
-    x = images.float()
-    if x.shape[1] != channels:
-        x = x.expand(-1, channels, -1, -1) if x.shape[1] == 1 else x.mean(dim=1, keepdim=True)
-    if x.shape[-1] != size or x.shape[-2] != size:
-        x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
-    return x.round_().clamp_(0, 255).to(torch.uint8).contiguous()
+    return x
 
 
 class ArrayImageDataset(torch.utils.data.Dataset):
