@@ -126,15 +126,20 @@ def release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+_primed: set[torch.device] = set()  # devices whose long-lived library allocations exist
+
+
 def prime_libraries(device: torch.device) -> None:
     """Make the allocations that live as long as the process (cuBLAS's workspace for this stream)
-    before anything is measured, so no cell's figures depend on whether it ran first in the session."""
-    if device.type != "cuda":
+    before anything is measured, so no cell's figures depend on whether it ran first in the session.
+    Once per device: they outlive every cell (``empty_cache`` leaves them)."""
+    if device.type != "cuda" or device in _primed:
         return
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         x = torch.ones(16, 16, device=device, dtype=dtype, requires_grad=True)
         torch.nn.functional.linear(x, x, x[0]).sum().backward()
     torch.cuda.synchronize(device)
+    _primed.add(device)
 
 
 # matmul dtype of the peak measurement -> (tensor dtype, TF32 on)

@@ -50,11 +50,10 @@ def needs_cuda(perf_device) -> None:
         pytest.skip(memory.NO_CUDA_REASON)
 
 
-def _measure(spec, mode, device, settings, cap, baseline_store, timed=None) -> CellMemory | str:
+def _measure(spec, mode, device, settings, cap, baseline: dict | None, timed=None) -> CellMemory | str:
     """The cell's measurement, or a failure message naming model, mode, batch and figures. The search
-    starts at the baseline's largest batch where one was recorded under this cap (see
+    starts at `baseline`'s largest batch where it was recorded under this cap (see
     ``memory.search_start``)."""
-    baseline = baseline_store.figures(_test_id(spec.name, mode.name)) if baseline_store is not None else None
     try:
         return memory.measure_memory(spec, mode, device, cap, smoke=settings.smoke, timed=timed,
                                      start=memory.search_start(baseline, cap))
@@ -66,6 +65,10 @@ def _test_id(model: str, mode: str) -> str:
     return f"test_memory[{model}-{mode}]"
 
 
+def _baseline(baseline_store, model: str, mode: str) -> dict | None:
+    return baseline_store.figures(_test_id(model, mode)) if baseline_store is not None else None
+
+
 @pytest.fixture
 def memory_reference(needs_cuda, model_spec, mode, perf_device, perf_settings, memory_cap_bytes,
                      baseline_store, _memory_references) -> CellMemory | None:
@@ -75,7 +78,8 @@ def memory_reference(needs_cuda, model_spec, mode, perf_device, perf_settings, m
         return None
     if model_spec.name not in _memory_references:
         _memory_references[model_spec.name] = _measure(
-            model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings, memory_cap_bytes, baseline_store)
+            model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings, memory_cap_bytes,
+            _baseline(baseline_store, model_spec.name, REFERENCE_MODE))
     ref = _memory_references[model_spec.name]
     if isinstance(ref, str):
         pytest.fail(f"{model_spec.name} fp32 reference could not be measured: {ref}", pytrace=False)
@@ -92,7 +96,8 @@ def test_memory(benchmark, model_spec, mode, memory_reference, perf_settings, pe
     def timed(step, rounds: int) -> None:
         benchmark.pedantic(step, rounds=rounds, iterations=1, warmup_rounds=0)
 
-    cell = _measure(spec, mode, perf_device, settings, memory_cap_bytes, baseline_store, timed)
+    baseline = _baseline(baseline_store, spec.name, mode.name)  # where the search starts, and what it is held to
+    cell = _measure(spec, mode, perf_device, settings, memory_cap_bytes, baseline, timed)
     if memory_reference is None:  # this is the fp32 cell
         _memory_references[spec.name] = cell
     if isinstance(cell, str):
@@ -100,7 +105,6 @@ def test_memory(benchmark, model_spec, mode, memory_reference, perf_settings, pe
     reference = memory_reference or cell
 
     figures = memory.figures_of(cell, reference)
-    baseline = baseline_store.figures(test_id) if baseline_store is not None else None
     judgement = memory.judge(spec.name, mode.name, figures, baseline, settings.tolerance)
     benchmark.extra_info.update(
         ampbench_schema=1, kind="memory", model=spec.name, mode=mode.name, device=str(perf_device),

@@ -32,14 +32,18 @@ def reference(model_spec, perf_device, perf_settings, _reference_cache, fail_on_
     if _reference_cache.get("model") != model_spec.name:
         _reference_cache.clear()
         release(perf_device)
-        side = _prepare(model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings, fail_on_oom, "fp32 reference")
+        side = _prepare(model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings, _policy(perf_device, perf_settings),
+                        fail_on_oom, "fp32 reference")
         _reference_cache.update(model=model_spec.name, side=side)
     return _reference_cache["side"]
 
 
-def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> speed.Side:
+def _policy(device, settings) -> speed.SpeedPolicy:
+    return speed.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds)
+
+
+def _prepare(model_spec, mode, device, settings, policy: speed.SpeedPolicy, fail_on_oom, label: str) -> speed.Side:
     """A warmed-up side, or this test's failure naming its batch and peak memory if it does not fit."""
-    policy = speed.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds)
     return fail_on_oom(lambda: speed.prepare_side(model_spec, mode, device, settings.smoke, policy),
                        f"{model_spec.name} {label}", model_spec.batch_size_for(settings.smoke))
 
@@ -48,10 +52,10 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
                fail_on_oom):
     settings = perf_settings
     test_id = f"test_speed[{model_spec.name}-{mode.name}]"
-    policy = speed.policy_for(perf_device, settings.min_rounds, settings.tolerance, settings.block_seconds)
+    policy = _policy(perf_device, settings)
     batch = model_spec.batch_size_for(settings.smoke)
 
-    side = _prepare(model_spec, mode, perf_device, settings, fail_on_oom, mode.name)
+    side = _prepare(model_spec, mode, perf_device, settings, policy, fail_on_oom, mode.name)
 
     # identity first, so a cell that fails later is still recognisable in --benchmark-json
     benchmark.extra_info.update(ampbench_schema=1, kind="speed", model=model_spec.name, mode=mode.name,
