@@ -125,7 +125,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests taking `model_name` and `mode_name` run once per cell, model-major, ids `model-mode`.
 
     ``@pytest.mark.cells(models=[...])`` gives a test its own models instead of the tier's (those
-    --perf-models names, if given, still narrow it).
+    --perf-models names, if given, still narrow it); with ``tiered=True`` the tier narrows them too.
     """
     if not {"model_name", "mode_name"} <= set(metafunc.fixturenames):
         return
@@ -134,7 +134,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("cells")
     if marker is not None and "models" in marker.kwargs:
         own = list(marker.kwargs["models"])
-        names = [m for m in own if m in s.models] if metafunc.config.option.perf_models else own
+        narrowed = metafunc.config.option.perf_models or marker.kwargs.get("tiered", False)
+        names = [m for m in own if m in s.models] if narrowed else own
     cells = [(m, p) for m in names for p in s.precisions]
     metafunc.parametrize(("model_name", "mode_name"), cells, ids=[f"{m}-{p}" for m, p in cells])
 

@@ -41,11 +41,10 @@ def _pipeline_datasets() -> dict:
     return {}
 
 
-@pytest.mark.cells(models=list(CIFAR_SHAPED))
+# the full tier's CIFAR-shaped models (the DPNs) only there, or where --perf-models names them
+@pytest.mark.cells(models=list(CIFAR_SHAPED), tiered=True)
 def test_input_pipeline(benchmark, model_spec, mode, perf_settings, perf_device, _pipeline_datasets, fail_on_oom):
     settings = perf_settings
-    if model_spec.tier != "quick" and settings.tier == "quick" and model_spec.name not in (settings.models or ()):
-        pytest.skip(f"{model_spec.name}: input pipeline of the full tier only (--perf-tier full)")
     smoke = settings.smoke
     config = _pipeline_config(model_spec, smoke)
     key = (config.in_channels, config.image_size, str(settings.data_root))
