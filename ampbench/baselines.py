@@ -142,3 +142,21 @@ def write_atomic(path: Path, document: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# How a speed cell was measured, as baselines store it. Entries recorded before these were stored
+# were measured with these values.
+MEASUREMENT_DEFAULTS: dict[str, object] = {"cudnn_benchmark": True, "block_seconds": 0.1}
+
+
+def measurement_mismatch(baseline: dict, measured_with: dict[str, object]) -> str | None:
+    """A sentence naming each setting this run measures with that differs from the baseline's, or None."""
+    differ = [
+        f"{name} {baseline.get(name, MEASUREMENT_DEFAULTS.get(name))} in the baseline, {value} here"
+        for name, value in measured_with.items()
+        if baseline.get(name, MEASUREMENT_DEFAULTS.get(name)) != value
+    ]
+    if not differ:
+        return None
+    return ("measured differently from its baseline (" + "; ".join(differ) + "): a speedup that moves may "
+            "owe it to that, not to the software under test")

@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from ampbench.baselines import measurement_mismatch
 from ampbench.device import prime_libraries
 from ampbench.modes import PrecisionMode
 from ampbench.stats import SpeedupEstimate, estimate_speedup, relative_spread
@@ -53,24 +54,6 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float, block_se
         record_rounds=RoundsPolicy(8, 8, 1.0, 8.0),
         extend_to=max(48, min_rounds),
     )
-
-
-# How a speed cell was measured, as baselines store it. Entries recorded before these were stored
-# were measured with these values.
-MEASUREMENT_DEFAULTS: dict[str, object] = {"cudnn_benchmark": True, "block_seconds": 0.1}
-
-
-def measurement_mismatch(baseline: dict, measured_with: dict[str, object]) -> str | None:
-    """A sentence naming each setting this run measures with that differs from the baseline's, or None."""
-    differ = [
-        f"{name} {baseline.get(name, MEASUREMENT_DEFAULTS.get(name))} in the baseline, {value} here"
-        for name, value in measured_with.items()
-        if baseline.get(name, MEASUREMENT_DEFAULTS.get(name)) != value
-    ]
-    if not differ:
-        return None
-    return ("measured differently from its baseline (" + "; ".join(differ) + "): a speedup that moves may "
-            "owe it to that, not to the software under test")
 
 
 @dataclass

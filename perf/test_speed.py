@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from ampbench import speed
+from ampbench.baselines import measurement_mismatch
 from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, get_mode
 from ampbench.stats import median
@@ -68,7 +69,7 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
     measured_with = {"cudnn_benchmark": settings.cudnn_benchmark, "block_seconds": settings.block_seconds}
     baseline = baseline_store.figures(test_id) if baseline_store is not None else None
     check = None
-    mismatch = speed.measurement_mismatch(baseline, measured_with) if baseline is not None else None
+    mismatch = measurement_mismatch(baseline, measured_with) if baseline is not None else None
     if baseline is not None:
         benchmark.extra_info["baseline_noise"] = baseline.get("noise")
         tol = tolerance_for(settings.tolerance, baseline.get("noise"))

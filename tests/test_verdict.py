@@ -116,7 +116,7 @@ def test_one_stray_round_in_the_short_batch_does_not_set_the_noise():
 
 
 def test_a_baseline_measured_another_way_is_named():
-    from ampbench.speed import measurement_mismatch
+    from ampbench.baselines import measurement_mismatch
 
     same = {"cudnn_benchmark": True, "block_seconds": 0.1}
     # entries recorded before the settings were stored count as the defaults they were measured with
