@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from ampbench.baselines import BaselineError, load_document, write_atomic
 from ampbench.compare import (
     DEFAULT_ACCURACY_TOLERANCE,
     DEFAULT_MEMORY_TOLERANCE,
@@ -16,6 +17,7 @@ from ampbench.compare import (
     format_text,
 )
 from ampbench.report import RunError, build_report, failed_tests, load_run, render_comparison_markdown, write_report
+from ampbench.spread import learn, with_spread
 from ampbench.verdict import Verdict
 
 # exit statuses: 0 all good, 1 a regression (or, under --strict, an inconclusive verdict), 2 bad usage
@@ -91,6 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--markdown", type=Path, metavar="FILE", default=None,
                       help="also write the comparison as markdown to FILE (e.g. $GITHUB_STEP_SUMMARY is appended to)")
     _add_tolerances(cmp_)
+
+    spr = sub.add_parser(
+        "spread", help="learn each speed cell's run-to-run spread from saved runs into a baseline file",
+        description="For every speed entry of BASELINE.json, gather the recorded speedup and the speedup of each "
+                    "RUN.json made on the same GPU and software (driver, torch, CUDA, cuDNN) and measured the same "
+                    "way, and store the standard deviation of their logarithms as the entry's between_run_sd (with "
+                    "between_run_count values behind it). The suite then reports each speedup's 99%% interval across "
+                    "runs as well as within its own run. Pass every run to count: the figures are replaced, not "
+                    "accumulated. Cells whose verdict was a regression, and the run that recorded the baseline, "
+                    "do not count. The file is rewritten atomically; other figures and entries are kept.",
+    )
+    spr.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to add the spread to")
+    spr.add_argument("runs", type=Path, nargs="+", metavar="RUN.json",
+                     help="benchmark JSON of independent runs of the suite on that GPU, unchanged software")
+    spr.add_argument("--dry-run", action="store_true", help="print what would be stored, write nothing")
     return parser
 
 
@@ -128,11 +145,39 @@ def _compare(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if comparison.failed(args.strict) else EXIT_OK
 
 
+def _spread(args: argparse.Namespace) -> int:
+    document = load_document(args.baseline)
+    paths = list(dict.fromkeys(p.resolve() for p in args.runs))  # a path given twice counts once
+    learned = learn(document["entries"], [load_run(p) for p in paths])
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for run, test_id, why in learned.left_out:
+        grouped.setdefault((run, why), []).append(test_id)
+    for (run, why), ids in grouped.items():
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        print(f"left out of {run}: {shown}: {why}")
+    if not learned.cells:
+        print(f"ampbench: error: no run counts towards any speed entry of {args.baseline}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    width = max(len(t) for t in learned.cells)
+    print(f"{'test':{width}s}  values  sd of ln(speedup)  speedups (the recording's first)")
+    for test_id, cell in learned.cells.items():
+        print(f"{test_id:{width}s}  {len(cell.speedups):6d}  {cell.sd:17.2%}  " + " ".join(f"{s:.3f}" for s in cell.speedups))
+    if args.dry_run:
+        print(f"ampbench: --dry-run: {args.baseline} left as it was")
+        return EXIT_OK
+    write_atomic(args.baseline, with_spread(document, learned))
+    print(f"ampbench: between-run spread of {len(learned.cells)} speed entries written to {args.baseline}")
+    return EXIT_OK
+
+
+COMMANDS = {"report": _report, "compare": _compare, "spread": _spread}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return _report(args) if args.command == "report" else _compare(args)
-    except (RunError, OSError) as exc:  # a run file that cannot be read, an output folder in the way
+        return COMMANDS[args.command](args)
+    except (RunError, BaselineError, OSError) as exc:  # a file that cannot be read, an output folder in the way
         print(f"ampbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

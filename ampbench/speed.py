@@ -12,7 +12,7 @@ import torch
 from ampbench.baselines import measurement_mismatch
 from ampbench.device import prime_libraries
 from ampbench.modes import PrecisionMode
-from ampbench.stats import SpeedupEstimate, estimate_speedup, relative_spread
+from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, relative_spread
 from ampbench.timing import (
     PairedTimer,
     RoundsPolicy,
@@ -138,6 +138,22 @@ def judge(
     if confirmation is not None:
         message += f"; confirming batch {confirmation}"
     return SpeedOutcome(est, verdict, confirmation, message)
+
+
+def across_runs_of(est: SpeedupEstimate, baseline: dict | None) -> SpeedupEstimate | None:
+    """`est` with its interval widened by the between-run spread its baseline entry learned from
+    saved runs (``ampbench spread``), or None where the entry has none. The verdict does not use it:
+    its tolerance already allows for the baseline's run being another; this is the interval to hold
+    another run's speedup against."""
+    between = baseline.get("between_run_sd") if baseline is not None else None
+    if isinstance(between, bool) or not isinstance(between, (int, float)):
+        return None
+    return across_runs(est, float(between))
+
+
+def describe_across(across: SpeedupEstimate, baseline: dict) -> str:
+    return (f"[{across.low:.3f}, {across.high:.3f}] (between-run sd {across.between_run_sd:.1%} from "
+            f"{baseline.get('between_run_count', '?')} runs)")
 
 
 def comparable_recording(previous: dict | None, previous_software: dict | None, software: dict,

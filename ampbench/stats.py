@@ -1,9 +1,11 @@
-"""Small pure statistics for paired timings: log ratios, medians and their order-statistic intervals."""
+"""Small pure statistics for paired timings: log ratios, medians and their order-statistic intervals,
+and the spread of a figure between independent runs."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from statistics import NormalDist, stdev
 from typing import Sequence
 
 
@@ -69,6 +71,9 @@ class SpeedupEstimate:
     high: float  # upper end
     rounds: int  # paired rounds behind it
     confidence: float  # coverage of [low, high]
+    # standard deviation of ln(speedup) between independent runs that [low, high] allows for as well;
+    # 0: the interval is this run's alone (see `across_runs`)
+    between_run_sd: float = 0.0
 
     @property
     def half_width(self) -> float:
@@ -76,7 +81,9 @@ class SpeedupEstimate:
         return 0.5 * math.log(self.high / self.low)
 
     def __str__(self) -> str:
-        return f"{self.speedup:.3f}x [{self.low:.3f}, {self.high:.3f}] ({self.confidence:.0%}, {self.rounds} rounds)"
+        between = f", between-run sd {self.between_run_sd:.1%}" if self.between_run_sd else ""
+        return (f"{self.speedup:.3f}x [{self.low:.3f}, {self.high:.3f}] "
+                f"({self.confidence:.0%}, {self.rounds} rounds{between})")
 
 
 def estimate_speedup(reference: Sequence[float], mode: Sequence[float], confidence: float = 0.99) -> SpeedupEstimate:
@@ -89,3 +96,34 @@ def estimate_speedup(reference: Sequence[float], mode: Sequence[float], confiden
 def relative_spread(a: float, b: float) -> float:
     """|ln(a / b)|: how far apart two positive figures are, symmetric and scale-free."""
     return abs(math.log(a / b))
+
+
+def log_sd(values: Sequence[float]) -> float:
+    """Sample standard deviation of ln(value): the scale-free spread of a positive figure measured in
+    several independent runs."""
+    if len(values) < 2:
+        raise ValueError(f"a spread needs at least 2 values, got {len(values)}")
+    if any(not (v > 0 and math.isfinite(v)) for v in values):
+        raise ValueError(f"values must be finite and positive, got {list(values)}")
+    return stdev(math.log(v) for v in values)
+
+
+def across_runs(est: SpeedupEstimate, between_run_sd: float) -> SpeedupEstimate:
+    """`est` with its interval widened to cover where independent runs put the speedup, not only this
+    run's rounds: each end's distance from the median (in log space) is combined in quadrature with
+    z x `between_run_sd`, z the normal quantile of the interval's confidence.
+
+    A run's rounds share one process and one card, so its own interval knows nothing of what differs
+    between processes and machines; on H100s the same cell's speedup moved 1-5% from card to card,
+    about as much as the within-run 99% intervals are wide. The median stays where it is.
+    """
+    if not (between_run_sd >= 0 and math.isfinite(between_run_sd)):
+        raise ValueError(f"between_run_sd must be finite and >= 0, got {between_run_sd}")
+    if est.between_run_sd:
+        raise ValueError(f"{est} already allows for a between-run spread")
+    z = NormalDist().inv_cdf(0.5 + est.confidence / 2)
+    extra = z * between_run_sd
+    centre = math.log(est.speedup)
+    below = math.hypot(centre - math.log(est.low), extra)
+    above = math.hypot(math.log(est.high) - centre, extra)
+    return replace(est, low=math.exp(centre - below), high=math.exp(centre + above), between_run_sd=between_run_sd)

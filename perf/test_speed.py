@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from ampbench import speed
+from ampbench import speed, spread
 from ampbench.baselines import measurement_mismatch
 from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, get_mode
@@ -84,6 +84,9 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
 
     outcome = speed.judge(check, timer, policy, second_batch)
     est = outcome.estimate
+    # reported beside the verdict's own interval, not judged (see across_runs_of)
+    across = speed.across_runs_of(est, baseline)
+    message = outcome.message + (f"; across runs {speed.describe_across(across, baseline)}" if across else "")
 
     # the mode really trained: its weights moved and its loss scale is still usable. (Whether the
     # loss stays finite on random data is a property of that task, not of the mode: it is recorded
@@ -102,13 +105,17 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
         ampbench_schema=1, kind="speed", model=model_spec.name, mode=mode.name, device=str(perf_device),
         batch_size=batch, steps_per_block=timer.mode_steps, ref_steps_per_block=timer.ref_steps,
         speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds, confidence=est.confidence,
+        speedup_across_low=across.low if across else None, speedup_across_high=across.high if across else None,
+        between_run_sd=across.between_run_sd if across else None,
+        between_run_count=baseline.get("between_run_count") if across else None,
         throughput=batch / step_s, throughput_ref=batch / ref_step_s, step_ms=step_s * 1e3, step_ms_ref=ref_step_s * 1e3,
         peak_mem_bytes=side.peak_bytes, peak_mem_ref_bytes=reference.peak_bytes, memory_ratio=ratio,
         tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
         baseline_speedup=check.expected if check else None, tolerance=check.tolerance if check else None,
         line=check.line if check else None, drop=check.drop(est) if check else None,
         confirm_speedup=outcome.confirmation.speedup if outcome.confirmation else None,
-        verdict=outcome.verdict.value, message=outcome.message, weights_moved=moved, final_loss_finite=loss_ok,
+        verdict=outcome.verdict.value, message=message, recording=settings.update_baselines,
+        weights_moved=moved, final_loss_finite=loss_ok,
         loss_scale=scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds, **measured_with,
         # per-step milliseconds of every round, in order: what drift or a stray slow block looked like
         round_ms=[t * 1e3 for t in timer.mode_times], ref_round_ms=[t * 1e3 for t in timer.ref_times],
@@ -135,6 +142,7 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
             "noise": speed.recorded_noise(est, second_est, baseline, comparable),
             "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
             "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
+            **spread.carried(baseline, comparable),
         }, software)
 
     # freed before any failure is raised: pytest keeps a failed test's frames, and with them its trainer
@@ -147,11 +155,11 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
     if problems:
         pytest.fail(f"{model_spec.name} {mode.name}: " + "; ".join(problems), pytrace=False)
     if outcome.verdict is Verdict.REGRESSION:
-        pytest.fail(f"speed regression: {outcome.message}", pytrace=False)
+        pytest.fail(f"speed regression: {message}", pytrace=False)
     if outcome.verdict is Verdict.INCONCLUSIVE:
         if settings.strict:
-            pytest.fail(f"inconclusive speed verdict (--perf-strict): {outcome.message}", pytrace=False)
-        warnings.warn(InconclusiveSpeed(f"inconclusive: {outcome.message}"))
+            pytest.fail(f"inconclusive speed verdict (--perf-strict): {message}", pytrace=False)
+        warnings.warn(InconclusiveSpeed(f"inconclusive: {message}"))
     if baseline_store is not None and not baseline_store.exists and not settings.update_baselines:
         warnings.warn(UserWarning(
             f"no baseline file {baseline_store.path}; measured {est}. Record one with "

@@ -200,10 +200,12 @@ def _run_module(*args: str) -> subprocess.CompletedProcess:
 
 def test_python_dash_m_ampbench_has_help_for_each_command():
     top = _run_module("--help")
-    assert top.returncode == 0 and "report" in top.stdout and "compare" in top.stdout
+    assert top.returncode == 0 and all(c in top.stdout for c in ("report", "compare", "spread"))
     for command in ("report", "compare"):
         sub = _run_module(command, "--help")
         assert sub.returncode == 0 and "--tolerance" in sub.stdout
+    spread = _run_module("spread", "--help")
+    assert spread.returncode == 0 and "--dry-run" in spread.stdout and "between_run_sd" in spread.stdout
 
 
 def test_python_dash_m_ampbench_compare_exit_status(tmp_path):

@@ -6,12 +6,15 @@ import pytest
 from hypothesis import given, strategies as st
 
 from ampbench.stats import (
+    SpeedupEstimate,
     _binom_cdf,
+    across_runs,
     estimate_speedup,
     log_ratios,
     median,
     median_interval,
     median_interval_ranks,
+    log_sd,
     min_rounds,
     relative_spread,
 )
@@ -73,3 +76,42 @@ def test_half_width_and_spread():
     est = estimate_speedup([1.0] * 10, [0.5] * 10)
     assert est.half_width == pytest.approx(0.0)
     assert relative_spread(1.1, 1.0) == pytest.approx(relative_spread(1.0, 1.1))
+
+
+def test_log_sd_is_scale_free_and_needs_two_positive_values():
+    assert log_sd([2.0, 2.0]) == 0.0
+    assert log_sd([1.0, math.e]) == pytest.approx(math.sqrt(0.5))  # ln values 0 and 1: sample sd 1/sqrt(2)
+    assert log_sd([3.0, 6.0, 12.0]) == pytest.approx(log_sd([1.0, 2.0, 4.0]))
+    with pytest.raises(ValueError, match="at least 2"):
+        log_sd([1.0])
+    with pytest.raises(ValueError, match="positive"):
+        log_sd([1.0, 0.0])
+
+
+def test_across_runs_adds_the_between_run_term_to_each_end_in_quadrature():
+    est = SpeedupEstimate(4.0, 4.0 * math.exp(-0.01), 4.0 * math.exp(0.02), 20, 0.99)
+    wide = across_runs(est, 0.01)
+    z = 2.5758293035489  # the normal quantile of a two-sided 99% interval
+    assert wide.speedup == est.speedup and wide.rounds == 20 and wide.between_run_sd == 0.01
+    assert math.log(wide.speedup / wide.low) == pytest.approx(math.hypot(0.01, z * 0.01))
+    assert math.log(wide.high / wide.speedup) == pytest.approx(math.hypot(0.02, z * 0.01))
+    assert "between-run sd 1.0%" in str(wide)
+    same = across_runs(est, 0.0)
+    assert (same.low, same.high) == (pytest.approx(est.low), pytest.approx(est.high))
+
+
+def test_across_runs_refuses_a_bad_spread_and_a_second_widening():
+    est = SpeedupEstimate(2.0, 1.9, 2.1, 12, 0.99)
+    for bad in (-0.01, math.nan, math.inf):
+        with pytest.raises(ValueError, match="between_run_sd"):
+            across_runs(est, bad)
+    with pytest.raises(ValueError, match="already allows"):
+        across_runs(across_runs(est, 0.02), 0.02)
+
+
+@given(st.floats(0.5, 10.0), st.floats(0.0, 0.2), st.floats(0.0, 0.2), st.floats(0.0, 0.3))
+def test_across_runs_contains_the_run_interval(speedup, below, above, sd):
+    est = SpeedupEstimate(speedup, speedup * math.exp(-below), speedup * math.exp(above), 12, 0.99)
+    wide = across_runs(est, sd)
+    assert wide.low <= est.low * (1 + 1e-12) and wide.high >= est.high * (1 - 1e-12)
+    assert wide.half_width >= sd * 2.5758 - 1e-12  # at least the between-run term alone

@@ -1,0 +1,156 @@
+"""Learning each speed cell's between-run spread from saved runs: which runs count, what is stored,
+and the `ampbench spread` command around it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from ampbench.baselines import load_document, write_atomic
+from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from ampbench.report import parse_run
+from ampbench.speed import across_runs_of, describe_across
+from ampbench.spread import carried, learn, software_difference, with_spread
+from ampbench.stats import SpeedupEstimate, log_sd
+
+SOFTWARE = {"torch": "2.11.0+cu130", "cuda": "13.0", "cudnn": 91900, "driver": "580.159.04",
+            "device": "NVIDIA H100 80GB HBM3", "capability": "9.0"}
+MEASURED = {"cudnn_benchmark": False, "block_seconds": 0.1}
+WRN = "test_speed[wide_resnet28_10-amp_fp16]"
+GPT = "test_speed[gpt-bf16]"
+
+
+def _baseline() -> dict:
+    entry = lambda speedup: {"figures": {"speedup": speedup, "noise": 0.01, **MEASURED}, "software": dict(SOFTWARE),
+                             "recorded": "2026-11-21T18:58:39Z"}
+    return {"schema_version": 1, "gpu": SOFTWARE["device"], "entries": {
+        WRN: entry(8.402), GPT: entry(6.422),
+        "test_memory[gpt-bf16]": {"figures": {"memory_ratio": 0.5}, "software": dict(SOFTWARE), "recorded": "x"}}}
+
+
+def _run(speedups: dict[str, float], when: str, software: dict | None = None, **info) -> dict:
+    """A benchmark JSON document holding one speed cell per entry of `speedups`."""
+    benchmarks = [{"name": test_id, "extra_info": {"ampbench_schema": 1, "kind": "speed", "speedup": s,
+                                                    "verdict": "pass", **MEASURED, **info}}
+                  for test_id, s in speedups.items()]
+    return {"benchmarks": benchmarks, "datetime": when, "machine_info": {"ampbench": software or dict(SOFTWARE)}}
+
+
+def _learn(*documents: dict):
+    return learn(_baseline()["entries"], [parse_run(d, f"run{i}.json") for i, d in enumerate(documents)])
+
+
+def test_the_recording_and_each_matching_run_are_one_sample_each():
+    learned = _learn(_run({WRN: 8.583, GPT: 6.35}, "2026-11-21T19:00:00"), _run({WRN: 8.381}, "2026-11-21T20:00:00"))
+    assert learned.left_out == []
+    assert learned.cells[WRN].speedups == (8.402, 8.583, 8.381)
+    assert learned.cells[WRN].sd == pytest.approx(log_sd([8.402, 8.583, 8.381]))
+    assert learned.cells[GPT].speedups == (6.422, 6.35)
+
+
+@pytest.mark.parametrize("run, why", [
+    (_run({WRN: 8.0}, "t", software=dict(SOFTWARE, torch="2.12.0+cu130")), "torch 2.11.0+cu130 in the baseline, 2.12.0+cu130 in the run"),
+    (_run({WRN: 8.0}, "t", cudnn_benchmark=True), "cudnn_benchmark False in the baseline, True here"),
+    (_run({WRN: 7.0}, "t", verdict="regression"), "a changed cell is no sample"),
+    (_run({WRN: 8.0}, "t", recording=True), "recorded the baseline"),
+    (_run({WRN: None}, "t"), "no speedup"),
+    (_run({"test_speed[dpn26-fp16]": 2.3}, "t"), "no speed entry"),
+])
+def test_a_run_cell_that_measured_something_else_is_left_out_with_the_reason(run, why):
+    learned = _learn(run)
+    assert learned.cells == {}
+    [(name, _, reason)] = learned.left_out
+    assert name == "run0.json" and why in reason
+
+
+def test_the_same_run_given_twice_counts_once():
+    run = _run({WRN: 8.583}, "2026-11-21T19:00:00.123456+00:00")
+    learned = _learn(run, run)
+    assert learned.cells[WRN].speedups == (8.402, 8.583)
+    assert learned.left_out == [("run1.json", "*", "the same run as run0.json (same datetime)")]
+
+
+def test_software_difference_names_each_differing_layer():
+    assert software_difference(SOFTWARE, dict(SOFTWARE)) is None
+    text = software_difference(SOFTWARE, dict(SOFTWARE, driver="590.1", cudnn=92000))
+    assert "driver 580.159.04 in the baseline, 590.1 in the run" in text and "cudnn 91900" in text
+
+
+def test_with_spread_adds_the_figures_and_keeps_everything_else():
+    document = _baseline()
+    learned = _learn(_run({WRN: 8.583}, "a"), _run({WRN: 8.381}, "b"))
+    new = with_spread(document, learned)
+    figures = new["entries"][WRN]["figures"]
+    assert figures["between_run_sd"] == pytest.approx(learned.cells[WRN].sd) and figures["between_run_count"] == 3
+    assert figures["speedup"] == 8.402 and new["entries"][WRN]["recorded"] == document["entries"][WRN]["recorded"]
+    assert new["entries"][GPT] == document["entries"][GPT] and "between_run_sd" not in document["entries"][WRN]["figures"]
+
+
+def test_a_comparable_re_recording_keeps_the_spread_and_a_new_version_drops_it():
+    previous = {"speedup": 8.4, "between_run_sd": 0.012, "between_run_count": 5, "noise": 0.07}
+    assert carried(previous, comparable=True) == {"between_run_sd": 0.012, "between_run_count": 5}
+    assert carried(previous, comparable=False) == {}
+    assert carried(None, comparable=True) == {}
+
+
+def test_the_suite_reports_an_interval_across_runs_only_where_the_baseline_has_a_spread():
+    est = SpeedupEstimate(8.5, 8.45, 8.55, 20, 0.99)
+    assert across_runs_of(est, None) is None
+    assert across_runs_of(est, {"speedup": 8.4}) is None
+    assert across_runs_of(est, {"speedup": 8.4, "between_run_sd": None}) is None
+    baseline = {"speedup": 8.4, "between_run_sd": 0.012, "between_run_count": 5}
+    across = across_runs_of(est, baseline)
+    assert across.low < est.low and across.high > est.high and across.between_run_sd == 0.012
+    assert describe_across(across, baseline).endswith("(between-run sd 1.2% from 5 runs)")
+
+
+# ---------------------------------------------------------------------------------------------------
+# the command
+
+
+def _files(tmp_path: Path, *runs: dict) -> tuple[Path, list[str]]:
+    baseline = tmp_path / "gpu.json"
+    write_atomic(baseline, _baseline())
+    paths = []
+    for i, run in enumerate(runs):
+        path = tmp_path / f"run{i}.json"
+        path.write_text(json.dumps(run))
+        paths.append(str(path))
+    return baseline, paths
+
+
+def test_spread_command_writes_the_figures_and_prints_them(tmp_path, capsys):
+    baseline, runs = _files(tmp_path, _run({WRN: 8.583}, "a"), _run({WRN: 8.381, GPT: 6.2}, "b"))
+    assert main(["spread", str(baseline), *runs]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert WRN in out and "written to" in out
+    entries = load_document(baseline)["entries"]
+    assert entries[WRN]["figures"]["between_run_count"] == 3
+    assert entries[GPT]["figures"]["between_run_sd"] == pytest.approx(abs(math.log(6.422 / 6.2)) / math.sqrt(2))
+    assert "between_run_sd" not in entries["test_memory[gpt-bf16]"]["figures"]
+
+
+def test_spread_dry_run_writes_nothing(tmp_path, capsys):
+    baseline, runs = _files(tmp_path, _run({WRN: 8.583}, "a"))
+    before = baseline.read_bytes()
+    assert main(["spread", "--dry-run", str(baseline), *runs]) == EXIT_OK
+    assert baseline.read_bytes() == before and "left as it was" in capsys.readouterr().out
+
+
+def test_spread_with_no_run_that_counts_is_an_error_and_says_why(tmp_path, capsys):
+    baseline, runs = _files(tmp_path, _run({WRN: 8.0}, "a", software=dict(SOFTWARE, driver="590.1")))
+    before = baseline.read_bytes()
+    assert main(["spread", str(baseline), *runs]) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert "driver 580.159.04 in the baseline, 590.1 in the run" in captured.out
+    assert "no run counts" in captured.err and baseline.read_bytes() == before
+
+
+def test_spread_names_a_malformed_baseline_file(tmp_path, capsys):
+    baseline, runs = _files(tmp_path, _run({WRN: 8.583}, "a"))
+    baseline.write_text('{"schema_version": 2}')
+    assert main(["spread", str(baseline), *runs]) == EXIT_BAD_INPUT
+    assert f"baseline file {baseline}: field 'schema_version'" in capsys.readouterr().err
