@@ -6,6 +6,7 @@
 # with every stage's output in hand. Stages:
 #   env                 the GPU, driver, torch, CUDA, cuDNN
 #   quick, quick2       speed, quick tier (quick2: the same again, to its own JSON)
+#   agreement           scripts/agreement.py over $OUT/quick*.json: spread and interval overlap per test
 #   quick-autotune      the quick tier with cuDNN's autotuning (--perf-cudnn-benchmark on)
 #   quick-blocks=S      the quick tier with S-second timed blocks (--perf-block-seconds S)
 #   slowdown[=M:P:F]    the quick tier with a slowdown F injected into model M's mode P (scripts/slowdown_plugin.py;
@@ -55,6 +56,7 @@ for arg in "$@"; do
           python3 -c "import torch,torchvision;print(torch.__version__,torchvision.__version__,torch.version.cuda,torch.backends.cudnn.version())"' ;;
     quick) stage quick "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick.json" ;;
     quick2) stage quick2 "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick2.json" ;;
+    agreement) stage agreement bash -c "python3 -m scripts.agreement $OUT/quick*.json | tee $OUT/agreement.txt" ;;
     quick-autotune) stage quick-autotune "${PYTEST[@]}" perf/test_speed.py --perf-cudnn-benchmark on \
                 --benchmark-json "$OUT/quick-autotune.json" ;;
     quick-blocks=*) secs=${s#quick-blocks=}

@@ -28,6 +28,8 @@ def main(argv: list[str]) -> int:
             line = (f"{name:44s} {fmt(e['speedup'])}x [{fmt(e['speedup_low'])},{fmt(e['speedup_high'])}] n={e['rounds']:<3d}"
                     f" step {fmt(e['step_ms'], '.2f')}ms ref {fmt(e['step_ms_ref'], '.2f')}ms mem {fmt(e.get('memory_ratio'))}"
                     f" tflops {fmt(e.get('tflops'), '.0f')} {e['verdict']}")
+            if e.get("speedup_across_low") is not None:
+                line += f" across [{fmt(e['speedup_across_low'])},{fmt(e['speedup_across_high'])}]"
             other = second.get(name)
             if other:
                 agree = other["speedup_low"] <= e["speedup_high"] and e["speedup_low"] <= other["speedup_high"]
