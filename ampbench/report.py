@@ -126,6 +126,11 @@ class Cell:
             s, lo, hi, int(rounds) if rounds is not None else 0, confidence if confidence is not None else 0.99
         )
 
+    def across_runs(self) -> tuple[float, float] | None:
+        """The speedup's interval across runs (low, high), where the baseline had a between-run spread."""
+        lo, hi = self.number("speedup_across_low"), self.number("speedup_across_high")
+        return (lo, hi) if lo is not None and hi is not None else None
+
 
 @dataclass
 class Run:
@@ -381,12 +386,15 @@ class Row:
     convergence: str | None = None  # the convergence verdict
     messages: tuple[str, ...] = ()
     reference_only: bool = False  # built from the fp32 figures a speed cell carries, not a cell of its own
+    across: tuple[float, float] | None = None  # the speedup's interval across runs, where known
 
     def cells(self) -> list[str]:
         """The row as text, in the order of ROW_HEADERS."""
         speed = fmt_speedup(self.speedup, self.speedup_value)
         if self.reference_only:
             speed = "1.00x (reference)"
+        elif self.across is not None:
+            speed += f"; across runs [{self.across[0]:.2f}, {self.across[1]:.2f}]"
         memory = fmt_bytes(self.peak_mem)
         if self.memory_ratio is not None:
             memory = f"{memory} ({self.memory_ratio:.2f}x)" if self.peak_mem is not None else f"{self.memory_ratio:.2f}x"
@@ -468,6 +476,7 @@ def model_rows(run: Run) -> dict[str, list[Row]]:
                     memory_verdict=mem.verdict if mem else None,
                     convergence=conv.verdict if conv else None,
                     messages=messages,
+                    across=speed.across_runs() if speed else None,
                 )
             )
         if rows and REFERENCE_MODE not in modes:

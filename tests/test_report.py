@@ -273,6 +273,17 @@ def test_missing_optional_fields_and_unknown_kinds_show_a_dash(tmp_path):
     assert row.cells()[1] == "-" and row.cells()[3] == "2.00x"
 
 
+def test_the_interval_across_runs_is_shown_beside_the_runs_own(tmp_path):
+    speed = {"ampbench_schema": 1, "kind": "speed", "speedup": 8.5, "speedup_low": 8.44, "speedup_high": 8.55}
+    doc = {"machine_info": {"ampbench": {"device": "NVIDIA H100 80GB HBM3"}}, "benchmarks": [
+        {"name": "test_speed[gpt-bf16]", "extra_info": dict(speed, speedup_across_low=8.16, speedup_across_high=8.85)},
+        {"name": "test_speed[gpt-fp16]", "extra_info": dict(speed, speedup_across_low=None)},
+    ]}
+    rows = {r.mode: r for r in model_rows(parse_run(doc, tmp_path / "run.json"))["gpt"]}
+    assert rows["bf16"].cells()[3] == "8.50x [8.44, 8.55]; across runs [8.16, 8.85]"
+    assert rows["fp16"].cells()[3] == "8.50x [8.44, 8.55]"
+
+
 def test_nan_and_infinite_figures_are_not_drawn(tmp_path):
     doc = json.loads(_gpu_run().read_text())
     speed = [b for b in doc["benchmarks"] if b["extra_info"].get("kind") == "speed"]
