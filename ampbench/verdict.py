@@ -5,12 +5,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+from statistics import NormalDist
 
 from ampbench.stats import SpeedupEstimate
 
 # A cell's tolerance is at least this many times the noise recorded with its baseline, so cells
 # whose speedup wanders between runs (host-bound steps) do not fail on that wandering.
 NOISE_MULTIPLIER = 2.0
+# A between-run spread learned from fewer values than this is reported but does not loosen a verdict:
+# with one degree of freedom, two values sit close together or far apart by chance.
+MIN_SPREAD_VALUES = 3
 
 
 class Verdict(str, Enum):
@@ -21,12 +25,37 @@ class Verdict(str, Enum):
     NO_BASELINE = "no baseline"  # nothing recorded for this test on this GPU
 
 
-def tolerance_for(floor: float, recorded_noise: float | None) -> float:
+def _usable(x: float | None) -> bool:
+    return x is not None and not isinstance(x, bool) and math.isfinite(x)
+
+
+def tolerance_for(floor: float, recorded_noise: float | None, between_run_sd: float | None = None,
+                  confidence: float = 0.99) -> float:
     """The relative drop that counts as a regression for one cell: the user's floor, or more where
-    the cell's own recorded noise demands it."""
-    if recorded_noise is None or not math.isfinite(recorded_noise):
-        return floor
-    return max(floor, NOISE_MULTIPLIER * recorded_noise)
+    the cell's own recorded noise demands it, or where its speedup moves between runs.
+
+    The baseline was measured in one run, on one card, and this run is another: each sits at its own
+    offset, of standard deviation `between_run_sd` (learned with ``ampbench spread``), so their
+    difference has sqrt(2) x that, and its two-sided `confidence` bound is z x sqrt(2) x sd. Pass
+    None where no trustworthy spread is known (``trusted_between_run_sd``).
+    """
+    tolerance = floor
+    if _usable(recorded_noise):
+        tolerance = max(tolerance, NOISE_MULTIPLIER * recorded_noise)
+    if _usable(between_run_sd):
+        z = NormalDist().inv_cdf(0.5 + confidence / 2)
+        tolerance = max(tolerance, z * math.sqrt(2) * between_run_sd)
+    return tolerance
+
+
+def trusted_between_run_sd(figures: dict | None) -> float | None:
+    """A baseline entry's between-run spread, where it was learned from at least MIN_SPREAD_VALUES values."""
+    if figures is None:
+        return None
+    sd, count = figures.get("between_run_sd"), figures.get("between_run_count")
+    if not _usable(sd) or not isinstance(count, int) or count < MIN_SPREAD_VALUES:
+        return None
+    return float(sd)
 
 
 @dataclass(frozen=True)

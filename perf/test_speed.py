@@ -14,7 +14,7 @@ from ampbench.baselines import measurement_mismatch
 from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, get_mode
 from ampbench.stats import median
-from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
+from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for, trusted_between_run_sd
 
 
 class InconclusiveSpeed(UserWarning):
@@ -72,7 +72,7 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
     mismatch = measurement_mismatch(baseline, measured_with) if baseline is not None else None
     if baseline is not None:
         benchmark.extra_info["baseline_noise"] = baseline.get("noise")
-        tol = tolerance_for(settings.tolerance, baseline.get("noise"))
+        tol = tolerance_for(settings.tolerance, baseline.get("noise"), trusted_between_run_sd(baseline))
         check = SpeedupCheck(model_spec.name, mode.name, float(baseline["speedup"]), tol)
 
     second: list = []

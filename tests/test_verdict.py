@@ -5,7 +5,7 @@ import pytest
 from ampbench.speed import SpeedPolicy, comparable_recording, judge, recorded_noise
 from ampbench.stats import SpeedupEstimate
 from ampbench.timing import RoundsPolicy
-from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, tolerance_for
+from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, tolerance_for, trusted_between_run_sd
 
 
 def est(s, lo, hi, n=12):
@@ -33,6 +33,24 @@ def test_message_names_model_mode_figures_and_drop():
     msg = CHECK.describe(est(1.8, 1.78, 1.82))
     for part in ("resnet50", "amp_bf16", "1.800x", "2.000x", "-10.0%", "1.900x", "5.0%"):
         assert part in msg
+
+
+def test_tolerance_allows_for_two_runs_on_two_cards():
+    # gpt fp16_master on the H100s: noise 1.6%, between-run sd 1.54% from 5 values
+    assert tolerance_for(0.03, 0.0159, 0.0154) == pytest.approx(2.5758 * 2**0.5 * 0.0154, rel=1e-4)
+    assert tolerance_for(0.03, 0.0159, 0.005) == pytest.approx(0.0318)  # the noise term is larger
+    assert tolerance_for(0.03, None, 0.001) == 0.03  # never below the floor
+    assert tolerance_for(0.03, 0.0159, None) == tolerance_for(0.03, 0.0159)
+    assert tolerance_for(0.03, None, float("nan")) == 0.03
+
+
+def test_a_spread_from_two_values_is_not_trusted_to_loosen_a_verdict():
+    assert trusted_between_run_sd({"between_run_sd": 0.0154, "between_run_count": 5}) == 0.0154
+    assert trusted_between_run_sd({"between_run_sd": 0.0154, "between_run_count": 3}) == 0.0154
+    assert trusted_between_run_sd({"between_run_sd": 0.215, "between_run_count": 2}) is None
+    assert trusted_between_run_sd({"between_run_sd": 0.0154}) is None
+    assert trusted_between_run_sd({"speedup": 2.0}) is None
+    assert trusted_between_run_sd(None) is None
 
 
 def test_tolerance_follows_recorded_noise():
