@@ -53,6 +53,8 @@ for arg in "$@"; do
   LIMIT=0; [ "$s" != "$arg" ] && LIMIT=${arg##*@}
   case $s in
     env) stage env bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv;
+          nvidia-smi --query-gpu=uuid,temperature.gpu,clocks_throttle_reasons.active,utilization.gpu --format=csv;
+          echo "cpus $(nproc); $(uptime)";
           python3 -c "import torch,torchvision;print(torch.__version__,torchvision.__version__,torch.version.cuda,torch.backends.cudnn.version())"' ;;
     quick) stage quick "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick.json" ;;
     quick2) stage quick2 "${PYTEST[@]}" perf/test_speed.py --benchmark-json "$OUT/quick2.json" ;;
