@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="For every speed entry of BASELINE.json, gather the recorded speedup and the speedup of each "
                     "RUN.json made on the same GPU and software (driver, torch, CUDA, cuDNN) and measured the same "
                     "way, and store the standard deviation of their logarithms as the entry's between_run_sd (with "
-                    "between_run_count values behind it). The suite then reports each speedup's 99%% interval across "
+                    "between_run_count values behind it). Runs on one card (machine_info's uuid) share its offset, so "
+                    "they are pooled into one value. The suite then reports each speedup's 99%% interval across "
                     "runs as well as within its own run. Pass every run to count: the figures are replaced, not "
                     "accumulated. Cells whose verdict was a regression, and the run that recorded the baseline, "
                     "do not count. The file is rewritten atomically; other figures and entries are kept.",
@@ -159,7 +160,7 @@ def _spread(args: argparse.Namespace) -> int:
         print(f"ampbench: error: no run counts towards any speed entry of {args.baseline}", file=sys.stderr)
         return EXIT_BAD_INPUT
     width = max(len(t) for t in learned.cells)
-    print(f"{'test':{width}s}  values  sd of ln(speedup)  speedups (the recording's first)")
+    print(f"{'test':{width}s}  values  sd of ln(speedup)  speedups (the recording's, then one per card)")
     for test_id, cell in learned.cells.items():
         print(f"{test_id:{width}s}  {len(cell.speedups):6d}  {cell.sd:17.2%}  " + " ".join(f"{s:.3f}" for s in cell.speedups))
     if args.dry_run:

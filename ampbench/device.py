@@ -199,6 +199,8 @@ def machine_info(device: torch.device) -> dict:
             capability=f"{props.major}.{props.minor}",
             multiprocessors=props.multi_processor_count,
             memory_gib=round(props.total_memory / 2**30, 2),
+            # which card: runs on one card are no independent samples of the spread between cards
+            uuid=str(getattr(props, "uuid", "")) or None,
         )
         info.update(_driver_and_clocks(device))
     return info

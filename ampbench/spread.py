@@ -12,6 +12,7 @@ speedup's interval across runs too (``stats.across_runs``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -30,7 +31,9 @@ SPREAD_FIGURES = ("between_run_sd", "between_run_count")
 @dataclass(frozen=True)
 class CellSpread:
     test_id: str
-    speedups: tuple[float, ...]  # the recording's speedup first, then one per run that counts
+    # the recording's speedup first, then one per card: the geometric mean of that card's runs (a run
+    # whose machine_info names no card counts as a card of its own)
+    speedups: tuple[float, ...]
 
     @property
     def sd(self) -> float:
@@ -67,11 +70,17 @@ def _why_not(entry: Mapping, run: Run, cell: Cell) -> str | None:
     return measurement_mismatch(entry["figures"], measured_with)
 
 
+def _per_card(recorded: float, by_card: Mapping[str, list[float]]) -> tuple[float, ...]:
+    """Runs on one card share that card's offset, so they are one sample of the spread between cards,
+    not several: each card's runs are pooled into their geometric mean."""
+    return (recorded, *(v[0] if len(v) == 1 else math.exp(sum(map(math.log, v)) / len(v)) for v in by_card.values()))
+
+
 def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
-    """The speedups of each speed entry across the recording and `runs`, with why any run's cell does
-    not count. A run given twice (the same pytest-benchmark datetime) counts once."""
+    """The speedups of each speed entry across the recording and the cards of `runs`, with why any
+    run's cell does not count. A run given twice (the same pytest-benchmark datetime) counts once."""
     learned = Learned()
-    samples: dict[str, list[float]] = {}
+    samples: dict[str, dict[str, list[float]]] = {}
     seen: dict[str, str] = {}
     for run in runs:
         name = str(run.path)
@@ -80,6 +89,7 @@ def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
             continue
         if run.datetime:
             seen[run.datetime] = name
+        card = str(run.machine.get("uuid") or f"run {name}")
         for cell in run.of_kind("speed"):
             entry = entries.get(cell.test_id)
             if entry is None or not isinstance(entry["figures"].get("speedup"), (int, float)):
@@ -89,8 +99,11 @@ def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
             if why:
                 learned.left_out.append((name, cell.test_id, why))
                 continue
-            samples.setdefault(cell.test_id, [float(entry["figures"]["speedup"])]).append(cell.number("speedup"))
-    learned.cells = {test_id: CellSpread(test_id, tuple(values)) for test_id, values in sorted(samples.items())}
+            samples.setdefault(cell.test_id, {}).setdefault(card, []).append(cell.number("speedup"))
+    learned.cells = {
+        test_id: CellSpread(test_id, _per_card(float(entries[test_id]["figures"]["speedup"]), by_card))
+        for test_id, by_card in sorted(samples.items())
+    }
     return learned
 
 

@@ -73,6 +73,15 @@ def test_the_same_run_given_twice_counts_once():
     assert learned.left_out == [("run1.json", "*", "the same run as run0.json (same datetime)")]
 
 
+def test_runs_on_one_card_are_one_sample_of_the_spread_between_cards():
+    card = lambda uuid: dict(SOFTWARE, uuid=uuid)
+    learned = _learn(_run({WRN: 8.5}, "a", software=card("88b4")), _run({WRN: 8.7}, "b", software=card("88b4")),
+                     _run({WRN: 8.3}, "c", software=card("1f0e")))
+    assert learned.cells[WRN].speedups == pytest.approx((8.402, math.sqrt(8.5 * 8.7), 8.3))
+    # runs that name no card are each a card of their own, as before cards were recorded
+    assert len(_learn(_run({WRN: 8.5}, "a"), _run({WRN: 8.7}, "b")).cells[WRN].speedups) == 3
+
+
 def test_software_difference_names_each_differing_layer():
     assert software_difference(SOFTWARE, dict(SOFTWARE)) is None
     text = software_difference(SOFTWARE, dict(SOFTWARE, driver="590.1", cudnn=92000))
