@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from ampbench.stats import SpeedupEstimate
+from ampbench.stats import SpeedupEstimate, finite_number
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports this module, so only type checkers follow this import
@@ -87,12 +87,6 @@ class RunError(ValueError):
 # loading
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 @dataclass(frozen=True)
 class Cell:
     """One benchmark of the run: a (model, mode) cell of one kind of test."""
@@ -108,7 +102,7 @@ class Cell:
 
     def number(self, key: str) -> float | None:
         """A finite number under `key`, else None (missing, null, NaN or not a number)."""
-        return _finite(self.info.get(key))
+        return finite_number(self.info.get(key))
 
     @property
     def verdict(self) -> str | None:
@@ -187,7 +181,7 @@ class Run:
         ]
         clocks = [
             f"{name} {m[key]:g} MHz" for name, key in (("SM", "sm_clock_mhz"), ("max SM", "max_sm_clock_mhz"), ("mem", "mem_clock_mhz"))
-            if _finite(m.get(key)) is not None
+            if finite_number(m.get(key)) is not None
         ]
         if clocks:
             pairs.append(("clocks", ", ".join(clocks)))

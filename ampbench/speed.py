@@ -12,7 +12,7 @@ import torch
 from ampbench.baselines import measurement_mismatch
 from ampbench.device import prime_libraries
 from ampbench.modes import PrecisionMode
-from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, relative_spread
+from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
 from ampbench.timing import (
     PairedTimer,
     RoundsPolicy,
@@ -145,10 +145,8 @@ def across_runs_of(est: SpeedupEstimate, baseline: dict | None) -> SpeedupEstima
     saved runs (``ampbench spread``), or None where the entry has none. The verdict does not use it:
     its tolerance already allows for the baseline's run being another; this is the interval to hold
     another run's speedup against."""
-    between = baseline.get("between_run_sd") if baseline is not None else None
-    if isinstance(between, bool) or not isinstance(between, (int, float)):
-        return None
-    return across_runs(est, float(between))
+    between = finite_number(baseline.get("between_run_sd")) if baseline is not None else None
+    return None if between is None else across_runs(est, between)
 
 
 def describe_across(across: SpeedupEstimate, baseline: dict) -> str:

@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 from ampbench.baselines import measurement_mismatch
 from ampbench.report import Cell, Run
-from ampbench.stats import log_sd
+from ampbench.stats import finite_number, log_sd
 from ampbench.verdict import Verdict
 
 # what must match between a baseline entry's `software` and a run's machine_info["ampbench"] for the
@@ -92,7 +92,7 @@ def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
         card = str(run.machine.get("uuid") or f"run {name}")
         for cell in run.of_kind("speed"):
             entry = entries.get(cell.test_id)
-            if entry is None or not isinstance(entry["figures"].get("speedup"), (int, float)):
+            if entry is None or finite_number(entry["figures"].get("speedup")) is None:
                 learned.left_out.append((name, cell.test_id, "no speed entry in the baseline file"))
                 continue
             why = _why_not(entry, run, cell)

@@ -6,7 +6,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from statistics import NormalDist, stdev
-from typing import Sequence
+from typing import Any, Sequence
+
+
+def finite_number(value: Any) -> float | None:
+    """`value` as a float when it is a finite int or float (not a bool), else None: how a figure read
+    from JSON (a baseline entry, a run's extra_info) is taken, missing, null and NaN alike."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def normal_quantile(confidence: float) -> float:
+    """z such that a normal variable lies within +-z standard deviations with `confidence`."""
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
 def log_ratios(reference: Sequence[float], mode: Sequence[float]) -> list[float]:
@@ -121,8 +134,7 @@ def across_runs(est: SpeedupEstimate, between_run_sd: float) -> SpeedupEstimate:
         raise ValueError(f"between_run_sd must be finite and >= 0, got {between_run_sd}")
     if est.between_run_sd:
         raise ValueError(f"{est} already allows for a between-run spread")
-    z = NormalDist().inv_cdf(0.5 + est.confidence / 2)
-    extra = z * between_run_sd
+    extra = normal_quantile(est.confidence) * between_run_sd
     centre = math.log(est.speedup)
     below = math.hypot(centre - math.log(est.low), extra)
     above = math.hypot(math.log(est.high) - centre, extra)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from statistics import NormalDist
 
-from ampbench.stats import SpeedupEstimate
+from ampbench.stats import SpeedupEstimate, finite_number, normal_quantile
 
 # A cell's tolerance is at least this many times the noise recorded with its baseline, so cells
 # whose speedup wanders between runs (host-bound steps) do not fail on that wandering.
@@ -25,10 +24,6 @@ class Verdict(str, Enum):
     NO_BASELINE = "no baseline"  # nothing recorded for this test on this GPU
 
 
-def _usable(x: float | None) -> bool:
-    return x is not None and not isinstance(x, bool) and math.isfinite(x)
-
-
 def tolerance_for(floor: float, recorded_noise: float | None, between_run_sd: float | None = None,
                   confidence: float = 0.99) -> float:
     """The relative drop that counts as a regression for one cell: the user's floor, or more where
@@ -40,11 +35,10 @@ def tolerance_for(floor: float, recorded_noise: float | None, between_run_sd: fl
     None where no trustworthy spread is known (``trusted_between_run_sd``).
     """
     tolerance = floor
-    if _usable(recorded_noise):
+    if finite_number(recorded_noise) is not None:
         tolerance = max(tolerance, NOISE_MULTIPLIER * recorded_noise)
-    if _usable(between_run_sd):
-        z = NormalDist().inv_cdf(0.5 + confidence / 2)
-        tolerance = max(tolerance, z * math.sqrt(2) * between_run_sd)
+    if finite_number(between_run_sd) is not None:
+        tolerance = max(tolerance, normal_quantile(confidence) * math.sqrt(2) * between_run_sd)
     return tolerance
 
 
@@ -52,10 +46,10 @@ def trusted_between_run_sd(figures: dict | None) -> float | None:
     """A baseline entry's between-run spread, where it was learned from at least MIN_SPREAD_VALUES values."""
     if figures is None:
         return None
-    sd, count = figures.get("between_run_sd"), figures.get("between_run_count")
-    if not _usable(sd) or not isinstance(count, int) or count < MIN_SPREAD_VALUES:
+    sd, count = finite_number(figures.get("between_run_sd")), figures.get("between_run_count")
+    if sd is None or not isinstance(count, int) or count < MIN_SPREAD_VALUES:
         return None
-    return float(sd)
+    return sd
 
 
 @dataclass(frozen=True)
