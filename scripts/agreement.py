@@ -16,9 +16,9 @@ import sys
 from ampbench.report import Cell, RunError, load_run
 
 
-def _interval(cell: Cell, low: str, high: str) -> tuple[float, float] | None:
-    lo, hi = cell.number(low), cell.number(high)
-    return (lo, hi) if lo is not None and hi is not None else None
+def _own(cell: Cell) -> tuple[float, float] | None:
+    est = cell.estimate()
+    return (est.low, est.high) if est is not None else None
 
 
 def _overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bool | None:
@@ -39,15 +39,15 @@ def main(argv: list[str]) -> int:
     if not common:
         print("agreement: no speed cell is in every run", file=sys.stderr)
         return 2
-    intervals = {"own": ("speedup_low", "speedup_high"), "across": ("speedup_across_low", "speedup_across_high")}
+    intervals = {"own": _own, "across": Cell.across_runs}
     totals = {kind: [0, 0] for kind in intervals}
     print(f"{'test':42s} {'spread':>7s}  own-interval pairs  across-runs pairs  speedups")
     for test_id in common:
         row = [c[test_id] for c in cells]
         counts, disjoint = {}, False
-        for kind, (low, high) in intervals.items():
+        for kind, interval in intervals.items():
             known = [v for a, b in itertools.combinations(row, 2)
-                     if (v := _overlap(_interval(a, low, high), _interval(b, low, high))) is not None]
+                     if (v := _overlap(interval(a), interval(b))) is not None]
             counts[kind] = f"{sum(known)}/{len(known)}" if known else "-"
             totals[kind][0] += sum(known)
             totals[kind][1] += len(known)
