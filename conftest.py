@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, settings as hypothesis_settings
 import models
 from ampbench import device as devices
 from ampbench.baselines import BaselineError, BaselineStore
+from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
+from ampbench.verdict import DEFAULT_TOLERANCE
 from ampbench.modes import MODES, get_mode
 from ampbench.settings import (
     TIERS,
@@ -45,17 +47,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="folder of per-GPU baseline files <gpu-slug>.json (default: baselines/ of the repo)")
     group.addoption("--perf-update-baselines", action="store_true", default=False,
                     help="record this run's figures into the GPU's baseline file, merging with what is there (default: off)")
-    group.addoption("--perf-tolerance", metavar="FRACTION", default=0.03,
+    group.addoption("--perf-tolerance", metavar="FRACTION", default=DEFAULT_TOLERANCE,
                     type=number_validator("--perf-tolerance", float, 0.0, 0.9, low_open=True),
-                    help="smallest relative speedup drop that fails a test; noisier cells get more (default: 0.03)")
+                    help=f"smallest relative speedup drop that fails a test; noisier cells get more (default: {DEFAULT_TOLERANCE})")
     group.addoption("--perf-strict", action="store_true", default=False,
                     help="fail, rather than warn, when a speed verdict stays inconclusive (default: off)")
-    group.addoption("--perf-rounds", metavar="N", default=12,
+    group.addoption("--perf-rounds", metavar="N", default=DEFAULT_MIN_ROUNDS,
                     type=number_validator("--perf-rounds", int, 8, 1000),
-                    help="interleaved rounds before the first look at a speedup's interval; 8 is the fewest for a 99%% interval (default: 12)")
-    group.addoption("--perf-block-seconds", metavar="SECONDS", default=0.1,
+                    help=f"interleaved rounds before the first look at a speedup's interval; 8 is the fewest for a 99%% interval (default: {DEFAULT_MIN_ROUNDS})")
+    group.addoption("--perf-block-seconds", metavar="SECONDS", default=DEFAULT_BLOCK_SECONDS,
                     type=number_validator("--perf-block-seconds", float, 0.0, 10.0, low_open=True),
-                    help="target length of each side's timed block in a speed round on CUDA; a block holds whole steps, at least one (default: 0.1)")
+                    help=f"target length of each side's timed block in a speed round on CUDA; a block holds whole steps, at least one (default: {DEFAULT_BLOCK_SECONDS})")
     group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="off", choices=("on", "off"),
                     help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per convnet and dtype on an H100, off uses cuDNN's heuristics as PyTorch does by default; baselines record which (default: off)")
     group.addoption("--perf-memory-cap", metavar="GIB", default=None,

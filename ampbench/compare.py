@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ampbench.report import Cell, Run, fmt_number, fmt_pct, fmt_speedup, verdict_label
-from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, tolerance_for
+from ampbench.verdict import DEFAULT_TOLERANCE, RatioCheck, SpeedupCheck, Verdict, tolerance_for
 
-DEFAULT_TOLERANCE = 0.03  # the same floor as the suite's --perf-tolerance default
 DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little
 DEFAULT_ACCURACY_TOLERANCE = 0.02  # relative; short convergence runs wander this much between seeds
 

@@ -29,8 +29,8 @@ class PerfSettings:
     loader_workers: int  # DataLoader worker processes for input-pipeline tests
     pin_memory: bool  # DataLoader pin_memory for input-pipeline tests
     loss_scaler: str  # MODULE:CALLABLE of the scaler the loss-scaling properties test
-    block_seconds: float = 0.1  # target length of each side's timed block in a speed round (CUDA)
-    cudnn_benchmark: bool = False  # cuDNN autotuning for the speed tests (memory and convergence never tune)
+    block_seconds: float  # target length of each side's timed block in a speed round (CUDA)
+    cudnn_benchmark: bool  # cuDNN autotuning for the speed tests (memory and convergence never tune)
     extra: dict = field(default_factory=dict)
 
     @property

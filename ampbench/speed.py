@@ -37,7 +37,13 @@ class SpeedPolicy:
     extend_to: int  # rounds a straddling interval may grow to before it is called inconclusive
 
 
-def policy_for(device: torch.device, min_rounds: int, tolerance: float, block_seconds: float = 0.1) -> SpeedPolicy:
+# --perf-rounds' and --perf-block-seconds' defaults: what the suite measures with unless told otherwise
+DEFAULT_MIN_ROUNDS = 12
+DEFAULT_BLOCK_SECONDS = 0.1
+
+
+def policy_for(device: torch.device, min_rounds: int, tolerance: float,
+               block_seconds: float = DEFAULT_BLOCK_SECONDS) -> SpeedPolicy:
     if device.type != "cuda":
         # the smoke pass checks the code path, not the CPU's speed: the fewest rounds that still give
         # a 99% interval, one batch, no extension

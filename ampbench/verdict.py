@@ -8,6 +8,8 @@ from enum import Enum
 
 from ampbench.stats import SpeedupEstimate, finite_number, normal_quantile
 
+# The floor of every cell's tolerance: --perf-tolerance's default, and `ampbench compare`'s --tolerance's.
+DEFAULT_TOLERANCE = 0.03
 # A cell's tolerance is at least this many times the noise recorded with its baseline, so cells
 # whose speedup wanders between runs (host-bound steps) do not fail on that wandering.
 NOISE_MULTIPLIER = 2.0

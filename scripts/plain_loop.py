@@ -21,6 +21,7 @@ from ampbench.device import configure_backends, release
 from ampbench.modes import REFERENCE_MODE, get_mode
 from ampbench.stats import SpeedupEstimate
 from ampbench.timing import extend_until_tight
+from ampbench.verdict import DEFAULT_TOLERANCE
 from models import get_model
 
 CELLS = [("resnet50", "amp_bf16"), ("resnet50", "amp_fp16"), ("gpt", "amp_bf16"), ("gpt", "amp_fp16")]
@@ -106,7 +107,7 @@ def harness_speedup(model_name: str, mode_name: str) -> SpeedupEstimate:
     both sides built and warmed up by ``speed.prepare_side``, interleaved blocks of about 0.1 s,
     rounds until the interval is tight."""
     spec, dev = get_model(model_name), torch.device("cuda", torch.cuda.current_device())
-    policy = speed.policy_for(dev, min_rounds=12, tolerance=0.03)
+    policy = speed.policy_for(dev, speed.DEFAULT_MIN_ROUNDS, DEFAULT_TOLERANCE)
     reference = speed.prepare_side(spec, get_mode(REFERENCE_MODE), dev, False, policy)
     side = speed.prepare_side(spec, get_mode(mode_name), dev, False, policy)
     est = extend_until_tight(speed.fresh_timer(reference, side, policy), policy.rounds)
