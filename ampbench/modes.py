@@ -45,10 +45,12 @@ class PrecisionMode:
         finally:
             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
-    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+    def autocast(self, device: torch.device, cache_enabled: bool = True) -> contextlib.AbstractContextManager:
+        """The mode's autocast region; `cache_enabled=False` while a CUDA graph is captured (autocast's
+        cache of cast weights would outlive the capture that filled it)."""
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
+        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype, cache_enabled=cache_enabled)
 
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16

@@ -11,6 +11,7 @@ import torch
 
 from ampbench.baselines import measurement_mismatch
 from ampbench.device import prime_libraries
+from ampbench.devicetime import CaptureError, CapturedStep, KernelProfile, capture, clock_for, paired_blocks, profile_steps
 from ampbench.modes import PrecisionMode
 from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
 from ampbench.timing import (
@@ -20,6 +21,7 @@ from ampbench.timing import (
     extend_until_tight,
     peak_memory_bytes,
     steps_per_block,
+    wall_block,
     warm_up,
 )
 from ampbench.train import Trainer
@@ -40,6 +42,10 @@ class SpeedPolicy:
 # --perf-rounds' and --perf-block-seconds' defaults: what the suite measures with unless told otherwise
 DEFAULT_MIN_ROUNDS = 12
 DEFAULT_BLOCK_SECONDS = 0.1
+# Eager steps profiled once per side for its kernel list and device-busy time.
+PROFILE_STEPS = 3
+# A step whose device sat idle for more than this share of its wall time waits on the host.
+HOST_BOUND_IDLE_SHARE = 0.10
 
 
 def policy_for(device: torch.device, min_rounds: int, tolerance: float,
@@ -70,6 +76,9 @@ class Side:
     step_seconds: float  # per-step time at the end of warm-up, to size the timed blocks
     peak_bytes: int | None  # peak memory of one step attributable to this trainer (None off CUDA)
     prepare_seconds: float  # building and warming up, cuDNN's autotuning included
+    graph: CapturedStep | None = None  # the step as a CUDA graph (CUDA only, where it could be captured)
+    capture_failure: str | None = None  # why there is no graph, on CUDA
+    profile: KernelProfile | None = None  # one profiled block of eager steps (CUDA only)
 
 
 def allocated_bytes(device: torch.device) -> int:
@@ -82,7 +91,16 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
     before = allocated_bytes(device)
     trainer = Trainer(spec, mode, device, smoke=smoke)
     step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
-    return Side(trainer, step_seconds, peak_memory_bytes(trainer, before), time.perf_counter() - t0)
+    side = Side(trainer, step_seconds, peak_memory_bytes(trainer, before), 0.0)
+    if device.type == "cuda":
+        # after the peak was taken: the graph's private memory pool is no part of the mode's step
+        try:
+            side.graph = capture(trainer)
+        except CaptureError as exc:
+            side.capture_failure = str(exc)
+        side.profile = profile_steps(trainer, PROFILE_STEPS)
+    side.prepare_seconds = time.perf_counter() - t0
+    return side
 
 
 def parameters_fingerprint(trainer: Trainer) -> torch.Tensor:
@@ -97,12 +115,51 @@ def loss_scale(trainer: Trainer) -> float | None:
 
 
 def fresh_timer(reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
-    return PairedTimer(
-        reference.trainer,
-        mode.trainer,
-        steps_per_block(reference.step_seconds, policy.block_seconds),
-        steps_per_block(mode.step_seconds, policy.block_seconds),
-    )
+    """Interleaved wall-clock blocks of eager steps: what eager training gets on this host."""
+    ref_steps = steps_per_block(reference.step_seconds, policy.block_seconds)
+    mode_steps = steps_per_block(mode.step_seconds, policy.block_seconds)
+    return PairedTimer(wall_block(reference.trainer, ref_steps), wall_block(mode.trainer, mode_steps),
+                       ref_steps, mode_steps)
+
+
+@dataclass(frozen=True)
+class DeviceTiming:
+    """How a cell's device time is measured: both sides the same way."""
+
+    method: str  # "graph", "kernels" or "wall" (ampbench.devicetime.METHODS)
+    fallback: str | None  # why not by graph replay, where graph replay was wanted
+
+    def timer(self, reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
+        ref_steps = steps_per_block(reference.step_seconds, policy.block_seconds)
+        mode_steps = steps_per_block(mode.step_seconds, policy.block_seconds)
+        ref_block, mode_block, _, _ = paired_blocks(
+            clock_for(reference.trainer, ref_steps, reference.graph, reference.capture_failure),
+            clock_for(mode.trainer, mode_steps, mode.graph, mode.capture_failure))
+        return PairedTimer(ref_block, mode_block, ref_steps, mode_steps)
+
+
+def device_timing(reference: Side, mode: Side) -> DeviceTiming:
+    _, _, method, fallback = paired_blocks(
+        clock_for(reference.trainer, 1, reference.graph, reference.capture_failure),
+        clock_for(mode.trainer, 1, mode.graph, mode.capture_failure))
+    return DeviceTiming(method, fallback)
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """How far one side's eager step waits on the host that launches it."""
+
+    busy_ms: float  # device-busy time per step (the profiler's union of kernel intervals)
+    wall_ms: float  # wall time per eager step
+    overhead_ms: float  # wall minus busy: time per step the device waited for the host
+    idle_share: float  # overhead / wall
+    host_bound: bool  # idle_share above HOST_BOUND_IDLE_SHARE
+
+
+def host_load(busy_seconds: float, wall_seconds: float) -> HostLoad:
+    overhead = max(0.0, wall_seconds - busy_seconds)
+    share = overhead / wall_seconds if wall_seconds > 0 else 0.0
+    return HostLoad(busy_seconds * 1e3, wall_seconds * 1e3, overhead * 1e3, share, share > HOST_BOUND_IDLE_SHARE)
 
 
 def extend_while_straddling(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> SpeedupEstimate:
@@ -125,8 +182,8 @@ def judge(
     policy: SpeedPolicy,
     second_batch: Callable[[], SpeedupEstimate],
 ) -> SpeedOutcome:
-    """Verdict of DESIGN.md: a regression only when the whole interval lies below the line and a
-    second independent batch of rounds agrees; a straddling interval is extended, then inconclusive."""
+    """A regression only when the whole interval lies below the line and a second independent batch
+    of rounds agrees; a straddling interval is extended, then inconclusive."""
     est = extend_until_tight(first, policy.rounds)
     if check is None:
         return SpeedOutcome(est, Verdict.NO_BASELINE, None, f"speedup {est}; no baseline for this GPU")
@@ -146,12 +203,23 @@ def judge(
     return SpeedOutcome(est, verdict, confirmation, message)
 
 
-def across_runs_of(est: SpeedupEstimate, baseline: dict | None) -> SpeedupEstimate | None:
+def first_look(check: SpeedupCheck | None, timer: PairedTimer, policy: SpeedPolicy) -> SpeedOutcome:
+    """The first batch's estimate and how it compares, for a figure that is reported but does not
+    gate the cell: no extension, no confirming batch."""
+    if len(timer.mode_times) < policy.rounds.min_rounds:
+        timer.rounds(policy.rounds.min_rounds - len(timer.mode_times))
+    est = timer.estimate(policy.rounds.confidence)
+    if check is None:
+        return SpeedOutcome(est, Verdict.NO_BASELINE, None, f"speedup {est}; no baseline for this GPU")
+    return SpeedOutcome(est, check.classify(est), None, check.describe(est))
+
+
+def across_runs_of(est: SpeedupEstimate, baseline: dict | None, key: str = "between_run_sd") -> SpeedupEstimate | None:
     """`est` with its interval widened by the between-run spread its baseline entry learned from
     saved runs (``ampbench spread``), or None where the entry has none. The verdict does not use it:
     its tolerance already allows for the baseline's run being another; this is the interval to hold
     another run's speedup against."""
-    between = finite_number(baseline.get("between_run_sd")) if baseline is not None else None
+    between = finite_number(baseline.get(key)) if baseline is not None else None
     return None if between is None else across_runs(est, between)
 
 
@@ -167,7 +235,8 @@ def comparable_recording(previous: dict | None, previous_software: dict | None, 
     return previous is not None and previous_software == software and measurement_mismatch(previous, measured_with) is None
 
 
-def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: dict | None, comparable: bool) -> float:
+def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: dict | None, comparable: bool,
+                   key: str = "speedup") -> float:
     """The noise a baseline is stored with, from robust figures only: the first batch's interval
     (>= 12 rounds, so one stray round cannot set it), how far the medians of the two batches lie
     apart, and, when the entry is re-recorded `comparable`-ly (the same software, measured the same
@@ -181,11 +250,25 @@ def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: di
     noise is not carried over either, so a noisy recording does not loosen a cell for ever.
     """
     noise = max(first.half_width, relative_spread(first.speedup, second.speedup))
-    if previous is not None and comparable and previous.get("speedup"):
+    if previous is not None and comparable and finite_number(previous.get(key)):
         pooled = (first.speedup * second.speedup) ** 0.5
-        noise = max(noise, relative_spread(pooled, previous["speedup"]))
+        noise = max(noise, relative_spread(pooled, previous[key]))
     return noise
 
 
 def pooled_estimate(a: PairedTimer, b: PairedTimer, confidence: float) -> SpeedupEstimate:
     return estimate_speedup(a.ref_times + b.ref_times, a.mode_times + b.mode_times, confidence)
+
+
+def record_step_times(benchmark, per_step_seconds: list[float]) -> None:
+    """Hand pytest-benchmark the mode's device time per training step, one value per round, as its
+    figures for this test: its own timing of a block whose step count follows the step time cannot
+    show a slowdown, and its compare (--benchmark-compare-fail) should see what the verdict sees.
+    pytest-benchmark has no public call for times measured elsewhere; ``_make_stats`` is what its
+    ``pedantic`` uses. Nothing is recorded under --benchmark-disable."""
+    if getattr(benchmark, "disabled", False) or not per_step_seconds:
+        return
+    stats = benchmark._make_stats(1)
+    for seconds in per_step_seconds:
+        stats.update(seconds)
+    benchmark._mode = "ampbench"  # a second use of the fixture in one test is a bug; let it say so

@@ -120,6 +120,17 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
     return dict(document, entries=entries)
 
 
+DEVICE_SPREAD_FIGURES = ("device_between_run_sd", "device_between_run_count")
+
+
+def carried_device(previous: Mapping | None, comparable: bool) -> dict:
+    """As ``carried``, for the device-time speedup's spread: kept only where the previous entry's
+    device time was measured the same way (`comparable`)."""
+    if previous is None or not comparable:
+        return {}
+    return {name: previous[name] for name in DEVICE_SPREAD_FIGURES if name in previous}
+
+
 def carried(previous: Mapping | None, comparable: bool) -> dict:
     """The spread figures a re-recorded entry keeps: its old entry's, when that was recorded on the
     same software, measured the same way (``speed.comparable_recording``), else none, because a new

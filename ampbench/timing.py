@@ -52,49 +52,36 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def wall_block(trainer: Trainer, steps: int) -> Callable[[], float]:
+    """A block of `steps` eager training steps timed from an idle device to the end of its last
+    kernel: what eager training gets on this host, launch overhead included; seconds per step."""
+    return lambda: time_block(trainer.device, lambda: trainer.run(steps)) / steps
+
+
 @dataclass
 class PairedTimer:
     """Round k times one block of the reference and one of the mode, reference first in even rounds
-    and mode first in odd ones, so drift and order effects fall on both sides alike. Each side's
-    block holds enough steps that the ramp from an idle device (the first launches, before the
-    host runs ahead of the GPU) is small against it; times are per step.
+    and mode first in odd ones, so drift and order effects fall on both sides alike. A block is any
+    function that trains and returns seconds per step (``wall_block``, or a device clock's block);
+    each holds enough steps that the ramp from an idle device is small against it."""
 
-    ``before_mode_block`` and ``mode_block`` split a round so that pytest-benchmark's ``pedantic``
-    times exactly the mode's block (as its target) while the reference blocks run in its setup.
-    """
-
-    reference: Trainer
-    mode: Trainer
+    reference: Callable[[], float]  # one timed block of the reference side, seconds per step
+    mode: Callable[[], float]  # one timed block of the mode, seconds per step
     ref_steps: int  # training steps per reference block
     mode_steps: int  # training steps per mode block: each side's block is long enough on its own
     ref_times: list[float] = field(default_factory=list)  # seconds per step, one per round
     mode_times: list[float] = field(default_factory=list)
 
-    def _ref_block(self) -> None:
-        self.ref_times.append(time_block(self.reference.device, lambda: self.reference.run(self.ref_steps)) / self.ref_steps)
-
-    def before_mode_block(self) -> None:
-        k = len(self.mode_times)
-        while len(self.ref_times) < k:  # the reference half of the last mode-first round
-            self._ref_block()
-        if k % 2 == 0:
-            self._ref_block()
-
-    def mode_block(self) -> None:
-        self.mode_times.append(time_block(self.mode.device, lambda: self.mode.run(self.mode_steps)) / self.mode_steps)
-
-    def finish(self) -> None:
-        while len(self.ref_times) < len(self.mode_times):
-            self._ref_block()
-
     def rounds(self, n: int) -> None:
         for _ in range(n):
-            self.before_mode_block()
-            self.mode_block()
-        self.finish()
+            if len(self.mode_times) % 2 == 0:
+                self.ref_times.append(self.reference())
+                self.mode_times.append(self.mode())
+            else:
+                self.mode_times.append(self.mode())
+                self.ref_times.append(self.reference())
 
     def estimate(self, confidence: float) -> SpeedupEstimate:
-        self.finish()
         return estimate_speedup(self.ref_times, self.mode_times, confidence)
 
 

@@ -3,7 +3,8 @@ with the loss scaling and master weights its ``PrecisionMode`` row asks for."""
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+import contextlib
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -109,6 +110,15 @@ def _norm_output_to_input_dtype(module: nn.Module, args: tuple, output: torch.Te
     return output.to(module._input_dtype)
 
 
+def flatten_rnn_weights(model: nn.Module) -> None:
+    """Put every RNN's weights back into one contiguous chunk. A cast (``.to(dtype)``) or a move
+    leaves them as separate tensors, and cuDNN then warns at every call and compacts them at every
+    step: a pessimised path that a speed cell would time as if it were the mode's cost."""
+    for module in model.modules():
+        if isinstance(module, nn.RNNBase):
+            module.flatten_parameters()
+
+
 def cast_model(model: nn.Module, mode: PrecisionMode) -> nn.Module:
     model = model.to(mode.param_dtype)
     if mode.keep_norms_fp32:
@@ -152,6 +162,7 @@ class Trainer:
         with torch.device(device):
             model = spec.build(self.config)
         self.model = cast_model(model, mode).to(device=device, memory_format=self.memory_format)
+        flatten_rnn_weights(self.model)
         self.model.train()
         self.master = MasterWeights(self.model.parameters()) if mode.master_weights else None
         params = self.master.master_params if self.master else list(self.model.parameters())
@@ -162,6 +173,23 @@ class Trainer:
         self.input_pool = [x for x, _ in batches[:INPUT_POOL]]
         self.target_pool = [y for _, y in batches]
         self.steps_taken = 0
+        self.autocast_cache = True  # off while a CUDA graph of the step is captured
+
+    @contextlib.contextmanager
+    def capturing(self) -> Iterator[None]:
+        """What capturing the step as a CUDA graph needs, restored afterwards: optimizers that keep
+        their step on the device (``capturable``) and autocast without its cache."""
+        groups = [g for g in self.optimizer.param_groups if "capturable" in g]
+        saved = [g["capturable"] for g in groups]
+        for g in groups:
+            g["capturable"] = True
+        self.autocast_cache = False
+        try:
+            yield
+        finally:
+            for g, value in zip(groups, saved):
+                g["capturable"] = value
+            self.autocast_cache = True
 
     @property
     def inputs(self) -> torch.Tensor:
@@ -193,7 +221,7 @@ class Trainer:
         y = self.targets if targets is None else targets
         self.steps_taken += 1
         self.model.zero_grad(set_to_none=True)
-        with self.mode.autocast(self.device):
+        with self.mode.autocast(self.device, cache_enabled=self.autocast_cache):
             out = self.model(x)
             # the loss itself in fp32, whatever the model computed in: softmax sums overflow fp16
             loss = self.spec.loss(out.float(), y.float() if y.is_floating_point() else y)

@@ -1,5 +1,10 @@
 """Speed: every model in every precision mode, timed in interleaved rounds against fp32 in this
-process, and held against this GPU's baseline."""
+process, and held against this GPU's baseline.
+
+Two speedups per cell: the device-time speedup (the step replayed as a CUDA graph, or the profiler's
+kernel sum where it cannot be captured), which gates the cell by default, and the wall-clock speedup of
+eager steps, which is what eager training gets on this host and gates only under --perf-gate wall|both.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,18 @@ from ampbench.baselines import measurement_mismatch
 from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, get_mode
 from ampbench.stats import median
-from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for, trusted_between_run_sd
+from ampbench.timing import extend_until_tight
+from ampbench.verdict import (
+    WALL_TOLERANCE_FLOOR,
+    HostOverhead,
+    SpeedupCheck,
+    Verdict,
+    kernel_changes,
+    tolerance_for,
+    trusted_between_run_sd,
+)
+
+GATES = {"device": ("device",), "wall": ("wall",), "both": ("device", "wall")}
 
 
 class InconclusiveSpeed(UserWarning):
@@ -49,44 +65,78 @@ def _prepare(model_spec, mode, device, settings, policy: speed.SpeedPolicy, fail
                        f"{model_spec.name} {label}", model_spec.batch_size_for(settings.smoke))
 
 
-def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_device, baseline_store, software, peak_tflops,
-               fail_on_oom):
+def _checks(model: str, mode: str, baseline: dict | None, device_method: str, floor: float):
+    """(device check, wall check, why there is no device check) against this cell's baseline entry."""
+    if baseline is None:
+        return None, None, None
+    wall = SpeedupCheck(model, mode, float(baseline["speedup"]),
+                        tolerance_for(max(floor, WALL_TOLERANCE_FLOOR), baseline.get("noise"), trusted_between_run_sd(baseline)))
+    if baseline.get("device_speedup") is None:
+        return None, wall, "no device-time baseline: record with --perf-update-baselines"
+    if baseline.get("device_method") != device_method:
+        return None, wall, (f"device time measured by {baseline.get('device_method')} in the baseline and by "
+                            f"{device_method} here: record with --perf-update-baselines")
+    device = SpeedupCheck(model, mode, float(baseline["device_speedup"]),
+                          tolerance_for(floor, baseline.get("device_noise"), trusted_between_run_sd(baseline, "device_")))
+    return device, wall, None
+
+
+def _combined(verdicts: list[Verdict]) -> Verdict:
+    for v in (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.IMPROVED, Verdict.PASS):
+        if v in verdicts:
+            return v
+    return Verdict.NO_BASELINE
+
+
+def test_speed(benchmark, request, model_spec, mode, reference, perf_settings, perf_device, baseline_store, software,
+               peak_tflops, fail_on_oom):
     settings = perf_settings
     test_id = f"test_speed[{model_spec.name}-{mode.name}]"
     policy = _policy(perf_device, settings)
     batch = model_spec.batch_size_for(settings.smoke)
-
     side = _prepare(model_spec, mode, perf_device, settings, policy, fail_on_oom, mode.name)
-
     # identity first, so a cell that fails later is still recognisable in --benchmark-json
     benchmark.extra_info.update(ampbench_schema=1, kind="speed", model=model_spec.name, mode=mode.name,
                                 device=str(perf_device), batch_size=batch)
     before = speed.parameters_fingerprint(side.trainer)
-    timer = speed.fresh_timer(reference, side, policy)
-    benchmark.pedantic(timer.mode_block, setup=timer.before_mode_block, rounds=policy.rounds.min_rounds,
-                       iterations=1, warmup_rounds=0)
 
     measured_with = {"cudnn_benchmark": settings.cudnn_benchmark, "block_seconds": settings.block_seconds}
     baseline = baseline_store.figures(test_id) if baseline_store is not None else None
-    check = None
     mismatch = measurement_mismatch(baseline, measured_with) if baseline is not None else None
-    if baseline is not None:
-        benchmark.extra_info["baseline_noise"] = baseline.get("noise")
-        tol = tolerance_for(settings.tolerance, baseline.get("noise"), trusted_between_run_sd(baseline))
-        check = SpeedupCheck(model_spec.name, mode.name, float(baseline["speedup"]), tol)
+    timing = speed.device_timing(reference, side)
+    device_check, wall_check, no_device_baseline = _checks(model_spec.name, mode.name, baseline, timing.method,
+                                                           settings.tolerance)
+    gate = getattr(settings, "gate", "device")
+    gated = GATES[gate]
+    if "device" in gated and device_check is None and wall_check is not None:
+        gated = ("wall",)  # an entry from before device time: the wall verdict still holds it
 
-    second: list = []
+    def measure(name: str, check, make_timer):
+        extra: list = []
 
-    def second_batch(rounds=policy.rounds):
-        t = speed.fresh_timer(reference, side, policy)
-        second.append(t)
-        return speed.extend_until_tight(t, rounds)
+        def again(rounds=policy.rounds):
+            extra.append(make_timer())
+            return extend_until_tight(extra[-1], rounds)
 
-    outcome = speed.judge(check, timer, policy, second_batch)
-    est = outcome.estimate
-    # reported beside the verdict's own interval, not judged (see across_runs_of)
-    across = speed.across_runs_of(est, baseline)
-    message = outcome.message + (f"; across runs {speed.describe_across(across, baseline)}" if across else "")
+        first = make_timer()
+        outcome = (speed.judge(check, first, policy, again) if name in gated
+                   else speed.first_look(check, first, policy))
+        return first, extra, again, outcome
+
+    dev_timer, dev_extra, dev_again, dev = measure("device", device_check,
+                                                   lambda: timing.timer(reference, side, policy))
+    wall_timer, wall_extra, wall_again, wall = measure("wall", wall_check,
+                                                       lambda: speed.fresh_timer(reference, side, policy))
+    verdict = _combined([dev.verdict if "device" in gated else None, wall.verdict if "wall" in gated else None])
+    changes = kernel_changes(baseline.get("kernels") if baseline else None,
+                             side.profile.top() if side.profile else None)
+    across = speed.across_runs_of(wall.estimate, baseline)
+    dev_across = speed.across_runs_of(dev.estimate, baseline, "device_between_run_sd")
+    message = f"device time ({timing.method}): {dev.message}; wall: {wall.message}"
+    if across:
+        message += f"; wall across runs {speed.describe_across(across, baseline)}"
+    if changes and dev.verdict in (Verdict.REGRESSION, Verdict.IMPROVED):
+        message += f"; {changes}"
 
     # the mode really trained: its weights moved and its loss scale is still usable. (Whether the
     # loss stays finite on random data is a property of that task, not of the mode: it is recorded
@@ -96,34 +146,64 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
     loss_ok = bool(torch.isfinite(last_loss))
     scale = speed.loss_scale(side.trainer)
 
-    step_s, ref_step_s = median(timer.mode_times), median(timer.ref_times)
+    step_s, ref_step_s = median(wall_timer.mode_times), median(wall_timer.ref_times)
+    dev_step_s, dev_ref_step_s = median(dev_timer.mode_times), median(dev_timer.ref_times)
+    load = speed.host_load(side.profile.busy_ms / 1e3 if side.profile else dev_step_s, step_s)
+    ref_load = speed.host_load(reference.profile.busy_ms / 1e3 if reference.profile else dev_ref_step_s, ref_step_s)
     flops = model_spec.flops_per_sample(side.trainer.config)
-    tflops = flops * batch / step_s / 1e12
+    tflops = flops * batch / dev_step_s / 1e12
     peak = peak_tflops(mode.peak_dtype)
     ratio = (side.peak_bytes / reference.peak_bytes) if side.peak_bytes and reference.peak_bytes else None
+    est, d = wall.estimate, dev.estimate
     benchmark.extra_info.update(
-        ampbench_schema=1, kind="speed", model=model_spec.name, mode=mode.name, device=str(perf_device),
-        batch_size=batch, steps_per_block=timer.mode_steps, ref_steps_per_block=timer.ref_steps,
+        gate=gate, gated=list(gated), steps_per_block=wall_timer.mode_steps, ref_steps_per_block=wall_timer.ref_steps,
+        # the wall-clock speedup of eager steps, as before device time was measured
         speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds, confidence=est.confidence,
         speedup_across_low=across.low if across else None, speedup_across_high=across.high if across else None,
         between_run_sd=across.between_run_sd if across else None,
         between_run_count=baseline.get("between_run_count") if across else None,
+        baseline_speedup=wall_check.expected if wall_check else None, tolerance=wall_check.tolerance if wall_check else None,
+        line=wall_check.line if wall_check else None, drop=wall_check.drop(est) if wall_check else None,
+        confirm_speedup=wall.confirmation.speedup if wall.confirmation else None, wall_verdict=wall.verdict.value,
+        # the device-time speedup
+        device_method=timing.method, device_fallback=timing.fallback,
+        device_speedup=d.speedup, device_speedup_low=d.low, device_speedup_high=d.high, device_rounds=d.rounds,
+        device_speedup_across_low=dev_across.low if dev_across else None,
+        device_speedup_across_high=dev_across.high if dev_across else None,
+        device_baseline_speedup=device_check.expected if device_check else None,
+        device_tolerance=device_check.tolerance if device_check else None,
+        device_line=device_check.line if device_check else None, device_drop=device_check.drop(d) if device_check else None,
+        device_confirm_speedup=dev.confirmation.speedup if dev.confirmation else None, device_verdict=dev.verdict.value,
+        device_step_ms=dev_step_s * 1e3, device_step_ms_ref=dev_ref_step_s * 1e3,
+        device_round_ms=[t * 1e3 for t in dev_timer.mode_times], device_ref_round_ms=[t * 1e3 for t in dev_timer.ref_times],
+        kernel_ms=side.profile.kernel_ms if side.profile else None,
+        kernel_ms_ref=reference.profile.kernel_ms if reference.profile else None,
+        kernel_speedup=(reference.profile.kernel_ms / side.profile.kernel_ms) if side.profile and reference.profile else None,
+        kernels=side.profile.top() if side.profile else None, kernel_changes=changes,
+        # how far the eager step waits on the host
+        busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
+        busy_ms_ref=ref_load.busy_ms, host_overhead_ms_ref=ref_load.overhead_ms, idle_share_ref=ref_load.idle_share,
+        host_bound_ref=ref_load.host_bound,
         throughput=batch / step_s, throughput_ref=batch / ref_step_s, step_ms=step_s * 1e3, step_ms_ref=ref_step_s * 1e3,
+        device_throughput=batch / dev_step_s,
         peak_mem_bytes=side.peak_bytes, peak_mem_ref_bytes=reference.peak_bytes, memory_ratio=ratio,
         tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
-        baseline_speedup=check.expected if check else None, tolerance=check.tolerance if check else None,
-        line=check.line if check else None, drop=check.drop(est) if check else None,
-        confirm_speedup=outcome.confirmation.speedup if outcome.confirmation else None,
-        verdict=outcome.verdict.value, message=message, recording=settings.update_baselines,
+        verdict=verdict.value, message=message, recording=settings.update_baselines,
         weights_moved=moved, final_loss_finite=loss_ok,
         loss_scale=scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds, **measured_with,
-        # per-step milliseconds of every round, in order: what drift or a stray slow block looked like
-        round_ms=[t * 1e3 for t in timer.mode_times], ref_round_ms=[t * 1e3 for t in timer.ref_times],
+        # per-step milliseconds of every wall round, in order: what drift or a stray slow block looked like
+        round_ms=[t * 1e3 for t in wall_timer.mode_times], ref_round_ms=[t * 1e3 for t in wall_timer.ref_times],
     )
+    speed.record_step_times(benchmark, dev_timer.mode_times)
+    request.node.user_properties.append(("ampbench_speed", {
+        "model": model_spec.name, "mode": mode.name, "device": str(d), "device_verdict": dev.verdict.value,
+        "wall": str(est), "wall_verdict": wall.verdict.value, "idle_share": load.idle_share,
+        "host_bound": load.host_bound, "method": timing.method}))
 
     problems = []
-    if not (math.isfinite(est.speedup) and est.low <= est.speedup <= est.high):
-        problems.append(f"malformed speedup estimate {est}")
+    for name, e in (("device-time", d), ("wall-clock", est)):
+        if not (math.isfinite(e.speedup) and e.low <= e.speedup <= e.high):
+            problems.append(f"malformed {name} speedup estimate {e}")
     if not moved:
         problems.append("no optimizer step changed the weights during the timed run (every step skipped?)")
     if scale is not None and not (math.isfinite(scale) and scale > 0):
@@ -131,36 +211,56 @@ def test_speed(benchmark, model_spec, mode, reference, perf_settings, perf_devic
 
     # only a cell that really trained may become a baseline
     if settings.update_baselines and baseline_store is not None and not problems:
-        if not second:
-            second_batch(policy.record_rounds)
+        if not dev_extra:
+            dev_again(policy.record_rounds)
+        if not wall_extra:
+            wall_again(policy.record_rounds)
         # `baseline` is still the entry this recording replaces (record() only queues the new one)
         comparable = speed.comparable_recording(baseline, baseline_store.software(test_id), software, measured_with)
-        second_est = second[0].estimate(policy.rounds.confidence)
-        pooled = speed.pooled_estimate(timer, second[0], policy.rounds.confidence)
+        dev_comparable = comparable and baseline is not None and baseline.get("device_method") == timing.method
+        conf = policy.rounds.confidence
+        pooled = speed.pooled_estimate(wall_timer, wall_extra[0], conf)
+        dev_pooled = speed.pooled_estimate(dev_timer, dev_extra[0], conf)
+        device_noise = speed.recorded_noise(d, dev_extra[0].estimate(conf), baseline, dev_comparable, "device_speedup")
+        carried = spread.carried(baseline, comparable) | spread.carried_device(baseline, dev_comparable)
         baseline_store.record(test_id, {
             "speedup": pooled.speedup, "ci_low": pooled.low, "ci_high": pooled.high, "rounds": pooled.rounds,
-            "noise": speed.recorded_noise(est, second_est, baseline, comparable),
+            "noise": speed.recorded_noise(est, wall_extra[0].estimate(conf), baseline, comparable),
+            "device_speedup": dev_pooled.speedup, "device_ci_low": dev_pooled.low, "device_ci_high": dev_pooled.high,
+            "device_rounds": dev_pooled.rounds, "device_noise": device_noise,
+            "device_tolerance": tolerance_for(settings.tolerance, device_noise, trusted_between_run_sd(carried, "device_")),
+            "device_method": timing.method, "device_fallback": timing.fallback,
+            "device_step_ms": dev_step_s * 1e3, "device_step_ms_ref": dev_ref_step_s * 1e3,
             "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
+            "idle_share": load.idle_share, "host_bound": load.host_bound,
             "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
-            **spread.carried(baseline, comparable),
+            "kernels": side.profile.top() if side.profile else None, **carried,
         }, software)
 
     # freed before any failure is raised: pytest keeps a failed test's frames, and with them its trainer
-    side = timer = None
-    second.clear()
+    side = dev_timer = wall_timer = None
+    dev_extra.clear()
+    wall_extra.clear()
     release(perf_device)
 
     if mismatch and not settings.update_baselines:
         warnings.warn(UserWarning(f"{test_id}: {mismatch}"))
+    if no_device_baseline and baseline is not None and not settings.update_baselines:
+        warnings.warn(UserWarning(f"{test_id}: {no_device_baseline}; the wall verdict holds the cell"))
+    if timing.fallback and perf_device.type == "cuda":
+        warnings.warn(UserWarning(f"{test_id}: device time from the profiler's kernel sum: {timing.fallback}"))
     if problems:
         pytest.fail(f"{model_spec.name} {mode.name}: " + "; ".join(problems), pytrace=False)
-    if outcome.verdict is Verdict.REGRESSION:
+    if verdict is Verdict.REGRESSION:
         pytest.fail(f"speed regression: {message}", pytrace=False)
-    if outcome.verdict is Verdict.INCONCLUSIVE:
+    if verdict is Verdict.INCONCLUSIVE:
         if settings.strict:
             pytest.fail(f"inconclusive speed verdict (--perf-strict): {message}", pytrace=False)
         warnings.warn(InconclusiveSpeed(f"inconclusive: {message}"))
+    if "wall" not in gated and wall.verdict is Verdict.REGRESSION and dev.verdict in (Verdict.PASS, Verdict.IMPROVED):
+        warnings.warn(HostOverhead(f"{test_id}: wall-clock speedup below its line while device time held: "
+                                   f"{wall.message}; the host that launches the steps is slower or busier"))
     if baseline_store is not None and not baseline_store.exists and not settings.update_baselines:
         warnings.warn(UserWarning(
-            f"no baseline file {baseline_store.path}; measured {est}. Record one with "
+            f"no baseline file {baseline_store.path}; measured {d} in device time. Record one with "
             f"`pytest perf/ --perf-tier full --perf-update-baselines`"))

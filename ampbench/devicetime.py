@@ -1,0 +1,253 @@
+"""Device time of a training step: what the GPU spends on it, with the launching host left out.
+
+Two measurements, each of which held to 0.1-0.6% per round on an H100 where wall-clock blocks of the
+same eager steps wandered 10-23% (the host could not launch kernels as fast as the GPU ran them):
+
+- ``graph``: the whole training step captured once as a CUDA graph and replayed. A replay launches
+  every kernel with one call, so its time is the GPU's critical path with no host in it. It needs
+  capturable optimizers, the loss scaler's state on the device and autocast's weight-cast cache off
+  during capture (``Trainer.capturing``). This is the primary figure.
+- ``kernels``: the profiler's CUDA kernel (and memcpy/memset) durations summed over a block of eager
+  steps: total GPU work, for any step that runs at all. Where kernels overlap (several streams, as
+  in cuDNN's RNNs and the DPNs' concatenations) it exceeds the critical path. It is the fallback
+  where a step cannot be captured, and one profiled block per side gives each cell its kernel list.
+
+On the CPU there is no device apart from the host: device time is the wall time of the same blocks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ampbench.timing import sync, time_block
+from ampbench.train import Trainer
+
+# Kineto leaves CUPTI attached after a profiling session unless told to tear it down, and an attached
+# CUPTI slows every later kernel launch: wall-clock blocks timed after a cell's profiled block would
+# then time the profiler's leftovers (an H100's lstm_lm amp_fp16 eager step read 10.9 ms, not 8.4).
+# Kineto reads this when it starts; a value the user set is kept.
+os.environ.setdefault("TEARDOWN_CUPTI", "1")
+
+# Eager steps on a side stream before capture: lazily created handles and workspaces must exist
+# before capture, on the stream that captures (PyTorch's whole-network capture recipe).
+SIDE_STREAM_WARMUP = 2
+# Kernels a baseline keeps by name; the rest are summed into one line.
+TOP_KERNELS = 20
+REST = "(other kernels)"
+
+METHODS = ("graph", "kernels", "wall")  # what `DeviceClock.method` can be
+
+
+def _balanced_strip(text: str, opening: str, closing: str) -> str:
+    """`text` without every bracketed part, nested brackets included."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == opening:
+            depth += 1
+        elif ch == closing and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out)
+
+
+def normalise_kernel_name(name: str) -> str:
+    """A kernel's name as it stays from run to run: C++ template arguments, parameter lists and the
+    return type dropped, so ``void at::native::vectorized_elementwise_kernel<4, AUnaryFunctor<...>>
+    (int, ...)`` becomes ``at::native::vectorized_elementwise_kernel``. Library kernel names
+    (``sm90_xmma_gemm_..._tilesize128x128x64``) are kept whole: their tile shape is the choice of
+    algorithm a regression may change."""
+    short = _balanced_strip(_balanced_strip(name, "<", ">"), "(", ")").strip()
+    short = re.sub(r"^(void|static|__global__)\s+", "", short)
+    return re.sub(r"\s+", " ", short) or name
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """One profiled block of eager steps of one side, per step."""
+
+    steps: int
+    kernel_ms: float  # sum of every device activity's duration, per step: total GPU work
+    busy_ms: float  # union of their intervals, per step: time the device was doing anything
+    kernels: tuple[tuple[str, float], ...]  # (normalised name, ms per step), largest first
+
+    def top(self, n: int = TOP_KERNELS) -> list[dict]:
+        """The `n` largest kernels and the rest as one line: what a baseline entry keeps."""
+        head = [{"name": k, "ms": round(ms, 5)} for k, ms in self.kernels[:n]]
+        rest = sum(ms for _, ms in self.kernels[n:])
+        if rest > 0:
+            head.append({"name": REST, "ms": round(rest, 5)})
+        return head
+
+
+def _is_annotation(ev) -> bool:
+    """Whether a profiler event on the GPU's timeline is a range (``record_function`` mirrored onto
+    the device, as the optimizers' ``Optimizer.step#...``), not work the device did."""
+    for probe in ("is_user_annotation", "activity_type"):
+        method = getattr(ev, probe, None)
+        if method is None:
+            continue
+        value = method()
+        return bool(value) if probe == "is_user_annotation" else "annotation" in str(value)
+    return ev.name().startswith(("Optimizer.", "ProfilerStep#"))
+
+
+def _device_activities(prof) -> list[tuple[str, int, int]]:
+    """(name, start ns, end ns) of every kernel, memcpy and memset the profiler saw on the GPU."""
+    from torch.autograd import DeviceType
+
+    out = []
+    for ev in prof.profiler.kineto_results.events():
+        if ev.device_type() != DeviceType.CUDA or _is_annotation(ev):
+            continue
+        out.append((ev.name(), ev.start_ns(), ev.start_ns() + ev.duration_ns()))
+    return out
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    total, end = 0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total
+
+
+def profile_steps(trainer: Trainer, steps: int) -> KernelProfile:
+    """Profile `steps` eager training steps of `trainer` (CUDA only). Not for a wall-clock block:
+    the profiler slows the host; the durations it reports are the device's own."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(trainer.device)
+    with profile(activities=[ProfilerActivity.CUDA], acc_events=True) as prof:
+        trainer.run(steps)
+        sync(trainer.device)
+    acts = _device_activities(prof)
+    if not acts:
+        raise RuntimeError("the profiler recorded no CUDA activity (is CUPTI available?)")
+    per_name: dict[str, float] = {}
+    for name, start, end in acts:
+        key = normalise_kernel_name(name)
+        per_name[key] = per_name.get(key, 0.0) + (end - start) / 1e6 / steps
+    total = sum(per_name.values())
+    busy = _union_ns([(a, b) for _, a, b in acts]) / 1e6 / steps
+    ranked = tuple(sorted(per_name.items(), key=lambda kv: -kv[1]))
+    return KernelProfile(steps, total, busy, ranked)
+
+
+class CaptureError(RuntimeError):
+    """A training step that cannot be captured as a CUDA graph; the message says why."""
+
+
+class CapturedStep:
+    """One training step of a warmed-up trainer captured as a CUDA graph, reading its batch from
+    static buffers. Each replay first copies the next batch of the trainer's synthetic pools into
+    them (two device copies, microseconds against a step), so replays cycle through the data as
+    eager steps do: a graph replayed on one fixed batch would be memorised until fp16 overflows.
+    Replays really train: they update the trainer's weights, optimizer state and loss scale in place."""
+
+    def __init__(self, trainer: Trainer):
+        self.trainer = trainer
+        device = trainer.device
+        self.inputs = trainer.input_pool[0].clone()
+        self.targets = trainer.target_pool[0].clone()
+        self.replays = 0
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            trainer.run(SIDE_STREAM_WARMUP)
+        torch.cuda.current_stream(device).wait_stream(side)
+        sync(device)
+        self.graph = torch.cuda.CUDAGraph()
+        try:
+            with trainer.capturing(), trainer.mode.math_flags(), warnings.catch_warnings():
+                # replays run captured, which is what capturable optimizers are for
+                warnings.filterwarnings("ignore", message=".*capturable=True.*")
+                with torch.cuda.graph(self.graph):
+                    trainer.step(self.inputs, self.targets)
+        except Exception as exc:  # any failure of capture means: measure this cell another way
+            sync_quietly(device)
+            text = str(exc).strip()
+            first = text.splitlines()[0] if text else type(exc).__name__
+            raise CaptureError(f"CUDA graph capture failed: {type(exc).__name__}: {first[:300]}") from exc
+        self.replay(1)  # the first replay uploads the graph; keep it out of every timed block
+        sync(device)
+
+    def replay(self, steps: int) -> None:
+        """Launch `steps` training steps; no host sync."""
+        inputs, targets = self.trainer.input_pool, self.trainer.target_pool
+        for _ in range(steps):
+            k = self.replays
+            self.inputs.copy_(inputs[k % len(inputs)], non_blocking=True)
+            self.targets.copy_(targets[k % len(targets)], non_blocking=True)
+            self.graph.replay()
+            self.replays += 1
+
+
+def capture(trainer: Trainer) -> CapturedStep:
+    """`trainer`'s training step as a CUDA graph; CaptureError says why where it cannot be captured."""
+    return CapturedStep(trainer)
+
+
+def sync_quietly(device: torch.device) -> None:
+    """Synchronize after a failed capture; a capture that failed half-way can leave an error behind."""
+    try:
+        sync(device)
+    except Exception:  # noqa: BLE001 - the capture's own error is the one worth reporting
+        pass
+
+
+@dataclass
+class DeviceClock:
+    """Times blocks of one side's training steps on the device; `block()` returns seconds per step."""
+
+    trainer: Trainer
+    method: str  # one of METHODS
+    steps: int  # training steps per timed block
+    graph: CapturedStep | None = None
+    fallback: str | None = None  # why this side is not measured by graph replay, where it could be
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown device-time method {self.method!r}; one of {', '.join(METHODS)}")
+        if self.method == "graph" and self.graph is None:
+            raise ValueError("method 'graph' needs a captured step")
+
+    def block(self) -> float:
+        if self.method == "graph":
+            graph, n = self.graph, self.steps
+            return time_block(self.trainer.device, lambda: graph.replay(n)) / n
+        if self.method == "kernels":
+            return profile_steps(self.trainer, self.steps).kernel_ms / 1e3
+        return time_block(self.trainer.device, lambda: self.trainer.run(self.steps)) / self.steps
+
+
+def clock_for(trainer: Trainer, steps: int, graph: CapturedStep | None, fallback: str | None) -> DeviceClock:
+    """The device clock of one side: graph replay where a graph was captured, the profiler's kernel
+    sum where capture failed (`fallback` says why), the wall clock off CUDA."""
+    if trainer.device.type != "cuda":
+        return DeviceClock(trainer, "wall", steps, fallback="no CUDA device: device time is the wall time")
+    if graph is not None:
+        return DeviceClock(trainer, "graph", steps, graph)
+    return DeviceClock(trainer, "kernels", steps, fallback=fallback)
+
+
+def paired_blocks(ref: DeviceClock, mode: DeviceClock) -> tuple[Callable[[], float], Callable[[], float], str, str | None]:
+    """The two sides' block functions measured the same way (a graph on one side and a kernel sum
+    on the other would compare two different things), the method and why it is not a graph."""
+    if ref.method == mode.method:
+        return ref.block, mode.block, ref.method, ref.fallback or mode.fallback
+    # one side could not be captured: both fall back to the kernel sum
+    why = mode.fallback or ref.fallback or "one side could not be captured"
+    ref_k = DeviceClock(ref.trainer, "kernels", ref.steps, fallback=why)
+    mode_k = DeviceClock(mode.trainer, "kernels", mode.steps, fallback=why)
+    return ref_k.block, mode_k.block, "kernels", why
