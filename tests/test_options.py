@@ -1,5 +1,6 @@
 """Bad input on the command line: usage errors that name the flag and list what is valid."""
 
+import argparse
 import subprocess
 import sys
 import weakref
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import conftest
 from ampbench.device import catch_oom
 
 ROOT = Path(__file__).parent.parent
@@ -25,13 +27,15 @@ def run_pytest(*args):
     [
         (["--perf-models", "resnet51"], ["--perf-models: unknown model 'resnet51'", "valid models: mlp,", "resnet50"]),
         (["--perf-precisions", "fp8"], ["--perf-precisions: unknown precision mode 'fp8'", "amp_bf16"]),
-        (["--perf-tolerance", "2"], ["--perf-tolerance must lie in (0.0, 0.9]"]),
-        (["--perf-rounds", "5"], ["--perf-rounds must lie in [8, 1000]"]),
+        (["--perf-tolerance", "2"], ["--perf-tolerance: must lie in (0.0, 0.9]"]),
+        (["--perf-tolerance", "nan"], ["--perf-tolerance: must be a finite number, got nan"]),
+        (["--perf-rounds", "5"], ["--perf-rounds: must lie in [8, 1000]"]),
         (["--perf-tier", "huge"], ["--perf-tier", "invalid choice", "quick"]),
+        (["--perf-gate", "gpu"], ["--perf-gate", "invalid choice", "'device'"]),
         (["--perf-device", "tpu"], ["--perf-device"]),
-        (["--loss-scaler", "torch.amp.GradScaler"], ["--loss-scaler expects MODULE:CALLABLE"]),
-        (["--perf-block-seconds", "0"], ["--perf-block-seconds must lie in (0.0, 10.0]"]),
-        (["--perf-block-seconds", "fast"], ["--perf-block-seconds expects a float"]),
+        (["--loss-scaler", "torch.amp.GradScaler"], ["--loss-scaler: expects MODULE:CALLABLE"]),
+        (["--perf-block-seconds", "0"], ["--perf-block-seconds: must lie in (0.0, 10.0]"]),
+        (["--perf-block-seconds", "fast"], ["--perf-block-seconds: expects a float"]),
         (["--perf-cudnn-benchmark", "maybe"], ["--perf-cudnn-benchmark", "invalid choice", "'on'"]),
     ],
 )
@@ -40,6 +44,7 @@ def test_usage_errors(args, expected):
     assert result.returncode == 4, result.stdout + result.stderr
     for part in expected:
         assert part in result.stderr, result.stderr
+    assert result.stderr.count(args[0]) == 1, f"{args[0]} named more than once: {result.stderr}"
 
 
 def test_cells_are_model_major_with_readable_ids():
@@ -69,3 +74,86 @@ def test_out_of_memory_is_described_and_its_tensors_freed():
     assert result is None
     assert "Tried to allocate 9.00 GiB" in oom and "more detail" not in oom and "peak memory" in oom
     assert holder["ref"]() is None, "the failed cell's tensors are still referenced after the OOM"
+
+
+# ---------------------------------------------------------------------------------------------------
+# the option group in-process: conftest's own options on a bare argparse parser, each bad value at once
+
+
+def option_parser() -> tuple[argparse.ArgumentParser, dict[str, dict]]:
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    options: dict[str, dict] = {}
+
+    class Group:
+        @staticmethod
+        def addoption(*names, **kwargs):
+            options[names[0]] = kwargs
+            parser.add_argument(*names, **kwargs)
+
+    class Parser:
+        @staticmethod
+        def getgroup(*args, **kwargs):
+            return Group
+
+    conftest.pytest_addoption(Parser)
+    return parser, options
+
+
+def parse_error(*args: str) -> str:
+    parser, _ = option_parser()
+    with pytest.raises(argparse.ArgumentError) as info:
+        parser.parse_args(list(args))
+    return str(info.value)
+
+
+def float_options() -> list[str]:
+    _, options = option_parser()
+    return [flag for flag, kw in options.items() if getattr(kw.get("type"), "kind", None) is float]
+
+
+def test_the_float_options_are_found():
+    assert set(float_options()) == {"--perf-tolerance", "--perf-block-seconds", "--perf-memory-cap"}
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "Infinity"])
+@pytest.mark.parametrize("flag", float_options())
+def test_no_float_option_takes_a_non_finite_number(flag, value):
+    message = parse_error(f"{flag}={value}")  # "=": argparse takes a bare "-inf" for an option
+    assert message == f"argument {flag}: must be a finite number, got {value}"
+
+
+@pytest.mark.parametrize("flag", ["--perf-rounds", "--perf-loader-workers"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_integer_options_refuse_non_finite_too(flag, value):
+    assert parse_error(flag, value) == f"argument {flag}: expects an int, got {value!r}"
+
+
+def test_every_validator_names_its_flag_once():
+    _, options = option_parser()
+    bad = {"int": "x", "float": "x"}
+    for flag, kw in options.items():
+        if kw.get("type") is None:
+            continue
+        kind = getattr(kw["type"], "kind", None)
+        value = bad.get(kind.__name__, "x") if kind else {"--perf-device": "tpu", "--perf-models": ",",
+                                                           "--perf-precisions": ",", "--perf-loss-scaler": "x",
+                                                           "--perf-baseline-dir": __file__,
+                                                           "--perf-data-root": "/nonexistent"}[flag]
+        message = parse_error(flag, value)
+        assert message.count(flag) == 1, message
+
+
+def test_the_gate_option():
+    parser, options = option_parser()
+    kw = options["--perf-gate"]
+    assert kw["metavar"] == "DEVICE|WALL|BOTH" and kw["help"].endswith("(default: device)")
+    assert parser.parse_args([]).perf_gate == "device"
+    assert parser.parse_args(["--perf-gate", "both"]).perf_gate == "both"
+    assert "invalid choice" in parse_error("--perf-gate", "BOTH")
+
+
+def test_every_option_has_a_metavar_or_is_a_switch_and_tells_its_default():
+    _, options = option_parser()
+    for flag, kw in options.items():
+        assert kw.get("action") == "store_true" or kw.get("metavar"), flag
+        assert kw["help"].rstrip(")").split("(default: ")[-1] != kw["help"], f"{flag}: help tells no default"
