@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -247,11 +248,31 @@ def merge_entries(current: dict[str, dict], updates: dict[str, dict]) -> dict[st
     return dict(sorted(merged.items()))
 
 
+def _default_mode() -> int:
+    # os.umask can only be read by setting it; set it straight back
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_atomic(path: Path, document: dict) -> None:
+    """Write `document` to `path` through a temp file in the same folder, fsync and rename, keeping an
+    existing file's mode and, where permitted, its owner and group (mkstemp makes the temp file 0600);
+    a new file gets the mode open() would give it under the umask."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        before = path.stat()
+    except FileNotFoundError:
+        before = None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), stat.S_IMODE(before.st_mode) if before else _default_mode())
+            if before is not None and (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
+                try:
+                    os.fchown(f.fileno(), before.st_uid, before.st_gid)
+                except PermissionError:  # only root may give a file away; the writer then owns it
+                    pass
             json.dump(document, f, indent=1, sort_keys=False)
             f.write("\n")
             f.flush()

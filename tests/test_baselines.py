@@ -1,15 +1,19 @@
 """The baseline store: schema checks that name file and field, merges that lose nothing, atomic writes."""
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
+from ampbench import baselines
 from ampbench.baselines import (
     SCHEMA_VERSION,
     BaselineError,
     BaselineStore,
     load_document,
+    write_atomic,
 )
 from ampbench.device import gpu_slug
 
@@ -175,3 +179,52 @@ def test_record_holds_an_entry_to_its_schema_and_takes_kernels(tmp_path):
     store.record(SPEED, {"speedup": 2.0, "kernels": kernels}, {})
     store.write()
     assert load_document(store.path)["entries"][SPEED]["figures"]["kernels"] == kernels
+
+
+# ---------------------------------------------------------------------------------------------------
+# writes
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_an_atomic_write_keeps_the_files_mode(tmp_path, umask_022):
+    path = write(tmp_path / "gpu-x.json", doc({}))
+    for mode in (0o644, 0o664, 0o600):
+        path.chmod(mode)
+        write_atomic(path, doc({SPEED: {"figures": {"speedup": 2.0}}}))
+        assert stat.S_IMODE(path.stat().st_mode) == mode
+        assert load_document(path)["entries"]
+
+
+def test_a_new_file_gets_the_umasks_mode(tmp_path, umask_022):
+    path = tmp_path / "sub" / "gpu-x.json"
+    write_atomic(path, doc({}))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    os.umask(0o002)
+    write_atomic(tmp_path / "other.json", doc({}))
+    assert stat.S_IMODE((tmp_path / "other.json").stat().st_mode) == 0o664
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may give a file to another owner")
+def test_an_atomic_write_keeps_the_files_owner(tmp_path):
+    path = write(tmp_path / "gpu-x.json", doc({}))
+    os.chown(path, 4321, 4322)
+    write_atomic(path, doc({}))
+    assert (path.stat().st_uid, path.stat().st_gid) == (4321, 4322)
+
+
+def test_an_atomic_write_goes_on_where_the_owner_cannot_be_kept(tmp_path, monkeypatch):
+    path = write(tmp_path / "gpu-x.json", doc({}))
+    monkeypatch.setattr(baselines.os, "geteuid", lambda: path.stat().st_uid + 1)  # as if another user wrote it
+
+    def refuse(*args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(baselines.os, "fchown", refuse)
+    write_atomic(path, doc({SPEED: {"figures": {"speedup": 2.0}}}))
+    assert SPEED in load_document(path)["entries"]
