@@ -7,11 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, settings as hypothesis_settings
 
 import models
 from ampbench import device as devices
-from ampbench.baselines import BaselineError, BaselineStore
+from ampbench.baselines import BaselineError, BaselineStore, unwritable_reason, validate_directory
 from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
 from ampbench.verdict import DEFAULT_TOLERANCE
 from ampbench.modes import MODES, get_mode
@@ -47,7 +48,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     type=directory_validator(must_exist=False),
                     help="folder of per-GPU baseline files <gpu-slug>.json (default: baselines/ of the repo)")
     group.addoption("--perf-update-baselines", action="store_true", default=False,
-                    help="record this run's figures into the GPU's baseline file, merging with what is there (default: off)")
+                    help="record this run's figures into the GPU's baseline file, merging with what is there; a usage error on the CPU (default: off)")
     group.addoption("--perf-tolerance", metavar="FRACTION", default=DEFAULT_TOLERANCE,
                     type=number_validator(float, 0.0, 0.9, low_open=True),
                     help=f"smallest relative speedup drop that fails a test; noisier cells get more (default: {DEFAULT_TOLERANCE})")
@@ -93,13 +94,39 @@ def _register_hypothesis_profiles() -> None:
     hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", default))
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    _register_hypothesis_profiles()
-    opt = config.option
+def _resolve_device(opt) -> torch.device:
     try:
         device = devices.resolve(opt.perf_device)
     except RuntimeError as exc:
         raise pytest.UsageError(str(exc)) from None
+    return device
+
+
+def _check_baselines(opt, device) -> None:
+    """Every baseline file in the folder, on every device, and where a recording will write, before
+    the first cell: a bad file or a folder that cannot be written otherwise surfaces only after
+    minutes of measuring, or never (off CUDA no file is read)."""
+    try:
+        validate_directory(opt.perf_baseline_dir)
+    except BaselineError as exc:
+        raise pytest.UsageError(f"ampbench: {exc}; fix or move the file (nothing was measured)") from None
+    if not opt.perf_update_baselines:
+        return
+    if device.type != "cuda":
+        raise pytest.UsageError(
+            f"--perf-update-baselines: the CPU smoke pass records nothing (device {device}); run it on a GPU")
+    path = Path(opt.perf_baseline_dir) / f"{devices.gpu_slug(devices.device_name(device))}.json"
+    reason = unwritable_reason(path)
+    if reason:
+        raise pytest.UsageError(f"--perf-update-baselines: {reason}; nothing was measured")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _register_hypothesis_profiles()
+    opt = config.option
+    device = _resolve_device(opt)
+    if not getattr(opt, "help", False):
+        _check_baselines(opt, device)
     config.stash[SETTINGS_KEY] = PerfSettings(
         device=device,
         models=opt.perf_models or tuple(models.model_names(opt.perf_tier)),

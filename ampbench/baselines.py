@@ -283,6 +283,39 @@ def write_atomic(path: Path, document: dict) -> None:
         raise
 
 
+def validate_directory(directory: Path) -> list[Path]:
+    """Every ``*.json`` in `directory` (none where it does not exist), each loaded and validated;
+    raises BaselineError at the first that is not a valid baseline document."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    paths = sorted(directory.glob("*.json"))
+    for path in paths:
+        load_document(path)
+    return paths
+
+
+def unwritable_reason(path: Path) -> str | None:
+    """Why `write_atomic(path, ...)` would fail for want of permission, or None: it needs to create
+    a temp file in the folder (or the nearest existing parent, where the folder is still to be made),
+    and an existing file is left alone if it is read-only."""
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{path} is not writable"
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
+    # a real probe: os.access says yes to root on a read-only mount
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".ampbench-probe.", dir=folder)
+    except OSError as exc:
+        return f"cannot create a file in {folder}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
 # How a speed cell was measured, as baselines store it. Entries recorded before these were stored
 # were measured with these values.
 MEASUREMENT_DEFAULTS: dict[str, object] = {"cudnn_benchmark": True, "block_seconds": 0.1}

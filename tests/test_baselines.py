@@ -13,6 +13,8 @@ from ampbench.baselines import (
     BaselineError,
     BaselineStore,
     load_document,
+    unwritable_reason,
+    validate_directory,
     write_atomic,
 )
 from ampbench.device import gpu_slug
@@ -181,6 +183,18 @@ def test_record_holds_an_entry_to_its_schema_and_takes_kernels(tmp_path):
     assert load_document(store.path)["entries"][SPEED]["figures"]["kernels"] == kernels
 
 
+def test_a_directory_is_validated_file_by_file(tmp_path):
+    assert validate_directory(tmp_path / "absent") == []
+    write(tmp_path / "a.json", doc({SPEED: {"figures": {"speedup": 2.0}}}))
+    bad = write(tmp_path / "b.json", doc({SPEED: {"figures": {"speedup": "2.3x"}}}))
+    (tmp_path / "notes.txt").write_text("not a baseline")
+    with pytest.raises(BaselineError) as info:
+        validate_directory(tmp_path)
+    assert info.value.path == bad
+    bad.unlink()
+    assert validate_directory(tmp_path) == [tmp_path / "a.json"]
+
+
 # ---------------------------------------------------------------------------------------------------
 # writes
 
@@ -228,3 +242,28 @@ def test_an_atomic_write_goes_on_where_the_owner_cannot_be_kept(tmp_path, monkey
     monkeypatch.setattr(baselines.os, "fchown", refuse)
     write_atomic(path, doc({SPEED: {"figures": {"speedup": 2.0}}}))
     assert SPEED in load_document(path)["entries"]
+
+
+def test_unwritable_targets_are_named(tmp_path, monkeypatch):
+    assert unwritable_reason(tmp_path / "gpu-x.json") is None
+    assert unwritable_reason(tmp_path / "new" / "deeper" / "gpu-x.json") is None
+    assert not (tmp_path / "new").exists(), "the check must not create the folder"
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert unwritable_reason(blocker / "gpu-x.json") == f"{blocker} is not a directory"
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    real_mkstemp = baselines.tempfile.mkstemp
+    if os.geteuid() == 0:  # root writes through 0o555; refuse as the kernel refuses anyone else
+        def mkstemp(*args, dir=None, **kwargs):
+            if Path(dir) == locked:
+                raise PermissionError(13, "Permission denied")
+            return real_mkstemp(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr(baselines.tempfile, "mkstemp", mkstemp)
+    try:
+        assert unwritable_reason(locked / "gpu-x.json") == f"cannot create a file in {locked}: Permission denied"
+    finally:
+        locked.chmod(0o755)

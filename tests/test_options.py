@@ -1,6 +1,7 @@
 """Bad input on the command line: usage errors that name the flag and list what is valid."""
 
 import argparse
+import json
 import subprocess
 import sys
 import weakref
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 import conftest
+from ampbench import baselines
 from ampbench.device import catch_oom
 
 ROOT = Path(__file__).parent.parent
@@ -37,6 +39,7 @@ def run_pytest(*args):
         (["--perf-block-seconds", "0"], ["--perf-block-seconds: must lie in (0.0, 10.0]"]),
         (["--perf-block-seconds", "fast"], ["--perf-block-seconds: expects a float"]),
         (["--perf-cudnn-benchmark", "maybe"], ["--perf-cudnn-benchmark", "invalid choice", "'on'"]),
+        (["--perf-update-baselines"], ["--perf-update-baselines: the CPU smoke pass records nothing"]),
     ],
 )
 def test_usage_errors(args, expected):
@@ -157,3 +160,94 @@ def test_every_option_has_a_metavar_or_is_a_switch_and_tells_its_default():
     for flag, kw in options.items():
         assert kw.get("action") == "store_true" or kw.get("metavar"), flag
         assert kw["help"].rstrip(")").split("(default: ")[-1] != kw["help"], f"{flag}: help tells no default"
+
+
+# ---------------------------------------------------------------------------------------------------
+# configure time, in-process: pytest_configure on a stand-in config, with CUDA faked where it matters
+
+
+class FakeConfig:
+    def __init__(self, *args: str, **extra):
+        parser, _ = option_parser()
+        self.option = parser.parse_args(list(args))
+        self.option.help = False
+        self.option.benchmark_disable = extra.get("benchmark_disable", False)
+        self.option.benchmark_json = extra.get("benchmark_json")
+        self.stash = pytest.Stash()
+
+
+def configure(*args: str, **extra) -> FakeConfig:
+    config = FakeConfig(*args, **extra)
+    conftest.pytest_configure(config)
+    return config
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    """torch sees two CUDA devices, named as an H100 (nothing reaches a real device)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+
+
+def _doc(entries) -> str:
+    return json.dumps({"schema_version": 1, "gpu": "NVIDIA H100 80GB HBM3", "entries": entries})
+
+
+BROKEN_FILES = {
+    "malformed": ('[1, 2]', "<top level>"),
+    "truncated": ('{"schema_version": 1, "gpu": "g", "entr', "<file>"),
+    "schema 2": ('{"schema_version": 2, "gpu": "g", "entries": {}}', "schema_version"),
+    "nan speedup": (_doc({"test_speed[mlp-fp16]": {"figures": {"speedup": float("nan")}}}),
+                    "entries.test_speed[mlp-fp16].figures.speedup"),
+    "missing speedup": (_doc({"test_speed[mlp-fp16]": {"figures": {"noise": 0.01}}}),
+                        "entries.test_speed[mlp-fp16].figures.speedup"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BROKEN_FILES))
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "cuda"])
+def test_a_broken_baseline_file_stops_the_run_on_every_device(tmp_path, kind, gpu, request):
+    if gpu:
+        request.getfixturevalue("fake_gpus")
+    text, field = BROKEN_FILES[kind]
+    # on CUDA another GPU's file too: no file may sit broken until a card of its kind comes along
+    path = tmp_path / "tesla-t4.json"
+    path.write_text(text)
+    with pytest.raises(pytest.UsageError) as info:
+        configure("--perf-baseline-dir", str(tmp_path))
+    assert f"baseline file {path}: field {field!r}" in str(info.value)
+    assert path.read_text() == text, "a broken file must never be rewritten"
+
+
+def test_the_committed_baselines_pass_the_configure_check(fake_gpus):
+    configure()
+    configure("--perf-device", "cpu")
+
+
+def test_recording_on_the_cpu_is_a_usage_error(tmp_path):
+    with pytest.raises(pytest.UsageError, match="--perf-update-baselines: the CPU smoke pass records nothing"):
+        configure("--perf-update-baselines", "--perf-baseline-dir", str(tmp_path))
+
+
+def test_recording_into_a_folder_that_cannot_be_written_fails_before_measuring(tmp_path, fake_gpus, monkeypatch):
+    configure("--perf-device", "cuda:0", "--perf-update-baselines", "--perf-baseline-dir", str(tmp_path / "new"))
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(baselines, "unwritable_reason",
+                        lambda path: f"cannot create a file in {path.parent}: Permission denied")
+    monkeypatch.setattr(conftest, "unwritable_reason", baselines.unwritable_reason)
+    with pytest.raises(pytest.UsageError) as info:
+        configure("--perf-device", "cuda:0", "--perf-update-baselines", "--perf-baseline-dir", str(locked))
+    assert str(info.value) == (f"--perf-update-baselines: cannot create a file in {locked}: Permission denied; "
+                               "nothing was measured")
+
+
+def test_a_broken_baseline_stops_a_real_cpu_run(tmp_path):
+    (tmp_path / "nvidia-h100-80gb-hbm3.json").write_text(
+        _doc({"test_speed[mlp-amp_fp16]": {"figures": {"speedup": float("nan")}}}))
+    result = run_pytest("--perf-baseline-dir", str(tmp_path))
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert ("field 'entries.test_speed[mlp-amp_fp16].figures.speedup': NaN is not a finite positive number"
+            in result.stderr), result.stderr
