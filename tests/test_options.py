@@ -191,6 +191,18 @@ def fake_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
 
 
+def test_a_device_index_past_the_last_gpu_is_a_usage_error(fake_gpus):
+    with pytest.raises(pytest.UsageError) as info:
+        configure("--perf-device", "cuda:7")
+    assert str(info.value).startswith("--perf-device cuda:7: there is no CUDA device 7; torch sees 2")
+    assert conftest.perf_settings_of(configure("--perf-device", "cuda:1")).device == torch.device("cuda", 1)
+
+
+def test_cuda_without_a_gpu_is_still_a_usage_error():
+    with pytest.raises(pytest.UsageError, match="--perf-device cuda: no CUDA device is visible"):
+        configure("--perf-device", "cuda")
+
+
 def _doc(entries) -> str:
     return json.dumps({"schema_version": 1, "gpu": "NVIDIA H100 80GB HBM3", "entries": entries})
 
