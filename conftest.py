@@ -94,6 +94,14 @@ def _register_hypothesis_profiles() -> None:
     hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", default))
 
 
+def _check_benchmark_options(opt) -> None:
+    if getattr(opt, "benchmark_disable", False) and getattr(opt, "benchmark_json", None) is not None:
+        # pytest-benchmark then writes no JSON at all, and a CI step reading it finds nothing
+        raise pytest.UsageError(
+            f"--benchmark-disable with --benchmark-json {opt.benchmark_json}: a disabled benchmark writes no JSON; "
+            "drop one of them")
+
+
 def _resolve_device(opt) -> torch.device:
     try:
         device = devices.resolve(opt.perf_device)
@@ -124,6 +132,7 @@ def _check_baselines(opt, device) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     _register_hypothesis_profiles()
     opt = config.option
+    _check_benchmark_options(opt)
     device = _resolve_device(opt)
     if not getattr(opt, "help", False):
         _check_baselines(opt, device)

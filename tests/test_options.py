@@ -40,6 +40,7 @@ def run_pytest(*args):
         (["--perf-block-seconds", "fast"], ["--perf-block-seconds: expects a float"]),
         (["--perf-cudnn-benchmark", "maybe"], ["--perf-cudnn-benchmark", "invalid choice", "'on'"]),
         (["--perf-update-baselines"], ["--perf-update-baselines: the CPU smoke pass records nothing"]),
+        (["--benchmark-disable", "--benchmark-json", "out.json"], ["--benchmark-disable with --benchmark-json out.json"]),
     ],
 )
 def test_usage_errors(args, expected):
@@ -201,6 +202,13 @@ def test_a_device_index_past_the_last_gpu_is_a_usage_error(fake_gpus):
 def test_cuda_without_a_gpu_is_still_a_usage_error():
     with pytest.raises(pytest.UsageError, match="--perf-device cuda: no CUDA device is visible"):
         configure("--perf-device", "cuda")
+
+
+def test_benchmark_disable_with_json_is_a_usage_error():
+    with pytest.raises(pytest.UsageError, match="--benchmark-disable with --benchmark-json out.json"):
+        configure(benchmark_disable=True, benchmark_json=Path("out.json"))
+    configure(benchmark_disable=True)
+    configure(benchmark_json=Path("out.json"))
 
 
 def _doc(entries) -> str:
