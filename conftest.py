@@ -36,6 +36,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perf", "ampbench: mixed-precision training performance")
     group.addoption("--perf-device", metavar="DEVICE", default="auto", type=device_validator(),
                     help="device to train on: auto, cpu, cuda or cuda:N; cpu runs the smoke pass on tiny shapes (default: auto, CUDA if present)")
+    group.addoption("--perf-require-gpu", action="store_true", default=False,
+                    help="fail at start-up, instead of running the CPU smoke pass, when torch sees no CUDA device (default: off)")
     group.addoption("--perf-models", metavar="NAMES", default=None,
                     type=names_validator(lambda: list(models.REGISTRY), "model"),
                     help="comma-separated models to test (default: every model of the tier)")
@@ -107,6 +109,10 @@ def _resolve_device(opt) -> torch.device:
         device = devices.resolve(opt.perf_device)
     except RuntimeError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if opt.perf_require_gpu and device.type != "cuda":
+        why = ("--perf-device cpu" if opt.perf_device == "cpu"
+               else f"no CUDA device is visible to torch {torch.__version__}")
+        raise pytest.UsageError(f"--perf-require-gpu: {why}; refusing to run the CPU smoke pass instead")
     return device
 
 
@@ -157,6 +163,22 @@ def pytest_configure(config: pytest.Config) -> None:
         gate=opt.perf_gate,
     )
     config.stash[STORE_KEY] = {}
+
+
+SMOKE_LINE = "CPU smoke pass: nothing is held against baselines"
+
+
+def _smoke_line(config: pytest.Config) -> str | None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or not settings.smoke:
+        return None
+    why = "--perf-device cpu" if config.option.perf_device == "cpu" else "no CUDA device visible"
+    return f"ampbench: {SMOKE_LINE} ({why})"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    line = _smoke_line(config)
+    return [line] if line else []
 
 
 def perf_settings_of(config: pytest.Config) -> PerfSettings:
@@ -286,3 +308,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     written = config.stash.get(STORE_KEY, {}).get("written")
     if written is not None:
         terminalreporter.write_line(f"ampbench: baselines written to {written}")
+    line = _smoke_line(config)
+    if line:
+        # said at the end too: a green CPU run must not read as a benchmark that passed
+        terminalreporter.write_line(line, yellow=True, bold=True)

@@ -39,6 +39,7 @@ def run_pytest(*args):
         (["--perf-block-seconds", "0"], ["--perf-block-seconds: must lie in (0.0, 10.0]"]),
         (["--perf-block-seconds", "fast"], ["--perf-block-seconds: expects a float"]),
         (["--perf-cudnn-benchmark", "maybe"], ["--perf-cudnn-benchmark", "invalid choice", "'on'"]),
+        (["--perf-require-gpu"], ["--perf-require-gpu: no CUDA device is visible"]),
         (["--perf-update-baselines"], ["--perf-update-baselines: the CPU smoke pass records nothing"]),
         (["--benchmark-disable", "--benchmark-json", "out.json"], ["--benchmark-disable with --benchmark-json out.json"]),
     ],
@@ -204,6 +205,15 @@ def test_cuda_without_a_gpu_is_still_a_usage_error():
         configure("--perf-device", "cuda")
 
 
+def test_require_gpu(fake_gpus, monkeypatch):
+    assert configure("--perf-device", "cuda:0", "--perf-require-gpu")
+    with pytest.raises(pytest.UsageError, match="--perf-require-gpu: --perf-device cpu"):
+        configure("--perf-device", "cpu", "--perf-require-gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(pytest.UsageError, match="--perf-require-gpu: no CUDA device is visible"):
+        configure("--perf-require-gpu")
+
+
 def test_benchmark_disable_with_json_is_a_usage_error():
     with pytest.raises(pytest.UsageError, match="--benchmark-disable with --benchmark-json out.json"):
         configure(benchmark_disable=True, benchmark_json=Path("out.json"))
@@ -262,6 +272,40 @@ def test_recording_into_a_folder_that_cannot_be_written_fails_before_measuring(t
         configure("--perf-device", "cuda:0", "--perf-update-baselines", "--perf-baseline-dir", str(locked))
     assert str(info.value) == (f"--perf-update-baselines: cannot create a file in {locked}: Permission denied; "
                                "nothing was measured")
+
+
+def test_the_cpu_smoke_pass_says_so(fake_gpus, monkeypatch):
+    class Reporter:
+        lines: list[str] = []
+
+        def write_line(self, line, **markup):
+            self.lines.append(line)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    config = configure()
+    expected = "ampbench: CPU smoke pass: nothing is held against baselines (no CUDA device visible)"
+    assert conftest.pytest_report_header(config) == [expected]
+    reporter = Reporter()
+    conftest.pytest_terminal_summary(reporter, 0, config)
+    assert reporter.lines == [expected]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    config = configure("--perf-device", "cuda:0")
+    assert conftest.pytest_report_header(config) == []
+    Reporter.lines = []
+    conftest.pytest_terminal_summary(Reporter(), 0, config)
+    assert Reporter.lines == []
+
+
+def test_the_smoke_pass_is_announced_in_a_real_run():
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "perf/test_speed.py", "--collect-only", "-p", "no:cacheprovider",
+         "--perf-models", "mlp", "--perf-precisions", "fp32"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    # once in the header, once in the summary
+    assert result.stdout.count("CPU smoke pass: nothing is held against baselines") == 2, result.stdout
 
 
 def test_a_broken_baseline_stops_a_real_cpu_run(tmp_path):
