@@ -97,10 +97,12 @@ def test_record_refuses_nested_figures(tmp_path):
 
 
 def test_committed_baselines_are_valid():
-    from pathlib import Path
-
-    for path in (Path(__file__).parent.parent / "baselines").glob("*.json"):
-        load_document(path)
+    paths = sorted((ROOT / "baselines").glob("*.json"))
+    assert paths, f"no baseline file in {ROOT / 'baselines'}"
+    for path in paths:
+        entries = load_document(path)["entries"]
+        assert entries, f"{path}: no entries"
+        assert any(test_id.startswith("test_speed[") for test_id in entries), f"{path}: no speed entry"
 
 
 # ---------------------------------------------------------------------------------------------------

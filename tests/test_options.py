@@ -63,6 +63,7 @@ def test_cells_are_model_major_with_readable_ids():
 
 def test_quick_tier_is_the_default():
     result = run_pytest("--perf-precisions", "fp32")
+    assert result.returncode == 0, result.stdout + result.stderr
     models = [line.split("[")[1].split("-")[0] for line in result.stdout.splitlines() if "::" in line]
     assert models == ["mlp", "wide_resnet28_10", "resnet50", "lstm_lm", "gpt"]
 
