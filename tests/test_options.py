@@ -277,7 +277,8 @@ def test_recording_into_a_folder_that_cannot_be_written_fails_before_measuring(t
 
 def test_the_cpu_smoke_pass_says_so(fake_gpus, monkeypatch):
     class Reporter:
-        lines: list[str] = []
+        def __init__(self):
+            self.lines: list[str] = []
 
         def write_line(self, line, **markup):
             self.lines.append(line)
@@ -293,9 +294,9 @@ def test_the_cpu_smoke_pass_says_so(fake_gpus, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     config = configure("--perf-device", "cuda:0")
     assert conftest.pytest_report_header(config) == []
-    Reporter.lines = []
-    conftest.pytest_terminal_summary(Reporter(), 0, config)
-    assert Reporter.lines == []
+    reporter = Reporter()
+    conftest.pytest_terminal_summary(reporter, 0, config)
+    assert reporter.lines == []
 
 
 def test_the_smoke_pass_is_announced_in_a_real_run():
