@@ -7,15 +7,17 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, settings as hypothesis_settings
 
 import models
 from ampbench import device as devices
-from ampbench.baselines import BaselineError, BaselineStore
+from ampbench.baselines import BaselineError, BaselineStore, unwritable_reason, validate_directory
 from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
 from ampbench.verdict import DEFAULT_TOLERANCE
 from ampbench.modes import MODES, get_mode
 from ampbench.settings import (
+    GATES,
     TIERS,
     PerfSettings,
     device_validator,
@@ -32,47 +34,51 @@ ROOT = Path(__file__).parent
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perf", "ampbench: mixed-precision training performance")
-    group.addoption("--perf-device", metavar="DEVICE", default="auto", type=device_validator("--perf-device"),
+    group.addoption("--perf-device", metavar="DEVICE", default="auto", type=device_validator(),
                     help="device to train on: auto, cpu, cuda or cuda:N; cpu runs the smoke pass on tiny shapes (default: auto, CUDA if present)")
+    group.addoption("--perf-require-gpu", action="store_true", default=False,
+                    help="fail at start-up, instead of running the CPU smoke pass, when torch sees no CUDA device (default: off)")
     group.addoption("--perf-models", metavar="NAMES", default=None,
-                    type=names_validator("--perf-models", lambda: list(models.REGISTRY), "model"),
+                    type=names_validator(lambda: list(models.REGISTRY), "model"),
                     help="comma-separated models to test (default: every model of the tier)")
     group.addoption("--perf-precisions", metavar="NAMES", default=None,
-                    type=names_validator("--perf-precisions", lambda: list(MODES), "precision mode"),
+                    type=names_validator(lambda: list(MODES), "precision mode"),
                     help=f"comma-separated precision modes to test, of {', '.join(MODES)} (default: all)")
     group.addoption("--perf-tier", metavar="TIER", default="quick", choices=TIERS,
                     help="quick: mlp, wide_resnet28_10, resnet50, lstm_lm, gpt; full: the whole zoo (default: quick)")
     group.addoption("--perf-baseline-dir", metavar="DIR", default=str(ROOT / "baselines"),
-                    type=directory_validator("--perf-baseline-dir", must_exist=False),
+                    type=directory_validator(must_exist=False),
                     help="folder of per-GPU baseline files <gpu-slug>.json (default: baselines/ of the repo)")
     group.addoption("--perf-update-baselines", action="store_true", default=False,
-                    help="record this run's figures into the GPU's baseline file, merging with what is there (default: off)")
+                    help="record this run's figures into the GPU's baseline file, merging with what is there; a usage error on the CPU (default: off)")
     group.addoption("--perf-tolerance", metavar="FRACTION", default=DEFAULT_TOLERANCE,
-                    type=number_validator("--perf-tolerance", float, 0.0, 0.9, low_open=True),
+                    type=number_validator(float, 0.0, 0.9, low_open=True),
                     help=f"smallest relative speedup drop that fails a test; noisier cells get more (default: {DEFAULT_TOLERANCE})")
     group.addoption("--perf-strict", action="store_true", default=False,
                     help="fail, rather than warn, when a speed verdict stays inconclusive (default: off)")
+    group.addoption("--perf-gate", metavar="DEVICE|WALL|BOTH", default="device", choices=GATES,
+                    help="which speedup fails a speed cell: device (GPU time per step, host overhead excluded), wall (eager wall-clock time on this host) or both (default: device)")
     group.addoption("--perf-rounds", metavar="N", default=DEFAULT_MIN_ROUNDS,
-                    type=number_validator("--perf-rounds", int, 8, 1000),
+                    type=number_validator(int, 8, 1000),
                     help=f"interleaved rounds before the first look at a speedup's interval; 8 is the fewest for a 99%% interval (default: {DEFAULT_MIN_ROUNDS})")
     group.addoption("--perf-block-seconds", metavar="SECONDS", default=DEFAULT_BLOCK_SECONDS,
-                    type=number_validator("--perf-block-seconds", float, 0.0, 10.0, low_open=True),
+                    type=number_validator(float, 0.0, 10.0, low_open=True),
                     help=f"target length of each side's timed block in a speed round on CUDA; a block holds whole steps, at least one (default: {DEFAULT_BLOCK_SECONDS})")
     group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="off", choices=("on", "off"),
                     help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per convnet and dtype on an H100, off uses cuDNN's heuristics as PyTorch does by default; baselines record which (default: off)")
     group.addoption("--perf-memory-cap", metavar="GIB", default=None,
-                    type=number_validator("--perf-memory-cap", float, 0.0, low_open=True),
+                    type=number_validator(float, 0.0, low_open=True),
                     help="GPU memory the largest-batch search may use, in GiB, on top of what the session already holds (default: 90%% of the card's total memory, at most 24 GiB, or 95%% of its free memory where less is free)")
     group.addoption("--perf-data-root", metavar="DIR", default=None,
-                    type=directory_validator("--perf-data-root", must_exist=True),
+                    type=directory_validator(must_exist=True),
                     help="folder holding CIFAR-10/100 (python pickles) and MNIST (idx files) (default: none; scikit-learn's digits only)")
     group.addoption("--perf-loader-workers", metavar="N", default=None,
-                    type=number_validator("--perf-loader-workers", int, 0, 256),
+                    type=number_validator(int, 0, 256),
                     help="DataLoader worker processes for the input-pipeline tests (default: 4, or the CPU count if lower)")
     group.addoption("--perf-pin-memory", metavar="ON|OFF", default="on", choices=("on", "off"),
                     help="DataLoader pin_memory for the input-pipeline tests (default: on)")
     group.addoption("--perf-loss-scaler", "--loss-scaler", dest="perf_loss_scaler", metavar="MODULE:CALLABLE",
-                    default="torch.amp:GradScaler", type=scaler_validator("--loss-scaler"),
+                    default="torch.amp:GradScaler", type=scaler_validator(),
                     help="loss scaler the loss-scaling properties test; called with GradScaler's keyword arguments (default: torch.amp:GradScaler)")
 
 
@@ -90,13 +96,52 @@ def _register_hypothesis_profiles() -> None:
     hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", default))
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    _register_hypothesis_profiles()
-    opt = config.option
+def _check_benchmark_options(opt) -> None:
+    if getattr(opt, "benchmark_disable", False) and getattr(opt, "benchmark_json", None) is not None:
+        # pytest-benchmark then writes no JSON at all, and a CI step reading it finds nothing
+        raise pytest.UsageError(
+            f"--benchmark-disable with --benchmark-json {opt.benchmark_json}: a disabled benchmark writes no JSON; "
+            "drop one of them")
+
+
+def _resolve_device(opt) -> torch.device:
     try:
         device = devices.resolve(opt.perf_device)
     except RuntimeError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if opt.perf_require_gpu and device.type != "cuda":
+        why = ("--perf-device cpu" if opt.perf_device == "cpu"
+               else f"no CUDA device is visible to torch {torch.__version__}")
+        raise pytest.UsageError(f"--perf-require-gpu: {why}; refusing to run the CPU smoke pass instead")
+    return device
+
+
+def _check_baselines(opt, device) -> None:
+    """Every baseline file in the folder, on every device, and where a recording will write, before
+    the first cell: a bad file or a folder that cannot be written otherwise surfaces only after
+    minutes of measuring, or never (off CUDA no file is read)."""
+    try:
+        validate_directory(opt.perf_baseline_dir)
+    except BaselineError as exc:
+        raise pytest.UsageError(f"ampbench: {exc}; fix or move the file (nothing was measured)") from None
+    if not opt.perf_update_baselines:
+        return
+    if device.type != "cuda":
+        raise pytest.UsageError(
+            f"--perf-update-baselines: the CPU smoke pass records nothing (device {device}); run it on a GPU")
+    path = Path(opt.perf_baseline_dir) / f"{devices.gpu_slug(devices.device_name(device))}.json"
+    reason = unwritable_reason(path)
+    if reason:
+        raise pytest.UsageError(f"--perf-update-baselines: {reason}; nothing was measured")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _register_hypothesis_profiles()
+    opt = config.option
+    _check_benchmark_options(opt)
+    device = _resolve_device(opt)
+    if not getattr(opt, "help", False):
+        _check_baselines(opt, device)
     config.stash[SETTINGS_KEY] = PerfSettings(
         device=device,
         models=opt.perf_models or tuple(models.model_names(opt.perf_tier)),
@@ -115,8 +160,25 @@ def pytest_configure(config: pytest.Config) -> None:
         loss_scaler=opt.perf_loss_scaler,
         block_seconds=opt.perf_block_seconds,
         cudnn_benchmark=opt.perf_cudnn_benchmark == "on",
+        gate=opt.perf_gate,
     )
     config.stash[STORE_KEY] = {}
+
+
+SMOKE_LINE = "CPU smoke pass: nothing is held against baselines"
+
+
+def _smoke_line(config: pytest.Config) -> str | None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or not settings.smoke:
+        return None
+    why = "--perf-device cpu" if config.option.perf_device == "cpu" else "no CUDA device visible"
+    return f"ampbench: {SMOKE_LINE} ({why})"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    line = _smoke_line(config)
+    return [line] if line else []
 
 
 def perf_settings_of(config: pytest.Config) -> PerfSettings:
@@ -246,3 +308,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     written = config.stash.get(STORE_KEY, {}).get("written")
     if written is not None:
         terminalreporter.write_line(f"ampbench: baselines written to {written}")
+    line = _smoke_line(config)
+    if line:
+        # said at the end too: a green CPU run must not read as a benchmark that passed
+        terminalreporter.write_line(line, yellow=True, bold=True)

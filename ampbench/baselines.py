@@ -4,26 +4,32 @@ Layout (schema_version 1)::
 
     {"schema_version": 1, "gpu": "NVIDIA H100 80GB HBM3",
      "entries": {"test_speed[resnet50-amp_bf16]": {
-         "figures": {"speedup": 2.41, "ci_low": 2.40, ...},   # numbers, strings, booleans or null
+         "figures": {"speedup": 2.41, "ci_low": 2.40, ...},   # finite numbers, strings, booleans or null
+                                                              # ("kernels" also a list of {"name", "ms"})
          "software": {"torch": "2.11.0+cu130", ...},          # what it was recorded on
          "recorded": "2026-11-21T17:02:11Z"}}}
 
-Writes merge entry by entry (an update never drops another test's entry) and are atomic: a temp file
+Each kind of entry (the test id's name before "[") has its figures checked by ENTRY_SCHEMAS on load and
+on record. Writes merge entry by entry (an update never drops another test's entry) and are atomic: a temp file
 in the same folder, fsync, rename.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 SCHEMA_VERSION = 1
 _SCALAR = (int, float, str, bool, type(None))
+# figures that may hold a list of {"name": str, "ms": number} instead of a scalar
+ALLOWED_STRUCTURED = frozenset({"kernels"})
 
 
 class BaselineError(ValueError):
@@ -34,8 +40,130 @@ class BaselineError(ValueError):
         super().__init__(f"baseline file {path}: field {field_name!r}: {problem}")
 
 
+@dataclass(frozen=True)
+class Rule:
+    """What one figure of a kind of entry must be, where a test reads it."""
+
+    check: Callable[[Any], bool]
+    expected: str  # completes "<value> is not ..."
+    required: bool = False
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(required: bool = False) -> Rule:
+    return Rule(lambda v: _number(v) and v > 0, "a finite positive number", required)
+
+
+def _non_negative(required: bool = False) -> Rule:
+    return Rule(lambda v: _number(v) and v >= 0, "a finite number >= 0", required)
+
+
+def _count(low: int, required: bool = False) -> Rule:
+    return Rule(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low, f"an integer >= {low}", required)
+
+
+def _fraction_or_null() -> Rule:
+    return Rule(lambda v: v is None or (_number(v) and 0 <= v <= 1), "null or a finite number in [0, 1]")
+
+
+_BOOL = Rule(lambda v: isinstance(v, bool), "true or false")
+_STR_OR_NULL = Rule(lambda v: v is None or isinstance(v, str), "a string or null")
+
+# One schema per kind of entry, keyed by the test id's name before "[": the figures each test reads
+# back from its entry (perf/test_speed.py with ampbench.speed and verdict; perf/test_memory.py with
+# memory.judge and memory.search_start; perf/test_convergence.py), so that a figure a test would
+# misread stops the run up front instead. Figures not named here are stored for the report only and
+# are free, so a test can add one without touching this table. perf/test_input_pipeline.py reads no
+# baseline; a kind not listed here gets the checks every entry gets.
+ENTRY_SCHEMAS: dict[str, dict[str, Rule]] = {
+    "test_speed": {
+        "speedup": _positive(required=True),
+        "noise": _non_negative(),
+        "between_run_sd": _non_negative(),
+        "between_run_count": _count(1),
+        "cudnn_benchmark": _BOOL,
+        "block_seconds": _positive(),
+    },
+    "test_memory": {
+        "peak_mem_bytes": _positive(required=True),
+        "memory_ratio": _positive(required=True),
+        "max_batch": _count(1),
+        "max_batch_step": _count(1),
+        "max_batch_ratio": _positive(),
+        "max_batch_limited": _BOOL,
+        "max_batch_throughput_ratio": _positive(),
+        "cap_bytes": _positive(),
+        "alloc_conf": _STR_OR_NULL,
+    },
+    "test_convergence": {
+        "margin": _fraction_or_null(),
+    },
+}
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return json.dumps(value) if isinstance(value, (str, bool, type(None))) else repr(value)
+
+
+def _kernel_problem(value: Any) -> str | None:
+    if isinstance(value, str):
+        return None
+    if not isinstance(value, list):
+        return f"{_describe(value)} is neither a string nor a list of {{\"name\": string, \"ms\": number}}"
+    for i, item in enumerate(value):
+        if not (isinstance(item, dict) and isinstance(item.get("name"), str) and _number(item.get("ms"))):
+            return f"item {i} ({item!r}) is not an object with a string \"name\" and a finite number \"ms\""
+    return None
+
+
+def figure_problem(kind: str, name: str, value: Any) -> str | None:
+    """Why `value` cannot be figure `name` of an entry of `kind` (the test id's name), or None."""
+    if name in ALLOWED_STRUCTURED:
+        return _kernel_problem(value)
+    if not isinstance(value, _SCALAR):
+        return f"{_describe(value)} is not a number, string, boolean or null"
+    if isinstance(value, float) and not math.isfinite(value):
+        rule = ENTRY_SCHEMAS.get(kind, {}).get(name)
+        return f"{_describe(value)} is not {rule.expected if rule else 'a finite number'}"
+    rule = ENTRY_SCHEMAS.get(kind, {}).get(name)
+    if rule is not None and not rule.check(value):
+        return f"{_describe(value)} is not {rule.expected}"
+    return None
+
+
+def entry_kind(test_id: str) -> str:
+    """'test_speed[mlp-fp32]' -> 'test_speed': the key of its schema."""
+    return test_id.split("[", 1)[0]
+
+
+def validate_entry(test_id: str, entry: Any, path: Path) -> None:
+    """Raise BaselineError naming `path` and the field where `entry` breaks its kind's schema."""
+    where = f"entries.{test_id}"
+    if not isinstance(entry, dict):
+        raise BaselineError(path, where, "not an object")
+    figures = entry.get("figures")
+    if not isinstance(figures, dict):
+        raise BaselineError(path, f"{where}.figures", "missing or not an object")
+    kind = entry_kind(test_id)
+    for name, rule in ENTRY_SCHEMAS.get(kind, {}).items():
+        if rule.required and name not in figures:
+            raise BaselineError(path, f"{where}.figures.{name}", f"missing; a {kind} entry needs {rule.expected} here")
+    for name, value in figures.items():
+        problem = figure_problem(kind, name, value)
+        if problem:
+            raise BaselineError(path, f"{where}.figures.{name}", problem)
+    if not isinstance(entry.get("software", {}), dict):
+        raise BaselineError(path, f"{where}.software", "not an object")
+
+
 def validate(document: Any, path: Path) -> None:
-    """Raise BaselineError on anything but a schema-1 baseline document."""
+    """Raise BaselineError on anything but a schema-1 baseline document whose entries each meet their
+    kind's schema (ENTRY_SCHEMAS)."""
     if not isinstance(document, dict):
         raise BaselineError(path, "<top level>", f"expected a JSON object, got {type(document).__name__}")
     version = document.get("schema_version")
@@ -49,17 +177,7 @@ def validate(document: Any, path: Path) -> None:
     if not isinstance(entries, dict):
         raise BaselineError(path, "entries", "missing or not an object")
     for test_id, entry in entries.items():
-        where = f"entries.{test_id}"
-        if not isinstance(entry, dict):
-            raise BaselineError(path, where, "not an object")
-        figures = entry.get("figures")
-        if not isinstance(figures, dict):
-            raise BaselineError(path, f"{where}.figures", "missing or not an object")
-        for name, value in figures.items():
-            if not isinstance(value, _SCALAR):
-                raise BaselineError(path, f"{where}.figures.{name}", f"not a number, string, boolean or null: {value!r}")
-        if not isinstance(entry.get("software", {}), dict):
-            raise BaselineError(path, f"{where}.software", "not an object")
+        validate_entry(test_id, entry, path)
 
 
 def load_document(path: Path) -> dict:
@@ -102,15 +220,16 @@ class BaselineStore:
         return entry.get("software") if entry else None
 
     def record(self, test_id: str, figures: dict, software: dict) -> None:
-        """Queue an entry for `write()`; nothing touches the disk until then."""
-        for name, value in figures.items():
-            if not isinstance(value, _SCALAR):
-                raise TypeError(f"{test_id}: figure {name!r} must be a scalar, got {type(value).__name__}")
-        self.pending[test_id] = {
+        """Queue an entry for `write()`; nothing touches the disk until then. An entry its kind's schema
+        refuses raises BaselineError here, in the test that recorded it: written, it would stop every
+        later run at start-up."""
+        entry = {
             "figures": dict(figures),
             "software": dict(software),
             "recorded": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
+        validate_entry(test_id, entry, self.path)
+        self.pending[test_id] = entry
 
     def write(self) -> Path:
         """Merge pending entries into the file as it is on disk now, atomically."""
@@ -129,11 +248,31 @@ def merge_entries(current: dict[str, dict], updates: dict[str, dict]) -> dict[st
     return dict(sorted(merged.items()))
 
 
+def _default_mode() -> int:
+    # os.umask can only be read by setting it; set it straight back
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_atomic(path: Path, document: dict) -> None:
+    """Write `document` to `path` through a temp file in the same folder, fsync and rename, keeping an
+    existing file's mode and, where permitted, its owner and group (mkstemp makes the temp file 0600);
+    a new file gets the mode open() would give it under the umask."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        before = path.stat()
+    except FileNotFoundError:
+        before = None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), stat.S_IMODE(before.st_mode) if before else _default_mode())
+            if before is not None and (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
+                try:
+                    os.fchown(f.fileno(), before.st_uid, before.st_gid)
+                except PermissionError:  # only root may give a file away; the writer then owns it
+                    pass
             json.dump(document, f, indent=1, sort_keys=False)
             f.write("\n")
             f.flush()
@@ -142,6 +281,39 @@ def write_atomic(path: Path, document: dict) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def validate_directory(directory: Path) -> list[Path]:
+    """Every ``*.json`` in `directory` (none where it does not exist), each loaded and validated;
+    raises BaselineError at the first that is not a valid baseline document."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    paths = sorted(directory.glob("*.json"))
+    for path in paths:
+        load_document(path)
+    return paths
+
+
+def unwritable_reason(path: Path) -> str | None:
+    """Why `write_atomic(path, ...)` would fail for want of permission, or None: it needs to create
+    a temp file in the folder (or the nearest existing parent, where the folder is still to be made),
+    and an existing file is left alone if it is read-only."""
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{path} is not writable"
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
+    # a real probe: os.access says yes to root on a read-only mount
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".ampbench-probe.", dir=folder)
+    except OSError as exc:
+        return f"cannot create a file in {folder}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
 
 
 # How a speed cell was measured, as baselines store it. Entries recorded before these were stored

@@ -22,6 +22,11 @@ def resolve(name: str) -> torch.device:
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"--perf-device {name}: no CUDA device is visible to torch {torch.__version__}")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        # checked here: torch would answer "invalid device ordinal" in every test instead
+        count = torch.cuda.device_count()
+        raise RuntimeError(f"--perf-device {name}: there is no CUDA device {device.index}; torch sees {count} "
+                           f"(cuda:0 to cuda:{count - 1})")
     if device.type == "cuda" and device.index is None:
         # an explicit index: some torch.cuda calls (set_per_process_memory_fraction) refuse a bare "cuda"
         device = torch.device("cuda", torch.cuda.current_device())

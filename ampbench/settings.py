@@ -4,13 +4,15 @@ errors name the flag. Importable without pytest; ``conftest.py`` wires it to the
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 TIERS = ("quick", "full")
+GATES = ("device", "wall", "both")
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class PerfSettings:
     loss_scaler: str  # MODULE:CALLABLE of the scaler the loss-scaling properties test
     block_seconds: float  # target length of each side's timed block in a speed round (CUDA)
     cudnn_benchmark: bool  # cuDNN autotuning for the speed tests (memory and convergence never tune)
-    extra: dict = field(default_factory=dict)
+    gate: str  # which speedup's verdict fails a speed cell: device, wall or both
 
     @property
     def smoke(self) -> bool:
@@ -39,72 +41,81 @@ class PerfSettings:
         return self.device.type == "cpu"
 
 
-def names_validator(flag: str, valid: Callable[[], list[str]], what: str) -> Callable[[str], tuple[str, ...]]:
+# argparse prefixes a type= function's error with "argument --flag: ", so these messages leave the flag
+# out: naming it again printed it twice.
+
+
+def names_validator(valid: Callable[[], list[str]], what: str) -> Callable[[str], tuple[str, ...]]:
     """A type= function for a comma-separated list of names, each checked against `valid()`."""
 
     def parse(value: str) -> tuple[str, ...]:
         names = tuple(n.strip() for n in value.split(",") if n.strip())
         if not names:
-            raise argparse.ArgumentTypeError(f"{flag} needs at least one {what} name; valid: {', '.join(valid())}")
+            raise argparse.ArgumentTypeError(f"needs at least one {what} name; valid: {', '.join(valid())}")
         unknown = [n for n in names if n not in valid()]
         if unknown:
             raise argparse.ArgumentTypeError(
-                f"{flag}: unknown {what} {', '.join(map(repr, unknown))}; valid {what}s: {', '.join(valid())}"
+                f"unknown {what} {', '.join(map(repr, unknown))}; valid {what}s: {', '.join(valid())}"
             )
         return names
 
     return parse
 
 
-def number_validator(flag: str, kind: type, low: float, high: float | None = None, *, low_open: bool = False):
-    """A type= function for a number in [low, high] (or (low, high] with low_open)."""
+def number_validator(kind: type, low: float, high: float | None = None, *,
+                     low_open: bool = False) -> Callable[[str], int | float]:
+    """A type= function for a finite number in [low, high] (or (low, high] with low_open)."""
 
-    def parse(value: str):
+    def parse(value: str) -> int | float:
         try:
             number = kind(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} expects a {kind.__name__}, got {value!r}") from None
+            raise argparse.ArgumentTypeError(f"expects {'an' if kind is int else 'a'} {kind.__name__}, got {value!r}") from None
+        # NaN fails every comparison, so the range check below would let it through
+        if not math.isfinite(number):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {value}")
         too_low = number <= low if low_open else number < low
         if too_low or (high is not None and number > high):
-            bounds = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'}]"
-            raise argparse.ArgumentTypeError(f"{flag} must lie in {bounds}, got {value}")
+            bounds = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'}{']' if high is not None else ')'}"
+            raise argparse.ArgumentTypeError(f"must lie in {bounds}, got {value}")
         return number
 
+    parse.kind = kind  # what the option holds, for the option tests
     return parse
 
 
-def device_validator(flag: str) -> Callable[[str], str]:
+def device_validator() -> Callable[[str], str]:
     def parse(value: str) -> str:
         if value == "auto":
             return value
         try:
             device = torch.device(value)
         except RuntimeError:
-            raise argparse.ArgumentTypeError(f"{flag}: {value!r} is not a device (auto, cpu, cuda, cuda:N)") from None
+            raise argparse.ArgumentTypeError(f"{value!r} is not a device (auto, cpu, cuda, cuda:N)") from None
         if device.type not in ("cpu", "cuda"):
-            raise argparse.ArgumentTypeError(f"{flag}: device type {device.type!r} is not supported (cpu or cuda)")
+            raise argparse.ArgumentTypeError(f"device type {device.type!r} is not supported (cpu or cuda)")
         return value
 
     return parse
 
 
-def directory_validator(flag: str, must_exist: bool) -> Callable[[str], Path]:
+def directory_validator(must_exist: bool) -> Callable[[str], Path]:
     def parse(value: str) -> Path:
         path = Path(value).expanduser()
         if must_exist and not path.is_dir():
-            raise argparse.ArgumentTypeError(f"{flag}: {value!r} is not a directory")
+            raise argparse.ArgumentTypeError(f"{value!r} is not a directory")
         if path.exists() and not path.is_dir():
-            raise argparse.ArgumentTypeError(f"{flag}: {value!r} exists and is not a directory")
+            raise argparse.ArgumentTypeError(f"{value!r} exists and is not a directory")
         return path
 
     return parse
 
 
-def scaler_validator(flag: str) -> Callable[[str], str]:
+def scaler_validator() -> Callable[[str], str]:
     def parse(value: str) -> str:
         module, sep, attr = value.partition(":")
         if not sep or not module or not attr:
-            raise argparse.ArgumentTypeError(f"{flag} expects MODULE:CALLABLE, e.g. torch.amp:GradScaler, got {value!r}")
+            raise argparse.ArgumentTypeError(f"expects MODULE:CALLABLE, e.g. torch.amp:GradScaler, got {value!r}")
         return value
 
     return parse

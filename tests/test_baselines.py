@@ -1,11 +1,29 @@
 """The baseline store: schema checks that name file and field, merges that lose nothing, atomic writes."""
 
 import json
+import os
+import stat
+from pathlib import Path
 
 import pytest
 
-from ampbench.baselines import SCHEMA_VERSION, BaselineError, BaselineStore, load_document
+from ampbench import baselines
+from ampbench.baselines import (
+    SCHEMA_VERSION,
+    BaselineError,
+    BaselineStore,
+    load_document,
+    unwritable_reason,
+    validate_directory,
+    write_atomic,
+)
 from ampbench.device import gpu_slug
+
+ROOT = Path(__file__).parent.parent
+NAN, INF = float("nan"), float("inf")
+SPEED = "test_speed[mlp-amp_fp16]"
+MEMORY = "test_memory[mlp-amp_fp16]"
+CONVERGENCE = "test_convergence[mnist_cnn-amp_fp16]"
 
 
 def write(path, document):
@@ -33,7 +51,8 @@ def test_record_merges_and_keeps_other_entries(tmp_path):
     store.record("test_speed[a-bf16]", {"speedup": 2.5, "noise": 0.01}, {"torch": "2.11"})
     # someone else wrote the file meanwhile: their entry must survive our write too
     on_disk = json.loads(path.read_text())
-    on_disk["entries"]["test_memory[a-bf16]"] = {"figures": {"max_batch": 512}, "software": {}}
+    on_disk["entries"]["test_memory[a-bf16]"] = {"figures": {"max_batch": 512, "peak_mem_bytes": 2**30, "memory_ratio": 0.6},
+                                                 "software": {}}
     path.write_text(json.dumps(on_disk))
     store.write()
     entries = load_document(path)["entries"]
@@ -73,12 +92,180 @@ def test_truncated_json_is_named(tmp_path):
 
 def test_record_refuses_nested_figures(tmp_path):
     store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
-    with pytest.raises(TypeError, match="scalar"):
-        store.record("t", {"curve": [1.0, 2.0]}, {})
+    with pytest.raises(BaselineError, match="not a number, string, boolean or null"):
+        store.record(SPEED, {"speedup": 2.0, "curve": [1.0, 2.0]}, {})
 
 
 def test_committed_baselines_are_valid():
-    from pathlib import Path
+    paths = sorted((ROOT / "baselines").glob("*.json"))
+    assert paths, f"no baseline file in {ROOT / 'baselines'}"
+    for path in paths:
+        entries = load_document(path)["entries"]
+        assert entries, f"{path}: no entries"
+        assert any(test_id.startswith("test_speed[") for test_id in entries), f"{path}: no speed entry"
 
-    for path in (Path(__file__).parent.parent / "baselines").glob("*.json"):
+
+# ---------------------------------------------------------------------------------------------------
+# one schema per kind of entry
+
+
+@pytest.mark.parametrize(
+    "test_id, figures, field, problem",
+    [
+        (SPEED, {"speedup": NAN}, "speedup", "NaN is not a finite positive number"),
+        (SPEED, {"speedup": INF}, "speedup", "Infinity is not a finite positive number"),
+        (SPEED, {"speedup": 0}, "speedup", "0 is not a finite positive number"),
+        (SPEED, {"speedup": -1.5}, "speedup", "is not a finite positive number"),
+        (SPEED, {"speedup": "2.3x"}, "speedup", '"2.3x" is not a finite positive number'),
+        (SPEED, {"speedup": True}, "speedup", "true is not a finite positive number"),
+        (SPEED, {"speedup": None}, "speedup", "null is not a finite positive number"),
+        (SPEED, {"noise": 0.01}, "speedup", "missing; a test_speed entry needs a finite positive number"),
+        (SPEED, {"speedup": 2.0, "noise": NAN}, "noise", "NaN is not a finite number >= 0"),
+        (SPEED, {"speedup": 2.0, "noise": -0.01}, "noise", "is not a finite number >= 0"),
+        (SPEED, {"speedup": 2.0, "between_run_sd": "0.01"}, "between_run_sd", "is not a finite number >= 0"),
+        (SPEED, {"speedup": 2.0, "between_run_count": 2.5}, "between_run_count", "is not an integer >= 1"),
+        (SPEED, {"speedup": 2.0, "between_run_count": True}, "between_run_count", "is not an integer >= 1"),
+        (SPEED, {"speedup": 2.0, "block_seconds": 0}, "block_seconds", "is not a finite positive number"),
+        (SPEED, {"speedup": 2.0, "cudnn_benchmark": "off"}, "cudnn_benchmark", "is not true or false"),
+        (SPEED, {"speedup": 2.0, "ci_low": NAN}, "ci_low", "NaN is not a finite number"),
+        (MEMORY, {"memory_ratio": 0.6}, "peak_mem_bytes", "missing"),
+        (MEMORY, {"peak_mem_bytes": 2**30, "memory_ratio": NAN}, "memory_ratio", "NaN is not a finite positive number"),
+        (MEMORY, {"peak_mem_bytes": 0, "memory_ratio": 0.6}, "peak_mem_bytes", "is not a finite positive number"),
+        (MEMORY, {"peak_mem_bytes": 1, "memory_ratio": 0.6, "max_batch": 0}, "max_batch", "is not an integer >= 1"),
+        (MEMORY, {"peak_mem_bytes": 1, "memory_ratio": 0.6, "cap_bytes": -1}, "cap_bytes", "is not a finite positive"),
+        (MEMORY, {"peak_mem_bytes": 1, "memory_ratio": 0.6, "alloc_conf": 3}, "alloc_conf", "is not a string or null"),
+        (CONVERGENCE, {"margin": NAN}, "margin", "NaN is not null or a finite number in [0, 1]"),
+        (CONVERGENCE, {"margin": 3}, "margin", "3 is not null or a finite number in [0, 1]"),
+        (SPEED, {"speedup": 2.0, "kernels": [{"name": "gemm"}]}, "kernels", 'a finite number "ms"'),
+        (SPEED, {"speedup": 2.0, "kernels": {"gemm": 1.0}}, "kernels", "neither a string nor a list"),
+        (SPEED, {"speedup": 2.0, "device_speedup": [2.0]}, "device_speedup", "not a number, string, boolean or null"),
+        ("test_other[x]", {"seconds": INF}, "seconds", "Infinity is not a finite number"),
+    ],
+)
+def test_entries_are_held_to_their_kinds_schema(tmp_path, test_id, figures, field, problem):
+    path = write(tmp_path / "gpu-x.json", doc({test_id: {"figures": figures, "software": {}}}))
+    with pytest.raises(BaselineError) as info:
         load_document(path)
+    assert info.value.field == f"entries.{test_id}.figures.{field}"
+    assert str(path) in str(info.value) and problem in str(info.value), str(info.value)
+
+
+def test_the_message_names_the_file_and_the_field(tmp_path):
+    path = write(tmp_path / "gpu-x.json", doc({SPEED: {"figures": {"speedup": NAN}}}))
+    with pytest.raises(BaselineError) as info:
+        load_document(path)
+    assert str(info.value) == (f"baseline file {path}: field 'entries.test_speed[mlp-amp_fp16].figures.speedup': "
+                               "NaN is not a finite positive number")
+
+
+def test_extra_figures_stay_allowed(tmp_path):
+    figures = {"speedup": 2.0, "noise": 0.0, "between_run_sd": 0.01, "between_run_count": 3, "device_speedup": 2.1,
+               "device_noise": 0.01, "device_tolerance": 0.03, "anything_new": "text", "flag": None,
+               "kernels": [{"name": "sm90_gemm", "ms": 0.25}, {"name": "elementwise", "ms": 0}]}
+    path = write(tmp_path / "gpu-x.json", doc({
+        SPEED: {"figures": figures, "software": {}},
+        "test_speed[gpt-fp32]": {"figures": {"speedup": 1.0, "kernels": "sm90_gemm 0.25 ms"}},
+        MEMORY: {"figures": {"peak_mem_bytes": 2**30, "memory_ratio": 0.6, "alloc_conf": None}},
+        CONVERGENCE: {"figures": {"margin": None, "accuracy": 0.97}},
+        "test_input_pipeline[dpn26-fp32]": {"figures": {"loader_ratio": 0.9}},
+    }))
+    assert load_document(path)["entries"][SPEED]["figures"] == figures
+
+
+def test_record_holds_an_entry_to_its_schema_and_takes_kernels(tmp_path):
+    store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    with pytest.raises(BaselineError, match="speedup.*NaN is not a finite positive number"):
+        store.record(SPEED, {"speedup": NAN}, {})
+    with pytest.raises(BaselineError, match="peak_mem_bytes.*missing"):
+        store.record(MEMORY, {"memory_ratio": 0.5}, {})
+    assert not store.pending
+    kernels = [{"name": "sm90_gemm", "ms": 0.25}]
+    store.record(SPEED, {"speedup": 2.0, "kernels": kernels}, {})
+    store.write()
+    assert load_document(store.path)["entries"][SPEED]["figures"]["kernels"] == kernels
+
+
+def test_a_directory_is_validated_file_by_file(tmp_path):
+    assert validate_directory(tmp_path / "absent") == []
+    write(tmp_path / "a.json", doc({SPEED: {"figures": {"speedup": 2.0}}}))
+    bad = write(tmp_path / "b.json", doc({SPEED: {"figures": {"speedup": "2.3x"}}}))
+    (tmp_path / "notes.txt").write_text("not a baseline")
+    with pytest.raises(BaselineError) as info:
+        validate_directory(tmp_path)
+    assert info.value.path == bad
+    bad.unlink()
+    assert validate_directory(tmp_path) == [tmp_path / "a.json"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# writes
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_an_atomic_write_keeps_the_files_mode(tmp_path, umask_022):
+    path = write(tmp_path / "gpu-x.json", doc({}))
+    for mode in (0o644, 0o664, 0o600):
+        path.chmod(mode)
+        write_atomic(path, doc({SPEED: {"figures": {"speedup": 2.0}}}))
+        assert stat.S_IMODE(path.stat().st_mode) == mode
+        assert load_document(path)["entries"]
+
+
+def test_a_new_file_gets_the_umasks_mode(tmp_path, umask_022):
+    path = tmp_path / "sub" / "gpu-x.json"
+    write_atomic(path, doc({}))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    os.umask(0o002)
+    write_atomic(tmp_path / "other.json", doc({}))
+    assert stat.S_IMODE((tmp_path / "other.json").stat().st_mode) == 0o664
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may give a file to another owner")
+def test_an_atomic_write_keeps_the_files_owner(tmp_path):
+    path = write(tmp_path / "gpu-x.json", doc({}))
+    os.chown(path, 4321, 4322)
+    write_atomic(path, doc({}))
+    assert (path.stat().st_uid, path.stat().st_gid) == (4321, 4322)
+
+
+def test_an_atomic_write_goes_on_where_the_owner_cannot_be_kept(tmp_path, monkeypatch):
+    path = write(tmp_path / "gpu-x.json", doc({}))
+    monkeypatch.setattr(baselines.os, "geteuid", lambda: path.stat().st_uid + 1)  # as if another user wrote it
+
+    def refuse(*args):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(baselines.os, "fchown", refuse)
+    write_atomic(path, doc({SPEED: {"figures": {"speedup": 2.0}}}))
+    assert SPEED in load_document(path)["entries"]
+
+
+def test_unwritable_targets_are_named(tmp_path, monkeypatch):
+    assert unwritable_reason(tmp_path / "gpu-x.json") is None
+    assert unwritable_reason(tmp_path / "new" / "deeper" / "gpu-x.json") is None
+    assert not (tmp_path / "new").exists(), "the check must not create the folder"
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert unwritable_reason(blocker / "gpu-x.json") == f"{blocker} is not a directory"
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    real_mkstemp = baselines.tempfile.mkstemp
+    if os.geteuid() == 0:  # root writes through 0o555; refuse as the kernel refuses anyone else
+        def mkstemp(*args, dir=None, **kwargs):
+            if Path(dir) == locked:
+                raise PermissionError(13, "Permission denied")
+            return real_mkstemp(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr(baselines.tempfile, "mkstemp", mkstemp)
+    try:
+        assert unwritable_reason(locked / "gpu-x.json") == f"cannot create a file in {locked}: Permission denied"
+    finally:
+        locked.chmod(0o755)

@@ -1,5 +1,7 @@
 """Bad input on the command line: usage errors that name the flag and list what is valid."""
 
+import argparse
+import json
 import subprocess
 import sys
 import weakref
@@ -8,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import conftest
+from ampbench import baselines
 from ampbench.device import catch_oom
 
 ROOT = Path(__file__).parent.parent
@@ -25,14 +29,19 @@ def run_pytest(*args):
     [
         (["--perf-models", "resnet51"], ["--perf-models: unknown model 'resnet51'", "valid models: mlp,", "resnet50"]),
         (["--perf-precisions", "fp8"], ["--perf-precisions: unknown precision mode 'fp8'", "amp_bf16"]),
-        (["--perf-tolerance", "2"], ["--perf-tolerance must lie in (0.0, 0.9]"]),
-        (["--perf-rounds", "5"], ["--perf-rounds must lie in [8, 1000]"]),
+        (["--perf-tolerance", "2"], ["--perf-tolerance: must lie in (0.0, 0.9]"]),
+        (["--perf-tolerance", "nan"], ["--perf-tolerance: must be a finite number, got nan"]),
+        (["--perf-rounds", "5"], ["--perf-rounds: must lie in [8, 1000]"]),
         (["--perf-tier", "huge"], ["--perf-tier", "invalid choice", "quick"]),
+        (["--perf-gate", "gpu"], ["--perf-gate", "invalid choice", "'device'"]),
         (["--perf-device", "tpu"], ["--perf-device"]),
-        (["--loss-scaler", "torch.amp.GradScaler"], ["--loss-scaler expects MODULE:CALLABLE"]),
-        (["--perf-block-seconds", "0"], ["--perf-block-seconds must lie in (0.0, 10.0]"]),
-        (["--perf-block-seconds", "fast"], ["--perf-block-seconds expects a float"]),
+        (["--loss-scaler", "torch.amp.GradScaler"], ["--loss-scaler: expects MODULE:CALLABLE"]),
+        (["--perf-block-seconds", "0"], ["--perf-block-seconds: must lie in (0.0, 10.0]"]),
+        (["--perf-block-seconds", "fast"], ["--perf-block-seconds: expects a float"]),
         (["--perf-cudnn-benchmark", "maybe"], ["--perf-cudnn-benchmark", "invalid choice", "'on'"]),
+        (["--perf-require-gpu"], ["--perf-require-gpu: no CUDA device is visible"]),
+        (["--perf-update-baselines"], ["--perf-update-baselines: the CPU smoke pass records nothing"]),
+        (["--benchmark-disable", "--benchmark-json", "out.json"], ["--benchmark-disable with --benchmark-json out.json"]),
     ],
 )
 def test_usage_errors(args, expected):
@@ -40,6 +49,7 @@ def test_usage_errors(args, expected):
     assert result.returncode == 4, result.stdout + result.stderr
     for part in expected:
         assert part in result.stderr, result.stderr
+    assert result.stderr.count(args[0]) == 1, f"{args[0]} named more than once: {result.stderr}"
 
 
 def test_cells_are_model_major_with_readable_ids():
@@ -53,6 +63,7 @@ def test_cells_are_model_major_with_readable_ids():
 
 def test_quick_tier_is_the_default():
     result = run_pytest("--perf-precisions", "fp32")
+    assert result.returncode == 0, result.stdout + result.stderr
     models = [line.split("[")[1].split("-")[0] for line in result.stdout.splitlines() if "::" in line]
     assert models == ["mlp", "wide_resnet28_10", "resnet50", "lstm_lm", "gpt"]
 
@@ -69,3 +80,240 @@ def test_out_of_memory_is_described_and_its_tensors_freed():
     assert result is None
     assert "Tried to allocate 9.00 GiB" in oom and "more detail" not in oom and "peak memory" in oom
     assert holder["ref"]() is None, "the failed cell's tensors are still referenced after the OOM"
+
+
+# ---------------------------------------------------------------------------------------------------
+# the option group in-process: conftest's own options on a bare argparse parser, each bad value at once
+
+
+def option_parser() -> tuple[argparse.ArgumentParser, dict[str, dict]]:
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    options: dict[str, dict] = {}
+
+    class Group:
+        @staticmethod
+        def addoption(*names, **kwargs):
+            options[names[0]] = kwargs
+            parser.add_argument(*names, **kwargs)
+
+    class Parser:
+        @staticmethod
+        def getgroup(*args, **kwargs):
+            return Group
+
+    conftest.pytest_addoption(Parser)
+    return parser, options
+
+
+def parse_error(*args: str) -> str:
+    parser, _ = option_parser()
+    with pytest.raises(argparse.ArgumentError) as info:
+        parser.parse_args(list(args))
+    return str(info.value)
+
+
+def float_options() -> list[str]:
+    _, options = option_parser()
+    return [flag for flag, kw in options.items() if getattr(kw.get("type"), "kind", None) is float]
+
+
+def test_the_float_options_are_found():
+    assert set(float_options()) == {"--perf-tolerance", "--perf-block-seconds", "--perf-memory-cap"}
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "Infinity"])
+@pytest.mark.parametrize("flag", float_options())
+def test_no_float_option_takes_a_non_finite_number(flag, value):
+    message = parse_error(f"{flag}={value}")  # "=": argparse takes a bare "-inf" for an option
+    assert message == f"argument {flag}: must be a finite number, got {value}"
+
+
+@pytest.mark.parametrize("flag", ["--perf-rounds", "--perf-loader-workers"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_integer_options_refuse_non_finite_too(flag, value):
+    assert parse_error(flag, value) == f"argument {flag}: expects an int, got {value!r}"
+
+
+def test_every_validator_names_its_flag_once():
+    _, options = option_parser()
+    bad = {"int": "x", "float": "x"}
+    for flag, kw in options.items():
+        if kw.get("type") is None:
+            continue
+        kind = getattr(kw["type"], "kind", None)
+        value = bad.get(kind.__name__, "x") if kind else {"--perf-device": "tpu", "--perf-models": ",",
+                                                           "--perf-precisions": ",", "--perf-loss-scaler": "x",
+                                                           "--perf-baseline-dir": __file__,
+                                                           "--perf-data-root": "/nonexistent"}[flag]
+        message = parse_error(flag, value)
+        assert message.count(flag) == 1, message
+
+
+def test_the_gate_option():
+    parser, options = option_parser()
+    kw = options["--perf-gate"]
+    assert kw["metavar"] == "DEVICE|WALL|BOTH" and kw["help"].endswith("(default: device)")
+    assert parser.parse_args([]).perf_gate == "device"
+    assert parser.parse_args(["--perf-gate", "both"]).perf_gate == "both"
+    assert "invalid choice" in parse_error("--perf-gate", "BOTH")
+
+
+def test_every_option_has_a_metavar_or_is_a_switch_and_tells_its_default():
+    _, options = option_parser()
+    for flag, kw in options.items():
+        assert kw.get("action") == "store_true" or kw.get("metavar"), flag
+        assert kw["help"].rstrip(")").split("(default: ")[-1] != kw["help"], f"{flag}: help tells no default"
+
+
+# ---------------------------------------------------------------------------------------------------
+# configure time, in-process: pytest_configure on a stand-in config, with CUDA faked where it matters
+
+
+class FakeConfig:
+    def __init__(self, *args: str, **extra):
+        parser, _ = option_parser()
+        self.option = parser.parse_args(list(args))
+        self.option.help = False
+        self.option.benchmark_disable = extra.get("benchmark_disable", False)
+        self.option.benchmark_json = extra.get("benchmark_json")
+        self.stash = pytest.Stash()
+
+
+def configure(*args: str, **extra) -> FakeConfig:
+    config = FakeConfig(*args, **extra)
+    conftest.pytest_configure(config)
+    return config
+
+
+@pytest.fixture
+def fake_gpus(monkeypatch):
+    """torch sees two CUDA devices, named as an H100 (nothing reaches a real device)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+
+
+def test_a_device_index_past_the_last_gpu_is_a_usage_error(fake_gpus):
+    with pytest.raises(pytest.UsageError) as info:
+        configure("--perf-device", "cuda:7")
+    assert str(info.value).startswith("--perf-device cuda:7: there is no CUDA device 7; torch sees 2")
+    assert conftest.perf_settings_of(configure("--perf-device", "cuda:1")).device == torch.device("cuda", 1)
+
+
+def test_cuda_without_a_gpu_is_still_a_usage_error():
+    with pytest.raises(pytest.UsageError, match="--perf-device cuda: no CUDA device is visible"):
+        configure("--perf-device", "cuda")
+
+
+def test_require_gpu(fake_gpus, monkeypatch):
+    assert configure("--perf-device", "cuda:0", "--perf-require-gpu")
+    with pytest.raises(pytest.UsageError, match="--perf-require-gpu: --perf-device cpu"):
+        configure("--perf-device", "cpu", "--perf-require-gpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(pytest.UsageError, match="--perf-require-gpu: no CUDA device is visible"):
+        configure("--perf-require-gpu")
+
+
+def test_benchmark_disable_with_json_is_a_usage_error():
+    with pytest.raises(pytest.UsageError, match="--benchmark-disable with --benchmark-json out.json"):
+        configure(benchmark_disable=True, benchmark_json=Path("out.json"))
+    configure(benchmark_disable=True)
+    configure(benchmark_json=Path("out.json"))
+
+
+def _doc(entries) -> str:
+    return json.dumps({"schema_version": 1, "gpu": "NVIDIA H100 80GB HBM3", "entries": entries})
+
+
+BROKEN_FILES = {
+    "malformed": ('[1, 2]', "<top level>"),
+    "truncated": ('{"schema_version": 1, "gpu": "g", "entr', "<file>"),
+    "schema 2": ('{"schema_version": 2, "gpu": "g", "entries": {}}', "schema_version"),
+    "nan speedup": (_doc({"test_speed[mlp-fp16]": {"figures": {"speedup": float("nan")}}}),
+                    "entries.test_speed[mlp-fp16].figures.speedup"),
+    "missing speedup": (_doc({"test_speed[mlp-fp16]": {"figures": {"noise": 0.01}}}),
+                        "entries.test_speed[mlp-fp16].figures.speedup"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BROKEN_FILES))
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "cuda"])
+def test_a_broken_baseline_file_stops_the_run_on_every_device(tmp_path, kind, gpu, request):
+    if gpu:
+        request.getfixturevalue("fake_gpus")
+    text, field = BROKEN_FILES[kind]
+    # on CUDA another GPU's file too: no file may sit broken until a card of its kind comes along
+    path = tmp_path / "tesla-t4.json"
+    path.write_text(text)
+    with pytest.raises(pytest.UsageError) as info:
+        configure("--perf-baseline-dir", str(tmp_path))
+    assert f"baseline file {path}: field {field!r}" in str(info.value)
+    assert path.read_text() == text, "a broken file must never be rewritten"
+
+
+def test_the_committed_baselines_pass_the_configure_check(fake_gpus):
+    configure()
+    configure("--perf-device", "cpu")
+
+
+def test_recording_on_the_cpu_is_a_usage_error(tmp_path):
+    with pytest.raises(pytest.UsageError, match="--perf-update-baselines: the CPU smoke pass records nothing"):
+        configure("--perf-update-baselines", "--perf-baseline-dir", str(tmp_path))
+
+
+def test_recording_into_a_folder_that_cannot_be_written_fails_before_measuring(tmp_path, fake_gpus, monkeypatch):
+    configure("--perf-device", "cuda:0", "--perf-update-baselines", "--perf-baseline-dir", str(tmp_path / "new"))
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    monkeypatch.setattr(baselines, "unwritable_reason",
+                        lambda path: f"cannot create a file in {path.parent}: Permission denied")
+    monkeypatch.setattr(conftest, "unwritable_reason", baselines.unwritable_reason)
+    with pytest.raises(pytest.UsageError) as info:
+        configure("--perf-device", "cuda:0", "--perf-update-baselines", "--perf-baseline-dir", str(locked))
+    assert str(info.value) == (f"--perf-update-baselines: cannot create a file in {locked}: Permission denied; "
+                               "nothing was measured")
+
+
+def test_the_cpu_smoke_pass_says_so(fake_gpus, monkeypatch):
+    class Reporter:
+        def __init__(self):
+            self.lines: list[str] = []
+
+        def write_line(self, line, **markup):
+            self.lines.append(line)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    config = configure()
+    expected = "ampbench: CPU smoke pass: nothing is held against baselines (no CUDA device visible)"
+    assert conftest.pytest_report_header(config) == [expected]
+    reporter = Reporter()
+    conftest.pytest_terminal_summary(reporter, 0, config)
+    assert reporter.lines == [expected]
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    config = configure("--perf-device", "cuda:0")
+    assert conftest.pytest_report_header(config) == []
+    reporter = Reporter()
+    conftest.pytest_terminal_summary(reporter, 0, config)
+    assert reporter.lines == []
+
+
+def test_the_smoke_pass_is_announced_in_a_real_run():
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "perf/test_speed.py", "--collect-only", "-p", "no:cacheprovider",
+         "--perf-models", "mlp", "--perf-precisions", "fp32"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    # once in the header, once in the summary
+    assert result.stdout.count("CPU smoke pass: nothing is held against baselines") == 2, result.stdout
+
+
+def test_a_broken_baseline_stops_a_real_cpu_run(tmp_path):
+    (tmp_path / "nvidia-h100-80gb-hbm3.json").write_text(
+        _doc({"test_speed[mlp-amp_fp16]": {"figures": {"speedup": float("nan")}}}))
+    result = run_pytest("--perf-baseline-dir", str(tmp_path))
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert ("field 'entries.test_speed[mlp-amp_fp16].figures.speedup': NaN is not a finite positive number"
+            in result.stderr), result.stderr
