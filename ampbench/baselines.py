@@ -86,6 +86,12 @@ ENTRY_SCHEMAS: dict[str, dict[str, Rule]] = {
         "between_run_count": _count(1),
         "cudnn_benchmark": _BOOL,
         "block_seconds": _positive(),
+        "device_speedup": _positive(),
+        "device_noise": _non_negative(),
+        "device_tolerance": _positive(),
+        "device_between_run_sd": _non_negative(),
+        "device_between_run_count": _count(1),
+        "device_method": _STR_OR_NULL,
     },
     "test_memory": {
         "peak_mem_bytes": _positive(required=True),

@@ -205,9 +205,11 @@ def judge(
 
 def first_look(check: SpeedupCheck | None, timer: PairedTimer, policy: SpeedPolicy) -> SpeedOutcome:
     """The first batch's estimate and how it compares, for a figure that is reported but does not
-    gate the cell: no extension, no confirming batch."""
-    if len(timer.mode_times) < policy.rounds.min_rounds:
-        timer.rounds(policy.rounds.min_rounds - len(timer.mode_times))
+    gate the cell: the fewest rounds of a 99% interval (the recording batch's), no extension, no
+    confirming batch."""
+    rounds = min(policy.rounds.min_rounds, policy.record_rounds.min_rounds)
+    if len(timer.mode_times) < rounds:
+        timer.rounds(rounds - len(timer.mode_times))
     est = timer.estimate(policy.rounds.confidence)
     if check is None:
         return SpeedOutcome(est, Verdict.NO_BASELINE, None, f"speedup {est}; no baseline for this GPU")

@@ -234,7 +234,7 @@ def test_speed(benchmark, request, model_spec, mode, reference, perf_settings, p
             "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
             "idle_share": load.idle_share, "host_bound": load.host_bound,
             "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
-            "kernels": side.profile.top() if side.profile else None, **carried,
+            **({"kernels": side.profile.top()} if side.profile else {}), **carried,
         }, software)
 
     # freed before any failure is raised: pytest keeps a failed test's frames, and with them its trainer
