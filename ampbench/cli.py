@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--compare", type=Path, metavar="OLD.json", default=None,
                      help="an older run of the same suite to compare with (e.g. the last run on main)")
     rep.add_argument("-o", "--output", type=Path, metavar="DIR", default=Path("report"),
-                     help="folder for the report; an earlier report there is replaced (default: report)")
+                     help="folder for the report; an earlier report there is replaced, a folder holding anything "
+                          "the report did not write is refused (default: report)")
     rep.add_argument("--junit", type=Path, metavar="JUNIT.xml", default=None,
                      help="pytest's --junitxml file of the same run: its failed tests are listed at the top")
     rep.add_argument("--fail-on-regression", action="store_true",

@@ -1030,37 +1030,78 @@ def build_report(run: Run, comparison: "Comparison | None" = None,
     return files
 
 
+REPORT_MARKER = ".ampbench-report.json"  # lists the files a report wrote: all it may ever replace
+
+
+def _foreign_entries(directory: Path) -> list[str]:
+    """What in an existing `directory` a report did not write, by its marker: every entry when the marker
+    is missing or unreadable (a folder without one was not made by ``ampbench report``)."""
+    entries = sorted(directory.iterdir(), key=lambda p: p.name)
+    if not entries:
+        return []
+    owned: set[str] = set()
+    try:
+        marker = json.loads((directory / REPORT_MARKER).read_text(encoding="utf-8"))
+        listed = marker.get("files") if isinstance(marker, dict) else None
+        if isinstance(listed, list):
+            owned = {n for n in listed if isinstance(n, str) and n == Path(n).name}
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    foreign = []
+    for p in entries:
+        if p.name == REPORT_MARKER and owned:
+            continue
+        # a folder or link under one of our names is still not ours to delete
+        if p.name in owned and p.is_file() and not p.is_symlink():
+            continue
+        foreign.append(p.name + ("/" if p.is_dir() and not p.is_symlink() else ""))
+    return foreign
+
+
 def write_report(directory: Path | str, files: Mapping[str, bytes]) -> Path:
     """Write the report into a temp folder beside `directory`, then swap it in, so a reader never
-    sees half a report and a failure leaves no partial one. An existing `directory` is replaced only
-    if it is empty or an earlier report (it holds an index.html and a summary.md). Returns the folder."""
+    sees half a report and a failure leaves the previous one in place. The report lists its files in
+    REPORT_MARKER; an existing `directory` is replaced only if it is empty or holds nothing but what
+    its marker lists, so files of anyone else are never deleted. Returns the folder."""
     directory = Path(directory)
+    if REPORT_MARKER in files or any(name != Path(name).name for name in files):
+        raise ValueError(f"report file names must be plain names other than {REPORT_MARKER}: {sorted(files)}")
+    if directory.is_symlink():
+        raise FileExistsError(f"{directory} is a symbolic link; give the folder itself as -o")
     if directory.exists():
         if not directory.is_dir():
-            raise FileExistsError(f"{directory} exists and is not a directory")
-        entries = {p.name for p in directory.iterdir()}
-        if entries and not {"index.html", "summary.md"} <= entries:
+            raise FileExistsError(f"{directory} exists and is not a directory; choose another -o")
+        foreign = _foreign_entries(directory)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise FileExistsError(
-                f"{directory} exists and does not look like an ampbench report; choose another -o or remove it"
+                f"{directory} does not look like an ampbench report: it holds {shown}, which no ampbench "
+                f"report there wrote (by its {REPORT_MARKER}); nothing was changed. Choose another -o, or move "
+                "those away"
             )
     parent = directory.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=parent))
     old = None
+    swapped = False
     try:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
+        marker = {"ampbench_report": 1, "files": sorted(files)}
+        (tmp / REPORT_MARKER).write_bytes(json.dumps(marker, indent=1).encode("utf-8"))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a report is meant to be shared
         if directory.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".old", dir=parent))
             os.replace(directory, old / "report")
         os.replace(tmp, directory)
+        swapped = True
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and (old / "report").exists() and not directory.exists():
             os.replace(old / "report", directory)
         raise
     finally:
-        if old is not None:
+        # the previous report goes only once the new one is in place or the old one is back
+        if old is not None and (swapped or not (old / "report").exists()):
             shutil.rmtree(old, ignore_errors=True)
     return directory

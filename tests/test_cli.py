@@ -224,3 +224,27 @@ def test_example_ci_workflow_runs_the_suite_and_keeps_what_matters():
     for needed in ("self-hosted", "pytest perf/", "--benchmark-json", "--junitxml", "ampbench report",
                    "GITHUB_STEP_SUMMARY", "upload-artifact"):
         assert needed in workflow, needed
+
+
+def test_report_refuses_a_folder_with_an_index_and_a_summary_among_other_files(tmp_path, capsys):
+    """index.html and summary.md do not make a folder a report: only the report's own marker does."""
+    out = tmp_path / "mine"
+    (out / "sub").mkdir(parents=True)
+    for name in ("index.html", "summary.md", "notes.txt"):
+        (out / name).write_text("keep " + name)
+    (out / "sub" / "data.csv").write_text("1,2\n")
+    assert main(["report", str(GPU_RUN), "-o", str(out)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert str(out) in err and "notes.txt" in err and "sub/" in err
+    assert (out / "notes.txt").read_text() == "keep notes.txt" and (out / "index.html").read_text() == "keep index.html"
+    assert (out / "sub" / "data.csv").read_text() == "1,2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_report_written_twice_to_one_folder_replaces_the_first(tmp_path):
+    out = tmp_path / "report"
+    assert main(["report", str(GPU_RUN), "-o", str(out)]) == EXIT_OK
+    (out / "speedup.png").unlink()  # a reader deleted one of the report's files: still only ours
+    assert main(["report", str(DATA / "cpu_smoke.json"), "-o", str(out)]) == EXIT_OK
+    assert "cpu" in (out / "summary.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
