@@ -296,6 +296,108 @@ def test_nan_and_infinite_figures_are_not_drawn(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
+# html from hostile data: every string of the JSON is text, never markup
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "\"><script>alert('x')</script>",
+    "x' onmouseover='alert(1)",
+    'y" onerror="alert(1)',
+    "javascript:alert(1)",
+]
+
+
+def _hostile_run(tmp_path: Path) -> Path:
+    h = HOSTILE
+    speed = {"ampbench_schema": 1, "kind": "speed", "speedup": 2.0, "speedup_low": 1.9, "speedup_high": 2.1,
+             "rounds": 12, "confidence": 0.99}
+    doc = {
+        "datetime": h[1],
+        "commit_info": {"id": h[0], "dirty": True},
+        "machine_info": {"ampbench": {"device": h[0], "torch": h[1], "driver": h[2], "cuda": h[4],
+                                      "clocks": {h[0]: h[3]}}},
+        "benchmarks": [
+            {"name": f"test_speed[{h[0]}-{h[2]}]", "extra_info": dict(
+                speed, model=h[0], mode=h[2], verdict=h[1], message=h[4])},
+            {"name": f"test_speed[{h[3]}-{h[4]}]", "extra_info": dict(
+                speed, model=h[3], mode=h[4], verdict="regression", message=h[0])},
+            {"name": f"test_memory[{h[3]}-{h[4]}]", "extra_info": {
+                "ampbench_schema": 1, "kind": "memory", "model": h[3], "mode": h[4], "memory_ratio": 0.6,
+                "verdict": h[3], "message": h[2]}},
+            {"name": f"test_x[{h[4]}-{h[1]}]", "extra_info": {
+                "ampbench_schema": 1, "kind": h[0], "verdict": "x\" onclick=\"alert(1)", "message": h[3]}},
+            {"name": h[0], "extra_info": {}},
+        ],
+    }
+    return _write(tmp_path, h[0].replace("/", "_") + ".json", doc)
+
+
+class _Page(__import__("html.parser").parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, attrs))
+
+    handle_startendtag = handle_starttag
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_html_from_hostile_json_holds_only_the_templates_markup(tmp_path):
+    from ampbench.report import VERDICT_CLASSES
+
+    run = load_run(_hostile_run(tmp_path))
+    comparison = compare_runs(run, run)
+    html = build_report(run, comparison, failures=[(HOSTILE[0], HOSTILE[3])])["index.html"].decode()
+    page = _Page()
+    page.feed(html)
+    page.close()
+    allowed_tags = {"html", "head", "meta", "title", "style", "body", "main", "h1", "h2", "h3", "p", "code", "div",
+                    "span", "b", "ul", "li", "table", "thead", "tbody", "tr", "th", "td", "details", "summary",
+                    "figure", "img", "figcaption", "footer"}
+    allowed_classes = {"sub", "software", "chips", "chip", "kind", "msg", "reference", "v", "flag", "note",
+                       *VERDICT_CLASSES.values(), "v-other"}
+    for tag, attrs in page.tags:
+        assert tag in allowed_tags, tag
+        for name, value in attrs:
+            assert not name.startswith("on"), (tag, name, value)
+            assert name in {"lang", "charset", "name", "content", "class", "title", "alt", "src"}, (tag, name)
+            assert not "".join((value or "").split()).lower().startswith("javascript:"), (tag, name, value)
+            if name == "class":
+                assert set((value or "").split()) <= allowed_classes, value
+            if name == "src":
+                assert (value or "").startswith("data:image/png;base64,")
+    text = "".join(page.text)
+    for s in HOSTILE:
+        assert s in text, f"{s!r} is not shown as text"
+    assert "<script" not in html.lower()
+
+
+def test_verdicts_map_to_a_fixed_set_of_classes():
+    from ampbench.report import verdict_class
+
+    assert verdict_class("regression") == "v-regression"
+    assert verdict_class('x" onclick="alert(1)') == verdict_class("expected lag") == "v-other"
+
+
+def test_the_template_and_css_ship_with_the_package():
+    from importlib.resources import files
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+
+    templates = files("ampbench") / "templates"
+    assert (templates / "report.html.j2").is_file() and (templates / "report.css").is_file()
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert any(d.replace(" ", "").startswith("jinja2>=3.1") for d in project["project"]["dependencies"])
+    shipped = project["tool"]["setuptools"]["package-data"]["ampbench"]
+    assert "templates/*.j2" in shipped and "templates/*.css" in shipped
+
+
+# ---------------------------------------------------------------------------------------------------
 # writing: all or nothing
 
 
