@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from ampbench import runschema
 from ampbench.stats import SpeedupEstimate, finite_number
 from ampbench.verdict import Verdict
 
@@ -228,19 +229,31 @@ def load_run(path: Path | str) -> Run:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise RunError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RunError(path, f"cannot be read: {exc}") from None
+    except IsADirectoryError:
+        raise RunError(path, "is a directory; give the JSON file written by `pytest perf/ --benchmark-json FILE`") from None
+    except OSError as exc:
+        raise RunError(path, f"cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RunError(path, f"is not UTF-8 text (byte {exc.start}), so not a benchmark JSON") from None
     if not text.strip():
         raise RunError(path, "is empty; the run was probably interrupted before pytest-benchmark wrote it")
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RunError(path, _truncation_problem(text, exc)) from None
+    except RecursionError:
+        raise RunError(path, "is not a benchmark JSON: its values are nested too deeply to read") from None
     return parse_run(document, path)
 
 
+def _refuse(path: Path, problems: list[str]) -> None:
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise RunError(path, "; ".join(problems[:3]) + more)
+
+
 def parse_run(document: Any, path: Path | str) -> Run:
-    """Validate a decoded benchmark JSON document (see load_run)."""
+    """Validate a decoded benchmark JSON document against ampbench.runschema (see load_run) and read it."""
     path = Path(path)
     not_ours = "is not ampbench output"
     if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
@@ -249,15 +262,20 @@ def parse_run(document: Any, path: Path | str) -> Run:
             f"{not_ours}: expected pytest-benchmark's JSON (an object with a 'benchmarks' list), "
             "as written by `pytest perf/ --benchmark-json FILE`",
         )
-    machine_info = document.get("machine_info") if isinstance(document.get("machine_info"), dict) else {}
+    _refuse(path, runschema.check(document, runschema.DOCUMENT, ""))
+    machine_info = document.get("machine_info") or {}
     machine = machine_info.get("ampbench") if isinstance(machine_info.get("ampbench"), dict) else {}
+    _refuse(path, runschema.check(machine, runschema.MACHINE, "machine_info.ampbench"))
     cells: list[Cell] = []
     foreign: list[str] = []
+    problems: list[str] = []  # of every cell, so one message lists what is wrong across the file
     for i, bench in enumerate(document["benchmarks"]):
+        where = f"benchmarks[{i}]"
         if not isinstance(bench, dict):
-            raise RunError(path, f"benchmarks[{i}] is not an object")
-        info = bench.get("extra_info") if isinstance(bench.get("extra_info"), dict) else {}
-        name = bench.get("name") if isinstance(bench.get("name"), str) else f"benchmarks[{i}]"
+            raise RunError(path, f"{where} is not an object; pytest-benchmark writes one per test")
+        _refuse(path, runschema.check(bench, runschema.BENCHMARK, where))
+        info = bench.get("extra_info") or {}
+        name = bench["name"]
         if "ampbench_schema" not in info:
             foreign.append(name)
             continue
@@ -267,11 +285,10 @@ def parse_run(document: Any, path: Path | str) -> Run:
                 f"{name} was written with ampbench schema {info['ampbench_schema']!r}; this ampbench reads "
                 f"schema {SCHEMA_VERSION} only (report it with the ampbench version that wrote it, or rerun the suite)",
             )
+        problems += [f"{p} ({name})" for p in runschema.check_cell(info, f"{where}.extra_info")]
         id_model, id_mode = _split_id(name)
-        model = info.get("model") if isinstance(info.get("model"), str) else id_model
-        mode = info.get("mode") if isinstance(info.get("mode"), str) else id_mode
-        kind = info.get("kind") if isinstance(info.get("kind"), str) else "unknown"
-        cells.append(Cell(name, kind, model, mode, info))
+        cells.append(Cell(name, info.get("kind"), info.get("model") or id_model, info.get("mode") or id_mode, info))
+    _refuse(path, problems)
     if not cells and not machine:
         problem = (
             "none of its benchmarks carries extra_info.ampbench_schema and machine_info has no 'ampbench' entry"
@@ -279,9 +296,8 @@ def parse_run(document: Any, path: Path | str) -> Run:
             else "it holds no benchmarks and machine_info has no 'ampbench' entry"
         )
         raise RunError(path, f"{not_ours}: {problem}")
-    date = document.get("datetime") if isinstance(document.get("datetime"), str) else None
-    commit = document.get("commit_info") if isinstance(document.get("commit_info"), dict) else {}
-    return Run(path=path, machine=machine, datetime=date, commit=commit, cells=cells, foreign=foreign)
+    return Run(path=path, machine=machine, datetime=document.get("datetime"), commit=document.get("commit_info") or {},
+               cells=cells, foreign=foreign)
 
 
 def failed_tests(junit: Path | str) -> list[tuple[str, str]]:

@@ -248,3 +248,22 @@ def test_report_written_twice_to_one_folder_replaces_the_first(tmp_path):
     assert main(["report", str(DATA / "cpu_smoke.json"), "-o", str(out)]) == EXIT_OK
     assert "cpu" in (out / "summary.md").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def test_report_of_a_run_with_a_nan_speedup_exits_two_and_names_the_field(tmp_path, capsys):
+    doc = json.loads(GPU_RUN.read_text())
+    i = next(i for i, b in enumerate(doc["benchmarks"]) if b["extra_info"].get("kind") == "speed")
+    doc["benchmarks"][i]["extra_info"]["speedup"] = float("nan")
+    bad = tmp_path / "nan.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["report", str(bad), "-o", str(tmp_path / "report")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert str(bad) in err and f"benchmarks[{i}].extra_info.speedup is nan" in err and "Traceback" not in err
+    assert main(["compare", str(GPU_RUN), str(bad)]) == EXIT_BAD_INPUT
+    assert not (tmp_path / "report").exists()
+
+
+def test_report_of_a_directory_says_so(tmp_path, capsys):
+    assert main(["report", str(tmp_path), "-o", str(tmp_path / "report")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"{tmp_path}: is a directory" in err and "Errno" not in err
