@@ -23,6 +23,7 @@ from ampbench.report import (
     load_run,
     model_rows,
     parse_run,
+    render_comparison_markdown,
     render_markdown,
     write_report,
 )
@@ -671,16 +672,41 @@ def test_compare_lists_tests_only_one_run_has(tmp_path):
     verdicts = {r.test_id: r.verdict for r in comparison.rows}
     assert verdicts[gone] == MISSING
     assert verdicts["test_speed[newmodel-bf16]"] == NEW
-    assert not comparison.failed()
+    assert [r.test_id for r in comparison.missing] == [gone]
+    assert comparison.failed(), "a test the new run lost must not read as a pass"
+    assert not comparison.failed(allow_missing=True)
 
 
-def test_compare_notes_a_different_gpu_and_software(tmp_path):
+def test_compare_refuses_runs_from_different_devices_unless_asked(tmp_path):
+    from ampbench.compare import CompareError
+
     path = _gpu_run()
     doc = json.loads(path.read_text())
     doc["machine_info"]["ampbench"].update(device="NVIDIA A100-SXM4-80GB", torch="9.9.9")
-    comparison = compare_runs(load_run(path), parse_run(doc, tmp_path / "a100.json"))
-    notes = " ".join(comparison.notes)
-    assert "different GPUs" in notes and "9.9.9" in notes
+    a100 = parse_run(doc, tmp_path / "a100.json")
+    with pytest.raises(CompareError, match="--cross-device") as info:
+        compare_runs(load_run(path), a100)
+    assert "a100.json" in str(info.value) and "NVIDIA A100-SXM4-80GB" in str(info.value)
+    comparison = compare_runs(load_run(path), a100, cross_device=True)
+    assert comparison.cross_device and comparison.notes[0].startswith("CROSS-DEVICE")
+    assert "ratios over fp32 only" in comparison.notes[0] and "9.9.9" in " ".join(comparison.notes)
+    md = "\n".join(render_comparison_markdown(comparison))
+    assert md.index("CROSS-DEVICE") < md.index("|")
+    assert b"CROSS-DEVICE" in build_report(a100, comparison)["index.html"]
+
+
+def test_a_device_is_told_by_machine_info_or_by_cells_that_name_hardware(tmp_path):
+    from ampbench.compare import device_of
+
+    def run(machine: dict, device: str) -> "object":
+        return parse_run({"machine_info": {"ampbench": machine}, "benchmarks": [
+            {"name": "test_speed[m-bf16]", "extra_info": {"ampbench_schema": 1, "kind": "speed", "device": device}}]},
+            tmp_path / "r.json")
+
+    assert device_of(run({"device": "NVIDIA H100 80GB HBM3"}, "cuda")) == "NVIDIA H100 80GB HBM3"
+    assert device_of(run({"torch": "2.11"}, "cpu")) == "cpu"
+    assert device_of(run({"torch": "2.11"}, "cuda:0")) is None  # which card, it does not say
+    assert not compare_runs(run({"torch": "2.11"}, "cuda:0"), run({"device": "NVIDIA H100 80GB HBM3"}, "cuda")).cross_device
 
 
 def test_comparison_goes_into_html_markdown_and_a_chart(tmp_path):
