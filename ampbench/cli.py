@@ -13,6 +13,7 @@ from ampbench.compare import (
     DEFAULT_ACCURACY_TOLERANCE,
     DEFAULT_MEMORY_TOLERANCE,
     DEFAULT_TOLERANCE,
+    CompareError,
     compare_runs,
     format_text,
 )
@@ -50,6 +51,12 @@ def _add_tolerances(p: argparse.ArgumentParser) -> None:
                                             f"regression (default: {DEFAULT_ACCURACY_TOLERANCE})")
     p.add_argument("--strict", action="store_true",
                    help="an inconclusive verdict fails too (exit status 1), like pytest's --perf-strict")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="a test the old run had and the new one lacks (deselected, skipped, crashed) does not fail; "
+                        "without it, it does (exit status 1)")
+    p.add_argument("--cross-device", action="store_true",
+                   help="judge runs from different devices (e.g. a CPU smoke run against a GPU run) by their ratios "
+                        "over fp32; without it, such a pair is refused (exit status 2)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ampbench",
         description="Reports and comparisons of ampbench runs, i.e. of the JSON written by "
                     "`pytest perf/ --benchmark-json RUN.json`.",
-        epilog="Exit status: 0 fine, 1 a regression (or an inconclusive verdict under --strict), 2 bad usage or "
-               "a file that is not a usable ampbench run.",
+        epilog="Exit status: 0 fine, 1 a regression (or an inconclusive verdict under --strict, or a test the new "
+               "run lost), 2 bad usage, a file that is not a usable ampbench run, or runs from different devices.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -74,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--compare", type=Path, metavar="OLD.json", default=None,
                      help="an older run of the same suite to compare with (e.g. the last run on main)")
     rep.add_argument("-o", "--output", type=Path, metavar="DIR", default=Path("report"),
-                     help="folder for the report; an earlier report there is replaced (default: report)")
+                     help="folder for the report; an earlier report there is replaced, a folder holding anything "
+                          "the report did not write is refused (default: report)")
     rep.add_argument("--junit", type=Path, metavar="JUNIT.xml", default=None,
                      help="pytest's --junitxml file of the same run: its failed tests are listed at the top")
     rep.add_argument("--fail-on-regression", action="store_true",
@@ -114,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _tolerances(args: argparse.Namespace) -> dict:
     return dict(tolerance=args.tolerance, memory_tolerance=args.memory_tolerance,
-                accuracy_tolerance=args.accuracy_tolerance)
+                accuracy_tolerance=args.accuracy_tolerance, cross_device=args.cross_device)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -129,9 +137,13 @@ def _report(args: argparse.Namespace) -> int:
     for c in own:
         print(f"REGRESSION: {c.test_id}: {c.get('message') or ''}")
     if comparison is not None:
+        if comparison.cross_device:
+            print(f"ampbench: {comparison.notes[0]}")
         for r in comparison.regressions:
             print(f"REGRESSION against {args.compare.name}: {r.message}")
-    failed = bool(own) or (comparison is not None and comparison.failed(args.strict))
+        for r in comparison.missing:
+            print(f"MISSING against {args.compare.name}: {r.test_id}: {r.message}")
+    failed = bool(own) or (comparison is not None and comparison.failed(args.strict, args.allow_missing))
     if args.strict:
         failed = failed or any(c.verdict == Verdict.INCONCLUSIVE.value for c in run.cells)
     return EXIT_REGRESSION if failed and args.fail_on_regression else EXIT_OK
@@ -143,7 +155,7 @@ def _compare(args: argparse.Namespace) -> int:
     if args.markdown is not None:
         with open(args.markdown, "a", encoding="utf-8") as f:
             f.write("\n".join(render_comparison_markdown(comparison)) + "\n")
-    return EXIT_REGRESSION if comparison.failed(args.strict) else EXIT_OK
+    return EXIT_REGRESSION if comparison.failed(args.strict, args.allow_missing) else EXIT_OK
 
 
 def _spread(args: argparse.Namespace) -> int:
@@ -178,7 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (RunError, BaselineError, OSError) as exc:  # a file that cannot be read, an output folder in the way
+    # a file that cannot be read, two runs that must not be compared, an output folder in the way
+    except (RunError, CompareError, BaselineError, OSError) as exc:
         print(f"ampbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 

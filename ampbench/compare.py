@@ -17,6 +17,23 @@ MISSING = "missing"  # in the old run, not in the new one (deselected, skipped, 
 NEW = "new"  # only in the new run
 
 
+class CompareError(ValueError):
+    """Two runs that must not be judged against each other; the message names both and the flag that allows it."""
+
+
+def device_of(run: Run) -> str | None:
+    """The device a run measured: machine_info's name for it, else the one device its cells name, where
+    that names hardware (a bare "cuda" does not say which card); None when it cannot be told."""
+    device = run.machine.get("device")
+    if isinstance(device, str) and device:
+        return device
+    devices = {c.get("device") for c in run.cells if isinstance(c.get("device"), str) and c.get("device")}
+    if len(devices) == 1:
+        (only,) = devices
+        return None if only.split(":")[0] in ("cuda", "mps", "xpu") else only
+    return None
+
+
 @dataclass(frozen=True)
 class Change:
     """One figure of one test, old against new, and what that means."""
@@ -44,7 +61,8 @@ class Comparison:
     old: Run
     new: Run
     rows: list[Change]
-    notes: list[str] = field(default_factory=list)  # e.g. the runs were made on different GPUs
+    notes: list[str] = field(default_factory=list)  # e.g. the software changed between the runs
+    cross_device: bool = False  # judged across devices on request: the verdicts are about ratios only
 
     def counts(self) -> dict[str, int]:
         order = [Verdict.REGRESSION.value, Verdict.INCONCLUSIVE.value, Verdict.IMPROVED.value,
@@ -62,9 +80,15 @@ class Comparison:
     def inconclusive(self) -> list[Change]:
         return [r for r in self.rows if r.verdict == Verdict.INCONCLUSIVE.value]
 
-    def failed(self, strict: bool = False) -> bool:
-        """A regression fails; under `strict` an inconclusive verdict fails too (like --perf-strict)."""
-        return bool(self.regressions or (strict and self.inconclusive))
+    @property
+    def missing(self) -> list[Change]:
+        return [r for r in self.rows if r.verdict == MISSING]
+
+    def failed(self, strict: bool = False, allow_missing: bool = False) -> bool:
+        """A regression fails, and so does a test the new run lost (a run that crashed or was deselected
+        must not read as a pass) unless `allow_missing`; under `strict` an inconclusive verdict fails too
+        (like --perf-strict)."""
+        return bool(self.regressions or (strict and self.inconclusive) or (self.missing and not allow_missing))
 
 
 def _speed_change(old: Cell, new: Cell, floor: float) -> Change:
@@ -149,8 +173,18 @@ def compare_cells(old: Cell, new: Cell, *, tolerance: float = DEFAULT_TOLERANCE,
 
 def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
                  memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE,
-                 accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE) -> Comparison:
-    """Every test of either run, matched by test id, in the new run's order (then the old-only ones)."""
+                 accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE, cross_device: bool = False) -> Comparison:
+    """Every test of either run, matched by test id, in the new run's order (then the old-only ones).
+
+    Runs from different devices raise CompareError unless `cross_device`: a CPU smoke run's speedups are
+    no baseline for a GPU's, and a verdict between them would only be noise."""
+    old_device, new_device = device_of(old), device_of(new)
+    different = old_device is not None and new_device is not None and old_device != new_device
+    if different and not cross_device:
+        raise CompareError(
+            f"{old.path} ran on {old_device} and {new.path} on {new_device}: runs from different devices are "
+            "not judged against each other; pass --cross-device to compare their ratios over fp32 anyway"
+        )
     old_by_id = {c.test_id: c for c in old.cells}
     new_ids = {c.test_id for c in new.cells}
     rows: list[Change] = []
@@ -166,15 +200,21 @@ def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
         if cell.test_id not in new_ids:
             rows.append(Change(cell.test_id, cell.kind, cell.model, cell.mode, "-", "present", "-", None, MISSING,
                                "not in the new run (deselected, skipped or crashed)"))
-    return Comparison(old, new, rows, _notes(old, new))
+    return Comparison(old, new, rows, _notes(old, new, different), cross_device=different)
 
 
-def _notes(old: Run, new: Run) -> list[str]:
+def _notes(old: Run, new: Run, cross_device: bool) -> list[str]:
     notes = []
-    if old.gpu != new.gpu:
+    if cross_device:
         notes.append(
-            f"The runs were made on different GPUs ({old.gpu} and {new.gpu}): speedups over fp32 compare, "
-            "absolute step times and throughput do not."
+            f"CROSS-DEVICE ({device_of(old)} against {device_of(new)}, by --cross-device): the verdicts are about "
+            "ratios over fp32 only (speedup, memory ratio, largest batch ratio, accuracy); absolute step times, "
+            "throughput and memory do not compare, and a ratio may well differ between devices without a regression."
+        )
+    elif old.gpu != new.gpu:
+        notes.append(
+            f"The runs name their device differently ({old.gpu} and {new.gpu}): speedups over fp32 compare, "
+            "absolute step times and throughput may not."
         )
     changed = [
         f"{k} {a} → {b}"
@@ -192,17 +232,20 @@ def format_text(comparison: Comparison, *, all_rows: bool = True) -> str:
     headers = ["test", "figure", "old", "new", "change", "verdict"]
     table = [headers] + [[*r.cells()[:5], r.verdict] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
-    lines = [f"old: {comparison.old.path} ({comparison.old.gpu})", f"new: {comparison.new.path} ({comparison.new.gpu})"]
-    lines += [f"note: {n}" for n in comparison.notes]
+    # a cross-device judgement says so first, before anyone reads a verdict
+    lines = [comparison.notes[0], ""] if comparison.cross_device else []
+    lines += [f"old: {comparison.old.path} ({comparison.old.gpu})", f"new: {comparison.new.path} ({comparison.new.gpu})"]
+    lines += [f"note: {n}" for n in comparison.notes[1 if comparison.cross_device else 0:]]
     lines.append("")
     for i, row in enumerate(table):
         lines.append("  ".join(c.ljust(w) if j < 1 else c.rjust(w) if j in (2, 3, 4) else c.ljust(w)
                                for j, (c, w) in enumerate(zip(row, widths))).rstrip())
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
-    if comparison.regressions or comparison.inconclusive:
+    if comparison.regressions or comparison.inconclusive or comparison.missing:
         lines.append("")
         lines += [f"{r.verdict.upper()}: {r.message}" for r in comparison.regressions + comparison.inconclusive]
+        lines += [f"MISSING: {r.test_id}: {r.message}" for r in comparison.missing]
     lines.append("")
     counts = comparison.counts()
     lines.append("summary: " + (", ".join(f"{n} {v}" for v, n in counts.items()) or "nothing to compare"))

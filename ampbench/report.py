@@ -10,7 +10,6 @@ has no side effects.
 from __future__ import annotations
 
 import base64
-import html
 import json
 import math
 import os
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
+from ampbench import runschema
 from ampbench.stats import SpeedupEstimate, finite_number
 from ampbench.verdict import Verdict
 
@@ -229,19 +229,31 @@ def load_run(path: Path | str) -> Run:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise RunError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RunError(path, f"cannot be read: {exc}") from None
+    except IsADirectoryError:
+        raise RunError(path, "is a directory; give the JSON file written by `pytest perf/ --benchmark-json FILE`") from None
+    except OSError as exc:
+        raise RunError(path, f"cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RunError(path, f"is not UTF-8 text (byte {exc.start}), so not a benchmark JSON") from None
     if not text.strip():
         raise RunError(path, "is empty; the run was probably interrupted before pytest-benchmark wrote it")
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RunError(path, _truncation_problem(text, exc)) from None
+    except RecursionError:
+        raise RunError(path, "is not a benchmark JSON: its values are nested too deeply to read") from None
     return parse_run(document, path)
 
 
+def _refuse(path: Path, problems: list[str]) -> None:
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise RunError(path, "; ".join(problems[:3]) + more)
+
+
 def parse_run(document: Any, path: Path | str) -> Run:
-    """Validate a decoded benchmark JSON document (see load_run)."""
+    """Validate a decoded benchmark JSON document against ampbench.runschema (see load_run) and read it."""
     path = Path(path)
     not_ours = "is not ampbench output"
     if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
@@ -250,15 +262,20 @@ def parse_run(document: Any, path: Path | str) -> Run:
             f"{not_ours}: expected pytest-benchmark's JSON (an object with a 'benchmarks' list), "
             "as written by `pytest perf/ --benchmark-json FILE`",
         )
-    machine_info = document.get("machine_info") if isinstance(document.get("machine_info"), dict) else {}
+    _refuse(path, runschema.check(document, runschema.DOCUMENT, ""))
+    machine_info = document.get("machine_info") or {}
     machine = machine_info.get("ampbench") if isinstance(machine_info.get("ampbench"), dict) else {}
+    _refuse(path, runschema.check(machine, runschema.MACHINE, "machine_info.ampbench"))
     cells: list[Cell] = []
     foreign: list[str] = []
+    problems: list[str] = []  # of every cell, so one message lists what is wrong across the file
     for i, bench in enumerate(document["benchmarks"]):
+        where = f"benchmarks[{i}]"
         if not isinstance(bench, dict):
-            raise RunError(path, f"benchmarks[{i}] is not an object")
-        info = bench.get("extra_info") if isinstance(bench.get("extra_info"), dict) else {}
-        name = bench.get("name") if isinstance(bench.get("name"), str) else f"benchmarks[{i}]"
+            raise RunError(path, f"{where} is not an object; pytest-benchmark writes one per test")
+        _refuse(path, runschema.check(bench, runschema.BENCHMARK, where))
+        info = bench.get("extra_info") or {}
+        name = bench["name"]
         if "ampbench_schema" not in info:
             foreign.append(name)
             continue
@@ -268,11 +285,10 @@ def parse_run(document: Any, path: Path | str) -> Run:
                 f"{name} was written with ampbench schema {info['ampbench_schema']!r}; this ampbench reads "
                 f"schema {SCHEMA_VERSION} only (report it with the ampbench version that wrote it, or rerun the suite)",
             )
+        problems += [f"{p} ({name})" for p in runschema.check_cell(info, f"{where}.extra_info")]
         id_model, id_mode = _split_id(name)
-        model = info.get("model") if isinstance(info.get("model"), str) else id_model
-        mode = info.get("mode") if isinstance(info.get("mode"), str) else id_mode
-        kind = info.get("kind") if isinstance(info.get("kind"), str) else "unknown"
-        cells.append(Cell(name, kind, model, mode, info))
+        cells.append(Cell(name, info.get("kind"), info.get("model") or id_model, info.get("mode") or id_mode, info))
+    _refuse(path, problems)
     if not cells and not machine:
         problem = (
             "none of its benchmarks carries extra_info.ampbench_schema and machine_info has no 'ampbench' entry"
@@ -280,9 +296,8 @@ def parse_run(document: Any, path: Path | str) -> Run:
             else "it holds no benchmarks and machine_info has no 'ampbench' entry"
         )
         raise RunError(path, f"{not_ours}: {problem}")
-    date = document.get("datetime") if isinstance(document.get("datetime"), str) else None
-    commit = document.get("commit_info") if isinstance(document.get("commit_info"), dict) else {}
-    return Run(path=path, machine=machine, datetime=date, commit=commit, cells=cells, foreign=foreign)
+    return Run(path=path, machine=machine, datetime=document.get("datetime"), commit=document.get("commit_info") or {},
+               cells=cells, foreign=foreign)
 
 
 def failed_tests(junit: Path | str) -> list[tuple[str, str]]:
@@ -811,204 +826,156 @@ def render_comparison_markdown(comparison: "Comparison") -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# html
+# html: the page is templates/report.html.j2 with autoescape on; here only plain data is made for it
 
-_CSS = """
-:root { --fg:#1d1d1f; --muted:#666; --line:#e3e3e3; --bg:#fff; --head:#f6f7f9; }
-* { box-sizing: border-box; }
-body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: var(--fg);
-       background: var(--bg); margin: 0; }
-main { max-width: 1280px; margin: 0 auto; padding: 24px 28px 60px; }
-h1 { font-size: 24px; margin: 0 0 4px; }
-h2 { font-size: 19px; margin: 34px 0 10px; padding-bottom: 4px; border-bottom: 2px solid var(--line); }
-h3 { font-size: 15px; margin: 22px 0 6px; }
-.sub { color: var(--muted); margin: 0 0 14px; }
-.software { display: flex; flex-wrap: wrap; gap: 6px 16px; margin: 8px 0 18px; padding: 10px 14px;
-            background: var(--head); border-radius: 6px; }
-.software span b { color: var(--muted); font-weight: 600; margin-right: 4px; }
-.chips { display: inline-flex; flex-wrap: wrap; gap: 6px; margin: 3px 0; vertical-align: middle; }
-.chip { border-radius: 14px; padding: 2px 11px; color: #fff; font-weight: 600; font-size: 13px; }
-.kind { font-weight: 600; min-width: 110px; display: inline-block; }
-table { border-collapse: collapse; width: 100%; margin: 4px 0 14px; font-variant-numeric: tabular-nums; }
-th, td { padding: 5px 9px; border-bottom: 1px solid var(--line); text-align: right; white-space: nowrap; }
-th { background: var(--head); font-weight: 600; font-size: 12.5px; color: #333; }
-th:first-child, td:first-child { text-align: left; }
-td.msg { text-align: left; white-space: normal; color: var(--muted); font-size: 12.5px; min-width: 420px; }
-th.msg { text-align: left; }
-tr.reference td { color: var(--muted); }
-.v { font-weight: 600; }
-.v-regression { color: #c62828; } .v-inconclusive { color: #ef6c00; } .v-improved { color: #1565c0; }
-.v-pass { color: #2e7d32; } .v-missing, .v-new, .v-no-baseline { color: #757575; }
-figure { margin: 12px 0 22px; }
-figure img { max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 4px; }
-figcaption { color: var(--muted); font-size: 12.5px; margin-top: 4px; }
-ul.flag { padding-left: 20px; } ul.flag li { margin: 3px 0; }
-code { font: 12.5px ui-monospace, "DejaVu Sans Mono", monospace; background: var(--head); padding: 1px 4px;
-       border-radius: 3px; }
-details { margin: 10px 0; } summary { cursor: pointer; color: #1565c0; }
-.note { border-left: 3px solid #ef6c00; padding: 4px 10px; background: #fff8ef; margin: 8px 0; }
-footer { color: var(--muted); font-size: 12px; margin-top: 40px; }
-"""
+# the CSS class of each verdict; any other verdict string (a future kind's, or a crafted one) gets
+# "v-other", so nothing from the JSON ever becomes markup
+VERDICT_CLASSES = {
+    Verdict.PASS.value: "v-pass",
+    Verdict.IMPROVED.value: "v-improved",
+    Verdict.REGRESSION.value: "v-regression",
+    Verdict.INCONCLUSIVE.value: "v-inconclusive",
+    Verdict.NO_BASELINE.value: "v-no-baseline",
+    "missing": "v-missing",
+    "new": "v-new",
+}
+OTHER_VERDICT_CLASS = "v-other"
 
 
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+def verdict_class(verdict: str) -> str:
+    return VERDICT_CLASSES.get(verdict, OTHER_VERDICT_CLASS)
 
 
-def _verdict_html(verdict: str | None) -> str:
+@dataclass(frozen=True)
+class HtmlCell:
+    """One table cell: text, marked with a verdict's class (and its name as a tooltip) where `cls` is set."""
+
+    text: str
+    cls: str | None = None
+    title: str | None = None
+
+
+def _verdict_cell(verdict: str | None) -> HtmlCell:
     if not verdict:
-        return DASH
-    cls = "v-" + verdict.replace(" ", "-")
-    label = f"{HTML_ICONS.get(verdict, '')} {verdict}".strip()
-    return f'<span class="v {cls}">{_e(label)}</span>'
+        return HtmlCell(DASH)
+    return HtmlCell(f"{HTML_ICONS.get(verdict, '')} {verdict}".strip(), verdict_class(verdict))
 
 
-def _flag_html(text: str, verdict: str | None) -> str:
+def _verdict_span(verdict: str | None) -> dict | None:
+    cell = _verdict_cell(verdict)
+    return {"label": cell.text, "cls": cell.cls} if cell.cls else None
+
+
+def _flag_cell(text: str, verdict: str | None) -> HtmlCell:
     if verdict not in NEEDS_A_LOOK:
-        return _e(text)
-    cls = "v-" + verdict.replace(" ", "-")
-    return f'<span class="v {cls}" title="{_e(verdict)}">{_e(text)} {HTML_ICONS[verdict]}</span>'
+        return HtmlCell(text)
+    return HtmlCell(f"{text} {HTML_ICONS[verdict]}", verdict_class(verdict), verdict)
 
 
 def _flag_md(text: str, verdict: str | None) -> str:
     return f"{text} {VERDICT_ICONS[verdict]}" if verdict in NEEDS_A_LOOK else text
 
 
-def _chips(counts: Mapping[str, int]) -> str:
-    parts = []
-    for v, n in counts.items():
-        color = VERDICT_COLORS.get(v, "#9e9e9e")
-        parts.append(f'<span class="chip" style="background:{color}">{n} {_e(v)}</span>')
-    return '<span class="chips">' + "".join(parts) + "</span>"
+def _chips(counts: Mapping[str, int]) -> list[dict]:
+    return [{"count": n, "verdict": v, "cls": verdict_class(v)} for v, n in counts.items()]
 
 
-def _html_table(headers: Sequence[str], rows: Iterable[Sequence[str]], row_classes: Iterable[str] | None = None,
-                raw_columns: Iterable[int] = ()) -> str:
-    """rows hold plain text, except columns in raw_columns, which hold ready HTML."""
-    raw = set(raw_columns)
-    classes = list(row_classes) if row_classes is not None else None
-    out = ["<table><thead><tr>" + "".join(f'<th{" class=msg" if h == "message" else ""}>{_e(h)}</th>' for h in headers)
-           + "</tr></thead><tbody>"]
-    for i, row in enumerate(rows):
-        cls = f' class="{classes[i]}"' if classes and classes[i] else ""
-        tds = []
-        for j, cell in enumerate(row):
-            cls_attr = ' class="msg"' if headers[j] == "message" else ""
-            tds.append(f"<td{cls_attr}>{cell if j in raw else _e(cell)}</td>")
-        out.append(f"<tr{cls}>" + "".join(tds) + "</tr>")
-    out.append("</tbody></table>")
-    return "\n".join(out)
+def _table(headers: Sequence[str], rows: Iterable[Sequence[HtmlCell]], reference: Iterable[bool] = ()) -> dict:
+    flags = list(reference)
+    return {"headers": list(headers),
+            "rows": [{"cells": list(r), "reference": flags[i] if i < len(flags) else False} for i, r in enumerate(rows)]}
 
 
-def _figure(chart: Chart) -> str:
-    data = base64.b64encode(chart.png).decode("ascii")
-    return (
-        f'<figure><img alt="{_e(chart.title)}" src="data:image/png;base64,{data}">'
-        f"<figcaption>{_e(chart.caption)}</figcaption></figure>"
-    )
+def _figure(chart: Chart) -> dict:
+    return {"title": chart.title, "caption": chart.caption, "data": base64.b64encode(chart.png).decode("ascii")}
 
 
-def _software_html(run: Run) -> str:
-    return '<div class="software">' + "".join(f"<span><b>{_e(k)}</b>{_e(v)}</span>" for k, v in run.software()) + "</div>"
-
-
-def _run_tables_html(run: Run) -> str:
-    out = []
-    tables = model_rows(run)
+def _run_tables(run: Run) -> dict:
+    """The per-model tables and the table of other tests, as the template's `run_tables` reads them."""
+    models = []
     verdict_col = ROW_HEADERS.index("speed verdict")
-    for model, rows in tables.items():
+    for model, rows in model_rows(run).items():
         body = []
         for r in rows:
             flags = r.flags()
-            cells = [_flag_html(c, flags[i]) if i in flags else _e(c) for i, c in enumerate(r.cells())]
-            cells[verdict_col] = _verdict_html(r.verdict)
+            cells = [_flag_cell(c, flags[i]) if i in flags else HtmlCell(c) for i, c in enumerate(r.cells())]
+            cells[verdict_col] = _verdict_cell(r.verdict)
             body.append(cells)
-        out.append(f"<h3>{_e(model)}</h3>")
-        out.append(_html_table(ROW_HEADERS, body, ["reference" if r.reference_only else "" for r in rows],
-                               range(len(ROW_HEADERS))))
+        models.append((model, _table(ROW_HEADERS, body, [r.reference_only for r in rows])))
     others = [c for c in run.cells if c.kind not in ("speed", "memory", "convergence")]
-    if others:
-        out.append("<h3>Other tests</h3>")
-        out.append(_html_table(
-            ["test", "kind", "verdict", "message"],
-            ([c.test_id, c.kind, _verdict_html(c.verdict), c.get("message") or DASH] for c in others),
-            raw_columns=[2],
-        ))
-    return "\n".join(out)
+    other_table = _table(
+        ["test", "kind", "verdict", "message"],
+        ([HtmlCell(c.test_id), HtmlCell(c.kind), _verdict_cell(c.verdict), HtmlCell(str(c.get("message") or DASH))]
+         for c in others),
+    ) if others else None
+    return {"models": models, "others": other_table}
+
+
+def _comparison_context(comparison: "Comparison", charts: Sequence[Chart]) -> dict:
+    headers = ["test", "figure", "old", "new", "change", "verdict", "message"]
+    verdict_col = headers.index("verdict")
+
+    def table(rows: Sequence, with_message: bool) -> dict:
+        body = []
+        for r in rows:
+            cells = [HtmlCell(c) for c in r.cells()] + ([HtmlCell(r.message)] if with_message else [])
+            cells[verdict_col] = _verdict_cell(r.verdict)
+            body.append(cells)
+        return _table(headers if with_message else headers[:-1], body)
+
+    old_tables = _run_tables(comparison.old)
+    return {
+        "old_label": comparison.old.label,
+        "old_gpu": comparison.old.gpu,
+        "new_gpu": comparison.new.gpu,
+        "notes": list(comparison.notes),
+        "counts": _chips(comparison.counts()),
+        "charts": [_figure(c) for c in charts],
+        "notable": table([r for r in comparison.rows if r.verdict != Verdict.PASS.value], with_message=True),
+        "every": table(comparison.rows, with_message=False),
+        "old_software": comparison.old.software(),
+        "old_tables": old_tables,
+    }
+
+
+_template_cache: list = []
+
+
+def _template():
+    """The page template, loaded once; jinja2 is imported here so `ampbench compare` never needs it."""
+    if not _template_cache:
+        import jinja2
+
+        env = jinja2.Environment(
+            loader=jinja2.PackageLoader("ampbench", "templates"),
+            autoescape=True,  # everything interpolated is text; the template's own markup is all there is
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
+        _template_cache.append(env.get_template("report.html.j2"))
+    return _template_cache[0]
 
 
 def render_html(run: Run, charts: Sequence[Chart], comparison: "Comparison | None" = None,
                 compare_charts: Sequence[Chart] = (), failures: Sequence[tuple[str, str]] = ()) -> str:
     """index.html: one file, CSS inline and charts as data: URIs, so it opens anywhere, offline."""
-    title = f"ampbench report — {run.gpu}"
-    out = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>",
-        f"<h1>{_e(title)}</h1>",
-        f'<p class="sub">Mixed-precision training against fp32, from <code>{_e(run.path.name)}</code></p>',
-        _software_html(run),
-    ]
     counts = verdict_counts(run.cells)
-    if run.cells:
-        out.append("<div>" + "".join(
-            f'<div><span class="kind">{_e(kind)}</span>{_chips(counts[kind])}</div>' for kind in run.kinds()
-        ) + "</div>")
-    else:
-        out.append('<p class="note">This run holds no ampbench results: every test was skipped or deselected.</p>')
-    if run.foreign:
-        out.append(f'<p class="note">{_e(foreign_note(run))}</p>')
-    if failures:
-        out.append(f"<h2>Failed tests ({len(failures)})</h2><ul class=\"flag\">")
-        out += [f"<li><code>{_e(name)}</code> {_e(msg)}</li>" for name, msg in failures]
-        out.append("</ul>")
-    flagged = attention(run)
-    if flagged:
-        out.append('<h2>Needs a look</h2><ul class="flag">')
-        out += [f"<li>{_verdict_html(c.verdict)} <code>{_e(c.test_id)}</code> {_e(c.get('message') or '')}</li>" for c in flagged]
-        out.append("</ul>")
-    if comparison is not None:
-        out.append(f"<h2>Compared with {_e(comparison.old.label)}</h2>")
-        out.append(f'<p class="sub">old: {_e(comparison.old.gpu)} · new: {_e(comparison.new.gpu)}</p>')
-        out += [f'<p class="note">{_e(n)}</p>' for n in comparison.notes]
-        out.append(_chips(comparison.counts()))
-        out += [_figure(c) for c in compare_charts]
-        headers = ["test", "figure", "old", "new", "change", "verdict", "message"]
-        verdict_col = headers.index("verdict")
-
-        def table(rows: Sequence, with_message: bool) -> str:
-            body = []
-            for r in rows:
-                cells = [_e(c) for c in r.cells()] + ([_e(r.message)] if with_message else [])
-                cells[verdict_col] = _verdict_html(r.verdict)
-                body.append(cells)
-            return _html_table(headers if with_message else headers[:-1], body, raw_columns=range(len(headers)))
-
-        notable = [r for r in comparison.rows if r.verdict != Verdict.PASS.value]
-        if notable:
-            out.append(table(notable, with_message=True))
-        else:
-            out.append('<p class="sub">Every compared figure passes.</p>')
-        out.append(f"<details><summary>Every compared figure ({len(comparison.rows)})</summary>")
-        out.append(table(comparison.rows, with_message=False))
-        out.append("</details>")
-    if charts:
-        out.append("<h2>Charts</h2>")
-        out += [_figure(c) for c in charts]
-    out.append(f"<h2>Results per model — {_e(run.gpu)}</h2>")
-    out.append(_run_tables_html(run) or '<p class="sub">No results.</p>')
-    if comparison is not None and model_rows(comparison.old):
-        out.append(f"<details><summary>Old run's tables — {_e(comparison.old.gpu)}, {_e(comparison.old.label)}</summary>")
-        out.append(_software_html(comparison.old))
-        out.append(_run_tables_html(comparison.old))
-        out.append("</details>")
-    out.append(
-        "<footer>Speedups are exp(median of per-round ln(t_fp32 / t_mode)) over interleaved rounds, with an "
-        "order-statistic interval of the median. Made by <code>ampbench report</code>.</footer>"
+    return _template().render(
+        title=f"ampbench report — {run.gpu}",
+        gpu=run.gpu,
+        run_file=run.path.name,
+        run_software=run.software(),
+        kinds=[(kind, _chips(counts[kind])) for kind in run.kinds()] if run.cells else [],
+        foreign_note=foreign_note(run) if run.foreign else None,
+        failures=list(failures),
+        flagged=[{"verdict": _verdict_span(c.verdict), "test_id": c.test_id, "message": str(c.get("message") or "")}
+                 for c in attention(run)],
+        comparison=_comparison_context(comparison, compare_charts) if comparison is not None else None,
+        charts=[_figure(c) for c in charts],
+        run_tables_of=_run_tables(run),
     )
-    out.append("</main></body></html>")
-    return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1030,37 +997,78 @@ def build_report(run: Run, comparison: "Comparison | None" = None,
     return files
 
 
+REPORT_MARKER = ".ampbench-report.json"  # lists the files a report wrote: all it may ever replace
+
+
+def _foreign_entries(directory: Path) -> list[str]:
+    """What in an existing `directory` a report did not write, by its marker: every entry when the marker
+    is missing or unreadable (a folder without one was not made by ``ampbench report``)."""
+    entries = sorted(directory.iterdir(), key=lambda p: p.name)
+    if not entries:
+        return []
+    owned: set[str] = set()
+    try:
+        marker = json.loads((directory / REPORT_MARKER).read_text(encoding="utf-8"))
+        listed = marker.get("files") if isinstance(marker, dict) else None
+        if isinstance(listed, list):
+            owned = {n for n in listed if isinstance(n, str) and n == Path(n).name}
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    foreign = []
+    for p in entries:
+        if p.name == REPORT_MARKER and owned:
+            continue
+        # a folder or link under one of our names is still not ours to delete
+        if p.name in owned and p.is_file() and not p.is_symlink():
+            continue
+        foreign.append(p.name + ("/" if p.is_dir() and not p.is_symlink() else ""))
+    return foreign
+
+
 def write_report(directory: Path | str, files: Mapping[str, bytes]) -> Path:
     """Write the report into a temp folder beside `directory`, then swap it in, so a reader never
-    sees half a report and a failure leaves no partial one. An existing `directory` is replaced only
-    if it is empty or an earlier report (it holds an index.html and a summary.md). Returns the folder."""
+    sees half a report and a failure leaves the previous one in place. The report lists its files in
+    REPORT_MARKER; an existing `directory` is replaced only if it is empty or holds nothing but what
+    its marker lists, so files of anyone else are never deleted. Returns the folder."""
     directory = Path(directory)
+    if REPORT_MARKER in files or any(name != Path(name).name for name in files):
+        raise ValueError(f"report file names must be plain names other than {REPORT_MARKER}: {sorted(files)}")
+    if directory.is_symlink():
+        raise FileExistsError(f"{directory} is a symbolic link; give the folder itself as -o")
     if directory.exists():
         if not directory.is_dir():
-            raise FileExistsError(f"{directory} exists and is not a directory")
-        entries = {p.name for p in directory.iterdir()}
-        if entries and not {"index.html", "summary.md"} <= entries:
+            raise FileExistsError(f"{directory} exists and is not a directory; choose another -o")
+        foreign = _foreign_entries(directory)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             raise FileExistsError(
-                f"{directory} exists and does not look like an ampbench report; choose another -o or remove it"
+                f"{directory} does not look like an ampbench report: it holds {shown}, which no ampbench "
+                f"report there wrote (by its {REPORT_MARKER}); nothing was changed. Choose another -o, or move "
+                "those away"
             )
     parent = directory.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=parent))
     old = None
+    swapped = False
     try:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
+        marker = {"ampbench_report": 1, "files": sorted(files)}
+        (tmp / REPORT_MARKER).write_bytes(json.dumps(marker, indent=1).encode("utf-8"))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a report is meant to be shared
         if directory.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".old", dir=parent))
             os.replace(directory, old / "report")
         os.replace(tmp, directory)
+        swapped = True
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and (old / "report").exists() and not directory.exists():
             os.replace(old / "report", directory)
         raise
     finally:
-        if old is not None:
+        # the previous report goes only once the new one is in place or the old one is back
+        if old is not None and (swapped or not (old / "report").exists()):
             shutil.rmtree(old, ignore_errors=True)
     return directory

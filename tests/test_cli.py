@@ -224,3 +224,86 @@ def test_example_ci_workflow_runs_the_suite_and_keeps_what_matters():
     for needed in ("self-hosted", "pytest perf/", "--benchmark-json", "--junitxml", "ampbench report",
                    "GITHUB_STEP_SUMMARY", "upload-artifact"):
         assert needed in workflow, needed
+
+
+def test_report_refuses_a_folder_with_an_index_and_a_summary_among_other_files(tmp_path, capsys):
+    """index.html and summary.md do not make a folder a report: only the report's own marker does."""
+    out = tmp_path / "mine"
+    (out / "sub").mkdir(parents=True)
+    for name in ("index.html", "summary.md", "notes.txt"):
+        (out / name).write_text("keep " + name)
+    (out / "sub" / "data.csv").write_text("1,2\n")
+    assert main(["report", str(GPU_RUN), "-o", str(out)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert str(out) in err and "notes.txt" in err and "sub/" in err
+    assert (out / "notes.txt").read_text() == "keep notes.txt" and (out / "index.html").read_text() == "keep index.html"
+    assert (out / "sub" / "data.csv").read_text() == "1,2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
+def test_report_written_twice_to_one_folder_replaces_the_first(tmp_path):
+    out = tmp_path / "report"
+    assert main(["report", str(GPU_RUN), "-o", str(out)]) == EXIT_OK
+    (out / "speedup.png").unlink()  # a reader deleted one of the report's files: still only ours
+    assert main(["report", str(DATA / "cpu_smoke.json"), "-o", str(out)]) == EXIT_OK
+    assert "cpu" in (out / "summary.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def test_report_of_a_run_with_a_nan_speedup_exits_two_and_names_the_field(tmp_path, capsys):
+    doc = json.loads(GPU_RUN.read_text())
+    i = next(i for i, b in enumerate(doc["benchmarks"]) if b["extra_info"].get("kind") == "speed")
+    doc["benchmarks"][i]["extra_info"]["speedup"] = float("nan")
+    bad = tmp_path / "nan.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["report", str(bad), "-o", str(tmp_path / "report")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert str(bad) in err and f"benchmarks[{i}].extra_info.speedup is nan" in err and "Traceback" not in err
+    assert main(["compare", str(GPU_RUN), str(bad)]) == EXIT_BAD_INPUT
+    assert not (tmp_path / "report").exists()
+
+
+def test_report_of_a_directory_says_so(tmp_path, capsys):
+    assert main(["report", str(tmp_path), "-o", str(tmp_path / "report")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert f"{tmp_path}: is a directory" in err and "Errno" not in err
+
+
+def _without_speed(tmp_path: Path) -> Path:
+    """The synthetic run after losing every speed cell (say the speed tests crashed or were deselected)."""
+    doc = json.loads((DATA / "synthetic_h100_quick.json").read_text())
+    doc["benchmarks"] = [b for b in doc["benchmarks"] if b["extra_info"].get("kind") != "speed"]
+    path = tmp_path / "lost.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_compare_fails_when_the_new_run_lost_tests(tmp_path, capsys):
+    old, new = DATA / "synthetic_h100_quick.json", _without_speed(tmp_path)
+    assert main(["compare", str(old), str(new)]) == EXIT_REGRESSION
+    out = capsys.readouterr().out
+    assert "35 missing" in out and "MISSING: test_speed[" in out
+    assert main(["compare", str(old), str(new), "--allow-missing"]) == EXIT_OK
+    args = ["report", str(new), "--compare", str(old), "-o", str(tmp_path / "r"), "--fail-on-regression"]
+    # the new run's own convergence regression fails it as well: judge the comparison alone
+    doc = json.loads(new.read_text())
+    for b in doc["benchmarks"]:
+        b["extra_info"]["verdict"] = "pass"
+    new.write_text(json.dumps(doc))
+    assert main(args) == EXIT_REGRESSION
+    assert "MISSING against" in capsys.readouterr().out
+    assert main([*args, "--allow-missing"]) == EXIT_OK
+
+
+def test_compare_refuses_runs_from_different_devices(tmp_path, capsys):
+    cpu, gpu = DATA / "cpu_smoke.json", DATA / "h100_run.json"
+    assert main(["compare", str(cpu), str(gpu)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert str(cpu) in err and str(gpu) in err and "--cross-device" in err
+    assert main(["report", str(gpu), "--compare", str(cpu), "-o", str(tmp_path / "r")]) == EXIT_BAD_INPUT
+    assert "--cross-device" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    main(["compare", str(cpu), str(gpu), "--cross-device", "--allow-missing"])
+    out = capsys.readouterr().out
+    assert out.startswith("CROSS-DEVICE (cpu against NVIDIA H100 80GB HBM3") and "ratios over fp32 only" in out
+    assert main(["report", str(gpu), "--compare", str(cpu), "-o", str(tmp_path / "r"), "--cross-device"]) == EXIT_OK
+    assert "CROSS-DEVICE" in capsys.readouterr().out and "CROSS-DEVICE" in (tmp_path / "r" / "summary.md").read_text()

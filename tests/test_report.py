@@ -17,11 +17,13 @@ import pytest
 
 from ampbench.compare import MISSING, NEW, compare_runs
 from ampbench.report import (
+    REPORT_MARKER,
     RunError,
     build_report,
     load_run,
     model_rows,
     parse_run,
+    render_comparison_markdown,
     render_markdown,
     write_report,
 )
@@ -284,14 +286,211 @@ def test_the_interval_across_runs_is_shown_beside_the_runs_own(tmp_path):
     assert rows["fp16"].cells()[3] == "8.50x [8.44, 8.55]"
 
 
-def test_nan_and_infinite_figures_are_not_drawn(tmp_path):
+def test_nan_and_infinite_figures_that_are_only_shown_are_a_dash(tmp_path):
     doc = json.loads(_gpu_run().read_text())
     speed = [b for b in doc["benchmarks"] if b["extra_info"].get("kind") == "speed"]
     speed[0]["extra_info"]["throughput"] = float("nan")
-    speed[0]["extra_info"]["speedup"] = float("inf")
+    speed[0]["extra_info"]["step_ms"] = float("inf")
     run = parse_run(json.loads(json.dumps(doc)), tmp_path / "nan.json")
     files = build_report(run)
-    assert "speedup.png" in files
+    assert "speedup.png" in files and "throughput.png" in files
+    row = next(r for r in model_rows(run)[run.cells[0].model] if r.mode == run.cells[0].mode)
+    assert row.cells()[1] == row.cells()[2] == "-"
+
+
+def _first_of_kind(doc: dict, kind: str) -> tuple[int, dict]:
+    return next((i, b) for i, b in enumerate(doc["benchmarks"]) if b["extra_info"].get("kind") == kind)
+
+
+@pytest.mark.parametrize(
+    "kind, key, value, words",
+    [
+        ("speed", "speedup", float("nan"), "is nan"),
+        ("speed", "speedup", float("inf"), "is inf"),
+        ("speed", "speedup", "2.3x", "'2.3x' (a string)"),
+        ("speed", "speedup", -1.5, "is -1.5"),
+        ("speed", "speedup", 0, "is 0"),
+        ("speed", "speedup", True, "True (a boolean)"),
+        ("speed", "speedup_low", 99.0, "out of order"),
+        ("speed", "rounds", 2.5, "2.5 (a number); expected an integer"),
+        ("speed", "confidence", 99, "is 99"),
+        ("speed", "verdict", 3, "3 (an integer); expected a string"),
+        ("speed", "kind", None, "extra_info.kind is null; expected a string"),
+        ("memory", "memory_ratio", "0.6", "'0.6' (a string)"),
+        ("memory", "max_batch_ratio", -2, "is -2"),
+        ("convergence", "accuracy", float("nan"), "is nan"),
+        ("convergence", "accuracy", [0.9], "a list"),
+        ("convergence", "message", {"text": "x"}, "an object; expected a string"),
+    ],
+)
+def test_a_figure_that_reaches_a_verdict_must_be_usable(tmp_path, kind, key, value, words):
+    doc = json.loads((DATA / "synthetic_h100_quick.json").read_text())
+    i, bench = _first_of_kind(doc, kind)
+    bench["extra_info"][key] = value
+    path = _write(tmp_path, "bad.json", doc)
+    with pytest.raises(RunError) as info:
+        load_run(path)
+    message = str(info.value)
+    assert str(path) in message and f"benchmarks[{i}].extra_info.{key}" in message and words in message
+    assert bench["name"] in message
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda d: d.update(machine_info="H100"), "machine_info is 'H100' (a string); expected an object"),
+        (lambda d: d.update(datetime=20260510), "datetime is 20260510"),
+        (lambda d: d["machine_info"]["ampbench"].update(device=["cuda"]), "machine_info.ampbench.device is a list"),
+        (lambda d: d["benchmarks"][2].pop("name"), "benchmarks[2].name is missing; expected a string"),
+        (lambda d: d["benchmarks"][2].update(extra_info=[1]), "benchmarks[2].extra_info is a list"),
+    ],
+    ids=["machine-info", "datetime", "device", "no-name", "extra-info"],
+)
+def test_the_frame_of_a_run_must_be_pytest_benchmarks(tmp_path, change, words):
+    doc = json.loads((DATA / "synthetic_h100_quick.json").read_text())
+    change(doc)
+    path = _write(tmp_path, "bad.json", doc)
+    with pytest.raises(RunError, match=re.escape(words)) as info:
+        load_run(path)
+    assert str(path) in str(info.value)
+
+
+def test_every_bad_figure_of_a_file_is_counted_in_one_message(tmp_path):
+    doc = json.loads((DATA / "synthetic_h100_quick.json").read_text())
+    speed = [b for b in doc["benchmarks"] if b["extra_info"].get("kind") == "speed"]
+    for b in speed[:5]:
+        b["extra_info"]["speedup"] = float("nan")
+    with pytest.raises(RunError, match=r"and 2 more"):
+        load_run(_write(tmp_path, "bad.json", doc))
+
+
+def test_a_directory_or_a_file_that_is_not_text_names_itself(tmp_path):
+    with pytest.raises(RunError, match="is a directory") as info:
+        load_run(tmp_path)
+    assert "Errno" not in str(info.value) and str(tmp_path) in str(info.value)
+    binary = tmp_path / "run.json"
+    binary.write_bytes(b"\xff\xfe\x00{")
+    with pytest.raises(RunError, match="not UTF-8"):
+        load_run(binary)
+    deep = _write(tmp_path, "deep.json", "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(RunError, match="nested too deeply"):
+        load_run(deep)
+
+
+def test_the_fixtures_read_with_the_same_verdict_counts():
+    """Validation turns nothing away that the suite wrote, and changes no verdict."""
+    from ampbench.report import verdict_counts
+
+    expected = {
+        "cpu_smoke.json": {"speed": {"no baseline": 12}},
+        "h100_run.json": {"speed": {"no baseline": 42}},
+        "synthetic_h100_quick.json": {"speed": {"regression": 1, "inconclusive": 1, "pass": 33},
+                                      "memory": {"no baseline": 35}, "convergence": {"regression": 1, "pass": 13}},
+    }
+    for name, counts in expected.items():
+        assert verdict_counts(load_run(DATA / name).cells) == counts, name
+
+
+# ---------------------------------------------------------------------------------------------------
+# html from hostile data: every string of the JSON is text, never markup
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "\"><script>alert('x')</script>",
+    "x' onmouseover='alert(1)",
+    'y" onerror="alert(1)',
+    "javascript:alert(1)",
+]
+
+
+def _hostile_run(tmp_path: Path) -> Path:
+    h = HOSTILE
+    speed = {"ampbench_schema": 1, "kind": "speed", "speedup": 2.0, "speedup_low": 1.9, "speedup_high": 2.1,
+             "rounds": 12, "confidence": 0.99}
+    doc = {
+        "datetime": h[1],
+        "commit_info": {"id": h[0], "dirty": True},
+        "machine_info": {"ampbench": {"device": h[0], "torch": h[1], "driver": h[2], "cuda": h[4],
+                                      "clocks": {h[0]: h[3]}}},
+        "benchmarks": [
+            {"name": f"test_speed[{h[0]}-{h[2]}]", "extra_info": dict(
+                speed, model=h[0], mode=h[2], verdict=h[1], message=h[4])},
+            {"name": f"test_speed[{h[3]}-{h[4]}]", "extra_info": dict(
+                speed, model=h[3], mode=h[4], verdict="regression", message=h[0])},
+            {"name": f"test_memory[{h[3]}-{h[4]}]", "extra_info": {
+                "ampbench_schema": 1, "kind": "memory", "model": h[3], "mode": h[4], "memory_ratio": 0.6,
+                "verdict": h[3], "message": h[2]}},
+            {"name": f"test_x[{h[4]}-{h[1]}]", "extra_info": {
+                "ampbench_schema": 1, "kind": h[0], "verdict": "x\" onclick=\"alert(1)", "message": h[3]}},
+            {"name": h[0], "extra_info": {}},
+        ],
+    }
+    return _write(tmp_path, h[0].replace("/", "_") + ".json", doc)
+
+
+class _Page(__import__("html.parser").parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, attrs))
+
+    handle_startendtag = handle_starttag
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_html_from_hostile_json_holds_only_the_templates_markup(tmp_path):
+    from ampbench.report import VERDICT_CLASSES
+
+    run = load_run(_hostile_run(tmp_path))
+    comparison = compare_runs(run, run)
+    html = build_report(run, comparison, failures=[(HOSTILE[0], HOSTILE[3])])["index.html"].decode()
+    page = _Page()
+    page.feed(html)
+    page.close()
+    allowed_tags = {"html", "head", "meta", "title", "style", "body", "main", "h1", "h2", "h3", "p", "code", "div",
+                    "span", "b", "ul", "li", "table", "thead", "tbody", "tr", "th", "td", "details", "summary",
+                    "figure", "img", "figcaption", "footer"}
+    allowed_classes = {"sub", "software", "chips", "chip", "kind", "msg", "reference", "v", "flag", "note",
+                       *VERDICT_CLASSES.values(), "v-other"}
+    for tag, attrs in page.tags:
+        assert tag in allowed_tags, tag
+        for name, value in attrs:
+            assert not name.startswith("on"), (tag, name, value)
+            assert name in {"lang", "charset", "name", "content", "class", "title", "alt", "src"}, (tag, name)
+            assert not "".join((value or "").split()).lower().startswith("javascript:"), (tag, name, value)
+            if name == "class":
+                assert set((value or "").split()) <= allowed_classes, value
+            if name == "src":
+                assert (value or "").startswith("data:image/png;base64,")
+    text = "".join(page.text)
+    for s in HOSTILE:
+        assert s in text, f"{s!r} is not shown as text"
+    assert "<script" not in html.lower()
+
+
+def test_verdicts_map_to_a_fixed_set_of_classes():
+    from ampbench.report import verdict_class
+
+    assert verdict_class("regression") == "v-regression"
+    assert verdict_class('x" onclick="alert(1)') == verdict_class("expected lag") == "v-other"
+
+
+def test_the_template_and_css_ship_with_the_package():
+    from importlib.resources import files
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+
+    templates = files("ampbench") / "templates"
+    assert (templates / "report.html.j2").is_file() and (templates / "report.css").is_file()
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert any(d.replace(" ", "").startswith("jinja2>=3.1") for d in project["project"]["dependencies"])
+    shipped = project["tool"]["setuptools"]["package-data"]["ampbench"]
+    assert "templates/*.j2" in shipped and "templates/*.css" in shipped
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -326,6 +525,77 @@ def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         write_report(tmp_path / "report", {"index.html": b"x", "summary.md": b"y"})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_write_report_lists_its_files_in_a_marker(tmp_path):
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"a", "summary.md": b"b", "speedup.png": b"c"})
+    marker = json.loads((out / REPORT_MARKER).read_text())
+    assert marker["files"] == ["index.html", "speedup.png", "summary.md"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([REPORT_MARKER, *marker["files"]])
+
+
+@pytest.mark.parametrize("extra", ["notes.txt", "sub/data.csv", "index.html/inside.txt"],
+                         ids=["file", "folder", "folder-under-a-report-name"])
+def test_write_report_never_deletes_what_it_did_not_write(tmp_path, extra):
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"old", "summary.md": b"old"})
+    if extra.startswith("index.html/"):
+        (out / "index.html").unlink()
+    (out / extra).parent.mkdir(parents=True, exist_ok=True)
+    (out / extra).write_text("mine")
+    with pytest.raises(FileExistsError, match=re.escape(extra.split("/")[0])) as info:
+        write_report(out, {"index.html": b"new", "summary.md": b"new"})
+    assert str(out) in str(info.value)
+    assert (out / extra).read_text() == "mine"
+
+
+def test_a_folder_without_a_marker_is_not_a_report(tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "index.html").write_text("someone's page")
+    (out / "summary.md").write_text("someone's notes")
+    with pytest.raises(FileExistsError, match="index.html"):
+        write_report(out, {"index.html": b"new", "summary.md": b"new"})
+    assert (out / "index.html").read_text() == "someone's page"
+
+
+def test_a_failed_write_keeps_the_previous_report(tmp_path, monkeypatch):
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"old", "summary.md": b"old"})
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = Path.write_bytes
+
+    def fail_on_summary(self, data):
+        if self.name == "summary.md":
+            raise OSError("disk full")
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", fail_on_summary)
+    with pytest.raises(OSError, match="disk full"):
+        write_report(out, {"index.html": b"new", "summary.md": b"new"})
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def test_a_failed_swap_puts_the_previous_report_back(tmp_path, monkeypatch):
+    import os
+
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"old", "summary.md": b"old"})
+    real = os.replace
+
+    def fail_into_place(src, dst):
+        if Path(src).name.endswith(".tmp"):  # the new report into place, after the old one moved aside
+            raise OSError("interrupted")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", fail_into_place)
+    with pytest.raises(OSError, match="interrupted"):
+        write_report(out, {"index.html": b"new", "summary.md": b"new"})
+    monkeypatch.undo()
+    assert (out / "index.html").read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -402,16 +672,41 @@ def test_compare_lists_tests_only_one_run_has(tmp_path):
     verdicts = {r.test_id: r.verdict for r in comparison.rows}
     assert verdicts[gone] == MISSING
     assert verdicts["test_speed[newmodel-bf16]"] == NEW
-    assert not comparison.failed()
+    assert [r.test_id for r in comparison.missing] == [gone]
+    assert comparison.failed(), "a test the new run lost must not read as a pass"
+    assert not comparison.failed(allow_missing=True)
 
 
-def test_compare_notes_a_different_gpu_and_software(tmp_path):
+def test_compare_refuses_runs_from_different_devices_unless_asked(tmp_path):
+    from ampbench.compare import CompareError
+
     path = _gpu_run()
     doc = json.loads(path.read_text())
     doc["machine_info"]["ampbench"].update(device="NVIDIA A100-SXM4-80GB", torch="9.9.9")
-    comparison = compare_runs(load_run(path), parse_run(doc, tmp_path / "a100.json"))
-    notes = " ".join(comparison.notes)
-    assert "different GPUs" in notes and "9.9.9" in notes
+    a100 = parse_run(doc, tmp_path / "a100.json")
+    with pytest.raises(CompareError, match="--cross-device") as info:
+        compare_runs(load_run(path), a100)
+    assert "a100.json" in str(info.value) and "NVIDIA A100-SXM4-80GB" in str(info.value)
+    comparison = compare_runs(load_run(path), a100, cross_device=True)
+    assert comparison.cross_device and comparison.notes[0].startswith("CROSS-DEVICE")
+    assert "ratios over fp32 only" in comparison.notes[0] and "9.9.9" in " ".join(comparison.notes)
+    md = "\n".join(render_comparison_markdown(comparison))
+    assert md.index("CROSS-DEVICE") < md.index("|")
+    assert b"CROSS-DEVICE" in build_report(a100, comparison)["index.html"]
+
+
+def test_a_device_is_told_by_machine_info_or_by_cells_that_name_hardware(tmp_path):
+    from ampbench.compare import device_of
+
+    def run(machine: dict, device: str) -> "object":
+        return parse_run({"machine_info": {"ampbench": machine}, "benchmarks": [
+            {"name": "test_speed[m-bf16]", "extra_info": {"ampbench_schema": 1, "kind": "speed", "device": device}}]},
+            tmp_path / "r.json")
+
+    assert device_of(run({"device": "NVIDIA H100 80GB HBM3"}, "cuda")) == "NVIDIA H100 80GB HBM3"
+    assert device_of(run({"torch": "2.11"}, "cpu")) == "cpu"
+    assert device_of(run({"torch": "2.11"}, "cuda:0")) is None  # which card, it does not say
+    assert not compare_runs(run({"torch": "2.11"}, "cuda:0"), run({"device": "NVIDIA H100 80GB HBM3"}, "cuda")).cross_device
 
 
 def test_comparison_goes_into_html_markdown_and_a_chart(tmp_path):
