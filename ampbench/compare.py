@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ampbench.report import Cell, Run, fmt_number, fmt_pct, fmt_speedup, verdict_label
-from ampbench.verdict import DEFAULT_TOLERANCE, RatioCheck, SpeedupCheck, Verdict, tolerance_for
+from ampbench.verdict import DEFAULT_TOLERANCE, WALL_TOLERANCE_FLOOR, RatioCheck, SpeedupCheck, Verdict, tolerance_for
 
 DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little
 DEFAULT_ACCURACY_TOLERANCE = 0.02  # relative; short convergence runs wander this much between seeds
@@ -92,10 +92,17 @@ class Comparison:
 
 
 def _speed_change(old: Cell, new: Cell, floor: float) -> Change:
-    old_est, new_est = old.estimate(), new.estimate()
-    base = dict(test_id=new.test_id, kind=new.kind, model=new.model, mode=new.mode, figure="speedup")
+    # the device-time speedup where both runs measured it the same way: it is what the suite gates on;
+    # the wall-clock speedup of eager steps otherwise, with the wall's own floor
+    device = (old.estimate("device_") is not None and new.estimate("device_") is not None
+              and old.get("device_method") == new.get("device_method"))
+    prefix, figure = ("device_", "device speedup") if device else ("", "speedup")
+    if not device:
+        floor = max(floor, WALL_TOLERANCE_FLOOR)
+    old_est, new_est = old.estimate(prefix), new.estimate(prefix)
+    base = dict(test_id=new.test_id, kind=new.kind, model=new.model, mode=new.mode, figure=figure)
     if old_est is None:
-        return Change(**base, old="-", new=fmt_speedup(new_est, new.number("speedup")), change=None,
+        return Change(**base, old="-", new=fmt_speedup(new_est, new.number(f"{prefix}speedup")), change=None,
                       verdict=Verdict.NO_BASELINE.value, message="the old run has no speedup with an interval for this test")
     if new_est is None:
         return Change(**base, old=fmt_speedup(old_est), new="-", change=None, verdict=Verdict.INCONCLUSIVE.value,
@@ -103,7 +110,7 @@ def _speed_change(old: Cell, new: Cell, floor: float) -> Change:
     # the old interval's width stands for the noise the 'baseline' was recorded with; the tolerance the
     # old run itself was held to already folds in its baseline's recorded noise, so never go below it
     tolerance = tolerance_for(floor, old_est.half_width)
-    recorded = old.number("tolerance")
+    recorded = old.number(f"{prefix}tolerance")
     if recorded is not None and 0 < recorded < 1:
         tolerance = max(tolerance, recorded)
     check = SpeedupCheck(new.model, new.mode, expected=old_est.speedup, tolerance=tolerance)

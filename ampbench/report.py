@@ -109,12 +109,14 @@ class Cell:
         v = self.info.get("verdict")
         return v if isinstance(v, str) else None
 
-    def estimate(self) -> SpeedupEstimate | None:
-        """The speedup with its interval, as the suite measured it; None when incomplete."""
-        s, lo, hi = self.number("speedup"), self.number("speedup_low"), self.number("speedup_high")
+    def estimate(self, prefix: str = "") -> SpeedupEstimate | None:
+        """The speedup with its interval, as the suite measured it; None when incomplete. `prefix`
+        "device_" reads the device-time speedup (the wall-clock one otherwise)."""
+        s, lo, hi = (self.number(f"{prefix}speedup"), self.number(f"{prefix}speedup_low"),
+                     self.number(f"{prefix}speedup_high"))
         if s is None or lo is None or hi is None or min(s, lo, hi) <= 0:
             return None
-        rounds = self.number("rounds")
+        rounds = self.number(f"{prefix}rounds" if prefix else "rounds")
         confidence = self.number("confidence")
         return SpeedupEstimate(
             s, lo, hi, int(rounds) if rounds is not None else 0, confidence if confidence is not None else 0.99

@@ -4,6 +4,7 @@ with the loss scaling and master weights its ``PrecisionMode`` row asks for."""
 from __future__ import annotations
 
 import contextlib
+from unittest import mock
 from typing import Callable, Iterable, Iterator
 
 import torch
@@ -113,9 +114,23 @@ def _norm_output_to_input_dtype(module: nn.Module, args: tuple, output: torch.Te
 def flatten_rnn_weights(model: nn.Module) -> None:
     """Put every RNN's weights back into one contiguous chunk. A cast (``.to(dtype)``) or a move
     leaves them as separate tensors, and cuDNN then warns at every call and compacts them at every
-    step: a pessimised path that a speed cell would time as if it were the mode's cost."""
-    for module in model.modules():
-        if isinstance(module, nn.RNNBase):
+    step: a pessimised path that a speed cell would time as if it were the mode's cost.
+
+    ``flatten_parameters`` does nothing for bfloat16 weights, because ``cudnn.is_acceptable`` lists
+    only half, float and double, although cuDNN runs bf16 RNNs (and then warns); so the check is
+    widened for the call."""
+    rnns = [m for m in model.modules() if isinstance(m, nn.RNNBase)]
+    if not rnns:
+        return
+    acceptable = torch.backends.cudnn.is_acceptable
+
+    def with_bf16(tensor: torch.Tensor) -> bool:
+        if tensor.dtype == torch.bfloat16:
+            return tensor.is_cuda and torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled
+        return acceptable(tensor)
+
+    with mock.patch.object(torch.backends.cudnn, "is_acceptable", with_bf16):
+        for module in rnns:
             module.flatten_parameters()
 
 
