@@ -57,7 +57,9 @@ def test_the_trainer_flattens_the_rnn_weights_after_the_cast(mode_name, monkeypa
 @pytest.mark.parametrize("mode_name", list(MODES))
 def test_lstm_lm_trains_without_the_non_contiguous_weights_warning(perf_device: torch.device, mode_name: str) -> None:
     """One smoke-config training step of lstm_lm in each precision mode on CUDA: cuDNN finds the
-    LSTM's weights in one chunk, so it does not warn (which it does at every call otherwise)."""
+    LSTM's weights in one chunk, so it does not warn (which it does at every call otherwise). A guard
+    on the trainer as a whole: torch's own ``RNNBase._apply`` re-flattens after a plain ``.to()``, so
+    this fails only where something else leaves the weights apart."""
     if perf_device.type != "cuda":
         pytest.skip(f"cuDNN's RNN weight check exists only on CUDA; this run's device is {perf_device}")
     mode = MODES[mode_name]
