@@ -14,6 +14,7 @@ import models
 from ampbench import device as devices
 from ampbench.baselines import BaselineError, BaselineStore, unwritable_reason, validate_directory
 from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
+from ampbench.summary import speed_cells, speed_table
 from ampbench.verdict import DEFAULT_TOLERANCE
 from ampbench.modes import MODES, get_mode
 from ampbench.settings import (
@@ -312,3 +313,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if line:
         # said at the end too: a green CPU run must not read as a benchmark that passed
         terminalreporter.write_line(line, yellow=True, bold=True)
+    stats = getattr(terminalreporter, "stats", {})  # a reporter stand-in may keep none
+    reports = [r for rs in stats.values() for r in rs if isinstance(r, pytest.TestReport)]
+    for text in speed_table(speed_cells(reports)):  # no lines where no speed cell ran
+        terminalreporter.write_line(text)

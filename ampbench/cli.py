@@ -108,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "RUN.json made on the same GPU and software (driver, torch, CUDA, cuDNN) and measured the same "
                     "way, and store the standard deviation of their logarithms as the entry's between_run_sd (with "
                     "between_run_count values behind it). Runs on one card (machine_info's uuid) share its offset, so "
-                    "they are pooled into one value. The suite then reports each speedup's 99%% interval across "
+                    "they are pooled into one value. The device-time speedup's spread is learned the same way into "
+                    "device_between_run_sd and device_between_run_count, from runs whose device time was measured "
+                    "by the entry's method (device_method). The suite then reports each speedup's 99%% interval across "
                     "runs as well as within its own run. Pass every run to count: the figures are replaced, not "
                     "accumulated. Cells whose verdict was a regression, and the run that recorded the baseline, "
                     "do not count. The file is rewritten atomically; other figures and entries are kept.",
@@ -172,14 +174,21 @@ def _spread(args: argparse.Namespace) -> int:
         print(f"ampbench: error: no run counts towards any speed entry of {args.baseline}", file=sys.stderr)
         return EXIT_BAD_INPUT
     width = max(len(t) for t in learned.cells)
-    print(f"{'test':{width}s}  values  sd of ln(speedup)  speedups (the recording's, then one per card)")
+    print(f"{'test':{width}s}  values  sd of ln(speedup)  device values  device sd  "
+          "speedups (the recording's, then one per card) | device-time speedups")
     for test_id, cell in learned.cells.items():
-        print(f"{test_id:{width}s}  {len(cell.speedups):6d}  {cell.sd:17.2%}  " + " ".join(f"{s:.3f}" for s in cell.speedups))
+        device = learned.device_cells.get(test_id)
+        dev_columns = f"{len(device.speedups):13d}  {device.sd:9.2%}" if device else f"{'-':>13s}  {'-':>9s}"
+        values = " ".join(f"{s:.3f}" for s in cell.speedups)
+        if device:
+            values += " | " + " ".join(f"{s:.3f}" for s in device.speedups)
+        print(f"{test_id:{width}s}  {len(cell.speedups):6d}  {cell.sd:17.2%}  {dev_columns}  {values}")
     if args.dry_run:
         print(f"ampbench: --dry-run: {args.baseline} left as it was")
         return EXIT_OK
     write_atomic(args.baseline, with_spread(document, learned))
-    print(f"ampbench: between-run spread of {len(learned.cells)} speed entries written to {args.baseline}")
+    print(f"ampbench: between-run spread of {len(learned.cells)} speed entries ({len(learned.device_cells)} with "
+          f"device time) written to {args.baseline}")
     return EXIT_OK
 
 

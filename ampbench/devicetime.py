@@ -62,8 +62,15 @@ def normalise_kernel_name(name: str) -> str:
     return type dropped, so ``void at::native::vectorized_elementwise_kernel<4, AUnaryFunctor<...>>
     (int, ...)`` becomes ``at::native::vectorized_elementwise_kernel``. Library kernel names
     (``sm90_xmma_gemm_..._tilesize128x128x64``) are kept whole: their tile shape is the choice of
-    algorithm a regression may change."""
-    short = _balanced_strip(_balanced_strip(name, "<", ">"), "(", ")").strip()
+    algorithm a regression may change, and so is the algorithm that CUTLASS kernels name in their
+    wrapper's template argument (``cutlass::Kernel2<cutlass_80_..._128x2_tn_align8>``)."""
+    # an anonymous namespace is no part of the name; stripped as a bracketed part it would leave
+    # "at::native::::cunn_SoftMaxForward"
+    name_ = name.replace("(anonymous namespace)::", "")
+    wrapped = re.match(r"^(?:void\s+)?(cutlass::Kernel2?<\w+>)", name_)
+    if wrapped:
+        return wrapped.group(1)
+    short = _balanced_strip(_balanced_strip(name_, "<", ">"), "(", ")").strip()
     short = re.sub(r"^(void|static|__global__)\s+", "", short)
     return re.sub(r"\s+", " ", short) or name
 

@@ -4,8 +4,9 @@ A run's own 99% interval covers its rounds, which share one process and one card
 and cards the same cell moves further (1-5% between H100s). ``learn`` gathers, per speed entry of a
 baseline file, the recording's speedup and the speedup of every saved run of the same software,
 measured the same way, and ``with_spread`` stores their log standard deviation in the entry as
-``between_run_sd`` (with ``between_run_count`` values behind it). The suite then reports each
-speedup's interval across runs too (``stats.across_runs``).
+``between_run_sd`` (with ``between_run_count`` values behind it). The device-time speedup is learned
+in the same pass into ``device_between_run_sd`` and ``device_between_run_count`` (``FIGURES``). The
+suite then reports each speedup's interval across runs too (``stats.across_runs``).
 
     ampbench spread baselines/nvidia-h100-80gb-hbm3.json run1.json run2.json ...
 """
@@ -24,8 +25,28 @@ from ampbench.verdict import Verdict
 # what must match between a baseline entry's `software` and a run's machine_info["ampbench"] for the
 # run to measure the same thing: the card model and every layer of software under test
 SOFTWARE_KEYS = ("device", "capability", "driver", "torch", "cuda", "cudnn")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A speedup whose between-run spread is learned: where a run cell and a baseline entry keep it,
+    and where the entry stores its spread."""
+
+    key: str  # the speedup in a run cell's extra_info and in the entry's figures
+    sd_key: str  # the entry's figure for the standard deviation of ln(speedup)
+    count_key: str  # the entry's figure for how many values it came from
+    label: str  # what messages call it
+    method_key: str | None = None  # a figure that must have been measured the same way in the run and the entry
+
+
+WALL = Figure("speedup", "between_run_sd", "between_run_count", "wall-clock speedup")
+DEVICE = Figure("device_speedup", "device_between_run_sd", "device_between_run_count", "device-time speedup",
+                method_key="device_method")
+FIGURES = (WALL, DEVICE)
+
 # the figures this module owns in a speed entry
-SPREAD_FIGURES = ("between_run_sd", "between_run_count")
+SPREAD_FIGURES = (WALL.sd_key, WALL.count_key)
+DEVICE_SPREAD_FIGURES = (DEVICE.sd_key, DEVICE.count_key)
 
 
 @dataclass(frozen=True)
@@ -43,8 +64,19 @@ class CellSpread:
 
 @dataclass
 class Learned:
-    cells: dict[str, CellSpread] = field(default_factory=dict)  # entries with at least one run beside the recording
+    # per figure key, the entries with at least one run beside the recording
+    figures: dict[str, dict[str, CellSpread]] = field(default_factory=lambda: {f.key: {} for f in FIGURES})
     left_out: list[tuple[str, str, str]] = field(default_factory=list)  # (run, test id, why) of run cells that do not count
+
+    @property
+    def cells(self) -> dict[str, CellSpread]:
+        """The wall-clock speedup's spreads."""
+        return self.figures[WALL.key]
+
+    @property
+    def device_cells(self) -> dict[str, CellSpread]:
+        """The device-time speedup's spreads."""
+        return self.figures[DEVICE.key]
 
 
 def software_difference(entry_software: Mapping, machine: Mapping) -> str | None:
@@ -70,6 +102,20 @@ def _why_not(entry: Mapping, run: Run, cell: Cell) -> str | None:
     return measurement_mismatch(entry["figures"], measured_with)
 
 
+def _figure_why_not(figure: Figure, entry: Mapping, cell: Cell) -> tuple[bool, str | None]:
+    """(whether `cell` gives `figure` a value, why not where that is worth saying). An entry or a cell
+    without the figure (recorded or run before device time was measured) silently gives nothing."""
+    recorded, measured = finite_number(entry["figures"].get(figure.key)), cell.number(figure.key)
+    if recorded is None or recorded <= 0 or measured is None or measured <= 0:
+        return False, None
+    if figure.method_key is not None:
+        ours, theirs = cell.get(figure.method_key), entry["figures"].get(figure.method_key)
+        if ours != theirs:
+            return False, (f"{figure.label} measured by {ours} in the run and by {theirs} in the baseline: "
+                           "another measurement, not a sample of its spread")
+    return True, None
+
+
 def _per_card(recorded: float, by_card: Mapping[str, list[float]]) -> tuple[float, ...]:
     """Runs on one card share that card's offset, so they are one sample of the spread between cards,
     not several: each card's runs are pooled into their geometric mean."""
@@ -77,10 +123,10 @@ def _per_card(recorded: float, by_card: Mapping[str, list[float]]) -> tuple[floa
 
 
 def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
-    """The speedups of each speed entry across the recording and the cards of `runs`, with why any
-    run's cell does not count. A run given twice (the same pytest-benchmark datetime) counts once."""
+    """Each speed entry's speedups (``FIGURES``) across the recording and the cards of `runs`, with why
+    any run's cell does not count. A run given twice (the same pytest-benchmark datetime) counts once."""
     learned = Learned()
-    samples: dict[str, dict[str, list[float]]] = {}
+    samples: dict[str, dict[str, dict[str, list[float]]]] = {f.key: {} for f in FIGURES}
     seen: dict[str, str] = {}
     for run in runs:
         name = str(run.path)
@@ -99,28 +145,34 @@ def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
             if why:
                 learned.left_out.append((name, cell.test_id, why))
                 continue
-            samples.setdefault(cell.test_id, {}).setdefault(card, []).append(cell.number("speedup"))
-    learned.cells = {
-        test_id: CellSpread(test_id, _per_card(float(entries[test_id]["figures"]["speedup"]), by_card))
-        for test_id, by_card in sorted(samples.items())
-    }
+            for figure in FIGURES:
+                counts, why = _figure_why_not(figure, entry, cell)
+                if why:
+                    learned.left_out.append((name, cell.test_id, why))
+                if counts:
+                    samples[figure.key].setdefault(cell.test_id, {}).setdefault(card, []).append(cell.number(figure.key))
+    for figure in FIGURES:
+        learned.figures[figure.key] = {
+            test_id: CellSpread(test_id, _per_card(float(entries[test_id]["figures"][figure.key]), by_card))
+            for test_id, by_card in sorted(samples[figure.key].items())
+        }
     return learned
 
 
 def with_spread(document: Mapping, learned: Learned) -> dict:
-    """A copy of the baseline `document` whose learned entries carry their between-run spread; an
-    entry's `recorded` stamp is kept, since its own figures are unchanged."""
+    """A copy of the baseline `document` whose learned entries carry the between-run spread of each
+    figure learned for them; an entry's `recorded` stamp is kept, since its own figures are unchanged."""
     entries = {}
     for test_id, entry in document["entries"].items():
-        spread = learned.cells.get(test_id)
-        if spread is not None:
-            figures = dict(entry["figures"], between_run_sd=spread.sd, between_run_count=len(spread.speedups))
+        figures = dict(entry["figures"])
+        for figure in FIGURES:
+            spread = learned.figures[figure.key].get(test_id)
+            if spread is not None:
+                figures.update({figure.sd_key: spread.sd, figure.count_key: len(spread.speedups)})
+        if figures != entry["figures"]:
             entry = dict(entry, figures=figures)
         entries[test_id] = entry
     return dict(document, entries=entries)
-
-
-DEVICE_SPREAD_FIGURES = ("device_between_run_sd", "device_between_run_count")
 
 
 def carried_device(previous: Mapping | None, comparable: bool) -> dict:

@@ -13,8 +13,9 @@ from ampbench.baselines import load_document, write_atomic
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from ampbench.report import parse_run
 from ampbench.speed import across_runs_of, describe_across
-from ampbench.spread import carried, learn, software_difference, with_spread
+from ampbench.spread import DEVICE, FIGURES, WALL, carried, carried_device, learn, software_difference, with_spread
 from ampbench.stats import SpeedupEstimate, log_sd
+from ampbench.verdict import trusted_between_run_sd
 
 SOFTWARE = {"torch": "2.11.0+cu130", "cuda": "13.0", "cudnn": 91900, "driver": "580.159.04",
             "device": "NVIDIA H100 80GB HBM3", "capability": "9.0"}
@@ -39,8 +40,9 @@ def _run(speedups: dict[str, float], when: str, software: dict | None = None, **
     return {"benchmarks": benchmarks, "datetime": when, "machine_info": {"ampbench": software or dict(SOFTWARE)}}
 
 
-def _learn(*documents: dict):
-    return learn(_baseline()["entries"], [parse_run(d, f"run{i}.json") for i, d in enumerate(documents)])
+def _learn(*documents: dict, baseline: dict | None = None):
+    entries = (baseline or _baseline())["entries"]
+    return learn(entries, [parse_run(d, f"run{i}.json") for i, d in enumerate(documents)])
 
 
 def test_the_recording_and_each_matching_run_are_one_sample_each():
@@ -117,6 +119,105 @@ def test_the_suite_reports_an_interval_across_runs_only_where_the_baseline_has_a
 
 
 # ---------------------------------------------------------------------------------------------------
+# the device-time speedup's spread, learned in the same pass
+
+WRN_DEVICE = 3.104  # the recording's device-time speedup of WRN amp_fp16
+
+
+def _device_baseline(method: str = "graph") -> dict:
+    """The baseline with a device-time speedup on WRN's entry (GPT's entry predates device time)."""
+    document = _baseline()
+    document["entries"][WRN]["figures"].update(device_speedup=WRN_DEVICE, device_method=method, device_noise=0.004)
+    return document
+
+
+def _device_run(speedups: dict[str, tuple[float, float | None]], when: str, method: str = "graph", **info) -> dict:
+    """A run whose cells carry (wall, device) speedups; a device speedup of None leaves the key out, as
+    a run from before device time did."""
+    run = _run({t: wall for t, (wall, _) in speedups.items()}, when, **info)
+    for bench in run["benchmarks"]:
+        device = speedups[bench["name"]][1]
+        if device is not None:
+            bench["extra_info"].update(device_speedup=device, device_method=method)
+    return run
+
+
+def test_the_table_names_both_figures_and_where_each_is_stored():
+    assert [f.key for f in FIGURES] == ["speedup", "device_speedup"]
+    assert (WALL.sd_key, WALL.count_key) == ("between_run_sd", "between_run_count")
+    assert (DEVICE.sd_key, DEVICE.count_key, DEVICE.method_key) == (
+        "device_between_run_sd", "device_between_run_count", "device_method")
+
+
+def test_the_device_speedup_is_learned_in_the_same_pass_as_the_wall_speedup():
+    learned = _learn(_device_run({WRN: (8.583, 3.121), GPT: (6.35, 2.2)}, "a"), _device_run({WRN: (8.381, 3.087)}, "b"),
+                     baseline=_device_baseline())
+    assert learned.left_out == []
+    assert learned.cells[WRN].speedups == (8.402, 8.583, 8.381)
+    assert learned.device_cells[WRN].speedups == (WRN_DEVICE, 3.121, 3.087)
+    assert learned.device_cells[WRN].sd == pytest.approx(log_sd([WRN_DEVICE, 3.121, 3.087]))
+    # GPT's entry has no device-time speedup: its wall spread is learned, its device spread is not
+    assert GPT in learned.cells and GPT not in learned.device_cells
+
+
+def test_device_runs_on_one_card_are_pooled_like_the_wall_ones():
+    card = lambda uuid: dict(SOFTWARE, uuid=uuid)
+    learned = _learn(_device_run({WRN: (8.5, 3.0)}, "a", software=card("88b4")),
+                     _device_run({WRN: (8.7, 3.2)}, "b", software=card("88b4")), baseline=_device_baseline())
+    assert learned.device_cells[WRN].speedups == pytest.approx((WRN_DEVICE, math.sqrt(3.0 * 3.2)))
+
+
+def test_a_run_cell_without_a_device_speedup_adds_nothing_to_the_device_spread_and_is_not_left_out():
+    learned = _learn(_device_run({WRN: (8.583, None)}, "a"), _device_run({WRN: (8.381, 3.087)}, "b"),
+                     baseline=_device_baseline())
+    assert learned.left_out == []
+    assert learned.cells[WRN].speedups == (8.402, 8.583, 8.381)
+    assert learned.device_cells[WRN].speedups == (WRN_DEVICE, 3.087)
+
+
+def test_an_entry_without_a_device_speedup_learns_no_device_spread():
+    learned = _learn(_device_run({WRN: (8.583, 3.121)}, "a"))  # the plain baseline: no device figures
+    assert learned.left_out == [] and learned.device_cells == {} and learned.cells[WRN].speedups == (8.402, 8.583)
+
+
+def test_a_run_whose_device_time_was_measured_another_way_is_left_out_of_the_device_spread_only():
+    learned = _learn(_device_run({WRN: (8.583, 2.9)}, "a", method="kernels"), baseline=_device_baseline("graph"))
+    assert learned.cells[WRN].speedups == (8.402, 8.583)  # the wall figure still counts
+    assert learned.device_cells == {}
+    [(name, test_id, why)] = learned.left_out
+    assert (name, test_id) == ("run0.json", WRN)
+    assert "device-time speedup measured by kernels in the run and by graph in the baseline" in why
+
+
+def test_a_run_cell_left_out_as_a_whole_gives_neither_figure_and_one_reason():
+    learned = _learn(_device_run({WRN: (7.0, 2.5)}, "a", verdict="regression"), baseline=_device_baseline())
+    assert learned.cells == {} and learned.device_cells == {}
+    [(_, _, why)] = learned.left_out
+    assert "a changed cell is no sample" in why
+
+
+def test_with_spread_stores_the_device_figures_beside_the_wall_ones():
+    document = _device_baseline()
+    learned = _learn(_device_run({WRN: (8.583, 3.121), GPT: (6.2, None)}, "a"), _device_run({WRN: (8.381, 3.087)}, "b"),
+                     baseline=document)
+    new = with_spread(document, learned)
+    wrn, gpt = new["entries"][WRN]["figures"], new["entries"][GPT]["figures"]
+    assert wrn["device_between_run_sd"] == pytest.approx(learned.device_cells[WRN].sd)
+    assert wrn["device_between_run_count"] == 3 and wrn["between_run_count"] == 3
+    assert wrn["device_speedup"] == WRN_DEVICE and wrn["device_method"] == "graph"
+    assert "device_between_run_sd" not in gpt and gpt["between_run_count"] == 2
+    # what the suite reads back: three values are enough to loosen a verdict
+    assert trusted_between_run_sd(wrn, "device_") == pytest.approx(learned.device_cells[WRN].sd)
+    assert "device_between_run_sd" not in document["entries"][WRN]["figures"]
+
+
+def test_a_comparable_re_recording_keeps_the_device_spread():
+    previous = {"device_speedup": 3.1, "device_between_run_sd": 0.004, "device_between_run_count": 4, "between_run_sd": 0.01}
+    assert carried_device(previous, comparable=True) == {"device_between_run_sd": 0.004, "device_between_run_count": 4}
+    assert carried_device(previous, comparable=False) == {} and carried_device(None, comparable=True) == {}
+
+
+# ---------------------------------------------------------------------------------------------------
 # the command
 
 
@@ -163,3 +264,23 @@ def test_spread_names_a_malformed_baseline_file(tmp_path, capsys):
     baseline.write_text('{"schema_version": 2}')
     assert main(["spread", str(baseline), *runs]) == EXIT_BAD_INPUT
     assert f"baseline file {baseline}: field 'schema_version'" in capsys.readouterr().err
+
+
+def test_spread_command_prints_and_writes_the_device_spread(tmp_path, capsys):
+    baseline = tmp_path / "gpu.json"
+    write_atomic(baseline, _device_baseline())
+    runs = []
+    for i, run in enumerate((_device_run({WRN: (8.583, 3.121), GPT: (6.2, None)}, "a"),
+                             _device_run({WRN: (8.381, 3.087)}, "b"))):
+        runs.append(tmp_path / f"run{i}.json")
+        runs[-1].write_text(json.dumps(run))
+    assert main(["spread", str(baseline), *map(str, runs)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "device sd" in out and "(1 with device time)" in out
+    [wrn_line] = [line for line in out.splitlines() if line.startswith(WRN)]
+    sd = log_sd([WRN_DEVICE, 3.121, 3.087])
+    assert f"{sd:.2%}" in wrn_line and "| 3.104 3.121 3.087" in wrn_line
+    [gpt_line] = [line for line in out.splitlines() if line.startswith(GPT)]
+    assert "|" not in gpt_line
+    figures = load_document(baseline)["entries"][WRN]["figures"]
+    assert figures["device_between_run_count"] == 3 and figures["device_between_run_sd"] == pytest.approx(sd)
