@@ -103,6 +103,28 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
     return side
 
 
+def uses_rnn_dropout_state(model: torch.nn.Module) -> bool:
+    """Whether a step of `model` runs a cuDNN RNN with dropout, whose state buffer is one per device."""
+    return any(isinstance(m, torch.nn.RNNBase) and m.dropout > 0 for m in model.modules())
+
+
+def recapture_reference(reference: Side) -> None:
+    """Capture the shared reference's step again where its graph may point at freed memory.
+
+    cuDNN's RNN dropout keeps one state buffer per device, and the first RNN step after any CUDA
+    reseed (every Trainer seeds, so that all modes start from the same weights) frees it and allocates
+    a new one. A graph captured before then still writes into the old buffer, memory the allocator has
+    since handed to the next trainer: on an H100 it turned lstm_lm fp16_master's weights into inf
+    within three rounds. So once the mode's trainer has stepped, the reference is captured anew."""
+    if reference.graph is None or not uses_rnn_dropout_state(reference.trainer.model):
+        return
+    reference.graph = None
+    try:
+        reference.graph = capture(reference.trainer)
+    except CaptureError as exc:
+        reference.capture_failure = str(exc)
+
+
 def parameters_fingerprint(trainer: Trainer) -> torch.Tensor:
     """A cheap device-side summary of the weights: changes whenever an optimizer step really lands."""
     return torch.stack([p.detach().float().sum() for p in trainer.model.parameters()])

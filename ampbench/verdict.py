@@ -9,8 +9,10 @@ from enum import Enum
 from ampbench.stats import SpeedupEstimate, finite_number, normal_quantile
 
 # The floor of every cell's tolerance: --perf-tolerance's default, and `ampbench compare`'s --tolerance's.
-# Device time per step holds to 0.1-0.6% per round on an H100, so 1% is the smallest drop worth a failure.
-DEFAULT_TOLERANCE = 0.01
+# Device time per step holds to 0.1-0.6% per round on an H100. The floor sits below 1% so that a 1%
+# slowdown lies below the line rather than on it; cells that move more between runs or cards get more
+# through their recorded noise and learned between-run spread.
+DEFAULT_TOLERANCE = 0.005
 # A cell's tolerance is at least this many times the noise recorded with its baseline, so cells
 # whose speedup wanders between runs (host-bound steps) do not fail on that wandering.
 NOISE_MULTIPLIER = 2.0

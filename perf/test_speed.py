@@ -95,6 +95,7 @@ def test_speed(benchmark, request, model_spec, mode, reference, perf_settings, p
     policy = _policy(perf_device, settings)
     batch = model_spec.batch_size_for(settings.smoke)
     side = _prepare(model_spec, mode, perf_device, settings, policy, fail_on_oom, mode.name)
+    speed.recapture_reference(reference)
     # identity first, so a cell that fails later is still recognisable in --benchmark-json
     benchmark.extra_info.update(ampbench_schema=1, kind="speed", model=model_spec.name, mode=mode.name,
                                 device=str(perf_device), batch_size=batch)
