@@ -138,6 +138,7 @@ class Trainer:
         batch_size: int | None = None,
         config=None,
         seed: int = 0,
+        wrap: Callable[[nn.Module], nn.Module] | None = None,
     ):
         self.spec, self.mode, self.device = spec, mode, device
         self.config = config if config is not None else spec.config_for(smoke)
@@ -153,6 +154,10 @@ class Trainer:
             model = spec.build(self.config)
         self.model = cast_model(model, mode).to(device=device, memory_format=self.memory_format)
         self.model.train()
+        # a parallel wrapper (DDP, FSDP2's fully_shard) goes on the cast model and before the optimizer,
+        # which must hold the parameters the wrapper trains (FSDP2 replaces them with sharded ones)
+        if wrap is not None:
+            self.model = wrap(self.model)
         self.master = MasterWeights(self.model.parameters()) if mode.master_weights else None
         params = self.master.master_params if self.master else list(self.model.parameters())
         self.optimizer = OPTIMIZERS[spec.optimizer](params, spec.lr, mode.param_dtype)
