@@ -7,6 +7,7 @@ from typing import Callable, Iterable
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from ampbench.modes import STATIC_LOSS_SCALE, PrecisionMode
 from models.spec import Batch, ModelSpec
@@ -30,6 +31,11 @@ ADAM_EPS = {torch.float16: 1e-4}
 def _fused_where_possible(cls: type[torch.optim.Optimizer], params, **kwargs):
     # fused kernels also take GradScaler's scale and inf flag on the device, so a scaled step needs no
     # host sync; where a build lacks a fused kernel, the multi-tensor (foreach) path is next best.
+    params = list(params)
+    if any(isinstance(p, DTensor) for p in params):
+        # FSDP2's sharded parameters: DTensor has no sharding rule for every fused kernel (torch 2.14
+        # lacks one for _fused_sgd_, which fails only at the first step); foreach works for all
+        return cls(params, foreach=True, **kwargs)
     try:
         return cls(params, fused=True, **kwargs)
     except (RuntimeError, TypeError, ValueError):
