@@ -258,3 +258,27 @@ def merge_ranks(docs: Sequence[dict], confidence: float) -> DistFigures:
         comm_overlap=_mean([d.get("comm_overlap") for d in docs]),
         world_size=world,
     )
+
+
+# -- how many ranks ---------------------------------------------------------------------------------
+
+CPU_WORLD_SIZE = 2  # gloo processes of the CPU smoke pass
+
+
+def resolve_world_size(requested: int | None, device: torch.device, gpus: int) -> int:
+    """--perf-world-size as given, or its default: every visible GPU, or CPU_WORLD_SIZE processes on the
+    CPU. More ranks than GPUs raise ValueError naming both counts."""
+    if device.type != "cuda":
+        return requested if requested is not None else CPU_WORLD_SIZE
+    if requested is not None and requested > gpus:
+        raise ValueError(f"--perf-world-size {requested}: only {gpus} GPU{'s' if gpus != 1 else ''} visible")
+    return requested if requested is not None else gpus
+
+
+def world_size_skip_reason(world_size: int, device: torch.device, gpus: int) -> str | None:
+    """Why the distributed tests cannot run, or None."""
+    if device.type == "cuda" and gpus < 2:
+        return f"needs 2+ GPUs, found {gpus}"
+    if world_size < 2:
+        return f"needs 2+ ranks, --perf-world-size is {world_size}"
+    return None
