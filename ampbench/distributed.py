@@ -69,9 +69,9 @@ COMM_VARIANTS: dict[str, CommVariant] = {
         CommVariant("fp16_hook", "ddp", "fp32", ddp_hook="fp16_compress_hook",
                     what="DDP, fp32 gradients cast to fp16 for the all-reduce (fp16_compress_hook)"),
         # FSDP2 shards fp32 parameters; under a dynamic loss scale each rank sees only its shard of the
-        # gradients, and ShardedGradScaler's step with a fused optimizer (AdamW for gpt) decides the skip
-        # per rank without all-reducing it, so dynamically scaled modes are left out
-        CommVariant("fsdp2_fp32", "fsdp2", "fsdp2_fp32", loss_scalings=("none",),
+        # gradients, so STRATEGIES gives it ShardedGradScaler (perf/test_distributed_scaling.py checks
+        # that every rank skips an overflowing step); ampbench's static LossScaler is not checked there
+        CommVariant("fsdp2_fp32", "fsdp2", "fsdp2_fp32", loss_scalings=("none", "dynamic"),
                     what="FSDP2 without a mixed-precision policy: fp32 all-gather and reduce-scatter"),
         CommVariant("fsdp2_fp32_reduce", "fsdp2", "fsdp2_fp32", param_dtype=_BF16, reduce_dtype=_F32,
                     autocast_dtypes=(_BF16,), loss_scalings=("none",),
