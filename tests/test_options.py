@@ -33,6 +33,8 @@ def run_pytest(*args):
         (["--perf-block-seconds", "0"], ["--perf-block-seconds must lie in (0.0, 10.0]"]),
         (["--perf-block-seconds", "fast"], ["--perf-block-seconds expects a float"]),
         (["--perf-cudnn-benchmark", "maybe"], ["--perf-cudnn-benchmark", "invalid choice", "'on'"]),
+        (["--perf-world-size", "0"], ["--perf-world-size must lie in [1, 1024]"]),
+        (["--perf-world-size", "two"], ["--perf-world-size expects a int"]),
     ],
 )
 def test_usage_errors(args, expected):
