@@ -60,7 +60,9 @@ def _ddp(net: nn.Module, device: torch.device) -> nn.Module:
 def _fsdp2(net: nn.Module, device: torch.device) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
-    return fully_shard(net)
+    from ampbench.distributed import device_mesh
+
+    return fully_shard(net, mesh=device_mesh(device))
 
 
 def _grad_scaler(device: torch.device, **kw):
@@ -87,6 +89,7 @@ class Setup:
     scaler: Callable[..., object]
     optimizer: str  # key of OPTIMIZERS
     sharded: bool  # each rank holds a shard of the reduced gradients (FSDP2), not all of them
+    agrees: bool = True  # False: a control the properties must catch
 
 
 SETUPS: dict[str, Setup] = {
@@ -99,6 +102,8 @@ SETUPS: dict[str, Setup] = {
         # plain GradScaler under FSDP2 agrees as well: its inf check on DTensor gradients is all-reduced
         # over the mesh by DTensor's own handler of _amp_foreach_non_finite_check_and_unscale_
         Setup("fsdp2-gradscaler-sgd", _fsdp2, _grad_scaler, "sgd_foreach", True),
+        # the control: ranks that never communicate skip on their own and drift apart
+        Setup("unsynchronized-gradscaler-sgd", lambda net, device: net, _grad_scaler, "sgd_foreach", False, agrees=False),
     )
 }
 

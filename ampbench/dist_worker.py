@@ -42,7 +42,10 @@ def together(device: torch.device) -> None:
     """Every rank's device idle, then every rank past the barrier: the next block starts at once on all.
     (NCCL's barrier blocks the host until its all-reduce has finished on the device.)"""
     sync(device)
-    dist.barrier(device_ids=[device.index]) if device.type == "cuda" else dist.barrier()
+    if device.type == "cuda":
+        dist.barrier(device_ids=[device.index])  # NCCL: on this rank's GPU, not on a guessed one
+    else:
+        dist.barrier()
     sync(device)
 
 

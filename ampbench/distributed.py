@@ -124,10 +124,19 @@ def fsdp2_units(model: nn.Module) -> list[nn.Module]:
 def _wrap_fsdp2(model: nn.Module, variant: CommVariant, device: torch.device) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
-    policy = variant.mp_policy()
+    policy, mesh = variant.mp_policy(), device_mesh(device)
     for unit in fsdp2_units(model):
-        fully_shard(unit, mp_policy=policy)
+        fully_shard(unit, mesh=mesh, mp_policy=policy)
     return model
+
+
+def device_mesh(device: torch.device):
+    """A 1-D mesh of every rank on `device`'s type: named explicitly, because fully_shard's default
+    mesh takes the machine's accelerator, which is wrong for gloo ranks on a machine with GPUs."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (dist.get_world_size(),))
 
 
 def _sharded_grad_scaler(device: torch.device):
