@@ -81,6 +81,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-loss-scaler", "--loss-scaler", dest="perf_loss_scaler", metavar="MODULE:CALLABLE",
                     default="torch.amp:GradScaler", type=scaler_validator(),
                     help="loss scaler the loss-scaling properties test; called with GradScaler's keyword arguments (default: torch.amp:GradScaler)")
+    _add_world_size_option(group)
 
 
 def _register_hypothesis_profiles() -> None:
@@ -164,6 +165,7 @@ def pytest_configure(config: pytest.Config) -> None:
         gate=opt.perf_gate,
     )
     config.stash[STORE_KEY] = {}
+    _configure_world_size(config)
 
 
 SMOKE_LINE = "CPU smoke pass: nothing is held against baselines"
@@ -317,3 +319,57 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     reports = [r for rs in stats.values() for r in rs if isinstance(r, pytest.TestReport)]
     for text in speed_table(speed_cells(reports)):  # no lines where no speed cell ran
         terminalreporter.write_line(text)
+
+
+# -- distributed cells (--perf-world-size): perf/test_distributed*.py ------------------------------
+
+WORLD_SIZE_KEY = pytest.StashKey[int]()
+
+
+def _add_world_size_option(group) -> None:
+    group.addoption("--perf-world-size", metavar="N", default=None,
+                    type=number_validator(int, 1, 1024),
+                    help="ranks of the distributed tests, one GPU each (NCCL), or CPU processes (gloo) on the "
+                         "CPU (default: every visible GPU, or 2 CPU processes without GPUs)")
+
+
+def _configure_world_size(config: pytest.Config) -> None:
+    from ampbench.distributed import resolve_world_size
+
+    import torch
+
+    device = perf_settings_of(config).device
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    try:
+        config.stash[WORLD_SIZE_KEY] = resolve_world_size(config.option.perf_world_size, device, gpus)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.fixture(scope="session")
+def perf_world_size(pytestconfig: pytest.Config, perf_device) -> int:
+    """Ranks of a distributed launch; skips the test where fewer than two can run."""
+    from ampbench.distributed import world_size_skip_reason
+
+    import torch
+
+    n = pytestconfig.stash[WORLD_SIZE_KEY]
+    gpus = torch.cuda.device_count() if perf_device.type == "cuda" else 0
+    reason = world_size_skip_reason(n, perf_device, gpus)
+    if reason:
+        pytest.skip(reason)
+    return n
+
+
+@pytest.fixture(scope="session")
+def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_world_size) -> BaselineStore | None:
+    """Baselines of N GPUs of this model, baselines/<gpu-slug>-x<N>.json; None on the CPU. The tests
+    write what they record themselves (the session's teardown hook writes only the 1-GPU store)."""
+    if perf_settings.device.type != "cuda":
+        return None
+    name = devices.device_name(perf_settings.device)
+    try:
+        return BaselineStore.open(perf_settings.baseline_dir, f"{name} x{perf_world_size}",
+                                  devices.cluster_slug(name, perf_world_size))
+    except BaselineError as exc:
+        pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)

@@ -83,6 +83,13 @@ def gpu_slug(name: str) -> str:
     return slug
 
 
+def cluster_slug(name: str, count: int) -> str:
+    """Baseline file stem of `count` GPUs of one model: 'nvidia-h200' for one, 'nvidia-h200-x2' for two."""
+    if count < 1:
+        raise ValueError(f"a GPU count must be at least 1, got {count}")
+    return gpu_slug(name) + (f"-x{count}" if count > 1 else "")
+
+
 def configure_backends(device: torch.device, cudnn_benchmark: bool = False) -> None:
     """Settings every measurement shares: cuDNN's heuristics choose its algorithms, as in PyTorch's
     default (with `cudnn_benchmark`, it times the candidates for each new shape instead: 10-25 s per

@@ -9,6 +9,7 @@ from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from ampbench.modes import STATIC_LOSS_SCALE, PrecisionMode
 from models.spec import Batch, ModelSpec
@@ -32,6 +33,11 @@ ADAM_EPS = {torch.float16: 1e-4}
 def _fused_where_possible(cls: type[torch.optim.Optimizer], params, **kwargs):
     # fused kernels also take GradScaler's scale and inf flag on the device, so a scaled step needs no
     # host sync; where a build lacks a fused kernel, the multi-tensor (foreach) path is next best.
+    params = list(params)
+    if any(isinstance(p, DTensor) for p in params):
+        # FSDP2's sharded parameters: DTensor has no sharding rule for every fused kernel (torch 2.14
+        # lacks one for _fused_sgd_, which fails only at the first step); foreach works for all
+        return cls(params, foreach=True, **kwargs)
     try:
         return cls(params, fused=True, **kwargs)
     except (RuntimeError, TypeError, ValueError):
@@ -163,6 +169,7 @@ class Trainer:
         batch_size: int | None = None,
         config=None,
         seed: int = 0,
+        wrap: Callable[[nn.Module], nn.Module] | None = None,
     ):
         self.spec, self.mode, self.device = spec, mode, device
         self.config = config if config is not None else spec.config_for(smoke)
@@ -179,6 +186,10 @@ class Trainer:
         self.model = cast_model(model, mode).to(device=device, memory_format=self.memory_format)
         flatten_rnn_weights(self.model)
         self.model.train()
+        # a parallel wrapper (DDP, FSDP2's fully_shard) goes on the cast model and before the optimizer,
+        # which must hold the parameters the wrapper trains (FSDP2 replaces them with sharded ones)
+        if wrap is not None:
+            self.model = wrap(self.model)
         self.master = MasterWeights(self.model.parameters()) if mode.master_weights else None
         params = self.master.master_params if self.master else list(self.model.parameters())
         self.optimizer = OPTIMIZERS[spec.optimizer](params, spec.lr, mode.param_dtype)

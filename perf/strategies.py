@@ -166,3 +166,46 @@ def update_ratios() -> st.SearchStrategy[float]:
     """|u| / |w| for an update u of weight w: in [2**-16, 2**-12), below fp16's half-ulp and far above
     fp32's ulp; no smaller than 2**-16 so that fewer than 65 updates add up to an fp16 ulp."""
     return st.floats(2.0**-16, 2.0**-12, exclude_max=True)
+
+
+# -- loss scaling across ranks (perf/test_distributed_scaling.py) ----------------------------------
+
+
+@dataclass(frozen=True)
+class RankPoison:
+    """One training step across ranks: `rank` (None: none) makes its local gradient of hidden unit
+    `unit` non-finite before any communication."""
+
+    rank: int | None
+    unit: int
+    value: float
+
+    def to_json(self) -> dict:
+        return {"rank": self.rank, "unit": self.unit, "value": str(self.value)}
+
+
+@dataclass(frozen=True)
+class DistScenario:
+    cfg: ScalerConfig
+    steps: tuple[RankPoison, ...]
+
+    def to_json(self) -> dict:
+        return {"scaler": self.cfg.kwargs(), "steps": [s.to_json() for s in self.steps]}
+
+
+def dist_scaler_configs() -> st.SearchStrategy[ScalerConfig]:
+    """Configurations whose scales stay far from fp32's limits over a few steps (at most 2**16 x 4**8),
+    so no clean step overflows of itself and only the poisoned ones skip."""
+    return scaler_configs(
+        init=powers_of_two(-10, 16) | st.floats(2.0**-10, 2.0**16, width=32),
+        growth=st.sampled_from([2.0, 4.0]) | st.floats(1.0, 4.0, exclude_min=True, width=32),
+        backoff=st.sampled_from([0.5, 0.25]) | st.floats(0.125, 1.0, exclude_max=True, width=32),
+        interval=growth_intervals(4),
+    )
+
+
+def dist_scenarios(world_size: int, width: int, max_steps: int = 8) -> st.SearchStrategy[DistScenario]:
+    """A scaler configuration and 1 to `max_steps` steps, each clean or poisoned on one rank."""
+    step = st.builds(RankPoison, st.none() | st.integers(0, world_size - 1), st.integers(0, width - 1),
+                     nonfinite_values())
+    return st.builds(DistScenario, dist_scaler_configs(), st.lists(step, min_size=1, max_size=max_steps).map(tuple))

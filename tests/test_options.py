@@ -42,6 +42,8 @@ def run_pytest(*args):
         (["--perf-require-gpu"], ["--perf-require-gpu: no CUDA device is visible"]),
         (["--perf-update-baselines"], ["--perf-update-baselines: the CPU smoke pass records nothing"]),
         (["--benchmark-disable", "--benchmark-json", "out.json"], ["--benchmark-disable with --benchmark-json out.json"]),
+        (["--perf-world-size", "0"], ["--perf-world-size: must lie in [1, 1024]"]),
+        (["--perf-world-size", "two"], ["--perf-world-size: expects an int"]),
     ],
 )
 def test_usage_errors(args, expected):

@@ -1,0 +1,219 @@
+"""One rank of a distributed speed cell, run by torchrun::
+
+    torchrun --nproc-per-node 2 --standalone -m ampbench.dist_worker \\
+        --model resnet50 --mode amp_bf16 --comm fp32,bf16_hook --out DIR
+
+Per comm variant, the fp32 reference (the same parallelism, fp32 reduction) and the mode alternate in
+rounds as in ``PairedTimer``, every rank starting each block together; rank 0 also times, between
+rounds, the same mode on its GPU alone (a plain ``Trainer``), the 1-GPU side of the scaling
+efficiency. Each rank writes ``DIR/<comm>/rank{R}.json``. On CUDA a few further, untimed steps run
+under torch.profiler for NCCL's share of a step and its overlap with compute.
+
+Every rank runs the same steps in the same order: a collective that one rank skips hangs the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+import models
+from ampbench import speed
+from ampbench.device import configure_backends, device_name, prime_libraries, release
+from ampbench.distributed import STRATEGIES, CommVariant, comm_figures, get_comm, kernels_from_trace
+from ampbench.modes import REFERENCE_MODE, PrecisionMode, get_mode
+from ampbench.timing import PairedTimer, steps_per_block, sync, time_block, wall_block
+from ampbench.train import Trainer
+
+
+def together(device: torch.device) -> None:
+    """Every rank's device idle, then every rank past the barrier: the next block starts at once on all.
+    (NCCL's barrier blocks the host until its all-reduce has finished on the device.)"""
+    sync(device)
+    if device.type == "cuda":
+        dist.barrier(device_ids=[device.index])  # NCCL: on this rank's GPU, not on a guessed one
+    else:
+        dist.barrier()
+    sync(device)
+
+
+def agree_max(value: float, device: torch.device) -> float:
+    """The largest of the ranks' values: decisions that set how many steps run must be the same on all."""
+    t = torch.tensor([value], dtype=torch.float64, device=device if device.type == "cuda" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def ranked_timer(ref: Trainer, trainer: Trainer, ref_steps: int, mode_steps: int,
+                 before_block: Callable[[], None]) -> PairedTimer:
+    """A PairedTimer of wall-clock blocks whose every block starts on all ranks together."""
+    ref_block, mode_block = wall_block(ref, ref_steps), wall_block(trainer, mode_steps)
+
+    def together(block: Callable[[], float]) -> Callable[[], float]:
+        def run() -> float:
+            before_block()
+            return block()
+        return run
+
+    return PairedTimer(together(ref_block), together(mode_block), ref_steps, mode_steps)
+
+
+def build(spec, mode: PrecisionMode, variant: CommVariant, device: torch.device, smoke: bool) -> Trainer:
+    strategy = STRATEGIES[variant.strategy]
+    # the same seed on every rank: the same initial weights (FSDP2 shards each rank's own copy, it
+    # broadcasts nothing) and the same synthetic batches, which change no timing
+    trainer = Trainer(spec, mode, device, smoke=smoke, wrap=lambda m: strategy.wrap(m, variant, device))
+    factory = strategy.scalers.get(mode.loss_scaling)
+    if factory is not None:
+        trainer.scaler = factory(device)
+    return trainer
+
+
+def warm_together(trainer: Trainer, policy: speed.SpeedPolicy) -> float:
+    """Warm-up as ``timing.warm_up``, in step counts the ranks agree on; the slowest rank's step time."""
+    device = trainer.device
+    together(device)
+    t0 = time.perf_counter()
+    trainer.run(policy.warmup_steps)
+    sync(device)
+    per_step = agree_max((time.perf_counter() - t0) / policy.warmup_steps, device)
+    extra = math.ceil(max(0.0, policy.warmup_seconds - policy.warmup_steps * per_step) / max(per_step, 1e-9))
+    if extra:
+        trainer.run(int(extra))
+    probe = 3
+    together(device)
+    return agree_max(time_block(device, lambda: trainer.run(probe)) / probe, device)
+
+
+def fingerprint(trainer: Trainer) -> torch.Tensor:
+    """Per-parameter sums of this rank's weights (its shards under FSDP2): change when a step lands."""
+    local = [getattr(p, "to_local", lambda p=p: p)() for p in trainer.model.parameters()]
+    return torch.stack([p.detach().float().sum() for p in local])
+
+
+def profile_comm(trainer: Trainer, steps: int) -> dict:
+    """NCCL's share of `steps` untimed steps and its overlap with compute, from torch.profiler; None
+    figures off CUDA (gloo works on the host, there are no kernels to read)."""
+    device = trainer.device
+    if device.type != "cuda" or steps <= 0:
+        return {"comm_share": None, "comm_overlap": None}
+    from torch.profiler import ProfilerActivity, profile
+
+    together(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        trainer.run(steps)
+        sync(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+    return comm_figures(kernels_from_trace(trace))
+
+
+def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torch.device,
+             single: speed.Side | None, policy: speed.SpeedPolicy) -> dict:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if not variant.applies_to(mode):
+        raise ValueError(f"comm variant {variant.name} does not apply to mode {mode.name}")
+    ref = build(spec, get_mode(REFERENCE_MODE), get_comm(variant.reference), device, args.smoke)
+    trainer = build(spec, mode, variant, device, args.smoke)
+    ref_step, mode_step = warm_together(ref, policy), warm_together(trainer, policy)
+    timer = ranked_timer(ref, trainer, steps_per_block(ref_step, policy.block_seconds),
+                         steps_per_block(mode_step, policy.block_seconds), before_block=lambda: together(device))
+    single_steps = steps_per_block(single.step_seconds, policy.block_seconds) if single else 0
+    single_times: list[float] = []
+    before = fingerprint(trainer)
+    for _ in range(args.rounds):
+        timer.rounds(1)
+        together(device)  # the other ranks wait here while rank 0 trains alone
+        if single is not None:
+            single_times.append(time_block(device, lambda: single.trainer.run(single_steps)) / single_steps)
+    together(device)
+    comm = profile_comm(trainer, args.profile_steps)
+    comm_ref = profile_comm(ref, args.profile_steps)
+    last_loss = trainer.run(1)
+    doc = {
+        "rank": rank, "world_size": world, "model": spec.name, "mode": mode.name, "comm": variant.name,
+        "strategy": variant.strategy, "reference_comm": variant.reference, "device": device_name(device),
+        "backend": dist.get_backend(), "batch_size": trainer.batch_size, "smoke": args.smoke,
+        "ref_steps": timer.ref_steps, "mode_steps": timer.mode_steps, "single_steps": single_steps or None,
+        "ref_times": timer.ref_times, "mode_times": timer.mode_times, "single_times": single_times or None,
+        "samples_per_s": trainer.batch_size * len(timer.mode_times) / sum(timer.mode_times),
+        "ref_samples_per_s": trainer.batch_size * len(timer.ref_times) / sum(timer.ref_times),
+        "single_samples_per_s": (trainer.batch_size * len(single_times) / sum(single_times)) if single_times else None,
+        **comm, "comm_share_ref": comm_ref["comm_share"], "comm_overlap_ref": comm_ref["comm_overlap"],
+        "weights_moved": bool((fingerprint(trainer) != before).any()),
+        "final_loss_finite": bool(torch.isfinite(last_loss)), "loss_scale": speed.loss_scale(trainer),
+    }
+    return doc
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m ampbench.dist_worker", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, choices=list(models.REGISTRY))
+    p.add_argument("--mode", required=True)
+    p.add_argument("--comm", required=True, help="comma-separated comm variants, run one after the other")
+    p.add_argument("--out", required=True, type=Path, help="folder for <comm>/rank{R}.json")
+    p.add_argument("--rounds", type=int, default=speed.DEFAULT_MIN_ROUNDS)
+    p.add_argument("--block-seconds", type=float, default=speed.DEFAULT_BLOCK_SECONDS)
+    p.add_argument("--profile-steps", type=int, default=3, help="untimed profiled steps per side on CUDA (0: none)")
+    p.add_argument("--no-single", dest="single", action="store_false", help="skip the 1-GPU side on rank 0")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--cudnn-benchmark", action="store_true")
+    p.add_argument("--collective-timeout", type=float, default=300.0,
+                   help="seconds a collective may wait for the other ranks before this rank fails")
+    args = p.parse_args(argv)
+    get_mode(args.mode)
+    args.comms = [get_comm(c.strip()) for c in args.comm.split(",") if c.strip()]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    args.smoke = not cuda  # the CPU runs the smoke pass's tiny shapes, as the single-process suite does
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=args.collective_timeout),
+                            device_id=device if cuda else None)
+    try:
+        spec, mode = models.get_model(args.model), get_mode(args.mode)
+        configure_backends(device, args.cudnn_benchmark)
+        prime_libraries(device)
+        policy = speed.policy_for(device, args.rounds, 0.03, args.block_seconds)
+        single = None
+        if rank == 0 and args.single:
+            single = speed.prepare_side(spec, mode, device, args.smoke, policy)
+        for variant in args.comms:
+            try:
+                doc = run_cell(args, spec, mode, variant, device, single, policy)
+            except Exception as exc:
+                print(f"ampbench.dist_worker rank {rank}: {spec.name} {mode.name} {variant.name} failed: "
+                      f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                raise
+            path = args.out / variant.name / f"rank{rank}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(doc))
+            print(f"rank {rank}: {spec.name} {mode.name} {variant.name} done", flush=True)
+            release(device)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""Mixed precision past one GPU: the communication variants as one table, how each wraps a model, and
+the pure arithmetic that turns the ranks' JSON documents into figures.
+
+The per-rank program is ``ampbench.dist_worker`` (run by torchrun); ``ampbench.launch`` starts it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+
+from ampbench.modes import PrecisionMode
+from ampbench.stats import SpeedupEstimate, estimate_speedup, median
+
+_F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
+
+
+def _ddp_hook(name: str) -> Callable:
+    # looked up by name so this module imports where torch.distributed's algorithms are absent
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    return getattr(default_hooks, name)
+
+
+@dataclass(frozen=True)
+class CommVariant:
+    """How gradients travel between ranks, and which precision modes that makes sense for."""
+
+    name: str  # key in COMM_VARIANTS and the last part of a test id
+    strategy: str  # key of STRATEGIES: "ddp" or "fsdp2"
+    reference: str  # the variant the fp32 reference trains with: the same parallelism, fp32 reduction
+    ddp_hook: str | None = None  # name in ddp_comm_hooks.default_hooks; None: DDP's fp32 all-reduce
+    param_dtype: torch.dtype | None = None  # FSDP2 MixedPrecisionPolicy: dtype parameters are gathered in
+    reduce_dtype: torch.dtype | None = None  # FSDP2 MixedPrecisionPolicy: dtype gradients are reduced in
+    # the modes it applies to, by their fields (never by name)
+    param_dtypes: tuple[torch.dtype, ...] = (_F32,)
+    autocast_dtypes: tuple[torch.dtype | None, ...] = (None, _F16, _BF16)
+    loss_scalings: tuple[str, ...] = ("none", "dynamic", "static")
+    what: str = ""
+
+    def applies_to(self, mode: PrecisionMode) -> bool:
+        return (mode.param_dtype in self.param_dtypes and mode.autocast_dtype in self.autocast_dtypes
+                and mode.loss_scaling in self.loss_scalings)
+
+    def hook(self) -> Callable | None:
+        return _ddp_hook(self.ddp_hook) if self.ddp_hook else None
+
+    def mp_policy(self):
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        return MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=self.reduce_dtype)
+
+
+_ALL_DTYPES = (_F32, _F16, _BF16)
+
+COMM_VARIANTS: dict[str, CommVariant] = {
+    v.name: v
+    for v in (
+        # every mode: its gradients are all-reduced in the dtype they have
+        CommVariant("fp32", "ddp", "fp32", param_dtypes=_ALL_DTYPES,
+                    what="DDP, gradients all-reduced in their own dtype (fp32 for fp32 parameters)"),
+        # compressing only makes sense for fp32 gradients: fp16/bf16 ones are already that small
+        CommVariant("bf16_hook", "ddp", "fp32", ddp_hook="bf16_compress_hook",
+                    what="DDP, fp32 gradients cast to bf16 for the all-reduce (bf16_compress_hook)"),
+        CommVariant("fp16_hook", "ddp", "fp32", ddp_hook="fp16_compress_hook",
+                    what="DDP, fp32 gradients cast to fp16 for the all-reduce (fp16_compress_hook)"),
+        # FSDP2 shards fp32 parameters; under a dynamic loss scale each rank sees only its shard of the
+        # gradients, so STRATEGIES gives it ShardedGradScaler (perf/test_distributed_scaling.py checks
+        # that every rank skips an overflowing step); ampbench's static LossScaler is not checked there
+        CommVariant("fsdp2_fp32", "fsdp2", "fsdp2_fp32", loss_scalings=("none", "dynamic"),
+                    what="FSDP2 without a mixed-precision policy: fp32 all-gather and reduce-scatter"),
+        CommVariant("fsdp2_fp32_reduce", "fsdp2", "fsdp2_fp32", param_dtype=_BF16, reduce_dtype=_F32,
+                    autocast_dtypes=(_BF16,), loss_scalings=("none",),
+                    what="FSDP2, parameters gathered in bf16, gradients reduce-scattered in fp32"),
+        CommVariant("fsdp2_bf16_reduce", "fsdp2", "fsdp2_fp32", param_dtype=_BF16, reduce_dtype=_BF16,
+                    autocast_dtypes=(_BF16,), loss_scalings=("none",),
+                    what="FSDP2, parameters gathered and gradients reduce-scattered in bf16"),
+    )
+}
+
+
+def get_comm(name: str) -> CommVariant:
+    try:
+        return COMM_VARIANTS[name]
+    except KeyError:
+        raise KeyError(f"unknown comm variant {name!r}; valid: {', '.join(COMM_VARIANTS)}") from None
+
+
+def variants_for(mode: PrecisionMode, strategy: str | None = None) -> list[CommVariant]:
+    """The comm variants `mode` runs under (of one strategy, if given), in table order."""
+    return [v for v in COMM_VARIANTS.values() if v.applies_to(mode) and strategy in (None, v.strategy)]
+
+
+# -- wrapping a model ------------------------------------------------------------------------------
+
+
+def _wrap_ddp(model: nn.Module, variant: CommVariant, device: torch.device) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel
+
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    hook = variant.hook()
+    if hook is not None:
+        ddp.register_comm_hook(state=None, hook=hook)  # state None: the default process group
+    return ddp
+
+
+def fsdp2_units(model: nn.Module) -> list[nn.Module]:
+    """The modules FSDP2 shards as units, innermost first, the root last: each parameterised child of
+    the root's ModuleList/Sequential children (resnet's stages' blocks, GPT's transformer blocks), so
+    one block's all-gather is prefetched while the previous one computes. Everything else (stem, head,
+    GPT's tied embedding and lm_head) belongs to the root's unit."""
+    units = [
+        block
+        for child in model.children() if isinstance(child, (nn.ModuleList, nn.Sequential))
+        for block in child.children() if any(True for _ in block.parameters())
+    ]
+    return [*units, model]
+
+
+def _wrap_fsdp2(model: nn.Module, variant: CommVariant, device: torch.device) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    policy, mesh = variant.mp_policy(), device_mesh(device)
+    for unit in fsdp2_units(model):
+        fully_shard(unit, mesh=mesh, mp_policy=policy)
+    return model
+
+
+def device_mesh(device: torch.device):
+    """A 1-D mesh of every rank on `device`'s type: named explicitly, because fully_shard's default
+    mesh takes the machine's accelerator, which is wrong for gloo ranks on a machine with GPUs."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (dist.get_world_size(),))
+
+
+def _sharded_grad_scaler(device: torch.device):
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    return ShardedGradScaler(device.type)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    wrap: Callable[[nn.Module, CommVariant, torch.device], nn.Module]
+    # loss scalers that replace ampbench.train.LOSS_SCALERS' under this strategy: with sharded
+    # gradients, whether any rank overflowed must be agreed across ranks
+    scalers: dict[str, Callable[[torch.device], object]] = field(default_factory=dict)
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "ddp": Strategy("ddp", _wrap_ddp),
+    "fsdp2": Strategy("fsdp2", _wrap_fsdp2, {"dynamic": _sharded_grad_scaler}),
+}
+
+
+# -- NCCL's share of a step, from a profiler trace -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    stream: int
+    start: float  # microseconds
+    end: float
+
+
+def kernels_from_trace(trace: dict) -> list[Kernel]:
+    """GPU kernels of a torch.profiler chrome trace (``export_chrome_trace``)."""
+    out = []
+    for ev in trace.get("traceEvents", []):
+        if ev.get("cat") != "kernel" or "dur" not in ev:
+            continue
+        stream = (ev.get("args") or {}).get("stream", ev.get("tid"))
+        start = float(ev["ts"])
+        out.append(Kernel(str(ev.get("name", "")), int(stream), start, start + float(ev["dur"])))
+    return out
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _covered(a: float, b: float, union: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in union)
+
+
+def comm_figures(kernels: Sequence[Kernel]) -> dict[str, float | None]:
+    """comm_share: summed duration of kernels named nccl over the span from the first kernel's start
+    to the last one's end; comm_overlap: the part of that NCCL time during which a compute kernel
+    (any other kernel) ran on another stream. NCCL kernels include the time they wait for the other
+    ranks, so a share is an upper bound on the wire time."""
+    nccl = [k for k in kernels if "nccl" in k.name.lower()]
+    if not kernels or not nccl:
+        return {"comm_share": 0.0 if kernels else None, "comm_overlap": None, "comm_us": 0.0}
+    span = max(k.end for k in kernels) - min(k.start for k in kernels)
+    comm = sum(k.end - k.start for k in nccl)
+    compute_by_stream: dict[int, list[tuple[float, float]]] = {}
+    for k in kernels:
+        if "nccl" not in k.name.lower():
+            compute_by_stream.setdefault(k.stream, []).append((k.start, k.end))
+    overlapped = 0.0
+    for k in nccl:
+        others = _union([iv for s, ivs in compute_by_stream.items() if s != k.stream for iv in ivs])
+        overlapped += _covered(k.start, k.end, others)
+    return {"comm_share": comm / span if span > 0 else None,
+            "comm_overlap": overlapped / comm if comm > 0 else None, "comm_us": comm}
+
+
+# -- the ranks' documents, merged ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DistFigures:
+    speedup: SpeedupEstimate  # the mode over the fp32 reference, both under the same parallelism
+    efficiency: SpeedupEstimate | None  # N-GPU samples/s / (N x 1-GPU samples/s), per round
+    throughput_per_gpu: float  # samples/s per GPU of the mode (median round)
+    throughput_per_gpu_ref: float
+    comm_share: float | None  # mean over ranks
+    comm_overlap: float | None
+    world_size: int
+
+
+def per_round_max(docs: Sequence[dict], key: str) -> list[float]:
+    """Per round, the slowest rank's step time: a DDP step ends when its last rank's does."""
+    rounds = {len(d[key]) for d in docs}
+    if len(rounds) != 1:
+        raise ValueError(f"ranks timed different numbers of rounds for {key}: {sorted(rounds)}")
+    return [max(ts) for ts in zip(*(d[key] for d in docs))]
+
+
+def _mean(values: list) -> float | None:
+    vs = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return sum(vs) / len(vs) if vs else None
+
+
+def merge_ranks(docs: Sequence[dict], confidence: float) -> DistFigures:
+    """Figures of one cell from every rank's document (``rank{R}.json``)."""
+    if not docs:
+        raise ValueError("no rank documents")
+    world = docs[0]["world_size"]
+    if sorted(d["rank"] for d in docs) != list(range(world)):
+        raise ValueError(f"rank documents of ranks {sorted(d['rank'] for d in docs)}, world size {world}")
+    batch = docs[0]["batch_size"]
+    ref, mode = per_round_max(docs, "ref_times"), per_round_max(docs, "mode_times")
+    speedup = estimate_speedup(ref, mode, confidence)
+    single = next((d["single_times"] for d in docs if d.get("single_times")), None)
+    # per-rank batches are the same on one GPU and on N (weak scaling), so per round
+    # (N B / t_N) / (N B / t_1) = t_1 / t_N
+    efficiency = estimate_speedup(single, mode, confidence) if single else None
+    return DistFigures(
+        speedup=speedup, efficiency=efficiency,
+        throughput_per_gpu=batch / median(mode), throughput_per_gpu_ref=batch / median(ref),
+        comm_share=_mean([d.get("comm_share") for d in docs]),
+        comm_overlap=_mean([d.get("comm_overlap") for d in docs]),
+        world_size=world,
+    )
+
+
+# -- how many ranks ---------------------------------------------------------------------------------
+
+CPU_WORLD_SIZE = 2  # gloo processes of the CPU smoke pass
+
+
+def resolve_world_size(requested: int | None, device: torch.device, gpus: int) -> int:
+    """--perf-world-size as given, or its default: every visible GPU, or CPU_WORLD_SIZE processes on the
+    CPU. More ranks than GPUs raise ValueError naming both counts."""
+    if device.type != "cuda":
+        return requested if requested is not None else CPU_WORLD_SIZE
+    if requested is not None and requested > gpus:
+        raise ValueError(f"--perf-world-size {requested}: only {gpus} GPU{'s' if gpus != 1 else ''} visible")
+    return requested if requested is not None else gpus
+
+
+def world_size_skip_reason(world_size: int, device: torch.device, gpus: int) -> str | None:
+    """Why the distributed tests cannot run, or None."""
+    if device.type == "cuda" and gpus < 2:
+        return f"needs 2+ GPUs, found {gpus}"
+    if world_size < 2:
+        return f"needs 2+ ranks, --perf-world-size is {world_size}"
+    return None

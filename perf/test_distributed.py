@@ -1,0 +1,254 @@
+"""Mixed precision past one GPU: each precision mode under DDP and FSDP2, per communication variant,
+timed against the fp32 reference under the same parallelism, and held against the baselines of this
+GPU model in this count (``baselines/<gpu-slug>-x<N>.json``).
+
+This pytest process stays one process: cells run in torchrun launches (``ampbench.dist_worker``), one
+launch per model and mode carrying every selected comm variant of it, so the process group starts once
+per mode rather than once per cell. A launch that fails or outlives its time limit is killed as a whole
+process group, and each of its cells fails with the failing rank's last lines.
+
+Scaling efficiency is N-GPU samples/s over N x the same mode's samples/s on one GPU, the 1-GPU side
+timed by rank 0 inside the same launch, between the distributed rounds, rather than by a separate
+1-process launch: its blocks then interleave with the N-GPU blocks, so clock and thermal drift fall
+on both sides and each round gives one paired ratio (hence an interval, from ``estimate_speedup``),
+and no second launch start (~10-20 s with NCCL) is paid per cell. The 1-GPU side is a plain
+``Trainer``, not DDP over one rank, so the efficiency includes all of DDP's or FSDP2's overheads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+
+import conftest
+from ampbench import speed
+from ampbench.device import unsupported_reason
+from ampbench.distributed import DistFigures, merge_ranks, variants_for
+from ampbench.launch import LaunchResult, run_launch, torchrun_command
+from ampbench.modes import MODES, get_mode
+from ampbench.stats import SpeedupEstimate
+from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for, trusted_between_run_sd
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_MODELS = ("resnet50", "gpt")
+# the CPU pass runs in CI on two slow cores: one small model, one mode, every variant that applies
+CPU_MODELS, CPU_MODES = ("mlp",), ("amp_bf16",)
+# seconds a launch may take: a start (torch import, rendezvous, NCCL init) plus each cell's build,
+# warm-up, rounds and profile
+LAUNCH_SECONDS = {"cpu": (60.0, 30.0), "cuda": (180.0, 120.0)}
+
+
+class InconclusiveDistributedSpeed(UserWarning):
+    """A distributed speed verdict whose interval straddles the regression line."""
+
+
+def _cells(config: pytest.Config, strategy: str) -> list[tuple[str, str, str]]:
+    s = conftest.perf_settings_of(config)
+    cuda = s.device.type == "cuda"
+    model_names = config.option.perf_models or (GPU_MODELS if cuda else CPU_MODELS)
+    mode_names = config.option.perf_precisions or (tuple(MODES) if cuda else CPU_MODES)
+    return [(m, p, v.name) for m in model_names for p in mode_names for v in variants_for(get_mode(p), strategy)]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("strategy")
+    if "dist_cell" not in metafunc.fixturenames or marker is None:
+        return
+    cells = _cells(metafunc.config, marker.args[0])
+    metafunc.parametrize("dist_cell", cells, ids=["-".join(c) for c in cells])
+
+
+def _launch(settings, nproc: int, model: str, mode: str, comms: list[str], out: Path) -> LaunchResult:
+    base, per_cell = LAUNCH_SECONDS[settings.device.type]
+    rounds = speed.policy_for(settings.device, settings.min_rounds, settings.tolerance).rounds.min_rounds
+    args = ["--model", model, "--mode", mode, "--comm", ",".join(comms), "--out", str(out),
+            "--rounds", str(rounds), "--block-seconds", str(settings.block_seconds),
+            "--device", settings.device.type, *(["--cudnn-benchmark"] if settings.cudnn_benchmark else [])]
+    return run_launch(torchrun_command("ampbench.dist_worker", args, nproc), base + per_cell * len(comms), ROOT)
+
+
+@pytest.fixture(scope="session")
+def _launches() -> dict:
+    """(model, mode) -> (LaunchResult, output folder) of the launch that ran its cells."""
+    return {}
+
+
+def _group_comms(session: pytest.Session, model: str, mode: str) -> list[str]:
+    """Comm variants of every selected cell of this model and mode, in collection order."""
+    comms = []
+    for item in session.items:
+        cell = getattr(item, "callspec", None) and item.callspec.params.get("dist_cell")
+        if cell and cell[:2] == (model, mode) and cell[2] not in comms:
+            comms.append(cell[2])
+    return comms
+
+
+def _rank_docs(out: Path, comm: str, nproc: int) -> list[dict] | None:
+    paths = [out / comm / f"rank{r}.json" for r in range(nproc)]
+    return [json.loads(p.read_text()) for p in paths] if all(p.exists() for p in paths) else None
+
+
+def _judge(check: SpeedupCheck | None, est: SpeedupEstimate) -> Verdict:
+    return check.classify(est) if check is not None else Verdict.NO_BASELINE
+
+
+def _check(baseline: dict | None, key: str, noise_key: str, model: str, what: str, floor: float) -> SpeedupCheck | None:
+    if baseline is None or not isinstance(baseline.get(key), (int, float)):
+        return None
+    tol = tolerance_for(floor, baseline.get(noise_key), trusted_between_run_sd(baseline))
+    return SpeedupCheck(model, what, float(baseline[key]), tol)
+
+
+def _speed_cell(request, benchmark, dist_cell, perf_settings, perf_device, perf_world_size,
+                distributed_baseline_store, software, _launches) -> None:
+    model, mode_name, comm = dist_cell
+    reason = unsupported_reason(get_mode(mode_name), perf_device)
+    if reason:
+        pytest.skip(reason)
+    settings, nproc, store = perf_settings, perf_world_size, distributed_baseline_store
+    test_id = f"{request.node.originalname}[{model}-{mode_name}-{comm}]"
+    what = f"{model} {mode_name} {comm} (x{nproc})"
+    benchmark.extra_info.update(ampbench_schema=1, kind="distributed", model=model, mode=mode_name, comm=comm,
+                                world_size=nproc, device=str(perf_device))
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # the cell is timed in the launch
+
+    key = (model, mode_name)
+    if key not in _launches:
+        out = request.getfixturevalue("tmp_path_factory").mktemp(f"dist-{model}-{mode_name}")
+        comms = _group_comms(request.session, model, mode_name) or [comm]
+        _launches[key] = (_launch(settings, nproc, model, mode_name, comms, out), out)
+    result, out = _launches[key]
+    docs = _rank_docs(out, comm, nproc)
+    if docs is None:
+        pytest.fail(f"{what}: no result from every rank; torchrun launch {result.explain(nproc)}", pytrace=False)
+
+    confidence = 0.99
+    figs = merge_ranks(docs, confidence)
+    baseline = store.figures(test_id) if store is not None else None
+    floor = settings.tolerance
+    speed_check = _check(baseline, "speedup", "noise", model, f"{mode_name} {comm} x{nproc}", floor)
+    eff_check = _check(baseline, "scaling_efficiency", "scaling_noise", model, f"{mode_name} {comm} x{nproc}", floor)
+    verdicts = {"speedup": _judge(speed_check, figs.speedup)}
+    if figs.efficiency is not None:
+        verdicts["scaling efficiency"] = _judge(eff_check, figs.efficiency)
+    confirmation = None
+    if Verdict.REGRESSION in verdicts.values():
+        # as in the 1-GPU suite: a regression stands only when a second, independent launch agrees
+        again_out = request.getfixturevalue("tmp_path_factory").mktemp(f"dist-{model}-{mode_name}-{comm}-again")
+        again = _launch(settings, nproc, model, mode_name, [comm], again_out)
+        again_docs = _rank_docs(again_out, comm, nproc)
+        if again_docs is None:
+            pytest.fail(f"{what}: confirming launch failed: {again.explain(nproc)}", pytrace=False)
+        confirmation = merge_ranks(again_docs, confidence)
+        second = {"speedup": (speed_check, confirmation.speedup),
+                  "scaling efficiency": (eff_check, confirmation.efficiency)}
+        for name, v in verdicts.items():
+            chk, est = second[name]
+            if v is Verdict.REGRESSION and (est is None or _judge(chk, est) is not Verdict.REGRESSION):
+                verdicts[name] = Verdict.INCONCLUSIVE
+    order = [Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE, Verdict.PASS, Verdict.IMPROVED]
+    verdict = min(verdicts.values(), key=order.index)
+    message = _message(what, figs, speed_check, eff_check, verdicts, confirmation)
+
+    moved = all(d["weights_moved"] for d in docs)
+    scales = [d.get("loss_scale") for d in docs]
+    eff = figs.efficiency
+    benchmark.extra_info.update(
+        speedup=figs.speedup.speedup, speedup_low=figs.speedup.low, speedup_high=figs.speedup.high,
+        rounds=figs.speedup.rounds, confidence=confidence,
+        throughput_per_gpu=figs.throughput_per_gpu, throughput_per_gpu_ref=figs.throughput_per_gpu_ref,
+        throughput=figs.throughput_per_gpu * nproc, batch_size_per_gpu=docs[0]["batch_size"],
+        scaling_efficiency=eff.speedup if eff else None, scaling_efficiency_low=eff.low if eff else None,
+        scaling_efficiency_high=eff.high if eff else None,
+        comm_share=figs.comm_share, comm_overlap=figs.comm_overlap,
+        comm_share_ref=_mean_of(docs, "comm_share_ref"), comm_overlap_ref=_mean_of(docs, "comm_overlap_ref"),
+        baseline_speedup=speed_check.expected if speed_check else None,
+        baseline_scaling_efficiency=eff_check.expected if eff_check else None,
+        tolerance=speed_check.tolerance if speed_check else None, line=speed_check.line if speed_check else None,
+        verdict=verdict.value, message=message, recording=settings.update_baselines,
+        weights_moved=moved, loss_scale=scales[0], backend=docs[0]["backend"], strategy=docs[0]["strategy"],
+        steps_per_block=docs[0]["mode_steps"], ref_steps_per_block=docs[0]["ref_steps"],
+        block_seconds=settings.block_seconds, cudnn_benchmark=settings.cudnn_benchmark,
+        launch_s=result.seconds,
+        round_ms=[t * 1e3 for t in docs[0]["mode_times"]], ref_round_ms=[t * 1e3 for t in docs[0]["ref_times"]],
+    )
+
+    problems = []
+    if not moved:
+        problems.append("no optimizer step changed the weights on some rank (every step skipped?)")
+    if len(set(scales)) > 1:
+        problems.append(f"ranks ended with different loss scales {scales}")
+    if any(s is not None and not (math.isfinite(s) and s > 0) for s in scales):
+        problems.append(f"loss scale {scales} after the timed run; expected finite and positive")
+
+    if settings.update_baselines and store is not None and not problems:
+        store.record(test_id, {
+            "speedup": figs.speedup.speedup, "ci_low": figs.speedup.low, "ci_high": figs.speedup.high,
+            "rounds": figs.speedup.rounds, "noise": figs.speedup.half_width,
+            "throughput_per_gpu": figs.throughput_per_gpu, "throughput_per_gpu_ref": figs.throughput_per_gpu_ref,
+            "scaling_efficiency": eff.speedup if eff else None, "scaling_efficiency_low": eff.low if eff else None,
+            "scaling_efficiency_high": eff.high if eff else None, "scaling_noise": eff.half_width if eff else None,
+            "comm_share": figs.comm_share, "comm_overlap": figs.comm_overlap, "world_size": nproc,
+            "batch_size": docs[0]["batch_size"], "block_seconds": settings.block_seconds,
+            "cudnn_benchmark": settings.cudnn_benchmark,
+        }, software)
+        store.write()  # at once: a session cut short keeps every cell it finished
+
+    if problems:
+        pytest.fail(f"{what}: " + "; ".join(problems), pytrace=False)
+    if verdict is Verdict.REGRESSION:
+        pytest.fail(f"distributed speed regression: {message}", pytrace=False)
+    if verdict is Verdict.INCONCLUSIVE:
+        if settings.strict:
+            pytest.fail(f"inconclusive distributed verdict (--perf-strict): {message}", pytrace=False)
+        warnings.warn(InconclusiveDistributedSpeed(f"inconclusive: {message}"))
+    if store is not None and not store.exists and not settings.update_baselines:
+        warnings.warn(UserWarning(f"no baseline file {store.path}; {message}. Record one with "
+                                  f"`pytest perf/test_distributed.py --perf-update-baselines`"))
+
+
+def _mean_of(docs: list[dict], key: str) -> float | None:
+    vs = [d.get(key) for d in docs if isinstance(d.get(key), (int, float))]
+    return sum(vs) / len(vs) if vs else None
+
+
+def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dict, confirmation) -> str:
+    parts = [f"{what}: speedup over fp32 under the same parallelism {figs.speedup}"]
+    if speed_check:
+        parts.append(f"against baseline {speed_check.expected:.3f}x, line {speed_check.line:.3f}x "
+                     f"({verdicts['speedup'].value})")
+    if figs.efficiency is not None:
+        e = figs.efficiency
+        parts.append(f"scaling efficiency {e.speedup:.1%} [{e.low:.1%}, {e.high:.1%}]")
+        if eff_check:
+            parts.append(f"against baseline {eff_check.expected:.1%}, line {eff_check.line:.1%} "
+                         f"({verdicts['scaling efficiency'].value})")
+    parts.append(f"{figs.throughput_per_gpu:.1f} samples/s per GPU")
+    if figs.comm_share is not None:
+        overlap = f", {figs.comm_overlap:.0%} of it overlapped" if figs.comm_overlap is not None else ""
+        parts.append(f"NCCL kernels {figs.comm_share:.0%} of a step{overlap}")
+    if confirmation is not None:
+        parts.append(f"confirming launch {confirmation.speedup}")
+    if not speed_check:
+        parts.append("no baseline for this GPU model and count")
+    return "; ".join(parts)
+
+
+@pytest.mark.strategy("ddp")
+def test_ddp_speed(request, benchmark, dist_cell, perf_settings, perf_device, perf_world_size,
+                   distributed_baseline_store, software, _launches):
+    """A mode under DDP with this comm variant against fp32 under DDP with fp32 all-reduce."""
+    _speed_cell(request, benchmark, dist_cell, perf_settings, perf_device, perf_world_size,
+                distributed_baseline_store, software, _launches)
+
+
+@pytest.mark.strategy("fsdp2")
+def test_fsdp2_speed(request, benchmark, dist_cell, perf_settings, perf_device, perf_world_size,
+                     distributed_baseline_store, software, _launches):
+    """A mode under FSDP2 with this mixed-precision policy against fp32 under FSDP2 without one."""
+    _speed_cell(request, benchmark, dist_cell, perf_settings, perf_device, perf_world_size,
+                distributed_baseline_store, software, _launches)

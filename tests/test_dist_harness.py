@@ -1,0 +1,167 @@
+"""The distributed harness's pure parts: the comm-variant table, FSDP2's units, NCCL figures from a
+trace, merging rank documents, world size and baseline slug, and a launch that cannot outlive its limit."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import models
+from ampbench.device import cluster_slug
+from ampbench.distributed import (
+    COMM_VARIANTS,
+    Kernel,
+    comm_figures,
+    fsdp2_units,
+    kernels_from_trace,
+    merge_ranks,
+    resolve_world_size,
+    variants_for,
+    world_size_skip_reason,
+)
+from ampbench.launch import LaunchResult, run_launch
+from ampbench.modes import MODES
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
+
+
+def test_variants_apply_by_fields():
+    names = {m: [v.name for v in variants_for(MODES[m])] for m in MODES}
+    assert names["amp_bf16"] == ["fp32", "bf16_hook", "fp16_hook", "fsdp2_fp32", "fsdp2_fp32_reduce", "fsdp2_bf16_reduce"]
+    assert names["amp_fp16"] == ["fp32", "bf16_hook", "fp16_hook", "fsdp2_fp32"]
+    for low in ("fp16_master", "fp16", "bf16"):  # low-precision parameters: only DDP in their own dtype
+        assert names[low] == ["fp32"], low
+    for v in COMM_VARIANTS.values():  # a reference is fp32 reduction under the same parallelism
+        ref = COMM_VARIANTS[v.reference]
+        assert ref.strategy == v.strategy and ref.ddp_hook is None and ref.param_dtype is None
+        assert ref.applies_to(MODES["fp32"])
+
+
+def test_fsdp2_units_are_blocks_then_root():
+    for name, blocks in (("gpt", 2), ("resnet50", 16), ("mlp", 3)):
+        spec = models.get_model(name)
+        model = spec.build(spec.smoke_config)
+        units = fsdp2_units(model)
+        assert units[-1] is model and len(units) == blocks + 1, name
+    gpt = models.get_model("gpt")
+    model = gpt.build(gpt.smoke_config)
+    assert all(model.wte not in list(u.modules()) for u in fsdp2_units(model)[:-1])  # tied weights stay in the root
+
+
+def test_comm_figures_share_and_overlap():
+    kernels = [
+        Kernel("sm90_gemm", 7, 0.0, 60.0),
+        Kernel("ncclDevKernel_AllReduce_Sum_f32", 20, 40.0, 80.0),  # 20 of its 40 us under the gemm
+        Kernel("elementwise", 7, 90.0, 100.0),
+        Kernel("ncclDevKernel_AllReduce_Sum_f32", 20, 85.0, 95.0),  # 5 of 10 under the elementwise
+        Kernel("fill_on_comm_stream", 20, 0.0, 10.0),  # the NCCL stream's own compute: no overlap
+    ]
+    figs = comm_figures(kernels)
+    assert figs["comm_share"] == pytest.approx(50.0 / 100.0)
+    assert figs["comm_overlap"] == pytest.approx(25.0 / 50.0)
+    assert comm_figures([Kernel("gemm", 7, 0, 1)]) == {"comm_share": 0.0, "comm_overlap": None, "comm_us": 0.0}
+    assert comm_figures([])["comm_share"] is None
+
+
+def test_kernels_from_chrome_trace():
+    trace = {"traceEvents": [
+        {"cat": "kernel", "name": "ncclKernel", "ts": 10.0, "dur": 5.0, "tid": 3, "args": {"stream": 13}},
+        {"cat": "cpu_op", "name": "aten::mm", "ts": 0.0, "dur": 50.0},
+        {"cat": "kernel", "name": "gemm", "ts": 0.0, "dur": 20.0, "tid": 7},
+    ]}
+    assert kernels_from_trace(trace) == [Kernel("ncclKernel", 13, 10.0, 15.0), Kernel("gemm", 7, 0.0, 20.0)]
+
+
+def _doc(rank, ref, mode, single=None):
+    return {"rank": rank, "world_size": 2, "batch_size": 8, "ref_times": ref, "mode_times": mode,
+            "single_times": single, "comm_share": 0.2 + rank / 10, "comm_overlap": None}
+
+
+def test_merge_takes_the_slowest_rank_per_round():
+    n = 8
+    docs = [_doc(0, [2.0] * n, [1.0] * n, single=[0.9] * n), _doc(1, [2.0] * (n - 1) + [4.0], [1.0] * (n - 1) + [1.5])]
+    figs = merge_ranks(docs, 0.99)
+    assert figs.speedup.speedup == pytest.approx(2.0) and figs.speedup.high == pytest.approx(4.0 / 1.5)
+    assert figs.efficiency.speedup == pytest.approx(0.9) and figs.efficiency.low == pytest.approx(0.9 / 1.5)
+    assert figs.throughput_per_gpu == pytest.approx(8.0) and figs.world_size == 2
+    assert figs.comm_share == pytest.approx(0.25) and figs.comm_overlap is None
+    with pytest.raises(ValueError, match="different numbers of rounds"):
+        merge_ranks([docs[0], _doc(1, [2.0] * (n - 1), [1.0] * (n - 1))], 0.99)
+    with pytest.raises(ValueError, match="ranks \\[0, 0\\]"):
+        merge_ranks([docs[0], docs[0]], 0.99)
+
+
+def test_world_size_defaults_and_limits():
+    assert resolve_world_size(None, CPU, 0) == 2 and resolve_world_size(3, CPU, 0) == 3
+    assert resolve_world_size(None, CUDA, 2) == 2 and resolve_world_size(1, CUDA, 2) == 1
+    with pytest.raises(ValueError, match="--perf-world-size 4: only 2 GPUs visible"):
+        resolve_world_size(4, CUDA, 2)
+    assert world_size_skip_reason(1, CUDA, 1) == "needs 2+ GPUs, found 1"
+    assert world_size_skip_reason(2, CUDA, 2) is None and world_size_skip_reason(2, CPU, 0) is None
+    assert "--perf-world-size is 1" in world_size_skip_reason(1, CPU, 0)
+
+
+def test_cluster_slug():
+    assert cluster_slug("NVIDIA H200", 2) == "nvidia-h200-x2"
+    assert cluster_slug("NVIDIA H100 80GB HBM3", 1) == "nvidia-h100-80gb-hbm3"
+    with pytest.raises(ValueError):
+        cluster_slug("NVIDIA H200", 0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie awaiting its parent counts as gone
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def test_a_hanging_launch_is_killed_with_its_children(tmp_path):
+    """A launch past its limit ends within it, taking every process it started along (here a child
+    that ignores SIGTERM), and keeps the output it printed."""
+    pidfile = tmp_path / "child.pid"
+    child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    script = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {child!r}]); "
+              f"open({str(pidfile)!r}, 'w').write(str(p.pid)); print('[default1]:started', flush=True); p.wait()")
+    t0 = time.monotonic()
+    result = run_launch([sys.executable, "-c", script], timeout=3.0, cwd=tmp_path)
+    assert result.timed_out and time.monotonic() - t0 < 15
+    assert result.rank_lines(1) == ["started"]
+    deadline = time.monotonic() + 5
+    while _alive(int(pidfile.read_text())) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(int(pidfile.read_text())), "the launch's child outlived it"
+    assert "timed out after 3 s" in result.explain(2)
+
+
+def test_failure_names_the_root_cause_rank():
+    output = "\n".join(["[default0]:fine", "[default1]:Traceback", "[default1]:ValueError: mlp amp_bf16 fp16_hook",
+                        "Root Cause (first observed failure):", "[0]:", "  rank      : 1 (local_rank: 1)"])
+    text = LaunchResult(1, output, 5.0, 60.0).explain(2)
+    assert "rank 1 (root cause)" in text and "ValueError: mlp amp_bf16 fp16_hook" in text and "fine" not in text
+    assert math.isfinite(LaunchResult(1, output, 5.0, 60.0).seconds)
+
+
+def test_distributed_cells_and_ids():
+    """Cells are model x mode x the comm variants that apply to the mode, ids model-mode-comm."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "perf/test_distributed.py", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "--perf-models", "resnet50,gpt", "--perf-precisions", "amp_bf16,bf16"],
+        cwd=root, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    ids = [line.split("::")[1] for line in result.stdout.splitlines() if "::" in line]
+    assert ids[:4] == ["test_ddp_speed[resnet50-amp_bf16-fp32]", "test_ddp_speed[resnet50-amp_bf16-bf16_hook]",
+                       "test_ddp_speed[resnet50-amp_bf16-fp16_hook]", "test_ddp_speed[resnet50-bf16-fp32]"]
+    assert "test_fsdp2_speed[gpt-amp_bf16-fsdp2_bf16_reduce]" in ids and len(ids) == 2 * (4 + 3)
