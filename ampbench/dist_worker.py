@@ -21,7 +21,6 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable
