@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 from ampbench.baselines import measurement_mismatch
 from ampbench.report import Cell, Run
 from ampbench.stats import finite_number, log_sd
-from ampbench.verdict import Verdict
+from ampbench.verdict import DEFAULT_TOLERANCE, Verdict, tolerance_for, trusted_between_run_sd
 
 # what must match between a baseline entry's `software` and a run's machine_info["ampbench"] for the
 # run to measure the same thing: the card model and every layer of software under test
@@ -169,6 +169,10 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
             spread = learned.figures[figure.key].get(test_id)
             if spread is not None:
                 figures.update({figure.sd_key: spread.sd, figure.count_key: len(spread.speedups)})
+        if finite_number(figures.get("device_speedup")) is not None:
+            # what the device verdict will now use under the default floor, so the file says what is guarded
+            figures["device_tolerance"] = tolerance_for(DEFAULT_TOLERANCE, figures.get("device_noise"),
+                                                        trusted_between_run_sd(figures, "device_"))
         if figures != entry["figures"]:
             entry = dict(entry, figures=figures)
         entries[test_id] = entry

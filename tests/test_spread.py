@@ -15,7 +15,7 @@ from ampbench.report import parse_run
 from ampbench.speed import across_runs_of, describe_across
 from ampbench.spread import DEVICE, FIGURES, WALL, carried, carried_device, learn, software_difference, with_spread
 from ampbench.stats import SpeedupEstimate, log_sd
-from ampbench.verdict import trusted_between_run_sd
+from ampbench.verdict import DEFAULT_TOLERANCE, tolerance_for, trusted_between_run_sd
 
 SOFTWARE = {"torch": "2.11.0+cu130", "cuda": "13.0", "cudnn": 91900, "driver": "580.159.04",
             "device": "NVIDIA H100 80GB HBM3", "capability": "9.0"}
@@ -209,6 +209,15 @@ def test_with_spread_stores_the_device_figures_beside_the_wall_ones():
     # what the suite reads back: three values are enough to loosen a verdict
     assert trusted_between_run_sd(wrn, "device_") == pytest.approx(learned.device_cells[WRN].sd)
     assert "device_between_run_sd" not in document["entries"][WRN]["figures"]
+
+
+def test_with_spread_stores_the_device_tolerance_the_verdict_will_now_use():
+    document = _device_baseline()
+    learned = _learn(_device_run({WRN: (8.583, 3.121)}, "a"), _device_run({WRN: (8.381, 3.087)}, "b"), baseline=document)
+    wrn = with_spread(document, learned)["entries"][WRN]["figures"]
+    expected = tolerance_for(DEFAULT_TOLERANCE, wrn.get("device_noise"), learned.device_cells[WRN].sd)
+    assert wrn["device_tolerance"] == pytest.approx(expected)
+    assert wrn["device_tolerance"] >= DEFAULT_TOLERANCE
 
 
 def test_a_comparable_re_recording_keeps_the_device_spread():
