@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 import conftest
+from perf.outcome import conclude
 from ampbench import speed
 from ampbench.device import unsupported_reason
 from ampbench.distributed import DistFigures, merge_ranks, variants_for
@@ -198,14 +199,8 @@ def _speed_cell(request, benchmark, dist_cell, perf_settings, perf_device, perf_
         }, software)
         store.write()  # at once: a session cut short keeps every cell it finished
 
-    if problems:
-        pytest.fail(f"{what}: " + "; ".join(problems), pytrace=False)
-    if verdict is Verdict.REGRESSION:
-        pytest.fail(f"distributed speed regression: {message}", pytrace=False)
-    if verdict is Verdict.INCONCLUSIVE:
-        if settings.strict:
-            pytest.fail(f"inconclusive distributed verdict (--perf-strict): {message}", pytrace=False)
-        warnings.warn(InconclusiveDistributedSpeed(f"inconclusive: {message}"))
+    conclude(verdict, problems, what, message, strict=settings.strict, kind="distributed speed",
+             inconclusive=InconclusiveDistributedSpeed)
     if store is not None and not store.exists and not settings.update_baselines:
         warnings.warn(UserWarning(f"no baseline file {store.path}; {message}. Record one with "
                                   f"`pytest perf/test_distributed.py --perf-update-baselines`"))

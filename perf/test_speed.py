@@ -20,6 +20,7 @@ from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, get_mode
 from ampbench.stats import median
 from ampbench.timing import extend_until_tight
+from perf.outcome import conclude
 from ampbench.verdict import (
     WALL_TOLERANCE_FLOOR,
     HostOverhead,
@@ -250,14 +251,8 @@ def test_speed(benchmark, request, model_spec, mode, reference, perf_settings, p
         warnings.warn(UserWarning(f"{test_id}: {no_device_baseline}; the wall verdict holds the cell"))
     if timing.fallback and perf_device.type == "cuda":
         warnings.warn(UserWarning(f"{test_id}: device time from the profiler's kernel sum: {timing.fallback}"))
-    if problems:
-        pytest.fail(f"{model_spec.name} {mode.name}: " + "; ".join(problems), pytrace=False)
-    if verdict is Verdict.REGRESSION:
-        pytest.fail(f"speed regression: {message}", pytrace=False)
-    if verdict is Verdict.INCONCLUSIVE:
-        if settings.strict:
-            pytest.fail(f"inconclusive speed verdict (--perf-strict): {message}", pytrace=False)
-        warnings.warn(InconclusiveSpeed(f"inconclusive: {message}"))
+    conclude(verdict, problems, f"{model_spec.name} {mode.name}", message, strict=settings.strict, kind="speed",
+             inconclusive=InconclusiveSpeed)
     if "wall" not in gated and wall.verdict is Verdict.REGRESSION and dev.verdict in (Verdict.PASS, Verdict.IMPROVED):
         warnings.warn(HostOverhead(f"{test_id}: wall-clock speedup below its line while device time held: "
                                    f"{wall.message}; the host that launches the steps is slower or busier"))
