@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from enum import Enum
 
@@ -131,23 +132,29 @@ class HostOverhead(UserWarning):
     steps got slower (or busier), not the GPU's work. Reported, never a failure under the device gate."""
 
 
+def _kernel_key(name: str) -> str:
+    # an anonymous namespace left "at::native::::name" in lists recorded by an older normaliser
+    return re.sub(r"(?:::){2,}", "::", name)
+
+
 def kernel_changes(baseline: list | None, measured: list | None, top: int = 5) -> str | None:
-    """The kernels whose device time per step moved most between a baseline's kernel list and this
-    run's (each a list of {"name", "ms"}), the new ones and the vanished ones; None where either
-    side has no list. Names are normalised (``devicetime.normalise_kernel_name``)."""
+    """The kernels that appeared or vanished against a baseline's kernel list, and those whose device
+    time per step moved most (each list of {"name", "ms"}, names normalised by
+    ``devicetime.normalise_kernel_name``); None where either side has no list. New and vanished kernels
+    come first: a kernel choice that changed says more than a kernel that got slower."""
     if not baseline or not measured:
         return None
-    old = {k["name"]: float(k["ms"]) for k in baseline if isinstance(k, dict) and "name" in k}
-    new = {k["name"]: float(k["ms"]) for k in measured if isinstance(k, dict) and "name" in k}
+    old = {_kernel_key(k["name"]): float(k["ms"]) for k in baseline if isinstance(k, dict) and "name" in k}
+    new = {_kernel_key(k["name"]): float(k["ms"]) for k in measured if isinstance(k, dict) and "name" in k}
     appeared = sorted((n for n in new if n not in old), key=lambda n: -new[n])[:top]
     vanished = sorted((n for n in old if n not in new), key=lambda n: -old[n])[:top]
     moved = sorted((n for n in new if n in old and new[n] != old[n]), key=lambda n: -abs(new[n] - old[n]))[:top]
     parts = []
-    if moved:
-        parts.append("changed: " + ", ".join(f"{n} {old[n]:.3f}->{new[n]:.3f} ms ({new[n] - old[n]:+.3f})" for n in moved))
     if appeared:
         parts.append("new: " + ", ".join(f"{n} {new[n]:.3f} ms" for n in appeared))
     if vanished:
         parts.append("vanished: " + ", ".join(f"{n} {old[n]:.3f} ms" for n in vanished))
+    if moved:
+        parts.append("changed: " + ", ".join(f"{n} {old[n]:.3f}->{new[n]:.3f} ms ({new[n] - old[n]:+.3f})" for n in moved))
     total = sum(new.values()) - sum(old.values())
     return f"kernels per step {total:+.3f} ms against the baseline; " + "; ".join(parts) if parts else None

@@ -270,3 +270,12 @@ def test_first_look_adds_no_rounds_to_a_timer_that_has_enough():
     timer.rounds(10)
     outcome = first_look(None, timer, _policy())
     assert len(timer.mode_times) == 10 and isinstance(outcome.estimate, SpeedupEstimate)
+
+
+def test_kernel_changes_lead_with_new_kernels_and_read_older_names_alike():
+    base = [{"name": "at::native::::multi_tensor_apply_kernel", "ms": 0.6}, {"name": "gemm", "ms": 1.0}]
+    new = [{"name": "at::native::multi_tensor_apply_kernel", "ms": 0.6}, {"name": "gemm", "ms": 1.001},
+           {"name": "at::cuda::spin_kernel", "ms": 0.013}]
+    text = kernel_changes(base, new)
+    assert text.index("new: at::cuda::spin_kernel") < text.index("changed: gemm")
+    assert "multi_tensor_apply_kernel" not in text  # the same kernel under an older normaliser's name
