@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ampbench.report import Cell, Run, fmt_number, fmt_pct, fmt_speedup, verdict_label
+from ampbench.report.format import fmt_number, fmt_pct, fmt_speedup, verdict_label
+from ampbench.report.run import Cell, Run
 from ampbench.verdict import DEFAULT_TOLERANCE, WALL_TOLERANCE_FLOOR, RatioCheck, SpeedupCheck, Verdict, tolerance_for
 
 DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little

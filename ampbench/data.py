@@ -15,7 +15,7 @@ import functools
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -321,3 +321,15 @@ def cifar_train_transform(size: int, mean: torch.Tensor, std: torch.Tensor, resi
     steps += [T.RandomCrop(size, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
               T.Normalize(mean.tolist(), std.tolist())]
     return T.Compose(steps)
+
+
+def shuffled_batches(n: int, batch: int, seed: int, device: torch.device) -> Iterator[torch.Tensor]:
+    """Index batches of `batch` out of `n` samples, endlessly: a seeded permutation per epoch, whose
+    ragged tail is dropped so every step has one shape."""
+    if not 0 < batch <= n:
+        raise ValueError(f"a batch of {batch} cannot be drawn from {n} samples")
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        order = torch.randperm(n, generator=gen).to(device)
+        for pos in range(0, n - batch + 1, batch):
+            yield order[pos:pos + batch]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ampbench.baselines import measurement_mismatch
-from ampbench.report import Cell, Run
+from ampbench.report.run import Cell, Run
 from ampbench.stats import finite_number, log_sd
 from ampbench.verdict import DEFAULT_TOLERANCE, Verdict, tolerance_for, trusted_between_run_sd
 

@@ -483,7 +483,7 @@ def test_probes_switch_the_trainers_batch():
     """The search trains one trainer at many batch sizes: each probe replaces the synthetic pools
     with one batch of its size (found in review: assigning to the read-only pools raised)."""
     trainer = Trainer(models.get_model("mlp"), get_mode("amp_bf16"), torch.device("cpu"), smoke=True)
-    prober = memory._Prober(trainer, base_allocated=0, base_reserved=0)
+    prober = memory.probe._Prober(trainer, base_allocated=0, base_reserved=0)
     prober.set_batch(5)
     assert trainer.inputs.shape[0] == 5 and trainer.targets.shape[0] == 5 and trainer.batch_size == 5
     trainer.run(2)

@@ -208,20 +208,20 @@ def test_speed_chart_marks_baselines_and_intervals(gpu_report):
     matplotlib.use("Agg", force=True)
     from matplotlib.collections import LineCollection, PathCollection
 
-    from ampbench import report
+    from ampbench.report import charts
 
     figures = []
-    real_png = report._png
+    real_png = charts._png
 
     def keep(fig):
         figures.append(fig)
         return real_png(fig)
 
-    report._png = keep
+    charts._png = keep
     try:
-        report.run_charts(run)
+        charts.run_charts(run)
     finally:
-        report._png = real_png
+        charts._png = real_png
     speed_ax = figures[0].axes[0]
     assert "Speedup" in speed_ax.get_title(loc="left")
     assert any(isinstance(c, LineCollection) for c in speed_ax.collections), "no interval whiskers"

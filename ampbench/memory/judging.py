@@ -1,0 +1,163 @@
+"""The verdict of a memory cell: its figures (``figures_of``), where the search starts from a baseline
+(``search_start``), and ``judge``, which holds the figures against the baseline entry."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ampbench.memory.search import gib
+from ampbench.stats import median
+from ampbench.verdict import RatioCheck, Verdict
+
+if TYPE_CHECKING:
+    from ampbench.memory.probe import CellMemory
+
+
+# Two caps this close (relative) give comparable largest batches; farther apart the batch is not held
+# against the baseline (the ratios still are).
+CAP_MATCH = 0.01
+
+
+def allocator_config() -> str | None:
+    """PYTORCH_CUDA_ALLOC_CONF (e.g. expandable_segments) changes fragmentation, so the largest batch."""
+    return os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF") or None
+
+
+@dataclass(frozen=True)
+class MemoryJudgement:
+    verdict: Verdict
+    message: str
+    failures: tuple[str, ...]  # one message per figure beyond its tolerance
+
+
+def summary(model: str, mode: str, f: dict) -> str:
+    """One line of what a memory cell measured, from its figures (the keys of test_memory's extra_info)."""
+    plus = "+" if f.get("max_batch_limited") else ""
+    ref_plus = "+" if f.get("max_batch_ref_limited") else ""
+    return (
+        f"{model} {mode}: peak {gib(f['peak_mem_bytes'])} at batch {f['batch_size']} "
+        f"({f['memory_ratio']:.3f}x fp32); largest batch {f['max_batch']}{plus} "
+        f"({f['max_batch_ratio']:.2f}x fp32's {f['max_batch_ref']}{ref_plus}) under a cap of {gib(f['cap_bytes'])}; "
+        f"{f['max_batch_throughput']:,.0f} samples/s there ({f['max_batch_throughput_ratio']:.2f}x fp32 at its largest)"
+    )
+
+
+def same_budget(baseline: dict, cap_bytes: float, alloc_conf: str | None) -> bool:
+    """Whether a baseline entry's largest batch was found under this cap and these allocator settings."""
+    base_cap = baseline.get("cap_bytes")
+    return (isinstance(base_cap, (int, float)) and base_cap > 0 and abs(cap_bytes / base_cap - 1.0) <= CAP_MATCH
+            and baseline.get("alloc_conf") == alloc_conf)
+
+
+def search_start(baseline: dict | None, cap_bytes: float) -> tuple[int, int] | None:
+    """(largest batch, grid step) of a baseline entry found under this cap and this process's allocator
+    settings, where the search starts; None where there is none, and the search goes blind."""
+    if not baseline or not same_budget(baseline, cap_bytes, allocator_config()):
+        return None
+    batch, step = baseline.get("max_batch"), baseline.get("max_batch_step")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, step)):
+        return None
+    return batch, step
+
+
+def judge(model: str, mode: str, figures: dict, baseline: dict | None, tolerance: float) -> MemoryJudgement:
+    """Hold a memory cell's figures against its baseline entry.
+
+    Peak memory and its ratio to fp32 must not grow by more than `tolerance`; the largest batch and its
+    ratio must not shrink by more than `tolerance` plus the search's grid step, and are compared only
+    when the baseline was recorded under the same cap and allocator settings and neither side stopped
+    at the batch limit. Throughput at the largest batch is reported against the baseline, not held: it
+    is timed in one to three steps.
+    """
+    head = summary(model, mode, figures)
+    if baseline is None:
+        return MemoryJudgement(Verdict.NO_BASELINE, f"{head}; no baseline for this GPU", ())
+
+    checks: list[tuple[RatioCheck, float]] = []
+    notes: list[str] = []
+
+    def hold(name: str, figure: str, worse: str, slack: float = 0.0) -> None:
+        expected = baseline.get(name)
+        if isinstance(expected, (int, float)) and not isinstance(expected, bool) and expected > 0:
+            checks.append((RatioCheck(model, mode, figure, float(expected), tolerance + slack, worse), float(figures[name])))
+
+    hold("peak_mem_bytes", "peak memory (bytes)", "higher")
+    hold("memory_ratio", "memory ratio to fp32", "higher")
+    base_cap = baseline.get("cap_bytes")
+    if not same_budget(baseline, figures["cap_bytes"], figures.get("alloc_conf")):
+        notes.append(
+            f"largest batch not compared: baseline recorded under a cap of {gib(base_cap) if isinstance(base_cap, (int, float)) else 'n/a'} "
+            f"and allocator settings {baseline.get('alloc_conf')!r}, this run {gib(figures['cap_bytes'])} and {figures.get('alloc_conf')!r}"
+        )
+    elif figures.get("max_batch_limited") or baseline.get("max_batch_limited"):
+        notes.append("largest batch not compared: the search stopped at the batch limit")
+    else:
+        own = figures["max_batch_step"] / figures["max_batch"]
+        hold("max_batch", "largest batch", "lower", own)
+        if not figures.get("max_batch_ref_limited"):
+            hold("max_batch_ratio", "largest batch ratio to fp32", "lower",
+                 own + figures["max_batch_ref_step"] / figures["max_batch_ref"])
+
+    failures = tuple(msg for check, value in checks if (msg := check.failure(value)) is not None)
+    improved = [c for c, v in checks if c.improved(v)]
+    compared = "; ".join(f"{c.figure} {v:.4g} vs baseline {c.expected:.4g} ({v / c.expected - 1:+.1%})" for c, v in checks)
+    expected_tput = baseline.get("max_batch_throughput_ratio")
+    if isinstance(expected_tput, (int, float)) and expected_tput > 0 and figures.get("max_batch_throughput_ratio"):
+        notes.append(f"max-batch throughput ratio {figures['max_batch_throughput_ratio']:.3f}x vs baseline "
+                     f"{expected_tput:.3f}x (reported, not held)")
+    if failures:
+        verdict = Verdict.REGRESSION
+    elif improved:
+        verdict = Verdict.IMPROVED
+    else:
+        verdict = Verdict.PASS
+    parts = [head, f"against baseline (tolerance {tolerance:.1%}): {compared or 'no comparable figures'}"] + notes
+    return MemoryJudgement(verdict, "; ".join(parts), failures)
+
+
+def figures_of(cell: CellMemory, reference: CellMemory) -> dict:
+    """The figures of a memory cell, as test_memory's extra_info carries them and baselines store them
+    (scalars only; the probe log is added by the test)."""
+    s, r = cell.search, reference.search
+    return {
+        "batch_size": cell.breakdown.batch_size,
+        "peak_mem_bytes": cell.peak_bytes,
+        "peak_mem_ref_bytes": reference.peak_bytes,
+        "memory_ratio": cell.peak_bytes / reference.peak_bytes,
+        "max_batch": s.max_batch,
+        "max_batch_ref": r.max_batch,
+        "max_batch_ratio": s.max_batch / r.max_batch,
+        "max_batch_step": s.granularity,
+        "max_batch_ref_step": r.granularity,
+        "max_batch_limited": s.limited,
+        "max_batch_ref_limited": r.limited,
+        "max_batch_limit": s.limit,
+        "max_batch_confirmed": s.confirmed,
+        "max_batch_next_failing": s.next_failing,
+        "max_batch_predicted": s.predicted,
+        "max_batch_search_start": s.started_at,
+        "max_batch_peak_bytes": s.peak_at(s.max_batch),
+        "max_batch_throughput": cell.throughput,
+        "max_batch_throughput_ref": reference.throughput,
+        "max_batch_throughput_ratio": cell.throughput / reference.throughput,
+        "max_batch_step_ms": median(cell.step_seconds) * 1e3,
+        "search_steps": s.steps,
+        "search_seconds": cell.search_seconds,
+        "cell_seconds": cell.seconds,
+        "warmup_steps": cell.warmup_steps,
+        "cap_bytes": cell.cap_bytes,
+        "alloc_conf": allocator_config(),
+        "cudnn_benchmark": False,
+        **{f"allocator_{k}": v for k, v in cell.allocator_events.items()},
+        "max_batch_timed_alloc_retries": cell.timed_alloc_retries,
+        **cell.breakdown.figures(),
+    }
+
+
+# what a baseline entry of test_memory keeps
+BASELINE_FIGURES = (
+    "batch_size", "peak_mem_bytes", "memory_ratio", "max_batch", "max_batch_ratio", "max_batch_step",
+    "max_batch_limited", "max_batch_throughput", "max_batch_throughput_ratio", "cap_bytes", "alloc_conf",
+)

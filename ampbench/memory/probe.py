@@ -1,0 +1,365 @@
+"""The device side of the memory cells: the cap (``cap_bytes_for``, ``nominal_cap_bytes``) and the
+allocator limit that enforces it, real training steps at chosen batches (``_Prober``) with their
+out-of-memory recovery, and ``measure_memory``, which wires the search to them on a CUDA device."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from ampbench.device import cudnn_heuristics, first_line, is_out_of_memory, prime_libraries, release
+from ampbench.memory.breakdown import _EVENTS, Breakdown, _alloc_retries, _allocator_stats, held_bytes
+from ampbench.memory.search import GIB, SearchError, SearchResult, find_largest_batch, gib, try_step
+from ampbench.modes import PrecisionMode
+from ampbench.stats import median
+from ampbench.timing import peak_memory_bytes, sync, time_block
+from ampbench.train import Trainer
+from models.spec import ModelSpec
+
+# Default cap: this fraction of the card's total memory, at most DEFAULT_CAP_CEILING. Total, not free:
+# a baseline recorded on one H100 80GB must mean the same budget on every other, whatever size of
+# driver context. The ceiling makes every card of 27 GB or more search under the same 24 GiB, so
+# their largest batches compare; and a step at the largest batch costs time in proportion to it: under
+# 90% of an H100 (71 GiB) the quick tier's memory tests took about 200 s. The ratios to fp32, which
+# are what the tests hold, barely depend on the cap once weights and optimizer state are small next to
+# it. Only where the card is shared and has less free does the default shrink to FREE_SHARE of what
+# is free (then the largest batch is not held against a baseline recorded under another cap).
+DEFAULT_CAP_FRACTION = 0.9
+DEFAULT_CAP_CEILING = 24 * GIB
+FREE_SHARE = 0.95
+# The search stops at this multiple of the model's default batch: beyond it the largest batch is
+# absurd for training (the MLP would reach ~500k samples) and each confirming step would cost seconds.
+MAX_BATCH_FACTOR = 256
+# Training steps per probe. One decides "fits" for the first step from an empty cache; the timed steps
+# that follow reuse its cached blocks. Set 2 if a largest batch ever fits once and then not again.
+PROBE_STEPS = 1
+# Timed steps at the largest batch: about this many seconds, between 1 and 3 steps (the throughput
+# there is reported, not held, so a few steps do).
+TIMED_SECONDS = 0.25
+MAX_TIMED_ROUNDS = 3
+# Warm-up steps at most, until the optimizer holds its state (scaled steps that overflow are skipped,
+# and a skipped first step creates no momentum or Adam moments).
+MAX_WARMUP_STEPS = 32
+
+NO_CUDA_REASON = (
+    "memory figures need CUDA's caching allocator (max_memory_allocated, memory_stats, "
+    "set_per_process_memory_fraction); on the CPU the search logic is covered by tests/test_memory_search.py"
+)
+
+class MemoryMeasurementError(RuntimeError):
+    """A memory cell could not be measured (out of memory where it must fit, a cap the card cannot
+    give); the message names model, mode, batch and the figures seen."""
+
+
+def nominal_cap_for(total_bytes: int) -> int:
+    """The default cap of an idle card with this much memory."""
+    return int(min(DEFAULT_CAP_FRACTION * total_bytes, DEFAULT_CAP_CEILING))
+
+
+def default_cap_bytes(device: torch.device) -> int:
+    free, total = torch.cuda.mem_get_info(device)
+    return int(min(nominal_cap_for(total), FREE_SHARE * free))
+
+
+def nominal_cap_bytes(device: torch.device) -> int:
+    """The default cap of an idle card of this kind."""
+    return nominal_cap_for(torch.cuda.mem_get_info(device)[1])
+
+
+def cap_bytes_for(device: torch.device, cap_gib: float | None) -> int:
+    """--perf-memory-cap in bytes, or the default fraction of this card."""
+    return int(cap_gib * GIB) if cap_gib is not None else default_cap_bytes(device)
+
+
+def batch_limit(spec: ModelSpec, smoke: bool = False) -> int:
+    return MAX_BATCH_FACTOR * spec.batch_size_for(smoke)
+
+
+@contextlib.contextmanager
+def process_memory_limit(device: torch.device, limit_bytes: int) -> Iterator[float]:
+    """The caching allocator refuses to hold more than `limit_bytes` on `device` for the duration
+    (``set_per_process_memory_fraction``), then the previous fraction is restored so later tests get
+    the whole card again. Yields the fraction set."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    _, total = torch.cuda.mem_get_info(index)
+    getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    previous = float(getter(index)) if getter is not None else 1.0
+    fraction = min(1.0, limit_bytes / total)
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
+    try:
+        yield fraction
+    finally:
+        torch.cuda.set_per_process_memory_fraction(previous, index)
+
+
+class _Prober:
+    """Real training steps at chosen batch sizes on one trainer: the model is built once per cell,
+    only its batch changes (building GPT-2 small alone takes about a second of CPU)."""
+
+    def __init__(self, trainer: Trainer, base_allocated: int, base_reserved: int):
+        self.trainer, self.device = trainer, trainer.device
+        self.base_allocated, self.base_reserved = base_allocated, base_reserved
+        self.warm_batch: int | None = None  # batch of the last step that completed (its blocks are cached)
+        self.log: list[dict] = []  # batch, peak, reserved peak, seconds of every step
+
+    def set_batch(self, batch: int | None) -> None:
+        t = self.trainer
+        t.use_batch(None)  # the old batch goes before the new one is made
+        if batch is not None:
+            gen = torch.Generator(device=self.device).manual_seed(0)
+            t.use_batch(t.prepare(t.spec.make_batch(t.config, batch, self.device, gen)))
+            t.batch_size = batch
+
+    def peak(self, batch: int) -> int:
+        """One step at `batch` from an emptied cache, so every probe starts from the same allocator
+        state; returns its allocated peak. Raises on out of memory (see ``recover``)."""
+        self.warm_batch = None
+        entry: dict = {"batch": batch, "peak_bytes": None, "reserved_peak_bytes": None, "seconds": None,
+                       "alloc_retries": None}
+        self.log.append(entry)
+        # every probe starts from the same live set (weights, optimizer state) and an empty cache: a
+        # block split from a cached one is counted whole, so the peak would otherwise depend on history
+        self.set_batch(None)
+        self.trainer.model.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+        self.set_batch(batch)
+        sync(self.device)
+        retries = _alloc_retries(self.device)
+        t0 = time.perf_counter()
+        entry["peak_bytes"] = peak_memory_bytes(self.trainer, self.base_allocated, PROBE_STEPS)
+        entry["seconds"] = (time.perf_counter() - t0) / PROBE_STEPS
+        entry["alloc_retries"] = _alloc_retries(self.device) - retries
+        entry["reserved_peak_bytes"] = torch.cuda.max_memory_reserved(self.device) - self.base_reserved
+        self.warm_batch = batch
+        return entry["peak_bytes"]
+
+    def recover(self) -> None:
+        """After an out-of-memory step: drop the batch and the half-made gradients, forget the loss
+        scaler's per-step bookkeeping (a step that died inside ``scaler.step`` would make the next one
+        refuse to unscale), collect and empty the cache."""
+        self.warm_batch = None
+        self.set_batch(None)
+        self.trainer.model.zero_grad(set_to_none=True)
+        for name in ("_per_optimizer_states", "_per_optimizer"):  # GradScaler, ampbench.scaling.LossScaler
+            states = getattr(self.trainer.scaler, name, None)
+            if hasattr(states, "clear"):
+                states.clear()
+        release(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+
+def warm_up(trainer: Trainer) -> int:
+    """Steps until the optimizer holds its state; returns how many ran. The first step also makes
+    the library handles and workspaces that persist, so the measured step does not count them."""
+    steps = 0
+    while steps < MAX_WARMUP_STEPS:
+        trainer.run(1)
+        steps += 1
+        if len(trainer.optimizer.state) > 0:
+            break
+    sync(trainer.device)
+    return steps
+
+
+def step_breakdown(prober: _Prober, batch: int) -> Breakdown:
+    """Peak and breakdown of one step of a warmed-up trainer at `batch`."""
+    peak = prober.peak(batch)
+    device = prober.device
+    return Breakdown(
+        batch_size=batch,
+        peak_bytes=int(peak),
+        steady_bytes=torch.cuda.memory_allocated(device) - prober.base_allocated,
+        held=held_bytes(prober.trainer),
+        reserved_peak_bytes=prober.log[-1]["reserved_peak_bytes"],
+        allocator=_allocator_stats(device),
+    )
+
+
+@dataclass
+class CellMemory:
+    """Everything measured of one model in one mode; holds no tensors, so it can be cached."""
+
+    model: str
+    mode: str
+    breakdown: Breakdown  # at the model's default batch
+    search: SearchResult
+    cap_bytes: int
+    step_seconds: list[float]  # timed steps at the largest batch (CUDA events)
+    probe_log: list[dict]
+    warmup_steps: int
+    search_seconds: float
+    allocator_events: dict[str, int]  # alloc retries (cache flushed under pressure) and OOMs during the cell
+    timed_alloc_retries: int  # of those, in the uncapped steps at the largest batch (0 unless the card is full)
+    seconds: float  # the whole cell, wall clock
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.breakdown.peak_bytes
+
+    @property
+    def max_batch(self) -> int:
+        return self.search.max_batch
+
+    @property
+    def throughput(self) -> float:
+        """Samples per second at the largest batch."""
+        return self.max_batch / median(self.step_seconds)
+
+
+def _default_timed(step: Callable[[], None], rounds: int) -> None:
+    for _ in range(rounds):
+        step()
+
+
+def measure_memory(
+    spec: ModelSpec,
+    mode: PrecisionMode,
+    device: torch.device,
+    cap_bytes: int,
+    *,
+    smoke: bool = False,
+    timed: Callable[[Callable[[], None], int], None] | None = None,
+    start: tuple[int, int] | None = None,
+) -> CellMemory:
+    """Peak and breakdown at the default batch, the largest batch under `cap_bytes` (confirmed), and
+    step times there. `timed(step, rounds)` runs the timed steps (pytest-benchmark's ``pedantic`` in
+    the tests); `start` is (batch, grid step) where the search starts (see ``search_start``). cuDNN
+    benchmark mode is off throughout; the cap holds during the search and is lifted for the timed
+    steps. Raises ``MemoryMeasurementError`` with the figures seen (a failed search included)."""
+    if device.type != "cuda":
+        raise MemoryMeasurementError(f"{spec.name} {mode.name}: {NO_CUDA_REASON}")
+    where = f"{spec.name} {mode.name}"
+    t_start = time.perf_counter()
+    limit = batch_limit(spec, smoke)
+    timed = timed or _default_timed
+    prime_libraries(device)
+    release(device)
+    base_allocated = torch.cuda.memory_allocated(device)
+    base_reserved = torch.cuda.memory_reserved(device)
+    free, _ = torch.cuda.mem_get_info(device)
+    if free < cap_bytes:  # the cap is a budget on top of what this process already holds
+        raise MemoryMeasurementError(
+            f"{where}: the memory cap of {gib(cap_bytes)} exceeds the {gib(free)} free on the card "
+            f"(this process holds {gib(base_reserved)}, the rest is the driver's or other processes'); "
+            f"lower --perf-memory-cap"
+        )
+    events_before = _allocator_stats(device, _EVENTS)
+
+    stage, batch, failure = "building the trainer", spec.batch_size_for(smoke), None
+    prober = None
+    try:
+        with cudnn_heuristics():
+            trainer = Trainer(spec, mode, device, smoke=smoke)
+            stage = "warm-up"
+            warmup_steps = warm_up(trainer)
+            stage = "the peak at the default batch"
+            prober = _Prober(trainer, base_allocated, base_reserved)
+            breakdown = step_breakdown(prober, batch)
+            held = breakdown.held
+            fixed = held["weights"] + held["master"] + held["optimizer_state"]
+            with process_memory_limit(device, base_reserved + cap_bytes):
+                stage = "the largest-batch search"
+                t0 = time.perf_counter()
+                result = find_largest_batch(
+                    prober.peak, cap_bytes, breakdown.batch_size, first_peak=breakdown.peak_bytes,
+                    fixed_bytes=fixed, limit=limit, on_oom=prober.recover,
+                    start=start[0] if start else None, granularity=start[1] if start else None,
+                )
+                search_seconds = time.perf_counter() - t0
+            # Timed with the cap lifted. At the largest batch, by definition, the workspaces cuDNN's
+            # heuristics ask for do not fit under the cap: a convolution's request then makes the
+            # allocator flush its cache (a device sync) and retry before cuDNN falls back to another
+            # algorithm; WRN-28-10 fp32's probes near a 24 GiB cap logged 10-20 flushes per step on
+            # an H100. That would time the allocator at its limit, not the mode; the batch itself was
+            # settled under the cap.
+            batch = result.max_batch
+            stage = f"steps at the largest batch {batch}"
+            retries_before = _alloc_retries(device)
+            if prober.warm_batch == batch:
+                # the search's last step ran at this batch: its algorithms are chosen and its blocks cached
+                per_step = prober.log[-1]["seconds"]
+            else:  # the search ended on a failure: the batch is made again and one untimed step warms it
+                prober.set_batch(batch)
+                per_step = time_block(device, lambda: trainer.run(1))
+            rounds = max(1, min(MAX_TIMED_ROUNDS, math.ceil(TIMED_SECONDS / per_step)))
+            seconds: list[float] = []
+            timed(lambda: seconds.append(time_block(trainer.device, lambda: trainer.run(1))), rounds)
+            timed_retries = _alloc_retries(device) - retries_before
+    except Exception as exc:  # noqa: BLE001 - out of memory and a failed search become a report
+        # the message is built here and the exception dropped: its traceback holds the trainer
+        if isinstance(exc, SearchError):
+            failure = f"{where}: {exc}"
+        elif is_out_of_memory(exc):
+            peak = torch.cuda.max_memory_allocated(device) - base_allocated
+            failure = f"{where}: out of memory during {stage} (batch {batch}, peak {gib(peak)}): {first_line(exc)}"
+        else:
+            raise
+    finally:
+        trainer = None  # noqa: F841 - the last reference; release() below frees its memory
+        if prober is not None:
+            prober.trainer = None
+        release(device)
+    if failure is not None:
+        raise MemoryMeasurementError(failure)
+    events = {k: v - events_before.get(k, 0) for k, v in _allocator_stats(device, _EVENTS).items()}
+    return CellMemory(
+        model=spec.name, mode=mode.name, breakdown=breakdown, search=result, cap_bytes=cap_bytes,
+        step_seconds=seconds, probe_log=prober.log, warmup_steps=warmup_steps, search_seconds=search_seconds,
+        allocator_events=events, timed_alloc_retries=timed_retries, seconds=time.perf_counter() - t_start,
+    )
+
+
+@dataclass(frozen=True)
+class OomRecovery:
+    batch: int
+    oom_batch: int
+    ran_out: bool  # the deliberate step did run out of memory
+    peak_before: int  # peak of a step at `batch` before the out-of-memory step
+    peak_after: int  # the same step after recovery
+    steady_before: int  # allocated after the step at `batch`, before and after
+    steady_after: int
+    allocated_at_start: int  # before the trainer existed, and after it was dropped at the end
+    allocated_at_end: int
+    reserved_after_recovery: int  # cache emptied: little beyond what is allocated
+    allocated_after_recovery: int
+
+
+def demonstrate_oom_recovery(spec: ModelSpec, mode: PrecisionMode, device: torch.device, *, smoke: bool = False) -> OomRecovery:
+    """A step at the default batch, then a real training step at 4x the batch under a cap it cannot
+    fit, recovery, and the default step again: the allocator must be back where it was."""
+    prime_libraries(device)
+    release(device)
+    start = torch.cuda.memory_allocated(device)
+    reserved = torch.cuda.memory_reserved(device)
+    prober = None
+    try:
+        with cudnn_heuristics():
+            prober = _Prober(Trainer(spec, mode, device, smoke=smoke), start, reserved)
+            warm_up(prober.trainer)
+            batch = prober.trainer.batch_size
+            before = prober.peak(batch)
+            steady_before = torch.cuda.memory_allocated(device) - start
+            # 4x the batch needs about 3x more activation memory than this cap leaves room for
+            cap = before + (before - steady_before) // 2
+            with process_memory_limit(device, reserved + cap):
+                ran_out = try_step(prober.peak, 4 * batch, prober.recover) is None
+            alloc_recovered = torch.cuda.memory_allocated(device) - start
+            reserved_recovered = torch.cuda.memory_reserved(device) - reserved
+            after = prober.peak(batch)
+            steady_after = torch.cuda.memory_allocated(device) - start
+    finally:
+        if prober is not None:
+            prober.trainer = None
+        release(device)
+    return OomRecovery(
+        batch=batch, oom_batch=4 * batch, ran_out=ran_out, peak_before=before, peak_after=after,
+        steady_before=steady_before, steady_after=steady_after, allocated_at_start=start,
+        allocated_at_end=torch.cuda.memory_allocated(device), reserved_after_recovery=reserved_recovered,
+        allocated_after_recovery=alloc_recovered,
+    )
+

@@ -1,0 +1,164 @@
+"""The input pipeline: ``measure_input_pipeline`` times a training step fed by a real DataLoader
+(workers, pin_memory, non_blocking copies, per-sample augmentation) against the same step on
+device-resident batches. Re-exported by ampbench.convergence."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ampbench.data import (
+    ArrayImageDataset,
+    channel_stats,
+    cifar_train_transform,
+    load_digits,
+    resized_uint8,
+    torchvision_dataset,
+)
+from ampbench.device import cudnn_heuristics
+from ampbench.modes import PrecisionMode
+from ampbench.timing import sync
+from ampbench.train import Trainer
+from models.spec import ModelSpec
+
+INPUT_BOUND_RATIO = 0.9  # the loader-fed step runs below 90% of the resident rate ...
+LOADER_HEADROOM = 1.5  # ... and the loader alone delivers under 1.5x the resident rate: the loader caps it
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    model: str
+    mode: str
+    data: str  # where the loader's images came from
+    batch_size: int
+    steps: int  # timed steps on each side
+    workers: int
+    pin_memory: bool
+    resident_samples_per_s: float  # the step on batches already on the device
+    loader_samples_per_s: float  # the same step fed by the DataLoader
+    loader_only_samples_per_s: float  # the DataLoader alone, no training: the host's ceiling
+    input_bound: bool
+    message: str
+    losses_finite: bool = True
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def loader_ratio(self) -> float:
+        return self.loader_samples_per_s / self.resident_samples_per_s
+
+
+def pipeline_dataset(config: Any, data_root: Any = None, seed: int = 0) -> tuple[torch.utils.data.Dataset, str]:
+    """The training set a CIFAR-shaped model's DataLoader reads, with seed 000's per-sample augmentation:
+    CIFAR-10 from `data_root` when one is given (an error if it lacks CIFAR-10), else the digits
+    stored as 3x32x32 uint8 images so each sample costs the host what a CIFAR image costs."""
+    size = config.image_size
+    if data_root is not None:
+        probe = torchvision_dataset("cifar10", data_root, train=True)
+        # the statistics of 10,000 images are CIFAR's to three decimals, at a fifth of the memory
+        mean, std = channel_stats(torch.from_numpy(probe.data[:10_000]).permute(0, 3, 1, 2))
+        transform = cifar_train_transform(size, mean, std, resize_from=32)
+        probe.transform = transform
+        return probe, f"cifar10 ({data_root})"
+    digits = load_digits(seed=seed)
+    images = resized_uint8(digits.train_images, config.in_channels, 32)
+    mean, std = channel_stats(images)
+    transform = cifar_train_transform(size, mean, std, resize_from=32)
+    return ArrayImageDataset(images, digits.train_labels, transform), "digits as 3x32x32 uint8"
+
+
+def _loader(dataset, batch_size: int, batches: int, workers: int, pin: bool, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    # sampling with replacement makes one iterator cover any number of steps: no epoch boundary (and no
+    # worker restart) inside the timed stretch
+    sampler = torch.utils.data.RandomSampler(dataset, replacement=True, num_samples=batches * batch_size, generator=gen)
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
+                                       pin_memory=pin, drop_last=True)
+
+
+def measure_input_pipeline(
+    spec: ModelSpec,
+    mode: PrecisionMode,
+    device: torch.device,
+    *,
+    config: Any,
+    dataset: torch.utils.data.Dataset,
+    data_name: str,
+    batch_size: int,
+    steps: int,
+    warmup: int,
+    workers: int,
+    pin_memory: bool,
+    seed: int = 0,
+) -> PipelineResult:
+    """Samples/s of `spec`'s training step in `mode`, fed three ways: device-resident batches, a real
+    DataLoader (`workers` processes, `pin_memory`, non_blocking copies), and the DataLoader alone."""
+    pin = pin_memory and device.type == "cuda"  # pinning needs an accelerator to pin for
+    trainer = Trainer(spec, mode, device, config=config, batch_size=batch_size, seed=seed)
+    losses: list[torch.Tensor] = []
+
+    def feed(x: torch.Tensor, y: torch.Tensor) -> None:
+        x = x.to(device, non_blocking=pin)
+        y = y.to(device, non_blocking=pin)
+        losses.append(trainer.step(*trainer.prepare((x, y))))
+
+    # resident: the first loader batch, kept on the device, so both sides train on real pixels
+    first_x, first_y = next(iter(_loader(dataset, batch_size, 1, 0, False, seed)))
+    rx, ry = trainer.prepare((first_x.to(device), first_y.to(device)))
+    # both feeds run the same kernels, so the ratio does not need cuDNN's autotuning, which costs
+    # 10-25 s per model and dtype on an H100 (the speed tests' warm-up times): on the first cell
+    # it alone outlasted a 45 s stage
+    with mode.math_flags(), cudnn_heuristics():
+        for _ in range(warmup):
+            trainer.step(rx, ry)
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            losses.append(trainer.step(rx, ry))
+        sync(device)
+        resident = steps * batch_size / (time.perf_counter() - t0)
+
+        # one loader for both loader measurements, so the workers start once per cell
+        drain = 2 * workers  # batches the workers prefetch (prefetch_factor 2) while the step still runs
+        it = iter(_loader(dataset, batch_size, warmup + 2 * steps + drain, workers, pin, seed))
+        for _ in range(warmup):  # worker start-up and the first prefetches stay outside the timing
+            feed(*next(it))
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            feed(*next(it))
+        sync(device)
+        fed = steps * batch_size / (time.perf_counter() - t0)
+
+    for _ in range(drain):  # batches prefetched during training would arrive instantly
+        next(it)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        next(it)
+    alone = steps * batch_size / (time.perf_counter() - t0)
+    del it
+
+    finite = bool(torch.isfinite(torch.stack(losses).float()).all())
+    slower = fed < INPUT_BOUND_RATIO * resident
+    # the loader is what caps the step only if, on its own, it cannot deliver much more than the step
+    # consumes; a fed step that is slower while the loader has plenty to spare lost its time elsewhere
+    # (unpinned copies, a noisy host)
+    bound = slower and alone < LOADER_HEADROOM * resident
+    head = (f"{spec.name} {mode.name}: the DataLoader ({workers} workers, pin_memory {'on' if pin else 'off'}) feeds "
+            f"{fed:,.0f} samples/s, resident batches {resident:,.0f} ({100 * fed / resident:.0f}%); the loader "
+            f"alone delivers {alone:,.0f}")
+    if bound:
+        message = (f"{head}: input-bound, the loader caps the step rate, so this mode's speedup over fp32 is "
+                   f"hidden on this host (more --perf-loader-workers, or a faster CPU)")
+    elif slower:
+        message = (f"{head}: not input-bound, the loader alone has {alone / resident:.1f}x the step's need; "
+                   f"the fed step lost its time elsewhere (copies, workers competing with it for cores, host noise)")
+    else:
+        message = f"{head}: not input-bound (the loader keeps up within {100 * (1 - INPUT_BOUND_RATIO):.0f}%)"
+    return PipelineResult(
+        model=spec.name, mode=mode.name, data=data_name, batch_size=batch_size, steps=steps, workers=workers,
+        pin_memory=pin, resident_samples_per_s=resident, loader_samples_per_s=fed, loader_only_samples_per_s=alone,
+        input_bound=bound, message=message, losses_finite=finite,
+    )

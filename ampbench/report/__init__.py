@@ -1,0 +1,62 @@
+"""Turn an ampbench ``--benchmark-json`` file into a report: tables like the seeds' (mode, step time,
+throughput, speedup, memory, accuracy, per GPU), PNG charts, one self-contained ``index.html`` and a
+``summary.md`` short enough for a CI job summary.
+
+Nothing here imports torch or pytest: a report is made on machines that only hold the JSON.
+matplotlib is imported inside the chart functions, with the Agg backend, so importing this package
+has no side effects.
+
+The modules, by job: `run` reads a run's JSON (and a JUnit XML's failures); `format` turns figures into
+text and per-model tables; `charts`, `markdown` and `html` render them; `build` makes every file of a
+report and writes the folder. Only the rendering modules know of ampbench.compare (for its types), so
+compare can import the run reader without a cycle. The names below are re-exported for
+``from ampbench.report import ...``.
+"""
+
+from ampbench.report.build import REPORT_MARKER, build_report, write_report
+from ampbench.report.charts import MODE_COLORS, VERDICT_COLORS, Chart, comparison_chart, run_charts
+from ampbench.report.format import (
+    NEEDS_A_LOOK,
+    ROW_HEADERS,
+    VERDICT_ICONS,
+    VERDICT_ORDER,
+    Row,
+    attention,
+    fmt_accuracy,
+    fmt_bytes,
+    fmt_ms,
+    fmt_number,
+    fmt_pct,
+    fmt_rate,
+    fmt_speedup,
+    foreign_note,
+    model_rows,
+    verdict_counts,
+    verdict_label,
+)
+from ampbench.report.html import HTML_ICONS, OTHER_VERDICT_CLASS, VERDICT_CLASSES, HtmlCell, render_html, verdict_class
+from ampbench.report.markdown import render_comparison_markdown, render_markdown, speedup_matrix
+from ampbench.report.run import (
+    DASH,
+    KINDS,
+    MODE_ORDER,
+    REFERENCE_MODE,
+    SCHEMA_VERSION,
+    Cell,
+    Run,
+    RunError,
+    failed_tests,
+    load_run,
+    order_modes,
+    parse_run,
+)
+
+__all__ = [
+    "DASH", "HTML_ICONS", "KINDS", "MODE_COLORS", "MODE_ORDER", "NEEDS_A_LOOK", "OTHER_VERDICT_CLASS",
+    "REFERENCE_MODE", "REPORT_MARKER", "ROW_HEADERS", "SCHEMA_VERSION", "VERDICT_CLASSES", "VERDICT_COLORS",
+    "VERDICT_ICONS", "VERDICT_ORDER", "Cell", "Chart", "HtmlCell", "Row", "Run", "RunError", "attention",
+    "build_report", "comparison_chart", "failed_tests", "fmt_accuracy", "fmt_bytes", "fmt_ms", "fmt_number",
+    "fmt_pct", "fmt_rate", "fmt_speedup", "foreign_note", "load_run", "model_rows", "order_modes", "parse_run",
+    "render_comparison_markdown", "render_html", "render_markdown", "run_charts", "speedup_matrix",
+    "verdict_class", "verdict_counts", "verdict_label", "write_report",
+]

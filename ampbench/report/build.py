@@ -1,0 +1,115 @@
+"""Every file of a report made in memory (build_report), then written all at once (write_report): the
+folder is swapped in atomically and lists what it wrote in its marker file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from ampbench.report.charts import comparison_chart, run_charts
+from ampbench.report.html import render_html
+from ampbench.report.markdown import render_markdown
+from ampbench.report.run import Run
+
+if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
+    from ampbench.compare import Comparison
+
+
+# ---------------------------------------------------------------------------------------------------
+# writing
+
+
+def build_report(run: Run, comparison: "Comparison | None" = None,
+                 failures: Sequence[tuple[str, str]] = ()) -> dict[str, bytes]:
+    """Every file of the report, by name, in memory: nothing touches the disk until all are made."""
+    charts = run_charts(run)
+    compare_charts = []
+    if comparison is not None:
+        chart = comparison_chart(comparison)
+        if chart is not None:
+            compare_charts.append(chart)
+    files: dict[str, bytes] = {c.filename: c.png for c in [*charts, *compare_charts]}
+    files["index.html"] = render_html(run, charts, comparison, compare_charts, failures).encode("utf-8")
+    files["summary.md"] = render_markdown(run, comparison, failures).encode("utf-8")
+    return files
+
+
+REPORT_MARKER = ".ampbench-report.json"  # lists the files a report wrote: all it may ever replace
+
+
+def _foreign_entries(directory: Path) -> list[str]:
+    """What in an existing `directory` a report did not write, by its marker: every entry when the marker
+    is missing or unreadable (a folder without one was not made by ``ampbench report``)."""
+    entries = sorted(directory.iterdir(), key=lambda p: p.name)
+    if not entries:
+        return []
+    owned: set[str] = set()
+    try:
+        marker = json.loads((directory / REPORT_MARKER).read_text(encoding="utf-8"))
+        listed = marker.get("files") if isinstance(marker, dict) else None
+        if isinstance(listed, list):
+            owned = {n for n in listed if isinstance(n, str) and n == Path(n).name}
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    foreign = []
+    for p in entries:
+        if p.name == REPORT_MARKER and owned:
+            continue
+        # a folder or link under one of our names is still not ours to delete
+        if p.name in owned and p.is_file() and not p.is_symlink():
+            continue
+        foreign.append(p.name + ("/" if p.is_dir() and not p.is_symlink() else ""))
+    return foreign
+
+
+def write_report(directory: Path | str, files: Mapping[str, bytes]) -> Path:
+    """Write the report into a temp folder beside `directory`, then swap it in, so a reader never
+    sees half a report and a failure leaves the previous one in place. The report lists its files in
+    REPORT_MARKER; an existing `directory` is replaced only if it is empty or holds nothing but what
+    its marker lists, so files of anyone else are never deleted. Returns the folder."""
+    directory = Path(directory)
+    if REPORT_MARKER in files or any(name != Path(name).name for name in files):
+        raise ValueError(f"report file names must be plain names other than {REPORT_MARKER}: {sorted(files)}")
+    if directory.is_symlink():
+        raise FileExistsError(f"{directory} is a symbolic link; give the folder itself as -o")
+    if directory.exists():
+        if not directory.is_dir():
+            raise FileExistsError(f"{directory} exists and is not a directory; choose another -o")
+        foreign = _foreign_entries(directory)
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise FileExistsError(
+                f"{directory} does not look like an ampbench report: it holds {shown}, which no ampbench "
+                f"report there wrote (by its {REPORT_MARKER}); nothing was changed. Choose another -o, or move "
+                "those away"
+            )
+    parent = directory.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=parent))
+    old = None
+    swapped = False
+    try:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        marker = {"ampbench_report": 1, "files": sorted(files)}
+        (tmp / REPORT_MARKER).write_bytes(json.dumps(marker, indent=1).encode("utf-8"))
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a report is meant to be shared
+        if directory.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".old", dir=parent))
+            os.replace(directory, old / "report")
+        os.replace(tmp, directory)
+        swapped = True
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and (old / "report").exists() and not directory.exists():
+            os.replace(old / "report", directory)
+        raise
+    finally:
+        # the previous report goes only once the new one is in place or the old one is back
+        if old is not None and (swapped or not (old / "report").exists()):
+            shutil.rmtree(old, ignore_errors=True)
+    return directory

@@ -1,0 +1,227 @@
+"""PNG charts of a run and of a comparison. matplotlib is imported inside the chart functions, with the
+Agg backend, so importing this module has no side effects."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from ampbench.report.run import Cell, Run, order_modes
+from ampbench.verdict import Verdict
+
+if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
+    from ampbench.compare import Comparison
+
+MODE_COLORS = {
+    "fp32": "#7f7f7f",
+    "tf32": "#9467bd",
+    "amp_fp16": "#1f77b4",
+    "amp_bf16": "#2ca02c",
+    "fp16_master": "#17becf",
+    "fp16": "#ff7f0e",
+    "bf16": "#8c564b",
+}
+VERDICT_COLORS = {
+    Verdict.PASS.value: "#2e7d32",
+    Verdict.IMPROVED.value: "#1565c0",
+    Verdict.REGRESSION.value: "#c62828",
+    Verdict.INCONCLUSIVE.value: "#ef6c00",
+    Verdict.NO_BASELINE.value: "#757575",
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# charts
+
+
+@dataclass(frozen=True)
+class Chart:
+    filename: str
+    title: str
+    caption: str
+    png: bytes = field(repr=False)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _mode_color(mode: str, modes: Sequence[str]) -> str:
+    if mode in MODE_COLORS:
+        return MODE_COLORS[mode]
+    spare = ["#e377c2", "#bcbd22", "#d62728", "#aec7e8", "#98df8a"]
+    return spare[modes.index(mode) % len(spare)]
+
+
+def _grouped_bars(
+    run: Run,
+    kind: str,
+    value: Callable[[Cell], float | None],
+    *,
+    title: str,
+    ylabel: str,
+    interval: Callable[[Cell], tuple[float, float] | None] | None = None,
+    marker: Callable[[Cell], float | None] | None = None,
+    marker_label: str = "",
+    reference_line: float | None = None,
+    log: bool = False,
+) -> bytes | None:
+    """Bars grouped by model, one colour per mode; None when no cell has a value."""
+    cells = [c for c in run.of_kind(kind) if value(c) is not None and value(c) > (0 if log else -math.inf)]
+    if not cells:
+        return None
+    models = list(dict.fromkeys(c.model for c in cells))
+    modes = order_modes(c.mode for c in cells)
+    plt = _pyplot()
+    width = min(0.8 / max(len(modes), 1), 0.3)
+    # as wide as the HTML page's column (about 1220 px at 100 dpi), whatever the number of models
+    fig, ax = plt.subplots(figsize=(12.0, 4.8), dpi=100)
+    crowded = len(models) > 9
+    fig.subplots_adjust(left=0.065, right=0.99, top=0.92, bottom=0.27 if crowded else 0.2)
+    by_key = {(c.model, c.mode): c for c in cells}
+    marked = False
+    for j, mode in enumerate(modes):
+        xs, ys, lo_err, hi_err, mx, my = [], [], [], [], [], []
+        for i, model in enumerate(models):
+            c = by_key.get((model, mode))
+            if c is None:
+                continue
+            x = i + (j - (len(modes) - 1) / 2) * width
+            y = value(c)
+            xs.append(x)
+            ys.append(y)
+            iv = interval(c) if interval else None
+            lo_err.append(max(y - iv[0], 0.0) if iv else 0.0)
+            hi_err.append(max(iv[1] - y, 0.0) if iv else 0.0)
+            m = marker(c) if marker else None
+            if m is not None:
+                mx.append(x)
+                my.append(m)
+        ax.bar(xs, ys, width=width * 0.92, color=_mode_color(mode, modes), label=mode, zorder=2)
+        if interval and any(lo_err + hi_err):
+            ax.errorbar(xs, ys, yerr=[lo_err, hi_err], fmt="none", ecolor="#222", elinewidth=1, capsize=2, zorder=3)
+        if mx:
+            ax.scatter(mx, my, marker="_", s=max(60, 900 * width), linewidths=2.2, color="#000",
+                       label=marker_label if not marked else None, zorder=4)
+            marked = True
+    if reference_line is not None:
+        ax.axhline(reference_line, color="#444", linestyle="--", linewidth=1, zorder=1)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xticks(range(len(models)))
+    ax.set_xticklabels(models, rotation=20 if crowded else 0, ha="right" if crowded else "center")
+    ax.set_xlim(-0.6, len(models) - 0.4)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, loc="left", fontsize=12)
+    ax.grid(axis="y", color="#ddd", zorder=0)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(ncol=min(len(modes) + (1 if marked else 0), 8), fontsize=8, frameon=False,
+              loc="upper center", bbox_to_anchor=(0.5, -0.22 if crowded else -0.12))
+    return _png(fig)
+
+
+def _png(fig) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    # fixed margins (set where each figure is made) instead of bbox_inches="tight", which draws every
+    # figure twice: a full-tier report must render in seconds
+    fig.savefig(buf, format="png")
+    _pyplot().close(fig)
+    return buf.getvalue()
+
+
+def run_charts(run: Run) -> list[Chart]:
+    """The charts of one run; a chart without data (e.g. memory on a CPU smoke run) is left out."""
+    charts: list[Chart] = []
+
+    def add(filename: str, title: str, caption: str, png: bytes | None) -> None:
+        if png is not None:
+            charts.append(Chart(filename, title, caption, png))
+
+    def speed_interval(c: Cell) -> tuple[float, float] | None:
+        est = c.estimate()
+        return (est.low, est.high) if est else None
+
+    add(
+        "speedup.png", "Speedup over fp32",
+        "Bars: speedup of each mode's training step over fp32 (median of interleaved rounds); whiskers: its "
+        "interval; black dash: the baseline it was held against. Above the dashed line at 1 the mode is faster.",
+        _grouped_bars(run, "speed", lambda c: c.number("speedup"), title=f"Speedup over fp32 — {run.gpu}",
+                      ylabel="speedup (x)", interval=speed_interval, marker=lambda c: c.number("baseline_speedup"),
+                      marker_label="baseline", reference_line=1.0),
+    )
+
+    def memory_ratio(c: Cell) -> float | None:
+        return c.number("memory_ratio")
+
+    mem_kind = "memory" if any(memory_ratio(c) is not None for c in run.of_kind("memory")) else "speed"
+    add(
+        "memory.png", "Peak memory against fp32",
+        "Peak allocated memory of one training step, as a fraction of fp32's; below 1 the mode saves memory.",
+        _grouped_bars(run, mem_kind, memory_ratio, title=f"Peak memory / fp32 — {run.gpu}",
+                      ylabel="memory ratio (x)", reference_line=1.0),
+    )
+
+    def batch_ratio(c: Cell) -> float | None:
+        return c.number("max_batch_ratio")
+
+    add(
+        "max_batch.png", "Largest batch against fp32",
+        "Largest batch that fits in memory, as a multiple of fp32's.",
+        _grouped_bars(run, "memory", batch_ratio, title=f"Largest batch / fp32 — {run.gpu}",
+                      ylabel="largest batch (x fp32)", reference_line=1.0),
+    )
+    add(
+        "throughput.png", "Throughput",
+        "Training samples per second of each mode (log scale: models differ by orders of magnitude).",
+        _grouped_bars(run, "speed", lambda c: c.number("throughput"), title=f"Throughput — {run.gpu}",
+                      ylabel="samples / s", log=True),
+    )
+    return charts
+
+
+def comparison_chart(comparison: "Comparison") -> Chart | None:
+    """Relative change of each speed test's speedup, new run against old, coloured by its verdict."""
+    rows = [r for r in comparison.rows if r.figure == "speedup" and r.change is not None]
+    if not rows:
+        return None
+    plt = _pyplot()
+    height = max(2.5, 0.8 + 0.19 * len(rows))
+    fig, ax = plt.subplots(figsize=(11, height), dpi=100)
+    label_chars = max(len(f"{r.model} {r.mode}") for r in rows)
+    fig.subplots_adjust(left=min(0.45, 0.03 + 0.0065 * label_chars), right=0.98,
+                        top=1 - 0.45 / height, bottom=0.55 / height)
+    ys = list(range(len(rows)))[::-1]
+    changes = [r.change for r in rows]
+    colors = [VERDICT_COLORS.get(r.verdict, "#999") for r in rows]
+    ax.barh(ys, changes, color=colors, height=0.7, zorder=2)
+    lo = [max(r.change - r.change_low, 0) if r.change_low is not None else 0 for r in rows]
+    hi = [max(r.change_high - r.change, 0) if r.change_high is not None else 0 for r in rows]
+    ax.errorbar(changes, ys, xerr=[lo, hi], fmt="none", ecolor="#222", elinewidth=0.9, capsize=1.5, zorder=3)
+    lines = [(y, -r.tolerance) for y, r in zip(ys, rows) if r.tolerance is not None]
+    if lines:
+        ax.scatter([t for _, t in lines], [y for y, _ in lines], marker="|", s=70, color="#c62828",
+                   zorder=4, label="regression line (-tolerance)")
+        ax.legend(fontsize=8, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), borderaxespad=0.2)
+    ax.axvline(0, color="#444", linewidth=1)
+    ax.set_yticks(ys)
+    ax.set_yticklabels([f"{r.model} {r.mode}" for r in rows], fontsize=8)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:+.0%}"))
+    ax.set_xlabel("change of speedup over fp32, new against old")
+    ax.set_title(f"Change per test — {comparison.new.gpu}", loc="left", fontsize=12)
+    ax.grid(axis="x", color="#ddd", zorder=0)
+    ax.spines[["top", "right"]].set_visible(False)
+    return Chart(
+        "compare.png", "Change per test",
+        "Relative change of each speedup against the old run, with the new run's interval; colour is the verdict "
+        "(red: regression, orange: inconclusive, green: pass, blue: improved); red tick: the cell's regression line.",
+        _png(fig),
+    )

@@ -1,0 +1,173 @@
+"""index.html: one self-contained page, made from templates/report.html.j2 (autoescape on)."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+from ampbench.report.charts import Chart
+from ampbench.report.format import NEEDS_A_LOOK, ROW_HEADERS, attention, foreign_note, model_rows, verdict_counts
+from ampbench.report.run import DASH, Run
+from ampbench.verdict import Verdict
+
+if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
+    from ampbench.compare import Comparison
+
+# the same in HTML with symbols every sans-serif font has (browsers without an emoji font show boxes)
+HTML_ICONS = {
+    Verdict.PASS.value: "✓",
+    Verdict.IMPROVED.value: "▲",
+    Verdict.REGRESSION.value: "✗",
+    Verdict.INCONCLUSIVE.value: "⚠",
+    Verdict.NO_BASELINE.value: "–",
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# html: the page is templates/report.html.j2 with autoescape on; here only plain data is made for it
+
+# the CSS class of each verdict; any other verdict string (a future kind's, or a crafted one) gets
+# "v-other", so nothing from the JSON ever becomes markup
+VERDICT_CLASSES = {
+    Verdict.PASS.value: "v-pass",
+    Verdict.IMPROVED.value: "v-improved",
+    Verdict.REGRESSION.value: "v-regression",
+    Verdict.INCONCLUSIVE.value: "v-inconclusive",
+    Verdict.NO_BASELINE.value: "v-no-baseline",
+    "missing": "v-missing",
+    "new": "v-new",
+}
+OTHER_VERDICT_CLASS = "v-other"
+
+
+def verdict_class(verdict: str) -> str:
+    return VERDICT_CLASSES.get(verdict, OTHER_VERDICT_CLASS)
+
+
+@dataclass(frozen=True)
+class HtmlCell:
+    """One table cell: text, marked with a verdict's class (and its name as a tooltip) where `cls` is set."""
+
+    text: str
+    cls: str | None = None
+    title: str | None = None
+
+
+def _verdict_cell(verdict: str | None) -> HtmlCell:
+    if not verdict:
+        return HtmlCell(DASH)
+    return HtmlCell(f"{HTML_ICONS.get(verdict, '')} {verdict}".strip(), verdict_class(verdict))
+
+
+def _verdict_span(verdict: str | None) -> dict | None:
+    cell = _verdict_cell(verdict)
+    return {"label": cell.text, "cls": cell.cls} if cell.cls else None
+
+
+def _flag_cell(text: str, verdict: str | None) -> HtmlCell:
+    if verdict not in NEEDS_A_LOOK:
+        return HtmlCell(text)
+    return HtmlCell(f"{text} {HTML_ICONS[verdict]}", verdict_class(verdict), verdict)
+
+
+def _chips(counts: Mapping[str, int]) -> list[dict]:
+    return [{"count": n, "verdict": v, "cls": verdict_class(v)} for v, n in counts.items()]
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[HtmlCell]], reference: Iterable[bool] = ()) -> dict:
+    flags = list(reference)
+    return {"headers": list(headers),
+            "rows": [{"cells": list(r), "reference": flags[i] if i < len(flags) else False} for i, r in enumerate(rows)]}
+
+
+def _figure(chart: Chart) -> dict:
+    return {"title": chart.title, "caption": chart.caption, "data": base64.b64encode(chart.png).decode("ascii")}
+
+
+def _run_tables(run: Run) -> dict:
+    """The per-model tables and the table of other tests, as the template's `run_tables` reads them."""
+    models = []
+    verdict_col = ROW_HEADERS.index("speed verdict")
+    for model, rows in model_rows(run).items():
+        body = []
+        for r in rows:
+            flags = r.flags()
+            cells = [_flag_cell(c, flags[i]) if i in flags else HtmlCell(c) for i, c in enumerate(r.cells())]
+            cells[verdict_col] = _verdict_cell(r.verdict)
+            body.append(cells)
+        models.append((model, _table(ROW_HEADERS, body, [r.reference_only for r in rows])))
+    others = [c for c in run.cells if c.kind not in ("speed", "memory", "convergence")]
+    other_table = _table(
+        ["test", "kind", "verdict", "message"],
+        ([HtmlCell(c.test_id), HtmlCell(c.kind), _verdict_cell(c.verdict), HtmlCell(str(c.get("message") or DASH))]
+         for c in others),
+    ) if others else None
+    return {"models": models, "others": other_table}
+
+
+def _comparison_context(comparison: "Comparison", charts: Sequence[Chart]) -> dict:
+    headers = ["test", "figure", "old", "new", "change", "verdict", "message"]
+    verdict_col = headers.index("verdict")
+
+    def table(rows: Sequence, with_message: bool) -> dict:
+        body = []
+        for r in rows:
+            cells = [HtmlCell(c) for c in r.cells()] + ([HtmlCell(r.message)] if with_message else [])
+            cells[verdict_col] = _verdict_cell(r.verdict)
+            body.append(cells)
+        return _table(headers if with_message else headers[:-1], body)
+
+    old_tables = _run_tables(comparison.old)
+    return {
+        "old_label": comparison.old.label,
+        "old_gpu": comparison.old.gpu,
+        "new_gpu": comparison.new.gpu,
+        "notes": list(comparison.notes),
+        "counts": _chips(comparison.counts()),
+        "charts": [_figure(c) for c in charts],
+        "notable": table([r for r in comparison.rows if r.verdict != Verdict.PASS.value], with_message=True),
+        "every": table(comparison.rows, with_message=False),
+        "old_software": comparison.old.software(),
+        "old_tables": old_tables,
+    }
+
+
+_template_cache: list = []
+
+
+def _template():
+    """The page template, loaded once; jinja2 is imported here so `ampbench compare` never needs it."""
+    if not _template_cache:
+        import jinja2
+
+        env = jinja2.Environment(
+            loader=jinja2.PackageLoader("ampbench", "templates"),
+            autoescape=True,  # everything interpolated is text; the template's own markup is all there is
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
+        _template_cache.append(env.get_template("report.html.j2"))
+    return _template_cache[0]
+
+
+def render_html(run: Run, charts: Sequence[Chart], comparison: "Comparison | None" = None,
+                compare_charts: Sequence[Chart] = (), failures: Sequence[tuple[str, str]] = ()) -> str:
+    """index.html: one file, CSS inline and charts as data: URIs, so it opens anywhere, offline."""
+    counts = verdict_counts(run.cells)
+    return _template().render(
+        title=f"ampbench report — {run.gpu}",
+        gpu=run.gpu,
+        run_file=run.path.name,
+        run_software=run.software(),
+        kinds=[(kind, _chips(counts[kind])) for kind in run.kinds()] if run.cells else [],
+        foreign_note=foreign_note(run) if run.foreign else None,
+        failures=list(failures),
+        flagged=[{"verdict": _verdict_span(c.verdict), "test_id": c.test_id, "message": str(c.get("message") or "")}
+                 for c in attention(run)],
+        comparison=_comparison_context(comparison, compare_charts) if comparison is not None else None,
+        charts=[_figure(c) for c in charts],
+        run_tables_of=_run_tables(run),
+    )

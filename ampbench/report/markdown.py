@@ -1,0 +1,109 @@
+"""summary.md: the verdicts and the speedup matrix, short enough for a CI job summary."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from ampbench.report.format import (
+    NEEDS_A_LOOK,
+    ROW_HEADERS,
+    VERDICT_ICONS,
+    attention,
+    foreign_note,
+    model_rows,
+    verdict_counts,
+    verdict_label,
+)
+from ampbench.report.run import DASH, Run, order_modes
+from ampbench.verdict import Verdict
+
+if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
+    from ampbench.compare import Comparison
+
+
+def _flag_md(text: str, verdict: str | None) -> str:
+    return f"{text} {VERDICT_ICONS[verdict]}" if verdict in NEEDS_A_LOOK else text
+
+
+def _md_escape(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _counts_line(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {verdict_label(v)}" for v, n in counts.items())
+
+
+def speedup_matrix(run: Run) -> tuple[list[str], list[list[str]]]:
+    """Models down, modes across, each cell 'speedup icon': the whole run at one glance."""
+    cells = run.of_kind("speed")
+    modes = order_modes(c.mode for c in cells)
+    rows = []
+    for model in dict.fromkeys(c.model for c in cells):
+        row = [model]
+        for mode in modes:
+            c = next((x for x in cells if x.model == model and x.mode == mode), None)
+            if c is None or c.number("speedup") is None:
+                row.append(DASH)
+            else:
+                # "no baseline" on every cell of a fresh GPU would only add noise to the matrix
+                icon = "" if c.verdict == Verdict.NO_BASELINE.value else VERDICT_ICONS.get(c.verdict or "", "")
+                row.append(f"{c.number('speedup'):.2f}x {icon}".strip())
+        rows.append(row)
+    return ["model", *modes], rows
+
+
+def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: Sequence[tuple[str, str]] = ()) -> str:
+    """summary.md: the verdicts and the speedup matrix, short enough for $GITHUB_STEP_SUMMARY."""
+    out = [f"## ampbench: {run.gpu}", ""]
+    out.append(" · ".join(f"{k} {v}" for k, v in run.software() if k != "device"))
+    out.append("")
+    counts = verdict_counts(run.cells)
+    for kind in run.kinds():
+        out.append(f"- **{kind}** ({sum(counts[kind].values())} cells): {_counts_line(counts[kind])}")
+    if not run.cells:
+        out.append("- no ampbench results in this run (every test skipped?)")
+    out.append("")
+    if failures:
+        out += [f"### Failed tests ({len(failures)})", ""]
+        out += [f"- `{name}`: {_md_escape(msg)}" for name, msg in failures]
+        out.append("")
+    if run.foreign:
+        out += [f"> {foreign_note(run)}", ""]
+    flagged = attention(run)
+    if flagged:
+        out += ["### Needs a look", ""]
+        out += [f"- {verdict_label(c.verdict)} `{c.test_id}`: {_md_escape(c.get('message') or '')}" for c in flagged]
+        out.append("")
+    headers, rows = speedup_matrix(run)
+    if rows:
+        out += ["### Speedup over fp32", "", _md_table(headers, rows), ""]
+    if comparison is not None:
+        out += render_comparison_markdown(comparison)
+    tables = model_rows(run)
+    if tables:
+        out += ["<details><summary>Per-model tables</summary>", ""]
+        for model, model_table in tables.items():
+            out += [f"#### {model}", "", _md_table(ROW_HEADERS, (r.marked_cells(_flag_md) for r in model_table)), ""]
+        out += ["</details>", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_comparison_markdown(comparison: "Comparison") -> list[str]:
+    out = [f"### Compared with {comparison.old.label}", ""]
+    if comparison.notes:
+        out += [f"> {n}" for n in comparison.notes] + [""]
+    out.append(f"{_counts_line(comparison.counts())}")
+    out.append("")
+    changed = [r for r in comparison.rows if r.verdict not in (Verdict.PASS.value,)]
+    headers = ["test", "figure", "old", "new", "change", "verdict"]
+    if changed:
+        out += [_md_table(headers, (r.cells() for r in changed)), ""]
+    out += ["<details><summary>Every compared test</summary>", "", _md_table(headers, (r.cells() for r in comparison.rows)),
+            "", "</details>", ""]
+    return out
