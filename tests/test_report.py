@@ -737,3 +737,23 @@ def test_full_tier_report_is_complete(tmp_path):
     assert len(run.of_kind("speed")) == 84 and len(run.of_kind("memory")) == 84
     assert (tmp_path / "report" / "index.html").stat().st_size > 0
     assert (tmp_path / "report" / "summary.md").stat().st_size < 256 * 1024
+
+
+def test_summary_shows_device_time_as_the_gate_the_wall_beside_it_host_bound_cells_and_kernel_changes():
+    from ampbench.report import parse_run, render_markdown
+
+    doc = json.loads((DATA / "synthetic_h100_quick.json").read_text())
+    speed = [b for b in doc["benchmarks"] if b["extra_info"].get("kind") == "speed"]
+    first, second = speed[0]["extra_info"], speed[1]["extra_info"]
+    for info, share in ((first, 0.4), (second, 0.02)):
+        s = info["speedup"]
+        info.update(device_speedup=s * 1.5, device_speedup_low=s * 1.49, device_speedup_high=s * 1.51,
+                    device_verdict="pass", wall_verdict=info.get("verdict"), idle_share=share,
+                    host_overhead_ms=3.0 * share, host_bound=share > 0.1)
+    second.update(device_verdict="regression",
+                  kernel_changes="kernels per step +0.2 ms against the baseline; new: at::cuda::spin_kernel 0.2 ms")
+    text = render_markdown(parse_run(doc, "run.json"))
+    assert "in device time (the gate)" in text and "Wall-clock speedup of eager steps" in text
+    assert f"{first['device_speedup']:.2f}x" in text.split("Wall-clock")[0]
+    assert "Host-bound cells (1)" in text and f"`{first['model']}` {first['mode']}: the GPU idles 40%" in text
+    assert "Kernel changes against the baseline" in text and "at::cuda::spin_kernel" in text

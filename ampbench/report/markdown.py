@@ -39,23 +39,49 @@ def _counts_line(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {verdict_label(v)}" for v, n in counts.items())
 
 
-def speedup_matrix(run: Run) -> tuple[list[str], list[list[str]]]:
-    """Models down, modes across, each cell 'speedup icon': the whole run at one glance."""
+def speedup_matrix(run: Run, figure: str = "speedup") -> tuple[list[str], list[list[str]]]:
+    """Models down, modes across, each cell 'speedup icon': the whole run at one glance. `figure`
+    "device_speedup" shows device time (the gate's figure, with the cell's verdict), "speedup" the
+    wall-clock speedup of eager steps (with the wall verdict where the cell has one)."""
     cells = run.of_kind("speed")
     modes = order_modes(c.mode for c in cells)
+    verdict_key = "device_verdict" if figure == "device_speedup" else "wall_verdict"
     rows = []
     for model in dict.fromkeys(c.model for c in cells):
         row = [model]
         for mode in modes:
             c = next((x for x in cells if x.model == model and x.mode == mode), None)
-            if c is None or c.number("speedup") is None:
+            if c is None or c.number(figure) is None:
                 row.append(DASH)
             else:
+                verdict = c.get(verdict_key) if isinstance(c.get(verdict_key), str) else c.verdict
                 # "no baseline" on every cell of a fresh GPU would only add noise to the matrix
-                icon = "" if c.verdict == Verdict.NO_BASELINE.value else VERDICT_ICONS.get(c.verdict or "", "")
-                row.append(f"{c.number('speedup'):.2f}x {icon}".strip())
+                icon = "" if verdict == Verdict.NO_BASELINE.value else VERDICT_ICONS.get(verdict or "", "")
+                row.append(f"{c.number(figure):.2f}x {icon}".strip())
         rows.append(row)
     return ["model", *modes], rows
+
+
+def host_bound_lines(run: Run) -> list[str]:
+    """One line per speed cell whose eager step left the device idle more than a tenth of the time."""
+    out = []
+    for c in run.of_kind("speed"):
+        if c.get("host_bound") is True:
+            share, overhead = c.number("idle_share"), c.number("host_overhead_ms")
+            out.append(f"- `{c.model}` {c.mode}: the GPU idles {share:.0%} of the eager step "
+                       f"({overhead:.2f} ms per step waiting for the host)" if share is not None and overhead is not None
+                       else f"- `{c.model}` {c.mode}")
+    return out
+
+
+def kernel_change_lines(run: Run) -> list[str]:
+    """The kernel changes of every speed cell whose device verdict is not a plain pass."""
+    out = []
+    for c in run.of_kind("speed"):
+        text = c.get("kernel_changes")
+        if isinstance(text, str) and c.get("device_verdict") not in (None, Verdict.PASS.value, Verdict.NO_BASELINE.value):
+            out.append(f"- `{c.test_id}` ({c.get('device_verdict')}): {_md_escape(text)}")
+    return out
 
 
 def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: Sequence[tuple[str, str]] = ()) -> str:
@@ -80,9 +106,21 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
         out += ["### Needs a look", ""]
         out += [f"- {verdict_label(c.verdict)} `{c.test_id}`: {_md_escape(c.get('message') or '')}" for c in flagged]
         out.append("")
-    headers, rows = speedup_matrix(run)
-    if rows:
-        out += ["### Speedup over fp32", "", _md_table(headers, rows), ""]
+    headers, rows = speedup_matrix(run, "device_speedup")
+    if any(cell != DASH for row in rows for cell in row[1:]):
+        out += ["### Speedup over fp32 in device time (the gate)", "", _md_table(headers, rows), ""]
+        headers, rows = speedup_matrix(run)
+        out += ["### Wall-clock speedup of eager steps on this host", "", _md_table(headers, rows), ""]
+    else:
+        headers, rows = speedup_matrix(run)
+        if rows:
+            out += ["### Speedup over fp32", "", _md_table(headers, rows), ""]
+    host = host_bound_lines(run)
+    if host:
+        out += [f"### Host-bound cells ({len(host)})", "", *host, ""]
+    changes = kernel_change_lines(run)
+    if changes:
+        out += ["### Kernel changes against the baseline", "", *changes, ""]
     if comparison is not None:
         out += render_comparison_markdown(comparison)
     tables = model_rows(run)
