@@ -81,7 +81,7 @@ CONVERGENCE_FIRST = ("accuracy", "accuracy_ref", "margin", "within_margin", "fin
 KIND_TITLES = {"test_speed": "Speed", "test_memory": "Memory", "test_convergence": "Convergence"}
 KIND_NOTES = {
     "test_speed": "Speedups are over fp32 in the same process. The device speedup is the gated figure; its "
-                  "method is `graph` (CUDA-graph replay) or `profiler` (the profiler's kernel sum). Idle share is "
+                  "method is `graph` (CUDA-graph replay), `kernels` (the profiler's kernel sum, the fallback) or `wall` (CPU). Idle share is "
                   "the share of a step's wall time the GPU sat idle (wall time minus busy time); host-bound means above 10%.",
     "test_memory": "Memory ratio is the mode's peak memory of one training step over fp32's at the model's default "
                    "batch; max batch is the largest batch that trains under the cap (confirmed by real steps), and "

@@ -93,7 +93,7 @@ def test_real_h100_baseline_has_resnet50_amp_bf16():
     text = render_file(H100)
     assert "# Baselines: NVIDIA H100 80GB HBM3" in text
     row = _row(text, "resnet50", "amp_bf16", "Speed")
-    assert row[4] in ("graph", "profiler")
+    assert row[4] in ("graph", "kernels")
     assert float(row[2]) > 1.0
     assert _row(text, "resnet50", "amp_bf16", "Memory")
     assert _row(text, "mnist_cnn", "amp_bf16", "Convergence")
