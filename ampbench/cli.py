@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from ampbench.baseline_docs import render_file, write_text_atomic
 from ampbench.baselines import BaselineError, load_document, write_atomic
 from ampbench.compare import (
     DEFAULT_ACCURACY_TOLERANCE,
@@ -119,6 +120,20 @@ def build_parser() -> argparse.ArgumentParser:
     spr.add_argument("runs", type=Path, nargs="+", metavar="RUN.json",
                      help="benchmark JSON of independent runs of the suite on that GPU, unchanged software")
     spr.add_argument("--dry-run", action="store_true", help="print what would be stored, write nothing")
+
+    bas = sub.add_parser("baselines", help="inspect baseline files (baselines/<gpu-slug>.json)",
+                         description="Inspect the per-GPU baseline files that pytest --perf-update-baselines writes.")
+    bas_sub = bas.add_subparsers(dest="baselines_command", required=True, metavar="ACTION")
+    show = bas_sub.add_parser(
+        "show", help="render a baseline file as Markdown",
+        description="Render BASELINE.json as Markdown: the GPU and the software it was recorded on, then a table "
+                    "per kind of test (speed, memory, convergence) with one row per model and precision mode. "
+                    "A figure an entry lacks shows as '-'. The pages under docs/results/ are made with this.",
+    )
+    show.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to render")
+    show.add_argument("--format", choices=("md",), default="md", help="output format (default: md)")
+    show.add_argument("-o", "--output", type=Path, metavar="FILE", default=None,
+                      help="write to FILE (atomically) instead of standard output")
     return parser
 
 
@@ -192,7 +207,17 @@ def _spread(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"report": _report, "compare": _compare, "spread": _spread}
+def _baselines(args: argparse.Namespace) -> int:
+    text = render_file(args.baseline, args.format)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        write_text_atomic(args.output, text)
+        print(f"ampbench: {args.baseline} rendered to {args.output}")
+    return EXIT_OK
+
+
+COMMANDS = {"report": _report, "compare": _compare, "spread": _spread, "baselines": _baselines}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import torch
 
-# Static loss scale of pure fp16 (seed 003 used 128; 64 and 256 trained the same there).
+# Static loss scale of pure fp16 ("RTX Titan FP16 comparison" (2019) used 128; 64 and 256 trained the same there).
 STATIC_LOSS_SCALE = 128.0
 
 
@@ -27,7 +27,7 @@ class PrecisionMode:
     keep_norms_fp32: bool  # normalization layers stay fp32 inside a low-precision model
     peak_dtype: str  # which measured matmul peak (ampbench.device.PEAK_DTYPES) its TFLOP/s compare with
     needs: tuple[str, ...]  # device capabilities (ampbench.device.CAPABILITIES) it cannot run without
-    seeds_name: str  # what the seed write-ups called it
+    seeds_name: str  # what the write-ups the project grew from called it (docs/design.md)
 
     @contextlib.contextmanager
     def math_flags(self) -> Iterator[None]:

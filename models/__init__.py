@@ -5,7 +5,7 @@ from __future__ import annotations
 from models import dpn, gpt, lstm_lm, mlp, mnist_cnn, resnet, wide_resnet
 from models.spec import ModelSpec
 
-# the order of DESIGN.md's table, which is also the order of test ids and report rows
+# the order of the model table in README.md, which is also the order of test ids and report rows
 _SPECS: tuple[ModelSpec, ...] = (
     mlp.SPEC,
     mnist_cnn.SPEC,

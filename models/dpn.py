@@ -1,4 +1,4 @@
-"""Dual Path Networks (Chen et al. 2017) in the CIFAR form of kuangliu/pytorch-cifar, which seed 003 timed.
+"""Dual Path Networks (Chen et al. 2017) in the CIFAR form of kuangliu/pytorch-cifar, which "RTX Titan FP16 comparison" (2019) timed.
 
 Each bottleneck is a ResNeXt block (1x1, grouped 3x3, 1x1) whose output splits in two: the first
 ``out_planes`` channels are added to the block's input (the residual path), the last ``dense_depth``
@@ -105,7 +105,7 @@ flops_per_sample = counted_training_flops(DPN, make_batch)
 def _spec(name: str, config: Config, smoke_blocks: tuple[int, ...]) -> ModelSpec:
     return ModelSpec(
         name=name,
-        origin=f"seed 003: kuangliu/pytorch-cifar {name.upper()} on CIFAR-10, batch 128",
+        origin=f'"RTX Titan FP16 comparison" (2019): kuangliu/pytorch-cifar {name.upper()} on CIFAR-10, batch 128',
         config=config,
         smoke_config=Config(
             in_planes=(16, 16, 32, 32),

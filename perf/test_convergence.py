@@ -3,7 +3,7 @@
 ``test_convergence[model-mode]``: each mode trains from the fp32 cell's seed, on the same real digits in
 the same order, for the same budget, and must reach fp32's held-out accuracy within a margin (held in
 this GPU's baseline file as ``margin``; ``ampbench.convergence`` has the defaults), with a finite loss
-throughout. Pure fp16 (``fp16``, Apex O3) may lag as it did in seed 000: then the cell is an expected
+throughout. Pure fp16 (``fp16``, Apex O3) may lag as it did in "Mixed Precision Training on Tesla T4 and P100" (2019): then the cell is an expected
 failure (xfail) whose reason gives the figures.
 
 ``test_underflow_without_loss_scaling``: gradients below fp16's range flush to zero unless the loss is
@@ -19,7 +19,7 @@ from ampbench.data import load_digits
 from ampbench.modes import REFERENCE_MODE, get_mode
 from ampbench.device import release
 
-# the zoo models that take images and train in seconds; seed 000's WRN-28-10 is the CIFAR-shaped one
+# the zoo models that take images and train in seconds; the WRN-28-10 of "Mixed Precision Training on Tesla T4 and P100" (2019) is the CIFAR-shaped one
 CONVERGENCE_MODELS = ("mnist_cnn", "wide_resnet28_10")
 SEED = 0
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Stages of a GPU session, run from the repo root on the GPU machine; JSON and one log go to $OUT.
+# Stages of a GPU run, run from the repo root on the GPU machine; JSON and one log go to $OUT.
 #   scripts/gpu_run.sh env quick fidelity            # any stages, in order
 #   scripts/gpu_run.sh record=resnet50,gpt memory-quick@150
-# A stage may end in @SECONDS, a time limit for it alone, so a device call (10 minutes at most) ends
+# A stage may end in @SECONDS, a time limit for it alone, so a run under an overall time limit ends
 # with every stage's output in hand. Stages:
 #   env                 the GPU, driver, torch, CUDA, cuDNN
 #   quick, quick2       speed, quick tier (quick2: the same again, to its own JSON)
@@ -24,13 +24,13 @@
 #   scaling             loss-scaling properties on CUDA
 #   diag                scripts/diag_bn.py
 #   all                 pytest perf/
-# Logs of all stages go to $OUT/session.log (a device call returns at most 8 files); the table of every
+# Logs of all stages go to one file, $OUT/run.log, so that $OUT holds few files; the table of every
 # JSON is printed last, then one line per stage with its exit code and seconds.
 set -uo pipefail
 OUT=${OUT:-/tmp/ampbench-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-LOG="$OUT/session.log"
+LOG="$OUT/run.log"
 PYTEST=(python3 -m pytest -p no:cacheprovider -p scripts.progress_plugin -q -rfEw --benchmark-disable-gc --benchmark-sort=name)
 declare -a SUMMARY=()
 LIMIT=0
@@ -73,7 +73,7 @@ for arg in "$@"; do
                 --perf-models "$models" "${only[@]}" --benchmark-json "$OUT/record-${models//,/-}.json" ;;
     record-full) stage record-full "${PYTEST[@]}" perf/test_speed.py --perf-tier full --perf-update-baselines \
                 --benchmark-json "$OUT/record-full.json" ;;
-    # the full tier recorded in three parts of four models, each inside one 10-minute device call
+    # the full tier recorded in three parts of four models, each short enough for a run limited to 10 minutes
     record-1) stage record-1 "${PYTEST[@]}" perf/test_speed.py --perf-update-baselines \
                 --perf-models mlp,mnist_cnn,wide_resnet28_10,resnet18 --benchmark-json "$OUT/record-1.json" ;;
     record-2) stage record-2 "${PYTEST[@]}" perf/test_speed.py --perf-update-baselines \

@@ -1,9 +1,9 @@
-"""Merge baseline files of one GPU that device calls returned, entry by entry, the latest recording winning.
+"""Merge baseline files of one GPU recorded by separate runs, entry by entry, the latest recording winning.
 
     python3 -m scripts.merge_baselines baselines/nvidia-h100-80gb-hbm3.json OUT1/nvidia-....json OUT2/...
 
-The first file is the one written (atomically); each call of a session starts from the committed file,
-so two calls' files each hold the other's old entries: per test id, the entry with the latest
+The first file is the one written (atomically); each run starts from the committed file,
+so two runs' files each hold the other's old entries: per test id, the entry with the latest
 ``recorded`` stamp is kept.
 """
 

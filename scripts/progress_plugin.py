@@ -1,6 +1,6 @@
-"""A pytest plugin for GPU sessions: one line per test as it finishes, with its wall time (setup,
-call and teardown together) and the session's elapsed time, flushed at once so a run cut off at a
-device call's time limit still says where the time went.
+"""A pytest plugin for GPU runs: one line per test as it finishes, with its wall time (setup,
+call and teardown together) and the elapsed time since the run started, flushed at once so a run cut off at a
+time limit still says where the time went.
 
     python3 -m pytest perf/ -p scripts.progress_plugin
 """

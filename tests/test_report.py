@@ -185,7 +185,7 @@ def test_report_of_every_fixture_is_complete_and_self_contained(path: Path):
             assert _png_ok(data), name
     if run.of_kind("speed"):
         assert "speedup.png" in files and "throughput.png" in files
-    # the seeds' table, per model: every model and every mode of the run appears in the HTML
+    # the write-ups' table, per model: every model and every mode of the run appears in the HTML
     for model, rows in model_rows(run).items():
         assert f"<h3>{model}</h3>" in html
         for row in rows:
