@@ -11,7 +11,7 @@ Three measurements, each deterministic given its seed (up to the GPU's own non-d
 - ``measure_input_pipeline``: the samples/s of a training step fed by a real DataLoader (workers,
   pin_memory, non_blocking copies, per-sample augmentation) against the same step on device-resident
   batches; when the loader caps the step rate the mode is input-bound and its AMP speedup is hidden
-  (seed 000: "two weak vCPUs" made O0, O1 and O2 cost the same).
+  ("Mixed Precision Training on Tesla T4 and P100" (2019): "two weak vCPUs" made O0, O1 and O2 cost the same).
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ EXPECTED_TO_LAG: dict[str, str] = {
     "fp16": (
         "pure fp16 (Apex O3, .half(), static loss scale 128) has no fp32 master weights: updates smaller "
         "than half a unit in the last place of an fp16 weight round away, and batch-norm statistics run "
-        "in fp16; seed 000's O3 'did not converge'"
+        "in fp16; O3 'did not converge' in \"Mixed Precision Training on Tesla T4 and P100\" (2019)"
     ),
 }
 

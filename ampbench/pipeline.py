@@ -51,7 +51,8 @@ class PipelineResult:
 
 
 def pipeline_dataset(config: Any, data_root: Any = None, seed: int = 0) -> tuple[torch.utils.data.Dataset, str]:
-    """The training set a CIFAR-shaped model's DataLoader reads, with seed 000's per-sample augmentation:
+    """The training set a CIFAR-shaped model's DataLoader reads, with the per-sample augmentation of
+    "Mixed Precision Training on Tesla T4 and P100" (2019):
     CIFAR-10 from `data_root` when one is given (an error if it lacks CIFAR-10), else the digits
     stored as 3x32x32 uint8 images so each sample costs the host what a CIFAR image costs."""
     size = config.image_size

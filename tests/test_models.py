@@ -14,7 +14,7 @@ from models.spec import ModelSpec
 
 SPECS = list(REGISTRY.values())
 IDS = [spec.name for spec in SPECS]
-DESIGN_ORDER = [
+TABLE_ORDER = [
     "mlp", "mnist_cnn", "wide_resnet28_10", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
     "dpn26", "dpn92", "lstm_lm", "gpt",
 ]
@@ -63,7 +63,7 @@ def smoke_model_and_batch(spec: ModelSpec, dtype: torch.dtype = torch.float32):
 
 
 def test_registry_names_unique_and_in_design_order():
-    assert list(REGISTRY) == DESIGN_ORDER
+    assert list(REGISTRY) == TABLE_ORDER
     for name, spec in REGISTRY.items():
         assert spec.name == name
         assert get_model(name) is spec
@@ -71,7 +71,7 @@ def test_registry_names_unique_and_in_design_order():
 
 def test_quick_tier():
     assert model_names("quick") == ["mlp", "wide_resnet28_10", "resnet50", "lstm_lm", "gpt"]
-    assert model_names("full") == DESIGN_ORDER
+    assert model_names("full") == TABLE_ORDER
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)

@@ -15,7 +15,7 @@ from ampbench.stats import SpeedupEstimate, finite_number
 SCHEMA_VERSION = 1
 KINDS = ("speed", "memory", "convergence", "input_pipeline")
 REFERENCE_MODE = "fp32"
-# DESIGN.md's table order; modes not listed here follow in the order the run met them
+# the mode table's order (docs/design.md); modes not listed here follow in the order the run met them
 MODE_ORDER = ("fp32", "tf32", "amp_fp16", "amp_bf16", "fp16_master", "fp16", "bf16")
 DASH = "-"
 
