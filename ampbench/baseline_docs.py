@@ -7,8 +7,6 @@ the order of first appearance otherwise. A figure an entry lacks, or holds as nu
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -191,20 +189,3 @@ def render_file(path: Path, fmt: str = "md") -> str:
     return render_markdown(load_document(path), source=path.as_posix())
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temp file in the same folder and a rename: never a partial file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would be odd for a page in the repository
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

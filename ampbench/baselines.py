@@ -262,9 +262,15 @@ def _default_mode() -> int:
 
 
 def write_atomic(path: Path, document: dict) -> None:
-    """Write `document` to `path` through a temp file in the same folder, fsync and rename, keeping an
+    """Write `document` as JSON to `path` atomically (``write_text_atomic``)."""
+    write_text_atomic(path, json.dumps(document, indent=1, sort_keys=False) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temp file in the same folder, fsync and rename, keeping an
     existing file's mode and, where permitted, its owner and group (mkstemp makes the temp file 0600);
     a new file gets the mode open() would give it under the umask."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         before = path.stat()
@@ -272,15 +278,14 @@ def write_atomic(path: Path, document: dict) -> None:
         before = None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             os.fchmod(f.fileno(), stat.S_IMODE(before.st_mode) if before else _default_mode())
             if before is not None and (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
                 try:
                     os.fchown(f.fileno(), before.st_uid, before.st_gid)
                 except PermissionError:  # only root may give a file away; the writer then owns it
                     pass
-            json.dump(document, f, indent=1, sort_keys=False)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from ampbench.baseline_docs import render_file, write_text_atomic
-from ampbench.baselines import BaselineError, load_document, write_atomic
+from ampbench.baseline_docs import render_file
+from ampbench.baselines import BaselineError, load_document, write_atomic, write_text_atomic
 from ampbench.compare import (
     DEFAULT_ACCURACY_TOLERANCE,
     DEFAULT_MEMORY_TOLERANCE,

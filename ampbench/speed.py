@@ -136,12 +136,22 @@ def loss_scale(trainer: Trainer) -> float | None:
     return float(scaler.get_scale()) if scaler.is_enabled() else None
 
 
+def _block_steps(reference: Side, mode: Side, policy: SpeedPolicy) -> tuple[int, int]:
+    """Training steps per timed block of each side: each block long enough on its own."""
+    return (steps_per_block(reference.step_seconds, policy.block_seconds),
+            steps_per_block(mode.step_seconds, policy.block_seconds))
+
+
 def fresh_timer(reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
     """Interleaved wall-clock blocks of eager steps: what eager training gets on this host."""
-    ref_steps = steps_per_block(reference.step_seconds, policy.block_seconds)
-    mode_steps = steps_per_block(mode.step_seconds, policy.block_seconds)
+    ref_steps, mode_steps = _block_steps(reference, mode, policy)
     return PairedTimer(wall_block(reference.trainer, ref_steps), wall_block(mode.trainer, mode_steps),
                        ref_steps, mode_steps)
+
+
+def _paired_clocks(reference: Side, mode: Side, ref_steps: int, mode_steps: int):
+    return paired_blocks(clock_for(reference.trainer, ref_steps, reference.graph, reference.capture_failure),
+                         clock_for(mode.trainer, mode_steps, mode.graph, mode.capture_failure))
 
 
 @dataclass(frozen=True)
@@ -152,18 +162,13 @@ class DeviceTiming:
     fallback: str | None  # why not by graph replay, where graph replay was wanted
 
     def timer(self, reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
-        ref_steps = steps_per_block(reference.step_seconds, policy.block_seconds)
-        mode_steps = steps_per_block(mode.step_seconds, policy.block_seconds)
-        ref_block, mode_block, _, _ = paired_blocks(
-            clock_for(reference.trainer, ref_steps, reference.graph, reference.capture_failure),
-            clock_for(mode.trainer, mode_steps, mode.graph, mode.capture_failure))
+        ref_steps, mode_steps = _block_steps(reference, mode, policy)
+        ref_block, mode_block, _, _ = _paired_clocks(reference, mode, ref_steps, mode_steps)
         return PairedTimer(ref_block, mode_block, ref_steps, mode_steps)
 
 
 def device_timing(reference: Side, mode: Side) -> DeviceTiming:
-    _, _, method, fallback = paired_blocks(
-        clock_for(reference.trainer, 1, reference.graph, reference.capture_failure),
-        clock_for(mode.trainer, 1, mode.graph, mode.capture_failure))
+    _, _, method, fallback = _paired_clocks(reference, mode, 1, 1)
     return DeviceTiming(method, fallback)
 
 

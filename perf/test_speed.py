@@ -130,8 +130,8 @@ def test_speed(benchmark, request, model_spec, mode, reference, perf_settings, p
     wall_timer, wall_extra, wall_again, wall = measure("wall", wall_check,
                                                        lambda: speed.fresh_timer(reference, side, policy))
     verdict = _combined([dev.verdict if "device" in gated else None, wall.verdict if "wall" in gated else None])
-    changes = kernel_changes(baseline.get("kernels") if baseline else None,
-                             side.profile.top() if side.profile else None)
+    kernels = side.profile.top() if side.profile else None  # what a baseline entry keeps
+    changes = kernel_changes(baseline.get("kernels") if baseline else None, kernels)
     across = speed.across_runs_of(wall.estimate, baseline)
     dev_across = speed.across_runs_of(dev.estimate, baseline, "device_between_run_sd")
     message = f"device time ({timing.method}): {dev.message}; wall: {wall.message}"
@@ -181,7 +181,7 @@ def test_speed(benchmark, request, model_spec, mode, reference, perf_settings, p
         kernel_ms=side.profile.kernel_ms if side.profile else None,
         kernel_ms_ref=reference.profile.kernel_ms if reference.profile else None,
         kernel_speedup=(reference.profile.kernel_ms / side.profile.kernel_ms) if side.profile and reference.profile else None,
-        kernels=side.profile.top() if side.profile else None, kernel_changes=changes,
+        kernels=kernels, kernel_changes=changes,
         # how far the eager step waits on the host
         busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
         busy_ms_ref=ref_load.busy_ms, host_overhead_ms_ref=ref_load.overhead_ms, idle_share_ref=ref_load.idle_share,
@@ -236,7 +236,7 @@ def test_speed(benchmark, request, model_spec, mode, reference, perf_settings, p
             "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
             "idle_share": load.idle_share, "host_bound": load.host_bound,
             "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
-            **({"kernels": side.profile.top()} if side.profile else {}), **carried,
+            **({"kernels": kernels} if kernels else {}), **carried,
         }, software)
 
     # freed before any failure is raised: pytest keeps a failed test's frames, and with them its trainer
