@@ -95,12 +95,12 @@ class Comparison:
 def _speed_change(old: Cell, new: Cell, floor: float) -> Change:
     # the device-time speedup where both runs measured it the same way: it is what the suite gates on;
     # the wall-clock speedup of eager steps otherwise, with the wall's own floor
-    device = (old.estimate("device_") is not None and new.estimate("device_") is not None
-              and old.get("device_method") == new.get("device_method"))
+    old_est, new_est = old.estimate("device_"), new.estimate("device_")
+    device = old_est is not None and new_est is not None and old.get("device_method") == new.get("device_method")
     prefix, figure = ("device_", "device speedup") if device else ("", "speedup")
     if not device:
         floor = max(floor, WALL_TOLERANCE_FLOOR)
-    old_est, new_est = old.estimate(prefix), new.estimate(prefix)
+        old_est, new_est = old.estimate(), new.estimate()
     base = dict(test_id=new.test_id, kind=new.kind, model=new.model, mode=new.mode, figure=figure)
     if old_est is None:
         return Change(**base, old="-", new=fmt_speedup(new_est, new.number(f"{prefix}speedup")), change=None,
