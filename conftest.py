@@ -16,7 +16,7 @@ from ampbench.baselines import BaselineError, BaselineStore, unwritable_reason, 
 from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
 from ampbench.summary import speed_cells, speed_table
 from ampbench.verdict import DEFAULT_TOLERANCE
-from ampbench.modes import MODES, get_mode
+from ampbench.modes import MODES, REFERENCE_MODE, get_mode
 from ampbench.settings import (
     GATES,
     TIERS,
@@ -193,6 +193,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     ``@pytest.mark.cells(models=[...])`` gives a test its own models instead of the tier's (those
     --perf-models names, if given, still narrow it); with ``tiered=True`` the tier narrows them too.
+    ``reference_in_full_tier_only=True`` leaves the reference mode's own cell (fp32 against fp32, a
+    control of the harness) out of the quick tier, unless --perf-precisions names the modes.
     """
     if not {"model_name", "mode_name"} <= set(metafunc.fixturenames):
         return
@@ -203,7 +205,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         own = list(marker.kwargs["models"])
         narrowed = metafunc.config.option.perf_models or marker.kwargs.get("tiered", False)
         names = [m for m in own if m in s.models] if narrowed else own
-    cells = [(m, p) for m in names for p in s.precisions]
+    precisions = s.precisions
+    if (marker is not None and marker.kwargs.get("reference_in_full_tier_only") and s.tier == "quick"
+            and not metafunc.config.option.perf_precisions):
+        precisions = tuple(p for p in precisions if p != REFERENCE_MODE)
+    cells = [(m, p) for m in names for p in precisions]
     metafunc.parametrize(("model_name", "mode_name"), cells, ids=[f"{m}-{p}" for m, p in cells])
 
 

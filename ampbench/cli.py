@@ -108,13 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="For every speed entry of BASELINE.json, gather the recorded speedup and the speedup of each "
                     "RUN.json made on the same GPU and software (driver, torch, CUDA, cuDNN) and measured the same "
                     "way, and store the standard deviation of their logarithms as the entry's between_run_sd (with "
-                    "between_run_count values behind it). Runs on one card (machine_info's uuid) share its offset, so "
-                    "they are pooled into one value. The device-time speedup's spread is learned the same way into "
-                    "device_between_run_sd and device_between_run_count, from runs whose device time was measured "
-                    "by the entry's method (device_method). The suite then reports each speedup's 99%% interval across "
-                    "runs as well as within its own run. Pass every run to count: the figures are replaced, not "
-                    "accumulated. Cells whose verdict was a regression, and the run that recorded the baseline, "
-                    "do not count. The file is rewritten atomically; other figures and entries are kept.",
+                    "between_run_count values behind it); the entry's speedup becomes the geometric mean of those "
+                    "values, the recording's own kept as recorded_speedup. Each run is one value. The device-time "
+                    "speedup's spread is learned the same way into the device_ figures, from runs whose device time "
+                    "was measured by the entry's method (device_method), and device_tolerance is refreshed. A "
+                    "cell's tolerance then allows for that spread (Student's t with count - 1 degrees of freedom), "
+                    "and the suite reports each speedup's 99% interval across runs as well as within its own run. "
+                    "Pass every run to count, all of unchanged software and code: the figures are replaced, not "
+                    "accumulated, and a cell that failed in such a run counts (it was a false alarm). Cells with an "
+                    "injected slowdown and the run that recorded the baseline do not count. The file is rewritten atomically; other figures and entries are kept.",
     )
     spr.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to add the spread to")
     spr.add_argument("runs", type=Path, nargs="+", metavar="RUN.json",
@@ -190,7 +192,7 @@ def _spread(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     width = max(len(t) for t in learned.cells)
     print(f"{'test':{width}s}  values  sd of ln(speedup)  device values  device sd  "
-          "speedups (the recording's, then one per card) | device-time speedups")
+          "speedups (the recording's, then one per run) | device-time speedups")
     for test_id, cell in learned.cells.items():
         device = learned.device_cells.get(test_id)
         dev_columns = f"{len(device.speedups):13d}  {device.sd:9.2%}" if device else f"{'-':>13s}  {'-':>9s}"

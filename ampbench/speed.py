@@ -4,7 +4,7 @@ the baseline, and decide what to record. Pure harness: the pytest test only wire
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -210,8 +210,13 @@ def judge(
     second_batch: Callable[[], SpeedupEstimate],
 ) -> SpeedOutcome:
     """A regression only when the whole interval lies below the line and a second independent batch
-    of rounds agrees; a straddling interval is extended, then inconclusive."""
-    est = extend_until_tight(first, policy.rounds)
+    of rounds agrees; a straddling interval is extended, then inconclusive. Rounds are added until
+    the interval is half as wide as the cell's own tolerance: a cell whose runs spread further needs
+    no tighter interval than its line allows."""
+    rounds = policy.rounds
+    if check is not None:
+        rounds = replace(rounds, target_half_width=max(rounds.target_half_width, check.tolerance / 2))
+    est = extend_until_tight(first, rounds)
     if check is None:
         return SpeedOutcome(est, Verdict.NO_BASELINE, None, f"speedup {est}; no baseline for this GPU")
     verdict = check.classify(est)

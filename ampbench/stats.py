@@ -111,6 +111,13 @@ def relative_spread(a: float, b: float) -> float:
     return abs(math.log(a / b))
 
 
+def geometric_mean(values: Sequence[float]) -> float:
+    """exp(mean of ln(value)): the centre of positive figures whose spread ``log_sd`` measures."""
+    if not values:
+        raise ValueError("geometric mean of no values")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def log_sd(values: Sequence[float]) -> float:
     """Sample standard deviation of ln(value): the scale-free spread of a positive figure measured in
     several independent runs."""

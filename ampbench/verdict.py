@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from ampbench.stats import SpeedupEstimate, finite_number, normal_quantile
+from ampbench.stats import SpeedupEstimate, finite_number
 
 # The floor of every cell's tolerance: --perf-tolerance's default, and `ampbench compare`'s --tolerance's.
 # Device time per step holds to 0.1-0.6% per round on an H100. The floor sits below 1% so that a 1%
@@ -30,33 +30,54 @@ class Verdict(str, Enum):
     NO_BASELINE = "no baseline"  # nothing recorded for this test on this GPU
 
 
-def tolerance_for(floor: float, recorded_noise: float | None, between_run_sd: float | None = None,
+@dataclass(frozen=True)
+class BetweenRuns:
+    """How far a cell's speedup moves between independent runs, learned from saved runs with
+    ``ampbench spread`` and stored in its baseline entry."""
+
+    sd: float  # sample standard deviation of ln(speedup) over `count` values
+    count: int  # values behind `sd`: the recording and each run that counted
+    centred: bool  # the baseline figure is the geometric mean of those values, not the recording alone
+
+    def bound(self, confidence: float) -> float:
+        """How far another run's speedup may lie from the baseline figure through run-to-run spread
+        alone, with `confidence`: a prediction interval for one new value. Its quantile is Student's
+        t with count - 1 degrees of freedom, because `sd` itself comes from few values: from 3 values
+        the 99% quantile is 9.9, not the normal 2.58, and a normal quantile with so young an sd failed
+        an unchanged cell on a fifth H100. A new value differs from the mean of `count` values by
+        sd x sqrt(1 + 1/count), from one of them (an uncentred recording) by sd x sqrt(2)."""
+        from scipy.stats import t  # scipy is slow to import; only verdicts with a learned spread need it
+
+        factor = math.sqrt(1 + 1 / self.count) if self.centred else math.sqrt(2)
+        return float(t.ppf(0.5 + confidence / 2, self.count - 1)) * factor * self.sd
+
+
+def tolerance_for(floor: float, recorded_noise: float | None, between_runs: BetweenRuns | None = None,
                   confidence: float = 0.99) -> float:
     """The relative drop that counts as a regression for one cell: the user's floor, or more where
     the cell's own recorded noise demands it, or where its speedup moves between runs.
 
-    The baseline was measured in one run, on one card, and this run is another: each sits at its own
-    offset, of standard deviation `between_run_sd` (learned with ``ampbench spread``), so their
-    difference has sqrt(2) x that, and its two-sided `confidence` bound is z x sqrt(2) x sd. Pass
-    None where no trustworthy spread is known (``trusted_between_run_sd``).
+    The baseline was measured in one run and this run is another: `between_runs` (``learned_spread``)
+    says how far apart two runs land. Pass None where no trustworthy spread is known.
     """
     tolerance = floor
     if finite_number(recorded_noise) is not None:
         tolerance = max(tolerance, NOISE_MULTIPLIER * recorded_noise)
-    if finite_number(between_run_sd) is not None:
-        tolerance = max(tolerance, normal_quantile(confidence) * math.sqrt(2) * between_run_sd)
+    if between_runs is not None:
+        tolerance = max(tolerance, between_runs.bound(confidence))
     return tolerance
 
 
-def trusted_between_run_sd(figures: dict | None, prefix: str = "") -> float | None:
-    """A baseline entry's between-run spread, where it was learned from at least MIN_SPREAD_VALUES values;
-    `prefix` "device_" reads the device-time speedup's spread."""
+def learned_spread(figures: dict | None, prefix: str = "") -> BetweenRuns | None:
+    """A baseline entry's between-run spread, where it was learned from at least MIN_SPREAD_VALUES
+    values; `prefix` "device_" reads the device-time speedup's spread. The entry's figure is centred
+    when ``ampbench spread`` kept the recording's own value beside it (``<prefix>recorded_speedup``)."""
     if figures is None:
         return None
     sd, count = finite_number(figures.get(f"{prefix}between_run_sd")), figures.get(f"{prefix}between_run_count")
-    if sd is None or not isinstance(count, int) or count < MIN_SPREAD_VALUES:
+    if sd is None or not isinstance(count, int) or isinstance(count, bool) or count < MIN_SPREAD_VALUES:
         return None
-    return sd
+    return BetweenRuns(sd, count, finite_number(figures.get(f"{prefix}recorded_speedup")) is not None)
 
 
 @dataclass(frozen=True)

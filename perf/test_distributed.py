@@ -32,7 +32,7 @@ from ampbench.distributed import DistFigures, merge_ranks, variants_for
 from ampbench.launch import LaunchResult, run_launch, torchrun_command
 from ampbench.modes import MODES, get_mode
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for, trusted_between_run_sd
+from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for, learned_spread
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_MODELS = ("resnet50", "gpt")
@@ -100,7 +100,7 @@ def _judge(check: SpeedupCheck | None, est: SpeedupEstimate) -> Verdict:
 def _check(baseline: dict | None, key: str, noise_key: str, model: str, what: str, floor: float) -> SpeedupCheck | None:
     if baseline is None or not isinstance(baseline.get(key), (int, float)):
         return None
-    tol = tolerance_for(floor, baseline.get(noise_key), trusted_between_run_sd(baseline))
+    tol = tolerance_for(floor, baseline.get(noise_key), learned_spread(baseline))
     return SpeedupCheck(model, what, float(baseline[key]), tol)
 
 

@@ -5,7 +5,7 @@ import pytest
 from ampbench.speed import SpeedPolicy, comparable_recording, judge, recorded_noise
 from ampbench.stats import SpeedupEstimate
 from ampbench.timing import RoundsPolicy
-from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, tolerance_for, trusted_between_run_sd
+from ampbench.verdict import BetweenRuns, RatioCheck, SpeedupCheck, Verdict, learned_spread, tolerance_for
 
 
 def est(s, lo, hi, n=12):
@@ -35,22 +35,34 @@ def test_message_names_model_mode_figures_and_drop():
         assert part in msg
 
 
-def test_tolerance_allows_for_two_runs_on_two_cards():
-    # gpt fp16_master on the H100s: noise 1.6%, between-run sd 1.54% from 5 values
-    assert tolerance_for(0.03, 0.0159, 0.0154) == pytest.approx(2.5758 * 2**0.5 * 0.0154, rel=1e-4)
-    assert tolerance_for(0.03, 0.0159, 0.005) == pytest.approx(0.0318)  # the noise term is larger
-    assert tolerance_for(0.03, None, 0.001) == 0.03  # never below the floor
+def test_tolerance_allows_for_two_runs_with_a_t_quantile_from_few_values():
+    # an uncentred recording: the new run and the recording each sit at their own offset
+    five = BetweenRuns(0.0154, 5, centred=False)
+    assert tolerance_for(0.03, 0.0159, five) == pytest.approx(4.6041 * 2**0.5 * 0.0154, rel=1e-4)
+    # centred on the mean of the values: a new value lies sd x sqrt(1 + 1/n) from it
+    assert BetweenRuns(0.0154, 5, centred=True).bound(0.99) == pytest.approx(4.6041 * 1.2**0.5 * 0.0154, rel=1e-4)
+    # few values, a wide quantile: from 3 values t is 9.92, not z = 2.58
+    assert BetweenRuns(0.001, 3, centred=True).bound(0.99) == pytest.approx(9.9248 * (4 / 3) ** 0.5 * 0.001, rel=1e-4)
+    assert tolerance_for(0.03, 0.0159, BetweenRuns(0.001, 8, True)) == pytest.approx(0.0318)  # the noise term is larger
+    assert tolerance_for(0.03, None, BetweenRuns(0.001, 8, True)) == 0.03  # never below the floor
     assert tolerance_for(0.03, 0.0159, None) == tolerance_for(0.03, 0.0159)
-    assert tolerance_for(0.03, None, float("nan")) == 0.03
 
 
 def test_a_spread_from_two_values_is_not_trusted_to_loosen_a_verdict():
-    assert trusted_between_run_sd({"between_run_sd": 0.0154, "between_run_count": 5}) == 0.0154
-    assert trusted_between_run_sd({"between_run_sd": 0.0154, "between_run_count": 3}) == 0.0154
-    assert trusted_between_run_sd({"between_run_sd": 0.215, "between_run_count": 2}) is None
-    assert trusted_between_run_sd({"between_run_sd": 0.0154}) is None
-    assert trusted_between_run_sd({"speedup": 2.0}) is None
-    assert trusted_between_run_sd(None) is None
+    assert learned_spread({"between_run_sd": 0.0154, "between_run_count": 5}) == BetweenRuns(0.0154, 5, False)
+    assert learned_spread({"between_run_sd": 0.0154, "between_run_count": 3}) == BetweenRuns(0.0154, 3, False)
+    assert learned_spread({"between_run_sd": 0.215, "between_run_count": 2}) is None
+    assert learned_spread({"between_run_sd": 0.0154}) is None
+    assert learned_spread({"between_run_sd": float("nan"), "between_run_count": 5}) is None
+    assert learned_spread({"speedup": 2.0}) is None
+    assert learned_spread(None) is None
+
+
+def test_a_spread_is_centred_where_the_recording_is_kept_beside_the_mean():
+    figures = {"device_speedup": 3.1, "device_recorded_speedup": 3.12, "device_between_run_sd": 0.002,
+               "device_between_run_count": 6}
+    assert learned_spread(figures, "device_") == BetweenRuns(0.002, 6, True)
+    assert learned_spread(figures) is None  # the wall figure has no spread here
 
 
 def test_tolerance_follows_recorded_noise():
