@@ -39,11 +39,13 @@ def test_tolerance_allows_for_two_runs_with_a_t_quantile_from_few_values():
     # an uncentred recording: the new run and the recording each sit at their own offset
     five = BetweenRuns(0.0154, 5, centred=False)
     assert tolerance_for(0.03, 0.0159, five) == pytest.approx(4.6041 * 2**0.5 * 0.0154, rel=1e-4)
+    assert tolerance_for(0.03, 0.0159, None) == pytest.approx(0.0318)  # no spread learned: twice the noise
     # centred on the mean of the values: a new value lies sd x sqrt(1 + 1/n) from it
     assert BetweenRuns(0.0154, 5, centred=True).bound(0.99) == pytest.approx(4.6041 * 1.2**0.5 * 0.0154, rel=1e-4)
     # few values, a wide quantile: from 3 values t is 9.92, not z = 2.58
     assert BetweenRuns(0.001, 3, centred=True).bound(0.99) == pytest.approx(9.9248 * (4 / 3) ** 0.5 * 0.001, rel=1e-4)
-    assert tolerance_for(0.03, 0.0159, BetweenRuns(0.001, 8, True)) == pytest.approx(0.0318)  # the noise term is larger
+    # a learned spread replaces the recorded noise, which only stood in for it
+    assert tolerance_for(0.005, 0.0159, BetweenRuns(0.002, 8, True)) == pytest.approx(BetweenRuns(0.002, 8, True).bound(0.99))
     assert tolerance_for(0.03, None, BetweenRuns(0.001, 8, True)) == 0.03  # never below the floor
     assert tolerance_for(0.03, 0.0159, None) == tolerance_for(0.03, 0.0159)
 
