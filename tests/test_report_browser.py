@@ -156,6 +156,7 @@ def _report(name: str) -> dict[str, bytes]:
 @pytest.fixture(scope="module", params=RUNS)
 def browsed(request, tmp_path_factory):
     """(run, report files, index.html's path, the probe's findings on it) of one run."""
+    _chromium()  # skips before the report is built where there is no browser
     run = load_run(DATA / request.param)
     files = _report(request.param)
     folder = tmp_path_factory.mktemp(Path(request.param).stem)
