@@ -49,6 +49,10 @@ window.addEventListener("load", function () {
     }));
   });
   document.querySelectorAll("h2").forEach(function (h) { probe.headings.push(h.innerText); });
+  probe.chips = Array.from(document.querySelectorAll(".chip"), function (chip) {
+    var style = getComputedStyle(chip);
+    return {text: chip.innerText, color: style.color, background: style.backgroundColor};
+  });
   var out = document.createElement("pre");
   out.id = "ampbench-probe";
   out.textContent = JSON.stringify(probe);
@@ -133,8 +137,8 @@ def screenshot_problems(png: Path, min_ink: float = 0.03, min_bar_pixels: int = 
 
 
 def page_problems(found: dict, charts: int) -> list[str]:
-    """Why the loaded page is broken: a chart image missing or undecoded or not laid out, or a page
-    wider than the window."""
+    """Why the loaded page is broken: a chart image missing or undecoded or not laid out, a verdict
+    chip's label in its own background colour, or a page wider than the window."""
     problems = []
     if len(found["images"]) != charts:
         problems.append(f"{len(found['images'])} images on the page; expected the report's {charts} charts")
@@ -143,6 +147,9 @@ def page_problems(found: dict, charts: int) -> list[str]:
             problems.append(f"chart {img['alt']!r} did not decode (naturalWidth {img['naturalWidth']})")
         elif img["width"] < 200 or img["height"] < 100:
             problems.append(f"chart {img['alt']!r} is laid out {img['width']:.0f}x{img['height']:.0f} px")
+    for chip in found["chips"]:
+        if chip["color"] == chip["background"]:
+            problems.append(f"verdict chip {chip['text']!r} is drawn in its own background colour {chip['color']}")
     if found["scrollWidth"] > found["innerWidth"] + 1:
         problems.append(f"the page is {found['scrollWidth']} px wide in a {found['innerWidth']} px window")
     return problems
@@ -199,7 +206,8 @@ def test_the_speed_matrices_render_every_cell_in_chromium(browsed):
 
 
 def test_a_blank_or_broken_page_is_told_apart(tmp_path):
-    """The checks' teeth: a blank page fails the screenshot check, a chart that cannot decode the page check."""
+    """The checks' teeth: a blank page fails the screenshot check; a chart that cannot decode and chips
+    whose labels take the verdict's colour fail the page check."""
     blank = tmp_path / "blank.html"
     blank.write_text("<!DOCTYPE html><html><body></body></html>")
     assert any("uniform" in p for p in screenshot_problems(screenshot(blank, tmp_path)))
@@ -207,6 +215,9 @@ def test_a_blank_or_broken_page_is_told_apart(tmp_path):
     html = files["index.html"].decode()
     first = html.index("data:image/png;base64,") + len("data:image/png;base64,")
     broken = tmp_path / "broken.html"
-    broken.write_text(html[:first] + "bm90IGEgcG5n" + html[html.index('"', first):], encoding="utf-8")
+    html = html[:first] + "bm90IGEgcG5n" + html[html.index('"', first):]
+    assert ".chips .chip { color: #fff; }" in html
+    broken.write_text(html.replace(".chips .chip { color: #fff; }", ""), encoding="utf-8")
     problems = page_problems(probe(broken, tmp_path), sum(name.endswith(".png") for name in files))
-    assert len(problems) == 1 and "did not decode" in problems[0], problems
+    chips = [p for p in problems if "own background colour" in p]
+    assert "did not decode" in problems[0] and chips and len(problems) == 1 + len(chips), problems
