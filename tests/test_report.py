@@ -414,7 +414,9 @@ def _hostile_run(tmp_path: Path) -> Path:
                                       "clocks": {h[0]: h[3]}}},
         "benchmarks": [
             {"name": f"test_speed[{h[0]}-{h[2]}]", "extra_info": dict(
-                speed, model=h[0], mode=h[2], verdict=h[1], message=h[4])},
+                speed, model=h[0], mode=h[2], verdict=h[1], message=h[4], device_speedup=2.5, device_speedup_low=2.4,
+                device_speedup_high=2.6, device_method=h[0], device_verdict=h[1], kernel_changes=f"{h[2]}; {h[3]}",
+                host_bound=True, idle_share=0.5, host_overhead_ms=1.0)},
             {"name": f"test_speed[{h[3]}-{h[4]}]", "extra_info": dict(
                 speed, model=h[3], mode=h[4], verdict="regression", message=h[0])},
             {"name": f"test_memory[{h[3]}-{h[4]}]", "extra_info": {
@@ -455,8 +457,8 @@ def test_html_from_hostile_json_holds_only_the_templates_markup(tmp_path):
     allowed_tags = {"html", "head", "meta", "title", "style", "body", "main", "h1", "h2", "h3", "p", "code", "div",
                     "span", "b", "ul", "li", "table", "thead", "tbody", "tr", "th", "td", "details", "summary",
                     "figure", "img", "figcaption", "footer"}
-    allowed_classes = {"sub", "software", "chips", "chip", "kind", "msg", "reference", "v", "flag", "note",
-                       *VERDICT_CLASSES.values(), "v-other"}
+    allowed_classes = {"sub", "software", "chips", "chip", "kind", "msg", "reference", "v", "flag", "note", "wide",
+                       "matrix", "iv", "method", "changes", *VERDICT_CLASSES.values(), "v-other"}
     for tag, attrs in page.tags:
         assert tag in allowed_tags, tag
         for name, value in attrs:
@@ -757,3 +759,104 @@ def test_summary_shows_device_time_as_the_gate_the_wall_beside_it_host_bound_cel
     assert f"{first['device_speedup']:.2f}x" in text.split("Wall-clock")[0]
     assert "Host-bound cells (1)" in text and f"`{first['model']}` {first['mode']}: the GPU idles 40%" in text
     assert "Kernel changes against the baseline" in text and "at::cuda::spin_kernel" in text
+
+
+# ---------------------------------------------------------------------------------------------------
+# index.html and the speedup chart since device time gates a speed cell
+
+DEVICE_RUN = DATA / "h100_speed_device.json"  # a real quick-tier run, resnet50 amp_fp16 made 5% slower on the GPU
+
+
+def _section(html: str, heading: str) -> str:
+    """The HTML from the <h2> `heading` to the next <h2>."""
+    start = html.index(f"<h2>{heading}")
+    end = html.find("<h2>", start + 4)
+    return html[start:end if end >= 0 else len(html)]
+
+
+def test_html_shows_device_time_as_the_gate_the_wall_beside_it_host_bound_cells_and_kernel_changes():
+    from html import escape
+
+    from ampbench.report.speed_cells import DEVICE, WALL
+
+    run = load_run(DEVICE_RUN)
+    html = build_report(run)["index.html"].decode()
+    assert html.index(DEVICE.title) < html.index(WALL.title) < html.index("Charts")
+    device, wall = _section(html, DEVICE.title), _section(html, WALL.title)
+    speed = run.of_kind("speed")
+    for c in speed:
+        assert f"{c.number('device_speedup'):.2f}x" in device, c.test_id
+        assert f"[{c.number('device_speedup_low'):.2f}, {c.number('device_speedup_high'):.2f}]" in device, c.test_id
+        assert f"[{c.number('speedup_low'):.2f}, {c.number('speedup_high'):.2f}]" in wall, c.test_id
+    assert "<code>graph</code> CUDA-graph replay" in device
+    regression = next(c for c in speed if c.get("device_verdict") == "regression")
+    assert 'class="v v-regression"' in device and f"{regression.number('device_speedup'):.2f}x ✗" in device
+    host = [c for c in speed if c.get("host_bound") is True]
+    assert host, "the device run should hold host-bound cells"
+    bound = _section(html, f"Host-bound cells ({len(host)})")
+    for c in host:
+        assert f"{100 * c.number('idle_share'):.0f}%" in bound and f"<td>{c.mode}</td>" in bound
+    changes = _section(html, "Kernel changes against the baseline")
+    assert f"<code>{regression.test_id}</code>" in changes
+    for line in regression.get("kernel_changes").split("; "):
+        assert f"<li>{escape(line, quote=True)}</li>" in changes
+    drift = sum(1 for c in speed if c.get("kernel_changes") and c is not regression)
+    assert f"Kernel changes of {drift} cells whose device time held" in changes
+
+
+def test_html_of_a_run_from_before_device_time_shows_its_one_speedup_matrix():
+    from ampbench.report.speed_cells import DEVICE, WALL
+
+    run = load_run(REAL_H100)
+    html = build_report(run)["index.html"].decode()
+    assert DEVICE.title not in html and WALL.title not in html and "Host-bound" not in html
+    matrix = _section(html, "Speedup over fp32")
+    for c in run.of_kind("speed"):
+        assert f"{c.number('speedup'):.2f}x" in matrix and f"[{c.number('speedup_low'):.2f}," in matrix
+
+
+def _speedup_figure(run, monkeypatch):
+    """(chart, matplotlib figure) of the run's speedup chart."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from ampbench.report import charts
+
+    figures = []
+    real_png = charts._png
+    monkeypatch.setattr(charts, "_png", lambda fig: figures.append(fig) or real_png(fig))
+    chart = next(c for c in charts.run_charts(run) if c.filename == "speedup.png")
+    return chart, figures[0]
+
+
+def _bar_heights(figure) -> dict[float, str | None]:
+    from matplotlib.patches import Rectangle
+
+    ax = figure.axes[0]
+    return {round(p.get_height(), 6): p.get_hatch() for p in ax.patches
+            if isinstance(p, Rectangle) and p.get_width() > 0 and p.get_height() > 0}
+
+
+def test_speedup_chart_plots_device_time_where_measured_and_says_so(monkeypatch):
+    run = load_run(DEVICE_RUN)
+    chart, figure = _speedup_figure(run, monkeypatch)
+    assert "device time" in chart.title and "device time" in figure.axes[0].get_title(loc="left")
+    assert "CUDA-graph replay" in chart.caption and "Hatched" not in chart.caption
+    heights = _bar_heights(figure)
+    assert set(heights) == {round(c.number("device_speedup"), 6) for c in run.of_kind("speed")}
+    assert not any(heights.values())
+    old_chart, old_figure = _speedup_figure(load_run(REAL_H100), monkeypatch)
+    assert "wall clock" in old_chart.title and "device time" not in old_chart.caption
+
+
+def test_speedup_chart_hatches_the_wall_figure_of_cells_without_device_time(tmp_path, monkeypatch):
+    doc = json.loads(DEVICE_RUN.read_text())
+    speed = [b["extra_info"] for b in doc["benchmarks"] if b["extra_info"].get("kind") == "speed"]
+    for info in speed[:3]:
+        for key in [k for k in info if k.startswith("device_speedup")]:
+            del info[key]
+    chart, figure = _speedup_figure(parse_run(doc, tmp_path / "mixed.json"), monkeypatch)
+    heights = _bar_heights(figure)
+    assert {h for h, hatch in heights.items() if hatch} == {round(info["speedup"], 6) for info in speed[:3]}
+    assert {h for h, hatch in heights.items() if not hatch} == {round(info["device_speedup"], 6) for info in speed[3:]}
+    assert "Hatched bars: wall-clock speedups" in chart.caption

@@ -7,7 +7,8 @@ matplotlib is imported inside the chart functions, with the Agg backend, so impo
 has no side effects.
 
 The modules, by job: `run` reads a run's JSON (and a JUnit XML's failures); `format` turns figures into
-text and per-model tables; `charts`, `markdown` and `html` render them; `build` makes every file of a
+text and per-model tables; `speed_cells` chooses the speed figures both pages show (the device-time and
+wall-clock matrices, host-bound cells, kernel changes); `charts`, `markdown` and `html` render them; `build` makes every file of a
 report and writes the folder. Only the rendering modules know of ampbench.compare (for its types), so
 compare can import the run reader without a cycle. The names below are re-exported for
 ``from ampbench.report import ...``.

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ampbench.report.run import Cell, Run, order_modes
+from ampbench.report.speed_cells import DEVICE, METHODS, WALL, SpeedFigure, has_figure, used_methods
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -71,8 +72,11 @@ def _grouped_bars(
     marker_label: str = "",
     reference_line: float | None = None,
     log: bool = False,
+    hatched: Callable[[Cell], bool] | None = None,
+    hatched_label: str = "",
 ) -> bytes | None:
-    """Bars grouped by model, one colour per mode; None when no cell has a value."""
+    """Bars grouped by model, one colour per mode; None when no cell has a value. Bars of cells for
+    which `hatched` is true are drawn hatched (a figure other than the chart's own)."""
     cells = [c for c in run.of_kind(kind) if value(c) is not None and value(c) > (0 if log else -math.inf)]
     if not cells:
         return None
@@ -86,8 +90,9 @@ def _grouped_bars(
     fig.subplots_adjust(left=0.065, right=0.99, top=0.92, bottom=0.27 if crowded else 0.2)
     by_key = {(c.model, c.mode): c for c in cells}
     marked = False
+    any_hatched = False
     for j, mode in enumerate(modes):
-        xs, ys, lo_err, hi_err, mx, my = [], [], [], [], [], []
+        xs, ys, lo_err, hi_err, mx, my, hatch = [], [], [], [], [], [], []
         for i, model in enumerate(models):
             c = by_key.get((model, mode))
             if c is None:
@@ -96,6 +101,7 @@ def _grouped_bars(
             y = value(c)
             xs.append(x)
             ys.append(y)
+            hatch.append(bool(hatched and hatched(c)))
             iv = interval(c) if interval else None
             lo_err.append(max(y - iv[0], 0.0) if iv else 0.0)
             hi_err.append(max(iv[1] - y, 0.0) if iv else 0.0)
@@ -103,13 +109,20 @@ def _grouped_bars(
             if m is not None:
                 mx.append(x)
                 my.append(m)
-        ax.bar(xs, ys, width=width * 0.92, color=_mode_color(mode, modes), label=mode, zorder=2)
+        bars = ax.bar(xs, ys, width=width * 0.92, color=_mode_color(mode, modes), label=mode, zorder=2)
+        for bar, h in zip(bars, hatch):
+            if h:
+                bar.set_hatch("///")
+                bar.set_edgecolor("#fff")
+                any_hatched = True
         if interval and any(lo_err + hi_err):
             ax.errorbar(xs, ys, yerr=[lo_err, hi_err], fmt="none", ecolor="#222", elinewidth=1, capsize=2, zorder=3)
         if mx:
             ax.scatter(mx, my, marker="_", s=max(60, 900 * width), linewidths=2.2, color="#000",
                        label=marker_label if not marked else None, zorder=4)
             marked = True
+    if any_hatched:
+        ax.bar([0], [0], width=0, color="#bbb", hatch="///", edgecolor="#fff", label=hatched_label)
     if reference_line is not None:
         ax.axhline(reference_line, color="#444", linestyle="--", linewidth=1, zorder=1)
     if log:
@@ -121,7 +134,7 @@ def _grouped_bars(
     ax.set_title(title, loc="left", fontsize=12)
     ax.grid(axis="y", color="#ddd", zorder=0)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(ncol=min(len(modes) + (1 if marked else 0), 8), fontsize=8, frameon=False,
+    ax.legend(ncol=min(len(modes) + (1 if marked else 0) + (1 if any_hatched else 0), 9), fontsize=8, frameon=False,
               loc="upper center", bbox_to_anchor=(0.5, -0.22 if crowded else -0.12))
     return _png(fig)
 
@@ -145,18 +158,7 @@ def run_charts(run: Run) -> list[Chart]:
         if png is not None:
             charts.append(Chart(filename, title, caption, png))
 
-    def speed_interval(c: Cell) -> tuple[float, float] | None:
-        est = c.estimate()
-        return (est.low, est.high) if est else None
-
-    add(
-        "speedup.png", "Speedup over fp32",
-        "Bars: speedup of each mode's training step over fp32 (median of interleaved rounds); whiskers: its "
-        "interval; black dash: the baseline it was held against. Above the dashed line at 1 the mode is faster.",
-        _grouped_bars(run, "speed", lambda c: c.number("speedup"), title=f"Speedup over fp32 — {run.gpu}",
-                      ylabel="speedup (x)", interval=speed_interval, marker=lambda c: c.number("baseline_speedup"),
-                      marker_label="baseline", reference_line=1.0),
-    )
+    add("speedup.png", *_speedup_chart(run))
 
     def memory_ratio(c: Cell) -> float | None:
         return c.number("memory_ratio")
@@ -185,6 +187,38 @@ def run_charts(run: Run) -> list[Chart]:
                       ylabel="samples / s", log=True),
     )
     return charts
+
+
+def _speedup_chart(run: Run) -> tuple[str, str, bytes | None]:
+    """(title, caption, PNG) of the speedup chart: device-time speedups where the run measured them (the
+    gate's figure), each cell's wall-clock speedup where it did not; the title and caption say which."""
+    device = has_figure(run, DEVICE)
+    mixed = device and any(c.number(DEVICE.key) is None and c.number(WALL.key) is not None for c in run.of_kind("speed"))
+
+    def figure(c: Cell) -> SpeedFigure:
+        return DEVICE if device and c.number(DEVICE.key) is not None else WALL
+
+    def interval(c: Cell) -> tuple[float, float] | None:
+        est = c.estimate(figure(c).prefix)
+        return (est.low, est.high) if est else None
+
+    shown = DEVICE if device else WALL
+    title = f"Speedup over fp32 in {shown.short}"
+    what = f"{WALL.short} time of eager training steps"
+    if device:
+        what = "device time, the figure the verdict gates"
+        methods = used_methods(run)
+        if methods:
+            what += f" (by {'; '.join(METHODS[m] for m in methods)})"
+    caption = (f"Bars: each mode's speedup over fp32 in {what} (median of interleaved rounds); whiskers: its "
+               "interval; black dash: the baseline it was held against. Above the dashed line at 1 the mode is faster.")
+    if mixed:
+        caption += " Hatched bars: wall-clock speedups of cells that measured no device time."
+    png = _grouped_bars(run, "speed", lambda c: c.number(figure(c).key), title=f"{title} — {run.gpu}",
+                        ylabel="speedup (x)", interval=interval, marker=lambda c: c.number(figure(c).baseline_key),
+                        marker_label="baseline", reference_line=1.0,
+                        hatched=(lambda c: figure(c) is WALL) if mixed else None, hatched_label="wall clock")
+    return title, caption, png
 
 
 def comparison_chart(comparison: "Comparison") -> Chart | None:

@@ -7,8 +7,30 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from ampbench.report.charts import Chart
-from ampbench.report.format import NEEDS_A_LOOK, ROW_HEADERS, attention, foreign_note, model_rows, verdict_counts
+from ampbench.report.format import (
+    NEEDS_A_LOOK,
+    ROW_HEADERS,
+    attention,
+    fmt_ms,
+    fmt_number,
+    foreign_note,
+    model_rows,
+    verdict_counts,
+)
 from ampbench.report.run import DASH, Run
+from ampbench.report.speed_cells import (
+    DEVICE,
+    METHODS,
+    WALL,
+    MatrixEntry,
+    SpeedFigure,
+    has_figure,
+    host_bound_cells,
+    kernel_change_cells,
+    matrix,
+    notable,
+    used_methods,
+)
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -106,6 +128,68 @@ def _run_tables(run: Run) -> dict:
     return {"models": models, "others": other_table}
 
 
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _matrix_cell(entry: MatrixEntry | None) -> dict | None:
+    """A matrix cell: the speedup with its verdict's sign and colour, its interval, the device-time method."""
+    if entry is None:
+        return None
+    verdict = entry.verdict
+    interval = f"[{entry.estimate.low:.2f}, {entry.estimate.high:.2f}]" if entry.estimate else None
+    tip = [t for t in (verdict, METHODS.get(entry.method or "")) if t]
+    # as in summary.md: "no baseline" on every cell of a fresh GPU is told by the colour alone
+    icon = "" if verdict == Verdict.NO_BASELINE.value else HTML_ICONS.get(verdict or "", "")
+    return {"value": f"{fmt_number(entry.value, '.2f', 'x')} {icon}".strip(),
+            "cls": verdict_class(verdict) if verdict else None, "title": "; ".join(tip) or None,
+            "interval": interval, "method": entry.method}
+
+
+def _matrix(run: Run, figure: SpeedFigure, title: str, note: str) -> dict:
+    modes, rows = matrix(run, figure)
+    return {"title": title, "note": note, "modes": modes,
+            "rows": [{"model": model, "cells": [_matrix_cell(e) for e in row]} for model, row in rows]}
+
+
+def _speed_context(run: Run) -> dict | None:
+    """The speed section, as summary.md has it: the device-time matrix (the gate), the wall-clock one
+    beside it, the host-bound cells and the kernel changes; a run from before device time gets its one
+    wall-clock matrix."""
+    if not has_figure(run, DEVICE) and not has_figure(run, WALL):
+        return None
+    wall_note = ("What eager training gets on this host: the same steps by the wall clock, launches and host "
+                 "overhead included. Colour and sign: the wall-clock verdict.")
+    if has_figure(run, DEVICE):
+        matrices = [
+            _matrix(run, DEVICE, DEVICE.title,
+                    "Each cell: the speedup, its interval and how device time was measured; colour and sign: the "
+                    "device-time verdict against the baseline."),
+            _matrix(run, WALL, WALL.title, wall_note),
+        ]
+    else:
+        matrices = [_matrix(run, WALL, "Speedup over fp32", "Wall-clock speedup of each mode's training step and "
+                                                            "its interval; colour and sign: its verdict.")]
+    host = host_bound_cells(run)
+    host_table = _table(
+        ["model", "mode", "GPU idle", "host overhead per step", "GPU busy per step", "eager step"],
+        ([HtmlCell(c.model), HtmlCell(c.mode),
+          HtmlCell(fmt_number(None if c.number("idle_share") is None else 100 * c.number("idle_share"), ".0f", "%")),
+          HtmlCell(fmt_ms(c.number("host_overhead_ms"))), HtmlCell(fmt_ms(c.number("busy_ms"))),
+          HtmlCell(fmt_ms(c.number("step_ms")))] for c in host),
+    ) if host else None
+    changes = [{"notable": notable(c), "verdict": _verdict_span(_text(c.get("device_verdict"))), "test_id": c.test_id,
+                "lines": text.split("; ")} for c, text in kernel_change_cells(run)]
+    return {
+        "matrices": matrices,
+        "methods": [(m, METHODS[m]) for m in used_methods(run)],
+        "host_bound": host_table,
+        "host_bound_count": len(host),
+        "kernel_changes": [c for c in changes if c["notable"]],
+        "kernel_drift": [c for c in changes if not c["notable"]],
+    }
+
+
 def _comparison_context(comparison: "Comparison", charts: Sequence[Chart]) -> dict:
     headers = ["test", "figure", "old", "new", "change", "verdict", "message"]
     verdict_col = headers.index("verdict")
@@ -167,6 +251,7 @@ def render_html(run: Run, charts: Sequence[Chart], comparison: "Comparison | Non
         failures=list(failures),
         flagged=[{"verdict": _verdict_span(c.verdict), "test_id": c.test_id, "message": str(c.get("message") or "")}
                  for c in attention(run)],
+        speed=_speed_context(run),
         comparison=_comparison_context(comparison, compare_charts) if comparison is not None else None,
         charts=[_figure(c) for c in charts],
         run_tables_of=_run_tables(run),

@@ -14,7 +14,8 @@ from ampbench.report.format import (
     verdict_counts,
     verdict_label,
 )
-from ampbench.report.run import DASH, Run, order_modes
+from ampbench.report.run import DASH, Run
+from ampbench.report.speed_cells import DEVICE, WALL, host_bound_cells, kernel_change_cells, matrix, notable
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -43,45 +44,33 @@ def speedup_matrix(run: Run, figure: str = "speedup") -> tuple[list[str], list[l
     """Models down, modes across, each cell 'speedup icon': the whole run at one glance. `figure`
     "device_speedup" shows device time (the gate's figure, with the cell's verdict), "speedup" the
     wall-clock speedup of eager steps (with the wall verdict where the cell has one)."""
-    cells = run.of_kind("speed")
-    modes = order_modes(c.mode for c in cells)
-    verdict_key = "device_verdict" if figure == "device_speedup" else "wall_verdict"
+    modes, entries = matrix(run, DEVICE if figure == DEVICE.key else WALL)
     rows = []
-    for model in dict.fromkeys(c.model for c in cells):
-        row = [model]
-        for mode in modes:
-            c = next((x for x in cells if x.model == model and x.mode == mode), None)
-            if c is None or c.number(figure) is None:
-                row.append(DASH)
-            else:
-                verdict = c.get(verdict_key) if isinstance(c.get(verdict_key), str) else c.verdict
-                # "no baseline" on every cell of a fresh GPU would only add noise to the matrix
-                icon = "" if verdict == Verdict.NO_BASELINE.value else VERDICT_ICONS.get(verdict or "", "")
-                row.append(f"{c.number(figure):.2f}x {icon}".strip())
-        rows.append(row)
+    for model, row in entries:
+        texts = [model]
+        for e in row:
+            # "no baseline" on every cell of a fresh GPU would only add noise to the matrix
+            icon = "" if e is None or e.verdict == Verdict.NO_BASELINE.value else VERDICT_ICONS.get(e.verdict or "", "")
+            texts.append(DASH if e is None else f"{e.value:.2f}x {icon}".strip())
+        rows.append(texts)
     return ["model", *modes], rows
 
 
 def host_bound_lines(run: Run) -> list[str]:
     """One line per speed cell whose eager step left the device idle more than a tenth of the time."""
     out = []
-    for c in run.of_kind("speed"):
-        if c.get("host_bound") is True:
-            share, overhead = c.number("idle_share"), c.number("host_overhead_ms")
-            out.append(f"- `{c.model}` {c.mode}: the GPU idles {share:.0%} of the eager step "
-                       f"({overhead:.2f} ms per step waiting for the host)" if share is not None and overhead is not None
-                       else f"- `{c.model}` {c.mode}")
+    for c in host_bound_cells(run):
+        share, overhead = c.number("idle_share"), c.number("host_overhead_ms")
+        out.append(f"- `{c.model}` {c.mode}: the GPU idles {share:.0%} of the eager step "
+                   f"({overhead:.2f} ms per step waiting for the host)" if share is not None and overhead is not None
+                   else f"- `{c.model}` {c.mode}")
     return out
 
 
 def kernel_change_lines(run: Run) -> list[str]:
     """The kernel changes of every speed cell whose device verdict is not a plain pass."""
-    out = []
-    for c in run.of_kind("speed"):
-        text = c.get("kernel_changes")
-        if isinstance(text, str) and c.get("device_verdict") not in (None, Verdict.PASS.value, Verdict.NO_BASELINE.value):
-            out.append(f"- `{c.test_id}` ({c.get('device_verdict')}): {_md_escape(text)}")
-    return out
+    return [f"- `{c.test_id}` ({c.get('device_verdict')}): {_md_escape(text)}"
+            for c, text in kernel_change_cells(run) if notable(c)]
 
 
 def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: Sequence[tuple[str, str]] = ()) -> str:

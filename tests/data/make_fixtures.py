@@ -1,7 +1,8 @@
 """Synthetic ampbench runs in the shape ``pytest perf/ --benchmark-json`` writes, for the report tests.
 
 `python tests/data/make_fixtures.py` rewrites ``synthetic_h100_quick.json`` (the quick tier, with a
-regression and an inconclusive cell so every part of a report shows). The tests call `full_tier_run()`
+regression and an inconclusive cell so every part of a report shows) and ``synthetic_h100_device.json``
+(the quick tier with device time, host load and kernel changes, as test_speed writes them now). The tests call `full_tier_run()`
 for a full-tier-sized run (12 models x 7 modes, speed and memory, plus convergence) when timing a report.
 The numbers are plausible for an H100 but invented; ``h100_run.json`` beside this file is a real run.
 """
@@ -72,6 +73,15 @@ def _bench(test: str, model: str, mode: str, info: dict, block_s: list[float]) -
     }
 
 
+def _judge(low: float, high: float, baseline: float, tolerance: float) -> str:
+    line = baseline * (1 - tolerance)
+    if high < line:
+        return "regression"
+    if low < line:
+        return "inconclusive"
+    return "improved" if low > baseline * (1 + tolerance) else "pass"
+
+
 def speed_cell(rng: random.Random, model: str, mode: str, *, verdict: str | None = None, baseline: float | None = None,
                rounds: int = 12) -> dict:
     batch, ref_ms, flops, speedups, noise = MODELS[model]
@@ -90,14 +100,7 @@ def speed_cell(rng: random.Random, model: str, mode: str, *, verdict: str | None
         baseline = true
     tolerance = max(0.03, 2 * noise)
     line = baseline * (1 - tolerance)
-    if verdict is None:
-        verdict = "pass"
-        if high < line:
-            verdict = "regression"
-        elif low < line:
-            verdict = "inconclusive"
-        elif low > baseline * (1 + tolerance):
-            verdict = "improved"
+    verdict = verdict or _judge(low, high, baseline, tolerance)
     drop = speedup / baseline - 1
     msg = (f"{model} {mode}: speedup over fp32 {speedup:.3f}x [{low:.3f}, {high:.3f}] (99%, {rounds} rounds) against "
            f"baseline {baseline:.3f}x ({drop:+.1%}); regression line {line:.3f}x (tolerance {tolerance:.1%})")
@@ -174,6 +177,68 @@ def make_run(models: tuple[str, ...], *, seed: int = 0, special: dict | None = N
     }
 
 
+# device-time speedup against the wall-clock one per model: the more the eager step waits on the host, the more
+DEVICE_GAIN = {"mlp": 1.6, "wide_resnet28_10": 1.1, "resnet50": 1.2, "lstm_lm": 1.35, "gpt": 1.05}
+HOST_BOUND = ("mlp", "lstm_lm")
+KERNELS = ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_cublas", "at::native::vectorized_elementwise_kernel",
+           "cudnn::batchnorm_fwtr_nhwc_semiPersist", "at::native::reduce_kernel", "at::native::multi_tensor_apply_kernel")
+SPIN = "at::cuda::(anonymous namespace)::spin_kernel"
+
+
+def add_device_time(rng: random.Random, info: dict, *, slowed: bool = False) -> None:
+    """The device-time, host-load and kernel figures test_speed writes beside the wall-clock ones, with
+    the device time gating the cell; `slowed` adds an extra kernel worth 5% of the mode's step."""
+    model, mode = info["model"], info["mode"]
+    true = 1.0 if mode == "fp32" else MODELS[model][3][MODES.index(mode) - 1] * DEVICE_GAIN[model]
+    speedup = (true if mode == "fp32" else true * math.exp(rng.gauss(0, 0.002))) / (1.05 if slowed else 1.0)
+    low, high = speedup * math.exp(-0.003), speedup * math.exp(0.003)
+    tolerance = 0.01
+    verdict = _judge(low, high, true, tolerance)
+    idle = rng.uniform(0.25, 0.55) if model in HOST_BOUND and mode != "fp32" else rng.uniform(0.01, 0.08)
+    busy = info["step_ms"] * (1 - idle)
+    kernels = [{"name": k, "ms": round(busy * w, 5)} for k, w in zip(KERNELS, (0.45, 0.2, 0.15, 0.1, 0.05))]
+    kernels.append({"name": "(rest)", "ms": round(busy * 0.05, 5)})
+    if slowed:
+        kernels.insert(0, {"name": SPIN, "ms": round(busy * 0.05, 5)})
+        changes = f"kernels per step {busy * 0.05:+.3f} ms against the baseline; new: {SPIN} {busy * 0.05:.3f} ms"
+    elif mode in ("amp_bf16", "bf16"):
+        drift = busy * 0.002
+        changes = (f"kernels per step {drift:+.3f} ms against the baseline; changed: {KERNELS[0]} "
+                   f"{busy * 0.45 - drift:.3f}->{busy * 0.45:.3f} ms ({drift:+.3f})")
+    else:
+        changes = None
+    method, fallback = ("kernels", "the optimizer's step cannot be captured in a CUDA graph") if model == "gpt" else ("graph", None)
+    wall_message = info["message"].split(": ", 1)[1]
+    device_message = (f"speedup over fp32 {speedup:.3f}x [{low:.3f}, {high:.3f}] (99%, 16 rounds) against baseline "
+                      f"{true:.3f}x ({speedup / true - 1:+.1%}); regression line {true * (1 - tolerance):.3f}x "
+                      f"(tolerance {tolerance:.1%})")
+    message = f"{model} {mode}: device time ({method}): {device_message}; wall: {wall_message}"
+    if changes and verdict in ("regression", "improved"):
+        message += f"; {changes}"
+    info.update(
+        gate="device", gated=["device"], wall_verdict=info["verdict"], verdict=verdict, message=message,
+        device_method=method, device_fallback=fallback, device_speedup=speedup, device_speedup_low=low,
+        device_speedup_high=high, device_rounds=16, device_baseline_speedup=true, device_tolerance=tolerance,
+        device_line=true * (1 - tolerance), device_drop=speedup / true - 1, device_verdict=verdict,
+        device_step_ms=busy, device_step_ms_ref=busy * speedup,
+        kernels=kernels, kernel_changes=changes, busy_ms=busy, host_overhead_ms=info["step_ms"] * idle,
+        idle_share=idle, host_bound=idle > 0.1,
+    )
+
+
+def device_run() -> dict:
+    """The quick tier as test_speed writes it since device time gates a cell: resnet50 amp_fp16 carries an
+    extra kernel (a device-time regression that names it), gpt's steps are timed by the kernel sum, and
+    mlp and lstm_lm wait on the host."""
+    document = make_run(QUICK, seed=3, special={"test_speed[gpt-amp_bf16]": ("regression", 5.2)}, convergence=("mlp",))
+    rng = random.Random(4)
+    for bench in document["benchmarks"]:
+        info = bench["extra_info"]
+        if info["kind"] == "speed":
+            add_device_time(rng, info, slowed=bench["name"] == "test_speed[resnet50-amp_fp16]")
+    return document
+
+
 def quick_run() -> dict:
     return make_run(
         QUICK, seed=1,
@@ -188,5 +253,6 @@ def full_tier_run() -> dict:
 
 
 if __name__ == "__main__":
-    (HERE / "synthetic_h100_quick.json").write_text(json.dumps(quick_run(), indent=1) + "\n")
-    print("wrote", HERE / "synthetic_h100_quick.json")
+    for name, document in (("synthetic_h100_quick.json", quick_run()), ("synthetic_h100_device.json", device_run())):
+        (HERE / name).write_text(json.dumps(document, indent=1) + "\n")
+        print("wrote", HERE / name)
