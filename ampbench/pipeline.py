@@ -5,7 +5,7 @@ device-resident batches. Re-exported by ampbench.convergence."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,7 +43,6 @@ class PipelineResult:
     input_bound: bool
     message: str
     losses_finite: bool = True
-    extra: dict = field(default_factory=dict)
 
     @property
     def loader_ratio(self) -> float:
