@@ -75,9 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ampbench",
         description="Reports and comparisons of ampbench runs, i.e. of the JSON written by "
-                    "`pytest perf/ --benchmark-json RUN.json`.",
-        epilog="Exit status: 0 fine, 1 a regression (or an inconclusive verdict under --strict, or a test the new "
-               "run lost), 2 bad usage, a file that is not a usable ampbench run, or runs from different devices.",
+                    "`pytest perf/ --benchmark-json RUN.json`; the per-GPU baseline files; the fidelity check.",
+        epilog="Exit status: 0 fine, 1 a regression (or an inconclusive verdict under --strict, a test the new "
+               "run lost, a fidelity difference beyond --target), 2 bad usage, a file that is not a usable ampbench "
+               "run or baseline file, or runs from different devices.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -132,8 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="benchmark JSON of independent runs of the suite on that GPU, unchanged software")
     spr.add_argument("--dry-run", action="store_true", help="print what would be stored, write nothing")
 
-    bas = sub.add_parser("baselines", help="inspect baseline files (baselines/<gpu-slug>.json)",
-                         description="Inspect the per-GPU baseline files that pytest --perf-update-baselines writes.")
+    bas = sub.add_parser("baselines", help="show or merge baseline files (baselines/<gpu-slug>.json)",
+                         description="Show or merge the per-GPU baseline files that pytest --perf-update-baselines "
+                                     "writes.")
     bas_sub = bas.add_subparsers(dest="baselines_command", required=True, metavar="ACTION")
     show = bas_sub.add_parser(
         "show", help="render a baseline file as Markdown",
