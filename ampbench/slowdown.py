@@ -27,6 +27,7 @@ import torch
 
 from ampbench import devicetime, train
 from ampbench.modes import get_mode
+from models import get_model
 
 ENV = "AMPBENCH_SLOWDOWN"
 CALIBRATION_STEPS = 5  # plain steps to settle, then as many timed: the step's own time
@@ -36,8 +37,6 @@ Cell = tuple[str, str]  # (model, precision mode)
 
 def parse(spec: str) -> dict[Cell, float]:
     """'MODEL:MODE:FRACTION[,...]' -> {(model, mode): fraction}; ValueError saying what is wrong."""
-    from models import get_model
-
     targets: dict[Cell, float] = {}
     for item in filter(None, (s.strip() for s in spec.split(","))):
         parts = item.split(":")
