@@ -72,7 +72,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="GPU memory the largest-batch search may use, in GiB, on top of what the session already holds (default: 90%% of the card's total memory, at most 24 GiB, or 95%% of its free memory where less is free)")
     group.addoption("--perf-data-root", metavar="DIR", default=None,
                     type=directory_validator(must_exist=True),
-                    help="folder holding CIFAR-10/100 (python pickles) and MNIST (idx files) (default: none; scikit-learn's digits only)")
+                    help="folder holding CIFAR-10 (cifar-10-batches-py, python pickles) for the input-pipeline test (default: none; scikit-learn's digits as 3x32x32 images)")
     group.addoption("--perf-loader-workers", metavar="N", default=None,
                     type=number_validator(int, 0, 256),
                     help="DataLoader worker processes for the input-pipeline tests (default: 4, or the CPU count if lower)")

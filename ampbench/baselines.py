@@ -254,6 +254,22 @@ def merge_entries(current: dict[str, dict], updates: dict[str, dict]) -> dict[st
     return dict(sorted(merged.items()))
 
 
+def latest_entries(documents: list[dict]) -> tuple[dict[str, dict], list[int]]:
+    """Per test id, the entry recorded last among `documents` (the ``recorded`` stamps are UTC ISO 8601
+    and sort as strings; a tie keeps the earlier document's), sorted by test id, and how many of those
+    entries each document gave."""
+    best: dict[str, tuple[str, int, dict]] = {}
+    for index, document in enumerate(documents):
+        for test_id, entry in document["entries"].items():
+            stamp = entry.get("recorded", "")
+            if test_id not in best or stamp > best[test_id][0]:
+                best[test_id] = (stamp, index, entry)
+    given = [0] * len(documents)
+    for _, index, _ in best.values():
+        given[index] += 1
+    return {test_id: entry for test_id, (_, _, entry) in sorted(best.items())}, given
+
+
 def _default_mode() -> int:
     # os.umask can only be read by setting it; set it straight back
     umask = os.umask(0o022)

@@ -1,4 +1,5 @@
-"""The ``ampbench`` command: reports and comparisons of saved benchmark JSON, outside pytest."""
+"""The ``ampbench`` command: reports and comparisons of saved benchmark JSON, baseline files, and the
+fidelity check, outside pytest."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ampbench.baseline_docs import render_file
-from ampbench.baselines import BaselineError, load_document, write_atomic, write_text_atomic
+from ampbench.baselines import BaselineError, latest_entries, load_document, write_atomic, write_text_atomic
 from ampbench.compare import (
     DEFAULT_ACCURACY_TOLERANCE,
     DEFAULT_MEMORY_TOLERANCE,
@@ -27,27 +28,37 @@ from ampbench.verdict import Verdict
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
 
-def _fraction(flag: str):
-    def parse(value: str) -> float:
-        try:
-            number = float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {value!r}") from None
-        if not 0 < number < 1:
-            raise argparse.ArgumentTypeError(f"{flag} must lie in (0, 1), e.g. 0.03 for 3%, got {value}")
-        return number
+# argparse prefixes a type= function's error with "argument --flag: ", so the messages leave the flag out
 
-    return parse
+
+def _fraction(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a number, got {value!r}") from None
+    if not 0 < number < 1:
+        raise argparse.ArgumentTypeError(f"must lie in (0, 1), e.g. 0.03 for 3%, got {value}")
+    return number
+
+
+def _count(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a whole number, got {value!r}") from None
+    if not 1 <= number <= 100:
+        raise argparse.ArgumentTypeError(f"must lie in [1, 100], got {value}")
+    return number
 
 
 def _add_tolerances(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tolerance", type=_fraction("--tolerance"), default=DEFAULT_TOLERANCE, metavar="FRACTION",
+    p.add_argument("--tolerance", type=_fraction, default=DEFAULT_TOLERANCE, metavar="FRACTION",
                    help="smallest relative drop of a speedup that counts as a regression; cells measured with "
                         f"more noise get more, as in the suite (default: {DEFAULT_TOLERANCE})")
-    p.add_argument("--memory-tolerance", type=_fraction("--memory-tolerance"), default=DEFAULT_MEMORY_TOLERANCE,
+    p.add_argument("--memory-tolerance", type=_fraction, default=DEFAULT_MEMORY_TOLERANCE,
                    metavar="FRACTION", help="relative growth of a memory ratio, or shrinkage of the largest batch, "
                                             f"that counts as a regression (default: {DEFAULT_MEMORY_TOLERANCE})")
-    p.add_argument("--accuracy-tolerance", type=_fraction("--accuracy-tolerance"), default=DEFAULT_ACCURACY_TOLERANCE,
+    p.add_argument("--accuracy-tolerance", type=_fraction, default=DEFAULT_ACCURACY_TOLERANCE,
                    metavar="FRACTION", help="relative drop of a convergence test's accuracy that counts as a "
                                             f"regression (default: {DEFAULT_ACCURACY_TOLERANCE})")
     p.add_argument("--strict", action="store_true",
@@ -64,9 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ampbench",
         description="Reports and comparisons of ampbench runs, i.e. of the JSON written by "
-                    "`pytest perf/ --benchmark-json RUN.json`.",
-        epilog="Exit status: 0 fine, 1 a regression (or an inconclusive verdict under --strict, or a test the new "
-               "run lost), 2 bad usage, a file that is not a usable ampbench run, or runs from different devices.",
+                    "`pytest perf/ --benchmark-json RUN.json`; the per-GPU baseline files; the fidelity check.",
+        epilog="Exit status: 0 fine, 1 a regression (or an inconclusive verdict under --strict, a test the new "
+               "run lost, a fidelity difference beyond --target), 2 bad usage, a file that is not a usable ampbench "
+               "run or baseline file, or runs from different devices.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -123,8 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="benchmark JSON of independent runs of the suite on that GPU, unchanged software")
     spr.add_argument("--dry-run", action="store_true", help="print what would be stored, write nothing")
 
-    bas = sub.add_parser("baselines", help="inspect baseline files (baselines/<gpu-slug>.json)",
-                         description="Inspect the per-GPU baseline files that pytest --perf-update-baselines writes.")
+    bas = sub.add_parser("baselines", help="show or merge baseline files (baselines/<gpu-slug>.json)",
+                         description="Show or merge the per-GPU baseline files that pytest --perf-update-baselines "
+                                     "writes.")
     bas_sub = bas.add_subparsers(dest="baselines_command", required=True, metavar="ACTION")
     show = bas_sub.add_parser(
         "show", help="render a baseline file as Markdown",
@@ -136,6 +149,44 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--format", choices=("md",), default="md", help="output format (default: md)")
     show.add_argument("-o", "--output", type=Path, metavar="FILE", default=None,
                       help="write to FILE (atomically) instead of standard output")
+    merge = bas_sub.add_parser(
+        "merge", help="merge baseline files of one GPU, recorded by separate runs, test by test",
+        description="Merge RECORDED.json files into BASELINE.json test by test: where several files hold the "
+                    "same test, the entry recorded last wins; a test only one file holds is kept. For baselines "
+                    "recorded in parts (by model, on several runners) by runs that each started from the "
+                    "committed file, so that each part's file also holds the other parts' older entries. Every "
+                    "file must be of the same GPU. BASELINE.json is rewritten atomically; it is created where it "
+                    "does not exist yet.",
+    )
+    merge.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to merge into")
+    merge.add_argument("recorded", type=Path, nargs="+", metavar="RECORDED.json",
+                       help="baseline files written by --perf-update-baselines on other runs")
+    merge.add_argument("--dry-run", action="store_true", help="print what would be merged, write nothing")
+
+    fid = sub.add_parser(
+        "fidelity", help="check that the harness measures the speedup a plain training loop gets",
+        description="For each MODEL:MODE cell, measure the wall-clock speedup over fp32 the way the speed tests "
+                    "do and the way a plain, hand-written training loop with the same good practice does "
+                    "(channels_last for convnets on CUDA, the fused optimizer), alternating in one process, "
+                    "--repeats times each, and print both and their difference. Only the autocast modes have a "
+                    "plain loop. On the CPU the models run their smoke shapes, and the figures only show that the "
+                    "check works.",
+        epilog="Exit status: 0 every difference within --target, 1 one beyond it, 2 bad usage.",
+    )
+    fid.add_argument("cells", nargs="*", metavar="MODEL:MODE",
+                     help="cells to check (default: resnet50 and gpt, each in amp_bf16 and amp_fp16)")
+    fid.add_argument("--device", default="auto", metavar="DEVICE",
+                     help="auto, cpu, cuda or cuda:N (default: auto, CUDA where torch sees it)")
+    fid.add_argument("--repeats", type=_count, default=2, metavar="N",
+                     help="measurements of each side per cell, alternating; the medians are compared (default: 2)")
+    fid.add_argument("--target", type=_fraction, default=0.03, metavar="FRACTION",
+                     help="largest relative difference between the two speedups that passes (default: 0.03)")
+    fid.add_argument("--cudnn-benchmark", action="store_true",
+                     help="cuDNN autotuning on for both sides, like --perf-cudnn-benchmark on (default: off, "
+                          "cuDNN's heuristics)")
+    fid.add_argument("--naive", action="store_true",
+                     help="also time a naive loop (contiguous tensors, the optimizer's default implementation) "
+                          "against the same plain fp32 loop: what good practice is worth (default: off)")
     return parser
 
 
@@ -209,7 +260,7 @@ def _spread(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _baselines(args: argparse.Namespace) -> int:
+def _baselines_show(args: argparse.Namespace) -> int:
     text = render_file(args.baseline, args.format)
     if args.output is None:
         sys.stdout.write(text)
@@ -219,7 +270,54 @@ def _baselines(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"report": _report, "compare": _compare, "spread": _spread, "baselines": _baselines}
+def _baselines_merge(args: argparse.Namespace) -> int:
+    paths = ([args.baseline] if args.baseline.exists() else []) + list(args.recorded)
+    documents = [load_document(p) for p in paths]
+    gpus = {p: d["gpu"] for p, d in zip(paths, documents)}
+    if len(set(gpus.values())) > 1:
+        shown = ", ".join(f"{p} ({gpu})" for p, gpu in gpus.items())
+        print(f"ampbench: error: baseline files of different GPUs: {shown}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    entries, given = latest_entries(documents)
+    print(f"ampbench: {len(entries)} entries: " + ", ".join(f"{n} from {p}" for p, n in zip(paths, given)))
+    if args.dry_run:
+        print(f"ampbench: --dry-run: {args.baseline} left as it was")
+        return EXIT_OK
+    write_atomic(args.baseline, dict(documents[0], entries=entries))
+    print(f"ampbench: merged into {args.baseline}")
+    return EXIT_OK
+
+
+def _fidelity(args: argparse.Namespace) -> int:
+    # imported here: the other commands run without torch
+    from ampbench import fidelity
+    from ampbench.device import configure_backends, resolve
+
+    try:
+        cells = [fidelity.parse_cell(c) for c in args.cells] or list(fidelity.DEFAULT_CELLS)
+        device = resolve(args.device, flag="--device")
+    except (fidelity.FidelityError, RuntimeError) as exc:
+        print(f"ampbench fidelity: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    smoke = device.type != "cuda"
+    configure_backends(device, cudnn_benchmark=args.cudnn_benchmark)
+    if smoke:
+        print(f"ampbench fidelity: no CUDA device ({device}): smoke shapes, the figures say nothing about a GPU")
+    worst = 0.0
+    for row in fidelity.check(cells, device, smoke, args.repeats):
+        print(fidelity.format_row(row), flush=True)
+        worst = max(worst, abs(row.difference))
+    print(f"fidelity worst |difference| {worst:.2%} (target: within {args.target:.0%})", flush=True)
+    for model, mode in cells if args.naive else ():
+        good, naive = fidelity.practice_gap(model, mode, device, smoke)
+        print(f"practice {model:9s} {mode:9s} good practice {good:.3f}x, naive loop {naive:.3f}x: good practice "
+              f"is worth {good / naive - 1:+.1%} (both against the same plain fp32 loop)", flush=True)
+    return EXIT_REGRESSION if worst > args.target else EXIT_OK
+
+
+COMMANDS = {"report": _report, "compare": _compare, "spread": _spread, "fidelity": _fidelity,
+            "baselines": lambda args: BASELINE_ACTIONS[args.baselines_command](args)}
+BASELINE_ACTIONS = {"show": _baselines_show, "merge": _baselines_merge}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -61,7 +61,7 @@ class Budget:
 
 
 # On a GPU the full-size models (mnist_cnn at 1x28x28, WRN-28-10 at 3x32x32, the digits resized to fit)
-# train ~14 epochs of the 1,347 training digits: fp32 lands near its plateau (~98%), where the seeds'
+# train ~14 epochs of the 1,347 training digits: fp32 lands near its plateau (~98%), where the write-ups'
 # mode-to-mode differences are a point or two, so a 3-point margin separates "still learns" from noise.
 GPU_BUDGET = Budget(steps=300, batch_size=64, min_accuracy=0.85, margin=0.03)
 

@@ -1,11 +1,10 @@
-"""Real image data with no download: scikit-learn's handwritten digits (shipped inside the package) by
-default, and CIFAR-10/100 (python pickle batches) and MNIST (idx files) from a data root, read through
-torchvision's own dataset classes with ``download=False``.
+"""Real image data with no download: scikit-learn's handwritten digits (shipped inside the package) for
+the convergence cells, and CIFAR-10 (python pickle batches) from a data root for the input pipeline,
+read through torchvision's own dataset class with ``download=False``.
 
 GPU runners and CI runners are often offline, so nothing here ever reaches the network, and nothing is
-read at import time. Every loader returns the same ``ImageData``: uint8 images (N, C, H, W) and int64
-labels, split into train and test, so the convergence and input-pipeline code never cares where the
-pixels came from. A data root that lacks the expected files, or holds files that do not parse, raises
+read at import time. The digits come as ``ImageData``: uint8 images (N, C, H, W) and int64 labels, split
+into train and test. A data root that lacks the CIFAR-10 files, or holds files that do not parse, raises
 ``DataError`` naming the path and what was expected there.
 """
 
@@ -28,17 +27,12 @@ class DataError(RuntimeError):
 
 @dataclass(frozen=True)
 class ImageData:
-    name: str  # "digits", "cifar10", "cifar100", "mnist"
-    source: str  # where the pixels came from (a path, or the package that ships them)
+    name: str  # what the images are, for messages ("digits")
     train_images: torch.Tensor  # uint8 (N, C, H, W)
     train_labels: torch.Tensor  # int64 (N,)
     test_images: torch.Tensor  # uint8 (M, C, H, W)
     test_labels: torch.Tensor  # int64 (M,)
     num_classes: int
-
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        return tuple(self.train_images.shape[1:])  # type: ignore[return-value]
 
     def channel_stats(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-channel mean and std of the training images (test images never leak into the
@@ -76,176 +70,85 @@ def load_digits(test_fraction: float = DIGITS_TEST_FRACTION, seed: int = 0) -> I
         images, labels, test_size=test_fraction, random_state=seed, stratify=labels
     )
     return ImageData(
-        name="digits", source="sklearn.datasets.load_digits",
+        name="digits",
         train_images=torch.from_numpy(np.ascontiguousarray(x_tr)), train_labels=torch.from_numpy(y_tr),
         test_images=torch.from_numpy(np.ascontiguousarray(x_te)), test_labels=torch.from_numpy(y_te),
         num_classes=10,
     )
 
 
-# -- CIFAR-10/100 and MNIST through torchvision -----------------------------------------------------
+# -- CIFAR-10 through torchvision, for the input pipeline ---------------------------------------------
 
-def _no_checksum(files: list) -> list:
-    return [[name, None] for name, _ in files]
+CIFAR10_FOLDER = "cifar-10-batches-py"  # relative to the data root
+CIFAR10_FILES = ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch",
+                 "batches.meta")
+CIFAR10_CLASSES = 10
 
 
-def _cifar_classes() -> tuple[type, type]:
-    """torchvision's CIFAR classes with the MD5 check reduced to "the file exists".
+def _expected(root: Path) -> str:
+    return (f"CIFAR-10 python pickle batches (cifar-10-python.tar.gz extracted): {', '.join(CIFAR10_FILES)} "
+            f"in {Path(root) / CIFAR10_FOLDER}")
+
+
+def _cifar10_class() -> type:
+    """torchvision's CIFAR10 with the MD5 check reduced to "the file exists".
 
     torchvision's own loading code runs unchanged; only the checksums go, because they would reject
     the tiny files the tests write (and any subset of the real batches). A truncated or garbled file
-    still fails, when it is unpickled or reshaped, and ``_load`` turns that into a DataError.
+    still fails, when it is unpickled or reshaped, and ``cifar10_dataset`` turns that into a DataError.
     """
-    from torchvision.datasets import CIFAR10, CIFAR100
+    from torchvision.datasets import CIFAR10
 
     class _CIFAR10(CIFAR10):
-        train_list = _no_checksum(CIFAR10.train_list)
-        test_list = _no_checksum(CIFAR10.test_list)
+        train_list = [[name, None] for name, _ in CIFAR10.train_list]
+        test_list = [[name, None] for name, _ in CIFAR10.test_list]
         meta = {**CIFAR10.meta, "md5": None}
 
-    class _CIFAR100(CIFAR100):
-        train_list = _no_checksum(CIFAR100.train_list)
-        test_list = _no_checksum(CIFAR100.test_list)
-        meta = {**CIFAR100.meta, "md5": None}
-
-    return _CIFAR10, _CIFAR100
+    return _CIFAR10
 
 
-@dataclass(frozen=True)
-class OnDisk:
-    """Where a torchvision data set lives under a data root, and what it needs there."""
-
-    name: str
-    folder: str  # relative to the data root
-    files: tuple[str, ...]  # file names inside `folder`, all required
-    num_classes: int
-    describe: str  # what the files are, for error messages
-
-    def expected(self, root: Path) -> str:
-        return f"{self.describe}: {', '.join(self.files)} in {Path(root) / self.folder}"
-
-
-ON_DISK: dict[str, OnDisk] = {
-    "cifar10": OnDisk(
-        "cifar10", "cifar-10-batches-py",
-        ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch", "batches.meta"),
-        10, "CIFAR-10 python pickle batches (cifar-10-python.tar.gz extracted)",
-    ),
-    "cifar100": OnDisk(
-        "cifar100", "cifar-100-python", ("train", "test", "meta"),
-        100, "CIFAR-100 python pickles (cifar-100-python.tar.gz extracted)",
-    ),
-    "mnist": OnDisk(
-        "mnist", "MNIST/raw",
-        ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-        10, "MNIST idx files (gunzipped)",
-    ),
-}
-
-
-def _dataset_class(name: str) -> type:
-    if name == "mnist":
-        from torchvision.datasets import MNIST
-
-        return MNIST
-    cifar10, cifar100 = _cifar_classes()
-    return cifar10 if name == "cifar10" else cifar100
-
-
-def check_root(name: str, root: Path | str | None) -> Path:
-    """The data root, if it holds every file data set `name` needs; else DataError naming what is missing."""
-    layout = ON_DISK[name]
+def check_root(root: Path | str | None) -> Path:
+    """The data root, if it holds every file CIFAR-10 needs; else DataError naming what is missing."""
     if root is None:
-        raise DataError(f"{name}: no data root given; expected {layout.expected(Path('<data root>'))} "
+        raise DataError(f"cifar10: no data root given; expected {_expected(Path('<data root>'))} "
                         f"(pass --perf-data-root DIR)")
     root = Path(root).expanduser()
     if not root.is_dir():
-        raise DataError(f"{name}: data root {root} is not a directory; expected {layout.expected(root)}")
-    folder = root / layout.folder
-    missing = [f for f in layout.files if not (folder / f).is_file()]
+        raise DataError(f"cifar10: data root {root} is not a directory; expected {_expected(root)}")
+    folder = root / CIFAR10_FOLDER
+    missing = [f for f in CIFAR10_FILES if not (folder / f).is_file()]
     if missing:
-        raise DataError(f"{name}: {folder} lacks {', '.join(missing)}; expected {layout.expected(root)}")
+        raise DataError(f"cifar10: {folder} lacks {', '.join(missing)}; expected {_expected(root)}")
     return root
 
 
-def torchvision_dataset(name: str, root: Path | str | None, train: bool, transform: Callable | None = None):
-    """torchvision's dataset object for `name` under `root` (``download=False``), with `transform`
-    applied per sample, as a training script's DataLoader would use it."""
-    if name not in ON_DISK:
-        raise KeyError(f"unknown on-disk data set {name!r}; valid: {', '.join(ON_DISK)}")
-    root = check_root(name, root)
-    layout = ON_DISK[name]
+def cifar10_dataset(root: Path | str | None, train: bool, transform: Callable | None = None):
+    """torchvision's CIFAR-10 dataset under `root` (``download=False``), with `transform` applied per
+    sample, as a training script's DataLoader would use it."""
+    root = check_root(root)
+    folder = root / CIFAR10_FOLDER
     try:
-        dataset = _dataset_class(name)(str(root), train=train, transform=transform, download=False)
+        dataset = _cifar10_class()(str(root), train=train, transform=transform, download=False)
     except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, AssertionError,
             RuntimeError, OSError, AttributeError, IndexError) as exc:
-        raise DataError(f"{name}: cannot read {root / layout.folder} ({type(exc).__name__}: {exc}); "
-                        f"expected {layout.expected(root)}") from exc
-    _validate(name, dataset, root / layout.folder, layout)
+        raise DataError(f"cifar10: cannot read {folder} ({type(exc).__name__}: {exc}); "
+                        f"expected {_expected(root)}") from exc
+    _validate(dataset, folder)
     return dataset
 
 
-def _validate(name: str, dataset: Any, folder: Path, layout: OnDisk) -> None:
+def _validate(dataset: Any, folder: Path) -> None:
     data, targets = dataset.data, dataset.targets
     n = len(data)
-    where = f"{name}: {folder}"
+    where = f"cifar10: {folder}"
     if n == 0:
-        raise DataError(f"{where} holds no images; expected {layout.describe}")
+        raise DataError(f"{where} holds no images; expected CIFAR-10 python pickle batches")
     if len(targets) != n:
         raise DataError(f"{where}: {n} images but {len(targets)} labels")
     labels = torch.as_tensor(np.asarray(targets), dtype=torch.int64)
-    if int(labels.min()) < 0 or int(labels.max()) >= layout.num_classes:
+    if int(labels.min()) < 0 or int(labels.max()) >= CIFAR10_CLASSES:
         raise DataError(f"{where}: labels span {int(labels.min())}..{int(labels.max())}, "
-                        f"expected 0..{layout.num_classes - 1}")
-
-
-def _to_nchw(name: str, dataset: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    data = dataset.data
-    if isinstance(data, np.ndarray):  # CIFAR: (N, 32, 32, 3) uint8, HWC
-        images = torch.from_numpy(np.ascontiguousarray(data.transpose(0, 3, 1, 2)))
-    else:  # MNIST: (N, 28, 28) uint8 tensor
-        images = data.unsqueeze(1).contiguous()
-    labels = torch.as_tensor(np.asarray(dataset.targets), dtype=torch.int64)
-    return images, labels
-
-
-def load_from_root(name: str, root: Path | str | None) -> ImageData:
-    """CIFAR-10, CIFAR-100 or MNIST from `root`, train and test, as ImageData."""
-    train = torchvision_dataset(name, root, train=True)
-    test = torchvision_dataset(name, root, train=False)
-    x_tr, y_tr = _to_nchw(name, train)
-    x_te, y_te = _to_nchw(name, test)
-    return ImageData(name=name, source=str(Path(root) / ON_DISK[name].folder), train_images=x_tr, train_labels=y_tr,
-                     test_images=x_te, test_labels=y_te, num_classes=ON_DISK[name].num_classes)
-
-
-def load_cifar10(root: Path | str) -> ImageData:
-    return load_from_root("cifar10", root)
-
-
-def load_cifar100(root: Path | str) -> ImageData:
-    return load_from_root("cifar100", root)
-
-
-def load_mnist(root: Path | str) -> ImageData:
-    return load_from_root("mnist", root)
-
-
-DATASETS: dict[str, Callable[[Path | None], ImageData]] = {
-    "digits": lambda root: load_digits(),
-    "cifar10": load_cifar10,
-    "cifar100": load_cifar100,
-    "mnist": load_mnist,
-}
-
-
-def load(name: str, root: Path | str | None = None) -> ImageData:
-    """Data set `name`; every one but digits needs `root`."""
-    try:
-        loader = DATASETS[name]
-    except KeyError:
-        raise KeyError(f"unknown data set {name!r}; valid: {', '.join(DATASETS)}") from None
-    return loader(root)
+                        f"expected 0..{CIFAR10_CLASSES - 1}")
 
 
 # -- fitting images to a model's input ------------------------------------------------------------
@@ -254,8 +157,9 @@ def fit_images(images: torch.Tensor, channels: int, size: int, mean: torch.Tenso
     """uint8 (N, C, H, W) -> float32 (N, channels, size, size), normalized with the training set's
     per-channel statistics, on the images' device.
 
-    Bilinear resizing is how "When life gives you tensor cores, you run mixed precision benchmarks" (2019) fed 32x32 CIFAR-100 to 224x224 ResNets; a grey image becomes
-    RGB by repetition, an RGB image grey by averaging.
+    Bilinear resizing is how "When life gives you tensor cores, you run mixed precision benchmarks"
+    (2019) fed 32x32 CIFAR-100 to 224x224 ResNets; a grey image becomes RGB by repetition, an RGB image
+    grey by averaging.
     """
     x = images.float().div_(255.0)
     x = (x - mean.to(x.device).view(1, -1, 1, 1)) / std.to(x.device).view(1, -1, 1, 1)
@@ -313,7 +217,7 @@ class ArrayImageDataset(torch.utils.data.Dataset):
 
 
 def cifar_train_transform(size: int, mean: torch.Tensor, std: torch.Tensor, resize_from: int | None = None) -> Callable:
-    """Seed 000's CIFAR augmentation: random crop with 4 pixels of padding, horizontal flip, to tensor,
+    """The CIFAR augmentation of "Mixed Precision Training on Tesla T4 and P100" (2019): random crop with 4 pixels of padding, horizontal flip, to tensor,
     normalize (preceded by a resize where the model's input differs from the stored images)."""
     from torchvision import transforms as T
 

@@ -15,17 +15,22 @@ import torch
 from ampbench.modes import PrecisionMode
 
 
-def resolve(name: str) -> torch.device:
-    """'auto' means CUDA where there is one, else the CPU."""
+def resolve(name: str, flag: str = "--perf-device") -> torch.device:
+    """'auto' means CUDA where there is one, else the CPU; errors name the option, `flag`, it came from."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise RuntimeError(f"{flag} {name}: not a device this suite runs on (auto, cpu, cuda or cuda:N)")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"--perf-device {name}: no CUDA device is visible to torch {torch.__version__}")
+        raise RuntimeError(f"{flag} {name}: no CUDA device is visible to torch {torch.__version__}")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         # checked here: torch would answer "invalid device ordinal" in every test instead
         count = torch.cuda.device_count()
-        raise RuntimeError(f"--perf-device {name}: there is no CUDA device {device.index}; torch sees {count} "
+        raise RuntimeError(f"{flag} {name}: there is no CUDA device {device.index}; torch sees {count} "
                            f"(cuda:0 to cuda:{count - 1})")
     if device.type == "cuda" and device.index is None:
         # an explicit index: some torch.cuda calls (set_per_process_memory_fraction) refuse a bare "cuda"

@@ -27,7 +27,6 @@ class PrecisionMode:
     keep_norms_fp32: bool  # normalization layers stay fp32 inside a low-precision model
     peak_dtype: str  # which measured matmul peak (ampbench.device.PEAK_DTYPES) its TFLOP/s compare with
     needs: tuple[str, ...]  # device capabilities (ampbench.device.CAPABILITIES) it cannot run without
-    seeds_name: str  # what the write-ups the project grew from called it (docs/design.md)
 
     @contextlib.contextmanager
     def math_flags(self) -> Iterator[None]:
@@ -58,13 +57,13 @@ _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
 MODES: dict[str, PrecisionMode] = {
     m.name: m
     for m in (
-        PrecisionMode("fp32", _F32, None, False, "none", False, False, "fp32", (), 'Apex O0, "default precision"'),
-        PrecisionMode("tf32", _F32, None, True, "none", False, False, "tf32", ("tf32",), "PyTorch's cuDNN default"),
-        PrecisionMode("amp_fp16", _F32, _F16, False, "dynamic", False, False, "fp16", ("fp16",), "Apex O1, torch.cuda.amp"),
-        PrecisionMode("amp_bf16", _F32, _BF16, False, "none", False, False, "bf16", ("bf16",), "-"),
-        PrecisionMode("fp16_master", _F16, None, False, "dynamic", True, True, "fp16", ("fp16",), "Apex O2, fastai to_fp16"),
-        PrecisionMode("fp16", _F16, None, False, "static", False, False, "fp16", ("fp16",), "Apex O3, .half()"),
-        PrecisionMode("bf16", _BF16, None, False, "none", False, False, "bf16", ("bf16",), "-"),
+        PrecisionMode("fp32", _F32, None, False, "none", False, False, "fp32", ()),
+        PrecisionMode("tf32", _F32, None, True, "none", False, False, "tf32", ("tf32",)),
+        PrecisionMode("amp_fp16", _F32, _F16, False, "dynamic", False, False, "fp16", ("fp16",)),
+        PrecisionMode("amp_bf16", _F32, _BF16, False, "none", False, False, "bf16", ("bf16",)),
+        PrecisionMode("fp16_master", _F16, None, False, "dynamic", True, True, "fp16", ("fp16",)),
+        PrecisionMode("fp16", _F16, None, False, "static", False, False, "fp16", ("fp16",)),
+        PrecisionMode("bf16", _BF16, None, False, "none", False, False, "bf16", ("bf16",)),
     )
 }
 

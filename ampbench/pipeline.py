@@ -5,7 +5,7 @@ device-resident batches. Re-exported by ampbench.convergence."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -13,10 +13,10 @@ import torch
 from ampbench.data import (
     ArrayImageDataset,
     channel_stats,
+    cifar10_dataset,
     cifar_train_transform,
     load_digits,
     resized_uint8,
-    torchvision_dataset,
 )
 from ampbench.device import cudnn_heuristics
 from ampbench.modes import PrecisionMode
@@ -43,7 +43,6 @@ class PipelineResult:
     input_bound: bool
     message: str
     losses_finite: bool = True
-    extra: dict = field(default_factory=dict)
 
     @property
     def loader_ratio(self) -> float:
@@ -57,7 +56,7 @@ def pipeline_dataset(config: Any, data_root: Any = None, seed: int = 0) -> tuple
     stored as 3x32x32 uint8 images so each sample costs the host what a CIFAR image costs."""
     size = config.image_size
     if data_root is not None:
-        probe = torchvision_dataset("cifar10", data_root, train=True)
+        probe = cifar10_dataset(data_root, train=True)
         # the statistics of 10,000 images are CIFAR's to three decimals, at a fifth of the memory
         mean, std = channel_stats(torch.from_numpy(probe.data[:10_000]).permute(0, 3, 1, 2))
         transform = cifar_train_transform(size, mean, std, resize_from=32)

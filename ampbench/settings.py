@@ -27,7 +27,7 @@ class PerfSettings:
     strict: bool  # an inconclusive speed verdict fails instead of warning
     min_rounds: int  # interleaved rounds before the first look at the interval
     memory_cap_gib: float | None  # cap for the largest-batch search; None: a fraction of the card
-    data_root: Path | None  # folder with CIFAR-10/100 and MNIST on disk; None: digits only
+    data_root: Path | None  # folder with CIFAR-10 on disk, read by the input-pipeline test; None: digits only
     loader_workers: int  # DataLoader worker processes for input-pipeline tests
     pin_memory: bool  # DataLoader pin_memory for input-pipeline tests
     loss_scaler: str  # MODULE:CALLABLE of the scaler the loss-scaling properties test

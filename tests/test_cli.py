@@ -185,7 +185,8 @@ def test_bad_tolerance_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as info:
         main(["compare", str(GPU_RUN), str(GPU_RUN), "--tolerance", "3"])
     assert info.value.code == 2
-    assert "--tolerance must lie in (0, 1)" in capsys.readouterr().err
+    error = capsys.readouterr().err.splitlines()[-1]  # after the usage lines
+    assert "argument --tolerance: must lie in (0, 1)" in error and error.count("--tolerance") == 1, error
 
 
 # ---------------------------------------------------------------------------------------------------

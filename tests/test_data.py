@@ -1,15 +1,13 @@
-"""ampbench.data on the CPU: the digits split, and CIFAR-10/100 and MNIST read through torchvision from
-tiny files written in their exact on-disk formats, plus the errors a missing or corrupt root gives.
+"""ampbench.data on the CPU: the digits split, and CIFAR-10 read through torchvision from tiny files
+written in its exact on-disk format, plus the errors a missing or corrupt root gives.
 
-The fixtures write what the real archives hold: CIFAR's python pickles (a dict of ``data``, an (N, 3072)
-uint8 array of R, G and B planes, and ``labels``/``fine_labels``, plus a meta pickle), and MNIST's idx
-files (a big-endian magic number 0x0803/0x0801, the dimensions, then the bytes).
+The fixtures write what the real archive holds: python pickles of a dict of ``data``, an (N, 3072) uint8
+array of R, G and B planes, and ``labels``, plus a meta pickle.
 """
 
 from __future__ import annotations
 
 import pickle
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -54,46 +52,13 @@ def write_cifar10(root: Path, per_batch: int = 3) -> Path:
     return root
 
 
-def write_cifar100(root: Path, n: int = 4) -> Path:
-    folder = root / "cifar-100-python"
-    folder.mkdir(parents=True)
-    for i, name in enumerate(("train", "test")):
-        rgb, _ = _cifar_images(n, seed=10 + i)
-        fine = [97, 3, 50, 0][:n]
-        _pickle(folder / name, {
-            "filenames": [f"x{j}.png" for j in range(n)], "batch_label": f"{name} batch", "fine_labels": fine,
-            "coarse_labels": [f % 20 for f in fine], "data": rgb.reshape(n, 3072),
-        })
-    _pickle(folder / "meta", {"fine_label_names": [f"fine{i}" for i in range(100)],
-                              "coarse_label_names": [f"coarse{i}" for i in range(20)]})
-    return root
-
-
-def _idx(path: Path, array: np.ndarray) -> None:
-    # magic: two zero bytes, the type code (0x08: unsigned byte), the number of dimensions
-    header = struct.pack(">I", 0x0800 | array.ndim) + b"".join(struct.pack(">I", d) for d in array.shape)
-    path.write_bytes(header + array.astype(np.uint8).tobytes())
-
-
-def write_mnist(root: Path, n: int = 5) -> Path:
-    raw = root / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    for i, prefix in enumerate(("train", "t10k")):
-        rng = np.random.default_rng(20 + i)
-        images = rng.integers(0, 200, size=(n, 28, 28), dtype=np.uint8)
-        images[:, MARK[0], MARK[1]] = 255
-        _idx(raw / f"{prefix}-images-idx3-ubyte", images)
-        _idx(raw / f"{prefix}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 10)
-    return root
-
-
 # -- the digits ----------------------------------------------------------------------------------
 
 def test_digits_split_is_real_stratified_and_deterministic():
     d = data.load_digits()
     again = data.load_digits.__wrapped__()  # bypass the cache: a fresh load gives the same split
     assert d.name == "digits" and d.num_classes == 10
-    assert d.image_shape == (1, 8, 8) and d.train_images.dtype == torch.uint8
+    assert d.train_images.shape[1:] == (1, 8, 8) and d.train_images.dtype == torch.uint8
     assert len(d.train_labels) + len(d.test_labels) == 1797, "scikit-learn ships 1,797 digits"
     assert len(d.test_labels) == 450
     assert torch.equal(d.train_images, again.train_images) and torch.equal(d.test_labels, again.test_labels)
@@ -114,38 +79,19 @@ def test_fit_images_resizes_and_normalizes():
     assert abs(float(full.mean())) < 1e-4 and abs(float(full.std()) - 1.0) < 1e-3
 
 
-def test_unknown_data_set_names_the_valid_ones():
-    with pytest.raises(KeyError, match="digits, cifar10, cifar100, mnist"):
-        data.load("imagenet")
-
-
-# -- CIFAR and MNIST through torchvision ----------------------------------------------------------
+# -- CIFAR-10 through torchvision ------------------------------------------------------------------
 
 def test_cifar10_pickles_load_through_torchvision(tmp_path):
     root = write_cifar10(tmp_path)
-    d = data.load("cifar10", root)
-    assert d.num_classes == 10 and d.image_shape == (3, 32, 32)
-    assert len(d.train_labels) == 15 and len(d.test_labels) == 3
+    train = data.cifar10_dataset(root, train=True)
+    test = data.cifar10_dataset(root, train=False)
+    assert type(train).__mro__[1].__module__.startswith("torchvision"), "must be read by torchvision's own class"
+    assert len(train) == 15 and len(test) == 3 and train.classes[0] == "airplane"
     expected_rgb, expected_labels = _cifar_images(3, seed=0)
-    assert torch.equal(d.train_images[:3], torch.from_numpy(expected_rgb)), "planes or axes were scrambled"
-    assert d.train_labels[:3].tolist() == expected_labels
-    assert d.train_images[0, :, MARK[0], MARK[1]].tolist() == [250, 251, 252]
-    ds = data.torchvision_dataset("cifar10", root, train=True)
-    assert type(ds).__mro__[1].__module__.startswith("torchvision"), "must be read by torchvision's own class"
-    assert ds.classes[0] == "airplane"
-
-
-def test_cifar100_reads_fine_labels(tmp_path):
-    d = data.load_cifar100(write_cifar100(tmp_path))
-    assert d.num_classes == 100 and d.train_labels.tolist() == [97, 3, 50, 0]
-    assert d.test_images[:, :, MARK[0], MARK[1]].tolist() == [[250, 251, 252]] * 4
-
-
-def test_mnist_idx_files_load_through_torchvision(tmp_path):
-    d = data.load_mnist(write_mnist(tmp_path))
-    assert d.image_shape == (1, 28, 28) and len(d.train_labels) == 5
-    assert d.train_labels.tolist() == [0, 1, 2, 3, 4]
-    assert d.train_images[:, 0, MARK[0], MARK[1]].tolist() == [255] * 5
+    # torchvision keeps CIFAR as HWC; the planes of the pickle must land in the last axis
+    assert np.array_equal(train.data[:3], expected_rgb.transpose(0, 2, 3, 1)), "planes or axes were scrambled"
+    assert train.targets[:3] == expected_labels
+    assert train.data[0, MARK[0], MARK[1]].tolist() == [250, 251, 252]
 
 
 def test_pipeline_dataset_reads_cifar_from_the_root(tmp_path):
@@ -165,20 +111,19 @@ def test_pipeline_dataset_reads_cifar_from_the_root(tmp_path):
 def test_missing_root_names_path_and_expected_files(tmp_path):
     missing = tmp_path / "nowhere"
     with pytest.raises(data.DataError) as err:
-        data.load_cifar10(missing)
+        data.cifar10_dataset(missing, train=True)
     assert str(missing) in str(err.value) and "not a directory" in str(err.value)
     assert "data_batch_1" in str(err.value) and "CIFAR-10 python pickle" in str(err.value)
-    with pytest.raises(data.DataError, match="no data root given"):
-        data.load("mnist", None)
+    with pytest.raises(data.DataError, match="no data root given.*--perf-data-root"):
+        data.cifar10_dataset(None, train=True)
 
 
 def test_root_without_the_data_set_lists_what_is_missing(tmp_path):
     write_cifar10(tmp_path)
     (tmp_path / "cifar-10-batches-py" / "test_batch").unlink()
-    with pytest.raises(data.DataError, match=r"cifar-10-batches-py lacks test_batch"):
-        data.load_cifar10(tmp_path)
-    with pytest.raises(data.DataError, match=r"MNIST/raw lacks train-images-idx3-ubyte.*MNIST idx files"):
-        data.load_mnist(tmp_path)
+    (tmp_path / "cifar-10-batches-py" / "batches.meta").unlink()
+    with pytest.raises(data.DataError, match=r"cifar-10-batches-py lacks test_batch, batches.meta"):
+        data.cifar10_dataset(tmp_path, train=True)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "bad labels"])
@@ -193,22 +138,8 @@ def test_corrupt_cifar_names_the_folder(tmp_path, damage):
         rgb, _ = _cifar_images(3, seed=1)
         _pickle(batch, {"labels": [1, 2, 99], "data": rgb.reshape(3, 3072)})
     with pytest.raises(data.DataError) as err:
-        data.load_cifar10(root)
+        data.cifar10_dataset(root, train=True)
     assert "cifar-10-batches-py" in str(err.value) and "cifar10" in str(err.value)
-
-
-def test_corrupt_mnist_names_the_folder(tmp_path):
-    root = write_mnist(tmp_path)
-    (root / "MNIST" / "raw" / "train-images-idx3-ubyte").write_bytes(b"\x00\x00\x09\x07junk")
-    with pytest.raises(data.DataError, match=r"mnist: cannot read .*MNIST/raw"):
-        data.load_mnist(root)
-
-
-def test_mnist_label_count_mismatch(tmp_path):
-    root = write_mnist(tmp_path)
-    _idx(root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte", np.zeros(3, dtype=np.uint8))
-    with pytest.raises(data.DataError, match="5 images but 3 labels"):
-        data.load_mnist(root)
 
 
 # -- the convergence verdicts (pure logic, no training) ---------------------------------------------

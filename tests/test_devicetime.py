@@ -6,7 +6,6 @@ what is tested here is everything around them."""
 from __future__ import annotations
 
 import itertools
-from types import SimpleNamespace
 
 import pytest
 import torch

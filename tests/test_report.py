@@ -726,8 +726,8 @@ def test_comparison_goes_into_html_markdown_and_a_chart(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# a full-tier run (its render time is measured by scripts/time_report.py, not asserted here: a timed
-# unit test fails on a loaded runner, which is noise)
+# a full-tier run (its render time is not asserted: a timed unit test fails on a loaded runner, which
+# is noise)
 
 
 def test_full_tier_report_is_complete(tmp_path):

@@ -1,0 +1,202 @@
+"""A pytest plugin that really slows chosen precision modes of chosen models down, from outside the
+measured code path, to show that the speed gate catches a slowdown:
+
+    pytest perf/test_speed.py -p ampbench.slowdown --perf-slowdown resnet50:amp_fp16:0.01
+    AMPBENCH_SLOWDOWN=resnet50:amp_fp16:0.01,gpt:amp_bf16:0.01 pytest perf/test_speed.py -p ampbench.slowdown
+
+Every training step of each named (model, mode) gets extra work worth FRACTION of the step's own time,
+appended after the step. On CUDA it is a spin kernel (``torch.cuda._sleep``) queued on the stream: it
+is part of the step, so a CUDA graph of the step captures it too, and no host sync is added. The number
+of spin cycles is calibrated once per trainer on the figure the speed gate reads: the step replayed as
+a CUDA graph, or the profiler's kernel time where it cannot be captured; so the fraction is of device
+time, not of a host-bound wall step. On the CPU the extra work is a busy wait of FRACTION of the wall
+time of a few plain steps. Steps of other cells run unchanged. Cells that train in worker processes
+(the distributed tests) are not slowed. Each slowed cell says so in its extra_info
+(``injected_slowdown``), so that ``ampbench spread`` never takes it for a sample of its noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+import torch
+
+from ampbench import devicetime, train
+from ampbench.modes import get_mode
+from ampbench.spread import INJECTED_KEY
+from models import get_model
+
+ENV = "AMPBENCH_SLOWDOWN"
+CALIBRATION_STEPS = 5  # plain steps to settle, then as many timed: the step's own time
+
+Cell = tuple[str, str]  # (model, precision mode)
+
+
+def parse(spec: str) -> dict[Cell, float]:
+    """'MODEL:MODE:FRACTION[,...]' -> {(model, mode): fraction}; ValueError saying what is wrong."""
+    targets: dict[Cell, float] = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        parts = item.split(":")
+        if len(parts) != 3:
+            raise ValueError(f"{item!r} is not MODEL:MODE:FRACTION, e.g. resnet50:amp_fp16:0.01")
+        model, mode, fraction = parts
+        try:
+            get_model(model), get_mode(mode)
+        except KeyError as exc:
+            raise ValueError(f"{item!r}: {exc.args[0]}") from None
+        try:
+            value = float(fraction)
+        except ValueError:
+            raise ValueError(f"{item!r}: the fraction {fraction!r} is not a number") from None
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{item!r}: the fraction must be a finite number above 0, e.g. 0.01 for 1%")
+        targets[(model, mode)] = value
+    return targets
+
+
+def _device_ms_per_step(trainer: train.Trainer) -> tuple[float, str]:
+    """The trainer's device time per step as the speed gate measures it: graph replay, else kernel time."""
+    try:
+        graph = devicetime.capture(trainer)
+    except devicetime.CaptureError:
+        return devicetime.profile_steps(trainer, CALIBRATION_STEPS).kernel_ms, "profiler kernel time"
+    graph.replay(CALIBRATION_STEPS)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay(4 * CALIBRATION_STEPS)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / (4 * CALIBRATION_STEPS), "graph replay"
+
+
+def _cuda_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
+    work_ms, how = _device_ms_per_step(trainer)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(10_000_000)  # wake the clock before counting its cycles
+    start.record()
+    torch.cuda._sleep(50_000_000)
+    end.record()
+    end.synchronize()
+    cycles_per_s = 50_000_000 / (start.elapsed_time(end) / 1e3)
+    cycles = int(fraction * work_ms / 1e3 * cycles_per_s)
+    return (lambda: torch.cuda._sleep(cycles)), f"{work_ms:.3f} ms per step ({how}), {cycles} spin cycles added"
+
+
+def _cpu_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
+    t0 = time.perf_counter()
+    trainer.run(CALIBRATION_STEPS)
+    step_s = (time.perf_counter() - t0) / CALIBRATION_STEPS
+    extra = fraction * step_s
+
+    def spin() -> None:
+        # a busy wait, not a sleep: the core stays occupied, as the step's own work would keep it
+        until = time.perf_counter() + extra
+        while time.perf_counter() < until:
+            pass
+
+    return spin, f"step {step_s * 1e3:.3f} ms, {extra * 1e3:.3f} ms of busy wait added"
+
+
+# per device type: the extra work of one step of `trainer`, and how it was calibrated, in words
+CALIBRATE: dict[str, Callable[[train.Trainer, float], tuple[Callable[[], None], str]]] = {
+    "cuda": _cuda_spin,
+    "cpu": _cpu_spin,
+}
+
+
+_CALIBRATING = object()  # a trainer's marker while its calibration steps run plain
+
+
+@dataclass
+class Slowdown:
+    """Trainer.step replaced by one that appends extra work to the named cells' steps."""
+
+    targets: dict[Cell, float]
+    original: Callable | None = None  # Trainer.step as it was before install()
+
+    def install(self) -> None:
+        self.original = train.Trainer.step
+        train.Trainer.step = lambda trainer, *args, **kwargs: self.step(trainer, *args, **kwargs)
+
+    def uninstall(self) -> None:
+        train.Trainer.step = self.original
+
+    def step(self, trainer: train.Trainer, *args, **kwargs) -> torch.Tensor:
+        fraction = self.targets.get((trainer.spec.name, trainer.mode.name))
+        spin = getattr(trainer, "_slowdown_spin", None)
+        if fraction is None or trainer.device.type not in CALIBRATE or spin is _CALIBRATING:
+            return self.original(trainer, *args, **kwargs)
+        if spin is None:
+            trainer._slowdown_spin = _CALIBRATING
+            for _ in range(CALIBRATION_STEPS):  # settle before calibrating
+                self.original(trainer, *args, **kwargs)
+            spin, how = CALIBRATE[trainer.device.type](trainer, fraction)
+            trainer._slowdown_spin = spin
+            print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} "
+                  f"({fraction:.1%} of the step)", flush=True)
+        loss = self.original(trainer, *args, **kwargs)
+        spin()
+        return loss
+
+
+SLOWDOWN = pytest.StashKey[Slowdown]()
+
+
+def _spec_type(value: str) -> dict[Cell, float]:
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perf", "ampbench: mixed-precision training performance")
+    group.addoption("--perf-slowdown", metavar="MODEL:MODE:FRACTION[,...]", default=None, type=_spec_type,
+                    help="extra work worth FRACTION of each training step added to MODEL's MODE, to show the "
+                         f"speed gate catches a slowdown (default: ${ENV}, else none)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    targets = config.getoption("perf_slowdown")
+    if targets is None:
+        try:
+            targets = parse(os.environ.get(ENV, ""))
+        except ValueError as exc:
+            raise pytest.UsageError(f"{ENV}: {exc}") from None
+    if targets:
+        slowdown = Slowdown(targets)
+        slowdown.install()
+        config.stash[SLOWDOWN] = slowdown
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    slowdown = config.stash.get(SLOWDOWN, None)
+    if slowdown is not None:
+        slowdown.uninstall()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    yield
+    slowdown = item.config.stash.get(SLOWDOWN, None)
+    info = getattr((getattr(item, "funcargs", None) or {}).get("benchmark"), "extra_info", None)
+    if slowdown is not None and info is not None:
+        fraction = slowdown.targets.get((info.get("model"), info.get("mode")))
+        if fraction is not None:
+            info[INJECTED_KEY] = fraction
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    slowdown = config.stash.get(SLOWDOWN, None)
+    if slowdown is None:
+        return None
+    cells = ", ".join(f"{m} {p} +{f:.1%}" for (m, p), f in slowdown.targets.items())
+    return f"ampbench.slowdown: steps slowed on purpose: {cells}"
+
+

@@ -1,0 +1,137 @@
+"""ampbench.slowdown on the CPU: the spec it reads, the steps it slows (and only those), and its
+wiring as a pytest plugin (-p ampbench.slowdown), where a bad spec is a usage error."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import pytest
+import torch
+
+from ampbench import slowdown, train
+from ampbench.modes import MODES
+from models import get_model
+
+pytest_plugins = ("pytester",)
+
+CPU = torch.device("cpu")
+
+
+def test_parse_reads_several_cells():
+    assert slowdown.parse(" mlp:fp32:0.5, gpt:amp_bf16:0.01 ,") == {("mlp", "fp32"): 0.5, ("gpt", "amp_bf16"): 0.01}
+    assert slowdown.parse("") == {}
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("mlp:fp32", "'mlp:fp32' is not MODEL:MODE:FRACTION"),
+    ("resnet51:fp32:0.1", "unknown model 'resnet51'"),
+    ("mlp:fp8:0.1", "unknown precision mode 'fp8'; valid modes: fp32"),
+    ("mlp:fp32:much", "the fraction 'much' is not a number"),
+    ("mlp:fp32:0", "must be a finite number above 0"),
+    ("mlp:fp32:nan", "must be a finite number above 0"),
+])
+def test_parse_says_what_is_wrong(spec, expected):
+    with pytest.raises(ValueError, match=expected.replace("(", r"\(")):
+        slowdown.parse(spec)
+
+
+def _median_step(fn, trainer: train.Trainer, n: int = 15) -> float:
+    times = []
+    with trainer.mode.math_flags():
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn(trainer)
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def test_a_named_cell_is_slowed_by_its_fraction_and_others_are_not(capsys):
+    plain_step = train.Trainer.step
+    sd = slowdown.Slowdown({("mlp", "fp32"): 3.0})
+    sd.install()
+    try:
+        slowed = train.Trainer(get_model("mlp"), MODES["fp32"], CPU, smoke=True)
+        other = train.Trainer(get_model("mlp"), MODES["bf16"], CPU, smoke=True)
+        slowed.run(1)  # calibrates
+        other.run(1)
+        # the same trainer, its plain step and its slowed one, so the host's noise falls on both
+        plain = _median_step(sd.original, slowed)
+        extra = _median_step(train.Trainer.step, slowed)
+    finally:
+        sd.uninstall()
+    assert train.Trainer.step is plain_step, "uninstall must restore Trainer.step"
+    assert extra > 2.5 * plain, f"a step slowed by 300% took {extra * 1e3:.3f} ms against {plain * 1e3:.3f} ms plain"
+    assert callable(slowed._slowdown_spin)
+    assert not hasattr(other, "_slowdown_spin"), "a cell that was not named must not be calibrated or slowed"
+    assert "ampbench.slowdown: mlp fp32: step" in capsys.readouterr().out
+
+
+INNER_TEST = """
+import torch
+from ampbench import train
+from ampbench.modes import MODES
+from models import get_model
+
+def test_steps():
+    for mode in ("fp32", "bf16"):
+        train.Trainer(get_model("mlp"), MODES[mode], torch.device("cpu"), smoke=True).run(1)
+    named = train.Trainer(get_model("mlp"), MODES["fp32"], torch.device("cpu"), smoke=True)
+    named.run(1)
+    assert callable(named._slowdown_spin)
+"""
+
+
+def test_plugin_reads_the_environment_and_restores_the_step(pytester, monkeypatch):
+    plain_step = train.Trainer.step
+    pytester.makepyfile(INNER_TEST)
+    monkeypatch.setenv(slowdown.ENV, "mlp:fp32:0.2")
+    result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["ampbench.slowdown: steps slowed on purpose: mlp fp32 +20.0%"])
+    assert train.Trainer.step is plain_step
+
+
+def test_flag_overrides_the_environment(pytester, monkeypatch):
+    pytester.makepyfile(INNER_TEST)
+    monkeypatch.setenv(slowdown.ENV, "mlp:bf16:0.2")
+    result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown", "mlp:fp32:0.1")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*steps slowed on purpose: mlp fp32 +10.0%"])
+
+
+@pytest.mark.parametrize("where", ["env", "flag"])
+def test_a_bad_spec_is_a_usage_error_naming_its_source_once(pytester, monkeypatch, where):
+    pytester.makepyfile(INNER_TEST)
+    args = ["-p", "ampbench.slowdown"]
+    if where == "env":
+        monkeypatch.setenv(slowdown.ENV, "mlp:fp32")
+    else:
+        args += ["--perf-slowdown", "mlp:fp32"]
+    result = pytester.runpytest_inprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    source = slowdown.ENV if where == "env" else "--perf-slowdown"
+    assert f"{source}: 'mlp:fp32' is not MODEL:MODE:FRACTION" in err
+    assert err.count(source) == 1, err
+
+
+TAGGED_TEST = """
+import pytest
+
+@pytest.mark.parametrize("mode", ["fp32", "bf16"])
+def test_cell(benchmark, mode):
+    benchmark.extra_info.update(model="mlp", mode=mode)
+    benchmark.pedantic(lambda: None, rounds=1)
+"""
+
+
+def test_a_slowed_cell_is_tagged_in_its_extra_info_so_spread_never_counts_it(pytester, tmp_path):
+    pytester.makepyfile(TAGGED_TEST)
+    out = tmp_path / "run.json"
+    result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown", "mlp:fp32:0.05",
+                                          f"--benchmark-json={out}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    infos = {b["extra_info"]["mode"]: b["extra_info"] for b in json.loads(out.read_text())["benchmarks"]}
+    assert infos["fp32"]["injected_slowdown"] == 0.05 and "injected_slowdown" not in infos["bf16"]
