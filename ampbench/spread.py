@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ampbench.baselines import measurement_mismatch
-from ampbench.report.run import Cell, Run
+from ampbench.results import Run, SpeedRecord
 from ampbench.stats import finite_number, log_sd
 from ampbench.verdict import DEFAULT_TOLERANCE, Verdict, tolerance_for, trusted_between_run_sd
 
@@ -29,19 +29,26 @@ SOFTWARE_KEYS = ("device", "capability", "driver", "torch", "cuda", "cudnn")
 
 @dataclass(frozen=True)
 class Figure:
-    """A speedup whose between-run spread is learned: where a run cell and a baseline entry keep it,
-    and where the entry stores its spread."""
+    """A speedup whose between-run spread is learned: where a baseline entry keeps it and its spread,
+    and which of a speed record's two speedups it is."""
 
-    key: str  # the speedup in a run cell's extra_info and in the entry's figures
+    key: str  # the speedup in the entry's figures
     sd_key: str  # the entry's figure for the standard deviation of ln(speedup)
     count_key: str  # the entry's figure for how many values it came from
     label: str  # what messages call it
-    method_key: str | None = None  # a figure that must have been measured the same way in the run and the entry
+    device: bool  # the record's device-time speedup (else its wall-clock one)
+    method_key: str | None = None  # the entry's figure for how it was measured, which a run must match
+
+    def measured(self, cell: SpeedRecord) -> float | None:
+        return cell.speedup_of(self.device)
+
+    def method(self, cell: SpeedRecord) -> str | None:
+        return cell.device_method if self.device else None
 
 
-WALL = Figure("speedup", "between_run_sd", "between_run_count", "wall-clock speedup")
+WALL = Figure("speedup", "between_run_sd", "between_run_count", "wall-clock speedup", device=False)
 DEVICE = Figure("device_speedup", "device_between_run_sd", "device_between_run_count", "device-time speedup",
-                method_key="device_method")
+                device=True, method_key="device_method")
 FIGURES = (WALL, DEVICE)
 
 # the figures this module owns in a speed entry
@@ -86,30 +93,29 @@ def software_difference(entry_software: Mapping, machine: Mapping) -> str | None
     return "other software: " + "; ".join(differ) if differ else None
 
 
-def _why_not(entry: Mapping, run: Run, cell: Cell) -> str | None:
+def _why_not(entry: Mapping, run: Run, cell: SpeedRecord) -> str | None:
     """Why `cell` of `run` is no sample of the cell that `entry` recorded, or None if it is one."""
-    speedup = cell.number("speedup")
-    if speedup is None or speedup <= 0:
+    if cell.speedup is None or cell.speedup <= 0:
         return "no speedup (the test failed before measuring one)"
-    if cell.get("recording") is True:
+    if cell.recording is True:
         return "this run recorded the baseline, whose speedup is counted already"
-    if cell.verdict == Verdict.REGRESSION.value:
+    if cell.verdict is Verdict.REGRESSION:
         return "its verdict was a regression: a changed cell is no sample of its run-to-run spread"
     software = software_difference(entry.get("software") or {}, run.machine)
     if software:
         return software
-    measured_with = {name: cell.get(name) for name in ("cudnn_benchmark", "block_seconds")}
+    measured_with = {"cudnn_benchmark": cell.cudnn_benchmark, "block_seconds": cell.block_seconds}
     return measurement_mismatch(entry["figures"], measured_with)
 
 
-def _figure_why_not(figure: Figure, entry: Mapping, cell: Cell) -> tuple[bool, str | None]:
+def _figure_why_not(figure: Figure, entry: Mapping, cell: SpeedRecord) -> tuple[bool, str | None]:
     """(whether `cell` gives `figure` a value, why not where that is worth saying). An entry or a cell
     without the figure (recorded or run before device time was measured) silently gives nothing."""
-    recorded, measured = finite_number(entry["figures"].get(figure.key)), cell.number(figure.key)
+    recorded, measured = finite_number(entry["figures"].get(figure.key)), figure.measured(cell)
     if recorded is None or recorded <= 0 or measured is None or measured <= 0:
         return False, None
     if figure.method_key is not None:
-        ours, theirs = cell.get(figure.method_key), entry["figures"].get(figure.method_key)
+        ours, theirs = figure.method(cell), entry["figures"].get(figure.method_key)
         if ours != theirs:
             return False, (f"{figure.label} measured by {ours} in the run and by {theirs} in the baseline: "
                            "another measurement, not a sample of its spread")
@@ -136,7 +142,7 @@ def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
         if run.datetime:
             seen[run.datetime] = name
         card = str(run.machine.get("uuid") or f"run {name}")
-        for cell in run.of_kind("speed"):
+        for cell in run.of_kind(SpeedRecord):
             entry = entries.get(cell.test_id)
             if entry is None or finite_number(entry["figures"].get("speedup")) is None:
                 learned.left_out.append((name, cell.test_id, "no speed entry in the baseline file"))
@@ -150,7 +156,7 @@ def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
                 if why:
                     learned.left_out.append((name, cell.test_id, why))
                 if counts:
-                    samples[figure.key].setdefault(cell.test_id, {}).setdefault(card, []).append(cell.number(figure.key))
+                    samples[figure.key].setdefault(cell.test_id, {}).setdefault(card, []).append(figure.measured(cell))
     for figure in FIGURES:
         learned.figures[figure.key] = {
             test_id: CellSpread(test_id, _per_card(float(entries[test_id]["figures"][figure.key]), by_card))

@@ -13,10 +13,10 @@ from __future__ import annotations
 import itertools
 import sys
 
-from ampbench.report import Cell, RunError, load_run
+from ampbench.results import RunError, SpeedRecord, load_run
 
 
-def _own(cell: Cell) -> tuple[float, float] | None:
+def _own(cell: SpeedRecord) -> tuple[float, float] | None:
     est = cell.estimate()
     return (est.low, est.high) if est is not None else None
 
@@ -34,12 +34,12 @@ def main(argv: list[str]) -> int:
     except RunError as exc:
         print(f"agreement: {exc}", file=sys.stderr)
         return 2
-    cells = [{c.test_id: c for c in run.of_kind("speed") if c.number("speedup")} for run in runs]
+    cells = [{c.test_id: c for c in run.of_kind(SpeedRecord) if c.speedup} for run in runs]
     common = [t for t in cells[0] if all(t in c for c in cells[1:])]
     if not common:
         print("agreement: no speed cell is in every run", file=sys.stderr)
         return 2
-    intervals = {"own": _own, "across": Cell.across_runs}
+    intervals = {"own": _own, "across": SpeedRecord.across_runs}
     totals = {kind: [0, 0] for kind in intervals}
     print(f"{'test':42s} {'spread':>7s}  own-interval pairs  across-runs pairs  speedups")
     for test_id in common:
@@ -52,10 +52,10 @@ def main(argv: list[str]) -> int:
             totals[kind][0] += sum(known)
             totals[kind][1] += len(known)
             disjoint = disjoint or (kind == "across" and not all(known))
-        speedups = [c.number("speedup") for c in row]
+        speedups = [c.speedup for c in row]
         print(f"{test_id:42s} {max(speedups) / min(speedups) - 1:7.1%}  {counts['own']:>18s}  {counts['across']:>17s}  "
               + " ".join(f"{s:.3f}" for s in speedups) + ("  DISJOINT" if disjoint else ""))
-    spreads = sorted(max(c[t].number("speedup") for c in cells) / min(c[t].number("speedup") for c in cells) - 1 for t in common)
+    spreads = sorted(max(c[t].speedup for c in cells) / min(c[t].speedup for c in cells) - 1 for t in common)
     print(f"\n{len(common)} cells in {len(runs)} runs; median spread {spreads[len(spreads) // 2]:.1%}")
     for kind, (agree, pairs) in totals.items():
         print(f"{kind} intervals overlap in {agree} of {pairs} cell pairs")

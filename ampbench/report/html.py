@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from ampbench.report.charts import Chart
-from ampbench.report.format import NEEDS_A_LOOK, ROW_HEADERS, attention, foreign_note, model_rows, verdict_counts
+from ampbench.report.format import NEEDS_A_LOOK, ROW_HEADERS, SMOKE_NOTE, attention, foreign_note, model_rows, verdict_counts
 from ampbench.report.run import DASH, Run
+from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -19,7 +20,11 @@ HTML_ICONS = {
     Verdict.PASS.value: "✓",
     Verdict.IMPROVED.value: "▲",
     Verdict.REGRESSION.value: "✗",
+    Verdict.NON_FINITE.value: "✗",
+    Verdict.REFERENCE_FAILED.value: "✗",
     Verdict.INCONCLUSIVE.value: "⚠",
+    Verdict.INPUT_BOUND.value: "⚠",
+    Verdict.EXPECTED_LAG.value: "–",
     Verdict.NO_BASELINE.value: "–",
 }
 
@@ -33,7 +38,11 @@ VERDICT_CLASSES = {
     Verdict.PASS.value: "v-pass",
     Verdict.IMPROVED.value: "v-improved",
     Verdict.REGRESSION.value: "v-regression",
+    Verdict.NON_FINITE.value: "v-regression",
+    Verdict.REFERENCE_FAILED.value: "v-regression",
     Verdict.INCONCLUSIVE.value: "v-inconclusive",
+    Verdict.INPUT_BOUND.value: "v-inconclusive",
+    Verdict.EXPECTED_LAG.value: "v-no-baseline",
     Verdict.NO_BASELINE.value: "v-no-baseline",
     "missing": "v-missing",
     "new": "v-new",
@@ -97,10 +106,10 @@ def _run_tables(run: Run) -> dict:
             cells[verdict_col] = _verdict_cell(r.verdict)
             body.append(cells)
         models.append((model, _table(ROW_HEADERS, body, [r.reference_only for r in rows])))
-    others = [c for c in run.cells if c.kind not in ("speed", "memory", "convergence")]
+    others = [c for c in run.cells if not isinstance(c, (SpeedRecord, MemoryRecord, ConvergenceRecord))]
     other_table = _table(
         ["test", "kind", "verdict", "message"],
-        ([HtmlCell(c.test_id), HtmlCell(c.kind), _verdict_cell(c.verdict), HtmlCell(str(c.get("message") or DASH))]
+        ([HtmlCell(c.test_id), HtmlCell(c.kind), _verdict_cell(c.verdict), HtmlCell(c.message or DASH)]
          for c in others),
     ) if others else None
     return {"models": models, "others": other_table}
@@ -165,7 +174,8 @@ def render_html(run: Run, charts: Sequence[Chart], comparison: "Comparison | Non
         kinds=[(kind, _chips(counts[kind])) for kind in run.kinds()] if run.cells else [],
         foreign_note=foreign_note(run) if run.foreign else None,
         failures=list(failures),
-        flagged=[{"verdict": _verdict_span(c.verdict), "test_id": c.test_id, "message": str(c.get("message") or "")}
+        smoke_note=SMOKE_NOTE if run.smoke else None,
+        flagged=[{"verdict": _verdict_span(c.verdict), "test_id": c.test_id, "message": c.message or ""}
                  for c in attention(run)],
         comparison=_comparison_context(comparison, compare_charts) if comparison is not None else None,
         charts=[_figure(c) for c in charts],
