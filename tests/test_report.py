@@ -18,10 +18,13 @@ import pytest
 from ampbench.compare import MISSING, NEW, compare_runs
 from ampbench.report import (
     REPORT_MARKER,
+    ROW_HEADERS,
     RunError,
     build_report,
+    fmt_ms,
     load_run,
     model_rows,
+    speedup_matrix,
     parse_run,
     render_comparison_markdown,
     render_markdown,
@@ -772,3 +775,30 @@ def test_summary_shows_device_time_as_the_gate_the_wall_beside_it_host_bound_cel
     assert f"{first['device_speedup']:.2f}x" in text.split("Wall-clock")[0]
     assert "Host-bound cells (1)" in text and f"`{first['model']}` {first['mode']}: the GPU idles 40%" in text
     assert "Kernel changes against the baseline" in text and "at::cuda::spin_kernel" in text
+
+
+def test_a_cpu_run_says_first_that_its_figures_are_not_comparable():
+    smoke = build_report(load_run(DATA / "cpu_smoke.json"))
+    md, html = smoke["summary.md"].decode(), smoke["index.html"].decode()
+    assert "Smoke run: figures are not comparable" in md.split("- **speed**")[0]
+    assert html.index("Smoke run: figures are not comparable") < html.index("<h2>")
+    gpu = build_report(load_run(REAL_H100))
+    assert b"Smoke run" not in gpu["summary.md"] and b"Smoke run" not in gpu["index.html"]
+
+
+def test_a_row_shows_fp32_from_its_own_rounds_and_fp32_is_no_finding():
+    """mlp on the CPU: fp32's own cell ran at 0.48 ms a step, amp_fp16's fp32 side at 0.72 ms, so the fp32
+    row's step time against amp_fp16's (0.30x) contradicted its speedup (0.48x); its own rounds agree."""
+    run = load_run(DATA / "cpu_smoke.json")
+    rows = {r.mode: r.cells() for r in model_rows(run)["mlp"]}
+    col = {h: i for i, h in enumerate(ROW_HEADERS)}
+    for mode, cells in rows.items():
+        cell = run.cell(SpeedRecord, "mlp", mode)
+        if mode == "fp32":
+            assert cells[col["speedup over fp32 [interval]"]].startswith("reference (self-check 0.92x")
+            continue
+        assert cells[col["fp32 step, same rounds"]] == fmt_ms(cell.step_ms_ref)
+        est = cell.estimate()
+        assert est.low <= cell.step_ms_ref / cell.step_ms <= est.high, mode
+    headers, matrix = speedup_matrix(run)
+    assert "fp32" not in headers and all(len(r) == len(headers) for r in matrix)

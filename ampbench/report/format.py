@@ -114,9 +114,9 @@ class Row:
         speed = fmt_speedup(self.speedup, self.speedup_value)
         if self.reference_only:
             speed = "reference"
-        elif self.mode == REFERENCE_MODE:
+        elif self.mode == REFERENCE_MODE and speed != DASH:
             # fp32 against itself checks the method; a "speedup" of it is no finding
-            speed = f"reference (self-check {speed})" if speed != DASH else "reference"
+            speed = f"reference (self-check {speed})"
         elif self.across is not None:
             speed += f"; across runs [{self.across[0]:.2f}, {self.across[1]:.2f}]"
         memory = fmt_bytes(self.peak_mem)
