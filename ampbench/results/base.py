@@ -114,8 +114,8 @@ class Record:
         """A record of `values`, the names no field has kept in `detail` (a kind's open-ended figures)."""
         names = {f.name for f in dataclasses.fields(cls)}
         own = {k: v for k, v in values.items() if k in names}
-        extra = {k: v for k, v in values.items() if k not in names}
-        return cls(**own, detail={**own.pop("detail", {}), **extra}) if extra else cls(**own)
+        detail = {**own.pop("detail", {}), **{k: v for k, v in values.items() if k not in names}}
+        return cls(**own, detail=detail)
 
     def to_info(self, *, only_set: bool = False) -> dict[str, Any]:
         """extra_info of this cell; `only_set` leaves out what is None (a cell's identity, written
