@@ -14,7 +14,8 @@ import models
 from ampbench import device as devices
 from ampbench.baselines import BaselineError, BaselineStore, unwritable_reason, validate_directory
 from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
-from ampbench.summary import speed_cells, speed_table
+from ampbench import summary
+from ampbench.results import Record
 from ampbench.verdict import DEFAULT_TOLERANCE
 from ampbench.modes import MODES, REFERENCE_MODE, get_mode
 from ampbench.settings import (
@@ -166,6 +167,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[STORE_KEY] = {}
     _configure_world_size(config)
+    summary.register(config)
 
 
 SMOKE_LINE = "CPU smoke pass: nothing is held against baselines"
@@ -237,6 +239,20 @@ def fail_on_oom(perf_device):
         return result
 
     return run
+
+
+@pytest.fixture
+def record_result(request: pytest.FixtureRequest, benchmark):
+    """``record_result(record)``: a cell's record into its benchmark's extra_info (what --benchmark-json
+    keeps) and to the terminal summary; ``identity=True`` writes only what is set, before the cell
+    measures, so that a cell failing later is still recognisable in the JSON."""
+
+    def write(record: Record, *, identity: bool = False) -> None:
+        benchmark.extra_info.update(record.to_info(only_set=identity))
+        if not identity:
+            summary.keep(request.config, request.node.nodeid, record)
+
+    return write
 
 
 @pytest.fixture
@@ -321,10 +337,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if line:
         # said at the end too: a green CPU run must not read as a benchmark that passed
         terminalreporter.write_line(line, yellow=True, bold=True)
-    stats = getattr(terminalreporter, "stats", {})  # a reporter stand-in may keep none
-    reports = [r for rs in stats.values() for r in rs if isinstance(r, pytest.TestReport)]
-    for text in speed_table(speed_cells(reports)):  # no lines where no speed cell ran
-        terminalreporter.write_line(text)
 
 
 # -- distributed cells (--perf-world-size): perf/test_distributed*.py ------------------------------

@@ -23,7 +23,8 @@ from ampbench.report import RunError, build_report, failed_tests, load_run, rend
 from ampbench.spread import learn, with_spread
 from ampbench.verdict import Verdict
 
-# exit statuses: 0 all good, 1 a regression (or, under --strict, an inconclusive verdict), 2 bad usage
+# exit statuses: 0 all good, 1 a failing verdict (a regression, a non-finite or failed reference cell;
+# under --strict also an inconclusive one), 2 bad usage
 # or unusable input, like argparse's own usage errors
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -76,9 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ampbench",
         description="Reports and comparisons of ampbench runs, i.e. of the JSON written by "
                     "`pytest perf/ --benchmark-json RUN.json`; the per-GPU baseline files; the fidelity check.",
-        epilog="Exit status: 0 fine, 1 a regression (or an inconclusive verdict under --strict, a test the new "
-               "run lost, a fidelity difference beyond --target), 2 bad usage, a file that is not a usable ampbench "
-               "run or baseline file, or runs from different devices.",
+        epilog="Exit status: 0 fine, 1 a failing verdict: a regression, a non-finite or failed-reference convergence "
+               "cell (or an inconclusive verdict under --strict, a test the new run lost, a fidelity difference "
+               "beyond --target), 2 bad usage, a file that is not a usable ampbench run or baseline file, or runs "
+               "from different devices.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -99,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--junit", type=Path, metavar="JUNIT.xml", default=None,
                      help="pytest's --junitxml file of the same run: its failed tests are listed at the top")
     rep.add_argument("--fail-on-regression", action="store_true",
-                     help="exit with status 1 when the run has a regression, by its own verdicts or against --compare")
+                     help="exit with status 1 when a verdict fails (a regression, non-finite training, an fp32 reference "
+                          "that did not learn), by the run's own verdicts or against --compare")
     _add_tolerances(rep)
 
     cmp_ = sub.add_parser(
@@ -203,19 +206,19 @@ def _report(args: argparse.Namespace) -> int:
     written = write_report(args.output, build_report(run, comparison, failures))
     print(f"ampbench: report of {args.run} ({len(run.cells)} results, {run.gpu}) written to "
           f"{written}/index.html in {time.perf_counter() - t0:.1f} s")
-    own = [c for c in run.cells if c.verdict == Verdict.REGRESSION.value]
+    own = [c for c in run.cells if c.verdict is not None and c.verdict.failing]
     for c in own:
-        print(f"REGRESSION: {c.test_id}: {c.get('message') or ''}")
+        print(f"{str(c.verdict).upper()}: {c.test_id}: {c.message or ''}")
     if comparison is not None:
         if comparison.cross_device:
             print(f"ampbench: {comparison.notes[0]}")
-        for r in comparison.regressions:
-            print(f"REGRESSION against {args.compare.name}: {r.message}")
+        for r in comparison.failures:
+            print(f"{str(r.verdict).upper()} against {args.compare.name}: {r.message}")
         for r in comparison.missing:
             print(f"MISSING against {args.compare.name}: {r.test_id}: {r.message}")
     failed = bool(own) or (comparison is not None and comparison.failed(args.strict, args.allow_missing))
     if args.strict:
-        failed = failed or any(c.verdict == Verdict.INCONCLUSIVE.value for c in run.cells)
+        failed = failed or any(c.verdict == Verdict.INCONCLUSIVE for c in run.cells)
     return EXIT_REGRESSION if failed and args.fail_on_regression else EXIT_OK
 
 

@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ampbench.report.format import fmt_number, fmt_pct, fmt_speedup, verdict_label
-from ampbench.report.run import Cell, Run
+from ampbench.results import (
+    VERDICT_ORDER,
+    ConvergenceRecord,
+    DistributedRecord,
+    MemoryRecord,
+    Record,
+    Run,
+    SpeedRecord,
+)
 from ampbench.verdict import DEFAULT_TOLERANCE, WALL_TOLERANCE_FLOOR, RatioCheck, SpeedupCheck, Verdict, tolerance_for
 
 DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little
@@ -28,7 +36,7 @@ def device_of(run: Run) -> str | None:
     device = run.machine.get("device")
     if isinstance(device, str) and device:
         return device
-    devices = {c.get("device") for c in run.cells if isinstance(c.get("device"), str) and c.get("device")}
+    devices = {c.device for c in run.cells if c.device}
     if len(devices) == 1:
         (only,) = devices
         return None if only.split(":")[0] in ("cuda", "mps", "xpu") else only
@@ -43,15 +51,19 @@ class Change:
     kind: str
     model: str
     mode: str
-    figure: str  # "speedup", "memory ratio", "largest batch", "accuracy", or "-" for missing/new tests
+    figure: str  # "speedup", "device speedup", "memory ratio", "largest batch", "accuracy", "verdict", or "-"
     old: str  # formatted for people
     new: str
     change: float | None  # relative change new / old - 1
-    verdict: str  # a Verdict value, MISSING or NEW
+    verdict: Verdict | str  # a Verdict, or MISSING or NEW
     message: str
     change_low: float | None = None  # the new interval's ends, relative to the old figure (speedup only)
     change_high: float | None = None
     tolerance: float | None = None
+
+    @property
+    def failing(self) -> bool:
+        return isinstance(self.verdict, Verdict) and self.verdict.failing
 
     def cells(self) -> list[str]:
         return [self.test_id, self.figure, self.old, self.new, fmt_pct(self.change), verdict_label(self.verdict)]
@@ -65,53 +77,58 @@ class Comparison:
     notes: list[str] = field(default_factory=list)  # e.g. the software changed between the runs
     cross_device: bool = False  # judged across devices on request: the verdicts are about ratios only
 
-    def counts(self) -> dict[str, int]:
-        order = [Verdict.REGRESSION.value, Verdict.INCONCLUSIVE.value, Verdict.IMPROVED.value,
-                 Verdict.PASS.value, Verdict.NO_BASELINE.value, MISSING, NEW]
-        counts: dict[str, int] = {}
+    def counts(self) -> dict[Verdict | str, int]:
+        order = [*VERDICT_ORDER, MISSING, NEW]
+        counts: dict[Verdict | str, int] = {}
         for r in self.rows:
             counts[r.verdict] = counts.get(r.verdict, 0) + 1
         return {v: counts[v] for v in sorted(counts, key=lambda v: order.index(v) if v in order else len(order))}
 
     @property
-    def regressions(self) -> list[Change]:
-        return [r for r in self.rows if r.verdict == Verdict.REGRESSION.value]
+    def failures(self) -> list[Change]:
+        """Rows whose verdict fails: a regression of a figure, or a cell whose own verdict now fails."""
+        return [r for r in self.rows if r.failing]
 
     @property
     def inconclusive(self) -> list[Change]:
-        return [r for r in self.rows if r.verdict == Verdict.INCONCLUSIVE.value]
+        return [r for r in self.rows if r.verdict == Verdict.INCONCLUSIVE]
 
     @property
     def missing(self) -> list[Change]:
         return [r for r in self.rows if r.verdict == MISSING]
 
     def failed(self, strict: bool = False, allow_missing: bool = False) -> bool:
-        """A regression fails, and so does a test the new run lost (a run that crashed or was deselected
+        """A failing row fails, and so does a test the new run lost (a run that crashed or was deselected
         must not read as a pass) unless `allow_missing`; under `strict` an inconclusive verdict fails too
         (like --perf-strict)."""
-        return bool(self.regressions or (strict and self.inconclusive) or (self.missing and not allow_missing))
+        return bool(self.failures or (strict and self.inconclusive) or (self.missing and not allow_missing))
 
 
-def _speed_change(old: Cell, new: Cell, floor: float) -> Change:
+def _base(cell: Record, figure: str) -> dict:
+    return dict(test_id=cell.test_id, kind=cell.kind, model=cell.model, mode=cell.mode, figure=figure)
+
+
+def _speed_change(old: SpeedRecord | DistributedRecord, new: SpeedRecord | DistributedRecord, floor: float) -> Change:
     # the device-time speedup where both runs measured it the same way: it is what the suite gates on;
     # the wall-clock speedup of eager steps otherwise, with the wall's own floor
-    old_est, new_est = old.estimate("device_"), new.estimate("device_")
-    device = old_est is not None and new_est is not None and old.get("device_method") == new.get("device_method")
-    prefix, figure = ("device_", "device speedup") if device else ("", "speedup")
+    old_est, new_est = old.estimate(device=True), new.estimate(device=True)
+    device = (old_est is not None and new_est is not None
+              and getattr(old, "device_method", None) == getattr(new, "device_method", None))
+    figure = "device speedup" if device else "speedup"
     if not device:
         floor = max(floor, WALL_TOLERANCE_FLOOR)
         old_est, new_est = old.estimate(), new.estimate()
-    base = dict(test_id=new.test_id, kind=new.kind, model=new.model, mode=new.mode, figure=figure)
+    base = _base(new, figure)
     if old_est is None:
-        return Change(**base, old="-", new=fmt_speedup(new_est, new.number(f"{prefix}speedup")), change=None,
-                      verdict=Verdict.NO_BASELINE.value, message="the old run has no speedup with an interval for this test")
+        return Change(**base, old="-", new=fmt_speedup(new_est, new.speedup_of(device)), change=None,
+                      verdict=Verdict.NO_BASELINE, message="the old run has no speedup with an interval for this test")
     if new_est is None:
-        return Change(**base, old=fmt_speedup(old_est), new="-", change=None, verdict=Verdict.INCONCLUSIVE.value,
+        return Change(**base, old=fmt_speedup(old_est), new="-", change=None, verdict=Verdict.INCONCLUSIVE,
                       message="the new run has no speedup with an interval for this test")
     # the old interval's width stands for the noise the 'baseline' was recorded with; the tolerance the
     # old run itself was held to already folds in its baseline's recorded noise, so never go below it
     tolerance = tolerance_for(floor, old_est.half_width)
-    recorded = old.number(f"{prefix}tolerance")
+    recorded = old.tolerance_of(device)
     if recorded is not None and 0 < recorded < 1:
         tolerance = max(tolerance, recorded)
     check = SpeedupCheck(new.model, new.mode, expected=old_est.speedup, tolerance=tolerance)
@@ -120,7 +137,7 @@ def _speed_change(old: Cell, new: Cell, floor: float) -> Change:
         old=fmt_speedup(old_est),
         new=fmt_speedup(new_est),
         change=check.drop(new_est),
-        verdict=check.classify(new_est).value,
+        verdict=check.classify(new_est),
         message=check.describe(new_est),
         change_low=new_est.low / check.expected - 1.0,
         change_high=new_est.high / check.expected - 1.0,
@@ -128,55 +145,56 @@ def _speed_change(old: Cell, new: Cell, floor: float) -> Change:
     )
 
 
-def _ratio_change(old: Cell, new: Cell, key: str, figure: str, worse: str, tolerance: float,
+def _ratio_change(new: Record, before: float | None, after: float | None, figure: str, worse: str, tolerance: float,
                   fmt: Callable[[float | None], str]) -> Change | None:
-    before, after = old.number(key), new.number(key)
     if before is None and after is None:
         return None
-    base = dict(test_id=new.test_id, kind=new.kind, model=new.model, mode=new.mode, figure=figure,
-                old=fmt(before), new=fmt(after))
+    base = dict(_base(new, figure), old=fmt(before), new=fmt(after))
     if before is None or before <= 0:
-        return Change(**base, change=None, verdict=Verdict.NO_BASELINE.value, message=f"the old run has no {figure}")
+        return Change(**base, change=None, verdict=Verdict.NO_BASELINE, message=f"the old run has no {figure}")
     if after is None:
-        return Change(**base, change=None, verdict=Verdict.INCONCLUSIVE.value, message=f"the new run has no {figure}")
+        return Change(**base, change=None, verdict=Verdict.INCONCLUSIVE, message=f"the new run has no {figure}")
     check = RatioCheck(new.model, new.mode, figure, expected=before, tolerance=tolerance, worse=worse)
     change = after / before - 1.0
     failure = check.failure(after)
     if failure is not None:
-        return Change(**base, change=change, verdict=Verdict.REGRESSION.value, message=failure)
+        return Change(**base, change=change, verdict=Verdict.REGRESSION, message=failure)
     verdict = Verdict.IMPROVED if check.improved(after) else Verdict.PASS
-    return Change(**base, change=change, verdict=verdict.value,
+    return Change(**base, change=change, verdict=verdict,
                   message=f"{new.model} {new.mode}: {figure} {fmt(after)} against {fmt(before)} ({change:+.1%})")
 
 
-def _convergence_change(old: Cell, new: Cell, accuracy_tolerance: float) -> list[Change]:
-    rows = []
-    acc = _ratio_change(old, new, "accuracy", "accuracy", "lower", accuracy_tolerance, lambda v: fmt_number(v, ".4g"))
-    if acc is not None:
-        rows.append(acc)
-    # a run that stopped converging may have no accuracy worth comparing; its own verdict says so
-    bad = Verdict.REGRESSION.value
-    if new.verdict == bad and old.verdict != bad and not (acc and acc.verdict == bad):
-        rows.append(Change(new.test_id, new.kind, new.model, new.mode, "convergence", verdict_label(old.verdict),
-                           verdict_label(new.verdict), None, bad, str(new.get("message") or "no longer converges")))
-    return rows
+def _ratio(value: float | None) -> str:
+    return fmt_number(value, ".3f", "x")
 
 
-def compare_cells(old: Cell, new: Cell, *, tolerance: float = DEFAULT_TOLERANCE,
+def _figure_changes(old: Record, new: Record, tolerance: float, memory_tolerance: float,
+                    accuracy_tolerance: float) -> list[Change | None]:
+    """The figures of one kind of cell, old against new (none for kinds without a figure to hold)."""
+    if isinstance(new, (SpeedRecord, DistributedRecord)) and type(old) is type(new):
+        return [_speed_change(old, new, tolerance)]
+    if isinstance(new, MemoryRecord) and isinstance(old, MemoryRecord):
+        return [_ratio_change(new, old.memory_ratio, new.memory_ratio, "memory ratio", "higher", memory_tolerance, _ratio),
+                _ratio_change(new, old.max_batch_ratio, new.max_batch_ratio, "largest batch", "lower", memory_tolerance,
+                              _ratio)]
+    if isinstance(new, ConvergenceRecord) and isinstance(old, ConvergenceRecord):
+        return [_ratio_change(new, old.accuracy, new.accuracy, "accuracy", "lower", accuracy_tolerance,
+                              lambda v: fmt_number(v, ".4g"))]
+    return []
+
+
+def compare_cells(old: Record, new: Record, *, tolerance: float = DEFAULT_TOLERANCE,
                   memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE,
                   accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE) -> list[Change]:
-    """The changes of one test between two runs (none for kinds it knows no figure of)."""
-    if new.kind == "speed":
-        return [_speed_change(old, new, tolerance)]
-    if new.kind == "memory":
-        rows = [
-            _ratio_change(old, new, "memory_ratio", "memory ratio", "higher", memory_tolerance, lambda v: fmt_number(v, ".3f", "x")),
-            _ratio_change(old, new, "max_batch_ratio", "largest batch", "lower", memory_tolerance, lambda v: fmt_number(v, ".3f", "x")),
-        ]
-        return [r for r in rows if r is not None]
-    if new.kind == "convergence":
-        return _convergence_change(old, new, accuracy_tolerance)
-    return []
+    """The changes of one test between two runs: its figures, and its own verdict where that now fails
+    while it did not before and no figure says so already (a cell whose training went non-finite may
+    have no figure worth comparing; its verdict says so)."""
+    rows = [r for r in _figure_changes(old, new, tolerance, memory_tolerance, accuracy_tolerance) if r is not None]
+    newly_failing = new.verdict is not None and new.verdict.failing and not (old.verdict and old.verdict.failing)
+    if newly_failing and not any(r.failing for r in rows):
+        rows.append(Change(**_base(new, "verdict"), old=verdict_label(old.verdict), new=verdict_label(new.verdict),
+                           change=None, verdict=new.verdict, message=new.message or f"{new.kind} cell now {new.verdict}"))
+    return rows
 
 
 def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
@@ -199,15 +217,15 @@ def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
     for cell in new.cells:
         before = old_by_id.get(cell.test_id)
         if before is None:
-            rows.append(Change(cell.test_id, cell.kind, cell.model, cell.mode, "-", "-", "present", None, NEW,
-                               "not in the old run"))
+            rows.append(Change(**_base(cell, "-"), old="-", new="present", change=None, verdict=NEW,
+                               message="not in the old run"))
             continue
         rows += compare_cells(before, cell, tolerance=tolerance, memory_tolerance=memory_tolerance,
                               accuracy_tolerance=accuracy_tolerance)
     for cell in old.cells:
         if cell.test_id not in new_ids:
-            rows.append(Change(cell.test_id, cell.kind, cell.model, cell.mode, "-", "present", "-", None, MISSING,
-                               "not in the new run (deselected, skipped or crashed)"))
+            rows.append(Change(**_base(cell, "-"), old="present", new="-", change=None, verdict=MISSING,
+                               message="not in the new run (deselected, skipped or crashed)"))
     return Comparison(old, new, rows, _notes(old, new, different), cross_device=different)
 
 
@@ -236,9 +254,9 @@ def _notes(old: Run, new: Run, cross_device: bool) -> list[str]:
 
 def format_text(comparison: Comparison, *, all_rows: bool = True) -> str:
     """A plain-text table for the terminal and CI logs."""
-    rows = comparison.rows if all_rows else [r for r in comparison.rows if r.verdict != Verdict.PASS.value]
+    rows = comparison.rows if all_rows else [r for r in comparison.rows if r.verdict != Verdict.PASS]
     headers = ["test", "figure", "old", "new", "change", "verdict"]
-    table = [headers] + [[*r.cells()[:5], r.verdict] for r in rows]
+    table = [headers] + [[*r.cells()[:5], str(r.verdict)] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
     # a cross-device judgement says so first, before anyone reads a verdict
     lines = [comparison.notes[0], ""] if comparison.cross_device else []
@@ -250,9 +268,9 @@ def format_text(comparison: Comparison, *, all_rows: bool = True) -> str:
                                for j, (c, w) in enumerate(zip(row, widths))).rstrip())
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
-    if comparison.regressions or comparison.inconclusive or comparison.missing:
+    if comparison.failures or comparison.inconclusive or comparison.missing:
         lines.append("")
-        lines += [f"{r.verdict.upper()}: {r.message}" for r in comparison.regressions + comparison.inconclusive]
+        lines += [f"{str(r.verdict).upper()}: {r.message}" for r in comparison.failures + comparison.inconclusive]
         lines += [f"MISSING: {r.test_id}: {r.message}" for r in comparison.missing]
     lines.append("")
     counts = comparison.counts()

@@ -27,7 +27,9 @@ import torch
 from ampbench.data import ImageData, fit_images, shuffled_batches
 from ampbench.device import cudnn_heuristics
 from ampbench.modes import PrecisionMode
+from ampbench.results import ConvergenceRecord
 from ampbench.timing import sync
+from ampbench.verdict import Verdict
 from ampbench.train import Trainer
 from models.spec import ModelSpec
 
@@ -210,6 +212,13 @@ class Outcome(str, Enum):
     REFERENCE_FAILED = "reference failed"  # fp32 itself did not learn; parity would mean nothing
 
 
+# each outcome in the suite's one vocabulary, and what a failing test says first
+VERDICTS = {Outcome.PASS: Verdict.PASS, Outcome.BELOW_MARGIN: Verdict.REGRESSION,
+            Outcome.NONFINITE: Verdict.NON_FINITE, Outcome.REFERENCE_FAILED: Verdict.REFERENCE_FAILED}
+FAILURE_PREFIXES = {Outcome.NONFINITE: "non-finite training", Outcome.BELOW_MARGIN: "convergence regression",
+                    Outcome.REFERENCE_FAILED: "fp32 reference did not learn"}
+
+
 # Modes allowed to lag fp32, and why; a lagging cell of these is reported as an expected failure
 # (xfail) with its figures, never silently passed, and a cell that does reach parity simply passes.
 EXPECTED_TO_LAG: dict[str, str] = {
@@ -251,3 +260,49 @@ class ParityCheck:
                 f"{self.margin:.3f}); {100 * (self.accuracy_ref - result.accuracy):.1f} points below fp32")
         return Outcome.PASS, (f"{head}; fp32 {self.accuracy_ref:.4f}, margin {self.margin:.3f} "
                               f"({100 * (result.accuracy - self.accuracy_ref):+.1f} points)")
+
+
+@dataclass(frozen=True)
+class ParityCell:
+    """A convergence cell's record and how its test ends: passes, fails as expected (a mode of
+    EXPECTED_TO_LAG that lagged), or fails."""
+
+    record: ConvergenceRecord
+    outcome: Outcome
+    lag_reason: str | None  # why the mode may lag, where it may
+
+    @property
+    def expected_lag(self) -> bool:
+        return self.record.verdict is Verdict.EXPECTED_LAG
+
+    def failure(self) -> str:
+        return f"{FAILURE_PREFIXES[self.outcome]}: {self.record.message}"
+
+    def baseline_figures(self) -> dict:
+        """What the cell's baseline entry keeps; its margin is policy, and one a person put there stays."""
+        r = self.record
+        return {"margin": r.margin, "accuracy": r.accuracy, "accuracy_ref": r.accuracy_ref, "steps": r.steps,
+                "batch_size": r.batch_size, "data": r.data, "finite": self.outcome is not Outcome.NONFINITE,
+                "within_margin": self.outcome is Outcome.PASS}
+
+
+def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget: Budget, baseline: dict | None,
+                device: str, seed: int) -> ParityCell:
+    """Hold a mode's training against fp32's, with the margin of its baseline entry (the budget's
+    default where the entry holds none)."""
+    margin = float(baseline["margin"]) if baseline and baseline.get("margin") is not None else budget.margin
+    check = ParityCheck(result.model, result.mode, reference.accuracy, margin, budget.min_accuracy)
+    outcome, message = check.judge(result)
+    lag_reason = EXPECTED_TO_LAG.get(result.mode)
+    verdict, reason = VERDICTS[outcome], (outcome.value if outcome is Outcome.BELOW_MARGIN else None)
+    if lag_reason and outcome in (Outcome.BELOW_MARGIN, Outcome.NONFINITE):
+        verdict, reason = Verdict.EXPECTED_LAG, outcome.value
+    record = ConvergenceRecord(
+        model=result.model, mode=result.mode, device=device, data=result.data, image_shape=list(result.image_shape),
+        steps=result.steps, batch_size=result.batch_size, seed=seed, accuracy=result.accuracy,
+        accuracy_ref=reference.accuracy, margin=margin, min_accuracy=budget.min_accuracy, loss_curve=result.loss_curve,
+        nonfinite_steps=result.nonfinite_steps, train_seconds=result.seconds,
+        baseline_margin=baseline.get("margin") if baseline else None, expected_to_lag=bool(lag_reason),
+        verdict=verdict, message=message, reason=reason,
+    )
+    return ParityCell(record, outcome, lag_reason)

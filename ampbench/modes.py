@@ -2,15 +2,20 @@
 
 Everything that differs between modes lives in a ``PrecisionMode`` row; the training step
 (``ampbench.train``) reads the row and never branches on a mode's name.
+
+The table imports no torch: a report or a comparison, made where only the JSON is, takes the modes'
+order and the reference from it. Rows name their dtypes; torch resolves them on first use.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterator
+from functools import cached_property
+from typing import TYPE_CHECKING, Iterator
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 # Static loss scale of pure fp16 ("RTX Titan FP16 comparison" (2019) used 128; 64 and 256 trained the same there).
 STATIC_LOSS_SCALE = 128.0
@@ -19,14 +24,26 @@ STATIC_LOSS_SCALE = 128.0
 @dataclass(frozen=True)
 class PrecisionMode:
     name: str  # key in MODES and in test ids
-    param_dtype: torch.dtype  # dtype of the model's parameters and float inputs
-    autocast_dtype: torch.dtype | None  # torch.autocast dtype around forward and loss; None: no autocast
+    param_dtype_name: str  # torch dtype (by name) of the model's parameters and float inputs
+    autocast_dtype_name: str | None  # torch.autocast dtype (by name) around forward and loss; None: no autocast
     tf32: bool  # TF32 tensor cores for fp32 matmuls and cuDNN convolutions (set explicitly, both ways)
     loss_scaling: str  # key of ampbench.train.LOSS_SCALERS: "none", "dynamic" or "static"
     master_weights: bool  # the optimizer updates an fp32 master copy (Apex O2, fastai to_fp16)
     keep_norms_fp32: bool  # normalization layers stay fp32 inside a low-precision model
     peak_dtype: str  # which measured matmul peak (ampbench.device.PEAK_DTYPES) its TFLOP/s compare with
     needs: tuple[str, ...]  # device capabilities (ampbench.device.CAPABILITIES) it cannot run without
+
+    @cached_property
+    def param_dtype(self) -> torch.dtype:
+        import torch
+
+        return getattr(torch, self.param_dtype_name)
+
+    @cached_property
+    def autocast_dtype(self) -> torch.dtype | None:
+        import torch
+
+        return None if self.autocast_dtype_name is None else getattr(torch, self.autocast_dtype_name)
 
     @contextlib.contextmanager
     def math_flags(self) -> Iterator[None]:
@@ -36,6 +53,8 @@ class PrecisionMode:
         this is really half TF32; the reference and the mode run interleaved, so the flags are
         set around every block rather than once per process.
         """
+        import torch
+
         saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
         torch.backends.cuda.matmul.allow_tf32 = self.tf32
         torch.backends.cudnn.allow_tf32 = self.tf32
@@ -47,12 +66,14 @@ class PrecisionMode:
     def autocast(self, device: torch.device, cache_enabled: bool = True) -> contextlib.AbstractContextManager:
         """The mode's autocast region; `cache_enabled=False` while a CUDA graph is captured (autocast's
         cache of cast weights would outlive the capture that filled it)."""
+        import torch
+
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=device.type, dtype=self.autocast_dtype, cache_enabled=cache_enabled)
 
 
-_F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
+_F32, _F16, _BF16 = "float32", "float16", "bfloat16"
 
 MODES: dict[str, PrecisionMode] = {
     m.name: m

@@ -20,8 +20,10 @@ from ampbench.data import (
 )
 from ampbench.device import cudnn_heuristics
 from ampbench.modes import PrecisionMode
+from ampbench.results import PipelineRecord
 from ampbench.timing import sync
 from ampbench.train import Trainer
+from ampbench.verdict import Verdict
 from models.spec import ModelSpec
 
 INPUT_BOUND_RATIO = 0.9  # the loader-fed step runs below 90% of the resident rate ...
@@ -47,6 +49,24 @@ class PipelineResult:
     @property
     def loader_ratio(self) -> float:
         return self.loader_samples_per_s / self.resident_samples_per_s
+
+    @property
+    def verdict(self) -> Verdict:
+        """Non-finite where a loss was; input-bound (a finding about the host, never a regression)
+        where the loader caps the step; a pass otherwise."""
+        if not self.losses_finite:
+            return Verdict.NON_FINITE
+        return Verdict.INPUT_BOUND if self.input_bound else Verdict.PASS
+
+    def record(self, device: str) -> PipelineRecord:
+        return PipelineRecord(
+            model=self.model, mode=self.mode, device=device, data=self.data, batch_size=self.batch_size,
+            steps=self.steps, workers=self.workers, pin_memory=self.pin_memory,
+            throughput_resident=self.resident_samples_per_s, throughput_loader=self.loader_samples_per_s,
+            throughput_loader_only=self.loader_only_samples_per_s, loader_ratio=self.loader_ratio,
+            input_bound=self.input_bound, input_bound_ratio=INPUT_BOUND_RATIO, loader_headroom=LOADER_HEADROOM,
+            verdict=self.verdict, message=self.message,
+        )
 
 
 def pipeline_dataset(config: Any, data_root: Any = None, seed: int = 0) -> tuple[torch.utils.data.Dataset, str]:

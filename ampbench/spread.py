@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ampbench.baselines import measurement_mismatch
-from ampbench.report.run import Cell, Run
+from ampbench.results import Run, SpeedRecord
 from ampbench.stats import finite_number, geometric_mean, log_sd
 from ampbench.verdict import DEFAULT_TOLERANCE, learned_spread, tolerance_for
 
@@ -34,25 +34,31 @@ SOFTWARE_KEYS = ("device", "capability", "driver", "torch", "cuda", "cudnn")
 
 @dataclass(frozen=True)
 class Figure:
-    """A speedup whose between-run spread is learned: where a run cell and a baseline entry keep it,
-    and where the entry stores its spread."""
+    """A speedup whose between-run spread is learned: where a baseline entry keeps it and its spread,
+    and which of a speed record's two speedups it is."""
 
-    key: str  # the speedup in a run cell's extra_info and in the entry's figures
+    key: str  # the speedup in the entry's figures
     sd_key: str  # the entry's figure for the standard deviation of ln(speedup)
     count_key: str  # the entry's figure for how many values it came from
     label: str  # what messages call it
     recorded_key: str  # where the entry keeps the recording's own value once `key` holds the mean of the runs
-    method_key: str | None = None  # a figure that must have been measured the same way in the run and the entry
+    device: bool  # the record's device-time speedup (else its wall-clock one)
+    method_key: str | None = None  # the entry's figure for how it was measured, which a run must match
+
+    def measured(self, cell: SpeedRecord) -> float | None:
+        return cell.speedup_of(self.device)
+
+    def method(self, cell: SpeedRecord) -> str | None:
+        return cell.device_method if self.device else None
 
     def recording(self, figures: Mapping) -> float | None:
         """The value the recording measured: `key` until a spread was learned, then `recorded_key`."""
         return finite_number(figures.get(self.recorded_key, figures.get(self.key)))
 
 
-WALL = Figure("speedup", "between_run_sd", "between_run_count", "wall-clock speedup", "recorded_speedup")
+WALL = Figure("speedup", "between_run_sd", "between_run_count", "wall-clock speedup", "recorded_speedup", device=False)
 DEVICE = Figure("device_speedup", "device_between_run_sd", "device_between_run_count", "device-time speedup",
-                "device_recorded_speedup",
-                method_key="device_method")
+                "device_recorded_speedup", device=True, method_key="device_method")
 FIGURES = (WALL, DEVICE)
 
 # the figures this module owns in a speed entry
@@ -97,14 +103,13 @@ def software_difference(entry_software: Mapping, machine: Mapping) -> str | None
     return "other software: " + "; ".join(differ) if differ else None
 
 
-def _why_not(entry: Mapping, run: Run, cell: Cell) -> str | None:
+def _why_not(entry: Mapping, run: Run, cell: SpeedRecord) -> str | None:
     """Why `cell` of `run` is no sample of the cell that `entry` recorded, or None if it is one."""
-    speedup = cell.number("speedup")
-    if speedup is None or speedup <= 0:
+    if cell.speedup is None or cell.speedup <= 0:
         return "no speedup (the test failed before measuring one)"
-    if cell.get(INJECTED_KEY):
-        return f"a slowdown of {cell.get(INJECTED_KEY)} was injected into it: no sample of its run-to-run spread"
-    if cell.get("recording") is True:
+    if cell.injected_slowdown:
+        return f"a slowdown of {cell.injected_slowdown} was injected into it: no sample of its run-to-run spread"
+    if cell.recording is True:
         return "this run recorded the baseline, whose speedup is counted already"
     # A failed cell counts: runs of unchanged software are the premise, and in such a run a failure is a
     # false alarm, exactly the spread the tolerance has yet to learn. Leaving it out would keep the
@@ -112,18 +117,18 @@ def _why_not(entry: Mapping, run: Run, cell: Cell) -> str | None:
     software = software_difference(entry.get("software") or {}, run.machine)
     if software:
         return software
-    measured_with = {name: cell.get(name) for name in ("cudnn_benchmark", "block_seconds")}
+    measured_with = {"cudnn_benchmark": cell.cudnn_benchmark, "block_seconds": cell.block_seconds}
     return measurement_mismatch(entry["figures"], measured_with)
 
 
-def _figure_why_not(figure: Figure, entry: Mapping, cell: Cell) -> tuple[bool, str | None]:
+def _figure_why_not(figure: Figure, entry: Mapping, cell: SpeedRecord) -> tuple[bool, str | None]:
     """(whether `cell` gives `figure` a value, why not where that is worth saying). An entry or a cell
     without the figure (recorded or run before device time was measured) silently gives nothing."""
-    recorded, measured = figure.recording(entry["figures"]), cell.number(figure.key)
+    recorded, measured = figure.recording(entry["figures"]), figure.measured(cell)
     if recorded is None or recorded <= 0 or measured is None or measured <= 0:
         return False, None
     if figure.method_key is not None:
-        ours, theirs = cell.get(figure.method_key), entry["figures"].get(figure.method_key)
+        ours, theirs = figure.method(cell), entry["figures"].get(figure.method_key)
         if ours != theirs:
             return False, (f"{figure.label} measured by {ours} in the run and by {theirs} in the baseline: "
                            "another measurement, not a sample of its spread")
@@ -143,7 +148,7 @@ def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
             continue
         if run.datetime:
             seen[run.datetime] = name
-        for cell in run.of_kind("speed"):
+        for cell in run.of_kind(SpeedRecord):
             entry = entries.get(cell.test_id)
             if entry is None or finite_number(entry["figures"].get("speedup")) is None:
                 learned.left_out.append((name, cell.test_id, "no speed entry in the baseline file"))
@@ -157,7 +162,7 @@ def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
                 if why:
                     learned.left_out.append((name, cell.test_id, why))
                 if counts:
-                    samples[figure.key].setdefault(cell.test_id, []).append(cell.number(figure.key))
+                    samples[figure.key].setdefault(cell.test_id, []).append(figure.measured(cell))
     for figure in FIGURES:
         learned.figures[figure.key] = {
             test_id: CellSpread(test_id, (figure.recording(entries[test_id]["figures"]), *values))

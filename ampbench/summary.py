@@ -1,70 +1,217 @@
-"""The speed cells of a run as one table for the end of pytest's terminal output: a glance at both
-speedups, their verdicts and how far each step waited on the host, without opening the JSON.
+"""The end of a ``pytest perf/`` run: what the suite concluded, as one table per kind of cell that ran
+(model by mode), then the cells that need a look with their messages. A pytest plugin, registered by
+``conftest.py`` as ``ampbench-summary``; ``-p no:ampbench-summary`` turns it off.
 
-Torch-free: ``conftest.py`` gathers the ``("ampbench_speed", {...})`` user properties that
-``perf/test_speed.py`` attaches to its reports and writes the lines this module makes.
+It also trims pytest-benchmark's own table to the benchmarks whose figures are training-step times
+(speed cells, and the steps a memory cell times at its largest batch): a convergence run, a loader
+measurement or a distributed launch timed as one round says nothing as a wall time. The JSON
+(``--benchmark-json``, ``--benchmark-save``) and ``--benchmark-compare-fail`` are untouched: the table is
+grouped after they are written and checked.
+
+Tests hand their records over with ``keep`` (the ``record_result`` fixture does), into ``config.stash``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
 
-SPEED_PROPERTY = "ampbench_speed"  # the user property a speed cell reports itself under
+import pytest
 
-# (header, key of the cell's property dict)
-COLUMNS = (
-    ("model", "model"),
-    ("mode", "mode"),
-    ("device speedup", "device"),
-    ("device verdict", "device_verdict"),
-    ("wall speedup", "wall"),
-    ("wall verdict", "wall_verdict"),
-    ("idle", "idle_share"),
-    ("host-bound", "host_bound"),
-    ("method", "method"),
+from ampbench.results import (
+    REFERENCE_MODE,
+    ConvergenceRecord,
+    DistributedRecord,
+    MemoryRecord,
+    PipelineRecord,
+    Record,
+    SpeedRecord,
+    Verdict,
+    record_type,
 )
+from ampbench.results.schema import KIND_KEY, SCHEMA_KEY
+from ampbench.stats import SpeedupEstimate
+
+PLUGIN_NAME = "ampbench-summary"
+RECORDS_KEY = pytest.StashKey[list]()  # (node id, record) of every cell, in the order they were kept
+FAILED_KEY = pytest.StashKey[dict]()  # node id -> "failed" or "xfailed", for the cells' own tests
+SMOKE_NOTE = "smoke run: figures are not comparable (a CPU pass on tiny shapes checks the code path; nothing is held against baselines)"
 MISSING = "-"
 
 
-def _show(key: str, value: object) -> str:
-    if value is None:
+def keep(config: pytest.Config, nodeid: str, record: Record) -> None:
+    """Keep a cell's record for the summary at the end of the session."""
+    config.stash.setdefault(RECORDS_KEY, []).append((nodeid, record))
+
+
+# -- formatting ------------------------------------------------------------------------------------
+
+def _num(value: float | None, spec: str, suffix: str = "") -> str:
+    return MISSING if value is None or not math.isfinite(value) else f"{value:{spec}}{suffix}"
+
+
+def _interval(est: SpeedupEstimate | None, pct: bool = False) -> str:
+    if est is None:
         return MISSING
-    if key == "idle_share":
-        # a share of the eager step's wall time the device sat waiting for the host
-        return f"{value:.0%}" if isinstance(value, (int, float)) and math.isfinite(value) else MISSING
-    if key == "host_bound":
-        return "yes" if value else "no"
-    return str(value)
+    if pct:
+        return f"{est.speedup:.1%} [{est.low:.1%}, {est.high:.1%}]"
+    return f"{est.speedup:.3f}x [{est.low:.3f}, {est.high:.3f}]"
 
 
-def speed_table(cells: Iterable[Mapping[str, object]]) -> list[str]:
-    """Lines of a table with one row per speed cell (model, mode, device-time speedup with its
-    interval and verdict, wall-clock speedup with its interval and verdict, idle share, host-bound,
-    device-time method), in the order given; no lines where no speed cell ran. A missing value
-    shows as "-", so a cell from an older test still gets its row."""
-    rows = [[_show(key, cell.get(key)) for _, key in COLUMNS] for cell in cells]
-    if not rows:
+def _verdict(v: Verdict | None) -> str:
+    return MISSING if v is None else str(v)
+
+
+def _yes(value: bool | None) -> str:
+    return MISSING if value is None else ("yes" if value else "no")
+
+
+def _points(delta: float | None, scale_of: float | None) -> str:
+    if delta is None:
+        return MISSING
+    # accuracies are written as fractions (or, by older writers, percentages)
+    return f"{delta * (100 if (scale_of or 0) <= 1 else 1):+.1f} pts"
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    show: Callable[[Any], str]
+
+
+@dataclass(frozen=True)
+class Table:
+    """How one kind of cell is summarised: a title and its columns after model and mode."""
+
+    title: str
+    columns: tuple[Column, ...]
+
+
+def _speed_figure(r: SpeedRecord, device: bool) -> str:
+    # fp32 against itself checks the method; its "speedup" is no finding
+    return "reference" if r.mode == REFERENCE_MODE else _interval(r.estimate(device))
+
+
+TABLES: dict[type[Record], Table] = {
+    SpeedRecord: Table("speed cells ({n}), speedups over fp32 with their intervals", (
+        Column("device speedup", lambda r: _speed_figure(r, True)),
+        Column("device verdict", lambda r: _verdict(r.device_verdict)),
+        Column("wall speedup", lambda r: _speed_figure(r, False)),
+        Column("wall verdict", lambda r: _verdict(r.wall_verdict)),
+        Column("idle", lambda r: _num(r.idle_share, ".0%")),  # share of the eager step the device waited for the host
+        Column("host-bound", lambda r: _yes(r.host_bound)),
+        Column("method", lambda r: r.device_method or MISSING),
+    )),
+    MemoryRecord: Table("memory cells ({n}), against fp32", (
+        Column("memory ratio", lambda r: _num(r.memory_ratio, ".3f", "x")),
+        Column("largest batch", lambda r: _num(r.max_batch, "d") if isinstance(r.max_batch, int) else MISSING),
+        Column("largest-batch ratio", lambda r: _num(r.max_batch_ratio, ".2f", "x")),
+        Column("verdict", lambda r: _verdict(r.verdict)),
+    )),
+    ConvergenceRecord: Table("convergence cells ({n}), held-out accuracy against fp32's", (
+        Column("accuracy", lambda r: _num(r.accuracy, ".4f")),
+        Column("fp32", lambda r: _num(r.accuracy_ref, ".4f")),
+        Column("delta", lambda r: "reference" if r.mode == REFERENCE_MODE else _points(r.accuracy_delta, r.accuracy_ref)),
+        Column("verdict", lambda r: _verdict(r.verdict) + (f" ({r.reason})" if r.reason else "")),
+    )),
+    PipelineRecord: Table("input-pipeline cells ({n}), samples/s", (
+        Column("loader-fed", lambda r: _num(r.throughput_loader, ",.0f")),
+        Column("resident", lambda r: _num(r.throughput_resident, ",.0f")),
+        Column("loader alone", lambda r: _num(r.throughput_loader_only, ",.0f")),
+        Column("fed/resident", lambda r: _num(r.loader_ratio, ".0%")),
+        Column("verdict", lambda r: _verdict(r.verdict)),
+    )),
+    DistributedRecord: Table("distributed cells ({n}), against fp32 under the same parallelism", (
+        Column("comm", lambda r: r.comm or MISSING),
+        Column("ranks", lambda r: _num(r.world_size, "d") if isinstance(r.world_size, int) else MISSING),
+        Column("speedup", lambda r: _interval(r.estimate())),
+        Column("scaling efficiency", lambda r: _interval(r.efficiency(), pct=True)),
+        Column("comm share", lambda r: _num(r.comm_share, ".0%")),
+        Column("verdict", lambda r: _verdict(r.verdict)),
+    )),
+}
+
+
+def table(kind: type[Record], records: Sequence[Record]) -> list[str]:
+    """Lines of the table of one kind's cells (a title, the header, a rule, one row per cell, in the
+    order given); no lines where none ran. A figure a cell did not measure shows as "-"."""
+    if not records:
         return []
-    headers = [header for header, _ in COLUMNS]
+    spec = TABLES[kind]
+    headers = ["model", "mode", *(c.header for c in spec.columns)]
+    rows = [[r.model or MISSING, r.mode or MISSING, *(c.show(r) for c in spec.columns)] for r in records]
     widths = [max(len(text) for text in column) for column in zip(headers, *rows)]
 
-    def line(texts: list[str]) -> str:
+    def line(texts: Sequence[str]) -> str:
         return "  ".join(text.ljust(width) for text, width in zip(texts, widths)).rstrip()
 
-    title = f"ampbench: speed cells ({len(rows)}), speedups over fp32 with their intervals"
-    return [title, line(headers), line(["-" * w for w in widths]), *map(line, rows)]
+    return [f"ampbench: {spec.title.format(n=len(rows))}", line(headers), line(["-" * w for w in widths]),
+            *map(line, rows)]
 
 
-def speed_cells(reports: Iterable[object]) -> list[Mapping[str, object]]:
-    """The speed cells' property dicts of pytest reports, in the order the tests ran (pytest's
-    terminal reporter keeps its reports by outcome): those of a test's call phase only, since the
-    teardown report repeats the test's user properties."""
-    cells = []
-    for report in sorted(reports, key=lambda r: getattr(r, "start", 0.0) or 0.0):
-        if getattr(report, "when", None) != "call":
+def needs_a_look(cells: Iterable[tuple[str, Record]], outcomes: dict[str, str]) -> list[str]:
+    """One line per cell whose verdict fails or warns, or whose test failed or failed as expected, with
+    its message."""
+    lines = []
+    for nodeid, r in cells:
+        outcome = outcomes.get(nodeid)
+        if not ((r.verdict is not None and r.verdict.needs_a_look) or outcome):
             continue
-        for name, value in getattr(report, "user_properties", ()) or ():
-            if name == SPEED_PROPERTY and isinstance(value, Mapping):
-                cells.append(value)
-    return cells
+        what = ", ".join(t for t in (str(r.verdict) if r.verdict else "", f"test {outcome}" if outcome else "") if t)
+        lines.append(f"  {r.test_id or nodeid} ({what}): {r.message or 'no message'}")
+    return [f"ampbench: cells that need a look ({len(lines)})", *lines] if lines else []
+
+
+def summary_lines(cells: Sequence[tuple[str, Record]], outcomes: dict[str, str]) -> list[str]:
+    """Everything the summary writes: the smoke note on a CPU run, a table per kind, the cells that
+    need a look; no lines where no ampbench cell ran."""
+    if not cells:
+        return []
+    records = [r for _, r in cells]
+    lines = []
+    devices = {r.device for r in records if r.device}
+    if devices and all(d.split(":")[0] == "cpu" for d in devices):
+        lines.append(f"ampbench: {SMOKE_NOTE}")
+    for kind in TABLES:
+        rows = table(kind, [r for r in records if type(r) is kind])
+        lines += [*rows, ""] if rows else []
+    return lines + needs_a_look(cells, outcomes)
+
+
+# -- the plugin ------------------------------------------------------------------------------------
+
+class SummaryPlugin:
+    """The hooks, with the session's config at hand (its state lives in ``config.stash``)."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" and (report.failed or hasattr(report, "wasxfail")):
+            outcome = "xfailed" if hasattr(report, "wasxfail") else "failed"
+            self.config.stash.setdefault(FAILED_KEY, {})[report.nodeid] = outcome
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        lines = summary_lines(self.config.stash.get(RECORDS_KEY, []), self.config.stash.get(FAILED_KEY, {}))
+        if lines:
+            terminalreporter.section("ampbench summary")
+        for text in lines:
+            terminalreporter.write_line(text)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_benchmark_group_stats(self, config: pytest.Config, benchmarks: list[dict], group_by: str):
+        """pytest-benchmark's table without the ampbench cells whose figures are no step times."""
+        from pytest_benchmark.plugin import pytest_benchmark_group_stats as group_stats
+
+        def timed(bench: dict) -> bool:
+            info = bench.get("extra_info") or {}
+            return SCHEMA_KEY not in info or record_type(info.get(KIND_KEY)).TIMED
+
+        return group_stats(config=config, benchmarks=[b for b in benchmarks if timed(b)], group_by=group_by)
+
+
+def register(config: pytest.Config) -> None:
+    """Register the summary as ``ampbench-summary``, unless ``-p no:ampbench-summary`` blocked the name."""
+    if not config.pluginmanager.is_blocked(PLUGIN_NAME):
+        config.pluginmanager.register(SummaryPlugin(config), PLUGIN_NAME)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ampbench.data import ImageData, fit_images, load_digits, shuffled_batches
+from ampbench.results import UnderflowRecord
 from ampbench.train import MasterWeights
 
 FP16_SMALLEST_SUBNORMAL = 2.0**-24  # 5.96e-8: anything below half of it rounds to zero in fp16
@@ -47,6 +48,18 @@ class UnderflowReport:
             f"elements underflowed to zero, weights {'moved' if u.weights_moved else 'never moved'}, accuracy "
             f"{u.accuracy:.3f}. {s.label}: {100 * s.underflow_fraction:.1f}% underflowed, accuracy {s.accuracy:.3f}. "
             f"fp32: accuracy {r.accuracy:.3f} ({self.steps} steps each)"
+        )
+
+    def record(self, device: str) -> UnderflowRecord:
+        """The demonstration's record: the same run without and with a loss scale, and fp32's."""
+        ref, bare, scaled = self.reference, self.unscaled, self.scaled
+        return UnderflowRecord(
+            model="mlp_64_64_10", device=device, data="digits", steps=self.steps, loss_factor=self.loss_factor,
+            grad_median=self.grad_median, fp16_smallest_subnormal=FP16_SMALLEST_SUBNORMAL, loss_scale=scaled.loss_scale,
+            accuracy_ref=ref.accuracy, accuracy_unscaled=bare.accuracy, accuracy_scaled=scaled.accuracy,
+            underflow_unscaled=bare.underflow_fraction, underflow_scaled=scaled.underflow_fraction,
+            weights_moved_unscaled=bare.weights_moved, loss_curve_unscaled=bare.loss_curve,
+            loss_curve_scaled=scaled.loss_curve, loss_curve=ref.loss_curve, message=self.summary(),
         )
 
 

@@ -24,11 +24,50 @@ MIN_SPREAD_VALUES = 3
 
 
 class Verdict(str, Enum):
-    PASS = "pass"  # the interval reaches the line or above it
-    IMPROVED = "improved"  # the whole interval lies above baseline x (1 + tolerance)
-    REGRESSION = "regression"  # the whole interval lies below baseline x (1 - tolerance)
-    INCONCLUSIVE = "inconclusive"  # the interval straddles the line
+    """The one vocabulary of every kind of cell's verdict. Each member says how much it matters
+    (`failing`, `warns`), so a reader never needs to know which kind of cell wrote it."""
+
+    PASS = "pass"  # the figure holds: an interval reaches the line, a ratio stays within its tolerance
+    IMPROVED = "improved"  # better than the baseline by more than the tolerance
+    REGRESSION = "regression"  # worse than the baseline beyond its tolerance (confirmed, where timed)
+    NON_FINITE = "non-finite"  # NaN or inf in the loss or the weights: no figure of the cell means anything
+    REFERENCE_FAILED = "reference failed"  # fp32 itself did not learn, so parity with it says nothing
+    INCONCLUSIVE = "inconclusive"  # the interval straddles the line after more rounds
+    INPUT_BOUND = "input-bound"  # the host's DataLoader caps the step rate: a finding about the host
+    EXPECTED_LAG = "expected lag"  # a mode known to fall short (pure fp16) fell short: an expected failure
     NO_BASELINE = "no baseline"  # nothing recorded for this test on this GPU
+
+    # the member is its value wherever it is shown, formatted or used as a key
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    @property
+    def failing(self) -> bool:
+        """The cell's test fails on it, and so does `ampbench report --fail-on-regression`."""
+        return self in _FAILING
+
+    @property
+    def warns(self) -> bool:
+        """Not a failure, but worth a look: a warning in pytest (a failure under --perf-strict for
+        inconclusive)."""
+        return self in _WARNING
+
+    @property
+    def needs_a_look(self) -> bool:
+        return self.failing or self.warns
+
+
+_FAILING = frozenset({Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.REFERENCE_FAILED})
+_WARNING = frozenset({Verdict.INCONCLUSIVE, Verdict.INPUT_BOUND})
+# what needs a look first: the order verdicts are counted and listed in
+VERDICT_ORDER = (Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.REFERENCE_FAILED, Verdict.INCONCLUSIVE,
+                 Verdict.INPUT_BOUND, Verdict.EXPECTED_LAG, Verdict.IMPROVED, Verdict.PASS, Verdict.NO_BASELINE)
 
 
 @dataclass(frozen=True)

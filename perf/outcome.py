@@ -22,3 +22,14 @@ def conclude(verdict: Verdict, problems: list[str], what: str, message: str, *, 
         if strict:
             pytest.fail(f"inconclusive {kind} verdict (--perf-strict): {message}", pytrace=False)
         warnings.warn(inconclusive(f"inconclusive: {message}"))
+
+
+def finish(verdict: Verdict, problems: list[str], what: str, message: str, *, strict: bool, kind: str,
+           inconclusive: type[Warning], warn_first: list[Warning] = (), warn_after: list[Warning] = ()) -> None:
+    """`conclude`, with the cell's own warnings around it: those about how it was measured first, those
+    about a cell that held (a slower host, no baseline file) once it did."""
+    for warning in warn_first:
+        warnings.warn(warning, stacklevel=2)
+    conclude(verdict, problems, what, message, strict=strict, kind=kind, inconclusive=inconclusive)
+    for warning in warn_after:
+        warnings.warn(warning, stacklevel=2)

@@ -35,7 +35,7 @@ def _train(model_spec, mode, device, smoke, budget):
 
 
 @pytest.mark.cells(models=list(CONVERGENCE_MODELS))
-def test_convergence(benchmark, model_spec, mode, perf_settings, perf_device, baseline_store, software, _fp32_results,
+def test_convergence(benchmark, record_result, model_spec, mode, perf_settings, perf_device, baseline_store, software, _fp32_results,
                      fail_on_oom):
     smoke = perf_settings.smoke
     test_id = f"test_convergence[{model_spec.name}-{mode.name}]"
@@ -62,44 +62,19 @@ def test_convergence(benchmark, model_spec, mode, perf_settings, perf_device, ba
     release(perf_device)
 
     baseline = baseline_store.figures(test_id) if baseline_store is not None else None
-    margin = float(baseline["margin"]) if baseline and baseline.get("margin") is not None else budget.margin
-    check = conv.ParityCheck(model_spec.name, mode.name, ref.accuracy, margin, budget.min_accuracy)
-    outcome, message = check.judge(result)
-    lag_reason = conv.EXPECTED_TO_LAG.get(mode.name)
-    verdict = outcome.value
-    if lag_reason and outcome in (conv.Outcome.BELOW_MARGIN, conv.Outcome.NONFINITE):
-        verdict = "expected lag"
-
-    benchmark.extra_info.update(
-        ampbench_schema=1, kind="convergence", model=model_spec.name, mode=mode.name, device=str(perf_device),
-        data=result.data, image_shape=list(result.image_shape), steps=result.steps, batch_size=result.batch_size,
-        seed=SEED, accuracy=result.accuracy, accuracy_ref=ref.accuracy, margin=margin,
-        min_accuracy=budget.min_accuracy, loss_curve=result.loss_curve, nonfinite_steps=result.nonfinite_steps,
-        train_seconds=result.seconds, baseline_margin=baseline.get("margin") if baseline else None,
-        expected_to_lag=bool(lag_reason), verdict=verdict, message=message,
-    )
-
+    cell = conv.parity_cell(result, ref, budget, baseline, str(perf_device), SEED)
+    record_result(cell.record)
     if perf_settings.update_baselines and baseline_store is not None:
-        # the margin is policy, not a measurement: keep one a person put in the file
-        baseline_store.record(test_id, {
-            "margin": margin, "accuracy": result.accuracy, "accuracy_ref": ref.accuracy,
-            "steps": result.steps, "batch_size": result.batch_size, "data": result.data,
-            "finite": result.finite, "within_margin": outcome is conv.Outcome.PASS,
-        }, software)
+        baseline_store.record(test_id, cell.baseline_figures(), software)
 
-    if outcome is conv.Outcome.PASS:
+    if cell.outcome is conv.Outcome.PASS:
         return
-    if lag_reason and outcome is not conv.Outcome.REFERENCE_FAILED:
-        pytest.xfail(f"expected: {message}. Why: {lag_reason}")
-    prefix = {
-        conv.Outcome.NONFINITE: "non-finite training",
-        conv.Outcome.BELOW_MARGIN: "convergence regression",
-        conv.Outcome.REFERENCE_FAILED: "fp32 reference did not learn",
-    }[outcome]
-    pytest.fail(f"{prefix}: {message}", pytrace=False)
+    if cell.expected_lag:
+        pytest.xfail(f"expected: {cell.record.message}. Why: {cell.lag_reason}")
+    pytest.fail(cell.failure(), pytrace=False)
 
 
-def test_underflow_without_loss_scaling(benchmark, perf_device):
+def test_underflow_without_loss_scaling(benchmark, record_result, perf_device):
     """The same fp16 run twice, differing only in the loss scale: without one the gradients flush to
     zero and nothing is learned; with one (2^16) it learns what fp32 learns."""
     holder: dict = {}
@@ -108,15 +83,7 @@ def test_underflow_without_loss_scaling(benchmark, perf_device):
     report: conv.UnderflowReport = holder["r"]
     ref, bare, scaled = report.reference, report.unscaled, report.scaled
     summary = report.summary()
-    benchmark.extra_info.update(
-        ampbench_schema=1, kind="underflow", model="mlp_64_64_10", device=str(perf_device), data="digits",
-        steps=report.steps, loss_factor=report.loss_factor, grad_median=report.grad_median,
-        fp16_smallest_subnormal=conv.FP16_SMALLEST_SUBNORMAL, loss_scale=scaled.loss_scale,
-        accuracy_ref=ref.accuracy, accuracy_unscaled=bare.accuracy, accuracy_scaled=scaled.accuracy,
-        underflow_unscaled=bare.underflow_fraction, underflow_scaled=scaled.underflow_fraction,
-        weights_moved_unscaled=bare.weights_moved, loss_curve_unscaled=bare.loss_curve,
-        loss_curve_scaled=scaled.loss_curve, loss_curve=ref.loss_curve, message=summary,
-    )
+    record_result(report.record(str(perf_device)))
     print(summary)
 
     # the premise: fp32 learns this problem, and its gradients really lie below fp16's range

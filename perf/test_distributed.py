@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from ampbench.device import unsupported_reason
 from ampbench.distributed import DistFigures, merge_ranks, variants_for
 from ampbench.launch import LaunchResult, run_launch, torchrun_command
 from ampbench.modes import MODES, get_mode
+from ampbench.results import DistributedRecord
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for, learned_spread
 
@@ -104,7 +106,7 @@ def _check(baseline: dict | None, key: str, noise_key: str, model: str, what: st
     return SpeedupCheck(model, what, float(baseline[key]), tol)
 
 
-def _speed_cell(request, benchmark, dist_cell, perf_settings, perf_device, perf_world_size,
+def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
                 distributed_baseline_store, software, _launches) -> None:
     model, mode_name, comm = dist_cell
     reason = unsupported_reason(get_mode(mode_name), perf_device)
@@ -113,8 +115,8 @@ def _speed_cell(request, benchmark, dist_cell, perf_settings, perf_device, perf_
     settings, nproc, store = perf_settings, perf_world_size, distributed_baseline_store
     test_id = f"{request.node.originalname}[{model}-{mode_name}-{comm}]"
     what = f"{model} {mode_name} {comm} (x{nproc})"
-    benchmark.extra_info.update(ampbench_schema=1, kind="distributed", model=model, mode=mode_name, comm=comm,
-                                world_size=nproc, device=str(perf_device))
+    identity = DistributedRecord(model=model, mode=mode_name, device=str(perf_device), comm=comm, world_size=nproc)
+    record_result(identity, identity=True)
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # the cell is timed in the launch
 
     key = (model, mode_name)
@@ -158,8 +160,8 @@ def _speed_cell(request, benchmark, dist_cell, perf_settings, perf_device, perf_
     moved = all(d["weights_moved"] for d in docs)
     scales = [d.get("loss_scale") for d in docs]
     eff = figs.efficiency
-    benchmark.extra_info.update(
-        speedup=figs.speedup.speedup, speedup_low=figs.speedup.low, speedup_high=figs.speedup.high,
+    record_result(replace(
+        identity, speedup=figs.speedup.speedup, speedup_low=figs.speedup.low, speedup_high=figs.speedup.high,
         rounds=figs.speedup.rounds, confidence=confidence,
         throughput_per_gpu=figs.throughput_per_gpu, throughput_per_gpu_ref=figs.throughput_per_gpu_ref,
         throughput=figs.throughput_per_gpu * nproc, batch_size_per_gpu=docs[0]["batch_size"],
@@ -170,13 +172,13 @@ def _speed_cell(request, benchmark, dist_cell, perf_settings, perf_device, perf_
         baseline_speedup=speed_check.expected if speed_check else None,
         baseline_scaling_efficiency=eff_check.expected if eff_check else None,
         tolerance=speed_check.tolerance if speed_check else None, line=speed_check.line if speed_check else None,
-        verdict=verdict.value, message=message, recording=settings.update_baselines,
+        verdict=verdict, message=message, recording=settings.update_baselines,
         weights_moved=moved, loss_scale=scales[0], backend=docs[0]["backend"], strategy=docs[0]["strategy"],
         steps_per_block=docs[0]["mode_steps"], ref_steps_per_block=docs[0]["ref_steps"],
         block_seconds=settings.block_seconds, cudnn_benchmark=settings.cudnn_benchmark,
         launch_s=result.seconds,
         round_ms=[t * 1e3 for t in docs[0]["mode_times"]], ref_round_ms=[t * 1e3 for t in docs[0]["ref_times"]],
-    )
+    ))
 
     problems = []
     if not moved:
@@ -234,16 +236,16 @@ def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dic
 
 
 @pytest.mark.strategy("ddp")
-def test_ddp_speed(request, benchmark, dist_cell, perf_settings, perf_device, perf_world_size,
+def test_ddp_speed(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
                    distributed_baseline_store, software, _launches):
     """A mode under DDP with this comm variant against fp32 under DDP with fp32 all-reduce."""
-    _speed_cell(request, benchmark, dist_cell, perf_settings, perf_device, perf_world_size,
+    _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
                 distributed_baseline_store, software, _launches)
 
 
 @pytest.mark.strategy("fsdp2")
-def test_fsdp2_speed(request, benchmark, dist_cell, perf_settings, perf_device, perf_world_size,
+def test_fsdp2_speed(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
                      distributed_baseline_store, software, _launches):
     """A mode under FSDP2 with this mixed-precision policy against fp32 under FSDP2 without one."""
-    _speed_cell(request, benchmark, dist_cell, perf_settings, perf_device, perf_world_size,
+    _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
                 distributed_baseline_store, software, _launches)

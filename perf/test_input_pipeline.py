@@ -1,7 +1,7 @@
 """The input pipeline: does the host keep up with the GPU?
 
-Seed 000 found that two weak vCPUs hid every AMP gain behind data loading: at batch 512, O0, O1 and O2
-took the same time. For each CIFAR-shaped model and mode this test measures the samples/s of the
+Two weak vCPUs can hide every AMP gain behind data loading: in "Mixed Precision Training on Tesla T4 and
+P100" (2019), O0, O1 and O2 took the same time at batch 512. For each CIFAR-shaped model and mode this test measures the samples/s of the
 training step fed by a real DataLoader (``--perf-loader-workers``, ``--perf-pin-memory``, non_blocking
 copies, the per-sample augmentation of "Mixed Precision Training on Tesla T4 and P100" (2019)) against the same step on device-resident batches, and
 reports the mode as input-bound when the loader caps its step rate. Being input-bound is a finding
@@ -43,7 +43,7 @@ def _pipeline_datasets() -> dict:
 
 # the full tier's CIFAR-shaped models (the DPNs) only there, or where --perf-models names them
 @pytest.mark.cells(models=list(CIFAR_SHAPED), tiered=True)
-def test_input_pipeline(benchmark, model_spec, mode, perf_settings, perf_device, _pipeline_datasets, fail_on_oom):
+def test_input_pipeline(benchmark, record_result, model_spec, mode, perf_settings, perf_device, _pipeline_datasets, fail_on_oom):
     settings = perf_settings
     smoke = settings.smoke
     config = _pipeline_config(model_spec, smoke)
@@ -68,15 +68,7 @@ def test_input_pipeline(benchmark, model_spec, mode, perf_settings, perf_device,
     result: conv.PipelineResult = holder["r"]
     release(perf_device)
 
-    benchmark.extra_info.update(
-        ampbench_schema=1, kind="input_pipeline", model=model_spec.name, mode=mode.name, device=str(perf_device),
-        data=result.data, batch_size=result.batch_size, steps=result.steps, workers=result.workers,
-        pin_memory=result.pin_memory, throughput_resident=result.resident_samples_per_s,
-        throughput_loader=result.loader_samples_per_s, throughput_loader_only=result.loader_only_samples_per_s,
-        loader_ratio=result.loader_ratio, input_bound=result.input_bound,
-        input_bound_ratio=conv.INPUT_BOUND_RATIO, loader_headroom=conv.LOADER_HEADROOM, verdict="input-bound" if result.input_bound else "pass",
-        message=result.message,
-    )
+    record_result(result.record(str(perf_device)))
 
     for name, value in (("resident", result.resident_samples_per_s), ("loader-fed", result.loader_samples_per_s),
                         ("loader-only", result.loader_only_samples_per_s)):

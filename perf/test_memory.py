@@ -86,12 +86,11 @@ def memory_reference(needs_cuda, model_spec, mode, perf_device, perf_settings, m
     return ref
 
 
-def test_memory(benchmark, model_spec, mode, memory_reference, perf_settings, perf_device, memory_cap_bytes,
-                baseline_store, software, _memory_references):
+def test_memory(benchmark, record_result, model_spec, mode, memory_reference, perf_settings, perf_device,
+                memory_cap_bytes, baseline_store, software, _memory_references):
     """Peak memory and its ratio to fp32, the confirmed largest batch and its ratio, throughput there;
     held against this GPU's baseline. pytest-benchmark times the steps at the largest batch."""
     settings, spec = perf_settings, model_spec
-    test_id = _test_id(spec.name, mode.name)
 
     def timed(step, rounds: int) -> None:
         benchmark.pedantic(step, rounds=rounds, iterations=1, warmup_rounds=0)
@@ -102,23 +101,11 @@ def test_memory(benchmark, model_spec, mode, memory_reference, perf_settings, pe
         _memory_references[spec.name] = cell
     if isinstance(cell, str):
         pytest.fail(cell, pytrace=False)
-    reference = memory_reference or cell
-
-    figures = memory.figures_of(cell, reference)
-    judgement = memory.judge(spec.name, mode.name, figures, baseline, settings.tolerance)
-    benchmark.extra_info.update(
-        ampbench_schema=1, kind="memory", model=spec.name, mode=mode.name, device=str(perf_device),
-        **figures,
-        search_probes=[[p["batch"], p["peak_bytes"], p["reserved_peak_bytes"], p["seconds"], p["alloc_retries"]]
-                       for p in cell.probe_log],
-        search=cell.search.describe(),
-        baseline_memory_ratio=baseline.get("memory_ratio") if baseline else None,
-        baseline_max_batch=baseline.get("max_batch") if baseline else None,
-        tolerance=settings.tolerance, verdict=judgement.verdict.value, message=judgement.message,
-    )
-
+    record, judgement = memory.memory_record(cell, memory_reference or cell, str(perf_device), baseline,
+                                             settings.tolerance)
+    record_result(record)
     if settings.update_baselines and baseline_store is not None:
-        baseline_store.record(test_id, {k: figures[k] for k in memory.BASELINE_FIGURES}, software)
+        baseline_store.record(_test_id(spec.name, mode.name), memory.baseline_figures(record), software)
 
     s = cell.search
     assert s.confirmed, (

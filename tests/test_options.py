@@ -179,6 +179,7 @@ class FakeConfig:
         self.option.benchmark_disable = extra.get("benchmark_disable", False)
         self.option.benchmark_json = extra.get("benchmark_json")
         self.stash = pytest.Stash()
+        self.pluginmanager = pytest.PytestPluginManager()  # where the summary plugin registers
 
 
 def configure(*args: str, **extra) -> FakeConfig:

@@ -18,15 +18,19 @@ import pytest
 from ampbench.compare import MISSING, NEW, compare_runs
 from ampbench.report import (
     REPORT_MARKER,
+    ROW_HEADERS,
     RunError,
     build_report,
+    fmt_ms,
     load_run,
     model_rows,
+    speedup_matrix,
     parse_run,
     render_comparison_markdown,
     render_markdown,
     write_report,
 )
+from ampbench.results import MemoryRecord, SpeedRecord
 from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
 
 DATA = Path(__file__).parent / "data"
@@ -70,7 +74,7 @@ def test_every_fixture_loads_as_a_run(path: Path):
     assert run.cells, f"{path.name} holds no ampbench results"
     assert run.gpu and run.gpu != "unknown device"
     assert set(run.kinds()) <= {"speed", "memory", "convergence", "input_pipeline", "loss_scaling"} | set(run.kinds())
-    for cell in run.of_kind("speed"):
+    for cell in run.of_kind(SpeedRecord):
         est = cell.estimate()
         assert est is not None, f"{cell.test_id}: speed cell without a speedup interval"
         assert est.low <= est.speedup <= est.high
@@ -82,10 +86,10 @@ def test_real_h100_capture_has_gpu_figures():
         pytest.skip(f"the real H100 capture {REAL_H100} is not in the repository yet")
     run = load_run(REAL_H100)
     assert "H100" in run.gpu
-    speed = run.of_kind("speed")
+    speed = run.of_kind(SpeedRecord)
     assert speed, "an H100 run without speed results"
-    assert all(c.number("peak_mem_bytes") is not None for c in speed), "peak memory missing on a GPU run"
-    assert any(c.number("tflops_fraction") is not None for c in speed)
+    assert all(c.peak_mem_bytes is not None for c in speed), "peak memory missing on a GPU run"
+    assert any(c.tflops_fraction is not None for c in speed)
     assert {"torch", "cuda", "device"} <= set(run.machine)
 
 
@@ -183,7 +187,7 @@ def test_report_of_every_fixture_is_complete_and_self_contained(path: Path):
     for name, data in files.items():
         if name.endswith(".png"):
             assert _png_ok(data), name
-    if run.of_kind("speed"):
+    if run.of_kind(SpeedRecord):
         assert "speedup.png" in files and "throughput.png" in files
     # the write-ups' table, per model: every model and every mode of the run appears in the HTML
     for model, rows in model_rows(run).items():
@@ -196,7 +200,7 @@ def test_report_of_every_fixture_is_complete_and_self_contained(path: Path):
 def test_gpu_run_has_memory_and_batch_charts(gpu_report):
     run, files = gpu_report
     assert "memory.png" in files
-    if run.of_kind("memory"):
+    if run.of_kind(MemoryRecord):
         assert "max_batch.png" in files
 
 
@@ -225,7 +229,7 @@ def test_speed_chart_marks_baselines_and_intervals(gpu_report):
     speed_ax = figures[0].axes[0]
     assert "Speedup" in speed_ax.get_title(loc="left")
     assert any(isinstance(c, LineCollection) for c in speed_ax.collections), "no interval whiskers"
-    if any(c.number("baseline_speedup") is not None for c in run.of_kind("speed")):
+    if any(c.baseline_speedup is not None for c in run.of_kind(SpeedRecord)):
         assert any(isinstance(c, PathCollection) for c in speed_ax.collections), "no baseline marks"
 
 
@@ -272,7 +276,7 @@ def test_missing_optional_fields_and_unknown_kinds_show_a_dash(tmp_path):
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "memory.png" not in files  # nothing to draw
     (row,) = model_rows(run)["gpt"][-1:]
-    assert row.cells()[1] == "-" and row.cells()[3] == "2.00x"
+    assert row.cells()[1] == "-" and row.cells()[4] == "2.00x"
 
 
 def test_the_interval_across_runs_is_shown_beside_the_runs_own(tmp_path):
@@ -282,8 +286,8 @@ def test_the_interval_across_runs_is_shown_beside_the_runs_own(tmp_path):
         {"name": "test_speed[gpt-fp16]", "extra_info": dict(speed, speedup_across_low=None)},
     ]}
     rows = {r.mode: r for r in model_rows(parse_run(doc, tmp_path / "run.json"))["gpt"]}
-    assert rows["bf16"].cells()[3] == "8.50x [8.44, 8.55]; across runs [8.16, 8.85]"
-    assert rows["fp16"].cells()[3] == "8.50x [8.44, 8.55]"
+    assert rows["bf16"].cells()[4] == "8.50x [8.44, 8.55]; across runs [8.16, 8.85]"
+    assert rows["fp16"].cells()[4] == "8.50x [8.44, 8.55]"
 
 
 def test_nan_and_infinite_figures_that_are_only_shown_are_a_dash(tmp_path):
@@ -295,7 +299,7 @@ def test_nan_and_infinite_figures_that_are_only_shown_are_a_dash(tmp_path):
     files = build_report(run)
     assert "speedup.png" in files and "throughput.png" in files
     row = next(r for r in model_rows(run)[run.cells[0].model] if r.mode == run.cells[0].mode)
-    assert row.cells()[1] == row.cells()[2] == "-"
+    assert row.cells()[1] == row.cells()[3] == "-"
 
 
 def _first_of_kind(doc: dict, kind: str) -> tuple[int, dict]:
@@ -314,7 +318,9 @@ def _first_of_kind(doc: dict, kind: str) -> tuple[int, dict]:
         ("speed", "speedup_low", 99.0, "out of order"),
         ("speed", "rounds", 2.5, "2.5 (a number); expected an integer"),
         ("speed", "confidence", 99, "is 99"),
-        ("speed", "verdict", 3, "3 (an integer); expected a string"),
+        ("speed", "verdict", 3, "3 (an integer); expected one of 'pass'"),
+        ("speed", "verdict", "fine", "'fine' (a string); expected one of 'pass'"),
+        ("convergence", "verdict", "diverged", "'diverged' (a string); expected one of"),
         ("speed", "kind", None, "extra_info.kind is null; expected a string"),
         ("memory", "memory_ratio", "0.6", "'0.6' (a string)"),
         ("memory", "max_batch_ratio", -2, "is -2"),
@@ -414,16 +420,16 @@ def _hostile_run(tmp_path: Path) -> Path:
                                       "clocks": {h[0]: h[3]}}},
         "benchmarks": [
             {"name": f"test_speed[{h[0]}-{h[2]}]", "extra_info": dict(
-                speed, model=h[0], mode=h[2], verdict=h[1], message=h[4], device_speedup=2.5, device_speedup_low=2.4,
-                device_speedup_high=2.6, device_method=h[0], device_verdict=h[1], kernel_changes=f"{h[2]}; {h[3]}",
+                speed, model=h[0], mode=h[2], device=h[1], verdict="improved", message=h[4], device_speedup=2.5,
+                device_speedup_low=2.4, device_speedup_high=2.6, device_method=h[0], kernel_changes=f"{h[2]}; {h[3]}",
                 host_bound=True, idle_share=0.5, host_overhead_ms=1.0)},
             {"name": f"test_speed[{h[3]}-{h[4]}]", "extra_info": dict(
                 speed, model=h[3], mode=h[4], verdict="regression", message=h[0])},
             {"name": f"test_memory[{h[3]}-{h[4]}]", "extra_info": {
                 "ampbench_schema": 1, "kind": "memory", "model": h[3], "mode": h[4], "memory_ratio": 0.6,
-                "verdict": h[3], "message": h[2]}},
+                "device": h[3], "verdict": "non-finite", "message": h[2]}},
             {"name": f"test_x[{h[4]}-{h[1]}]", "extra_info": {
-                "ampbench_schema": 1, "kind": h[0], "verdict": "x\" onclick=\"alert(1)", "message": h[3]}},
+                "ampbench_schema": 1, "kind": h[0], "verdict": "input-bound", "message": h[3]}},
             {"name": h[0], "extra_info": {}},
         ],
     }
@@ -475,11 +481,22 @@ def test_html_from_hostile_json_holds_only_the_templates_markup(tmp_path):
     assert "<script" not in html.lower()
 
 
-def test_verdicts_map_to_a_fixed_set_of_classes():
-    from ampbench.report import verdict_class
+def test_a_verdict_outside_the_vocabulary_is_refused_naming_file_and_field(tmp_path):
+    doc = json.loads(_hostile_run(tmp_path).read_text())
+    doc["benchmarks"][3]["extra_info"]["verdict"] = 'x" onclick="alert(1)'
+    path = _write(tmp_path, "crafted.json", doc)
+    with pytest.raises(RunError, match=re.escape("benchmarks[3].extra_info.verdict is 'x\" onclick=")) as info:
+        load_run(path)
+    assert str(path) in str(info.value) and "expected one of 'pass'" in str(info.value)
 
-    assert verdict_class("regression") == "v-regression"
-    assert verdict_class('x" onclick="alert(1)') == verdict_class("expected lag") == "v-other"
+
+def test_verdicts_map_to_a_fixed_set_of_classes():
+    from ampbench.report import VERDICT_CLASSES, verdict_class
+
+    assert verdict_class("regression") == verdict_class(Verdict.NON_FINITE) == "v-regression"
+    assert verdict_class('x" onclick="alert(1)') == "v-other"
+    assert all(verdict_class(v) != "v-other" for v in Verdict), "every verdict of the vocabulary has its class"
+    assert {verdict_class(v) for v in Verdict if v.failing} == {"v-regression"} and "v-regression" in VERDICT_CLASSES.values()
 
 
 def test_the_template_and_css_ship_with_the_package():
@@ -614,15 +631,15 @@ def _scaled(doc: dict, test_id: str, factor: float, keys=("speedup", "speedup_lo
 
 
 def _tightest_speed_cell(run):
-    return min((c for c in run.of_kind("speed")), key=lambda c: c.estimate().half_width)
+    return min((c for c in run.of_kind(SpeedRecord)), key=lambda c: c.estimate().half_width)
 
 
 def test_a_run_compared_with_itself_has_no_regression():
     run = load_run(_gpu_run())
     comparison = compare_runs(run, run)
-    assert not comparison.regressions and not comparison.failed(strict=True)
+    assert not comparison.failures and not comparison.failed(strict=True)
     assert not [r for r in comparison.rows if r.verdict in (Verdict.IMPROVED.value, MISSING, NEW)]
-    assert {r.test_id for r in comparison.rows} >= {c.test_id for c in run.of_kind("speed")}
+    assert {r.test_id for r in comparison.rows} >= {c.test_id for c in run.of_kind(SpeedRecord)}
 
 
 def test_compare_uses_the_suites_statistics(tmp_path):
@@ -631,17 +648,17 @@ def test_compare_uses_the_suites_statistics(tmp_path):
     old = load_run(path)
     cell = _tightest_speed_cell(old)
     est = cell.estimate()
-    tolerance = max(tolerance_for(0.03, est.half_width), cell.number("tolerance") or 0)
+    tolerance = max(tolerance_for(0.03, est.half_width), cell.tolerance or 0)
     # far enough down that the whole new interval lies below the regression line
     factor = (1 - tolerance) / (est.high / est.speedup) * 0.9
     new = parse_run(_scaled(doc, cell.test_id, factor), tmp_path / "new.json")
     comparison = compare_runs(old, new)
     (row,) = [r for r in comparison.rows if r.test_id == cell.test_id]
-    expected = SpeedupCheck(cell.model, cell.mode, est.speedup, tolerance).classify(new.cell("speed", cell.model, cell.mode).estimate())
+    expected = SpeedupCheck(cell.model, cell.mode, est.speedup, tolerance).classify(new.cell(SpeedRecord, cell.model, cell.mode).estimate())
     assert row.verdict == expected.value == Verdict.REGRESSION.value
     assert row.change == pytest.approx(factor - 1)
     assert cell.model in row.message and cell.mode in row.message
-    assert comparison.failed() and comparison.regressions == [row]
+    assert comparison.failed() and comparison.failures == [row]
     others = [r for r in comparison.rows if r.test_id != cell.test_id]
     assert not [r for r in others if r.verdict in (Verdict.REGRESSION.value, Verdict.INCONCLUSIVE.value)]
 
@@ -652,7 +669,7 @@ def test_compare_sees_an_improvement_and_a_memory_regression(tmp_path):
     old = load_run(path)
     cell = _tightest_speed_cell(old)
     doc = _scaled(doc, cell.test_id, 1.5)
-    memory = [c for c in old.cells if c.number("memory_ratio") is not None and c.kind == "memory"]
+    memory = [c for c in old.cells if c.memory_ratio is not None and c.kind == "memory"]
     if memory:
         doc = _scaled(doc, memory[0].test_id, 1.5, keys=("memory_ratio",))
     comparison = compare_runs(old, parse_run(doc, tmp_path / "new.json"))
@@ -736,7 +753,7 @@ def test_full_tier_report_is_complete(tmp_path):
     run = load_run(path)
     comparison = compare_runs(run, run)
     write_report(tmp_path / "report", build_report(run, comparison))
-    assert len(run.of_kind("speed")) == 84 and len(run.of_kind("memory")) == 84
+    assert len(run.of_kind(SpeedRecord)) == 84 and len(run.of_kind(MemoryRecord)) == 84
     assert (tmp_path / "report" / "index.html").stat().st_size > 0
     assert (tmp_path / "report" / "summary.md").stat().st_size < 256 * 1024
 
@@ -745,7 +762,8 @@ def test_summary_shows_device_time_as_the_gate_the_wall_beside_it_host_bound_cel
     from ampbench.report import parse_run, render_markdown
 
     doc = json.loads((DATA / "synthetic_h100_quick.json").read_text())
-    speed = [b for b in doc["benchmarks"] if b["extra_info"].get("kind") == "speed"]
+    speed = [b for b in doc["benchmarks"] if b["extra_info"].get("kind") == "speed"
+             and b["extra_info"].get("mode") != "fp32"]  # fp32 is every column's reference, not a column
     first, second = speed[0]["extra_info"], speed[1]["extra_info"]
     for info, share in ((first, 0.4), (second, 0.02)):
         s = info["speedup"]
@@ -783,24 +801,24 @@ def test_html_shows_device_time_as_the_gate_the_wall_beside_it_host_bound_cells_
     html = build_report(run)["index.html"].decode()
     assert html.index(DEVICE.title) < html.index(WALL.title) < html.index("Charts")
     device, wall = _section(html, DEVICE.title), _section(html, WALL.title)
-    speed = run.of_kind("speed")
-    for c in speed:
-        assert f"{c.number('device_speedup'):.2f}x" in device, c.test_id
-        assert f"[{c.number('device_speedup_low'):.2f}, {c.number('device_speedup_high'):.2f}]" in device, c.test_id
-        assert f"[{c.number('speedup_low'):.2f}, {c.number('speedup_high'):.2f}]" in wall, c.test_id
+    speed = run.of_kind(SpeedRecord)
+    for c in (c for c in speed if c.mode != "fp32"):  # fp32 is every column's reference, not a column
+        assert f"{c.device_speedup:.2f}x" in device, c.test_id
+        assert f"[{c.device_speedup_low:.2f}, {c.device_speedup_high:.2f}]" in device, c.test_id
+        assert f"[{c.speedup_low:.2f}, {c.speedup_high:.2f}]" in wall, c.test_id
     assert "<code>graph</code> CUDA-graph replay" in device
-    regression = next(c for c in speed if c.get("device_verdict") == "regression")
-    assert 'class="v v-regression"' in device and f"{regression.number('device_speedup'):.2f}x ✗" in device
-    host = [c for c in speed if c.get("host_bound") is True]
+    regression = next(c for c in speed if c.device_verdict == Verdict.REGRESSION)
+    assert 'class="v v-regression"' in device and f"{regression.device_speedup:.2f}x ✗" in device
+    host = [c for c in speed if c.host_bound is True]
     assert host, "the device run should hold host-bound cells"
     bound = _section(html, f"Host-bound cells ({len(host)})")
     for c in host:
-        assert f"{100 * c.number('idle_share'):.0f}%" in bound and f"<td>{c.mode}</td>" in bound
+        assert f"{100 * c.idle_share:.0f}%" in bound and f"<td>{c.mode}</td>" in bound
     changes = _section(html, "Kernel changes against the baseline")
     assert f"<code>{regression.test_id}</code>" in changes
-    for line in regression.get("kernel_changes").split("; "):
+    for line in regression.kernel_changes.split("; "):
         assert f"<li>{escape(line, quote=True)}</li>" in changes
-    drift = sum(1 for c in speed if c.get("kernel_changes") and c is not regression)
+    drift = sum(1 for c in speed if c.kernel_changes and c is not regression)
     assert f"Kernel changes of {drift} cells whose device time held" in changes
 
 
@@ -811,8 +829,8 @@ def test_html_of_a_run_from_before_device_time_shows_its_one_speedup_matrix():
     html = build_report(run)["index.html"].decode()
     assert DEVICE.title not in html and WALL.title not in html and "Host-bound" not in html
     matrix = _section(html, "Speedup over fp32")
-    for c in run.of_kind("speed"):
-        assert f"{c.number('speedup'):.2f}x" in matrix and f"[{c.number('speedup_low'):.2f}," in matrix
+    for c in (c for c in run.of_kind(SpeedRecord) if c.mode != "fp32"):
+        assert f"{c.speedup:.2f}x" in matrix and f"[{c.speedup_low:.2f}," in matrix
 
 
 def _speedup_figure(run, monkeypatch):
@@ -843,7 +861,7 @@ def test_speedup_chart_plots_device_time_where_measured_and_says_so(monkeypatch)
     assert "device time" in chart.title and "device time" in figure.axes[0].get_title(loc="left")
     assert "CUDA-graph replay" in chart.caption and "Hatched" not in chart.caption
     heights = _bar_heights(figure)
-    assert set(heights) == {round(c.number("device_speedup"), 6) for c in run.of_kind("speed")}
+    assert set(heights) == {round(c.device_speedup, 6) for c in run.of_kind(SpeedRecord)}
     assert not any(heights.values())
     old_chart, old_figure = _speedup_figure(load_run(REAL_H100), monkeypatch)
     assert "wall clock" in old_chart.title and "device time" not in old_chart.caption
@@ -860,3 +878,30 @@ def test_speedup_chart_hatches_the_wall_figure_of_cells_without_device_time(tmp_
     assert {h for h, hatch in heights.items() if hatch} == {round(info["speedup"], 6) for info in speed[:3]}
     assert {h for h, hatch in heights.items() if not hatch} == {round(info["device_speedup"], 6) for info in speed[3:]}
     assert "Hatched bars: wall-clock speedups" in chart.caption
+
+
+def test_a_cpu_run_says_first_that_its_figures_are_not_comparable():
+    smoke = build_report(load_run(DATA / "cpu_smoke.json"))
+    md, html = smoke["summary.md"].decode(), smoke["index.html"].decode()
+    assert "Smoke run: figures are not comparable" in md.split("- **speed**")[0]
+    assert html.index("Smoke run: figures are not comparable") < html.index("<h2>")
+    gpu = build_report(load_run(REAL_H100))
+    assert b"Smoke run" not in gpu["summary.md"] and b"Smoke run" not in gpu["index.html"]
+
+
+def test_a_row_shows_fp32_from_its_own_rounds_and_fp32_is_no_finding():
+    """mlp on the CPU: fp32's own cell ran at 0.48 ms a step, amp_fp16's fp32 side at 0.72 ms, so the fp32
+    row's step time against amp_fp16's (0.30x) contradicted its speedup (0.48x); its own rounds agree."""
+    run = load_run(DATA / "cpu_smoke.json")
+    rows = {r.mode: r.cells() for r in model_rows(run)["mlp"]}
+    col = {h: i for i, h in enumerate(ROW_HEADERS)}
+    for mode, cells in rows.items():
+        cell = run.cell(SpeedRecord, "mlp", mode)
+        if mode == "fp32":
+            assert cells[col["speedup over fp32 [interval]"]].startswith("reference (self-check 0.92x")
+            continue
+        assert cells[col["fp32 step, same rounds"]] == fmt_ms(cell.step_ms_ref)
+        est = cell.estimate()
+        assert est.low <= cell.step_ms_ref / cell.step_ms <= est.high, mode
+    headers, matrix = speedup_matrix(run)
+    assert "fp32" not in headers and all(len(r) == len(headers) for r in matrix)

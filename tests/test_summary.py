@@ -1,30 +1,63 @@
-"""The terminal summary's table of speed cells: one row per cell, every column readable, nothing
-where no speed cell ran."""
+"""The terminal summary: one table per kind of cell, model by mode, then the cells that need a look; the
+smoke note on a CPU run; pytest-benchmark's own table trimmed to step times, the JSON untouched; and
+``-p no:ampbench-summary`` turns it all off."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
-from ampbench.summary import COLUMNS, SPEED_PROPERTY, speed_cells, speed_table
+from ampbench.results import (
+    ConvergenceRecord,
+    DistributedRecord,
+    MemoryRecord,
+    PipelineRecord,
+    SpeedRecord,
+    UnderflowRecord,
+    Verdict,
+)
+from ampbench.summary import SMOKE_NOTE, TABLES, summary_lines, table
 
-GPT = {"model": "gpt", "mode": "amp_bf16", "device": "2.412x [2.405, 2.419]", "device_verdict": "pass",
-       "wall": "1.873x [1.851, 1.902]", "wall_verdict": "regression", "idle_share": 0.2345, "host_bound": True,
-       "method": "graph"}
-LSTM = {"model": "lstm_lm", "mode": "fp16", "device": "3.100x [3.090, 3.110]", "device_verdict": "no baseline",
-        "wall": "2.950x [2.900, 3.000]", "wall_verdict": "no baseline", "idle_share": 0.031, "host_bound": False,
-        "method": "kernels"}
+ROOT = Path(__file__).parent.parent
+INTERVAL = dict(rounds=12, confidence=0.99)
+GPT = SpeedRecord(model="gpt", mode="amp_bf16", device="cuda:0", device_speedup=2.412, device_speedup_low=2.405,
+                  device_speedup_high=2.419, device_rounds=12, device_verdict=Verdict.PASS, speedup=1.873,
+                  speedup_low=1.851, speedup_high=1.902, wall_verdict=Verdict.REGRESSION, idle_share=0.2345,
+                  host_bound=True, device_method="graph", verdict=Verdict.PASS, **INTERVAL)
+LSTM = SpeedRecord(model="lstm_lm", mode="fp16", device="cuda:0", speedup=2.95, speedup_low=2.9, speedup_high=3.0,
+                   device_verdict=Verdict.NO_BASELINE, idle_share=0.031, host_bound=False, device_method="kernels",
+                   **INTERVAL)
+FP32 = SpeedRecord(model="gpt", mode="fp32", device="cuda:0", speedup=1.0, speedup_low=0.99, speedup_high=1.01,
+                   device_speedup=1.0, device_speedup_low=0.999, device_speedup_high=1.001, device_rounds=12, **INTERVAL)
+MEMORY = MemoryRecord(model="gpt", mode="amp_bf16", device="cuda:0", memory_ratio=0.734, max_batch=24,
+                      max_batch_ratio=1.5, verdict=Verdict.PASS)
+CONVERGENCE = ConvergenceRecord(model="mnist_cnn", mode="fp16", device="cuda:0", accuracy=0.61, accuracy_ref=0.975,
+                                verdict=Verdict.EXPECTED_LAG, reason="below margin", message="fp16 lags fp32")
+NONFINITE = ConvergenceRecord(model="mnist_cnn", mode="bf16", device="cuda:0", accuracy=0.1, accuracy_ref=0.975,
+                              verdict=Verdict.NON_FINITE, message="loss NaN at steps [3]")
+PIPELINE = PipelineRecord(model="dpn26", mode="amp_fp16", device="cuda:0", throughput_loader=900.0,
+                          throughput_resident=2000.0, throughput_loader_only=1000.0, loader_ratio=0.45,
+                          input_bound=True, verdict=Verdict.INPUT_BOUND, message="the loader caps the step")
+DISTRIBUTED = DistributedRecord(model="resnet50", mode="amp_bf16", device="cuda:0", comm="bf16_hook", world_size=2,
+                                speedup=2.5, speedup_low=2.4, speedup_high=2.6, scaling_efficiency=0.93,
+                                scaling_efficiency_low=0.92, scaling_efficiency_high=0.94, comm_share=0.12,
+                                verdict=Verdict.PASS, **INTERVAL)
 
 
-def test_no_speed_cell_no_lines():
-    assert speed_table([]) == []
+def test_no_cell_no_lines():
+    assert summary_lines([], {}) == []
+    assert table(SpeedRecord, []) == []
 
 
-def test_one_row_per_cell_under_a_header_of_every_column():
-    title, header, rule, *rows = speed_table([GPT, LSTM])
+def test_one_row_per_speed_cell_under_a_header_of_every_column():
+    title, header, rule, *rows = table(SpeedRecord, [GPT, LSTM])
     assert title.startswith("ampbench: speed cells (2)")
     assert header.split("  ")[0] == "model" and "device speedup" in header and "host-bound" in header
     assert set(rule.replace("  ", "")) == {"-"}
-    assert len(rows) == 2
     gpt, lstm = rows
     for text in ("gpt", "amp_bf16", "2.412x [2.405, 2.419]", "pass", "1.873x [1.851, 1.902]", "regression",
                  "23%", "yes", "graph"):
@@ -33,29 +66,113 @@ def test_one_row_per_cell_under_a_header_of_every_column():
 
 
 def test_columns_line_up():
-    header, rule, *rows = speed_table([GPT, LSTM])[1:]
+    header, rule, *rows = table(SpeedRecord, [GPT, LSTM, FP32])[1:]
     starts = [i for i, ch in enumerate(rule) if ch == "-" and (i == 0 or rule[i - 1] == " ")]
-    assert len(starts) == len(COLUMNS)
+    assert len(starts) == 2 + len(TABLES[SpeedRecord].columns)
     for line in (header, *rows):
         assert all(line[i] != " " and (i == 0 or line[i - 2:i] == "  ") for i in starts), line
 
 
-def test_missing_values_show_as_a_dash():
-    [row] = speed_table([{"model": "mlp", "mode": "tf32", "idle_share": float("nan")}])[3:]
+def test_missing_values_show_as_a_dash_and_fp32_as_the_reference():
+    [row] = table(SpeedRecord, [SpeedRecord(model="mlp", mode="tf32")])[3:]
     assert row.split() == ["mlp", "tf32", "-", "-", "-", "-", "-", "-", "-"]
-    assert len(COLUMNS) == 9
+    [fp32] = table(SpeedRecord, [FP32])[3:]
+    assert fp32.split()[2] == "reference" and "1.000x" not in fp32  # fp32 over itself is no finding
 
 
-def _report(when: str, start: float, *properties):
-    return SimpleNamespace(when=when, start=start, user_properties=list(properties))
-
-
-def test_only_call_reports_count_in_the_order_the_tests_ran():
-    reports = [
-        _report("call", 2.0, (SPEED_PROPERTY, LSTM)),  # reported under "failed", listed first by pytest
-        _report("setup", 0.5),
-        _report("call", 1.0, ("other", {}), (SPEED_PROPERTY, GPT)),
-        _report("teardown", 1.5, (SPEED_PROPERTY, GPT)),  # a teardown report repeats the properties
-        _report("call", 3.0),  # a test of another kind
+def test_one_table_per_kind_then_the_cells_that_need_a_look():
+    cells = [(f"perf/x.py::t[{i}]", r) for i, r in
+             enumerate([GPT, MEMORY, CONVERGENCE, NONFINITE, PIPELINE, DISTRIBUTED, UnderflowRecord(device="cuda:0")])]
+    lines = summary_lines(cells, {"perf/x.py::t[2]": "xfailed", "perf/x.py::t[3]": "failed"})
+    titles = [line for line in lines if line.startswith("ampbench: ")]
+    assert [t.split(" (")[0] for t in titles] == [
+        "ampbench: speed cells", "ampbench: memory cells", "ampbench: convergence cells",
+        "ampbench: input-pipeline cells", "ampbench: distributed cells", "ampbench: cells that need a look"]
+    text = "\n".join(lines)
+    assert SMOKE_NOTE not in text  # a GPU run
+    for figure in ("0.734x", "1.50x", "-36.5 pts", "expected lag (below margin)", "45%", "93.0% [92.0%, 94.0%]",
+                   "bf16_hook", "12%"):
+        assert figure in text, figure
+    look = lines[lines.index(titles[-1]) + 1:]
+    assert look == [
+        "  perf/x.py::t[2] (expected lag, test xfailed): fp16 lags fp32",
+        "  perf/x.py::t[3] (non-finite, test failed): loss NaN at steps [3]",
+        "  perf/x.py::t[4] (input-bound): the loader caps the step",
     ]
-    assert speed_cells(reports) == [GPT, LSTM]
+
+
+def test_a_cpu_run_leads_with_the_smoke_note():
+    lines = summary_lines([("n", SpeedRecord(model="mlp", mode="bf16", device="cpu"))], {})
+    assert lines[0] == f"ampbench: {SMOKE_NOTE}" and "figures are not comparable" in lines[0]
+
+
+# -- as a plugin, in a pytest run of its own -------------------------------------------------------
+
+CONFTEST = '''
+import pytest
+from ampbench import summary
+
+
+def pytest_configure(config):
+    summary.register(config)
+
+
+@pytest.fixture
+def record_result(request, benchmark):
+    def write(record):
+        benchmark.extra_info.update(record.to_info())
+        summary.keep(request.config, request.node.nodeid, record)
+    return write
+'''
+TESTS = '''
+from ampbench.results import ConvergenceRecord, SpeedRecord, Verdict
+
+
+def test_speed(benchmark, record_result):
+    benchmark.pedantic(lambda: None, rounds=3, iterations=1)
+    record_result(SpeedRecord(model="mlp", mode="bf16", device="cuda:0", speedup=2.0, speedup_low=1.9,
+                              speedup_high=2.1, rounds=12, confidence=0.99, verdict=Verdict.PASS))
+
+
+def test_convergence(benchmark, record_result):
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+    record_result(ConvergenceRecord(model="mnist_cnn", mode="bf16", device="cuda:0", accuracy=0.97,
+                                    accuracy_ref=0.975, verdict=Verdict.PASS))
+
+
+def test_not_ampbench(benchmark):
+    benchmark(lambda: None)
+'''
+
+
+def _pytest(tmp_path: Path, *args: str) -> tuple[str, dict]:
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(CONFTEST))
+    (tmp_path / "test_cells.py").write_text(textwrap.dedent(TESTS))
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = tmp_path / "out.json"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                          "--benchmark-json", str(out), *args, str(tmp_path)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run.stdout, json.loads(out.read_text())
+
+
+def _benchmark_table(stdout: str) -> str:
+    return stdout[stdout.index("benchmark:"):]
+
+
+def test_the_plugin_summarises_and_trims_pytest_benchmarks_table_but_not_its_json(tmp_path):
+    stdout, doc = _pytest(tmp_path)
+    assert "ampbench summary" in stdout and "ampbench: speed cells (1)" in stdout
+    assert "ampbench: convergence cells (1)" in stdout
+    bench_table = _benchmark_table(stdout)
+    assert "test_speed" in bench_table and "test_not_ampbench" in bench_table
+    assert "test_convergence" not in bench_table  # one round of a whole training run is no step time
+    assert sorted(b["name"] for b in doc["benchmarks"]) == ["test_convergence", "test_not_ampbench", "test_speed"]
+
+
+def test_p_no_ampbench_summary_turns_it_off(tmp_path):
+    stdout, doc = _pytest(tmp_path, "-p", "no:ampbench-summary")
+    assert "ampbench summary" not in stdout and "ampbench:" not in stdout
+    assert "test_convergence" in _benchmark_table(stdout)
+    assert len(doc["benchmarks"]) == 3

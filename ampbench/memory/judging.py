@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ampbench.memory.search import gib
+from ampbench.results import MemoryRecord
 from ampbench.stats import median
 from ampbench.verdict import RatioCheck, Verdict
 
@@ -161,3 +162,26 @@ BASELINE_FIGURES = (
     "batch_size", "peak_mem_bytes", "memory_ratio", "max_batch", "max_batch_ratio", "max_batch_step",
     "max_batch_limited", "max_batch_throughput", "max_batch_throughput_ratio", "cap_bytes", "alloc_conf",
 )
+
+
+def memory_record(cell: CellMemory, reference: CellMemory, device: str, baseline: dict | None,
+                  tolerance: float) -> tuple[MemoryRecord, MemoryJudgement]:
+    """The record of a memory cell, held against its baseline entry, and the judgement it carries
+    (whose failures name each figure beyond its tolerance)."""
+    figures = figures_of(cell, reference)
+    judgement = judge(cell.model, cell.mode, figures, baseline, tolerance)
+    record = MemoryRecord.build(
+        model=cell.model, mode=cell.mode, device=device, **figures,
+        search_probes=[[p["batch"], p["peak_bytes"], p["reserved_peak_bytes"], p["seconds"], p["alloc_retries"]]
+                       for p in cell.probe_log],
+        search=cell.search.describe(),
+        baseline_memory_ratio=baseline.get("memory_ratio") if baseline else None,
+        baseline_max_batch=baseline.get("max_batch") if baseline else None,
+        tolerance=tolerance, verdict=judgement.verdict, message=judgement.message,
+    )
+    return record, judgement
+
+
+def baseline_figures(record: MemoryRecord) -> dict:
+    """What a baseline entry of test_memory keeps of a cell's record."""
+    return {name: record.value(name) for name in BASELINE_FIGURES}

@@ -6,12 +6,12 @@ Nothing here imports torch or pytest: a report is made on machines that only hol
 matplotlib is imported inside the chart functions, with the Agg backend, so importing this package
 has no side effects.
 
-The modules, by job: `run` reads a run's JSON (and a JUnit XML's failures); `format` turns figures into
-text and per-model tables; `speed_cells` chooses the speed figures both pages show (the device-time and
-wall-clock matrices, host-bound cells, kernel changes); `charts`, `markdown` and `html` render them; `build` makes every file of a
-report and writes the folder. Only the rendering modules know of ampbench.compare (for its types), so
-compare can import the run reader without a cycle. The names below are re-exported for
-``from ampbench.report import ...``.
+A run is read by ``ampbench.results`` into typed records; here `run` adds a JUnit XML's failures;
+`format` turns figures into text and per-model tables; `speed_cells` chooses the speed figures both
+pages show (the device-time and wall-clock matrices, host-bound cells, kernel changes); `charts`,
+`markdown` and `html` render them; `build` makes every file of a report and writes the folder. Only
+the rendering modules know of ampbench.compare (for its types), and compare needs none of them but
+`format`, so there is no cycle. The names below are re-exported for ``from ampbench.report import ...``.
 """
 
 from ampbench.report.build import REPORT_MARKER, build_report, write_report
@@ -19,8 +19,8 @@ from ampbench.report.charts import MODE_COLORS, VERDICT_COLORS, Chart, compariso
 from ampbench.report.format import (
     NEEDS_A_LOOK,
     ROW_HEADERS,
+    SMOKE_NOTE,
     VERDICT_ICONS,
-    VERDICT_ORDER,
     Row,
     attention,
     fmt_accuracy,
@@ -37,25 +37,23 @@ from ampbench.report.format import (
 )
 from ampbench.report.html import HTML_ICONS, OTHER_VERDICT_CLASS, VERDICT_CLASSES, HtmlCell, render_html, verdict_class
 from ampbench.report.markdown import render_comparison_markdown, render_markdown, speedup_matrix
-from ampbench.report.run import (
-    DASH,
+from ampbench.report.run import DASH, failed_tests
+from ampbench.results import (
     KINDS,
-    MODE_ORDER,
     REFERENCE_MODE,
     SCHEMA_VERSION,
-    Cell,
+    VERDICT_ORDER,
     Run,
     RunError,
-    failed_tests,
     load_run,
     order_modes,
     parse_run,
 )
 
 __all__ = [
-    "DASH", "HTML_ICONS", "KINDS", "MODE_COLORS", "MODE_ORDER", "NEEDS_A_LOOK", "OTHER_VERDICT_CLASS",
-    "REFERENCE_MODE", "REPORT_MARKER", "ROW_HEADERS", "SCHEMA_VERSION", "VERDICT_CLASSES", "VERDICT_COLORS",
-    "VERDICT_ICONS", "VERDICT_ORDER", "Cell", "Chart", "HtmlCell", "Row", "Run", "RunError", "attention",
+    "DASH", "HTML_ICONS", "KINDS", "MODE_COLORS", "NEEDS_A_LOOK", "OTHER_VERDICT_CLASS",
+    "REFERENCE_MODE", "REPORT_MARKER", "ROW_HEADERS", "SCHEMA_VERSION", "SMOKE_NOTE", "VERDICT_CLASSES",
+    "VERDICT_COLORS", "VERDICT_ICONS", "VERDICT_ORDER", "Chart", "HtmlCell", "Row", "Run", "RunError", "attention",
     "build_report", "comparison_chart", "failed_tests", "fmt_accuracy", "fmt_bytes", "fmt_ms", "fmt_number",
     "fmt_pct", "fmt_rate", "fmt_speedup", "foreign_note", "load_run", "model_rows", "order_modes", "parse_run",
     "render_comparison_markdown", "render_html", "render_markdown", "run_charts", "speedup_matrix",

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ampbench.report.run import Cell, Run, order_modes
+from ampbench.report.run import Run, order_modes
 from ampbench.report.speed_cells import DEVICE, METHODS, WALL, SpeedFigure, has_figure, used_methods
+from ampbench.results import MemoryRecord, Record, SpeedRecord
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -24,11 +25,15 @@ MODE_COLORS = {
     "bf16": "#8c564b",
 }
 VERDICT_COLORS = {
-    Verdict.PASS.value: "#2e7d32",
-    Verdict.IMPROVED.value: "#1565c0",
-    Verdict.REGRESSION.value: "#c62828",
-    Verdict.INCONCLUSIVE.value: "#ef6c00",
-    Verdict.NO_BASELINE.value: "#757575",
+    Verdict.PASS: "#2e7d32",
+    Verdict.IMPROVED: "#1565c0",
+    Verdict.REGRESSION: "#c62828",
+    Verdict.NON_FINITE: "#c62828",
+    Verdict.REFERENCE_FAILED: "#c62828",
+    Verdict.INCONCLUSIVE: "#ef6c00",
+    Verdict.INPUT_BOUND: "#ef6c00",
+    Verdict.EXPECTED_LAG: "#757575",
+    Verdict.NO_BASELINE: "#757575",
 }
 
 
@@ -62,17 +67,17 @@ def _mode_color(mode: str, modes: Sequence[str]) -> str:
 
 def _grouped_bars(
     run: Run,
-    kind: str,
-    value: Callable[[Cell], float | None],
+    kind: type[Record],
+    value: Callable[[Any], float | None],
     *,
     title: str,
     ylabel: str,
-    interval: Callable[[Cell], tuple[float, float] | None] | None = None,
-    marker: Callable[[Cell], float | None] | None = None,
+    interval: Callable[[Any], tuple[float, float] | None] | None = None,
+    marker: Callable[[Any], float | None] | None = None,
     marker_label: str = "",
     reference_line: float | None = None,
     log: bool = False,
-    hatched: Callable[[Cell], bool] | None = None,
+    hatched: Callable[[Any], bool] | None = None,
     hatched_label: str = "",
 ) -> bytes | None:
     """Bars grouped by model, one colour per mode; None when no cell has a value. Bars of cells for
@@ -160,30 +165,23 @@ def run_charts(run: Run) -> list[Chart]:
 
     add("speedup.png", *_speedup_chart(run))
 
-    def memory_ratio(c: Cell) -> float | None:
-        return c.number("memory_ratio")
-
-    mem_kind = "memory" if any(memory_ratio(c) is not None for c in run.of_kind("memory")) else "speed"
+    mem_kind = MemoryRecord if any(c.memory_ratio is not None for c in run.of_kind(MemoryRecord)) else SpeedRecord
     add(
         "memory.png", "Peak memory against fp32",
         "Peak allocated memory of one training step, as a fraction of fp32's; below 1 the mode saves memory.",
-        _grouped_bars(run, mem_kind, memory_ratio, title=f"Peak memory / fp32 — {run.gpu}",
+        _grouped_bars(run, mem_kind, lambda c: c.memory_ratio, title=f"Peak memory / fp32 — {run.gpu}",
                       ylabel="memory ratio (x)", reference_line=1.0),
     )
-
-    def batch_ratio(c: Cell) -> float | None:
-        return c.number("max_batch_ratio")
-
     add(
         "max_batch.png", "Largest batch against fp32",
         "Largest batch that fits in memory, as a multiple of fp32's.",
-        _grouped_bars(run, "memory", batch_ratio, title=f"Largest batch / fp32 — {run.gpu}",
+        _grouped_bars(run, MemoryRecord, lambda c: c.max_batch_ratio, title=f"Largest batch / fp32 — {run.gpu}",
                       ylabel="largest batch (x fp32)", reference_line=1.0),
     )
     add(
         "throughput.png", "Throughput",
         "Training samples per second of each mode (log scale: models differ by orders of magnitude).",
-        _grouped_bars(run, "speed", lambda c: c.number("throughput"), title=f"Throughput — {run.gpu}",
+        _grouped_bars(run, SpeedRecord, lambda c: c.throughput, title=f"Throughput — {run.gpu}",
                       ylabel="samples / s", log=True),
     )
     return charts
@@ -193,13 +191,13 @@ def _speedup_chart(run: Run) -> tuple[str, str, bytes | None]:
     """(title, caption, PNG) of the speedup chart: device-time speedups where the run measured them (the
     gate's figure), each cell's wall-clock speedup where it did not; the title and caption say which."""
     device = has_figure(run, DEVICE)
-    mixed = device and any(c.number(DEVICE.key) is None and c.number(WALL.key) is not None for c in run.of_kind("speed"))
+    mixed = device and any(c.device_speedup is None and c.speedup is not None for c in run.of_kind(SpeedRecord))
 
-    def figure(c: Cell) -> SpeedFigure:
-        return DEVICE if device and c.number(DEVICE.key) is not None else WALL
+    def figure(c: SpeedRecord) -> SpeedFigure:
+        return DEVICE if device and c.device_speedup is not None else WALL
 
-    def interval(c: Cell) -> tuple[float, float] | None:
-        est = c.estimate(figure(c).prefix)
+    def interval(c: SpeedRecord) -> tuple[float, float] | None:
+        est = c.estimate(figure(c).device)
         return (est.low, est.high) if est else None
 
     shown = DEVICE if device else WALL
@@ -214,8 +212,9 @@ def _speedup_chart(run: Run) -> tuple[str, str, bytes | None]:
                "interval; black dash: the baseline it was held against. Above the dashed line at 1 the mode is faster.")
     if mixed:
         caption += " Hatched bars: wall-clock speedups of cells that measured no device time."
-    png = _grouped_bars(run, "speed", lambda c: c.number(figure(c).key), title=f"{title} — {run.gpu}",
-                        ylabel="speedup (x)", interval=interval, marker=lambda c: c.number(figure(c).baseline_key),
+    png = _grouped_bars(run, SpeedRecord, lambda c: c.speedup_of(figure(c).device), title=f"{title} — {run.gpu}",
+                        ylabel="speedup (x)", interval=interval,
+                        marker=lambda c: c.device_baseline_speedup if figure(c).device else c.baseline_speedup,
                         marker_label="baseline", reference_line=1.0,
                         hatched=(lambda c: figure(c) is WALL) if mixed else None, hatched_label="wall clock")
     return title, caption, png

@@ -6,26 +6,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ampbench.report.run import DASH, REFERENCE_MODE, Cell, Run, order_modes
+from ampbench.report.run import DASH, Run, order_modes
+from ampbench.results import REFERENCE_MODE, VERDICT_ORDER, ConvergenceRecord, MemoryRecord, Record, SpeedRecord
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
 
 VERDICT_ICONS = {
-    Verdict.PASS.value: "✅",
-    Verdict.IMPROVED.value: "🚀",
-    Verdict.REGRESSION.value: "❌",
-    Verdict.INCONCLUSIVE.value: "⚠️",
-    Verdict.NO_BASELINE.value: "➖",
+    Verdict.PASS: "✅",
+    Verdict.IMPROVED: "🚀",
+    Verdict.REGRESSION: "❌",
+    Verdict.NON_FINITE: "❌",
+    Verdict.REFERENCE_FAILED: "❌",
+    Verdict.INCONCLUSIVE: "⚠️",
+    Verdict.INPUT_BOUND: "⏳",
+    Verdict.EXPECTED_LAG: "🐢",
+    Verdict.NO_BASELINE: "➖",
 }
-NEEDS_A_LOOK = (Verdict.REGRESSION.value, Verdict.INCONCLUSIVE.value)
-# the order verdicts are listed in: what needs a look first
-VERDICT_ORDER = (
-    Verdict.REGRESSION.value,
-    Verdict.INCONCLUSIVE.value,
-    Verdict.IMPROVED.value,
-    Verdict.PASS.value,
-    Verdict.NO_BASELINE.value,
-)
+NEEDS_A_LOOK = tuple(v for v in VERDICT_ORDER if v.needs_a_look)  # failing first, then warnings
+SMOKE_NOTE = ("Smoke run: figures are not comparable. A CPU run trains tiny shapes to check the code path; "
+              "its speedups, step times and accuracies say nothing about a GPU, and nothing is held against baselines.")
+SPEEDUP_NOTE = ("Speedup over fp32: the median of the rounds' paired fp32/mode step-time ratios, with its interval. "
+                "Step times and throughput: each side's median over the same rounds, fp32's beside the mode's; "
+                "their ratio can differ from the speedup where rounds vary. The fp32 row times fp32 against "
+                "itself: a check of the method, not a finding.")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -72,7 +75,7 @@ def fmt_accuracy(value: float | None) -> str:
     return f"{value:.2%}" if value <= 1.0 else f"{value:.2f}%"
 
 
-def verdict_label(verdict: str | None) -> str:
+def verdict_label(verdict: Verdict | str | None) -> str:
     if not verdict:
         return DASH
     return f"{VERDICT_ICONS.get(verdict, '')} {verdict}".strip()
@@ -88,19 +91,20 @@ class Row:
 
     mode: str
     step_ms: float | None
+    step_ms_ref: float | None  # fp32's step over the same rounds (None where the row is fp32's own)
     throughput: float | None
     speedup: SpeedupEstimate | None
     speedup_value: float | None
     baseline: float | None
-    verdict: str | None  # the speed verdict
+    verdict: Verdict | None  # the speed verdict
     peak_mem: float | None
     memory_ratio: float | None
     max_batch: float | None
     max_batch_ratio: float | None
     tflops: float | None
     accuracy: float | None
-    memory_verdict: str | None = None
-    convergence: str | None = None  # the convergence verdict
+    memory_verdict: Verdict | None = None
+    convergence: Verdict | None = None  # the convergence verdict
     messages: tuple[str, ...] = ()
     reference_only: bool = False  # built from the fp32 figures a speed cell carries, not a cell of its own
     across: tuple[float, float] | None = None  # the speedup's interval across runs, where known
@@ -109,7 +113,10 @@ class Row:
         """The row as text, in the order of ROW_HEADERS."""
         speed = fmt_speedup(self.speedup, self.speedup_value)
         if self.reference_only:
-            speed = "1.00x (reference)"
+            speed = "reference"
+        elif self.mode == REFERENCE_MODE and speed != DASH:
+            # fp32 against itself checks the method; a "speedup" of it is no finding
+            speed = f"reference (self-check {speed})"
         elif self.across is not None:
             speed += f"; across runs [{self.across[0]:.2f}, {self.across[1]:.2f}]"
         memory = fmt_bytes(self.peak_mem)
@@ -120,10 +127,11 @@ class Row:
             batch = f"{batch} ({self.max_batch_ratio:.2f}x)"
         accuracy = fmt_accuracy(self.accuracy)
         if self.convergence and self.accuracy is None:
-            accuracy = self.convergence
+            accuracy = str(self.convergence)
         return [
             self.mode,
             fmt_ms(self.step_ms),
+            fmt_ms(self.step_ms_ref),
             fmt_rate(self.throughput),
             speed,
             fmt_number(self.baseline, ".2f", "x"),
@@ -134,13 +142,13 @@ class Row:
             accuracy,
         ]
 
-    def flags(self) -> dict[int, str | None]:
+    def flags(self) -> dict[int, Verdict | None]:
         """Column index -> the verdict of the test behind that figure, for figures other than speed."""
         col = ROW_HEADERS.index
         return {col("peak memory (ratio)"): self.memory_verdict, col("largest batch (ratio)"): self.memory_verdict,
                 col("accuracy"): self.convergence}
 
-    def marked_cells(self, mark: Callable[[str, str | None], str]) -> list[str]:
+    def marked_cells(self, mark: Callable[[str, Verdict | None], str]) -> list[str]:
         cells, flags = self.cells(), self.flags()
         return [mark(c, flags[i]) if i in flags else c for i, c in enumerate(cells)]
 
@@ -148,6 +156,7 @@ class Row:
 ROW_HEADERS = [
     "mode",
     "step time",
+    "fp32 step, same rounds",
     "throughput",
     "speedup over fp32 [interval]",
     "baseline",
@@ -160,36 +169,36 @@ ROW_HEADERS = [
 
 
 def model_rows(run: Run) -> dict[str, list[Row]]:
-    """Per model, one Row per mode: the seeds' table (mode, time, memory, accuracy) with the suite's
-    speedup, interval and verdict beside it."""
+    """Per model, one Row per mode: mode, step time, memory and accuracy with the suite's speedup,
+    interval and verdict beside them. A mode's step time sits beside fp32's in the same rounds, so
+    the two agree with its speedup (fp32's own cell ran in other rounds)."""
     tables: dict[str, list[Row]] = {}
     for model in run.models():
         rows = []
         modes = order_modes(c.mode for c in run.cells if c.model == model)
         for mode in modes:
-            speed = run.cell("speed", model, mode)
-            mem = run.cell("memory", model, mode)
-            conv = run.cell("convergence", model, mode)
+            speed = run.cell(SpeedRecord, model, mode)
+            mem = run.cell(MemoryRecord, model, mode)
+            conv = run.cell(ConvergenceRecord, model, mode)
             if speed is None and mem is None and conv is None:
                 continue  # e.g. only an input-pipeline cell: listed in its own table
-            messages = tuple(
-                f"{c.kind}: {c.get('message')}" for c in (speed, mem, conv) if c is not None and c.get("message")
-            )
+            messages = tuple(f"{c.kind}: {c.message}" for c in (speed, mem, conv) if c is not None and c.message)
             rows.append(
                 Row(
                     mode=mode,
-                    step_ms=speed.number("step_ms") if speed else None,
-                    throughput=speed.number("throughput") if speed else None,
+                    step_ms=speed.step_ms if speed else None,
+                    step_ms_ref=speed.step_ms_ref if speed and mode != REFERENCE_MODE else None,
+                    throughput=speed.throughput if speed else None,
                     speedup=speed.estimate() if speed else None,
-                    speedup_value=speed.number("speedup") if speed else None,
-                    baseline=speed.number("baseline_speedup") if speed else None,
+                    speedup_value=speed.speedup if speed else None,
+                    baseline=speed.baseline_speedup if speed else None,
                     verdict=speed.verdict if speed else None,
-                    peak_mem=_first(mem and mem.number("peak_mem_bytes"), speed and speed.number("peak_mem_bytes")),
-                    memory_ratio=_first(mem and mem.number("memory_ratio"), speed and speed.number("memory_ratio")),
-                    max_batch=mem.number("max_batch") if mem else None,
-                    max_batch_ratio=mem.number("max_batch_ratio") if mem else None,
-                    tflops=speed.number("tflops") if speed else None,
-                    accuracy=conv.number("accuracy") if conv else None,
+                    peak_mem=_first(mem and mem.peak_mem_bytes, speed and speed.peak_mem_bytes),
+                    memory_ratio=_first(mem and mem.memory_ratio, speed and speed.memory_ratio),
+                    max_batch=mem.max_batch if mem else None,
+                    max_batch_ratio=mem.max_batch_ratio if mem else None,
+                    tflops=speed.tflops if speed else None,
+                    accuracy=conv.accuracy if conv else None,
                     memory_verdict=mem.verdict if mem else None,
                     convergence=conv.verdict if conv else None,
                     messages=messages,
@@ -214,21 +223,21 @@ def _first(*values: float | None) -> float | None:
 
 def _reference_row(run: Run, model: str) -> Row | None:
     """The fp32 line from the reference figures every speed cell carries, where the run has no fp32
-    cell of its own (so the table still reads like the seeds': fp32 first)."""
-    for c in run.of_kind("speed"):
-        if c.model == model and (c.number("step_ms_ref") is not None or c.number("throughput_ref") is not None):
+    cell of its own (so the table still reads fp32 first)."""
+    for c in run.of_kind(SpeedRecord):
+        if c.model == model and (c.step_ms_ref is not None or c.throughput_ref is not None):
             return Row(
-                mode=REFERENCE_MODE, step_ms=c.number("step_ms_ref"), throughput=c.number("throughput_ref"),
+                mode=REFERENCE_MODE, step_ms=c.step_ms_ref, step_ms_ref=None, throughput=c.throughput_ref,
                 speedup=None, speedup_value=None, baseline=None, verdict=None,
-                peak_mem=c.number("peak_mem_ref_bytes"), memory_ratio=None, max_batch=None, max_batch_ratio=None,
+                peak_mem=c.peak_mem_ref_bytes, memory_ratio=None, max_batch=None, max_batch_ratio=None,
                 tflops=None, accuracy=None, reference_only=True,
             )
     return None
 
 
-def verdict_counts(cells: Iterable[Cell]) -> dict[str, dict[str, int]]:
-    """Per kind, how many cells got each verdict (in VERDICT_ORDER, then others)."""
-    counts: dict[str, dict[str, int]] = {}
+def verdict_counts(cells: Iterable[Record]) -> dict[str, dict[Verdict | str, int]]:
+    """Per kind, how many cells got each verdict (in VERDICT_ORDER; a cell without one counts as a dash)."""
+    counts: dict[str, dict[Verdict | str, int]] = {}
     for c in cells:
         per = counts.setdefault(c.kind, {})
         v = c.verdict or DASH
@@ -243,7 +252,7 @@ def foreign_note(run: Run) -> str:
             "An ampbench test that failed before recording its figures (e.g. out of memory) looks like this.")
 
 
-def attention(run: Run) -> list[Cell]:
-    """Cells whose own verdict (against this GPU's baseline) needs a look: regressions first."""
-    return sorted((c for c in run.cells if c.verdict in NEEDS_A_LOOK),
+def attention(run: Run) -> list[Record]:
+    """Cells whose own verdict (against this GPU's baseline) needs a look: failures first, then warnings."""
+    return sorted((c for c in run.cells if c.verdict is not None and c.verdict.needs_a_look),
                   key=lambda c: (NEEDS_A_LOOK.index(c.verdict), c.test_id))

@@ -10,6 +10,7 @@ from ampbench.report.charts import Chart
 from ampbench.report.format import (
     NEEDS_A_LOOK,
     ROW_HEADERS,
+    SMOKE_NOTE,
     attention,
     fmt_ms,
     fmt_number,
@@ -18,6 +19,7 @@ from ampbench.report.format import (
     verdict_counts,
 )
 from ampbench.report.run import DASH, Run
+from ampbench.results import REFERENCE_MODE, ConvergenceRecord, MemoryRecord, SpeedRecord
 from ampbench.report.speed_cells import (
     DEVICE,
     METHODS,
@@ -41,7 +43,11 @@ HTML_ICONS = {
     Verdict.PASS.value: "✓",
     Verdict.IMPROVED.value: "▲",
     Verdict.REGRESSION.value: "✗",
+    Verdict.NON_FINITE.value: "✗",
+    Verdict.REFERENCE_FAILED.value: "✗",
     Verdict.INCONCLUSIVE.value: "⚠",
+    Verdict.INPUT_BOUND.value: "⚠",
+    Verdict.EXPECTED_LAG.value: "–",
     Verdict.NO_BASELINE.value: "–",
 }
 
@@ -55,7 +61,11 @@ VERDICT_CLASSES = {
     Verdict.PASS.value: "v-pass",
     Verdict.IMPROVED.value: "v-improved",
     Verdict.REGRESSION.value: "v-regression",
+    Verdict.NON_FINITE.value: "v-regression",
+    Verdict.REFERENCE_FAILED.value: "v-regression",
     Verdict.INCONCLUSIVE.value: "v-inconclusive",
+    Verdict.INPUT_BOUND.value: "v-inconclusive",
+    Verdict.EXPECTED_LAG.value: "v-no-baseline",
     Verdict.NO_BASELINE.value: "v-no-baseline",
     "missing": "v-missing",
     "new": "v-new",
@@ -119,17 +129,13 @@ def _run_tables(run: Run) -> dict:
             cells[verdict_col] = _verdict_cell(r.verdict)
             body.append(cells)
         models.append((model, _table(ROW_HEADERS, body, [r.reference_only for r in rows])))
-    others = [c for c in run.cells if c.kind not in ("speed", "memory", "convergence")]
+    others = [c for c in run.cells if not isinstance(c, (SpeedRecord, MemoryRecord, ConvergenceRecord))]
     other_table = _table(
         ["test", "kind", "verdict", "message"],
-        ([HtmlCell(c.test_id), HtmlCell(c.kind), _verdict_cell(c.verdict), HtmlCell(str(c.get("message") or DASH))]
+        ([HtmlCell(c.test_id), HtmlCell(c.kind), _verdict_cell(c.verdict), HtmlCell(c.message or DASH)]
          for c in others),
     ) if others else None
     return {"models": models, "others": other_table}
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _matrix_cell(entry: MatrixEntry | None) -> dict | None:
@@ -148,8 +154,9 @@ def _matrix_cell(entry: MatrixEntry | None) -> dict | None:
 
 def _matrix(run: Run, figure: SpeedFigure, title: str, note: str) -> dict:
     modes, rows = matrix(run, figure)
-    return {"title": title, "note": note, "modes": modes,
-            "rows": [{"model": model, "cells": [_matrix_cell(e) for e in row]} for model, row in rows]}
+    keep = [i for i, m in enumerate(modes) if m != REFERENCE_MODE]  # fp32 is every column's reference
+    return {"title": title, "note": note, "modes": [modes[i] for i in keep],
+            "rows": [{"model": model, "cells": [_matrix_cell(row[i]) for i in keep]} for model, row in rows]}
 
 
 def _speed_context(run: Run) -> dict | None:
@@ -174,11 +181,11 @@ def _speed_context(run: Run) -> dict | None:
     host_table = _table(
         ["model", "mode", "GPU idle", "host overhead per step", "GPU busy per step", "eager step"],
         ([HtmlCell(c.model), HtmlCell(c.mode),
-          HtmlCell(fmt_number(None if c.number("idle_share") is None else 100 * c.number("idle_share"), ".0f", "%")),
-          HtmlCell(fmt_ms(c.number("host_overhead_ms"))), HtmlCell(fmt_ms(c.number("busy_ms"))),
-          HtmlCell(fmt_ms(c.number("step_ms")))] for c in host),
+          HtmlCell(fmt_number(None if c.idle_share is None else 100 * c.idle_share, ".0f", "%")),
+          HtmlCell(fmt_ms(c.host_overhead_ms)), HtmlCell(fmt_ms(c.busy_ms)), HtmlCell(fmt_ms(c.step_ms))] for c in host),
     ) if host else None
-    changes = [{"notable": notable(c), "verdict": _verdict_span(_text(c.get("device_verdict"))), "test_id": c.test_id,
+    changes = [{"notable": notable(c), "verdict": _verdict_span(c.device_verdict.value if c.device_verdict else None),
+                "test_id": c.test_id,
                 "lines": text.split("; ")} for c, text in kernel_change_cells(run)]
     return {
         "matrices": matrices,
@@ -249,7 +256,8 @@ def render_html(run: Run, charts: Sequence[Chart], comparison: "Comparison | Non
         kinds=[(kind, _chips(counts[kind])) for kind in run.kinds()] if run.cells else [],
         foreign_note=foreign_note(run) if run.foreign else None,
         failures=list(failures),
-        flagged=[{"verdict": _verdict_span(c.verdict), "test_id": c.test_id, "message": str(c.get("message") or "")}
+        smoke_note=SMOKE_NOTE if run.smoke else None,
+        flagged=[{"verdict": _verdict_span(c.verdict), "test_id": c.test_id, "message": c.message or ""}
                  for c in attention(run)],
         speed=_speed_context(run),
         comparison=_comparison_context(comparison, compare_charts) if comparison is not None else None,

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from ampbench.report.format import (
     NEEDS_A_LOOK,
     ROW_HEADERS,
+    SMOKE_NOTE,
+    SPEEDUP_NOTE,
     VERDICT_ICONS,
     attention,
     foreign_note,
@@ -16,13 +18,14 @@ from ampbench.report.format import (
 )
 from ampbench.report.run import DASH, Run
 from ampbench.report.speed_cells import DEVICE, WALL, host_bound_cells, kernel_change_cells, matrix, notable
+from ampbench.results import REFERENCE_MODE
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
     from ampbench.compare import Comparison
 
 
-def _flag_md(text: str, verdict: str | None) -> str:
+def _flag_md(text: str, verdict: Verdict | None) -> str:
     return f"{text} {VERDICT_ICONS[verdict]}" if verdict in NEEDS_A_LOOK else text
 
 
@@ -40,27 +43,28 @@ def _counts_line(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {verdict_label(v)}" for v, n in counts.items())
 
 
-def speedup_matrix(run: Run, figure: str = "speedup") -> tuple[list[str], list[list[str]]]:
-    """Models down, modes across, each cell 'speedup icon': the whole run at one glance. `figure`
-    "device_speedup" shows device time (the gate's figure, with the cell's verdict), "speedup" the
-    wall-clock speedup of eager steps (with the wall verdict where the cell has one)."""
-    modes, entries = matrix(run, DEVICE if figure == DEVICE.key else WALL)
+def speedup_matrix(run: Run, device: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Models down, modes across, each cell 'speedup icon': the whole run at one glance. `device` shows
+    device time (the gate's figure, with its verdict), else the wall-clock speedup of eager steps (with
+    the wall verdict where the cell has one). fp32 is the reference of every column, not a column."""
+    modes, entries = matrix(run, DEVICE if device else WALL)
+    keep = [i for i, m in enumerate(modes) if m != REFERENCE_MODE]
     rows = []
     for model, row in entries:
         texts = [model]
-        for e in row:
+        for e in (row[i] for i in keep):
             # "no baseline" on every cell of a fresh GPU would only add noise to the matrix
             icon = "" if e is None or e.verdict == Verdict.NO_BASELINE.value else VERDICT_ICONS.get(e.verdict or "", "")
             texts.append(DASH if e is None else f"{e.value:.2f}x {icon}".strip())
         rows.append(texts)
-    return ["model", *modes], rows
+    return ["model", *(modes[i] for i in keep)], rows
 
 
 def host_bound_lines(run: Run) -> list[str]:
     """One line per speed cell whose eager step left the device idle more than a tenth of the time."""
     out = []
     for c in host_bound_cells(run):
-        share, overhead = c.number("idle_share"), c.number("host_overhead_ms")
+        share, overhead = c.idle_share, c.host_overhead_ms
         out.append(f"- `{c.model}` {c.mode}: the GPU idles {share:.0%} of the eager step "
                    f"({overhead:.2f} ms per step waiting for the host)" if share is not None and overhead is not None
                    else f"- `{c.model}` {c.mode}")
@@ -69,13 +73,15 @@ def host_bound_lines(run: Run) -> list[str]:
 
 def kernel_change_lines(run: Run) -> list[str]:
     """The kernel changes of every speed cell whose device verdict is not a plain pass."""
-    return [f"- `{c.test_id}` ({c.get('device_verdict')}): {_md_escape(text)}"
+    return [f"- `{c.test_id}` ({c.device_verdict.value if c.device_verdict else DASH}): {_md_escape(text)}"
             for c, text in kernel_change_cells(run) if notable(c)]
 
 
 def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: Sequence[tuple[str, str]] = ()) -> str:
     """summary.md: the verdicts and the speedup matrix, short enough for $GITHUB_STEP_SUMMARY."""
     out = [f"## ampbench: {run.gpu}", ""]
+    if run.smoke:
+        out += [f"> **{SMOKE_NOTE}**", ""]
     out.append(" · ".join(f"{k} {v}" for k, v in run.software() if k != "device"))
     out.append("")
     counts = verdict_counts(run.cells)
@@ -93,9 +99,9 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
     flagged = attention(run)
     if flagged:
         out += ["### Needs a look", ""]
-        out += [f"- {verdict_label(c.verdict)} `{c.test_id}`: {_md_escape(c.get('message') or '')}" for c in flagged]
+        out += [f"- {verdict_label(c.verdict)} `{c.test_id}`: {_md_escape(c.message or '')}" for c in flagged]
         out.append("")
-    headers, rows = speedup_matrix(run, "device_speedup")
+    headers, rows = speedup_matrix(run, device=True)
     if any(cell != DASH for row in rows for cell in row[1:]):
         out += ["### Speedup over fp32 in device time (the gate)", "", _md_table(headers, rows), ""]
         headers, rows = speedup_matrix(run)
@@ -117,7 +123,7 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
         out += ["<details><summary>Per-model tables</summary>", ""]
         for model, model_table in tables.items():
             out += [f"#### {model}", "", _md_table(ROW_HEADERS, (r.marked_cells(_flag_md) for r in model_table)), ""]
-        out += ["</details>", ""]
+        out += [f"_{SPEEDUP_NOTE}_", "", "</details>", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -127,7 +133,7 @@ def render_comparison_markdown(comparison: "Comparison") -> list[str]:
         out += [f"> {n}" for n in comparison.notes] + [""]
     out.append(f"{_counts_line(comparison.counts())}")
     out.append("")
-    changed = [r for r in comparison.rows if r.verdict not in (Verdict.PASS.value,)]
+    changed = [r for r in comparison.rows if r.verdict != Verdict.PASS]
     headers = ["test", "figure", "old", "new", "change", "verdict"]
     if changed:
         out += [_md_table(headers, (r.cells() for r in changed)), ""]

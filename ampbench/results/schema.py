@@ -1,10 +1,11 @@
 """What a run JSON (``pytest perf/ --benchmark-json``) must hold for a report or a comparison to trust it:
-one table per level of the file and per kind of cell, read by `report.parse_run` before it builds a Run.
+the schema version, the frame pytest-benchmark writes around the cells, and the `Field` specs that the
+record types attach to their figures.
 
 A figure that reaches a verdict (a speedup and its interval, a memory or batch ratio, an accuracy, a
 recorded tolerance, the verdict itself) must have its type and range, or the file is refused: a NaN or
 "2.3x" speedup would otherwise be read as "no figure" and pass silently. Figures that are only shown
-(step time, throughput, peak bytes...) are not listed: `Cell.number` shows an unusable one as a dash.
+(step time, throughput, peak bytes...) are read leniently: an unusable one becomes None, shown as a dash.
 JSON null, where a field is optional, means "not measured" (e.g. memory on a CPU run).
 """
 
@@ -14,11 +15,32 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ampbench.verdict import Verdict
+
+# extra_info["ampbench_schema"] of every cell this version writes, and the versions it reads
+SCHEMA_VERSION = 1
+READABLE_SCHEMAS = (1,)
+
+# verdicts that cells of schema 1 wrote before the vocabulary was one: (verdict, reason)
+LEGACY_VERDICTS: dict[str, tuple[Verdict, str]] = {"below margin": (Verdict.REGRESSION, "below margin")}
+
+_VALUES = {v.value: v for v in Verdict}
+
+
+def read_verdict(value: Any) -> tuple[Verdict | None, str | None]:
+    """(verdict, the reason a legacy value carried) of a cell's verdict string; (None, None) for null.
+    Call only on a value `Field("verdict")` accepts."""
+    if value is None:
+        return None, None
+    if value in LEGACY_VERDICTS:
+        return LEGACY_VERDICTS[value]
+    return _VALUES[value], None
+
 
 @dataclass(frozen=True)
 class Field:
-    """One field: its JSON type ("string", "integer", "number", "boolean", "object", "array") and, for
-    numbers, the range it must lie in."""
+    """One field: its JSON type ("string", "integer", "number", "boolean", "object", "array" or
+    "verdict", a string of the verdict vocabulary) and, for numbers, the range it must lie in."""
 
     type: str
     required: bool = False
@@ -28,6 +50,8 @@ class Field:
     high: float | None = None  # inclusive
 
     def expected(self) -> str:
+        if self.type == "verdict":
+            return "one of " + ", ".join(repr(v.value) for v in Verdict)
         what = {"string": "a string", "integer": "an integer", "number": "a finite number", "boolean": "true or false",
                 "object": "an object", "array": "a list"}[self.type]
         bounds = [f">= {self.low:g}" if self.low is not None else "", f"> {self.above:g}" if self.above is not None else "",
@@ -46,6 +70,8 @@ class Field:
                     or (self.below is not None and value >= self.below) or (self.high is not None and value > self.high)):
                 return f"is {value:g}"
             return None
+        if self.type == "verdict":
+            return None if isinstance(value, str) and (value in _VALUES or value in LEGACY_VERDICTS) else f"is {_shown(value)}"
         python = {"string": str, "boolean": bool, "object": dict, "array": list}[self.type]
         return None if isinstance(value, python) else f"is {_shown(value)}"
 
@@ -63,6 +89,10 @@ STRING, OBJECT = Field("string"), Field("object")
 POSITIVE = Field("number", above=0)  # a speedup or a ratio to fp32
 NON_NEGATIVE = Field("number", low=0)
 COUNT = Field("integer", low=0)
+BOOLEAN = Field("boolean")
+VERDICT = Field("verdict")
+CONFIDENCE = Field("number", above=0, below=1)
+ACCURACY = Field("number", low=0, high=100)  # a fraction or a percentage, as the report reads it
 
 # the top level, as pytest-benchmark writes it
 DOCUMENT = {
@@ -75,47 +105,10 @@ DOCUMENT = {
 MACHINE = {"device": STRING, "torch": STRING, "cuda": STRING, "driver": STRING, "capability": STRING}
 # every entry of "benchmarks"
 BENCHMARK = {"name": Field("string", required=True), "extra_info": OBJECT}
-# extra_info of every ampbench cell, whatever its kind
-CELL = {
-    "ampbench_schema": Field("integer", required=True),
-    "kind": Field("string", required=True),
-    "model": STRING,
-    "mode": STRING,
-    "device": STRING,
-    "verdict": STRING,
-    "message": STRING,
-}
-# extra_info by kind: the figures a report or a comparison judges
-CELL_KINDS: dict[str, dict[str, Field]] = {
-    "speed": {
-        "speedup": POSITIVE,
-        "speedup_low": POSITIVE,
-        "speedup_high": POSITIVE,
-        "speedup_across_low": POSITIVE,
-        "speedup_across_high": POSITIVE,
-        "baseline_speedup": POSITIVE,
-        "tolerance": NON_NEGATIVE,
-        "rounds": COUNT,
-        "confidence": Field("number", above=0, below=1),
-    },
-    "memory": {
-        "memory_ratio": POSITIVE,
-        "max_batch_ratio": POSITIVE,
-        "tolerance": NON_NEGATIVE,
-    },
-    "convergence": {
-        # a fraction or a percentage, as the report reads it
-        "accuracy": Field("number", low=0, high=100),
-        "accuracy_ref": Field("number", low=0, high=100),
-    },
-    "input_pipeline": {
-        "input_bound": Field("boolean"),
-    },
-}
-# fields of one kind that must be in this order where all are present (an interval holds its estimate)
-ORDERED: dict[str, tuple[tuple[str, ...], ...]] = {
-    "speed": (("speedup_low", "speedup", "speedup_high"), ("speedup_across_low", "speedup_across_high")),
-}
+# extra_info of every ampbench cell, whatever its kind (its figures: the record type of its kind)
+CELL = {"ampbench_schema": Field("integer", required=True), "kind": Field("string", required=True)}
+# the keys of those
+SCHEMA_KEY, KIND_KEY = "ampbench_schema", "kind"
 
 
 def check(mapping: Mapping[str, Any], table: Mapping[str, Field], where: str) -> list[str]:
@@ -133,18 +126,11 @@ def check(mapping: Mapping[str, Any], table: Mapping[str, Field], where: str) ->
     return problems
 
 
-def check_cell(info: Mapping[str, Any], where: str) -> list[str]:
-    """The problems of one ampbench cell's extra_info (`where` is e.g. "benchmarks[3].extra_info")."""
-    problems = check(info, CELL, where)
-    kind = info.get("kind")
-    if problems or not isinstance(kind, str):
-        return problems
-    problems = check(info, CELL_KINDS.get(kind, {}), where)
-    if problems:
-        return problems
-    for names in ORDERED.get(kind, ()):
-        values = [info.get(n) for n in names]
-        if all(v is not None for v in values) and any(a > b for a, b in zip(values, values[1:])):
-            shown = ", ".join(f"{where}.{n} {v:g}" for n, v in zip(names, values))
-            problems.append(f"{shown}: out of order; expected {' <= '.join(names)}")
-    return problems
+def check_order(mapping: Mapping[str, Any], names: tuple[str, ...], where: str) -> list[str]:
+    """A problem where the figures `names`, all present, are not in ascending order (an interval holds
+    its estimate)."""
+    values = [mapping.get(n) for n in names]
+    if any(v is None for v in values) or all(a <= b for a, b in zip(values, values[1:])):
+        return []
+    shown = ", ".join(f"{where}.{n} {v:g}" for n, v in zip(names, values))
+    return [f"{shown}: out of order; expected {' <= '.join(names)}"]

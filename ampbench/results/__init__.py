@@ -1,0 +1,26 @@
+"""The result format: what a cell of the suite writes into pytest-benchmark's JSON (``extra_info``) and
+how it is read back. The one owner of the schema version, the verdict vocabulary and the keys.
+
+A test builds a typed record of its kind (``SpeedRecord``, ``MemoryRecord``, ``ConvergenceRecord``,
+``PipelineRecord``, ``DistributedRecord``, ``UnderflowRecord``) and writes ``record.to_info()``; the
+report, compare, spread, the terminal summary and every tool read a run with ``load_run`` and get the
+same records back (``from_info``), never key strings. Every verdict is a ``Verdict``, whose members say
+whether they fail (``failing``) or deserve a look (``warns``). Nothing here imports torch or pytest.
+
+The modules, by job: `schema` (the version, the frame of a run JSON, the field specs), `base` (the
+record machinery), `timed` and `cells` (the records per kind), `run` (the reader).
+"""
+
+from ampbench.modes import REFERENCE_MODE
+from ampbench.results.base import OtherRecord, Record
+from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
+from ampbench.results.run import KINDS, RECORD_TYPES, Run, RunError, load_run, order_modes, parse_run, record_type
+from ampbench.results.schema import READABLE_SCHEMAS, SCHEMA_VERSION
+from ampbench.results.timed import DistributedRecord, SpeedRecord
+from ampbench.verdict import VERDICT_ORDER, Verdict
+
+__all__ = [
+    "KINDS", "READABLE_SCHEMAS", "RECORD_TYPES", "REFERENCE_MODE", "SCHEMA_VERSION", "VERDICT_ORDER",
+    "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord", "Record", "Run",
+    "RunError", "SpeedRecord", "UnderflowRecord", "Verdict", "load_run", "order_modes", "parse_run", "record_type",
+]

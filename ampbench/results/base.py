@@ -1,0 +1,185 @@
+"""A cell's result as a typed record: one frozen dataclass per kind of cell, whose fields are the keys of
+its pytest-benchmark ``extra_info``. A test builds the record and writes ``to_info()``; every reader
+(report, compare, spread, the terminal summary) gets it back with ``from_info()`` and reads attributes.
+
+Each field says how it is read back (`checked`, `number`, `text`, `flag`, `raw`): a figure that reaches
+a verdict is `checked` against its schema `Field` and a file holding a bad one is refused
+(``problems``); a figure that is only shown is taken where usable and None otherwise. Keys a record
+type does not name (figures of a newer writer, or a kind's open-ended breakdown) stay in `detail`, and
+are written back as they came.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, TypeVar
+
+from ampbench.results.schema import (
+    CELL,
+    KIND_KEY,
+    SCHEMA_KEY,
+    SCHEMA_VERSION,
+    STRING,
+    VERDICT,
+    Field,
+    check,
+    check_order,
+    read_verdict,
+)
+from ampbench.verdict import Verdict
+
+R = TypeVar("R", bound="Record")
+
+_READ = "read"  # field metadata: how the field's JSON value is read back
+_SPEC = "spec"  # field metadata: the schema Field a checked value must fit
+_OWN = "own"  # field metadata: the field is the record's own, not a key of extra_info
+
+
+def checked(spec: Field) -> Any:
+    """A field whose value reaches a verdict: a file with an unusable one is refused."""
+    return field(default=None, metadata={_READ: "checked", _SPEC: spec})
+
+
+def number() -> Any:
+    """A figure that is only shown: a finite int or float, else None."""
+    return field(default=None, metadata={_READ: "number"})
+
+
+def text() -> Any:
+    return field(default=None, metadata={_READ: "text"})
+
+
+def flag() -> Any:
+    return field(default=None, metadata={_READ: "flag"})
+
+
+def raw() -> Any:
+    """A list or an object, kept as the JSON has it (round times, kernel lists, loss curves)."""
+    return field(default=None, metadata={_READ: "raw"})
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if math.isfinite(value) else None
+
+
+_READERS = {
+    "number": _number,
+    "text": lambda v: v if isinstance(v, str) else None,
+    "flag": lambda v: v if isinstance(v, bool) else None,
+    "raw": lambda v: v if isinstance(v, (list, dict)) else None,
+}
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Verdict):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Record:
+    """What every cell carries: who it is and what it concluded. Subclasses add their kind's figures."""
+
+    KIND: ClassVar[str] = ""
+    # whether pytest-benchmark's own figures for a cell of this kind are training-step times (its
+    # terminal table lists only those)
+    TIMED: ClassVar[bool] = False
+    # checked figures that must be ascending where all are present (an interval holds its estimate)
+    ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = ()
+
+    test_id: str = field(default="", metadata={_OWN: True})  # pytest-benchmark's name of the cell
+    model: str | None = checked(STRING)
+    mode: str | None = checked(STRING)
+    device: str | None = checked(STRING)
+    verdict: Verdict | None = checked(VERDICT)
+    message: str | None = checked(STRING)
+    detail: Mapping[str, Any] = field(default_factory=dict, metadata={_OWN: True})
+
+    @property
+    def kind(self) -> str:
+        return self.KIND
+
+    @classmethod
+    def info_fields(cls) -> list[dataclasses.Field]:
+        return [f for f in dataclasses.fields(cls) if not f.metadata.get(_OWN)]
+
+    @classmethod
+    def build(cls: type[R], **values: Any) -> R:
+        """A record of `values`, the names no field has kept in `detail` (a kind's open-ended figures)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        own = {k: v for k, v in values.items() if k in names}
+        detail = {**own.pop("detail", {}), **{k: v for k, v in values.items() if k not in names}}
+        return cls(**own, detail=detail)
+
+    def to_info(self, *, only_set: bool = False) -> dict[str, Any]:
+        """extra_info of this cell; `only_set` leaves out what is None (a cell's identity, written
+        before it measures, so that a cell failing later is still recognisable)."""
+        info: dict[str, Any] = {SCHEMA_KEY: SCHEMA_VERSION, KIND_KEY: self.kind}
+        for f in self.info_fields():
+            value = getattr(self, f.name)
+            if value is not None or not only_set:
+                info[f.name] = _encode(value)
+        info.update(self.detail)
+        return info
+
+    def value(self, name: str) -> Any:
+        """A figure by its key: a field, or one kept in `detail`."""
+        names = {f.name for f in self.info_fields()}
+        return getattr(self, name) if name in names else self.detail.get(name)
+
+    @classmethod
+    def problems(cls, info: Mapping[str, Any], where: str) -> list[str]:
+        """Why `info` cannot be read as this kind of cell (`where` is e.g. "benchmarks[3].extra_info")."""
+        problems = check(info, CELL, where)
+        if problems:
+            return problems
+        problems = check(info, {f.name: f.metadata[_SPEC] for f in cls.info_fields() if _SPEC in f.metadata}, where)
+        if problems:
+            return problems
+        return [p for names in cls.ORDERED for p in check_order(info, names, where)]
+
+    @classmethod
+    def from_info(cls: type[R], info: Mapping[str, Any], test_id: str = "") -> R:
+        """The record of a cell's extra_info. Never raises: a checked value that does not fit (see
+        ``problems``, which the run reader asks first) is read as None."""
+        values: dict[str, Any] = {}
+        reason = None
+        for f in cls.info_fields():
+            raw = info.get(f.name)
+            how = f.metadata.get(_READ)
+            if how == "checked":
+                spec = f.metadata[_SPEC]
+                raw = raw if raw is not None and spec.problem(raw) is None else None
+                if spec is VERDICT:
+                    raw, legacy = read_verdict(raw)
+                    reason = reason or legacy
+                values[f.name] = raw
+            else:
+                values[f.name] = _READERS[how](raw) if how in _READERS else raw
+        if reason and "reason" in values and values["reason"] is None:
+            values["reason"] = reason
+        known = {f.name for f in cls.info_fields()} | {SCHEMA_KEY, KIND_KEY}
+        return cls(test_id=test_id, detail={k: v for k, v in info.items() if k not in known}, **values)
+
+
+@dataclass(frozen=True)
+class OtherRecord(Record):
+    """A cell of a kind this version does not know (a newer writer's): identity, verdict and message only."""
+
+    other_kind: str = field(default="", metadata={_OWN: True})
+
+    @property
+    def kind(self) -> str:
+        return self.other_kind
+
+    @classmethod
+    def from_info(cls, info: Mapping[str, Any], test_id: str = "") -> OtherRecord:
+        record = super().from_info(info, test_id)
+        kind = info.get(KIND_KEY)
+        return dataclasses.replace(record, other_kind=kind if isinstance(kind, str) else "")

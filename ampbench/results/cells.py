@@ -1,0 +1,130 @@
+"""Records of the cells that are not timed against fp32 in rounds: memory, convergence, the input
+pipeline and the underflow demonstration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ampbench.results.base import Record, checked, flag, number, raw, text
+from ampbench.results.schema import ACCURACY, BOOLEAN, NON_NEGATIVE, POSITIVE
+
+
+@dataclass(frozen=True)
+class MemoryRecord(Record):
+    """``test_memory[model-mode]``: the peak of a training step and its ratio to fp32's, the confirmed
+    largest batch under the memory cap and its ratio to fp32's, and the throughput there. Where a
+    step's memory goes (weights, gradients, masters, optimizer state, activations...) and the
+    allocator's counters are open-ended, and kept in `detail`."""
+
+    KIND: ClassVar[str] = "memory"
+    TIMED: ClassVar[bool] = True  # pytest-benchmark times the steps at the largest batch
+
+    batch_size: int | None = number()
+    peak_mem_bytes: int | None = number()
+    peak_mem_ref_bytes: int | None = number()
+    memory_ratio: float | None = checked(POSITIVE)
+    max_batch: int | None = number()
+    max_batch_ref: int | None = number()
+    max_batch_ratio: float | None = checked(POSITIVE)
+    max_batch_step: int | None = number()  # the search's grid step
+    max_batch_ref_step: int | None = number()
+    max_batch_limited: bool | None = flag()  # the search stopped at the batch limit, not at the cap
+    max_batch_ref_limited: bool | None = flag()
+    max_batch_limit: int | None = number()
+    max_batch_confirmed: bool | None = flag()
+    max_batch_next_failing: int | None = number()
+    max_batch_predicted: int | None = number()
+    max_batch_search_start: int | None = number()
+    max_batch_peak_bytes: int | None = number()
+    max_batch_throughput: float | None = number()
+    max_batch_throughput_ref: float | None = number()
+    max_batch_throughput_ratio: float | None = number()
+    max_batch_step_ms: float | None = number()
+    search_steps: int | None = number()
+    search_seconds: float | None = number()
+    cell_seconds: float | None = number()
+    warmup_steps: int | None = number()
+    cap_bytes: int | None = number()
+    alloc_conf: str | None = text()
+    cudnn_benchmark: bool | None = flag()
+    max_batch_timed_alloc_retries: int | None = number()
+    search_probes: list | None = raw()  # [batch, peak bytes, reserved peak bytes, seconds, alloc retries] per step
+    search: str | None = text()
+    baseline_memory_ratio: float | None = number()
+    baseline_max_batch: int | None = number()
+    tolerance: float | None = checked(NON_NEGATIVE)
+
+
+@dataclass(frozen=True)
+class ConvergenceRecord(Record):
+    """``test_convergence[model-mode]``: the held-out accuracy a mode reaches from fp32's seed, data and
+    budget, against fp32's within a margin, with the loss curve."""
+
+    KIND: ClassVar[str] = "convergence"
+
+    data: str | None = text()
+    image_shape: list | None = raw()
+    steps: int | None = number()
+    batch_size: int | None = number()
+    seed: int | None = number()
+    accuracy: float | None = checked(ACCURACY)
+    accuracy_ref: float | None = checked(ACCURACY)
+    margin: float | None = number()
+    min_accuracy: float | None = number()
+    loss_curve: list | None = raw()
+    nonfinite_steps: list | None = raw()
+    train_seconds: float | None = number()
+    baseline_margin: float | None = number()
+    expected_to_lag: bool | None = flag()
+    reason: str | None = text()  # what the verdict does not say: "below margin" for a regression or a lag
+
+    @property
+    def accuracy_delta(self) -> float | None:
+        """The mode's accuracy minus fp32's, in the scale the cell wrote them."""
+        return None if self.accuracy is None or self.accuracy_ref is None else self.accuracy - self.accuracy_ref
+
+
+@dataclass(frozen=True)
+class PipelineRecord(Record):
+    """``test_input_pipeline[model-mode]``: samples/s of the step fed by a real DataLoader against the
+    same step on resident batches, and whether the loader caps it."""
+
+    KIND: ClassVar[str] = "input_pipeline"
+
+    data: str | None = text()
+    batch_size: int | None = number()
+    steps: int | None = number()
+    workers: int | None = number()
+    pin_memory: bool | None = flag()
+    throughput_resident: float | None = number()
+    throughput_loader: float | None = number()
+    throughput_loader_only: float | None = number()
+    loader_ratio: float | None = number()
+    input_bound: bool | None = checked(BOOLEAN)
+    input_bound_ratio: float | None = number()
+    loader_headroom: float | None = number()
+
+
+@dataclass(frozen=True)
+class UnderflowRecord(Record):
+    """``test_underflow_without_loss_scaling``: the same fp16 run without and with a loss scale, and how
+    many gradient elements flushed to zero in each."""
+
+    KIND: ClassVar[str] = "underflow"
+
+    data: str | None = text()
+    steps: int | None = number()
+    loss_factor: float | None = number()
+    grad_median: float | None = number()
+    fp16_smallest_subnormal: float | None = number()
+    loss_scale: float | None = number()
+    accuracy_ref: float | None = number()
+    accuracy_unscaled: float | None = number()
+    accuracy_scaled: float | None = number()
+    underflow_unscaled: float | None = number()
+    underflow_scaled: float | None = number()
+    weights_moved_unscaled: bool | None = flag()
+    loss_curve_unscaled: list | None = raw()
+    loss_curve_scaled: list | None = raw()
+    loss_curve: list | None = raw()

@@ -1,0 +1,227 @@
+"""The run reader: load and validate one ampbench ``--benchmark-json`` file into a Run of records.
+Nothing here imports torch or pytest."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, TypeVar
+
+from ampbench.modes import MODES
+from ampbench.results.base import OtherRecord, Record
+from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
+from ampbench.results.schema import BENCHMARK, DOCUMENT, KIND_KEY, MACHINE, READABLE_SCHEMAS, SCHEMA_KEY, check
+from ampbench.results.timed import DistributedRecord, SpeedRecord
+from ampbench.stats import finite_number
+
+# every kind of cell, in the order reports list them
+RECORD_TYPES: tuple[type[Record], ...] = (SpeedRecord, MemoryRecord, ConvergenceRecord, PipelineRecord,
+                                          DistributedRecord, UnderflowRecord)
+KINDS = tuple(t.KIND for t in RECORD_TYPES)
+_BY_KIND = {t.KIND: t for t in RECORD_TYPES}
+R = TypeVar("R", bound=Record)
+
+
+def record_type(kind: Any) -> type[Record]:
+    """The record type of a cell's kind; OtherRecord for a kind this version does not know."""
+    return _BY_KIND.get(kind, OtherRecord) if isinstance(kind, str) else OtherRecord
+
+
+class RunError(ValueError):
+    """A file that cannot be reported on; the message names the file and what is wrong with it."""
+
+    def __init__(self, path: Path | str, problem: str):
+        self.path = Path(path)
+        super().__init__(f"{path}: {problem}")
+
+
+@dataclass
+class Run:
+    """One benchmark JSON written by ``pytest perf/ --benchmark-json``."""
+
+    path: Path
+    machine: dict  # machine_info["ampbench"]
+    datetime: str | None
+    commit: dict
+    cells: list[Record]
+    foreign: list[str] = field(default_factory=list)  # names of benchmarks without ampbench results (ignored)
+
+    @property
+    def gpu(self) -> str:
+        device = self.machine.get("device")
+        if isinstance(device, str) and device:
+            return device
+        devices = {c.device for c in self.cells if c.device}
+        return ", ".join(sorted(devices)) or "unknown device"
+
+    @property
+    def smoke(self) -> bool:
+        """A CPU run: the smoke pass on tiny shapes, whose figures compare with nothing."""
+        device = self.machine.get("device")
+        devices = {device} if isinstance(device, str) and device else {c.device for c in self.cells if c.device}
+        return bool(devices) and all(d.split(":")[0] == "cpu" for d in devices)
+
+    @property
+    def label(self) -> str:
+        """How a run is named in a comparison: its file name and its date."""
+        when = (self.datetime or "")[:16].replace("T", " ")
+        return f"{self.path.name} ({when})" if when else self.path.name
+
+    def of_kind(self, kind: type[R]) -> list[R]:
+        return [c for c in self.cells if type(c) is kind]
+
+    def kinds(self) -> list[str]:
+        seen = list(dict.fromkeys(c.kind for c in self.cells))
+        return [k for k in KINDS if k in seen] + [k for k in seen if k not in KINDS]
+
+    def models(self) -> list[str]:
+        """Models in the order the run met them, which is the registry's order."""
+        return list(dict.fromkeys(c.model for c in self.cells))
+
+    def cell(self, kind: type[R], model: str, mode: str) -> R | None:
+        for c in self.cells:
+            if type(c) is kind and c.model == model and c.mode == mode:
+                return c
+        return None
+
+    def software(self) -> list[tuple[str, str]]:
+        """(name, value) pairs that tell two runs' software and hardware apart."""
+        m = self.machine
+        pairs = [
+            ("device", m.get("device")),
+            ("capability", m.get("capability")),
+            ("driver", m.get("driver")),
+            ("torch", m.get("torch")),
+            ("CUDA", m.get("cuda")),
+            ("cuDNN", m.get("cudnn")),
+        ]
+        clocks = [
+            f"{name} {m[key]:g} MHz" for name, key in (("SM", "sm_clock_mhz"), ("max SM", "max_sm_clock_mhz"), ("mem", "mem_clock_mhz"))
+            if finite_number(m.get(key)) is not None
+        ]
+        if clocks:
+            pairs.append(("clocks", ", ".join(clocks)))
+        if isinstance(m.get("clocks"), (str, dict)):
+            c = m["clocks"]
+            pairs.append(("clocks", c if isinstance(c, str) else ", ".join(f"{k} {v}" for k, v in c.items())))
+        commit = self.commit.get("id") if isinstance(self.commit, dict) else None
+        if commit and commit not in ("unversioned", "unknown"):
+            dirty = " (dirty)" if self.commit.get("dirty") else ""
+            pairs.append(("commit", f"{str(commit)[:12]}{dirty}"))
+        if self.datetime:
+            pairs.append(("run", self.datetime[:19].replace("T", " ")))
+        return [(k, str(v)) for k, v in pairs if v not in (None, "")]
+
+
+def order_modes(modes: Iterable[str]) -> list[str]:
+    """`modes` in the mode table's order; modes it lacks (a newer writer's) follow in the order met."""
+    seen = list(dict.fromkeys(modes))
+    return [m for m in MODES if m in seen] + [m for m in seen if m not in MODES]
+
+
+UNNAMED = "-"  # the mode of a cell whose test id names none
+
+
+def _split_id(name: str) -> tuple[str, str]:
+    """'test_speed[wide_resnet28_10-amp_fp16]' -> ('wide_resnet28_10', 'amp_fp16'): model names and
+    mode names hold underscores but no dashes, so the last dash separates them."""
+    inside = name[name.find("[") + 1 : name.rfind("]")] if "[" in name and name.endswith("]") else ""
+    model, sep, mode = inside.rpartition("-")
+    return (model, mode) if sep else (inside or name, UNNAMED)
+
+
+def _truncation_problem(text: str, exc: json.JSONDecodeError) -> str:
+    # a decoder that runs off the end of the text, or a document that does not end where an object or
+    # array ends, means the writer stopped early (killed job, full disk)
+    stripped = text.rstrip()
+    if exc.pos >= len(stripped) - 1 or (stripped[:1] in "{[" and not stripped.endswith(("}", "]"))):
+        return (
+            f"is truncated: the JSON stops at line {exc.lineno} column {exc.colno} ({exc.msg}); "
+            "the run was probably interrupted before pytest-benchmark finished writing it"
+        )
+    return f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+
+
+def load_run(path: Path | str) -> Run:
+    """Read and validate one ampbench benchmark JSON; RunError names the file and the problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RunError(path, "no such file") from None
+    except IsADirectoryError:
+        raise RunError(path, "is a directory; give the JSON file written by `pytest perf/ --benchmark-json FILE`") from None
+    except OSError as exc:
+        raise RunError(path, f"cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RunError(path, f"is not UTF-8 text (byte {exc.start}), so not a benchmark JSON") from None
+    if not text.strip():
+        raise RunError(path, "is empty; the run was probably interrupted before pytest-benchmark wrote it")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RunError(path, _truncation_problem(text, exc)) from None
+    except RecursionError:
+        raise RunError(path, "is not a benchmark JSON: its values are nested too deeply to read") from None
+    return parse_run(document, path)
+
+
+def _refuse(path: Path, problems: list[str]) -> None:
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise RunError(path, "; ".join(problems[:3]) + more)
+
+
+def parse_run(document: Any, path: Path | str) -> Run:
+    """Validate a decoded benchmark JSON document (see load_run) and read its cells as records."""
+    path = Path(path)
+    not_ours = "is not ampbench output"
+    if not isinstance(document, dict) or not isinstance(document.get("benchmarks"), list):
+        raise RunError(
+            path,
+            f"{not_ours}: expected pytest-benchmark's JSON (an object with a 'benchmarks' list), "
+            "as written by `pytest perf/ --benchmark-json FILE`",
+        )
+    _refuse(path, check(document, DOCUMENT, ""))
+    machine_info = document.get("machine_info") or {}
+    machine = machine_info.get("ampbench") if isinstance(machine_info.get("ampbench"), dict) else {}
+    _refuse(path, check(machine, MACHINE, "machine_info.ampbench"))
+    cells: list[Record] = []
+    foreign: list[str] = []
+    problems: list[str] = []  # of every cell, so one message lists what is wrong across the file
+    for i, bench in enumerate(document["benchmarks"]):
+        where = f"benchmarks[{i}]"
+        if not isinstance(bench, dict):
+            raise RunError(path, f"{where} is not an object; pytest-benchmark writes one per test")
+        _refuse(path, check(bench, BENCHMARK, where))
+        info = bench.get("extra_info") or {}
+        name = bench["name"]
+        if SCHEMA_KEY not in info:
+            foreign.append(name)
+            continue
+        if info[SCHEMA_KEY] not in READABLE_SCHEMAS:
+            raise RunError(
+                path,
+                f"{where}.extra_info.{SCHEMA_KEY} of {name} is {info[SCHEMA_KEY]!r}: written with ampbench schema "
+                f"{info[SCHEMA_KEY]!r}; this ampbench reads schema {', '.join(map(str, READABLE_SCHEMAS))} (report it "
+                "with the ampbench version that wrote it, or rerun the suite)",
+            )
+        kind = record_type(info.get(KIND_KEY))
+        cell_problems = kind.problems(info, f"{where}.extra_info")
+        problems += [f"{p} ({name})" for p in cell_problems]
+        if cell_problems:
+            continue
+        record = kind.from_info(info, name)
+        id_model, id_mode = _split_id(name)
+        cells.append(replace(record, model=record.model or id_model, mode=record.mode or id_mode))
+    _refuse(path, problems)
+    if not cells and not machine:
+        problem = (
+            "none of its benchmarks carries extra_info.ampbench_schema and machine_info has no 'ampbench' entry"
+            if document["benchmarks"]
+            else "it holds no benchmarks and machine_info has no 'ampbench' entry"
+        )
+        raise RunError(path, f"{not_ours}: {problem}")
+    return Run(path=path, machine=machine, datetime=document.get("datetime"), commit=document.get("commit_info") or {},
+               cells=cells, foreign=foreign)

@@ -1,0 +1,202 @@
+"""Records of the cells that time a mode against fp32 in interleaved rounds: speed (one GPU) and
+distributed (N ranks). Both carry a speedup with its interval, which compare and spread read through
+``estimate``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ampbench.results.base import Record, checked, flag, number, raw, text
+from ampbench.results.schema import CONFIDENCE, COUNT, NON_NEGATIVE, POSITIVE, VERDICT
+from ampbench.stats import SpeedupEstimate
+from ampbench.verdict import Verdict
+
+
+def _estimate(speedup: Any, low: Any, high: Any, rounds: Any, confidence: Any) -> SpeedupEstimate | None:
+    if speedup is None or low is None or high is None or min(speedup, low, high) <= 0:
+        return None
+    return SpeedupEstimate(speedup, low, high, int(rounds) if rounds is not None else 0,
+                           confidence if confidence is not None else 0.99)
+
+
+@dataclass(frozen=True)
+class SpeedRecord(Record):
+    """``test_speed[model-mode]``: the device-time speedup (the gate by default) and the wall-clock
+    speedup of eager steps, each with its interval, baseline and verdict; how long the eager step waits
+    on the host; step times, throughput, memory and TFLOP/s of both sides."""
+
+    KIND: ClassVar[str] = "speed"
+    TIMED: ClassVar[bool] = True
+    ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (
+        ("speedup_low", "speedup", "speedup_high"), ("speedup_across_low", "speedup_across_high"),
+        ("device_speedup_low", "device_speedup", "device_speedup_high"))
+
+    batch_size: int | None = number()
+    gate: str | None = text()  # --perf-gate
+    gated: list | None = raw()  # the figures that held the cell: "device", "wall"
+    steps_per_block: int | None = number()
+    ref_steps_per_block: int | None = number()
+    # the wall-clock speedup of eager steps
+    speedup: float | None = checked(POSITIVE)
+    speedup_low: float | None = checked(POSITIVE)
+    speedup_high: float | None = checked(POSITIVE)
+    rounds: int | None = checked(COUNT)
+    confidence: float | None = checked(CONFIDENCE)
+    speedup_across_low: float | None = checked(POSITIVE)  # the interval across runs, where a spread was learned
+    speedup_across_high: float | None = checked(POSITIVE)
+    between_run_sd: float | None = number()
+    between_run_count: int | None = number()
+    baseline_speedup: float | None = checked(POSITIVE)
+    tolerance: float | None = checked(NON_NEGATIVE)
+    line: float | None = number()
+    drop: float | None = number()
+    confirm_speedup: float | None = number()
+    wall_verdict: Verdict | None = checked(VERDICT)
+    # the device-time speedup
+    device_method: str | None = text()  # graph, kernels or wall
+    device_fallback: str | None = text()
+    device_speedup: float | None = checked(POSITIVE)
+    device_speedup_low: float | None = checked(POSITIVE)
+    device_speedup_high: float | None = checked(POSITIVE)
+    device_rounds: int | None = checked(COUNT)
+    device_speedup_across_low: float | None = checked(POSITIVE)
+    device_speedup_across_high: float | None = checked(POSITIVE)
+    device_baseline_speedup: float | None = checked(POSITIVE)
+    device_tolerance: float | None = checked(NON_NEGATIVE)
+    device_line: float | None = number()
+    device_drop: float | None = number()
+    device_confirm_speedup: float | None = number()
+    device_verdict: Verdict | None = checked(VERDICT)
+    device_step_ms: float | None = number()
+    device_step_ms_ref: float | None = number()
+    device_round_ms: list | None = raw()
+    device_ref_round_ms: list | None = raw()
+    kernel_ms: float | None = number()
+    kernel_ms_ref: float | None = number()
+    kernel_speedup: float | None = number()
+    kernels: list | None = raw()  # the mode's top kernels, {"name", "ms"} per step
+    kernel_changes: str | None = text()
+    # how far the eager step waits on the host
+    busy_ms: float | None = number()
+    host_overhead_ms: float | None = number()
+    idle_share: float | None = number()
+    host_bound: bool | None = flag()
+    busy_ms_ref: float | None = number()
+    host_overhead_ms_ref: float | None = number()
+    idle_share_ref: float | None = number()
+    host_bound_ref: bool | None = flag()
+    # medians of each side's per-step wall times, over the rounds (the speedup is the median of the
+    # rounds' paired ratios, so the two need not agree exactly)
+    throughput: float | None = number()
+    throughput_ref: float | None = number()
+    step_ms: float | None = number()
+    step_ms_ref: float | None = number()
+    device_throughput: float | None = number()
+    peak_mem_bytes: int | None = number()
+    peak_mem_ref_bytes: int | None = number()
+    memory_ratio: float | None = number()
+    tflops: float | None = number()
+    tflops_peak: float | None = number()
+    tflops_fraction: float | None = number()
+    recording: bool | None = flag()  # this run recorded the cell's baseline
+    injected_slowdown: float | None = number()  # extra work injected on purpose (ampbench.slowdown): no sample of noise
+    weights_moved: bool | None = flag()
+    final_loss_finite: bool | None = flag()
+    loss_scale: float | None = number()
+    prepare_s: float | None = number()
+    ref_prepare_s: float | None = number()
+    cudnn_benchmark: bool | None = flag()
+    block_seconds: float | None = number()
+    round_ms: list | None = raw()  # per-step milliseconds of every wall round, in order
+    ref_round_ms: list | None = raw()
+
+    def estimate(self, device: bool = False) -> SpeedupEstimate | None:
+        """The speedup with its interval, as the suite measured it; None when incomplete. `device`
+        reads the device-time speedup (the wall-clock one otherwise)."""
+        if device:
+            return _estimate(self.device_speedup, self.device_speedup_low, self.device_speedup_high,
+                             self.device_rounds, self.confidence)
+        return _estimate(self.speedup, self.speedup_low, self.speedup_high, self.rounds, self.confidence)
+
+    def speedup_of(self, device: bool = False) -> float | None:
+        return self.device_speedup if device else self.speedup
+
+    def tolerance_of(self, device: bool = False) -> float | None:
+        """The tolerance the run held the figure to."""
+        return self.device_tolerance if device else self.tolerance
+
+    def verdict_of(self, device: bool = False) -> Verdict | None:
+        """The verdict of one figure, where the cell wrote it apart; the cell's otherwise."""
+        own = self.device_verdict if device else self.wall_verdict
+        return own if own is not None else self.verdict
+
+    def across_runs(self, device: bool = False) -> tuple[float, float] | None:
+        """The speedup's interval across runs (low, high), where the baseline had a between-run spread."""
+        lo, hi = ((self.device_speedup_across_low, self.device_speedup_across_high) if device
+                  else (self.speedup_across_low, self.speedup_across_high))
+        return (lo, hi) if lo is not None and hi is not None else None
+
+
+@dataclass(frozen=True)
+class DistributedRecord(Record):
+    """``test_ddp_speed`` / ``test_fsdp2_speed[model-mode-comm]``: a mode's speedup over fp32 under the same
+    parallelism on N ranks, its scaling efficiency against one GPU, and the share of communication."""
+
+    KIND: ClassVar[str] = "distributed"
+    ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (
+        ("speedup_low", "speedup", "speedup_high"),
+        ("scaling_efficiency_low", "scaling_efficiency", "scaling_efficiency_high"))
+
+    comm: str | None = text()  # the communication variant
+    world_size: int | None = number()
+    speedup: float | None = checked(POSITIVE)
+    speedup_low: float | None = checked(POSITIVE)
+    speedup_high: float | None = checked(POSITIVE)
+    rounds: int | None = checked(COUNT)
+    confidence: float | None = checked(CONFIDENCE)
+    throughput_per_gpu: float | None = number()
+    throughput_per_gpu_ref: float | None = number()
+    throughput: float | None = number()
+    batch_size_per_gpu: int | None = number()
+    scaling_efficiency: float | None = checked(POSITIVE)
+    scaling_efficiency_low: float | None = checked(POSITIVE)
+    scaling_efficiency_high: float | None = checked(POSITIVE)
+    comm_share: float | None = number()
+    comm_overlap: float | None = number()
+    comm_share_ref: float | None = number()
+    comm_overlap_ref: float | None = number()
+    baseline_speedup: float | None = checked(POSITIVE)
+    baseline_scaling_efficiency: float | None = checked(POSITIVE)
+    tolerance: float | None = checked(NON_NEGATIVE)
+    line: float | None = number()
+    recording: bool | None = flag()
+    weights_moved: bool | None = flag()
+    loss_scale: float | None = number()
+    backend: str | None = text()
+    strategy: str | None = text()
+    steps_per_block: int | None = number()
+    ref_steps_per_block: int | None = number()
+    block_seconds: float | None = number()
+    cudnn_benchmark: bool | None = flag()
+    launch_s: float | None = number()
+    round_ms: list | None = raw()
+    ref_round_ms: list | None = raw()
+
+    def estimate(self, device: bool = False) -> SpeedupEstimate | None:
+        """The speedup under the same parallelism with its interval (timed in wall clock only)."""
+        return None if device else _estimate(self.speedup, self.speedup_low, self.speedup_high, self.rounds,
+                                             self.confidence)
+
+    def efficiency(self) -> SpeedupEstimate | None:
+        return _estimate(self.scaling_efficiency, self.scaling_efficiency_low, self.scaling_efficiency_high,
+                         self.rounds, self.confidence)
+
+    def speedup_of(self, device: bool = False) -> float | None:
+        return None if device else self.speedup
+
+    def tolerance_of(self, device: bool = False) -> float | None:
+        return None if device else self.tolerance
+
+    def verdict_of(self, device: bool = False) -> Verdict | None:
+        return self.verdict

@@ -1,0 +1,246 @@
+"""One speed cell from its prepared sides to its record: time the device-time and the wall-clock speedup
+in interleaved rounds, judge each against this GPU's baseline entry, check the mode really trained,
+record a new baseline entry when asked, and say what the test must warn about or fail on.
+
+``measure_speed`` returns a ``SpeedCell``; ``perf/test_speed.py`` only wires fixtures into it, writes the
+record and ends the test by it (``perf/outcome.finish``). Nothing here imports pytest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ampbench import speed, spread
+from ampbench.baselines import BaselineStore, measurement_mismatch
+from ampbench.device import release
+from ampbench.modes import PrecisionMode
+from ampbench.results import SpeedRecord
+from ampbench.settings import PerfSettings
+from ampbench.stats import median
+from ampbench.timing import extend_until_tight
+from ampbench.verdict import (
+    WALL_TOLERANCE_FLOOR,
+    HostOverhead,
+    SpeedupCheck,
+    Verdict,
+    kernel_changes,
+    tolerance_for,
+    learned_spread,
+)
+from models.spec import ModelSpec
+
+# --perf-gate: which figures hold the cell
+GATES = {"device": ("device",), "wall": ("wall",), "both": ("device", "wall")}
+
+
+@dataclass
+class SpeedCell:
+    """What a speed cell concluded, and what its test must do about it."""
+
+    record: SpeedRecord
+    device_step_seconds: list[float]  # the mode's device time per step, one per round: pytest-benchmark's figures
+    problems: list[str] = field(default_factory=list)  # the mode did not really train: the test fails
+    warn_first: list[Warning] = field(default_factory=list)  # before the verdict is concluded
+    warn_after: list[Warning] = field(default_factory=list)  # once it passed or only warned
+
+
+def policy(device: torch.device, settings: PerfSettings) -> speed.SpeedPolicy:
+    return speed.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds)
+
+
+def _checks(model: str, mode: str, baseline: dict | None, device_method: str, floor: float):
+    """(device check, wall check, why there is no device check) against this cell's baseline entry."""
+    if baseline is None:
+        return None, None, None
+    wall = SpeedupCheck(model, mode, float(baseline["speedup"]),
+                        tolerance_for(max(floor, WALL_TOLERANCE_FLOOR), baseline.get("noise"), learned_spread(baseline)))
+    if baseline.get("device_speedup") is None:
+        return None, wall, "no device-time baseline: record with --perf-update-baselines"
+    if baseline.get("device_method") != device_method:
+        return None, wall, (f"device time measured by {baseline.get('device_method')} in the baseline and by "
+                            f"{device_method} here: record with --perf-update-baselines")
+    device = SpeedupCheck(model, mode, float(baseline["device_speedup"]),
+                          tolerance_for(floor, baseline.get("device_noise"), learned_spread(baseline, "device_")))
+    return device, wall, None
+
+
+def _combined(verdicts: list[Verdict | None]) -> Verdict:
+    for v in (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.IMPROVED, Verdict.PASS):
+        if v in verdicts:
+            return v
+    return Verdict.NO_BASELINE
+
+
+def identity(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smoke: bool) -> SpeedRecord:
+    """Who the cell is, written before it measures: a cell that fails later is still recognisable."""
+    return SpeedRecord(model=spec.name, mode=mode.name, device=str(device), batch_size=spec.batch_size_for(smoke))
+
+
+def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, prepare: Callable[[], speed.Side], *,
+                  settings: PerfSettings, device: torch.device, test_id: str, store: BaselineStore | None,
+                  software: dict, peak_tflops: Callable[[str], float | None],
+                  prepared: Callable[[SpeedRecord], None]) -> SpeedCell:
+    """Prepare the mode's side (`prepare`), tell `prepared` the cell's identity, then time, judge and
+    (under --perf-update-baselines) record the cell against `reference`, fp32's side. Every tensor of
+    the cell is released before it returns: a failing test keeps its frames, and with them whatever
+    they hold."""
+    pol = policy(device, settings)
+    batch = spec.batch_size_for(settings.smoke)
+    side = prepare()
+    speed.recapture_reference(reference)
+    prepared(identity(spec, mode, device, settings.smoke))
+    before = speed.parameters_fingerprint(side.trainer)
+
+    measured_with = {"cudnn_benchmark": settings.cudnn_benchmark, "block_seconds": settings.block_seconds}
+    baseline = store.figures(test_id) if store is not None else None
+    mismatch = measurement_mismatch(baseline, measured_with) if baseline is not None else None
+    timing = speed.device_timing(reference, side)
+    device_check, wall_check, no_device_baseline = _checks(spec.name, mode.name, baseline, timing.method,
+                                                           settings.tolerance)
+    gate = getattr(settings, "gate", "device")
+    gated = GATES[gate]
+    if "device" in gated and device_check is None and wall_check is not None:
+        gated = ("wall",)  # an entry from before device time: the wall verdict still holds it
+
+    def measure(name: str, check, make_timer):
+        extra: list = []
+
+        def again(rounds=pol.rounds):
+            extra.append(make_timer())
+            return extend_until_tight(extra[-1], rounds)
+
+        first = make_timer()
+        outcome = speed.judge(check, first, pol, again) if name in gated else speed.first_look(check, first, pol)
+        return first, extra, again, outcome
+
+    dev_timer, dev_extra, dev_again, dev = measure("device", device_check, lambda: timing.timer(reference, side, pol))
+    wall_timer, wall_extra, wall_again, wall = measure("wall", wall_check, lambda: speed.fresh_timer(reference, side, pol))
+    verdict = _combined([dev.verdict if "device" in gated else None, wall.verdict if "wall" in gated else None])
+    kernels = side.profile.top() if side.profile else None  # what a baseline entry keeps
+    changes = kernel_changes(baseline.get("kernels") if baseline else None, kernels)
+    across = speed.across_runs_of(wall.estimate, baseline)
+    dev_across = speed.across_runs_of(dev.estimate, baseline, "device_between_run_sd")
+    message = f"device time ({timing.method}): {dev.message}; wall: {wall.message}"
+    if across:
+        message += f"; wall across runs {speed.describe_across(across, baseline)}"
+    if changes and dev.verdict in (Verdict.REGRESSION, Verdict.IMPROVED):
+        message += f"; {changes}"
+
+    # the mode really trained: its weights moved and its loss scale is still usable. (Whether the
+    # loss stays finite on random data is a property of that task, not of the mode: it is recorded
+    # here and judged by the convergence tests on real data.)
+    last_loss = side.trainer.run(1)
+    moved = bool((speed.parameters_fingerprint(side.trainer) != before).any())
+    loss_ok = bool(torch.isfinite(last_loss))
+    scale = speed.loss_scale(side.trainer)
+
+    step_s, ref_step_s = median(wall_timer.mode_times), median(wall_timer.ref_times)
+    dev_step_s, dev_ref_step_s = median(dev_timer.mode_times), median(dev_timer.ref_times)
+    load = speed.host_load(side.profile.busy_ms / 1e3 if side.profile else dev_step_s, step_s)
+    ref_load = speed.host_load(reference.profile.busy_ms / 1e3 if reference.profile else dev_ref_step_s, ref_step_s)
+    tflops = spec.flops_per_sample(side.trainer.config) * batch / dev_step_s / 1e12
+    peak = peak_tflops(mode.peak_dtype)
+    ratio = (side.peak_bytes / reference.peak_bytes) if side.peak_bytes and reference.peak_bytes else None
+    est, d = wall.estimate, dev.estimate
+    record = SpeedRecord(
+        model=spec.name, mode=mode.name, device=str(device), batch_size=batch,
+        gate=gate, gated=list(gated), steps_per_block=wall_timer.mode_steps, ref_steps_per_block=wall_timer.ref_steps,
+        # the wall-clock speedup of eager steps, as before device time was measured
+        speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds, confidence=est.confidence,
+        speedup_across_low=across.low if across else None, speedup_across_high=across.high if across else None,
+        between_run_sd=across.between_run_sd if across else None,
+        between_run_count=baseline.get("between_run_count") if across else None,
+        baseline_speedup=wall_check.expected if wall_check else None, tolerance=wall_check.tolerance if wall_check else None,
+        line=wall_check.line if wall_check else None, drop=wall_check.drop(est) if wall_check else None,
+        confirm_speedup=wall.confirmation.speedup if wall.confirmation else None, wall_verdict=wall.verdict,
+        # the device-time speedup
+        device_method=timing.method, device_fallback=timing.fallback,
+        device_speedup=d.speedup, device_speedup_low=d.low, device_speedup_high=d.high, device_rounds=d.rounds,
+        device_speedup_across_low=dev_across.low if dev_across else None,
+        device_speedup_across_high=dev_across.high if dev_across else None,
+        device_baseline_speedup=device_check.expected if device_check else None,
+        device_tolerance=device_check.tolerance if device_check else None,
+        device_line=device_check.line if device_check else None, device_drop=device_check.drop(d) if device_check else None,
+        device_confirm_speedup=dev.confirmation.speedup if dev.confirmation else None, device_verdict=dev.verdict,
+        device_step_ms=dev_step_s * 1e3, device_step_ms_ref=dev_ref_step_s * 1e3,
+        device_round_ms=[t * 1e3 for t in dev_timer.mode_times], device_ref_round_ms=[t * 1e3 for t in dev_timer.ref_times],
+        kernel_ms=side.profile.kernel_ms if side.profile else None,
+        kernel_ms_ref=reference.profile.kernel_ms if reference.profile else None,
+        kernel_speedup=(reference.profile.kernel_ms / side.profile.kernel_ms) if side.profile and reference.profile else None,
+        kernels=kernels, kernel_changes=changes,
+        # how far the eager step waits on the host
+        busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
+        busy_ms_ref=ref_load.busy_ms, host_overhead_ms_ref=ref_load.overhead_ms, idle_share_ref=ref_load.idle_share,
+        host_bound_ref=ref_load.host_bound,
+        throughput=batch / step_s, throughput_ref=batch / ref_step_s, step_ms=step_s * 1e3, step_ms_ref=ref_step_s * 1e3,
+        device_throughput=batch / dev_step_s,
+        peak_mem_bytes=side.peak_bytes, peak_mem_ref_bytes=reference.peak_bytes, memory_ratio=ratio,
+        tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
+        verdict=verdict, message=message, recording=settings.update_baselines,
+        weights_moved=moved, final_loss_finite=loss_ok,
+        loss_scale=scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds, **measured_with,
+        # per-step milliseconds of every wall round, in order: what drift or a stray slow block looked like
+        round_ms=[t * 1e3 for t in wall_timer.mode_times], ref_round_ms=[t * 1e3 for t in wall_timer.ref_times],
+    )
+    cell = SpeedCell(record, list(dev_timer.mode_times))
+
+    for name, e in (("device-time", d), ("wall-clock", est)):
+        if not (math.isfinite(e.speedup) and e.low <= e.speedup <= e.high):
+            cell.problems.append(f"malformed {name} speedup estimate {e}")
+    if not moved:
+        cell.problems.append("no optimizer step changed the weights during the timed run (every step skipped?)")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        cell.problems.append(f"loss scale is {scale} after the timed run; expected finite and positive")
+
+    # only a cell that really trained may become a baseline
+    if settings.update_baselines and store is not None and not cell.problems:
+        if not dev_extra:
+            dev_again(pol.record_rounds)
+        if not wall_extra:
+            wall_again(pol.record_rounds)
+        # `baseline` is still the entry this recording replaces (record() only queues the new one)
+        comparable = speed.comparable_recording(baseline, store.software(test_id), software, measured_with)
+        dev_comparable = comparable and baseline is not None and baseline.get("device_method") == timing.method
+        conf = pol.rounds.confidence
+        pooled = speed.pooled_estimate(wall_timer, wall_extra[0], conf)
+        dev_pooled = speed.pooled_estimate(dev_timer, dev_extra[0], conf)
+        device_noise = speed.recorded_noise(d, dev_extra[0].estimate(conf), baseline, dev_comparable, "device_speedup")
+        carried = spread.carried(baseline, comparable) | spread.carried_device(baseline, dev_comparable)
+        store.record(test_id, {
+            "speedup": pooled.speedup, "ci_low": pooled.low, "ci_high": pooled.high, "rounds": pooled.rounds,
+            "noise": speed.recorded_noise(est, wall_extra[0].estimate(conf), baseline, comparable),
+            "device_speedup": dev_pooled.speedup, "device_ci_low": dev_pooled.low, "device_ci_high": dev_pooled.high,
+            "device_rounds": dev_pooled.rounds, "device_noise": device_noise,
+            "device_tolerance": tolerance_for(settings.tolerance, device_noise, learned_spread(carried, "device_")),
+            "device_method": timing.method, "device_fallback": timing.fallback,
+            "device_step_ms": dev_step_s * 1e3, "device_step_ms_ref": dev_ref_step_s * 1e3,
+            "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
+            "idle_share": load.idle_share, "host_bound": load.host_bound,
+            "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
+            **({"kernels": kernels} if kernels else {}), **carried,
+        }, software)
+
+    # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer
+    side = dev_timer = wall_timer = None
+    dev_extra.clear()
+    wall_extra.clear()
+    release(device)
+
+    if mismatch and not settings.update_baselines:
+        cell.warn_first.append(UserWarning(f"{test_id}: {mismatch}"))
+    if no_device_baseline and baseline is not None and not settings.update_baselines:
+        cell.warn_first.append(UserWarning(f"{test_id}: {no_device_baseline}; the wall verdict holds the cell"))
+    if timing.fallback and device.type == "cuda":
+        cell.warn_first.append(UserWarning(f"{test_id}: device time from the profiler's kernel sum: {timing.fallback}"))
+    if "wall" not in gated and wall.verdict is Verdict.REGRESSION and dev.verdict in (Verdict.PASS, Verdict.IMPROVED):
+        cell.warn_after.append(HostOverhead(f"{test_id}: wall-clock speedup below its line while device time held: "
+                                            f"{wall.message}; the host that launches the steps is slower or busier"))
+    if store is not None and not store.exists and not settings.update_baselines:
+        cell.warn_after.append(UserWarning(
+            f"no baseline file {store.path}; measured {d} in device time. Record one with "
+            f"`pytest perf/ --perf-tier full --perf-update-baselines`"))
+    return cell
