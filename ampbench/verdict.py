@@ -200,6 +200,19 @@ def _kernel_key(name: str) -> str:
     return re.sub(r"(?:::){2,}", "::", name)
 
 
+def _same_names(side: dict[str, float], other: dict[str, float]) -> dict[str, float]:
+    """`side` with each name the other side lists only in its short form (template arguments stripped,
+    as lists recorded by an older normaliser keep CUTLASS wrappers: ``cutlass::Kernel2`` for
+    ``cutlass::Kernel2<cutlass_80_tensorop_...>``) summed under that short form, so one kernel is not
+    reported as vanished under one name and new under the other."""
+    out: dict[str, float] = {}
+    for name, ms in side.items():
+        short = re.sub(r"<.*>$", "", name)
+        key = short if name not in other and short != name and short in other and short not in side else name
+        out[key] = out.get(key, 0.0) + ms
+    return out
+
+
 def kernel_changes(baseline: list | None, measured: list | None, top: int = 5) -> str | None:
     """The kernels that appeared or vanished against a baseline's kernel list, and those whose device
     time per step moved most (each list of {"name", "ms"}, names normalised by
@@ -209,6 +222,7 @@ def kernel_changes(baseline: list | None, measured: list | None, top: int = 5) -
         return None
     old = {_kernel_key(k["name"]): float(k["ms"]) for k in baseline if isinstance(k, dict) and "name" in k}
     new = {_kernel_key(k["name"]): float(k["ms"]) for k in measured if isinstance(k, dict) and "name" in k}
+    old, new = _same_names(old, new), _same_names(new, old)
     appeared = sorted((n for n in new if n not in old), key=lambda n: -new[n])[:top]
     vanished = sorted((n for n in old if n not in new), key=lambda n: -old[n])[:top]
     moved = sorted((n for n in new if n in old and new[n] != old[n]), key=lambda n: -abs(new[n] - old[n]))[:top]

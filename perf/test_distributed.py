@@ -127,7 +127,10 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     result, out = _launches[key]
     docs = _rank_docs(out, comm, nproc)
     if docs is None:
-        pytest.fail(f"{what}: no result from every rank; torchrun launch {result.explain(nproc)}", pytrace=False)
+        message = f"{what}: no result from every rank; torchrun launch {result.explain(nproc)}"
+        # the JSON keeps why, for readers of --benchmark-json who never see the terminal
+        record_result(replace(identity, message=message))
+        pytest.fail(message, pytrace=False)
 
     confidence = 0.99
     figs = merge_ranks(docs, confidence)
@@ -145,7 +148,9 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         again = _launch(settings, nproc, model, mode_name, [comm], again_out)
         again_docs = _rank_docs(again_out, comm, nproc)
         if again_docs is None:
-            pytest.fail(f"{what}: confirming launch failed: {again.explain(nproc)}", pytrace=False)
+            message = f"{what}: confirming launch failed: {again.explain(nproc)}"
+            record_result(replace(identity, message=message))
+            pytest.fail(message, pytrace=False)
         confirmation = merge_ranks(again_docs, confidence)
         second = {"speedup": (speed_check, confirmation.speedup),
                   "scaling efficiency": (eff_check, confirmation.efficiency)}

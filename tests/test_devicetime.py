@@ -278,3 +278,16 @@ def test_kernel_changes_lead_with_new_kernels_and_read_older_names_alike():
     text = kernel_changes(base, new)
     assert text.index("new: at::cuda::spin_kernel") < text.index("changed: gemm")
     assert "multi_tensor_apply_kernel" not in text  # the same kernel under an older normaliser's name
+
+
+def test_kernel_changes_match_a_wrapper_kept_whole_to_its_short_form_in_an_older_list():
+    old = [{"name": "cutlass::Kernel2", "ms": 0.5}, {"name": "gemm", "ms": 1.0}]
+    new = [{"name": "cutlass::Kernel2<cutlass_80_tensorop_s16816gemm_128x2_tn_align8>", "ms": 0.75},
+           {"name": "gemm", "ms": 1.0}]
+    text = kernel_changes(old, new)
+    assert "new:" not in text and "vanished:" not in text
+    assert "cutlass::Kernel2 0.500->0.750 ms (+0.250)" in text
+    # where both lists name the wrapper in full, a changed choice of algorithm stays visible
+    other = [{"name": "cutlass::Kernel2<cutlass_80_tensorop_s16816gemm_64x2_tn_align8>", "ms": 0.75}]
+    both = kernel_changes([dict(new[0])], other)
+    assert "new: cutlass::Kernel2<cutlass_80_tensorop_s16816gemm_64x2_tn_align8>" in both and "vanished:" in both
