@@ -9,8 +9,8 @@ layer that FSDP2 shards by rows, so only one rank's shard sees it (checked: the 
 A control setup whose ranks never communicate must fail the same checks, so they have teeth.
 
 Starting torchrun per hypothesis example would take ~10 s each, so hypothesis draws the scenarios here
-in the parent (``perf/strategies.py`` ``dist_scenarios``; the profile's max_examples of them, plus the
-explicit ones below), one launch runs them all in every setup of ``ampbench.dist_scaling.SETUPS``, and
+in the parent (``perf/strategies.py`` ``dist_scenarios``; a quarter of the profile's max_examples, plus
+the explicit ones below), one launch runs them all in every setup of ``ampbench.dist_scaling.SETUPS``, and
 each scenario is judged on the returned JSON; a failure prints the scenario to replay.
 """
 
@@ -47,10 +47,12 @@ def explicit_scenarios(world_size: int) -> list[DistScenario]:
 
 
 def draw_scenarios(world_size: int) -> list[DistScenario]:
-    """The current hypothesis profile's max_examples scenarios (derandomized under the ci profile)."""
+    """A quarter of the current hypothesis profile's max_examples scenarios (derandomized under the ci
+    profile): each runs in every setup on every rank, on top of the explicit ones."""
     drawn: list[DistScenario] = []
 
-    @settings(database=None, phases=[Phase.generate], deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=max(1, settings().max_examples // 4), database=None, phases=[Phase.generate],
+              deadline=None, suppress_health_check=list(HealthCheck))
     @given(S.dist_scenarios(world_size, WIDTH))
     def collect(scenario: DistScenario) -> None:
         drawn.append(scenario)
