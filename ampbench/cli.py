@@ -27,27 +27,25 @@ from ampbench.verdict import Verdict
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
 
-def _fraction(flag: str):
-    def parse(value: str) -> float:
-        try:
-            number = float(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} expects a number, got {value!r}") from None
-        if not 0 < number < 1:
-            raise argparse.ArgumentTypeError(f"{flag} must lie in (0, 1), e.g. 0.03 for 3%, got {value}")
-        return number
-
-    return parse
+def _fraction(value: str) -> float:
+    # argparse prefixes the message with "argument --flag: ", so it does not name the flag again
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a number, got {value!r}") from None
+    if not 0 < number < 1:
+        raise argparse.ArgumentTypeError(f"must lie in (0, 1), e.g. 0.03 for 3%, got {value}")
+    return number
 
 
 def _add_tolerances(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tolerance", type=_fraction("--tolerance"), default=DEFAULT_TOLERANCE, metavar="FRACTION",
+    p.add_argument("--tolerance", type=_fraction, default=DEFAULT_TOLERANCE, metavar="FRACTION",
                    help="smallest relative drop of a speedup that counts as a regression; cells measured with "
                         f"more noise get more, as in the suite (default: {DEFAULT_TOLERANCE})")
-    p.add_argument("--memory-tolerance", type=_fraction("--memory-tolerance"), default=DEFAULT_MEMORY_TOLERANCE,
+    p.add_argument("--memory-tolerance", type=_fraction, default=DEFAULT_MEMORY_TOLERANCE,
                    metavar="FRACTION", help="relative growth of a memory ratio, or shrinkage of the largest batch, "
                                             f"that counts as a regression (default: {DEFAULT_MEMORY_TOLERANCE})")
-    p.add_argument("--accuracy-tolerance", type=_fraction("--accuracy-tolerance"), default=DEFAULT_ACCURACY_TOLERANCE,
+    p.add_argument("--accuracy-tolerance", type=_fraction, default=DEFAULT_ACCURACY_TOLERANCE,
                    metavar="FRACTION", help="relative drop of a convergence test's accuracy that counts as a "
                                             f"regression (default: {DEFAULT_ACCURACY_TOLERANCE})")
     p.add_argument("--strict", action="store_true",
@@ -225,8 +223,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     # a file that cannot be read, two runs that must not be compared, an output folder in the way
-    except (RunError, CompareError, BaselineError, OSError) as exc:
+    except (RunError, CompareError, BaselineError) as exc:
         print(f"ampbench: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        # an output path that cannot be written: name the path the user gave (a failed rename's target,
+        # not the temp file beside it), without errno's numbering
+        path = exc.filename2 or exc.filename
+        print(f"ampbench: error: {path}: {exc.strerror}" if path and exc.strerror else f"ampbench: error: {exc}",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

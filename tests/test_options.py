@@ -289,6 +289,8 @@ BROKEN_FILES = {
     "malformed": ('[1, 2]', "<top level>"),
     "truncated": ('{"schema_version": 1, "gpu": "g", "entr', "<file>"),
     "schema 2": ('{"schema_version": 2, "gpu": "g", "entries": {}}', "schema_version"),
+    "schema 99": ('{"schema_version": 99, "gpu": "g", "entries": {}}', "schema_version"),
+    "empty": ("", "<file>"),
     "nan speedup": (_doc({"test_speed[mlp-fp16]": {"figures": {"speedup": float("nan")}}}),
                     "entries.test_speed[mlp-fp16].figures.speedup"),
     "missing speedup": (_doc({"test_speed[mlp-fp16]": {"figures": {"noise": 0.01}}}),
