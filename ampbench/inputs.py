@@ -14,9 +14,10 @@ class UnreadableFile(ValueError):
         super().__init__(f"{path}: {problem}")
 
 
-def read_text(path: Path | str, what: str) -> str:
+def read_text(path: Path | str, what: str, empty_means: str | None = None) -> str:
     """The UTF-8 text of `path`; UnreadableFile where it is missing, a directory, unreadable, not
-    UTF-8 text or empty. `what` says what the file should have been ("a baseline file")."""
+    UTF-8 text or empty. `what` says what the file should have been ("a baseline file"), `empty_means`
+    what an empty one says about how it came about, where that is known."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -29,5 +30,5 @@ def read_text(path: Path | str, what: str) -> str:
     except UnicodeDecodeError as exc:
         raise UnreadableFile(path, f"is not UTF-8 text (byte {exc.start}), so not {what}") from None
     if not text.strip():
-        raise UnreadableFile(path, f"is empty, so not {what}")
+        raise UnreadableFile(path, f"is empty; {empty_means}" if empty_means else f"is empty, so not {what}")
     return text
