@@ -246,7 +246,7 @@ def test_quick_tier_is_the_default_on_a_gpu_and_the_cpu_leaves_out_the_resnets(f
 
 def usage_error(*args: str) -> str:
     """What pytest reports for these arguments, found in-process: argparse's message for a bad value of
-    one of the suite's options, else the UsageError that configuring the session raises."""
+    one of the suite's options, else the UsageError that pytest_configure raises."""
     parser, _ = option_parser()
     try:
         _, unknown = parser.parse_known_args(list(args))
