@@ -42,7 +42,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="fail at start-up, instead of running the CPU smoke pass, when torch sees no CUDA device (default: off)")
     group.addoption("--perf-models", metavar="NAMES", default=None,
                     type=names_validator(lambda: list(models.REGISTRY), "model"),
-                    help="comma-separated models to test (default: every model of the tier)")
+                    help="comma-separated models to test; a model the CPU smoke pass leaves out runs there when named "
+                         f"(default: every model of the tier; on the CPU less {', '.join(_left_out_of_smoke())})")
     group.addoption("--perf-precisions", metavar="NAMES", default=None,
                     type=names_validator(lambda: list(MODES), "precision mode"),
                     help=f"comma-separated precision modes to test, of {', '.join(MODES)} (default: all)")
@@ -83,6 +84,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default="torch.amp:GradScaler", type=scaler_validator(),
                     help="loss scaler the loss-scaling properties test; called with GradScaler's keyword arguments (default: torch.amp:GradScaler)")
     _add_world_size_option(group)
+
+
+def _left_out_of_smoke() -> list[str]:
+    return [name for name in models.model_names("full") if name not in models.model_names("full", cpu_smoke=True)]
 
 
 def _register_hypothesis_profiles() -> None:
@@ -147,7 +152,7 @@ def pytest_configure(config: pytest.Config) -> None:
         _check_baselines(opt, device)
     config.stash[SETTINGS_KEY] = PerfSettings(
         device=device,
-        models=opt.perf_models or tuple(models.model_names(opt.perf_tier)),
+        models=opt.perf_models or tuple(models.model_names(opt.perf_tier, cpu_smoke=device.type == "cpu")),
         precisions=opt.perf_precisions or tuple(MODES),
         tier=opt.perf_tier,
         baseline_dir=opt.perf_baseline_dir,
@@ -194,7 +199,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests taking `model_name` and `mode_name` run once per cell, model-major, ids `model-mode`.
 
     ``@pytest.mark.cells(models=[...])`` gives a test its own models instead of the tier's (those
-    --perf-models names, if given, still narrow it); with ``tiered=True`` the tier narrows them too.
+    --perf-models names, if given, still narrow it); with ``tiered=True`` the tier narrows them too;
+    ``cpu_smoke=[...]``, where given, are the ones the CPU smoke pass runs unless --perf-models names others.
     ``reference_in_full_tier_only=True`` leaves the reference mode's own cell (fp32 against fp32, a
     control of the harness) out of the quick tier, unless --perf-precisions names the modes.
     """
@@ -205,6 +211,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("cells")
     if marker is not None and "models" in marker.kwargs:
         own = list(marker.kwargs["models"])
+        if s.smoke and not metafunc.config.option.perf_models:
+            own = list(marker.kwargs.get("cpu_smoke", own))
         narrowed = metafunc.config.option.perf_models or marker.kwargs.get("tiered", False)
         names = [m for m in own if m in s.models] if narrowed else own
     precisions = s.precisions

@@ -26,6 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from ampbench.inputs import UnreadableFile, read_text
+
 SCHEMA_VERSION = 1
 _SCALAR = (int, float, str, bool, type(None))
 # figures that may hold a list of {"name": str, "ms": number} instead of a scalar
@@ -188,13 +190,21 @@ def validate(document: Any, path: Path) -> None:
 
 def load_document(path: Path) -> dict:
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise BaselineError(path, "<file>", f"cannot be read: {exc}") from None
+        text = read_text(path, "a baseline file (<gpu-slug>.json, as --perf-update-baselines writes it)")
+    except UnreadableFile as exc:
+        raise BaselineError(path, "<file>", exc.problem) from None
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BaselineError(path, "<file>", f"is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        stripped = text.rstrip()
+        # an error at the very end, or an object that never closes, means the text stops early (a copy
+        # cut short, a hand edit)
+        truncated = exc.pos >= len(stripped) - 1 or (stripped[:1] == "{" and not stripped.endswith("}"))
+        problem = (f"is truncated: the JSON stops at line {stripped.count(chr(10)) + 1}" if truncated
+                   else f"is not valid JSON ({exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno})")
+        raise BaselineError(path, "<file>", problem) from None
+    except RecursionError:
+        raise BaselineError(path, "<file>", "is nested too deeply to be a baseline file") from None
     validate(document, path)
     return document
 

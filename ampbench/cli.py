@@ -328,8 +328,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     # a file that cannot be read, two runs that must not be compared, an output folder in the way
-    except (RunError, CompareError, BaselineError, OSError) as exc:
+    except (RunError, CompareError, BaselineError) as exc:
         print(f"ampbench: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        # an output path that cannot be written: name the path the user gave (a failed rename's target,
+        # not the temp file beside it), without errno's numbering
+        path = exc.filename2 or exc.filename
+        print(f"ampbench: error: {path}: {exc.strerror}" if path and exc.strerror else f"ampbench: error: {exc}",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

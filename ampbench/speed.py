@@ -52,9 +52,10 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
                block_seconds: float = DEFAULT_BLOCK_SECONDS) -> SpeedPolicy:
     if device.type != "cuda":
         # the smoke pass checks the code path, not the CPU's speed: the fewest rounds that still give
-        # a 99% interval, one batch, no extension
+        # a 99% interval, one batch, no extension, and blocks of a few steps of the tiny smoke shapes
+        # (the blocks' length was most of a small model's cell)
         smoke = RoundsPolicy(8, 8, 1.0, 5.0)
-        return SpeedPolicy(2, 0.0, 0.01, smoke, smoke, 8)
+        return SpeedPolicy(2, 0.0, 0.002, smoke, smoke, 8)
     # One-step blocks of a 30 ms step spread +-10% on an H100 (the ramp from an idle GPU), so
     # each side's block is ~0.1 s by default; fp32 steps are longer than that, so their blocks are one step.
     return SpeedPolicy(

@@ -4,12 +4,12 @@ with the loss scaling and master weights its ``PrecisionMode`` row asks for."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from unittest import mock
 from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from ampbench.modes import STATIC_LOSS_SCALE, PrecisionMode
 from models.spec import Batch, ModelSpec
@@ -30,11 +30,18 @@ INPUT_POOL, TARGET_POOL = 2, 3
 ADAM_EPS = {torch.float16: 1e-4}
 
 
+def _any_dtensor(params: list) -> bool:
+    # a DTensor exists only once torch.distributed.tensor is imported (FSDP2 imports it); importing it
+    # here would cost every process that builds a trainer a second or more of start-up
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and any(isinstance(p, dtensor.DTensor) for p in params)
+
+
 def _fused_where_possible(cls: type[torch.optim.Optimizer], params, **kwargs):
     # fused kernels also take GradScaler's scale and inf flag on the device, so a scaled step needs no
     # host sync; where a build lacks a fused kernel, the multi-tensor (foreach) path is next best.
     params = list(params)
-    if any(isinstance(p, DTensor) for p in params):
+    if _any_dtensor(params):
         # FSDP2's sharded parameters: DTensor has no sharding rule for every fused kernel (torch 2.14
         # lacks one for _fused_sgd_, which fails only at the first step); foreach works for all
         return cls(params, foreach=True, **kwargs)

@@ -31,6 +31,8 @@ def get_model(name: str) -> ModelSpec:
         raise KeyError(f"unknown model {name!r}; valid models: {', '.join(REGISTRY)}") from None
 
 
-def model_names(tier: str = "full") -> list[str]:
-    """Names in registry order; tier 'quick' keeps only the quick-tier models."""
-    return [name for name, spec in REGISTRY.items() if tier == "full" or spec.tier == "quick"]
+def model_names(tier: str = "full", cpu_smoke: bool = False) -> list[str]:
+    """Names in registry order; tier 'quick' keeps only the quick-tier models, `cpu_smoke` only those
+    of the CPU smoke pass's default selection."""
+    return [name for name, spec in REGISTRY.items()
+            if (tier == "full" or spec.tier == "quick") and (spec.in_cpu_smoke or not cpu_smoke)]

@@ -7,23 +7,17 @@ numbers compare with everyone else's; only the classifier is sized for 100 class
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import torch.nn.functional as F
-import torchvision
 from torch import nn
 
 from models.flops import counted_training_flops
 from models.spec import ModelSpec, image_batch
 
-# explicit, so a typo in a depth fails loudly rather than reaching for some other torchvision model
-CONSTRUCTORS: dict[int, Callable[..., nn.Module]] = {
-    18: torchvision.models.resnet18,
-    34: torchvision.models.resnet34,
-    50: torchvision.models.resnet50,
-    101: torchvision.models.resnet101,
-    152: torchvision.models.resnet152,
-}
+# explicit, so a typo in a depth fails loudly rather than reaching for some other torchvision model;
+# names, not functions: importing torchvision.models imports torch._dynamo, seconds of CPU time in every
+# process that only needs the registry (each pytest start, each rank of a torchrun launch)
+CONSTRUCTORS: dict[int, str] = {18: "resnet18", 34: "resnet34", 50: "resnet50", 101: "resnet101", 152: "resnet152"}
 
 
 @dataclass(frozen=True)
@@ -41,7 +35,10 @@ def build(config: Config) -> nn.Module:
     # zero_init_residual: each residual branch starts as the identity (Goyal et al. 2017, the usual
     # large-batch recipe). Without it, resnet50 at lr 0.05 with no warm-up grows its activations
     # ~2.6x per step; on an H100 its fp16 forward overflowed at step 4 and every later step was skipped.
-    return CONSTRUCTORS[config.depth](num_classes=config.num_classes, zero_init_residual=True)
+    import torchvision.models
+
+    constructor = getattr(torchvision.models, CONSTRUCTORS[config.depth])
+    return constructor(num_classes=config.num_classes, zero_init_residual=True)
 
 
 make_batch = image_batch
@@ -68,6 +65,8 @@ def _spec(depth: int, batch_size: int, tier: str) -> ModelSpec:
         lr=0.05,
         channels_last=True,
         tier=tier,
+        # torchvision's full width: a CPU fp16 step of the 64x64 smoke config takes about a second
+        in_cpu_smoke=False,
     )
 
 

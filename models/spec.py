@@ -34,6 +34,10 @@ class ModelSpec:
     lr: float  # learning rate that trains this model stably in every mode
     channels_last: bool = False  # memory format for 4-D activations; True where it is faster on GPUs
     tier: str = "full"  # "quick": part of the default run; "full": only with --perf-tier full
+    # part of the CPU smoke pass's default selection; False where even the smoke config's fp16 step takes
+    # about a second on a CPU (full-width torchvision convnets: no fp16 convolution kernels there), so
+    # the smoke pass runs it only when --perf-models names it
+    in_cpu_smoke: bool = True
 
     def config_for(self, smoke: bool) -> Any:
         return self.smoke_config if smoke else self.config

@@ -34,7 +34,8 @@ def _train(model_spec, mode, device, smoke, budget):
     return conv.train_to_accuracy(model_spec, mode, device, load_digits(), config=config, budget=budget, seed=SEED)
 
 
-@pytest.mark.cells(models=list(CONVERGENCE_MODELS))
+# on the CPU, WRN's fp16 convolutions (no fp16 kernels there) would take most of the smoke pass's time
+@pytest.mark.cells(models=list(CONVERGENCE_MODELS), cpu_smoke=["mnist_cnn"])
 def test_convergence(benchmark, record_result, model_spec, mode, perf_settings, perf_device, baseline_store, software, _fp32_results,
                      fail_on_oom):
     smoke = perf_settings.smoke

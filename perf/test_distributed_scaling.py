@@ -9,8 +9,8 @@ layer that FSDP2 shards by rows, so only one rank's shard sees it (checked: the 
 A control setup whose ranks never communicate must fail the same checks, so they have teeth.
 
 Starting torchrun per hypothesis example would take ~10 s each, so hypothesis draws the scenarios here
-in the parent (``perf/strategies.py`` ``dist_scenarios``; the profile's max_examples of them, plus the
-explicit ones below), one launch runs them all in every setup of ``ampbench.dist_scaling.SETUPS``, and
+in the parent (``perf/strategies.py`` ``dist_scenarios``; the profile's max_examples of them, a quarter
+on the CPU, plus the explicit ones below), one launch runs them all in every setup of ``ampbench.dist_scaling.SETUPS``, and
 each scenario is judged on the returned JSON; a failure prints the scenario to replay.
 """
 
@@ -46,11 +46,14 @@ def explicit_scenarios(world_size: int) -> list[DistScenario]:
     ]
 
 
-def draw_scenarios(world_size: int) -> list[DistScenario]:
-    """The current hypothesis profile's max_examples scenarios (derandomized under the ci profile)."""
+def draw_scenarios(world_size: int, smoke: bool) -> list[DistScenario]:
+    """The current hypothesis profile's max_examples scenarios (derandomized under the ci profile); a
+    quarter of them in the CPU smoke pass, where each one in every setup is most of the launch's work."""
     drawn: list[DistScenario] = []
+    count = settings().max_examples
 
-    @settings(database=None, phases=[Phase.generate], deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=max(1, count // 4) if smoke else count, database=None, phases=[Phase.generate],
+              deadline=None, suppress_health_check=list(HealthCheck))
     @given(S.dist_scenarios(world_size, WIDTH))
     def collect(scenario: DistScenario) -> None:
         drawn.append(scenario)
@@ -62,7 +65,7 @@ def draw_scenarios(world_size: int) -> list[DistScenario]:
 @pytest.fixture(scope="module")
 def scaling_run(perf_world_size, perf_device, tmp_path_factory):
     """(scenarios, launch result, output folder) of the one launch that runs every scenario in every setup."""
-    scenarios = explicit_scenarios(perf_world_size) + draw_scenarios(perf_world_size)
+    scenarios = explicit_scenarios(perf_world_size) + draw_scenarios(perf_world_size, perf_device.type != "cuda")
     out = tmp_path_factory.mktemp("dist-scaling")
     path = out / "scenarios.json"
     path.write_text(json.dumps([s.to_json() for s in scenarios]))

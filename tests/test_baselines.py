@@ -86,8 +86,13 @@ def test_malformed_files_name_file_and_field(tmp_path, document, field):
 def test_truncated_json_is_named(tmp_path):
     path = tmp_path / "gpu-x.json"
     path.write_text('{"schema_version": 1, "gpu": "g", "entr')
-    with pytest.raises(BaselineError, match="not valid JSON"):
+    with pytest.raises(BaselineError, match="is truncated: the JSON stops at line 1"):
         BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    path.write_text('{"schema_version": 1, oops}')
+    with pytest.raises(BaselineError) as info:
+        BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    assert str(info.value).endswith(
+        "is not valid JSON (Expecting property name enclosed in double quotes at line 1 column 23)")
 
 
 def test_record_refuses_nested_figures(tmp_path):

@@ -182,12 +182,64 @@ def test_compare_bad_file_exits_two_and_names_it(tmp_path, capsys):
     assert str(bad) in capsys.readouterr().err
 
 
-def test_bad_tolerance_is_a_usage_error(capsys):
+@pytest.mark.parametrize("flag", ["--tolerance", "--memory-tolerance", "--accuracy-tolerance"])
+@pytest.mark.parametrize("value, words", [("3", "must lie in (0, 1)"), ("x", "expects a number, got 'x'")])
+def test_bad_tolerance_is_a_usage_error_naming_the_flag_once(capsys, flag, value, words):
     with pytest.raises(SystemExit) as info:
-        main(["compare", str(GPU_RUN), str(GPU_RUN), "--tolerance", "3"])
+        main(["compare", str(GPU_RUN), str(GPU_RUN), flag, value])
     assert info.value.code == 2
-    error = capsys.readouterr().err.splitlines()[-1]  # after the usage lines
-    assert "argument --tolerance: must lie in (0, 1)" in error and error.count("--tolerance") == 1, error
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # the lines above it are the usage
+    assert f"argument {flag}: {words}" in error and error.count(flag) == 1, error
+
+
+# ---------------------------------------------------------------------------------------------------
+# every file an `ampbench` command reads, given something that is not that file: one line naming it
+
+BASELINE = ROOT / "baselines" / "nvidia-h100-80gb-hbm3.json"
+NOT_A_FILE = {
+    "directory": (lambda p: p.mkdir(), "is a directory; give "),
+    "missing": (lambda p: None, "no such file"),
+    "empty": (lambda p: p.write_text(""), "is empty"),
+    "not JSON": (lambda p: p.write_text("model,speedup\nmlp,1.2\n"), "is not"),
+    "not UTF-8": (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n"), "is not UTF-8 text"),
+}
+READERS = {
+    "report RUN": lambda bad, out: ["report", bad, "-o", out],
+    "report --compare": lambda bad, out: ["report", str(GPU_RUN), "--compare", bad, "-o", out],
+    "report --junit": lambda bad, out: ["report", str(GPU_RUN), "--junit", bad, "-o", out],
+    "compare OLD": lambda bad, out: ["compare", bad, str(GPU_RUN)],
+    "compare NEW": lambda bad, out: ["compare", str(GPU_RUN), bad],
+    "spread BASELINE": lambda bad, out: ["spread", bad, str(GPU_RUN), "--dry-run"],
+    "spread RUN": lambda bad, out: ["spread", str(BASELINE), bad, "--dry-run"],
+    "baselines show": lambda bad, out: ["baselines", "show", bad],
+}
+
+
+@pytest.mark.parametrize("kind", list(NOT_A_FILE))
+@pytest.mark.parametrize("reader", list(READERS))
+def test_a_file_that_is_not_one_is_a_one_line_error_naming_it(tmp_path, capsys, reader, kind):
+    make, words = NOT_A_FILE[kind]
+    bad = tmp_path / "bad.json"
+    make(bad)
+    out = tmp_path / "report"
+    assert main(READERS[reader](str(bad), str(out))) == EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and words in lines[0], captured.err
+    assert "Errno" not in lines[0] and not out.exists(), lines[0]
+
+
+@pytest.mark.parametrize("argv", [
+    lambda folder: ["compare", str(GPU_RUN), str(GPU_RUN), "--markdown", folder],
+    lambda folder: ["baselines", "show", str(BASELINE), "-o", folder],
+], ids=["compare --markdown", "baselines show -o"])
+def test_an_output_file_that_is_a_directory_is_a_one_line_error_naming_it(tmp_path, capsys, argv):
+    folder = tmp_path / "taken"
+    folder.mkdir()
+    assert main(argv(str(folder))) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err == f"ampbench: error: {folder}: Is a directory\n", err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"] and not any(folder.iterdir())
 
 
 # ---------------------------------------------------------------------------------------------------

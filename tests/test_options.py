@@ -47,10 +47,25 @@ def run_pytest(*args):
     ],
 )
 def test_usage_errors(args, expected):
+    message = usage_error(*args)
+    for part in expected:
+        assert part in message, message
+    assert message.count(args[0]) == 1, f"{args[0]} named more than once: {message}"
+
+
+# one of each way a usage error reaches pytest (a type= function's message after argparse's own prefix,
+# argparse's choices, a check at configure time, pytest-benchmark's options): each start of pytest
+# imports torch, so the in-process messages above stand for the rest
+@pytest.mark.parametrize("args", [
+    ["--perf-models", "resnet51"],
+    ["--perf-tier", "huge"],
+    ["--perf-update-baselines"],
+    ["--benchmark-disable", "--benchmark-json", "out.json"],
+], ids=["validator", "choices", "configure", "benchmark"])
+def test_pytest_prints_the_usage_error_once_and_exits_4(args):
     result = run_pytest(*args)
     assert result.returncode == 4, result.stdout + result.stderr
-    for part in expected:
-        assert part in result.stderr, result.stderr
+    assert usage_error(*args) in result.stderr, result.stderr
     assert result.stderr.count(args[0]) == 1, f"{args[0]} named more than once: {result.stderr}"
 
 
@@ -63,11 +78,28 @@ def test_cells_are_model_major_with_readable_ids():
     ]
 
 
-def test_quick_tier_is_the_default():
-    result = run_pytest("--perf-precisions", "fp32")
+def collected_models(*args: str) -> dict[str, list[str]]:
+    """test name -> models of its fp32 cells, as `pytest perf/test_speed.py perf/test_convergence.py
+    --collect-only` on the CPU collects them."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "perf/test_speed.py", "perf/test_convergence.py", "--collect-only", "-q",
+         "-p", "no:cacheprovider", "--perf-device", "cpu", "--perf-precisions", "fp32", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    models = [line.split("[")[1].split("-")[0] for line in result.stdout.splitlines() if "::" in line]
-    assert models == ["mlp", "wide_resnet28_10", "resnet50", "lstm_lm", "gpt"]
+    found: dict[str, list[str]] = {}
+    for line in result.stdout.splitlines():
+        if "::" in line and "[" in line:
+            name, cell = line.split("::")[1].split("[")
+            found.setdefault(name, []).append(cell.split("-")[0])
+    return found
+
+
+def test_the_cpu_smoke_pass_runs_a_smaller_selection_and_any_named_cell():
+    assert collected_models() == {"test_speed": ["mlp", "wide_resnet28_10", "lstm_lm", "gpt"],
+                                  "test_convergence": ["mnist_cnn"]}
+    assert collected_models("--perf-models", "resnet50,wide_resnet28_10") == {
+        "test_speed": ["resnet50", "wide_resnet28_10"], "test_convergence": ["wide_resnet28_10"]}
 
 
 def test_out_of_memory_is_described_and_its_tensors_freed():
@@ -204,6 +236,31 @@ def test_a_device_index_past_the_last_gpu_is_a_usage_error(fake_gpus):
     assert conftest.perf_settings_of(configure("--perf-device", "cuda:1")).device == torch.device("cuda", 1)
 
 
+def test_quick_tier_is_the_default_on_a_gpu_and_the_cpu_leaves_out_the_resnets(fake_gpus):
+    quick = ("mlp", "wide_resnet28_10", "resnet50", "lstm_lm", "gpt")
+    assert conftest.perf_settings_of(configure("--perf-device", "cuda:0")).models == quick
+    assert conftest.perf_settings_of(configure("--perf-device", "cpu")).models == tuple(m for m in quick if m != "resnet50")
+    full = conftest.perf_settings_of(configure("--perf-device", "cpu", "--perf-tier", "full")).models
+    assert "dpn92" in full and not any(m.startswith("resnet") for m in full)
+    assert conftest.perf_settings_of(configure("--perf-device", "cpu", "--perf-models", "resnet152")).models == ("resnet152",)
+
+
+def usage_error(*args: str) -> str:
+    """What pytest reports for these arguments, found in-process: argparse's message for a bad value of
+    one of the suite's options, else the UsageError that pytest_configure raises."""
+    parser, _ = option_parser()
+    try:
+        _, unknown = parser.parse_known_args(list(args))
+    except argparse.ArgumentError as exc:
+        return str(exc)
+    benchmark = argparse.ArgumentParser(exit_on_error=False)  # the two pytest-benchmark options checked here
+    benchmark.add_argument("--benchmark-disable", action="store_true")
+    benchmark.add_argument("--benchmark-json", type=Path)
+    with pytest.raises(pytest.UsageError) as info:
+        configure(*[a for a in args if a not in unknown], **vars(benchmark.parse_args(unknown)))
+    return str(info.value)
+
+
 def test_cuda_without_a_gpu_is_still_a_usage_error():
     with pytest.raises(pytest.UsageError, match="--perf-device cuda: no CUDA device is visible"):
         configure("--perf-device", "cuda")
@@ -233,6 +290,8 @@ BROKEN_FILES = {
     "malformed": ('[1, 2]', "<top level>"),
     "truncated": ('{"schema_version": 1, "gpu": "g", "entr', "<file>"),
     "schema 2": ('{"schema_version": 2, "gpu": "g", "entries": {}}', "schema_version"),
+    "schema 99": ('{"schema_version": 99, "gpu": "g", "entries": {}}', "schema_version"),
+    "empty": ("", "<file>"),
     "nan speedup": (_doc({"test_speed[mlp-fp16]": {"figures": {"speedup": float("nan")}}}),
                     "entries.test_speed[mlp-fp16].figures.speedup"),
     "missing speedup": (_doc({"test_speed[mlp-fp16]": {"figures": {"noise": 0.01}}}),

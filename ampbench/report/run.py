@@ -6,6 +6,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from ampbench.inputs import UnreadableFile, read_text
 from ampbench.results import Run, RunError, order_modes
 
 __all__ = ["DASH", "Run", "RunError", "failed_tests", "order_modes"]
@@ -17,9 +18,11 @@ def failed_tests(junit: Path | str) -> list[tuple[str, str]]:
     """(test name, first line of the failure) for each failed or errored test case of a JUnit XML."""
     junit = Path(junit)
     try:
-        root = ET.parse(junit).getroot()
-    except (OSError, ET.ParseError) as exc:
-        raise RunError(junit, f"is not readable JUnit XML: {exc}") from None
+        root = ET.fromstring(read_text(junit, "the XML file written by `pytest --junitxml FILE`"))
+    except UnreadableFile as exc:
+        raise RunError(junit, exc.problem) from None
+    except ET.ParseError as exc:
+        raise RunError(junit, f"is not JUnit XML ({exc})") from None
     failed = []
     for case in root.iter("testcase"):
         for tag in ("failure", "error"):

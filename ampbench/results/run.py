@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
+from ampbench.inputs import UnreadableFile, read_text
 from ampbench.modes import MODES
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
@@ -147,17 +148,10 @@ def load_run(path: Path | str) -> Run:
     """Read and validate one ampbench benchmark JSON; RunError names the file and the problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RunError(path, "no such file") from None
-    except IsADirectoryError:
-        raise RunError(path, "is a directory; give the JSON file written by `pytest perf/ --benchmark-json FILE`") from None
-    except OSError as exc:
-        raise RunError(path, f"cannot be read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise RunError(path, f"is not UTF-8 text (byte {exc.start}), so not a benchmark JSON") from None
-    if not text.strip():
-        raise RunError(path, "is empty; the run was probably interrupted before pytest-benchmark wrote it")
+        text = read_text(path, "the JSON file written by `pytest perf/ --benchmark-json FILE`",
+                         empty_means="the run was probably interrupted before pytest-benchmark wrote it")
+    except UnreadableFile as exc:
+        raise RunError(path, exc.problem) from None
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
