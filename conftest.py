@@ -234,10 +234,11 @@ def fail_on_oom(perf_device):
 
 
 @pytest.fixture
-def mode(mode_name: str, perf_device):
-    """The precision mode of this cell, or a skip saying what the device lacks."""
+def mode(mode_name: str, model_spec, perf_device, perf_settings):
+    """The precision mode of this cell, or a skip saying what the device lacks (or, for fp8, that the
+    model has no Linear layer to convert)."""
     m = get_mode(mode_name)
-    reason = devices.unsupported_reason(m, perf_device)
+    reason = devices.cell_unsupported_reason(m, perf_device, model_spec, model_spec.config_for(perf_settings.smoke))
     if reason:
         pytest.skip(reason)
     return m

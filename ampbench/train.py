@@ -11,10 +11,12 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from ampbench import fp8
 from ampbench.modes import STATIC_LOSS_SCALE, PrecisionMode
 from models.spec import Batch, ModelSpec
 
-NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
+NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm,
+               nn.modules.instancenorm._InstanceNorm)
 # cuDNN's batch norm takes fp16/bf16 input with fp32 parameters natively (as Apex O2 relied on);
 # CUDA's layer and group norm kernels do not, so those get their input cast around them.
 NATIVELY_MIXED_NORMS = (nn.modules.batchnorm._BatchNorm,)
@@ -186,10 +188,16 @@ class Trainer:
         self.model = cast_model(model, mode).to(device=device, memory_format=self.memory_format)
         flatten_rnn_weights(self.model)
         self.model.train()
+        # torchao swaps modules, so it goes before any wrapper and before the optimizer sees parameters
+        self.fp8_layers = fp8.convert(self.model, mode) if mode.fp8_recipe else []
         # a parallel wrapper (DDP, FSDP2's fully_shard) goes on the cast model and before the optimizer,
         # which must hold the parameters the wrapper trains (FSDP2 replaces them with sharded ones)
         if wrap is not None:
             self.model = wrap(self.model)
+        if mode.compile:
+            # in place, after conversion and wrapping: the module keeps its type, names and parameters,
+            # and fp8's scale, cast and transpose kernels fuse only when compiled together
+            self.model.compile()
         self.master = MasterWeights(self.model.parameters()) if mode.master_weights else None
         params = self.master.master_params if self.master else list(self.model.parameters())
         self.optimizer = OPTIMIZERS[spec.optimizer](params, spec.lr, mode.param_dtype)
