@@ -225,9 +225,10 @@ EXPECTED_TO_LAG: dict[str, str] = {
 class ParityCheck:
     model: str
     mode: str
-    accuracy_ref: float  # fp32's accuracy, same data, seed and budget
-    margin: float  # absolute accuracy a mode may lose against fp32
-    min_accuracy: float  # fp32's floor
+    accuracy_ref: float  # the reference's accuracy, same data, seed and budget
+    margin: float  # absolute accuracy a mode may lose against the reference
+    min_accuracy: float  # the reference's floor
+    reference: str = "fp32"  # the mode held against (ampbench.modes.label of its parity_reference)
 
     @property
     def line(self) -> float:
@@ -241,13 +242,14 @@ class ParityCheck:
                      f"{' ...' if len(result.nonfinite_steps) > 10 else ''} of {result.steps}"
                      if result.nonfinite_steps else "loss finite but weights NaN/inf")
             return Outcome.NONFINITE, f"{head}; {where}"
+        ref = self.reference
         if self.accuracy_ref < self.min_accuracy:
             return Outcome.REFERENCE_FAILED, (
-                f"{head}; the fp32 reference reached only {self.accuracy_ref:.4f}, below the floor "
+                f"{head}; the {ref} reference reached only {self.accuracy_ref:.4f}, below the floor "
                 f"{self.min_accuracy:.2f}, so the budget is too small for parity to mean anything")
         if result.accuracy < self.line:
             return Outcome.BELOW_MARGIN, (
-                f"{head}; expected at least {self.line:.4f} (fp32 {self.accuracy_ref:.4f} - margin "
-                f"{self.margin:.3f}); {100 * (self.accuracy_ref - result.accuracy):.1f} points below fp32")
-        return Outcome.PASS, (f"{head}; fp32 {self.accuracy_ref:.4f}, margin {self.margin:.3f} "
+                f"{head}; expected at least {self.line:.4f} ({ref} {self.accuracy_ref:.4f} - margin "
+                f"{self.margin:.3f}); {100 * (self.accuracy_ref - result.accuracy):.1f} points below {ref}")
+        return Outcome.PASS, (f"{head}; {ref} {self.accuracy_ref:.4f}, margin {self.margin:.3f} "
                               f"({100 * (result.accuracy - self.accuracy_ref):+.1f} points)")
