@@ -276,7 +276,7 @@ def baseline_store(pytestconfig: pytest.Config) -> BaselineStore | None:
 def software(perf_device) -> dict:
     """What a baseline was recorded on, stored beside its figures."""
     info = devices.machine_info(perf_device)
-    keep = ("torch", "cuda", "cudnn", "driver", "device", "capability")
+    keep = ("torch", "cuda", "cudnn", "driver", "device", "capability", "inductor", "triton", "torchao")
     return {k: info[k] for k in keep if k in info}
 
 
