@@ -23,14 +23,6 @@ ROOT = Path(__file__).parent.parent
 FP8_MODES = [name for name, m in MODES.items() if m.fp8_recipe is not None]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def meta_model(name: str, smoke: bool = False) -> nn.Module:
     spec = models.get_model(name)
     with torch.device("meta"):
