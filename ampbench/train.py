@@ -207,7 +207,9 @@ class Trainer:
         self.input_pool = [x for x, _ in batches[:INPUT_POOL]]
         self.target_pool = [y for _, y in batches]
         self.steps_taken = 0
-        self.autocast_cache = True  # off while a CUDA graph of the step is captured
+        # off while a CUDA graph of the step is captured; always off for a compiled model, which dynamo
+        # would otherwise compile a second time for the capture, where Inductor cannot compile
+        self.autocast_cache = not mode.compile
 
     @contextlib.contextmanager
     def capturing(self) -> Iterator[None]:
@@ -217,13 +219,13 @@ class Trainer:
         saved = [g["capturable"] for g in groups]
         for g in groups:
             g["capturable"] = True
-        self.autocast_cache = False
+        cache, self.autocast_cache = self.autocast_cache, False
         try:
             yield
         finally:
             for g, value in zip(groups, saved):
                 g["capturable"] = value
-            self.autocast_cache = True
+            self.autocast_cache = cache
 
     @property
     def inputs(self) -> torch.Tensor:

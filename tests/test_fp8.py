@@ -167,6 +167,18 @@ def test_trainer_refuses_a_model_with_nothing_to_convert():
         Trainer(spec, compiled(get_mode("fp8_tensorwise"), False), torch.device("cpu"), smoke=True)
 
 
+def test_a_compiled_trainer_keeps_autocasts_cache_off():
+    """dynamo guards on autocast's cache setting: a compiled model traced with the cache on would be
+    compiled again inside CUDA graph capture (which turns it off), where Inductor cannot compile."""
+    spec = models.get_model("mlp")
+    for mode, outside in ((compiled(get_mode("amp_bf16")), False), (get_mode("amp_bf16"), True)):
+        trainer = Trainer(spec, mode, torch.device("cpu"), smoke=True)
+        assert trainer.autocast_cache is outside, mode
+        with trainer.capturing():
+            assert trainer.autocast_cache is False
+        assert trainer.autocast_cache is outside, f"{label(mode)}: capturing() did not restore the cache setting"
+
+
 # -- device capabilities ---------------------------------------------------------------------------
 
 
