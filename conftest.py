@@ -264,10 +264,11 @@ def record_result(request: pytest.FixtureRequest, benchmark):
 
 
 @pytest.fixture
-def mode(mode_name: str, perf_device):
-    """The precision mode of this cell, or a skip saying what the device lacks."""
+def mode(mode_name: str, model_spec, perf_device, perf_settings):
+    """The precision mode of this cell, or a skip saying what the device lacks (or, for fp8, that the
+    model has no Linear layer to convert)."""
     m = get_mode(mode_name)
-    reason = devices.unsupported_reason(m, perf_device)
+    reason = devices.cell_unsupported_reason(m, perf_device, model_spec, model_spec.config_for(perf_settings.smoke))
     if reason:
         pytest.skip(reason)
     return m
@@ -305,7 +306,7 @@ def baseline_store(pytestconfig: pytest.Config) -> BaselineStore | None:
 def software(perf_device) -> dict:
     """What a baseline was recorded on, stored beside its figures."""
     info = devices.machine_info(perf_device)
-    keep = ("torch", "cuda", "cudnn", "driver", "device", "capability")
+    keep = ("torch", "cuda", "cudnn", "driver", "device", "capability", "inductor", "triton", "torchao")
     return {k: info[k] for k in keep if k in info}
 
 

@@ -14,7 +14,7 @@ from ampbench.baselines import entry_kind, load_document
 
 MISSING = "-"
 # what the software dicts of the entries hold, in the order shown
-SOFTWARE_FIELDS = ("device", "capability", "driver", "torch", "cuda", "cudnn")
+SOFTWARE_FIELDS = ("device", "capability", "driver", "torch", "cuda", "cudnn", "triton", "torchao")
 
 Formatter = Callable[[Any], str]
 

@@ -1,17 +1,11 @@
-"""Does a precision mode still learn, and does the host keep up with it? Pure harness, no pytest.
+"""Does a precision mode still learn? Pure harness, no pytest.
 
-Three measurements, each deterministic given its seed (up to the GPU's own non-deterministic kernels):
-
-- ``train_to_accuracy``: a zoo model trained in one mode from a fixed seed for a fixed budget on real
-  images (scikit-learn's digits by default), then scored on held-out images; the per-step loss curve and
-  any non-finite loss come with it. ``ParityCheck`` holds a mode's accuracy against fp32's.
-- ``underflow_demo``: why loss scaling exists. A loss multiplied by a tiny factor puts the true gradients
-  below fp16's smallest subnormal; an fp16 backward then flushes them to zero and the model never moves,
-  while the same run with a loss scale keeps them in range and learns.
-- ``measure_input_pipeline``: the samples/s of a training step fed by a real DataLoader (workers,
-  pin_memory, non_blocking copies, per-sample augmentation) against the same step on device-resident
-  batches; when the loader caps the step rate the mode is input-bound and its AMP speedup is hidden
-  ("Mixed Precision Training on Tesla T4 and P100" (2019): "two weak vCPUs" made O0, O1 and O2 cost the same).
+``train_to_accuracy``: a zoo model trained in one mode from a fixed seed for a fixed budget on real
+images (scikit-learn's digits by default), then scored on held-out images; the per-step loss curve and
+any non-finite loss come with it. ``ParityCheck`` holds a mode's accuracy against its reference's
+(fp32's, or compiled amp_bf16's for fp8), and ``parity_cell`` turns that into the cell's record. The
+input pipeline (``ampbench.pipeline``) and the underflow demonstration (``ampbench.underflow``) have
+modules of their own.
 """
 
 from __future__ import annotations
@@ -33,20 +27,6 @@ from ampbench.verdict import Verdict
 from ampbench.train import Trainer
 from models.spec import ModelSpec
 
-# re-exported: the input pipeline and the underflow demonstration live in their own modules
-from ampbench.pipeline import (  # noqa: F401
-    INPUT_BOUND_RATIO,
-    LOADER_HEADROOM,
-    PipelineResult,
-    measure_input_pipeline,
-    pipeline_dataset,
-)
-from ampbench.underflow import (  # noqa: F401
-    FP16_SMALLEST_SUBNORMAL,
-    UnderflowReport,
-    UnderflowRun,
-    underflow_demo,
-)
 
 
 # -- budgets ---------------------------------------------------------------------------------------
@@ -216,7 +196,7 @@ class Outcome(str, Enum):
 VERDICTS = {Outcome.PASS: Verdict.PASS, Outcome.BELOW_MARGIN: Verdict.REGRESSION,
             Outcome.NONFINITE: Verdict.NON_FINITE, Outcome.REFERENCE_FAILED: Verdict.REFERENCE_FAILED}
 FAILURE_PREFIXES = {Outcome.NONFINITE: "non-finite training", Outcome.BELOW_MARGIN: "convergence regression",
-                    Outcome.REFERENCE_FAILED: "fp32 reference did not learn"}
+                    Outcome.REFERENCE_FAILED: "{reference} reference did not learn"}
 
 
 # Modes allowed to lag fp32, and why; a lagging cell of these is reported as an expected failure
@@ -234,9 +214,10 @@ EXPECTED_TO_LAG: dict[str, str] = {
 class ParityCheck:
     model: str
     mode: str
-    accuracy_ref: float  # fp32's accuracy, same data, seed and budget
-    margin: float  # absolute accuracy a mode may lose against fp32
-    min_accuracy: float  # fp32's floor
+    accuracy_ref: float  # the reference's accuracy, same data, seed and budget
+    margin: float  # absolute accuracy a mode may lose against the reference
+    min_accuracy: float  # the reference's floor
+    reference: str = "fp32"  # the mode held against (ampbench.modes.label of its parity_reference)
 
     @property
     def line(self) -> float:
@@ -250,15 +231,16 @@ class ParityCheck:
                      f"{' ...' if len(result.nonfinite_steps) > 10 else ''} of {result.steps}"
                      if result.nonfinite_steps else "loss finite but weights NaN/inf")
             return Outcome.NONFINITE, f"{head}; {where}"
+        ref = self.reference
         if self.accuracy_ref < self.min_accuracy:
             return Outcome.REFERENCE_FAILED, (
-                f"{head}; the fp32 reference reached only {self.accuracy_ref:.4f}, below the floor "
+                f"{head}; the {ref} reference reached only {self.accuracy_ref:.4f}, below the floor "
                 f"{self.min_accuracy:.2f}, so the budget is too small for parity to mean anything")
         if result.accuracy < self.line:
             return Outcome.BELOW_MARGIN, (
-                f"{head}; expected at least {self.line:.4f} (fp32 {self.accuracy_ref:.4f} - margin "
-                f"{self.margin:.3f}); {100 * (self.accuracy_ref - result.accuracy):.1f} points below fp32")
-        return Outcome.PASS, (f"{head}; fp32 {self.accuracy_ref:.4f}, margin {self.margin:.3f} "
+                f"{head}; expected at least {self.line:.4f} ({ref} {self.accuracy_ref:.4f} - margin "
+                f"{self.margin:.3f}); {100 * (self.accuracy_ref - result.accuracy):.1f} points below {ref}")
+        return Outcome.PASS, (f"{head}; {ref} {self.accuracy_ref:.4f}, margin {self.margin:.3f} "
                               f"({100 * (result.accuracy - self.accuracy_ref):+.1f} points)")
 
 
@@ -276,22 +258,24 @@ class ParityCell:
         return self.record.verdict is Verdict.EXPECTED_LAG
 
     def failure(self) -> str:
-        return f"{FAILURE_PREFIXES[self.outcome]}: {self.record.message}"
+        prefix = FAILURE_PREFIXES[self.outcome].format(reference=self.record.reference or "fp32")
+        return f"{prefix}: {self.record.message}"
 
     def baseline_figures(self) -> dict:
         """What the cell's baseline entry keeps; its margin is policy, and one a person put there stays."""
         r = self.record
-        return {"margin": r.margin, "accuracy": r.accuracy, "accuracy_ref": r.accuracy_ref, "steps": r.steps,
+        return {"margin": r.margin, "accuracy": r.accuracy, "accuracy_ref": r.accuracy_ref, "reference": r.reference,
+                "steps": r.steps,
                 "batch_size": r.batch_size, "data": r.data, "finite": self.outcome is not Outcome.NONFINITE,
                 "within_margin": self.outcome is Outcome.PASS}
 
 
 def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget: Budget, baseline: dict | None,
-                device: str, seed: int) -> ParityCell:
-    """Hold a mode's training against fp32's, with the margin of its baseline entry (the budget's
-    default where the entry holds none)."""
+                device: str, seed: int, reference_label: str = "fp32") -> ParityCell:
+    """Hold a mode's training against its reference's (fp32's, or the mode's parity_reference, named
+    `reference_label`), with the margin of its baseline entry (the budget's default where it holds none)."""
     margin = float(baseline["margin"]) if baseline and baseline.get("margin") is not None else budget.margin
-    check = ParityCheck(result.model, result.mode, reference.accuracy, margin, budget.min_accuracy)
+    check = ParityCheck(result.model, result.mode, reference.accuracy, margin, budget.min_accuracy, reference_label)
     outcome, message = check.judge(result)
     lag_reason = EXPECTED_TO_LAG.get(result.mode)
     verdict, reason = VERDICTS[outcome], (outcome.value if outcome is Outcome.BELOW_MARGIN else None)
@@ -300,7 +284,8 @@ def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget:
     record = ConvergenceRecord(
         model=result.model, mode=result.mode, device=device, data=result.data, image_shape=list(result.image_shape),
         steps=result.steps, batch_size=result.batch_size, seed=seed, accuracy=result.accuracy,
-        accuracy_ref=reference.accuracy, margin=margin, min_accuracy=budget.min_accuracy, loss_curve=result.loss_curve,
+        accuracy_ref=reference.accuracy, reference=reference_label, margin=margin, min_accuracy=budget.min_accuracy,
+        loss_curve=result.loss_curve,
         nonfinite_steps=result.nonfinite_steps, train_seconds=result.seconds,
         baseline_margin=baseline.get("margin") if baseline else None, expected_to_lag=bool(lag_reason),
         verdict=verdict, message=message, reason=reason,

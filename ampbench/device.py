@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.metadata
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
+from ampbench import fp8
 from ampbench.modes import PrecisionMode
+from models.spec import ModelSpec
 
 
 def resolve(name: str, flag: str = "--perf-device") -> torch.device:
@@ -46,9 +49,21 @@ def _capability(device: torch.device) -> tuple[int, int]:
 class Capability:
     check: Callable[[torch.device], bool]  # does this device have it
     missing: str  # the skip reason when it does not
+    found: Callable[[torch.device], str] | None = None  # what is there instead, added to the reason
+
+
+def _found_capability(device: torch.device) -> str:
+    if device.type != "cuda":
+        return f"found no CUDA device ({device.type})"
+    return f"found compute capability {'.'.join(map(str, _capability(device)))}"
+
+
+def _found_torchao(device: torch.device) -> str:
+    return fp8.torchao_problem() or "torchao usable"
 
 
 # On the CPU every dtype runs (slowly): the smoke pass exercises the same code path, not tensor cores.
+# fp8 is the exception: torch._scaled_mm has no fast CPU path, and torchao's float8 training targets GPUs.
 CAPABILITIES: dict[str, Capability] = {
     "tf32": Capability(
         lambda d: d.type == "cuda" and _capability(d) >= (8, 0),
@@ -62,16 +77,33 @@ CAPABILITIES: dict[str, Capability] = {
         lambda d: d.type == "cpu" or (d.type == "cuda" and _capability(d) >= (8, 0)),
         "bf16 needs an NVIDIA GPU of compute capability 8.0 (Ampere) or newer",
     ),
+    "fp8": Capability(
+        lambda d: d.type == "cuda" and _capability(d) >= (8, 9),
+        "fp8 tensor cores need an NVIDIA GPU of compute capability 8.9 (Ada, Hopper) or newer",
+        _found_capability,
+    ),
+    "torchao": Capability(
+        lambda d: fp8.torchao_problem() is None,
+        "fp8 training runs through torchao's float8",
+        _found_torchao,
+    ),
 }
 
 
 def unsupported_reason(mode: PrecisionMode, device: torch.device) -> str | None:
-    """Why `mode` cannot run on `device`, or None if it can."""
+    """Why `mode` cannot run on `device` (every need it lacks), or None if it can."""
+    missing = []
     for need in mode.needs:
         cap = CAPABILITIES[need]
         if not cap.check(device):
-            return f"{mode.name} on {device_name(device)}: {cap.missing}"
-    return None
+            missing.append(f"{cap.missing}: {cap.found(device)}" if cap.found else cap.missing)
+    return f"{mode.name} on {device_name(device)}: {'; '.join(missing)}" if missing else None
+
+
+def cell_unsupported_reason(mode: PrecisionMode, device: torch.device, spec: ModelSpec, config: Any) -> str | None:
+    """Why `spec` at `config` cannot train in `mode` on `device`: what the device lacks, or, for an fp8
+    mode, that the model has no Linear layer to convert; None if it can."""
+    return unsupported_reason(mode, device) or fp8.unconvertible_reason(mode, spec, config)
 
 
 def device_name(device: torch.device) -> str:
@@ -165,7 +197,22 @@ PEAK_DTYPES: dict[str, tuple[torch.dtype, bool]] = {
     "tf32": (torch.float32, True),
     "fp16": (torch.float16, False),
     "bf16": (torch.bfloat16, False),
+    "fp8": (torch.float8_e4m3fn, False),  # tensorwise-scaled e4m3 x e4m3 -> bf16, as torchao's forward matmul
 }
+
+
+def _matmul_for(dtype: torch.dtype, device: torch.device) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    if dtype.itemsize > 1:
+        return torch.mm
+    one = torch.ones((), dtype=torch.float32, device=device)
+    # cuBLASLt's fp8 matmul takes its second operand column-major: b.t() of a row-major b is
+    return lambda a, b: torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)
+
+
+def _random_matrix(n: int, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> torch.Tensor:
+    if dtype.itemsize > 1:
+        return torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+    return torch.randn(n, n, device=device, generator=gen).to(dtype)  # randn makes no fp8
 
 
 def measure_peak_tflops(device: torch.device, dtype_name: str, n: int = 8192, repeats: int = 10) -> float:
@@ -177,15 +224,15 @@ def measure_peak_tflops(device: torch.device, dtype_name: str, n: int = 8192, re
     torch.backends.cuda.matmul.allow_tf32 = tf32
     try:
         gen = torch.Generator(device=device).manual_seed(0)
-        a = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
-        b = torch.randn(n, n, device=device, dtype=dtype, generator=gen)
+        a, b = _random_matrix(n, dtype, device, gen), _random_matrix(n, dtype, device, gen)
+        mm = _matmul_for(dtype, device)
         for _ in range(3):  # warm-up: cuBLAS handle, heuristics, clocks out of idle
-            torch.mm(a, b)
+            mm(a, b)
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             for _ in range(repeats):
-                torch.mm(a, b)
+                mm(a, b)
             end.record()
             end.synchronize()
             seconds = start.elapsed_time(end) / 1e3
@@ -194,7 +241,7 @@ def measure_peak_tflops(device: torch.device, dtype_name: str, n: int = 8192, re
 
             t0 = time.perf_counter()
             for _ in range(repeats):
-                torch.mm(a, b)
+                mm(a, b)
             seconds = time.perf_counter() - t0
         return 2.0 * n**3 * repeats / seconds / 1e12
     finally:
@@ -208,6 +255,10 @@ def machine_info(device: torch.device) -> dict:
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "device": device_name(device),
+        # compiled modes run Inductor (part of torch, so torch's version) and its Triton kernels
+        "inductor": torch.__version__,
+        "triton": _version_of("triton"),
+        "torchao": fp8.installed_torchao(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -221,6 +272,13 @@ def machine_info(device: torch.device) -> dict:
         )
         info.update(_driver_and_clocks(device))
     return info
+
+
+def _version_of(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _driver_and_clocks(device: torch.device) -> dict:

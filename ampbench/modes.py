@@ -1,4 +1,4 @@
-"""The seven precision modes, as one table of data.
+"""The precision modes, as one table of data.
 
 Everything that differs between modes lives in a ``PrecisionMode`` row; the training step
 (``ampbench.train``) reads the row and never branches on a mode's name.
@@ -10,6 +10,7 @@ order and the reference from it. Rows name their dtypes; torch resolves them on 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterator
@@ -32,6 +33,11 @@ class PrecisionMode:
     keep_norms_fp32: bool  # normalization layers stay fp32 inside a low-precision model
     peak_dtype: str  # which measured matmul peak (ampbench.device.PEAK_DTYPES) its TFLOP/s compare with
     needs: tuple[str, ...]  # device capabilities (ampbench.device.CAPABILITIES) it cannot run without
+    fp8_recipe: str | None = None  # torchao's Float8LinearConfig recipe ("tensorwise", "rowwise"); None: no fp8
+    module_filter: str | None = None  # key of ampbench.fp8.MODULE_FILTERS: which Linear layers the recipe converts
+    compile: bool = False  # torch.compile the model, after any fp8 conversion (fp8 casts are only fast fused)
+    # whose accuracy test_convergence holds this mode's against, compiled as this mode is
+    parity_reference: str = "fp32"
 
     @cached_property
     def param_dtype(self) -> torch.dtype:
@@ -85,10 +91,33 @@ MODES: dict[str, PrecisionMode] = {
         PrecisionMode("fp16_master", _F16, None, False, "dynamic", True, True, "fp16", ("fp16",)),
         PrecisionMode("fp16", _F16, None, False, "static", False, False, "fp16", ("fp16",)),
         PrecisionMode("bf16", _BF16, None, False, "none", False, False, "bf16", ("bf16",)),
+        # fp8 matmuls in the converted Linear layers, bf16 autocast around them; the layers the filter
+        # keeps and everything else run in bf16, so compiled amp_bf16 is what fp8 must beat
+        PrecisionMode("fp8_tensorwise", _F32, _BF16, False, "none", False, False, "fp8", ("fp8", "torchao"),
+                      fp8_recipe="tensorwise", module_filter="inner_linears", compile=True,
+                      parity_reference="amp_bf16"),
+        PrecisionMode("fp8_rowwise", _F32, _BF16, False, "none", False, False, "fp8", ("fp8", "torchao"),
+                      fp8_recipe="rowwise", module_filter="inner_linears", compile=True,
+                      parity_reference="amp_bf16"),
     )
 }
 
 REFERENCE_MODE = "fp32"
+
+
+def compiled(mode: PrecisionMode, compile: bool = True) -> PrecisionMode:
+    """The same row with torch.compile on (or off): the mode as a compiled cell trains it."""
+    return dataclasses.replace(mode, compile=compile)
+
+
+def parity_reference_of(mode: PrecisionMode) -> PrecisionMode:
+    """The mode whose accuracy `mode`'s is held against, compiled as `mode` is."""
+    return compiled(get_mode(mode.parity_reference), mode.compile)
+
+
+def label(mode: PrecisionMode) -> str:
+    """The mode's name, with "compiled" where it is compiled and its row is not: "amp_bf16 compiled"."""
+    return f"{mode.name} compiled" if mode.compile and not MODES[mode.name].compile else mode.name
 
 
 def get_mode(name: str) -> PrecisionMode:

@@ -30,6 +30,9 @@ from ampbench.verdict import DEFAULT_TOLERANCE, learned_spread, tolerance_for
 # what must match between a baseline entry's `software` and a run's machine_info["ampbench"] for the
 # run to measure the same thing: the card model and every layer of software under test
 SOFTWARE_KEYS = ("device", "capability", "driver", "torch", "cuda", "cudnn")
+# the compiler and fp8 stack (Inductor ships with torch): compared where the entry records them, since an
+# entry without them names no version to hold a run to
+COMPILE_KEYS = ("triton", "torchao")
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,9 @@ class Learned:
 
 def software_difference(entry_software: Mapping, machine: Mapping) -> str | None:
     """A sentence naming what differs between a baseline entry's software and a run's, or None."""
+    keys = SOFTWARE_KEYS + tuple(k for k in COMPILE_KEYS if k in entry_software)
     differ = [f"{key} {entry_software.get(key)} in the baseline, {machine.get(key)} in the run"
-              for key in SOFTWARE_KEYS if str(entry_software.get(key)) != str(machine.get(key))]
+              for key in keys if str(entry_software.get(key)) != str(machine.get(key))]
     return "other software: " + "; ".join(differ) if differ else None
 
 

@@ -11,10 +11,12 @@ from typing import Callable, Iterable, Iterator
 import torch
 from torch import nn
 
+from ampbench import fp8
 from ampbench.modes import STATIC_LOSS_SCALE, PrecisionMode
 from models.spec import Batch, ModelSpec
 
-NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.modules.instancenorm._InstanceNorm)
+NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm,
+               nn.modules.instancenorm._InstanceNorm)
 # cuDNN's batch norm takes fp16/bf16 input with fp32 parameters natively (as Apex O2 relied on);
 # CUDA's layer and group norm kernels do not, so those get their input cast around them.
 NATIVELY_MIXED_NORMS = (nn.modules.batchnorm._BatchNorm,)
@@ -193,10 +195,16 @@ class Trainer:
         self.model = cast_model(model, mode).to(device=device, memory_format=self.memory_format)
         flatten_rnn_weights(self.model)
         self.model.train()
+        # torchao swaps modules, so it goes before any wrapper and before the optimizer sees parameters
+        self.fp8_layers = fp8.convert(self.model, mode) if mode.fp8_recipe else []
         # a parallel wrapper (DDP, FSDP2's fully_shard) goes on the cast model and before the optimizer,
         # which must hold the parameters the wrapper trains (FSDP2 replaces them with sharded ones)
         if wrap is not None:
             self.model = wrap(self.model)
+        if mode.compile:
+            # in place, after conversion and wrapping: the module keeps its type, names and parameters,
+            # and fp8's scale, cast and transpose kernels fuse only when compiled together
+            self.model.compile()
         self.master = MasterWeights(self.model.parameters()) if mode.master_weights else None
         params = self.master.master_params if self.master else list(self.model.parameters())
         self.optimizer = OPTIMIZERS[spec.optimizer](params, spec.lr, mode.param_dtype)
@@ -206,7 +214,9 @@ class Trainer:
         self.input_pool = [x for x, _ in batches[:INPUT_POOL]]
         self.target_pool = [y for _, y in batches]
         self.steps_taken = 0
-        self.autocast_cache = True  # off while a CUDA graph of the step is captured
+        # off while a CUDA graph of the step is captured; always off for a compiled model, which dynamo
+        # would otherwise compile a second time for the capture, where Inductor cannot compile
+        self.autocast_cache = not mode.compile
 
     @contextlib.contextmanager
     def capturing(self) -> Iterator[None]:
@@ -216,13 +226,13 @@ class Trainer:
         saved = [g["capturable"] for g in groups]
         for g in groups:
             g["capturable"] = True
-        self.autocast_cache = False
+        cache, self.autocast_cache = self.autocast_cache, False
         try:
             yield
         finally:
             for g, value in zip(groups, saved):
                 g["capturable"] = value
-            self.autocast_cache = True
+            self.autocast_cache = cache
 
     @property
     def inputs(self) -> torch.Tensor:

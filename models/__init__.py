@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models import dpn, gpt, lstm_lm, mlp, mnist_cnn, resnet, wide_resnet
+from models import dpn, gpt, llama, lstm_lm, mlp, mnist_cnn, resnet, wide_resnet
 from models.spec import ModelSpec
 
 # the order of the model table in README.md, which is also the order of test ids and report rows
@@ -19,6 +19,7 @@ _SPECS: tuple[ModelSpec, ...] = (
     dpn.DPN92_SPEC,
     lstm_lm.SPEC,
     gpt.SPEC,
+    llama.SPEC,
 )
 REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in _SPECS}
 assert len(REGISTRY) == len(_SPECS), f"duplicate model names in {[spec.name for spec in _SPECS]}"

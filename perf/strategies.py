@@ -1,4 +1,4 @@
-"""Every hypothesis strategy of the loss-scaling properties, in one place.
+"""Every hypothesis strategy of the property tests (loss scaling, fp8 casts), in one place.
 
 Scales and factors are drawn as fp32-representable numbers: a scaler keeps its scale in an fp32
 tensor, so a factor that is not an fp32 number would make "the reference model" ambiguous.
@@ -209,3 +209,40 @@ def dist_scenarios(world_size: int, width: int, max_steps: int = 8) -> st.Search
     step = st.builds(RankPoison, st.none() | st.integers(0, world_size - 1), st.integers(0, width - 1),
                      nonfinite_values())
     return st.builds(DistScenario, dist_scaler_configs(), st.lists(step, min_size=1, max_size=max_steps).map(tuple))
+
+
+# -- fp8 casts (perf/test_fp8_numerics.py) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fp8Input:
+    """A 2-D tensor to cast, as drawn: rows of signed values (zeros included) and the dtype the
+    training step would hand torchao (bf16 under autocast, fp32 for an fp32 master)."""
+
+    rows: tuple[tuple[float, ...], ...]
+    dtype: torch.dtype
+
+    def tensor(self, device: torch.device) -> torch.Tensor:
+        return torch.tensor(self.rows, dtype=torch.float32, device=device).to(self.dtype)
+
+
+@st.composite
+def fp8_inputs(draw, top_exp: tuple[int, int], spread: int = 24, max_rows: int = 4, max_cols: int = 16) -> Fp8Input:
+    """Tensors whose rows each hold one entry of magnitude in [2**e, 2**(e+1)) for e in `top_exp` (one e
+    per row, so rows differ in scale, as rowwise scaling must handle), the others up to 2**`spread`
+    smaller or exactly zero. Every entry is an fp32 normal number or zero."""
+    n_rows, n_cols = draw(st.integers(1, max_rows), label="rows"), draw(st.integers(1, max_cols), label="cols")
+    rows = []
+    for _ in range(n_rows):
+        top = draw(st.integers(*top_exp), label="top exponent")
+        entry = fp32_normals(max(-126, top - spread), top) | st.just(0.0)
+        row = draw(st.lists(entry, min_size=n_cols, max_size=n_cols), label="row")
+        row[draw(st.integers(0, n_cols - 1), label="top column")] = draw(fp32_normals(top, top), label="top")
+        rows.append(tuple(row))
+    dtype = draw(st.sampled_from([torch.float32, torch.bfloat16]), label="dtype")
+    return Fp8Input(tuple(rows), dtype)
+
+
+def fp8_positions() -> st.SearchStrategy[tuple[int, int]]:
+    """(row, column) of an injected value, both taken modulo the tensor's shape."""
+    return st.tuples(st.integers(0, 63), st.integers(0, 63))

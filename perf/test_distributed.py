@@ -26,9 +26,10 @@ from pathlib import Path
 import pytest
 
 import conftest
+import models
 from perf.outcome import conclude
 from ampbench import speed
-from ampbench.device import unsupported_reason
+from ampbench.device import cell_unsupported_reason
 from ampbench.distributed import DistFigures, merge_ranks, variants_for
 from ampbench.launch import LaunchResult, run_launch, torchrun_command
 from ampbench.modes import MODES, get_mode
@@ -109,7 +110,8 @@ def _check(baseline: dict | None, key: str, noise_key: str, model: str, what: st
 def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
                 distributed_baseline_store, software, _launches) -> None:
     model, mode_name, comm = dist_cell
-    reason = unsupported_reason(get_mode(mode_name), perf_device)
+    spec = models.get_model(model)
+    reason = cell_unsupported_reason(get_mode(mode_name), perf_device, spec, spec.config_for(perf_settings.smoke))
     if reason:
         pytest.skip(reason)
     settings, nproc, store = perf_settings, perf_world_size, distributed_baseline_store

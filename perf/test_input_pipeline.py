@@ -16,6 +16,7 @@ import warnings
 import pytest
 
 from ampbench import convergence as conv
+from ampbench import pipeline
 from ampbench.device import release
 
 CIFAR_SHAPED = ("wide_resnet28_10", "dpn26", "dpn92")
@@ -49,7 +50,7 @@ def test_input_pipeline(benchmark, record_result, model_spec, mode, perf_setting
     config = _pipeline_config(model_spec, smoke)
     key = (config.in_channels, config.image_size, str(settings.data_root))
     if key not in _pipeline_datasets:
-        _pipeline_datasets[key] = conv.pipeline_dataset(config, settings.data_root, seed=SEED)
+        _pipeline_datasets[key] = pipeline.pipeline_dataset(config, settings.data_root, seed=SEED)
     dataset, data_name = _pipeline_datasets[key]
     batch = model_spec.batch_size_for(smoke)
     # the smoke pass checks the code path; a GPU gets enough steps for a rate to mean something
@@ -59,13 +60,13 @@ def test_input_pipeline(benchmark, record_result, model_spec, mode, perf_setting
     holder: dict = {}
 
     def run() -> None:
-        holder["r"] = conv.measure_input_pipeline(
+        holder["r"] = pipeline.measure_input_pipeline(
             model_spec, mode, perf_device, config=config, dataset=dataset, data_name=data_name,
             batch_size=batch, steps=steps, warmup=warmup, workers=workers, pin_memory=settings.pin_memory, seed=SEED)
 
     fail_on_oom(lambda: benchmark.pedantic(run, rounds=1, iterations=1, warmup_rounds=0),
                 f"{model_spec.name} {mode.name}", batch)
-    result: conv.PipelineResult = holder["r"]
+    result: pipeline.PipelineResult = holder["r"]
     release(perf_device)
 
     record_result(result.record(str(perf_device)))

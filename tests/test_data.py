@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from ampbench import convergence as conv
+from ampbench import pipeline
 from ampbench import data
 
 # one marked pixel per image, so a test can tell whether the planes and axes arrive where they belong
@@ -98,10 +99,10 @@ def test_pipeline_dataset_reads_cifar_from_the_root(tmp_path):
     from models import get_model
 
     config, _, _ = conv.image_config(get_model("wide_resnet28_10"), True, 10)
-    dataset, name = conv.pipeline_dataset(config, write_cifar10(tmp_path))
+    dataset, name = pipeline.pipeline_dataset(config, write_cifar10(tmp_path))
     x, y = dataset[0]
     assert name.startswith("cifar10") and x.shape == (3, config.image_size, config.image_size)
-    digits, name = conv.pipeline_dataset(config, None)
+    digits, name = pipeline.pipeline_dataset(config, None)
     x, y = digits[0]
     assert name.startswith("digits") and x.shape == (3, config.image_size, config.image_size) and 0 <= y < 10
 

@@ -6,6 +6,8 @@ they are the published architectures costs milliseconds.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -16,7 +18,7 @@ SPECS = list(REGISTRY.values())
 IDS = [spec.name for spec in SPECS]
 TABLE_ORDER = [
     "mlp", "mnist_cnn", "wide_resnet28_10", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
-    "dpn26", "dpn92", "lstm_lm", "gpt",
+    "dpn26", "dpn92", "lstm_lm", "gpt", "llama",
 ]
 GPT2_SMALL_PARAMS = 124_439_808  # nanoGPT's GPT-2 small at GPT-2's 50257-token vocabulary, wpe included
 # published parameter counts of the full configs
@@ -34,6 +36,9 @@ EXPECTED_PARAMS = {
     # tied embedding/decoder 33278 x 1500 + decoder bias, two LSTM layers of 4 gates with two biases each
     "lstm_lm": 33278 * 1500 + 33278 + 2 * 4 * (1500 * 1500 + 1500 * 1500 + 2 * 1500),
     "gpt": GPT2_SMALL_PARAMS + (50304 - 50257) * 768,  # nanoGPT pads the vocabulary to 50304
+    # Llama-3-8B's block (q and o 4096^2, k and v 4096x1024, SwiGLU 3 x 4096x14336, two RMSNorms) twice,
+    # a 32000-token embedding and untied head, the final RMSNorm
+    "llama": 2 * (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096) + 2 * 32000 * 4096 + 4096,
 }
 
 
@@ -191,3 +196,50 @@ def test_lstm_flops_match_the_6n_rule():
 def test_convnet_flops_plausible(name: str, low: float, high: float):
     spec = get_model(name)
     assert low <= spec.flops_per_sample(spec.config) <= high
+
+
+def test_llama_has_llama3_8b_layer_shapes():
+    spec = get_model("llama")
+    with torch.device("meta"):
+        model = spec.build(spec.config)
+    block = model.layers[0]
+    shapes = {name: tuple(m.weight.shape) for name, m in block.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert shapes == {
+        "attention.wq": (4096, 4096), "attention.wk": (1024, 4096), "attention.wv": (1024, 4096),
+        "attention.wo": (4096, 4096), "feed_forward.w1": (14336, 4096), "feed_forward.w3": (14336, 4096),
+        "feed_forward.w2": (4096, 14336),
+    }, f"llama block Linear shapes {shapes}"
+    assert all(getattr(m, "bias", None) is None for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert model.output.weight is not model.tok_embeddings.weight, "llama's head is untied, as Llama 3's"
+
+
+def test_llama_flops_match_the_6n_rule():
+    spec = get_model("llama")
+    c = spec.config
+    with torch.device("meta"):
+        model = spec.build(c)
+    matmul_params = n_params(model) - model.tok_embeddings.weight.numel()  # the lookup is no matmul
+    # causal attention counted at its full T x T cost: QK^T and AV, 2 FLOPs a MAC, 3x for training
+    attention = 3 * 2 * 2 * c.n_layers * c.dim * c.seq_len
+    assert spec.flops_per_sample(c) == pytest.approx((6 * matmul_params + attention) * c.seq_len, rel=0.02)
+
+
+def test_llama_is_causal_and_position_aware():
+    """Changing a later token leaves earlier positions' logits alone (the mask), and swapping two earlier
+    tokens changes the last position's logits: without position information attention would see the
+    same set of keys and values (the rotary embedding reaches attention). One block: in a second block
+    the earlier positions' own causal prefixes would differ after a swap anyway."""
+    spec = get_model("llama")
+    torch.manual_seed(0)
+    model = spec.build(dataclasses.replace(spec.smoke_config, n_layers=1)).eval()
+    tokens = torch.randint(0, spec.smoke_config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0))
+    changed = tokens.clone()
+    changed[0, 10] = (changed[0, 10] + 1) % spec.smoke_config.vocab_size
+    with torch.no_grad():
+        a, b = model(tokens), model(changed)
+        swapped = model(tokens[:, [1, 0, *range(2, 16)]])
+    assert torch.equal(a[0, :10], b[0, :10]), "llama: a later token changed earlier positions' logits"
+    assert not torch.equal(a[0, 10:], b[0, 10:]), "llama: a changed token did not change its own logits"
+    # at initialisation attention is nearly uniform: the swap moves the logits by ~1e-4, rounding by ~1e-7
+    assert not torch.allclose(a[0, -1], swapped[0, -1], rtol=0, atol=1e-6), (
+        "llama: swapping the first two tokens left the last position's logits unchanged: no position information")

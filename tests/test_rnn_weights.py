@@ -63,12 +63,13 @@ def test_lstm_lm_trains_without_the_non_contiguous_weights_warning(perf_device: 
     if perf_device.type != "cuda":
         pytest.skip(f"cuDNN's RNN weight check exists only on CUDA; this run's device is {perf_device}")
     mode = MODES[mode_name]
-    reason = devices.unsupported_reason(mode, perf_device)
+    spec = models.get_model("lstm_lm")
+    reason = devices.cell_unsupported_reason(mode, perf_device, spec, spec.smoke_config)
     if reason:
         pytest.skip(reason)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=f".*{NOT_CONTIGUOUS}")
-        trainer = Trainer(models.get_model("lstm_lm"), mode, perf_device, smoke=True)
+        trainer = Trainer(spec, mode, perf_device, smoke=True)
         loss = trainer.run(1)
         torch.cuda.synchronize(perf_device)
     assert torch.isfinite(loss), f"lstm_lm {mode_name}: loss {loss.item()} after one step"

@@ -94,6 +94,16 @@ def test_software_difference_names_each_differing_layer():
     assert "driver 580.159.04 in the baseline, 590.1 in the run" in text and "cudnn 91900" in text
 
 
+def test_software_difference_holds_triton_and_torchao_where_the_entry_names_them():
+    run = dict(SOFTWARE, triton="3.6.0", torchao="0.17.0")
+    assert software_difference(SOFTWARE, run) is None  # the entry names no compiler or torchao version
+    recorded = dict(SOFTWARE, triton="3.6.0", torchao="0.17.0")
+    assert software_difference(recorded, run) is None
+    text = software_difference(recorded, dict(run, torchao="0.18.0", triton="3.7.0"))
+    assert text == "other software: triton 3.6.0 in the baseline, 3.7.0 in the run; torchao 0.17.0 in the baseline, 0.18.0 in the run"
+    assert "torchao 0.17.0 in the baseline, None in the run" in software_difference(recorded, dict(SOFTWARE, triton="3.6.0"))
+
+
 def test_with_spread_adds_the_figures_and_keeps_everything_else():
     document = _baseline()
     learned = _learn(_run({WRN: 8.583}, "a"), _run({WRN: 8.381}, "b"))
