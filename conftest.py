@@ -17,8 +17,9 @@ from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
 from ampbench import summary
 from ampbench.results import Record
 from ampbench.verdict import DEFAULT_TOLERANCE
-from ampbench.modes import MODES, REFERENCE_MODE, get_mode
+from ampbench.modes import MODES, REFERENCE_MODE, compiled, get_mode
 from ampbench.settings import (
+    COMPILE_CHOICES,
     GATES,
     TIERS,
     PerfSettings,
@@ -61,6 +62,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="fail, rather than warn, when a speed verdict stays inconclusive (default: off)")
     group.addoption("--perf-gate", metavar="DEVICE|WALL|BOTH", default="device", choices=GATES,
                     help="which speedup fails a speed cell: device (GPU time per step, host overhead excluded), wall (eager wall-clock time on this host) or both (default: device)")
+    group.addoption("--perf-compile", metavar="OFF|ON|BOTH", default="off", choices=tuple(COMPILE_CHOICES),
+                    help="speed cells of torch.compile'd training: off (eager only), on (compiled only: the "
+                         "fp8 modes and each mode against compiled fp32, ids ending -compiled) or both (default: off)")
     group.addoption("--perf-rounds", metavar="N", default=DEFAULT_MIN_ROUNDS,
                     type=number_validator(int, 8, 1000),
                     help=f"interleaved rounds before the first look at a speedup's interval; 8 is the fewest for a 99%% interval (default: {DEFAULT_MIN_ROUNDS})")
@@ -169,6 +173,7 @@ def pytest_configure(config: pytest.Config) -> None:
         block_seconds=opt.perf_block_seconds,
         cudnn_benchmark=opt.perf_cudnn_benchmark == "on",
         gate=opt.perf_gate,
+        compile=COMPILE_CHOICES[opt.perf_compile],
     )
     config.stash[STORE_KEY] = {}
     _configure_world_size(config)
@@ -219,8 +224,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if (marker is not None and marker.kwargs.get("reference_in_full_tier_only") and s.tier == "quick"
             and not metafunc.config.option.perf_precisions):
         precisions = tuple(p for p in precisions if p != REFERENCE_MODE)
-    cells = [(m, p) for m in names for p in precisions]
-    metafunc.parametrize(("model_name", "mode_name"), cells, ids=[f"{m}-{p}" for m, p in cells])
+    if "compiled_cell" not in metafunc.fixturenames:
+        cells = [(m, p) for m in names for p in precisions]
+        metafunc.parametrize(("model_name", "mode_name"), cells, ids=[f"{m}-{p}" for m, p in cells])
+        return
+    # the compile axis (test_speed): a mode whose row compiles (fp8) exists only compiled, and keeps its
+    # own id; every other mode runs eager, compiled (id ending -compiled), or both, by --perf-compile
+    # model-major, then eager before compiled, so each model's fp32 reference is built once per kind
+    axis = [(m, p, c) for m in names for c in s.compile for p in precisions if c or not MODES[p].compile]
+    metafunc.parametrize(("model_name", "mode_name", "compiled_cell"), axis,
+                         ids=[f"{m}-{p}" + ("-compiled" if c and not MODES[p].compile else "") for m, p, c in axis])
 
 
 @pytest.fixture(scope="session")
@@ -264,10 +277,12 @@ def record_result(request: pytest.FixtureRequest, benchmark):
 
 
 @pytest.fixture
-def mode(mode_name: str, model_spec, perf_device, perf_settings):
-    """The precision mode of this cell, or a skip saying what the device lacks (or, for fp8, that the
-    model has no Linear layer to convert)."""
+def mode(request: pytest.FixtureRequest, mode_name: str, model_spec, perf_device, perf_settings):
+    """The precision mode of this cell, compiled where the cell is (the compile axis of test_speed), or
+    a skip saying what the device lacks (or, for fp8, that the model has no Linear layer to convert)."""
     m = get_mode(mode_name)
+    if getattr(request.node, "callspec", None) is not None and request.node.callspec.params.get("compiled_cell"):
+        m = compiled(m)
     reason = devices.cell_unsupported_reason(m, perf_device, model_spec, model_spec.config_for(perf_settings.smoke))
     if reason:
         pytest.skip(reason)

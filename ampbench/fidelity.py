@@ -26,8 +26,10 @@ from ampbench.verdict import DEFAULT_TOLERANCE
 from models import get_model
 from models.spec import ModelSpec
 
-# the plain loop is written the way people write mixed precision: torch.autocast around forward and loss
-AUTOCAST_MODES = tuple(name for name, mode in MODES.items() if mode.autocast_dtype is not None)
+# the plain loop is written the way people write mixed precision: torch.autocast around forward and loss,
+# eager (the fp8 rows also convert layers and compile, which a plain loop does not)
+AUTOCAST_MODES = tuple(name for name, mode in MODES.items()
+                       if mode.autocast_dtype_name is not None and mode.fp8_recipe is None and not mode.compile)
 DEFAULT_CELLS = (("resnet50", "amp_bf16"), ("resnet50", "amp_fp16"), ("gpt", "amp_bf16"), ("gpt", "amp_fp16"))
 DEFAULT_REPEATS = 2
 DEFAULT_TARGET = 0.03  # the largest |harness / plain - 1| that passes

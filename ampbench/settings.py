@@ -13,6 +13,8 @@ import torch
 
 TIERS = ("quick", "full")
 GATES = ("device", "wall", "both")
+# --perf-compile: which of eager and torch.compile'd training the speed cells run
+COMPILE_CHOICES = {"off": (False,), "on": (True,), "both": (False, True)}
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class PerfSettings:
     block_seconds: float  # target length of each side's timed block in a speed round (CUDA)
     cudnn_benchmark: bool  # cuDNN autotuning for the speed tests (memory and convergence never tune)
     gate: str  # which speedup's verdict fails a speed cell: device, wall or both
+    compile: tuple[bool, ...] = (False,)  # speed cells run eager (False), compiled (True) or both
 
     @property
     def smoke(self) -> bool:

@@ -17,7 +17,7 @@ import torch
 from ampbench import speed, spread
 from ampbench.baselines import BaselineStore, measurement_mismatch
 from ampbench.device import release
-from ampbench.modes import PrecisionMode
+from ampbench.modes import PrecisionMode, label
 from ampbench.results import SpeedRecord
 from ampbench.settings import PerfSettings
 from ampbench.stats import median
@@ -77,7 +77,42 @@ def _combined(verdicts: list[Verdict | None]) -> Verdict:
 
 def identity(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smoke: bool) -> SpeedRecord:
     """Who the cell is, written before it measures: a cell that fails later is still recognisable."""
-    return SpeedRecord(model=spec.name, mode=mode.name, device=str(device), batch_size=spec.batch_size_for(smoke))
+    return SpeedRecord(model=spec.name, mode=label(mode), device=str(device), batch_size=spec.batch_size_for(smoke))
+
+
+@dataclass(frozen=True)
+class DynamoState:
+    """What torch.compile has done in this process so far: graphs compiled and graph breaks by reason."""
+
+    graphs: int
+    breaks: dict[str, int]
+
+    @classmethod
+    def now(cls) -> "DynamoState":
+        from torch._dynamo.utils import counters
+
+        return cls(int(counters["stats"]["unique_graphs"]), dict(counters["graph_break"]))
+
+    def breaks_since(self, earlier: "DynamoState") -> list[str]:
+        return [f"{reason} (x{n - earlier.breaks.get(reason, 0)})" for reason, n in self.breaks.items()
+                if n > earlier.breaks.get(reason, 0)]
+
+
+def compile_problems(mode: PrecisionMode, before: DynamoState, prepared: DynamoState, timed: DynamoState) -> list[str]:
+    """Why a compiled cell's figures do not measure one compiled graph of the step: a graph break while
+    it compiled (the step then runs as several graphs with eager code between them), or a recompile
+    while it was timed (the rounds then timed compilation). Nothing for an eager cell."""
+    if not mode.compile:
+        return []
+    problems = []
+    breaks = prepared.breaks_since(before)
+    if breaks:
+        shown = "; ".join(b[:200] for b in breaks[:3]) + (f"; and {len(breaks) - 3} more" if len(breaks) > 3 else "")
+        problems.append(f"torch.compile broke the step's graph: {shown}")
+    if timed.graphs > prepared.graphs:
+        problems.append(f"torch.compile compiled {timed.graphs - prepared.graphs} new graph(s) while the cell was "
+                        "timed (a recompile: a guard failed on the timed steps)")
+    return problems
 
 
 def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, prepare: Callable[[], speed.Side], *,
@@ -90,7 +125,9 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
     they hold."""
     pol = policy(device, settings)
     batch = spec.batch_size_for(settings.smoke)
+    dynamo_before = DynamoState.now()
     side = prepare()
+    dynamo_prepared = DynamoState.now()
     speed.recapture_reference(reference)
     prepared(identity(spec, mode, device, settings.smoke))
     before = speed.parameters_fingerprint(side.trainer)
@@ -99,7 +136,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
     baseline = store.figures(test_id) if store is not None else None
     mismatch = measurement_mismatch(baseline, measured_with) if baseline is not None else None
     timing = speed.device_timing(reference, side)
-    device_check, wall_check, no_device_baseline = _checks(spec.name, mode.name, baseline, timing.method,
+    device_check, wall_check, no_device_baseline = _checks(spec.name, label(mode), baseline, timing.method,
                                                            settings.tolerance)
     gate = getattr(settings, "gate", "device")
     gated = GATES[gate]
@@ -147,7 +184,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
     ratio = (side.peak_bytes / reference.peak_bytes) if side.peak_bytes and reference.peak_bytes else None
     est, d = wall.estimate, dev.estimate
     record = SpeedRecord(
-        model=spec.name, mode=mode.name, device=str(device), batch_size=batch,
+        model=spec.name, mode=label(mode), device=str(device), batch_size=batch,
         gate=gate, gated=list(gated), steps_per_block=wall_timer.mode_steps, ref_steps_per_block=wall_timer.ref_steps,
         # the wall-clock speedup of eager steps, as before device time was measured
         speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds, confidence=est.confidence,
@@ -187,6 +224,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         round_ms=[t * 1e3 for t in wall_timer.mode_times], ref_round_ms=[t * 1e3 for t in wall_timer.ref_times],
     )
     cell = SpeedCell(record, list(dev_timer.mode_times))
+    cell.problems += compile_problems(mode, dynamo_before, dynamo_prepared, DynamoState.now())
 
     for name, e in (("device-time", d), ("wall-clock", est)):
         if not (math.isfinite(e.speedup) and e.low <= e.speedup <= e.high):

@@ -12,7 +12,7 @@ import pytest
 
 from ampbench import speed, speed_cell
 from ampbench.device import release
-from ampbench.modes import REFERENCE_MODE, get_mode
+from ampbench.modes import REFERENCE_MODE, compiled, get_mode, label
 from perf.outcome import finish
 
 
@@ -26,14 +26,17 @@ def _reference_cache() -> dict:
 
 
 @pytest.fixture
-def reference(model_spec, perf_device, perf_settings, _reference_cache, fail_on_oom) -> speed.Side:
-    """The fp32 side of this model's cells, built and warmed up once and shared by its modes; only
-    the current model's reference is kept, so one model at a time occupies the device."""
-    if _reference_cache.get("model") != model_spec.name:
+def reference(model_spec, mode, perf_device, perf_settings, _reference_cache, fail_on_oom) -> speed.Side:
+    """The fp32 side of this model's cells, built and warmed up once and shared by its modes, compiled
+    where the cell's mode is (fp8 and the -compiled cells are held against compiled fp32); only the
+    current model's reference is kept, so one model at a time occupies the device."""
+    key = (model_spec.name, mode.compile)
+    if _reference_cache.get("key") != key:
         _reference_cache.clear()
         release(perf_device)
-        side = _prepare(model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings, fail_on_oom, "fp32 reference")
-        _reference_cache.update(model=model_spec.name, side=side)
+        ref_mode = compiled(get_mode(REFERENCE_MODE), mode.compile)
+        side = _prepare(model_spec, ref_mode, perf_device, perf_settings, fail_on_oom, f"{label(ref_mode)} reference")
+        _reference_cache.update(key=key, side=side)
     return _reference_cache["side"]
 
 
@@ -47,15 +50,15 @@ def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> spe
 # fp32 against fp32 is a control of the harness (its speedup must be 1.0), not a regression check:
 # the full tier runs it, the quick tier spends its time on the modes
 @pytest.mark.cells(reference_in_full_tier_only=True)
-def test_speed(benchmark, record_result, model_spec, mode, reference, perf_settings, perf_device, baseline_store,
-               software, peak_tflops, fail_on_oom):
+def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cell, reference, perf_settings, perf_device,
+               baseline_store, software, peak_tflops, fail_on_oom):
     cell = speed_cell.measure_speed(
-        model_spec, mode, reference, lambda: _prepare(model_spec, mode, perf_device, perf_settings, fail_on_oom, mode.name),
-        settings=perf_settings, device=perf_device, test_id=f"test_speed[{model_spec.name}-{mode.name}]",
+        model_spec, mode, reference, lambda: _prepare(model_spec, mode, perf_device, perf_settings, fail_on_oom, label(mode)),
+        settings=perf_settings, device=perf_device, test_id=request.node.name,
         store=baseline_store, software=software, peak_tflops=peak_tflops,
         prepared=lambda identity: record_result(identity, identity=True))
     record_result(cell.record)
     speed.record_step_times(benchmark, cell.device_step_seconds)
-    finish(cell.record.verdict, cell.problems, f"{model_spec.name} {mode.name}", cell.record.message,
+    finish(cell.record.verdict, cell.problems, f"{model_spec.name} {label(mode)}", cell.record.message,
            strict=perf_settings.strict, kind="speed", inconclusive=InconclusiveSpeed,
            warn_first=cell.warn_first, warn_after=cell.warn_after)

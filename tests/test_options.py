@@ -78,6 +78,18 @@ def test_cells_are_model_major_with_readable_ids():
     ]
 
 
+@pytest.mark.parametrize("compile_, expected", [
+    ("on", ["test_speed[mlp-amp_bf16-compiled]", "test_speed[mlp-fp8_rowwise]"]),
+    # eager cells first, then compiled ones, so each model's fp32 reference is built once of each kind;
+    # the fp8 rows always compile, keep their own ids, and run only with the compiled cells
+    ("both", ["test_speed[mlp-amp_bf16]", "test_speed[mlp-amp_bf16-compiled]", "test_speed[mlp-fp8_rowwise]"]),
+])
+def test_the_compile_axis_adds_compiled_cells_and_holds_the_fp8_modes_to_it(compile_, expected):
+    result = run_pytest("--perf-models", "mlp", "--perf-precisions", "amp_bf16,fp8_rowwise", "--perf-compile", compile_)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line.split("::")[1] for line in result.stdout.splitlines() if "::" in line] == expected
+
+
 def collected_models(*args: str) -> dict[str, list[str]]:
     """test name -> models of its fp32 cells, as `pytest perf/test_speed.py perf/test_convergence.py
     --collect-only` on the CPU collects them."""
