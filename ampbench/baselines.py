@@ -94,6 +94,7 @@ ENTRY_SCHEMAS: dict[str, dict[str, Rule]] = {
         "device_between_run_sd": _non_negative(),
         "device_between_run_count": _count(1),
         "device_method": _STR_OR_NULL,
+        "compile_s": _positive(),
     },
     "test_memory": {
         "peak_mem_bytes": _positive(required=True),

@@ -21,6 +21,7 @@ from ampbench.timing import (
     extend_until_tight,
     peak_memory_bytes,
     steps_per_block,
+    sync,
     wall_block,
     warm_up,
 )
@@ -80,6 +81,8 @@ class Side:
     graph: CapturedStep | None = None  # the step as a CUDA graph (CUDA only, where it could be captured)
     capture_failure: str | None = None  # why there is no graph, on CUDA
     profile: KernelProfile | None = None  # one profiled block of eager steps (CUDA only)
+    # the first training step, synchronised: for a compiled mode, dynamo and Inductor compiling the step
+    first_step_seconds: float | None = None
 
 
 def allocated_bytes(device: torch.device) -> int:
@@ -91,8 +94,12 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
     prime_libraries(device)
     before = allocated_bytes(device)
     trainer = Trainer(spec, mode, device, smoke=smoke)
+    t1 = time.perf_counter()
+    trainer.run(1)
+    sync(device)
+    first = time.perf_counter() - t1
     step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
-    side = Side(trainer, step_seconds, peak_memory_bytes(trainer, before), 0.0)
+    side = Side(trainer, step_seconds, peak_memory_bytes(trainer, before), 0.0, first_step_seconds=first)
     if device.type == "cuda":
         # after the peak was taken: the graph's private memory pool is no part of the mode's step
         try:

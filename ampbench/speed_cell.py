@@ -25,6 +25,7 @@ from ampbench.timing import extend_until_tight
 from ampbench.verdict import (
     WALL_TOLERANCE_FLOOR,
     HostOverhead,
+    RatioCheck,
     SpeedupCheck,
     Verdict,
     kernel_changes,
@@ -98,6 +99,21 @@ class DynamoState:
                 if n > earlier.breaks.get(reason, 0)]
 
 
+# Compile time is held loosely: it follows the host's CPU as much as the compiler, so only a doubling
+# (Inductor or dynamo gone badly wrong, a compile cache that stopped being skipped) fails a cell.
+COMPILE_TIME_TOLERANCE = 1.0
+
+
+def compile_time_check(model: str, mode: str, baseline: dict | None, compile_s: float | None) -> str | None:
+    """Why a compiled cell's first step (its compilation, caches cold) took too long against its
+    baseline entry, or None."""
+    expected = baseline.get("compile_s") if baseline else None
+    if compile_s is None or not isinstance(expected, (int, float)) or expected <= 0:
+        return None
+    return RatioCheck(model, mode, "compile time (s, caches cold)", float(expected), COMPILE_TIME_TOLERANCE,
+                      "higher").failure(compile_s)
+
+
 def compile_problems(mode: PrecisionMode, before: DynamoState, prepared: DynamoState, timed: DynamoState) -> list[str]:
     """Why a compiled cell's figures do not measure one compiled graph of the step: a graph break while
     it compiled (the step then runs as several graphs with eager code between them), or a recompile
@@ -128,6 +144,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
     dynamo_before = DynamoState.now()
     side = prepare()
     dynamo_prepared = DynamoState.now()
+    compile_s = side.first_step_seconds if mode.compile else None
     speed.recapture_reference(reference)
     prepared(identity(spec, mode, device, settings.smoke))
     before = speed.parameters_fingerprint(side.trainer)
@@ -219,12 +236,17 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
         verdict=verdict, message=message, recording=settings.update_baselines,
         weights_moved=moved, final_loss_finite=loss_ok,
-        loss_scale=scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds, **measured_with,
+        loss_scale=scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds,
+        compile_s=compile_s, ref_compile_s=reference.first_step_seconds if mode.compile else None,
+        baseline_compile_s=baseline.get("compile_s") if baseline else None, **measured_with,
         # per-step milliseconds of every wall round, in order: what drift or a stray slow block looked like
         round_ms=[t * 1e3 for t in wall_timer.mode_times], ref_round_ms=[t * 1e3 for t in wall_timer.ref_times],
     )
     cell = SpeedCell(record, list(dev_timer.mode_times))
     cell.problems += compile_problems(mode, dynamo_before, dynamo_prepared, DynamoState.now())
+    slow_compile = compile_time_check(spec.name, label(mode), baseline, compile_s)
+    if slow_compile:
+        cell.problems.append(slow_compile)
 
     for name, e in (("device-time", d), ("wall-clock", est)):
         if not (math.isfinite(e.speedup) and e.low <= e.speedup <= e.high):
@@ -259,7 +281,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
             "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
             "idle_share": load.idle_share, "host_bound": load.host_bound,
             "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
-            **({"kernels": kernels} if kernels else {}), **carried,
+            **({"kernels": kernels} if kernels else {}), **({"compile_s": compile_s} if compile_s else {}), **carried,
         }, software)
 
     # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer

@@ -106,6 +106,10 @@ class SpeedRecord(Record):
     loss_scale: float | None = number()
     prepare_s: float | None = number()
     ref_prepare_s: float | None = number()
+    # a compiled cell's first step: dynamo and Inductor compiling it, caches cold (--perf-compile)
+    compile_s: float | None = number()
+    ref_compile_s: float | None = number()
+    baseline_compile_s: float | None = number()
     cudnn_benchmark: bool | None = flag()
     block_seconds: float | None = number()
     round_ms: list | None = raw()  # per-step milliseconds of every wall round, in order
