@@ -218,7 +218,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     --perf-models names, if given, still narrow it); with ``tiered=True`` the tier narrows them too;
     ``cpu_smoke=[...]``, where given, are the ones the CPU smoke pass runs unless --perf-models names others.
     ``reference_in_full_tier_only=True`` leaves the reference mode's own cell (fp32 against fp32, a
-    control of the harness) out of the quick tier, unless --perf-precisions names the modes.
+    control of the harness) out of the quick tier, unless --perf-precisions names the modes. Modes
+    whose row compiles (fp8) run under --perf-compile on or both, or where --perf-precisions names them.
     """
     if not {"model_name", "mode_name"} <= set(metafunc.fixturenames):
         return
@@ -235,6 +236,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if (marker is not None and marker.kwargs.get("reference_in_full_tier_only") and s.tier == "quick"
             and not metafunc.config.option.perf_precisions):
         precisions = tuple(p for p in precisions if p != REFERENCE_MODE)
+    # the modes whose row always compiles (fp8) cost a minute of compiling per trainer: they run where
+    # --perf-compile asks for compiled cells, or where --perf-precisions names them
+    named = set(metafunc.config.option.perf_precisions or ())
+    compiling = True in s.compile
+    precisions = tuple(p for p in precisions if not MODES[p].compile or compiling or p in named)
     if "compiled_cell" not in metafunc.fixturenames:
         cells = [(m, p) for m in names for p in precisions]
         metafunc.parametrize(("model_name", "mode_name"), cells, ids=[f"{m}-{p}" for m, p in cells])
@@ -242,7 +248,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # the compile axis (test_speed): a mode whose row compiles (fp8) exists only compiled, and keeps its
     # own id; every other mode runs eager, compiled (id ending -compiled), or both, by --perf-compile
     # model-major, then eager before compiled, so each model's fp32 reference is built once per kind
-    axis = [(m, p, c) for m in names for c in s.compile for p in precisions if c or not MODES[p].compile]
+    kinds = s.compile if compiling or not named & {p for p in precisions if MODES[p].compile} else (*s.compile, True)
+    axis = [(m, p, c) for m in names for c in kinds for p in precisions
+            if (c and (compiling or MODES[p].compile)) or (not c and not MODES[p].compile)]
     metafunc.parametrize(("model_name", "mode_name", "compiled_cell"), axis,
                          ids=[f"{m}-{p}" + ("-compiled" if c and not MODES[p].compile else "") for m, p, c in axis])
 
