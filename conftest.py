@@ -248,9 +248,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # the compile axis (test_speed): a mode whose row compiles (fp8) exists only compiled, and keeps its
     # own id; every other mode runs eager, compiled (id ending -compiled), or both, by --perf-compile
     # model-major, then eager before compiled, so each model's fp32 reference is built once per kind
-    kinds = s.compile if compiling or not named & {p for p in precisions if MODES[p].compile} else (*s.compile, True)
+    kinds = sorted(set(s.compile) | {MODES[p].compile for p in precisions if MODES[p].compile})
     axis = [(m, p, c) for m in names for c in kinds for p in precisions
-            if (c and (compiling or MODES[p].compile)) or (not c and not MODES[p].compile)]
+            if (c if MODES[p].compile else c in s.compile)]
     metafunc.parametrize(("model_name", "mode_name", "compiled_cell"), axis,
                          ids=[f"{m}-{p}" + ("-compiled" if c and not MODES[p].compile else "") for m, p, c in axis])
 

@@ -30,6 +30,7 @@ import torch
 from ampbench import devicetime, train
 from ampbench.modes import get_mode
 from ampbench.spread import INJECTED_KEY
+from ampbench.timing import time_block
 from models import get_model
 
 ENV = "AMPBENCH_SLOWDOWN"
@@ -67,31 +68,20 @@ def _device_ms_per_step(trainer: train.Trainer) -> tuple[float, str]:
     except devicetime.CaptureError:
         return devicetime.profile_steps(trainer, CALIBRATION_STEPS).kernel_ms, "profiler kernel time"
     graph.replay(CALIBRATION_STEPS)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay(4 * CALIBRATION_STEPS)
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / (4 * CALIBRATION_STEPS), "graph replay"
+    steps = 4 * CALIBRATION_STEPS
+    return time_block(trainer.device, lambda: graph.replay(steps)) / steps * 1e3, "graph replay"
 
 
 def _cuda_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
     work_ms, how = _device_ms_per_step(trainer)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(10_000_000)  # wake the clock before counting its cycles
-    start.record()
-    torch.cuda._sleep(50_000_000)
-    end.record()
-    end.synchronize()
-    cycles_per_s = 50_000_000 / (start.elapsed_time(end) / 1e3)
+    cycles_per_s = 50_000_000 / time_block(trainer.device, lambda: torch.cuda._sleep(50_000_000))
     cycles = int(fraction * work_ms / 1e3 * cycles_per_s)
     return (lambda: torch.cuda._sleep(cycles)), f"{work_ms:.3f} ms per step ({how}), {cycles} spin cycles added"
 
 
 def _cpu_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
-    t0 = time.perf_counter()
-    trainer.run(CALIBRATION_STEPS)
-    step_s = (time.perf_counter() - t0) / CALIBRATION_STEPS
+    step_s = time_block(trainer.device, lambda: trainer.run(CALIBRATION_STEPS)) / CALIBRATION_STEPS
     extra = fraction * step_s
 
     def spin() -> None:

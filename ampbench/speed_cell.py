@@ -114,10 +114,12 @@ def compile_time_check(model: str, mode: str, baseline: dict | None, compile_s: 
                       "higher").failure(compile_s)
 
 
-def compile_problems(mode: PrecisionMode, before: DynamoState, prepared: DynamoState, timed: DynamoState) -> list[str]:
+def compile_problems(mode: PrecisionMode, before: DynamoState | None, prepared: DynamoState | None,
+                     timed: DynamoState | None) -> list[str]:
     """Why a compiled cell's figures do not measure one compiled graph of the step: a graph break while
     it compiled (the step then runs as several graphs with eager code between them), or a recompile
-    while it was timed (the rounds then timed compilation). Nothing for an eager cell."""
+    while it was timed (the rounds then timed compilation). Nothing for an eager cell, whose states are
+    not read (reading them imports dynamo)."""
     if not mode.compile:
         return []
     problems = []
@@ -141,9 +143,9 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
     they hold."""
     pol = policy(device, settings)
     batch = spec.batch_size_for(settings.smoke)
-    dynamo_before = DynamoState.now()
+    dynamo_before = DynamoState.now() if mode.compile else None
     side = prepare()
-    dynamo_prepared = DynamoState.now()
+    dynamo_prepared = DynamoState.now() if mode.compile else None
     compile_s = side.first_step_seconds if mode.compile else None
     speed.recapture_reference(reference)
     prepared(identity(spec, mode, device, settings.smoke))
@@ -243,7 +245,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         round_ms=[t * 1e3 for t in wall_timer.mode_times], ref_round_ms=[t * 1e3 for t in wall_timer.ref_times],
     )
     cell = SpeedCell(record, list(dev_timer.mode_times))
-    cell.problems += compile_problems(mode, dynamo_before, dynamo_prepared, DynamoState.now())
+    cell.problems += compile_problems(mode, dynamo_before, dynamo_prepared, DynamoState.now() if mode.compile else None)
     slow_compile = compile_time_check(spec.name, label(mode), baseline, compile_s)
     if slow_compile:
         cell.problems.append(slow_compile)

@@ -128,11 +128,13 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         _launches[key] = (_launch(settings, nproc, model, mode_name, comms, out), out)
     result, out = _launches[key]
     docs = _rank_docs(out, comm, nproc)
-    if docs is None:
-        message = f"{what}: no result from every rank; torchrun launch {result.explain(nproc)}"
+    def fail(message: str) -> None:
         # the JSON keeps why, for readers of --benchmark-json who never see the terminal
         record_result(replace(identity, message=message))
         pytest.fail(message, pytrace=False)
+
+    if docs is None:
+        fail(f"{what}: no result from every rank; torchrun launch {result.explain(nproc)}")
 
     confidence = 0.99
     figs = merge_ranks(docs, confidence)
@@ -150,9 +152,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         again = _launch(settings, nproc, model, mode_name, [comm], again_out)
         again_docs = _rank_docs(again_out, comm, nproc)
         if again_docs is None:
-            message = f"{what}: confirming launch failed: {again.explain(nproc)}"
-            record_result(replace(identity, message=message))
-            pytest.fail(message, pytrace=False)
+            fail(f"{what}: confirming launch failed: {again.explain(nproc)}")
         confirmation = merge_ranks(again_docs, confidence)
         second = {"speedup": (speed_check, confirmation.speedup),
                   "scaling efficiency": (eff_check, confirmation.efficiency)}

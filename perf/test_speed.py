@@ -9,8 +9,6 @@ eager steps, which is what eager training gets on this host and gates only under
 from __future__ import annotations
 
 import pytest
-import torch
-import torch._dynamo
 
 from ampbench import speed, speed_cell
 from ampbench.device import release
@@ -34,7 +32,10 @@ def reference(model_spec, mode, perf_device, perf_settings, _reference_cache, fa
     current model's reference is kept, so one model at a time occupies the device."""
     key = (model_spec.name, mode.compile)
     if _reference_cache.get("key") != key:
-        if _reference_cache.get("key", (None,))[0] != model_spec.name:
+        last_model, last_compiled = _reference_cache.get("key", (None, False))
+        if last_compiled and last_model != model_spec.name:
+            import torch._dynamo
+
             torch._dynamo.reset()  # the last model's compiled graphs: nothing will run them again
         _reference_cache.clear()
         release(perf_device)

@@ -19,7 +19,7 @@ from ampbench.report.format import (
     verdict_counts,
 )
 from ampbench.report.run import DASH, Run
-from ampbench.results import REFERENCE_MODE, ConvergenceRecord, MemoryRecord, SpeedRecord
+from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord
 from ampbench.report.speed_cells import (
     DEVICE,
     METHODS,
@@ -154,9 +154,8 @@ def _matrix_cell(entry: MatrixEntry | None) -> dict | None:
 
 def _matrix(run: Run, figure: SpeedFigure, title: str, note: str) -> dict:
     modes, rows = matrix(run, figure)
-    keep = [i for i, m in enumerate(modes) if m != REFERENCE_MODE]  # fp32 is every column's reference
-    return {"title": title, "note": note, "modes": [modes[i] for i in keep],
-            "rows": [{"model": model, "cells": [_matrix_cell(row[i]) for i in keep]} for model, row in rows]}
+    return {"title": title, "note": note, "modes": modes,
+            "rows": [{"model": model, "cells": [_matrix_cell(e) for e in row]} for model, row in rows]}
 
 
 def _speed_context(run: Run) -> dict | None:

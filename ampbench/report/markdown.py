@@ -18,7 +18,6 @@ from ampbench.report.format import (
 )
 from ampbench.report.run import DASH, Run
 from ampbench.report.speed_cells import DEVICE, WALL, host_bound_cells, kernel_change_cells, matrix, notable
-from ampbench.results import REFERENCE_MODE
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -48,16 +47,15 @@ def speedup_matrix(run: Run, device: bool = False) -> tuple[list[str], list[list
     device time (the gate's figure, with its verdict), else the wall-clock speedup of eager steps (with
     the wall verdict where the cell has one). fp32 is the reference of every column, not a column."""
     modes, entries = matrix(run, DEVICE if device else WALL)
-    keep = [i for i, m in enumerate(modes) if m != REFERENCE_MODE]
     rows = []
     for model, row in entries:
         texts = [model]
-        for e in (row[i] for i in keep):
+        for e in row:
             # "no baseline" on every cell of a fresh GPU would only add noise to the matrix
             icon = "" if e is None or e.verdict == Verdict.NO_BASELINE.value else VERDICT_ICONS.get(e.verdict or "", "")
             texts.append(DASH if e is None else f"{e.value:.2f}x {icon}".strip())
         rows.append(texts)
-    return ["model", *(modes[i] for i in keep)], rows
+    return ["model", *modes], rows
 
 
 def host_bound_lines(run: Run) -> list[str]:

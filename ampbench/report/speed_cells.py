@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ampbench.report.format import VERDICT_ORDER
 from ampbench.report.run import Run, order_modes
-from ampbench.results import SpeedRecord
+from ampbench.results import REFERENCE_MODE, SpeedRecord
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
 
@@ -58,9 +58,10 @@ def used_methods(run: Run) -> list[str]:
 
 
 def matrix(run: Run, figure: SpeedFigure) -> tuple[list[str], list[tuple[str, list[MatrixEntry | None]]]]:
-    """(modes, [(model, one entry or None per mode)]): models down, modes across, in the run's order."""
+    """(modes, [(model, one entry or None per mode)]): models down, modes across, in the run's order.
+    fp32 is every column's reference, not a column of its own."""
     cells = run.of_kind(SpeedRecord)
-    modes = order_modes(c.mode for c in cells)
+    modes = [m for m in order_modes(c.mode for c in cells) if m != REFERENCE_MODE]
     by_key: dict[tuple[str, str], SpeedRecord] = {}
     for c in cells:
         by_key.setdefault((c.model, c.mode), c)
