@@ -17,7 +17,7 @@ from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
 from ampbench import summary
 from ampbench.results import Record
 from ampbench.verdict import DEFAULT_TOLERANCE
-from ampbench.modes import MODES, REFERENCE_MODE, compiled, get_mode
+from ampbench.modes import MODES, compiled, get_mode
 from ampbench.settings import (
     COMPILE_CHOICES,
     GATES,
@@ -49,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     type=names_validator(lambda: list(MODES), "precision mode"),
                     help=f"comma-separated precision modes to test, of {', '.join(MODES)} (default: all)")
     group.addoption("--perf-tier", metavar="TIER", default="quick", choices=TIERS,
-                    help="quick: mlp, wide_resnet28_10, resnet50, lstm_lm, gpt; full: the whole zoo (default: quick)")
+                    help="quick: mlp, wide_resnet28_10, resnet50, lstm_lm, gpt, their speed in the 16-bit modes, convergence of mnist_cnn; full: every model and mode (default: quick)")
     group.addoption("--perf-baseline-dir", metavar="DIR", default=str(ROOT / "baselines"),
                     type=directory_validator(must_exist=False),
                     help="folder of per-GPU baseline files <gpu-slug>.json (default: baselines/ of the repo)")
@@ -216,9 +216,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     ``@pytest.mark.cells(models=[...])`` gives a test its own models instead of the tier's (those
     --perf-models names, if given, still narrow it); with ``tiered=True`` the tier narrows them too;
-    ``cpu_smoke=[...]``, where given, are the ones the CPU smoke pass runs unless --perf-models names others.
-    ``reference_in_full_tier_only=True`` leaves the reference mode's own cell (fp32 against fp32, a
-    control of the harness) out of the quick tier, unless --perf-precisions names the modes. Modes
+    ``quick=[...]``, where given, are the ones of them the quick tier runs; ``cpu_smoke=[...]``, where
+    given, are the ones the CPU smoke pass runs unless --perf-models names others.
+    ``modes_tiered=True`` leaves the modes whose row is ``full_tier_only`` (fp32's control of the
+    harness, TF32) out of the quick tier, unless --perf-precisions names the modes. Modes
     whose row compiles (fp8) run under --perf-compile on or both, or where --perf-precisions names them.
     """
     if not {"model_name", "mode_name"} <= set(metafunc.fixturenames):
@@ -230,12 +231,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         own = list(marker.kwargs["models"])
         if s.smoke and not metafunc.config.option.perf_models:
             own = list(marker.kwargs.get("cpu_smoke", own))
+        elif s.tier == "quick" and not metafunc.config.option.perf_models:
+            own = list(marker.kwargs.get("quick", own))
         narrowed = metafunc.config.option.perf_models or marker.kwargs.get("tiered", False)
         names = [m for m in own if m in s.models] if narrowed else own
     precisions = s.precisions
-    if (marker is not None and marker.kwargs.get("reference_in_full_tier_only") and s.tier == "quick"
+    if (marker is not None and marker.kwargs.get("modes_tiered") and s.tier == "quick"
             and not metafunc.config.option.perf_precisions):
-        precisions = tuple(p for p in precisions if p != REFERENCE_MODE)
+        precisions = tuple(p for p in precisions if not MODES[p].full_tier_only)
     # the modes whose row always compiles (fp8) cost a minute of compiling per trainer: they run where
     # --perf-compile asks for compiled cells, or where --perf-precisions names them
     named = set(metafunc.config.option.perf_precisions or ())

@@ -38,6 +38,9 @@ class PrecisionMode:
     compile: bool = False  # torch.compile the model, after any fp8 conversion (fp8 casts are only fast fused)
     # whose accuracy test_convergence holds this mode's against, compiled as this mode is
     parity_reference: str = "fp32"
+    # its speed cells run in the full tier only: fp32's own (a control of the harness) and TF32's, which
+    # has no 16-bit arithmetic; the quick tier spends its time on the modes that do
+    full_tier_only: bool = False
 
     @cached_property
     def param_dtype(self) -> torch.dtype:
@@ -84,8 +87,8 @@ _F32, _F16, _BF16 = "float32", "float16", "bfloat16"
 MODES: dict[str, PrecisionMode] = {
     m.name: m
     for m in (
-        PrecisionMode("fp32", _F32, None, False, "none", False, False, "fp32", ()),
-        PrecisionMode("tf32", _F32, None, True, "none", False, False, "tf32", ("tf32",)),
+        PrecisionMode("fp32", _F32, None, False, "none", False, False, "fp32", (), full_tier_only=True),
+        PrecisionMode("tf32", _F32, None, True, "none", False, False, "tf32", ("tf32",), full_tier_only=True),
         PrecisionMode("amp_fp16", _F32, _F16, False, "dynamic", False, False, "fp16", ("fp16",)),
         PrecisionMode("amp_bf16", _F32, _BF16, False, "none", False, False, "bf16", ("bf16",)),
         PrecisionMode("fp16_master", _F16, None, False, "dynamic", True, True, "fp16", ("fp16",)),

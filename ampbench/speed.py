@@ -40,8 +40,13 @@ class SpeedPolicy:
     extend_to: int  # rounds a straddling interval may grow to before it is called inconclusive
 
 
-# --perf-rounds' and --perf-block-seconds' defaults: what the suite measures with unless told otherwise
-DEFAULT_MIN_ROUNDS = 12
+# --perf-rounds' and --perf-block-seconds' defaults: what the suite measures with unless told otherwise.
+# Eight rounds are the fewest that give a 99% interval, and a cell whose interval is still wider than
+# half its tolerance gets more; device time holds to 0.1-0.6% per round, so most cells need no more.
+DEFAULT_MIN_ROUNDS = 8
+# A recording's first batch has at least this many rounds: its interval sets the recorded noise, and
+# with 8 rounds that interval is [min, max], which one stray round would set
+RECORDING_MIN_ROUNDS = 12
 DEFAULT_BLOCK_SECONDS = 0.1
 # Eager steps profiled once per side for its kernel list and device-busy time.
 PROFILE_STEPS = 3
@@ -50,13 +55,15 @@ HOST_BOUND_IDLE_SHARE = 0.10
 
 
 def policy_for(device: torch.device, min_rounds: int, tolerance: float,
-               block_seconds: float = DEFAULT_BLOCK_SECONDS) -> SpeedPolicy:
+               block_seconds: float = DEFAULT_BLOCK_SECONDS, recording: bool = False) -> SpeedPolicy:
     if device.type != "cuda":
         # the smoke pass checks the code path, not the CPU's speed: the fewest rounds that still give
         # a 99% interval, one batch, no extension, and blocks of a few steps of the tiny smoke shapes
         # (the blocks' length was most of a small model's cell)
         smoke = RoundsPolicy(8, 8, 1.0, 5.0)
         return SpeedPolicy(2, 0.0, 0.002, smoke, smoke, 8)
+    if recording:
+        min_rounds = max(min_rounds, RECORDING_MIN_ROUNDS)
     # One-step blocks of a 30 ms step spread +-10% on an H100 (the ramp from an idle GPU), so
     # each side's block is ~0.1 s by default; fp32 steps are longer than that, so their blocks are one step.
     return SpeedPolicy(

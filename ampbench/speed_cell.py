@@ -50,7 +50,8 @@ class SpeedCell:
 
 
 def policy(device: torch.device, settings: PerfSettings) -> speed.SpeedPolicy:
-    return speed.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds)
+    return speed.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds,
+                            recording=settings.update_baselines)
 
 
 def _checks(model: str, mode: str, baseline: dict | None, device_method: str, floor: float):

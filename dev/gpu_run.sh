@@ -9,6 +9,7 @@
 # Stages:
 #   env                   the GPU, driver, clocks, torch, CUDA, cuDNN, CPU count and load
 #   quick, quick2         speed, quick tier (quick2: the same again into its own JSON, e.g. for ampbench spread)
+#   quick-busy            the quick tier with 2 x CPU-count busy-loop processes running: a host under load
 #   quick-autotune        the quick tier with cuDNN's autotuning (--perf-cudnn-benchmark on)
 #   quick-blocks=S        the quick tier with S-second timed blocks (--perf-block-seconds S)
 #   slowdown[=M:P:F]      the quick tier with extra work worth F of each step injected into model M's mode P
@@ -50,7 +51,7 @@ speed() {  # name, then extra pytest arguments: perf/test_speed.py into $OUT/<na
   stage "$name" "${PYTEST[@]}" perf/test_speed.py "$@" --benchmark-json "$OUT/$name.json"
 }
 
-STAGES='^(env|quick|quick2|quick-autotune|quick-blocks=.+|slowdown(=.+)?|record=.+|record-full|full|memory-quick|memory-full|memory-quick-record|memory-record|memory=.+|pipeline|convergence-quick|convergence|scaling|fidelity(=.+)?|all)$'
+STAGES='^(env|quick|quick2|quick-busy|quick-autotune|quick-blocks=.+|slowdown(=.+)?|record=.+|record-full|full|memory-quick|memory-full|memory-quick-record|memory-record|memory=.+|pipeline|convergence-quick|convergence|scaling|fidelity(=.+)?|all)$'
 for s in "$@"; do  # every stage checked before the first runs
   [[ $s =~ $STAGES ]] || { echo "unknown stage $s (the stages are listed at the top of $0)" >&2; exit 2; }
 done
@@ -61,6 +62,8 @@ for s in "$@"; do
           echo "cpus $(nproc); $(uptime)";
           python3 -c "import torch,torchvision;print(torch.__version__,torchvision.__version__,torch.version.cuda,torch.backends.cudnn.version())"' ;;
     quick|quick2) speed "$s" ;;
+    quick-busy) pids=(); for _ in $(seq $((2 * $(nproc)))); do (while :; do :; done) & pids+=($!); done
+                speed quick-busy; kill "${pids[@]}"; wait "${pids[@]}" 2>/dev/null ;;
     quick-autotune) speed quick-autotune --perf-cudnn-benchmark on ;;
     quick-blocks=*) secs=${s#quick-blocks=}; speed "quick-blocks-$secs" --perf-block-seconds "$secs" ;;
     slowdown|slowdown=*) target=resnet50:amp_bf16:0.05; [ "$s" != slowdown ] && target=${s#slowdown=}

@@ -52,9 +52,9 @@ def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> spe
                        f"{model_spec.name} {label}", model_spec.batch_size_for(settings.smoke))
 
 
-# fp32 against fp32 is a control of the harness (its speedup must be 1.0), not a regression check:
-# the full tier runs it, the quick tier spends its time on the modes
-@pytest.mark.cells(reference_in_full_tier_only=True)
+# the quick tier spends its time on the 16-bit modes; fp32 against fp32 (a control of the harness, its
+# speedup must be 1.0) and TF32 run in the full tier (the rows' full_tier_only)
+@pytest.mark.cells(modes_tiered=True)
 def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cell, reference, perf_settings, perf_device,
                baseline_store, software, peak_tflops, fail_on_oom):
     cell = speed_cell.measure_speed(
