@@ -130,13 +130,18 @@ def build_parser() -> argparse.ArgumentParser:
                     "cell's tolerance then allows for that spread (Student's t with count - 1 degrees of freedom), "
                     "and the suite reports each speedup's 99% interval across runs as well as within its own run. "
                     "Pass every run to count, all of unchanged software and code: the figures are replaced, not "
-                    "accumulated, and a cell that failed in such a run counts (it was a false alarm). Cells with an "
+                    "accumulated (unless --add), and a cell that failed in such a run counts (it was a false alarm). Cells with an "
                     "injected slowdown and the run that recorded the baseline do not count. The file is rewritten "
                     "atomically; other figures and entries are kept.",
     )
     spr.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to add the spread to")
     spr.add_argument("runs", type=Path, nargs="+", metavar="RUN.json",
                      help="benchmark JSON of independent runs of the suite on that GPU, unchanged software")
+    spr.add_argument("--add", action="store_true",
+                     help="add these runs to the spread each entry already holds (its count, centre and sd, which "
+                          "pool exactly with new values) instead of learning it from these runs alone: for runs made "
+                          "since, when the earlier runs' JSON is gone. A run the entry lists as counted is not "
+                          "counted again (default: off)")
     spr.add_argument("--dry-run", action="store_true", help="print what would be stored, write nothing")
 
     bas = sub.add_parser("baselines", help="show or merge baseline files (baselines/<gpu-slug>.json)",
@@ -232,10 +237,15 @@ def _compare(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if comparison.failed(args.strict, args.allow_missing) else EXIT_OK
 
 
+def _spread_values(cell) -> str:
+    earlier = f"({cell.prior.count} earlier) " if cell.prior else ""
+    return earlier + " ".join(f"{s:.3f}" for s in cell.speedups)
+
+
 def _spread(args: argparse.Namespace) -> int:
     document = load_document(args.baseline)
     paths = list(dict.fromkeys(p.resolve() for p in args.runs))  # a path given twice counts once
-    learned = learn(document["entries"], [load_run(p) for p in paths])
+    learned = learn(document["entries"], [load_run(p) for p in paths], add=args.add)
     grouped: dict[tuple[str, str], list[str]] = {}
     for run, test_id, why in learned.left_out:
         grouped.setdefault((run, why), []).append(test_id)
@@ -250,11 +260,11 @@ def _spread(args: argparse.Namespace) -> int:
           "speedups (the recording's, then one per run) | device-time speedups")
     for test_id, cell in learned.cells.items():
         device = learned.device_cells.get(test_id)
-        dev_columns = f"{len(device.speedups):13d}  {device.sd:9.2%}" if device else f"{'-':>13s}  {'-':>9s}"
-        values = " ".join(f"{s:.3f}" for s in cell.speedups)
+        dev_columns = f"{device.count:13d}  {device.sd:9.2%}" if device else f"{'-':>13s}  {'-':>9s}"
+        values = _spread_values(cell)
         if device:
-            values += " | " + " ".join(f"{s:.3f}" for s in device.speedups)
-        print(f"{test_id:{width}s}  {len(cell.speedups):6d}  {cell.sd:17.2%}  {dev_columns}  {values}")
+            values += " | " + _spread_values(device)
+        print(f"{test_id:{width}s}  {cell.count:6d}  {cell.sd:17.2%}  {dev_columns}  {values}")
     if args.dry_run:
         print(f"ampbench: --dry-run: {args.baseline} left as it was")
         return EXIT_OK

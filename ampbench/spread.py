@@ -10,6 +10,11 @@ is learned in the same pass into the ``device_`` figures (``FIGURES``). The verd
 allows for that spread (``verdict.BetweenRuns``), and the suite reports each speedup's interval across
 runs too (``stats.across_runs``).
 
+``--add`` (``learn(..., add=True)``) adds runs to the spread an entry already holds instead: its
+count, centre and sd are the sufficient statistics of the values behind it, so runs made since are
+pooled with them exactly, without the earlier runs' JSON. Each entry lists the datetimes of the runs it
+counted, so a run is never counted twice.
+
 Each run is one sample, also where several ran on one card: on one H100 two runs minutes apart put
 the MLP's fp16 device-time speedup 0.9% apart, as far as runs on different cards land, so a run's
 offset comes from its process (memory placement, clocks, kernel choice) as much as from its card.
@@ -19,12 +24,13 @@ offset comes from its process (memory placement, clocks, kernel choice) as much 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ampbench.baselines import measurement_mismatch
 from ampbench.results import Run, SpeedRecord
-from ampbench.stats import finite_number, geometric_mean, log_sd
+from ampbench.stats import finite_number, log_sd
 from ampbench.verdict import DEFAULT_TOLERANCE, learned_spread, tolerance_for
 
 # what must match between a baseline entry's `software` and a run's machine_info["ampbench"] for the
@@ -47,6 +53,7 @@ class Figure:
     recorded_key: str  # where the entry keeps the recording's own value once `key` holds the mean of the runs
     device: bool  # the record's device-time speedup (else its wall-clock one)
     method_key: str | None = None  # the entry's figure for how it was measured, which a run must match
+    runs_key: str = ""  # the entry's figure listing the datetimes of the runs its spread counted
 
     def measured(self, cell: SpeedRecord) -> float | None:
         return cell.speedup_of(self.device)
@@ -59,27 +66,75 @@ class Figure:
         return finite_number(figures.get(self.recorded_key, figures.get(self.key)))
 
 
-WALL = Figure("speedup", "between_run_sd", "between_run_count", "wall-clock speedup", "recorded_speedup", device=False)
+WALL = Figure("speedup", "between_run_sd", "between_run_count", "wall-clock speedup", "recorded_speedup", device=False,
+              runs_key="between_run_runs")
 DEVICE = Figure("device_speedup", "device_between_run_sd", "device_between_run_count", "device-time speedup",
-                "device_recorded_speedup", device=True, method_key="device_method")
+                "device_recorded_speedup", device=True, method_key="device_method", runs_key="device_between_run_runs")
 FIGURES = (WALL, DEVICE)
 
 # the figures this module owns in a speed entry
-SPREAD_FIGURES = (WALL.sd_key, WALL.count_key)
-DEVICE_SPREAD_FIGURES = (DEVICE.sd_key, DEVICE.count_key)
+SPREAD_FIGURES = (WALL.sd_key, WALL.count_key, WALL.runs_key)
+DEVICE_SPREAD_FIGURES = (DEVICE.sd_key, DEVICE.count_key, DEVICE.runs_key)
 # the cell a run's slowdown plugin made slower on purpose names the fraction here (ampbench.slowdown)
 INJECTED_KEY = "injected_slowdown"
 
 
 @dataclass(frozen=True)
+class Prior:
+    """The values behind a spread an entry already holds, as their sufficient statistics."""
+
+    count: int
+    mean_log: float  # mean of ln(value): the log of the entry's centred speedup
+    m2: float  # sum of squared deviations of ln(value) from that mean: sd^2 x (count - 1)
+
+
+def prior_of(figure: Figure, figures: Mapping) -> Prior | None:
+    """The spread `figures` hold for `figure`, where ``with_spread`` wrote one (centred, with its count)."""
+    sd, count = finite_number(figures.get(figure.sd_key)), figures.get(figure.count_key)
+    centre = finite_number(figures.get(figure.key))
+    if (sd is None or not isinstance(count, int) or isinstance(count, bool) or count < 2 or centre is None
+            or centre <= 0 or finite_number(figures.get(figure.recorded_key)) is None):
+        return None
+    return Prior(count, math.log(centre), sd * sd * (count - 1))
+
+
+@dataclass(frozen=True)
 class CellSpread:
     test_id: str
-    speedups: tuple[float, ...]  # the recording's speedup first, then one per run that counted
+    # the recording's speedup first, then one per run that counted; under --add only the runs added,
+    # the recording being among the `prior` values
+    speedups: tuple[float, ...]
+    prior: Prior | None = None
+    runs: tuple[str, ...] = ()  # datetimes of every run counted, the prior's listed ones included
+
+    def _pooled(self) -> tuple[int, float, float]:
+        """(count, mean of ln(value), sum of squared deviations) of the prior's values and `speedups`."""
+        logs = [math.log(v) for v in self.speedups]
+        n = len(logs)
+        mean = sum(logs) / n if n else 0.0
+        m2 = sum((x - mean) ** 2 for x in logs)
+        if self.prior is None:
+            return n, mean, m2
+        p, total = self.prior, self.prior.count + n
+        delta = mean - p.mean_log if n else 0.0
+        return total, p.mean_log + delta * n / total, p.m2 + m2 + delta * delta * p.count * n / total
+
+    @property
+    def count(self) -> int:
+        return self._pooled()[0]
+
+    @property
+    def centre(self) -> float:
+        """The geometric mean of every value behind the spread."""
+        return math.exp(self._pooled()[1])
 
     @property
     def sd(self) -> float:
         """Standard deviation of ln(speedup) over the recording and the runs."""
-        return log_sd(self.speedups)
+        if self.prior is None:
+            return log_sd(self.speedups)
+        count, _, m2 = self._pooled()
+        return math.sqrt(m2 / (count - 1))
 
 
 @dataclass
@@ -139,11 +194,14 @@ def _figure_why_not(figure: Figure, entry: Mapping, cell: SpeedRecord) -> tuple[
     return True, None
 
 
-def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
+def learn(entries: Mapping[str, Mapping], runs: Sequence[Run], add: bool = False) -> Learned:
     """Each speed entry's speedups (``FIGURES``) across the recording and `runs`, with why
-    any run's cell does not count. A run given twice (the same pytest-benchmark datetime) counts once."""
+    any run's cell does not count. A run given twice (the same pytest-benchmark datetime) counts once.
+    With `add`, the runs are added to the spread each entry already holds (``prior_of``), and a run the
+    entry lists as counted is left out."""
     learned = Learned()
     samples: dict[str, dict[str, list[float]]] = {f.key: {} for f in FIGURES}
+    counted: dict[str, dict[str, list[str]]] = {f.key: {} for f in FIGURES}
     seen: dict[str, str] = {}
     for run in runs:
         name = str(run.path)
@@ -163,15 +221,25 @@ def learn(entries: Mapping[str, Mapping], runs: Sequence[Run]) -> Learned:
                 continue
             for figure in FIGURES:
                 counts, why = _figure_why_not(figure, entry, cell)
+                if counts and add and run.datetime in (entry["figures"].get(figure.runs_key) or ()):
+                    counts, why = False, f"{figure.label}: counted in the entry's spread already"
                 if why:
                     learned.left_out.append((name, cell.test_id, why))
                 if counts:
                     samples[figure.key].setdefault(cell.test_id, []).append(figure.measured(cell))
+                    counted[figure.key].setdefault(cell.test_id, []).append(run.datetime or name)
     for figure in FIGURES:
-        learned.figures[figure.key] = {
-            test_id: CellSpread(test_id, (figure.recording(entries[test_id]["figures"]), *values))
-            for test_id, values in sorted(samples[figure.key].items())
-        }
+        cells = {}
+        for test_id, values in sorted(samples[figure.key].items()):
+            figures = entries[test_id]["figures"]
+            prior = prior_of(figure, figures) if add else None
+            runs = tuple(counted[figure.key][test_id])
+            if prior is None:
+                cells[test_id] = CellSpread(test_id, (figure.recording(figures), *values), runs=runs)
+            else:
+                earlier = tuple(figures.get(figure.runs_key) or ())
+                cells[test_id] = CellSpread(test_id, tuple(values), prior, earlier + runs)
+        learned.figures[figure.key] = cells
     return learned
 
 
@@ -187,8 +255,10 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
             if spread is not None:
                 # the mean of every value is a better baseline than any one of them (learned_spread's
                 # bound assumes it); the recording's own value stays beside it, for the next learning
-                figures.update({figure.recorded_key: spread.speedups[0], figure.key: geometric_mean(spread.speedups),
-                                figure.sd_key: spread.sd, figure.count_key: len(spread.speedups)})
+                if spread.prior is None:
+                    figures[figure.recorded_key] = spread.speedups[0]
+                figures.update({figure.key: spread.centre, figure.sd_key: spread.sd, figure.count_key: spread.count,
+                                figure.runs_key: list(spread.runs)})
         if finite_number(figures.get("device_speedup")) is not None:
             # what the device verdict will now use under the default floor, so the file says what is guarded
             figures["device_tolerance"] = tolerance_for(DEFAULT_TOLERANCE, figures.get("device_noise"),

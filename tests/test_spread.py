@@ -315,3 +315,51 @@ def test_spread_command_prints_and_writes_the_device_spread(tmp_path, capsys):
     assert "|" not in gpt_line
     figures = load_document(baseline)["entries"][WRN]["figures"]
     assert figures["device_between_run_count"] == 3 and figures["device_between_run_sd"] == pytest.approx(sd)
+
+
+def _learn_adding(*documents: dict, baseline: dict):
+    return learn(baseline["entries"], [parse_run(d, f"more{i}.json") for i, d in enumerate(documents)], add=True)
+
+
+def test_adding_runs_to_a_learned_spread_pools_exactly_as_learning_them_all_at_once():
+    runs = [_device_run({WRN: (w, d)}, when) for w, d, when in
+            ((8.583, 3.121, "a"), (8.381, 3.087, "b"), (8.5, 3.11, "c"), (8.45, 3.095, "d"))]
+    all_at_once = with_spread(_device_baseline(), _learn(*runs, baseline=_device_baseline()))
+    first = with_spread(_device_baseline(), _learn(*runs[:2], baseline=_device_baseline()))
+    added = _learn_adding(*runs[2:], baseline=first)
+    assert added.device_cells[WRN].speedups == (3.11, 3.095) and added.device_cells[WRN].prior.count == 3
+    pooled = with_spread(first, added)
+    for key in ("speedup", "between_run_sd", "device_speedup", "device_between_run_sd"):
+        assert pooled["entries"][WRN]["figures"][key] == pytest.approx(all_at_once["entries"][WRN]["figures"][key])
+    for key in ("between_run_count", "device_between_run_count", "device_recorded_speedup", "recorded_speedup"):
+        assert pooled["entries"][WRN]["figures"][key] == all_at_once["entries"][WRN]["figures"][key]
+    assert pooled["entries"][WRN]["figures"]["device_between_run_runs"] == ["a", "b", "c", "d"]
+
+
+def test_adding_a_run_the_entry_counted_already_leaves_it_out():
+    runs = [_device_run({WRN: (8.583, 3.121)}, "a"), _device_run({WRN: (8.381, 3.087)}, "b")]
+    first = with_spread(_device_baseline(), _learn(*runs, baseline=_device_baseline()))
+    again = _learn_adding(runs[1], _device_run({WRN: (8.5, 3.11)}, "c"), baseline=first)
+    assert again.device_cells[WRN].speedups == (3.11,) and again.device_cells[WRN].count == 4
+    assert any("counted in the entry's spread already" in why for _, _, why in again.left_out)
+
+
+def test_adding_to_an_entry_without_a_spread_learns_it_from_the_recording_and_the_runs():
+    learned = _learn_adding(_device_run({WRN: (8.583, 3.121)}, "a"), baseline=_device_baseline())
+    assert learned.device_cells[WRN].prior is None and learned.device_cells[WRN].speedups == (WRN_DEVICE, 3.121)
+
+
+def test_the_spread_command_adds_with_add(tmp_path: Path, capsys):
+    baseline = tmp_path / "gpu.json"
+    write_atomic(baseline, _device_baseline())
+    paths = []
+    for i, (w, d, when) in enumerate(((8.583, 3.121, "a"), (8.381, 3.087, "b"), (8.5, 3.11, "c"))):
+        paths.append(tmp_path / f"run{i}.json")
+        paths[-1].write_text(json.dumps(_device_run({WRN: (w, d)}, when)))
+    assert main(["spread", str(baseline), *map(str, paths[:2])]) == EXIT_OK
+    assert main(["spread", "--add", str(baseline), str(paths[2])]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "(3 earlier) 3.110" in out
+    figures = load_document(baseline)["entries"][WRN]["figures"]
+    assert figures["device_between_run_count"] == 4
+    assert figures["device_between_run_sd"] == pytest.approx(log_sd([WRN_DEVICE, 3.121, 3.087, 3.11]))
