@@ -49,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     type=names_validator(lambda: list(MODES), "precision mode"),
                     help=f"comma-separated precision modes to test, of {', '.join(MODES)} (default: all)")
     group.addoption("--perf-tier", metavar="TIER", default="quick", choices=TIERS,
-                    help="quick: mlp, wide_resnet28_10, resnet50, lstm_lm, gpt, their speed in the 16-bit modes, convergence of mnist_cnn; full: every model and mode (default: quick)")
+                    help="quick: mlp, wide_resnet28_10, resnet50, lstm_lm, gpt, their speed in the 16-bit modes, their memory at the default batch (no largest-batch search), convergence of mnist_cnn; full: every model and mode, and the largest batch (default: quick)")
     group.addoption("--perf-baseline-dir", metavar="DIR", default=str(ROOT / "baselines"),
                     type=directory_validator(must_exist=False),
                     help="folder of per-GPU baseline files <gpu-slug>.json (default: baselines/ of the repo)")
@@ -75,7 +75,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per convnet and dtype on an H100, off uses cuDNN's heuristics as PyTorch does by default; baselines record which (default: off)")
     group.addoption("--perf-memory-cap", metavar="GIB", default=None,
                     type=number_validator(float, 0.0, low_open=True),
-                    help="GPU memory the largest-batch search may use, in GiB, on top of what the session already holds (default: 90%% of the card's total memory, at most 24 GiB, or 95%% of its free memory where less is free)")
+                    help="GPU memory the largest-batch search (full tier) may use, in GiB, on top of what the session already holds (default: 90%% of the card's total memory, at most 24 GiB, or 95%% of its free memory where less is free)")
     group.addoption("--perf-data-root", metavar="DIR", default=None,
                     type=directory_validator(must_exist=True),
                     help="folder holding CIFAR-10 (cifar-10-batches-py, python pickles) for the input-pipeline test (default: none; scikit-learn's digits as 3x32x32 images)")

@@ -10,8 +10,9 @@ Layout (schema_version 1)::
          "recorded": "2026-11-21T17:02:11Z"}}}
 
 Each kind of entry (the test id's name before "[") has its figures checked by ENTRY_SCHEMAS on load and
-on record. Writes merge entry by entry (an update never drops another test's entry) and are atomic: a temp file
-in the same folder, fsync, rename.
+on record. Writes merge entry by entry (an update never drops another test's entry; CARRIED_FIGURES names
+the figures an update that did not measure them keeps from the entry it replaces) and are atomic: a temp
+file in the same folder, fsync, rename.
 """
 
 from __future__ import annotations
@@ -108,11 +109,44 @@ ENTRY_SCHEMAS: dict[str, dict[str, Rule]] = {
         "max_batch_throughput_ratio": _positive(),
         "cap_bytes": _positive(),
         "alloc_conf": _STR_OR_NULL,
+        "max_batch_recorded": Rule(lambda v: isinstance(v, str), "a string (a UTC ISO 8601 stamp)"),
     },
     "test_convergence": {
         "margin": _fraction_or_null(),
     },
 }
+
+
+# Figures an update of an entry keeps from the entry it replaces, by kind of entry: where the update has
+# none of a group's figures, the old entry's are carried over whole, stamped `<first name>_recorded` with
+# when they were measured. The quick tier measures a memory cell at its default batch only: its
+# recording must not erase the largest batch a full-tier recording stored, or every later run would
+# search blind and hold no largest batch until the next full recording. The cap and allocator settings
+# travel with the batch, so that it is still judged by the budget it was found under.
+CARRIED_FIGURES: dict[str, tuple[str, ...]] = {
+    "test_memory": ("max_batch", "max_batch_ratio", "max_batch_step", "max_batch_limited", "max_batch_throughput",
+                    "max_batch_throughput_ratio", "cap_bytes", "alloc_conf"),
+}
+
+
+def carried_stamp(group: tuple[str, ...]) -> str:
+    """The figure that says when a carried group was measured: 'max_batch_recorded'."""
+    return f"{group[0]}_recorded"
+
+
+def carry_figures(test_id: str, old: dict | None, new: dict) -> dict:
+    """`new`, an entry replacing `old`, with the groups of CARRIED_FIGURES it lacks taken from `old`."""
+    group = CARRIED_FIGURES.get(entry_kind(test_id))
+    if group is None or old is None or any(name in new["figures"] for name in group):
+        return new
+    kept = {name: old["figures"][name] for name in group if name in old["figures"]}
+    if not kept:
+        return new
+    stamp = carried_stamp(group)
+    recorded = old["figures"].get(stamp, old.get("recorded"))  # carried before: when it was measured
+    if isinstance(recorded, str):  # an entry written by hand may have no stamp: then none is made up
+        kept[stamp] = recorded
+    return {**new, "figures": {**new["figures"], **kept}}
 
 
 def _describe(value: Any) -> str:
@@ -264,9 +298,10 @@ class BaselineStore:
 
 
 def merge_entries(current: dict[str, dict], updates: dict[str, dict]) -> dict[str, dict]:
-    """Entries of `current` with those of `updates` replacing or adding, sorted by test id."""
+    """Entries of `current` with those of `updates` replacing or adding, sorted by test id; an update
+    keeps the figures of its old entry that CARRIED_FIGURES names and it did not measure."""
     merged = dict(current)
-    merged.update(updates)
+    merged.update({test_id: carry_figures(test_id, current.get(test_id), entry) for test_id, entry in updates.items()})
     return dict(sorted(merged.items()))
 
 

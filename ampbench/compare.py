@@ -174,9 +174,13 @@ def _figure_changes(old: Record, new: Record, tolerance: float, memory_tolerance
     if isinstance(new, (SpeedRecord, DistributedRecord)) and type(old) is type(new):
         return [_speed_change(old, new, tolerance)]
     if isinstance(new, MemoryRecord) and isinstance(old, MemoryRecord):
-        return [_ratio_change(new, old.memory_ratio, new.memory_ratio, "memory ratio", "higher", memory_tolerance, _ratio),
-                _ratio_change(new, old.max_batch_ratio, new.max_batch_ratio, "largest batch", "lower", memory_tolerance,
-                              _ratio)]
+        rows = [_ratio_change(new, old.memory_ratio, new.memory_ratio, "memory ratio", "higher", memory_tolerance, _ratio)]
+        # a new run that did not search (the quick tier) chose not to measure the largest batch: no row,
+        # rather than an inconclusive one that --strict would fail
+        if new.batch_searched:
+            rows.append(_ratio_change(new, old.max_batch_ratio, new.max_batch_ratio, "largest batch", "lower",
+                                      memory_tolerance, _ratio))
+        return rows
     if isinstance(new, ConvergenceRecord) and isinstance(old, ConvergenceRecord):
         return [_ratio_change(new, old.accuracy, new.accuracy, "accuracy", "lower", accuracy_tolerance,
                               lambda v: fmt_number(v, ".4g"))]

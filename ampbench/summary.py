@@ -4,7 +4,8 @@
 
 It also trims pytest-benchmark's own table to the benchmarks whose figures are training-step times
 (speed cells, and the steps a memory cell times at its largest batch): a convergence run, a loader
-measurement or a distributed launch timed as one round says nothing as a wall time. The JSON
+measurement, a distributed launch or a memory cell without a search, timed as one round, says nothing
+as a wall time. The JSON
 (``--benchmark-json``, ``--benchmark-save``) and ``--benchmark-compare-fail`` are untouched: the table is
 grouped after they are written and checked.
 
@@ -105,7 +106,8 @@ TABLES: dict[type[Record], Table] = {
     )),
     MemoryRecord: Table("memory cells ({n}), against fp32", (
         Column("memory ratio", lambda r: _num(r.memory_ratio, ".3f", "x")),
-        Column("largest batch", lambda r: _num(r.max_batch, "d") if isinstance(r.max_batch, int) else MISSING),
+        Column("largest batch", lambda r: _num(r.max_batch, "d") if isinstance(r.max_batch, int)
+               else MISSING if r.batch_searched else "not searched"),
         Column("largest-batch ratio", lambda r: _num(r.max_batch_ratio, ".2f", "x")),
         Column("verdict", lambda r: _verdict(r.verdict)),
     )),
@@ -206,7 +208,7 @@ class SummaryPlugin:
 
         def timed(bench: dict) -> bool:
             info = bench.get("extra_info") or {}
-            return SCHEMA_KEY not in info or record_type(info.get(KIND_KEY)).TIMED
+            return SCHEMA_KEY not in info or record_type(info.get(KIND_KEY)).times_steps(info)
 
         return group_stats(config=config, benchmarks=[b for b in benchmarks if timed(b)], group_by=group_by)
 

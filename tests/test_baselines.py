@@ -62,6 +62,56 @@ def test_record_merges_and_keeps_other_entries(tmp_path):
     assert not list(tmp_path.glob("*.tmp")), "temp file left behind"
 
 
+FULL_MEMORY = {  # a full-tier recording: the default batch and the largest batch with its budget
+    "batch_size": 256, "peak_mem_bytes": 2**30, "memory_ratio": 0.6, "max_batch": 4096, "max_batch_ratio": 1.6,
+    "max_batch_step": 64, "max_batch_limited": False, "max_batch_throughput": 9e5, "max_batch_throughput_ratio": 2.1,
+    "cap_bytes": 24 * 2**30, "alloc_conf": None,
+}
+QUICK_MEMORY = {"batch_size": 256, "peak_mem_bytes": 2**30 - 2**20, "memory_ratio": 0.59}  # no search
+
+
+def test_a_recording_without_the_largest_batch_keeps_the_old_entrys(tmp_path):
+    """A quick-tier recording measures the default batch only: the largest batch a full-tier recording
+    stored stays, with its cap, and says when it was measured."""
+    path = write(tmp_path / "gpu-x.json", doc({MEMORY: {"figures": FULL_MEMORY, "software": {"torch": "2.10"},
+                                                        "recorded": "2026-01-01T00:00:00Z"}}))
+    store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    store.record(MEMORY, QUICK_MEMORY, {"torch": "2.11"})
+    store.write()
+    entry = load_document(path)["entries"][MEMORY]
+    largest = {k: v for k, v in FULL_MEMORY.items() if k not in QUICK_MEMORY}
+    assert entry["figures"] == {**QUICK_MEMORY, **largest, "max_batch_recorded": "2026-01-01T00:00:00Z"}
+    assert entry["software"] == {"torch": "2.11"} and entry["recorded"] > "2026-01-01T00:00:00Z"
+    assert store.figures(MEMORY)["max_batch"] == 4096  # what the next test of this session reads
+
+    # a second quick recording keeps the stamp of the measurement, not of the entry it replaces
+    store.record(MEMORY, dict(QUICK_MEMORY, memory_ratio=0.58), {"torch": "2.11"})
+    store.write()
+    figures = load_document(path)["entries"][MEMORY]["figures"]
+    assert figures["memory_ratio"] == 0.58 and figures["max_batch"] == 4096
+    assert figures["max_batch_recorded"] == "2026-01-01T00:00:00Z"
+
+    # a full recording measures its own: nothing is carried, and the stamp goes
+    store.record(MEMORY, dict(FULL_MEMORY, max_batch=4160), {"torch": "2.11"})
+    store.write()
+    assert load_document(path)["entries"][MEMORY]["figures"] == dict(FULL_MEMORY, max_batch=4160)
+
+
+def test_only_the_named_groups_are_carried(tmp_path):
+    """A speed entry's optional figures (kernels, compile time) are the new recording's business, and a
+    memory entry never recorded by the full tier gets no largest batch."""
+    path = write(tmp_path / "gpu-x.json", doc({
+        SPEED: {"figures": {"speedup": 2.0, "compile_s": 30.0}, "software": {}, "recorded": "2026-01-01T00:00:00Z"},
+        MEMORY: {"figures": QUICK_MEMORY, "software": {}, "recorded": "2026-01-01T00:00:00Z"}}))
+    store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    store.record(SPEED, {"speedup": 2.1}, {})
+    store.record(MEMORY, dict(QUICK_MEMORY, memory_ratio=0.58), {})
+    store.write()
+    entries = load_document(path)["entries"]
+    assert entries[SPEED]["figures"] == {"speedup": 2.1}
+    assert entries[MEMORY]["figures"] == dict(QUICK_MEMORY, memory_ratio=0.58)
+
+
 @pytest.mark.parametrize(
     "document, field",
     [

@@ -450,6 +450,117 @@ def test_less_memory_than_the_baseline_is_an_improvement():
     assert j.verdict is Verdict.IMPROVED, j.message
 
 
+# -- without a search (the quick tier): the default batch's figures only ---------------------------------
+
+
+def unsearched(**overrides) -> dict:
+    """figures() as a cell that did not search its largest batch has them."""
+    f = {k: v for k, v in figures(**overrides).items() if k in memory.DEFAULT_BATCH_FIGURES or k == "peak_mem_ref_bytes"}
+    return dict(f, max_batch_searched=False)
+
+
+def test_without_a_search_the_summary_says_so_and_names_no_batch():
+    line = memory.summary("wide_resnet28_10", "amp_bf16", unsearched())
+    assert line.startswith("wide_resnet28_10 amp_bf16: peak 10.00 GiB at batch 128 (0.550x fp32)")
+    assert memory.NOT_SEARCHED in line and "--perf-tier full" in line
+    assert "samples/s" not in line and "cap" not in line
+
+
+def test_without_a_search_and_without_a_baseline_the_default_batch_is_reported():
+    j = judge("wide_resnet28_10", "amp_bf16", unsearched(), None, 0.03)
+    assert j.verdict is Verdict.NO_BASELINE and not j.failures
+    assert "largest batch not searched" in j.message
+
+
+def test_without_a_search_the_peak_and_ratio_are_held_against_a_full_baseline():
+    base = baseline_of(figures())  # recorded by the full tier: it has the largest batch
+    j = judge("wide_resnet28_10", "amp_bf16", unsearched(), base, 0.03)
+    assert j.verdict is Verdict.PASS, j.message
+    assert "peak memory (bytes)" in j.message and "memory ratio to fp32" in j.message
+    assert "largest batch 1456" not in j.message and "largest batch not compared" not in j.message
+    assert "largest batch not searched" in j.message
+    j = judge("wide_resnet28_10", "amp_bf16", unsearched(memory_ratio=0.60), base, 0.03)
+    assert j.verdict is Verdict.REGRESSION
+    (msg,) = j.failures
+    assert msg.startswith("wide_resnet28_10 amp_bf16: memory ratio to fp32 0.6 against baseline 0.55")
+
+
+def test_without_a_search_a_baseline_of_the_default_batch_only_holds_too():
+    base = {k: unsearched()[k] for k in memory.DEFAULT_BATCH_FIGURES}
+    assert judge("gpt", "bf16", unsearched(), base, 0.03).verdict is Verdict.PASS
+    j = judge("gpt", "bf16", figures(), base, 0.03)  # a full run against it: the batch has nothing to meet
+    assert j.verdict is Verdict.PASS and "largest batch not compared" in j.message
+
+
+def cell_memory(mode: str, peak: int, search: memory.SearchResult | None) -> memory.CellMemory:
+    """A CellMemory as measure_memory returns it, without a device: figures only."""
+    breakdown = memory.Breakdown(
+        batch_size=128, peak_bytes=peak, steady_bytes=peak // 4,
+        held={"weights": peak // 8, "grads": peak // 8, "master": 0, "optimizer_state": 0, "batch": 0},
+        reserved_peak_bytes=peak + MIB, allocator={"large_pool_peak_bytes": peak})
+    return memory.CellMemory(
+        model="resnet50", mode=mode, breakdown=breakdown, search=search, cap_bytes=24 * GIB,
+        step_seconds=[0.5, 0.4] if search else [], probe_log=[{"batch": 128, "peak_bytes": peak,
+        "reserved_peak_bytes": peak + MIB, "seconds": 0.01, "alloc_retries": 0}], warmup_steps=1,
+        search_seconds=3.0 if search else None, allocator_events={"alloc_retries": 0, "ooms": 0},
+        timed_alloc_retries=0 if search else None, seconds=4.0)
+
+
+def a_search(per_sample: float) -> memory.SearchResult:
+    return find_largest_batch(FakeStep(linear(GIB, per_sample), 24 * GIB), 24 * GIB, 128)
+
+
+def test_a_cell_without_a_search_has_no_largest_batch_figures_not_zeros():
+    cell, ref = cell_memory("amp_bf16", 5 * GIB, None), cell_memory("fp32", 10 * GIB, None)
+    f = memory.figures_of(cell, ref)
+    assert f["memory_ratio"] == pytest.approx(0.5) and f["max_batch_searched"] is False
+    assert not [k for k in f if k.startswith("max_batch") and k != "max_batch_searched"]
+    assert not {"search_steps", "search_seconds", "cap_bytes", "alloc_conf"} & set(f)
+    assert f["weights_bytes"] == 5 * GIB // 8  # the breakdown is still there
+    record, j = memory.memory_record(cell, ref, "cuda:0", baseline_of(figures()), 0.03)
+    assert record.max_batch is None and record.max_batch_ratio is None and record.search is None
+    assert not record.batch_searched and not type(record).times_steps(record.to_info())
+    assert j.verdict is Verdict.IMPROVED and record.verdict is Verdict.IMPROVED, j.message  # 0.5x against 0.55x
+    assert memory.baseline_figures(record) == {"batch_size": 128, "peak_mem_bytes": 5 * GIB, "memory_ratio": 0.5}
+
+
+def test_a_searched_cell_has_every_figure_a_baseline_keeps():
+    cell, ref = cell_memory("amp_bf16", 6 * GIB, a_search(MIB)), cell_memory("fp32", 10 * GIB, a_search(2 * MIB))
+    record, _ = memory.memory_record(cell, ref, "cuda:0", None, 0.03)
+    assert record.batch_searched and type(record).times_steps(record.to_info())
+    assert record.max_batch_ratio == pytest.approx(record.max_batch / record.max_batch_ref)
+    kept = memory.baseline_figures(record)
+    assert set(kept) == set(memory.BASELINE_FIGURES)
+    assert all(kept[k] is not None for k in kept if k != "alloc_conf")
+
+
+def test_a_quick_recording_leaves_the_next_full_run_its_largest_batch(tmp_path, monkeypatch):
+    """Recorded by the full tier, then by the quick tier: the entry still starts the next search and
+    holds its largest batch, under the cap it was found under."""
+    from ampbench.baselines import BaselineStore
+
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    test_id = "test_memory[resnet50-amp_bf16]"
+    full, quick_ref = figures(cap_bytes=24 * GIB), cell_memory("fp32", 10 * GIB, None)
+    store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    store.record(test_id, baseline_of(full), {})
+    store.write()
+    quick, _ = memory.memory_record(cell_memory("amp_bf16", 5 * GIB, None), quick_ref, "cuda:0", store.figures(test_id), 0.03)
+    store.record(test_id, memory.baseline_figures(quick), {})
+    store.write()
+    entry = BaselineStore.open(tmp_path, "GPU X", "gpu-x").figures(test_id)
+    assert entry["memory_ratio"] == 0.5 and entry["cap_bytes"] == 24 * GIB
+    assert memory.search_start(entry, 24 * GIB) == (1456, 16)
+    j = judge("resnet50", "amp_bf16", figures(cap_bytes=24 * GIB, max_batch=1296, max_batch_ratio=1.62), entry, 0.03)
+    assert any("largest batch 1296 against baseline 1456" in m for m in j.failures)
+
+
+def test_a_cell_and_its_reference_are_measured_alike():
+    with pytest.raises(ValueError, match="resnet50 amp_bf16: the cell did not search its largest batch and fp32's reference did"):
+        memory.figures_of(cell_memory("amp_bf16", 6 * GIB, None), cell_memory("fp32", 10 * GIB, a_search(MIB)))
+
+
 # -- where the memory goes (tensor accounting runs on any device) ------------------------------------
 
 

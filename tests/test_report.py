@@ -204,6 +204,50 @@ def test_gpu_run_has_memory_and_batch_charts(gpu_report):
         assert "max_batch.png" in files
 
 
+SEARCHED_RUN = DATA / "synthetic_h100_quick.json"  # memory cells with their largest batch
+
+
+def _unsearched(doc: dict) -> dict:
+    """`doc` as the quick tier writes it: memory cells with the default batch's figures only."""
+    doc = copy.deepcopy(doc)
+    for b in doc["benchmarks"]:
+        info = b["extra_info"]
+        if info.get("kind") == "memory":
+            for key in [k for k in info if k.startswith("max_batch")]:
+                info[key] = None
+            info.update(max_batch_searched=False, message=f"{info['model']} {info['mode']}: largest batch not searched")
+    return doc
+
+
+def test_a_run_whose_memory_cells_did_not_search_reports_their_memory_and_no_batch(tmp_path):
+    run = parse_run(_unsearched(json.loads(SEARCHED_RUN.read_text())), tmp_path / "quick.json")
+    memory = run.of_kind(MemoryRecord)
+    assert memory and all(c.max_batch is None and not c.batch_searched for c in memory)
+    files = build_report(run)
+    assert "memory.png" in files and "max_batch.png" not in files  # no bars of nothing
+    html, md = files["index.html"].decode(), files["summary.md"].decode()
+    assert "<td>not searched</td>" in html and html.rstrip().endswith("</html>")
+    assert md.startswith(f"## ampbench: {run.gpu}")
+    batch, peak = ROW_HEADERS.index("largest batch (ratio)"), ROW_HEADERS.index("peak memory (ratio)")
+    for c in memory:
+        row = next(r for r in model_rows(run)[c.model] if r.mode == c.mode)
+        assert row.cells()[batch] == "not searched" and row.cells()[peak] != "-"
+
+
+def test_a_run_without_the_search_compares_its_memory_and_not_its_largest_batch(tmp_path):
+    full = load_run(SEARCHED_RUN)
+    quick = parse_run(_unsearched(json.loads(SEARCHED_RUN.read_text())), tmp_path / "quick.json")
+    memory_ids = {c.test_id for c in full.of_kind(MemoryRecord)}
+    comparison = compare_runs(full, quick)
+    figures = {(r.test_id, r.figure): r.verdict for r in comparison.rows if r.test_id in memory_ids}
+    assert {f for _, f in figures} == {"memory ratio"}  # the quick run chose not to search: no row
+    assert not comparison.failed(strict=True), [r.message for r in comparison.rows if r.failing]
+    # the other way the old run has no largest batch to hold the new one to
+    back = compare_runs(quick, full)
+    assert {r.verdict for r in back.rows if r.test_id in memory_ids and r.figure == "largest batch"} == {Verdict.NO_BASELINE}
+    assert "Compared with" in build_report(quick, comparison)["index.html"].decode()
+
+
 def test_speed_chart_marks_baselines_and_intervals(gpu_report):
     """The speedup chart is drawn with error bars and baseline marks: check the figure, not the pixels."""
     run, _ = gpu_report

@@ -80,6 +80,14 @@ def test_missing_values_show_as_a_dash_and_fp32_as_the_reference():
     assert fp32.split()[2] == "reference" and "1.000x" not in fp32  # fp32 over itself is no finding
 
 
+def test_a_memory_cell_without_a_search_says_so_where_its_largest_batch_would_be():
+    quick = MemoryRecord(model="gpt", mode="bf16", device="cuda:0", memory_ratio=0.52, max_batch_searched=False,
+                         verdict=Verdict.PASS)
+    rows = table(MemoryRecord, [MEMORY, quick])[3:]
+    assert rows[0].split()[2:] == ["0.734x", "24", "1.50x", "pass"]
+    assert rows[1].split()[2:] == ["0.520x", "not", "searched", "-", "pass"]
+
+
 def test_one_table_per_kind_then_the_cells_that_need_a_look():
     cells = [(f"perf/x.py::t[{i}]", r) for i, r in
              enumerate([GPT, MEMORY, CONVERGENCE, NONFINITE, PIPELINE, DISTRIBUTED, UnderflowRecord(device="cuda:0")])]
@@ -125,7 +133,7 @@ def record_result(request, benchmark):
     return write
 '''
 TESTS = '''
-from ampbench.results import ConvergenceRecord, SpeedRecord, Verdict
+from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord, Verdict
 
 
 def test_speed(benchmark, record_result):
@@ -138,6 +146,17 @@ def test_convergence(benchmark, record_result):
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
     record_result(ConvergenceRecord(model="mnist_cnn", mode="bf16", device="cuda:0", accuracy=0.97,
                                     accuracy_ref=0.975, verdict=Verdict.PASS))
+
+
+def test_memory_searched(benchmark, record_result):
+    benchmark.pedantic(lambda: None, rounds=2, iterations=1)
+    record_result(MemoryRecord(model="gpt", mode="bf16", device="cuda:0", memory_ratio=0.5, max_batch_searched=True,
+                               max_batch=64, max_batch_ratio=1.9))
+
+
+def test_memory_unsearched(benchmark, record_result):
+    benchmark.pedantic(lambda: None, rounds=1, iterations=1)
+    record_result(MemoryRecord(model="gpt", mode="fp16", device="cuda:0", memory_ratio=0.5, max_batch_searched=False))
 
 
 def test_not_ampbench(benchmark):
@@ -168,11 +187,14 @@ def test_the_plugin_summarises_and_trims_pytest_benchmarks_table_but_not_its_jso
     bench_table = _benchmark_table(stdout)
     assert "test_speed" in bench_table and "test_not_ampbench" in bench_table
     assert "test_convergence" not in bench_table  # one round of a whole training run is no step time
-    assert sorted(b["name"] for b in doc["benchmarks"]) == ["test_convergence", "test_not_ampbench", "test_speed"]
+    # a memory cell's steps at its largest batch are step times; one that searched none timed nothing
+    assert "test_memory_searched" in bench_table and "test_memory_unsearched" not in bench_table
+    assert sorted(b["name"] for b in doc["benchmarks"]) == ["test_convergence", "test_memory_searched",
+                                                            "test_memory_unsearched", "test_not_ampbench", "test_speed"]
 
 
 def test_p_no_ampbench_summary_turns_it_off(tmp_path):
     stdout, doc = _pytest(tmp_path, "-p", "no:ampbench-summary")
     assert "ampbench summary" not in stdout and "ampbench:" not in stdout
     assert "test_convergence" in _benchmark_table(stdout)
-    assert len(doc["benchmarks"]) == 3
+    assert len(doc["benchmarks"]) == 5

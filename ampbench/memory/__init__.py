@@ -3,7 +3,9 @@ largest batch each mode fits under a memory cap, and its throughput there.
 
 The largest-batch search (``find_largest_batch``) is pure logic over a ``measure(batch) -> peak bytes``
 function that raises ``torch.OutOfMemoryError`` when a batch does not fit, so it is tested on the CPU
-against fake steps; ``measure_memory`` wires it to real training steps on a CUDA device.
+against fake steps; ``measure_memory`` wires it to real training steps on a CUDA device. The quick tier
+measures the default batch only (``measure_memory(search=False)``): the search is most of the memory
+cells' time.
 
 How the search spends its steps (each real step at a large batch costs up to a few seconds):
 
@@ -54,6 +56,9 @@ from ampbench.memory.breakdown import Breakdown, held_bytes
 from ampbench.memory.judging import (
     BASELINE_FIGURES,
     CAP_MATCH,
+    DEFAULT_BATCH_FIGURES,
+    NOT_SEARCHED,
+    SEARCH_FIGURES,
     MemoryJudgement,
     allocator_config,
     baseline_figures,
@@ -62,6 +67,7 @@ from ampbench.memory.judging import (
     memory_record,
     same_budget,
     search_start,
+    searched,
     summary,
 )
 from ampbench.memory.probe import (
@@ -104,12 +110,13 @@ from ampbench.memory.search import (
 )
 
 __all__ = [
-    "BASELINE_FIGURES", "BATCH_RESOLUTION", "CAP_MATCH", "DEFAULT_CAP_CEILING", "DEFAULT_CAP_FRACTION",
-    "FIRST_PEAK_TRUST", "FREE_SHARE", "GIB", "LINE_SPACING", "MAX_BATCH_FACTOR", "MAX_TIMED_ROUNDS",
-    "MAX_WARMUP_STEPS", "NO_CUDA_REASON", "PROBE_STEPS", "TIMED_SECONDS", "Breakdown", "CapTooSmall",
+    "BASELINE_FIGURES", "BATCH_RESOLUTION", "CAP_MATCH", "DEFAULT_BATCH_FIGURES", "DEFAULT_CAP_CEILING",
+    "DEFAULT_CAP_FRACTION", "FIRST_PEAK_TRUST", "FREE_SHARE", "GIB", "LINE_SPACING", "MAX_BATCH_FACTOR",
+    "MAX_TIMED_ROUNDS", "MAX_WARMUP_STEPS", "NOT_SEARCHED", "NO_CUDA_REASON", "PROBE_STEPS", "SEARCH_FIGURES",
+    "TIMED_SECONDS", "Breakdown", "CapTooSmall",
     "CellMemory", "MemoryJudgement", "MemoryMeasurementError", "OomRecovery", "Probe", "SearchError",
     "SearchResult", "allocator_config", "baseline_figures", "batch_limit", "cap_bytes_for", "default_cap_bytes",
     "demonstrate_oom_recovery", "figures_of", "find_largest_batch", "gib", "granule", "held_bytes",
     "is_out_of_memory", "judge", "measure_memory", "memory_record", "nominal_cap_bytes", "nominal_cap_for",
-    "process_memory_limit", "same_budget", "search_start", "step_breakdown", "summary", "try_step", "warm_up",
+    "process_memory_limit", "same_budget", "search_start", "searched", "step_breakdown", "summary", "try_step", "warm_up",
 ]

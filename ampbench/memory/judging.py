@@ -1,5 +1,7 @@
 """The verdict of a memory cell: its figures (``figures_of``), where the search starts from a baseline
-(``search_start``), and ``judge``, which holds the figures against the baseline entry."""
+(``search_start``), and ``judge``, which holds the figures against the baseline entry. A cell that did
+not search its largest batch (the quick tier) has the default batch's figures only, and is held on
+those."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ampbench.baselines import CARRIED_FIGURES
 from ampbench.memory.search import gib
 from ampbench.results import MemoryRecord
 from ampbench.stats import median
@@ -26,6 +29,15 @@ def allocator_config() -> str | None:
     return os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF") or None
 
 
+# What a cell says in place of its largest batch where it did not search it.
+NOT_SEARCHED = "largest batch not searched (the quick tier measures the default batch only; --perf-tier full searches it)"
+
+
+def searched(figures: dict) -> bool:
+    """Whether a cell's figures hold a largest batch."""
+    return figures.get("max_batch") is not None
+
+
 @dataclass(frozen=True)
 class MemoryJudgement:
     verdict: Verdict
@@ -35,11 +47,13 @@ class MemoryJudgement:
 
 def summary(model: str, mode: str, f: dict) -> str:
     """One line of what a memory cell measured, from its figures (the keys of test_memory's extra_info)."""
+    head = f"{model} {mode}: peak {gib(f['peak_mem_bytes'])} at batch {f['batch_size']} ({f['memory_ratio']:.3f}x fp32)"
+    if not searched(f):
+        return f"{head}; {NOT_SEARCHED}"
     plus = "+" if f.get("max_batch_limited") else ""
     ref_plus = "+" if f.get("max_batch_ref_limited") else ""
     return (
-        f"{model} {mode}: peak {gib(f['peak_mem_bytes'])} at batch {f['batch_size']} "
-        f"({f['memory_ratio']:.3f}x fp32); largest batch {f['max_batch']}{plus} "
+        f"{head}; largest batch {f['max_batch']}{plus} "
         f"({f['max_batch_ratio']:.2f}x fp32's {f['max_batch_ref']}{ref_plus}) under a cap of {gib(f['cap_bytes'])}; "
         f"{f['max_batch_throughput']:,.0f} samples/s there ({f['max_batch_throughput_ratio']:.2f}x fp32 at its largest)"
     )
@@ -68,9 +82,9 @@ def judge(model: str, mode: str, figures: dict, baseline: dict | None, tolerance
 
     Peak memory and its ratio to fp32 must not grow by more than `tolerance`; the largest batch and its
     ratio must not shrink by more than `tolerance` plus the search's grid step, and are compared only
-    when the baseline was recorded under the same cap and allocator settings and neither side stopped
-    at the batch limit. Throughput at the largest batch is reported against the baseline, not held: it
-    is timed in one to three steps.
+    when this cell searched it, the baseline was recorded under the same cap and allocator settings and
+    neither side stopped at the batch limit. Throughput at the largest batch is reported against the
+    baseline, not held: it is timed in one to three steps.
     """
     head = summary(model, mode, figures)
     if baseline is None:
@@ -87,7 +101,9 @@ def judge(model: str, mode: str, figures: dict, baseline: dict | None, tolerance
     hold("peak_mem_bytes", "peak memory (bytes)", "higher")
     hold("memory_ratio", "memory ratio to fp32", "higher")
     base_cap = baseline.get("cap_bytes")
-    if not same_budget(baseline, figures["cap_bytes"], figures.get("alloc_conf")):
+    if not searched(figures):
+        pass  # the head says so; a baseline's largest batch waits for a run that searches
+    elif not same_budget(baseline, figures["cap_bytes"], figures.get("alloc_conf")):
         notes.append(
             f"largest batch not compared: baseline recorded under a cap of {gib(base_cap) if isinstance(base_cap, (int, float)) else 'n/a'} "
             f"and allocator settings {baseline.get('alloc_conf')!r}, this run {gib(figures['cap_bytes'])} and {figures.get('alloc_conf')!r}"
@@ -120,13 +136,35 @@ def judge(model: str, mode: str, figures: dict, baseline: dict | None, tolerance
 
 def figures_of(cell: CellMemory, reference: CellMemory) -> dict:
     """The figures of a memory cell, as test_memory's extra_info carries them and baselines store them
-    (scalars only; the probe log is added by the test)."""
-    s, r = cell.search, reference.search
-    return {
+    (scalars only; the probe log is added by the test). Without a search the largest batch's figures
+    are left out, not zeroed: ``max_batch_searched`` says why they are missing."""
+    if cell.searched != reference.searched:
+        raise ValueError(
+            f"{cell.model} {cell.mode}: the cell {'searched' if cell.searched else 'did not search'} its largest "
+            f"batch and fp32's reference {'did' if reference.searched else 'did not'}; both must be measured alike")
+    figures = {
         "batch_size": cell.breakdown.batch_size,
         "peak_mem_bytes": cell.peak_bytes,
         "peak_mem_ref_bytes": reference.peak_bytes,
         "memory_ratio": cell.peak_bytes / reference.peak_bytes,
+        "max_batch_searched": cell.searched,
+    }
+    if cell.searched:
+        figures.update(_search_figures(cell, reference))
+    figures.update({
+        "cell_seconds": cell.seconds,
+        "warmup_steps": cell.warmup_steps,
+        "cudnn_benchmark": False,
+        **{f"allocator_{k}": v for k, v in cell.allocator_events.items()},
+        **cell.breakdown.figures(),
+    })
+    return figures
+
+
+def _search_figures(cell: CellMemory, reference: CellMemory) -> dict:
+    """The largest batch's figures of a cell whose search ran, and fp32's beside them."""
+    s, r = cell.search, reference.search
+    return {
         "max_batch": s.max_batch,
         "max_batch_ref": r.max_batch,
         "max_batch_ratio": s.max_batch / r.max_batch,
@@ -146,22 +184,18 @@ def figures_of(cell: CellMemory, reference: CellMemory) -> dict:
         "max_batch_step_ms": median(cell.step_seconds) * 1e3,
         "search_steps": s.steps,
         "search_seconds": cell.search_seconds,
-        "cell_seconds": cell.seconds,
-        "warmup_steps": cell.warmup_steps,
         "cap_bytes": cell.cap_bytes,
         "alloc_conf": allocator_config(),
-        "cudnn_benchmark": False,
-        **{f"allocator_{k}": v for k, v in cell.allocator_events.items()},
         "max_batch_timed_alloc_retries": cell.timed_alloc_retries,
-        **cell.breakdown.figures(),
     }
 
 
-# what a baseline entry of test_memory keeps
-BASELINE_FIGURES = (
-    "batch_size", "peak_mem_bytes", "memory_ratio", "max_batch", "max_batch_ratio", "max_batch_step",
-    "max_batch_limited", "max_batch_throughput", "max_batch_throughput_ratio", "cap_bytes", "alloc_conf",
-)
+# what a baseline entry of test_memory keeps: the default batch's figures, and the largest batch's with
+# the budget it was found under, where the cell searched it (a recording without them keeps the old
+# entry's: baselines.CARRIED_FIGURES)
+DEFAULT_BATCH_FIGURES = ("batch_size", "peak_mem_bytes", "memory_ratio")
+SEARCH_FIGURES = CARRIED_FIGURES["test_memory"]
+BASELINE_FIGURES = DEFAULT_BATCH_FIGURES + SEARCH_FIGURES
 
 
 def memory_record(cell: CellMemory, reference: CellMemory, device: str, baseline: dict | None,
@@ -174,7 +208,7 @@ def memory_record(cell: CellMemory, reference: CellMemory, device: str, baseline
         model=cell.model, mode=cell.mode, device=device, **figures,
         search_probes=[[p["batch"], p["peak_bytes"], p["reserved_peak_bytes"], p["seconds"], p["alloc_retries"]]
                        for p in cell.probe_log],
-        search=cell.search.describe(),
+        search=cell.search.describe() if cell.search is not None else None,
         baseline_memory_ratio=baseline.get("memory_ratio") if baseline else None,
         baseline_max_batch=baseline.get("max_batch") if baseline else None,
         tolerance=tolerance, verdict=judgement.verdict, message=judgement.message,
@@ -183,5 +217,7 @@ def memory_record(cell: CellMemory, reference: CellMemory, device: str, baseline
 
 
 def baseline_figures(record: MemoryRecord) -> dict:
-    """What a baseline entry of test_memory keeps of a cell's record."""
-    return {name: record.value(name) for name in BASELINE_FIGURES}
+    """What a baseline entry of test_memory keeps of a cell's record: without a search, the default
+    batch's figures only (the merge then keeps the entry's largest batch, see baselines.CARRIED_FIGURES)."""
+    names = BASELINE_FIGURES if record.batch_searched else DEFAULT_BATCH_FIGURES
+    return {name: record.value(name) for name in names}

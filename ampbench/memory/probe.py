@@ -187,14 +187,14 @@ class CellMemory:
     model: str
     mode: str
     breakdown: Breakdown  # at the model's default batch
-    search: SearchResult
+    search: SearchResult | None  # None where the largest batch was not searched (the quick tier)
     cap_bytes: int
-    step_seconds: list[float]  # timed steps at the largest batch (CUDA events)
+    step_seconds: list[float]  # timed steps at the largest batch (CUDA events); empty without a search
     probe_log: list[dict]
     warmup_steps: int
-    search_seconds: float
+    search_seconds: float | None
     allocator_events: dict[str, int]  # alloc retries (cache flushed under pressure) and OOMs during the cell
-    timed_alloc_retries: int  # of those, in the uncapped steps at the largest batch (0 unless the card is full)
+    timed_alloc_retries: int | None  # of those, in the uncapped steps at the largest batch (0 unless the card is full)
     seconds: float  # the whole cell, wall clock
 
     @property
@@ -202,13 +202,19 @@ class CellMemory:
         return self.breakdown.peak_bytes
 
     @property
-    def max_batch(self) -> int:
-        return self.search.max_batch
+    def searched(self) -> bool:
+        return self.search is not None
 
     @property
-    def throughput(self) -> float:
-        """Samples per second at the largest batch."""
-        return self.max_batch / median(self.step_seconds)
+    def max_batch(self) -> int | None:
+        return self.search.max_batch if self.search is not None else None
+
+    @property
+    def throughput(self) -> float | None:
+        """Samples per second at the largest batch; None where it was not searched."""
+        if self.search is None or not self.step_seconds:
+            return None
+        return self.search.max_batch / median(self.step_seconds)
 
 
 def _default_timed(step: Callable[[], None], rounds: int) -> None:
@@ -225,12 +231,15 @@ def measure_memory(
     smoke: bool = False,
     timed: Callable[[Callable[[], None], int], None] | None = None,
     start: tuple[int, int] | None = None,
+    search: bool = True,
 ) -> CellMemory:
     """Peak and breakdown at the default batch, the largest batch under `cap_bytes` (confirmed), and
     step times there. `timed(step, rounds)` runs the timed steps (pytest-benchmark's ``pedantic`` in
     the tests); `start` is (batch, grid step) where the search starts (see ``search_start``). cuDNN
     benchmark mode is off throughout; the cap holds during the search and is lifted for the timed
-    steps. Raises ``MemoryMeasurementError`` with the figures seen (a failed search included)."""
+    steps. With `search` false only the default batch is measured: no search, no timed steps, and the
+    cell's ``search`` is None. Raises ``MemoryMeasurementError`` with the figures seen (a failed search
+    included)."""
     if device.type != "cuda":
         raise MemoryMeasurementError(f"{spec.name} {mode.name}: {NO_CUDA_REASON}")
     where = f"{spec.name} {mode.name}"
@@ -242,7 +251,10 @@ def measure_memory(
     base_allocated = torch.cuda.memory_allocated(device)
     base_reserved = torch.cuda.memory_reserved(device)
     free, _ = torch.cuda.mem_get_info(device)
-    if free < cap_bytes:  # the cap is a budget on top of what this process already holds
+    # the cap is a budget on top of what this process already holds; only the search is held to it (the
+    # step at the default batch runs uncapped either way), so without one a cap the card cannot give
+    # stops nothing
+    if search and free < cap_bytes:
         raise MemoryMeasurementError(
             f"{where}: the memory cap of {gib(cap_bytes)} exceeds the {gib(free)} free on the card "
             f"(this process holds {gib(base_reserved)}, the rest is the driver's or other processes'); "
@@ -252,6 +264,10 @@ def measure_memory(
 
     stage, batch, failure = "building the trainer", spec.batch_size_for(smoke), None
     prober = None
+    result: SearchResult | None = None
+    search_seconds: float | None = None
+    seconds: list[float] = []
+    timed_retries: int | None = None
     try:
         with cudnn_heuristics():
             trainer = Trainer(spec, mode, device, smoke=smoke)
@@ -260,36 +276,36 @@ def measure_memory(
             stage = "the peak at the default batch"
             prober = _Prober(trainer, base_allocated, base_reserved)
             breakdown = step_breakdown(prober, batch)
-            held = breakdown.held
-            fixed = held["weights"] + held["master"] + held["optimizer_state"]
-            with process_memory_limit(device, base_reserved + cap_bytes):
-                stage = "the largest-batch search"
-                t0 = time.perf_counter()
-                result = find_largest_batch(
-                    prober.peak, cap_bytes, breakdown.batch_size, first_peak=breakdown.peak_bytes,
-                    fixed_bytes=fixed, limit=limit, on_oom=prober.recover,
-                    start=start[0] if start else None, granularity=start[1] if start else None,
-                )
-                search_seconds = time.perf_counter() - t0
-            # Timed with the cap lifted. At the largest batch, by definition, the workspaces cuDNN's
-            # heuristics ask for do not fit under the cap: a convolution's request then makes the
-            # allocator flush its cache (a device sync) and retry before cuDNN falls back to another
-            # algorithm; WRN-28-10 fp32's probes near a 24 GiB cap logged 10-20 flushes per step on
-            # an H100. That would time the allocator at its limit, not the mode; the batch itself was
-            # settled under the cap.
-            batch = result.max_batch
-            stage = f"steps at the largest batch {batch}"
-            retries_before = _alloc_retries(device)
-            if prober.warm_batch == batch:
-                # the search's last step ran at this batch: its algorithms are chosen and its blocks cached
-                per_step = prober.log[-1]["seconds"]
-            else:  # the search ended on a failure: the batch is made again and one untimed step warms it
-                prober.set_batch(batch)
-                per_step = time_block(device, lambda: trainer.run(1))
-            rounds = max(1, min(MAX_TIMED_ROUNDS, math.ceil(TIMED_SECONDS / per_step)))
-            seconds: list[float] = []
-            timed(lambda: seconds.append(time_block(trainer.device, lambda: trainer.run(1))), rounds)
-            timed_retries = _alloc_retries(device) - retries_before
+            if search:
+                held = breakdown.held
+                fixed = held["weights"] + held["master"] + held["optimizer_state"]
+                with process_memory_limit(device, base_reserved + cap_bytes):
+                    stage = "the largest-batch search"
+                    t0 = time.perf_counter()
+                    result = find_largest_batch(
+                        prober.peak, cap_bytes, breakdown.batch_size, first_peak=breakdown.peak_bytes,
+                        fixed_bytes=fixed, limit=limit, on_oom=prober.recover,
+                        start=start[0] if start else None, granularity=start[1] if start else None,
+                    )
+                    search_seconds = time.perf_counter() - t0
+                # Timed with the cap lifted. At the largest batch, by definition, the workspaces cuDNN's
+                # heuristics ask for do not fit under the cap: a convolution's request then makes the
+                # allocator flush its cache (a device sync) and retry before cuDNN falls back to another
+                # algorithm; WRN-28-10 fp32's probes near a 24 GiB cap logged 10-20 flushes per step on
+                # an H100. That would time the allocator at its limit, not the mode; the batch itself
+                # was settled under the cap.
+                batch = result.max_batch
+                stage = f"steps at the largest batch {batch}"
+                retries_before = _alloc_retries(device)
+                if prober.warm_batch == batch:
+                    # the search's last step ran at this batch: its algorithms are chosen and its blocks cached
+                    per_step = prober.log[-1]["seconds"]
+                else:  # the search ended on a failure: the batch is made again and one untimed step warms it
+                    prober.set_batch(batch)
+                    per_step = time_block(device, lambda: trainer.run(1))
+                rounds = max(1, min(MAX_TIMED_ROUNDS, math.ceil(TIMED_SECONDS / per_step)))
+                timed(lambda: seconds.append(time_block(trainer.device, lambda: trainer.run(1))), rounds)
+                timed_retries = _alloc_retries(device) - retries_before
     except Exception as exc:  # noqa: BLE001 - out of memory and a failed search become a report
         # the message is built here and the exception dropped: its traceback holds the trainer
         if isinstance(exc, SearchError):

@@ -22,6 +22,8 @@ VERDICT_ICONS = {
     Verdict.EXPECTED_LAG: "🐢",
     Verdict.NO_BASELINE: "➖",
 }
+# the largest batch of a memory cell that measured the default batch only (the quick tier)
+NOT_SEARCHED = "not searched"
 NEEDS_A_LOOK = tuple(v for v in VERDICT_ORDER if v.needs_a_look)  # failing first, then warnings
 SMOKE_NOTE = ("Smoke run: figures are not comparable. A CPU run trains tiny shapes to check the code path; "
               "its speedups, step times and accuracies say nothing about a GPU, and nothing is held against baselines.")
@@ -108,6 +110,7 @@ class Row:
     messages: tuple[str, ...] = ()
     reference_only: bool = False  # built from the fp32 figures a speed cell carries, not a cell of its own
     across: tuple[float, float] | None = None  # the speedup's interval across runs, where known
+    max_batch_searched: bool = True  # False: the memory cell measured the default batch only (quick tier)
 
     def cells(self) -> list[str]:
         """The row as text, in the order of ROW_HEADERS."""
@@ -125,6 +128,8 @@ class Row:
         batch = fmt_number(self.max_batch, ".0f")
         if self.max_batch_ratio is not None and self.max_batch is not None:
             batch = f"{batch} ({self.max_batch_ratio:.2f}x)"
+        elif not self.max_batch_searched:
+            batch = NOT_SEARCHED
         accuracy = fmt_accuracy(self.accuracy)
         if self.convergence and self.accuracy is None:
             accuracy = str(self.convergence)
@@ -203,6 +208,7 @@ def model_rows(run: Run) -> dict[str, list[Row]]:
                     convergence=conv.verdict if conv else None,
                     messages=messages,
                     across=speed.across_runs() if speed else None,
+                    max_batch_searched=mem.batch_searched if mem else True,
                 )
             )
         if rows and REFERENCE_MODE not in modes:

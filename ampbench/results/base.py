@@ -106,6 +106,11 @@ class Record:
         return self.KIND
 
     @classmethod
+    def times_steps(cls, info: Mapping[str, Any]) -> bool:
+        """Whether pytest-benchmark's figures of the cell whose extra_info is `info` are training-step times."""
+        return cls.TIMED
+
+    @classmethod
     def info_fields(cls) -> list[dataclasses.Field]:
         return [f for f in dataclasses.fields(cls) if not f.metadata.get(_OWN)]
 

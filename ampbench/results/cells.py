@@ -4,7 +4,7 @@ pipeline and the underflow demonstration."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Mapping
 
 from ampbench.results.base import Record, checked, flag, number, raw, text
 from ampbench.results.schema import ACCURACY, BOOLEAN, NON_NEGATIVE, POSITIVE
@@ -13,17 +13,19 @@ from ampbench.results.schema import ACCURACY, BOOLEAN, NON_NEGATIVE, POSITIVE
 @dataclass(frozen=True)
 class MemoryRecord(Record):
     """``test_memory[model-mode]``: the peak of a training step and its ratio to fp32's, the confirmed
-    largest batch under the memory cap and its ratio to fp32's, and the throughput there. Where a
-    step's memory goes (weights, gradients, masters, optimizer state, activations...) and the
-    allocator's counters are open-ended, and kept in `detail`."""
+    largest batch under the memory cap and its ratio to fp32's, and the throughput there (the largest
+    batch's figures are None where the cell did not search it: the quick tier). Where a step's memory
+    goes (weights, gradients, masters, optimizer state, activations...) and the allocator's counters
+    are open-ended, and kept in `detail`."""
 
     KIND: ClassVar[str] = "memory"
-    TIMED: ClassVar[bool] = True  # pytest-benchmark times the steps at the largest batch
+    TIMED: ClassVar[bool] = True  # pytest-benchmark times the steps at the largest batch (see times_steps)
 
     batch_size: int | None = number()
     peak_mem_bytes: int | None = number()
     peak_mem_ref_bytes: int | None = number()
     memory_ratio: float | None = checked(POSITIVE)
+    max_batch_searched: bool | None = flag()  # False: the quick tier measured the default batch only
     max_batch: int | None = number()
     max_batch_ref: int | None = number()
     max_batch_ratio: float | None = checked(POSITIVE)
@@ -54,6 +56,16 @@ class MemoryRecord(Record):
     baseline_memory_ratio: float | None = number()
     baseline_max_batch: int | None = number()
     tolerance: float | None = checked(NON_NEGATIVE)
+
+    @property
+    def batch_searched(self) -> bool:
+        """Whether the cell searched its largest batch (cells written before the flag existed all did)."""
+        return self.max_batch_searched is not False
+
+    @classmethod
+    def times_steps(cls, info: Mapping[str, Any]) -> bool:
+        # without a search no step is timed: pytest-benchmark's one round only keeps the cell in its JSON
+        return info.get("max_batch_searched") is not False
 
 
 @dataclass(frozen=True)
