@@ -17,7 +17,7 @@ from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
 from ampbench import summary
 from ampbench.results import Record
 from ampbench.verdict import DEFAULT_TOLERANCE
-from ampbench.modes import MODES, compiled, get_mode
+from ampbench.modes import MODES, compiled, get_mode, versus_of
 from ampbench.settings import (
     COMPILE_CHOICES,
     GATES,
@@ -64,7 +64,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="which speedup fails a speed cell: device (GPU time per step, host overhead excluded), wall (eager wall-clock time on this host) or both (default: device)")
     group.addoption("--perf-compile", metavar="OFF|ON|BOTH", default="off", choices=tuple(COMPILE_CHOICES),
                     help="speed cells of torch.compile'd training: off (eager only), on (compiled only: the "
-                         "fp8 modes and each mode against compiled fp32, ids ending -compiled) or both (default: off)")
+                         "fp8 modes and each mode against compiled fp32 and against itself eager, ids ending "
+                         "-compiled) or both (default: off)")
     group.addoption("--perf-rounds", metavar="N", default=DEFAULT_MIN_ROUNDS,
                     type=number_validator(int, 8, 1000),
                     help=f"interleaved rounds before the first look at a speedup's interval; 8 is the fewest for a 99%% interval (default: {DEFAULT_MIN_ROUNDS})")
@@ -252,7 +253,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # own id; every other mode runs eager, compiled (id ending -compiled), or both, by --perf-compile
     # model-major, then eager before compiled, so each model's fp32 reference is built once per kind
     kinds = sorted(set(s.compile) | {MODES[p].compile for p in precisions if MODES[p].compile})
-    axis = [(m, p, c) for m in names for c in kinds for p in precisions
+    # among the compiled cells, a mode the rows that compile are timed against (amp_bf16, fp8's versus)
+    # comes straight before them, so its compiled side serves them and is compiled once
+    served = {versus_of(MODES[p]).name for p in precisions if MODES[p].compile}
+    in_compiled_order = sorted(precisions, key=lambda p: (MODES[p].compile, p in served))
+    axis = [(m, p, c) for m in names for c in kinds for p in (in_compiled_order if c else precisions)
             if (c if MODES[p].compile else c in s.compile)]
     metafunc.parametrize(("model_name", "mode_name", "compiled_cell"), axis,
                          ids=[f"{m}-{p}" + ("-compiled" if c and not MODES[p].compile else "") for m, p, c in axis])

@@ -98,6 +98,11 @@ ENTRY_SCHEMAS: dict[str, dict[str, Rule]] = {
         "device_between_run_count": _count(1),
         "device_method": _STR_OR_NULL,
         "compile_s": _positive(),
+        "versus": _STR_OR_NULL,
+        "versus_speedup": _positive(),
+        "versus_noise": _non_negative(),
+        "versus_tolerance": _positive(),
+        "versus_method": _STR_OR_NULL,
     },
     "test_memory": {
         "peak_mem_bytes": _positive(required=True),

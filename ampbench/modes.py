@@ -118,6 +118,26 @@ def parity_reference_of(mode: PrecisionMode) -> PrecisionMode:
     return compiled(get_mode(mode.parity_reference), mode.compile)
 
 
+def versus_of(mode: PrecisionMode) -> PrecisionMode | None:
+    """The side a compiled cell's second ratio times `mode` against; None for an eager cell, which has
+    one ratio. A mode compiled where its row is eager is held against itself eager (the ratio is its
+    compile gain); a row that always compiles (fp8) against its parity reference compiled (fp8's speedup
+    over compiled amp_bf16, what fp8 adds where compile already paid)."""
+    if not mode.compile:
+        return None
+    if MODES[mode.name].compile:
+        return parity_reference_of(mode)
+    return compiled(mode, False)
+
+
+def versus_figure(mode: PrecisionMode) -> str | None:
+    """What the second ratio is called: 'compile gain over amp_bf16', 'speedup over amp_bf16 compiled'."""
+    versus = versus_of(mode)
+    if versus is None:
+        return None
+    return f"{'compile gain' if versus.name == mode.name else 'speedup'} over {label(versus)}"
+
+
 def label(mode: PrecisionMode) -> str:
     """The mode's name, with "compiled" where it is compiled and its row is not: "amp_bf16 compiled"."""
     return f"{mode.name} compiled" if mode.compile and not MODES[mode.name].compile else mode.name

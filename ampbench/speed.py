@@ -263,6 +263,36 @@ def first_look(check: SpeedupCheck | None, timer: PairedTimer, policy: SpeedPoli
     return SpeedOutcome(est, check.classify(est), None, check.describe(est))
 
 
+@dataclass
+class TimedFigure:
+    """One ratio of a cell, timed: its first timer, any further batches (a confirming one, a recording's
+    noise batch), and how it compares with its baseline."""
+
+    first: PairedTimer
+    make_timer: Callable[[], PairedTimer]  # a fresh timer of the same two sides, for another batch
+    extra: list[PairedTimer]
+    outcome: SpeedOutcome | None = None
+
+    def again(self, rounds: RoundsPolicy) -> SpeedupEstimate:
+        """Another independent batch of rounds, kept in `extra`."""
+        self.extra.append(self.make_timer())
+        return extend_until_tight(self.extra[-1], rounds)
+
+    def release(self) -> None:
+        """Drop the timers, and with them the closures that hold both sides' trainers."""
+        self.first = self.make_timer = None
+        self.extra.clear()
+
+
+def time_figure(check: SpeedupCheck | None, make_timer: Callable[[], PairedTimer], policy: SpeedPolicy,
+                gated: bool) -> TimedFigure:
+    """Time one ratio: judged (extended, confirmed) where it gates the cell, else its first look."""
+    figure = TimedFigure(make_timer(), make_timer, [])
+    figure.outcome = (judge(check, figure.first, policy, lambda: figure.again(policy.rounds)) if gated
+                      else first_look(check, figure.first, policy))
+    return figure
+
+
 def across_runs_of(est: SpeedupEstimate, baseline: dict | None, key: str = "between_run_sd") -> SpeedupEstimate | None:
     """`est` with its interval widened by the between-run spread its baseline entry learned from
     saved runs (``ampbench spread``), or None where the entry has none. The verdict does not use it:

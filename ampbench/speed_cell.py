@@ -1,6 +1,7 @@
 """One speed cell from its prepared sides to its record: time the device-time and the wall-clock speedup
-in interleaved rounds, judge each against this GPU's baseline entry, check the mode really trained,
-record a new baseline entry when asked, and say what the test must warn about or fail on.
+in interleaved rounds (and a compiled cell's second ratio, ``ampbench.compiled_cell``), judge each against
+this GPU's baseline entry, check the mode really trained, record a new baseline entry when asked, and
+say what the test must warn about or fail on.
 
 ``measure_speed`` returns a ``SpeedCell``; ``perf/test_speed.py`` only wires fixtures into it, writes the
 record and ends the test by it (``perf/outcome.finish``). Nothing here imports pytest.
@@ -16,16 +17,15 @@ import torch
 
 from ampbench import speed, spread
 from ampbench.baselines import BaselineStore, measurement_mismatch
+from ampbench.compiled_cell import DynamoState, compile_problems, compile_time_check, measure_versus
 from ampbench.device import release
-from ampbench.modes import PrecisionMode, label
+from ampbench.modes import PrecisionMode, label, versus_of
 from ampbench.results import SpeedRecord
 from ampbench.settings import PerfSettings
 from ampbench.stats import median
-from ampbench.timing import extend_until_tight
 from ampbench.verdict import (
     WALL_TOLERANCE_FLOOR,
     HostOverhead,
-    RatioCheck,
     SpeedupCheck,
     Verdict,
     kernel_changes,
@@ -77,78 +77,44 @@ def _combined(verdicts: list[Verdict | None]) -> Verdict:
     return Verdict.NO_BASELINE
 
 
+def _named_failures(verdict: Verdict, figures: list[tuple[str, Verdict | None, bool]]) -> str:
+    """Which gated ratios brought a failing or inconclusive verdict: 'compile gain over amp_bf16
+    regression', so a cell's message says which of its ratios to look at first."""
+    if verdict not in (Verdict.REGRESSION, Verdict.INCONCLUSIVE):
+        return ""
+    names = [name for name, v, gated in figures if gated and v is verdict]
+    return f"{' and '.join(names)} {verdict}" if names else ""
+
+
 def identity(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smoke: bool) -> SpeedRecord:
     """Who the cell is, written before it measures: a cell that fails later is still recognisable."""
     return SpeedRecord(model=spec.name, mode=label(mode), device=str(device), batch_size=spec.batch_size_for(smoke))
 
 
-@dataclass(frozen=True)
-class DynamoState:
-    """What torch.compile has done in this process so far: graphs compiled and graph breaks by reason."""
-
-    graphs: int
-    breaks: dict[str, int]
-
-    @classmethod
-    def now(cls) -> "DynamoState":
-        from torch._dynamo.utils import counters
-
-        return cls(int(counters["stats"]["unique_graphs"]), dict(counters["graph_break"]))
-
-    def breaks_since(self, earlier: "DynamoState") -> list[str]:
-        return [f"{reason} (x{n - earlier.breaks.get(reason, 0)})" for reason, n in self.breaks.items()
-                if n > earlier.breaks.get(reason, 0)]
-
-
-# Compile time is held loosely: it follows the host's CPU as much as the compiler, so only a doubling
-# (Inductor or dynamo gone badly wrong, a compile cache that stopped being skipped) fails a cell.
-COMPILE_TIME_TOLERANCE = 1.0
-
-
-def compile_time_check(model: str, mode: str, baseline: dict | None, compile_s: float | None) -> str | None:
-    """Why a compiled cell's first step (its compilation, caches cold) took too long against its
-    baseline entry, or None."""
-    expected = baseline.get("compile_s") if baseline else None
-    if compile_s is None or not isinstance(expected, (int, float)) or expected <= 0:
-        return None
-    return RatioCheck(model, mode, "compile time (s, caches cold)", float(expected), COMPILE_TIME_TOLERANCE,
-                      "higher").failure(compile_s)
-
-
-def compile_problems(mode: PrecisionMode, before: DynamoState | None, prepared: DynamoState | None,
-                     timed: DynamoState | None) -> list[str]:
-    """Why a compiled cell's figures do not measure one compiled graph of the step: a graph break while
-    it compiled (the step then runs as several graphs with eager code between them), or a recompile
-    while it was timed (the rounds then timed compilation). Nothing for an eager cell, whose states are
-    not read (reading them imports dynamo)."""
-    if not mode.compile:
-        return []
-    problems = []
-    breaks = prepared.breaks_since(before)
-    if breaks:
-        shown = "; ".join(b[:200] for b in breaks[:3]) + (f"; and {len(breaks) - 3} more" if len(breaks) > 3 else "")
-        problems.append(f"torch.compile broke the step's graph: {shown}")
-    if timed.graphs > prepared.graphs:
-        problems.append(f"torch.compile compiled {timed.graphs - prepared.graphs} new graph(s) while the cell was "
-                        "timed (a recompile: a guard failed on the timed steps)")
-    return problems
-
-
 def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, prepare: Callable[[], speed.Side], *,
                   settings: PerfSettings, device: torch.device, test_id: str, store: BaselineStore | None,
                   software: dict, peak_tflops: Callable[[str], float | None],
-                  prepared: Callable[[SpeedRecord], None]) -> SpeedCell:
-    """Prepare the mode's side (`prepare`), tell `prepared` the cell's identity, then time, judge and
-    (under --perf-update-baselines) record the cell against `reference`, fp32's side. Every tensor of
-    the cell is released before it returns: a failing test keeps its frames, and with them whatever
-    they hold."""
+                  prepared: Callable[[SpeedRecord], None],
+                  versus: Callable[[], speed.Side] | None = None) -> SpeedCell:
+    """Prepare the cell's versus side (`versus`, for a compiled cell: ``modes.versus_of``) and the mode's
+    side (`prepare`), tell `prepared` the cell's identity, then time, judge and (under
+    --perf-update-baselines) record the cell against `reference`, fp32's side, and, where compiled,
+    against its versus side. Every tensor of the cell is released before it returns, but for sides the
+    callables keep elsewhere: a failing test keeps its frames, and with them whatever they hold."""
     pol = policy(device, settings)
     batch = spec.batch_size_for(settings.smoke)
+    if (versus is None) != (versus_of(mode) is None):
+        raise ValueError(f"{spec.name} {label(mode)}: a versus side is needed exactly where the cell is compiled")
+    # the versus side first: its own compilation (compiled amp_bf16 for an fp8 cell) is no part of this
+    # cell's compile time, graph breaks or recompiles
+    versus_side = versus() if versus is not None else None
     dynamo_before = DynamoState.now() if mode.compile else None
     side = prepare()
     dynamo_prepared = DynamoState.now() if mode.compile else None
     compile_s = side.first_step_seconds if mode.compile else None
     speed.recapture_reference(reference)
+    if versus_side is not None:
+        speed.recapture_reference(versus_side)
     prepared(identity(spec, mode, device, settings.smoke))
     before = speed.parameters_fingerprint(side.trainer)
 
@@ -163,27 +129,29 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
     if "device" in gated and device_check is None and wall_check is not None:
         gated = ("wall",)  # an entry from before device time: the wall verdict still holds it
 
-    def measure(name: str, check, make_timer):
-        extra: list = []
-
-        def again(rounds=pol.rounds):
-            extra.append(make_timer())
-            return extend_until_tight(extra[-1], rounds)
-
-        first = make_timer()
-        outcome = speed.judge(check, first, pol, again) if name in gated else speed.first_look(check, first, pol)
-        return first, extra, again, outcome
-
-    dev_timer, dev_extra, dev_again, dev = measure("device", device_check, lambda: timing.timer(reference, side, pol))
-    wall_timer, wall_extra, wall_again, wall = measure("wall", wall_check, lambda: speed.fresh_timer(reference, side, pol))
-    verdict = _combined([dev.verdict if "device" in gated else None, wall.verdict if "wall" in gated else None])
+    dev_fig = speed.time_figure(device_check, lambda: timing.timer(reference, side, pol), pol, "device" in gated)
+    wall_fig = speed.time_figure(wall_check, lambda: speed.fresh_timer(reference, side, pol), pol, "wall" in gated)
+    dev, wall = dev_fig.outcome, wall_fig.outcome
+    dev_timer, wall_timer = dev_fig.first, wall_fig.first
+    # the second ratio is a device-time figure: it holds the cell wherever device time does
+    vs = (measure_versus(spec.name, mode, versus_side, side, baseline, settings.tolerance, pol, "device" in gated)
+          if versus_side is not None else None)
+    verdict = _combined([dev.verdict if "device" in gated else None, wall.verdict if "wall" in gated else None,
+                         vs.verdict if vs is not None and vs.gated else None])
     kernels = side.profile.top() if side.profile else None  # what a baseline entry keeps
     changes = kernel_changes(baseline.get("kernels") if baseline else None, kernels)
     across = speed.across_runs_of(wall.estimate, baseline)
     dev_across = speed.across_runs_of(dev.estimate, baseline, "device_between_run_sd")
     message = f"device time ({timing.method}): {dev.message}; wall: {wall.message}"
+    if vs is not None:
+        message += f"; {vs.message}"
     if across:
         message += f"; wall across runs {speed.describe_across(across, baseline)}"
+    failing = _named_failures(verdict, [("device-time speedup over fp32", dev.verdict, "device" in gated),
+                                        ("wall-clock speedup over fp32", wall.verdict, "wall" in gated),
+                                        (vs.figure if vs else "", vs.verdict if vs else None, bool(vs and vs.gated))])
+    if failing:
+        message = f"{failing}: {message}"
     if changes and dev.verdict in (Verdict.REGRESSION, Verdict.IMPROVED):
         message += f"; {changes}"
 
@@ -242,6 +210,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         loss_scale=scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds,
         compile_s=compile_s, ref_compile_s=reference.first_step_seconds if mode.compile else None,
         baseline_compile_s=baseline.get("compile_s") if baseline else None, **measured_with,
+        **(vs.record_fields() if vs is not None else {}),
         # per-step milliseconds of every wall round, in order: what drift or a stray slow block looked like
         round_ms=[t * 1e3 for t in wall_timer.mode_times], ref_round_ms=[t * 1e3 for t in wall_timer.ref_times],
     )
@@ -251,7 +220,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
     if slow_compile:
         cell.problems.append(slow_compile)
 
-    for name, e in (("device-time", d), ("wall-clock", est)):
+    for name, e in (("device-time", d), ("wall-clock", est), *([(vs.figure, vs.timed.outcome.estimate)] if vs else [])):
         if not (math.isfinite(e.speedup) and e.low <= e.speedup <= e.high):
             cell.problems.append(f"malformed {name} speedup estimate {e}")
     if not moved:
@@ -261,10 +230,10 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
 
     # only a cell that really trained may become a baseline
     if settings.update_baselines and store is not None and not cell.problems:
-        if not dev_extra:
-            dev_again(pol.record_rounds)
-        if not wall_extra:
-            wall_again(pol.record_rounds)
+        for fig in (dev_fig, wall_fig):
+            if not fig.extra:
+                fig.again(pol.record_rounds)
+        dev_extra, wall_extra = dev_fig.extra, wall_fig.extra
         # `baseline` is still the entry this recording replaces (record() only queues the new one)
         comparable = speed.comparable_recording(baseline, store.software(test_id), software, measured_with)
         dev_comparable = comparable and baseline is not None and baseline.get("device_method") == timing.method
@@ -285,12 +254,14 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
             "idle_share": load.idle_share, "host_bound": load.host_bound,
             "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
             **({"kernels": kernels} if kernels else {}), **({"compile_s": compile_s} if compile_s else {}), **carried,
+            **(vs.baseline_figures(baseline, comparable, pol, settings.tolerance) if vs is not None else {}),
         }, software)
 
     # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer
-    side = dev_timer = wall_timer = None
-    dev_extra.clear()
-    wall_extra.clear()
+    side = versus_side = dev_timer = wall_timer = None
+    for fig in (dev_fig, wall_fig, vs.timed if vs is not None else None):
+        if fig is not None:
+            fig.release()
     release(device)
 
     if mismatch and not settings.update_baselines:
@@ -299,6 +270,10 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         cell.warn_first.append(UserWarning(f"{test_id}: {no_device_baseline}; the wall verdict holds the cell"))
     if timing.fallback and device.type == "cuda":
         cell.warn_first.append(UserWarning(f"{test_id}: device time from the profiler's kernel sum: {timing.fallback}"))
+    if vs is not None and vs.timing.fallback and device.type == "cuda":
+        cell.warn_first.append(UserWarning(f"{test_id}: {vs.figure} from the profiler's kernel sum: {vs.timing.fallback}"))
+    if vs is not None and vs.check is None and baseline is not None and not settings.update_baselines:
+        cell.warn_first.append(UserWarning(f"{test_id}: {vs.figure}: {vs.why_unchecked}"))
     if "wall" not in gated and wall.verdict is Verdict.REGRESSION and dev.verdict in (Verdict.PASS, Verdict.IMPROVED):
         cell.warn_after.append(HostOverhead(f"{test_id}: wall-clock speedup below its line while device time held: "
                                             f"{wall.message}; the host that launches the steps is slower or busier"))

@@ -90,6 +90,16 @@ def test_the_compile_axis_adds_compiled_cells_and_holds_the_fp8_modes_to_it(comp
     assert [line.split("::")[1] for line in result.stdout.splitlines() if "::" in line] == expected
 
 
+def test_among_the_compiled_cells_amp_bf16_comes_straight_before_the_fp8_modes_timed_against_it():
+    result = run_pytest("--perf-models", "mlp", "--perf-precisions", "amp_fp16,amp_bf16,bf16,fp8_tensorwise",
+                        "--perf-compile", "both")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line.split("::")[1] for line in result.stdout.splitlines() if "::" in line] == [
+        "test_speed[mlp-amp_fp16]", "test_speed[mlp-amp_bf16]", "test_speed[mlp-bf16]",
+        "test_speed[mlp-amp_fp16-compiled]", "test_speed[mlp-bf16-compiled]", "test_speed[mlp-amp_bf16-compiled]",
+        "test_speed[mlp-fp8_tensorwise]"]
+
+
 def collected_models(*args: str) -> dict[str, list[str]]:
     """test name -> models of its fp32 cells, as `pytest perf/test_speed.py perf/test_convergence.py
     --collect-only` on the CPU collects them."""

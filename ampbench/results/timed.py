@@ -30,7 +30,8 @@ class SpeedRecord(Record):
     TIMED: ClassVar[bool] = True
     ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (
         ("speedup_low", "speedup", "speedup_high"), ("speedup_across_low", "speedup_across_high"),
-        ("device_speedup_low", "device_speedup", "device_speedup_high"))
+        ("device_speedup_low", "device_speedup", "device_speedup_high"),
+        ("versus_speedup_low", "versus_speedup", "versus_speedup_high"))
 
     batch_size: int | None = number()
     gate: str | None = text()  # --perf-gate
@@ -110,6 +111,22 @@ class SpeedRecord(Record):
     compile_s: float | None = number()
     ref_compile_s: float | None = number()
     baseline_compile_s: float | None = number()
+    # a compiled cell's second ratio, in device time: the mode's speedup over its versus side
+    # (modes.versus_of): the mode eager (the compile gain), or compiled amp_bf16 for the fp8 modes
+    versus: str | None = text()  # the versus side's mode: "amp_bf16", "amp_bf16 compiled"
+    versus_method: str | None = text()  # graph, kernels or wall, as device_method
+    versus_fallback: str | None = text()
+    versus_speedup: float | None = checked(POSITIVE)
+    versus_speedup_low: float | None = checked(POSITIVE)
+    versus_speedup_high: float | None = checked(POSITIVE)
+    versus_rounds: int | None = checked(COUNT)
+    versus_baseline_speedup: float | None = checked(POSITIVE)
+    versus_tolerance: float | None = checked(NON_NEGATIVE)
+    versus_line: float | None = number()
+    versus_drop: float | None = number()
+    versus_confirm_speedup: float | None = number()
+    versus_verdict: Verdict | None = checked(VERDICT)
+    versus_step_ms: float | None = number()  # the versus side's device time per step
     cudnn_benchmark: bool | None = flag()
     block_seconds: float | None = number()
     round_ms: list | None = raw()  # per-step milliseconds of every wall round, in order
@@ -122,6 +139,11 @@ class SpeedRecord(Record):
             return _estimate(self.device_speedup, self.device_speedup_low, self.device_speedup_high,
                              self.device_rounds, self.confidence)
         return _estimate(self.speedup, self.speedup_low, self.speedup_high, self.rounds, self.confidence)
+
+    def versus_estimate(self) -> SpeedupEstimate | None:
+        """A compiled cell's second ratio with its interval (``versus``); None for an eager cell."""
+        return _estimate(self.versus_speedup, self.versus_speedup_low, self.versus_speedup_high,
+                         self.versus_rounds, self.confidence)
 
     def speedup_of(self, device: bool = False) -> float | None:
         return self.device_speedup if device else self.speedup
