@@ -1,6 +1,7 @@
 """A compiled speed cell's second ratio: the mode against its versus side (itself eager: the compile gain;
 compiled amp_bf16 for the fp8 modes), timed in device time like the first, judged against its own
-baseline figure, joining the cell's verdict under the device gate, recorded and read back."""
+baseline figure, joining the cell's verdict under the device gate, recorded, read back and shown in the
+report's matrices."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from ampbench import compiled_cell, speed
 from ampbench.baselines import BaselineError, validate_entry
 from ampbench.compiled_cell import VersusSides, measure_versus, served, versus_check
 from ampbench.modes import compiled, get_mode, label, versus_figure, versus_of
-from ampbench.results import SpeedRecord, Verdict
+from ampbench.report import build_report, render_markdown
+from ampbench.report.speed_cells import COMPILE_GAIN_TITLE, versus_matrices
+from ampbench.results import Run, SpeedRecord, Verdict
 from ampbench.settings import PerfSettings
 from ampbench.speed_cell import measure_speed, policy
 from ampbench.timing import PairedTimer, RoundsPolicy
@@ -231,7 +234,7 @@ def test_compiled_amp_bf16s_own_side_serves_the_fp8_cells_and_other_versus_sides
     assert sides.get("llama", versus_of(FP8_T), make("llama amp_bf16 compiled")) == "llama amp_bf16 compiled"
 
 
-# -- records -----------------------------------------------------------------------------------
+# -- records and the report ----------------------------------------------------------------------------
 
 def _record(model: str, mode: str, versus: str | None, value: float | None, verdict=Verdict.PASS) -> SpeedRecord:
     ratio = {} if versus is None else dict(
@@ -251,3 +254,51 @@ def test_a_record_keeps_its_second_ratio_through_json_and_checks_its_interval():
     assert _record("gpt", "amp_bf16", None, None).versus_estimate() is None
     info["versus_speedup_low"] = 0.95  # above its own estimate
     assert any("versus_speedup_low" in p for p in SpeedRecord.problems(info, "benchmarks[0].extra_info"))
+
+
+def _run() -> Run:
+    cells = [
+        _record("gpt", "amp_bf16", None, None),
+        _record("gpt", "amp_fp16 compiled", "amp_fp16", 1.10),
+        _record("gpt", "amp_bf16 compiled", "amp_bf16", 1.15),
+        _record("gpt", "fp8_tensorwise", "amp_bf16 compiled", 0.95, Verdict.REGRESSION),
+        _record("gpt", "fp8_rowwise", "amp_bf16 compiled", 0.88),
+        _record("llama", "amp_bf16 compiled", "amp_bf16", 1.05),
+        _record("llama", "fp8_rowwise", "amp_bf16 compiled", 1.21),
+    ]
+    return Run(Path("run.json"), {"device": "NVIDIA H100 80GB HBM3"}, "2026-01-01T00:00:00", {}, cells)
+
+
+def test_the_report_has_a_matrix_of_compile_gains_and_one_of_fp8_over_compiled_bf16():
+    gains, fp8 = versus_matrices(_run())
+    assert gains.title == COMPILE_GAIN_TITLE and gains.modes == ["amp_fp16 compiled", "amp_bf16 compiled"]
+    assert [(m, [e.value if e else None for e in row]) for m, row in gains.rows] == [
+        ("gpt", [1.10, 1.15]), ("llama", [None, 1.05])]
+    assert fp8.title == "Speedup over amp_bf16 compiled, in device time"
+    assert fp8.modes == ["fp8_tensorwise", "fp8_rowwise"]
+    assert [(m, [e.value if e else None for e in row]) for m, row in fp8.rows] == [
+        ("gpt", [0.95, 0.88]), ("llama", [None, 1.21])]
+    assert fp8.rows[0][1][0].verdict == "regression" and fp8.rows[0][1][0].estimate.low == pytest.approx(0.9405)
+    assert versus_matrices(Run(Path("r.json"), {}, None, {}, [_record("gpt", "amp_bf16", None, None)])) == []
+
+
+def test_summary_md_and_index_html_show_each_ratio_with_its_interval():
+    run = _run()
+    md = render_markdown(run)
+    gains = md[md.index(f"### {COMPILE_GAIN_TITLE}"):]
+    assert "| gpt | 1.10x [1.09, 1.11] ✅ | 1.15x [1.14, 1.16] ✅ |" in gains
+    assert "| llama | - | 1.05x [1.04, 1.06] ✅ |" in gains
+    fp8 = md[md.index("### Speedup over amp_bf16 compiled, in device time"):]
+    assert "| model | fp8_tensorwise | fp8_rowwise |" in fp8 and "0.95x [0.94, 0.96] ❌" in fp8
+    html = build_report(run)["index.html"].decode()
+    section = html[html.index(f"<h2>Speedup over amp_bf16 compiled"):]
+    assert "1.21x" in section and "[1.20, 1.22]" in section and 'class="v v-regression"' in section
+    assert f"<h2>{COMPILE_GAIN_TITLE}</h2>" in html
+
+
+def test_the_fixtures_of_eager_runs_show_no_versus_matrix():
+    run = json.loads((Path(__file__).parent / "data" / "h100_speed_device.json").read_text())
+    assert "versus" not in json.dumps(run)
+    from ampbench.report import load_run
+
+    assert versus_matrices(load_run(Path(__file__).parent / "data" / "h100_speed_device.json")) == []

@@ -32,6 +32,7 @@ from ampbench.report.speed_cells import (
     matrix,
     notable,
     used_methods,
+    versus_matrices,
 )
 from ampbench.verdict import Verdict
 
@@ -176,6 +177,9 @@ def _speed_context(run: Run) -> dict | None:
     else:
         matrices = [_matrix(run, WALL, "Speedup over fp32", "Wall-clock speedup of each mode's training step and "
                                                             "its interval; colour and sign: its verdict.")]
+    matrices += [{"title": m.title, "note": m.note, "modes": m.modes,
+                  "rows": [{"model": model, "cells": [_matrix_cell(e) for e in row]} for model, row in m.rows]}
+                 for m in versus_matrices(run)]
     host = host_bound_cells(run)
     host_table = _table(
         ["model", "mode", "GPU idle", "host overhead per step", "GPU busy per step", "eager step"],

@@ -17,7 +17,16 @@ from ampbench.report.format import (
     verdict_label,
 )
 from ampbench.report.run import DASH, Run
-from ampbench.report.speed_cells import DEVICE, WALL, host_bound_cells, kernel_change_cells, matrix, notable
+from ampbench.report.speed_cells import (
+    DEVICE,
+    WALL,
+    MatrixEntry,
+    host_bound_cells,
+    kernel_change_cells,
+    matrix,
+    notable,
+    versus_matrices,
+)
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -56,6 +65,24 @@ def speedup_matrix(run: Run, device: bool = False) -> tuple[list[str], list[list
             texts.append(DASH if e is None else f"{e.value:.2f}x {icon}".strip())
         rows.append(texts)
     return ["model", *modes], rows
+
+
+def _with_interval(entry: MatrixEntry | None) -> str:
+    if entry is None:
+        return DASH
+    icon = "" if entry.verdict == Verdict.NO_BASELINE.value else VERDICT_ICONS.get(entry.verdict or "", "")
+    interval = f" [{entry.estimate.low:.2f}, {entry.estimate.high:.2f}]" if entry.estimate else ""
+    return f"{entry.value:.2f}x{interval} {icon}".strip()
+
+
+def versus_lines(run: Run) -> list[str]:
+    """The compiled cells' second ratios: a matrix of compile gains, one of fp8 over compiled amp_bf16,
+    each value with its interval."""
+    out = []
+    for m in versus_matrices(run):
+        rows = [[model, *(_with_interval(e) for e in entries)] for model, entries in m.rows]
+        out += [f"### {m.title}", "", _md_table(["model", *m.modes], rows), ""]
+    return out
 
 
 def host_bound_lines(run: Run) -> list[str]:
@@ -108,6 +135,7 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
         headers, rows = speedup_matrix(run)
         if rows:
             out += ["### Speedup over fp32", "", _md_table(headers, rows), ""]
+    out += versus_lines(run)
     host = host_bound_lines(run)
     if host:
         out += [f"### Host-bound cells ({len(host)})", "", *host, ""]

@@ -1,11 +1,13 @@
 """The speed figures that summary.md and index.html both show, as data: the device-time and wall-clock
-matrices, the host-bound cells and the kernel changes. Each page only formats what is chosen here, so
-the two never disagree on which cells are listed or which verdict a figure carries."""
+matrices, those of compiled cells' second ratios (compile gains, fp8 over compiled amp_bf16), the
+host-bound cells and the kernel changes. Each page only formats what is chosen here, so the two never
+disagree on which cells are listed or which verdict a figure carries."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ampbench.modes import MODES, compiled, label
 from ampbench.report.format import VERDICT_ORDER
 from ampbench.report.run import Run, order_modes
 from ampbench.results import REFERENCE_MODE, SpeedRecord
@@ -79,6 +81,57 @@ def _entry(cell: SpeedRecord | None, figure: SpeedFigure) -> MatrixEntry | None:
     verdict = cell.verdict_of(figure.device)
     return MatrixEntry(value, cell.estimate(figure.device), verdict.value if verdict is not None else None,
                        cell.device_method if figure.device else None)
+
+
+@dataclass(frozen=True)
+class VersusMatrix:
+    """The second ratios of one family of compiled cells: models down, the cells' modes across."""
+
+    title: str
+    note: str
+    modes: list[str]
+    rows: list[tuple[str, list[MatrixEntry | None]]]
+
+
+COMPILE_GAIN_TITLE = "Compile gain: each mode compiled over itself eager, in device time"
+COMPILE_GAIN_NOTE = ("Each cell: the compiled cell's device-time speedup over the same mode in eager training, "
+                     "timed in the same interleaved rounds, with its interval; colour and sign: its verdict.")
+
+
+def _is_compile_gain(cell: SpeedRecord) -> bool:
+    """Whether a cell's second ratio is its compile gain: its versus side is its own mode, eager."""
+    return cell.versus in MODES and label(compiled(MODES[cell.versus])) == cell.mode
+
+
+def versus_matrices(run: Run) -> list[VersusMatrix]:
+    """One matrix of compile gains, then one per other versus side (compiled amp_bf16, which the fp8
+    modes are held against), each cell its second ratio with its interval and verdict; none where the
+    run has no compiled cells."""
+    families: dict[str, list[SpeedRecord]] = {}
+    for c in run.of_kind(SpeedRecord):
+        if c.versus and c.versus_speedup is not None:
+            families.setdefault("" if _is_compile_gain(c) else c.versus, []).append(c)
+    out = []
+    for versus in sorted(families, key=bool):  # compile gains first
+        cells = families[versus]
+        modes = order_modes(c.mode for c in cells)
+        by_key = {(c.model, c.mode): c for c in cells}
+        rows = [(model, [_versus_entry(by_key.get((model, mode))) for mode in modes])
+                for model in dict.fromkeys(c.model for c in cells)]
+        title, note = (COMPILE_GAIN_TITLE, COMPILE_GAIN_NOTE) if not versus else (
+            f"Speedup over {versus}, in device time",
+            f"Each cell: the mode's device-time speedup over {versus}, timed in the same interleaved rounds, with "
+            "its interval; below 1.00x the mode loses to it. Colour and sign: its verdict.")
+        out.append(VersusMatrix(title, note, modes, rows))
+    return out
+
+
+def _versus_entry(cell: SpeedRecord | None) -> MatrixEntry | None:
+    if cell is None:
+        return None
+    verdict = cell.versus_verdict
+    return MatrixEntry(cell.versus_speedup, cell.versus_estimate(), verdict.value if verdict is not None else None,
+                       cell.versus_method)
 
 
 def host_bound_cells(run: Run) -> list[SpeedRecord]:
