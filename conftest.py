@@ -23,6 +23,7 @@ from ampbench.settings import (
     GATES,
     TIERS,
     PerfSettings,
+    Tier,
     device_validator,
     directory_validator,
     names_validator,
@@ -48,8 +49,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-precisions", metavar="NAMES", default=None,
                     type=names_validator(lambda: list(MODES), "precision mode"),
                     help=f"comma-separated precision modes to test, of {', '.join(MODES)} (default: all)")
-    group.addoption("--perf-tier", metavar="TIER", default="quick", choices=TIERS,
-                    help="quick: mlp, wide_resnet28_10, resnet50, lstm_lm, gpt, their speed in the 16-bit modes, their memory at the default batch (no largest-batch search), convergence of mnist_cnn; full: every model and mode, and the largest batch (default: quick)")
+    group.addoption("--perf-tier", metavar="QUICK|FULL|COMPILE", default="quick", choices=tuple(TIERS),
+                    help="quick: mlp, wide_resnet28_10, resnet50, lstm_lm, gpt, their speed in the 16-bit modes, "
+                         "their memory at the default batch (no largest-batch search), convergence of mnist_cnn; "
+                         "full: every model and mode, and the largest batch; compile: compiled cells only, the "
+                         f"speed of {', '.join(TIERS['compile'].models)} in {', '.join(TIERS['compile'].modes)} "
+                         "(as under --perf-compile on) and fp8 convergence of mnist_cnn (default: quick)")
     group.addoption("--perf-baseline-dir", metavar="DIR", default=str(ROOT / "baselines"),
                     type=directory_validator(must_exist=False),
                     help="folder of per-GPU baseline files <gpu-slug>.json (default: baselines/ of the repo)")
@@ -62,10 +67,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="fail, rather than warn, when a speed verdict stays inconclusive (default: off)")
     group.addoption("--perf-gate", metavar="DEVICE|WALL|BOTH", default="device", choices=GATES,
                     help="which speedup fails a speed cell: device (GPU time per step, host overhead excluded), wall (eager wall-clock time on this host) or both (default: device)")
-    group.addoption("--perf-compile", metavar="OFF|ON|BOTH", default="off", choices=tuple(COMPILE_CHOICES),
+    group.addoption("--perf-compile", metavar="OFF|ON|BOTH", default=None, choices=tuple(COMPILE_CHOICES),
                     help="speed cells of torch.compile'd training: off (eager only), on (compiled only: the "
                          "fp8 modes and each mode against compiled fp32 and against itself eager, ids ending "
-                         "-compiled) or both (default: off)")
+                         "-compiled) or both (default: off; on in the compile tier)")
     group.addoption("--perf-rounds", metavar="N", default=DEFAULT_MIN_ROUNDS,
                     type=number_validator(int, 8, 1000),
                     help=f"interleaved rounds before the first look at a speedup's interval; 8 is the fewest for a 99%% interval (default: {DEFAULT_MIN_ROUNDS})")
@@ -89,6 +94,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default="torch.amp:GradScaler", type=scaler_validator(),
                     help="loss scaler the loss-scaling properties test; called with GradScaler's keyword arguments (default: torch.amp:GradScaler)")
     _add_world_size_option(group)
+
+
+def tier_models(tier: Tier, cpu_smoke: bool) -> tuple[str, ...]:
+    """The models `tier` runs, in registry order; the CPU smoke pass's default selection only on the CPU."""
+    eligible = models.model_names("full" if tier.models is not None else tier.name, cpu_smoke=cpu_smoke)
+    return tuple(m for m in eligible if tier.models is None or m in tier.models)
 
 
 def _left_out_of_smoke() -> list[str]:
@@ -155,10 +166,12 @@ def pytest_configure(config: pytest.Config) -> None:
     device = _resolve_device(opt)
     if not getattr(opt, "help", False):
         _check_baselines(opt, device)
+    tier = TIERS[opt.perf_tier]
+    compile_choice = COMPILE_CHOICES[opt.perf_compile or tier.compile]
     config.stash[SETTINGS_KEY] = PerfSettings(
         device=device,
-        models=opt.perf_models or tuple(models.model_names(opt.perf_tier, cpu_smoke=device.type == "cpu")),
-        precisions=opt.perf_precisions or tuple(MODES),
+        models=opt.perf_models or tier_models(tier, cpu_smoke=device.type == "cpu"),
+        precisions=opt.perf_precisions or tier.modes or tuple(MODES),
         tier=opt.perf_tier,
         baseline_dir=opt.perf_baseline_dir,
         update_baselines=opt.perf_update_baselines,
@@ -174,9 +187,9 @@ def pytest_configure(config: pytest.Config) -> None:
         block_seconds=opt.perf_block_seconds,
         cudnn_benchmark=opt.perf_cudnn_benchmark == "on",
         gate=opt.perf_gate,
-        compile=COMPILE_CHOICES[opt.perf_compile],
+        compile=compile_choice,
     )
-    if True in COMPILE_CHOICES[opt.perf_compile]:
+    if True in compile_choice:
         # a compiled cell's first step is its compile time, measured cold: Inductor's caches would
         # otherwise make it a cache read on every run after the first on the runner
         import torch._dynamo.config as dynamo_config
@@ -222,21 +235,34 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ``modes_tiered=True`` leaves the modes whose row is ``full_tier_only`` (fp32's control of the
     harness, TF32) out of the quick tier, unless --perf-precisions names the modes. Modes
     whose row compiles (fp8) run under --perf-compile on or both, or where --perf-precisions names them.
+    A tier of compiled cells only (``--perf-tier compile``) gives a test with the compile axis its
+    compiled cells, one whose marker names ``compile=[...]`` those models in the modes whose row compiles,
+    and any other test no cells (``pytest_collection_modifyitems`` deselects it).
     """
     if not {"model_name", "mode_name"} <= set(metafunc.fixturenames):
         return
     s = perf_settings_of(metafunc.config)
+    tier = TIERS[s.tier]
+    axis = "compiled_cell" in metafunc.fixturenames
     names = s.models
     marker = metafunc.definition.get_closest_marker("cells")
-    if marker is not None and "models" in marker.kwargs:
-        own = list(marker.kwargs["models"])
-        if s.smoke and not metafunc.config.option.perf_models:
-            own = list(marker.kwargs.get("cpu_smoke", own))
-        elif s.tier == "quick" and not metafunc.config.option.perf_models:
-            own = list(marker.kwargs.get("quick", own))
-        narrowed = metafunc.config.option.perf_models or marker.kwargs.get("tiered", False)
+    kwargs = marker.kwargs if marker is not None else {}
+    named_models = metafunc.config.option.perf_models
+    if tier.compiled_only and not axis and "compile" not in kwargs:
+        names = []  # no compiled cells of its own: it sits the tier out
+    elif "models" in kwargs:
+        own = list(kwargs["models"])
+        if tier.compiled_only and not named_models:
+            own = list(kwargs["compile"])
+        elif s.smoke and not named_models:
+            own = list(kwargs.get("cpu_smoke", own))
+        elif s.tier == "quick" and not named_models:
+            own = list(kwargs.get("quick", own))
+        narrowed = named_models or kwargs.get("tiered", False)
         names = [m for m in own if m in s.models] if narrowed else own
     precisions = s.precisions
+    if tier.compiled_only and not axis:
+        precisions = tuple(p for p in precisions if MODES[p].compile)  # its compiled cells: the rows that compile
     if (marker is not None and marker.kwargs.get("modes_tiered") and s.tier == "quick"
             and not metafunc.config.option.perf_precisions):
         precisions = tuple(p for p in precisions if not MODES[p].full_tier_only)
@@ -261,6 +287,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             if (c if MODES[p].compile else c in s.compile)]
     metafunc.parametrize(("model_name", "mode_name", "compiled_cell"), axis,
                          ids=[f"{m}-{p}" + ("-compiled" if c and not MODES[p].compile else "") for m, p, c in axis])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A tier of compiled cells only runs nothing but cells (model and mode): every other test, and a cell
+    test left without cells (pytest's empty parameter set), is deselected, not skipped one by one."""
+    if not TIERS[perf_settings_of(config).tier].compiled_only:
+        return
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        (kept if isinstance(params.get("model_name"), str) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,33 @@ from typing import Callable
 
 import torch
 
-TIERS = ("quick", "full")
 GATES = ("device", "wall", "both")
 # --perf-compile: which of eager and torch.compile'd training the speed cells run
 COMPILE_CHOICES = {"off": (False,), "on": (True,), "both": (False, True)}
+
+
+@dataclass(frozen=True)
+class Tier:
+    """What a --perf-tier selects where --perf-models, --perf-precisions and --perf-compile do not."""
+
+    name: str
+    models: tuple[str, ...] | None = None  # its models; None: those whose ModelSpec.tier it takes in
+    modes: tuple[str, ...] | None = None  # its precision modes; None: every mode
+    compile: str = "off"  # the --perf-compile it runs with unless given
+    # compiled cells only: a test collects cells where it has the compile axis (test_speed) or names its
+    # models for this tier (the cells marker's `compile=`), and the other tests none
+    compiled_only: bool = False
+
+
+# The compile tier guards what teams train with on Hopper today, within 10 minutes on one H100: each
+# model's cold compiles (20-60 s each) dominate it, so it takes the models where compile and fp8 have
+# something to say (a convnet, GPT-2 small, a Llama-3-8B-wide decoder) in the two autocast modes and fp8.
+TIERS: dict[str, Tier] = {t.name: t for t in (
+    Tier("quick"),
+    Tier("full"),
+    Tier("compile", models=("resnet50", "gpt", "llama"), modes=("amp_fp16", "amp_bf16", "fp8_tensorwise", "fp8_rowwise"),
+         compile="on", compiled_only=True),
+)}
 
 
 @dataclass(frozen=True)
@@ -22,7 +45,7 @@ class PerfSettings:
     device: torch.device  # where models train; cpu means the smoke pass on tiny shapes
     models: tuple[str, ...]  # model names under test, registry order
     precisions: tuple[str, ...]  # precision mode names under test, table order
-    tier: str  # "quick" or "full"
+    tier: str  # a key of TIERS: "quick", "full" or "compile"
     baseline_dir: Path  # folder of <gpu-slug>.json baseline files
     update_baselines: bool  # record or merge this run's figures into the baseline file
     tolerance: float  # smallest relative drop that counts as a regression (cells with more noise get more)

@@ -100,6 +100,32 @@ def test_among_the_compiled_cells_amp_bf16_comes_straight_before_the_fp8_modes_t
         "test_speed[mlp-fp8_tensorwise]"]
 
 
+def collected(*args: str) -> list[str]:
+    """Every test id `pytest perf/ --collect-only` collects on the CPU with `args`."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "perf/", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "--perf-device", "cpu", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+def test_the_compile_tier_collects_compiled_cells_only():
+    # on the CPU resnet50 leaves the default selection, as in every tier (a GPU run's models: below)
+    assert collected("--perf-tier", "compile") == [
+        "perf/test_convergence.py::test_convergence[mnist_cnn-fp8_tensorwise]",
+        "perf/test_convergence.py::test_convergence[mnist_cnn-fp8_rowwise]",
+        *(f"perf/test_speed.py::test_speed[{model}-{cell}]" for model in ("gpt", "llama")
+          for cell in ("amp_fp16-compiled", "amp_bf16-compiled", "fp8_tensorwise", "fp8_rowwise")),
+    ]
+    # --perf-precisions and --perf-compile narrow or widen it as in the other tiers
+    assert collected("--perf-tier", "compile", "--perf-precisions", "amp_bf16", "--perf-compile", "both") == [
+        "perf/test_speed.py::test_speed[gpt-amp_bf16]", "perf/test_speed.py::test_speed[gpt-amp_bf16-compiled]",
+        "perf/test_speed.py::test_speed[llama-amp_bf16]", "perf/test_speed.py::test_speed[llama-amp_bf16-compiled]",
+    ]
+
+
 def collected_models(*args: str) -> dict[str, list[str]]:
     """test name -> models of its fp32 cells, as `pytest perf/test_speed.py perf/test_convergence.py
     --collect-only` on the CPU collects them."""
@@ -205,6 +231,16 @@ def test_every_validator_names_its_flag_once():
         assert message.count(flag) == 1, message
 
 
+def test_the_tier_option_names_every_tier():
+    parser, options = option_parser()
+    kw = options["--perf-tier"]
+    assert kw["metavar"] == "QUICK|FULL|COMPILE" and kw["help"].endswith("(default: quick)")
+    assert "compile: compiled cells only" in kw["help"] and "resnet50, gpt, llama" in kw["help"]
+    assert parser.parse_args(["--perf-tier", "compile"]).perf_tier == "compile"
+    assert "invalid choice" in parse_error("--perf-tier", "compiled")
+    assert options["--perf-compile"]["help"].endswith("(default: off; on in the compile tier)")
+
+
 def test_the_gate_option():
     parser, options = option_parser()
     kw = options["--perf-gate"]
@@ -265,6 +301,19 @@ def test_quick_tier_is_the_default_on_a_gpu_and_the_cpu_leaves_out_the_resnets(f
     full = conftest.perf_settings_of(configure("--perf-device", "cpu", "--perf-tier", "full")).models
     assert "dpn92" in full and not any(m.startswith("resnet") for m in full)
     assert conftest.perf_settings_of(configure("--perf-device", "cpu", "--perf-models", "resnet152")).models == ("resnet152",)
+
+
+def test_the_compile_tier_selects_its_models_modes_and_compiled_cells_from_its_row(fake_gpus):
+    from ampbench.settings import TIERS
+
+    s = conftest.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile"))
+    assert s.models == ("resnet50", "gpt", "llama") == TIERS["compile"].models
+    assert s.precisions == ("amp_fp16", "amp_bf16", "fp8_tensorwise", "fp8_rowwise") and s.compile == (True,)
+    s = conftest.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile", "--perf-compile", "both",
+                                            "--perf-models", "gpt", "--perf-precisions", "fp8_rowwise"))
+    assert (s.models, s.precisions, s.compile) == (("gpt",), ("fp8_rowwise",), (False, True))
+    # the other tiers still run eager cells unless told
+    assert conftest.perf_settings_of(configure("--perf-device", "cuda:0")).compile == (False,)
 
 
 def usage_error(*args: str) -> str:
