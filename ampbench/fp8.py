@@ -197,8 +197,16 @@ def convert(model: nn.Module, mode: PrecisionMode) -> list[str]:
     names = converted_names(model, mode)
     if not names:
         raise Unconvertible(f"{mode.name}: no Linear layer to train in fp8 ({_why_none(model)})")
-    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    # looked up here at each call, so that ampbench.slowdown can swap the builder for chosen cells
+    config = float8_config(mode)
+    from torchao.float8 import convert_to_float8_training
 
-    config = Float8LinearConfig.from_recipe_name(mode.fp8_recipe)
     convert_to_float8_training(model, config=config, module_filter_fn=MODULE_FILTERS[mode.module_filter](model))
     return names
+
+
+def float8_config(mode: PrecisionMode) -> Any:
+    """torchao's ``Float8LinearConfig`` of `mode`'s recipe."""
+    from torchao.float8 import Float8LinearConfig
+
+    return Float8LinearConfig.from_recipe_name(mode.fp8_recipe)

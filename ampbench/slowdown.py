@@ -3,6 +3,7 @@ measured code path, to show that the speed gate catches a slowdown:
 
     pytest perf/test_speed.py -p ampbench.slowdown --perf-slowdown resnet50:amp_fp16:0.01
     AMPBENCH_SLOWDOWN=resnet50:amp_fp16:0.01,gpt:amp_bf16:0.01 pytest perf/test_speed.py -p ampbench.slowdown
+    pytest perf/test_speed.py -p ampbench.slowdown --perf-slowdown gpt:fp8_tensorwise:emulate --perf-compile on
 
 Every training step of each named (model, mode) gets extra work worth FRACTION of the step's own time,
 appended after the step. On CUDA it is a spin kernel (``torch.cuda._sleep``) queued on the stream: it
@@ -11,13 +12,22 @@ of spin cycles is calibrated once per trainer on the figure the speed gate reads
 a CUDA graph, or the profiler's kernel time where it cannot be captured; so the fraction is of device
 time, not of a host-bound wall step. On the CPU the extra work is a busy wait of FRACTION of the wall
 time of a few plain steps. Steps of other cells run unchanged. Cells that train in worker processes
-(the distributed tests) are not slowed. Each slowed cell says so in its extra_info
-(``injected_slowdown``), so that ``ampbench spread`` never takes it for a sample of its noise.
+(the distributed tests) are not slowed.
+
+``MODEL:fp8_MODE:emulate`` slows an fp8 cell the way a broken fp8 stack would: its trainers convert their
+Linear layers with torchao's emulated float8 matmul (``Float8LinearConfig(emulate=True)``: the fp8
+operands upcast and multiplied in high precision) in place of the fp8 tensor-core matmul, by wrapping
+``ampbench.fp8.float8_config`` while a trainer of that model and mode is built.
+
+Each slowed cell says so in its extra_info (``injected_slowdown``: the fraction, or the emulated
+matmul), so that ``ampbench spread`` never takes it for a sample of its noise; so does every other
+cell a slowed trainer took part in (a versus side of a compiled cell).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import time
@@ -27,8 +37,8 @@ from typing import Callable
 import pytest
 import torch
 
-from ampbench import devicetime, train
-from ampbench.modes import get_mode
+from ampbench import devicetime, fp8, train
+from ampbench.modes import MODES, get_mode
 from ampbench.spread import INJECTED_KEY
 from ampbench.timing import time_block
 from models import get_model
@@ -37,11 +47,16 @@ ENV = "AMPBENCH_SLOWDOWN"
 CALIBRATION_STEPS = 5  # plain steps to settle, then as many timed: the step's own time
 
 Cell = tuple[str, str]  # (model, precision mode)
+# the slowdown of an fp8 cell that runs its matmuls in torchao's emulation, as a spec names it
+EMULATE = "emulate"
+# how extra_info and the header name it
+EMULATED = "torchao's emulated fp8 matmul"
 
 
-def parse(spec: str) -> dict[Cell, float]:
-    """'MODEL:MODE:FRACTION[,...]' -> {(model, mode): fraction}; ValueError saying what is wrong."""
-    targets: dict[Cell, float] = {}
+def parse(spec: str) -> dict[Cell, float | str]:
+    """'MODEL:MODE:FRACTION|emulate[,...]' -> {(model, mode): fraction or EMULATE}; ValueError saying
+    what is wrong."""
+    targets: dict[Cell, float | str] = {}
     for item in filter(None, (s.strip() for s in spec.split(","))):
         parts = item.split(":")
         if len(parts) != 3:
@@ -51,10 +66,17 @@ def parse(spec: str) -> dict[Cell, float]:
             get_model(model), get_mode(mode)
         except KeyError as exc:
             raise ValueError(f"{item!r}: {exc.args[0]}") from None
+        if fraction == EMULATE:
+            if get_mode(mode).fp8_recipe is None:
+                fp8_modes = ", ".join(m.name for m in MODES.values() if m.fp8_recipe)
+                raise ValueError(f"{item!r}: {EMULATE} slows an fp8 mode's matmuls ({fp8_modes}); {mode} has none")
+            targets[(model, mode)] = EMULATE
+            continue
         try:
             value = float(fraction)
         except ValueError:
-            raise ValueError(f"{item!r}: the fraction {fraction!r} is not a number") from None
+            raise ValueError(f"{item!r}: the fraction {fraction!r} is not a number (nor {EMULATE}, "
+                             "for an fp8 mode)") from None
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"{item!r}: the fraction must be a finite number above 0, e.g. 0.01 for 1%")
         targets[(model, mode)] = value
@@ -105,20 +127,60 @@ _CALIBRATING = object()  # a trainer's marker while its calibration steps run pl
 
 @dataclass
 class Slowdown:
-    """Trainer.step replaced by one that appends extra work to the named cells' steps."""
+    """Trainer.step replaced by one that appends extra work to the named cells' steps, and, for cells
+    named with EMULATE, fp8.float8_config by one that turns torchao's emulation on while their
+    trainers are built."""
 
-    targets: dict[Cell, float]
+    targets: dict[Cell, float | str]
     original: Callable | None = None  # Trainer.step as it was before install()
+    original_init: Callable | None = None  # Trainer.__init__
+    original_config: Callable | None = None  # fp8.float8_config
+    building: Cell | None = None  # the cell whose trainer is being built
+    applied: float | str | None = None  # what first slowed a step since the last clear, as extra_info tags it
+
+    @property
+    def spins(self) -> dict[Cell, float]:
+        return {cell: how for cell, how in self.targets.items() if not isinstance(how, str)}
+
+    @property
+    def emulated(self) -> set[Cell]:
+        return {cell for cell, how in self.targets.items() if how == EMULATE}
 
     def install(self) -> None:
         self.original = train.Trainer.step
         train.Trainer.step = lambda trainer, *args, **kwargs: self.step(trainer, *args, **kwargs)
+        if self.emulated:
+            self.original_init, self.original_config = train.Trainer.__init__, fp8.float8_config
+            train.Trainer.__init__ = lambda trainer, spec, mode, *args, **kwargs: self.init(
+                trainer, spec, mode, *args, **kwargs)
+            fp8.float8_config = self.float8_config
 
     def uninstall(self) -> None:
         train.Trainer.step = self.original
+        if self.original_init is not None:
+            train.Trainer.__init__, fp8.float8_config = self.original_init, self.original_config
+
+    def init(self, trainer: train.Trainer, spec, mode, *args, **kwargs) -> None:
+        self.building = (spec.name, mode.name)
+        try:
+            self.original_init(trainer, spec, mode, *args, **kwargs)
+        finally:
+            self.building = None
+        if (spec.name, mode.name) in self.emulated:
+            trainer._slowdown_emulated = True
+            print(f"\nampbench.slowdown: {spec.name} {mode.name}: {EMULATED} (Float8LinearConfig emulate=True)",
+                  flush=True)
+
+    def float8_config(self, mode) -> object:
+        config = self.original_config(mode)
+        if self.building is not None and self.building in self.emulated:
+            return dataclasses.replace(config, emulate=True)
+        return config
 
     def step(self, trainer: train.Trainer, *args, **kwargs) -> torch.Tensor:
-        fraction = self.targets.get((trainer.spec.name, trainer.mode.name))
+        if getattr(trainer, "_slowdown_emulated", False) and self.applied is None:
+            self.applied = EMULATED
+        fraction = self.spins.get((trainer.spec.name, trainer.mode.name))
         spin = getattr(trainer, "_slowdown_spin", None)
         if fraction is None or trainer.device.type not in CALIBRATE or spin is _CALIBRATING:
             return self.original(trainer, *args, **kwargs)
@@ -132,13 +194,14 @@ class Slowdown:
                   f"({fraction:.1%} of the step)", flush=True)
         loss = self.original(trainer, *args, **kwargs)
         spin()
+        self.applied = fraction if self.applied is None else self.applied
         return loss
 
 
 SLOWDOWN = pytest.StashKey[Slowdown]()
 
 
-def _spec_type(value: str) -> dict[Cell, float]:
+def _spec_type(value: str) -> dict[Cell, float | str]:
     try:
         return parse(value)
     except ValueError as exc:
@@ -148,8 +211,9 @@ def _spec_type(value: str) -> dict[Cell, float]:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perf", "ampbench: mixed-precision training performance")
     group.addoption("--perf-slowdown", metavar="MODEL:MODE:FRACTION[,...]", default=None, type=_spec_type,
-                    help="extra work worth FRACTION of each training step added to MODEL's MODE, to show the "
-                         f"speed gate catches a slowdown (default: ${ENV}, else none)")
+                    help="extra work worth FRACTION of each training step added to MODEL's MODE, or, with "
+                         f"{EMULATE} in place of FRACTION, an fp8 MODE's matmuls in torchao's emulation, to show "
+                         f"the speed gate catches a slowdown (default: ${ENV}, else none)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -171,22 +235,32 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         slowdown.uninstall()
 
 
+def _tag(how: float | str) -> float | str:
+    return EMULATED if how == EMULATE else how
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    yield
     slowdown = item.config.stash.get(SLOWDOWN, None)
+    if slowdown is not None:
+        slowdown.applied = None
+    yield
     info = getattr((getattr(item, "funcargs", None) or {}).get("benchmark"), "extra_info", None)
     if slowdown is not None and info is not None:
-        fraction = slowdown.targets.get((info.get("model"), info.get("mode")))
-        if fraction is not None:
-            info[INJECTED_KEY] = fraction
+        # the cell named, or any cell one of whose trainers was slowed (a compiled cell's versus side)
+        how = slowdown.targets.get((info.get("model"), info.get("mode")))
+        if how is not None:
+            info[INJECTED_KEY] = _tag(how)
+        elif slowdown.applied is not None:
+            info[INJECTED_KEY] = slowdown.applied
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
     slowdown = config.stash.get(SLOWDOWN, None)
     if slowdown is None:
         return None
-    cells = ", ".join(f"{m} {p} +{f:.1%}" for (m, p), f in slowdown.targets.items())
+    cells = ", ".join(f"{m} {p} " + (EMULATED if how == EMULATE else f"+{how:.1%}")
+                      for (m, p), how in slowdown.targets.items())
     return f"ampbench.slowdown: steps slowed on purpose: {cells}"
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from dataclasses import dataclass
 
 import pytest
 import torch
 
-from ampbench import slowdown, train
+from ampbench import fp8, slowdown, train
 from ampbench.modes import MODES
 from models import get_model
 
@@ -135,3 +136,107 @@ def test_a_slowed_cell_is_tagged_in_its_extra_info_so_spread_never_counts_it(pyt
     result.assert_outcomes(passed=2)
     infos = {b["extra_info"]["mode"]: b["extra_info"] for b in json.loads(out.read_text())["benchmarks"]}
     assert infos["fp32"]["injected_slowdown"] == 0.05 and "injected_slowdown" not in infos["bf16"]
+
+
+# -- emulate: an fp8 cell's matmuls in torchao's emulation ---------------------------------------------
+
+def test_parse_reads_emulate_for_an_fp8_mode_only():
+    assert slowdown.parse("gpt:fp8_tensorwise:emulate,gpt:amp_bf16:0.01") == {
+        ("gpt", "fp8_tensorwise"): slowdown.EMULATE, ("gpt", "amp_bf16"): 0.01}
+    with pytest.raises(ValueError, match="'gpt:amp_bf16:emulate': emulate slows an fp8 mode's matmuls "
+                                         r"\(fp8_tensorwise, fp8_rowwise\); amp_bf16 has none"):
+        slowdown.parse("gpt:amp_bf16:emulate")
+    with pytest.raises(ValueError, match="nor emulate, for an fp8 mode"):
+        slowdown.parse("gpt:fp8_rowwise:emulated")
+
+
+@dataclass(frozen=True)
+class FakeFloat8Config:
+    """Stands in for torchao's Float8LinearConfig (a frozen dataclass with an `emulate` field)."""
+
+    recipe: str
+    emulate: bool = False
+
+
+def test_convert_builds_its_config_through_the_hook_the_plugin_wraps(monkeypatch):
+    class Built(Exception):
+        pass
+
+    def hook(mode):
+        raise Built(mode.name)
+
+    monkeypatch.setattr(fp8, "float8_config", hook)
+    with pytest.raises(Built, match="fp8_tensorwise"):  # before torchao is imported: this runs without it
+        fp8.convert(get_model("mlp").build(get_model("mlp").smoke_config), MODES["fp8_tensorwise"])
+
+
+def test_emulate_turns_torchaos_emulation_on_for_the_named_cells_trainers_only(monkeypatch, capsys):
+    monkeypatch.setattr(fp8, "float8_config", lambda mode: FakeFloat8Config(mode.fp8_recipe))
+    built: list[tuple[str, str, FakeFloat8Config]] = []
+
+    def fake_convert(model, mode):  # torchao's conversion, as far as the config goes
+        built.append((type(model).__name__, mode.name, fp8.float8_config(mode)))
+        return []
+
+    monkeypatch.setattr(fp8, "convert", fake_convert)
+    plain_init, plain_config = train.Trainer.__init__, fp8.float8_config
+    sd = slowdown.Slowdown({("mlp", "fp8_tensorwise"): slowdown.EMULATE})
+    sd.install()
+    try:
+        named = train.Trainer(get_model("mlp"), MODES["fp8_tensorwise"], CPU, smoke=True)
+        train.Trainer(get_model("mlp"), MODES["fp8_rowwise"], CPU, smoke=True)
+        train.Trainer(get_model("mnist_cnn"), MODES["fp8_tensorwise"], CPU, smoke=True)
+        outside = fp8.float8_config(MODES["fp8_tensorwise"])  # no trainer being built: no cell to slow
+    finally:
+        sd.uninstall()
+    assert train.Trainer.__init__ is plain_init and fp8.float8_config is plain_config, "uninstall must restore both"
+    assert [(mode, config.emulate) for _, mode, config in built] == [
+        ("fp8_tensorwise", True), ("fp8_rowwise", False), ("fp8_tensorwise", False)]
+    assert built[0][2] == FakeFloat8Config("tensorwise", emulate=True)
+    assert outside.emulate is False and named._slowdown_emulated
+    assert "ampbench.slowdown: mlp fp8_tensorwise: torchao's emulated fp8 matmul" in capsys.readouterr().out
+
+
+EMULATED_TEST = """
+import pytest
+import torch
+from ampbench import train
+from ampbench.modes import MODES
+from models import get_model
+
+@pytest.mark.parametrize("mode", ["fp8_tensorwise", "amp_bf16"])
+def test_cell(benchmark, mode):
+    benchmark.extra_info.update(model="gpt", mode=mode)
+    benchmark.pedantic(lambda: None, rounds=1)
+
+def test_versus(benchmark):
+    # a cell whose own mode is not named, but one of whose trainers (its versus side) was slowed
+    benchmark.extra_info.update(model="mlp", mode="amp_bf16 compiled")
+    trainer = train.Trainer(get_model("mlp"), MODES["amp_bf16"], torch.device("cpu"), smoke=True)
+    trainer._slowdown_emulated = True  # as the plugin marks a trainer it built emulated
+    trainer.run(1)
+    benchmark.pedantic(lambda: None, rounds=1)
+"""
+
+
+def test_an_emulated_cell_and_a_cell_its_trainers_took_part_in_are_tagged(pytester, tmp_path):
+    pytester.makepyfile(EMULATED_TEST)
+    out = tmp_path / "run.json"
+    result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown", "gpt:fp8_tensorwise:emulate",
+                                          f"--benchmark-json={out}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*steps slowed on purpose: gpt fp8_tensorwise torchao's emulated fp8 matmul"])
+    infos = {b["name"]: b["extra_info"] for b in json.loads(out.read_text())["benchmarks"]}
+    assert infos["test_cell[fp8_tensorwise]"]["injected_slowdown"] == slowdown.EMULATED
+    assert "injected_slowdown" not in infos["test_cell[amp_bf16]"]
+    assert infos["test_versus"]["injected_slowdown"] == slowdown.EMULATED
+
+
+def test_spread_counts_no_emulated_cell_as_a_sample_of_noise():
+    from ampbench import spread
+    from ampbench.results import SpeedRecord
+
+    record = SpeedRecord.from_info({"model": "gpt", "mode": "fp8_tensorwise", "speedup": 1.4,
+                                    "injected_slowdown": slowdown.EMULATED})
+    assert record.injected_slowdown == slowdown.EMULATED
+    assert "a slowdown of torchao's emulated fp8 matmul was injected" in spread._why_not({}, None, record)

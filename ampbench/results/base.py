@@ -55,6 +55,11 @@ def flag() -> Any:
     return field(default=None, metadata={_READ: "flag"})
 
 
+def scalar() -> Any:
+    """A figure that is a number or a word, only shown: a finite number or a string, else None."""
+    return field(default=None, metadata={_READ: "scalar"})
+
+
 def raw() -> Any:
     """A list or an object, kept as the JSON has it (round times, kernel lists, loss curves)."""
     return field(default=None, metadata={_READ: "raw"})
@@ -71,6 +76,7 @@ _READERS = {
     "text": lambda v: v if isinstance(v, str) else None,
     "flag": lambda v: v if isinstance(v, bool) else None,
     "raw": lambda v: v if isinstance(v, (list, dict)) else None,
+    "scalar": lambda v: v if isinstance(v, str) else _number(v),
 }
 
 

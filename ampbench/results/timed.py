@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ampbench.results.base import Record, checked, flag, number, raw, text
+from ampbench.results.base import Record, checked, flag, number, raw, scalar, text
 from ampbench.results.schema import CONFIDENCE, COUNT, NON_NEGATIVE, POSITIVE, VERDICT
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
@@ -101,7 +101,9 @@ class SpeedRecord(Record):
     tflops_peak: float | None = number()
     tflops_fraction: float | None = number()
     recording: bool | None = flag()  # this run recorded the cell's baseline
-    injected_slowdown: float | None = number()  # extra work injected on purpose (ampbench.slowdown): no sample of noise
+    # a slowdown injected on purpose (ampbench.slowdown): a fraction of the step, or how (torchao's
+    # emulated fp8 matmul); no sample of noise
+    injected_slowdown: float | str | None = scalar()
     weights_moved: bool | None = flag()
     final_loss_finite: bool | None = flag()
     loss_scale: float | None = number()
