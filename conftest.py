@@ -243,12 +243,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     s = perf_settings_of(metafunc.config)
     tier = TIERS[s.tier]
-    axis = "compiled_cell" in metafunc.fixturenames
+    has_axis = "compiled_cell" in metafunc.fixturenames
     names = s.models
     marker = metafunc.definition.get_closest_marker("cells")
     kwargs = marker.kwargs if marker is not None else {}
     named_models = metafunc.config.option.perf_models
-    if tier.compiled_only and not axis and "compile" not in kwargs:
+    if tier.compiled_only and not has_axis and "compile" not in kwargs:
         names = []  # no compiled cells of its own: it sits the tier out
     elif "models" in kwargs:
         own = list(kwargs["models"])
@@ -261,7 +261,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         narrowed = named_models or kwargs.get("tiered", False)
         names = [m for m in own if m in s.models] if narrowed else own
     precisions = s.precisions
-    if tier.compiled_only and not axis:
+    if tier.compiled_only and not has_axis:
         precisions = tuple(p for p in precisions if MODES[p].compile)  # its compiled cells: the rows that compile
     if (marker is not None and marker.kwargs.get("modes_tiered") and s.tier == "quick"
             and not metafunc.config.option.perf_precisions):
@@ -271,7 +271,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     named = set(metafunc.config.option.perf_precisions or ())
     compiling = True in s.compile
     precisions = tuple(p for p in precisions if not MODES[p].compile or compiling or p in named)
-    if "compiled_cell" not in metafunc.fixturenames:
+    if not has_axis:
         cells = [(m, p) for m in names for p in precisions]
         metafunc.parametrize(("model_name", "mode_name"), cells, ids=[f"{m}-{p}" for m, p in cells])
         return

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench import compiled_cell, speed
+from ampbench import speed
 from ampbench.baselines import BaselineError, validate_entry
 from ampbench.compiled_cell import VersusSides, measure_versus, served, versus_check
-from ampbench.modes import compiled, get_mode, label, versus_figure, versus_of
+from ampbench.modes import compiled, get_mode, versus_figure, versus_of
 from ampbench.report import build_report, render_markdown
 from ampbench.report.speed_cells import COMPILE_GAIN_TITLE, versus_matrices
 from ampbench.results import Run, SpeedRecord, Verdict
@@ -291,7 +291,7 @@ def test_summary_md_and_index_html_show_each_ratio_with_its_interval():
     fp8 = md[md.index("### Speedup over amp_bf16 compiled, in device time"):]
     assert "| model | fp8_tensorwise | fp8_rowwise |" in fp8 and "0.95x [0.94, 0.96] ❌" in fp8
     html = build_report(run)["index.html"].decode()
-    section = html[html.index(f"<h2>Speedup over amp_bf16 compiled"):]
+    section = html[html.index("<h2>Speedup over amp_bf16 compiled"):]
     assert "1.21x" in section and "[1.20, 1.22]" in section and 'class="v v-regression"' in section
     assert f"<h2>{COMPILE_GAIN_TITLE}</h2>" in html
 
