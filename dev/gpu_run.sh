@@ -25,6 +25,7 @@
 #   convergence           the same, recording baselines
 #   scaling               loss-scaling properties on CUDA
 #   fidelity[=M:P,...]    ampbench fidelity: the harness against a plain loop (default cells, or these)
+#   compile               pytest perf/ --perf-tier compile (compiled and fp8 cells; fp8 needs torchao)
 #   all                   pytest perf/
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,7 +52,7 @@ speed() {  # name, then extra pytest arguments: perf/test_speed.py into $OUT/<na
   stage "$name" "${PYTEST[@]}" perf/test_speed.py "$@" --benchmark-json "$OUT/$name.json"
 }
 
-STAGES='^(env|quick|quick2|quick-busy|quick-autotune|quick-blocks=.+|slowdown(=.+)?|record=.+|record-full|full|memory-quick|memory-full|memory-quick-record|memory-record|memory=.+|pipeline|convergence-quick|convergence|scaling|fidelity(=.+)?|all)$'
+STAGES='^(env|quick|quick2|quick-busy|quick-autotune|quick-blocks=.+|slowdown(=.+)?|record=.+|record-full|full|memory-quick|memory-full|memory-quick-record|memory-record|memory=.+|pipeline|convergence-quick|convergence|scaling|fidelity(=.+)?|compile|all)$'
 for s in "$@"; do  # every stage checked before the first runs
   [[ $s =~ $STAGES ]] || { echo "unknown stage $s (the stages are listed at the top of $0)" >&2; exit 2; }
 done
@@ -89,6 +90,7 @@ for s in "$@"; do
     scaling) stage scaling "${PYTEST[@]}" perf/test_loss_scaling.py --perf-device cuda ;;
     fidelity) stage fidelity "${AMPBENCH[@]}" fidelity ;;
     fidelity=*) cells=${s#fidelity=}; stage "fidelity-${cells//[,:]/-}" "${AMPBENCH[@]}" fidelity ${cells//,/ } ;;
+    compile) stage compile "${PYTEST[@]}" perf/ --perf-tier compile --benchmark-json "$OUT/compile.json" ;;
     all) stage all "${PYTEST[@]}" perf/ --benchmark-json "$OUT/all.json" ;;
   esac
 done
