@@ -263,12 +263,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     precisions = s.precisions
     if tier.compiled_only and not has_axis:
         precisions = tuple(p for p in precisions if MODES[p].compile)  # its compiled cells: the rows that compile
-    if (marker is not None and marker.kwargs.get("modes_tiered") and s.tier == "quick"
-            and not metafunc.config.option.perf_precisions):
+    named = set(metafunc.config.option.perf_precisions or ())
+    if kwargs.get("modes_tiered") and s.tier == "quick" and not named:
         precisions = tuple(p for p in precisions if not MODES[p].full_tier_only)
     # the modes whose row always compiles (fp8) cost a minute of compiling per trainer: they run where
     # --perf-compile asks for compiled cells, or where --perf-precisions names them
-    named = set(metafunc.config.option.perf_precisions or ())
     compiling = True in s.compile
     precisions = tuple(p for p in precisions if not MODES[p].compile or compiling or p in named)
     if not has_axis:

@@ -130,9 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "cell's tolerance then allows for that spread (Student's t with count - 1 degrees of freedom), "
                     "and the suite reports each speedup's 99% interval across runs as well as within its own run. "
                     "Pass every run to count, all of unchanged software and code: the figures are replaced, not "
-                    "accumulated (unless --add), and a cell that failed in such a run counts (it was a false alarm). Cells with an "
-                    "injected slowdown and the run that recorded the baseline do not count. The file is rewritten "
-                    "atomically; other figures and entries are kept.",
+                    "accumulated (unless --add), and a cell that failed in such a run counts (it was a false "
+                    "alarm). Cells with an injected slowdown and the run that recorded the baseline do not count. "
+                    "The file is rewritten atomically; other figures and entries are kept.",
     )
     spr.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to add the spread to")
     spr.add_argument("runs", type=Path, nargs="+", metavar="RUN.json",

@@ -130,13 +130,8 @@ class Versus:
                          floor: float) -> dict[str, Any]:
         """What a recording stores of the ratio: both batches pooled, and its noise from the two batches
         (and from `previous`, where that was recorded on the same software and by the same method)."""
-        if not self.timed.extra:
-            self.timed.again(policy.record_rounds)
-        conf = policy.rounds.confidence
-        pooled = speed.pooled_estimate(self.timed.first, self.timed.extra[0], conf)
         same = comparable and previous is not None and previous.get("versus_method") == self.timing.method
-        noise = speed.recorded_noise(self.timed.outcome.estimate, self.timed.extra[0].estimate(conf), previous,
-                                     same, "versus_speedup")
+        pooled, noise = self.timed.recording(policy, previous, same, "versus_speedup")
         return {"versus": self.label, "versus_speedup": pooled.speedup, "versus_ci_low": pooled.low,
                 "versus_ci_high": pooled.high, "versus_rounds": pooled.rounds, "versus_noise": noise,
                 "versus_tolerance": tolerance_for(floor, noise), "versus_method": self.timing.method}

@@ -278,6 +278,17 @@ class TimedFigure:
         self.extra.append(self.make_timer())
         return extend_until_tight(self.extra[-1], rounds)
 
+    def recording(self, policy: SpeedPolicy, previous: dict | None, comparable: bool,
+                  key: str) -> tuple[SpeedupEstimate, float]:
+        """What a baseline recording stores of the ratio: its batches pooled (a second one timed first
+        where none ran), and its noise (``recorded_noise``, against `previous`'s `key` where `comparable`)."""
+        if not self.extra:
+            self.again(policy.record_rounds)
+        conf = policy.rounds.confidence
+        second = self.extra[0]
+        return (pooled_estimate(self.first, second, conf),
+                recorded_noise(self.outcome.estimate, second.estimate(conf), previous, comparable, key))
+
     def release(self) -> None:
         """Drop the timers, and with them the closures that hold both sides' trainers."""
         self.first = self.make_timer = None

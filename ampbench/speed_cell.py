@@ -124,7 +124,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
     timing = speed.device_timing(reference, side)
     device_check, wall_check, no_device_baseline = _checks(spec.name, label(mode), baseline, timing.method,
                                                            settings.tolerance)
-    gate = getattr(settings, "gate", "device")
+    gate = settings.gate
     gated = GATES[gate]
     if "device" in gated and device_check is None and wall_check is not None:
         gated = ("wall",)  # an entry from before device time: the wall verdict still holds it
@@ -230,21 +230,15 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
 
     # only a cell that really trained may become a baseline
     if settings.update_baselines and store is not None and not cell.problems:
-        for fig in (dev_fig, wall_fig):
-            if not fig.extra:
-                fig.again(pol.record_rounds)
-        dev_extra, wall_extra = dev_fig.extra, wall_fig.extra
         # `baseline` is still the entry this recording replaces (record() only queues the new one)
         comparable = speed.comparable_recording(baseline, store.software(test_id), software, measured_with)
         dev_comparable = comparable and baseline is not None and baseline.get("device_method") == timing.method
-        conf = pol.rounds.confidence
-        pooled = speed.pooled_estimate(wall_timer, wall_extra[0], conf)
-        dev_pooled = speed.pooled_estimate(dev_timer, dev_extra[0], conf)
-        device_noise = speed.recorded_noise(d, dev_extra[0].estimate(conf), baseline, dev_comparable, "device_speedup")
+        dev_pooled, device_noise = dev_fig.recording(pol, baseline, dev_comparable, "device_speedup")
+        pooled, noise = wall_fig.recording(pol, baseline, comparable, "speedup")
         carried = spread.carried(baseline, comparable) | spread.carried_device(baseline, dev_comparable)
         store.record(test_id, {
             "speedup": pooled.speedup, "ci_low": pooled.low, "ci_high": pooled.high, "rounds": pooled.rounds,
-            "noise": speed.recorded_noise(est, wall_extra[0].estimate(conf), baseline, comparable),
+            "noise": noise,
             "device_speedup": dev_pooled.speedup, "device_ci_low": dev_pooled.low, "device_ci_high": dev_pooled.high,
             "device_rounds": dev_pooled.rounds, "device_noise": device_noise,
             "device_tolerance": tolerance_for(settings.tolerance, device_noise, learned_spread(carried, "device_")),

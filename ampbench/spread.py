@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Mapping, Sequence
 
 from ampbench.baselines import measurement_mismatch
@@ -107,6 +108,7 @@ class CellSpread:
     prior: Prior | None = None
     runs: tuple[str, ...] = ()  # datetimes of every run counted, the prior's listed ones included
 
+    @cached_property
     def _pooled(self) -> tuple[int, float, float]:
         """(count, mean of ln(value), sum of squared deviations) of the prior's values and `speedups`."""
         logs = [math.log(v) for v in self.speedups]
@@ -121,19 +123,19 @@ class CellSpread:
 
     @property
     def count(self) -> int:
-        return self._pooled()[0]
+        return self._pooled[0]
 
     @property
     def centre(self) -> float:
         """The geometric mean of every value behind the spread."""
-        return math.exp(self._pooled()[1])
+        return math.exp(self._pooled[1])
 
     @property
     def sd(self) -> float:
         """Standard deviation of ln(speedup) over the recording and the runs."""
         if self.prior is None:
             return log_sd(self.speedups)
-        count, _, m2 = self._pooled()
+        count, _, m2 = self._pooled
         return math.sqrt(m2 / (count - 1))
 
 

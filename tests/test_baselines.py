@@ -82,7 +82,7 @@ def test_a_recording_without_the_largest_batch_keeps_the_old_entrys(tmp_path):
     largest = {k: v for k, v in FULL_MEMORY.items() if k not in QUICK_MEMORY}
     assert entry["figures"] == {**QUICK_MEMORY, **largest, "max_batch_recorded": "2026-01-01T00:00:00Z"}
     assert entry["software"] == {"torch": "2.11"} and entry["recorded"] > "2026-01-01T00:00:00Z"
-    assert store.figures(MEMORY)["max_batch"] == 4096  # what the next test of this session reads
+    assert store.figures(MEMORY)["max_batch"] == 4096  # what the next test of the same pytest run reads
 
     # a second quick recording keeps the stamp of the measurement, not of the entry it replaces
     store.record(MEMORY, dict(QUICK_MEMORY, memory_ratio=0.58), {"torch": "2.11"})

@@ -128,13 +128,20 @@ def test_cell(benchmark, mode):
 """
 
 
-def test_a_slowed_cell_is_tagged_in_its_extra_info_so_spread_never_counts_it(pytester, tmp_path):
-    pytester.makepyfile(TAGGED_TEST)
+def _run_slowed(pytester, tmp_path, source: str, spec: str, passed: int):
+    """Run `source` under the plugin slowing `spec`: the pytest result and each benchmark's extra_info by
+    its name."""
+    pytester.makepyfile(source)
     out = tmp_path / "run.json"
-    result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown", "mlp:fp32:0.05",
+    result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown", spec,
                                           f"--benchmark-json={out}", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2)
-    infos = {b["extra_info"]["mode"]: b["extra_info"] for b in json.loads(out.read_text())["benchmarks"]}
+    result.assert_outcomes(passed=passed)
+    return result, {b["name"]: b["extra_info"] for b in json.loads(out.read_text())["benchmarks"]}
+
+
+def test_a_slowed_cell_is_tagged_in_its_extra_info_so_spread_never_counts_it(pytester, tmp_path):
+    _, by_name = _run_slowed(pytester, tmp_path, TAGGED_TEST, "mlp:fp32:0.05", passed=2)
+    infos = {info["mode"]: info for info in by_name.values()}
     assert infos["fp32"]["injected_slowdown"] == 0.05 and "injected_slowdown" not in infos["bf16"]
 
 
@@ -220,13 +227,8 @@ def test_versus(benchmark):
 
 
 def test_an_emulated_cell_and_a_cell_its_trainers_took_part_in_are_tagged(pytester, tmp_path):
-    pytester.makepyfile(EMULATED_TEST)
-    out = tmp_path / "run.json"
-    result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown", "gpt:fp8_tensorwise:emulate",
-                                          f"--benchmark-json={out}", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=3)
+    result, infos = _run_slowed(pytester, tmp_path, EMULATED_TEST, "gpt:fp8_tensorwise:emulate", passed=3)
     result.stdout.fnmatch_lines(["*steps slowed on purpose: gpt fp8_tensorwise torchao's emulated fp8 matmul"])
-    infos = {b["name"]: b["extra_info"] for b in json.loads(out.read_text())["benchmarks"]}
     assert infos["test_cell[fp8_tensorwise]"]["injected_slowdown"] == slowdown.EMULATED
     assert "injected_slowdown" not in infos["test_cell[amp_bf16]"]
     assert infos["test_versus"]["injected_slowdown"] == slowdown.EMULATED

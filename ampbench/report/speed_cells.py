@@ -6,6 +6,7 @@ disagree on which cells are listed or which verdict a figure carries."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ampbench.modes import MODES, compiled, label
 from ampbench.report.format import VERDICT_ORDER
@@ -64,13 +65,17 @@ def matrix(run: Run, figure: SpeedFigure) -> tuple[list[str], list[tuple[str, li
     fp32 is every column's reference, not a column of its own."""
     cells = run.of_kind(SpeedRecord)
     modes = [m for m in order_modes(c.mode for c in cells) if m != REFERENCE_MODE]
+    return modes, _grid(cells, modes, lambda cell: _entry(cell, figure))
+
+
+def _grid(cells: list[SpeedRecord], modes: list[str], entry: Callable[[SpeedRecord | None], MatrixEntry | None]
+          ) -> list[tuple[str, list[MatrixEntry | None]]]:
+    """[(model, one entry or None per mode)], models in the cells' order; the first cell of a model and
+    mode is its entry."""
     by_key: dict[tuple[str, str], SpeedRecord] = {}
     for c in cells:
         by_key.setdefault((c.model, c.mode), c)
-    rows = []
-    for model in dict.fromkeys(c.model for c in cells):
-        rows.append((model, [_entry(by_key.get((model, mode)), figure) for mode in modes]))
-    return modes, rows
+    return [(model, [entry(by_key.get((model, mode))) for mode in modes]) for model in dict.fromkeys(c.model for c in cells)]
 
 
 def _entry(cell: SpeedRecord | None, figure: SpeedFigure) -> MatrixEntry | None:
@@ -115,9 +120,7 @@ def versus_matrices(run: Run) -> list[VersusMatrix]:
     for versus in sorted(families, key=bool):  # compile gains first
         cells = families[versus]
         modes = order_modes(c.mode for c in cells)
-        by_key = {(c.model, c.mode): c for c in cells}
-        rows = [(model, [_versus_entry(by_key.get((model, mode))) for mode in modes])
-                for model in dict.fromkeys(c.model for c in cells)]
+        rows = _grid(cells, modes, _versus_entry)
         title, note = (COMPILE_GAIN_TITLE, COMPILE_GAIN_NOTE) if not versus else (
             f"Speedup over {versus}, in device time",
             f"Each cell: the mode's device-time speedup over {versus}, timed in the same interleaved rounds, with "
