@@ -204,10 +204,19 @@ def host_load(busy_seconds: float, wall_seconds: float) -> HostLoad:
     return HostLoad(busy_seconds * 1e3, wall_seconds * 1e3, overhead * 1e3, share, share > HOST_BOUND_IDLE_SHARE)
 
 
+# An interval of few rounds is wider than one over the square root of the rounds predicts (8 rounds'
+# 99% interval is [min, max]), so a projection from it overstates the rounds needed by up to ~1.6x.
+PROJECTION_SLACK = 2.0
+
+
 def extend_while_straddling(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> SpeedupEstimate:
-    return add_rounds_while(
-        timer, policy.rounds, policy.extend_to, lambda est: check.classify(est) is Verdict.INCONCLUSIVE
-    )
+    """Add rounds while the interval straddles the line and more rounds could still take it off: an
+    estimate that sits on the line (a card a hair slower than the baseline's) stays inconclusive at any
+    count, and was extended to the limit for nothing, 10 s and more per cell."""
+    def worth_more(est: SpeedupEstimate) -> bool:
+        return (check.classify(est) is Verdict.INCONCLUSIVE
+                and check.rounds_to_resolve(est) <= PROJECTION_SLACK * policy.extend_to)
+    return add_rounds_while(timer, policy.rounds, policy.extend_to, worth_more)
 
 
 @dataclass

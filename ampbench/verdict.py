@@ -143,6 +143,16 @@ class SpeedupCheck:
             return Verdict.IMPROVED
         return Verdict.PASS
 
+    def rounds_to_resolve(self, est: SpeedupEstimate) -> float:
+        """About how many rounds would take `est`'s interval off the line, were its width to shrink as
+        one over the square root of the rounds: the rounds so far times (the half of the interval that
+        crosses the line / the estimate's distance from it) squared; inf for an estimate on the line."""
+        if est.speedup >= self.line:
+            crossing, distance = math.log(est.speedup / est.low), math.log(est.speedup / self.line)
+        else:
+            crossing, distance = math.log(est.high / est.speedup), math.log(self.line / est.speedup)
+        return est.rounds * (crossing / distance) ** 2 if distance > 0 else math.inf
+
     def drop(self, est: SpeedupEstimate) -> float:
         """Relative change of the measured speedup against the baseline (negative: slower)."""
         return est.speedup / self.expected - 1.0

@@ -1,8 +1,10 @@
 """Verdicts: the line, the straddle, the confirmation, the tolerance that follows a cell's noise."""
 
+import math
+
 import pytest
 
-from ampbench.speed import SpeedPolicy, comparable_recording, judge, recorded_noise
+from ampbench.speed import PROJECTION_SLACK, SpeedPolicy, comparable_recording, judge, recorded_noise
 from ampbench.stats import SpeedupEstimate
 from ampbench.timing import RoundsPolicy
 from ampbench.verdict import BetweenRuns, RatioCheck, SpeedupCheck, Verdict, learned_spread, tolerance_for
@@ -110,9 +112,22 @@ def test_regression_needs_the_second_batch_to_agree():
 
 
 def test_straddle_is_extended_then_resolved_or_inconclusive():
-    straddle, clear = est(1.9, 1.85, 1.95), est(1.99, 1.97, 2.01)
+    straddle, clear = est(1.95, 1.88, 2.02), est(1.99, 1.97, 2.01)
     assert judge(CHECK, FakeTimer([straddle, clear]), POLICY, lambda: clear).verdict is Verdict.PASS
     assert judge(CHECK, FakeTimer([straddle]), POLICY, lambda: clear).verdict is Verdict.INCONCLUSIVE
+
+
+def test_an_estimate_on_the_line_is_not_extended_for_nothing():
+    # 1.902 sits a hair above the line (1.9) with an interval 25x wider than that
+    on_line = est(1.902, 1.85, 1.95)
+    assert CHECK.rounds_to_resolve(on_line) > PROJECTION_SLACK * POLICY.extend_to
+    timer = FakeTimer([on_line, est(1.99, 1.97, 2.01)])
+    assert judge(CHECK, timer, POLICY, lambda: on_line).verdict is Verdict.INCONCLUSIVE
+    assert len(timer.mode_times) == 12, "no rounds added to an estimate that more rounds cannot resolve"
+    # one that a few more rounds can take off the line is extended
+    near = est(1.93, 1.89, 1.97)
+    assert CHECK.rounds_to_resolve(near) <= PROJECTION_SLACK * POLICY.extend_to
+    assert CHECK.rounds_to_resolve(est(CHECK.line, 1.89, 1.91)) == math.inf
 
 
 def test_no_baseline_reports_without_judging():
