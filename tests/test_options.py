@@ -117,7 +117,7 @@ def test_the_compile_tier_collects_compiled_cells_only():
         "perf/test_convergence.py::test_convergence[mnist_cnn-fp8_tensorwise]",
         "perf/test_convergence.py::test_convergence[mnist_cnn-fp8_rowwise]",
         *(f"perf/test_speed.py::test_speed[{model}-{cell}]" for model in ("gpt", "llama")
-          for cell in ("amp_fp16-compiled", "amp_bf16-compiled", "fp8_tensorwise", "fp8_rowwise")),
+          for cell in ("amp_bf16-compiled", "fp8_tensorwise", "fp8_rowwise")),
     ]
     # --perf-precisions and --perf-compile narrow or widen it as in the other tiers
     assert collected("--perf-tier", "compile", "--perf-precisions", "amp_bf16", "--perf-compile", "both") == [
@@ -308,7 +308,7 @@ def test_the_compile_tier_selects_its_models_modes_and_compiled_cells_from_its_r
 
     s = conftest.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile"))
     assert s.models == ("resnet50", "gpt", "llama") == TIERS["compile"].models
-    assert s.precisions == ("amp_fp16", "amp_bf16", "fp8_tensorwise", "fp8_rowwise") and s.compile == (True,)
+    assert s.precisions == ("amp_bf16", "fp8_tensorwise", "fp8_rowwise") and s.compile == (True,)
     s = conftest.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile", "--perf-compile", "both",
                                             "--perf-models", "gpt", "--perf-precisions", "fp8_rowwise"))
     assert (s.models, s.precisions, s.compile) == (("gpt",), ("fp8_rowwise",), (False, True))
