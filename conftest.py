@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, settings as hypothesis_settings
 import models
 from ampbench import device as devices
 from ampbench.baselines import BaselineError, BaselineStore, unwritable_reason, validate_directory
+from ampbench.cells import cells_for
 from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
 from ampbench import summary
 from ampbench.results import Record
 from ampbench.verdict import DEFAULT_TOLERANCE
-from ampbench.modes import MODES, compiled, get_mode, versus_of
+from ampbench.modes import MODES, compiled, get_mode
 from ampbench.settings import (
     COMPILE_CHOICES,
     GATES,
@@ -226,66 +227,15 @@ def perf_settings_of(config: pytest.Config) -> PerfSettings:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Tests taking `model_name` and `mode_name` run once per cell, model-major, ids `model-mode`.
-
-    ``@pytest.mark.cells(models=[...])`` gives a test its own models instead of the tier's (those
-    --perf-models names, if given, still narrow it); with ``tiered=True`` the tier narrows them too;
-    ``quick=[...]``, where given, are the ones of them the quick tier runs; ``cpu_smoke=[...]``, where
-    given, are the ones the CPU smoke pass runs unless --perf-models names others.
-    ``modes_tiered=True`` leaves the modes whose row is ``full_tier_only`` (fp32's control of the
-    harness, TF32) out of the quick tier, unless --perf-precisions names the modes. Modes
-    whose row compiles (fp8) run under --perf-compile on or both, or where --perf-precisions names them.
-    A tier of compiled cells only (``--perf-tier compile``) gives a test with the compile axis its
-    compiled cells, one whose marker names ``compile=[...]`` those models in the modes whose row compiles,
-    and any other test no cells (``pytest_collection_modifyitems`` deselects it).
-    """
+    """Tests taking `model_name` and `mode_name` run once per cell, model-major, ids `model-mode`; which
+    cells, from the tier, the options and the test's ``cells`` marker: ``ampbench.cells``."""
     if not {"model_name", "mode_name"} <= set(metafunc.fixturenames):
         return
-    s = perf_settings_of(metafunc.config)
-    tier = TIERS[s.tier]
-    has_axis = "compiled_cell" in metafunc.fixturenames
-    names = s.models
     marker = metafunc.definition.get_closest_marker("cells")
-    kwargs = marker.kwargs if marker is not None else {}
-    named_models = metafunc.config.option.perf_models
-    if tier.compiled_only and not has_axis and "compile" not in kwargs:
-        names = []  # no compiled cells of its own: it sits the tier out
-    elif "models" in kwargs:
-        own = list(kwargs["models"])
-        if tier.compiled_only and not named_models:
-            own = list(kwargs["compile"])
-        elif s.smoke and not named_models:
-            own = list(kwargs.get("cpu_smoke", own))
-        elif s.tier == "quick" and not named_models:
-            own = list(kwargs.get("quick", own))
-        narrowed = named_models or kwargs.get("tiered", False)
-        names = [m for m in own if m in s.models] if narrowed else own
-    precisions = s.precisions
-    if tier.compiled_only and not has_axis:
-        precisions = tuple(p for p in precisions if MODES[p].compile)  # its compiled cells: the rows that compile
-    named = set(metafunc.config.option.perf_precisions or ())
-    if kwargs.get("modes_tiered") and s.tier == "quick" and not named:
-        precisions = tuple(p for p in precisions if not MODES[p].full_tier_only)
-    # the modes whose row always compiles (fp8) cost a minute of compiling per trainer: they run where
-    # --perf-compile asks for compiled cells, or where --perf-precisions names them
-    compiling = True in s.compile
-    precisions = tuple(p for p in precisions if not MODES[p].compile or compiling or p in named)
-    if not has_axis:
-        cells = [(m, p) for m in names for p in precisions]
-        metafunc.parametrize(("model_name", "mode_name"), cells, ids=[f"{m}-{p}" for m, p in cells])
-        return
-    # the compile axis (test_speed): a mode whose row compiles (fp8) exists only compiled, and keeps its
-    # own id; every other mode runs eager, compiled (id ending -compiled), or both, by --perf-compile
-    # model-major, then eager before compiled, so each model's fp32 reference is built once per kind
-    kinds = sorted(set(s.compile) | {MODES[p].compile for p in precisions if MODES[p].compile})
-    # among the compiled cells, a mode the rows that compile are timed against (amp_bf16, fp8's versus)
-    # comes straight before them, so its compiled side serves them and is compiled once
-    served = {versus_of(MODES[p]).name for p in precisions if MODES[p].compile}
-    in_compiled_order = sorted(precisions, key=lambda p: (MODES[p].compile, p in served))
-    axis = [(m, p, c) for m in names for c in kinds for p in (in_compiled_order if c else precisions)
-            if (c if MODES[p].compile else c in s.compile)]
-    metafunc.parametrize(("model_name", "mode_name", "compiled_cell"), axis,
-                         ids=[f"{m}-{p}" + ("-compiled" if c and not MODES[p].compile else "") for m, p, c in axis])
+    opt = metafunc.config.option
+    found = cells_for(perf_settings_of(metafunc.config), marker.kwargs if marker is not None else {},
+                      opt.perf_models, opt.perf_precisions, has_axis="compiled_cell" in metafunc.fixturenames)
+    metafunc.parametrize(found.argnames, found.values, ids=found.ids)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,0 +1,88 @@
+"""Which cells (model x precision mode, and for the speed test eager or compiled) a test runs, from the
+session's settings, the test's ``cells`` marker and what the user named. conftest's
+``pytest_generate_tests`` parametrizes with the result; nothing here imports pytest.
+
+A test's ``@pytest.mark.cells(...)`` keywords:
+
+- ``models=[...]``: its own models instead of the tier's (those --perf-models names, if given, still
+  narrow it); with ``tiered=True`` the tier narrows them too;
+- ``quick=[...]``: the ones of them the quick tier runs;
+- ``cpu_smoke=[...]``: the ones the CPU smoke pass runs unless --perf-models names others;
+- ``compile=[...]``: the ones a tier of compiled cells only (``--perf-tier compile``) runs, in the modes
+  whose row compiles; a test with neither this nor the compile axis sits that tier out;
+- ``modes_tiered=True``: the modes whose row is ``full_tier_only`` (fp32's control of the harness,
+  TF32) are left out of the quick tier, unless --perf-precisions names the modes.
+
+Modes whose row compiles (fp8) run under --perf-compile on or both, or where --perf-precisions names them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from ampbench.modes import MODES, versus_of
+from ampbench.settings import TIERS, PerfSettings
+
+
+@dataclass(frozen=True)
+class Cells:
+    """A test's cells, model-major, as pytest.parametrize takes them."""
+
+    argnames: tuple[str, ...]  # ("model_name", "mode_name"), and "compiled_cell" on the compile axis
+    values: list[tuple]  # one tuple per cell
+    ids: list[str]  # "model-mode", "-compiled" appended to a compiled cell of a mode that also runs eager
+
+
+def _models(s: PerfSettings, marker: Mapping, named_models: Sequence[str] | None, has_axis: bool) -> list[str]:
+    tier = TIERS[s.tier]
+    if tier.compiled_only and not has_axis and "compile" not in marker:
+        return []  # no compiled cells of its own: it sits the tier out
+    if "models" not in marker:
+        return list(s.models)
+    own = list(marker["models"])
+    if tier.compiled_only and not named_models:
+        own = list(marker["compile"])
+    elif s.smoke and not named_models:
+        own = list(marker.get("cpu_smoke", own))
+    elif s.tier == "quick" and not named_models:
+        own = list(marker.get("quick", own))
+    narrowed = named_models or marker.get("tiered", False)
+    return [m for m in own if m in s.models] if narrowed else own
+
+
+def _modes(s: PerfSettings, marker: Mapping, named_precisions: Sequence[str] | None, has_axis: bool) -> tuple[str, ...]:
+    precisions = s.precisions
+    if TIERS[s.tier].compiled_only and not has_axis:
+        precisions = tuple(p for p in precisions if MODES[p].compile)  # its compiled cells: the rows that compile
+    named = set(named_precisions or ())
+    if marker.get("modes_tiered") and s.tier == "quick" and not named:
+        precisions = tuple(p for p in precisions if not MODES[p].full_tier_only)
+    # the modes whose row always compiles (fp8) cost a minute of compiling per trainer: they run where
+    # --perf-compile asks for compiled cells, or where --perf-precisions names them
+    compiling = True in s.compile
+    return tuple(p for p in precisions if not MODES[p].compile or compiling or p in named)
+
+
+def cells_for(s: PerfSettings, marker: Mapping, named_models: Sequence[str] | None,
+              named_precisions: Sequence[str] | None, has_axis: bool) -> Cells:
+    """The cells of a test whose ``cells`` marker has the keywords `marker` ({} without one), under
+    settings `s`, where the user named `named_models` and `named_precisions` (None: not named); `has_axis`
+    for a test with the compile axis (a ``compiled_cell`` argument: test_speed)."""
+    names = _models(s, marker, named_models, has_axis)
+    precisions = _modes(s, marker, named_precisions, has_axis)
+    if not has_axis:
+        cells = [(m, p) for m in names for p in precisions]
+        return Cells(("model_name", "mode_name"), cells, [f"{m}-{p}" for m, p in cells])
+    # the compile axis: a mode whose row compiles (fp8) exists only compiled, and keeps its own id; every
+    # other mode runs eager, compiled (id ending -compiled), or both, by --perf-compile. Model-major, then
+    # eager before compiled, so each model's fp32 reference is built once per kind
+    kinds = sorted(set(s.compile) | {MODES[p].compile for p in precisions if MODES[p].compile})
+    # among the compiled cells, a mode the rows that compile are timed against (amp_bf16, fp8's versus)
+    # comes straight before them, so its compiled side serves them and is compiled once
+    served = {versus_of(MODES[p]).name for p in precisions if MODES[p].compile}
+    in_compiled_order = sorted(precisions, key=lambda p: (MODES[p].compile, p in served))
+    axis = [(m, p, c) for m in names for c in kinds for p in (in_compiled_order if c else precisions)
+            if (c if MODES[p].compile else c in s.compile)]
+    return Cells(("model_name", "mode_name", "compiled_cell"), axis,
+                 [f"{m}-{p}" + ("-compiled" if c and not MODES[p].compile else "") for m, p, c in axis])
