@@ -26,7 +26,12 @@
 #   scaling               loss-scaling properties on CUDA
 #   fidelity[=M:P,...]    ampbench fidelity: the harness against a plain loop (default cells, or these)
 #   compile               pytest perf/ --perf-tier compile (compiled and fp8 cells; fp8 needs torchao)
+#   compile-record        the same, recording baselines
+#   distributed           the distributed cells and the loss-scaling-across-ranks properties, every GPU
+#   distributed-record    the distributed cells, recording baselines (baselines/<gpu-slug>-x<N>.json)
 #   all                   pytest perf/
+# A stage that records writes into baselines/ of this checkout; at the end every baseline file is copied
+# to $OUT/baselines/, to be brought back and merged (ampbench baselines merge) where the checkout is kept.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-run-out}
@@ -52,7 +57,7 @@ speed() {  # name, then extra pytest arguments: perf/test_speed.py into $OUT/<na
   stage "$name" "${PYTEST[@]}" perf/test_speed.py "$@" --benchmark-json "$OUT/$name.json"
 }
 
-STAGES='^(env|quick|quick2|quick-busy|quick-autotune|quick-blocks=.+|slowdown(=.+)?|record=.+|record-full|full|memory-quick|memory-full|memory-quick-record|memory-record|memory=.+|pipeline|convergence-quick|convergence|scaling|fidelity(=.+)?|compile|all)$'
+STAGES='^(env|quick|quick2|quick-busy|quick-autotune|quick-blocks=.+|slowdown(=.+)?|record=.+|record-full|full|memory-quick|memory-full|memory-quick-record|memory-record|memory=.+|pipeline|convergence-quick|convergence|scaling|fidelity(=.+)?|compile|compile-record|distributed|distributed-record|all)$'
 for s in "$@"; do  # every stage checked before the first runs
   [[ $s =~ $STAGES ]] || { echo "unknown stage $s (the stages are listed at the top of $0)" >&2; exit 2; }
 done
@@ -91,6 +96,12 @@ for s in "$@"; do
     fidelity) stage fidelity "${AMPBENCH[@]}" fidelity ;;
     fidelity=*) cells=${s#fidelity=}; stage "fidelity-${cells//[,:]/-}" "${AMPBENCH[@]}" fidelity ${cells//,/ } ;;
     compile) stage compile "${PYTEST[@]}" perf/ --perf-tier compile --benchmark-json "$OUT/compile.json" ;;
+    compile-record) stage "$s" "${PYTEST[@]}" perf/ --perf-tier compile --perf-update-baselines \
+                      --benchmark-json "$OUT/$s.json" ;;
+    distributed) stage "$s" "${PYTEST[@]}" perf/test_distributed.py perf/test_distributed_scaling.py \
+                   --benchmark-json "$OUT/$s.json" ;;
+    distributed-record) stage "$s" "${PYTEST[@]}" perf/test_distributed.py --perf-update-baselines \
+                          --benchmark-json "$OUT/$s.json" ;;
     all) stage all "${PYTEST[@]}" perf/ --benchmark-json "$OUT/all.json" ;;
   esac
 done
@@ -104,4 +115,7 @@ for f in "$OUT"/*.json; do
     echo "(no report: see $LOG)"
   fi
 done
+if compgen -G "baselines/*.json" >/dev/null; then
+  mkdir -p "$OUT/baselines" && cp baselines/*.json "$OUT/baselines/"
+fi
 printf '%s\n' "${SUMMARY[@]}"
