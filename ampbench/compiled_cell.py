@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 from ampbench import speed
 from ampbench.modes import PrecisionMode, get_mode, label, versus_figure, versus_of
 from ampbench.stats import median
-from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, learned_spread, tolerance_for
+from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, recorded_check, tolerance_for
 
 
 @dataclass(frozen=True)
@@ -79,14 +79,10 @@ def versus_check(model: str, mode: PrecisionMode, baseline: dict | None, method:
     versus = label(versus_of(mode))
     if baseline is None:
         return None, "no baseline for this GPU"
-    if baseline.get("versus_speedup") is None or baseline.get("versus") != versus:
-        return None, f"no baseline of this ratio over {versus}: record with --perf-update-baselines"
-    if baseline.get("versus_method") != method:
-        return None, (f"measured by {baseline.get('versus_method')} in the baseline and by {method} here: "
-                      "record with --perf-update-baselines")
-    tolerance = tolerance_for(floor, baseline.get("versus_noise"), learned_spread(baseline, "versus_"))
-    return SpeedupCheck(model, label(mode), float(baseline["versus_speedup"]), tolerance,
-                        versus_figure(mode)), ""
+    missing = f"no baseline of this ratio over {versus}: record with --perf-update-baselines"
+    if baseline.get("versus") != versus:
+        return None, missing
+    return recorded_check(model, label(mode), baseline, "versus_", method, floor, missing, versus_figure(mode))
 
 
 @dataclass

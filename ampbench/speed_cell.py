@@ -29,8 +29,9 @@ from ampbench.verdict import (
     SpeedupCheck,
     Verdict,
     kernel_changes,
-    tolerance_for,
     learned_spread,
+    recorded_check,
+    tolerance_for,
 )
 from models.spec import ModelSpec
 
@@ -60,14 +61,11 @@ def _checks(model: str, mode: str, baseline: dict | None, device_method: str, fl
         return None, None, None
     wall = SpeedupCheck(model, mode, float(baseline["speedup"]),
                         tolerance_for(max(floor, WALL_TOLERANCE_FLOOR), baseline.get("noise"), learned_spread(baseline)))
-    if baseline.get("device_speedup") is None:
-        return None, wall, "no device-time baseline: record with --perf-update-baselines"
-    if baseline.get("device_method") != device_method:
-        return None, wall, (f"device time measured by {baseline.get('device_method')} in the baseline and by "
-                            f"{device_method} here: record with --perf-update-baselines")
-    device = SpeedupCheck(model, mode, float(baseline["device_speedup"]),
-                          tolerance_for(floor, baseline.get("device_noise"), learned_spread(baseline, "device_")))
-    return device, wall, None
+    device, why = recorded_check(model, mode, baseline, "device_", device_method, floor,
+                                 "no device-time baseline: record with --perf-update-baselines")
+    if device is None and baseline.get("device_speedup") is not None:
+        why = f"device time {why}"  # the entry has the figure, measured another way
+    return device, wall, why or None
 
 
 def _combined(verdicts: list[Verdict | None]) -> Verdict:

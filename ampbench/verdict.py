@@ -164,6 +164,21 @@ class SpeedupCheck:
         )
 
 
+def recorded_check(model: str, mode: str, baseline: dict, prefix: str, method: str, floor: float, missing: str,
+                   figure: str = "speedup over fp32") -> tuple[SpeedupCheck | None, str]:
+    """The check of a device-time ratio a baseline entry stores under `prefix` (``device_speedup``,
+    ``versus_speedup``, with its ``_method``, ``_noise`` and learned spread), or None and why not:
+    `missing` where the entry lacks the figure, or its device time was measured by another method
+    (a graph replay and a kernel sum are different figures)."""
+    if baseline.get(f"{prefix}speedup") is None:
+        return None, missing
+    recorded = baseline.get(f"{prefix}method")
+    if recorded != method:
+        return None, f"measured by {recorded} in the baseline and by {method} here: record with --perf-update-baselines"
+    tolerance = tolerance_for(floor, baseline.get(f"{prefix}noise"), learned_spread(baseline, prefix))
+    return SpeedupCheck(model, mode, float(baseline[f"{prefix}speedup"]), tolerance, figure), ""
+
+
 @dataclass(frozen=True)
 class RatioCheck:
     """A figure that should stay near its baseline within a relative tolerance (memory ratio,

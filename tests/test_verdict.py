@@ -173,3 +173,17 @@ def test_a_baseline_measured_another_way_is_named():
     assert msg is not None and "cudnn_benchmark True in the baseline, False here" in msg
     msg = measurement_mismatch({"speedup": 4.0, "block_seconds": 0.25}, same)
     assert msg is not None and "block_seconds 0.25 in the baseline, 0.1 here" in msg
+
+
+def test_an_entry_without_device_time_or_measured_another_way_leaves_the_wall_verdict():
+    from ampbench.speed_cell import _checks
+
+    device, wall, why = _checks("gpt", "amp_bf16", {"speedup": 2.0}, "graph", 0.005)
+    assert device is None and wall.expected == 2.0
+    assert why == "no device-time baseline: record with --perf-update-baselines"
+    entry = {"speedup": 2.0, "device_speedup": 2.2, "device_method": "kernels"}
+    device, wall, why = _checks("gpt", "amp_bf16", entry, "graph", 0.005)
+    assert device is None and why.startswith("device time measured by kernels in the baseline and by graph here")
+    device, _, why = _checks("gpt", "amp_bf16", {**entry, "device_method": "graph", "device_noise": 0.004},
+                             "graph", 0.005)
+    assert why is None and device.expected == 2.2 and device.tolerance == pytest.approx(0.008)
