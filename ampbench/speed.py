@@ -38,11 +38,14 @@ class SpeedPolicy:
     rounds: RoundsPolicy  # rounds of the first (and of a confirming) batch
     record_rounds: RoundsPolicy  # rounds of the extra batch that measures noise when recording a baseline
     extend_to: int  # rounds a straddling interval may grow to before it is called inconclusive
+    # rounds added to a judged figure until its interval is tight (`rounds`' target), where off only a
+    # straddling interval gets more: on where the interval is kept (a recording's noise is its half-width)
+    tighten_judged: bool = False
 
 
 # --perf-rounds' and --perf-block-seconds' defaults: what the suite measures with unless told otherwise.
-# Eight rounds are the fewest that give a 99% interval, and a cell whose interval is still wider than
-# half its tolerance gets more; device time holds to 0.1-0.6% per round, so most cells need no more.
+# Eight rounds are the fewest that give a 99% interval; a judged cell gets more only where its interval
+# straddles its line (`judge`), and device time holds to 0.1-0.6% per round, so most cells need no more.
 DEFAULT_MIN_ROUNDS = 8
 # A recording's first batch has at least this many rounds: its interval sets the recorded noise, and
 # with 8 rounds that interval is [min, max], which one stray round would set
@@ -74,6 +77,7 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
         # the fewest rounds for a 99% interval: the noise it yields is, if anything, too high
         record_rounds=RoundsPolicy(8, 8, 1.0, 8.0),
         extend_to=max(48, min_rounds),
+        tighten_judged=recording,
     )
 
 
@@ -234,12 +238,19 @@ def judge(
     second_batch: Callable[[], SpeedupEstimate],
 ) -> SpeedOutcome:
     """A regression only when the whole interval lies below the line and a second independent batch
-    of rounds agrees; a straddling interval is extended, then inconclusive. Rounds are added until
-    the interval is half as wide as the cell's own tolerance: a cell whose runs spread further needs
-    no tighter interval than its line allows."""
+    of rounds agrees; a straddling interval is extended, then inconclusive.
+
+    An interval wholly on one side of the line is a verdict at any width, so a judged figure takes its
+    first batch's rounds and no more (on an H100 the extra rounds of tightening were 27 s of the quick
+    tier's 176 s of speed cells, spent on cells that passed). Without a baseline, and in a recording
+    (`policy.tighten_judged`), whose interval becomes the stored noise, rounds are added until the
+    interval is half as wide as the cell's own tolerance: a cell whose runs spread further needs no
+    tighter interval than its line allows."""
     rounds = policy.rounds
     if check is not None:
         rounds = replace(rounds, target_half_width=max(rounds.target_half_width, check.tolerance / 2))
+        if not policy.tighten_judged:
+            rounds = replace(rounds, max_rounds=rounds.min_rounds)
     est = extend_until_tight(first, rounds)
     if check is None:
         return SpeedOutcome(est, Verdict.NO_BASELINE, None, f"speedup {est}; no baseline for this GPU")

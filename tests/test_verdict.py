@@ -1,6 +1,7 @@
 """Verdicts: the line, the straddle, the confirmation, the tolerance that follows a cell's noise."""
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -187,3 +188,15 @@ def test_an_entry_without_device_time_or_measured_another_way_leaves_the_wall_ve
     device, _, why = _checks("gpt", "amp_bf16", {**entry, "device_method": "graph", "device_noise": 0.004},
                              "graph", 0.005)
     assert why is None and device.expected == 2.2 and device.tolerance == pytest.approx(0.008)
+
+
+def test_a_judged_interval_clear_of_the_line_takes_no_rounds_for_tightness():
+    wide_pass = est(2.0, 1.95, 2.05)  # half-width 2.5%, wholly above the line (1.9)
+    loose = replace(POLICY, rounds=RoundsPolicy(12, 24, 0.001, 5.0))
+    timer = FakeTimer([wide_pass, est(2.0, 1.99, 2.01)])
+    assert judge(CHECK, timer, loose, lambda: wide_pass).verdict is Verdict.PASS
+    assert len(timer.mode_times) == 12, "a verdict at any width: no rounds added"
+    # a recording keeps its interval as the stored noise: there it is tightened
+    timer = FakeTimer([wide_pass, est(2.0, 1.99, 2.01)])
+    out = judge(CHECK, timer, replace(loose, tighten_judged=True), lambda: wide_pass)
+    assert len(timer.mode_times) > 12 and out.estimate.half_width < 0.01
