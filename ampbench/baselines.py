@@ -34,7 +34,7 @@ _SCALAR = (int, float, str, bool, type(None))
 # figures that may hold a list of {"name": str, "ms": number} instead of a scalar
 ALLOWED_STRUCTURED = frozenset({"kernels"})
 # figures that hold a list of strings: the datetimes of the runs a learned spread counted (ampbench.spread)
-STRING_LISTS = frozenset({"between_run_runs", "device_between_run_runs"})
+STRING_LISTS = frozenset({"between_run_runs", "device_between_run_runs", "versus_between_run_runs"})
 
 
 class BaselineError(ValueError):

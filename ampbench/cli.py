@@ -252,25 +252,31 @@ def _spread(args: argparse.Namespace) -> int:
     for (run, why), ids in grouped.items():
         shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
         print(f"left out of {run}: {shown}: {why}")
-    if not learned.cells:
+    test_ids = sorted(set().union(*learned.figures.values()))
+    if not test_ids:
         print(f"ampbench: error: no run counts towards any speed entry of {args.baseline}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    width = max(len(t) for t in learned.cells)
+    width = max(len(t) for t in test_ids)
     print(f"{'test':{width}s}  values  sd of ln(speedup)  device values  device sd  "
           "speedups (the recording's, then one per run) | device-time speedups")
-    for test_id, cell in learned.cells.items():
-        device = learned.device_cells.get(test_id)
+    for test_id in test_ids:
+        cell, device = learned.cells.get(test_id), learned.device_cells.get(test_id)
+        wall_columns = f"{cell.count:6d}  {cell.sd:17.2%}" if cell else f"{'-':>6s}  {'-':>17s}"
         dev_columns = f"{device.count:13d}  {device.sd:9.2%}" if device else f"{'-':>13s}  {'-':>9s}"
-        values = _spread_values(cell)
+        values = _spread_values(cell) if cell else "-"
         if device:
             values += " | " + _spread_values(device)
-        print(f"{test_id:{width}s}  {cell.count:6d}  {cell.sd:17.2%}  {dev_columns}  {values}")
+        print(f"{test_id:{width}s}  {wall_columns}  {dev_columns}  {values}")
+        versus = learned.versus_cells.get(test_id)
+        if versus:
+            print(f"{'  over its versus side':{width}s}  {'':6s}  {'':17s}  {versus.count:13d}  {versus.sd:9.2%}  "
+                  f"{_spread_values(versus)}")
     if args.dry_run:
         print(f"ampbench: --dry-run: {args.baseline} left as it was")
         return EXIT_OK
     write_atomic(args.baseline, with_spread(document, learned))
     print(f"ampbench: between-run spread of {len(learned.cells)} speed entries ({len(learned.device_cells)} with "
-          f"device time) written to {args.baseline}")
+          f"device time, {len(learned.versus_cells)} with a ratio over a versus side) written to {args.baseline}")
     return EXIT_OK
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 from ampbench import speed
 from ampbench.modes import PrecisionMode, get_mode, label, versus_figure, versus_of
 from ampbench.stats import median
-from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, recorded_check, tolerance_for
+from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, learned_spread, recorded_check, tolerance_for
 
 
 @dataclass(frozen=True)
@@ -123,14 +123,16 @@ class Versus:
         )
 
     def baseline_figures(self, previous: dict | None, comparable: bool, policy: speed.SpeedPolicy,
-                         floor: float) -> dict[str, Any]:
+                         floor: float, carried: dict | None = None) -> dict[str, Any]:
         """What a recording stores of the ratio: both batches pooled, and its noise from the two batches
-        (and from `previous`, where that was recorded on the same software and by the same method)."""
+        (and from `previous`, where that was recorded on the same software and by the same method); its
+        tolerance allows for the between-run spread the entry keeps (`carried`, ``spread.carried_device``)."""
         same = comparable and previous is not None and previous.get("versus_method") == self.timing.method
         pooled, noise = self.timed.recording(policy, previous, same, "versus_speedup")
         return {"versus": self.label, "versus_speedup": pooled.speedup, "versus_ci_low": pooled.low,
                 "versus_ci_high": pooled.high, "versus_rounds": pooled.rounds, "versus_noise": noise,
-                "versus_tolerance": tolerance_for(floor, noise), "versus_method": self.timing.method}
+                "versus_tolerance": tolerance_for(floor, noise, learned_spread(carried, "versus_")),
+                "versus_method": self.timing.method}
 
 
 def measure_versus(model: str, mode: PrecisionMode, versus: speed.Side, side: speed.Side, baseline: dict | None,

@@ -6,7 +6,8 @@ baseline file, the recording's speedup and the speedup of every saved run of the
 measured the same way, and ``with_spread`` stores their log standard deviation in the entry as
 ``between_run_sd`` (with ``between_run_count`` values behind it) and centres the entry's speedup on
 their geometric mean (the recording's own value kept as ``recorded_speedup``). The device-time speedup
-is learned in the same pass into the ``device_`` figures (``FIGURES``). The verdict's tolerance then
+is learned in the same pass into the ``device_`` figures, and a compiled cell's ratio over its versus
+side into the ``versus_`` ones (``FIGURES``). The verdict's tolerance then
 allows for that spread (``verdict.BetweenRuns``), and the suite reports each speedup's interval across
 runs too (``stats.across_runs``).
 
@@ -52,30 +53,47 @@ class Figure:
     count_key: str  # the entry's figure for how many values it came from
     label: str  # what messages call it
     recorded_key: str  # where the entry keeps the recording's own value once `key` holds the mean of the runs
-    device: bool  # the record's device-time speedup (else its wall-clock one)
-    method_key: str | None = None  # the entry's figure for how it was measured, which a run must match
+    # how it was measured (graph, kernels), under the same name in the entry and the speed record, which a
+    # run must match; None for the wall-clock speedup
+    method_key: str | None = None
     runs_key: str = ""  # the entry's figure listing the datetimes of the runs its spread counted
+    # what the ratio is over, under the same name in both, which a run must match ("versus": compiled
+    # amp_bf16 for fp8); None where it is always fp32
+    over_key: str | None = None
 
     def measured(self, cell: SpeedRecord) -> float | None:
-        return cell.speedup_of(self.device)
+        """A run's value: the speed record's field of the same name as the entry's."""
+        return getattr(cell, self.key)
 
     def method(self, cell: SpeedRecord) -> str | None:
-        return cell.device_method if self.device else None
+        return getattr(cell, self.method_key) if self.method_key else None
+
+    @property
+    def prefix(self) -> str:
+        """The prefix of the figure's names in an entry ("", "device_", "versus_"), as learned_spread reads them."""
+        return self.key[: -len("speedup")]
 
     def recording(self, figures: Mapping) -> float | None:
         """The value the recording measured: `key` until a spread was learned, then `recorded_key`."""
         return finite_number(figures.get(self.recorded_key, figures.get(self.key)))
 
 
-WALL = Figure("speedup", "between_run_sd", "between_run_count", "wall-clock speedup", "recorded_speedup", device=False,
-              runs_key="between_run_runs")
-DEVICE = Figure("device_speedup", "device_between_run_sd", "device_between_run_count", "device-time speedup",
-                "device_recorded_speedup", device=True, method_key="device_method", runs_key="device_between_run_runs")
-FIGURES = (WALL, DEVICE)
+def _figure(prefix: str, label: str, method: bool = True, over: bool = False) -> Figure:
+    return Figure(f"{prefix}speedup", f"{prefix}between_run_sd", f"{prefix}between_run_count", label,
+                  f"{prefix}recorded_speedup", f"{prefix}method" if method else None, f"{prefix}between_run_runs",
+                  "versus" if over else None)
+
+
+WALL = _figure("", "wall-clock speedup", method=False)
+DEVICE = _figure("device_", "device-time speedup")
+# a compiled cell's second ratio (ampbench.compiled_cell), in device time
+VERSUS = _figure("versus_", "ratio over the versus side", over=True)
+FIGURES = (WALL, DEVICE, VERSUS)
 
 # the figures this module owns in a speed entry
 SPREAD_FIGURES = (WALL.sd_key, WALL.count_key, WALL.runs_key)
 DEVICE_SPREAD_FIGURES = (DEVICE.sd_key, DEVICE.count_key, DEVICE.runs_key)
+VERSUS_SPREAD_FIGURES = (VERSUS.sd_key, VERSUS.count_key, VERSUS.runs_key)
 # the cell a run's slowdown plugin made slower on purpose names the fraction here (ampbench.slowdown)
 INJECTED_KEY = "injected_slowdown"
 
@@ -155,6 +173,11 @@ class Learned:
         """The device-time speedup's spreads."""
         return self.figures[DEVICE.key]
 
+    @property
+    def versus_cells(self) -> dict[str, CellSpread]:
+        """The spreads of compiled cells' ratios over their versus sides."""
+        return self.figures[VERSUS.key]
+
 
 def software_difference(entry_software: Mapping, machine: Mapping) -> str | None:
     """A sentence naming what differs between a baseline entry's software and a run's, or None."""
@@ -188,6 +211,11 @@ def _figure_why_not(figure: Figure, entry: Mapping, cell: SpeedRecord) -> tuple[
     recorded, measured = figure.recording(entry["figures"]), figure.measured(cell)
     if recorded is None or recorded <= 0 or measured is None or measured <= 0:
         return False, None
+    if figure.over_key is not None:
+        ours, theirs = getattr(cell, figure.over_key), entry["figures"].get(figure.over_key)
+        if ours != theirs:
+            return False, (f"{figure.label} over {ours} in the run and over {theirs} in the baseline: "
+                           "another ratio, not a sample of its spread")
     if figure.method_key is not None:
         ours, theirs = figure.method(cell), entry["figures"].get(figure.method_key)
         if ours != theirs:
@@ -261,22 +289,24 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
                     figures[figure.recorded_key] = spread.speedups[0]
                 figures.update({figure.key: spread.centre, figure.sd_key: spread.sd, figure.count_key: spread.count,
                                 figure.runs_key: list(spread.runs)})
-        if finite_number(figures.get("device_speedup")) is not None:
-            # what the device verdict will now use under the default floor, so the file says what is guarded
-            figures["device_tolerance"] = tolerance_for(DEFAULT_TOLERANCE, figures.get("device_noise"),
-                                                        learned_spread(figures, "device_"))
+        for figure in (DEVICE, VERSUS):
+            if finite_number(figures.get(figure.key)) is not None:
+                # what the verdict will now use under the default floor, so the file says what is guarded
+                p = figure.prefix
+                figures[f"{p}tolerance"] = tolerance_for(DEFAULT_TOLERANCE, figures.get(f"{p}noise"),
+                                                         learned_spread(figures, p))
         if figures != entry["figures"]:
             entry = dict(entry, figures=figures)
         entries[test_id] = entry
     return dict(document, entries=entries)
 
 
-def carried_device(previous: Mapping | None, comparable: bool) -> dict:
-    """As ``carried``, for the device-time speedup's spread: kept only where the previous entry's
-    device time was measured the same way (`comparable`)."""
+def carried_device(previous: Mapping | None, comparable: bool, names: Sequence[str] = DEVICE_SPREAD_FIGURES) -> dict:
+    """As ``carried``, for the device-time speedup's spread (or, with `names` VERSUS_SPREAD_FIGURES, the
+    versus ratio's): kept only where the previous entry's figure was measured the same way (`comparable`)."""
     if previous is None or not comparable:
         return {}
-    return {name: previous[name] for name in DEVICE_SPREAD_FIGURES if name in previous}
+    return {name: previous[name] for name in names if name in previous}
 
 
 def carried(previous: Mapping | None, comparable: bool) -> dict:

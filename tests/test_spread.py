@@ -13,7 +13,7 @@ from ampbench.baselines import load_document, write_atomic
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from ampbench.report import parse_run
 from ampbench.speed import across_runs_of, describe_across
-from ampbench.spread import DEVICE, FIGURES, WALL, carried, carried_device, learn, software_difference, with_spread
+from ampbench.spread import DEVICE, FIGURES, VERSUS, WALL, carried, carried_device, learn, software_difference, with_spread
 from ampbench.stats import SpeedupEstimate, log_sd
 from ampbench.verdict import DEFAULT_TOLERANCE, BetweenRuns, learned_spread, tolerance_for
 
@@ -158,11 +158,31 @@ def _device_run(speedups: dict[str, tuple[float, float | None]], when: str, meth
     return run
 
 
-def test_the_table_names_both_figures_and_where_each_is_stored():
-    assert [f.key for f in FIGURES] == ["speedup", "device_speedup"]
+def test_the_table_names_every_figure_and_where_each_is_stored():
+    assert [f.key for f in FIGURES] == ["speedup", "device_speedup", "versus_speedup"]
     assert (WALL.sd_key, WALL.count_key) == ("between_run_sd", "between_run_count")
     assert (DEVICE.sd_key, DEVICE.count_key, DEVICE.method_key) == (
         "device_between_run_sd", "device_between_run_count", "device_method")
+    assert (VERSUS.sd_key, VERSUS.method_key, VERSUS.over_key, VERSUS.prefix) == (
+        "versus_between_run_sd", "versus_method", "versus", "versus_")
+
+
+def test_a_compiled_cells_ratio_over_its_versus_side_learns_its_spread_and_tolerance():
+    document = _device_baseline()
+    document["entries"][WRN]["figures"].update(versus="amp_bf16", versus_speedup=1.15, versus_method="graph",
+                                               versus_noise=0.001)
+    runs = [_device_run({WRN: (8.5, 3.1)}, f"2026-11-2{i}T10:00:00", versus="amp_bf16", versus_speedup=v,
+                        versus_method="graph") for i, v in enumerate((1.16, 1.14, 1.17))]
+    # a run of the ratio over another side is another ratio
+    runs.append(_device_run({WRN: (8.5, 3.1)}, "2026-11-25T10:00:00", versus="amp_fp16", versus_speedup=1.3,
+                            versus_method="graph"))
+    learned = learn(document["entries"], [parse_run(d, f"run{i}.json") for i, d in enumerate(runs)])
+    assert learned.versus_cells[WRN].speedups == (1.15, 1.16, 1.14, 1.17)
+    assert any("over amp_fp16 in the run and over amp_bf16 in the baseline" in why for _, _, why in learned.left_out)
+    figures = with_spread(document, learned)["entries"][WRN]["figures"]
+    assert figures["versus_recorded_speedup"] == 1.15 and figures["versus_between_run_count"] == 4
+    assert figures["versus_tolerance"] == tolerance_for(DEFAULT_TOLERANCE, 0.001, learned_spread(figures, "versus_"))
+    assert figures["versus_tolerance"] > 0.02, "four values 1-2% apart: the bound is wider than the floor"
 
 
 def test_the_device_speedup_is_learned_in_the_same_pass_as_the_wall_speedup():
@@ -307,7 +327,7 @@ def test_spread_command_prints_and_writes_the_device_spread(tmp_path, capsys):
         runs[-1].write_text(json.dumps(run))
     assert main(["spread", str(baseline), *map(str, runs)]) == EXIT_OK
     out = capsys.readouterr().out
-    assert "device sd" in out and "(1 with device time)" in out
+    assert "device sd" in out and "(1 with device time, 0 with a ratio over a versus side)" in out
     [wrn_line] = [line for line in out.splitlines() if line.startswith(WRN)]
     sd = log_sd([WRN_DEVICE, 3.121, 3.087])
     assert f"{sd:.2%}" in wrn_line and "| 3.104 3.121 3.087" in wrn_line
