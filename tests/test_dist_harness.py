@@ -124,22 +124,40 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
+def _gone_within(pids: list[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(map(_alive, pids))
+
+
 def test_a_hanging_launch_is_killed_with_its_children(tmp_path):
     """A launch past its limit ends within it, taking every process it started along (here a child
-    that ignores SIGTERM), and keeps the output it printed."""
+    that ignores SIGTERM in a session of its own, as torchrun starts its ranks), and keeps the output
+    it printed."""
     pidfile = tmp_path / "child.pid"
     child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
-    script = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {child!r}]); "
+    script = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True); "
               f"open({str(pidfile)!r}, 'w').write(str(p.pid)); print('[default1]:started', flush=True); p.wait()")
     t0 = time.monotonic()
     result = run_launch([sys.executable, "-c", script], timeout=3.0, cwd=tmp_path)
     assert result.timed_out and time.monotonic() - t0 < 15
     assert result.rank_lines(1) == ["started"]
-    deadline = time.monotonic() + 5
-    while _alive(int(pidfile.read_text())) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(int(pidfile.read_text())), "the launch's child outlived it"
+    assert _gone_within([int(pidfile.read_text())], 5), "the launch's child outlived it"
     assert "timed out after 3 s" in result.explain(2)
+
+
+def test_a_hanging_torchrun_launch_leaves_no_rank(tmp_path):
+    """The same through torchrun itself: ranks that ignore SIGTERM are gone when the launch returns."""
+    # torchrun substitutes its own macros in the arguments as a string.Template does: $$ gives one $
+    rank = f'echo $$$$ > {tmp_path}/rank$LOCAL_RANK.pid; echo started; trap "" TERM; exec sleep 600'
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--tee=3",
+               "--no-python", "sh", "-c", rank]
+    result = run_launch(command, timeout=12.0, cwd=tmp_path)
+    assert result.timed_out
+    assert all(result.rank_lines(r) == ["started"] for r in (0, 1)), result.output[-2000:]
+    pids = [int((tmp_path / f"rank{r}.pid").read_text()) for r in (0, 1)]
+    assert _gone_within(pids, 5), "a rank outlived its torchrun launch"
 
 
 def test_failure_names_the_root_cause_rank():
