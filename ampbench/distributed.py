@@ -125,6 +125,10 @@ def _wrap_fsdp2(model: nn.Module, variant: CommVariant, device: torch.device) ->
     from torch.distributed.fsdp import fully_shard
 
     policy, mesh = variant.mp_policy(), device_mesh(device)
+    # fully_shard refuses parameters that are not contiguous, and on CUDA a convnet's Trainer has made
+    # its conv weights channels_last; FSDP2 all-gathers every parameter contiguous anyway, so this only
+    # moves the layout change to before the shard. The inputs stay channels_last.
+    model.to(memory_format=torch.contiguous_format)
     for unit in fsdp2_units(model):
         fully_shard(unit, mesh=mesh, mp_policy=policy)
     return model

@@ -183,3 +183,22 @@ def test_distributed_cells_and_ids():
     assert ids[:4] == ["test_ddp_speed[resnet50-amp_bf16-fp32]", "test_ddp_speed[resnet50-amp_bf16-bf16_hook]",
                        "test_ddp_speed[resnet50-amp_bf16-fp16_hook]", "test_ddp_speed[resnet50-bf16-fp32]"]
     assert "test_fsdp2_speed[gpt-amp_bf16-fsdp2_bf16_reduce]" in ids and len(ids) == 2 * (4 + 3)
+
+
+def test_fsdp2_wraps_a_channels_last_convnet():
+    """On CUDA a convnet's Trainer makes its weights channels_last before the wrap, and fully_shard
+    refuses parameters that are not contiguous (the CPU smoke pass never makes them channels_last)."""
+    import torch.distributed as dist
+
+    from ampbench.distributed import STRATEGIES, get_comm
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3), torch.nn.ReLU()))
+        model = conv.to(memory_format=torch.channels_last)
+        assert not model[0].weight.is_contiguous()
+        wrapped = STRATEGIES["fsdp2"].wrap(model, get_comm("fsdp2_fp32"), CPU)
+        wrapped(torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)).sum().backward()
+        assert all(p.grad is not None for p in wrapped.parameters())
+    finally:
+        dist.destroy_process_group()
