@@ -31,7 +31,14 @@ import torch.distributed as dist
 import models
 from ampbench import speed
 from ampbench.device import configure_backends, device_name, prime_libraries, release
-from ampbench.distributed import STRATEGIES, CommVariant, comm_figures, get_comm, kernels_from_trace
+from ampbench.distributed import (
+    STRATEGIES,
+    CommVariant,
+    comm_figures,
+    exit_failed_rank,
+    get_comm,
+    kernels_from_trace,
+)
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, get_mode
 from ampbench.timing import PairedTimer, steps_per_block, sync, time_block, wall_block
 from ampbench.train import Trainer
@@ -209,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(json.dumps(doc))
             print(f"rank {rank}: {spec.name} {mode.name} {variant.name} done", flush=True)
             release(device)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        exit_failed_rank()
+    dist.destroy_process_group()  # every rank gets here together: nothing is left to flush
     return 0
 
 

@@ -7,8 +7,11 @@ The per-rank program is ``ampbench.dist_worker`` (run by torchrun); ``ampbench.l
 from __future__ import annotations
 
 import math
+import os
+import sys
+import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, NoReturn, Sequence
 
 import torch
 from torch import nn
@@ -162,6 +165,23 @@ STRATEGIES: dict[str, Strategy] = {
     "ddp": Strategy("ddp", _wrap_ddp),
     "fsdp2": Strategy("fsdp2", _wrap_fsdp2, {"dynamic": _sharded_grad_scaler}),
 }
+
+
+# -- ending a rank -----------------------------------------------------------------------------------
+
+
+def exit_failed_rank() -> NoReturn:
+    """End a rank that raised: its traceback printed, then exit status 1 at once, without
+    ``destroy_process_group``. That call flushes the NCCL communicator's pending work (ncclCommFinalize,
+    torch 2.6 on) and NCCL's teardown may synchronise with the node's other ranks, which here sit in a
+    collective this rank will never join: the failed rank would hang until the collective timeout, a
+    waiting rank's watchdog would fire first, and torchrun would name that rank as the root cause,
+    with its timeout instead of this rank's error. Exiting now lets torchrun see this rank fail first
+    and stop the others; the driver frees the GPU and the communicator with the process."""
+    traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 # -- NCCL's share of a step, from a profiler trace -------------------------------------------------

@@ -25,7 +25,7 @@ from ampbench.distributed import (
     variants_for,
     world_size_skip_reason,
 )
-from ampbench.launch import LaunchResult, run_launch
+from ampbench.launch import LaunchResult, run_launch, torchrun_command
 from ampbench.modes import MODES
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -158,6 +158,18 @@ def test_a_hanging_torchrun_launch_leaves_no_rank(tmp_path):
     assert all(result.rank_lines(r) == ["started"] for r in (0, 1)), result.output[-2000:]
     pids = [int((tmp_path / f"rank{r}.pid").read_text()) for r in (0, 1)]
     assert _gone_within(pids, 5), "a rank outlived its torchrun launch"
+
+
+def test_a_failing_rank_ends_the_launch_with_its_error(tmp_path):
+    """A rank that raises prints its traceback and exits at once, without the process group's teardown
+    (on NCCL that waits for ranks stuck in a collective), and the launch's explanation shows why."""
+    args = ["--model", "mlp", "--mode", "fp16", "--comm", "fsdp2_fp32_reduce", "--out", str(tmp_path),
+            "--device", "cpu", "--no-single"]
+    root = Path(__file__).resolve().parents[1]
+    result = run_launch(torchrun_command("ampbench.dist_worker", args, 2), timeout=120.0, cwd=root)
+    assert not result.ok and not result.timed_out, result.output[-3000:]
+    text = result.explain(2)
+    assert "Traceback" in text and "ValueError: comm variant fsdp2_fp32_reduce does not apply to mode fp16" in text, text
 
 
 def test_failure_names_the_root_cause_rank():
