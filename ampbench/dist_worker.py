@@ -40,7 +40,7 @@ from ampbench.distributed import (
     kernels_from_trace,
 )
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, get_mode
-from ampbench.timing import PairedTimer, steps_per_block, sync, time_block, wall_block
+from ampbench.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
 from ampbench.train import Trainer
 
 
@@ -85,6 +85,20 @@ def build(spec, mode: PrecisionMode, variant: CommVariant, device: torch.device,
     if factory is not None:
         trainer.scaler = factory(device)
     return trainer
+
+
+def single_side(spec, mode: PrecisionMode, device: torch.device, smoke: bool,
+                policy: speed.SpeedPolicy) -> speed.Side:
+    """The 1-GPU side: a plain Trainer of the mode, warmed up as ``timing.warm_up``. Not
+    ``speed.prepare_side``, which also captures the step as a CUDA graph and profiles it: nothing here
+    replays or reads either, the graph's private memory pool would hold a step's worth of memory on
+    rank 0 for the whole launch, a capture in CUDA's global mode forbids unsafe calls to every other
+    thread of the process (NCCL's watchdog among them), and the other ranks wait in a collective
+    through all of it."""
+    t0 = time.perf_counter()
+    trainer = Trainer(spec, mode, device, smoke=smoke)
+    step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
+    return speed.Side(trainer, step_seconds, None, time.perf_counter() - t0)
 
 
 def warm_together(trainer: Trainer, policy: speed.SpeedPolicy) -> float:
@@ -203,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         policy = speed.policy_for(device, args.rounds, 0.03, args.block_seconds)
         single = None
         if rank == 0 and args.single:
-            single = speed.prepare_side(spec, mode, device, args.smoke, policy)
+            single = single_side(spec, mode, device, args.smoke, policy)
         for variant in args.comms:
             try:
                 doc = run_cell(args, spec, mode, variant, device, single, policy)
