@@ -293,9 +293,26 @@ def merge_ranks(docs: Sequence[dict], confidence: float) -> DistFigures:
     )
 
 
-# -- how many ranks ---------------------------------------------------------------------------------
+# -- how many ranks, and which cells ----------------------------------------------------------------
 
 CPU_WORLD_SIZE = 2  # gloo processes of the CPU smoke pass
+GPU_MODELS = ("resnet50", "gpt")  # and, in the full tier, llama (its ModelSpec's tier)
+FULL_TIER_GPU_MODELS = (*GPU_MODELS, "llama")
+# the CPU pass runs in CI on two slow cores: one small model, one mode, every variant that applies
+CPU_MODELS, CPU_MODES = ("mlp",), ("amp_bf16",)
+
+
+def default_cells(device: torch.device, tier: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(models, modes) of the distributed cells where --perf-models and --perf-precisions name none.
+    On GPUs every mode but those whose row compiles (fp8): as in the single-GPU suite they run where
+    --perf-precisions names them, since each comm variant builds two trainers and each compile costs
+    about a minute."""
+    from ampbench.modes import MODES
+
+    if device.type != "cuda":
+        return CPU_MODELS, CPU_MODES
+    models = FULL_TIER_GPU_MODELS if tier == "full" else GPU_MODELS
+    return models, tuple(name for name, row in MODES.items() if not row.compile)
 
 
 def resolve_world_size(requested: int | None, device: torch.device, gpus: int) -> int:

@@ -30,17 +30,14 @@ import models
 from perf.outcome import conclude
 from ampbench import speed
 from ampbench.device import cell_unsupported_reason
-from ampbench.distributed import DistFigures, merge_ranks, variants_for
+from ampbench.distributed import DistFigures, default_cells, merge_ranks, variants_for
 from ampbench.launch import LaunchResult, run_launch, torchrun_command
-from ampbench.modes import MODES, get_mode
+from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for, learned_spread
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU_MODELS = ("resnet50", "gpt")
-# the CPU pass runs in CI on two slow cores: one small model, one mode, every variant that applies
-CPU_MODELS, CPU_MODES = ("mlp",), ("amp_bf16",)
 # seconds a launch may take: a start (torch import, rendezvous, NCCL init) plus each cell's build,
 # warm-up, rounds and profile
 LAUNCH_SECONDS = {"cpu": (60.0, 30.0), "cuda": (180.0, 120.0)}
@@ -52,9 +49,9 @@ class InconclusiveDistributedSpeed(UserWarning):
 
 def _cells(config: pytest.Config, strategy: str) -> list[tuple[str, str, str]]:
     s = conftest.perf_settings_of(config)
-    cuda = s.device.type == "cuda"
-    model_names = config.option.perf_models or (GPU_MODELS if cuda else CPU_MODELS)
-    mode_names = config.option.perf_precisions or (tuple(MODES) if cuda else CPU_MODES)
+    default_models, default_modes = default_cells(s.device, s.tier)
+    model_names = config.option.perf_models or default_models
+    mode_names = config.option.perf_precisions or default_modes
     return [(m, p, v.name) for m in model_names for p in mode_names for v in variants_for(get_mode(p), strategy)]
 
 

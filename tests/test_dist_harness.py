@@ -18,6 +18,7 @@ from ampbench.distributed import (
     COMM_VARIANTS,
     Kernel,
     comm_figures,
+    default_cells,
     fsdp2_units,
     kernels_from_trace,
     merge_ranks,
@@ -105,6 +106,15 @@ def test_world_size_defaults_and_limits():
     assert world_size_skip_reason(1, CUDA, 1) == "needs 2+ GPUs, found 1"
     assert world_size_skip_reason(2, CUDA, 2) is None and world_size_skip_reason(2, CPU, 0) is None
     assert "--perf-world-size is 1" in world_size_skip_reason(1, CPU, 0)
+
+
+def test_default_cells():
+    """resnet50 and gpt on GPUs, llama too in the full tier; every mode but those whose row compiles
+    (fp8, only where --perf-precisions names them); one small model and mode on the CPU."""
+    assert default_cells(CPU, "quick") == (("mlp",), ("amp_bf16",))
+    models_quick, modes = default_cells(CUDA, "quick")
+    assert models_quick == ("resnet50", "gpt") and default_cells(CUDA, "full")[0] == ("resnet50", "gpt", "llama")
+    assert "amp_bf16" in modes and "fp16_master" in modes and not any(MODES[m].compile for m in modes)
 
 
 def test_cluster_slug():
