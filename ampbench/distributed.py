@@ -217,30 +217,34 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return merged
 
 
-def _covered(a: float, b: float, union: list[tuple[float, float]]) -> float:
-    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in union)
+def _length(union: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in union)
 
 
 def comm_figures(kernels: Sequence[Kernel]) -> dict[str, float | None]:
-    """comm_share: summed duration of kernels named nccl over the span from the first kernel's start
-    to the last one's end; comm_overlap: the part of that NCCL time during which a compute kernel
-    (any other kernel) ran on another stream. NCCL kernels include the time they wait for the other
-    ranks, so a share is an upper bound on the wire time."""
+    """comm_share: the time NCCL kernels ran over the span from the first kernel's start to the last
+    one's end; comm_overlap: the part of that NCCL time during which a compute kernel (any other
+    kernel) ran on another stream. Both count time, the union of intervals, not summed durations:
+    NCCL kernels of two streams run at once (FSDP2's all-gather of the next unit during the
+    reduce-scatter of the last), and a sum would count that time twice. NCCL kernels include the time
+    they wait for the other ranks, so a share is an upper bound on the wire time."""
     nccl = [k for k in kernels if "nccl" in k.name.lower()]
     if not kernels or not nccl:
         return {"comm_share": 0.0 if kernels else None, "comm_overlap": None, "comm_us": 0.0}
     span = max(k.end for k in kernels) - min(k.start for k in kernels)
-    comm = sum(k.end - k.start for k in nccl)
+    comm = _length(_union([(k.start, k.end) for k in nccl]))
     compute_by_stream: dict[int, list[tuple[float, float]]] = {}
     for k in kernels:
         if "nccl" not in k.name.lower():
             compute_by_stream.setdefault(k.stream, []).append((k.start, k.end))
-    overlapped = 0.0
+    others: dict[int, list[tuple[float, float]]] = {}  # per NCCL stream: compute on every other stream
+    overlapped: list[tuple[float, float]] = []
     for k in nccl:
-        others = _union([iv for s, ivs in compute_by_stream.items() if s != k.stream for iv in ivs])
-        overlapped += _covered(k.start, k.end, others)
+        if k.stream not in others:
+            others[k.stream] = _union([iv for s, ivs in compute_by_stream.items() if s != k.stream for iv in ivs])
+        overlapped += [(max(k.start, x), min(k.end, y)) for x, y in others[k.stream] if x < k.end and y > k.start]
     return {"comm_share": comm / span if span > 0 else None,
-            "comm_overlap": overlapped / comm if comm > 0 else None, "comm_us": comm}
+            "comm_overlap": _length(_union(overlapped)) / comm if comm > 0 else None, "comm_us": comm}
 
 
 # -- the ranks' documents, merged ------------------------------------------------------------------

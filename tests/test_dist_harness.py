@@ -70,6 +70,19 @@ def test_comm_figures_share_and_overlap():
     assert comm_figures([])["comm_share"] is None
 
 
+def test_comm_figures_count_concurrent_nccl_kernels_once():
+    """FSDP2's all-gather and reduce-scatter kernels run at once on two streams: their time is counted once."""
+    kernels = [
+        Kernel("ncclDevKernel_AllGather_RING_LL", 20, 0.0, 40.0),
+        Kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 21, 20.0, 60.0),
+        Kernel("sm90_gemm", 7, 0.0, 30.0),
+        Kernel("elementwise", 7, 50.0, 100.0),
+    ]
+    figs = comm_figures(kernels)
+    assert figs["comm_share"] == pytest.approx(60.0 / 100.0) and figs["comm_us"] == pytest.approx(60.0)
+    assert figs["comm_overlap"] == pytest.approx(40.0 / 60.0)  # [0, 30] and [50, 60] under compute
+
+
 def test_kernels_from_chrome_trace():
     trace = {"traceEvents": [
         {"cat": "kernel", "name": "ncclKernel", "ts": 10.0, "dur": 5.0, "tid": 3, "args": {"stream": 13}},
