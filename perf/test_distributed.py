@@ -65,11 +65,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _launch(settings, nproc: int, model: str, mode: str, comms: list[str], out: Path) -> LaunchResult:
     base, per_cell = LAUNCH_SECONDS[settings.device.type]
-    rounds = speed.policy_for(settings.device, settings.min_rounds, settings.tolerance).rounds.min_rounds
+    limit = base + per_cell * len(comms)
+    # a recording times its first batch in as many rounds as the single-GPU suite's (12, not 8): that
+    # batch's interval sets the recorded noise, and 8 rounds' 99% interval is [min, max]
+    policy = speed.policy_for(settings.device, settings.min_rounds, settings.tolerance,
+                              recording=settings.update_baselines)
+    # a collective may wait half the launch's limit: a rank stuck in one then fails with NCCL's watchdog
+    # naming the collective, and torchrun names it, before the launch is killed with every rank's last
+    # lines and no cause (at the worker's default of 300 s, a one-variant launch's 300 s limit came first)
     args = ["--model", model, "--mode", mode, "--comm", ",".join(comms), "--out", str(out),
-            "--rounds", str(rounds), "--block-seconds", str(settings.block_seconds),
+            "--rounds", str(policy.rounds.min_rounds), "--block-seconds", str(settings.block_seconds),
+            "--collective-timeout", str(limit / 2),
             "--device", settings.device.type, *(["--cudnn-benchmark"] if settings.cudnn_benchmark else [])]
-    return run_launch(torchrun_command("ampbench.dist_worker", args, nproc), base + per_cell * len(comms), ROOT)
+    return run_launch(torchrun_command("ampbench.dist_worker", args, nproc), limit, ROOT)
 
 
 @pytest.fixture(scope="session")
