@@ -123,23 +123,40 @@ def fingerprint(trainer: Trainer) -> torch.Tensor:
     return torch.stack([p.detach().float().sum() for p in local])
 
 
+def profiled_trace(trainer: Trainer, steps: int, activities: list) -> dict:
+    """The chrome trace of `steps` training steps, taken after one warm-up step under the profiler:
+    its start (CUPTI attaching, the first time in the process) takes each rank a different time, and
+    a first step traced from it would show the rank that started first waiting in its NCCL kernels
+    for the others, as communication."""
+    from torch.profiler import profile, schedule
+
+    traces: list[dict] = []
+
+    def keep(prof) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "trace.json"
+            prof.export_chrome_trace(str(path))
+            traces.append(json.loads(path.read_text()))
+
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
+                 on_trace_ready=keep) as prof:
+        for block in (1, steps):  # the warm-up step, then the traced ones; each ends on an idle device
+            trainer.run(block)
+            sync(trainer.device)
+            prof.step()
+    return traces[0]
+
+
 def profile_comm(trainer: Trainer, steps: int) -> dict:
     """NCCL's share of `steps` untimed steps and its overlap with compute, from torch.profiler; None
     figures off CUDA (gloo works on the host, there are no kernels to read)."""
     device = trainer.device
     if device.type != "cuda" or steps <= 0:
         return {"comm_share": None, "comm_overlap": None}
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     together(device)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        trainer.run(steps)
-        sync(device)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        trace = json.loads(path.read_text())
-    return comm_figures(kernels_from_trace(trace))
+    return comm_figures(kernels_from_trace(profiled_trace(trainer, steps, [ProfilerActivity.CUDA])))
 
 
 def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torch.device,

@@ -92,6 +92,21 @@ def test_kernels_from_chrome_trace():
     assert kernels_from_trace(trace) == [Kernel("ncclKernel", 13, 10.0, 15.0), Kernel("gemm", 7, 0.0, 20.0)]
 
 
+def test_profiled_trace_leaves_out_its_warm_up_step():
+    """The NCCL figures come from the steps after one warm-up step under the profiler, whose start
+    takes each rank a different time (shown here with CPU events: the GPU kernels go the same way)."""
+    from torch.profiler import ProfilerActivity
+
+    from ampbench.dist_worker import profiled_trace
+    from ampbench.modes import MODES
+    from ampbench.train import Trainer
+
+    trainer = Trainer(models.get_model("mlp"), MODES["fp32"], CPU, smoke=True)
+    trace = profiled_trace(trainer, 2, [ProfilerActivity.CPU])
+    steps = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("Optimizer.step#")]
+    assert len(steps) == 2 and trainer.steps_taken == 3
+
+
 def _doc(rank, ref, mode, single=None):
     return {"rank": rank, "world_size": 2, "batch_size": 8, "ref_times": ref, "mode_times": mode,
             "single_times": single, "comm_share": 0.2 + rank / 10, "comm_overlap": None}
