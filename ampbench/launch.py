@@ -15,6 +15,7 @@ from pathlib import Path
 # torchrun's --tee prefixes each line a worker prints with "[default<local rank>]:"
 _RANK_LINE = re.compile(r"^\[default(\d+)\]:(.*)$")
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)", re.DOTALL)
+_CPP_FRAME = re.compile(r"^\s*frame #\d+:")
 
 
 def torchrun_command(module: str, args: list[str], nproc: int) -> list[str]:
@@ -50,13 +51,15 @@ class LaunchResult:
 
     def explain(self, nproc: int, lines: int = 15) -> str:
         """What went wrong, with the last lines of the failing rank (every rank's after a hang)."""
-        head = (f"timed out after {self.timeout:.0f} s; the launch's process group was killed" if self.timed_out
+        head = (f"timed out after {self.timeout:.0f} s; the launch and its ranks were killed" if self.timed_out
                 else f"exit status {self.returncode} after {self.seconds:.0f} s")
         failed = self.failed_rank()
         ranks = [failed] if failed is not None else list(range(nproc))
         parts = [head]
         for r in ranks:
-            tail = self.rank_lines(r)[-lines:]
+            # without the frames of C++ stack traces: NCCL's watchdog and CUDA errors print a dozen or
+            # more after their message, which would push the message itself out of the last lines
+            tail = [line for line in self.rank_lines(r) if not _CPP_FRAME.match(line)][-lines:]
             parts.append(f"--- rank {r}{' (root cause)' if r == failed else ''}, last lines:\n" + "\n".join(tail))
         if not any(self.rank_lines(r) for r in ranks):  # torchrun itself failed: its own last lines
             parts.append("--- torchrun, last lines:\n" + "\n".join(self.output.splitlines()[-lines:]))

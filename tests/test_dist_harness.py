@@ -218,6 +218,14 @@ def test_failure_names_the_root_cause_rank():
     assert math.isfinite(LaunchResult(1, output, 5.0, 60.0).seconds)
 
 
+def test_failure_lines_leave_out_cpp_frames():
+    """NCCL's watchdog prints its message, then a C++ stack trace: the message stays in the last lines."""
+    message = "[default0]:  what():  [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE)"
+    frames = [f"[default0]:frame #{i}: c10::Error::Error() + 0x96 (0x7f in libc10.so)" for i in range(20)]
+    text = LaunchResult(None, "\n".join([message, *frames]), 60.0, 60.0).explain(1)
+    assert "Watchdog caught collective operation timeout" in text and "frame #" not in text
+
+
 def test_distributed_cells_and_ids():
     """Cells are model x mode x the comm variants that apply to the mode, ids model-mode-comm."""
     import subprocess
