@@ -4,8 +4,8 @@ GPU model in this count (``baselines/<gpu-slug>-x<N>.json``).
 
 This pytest process stays one process: cells run in torchrun launches (``ampbench.dist_worker``), one
 launch per model and mode carrying every selected comm variant of it, so the process group starts once
-per mode rather than once per cell. A launch that fails or outlives its time limit is killed as a whole
-process group, and each of its cells fails with the failing rank's last lines.
+per mode rather than once per cell. A launch that fails or outlives its time limit is killed with every
+rank it started, and each of its cells fails with the failing rank's last lines.
 
 Scaling efficiency is N-GPU samples/s over N x the same mode's samples/s on one GPU, the 1-GPU side
 timed by rank 0 inside the same launch, between the distributed rounds, rather than by a separate
