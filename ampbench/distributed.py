@@ -16,7 +16,7 @@ from typing import Callable, NoReturn, Sequence
 import torch
 from torch import nn
 
-from ampbench.modes import PrecisionMode
+from ampbench.modes import MODES, PrecisionMode
 from ampbench.stats import SpeedupEstimate, estimate_speedup, median
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -311,8 +311,6 @@ def default_cells(device: torch.device, tier: str) -> tuple[tuple[str, ...], tup
     On GPUs every mode but those whose row compiles (fp8): as in the single-GPU suite they run where
     --perf-precisions names them, since each comm variant builds two trainers and each compile costs
     about a minute."""
-    from ampbench.modes import MODES
-
     if device.type != "cuda":
         return CPU_MODELS, CPU_MODES
     models = FULL_TIER_GPU_MODELS if tier == "full" else GPU_MODELS
