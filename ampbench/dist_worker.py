@@ -124,10 +124,13 @@ def fingerprint(trainer: Trainer) -> torch.Tensor:
 
 
 def profiled_trace(trainer: Trainer, steps: int, activities: list) -> dict:
-    """The chrome trace of `steps` training steps, taken after one warm-up step under the profiler:
-    its start (CUPTI attaching, the first time in the process) takes each rank a different time, and
-    a first step traced from it would show the rank that started first waiting in its NCCL kernels
-    for the others, as communication."""
+    """The chrome trace of `steps` training steps, after an unprofiled step and a warm-up step under
+    the profiler. The profiler's start (CUPTI attaching, the first time in the process) takes each
+    rank a different time, and a first step traced from it would show the rank that started first
+    waiting in its NCCL kernels for the others, as communication. And kineto tears CUPTI down after a
+    session (TEARDOWN_CUPTI, which ampbench.devicetime sets) from the next CUDA call on, on a thread of
+    its own: a session started back to back with the last one (the reference's after the mode's) can
+    lose its GPU events to that teardown, which the unprofiled step gives time to finish."""
     from torch.profiler import profile, schedule
 
     traces: list[dict] = []
@@ -138,9 +141,9 @@ def profiled_trace(trainer: Trainer, steps: int, activities: list) -> dict:
             prof.export_chrome_trace(str(path))
             traces.append(json.loads(path.read_text()))
 
-    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
+    with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=1, repeat=1),
                  on_trace_ready=keep) as prof:
-        for block in (1, steps):  # the warm-up step, then the traced ones; each ends on an idle device
+        for block in (1, 1, steps):  # unprofiled, warm-up, then the traced steps; each ends on an idle device
             trainer.run(block)
             sync(trainer.device)
             prof.step()

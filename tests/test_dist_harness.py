@@ -93,8 +93,8 @@ def test_kernels_from_chrome_trace():
 
 
 def test_profiled_trace_leaves_out_its_warm_up_step():
-    """The NCCL figures come from the steps after one warm-up step under the profiler, whose start
-    takes each rank a different time (shown here with CPU events: the GPU kernels go the same way)."""
+    """The NCCL figures come from the steps after an unprofiled and a warm-up step under the profiler,
+    whose start takes each rank a different time (shown with CPU events: GPU kernels go the same way)."""
     from torch.profiler import ProfilerActivity
 
     from ampbench.dist_worker import profiled_trace
@@ -104,7 +104,7 @@ def test_profiled_trace_leaves_out_its_warm_up_step():
     trainer = Trainer(models.get_model("mlp"), MODES["fp32"], CPU, smoke=True)
     trace = profiled_trace(trainer, 2, [ProfilerActivity.CPU])
     steps = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("Optimizer.step#")]
-    assert len(steps) == 2 and trainer.steps_taken == 3
+    assert len(steps) == 2 and trainer.steps_taken == 4
 
 
 def _doc(rank, ref, mode, single=None):
