@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ampbench.distributed import exit_failed_rank
+
 WIDTH = 8  # hidden units; FSDP2 shards the first layer's rows, WIDTH / world size per rank
 
 
@@ -185,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(json.dumps({"rank": rank, "world_size": dist.get_world_size(), "setup": name,
                                         "device": str(device), "results": results}))
             print(f"rank {rank}: {name}: {len(results)} scenarios done", flush=True)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        exit_failed_rank()
+    dist.destroy_process_group()
     return 0
 
 

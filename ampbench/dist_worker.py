@@ -31,9 +31,16 @@ import torch.distributed as dist
 import models
 from ampbench import speed
 from ampbench.device import configure_backends, device_name, prime_libraries, release
-from ampbench.distributed import STRATEGIES, CommVariant, comm_figures, get_comm, kernels_from_trace
-from ampbench.modes import REFERENCE_MODE, PrecisionMode, get_mode
-from ampbench.timing import PairedTimer, steps_per_block, sync, time_block, wall_block
+from ampbench.distributed import (
+    STRATEGIES,
+    CommVariant,
+    comm_figures,
+    exit_failed_rank,
+    get_comm,
+    kernels_from_trace,
+)
+from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
+from ampbench.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
 from ampbench.train import Trainer
 
 
@@ -80,6 +87,20 @@ def build(spec, mode: PrecisionMode, variant: CommVariant, device: torch.device,
     return trainer
 
 
+def single_side(spec, mode: PrecisionMode, device: torch.device, smoke: bool,
+                policy: speed.SpeedPolicy) -> speed.Side:
+    """The 1-GPU side: a plain Trainer of the mode, warmed up as ``timing.warm_up``. Not
+    ``speed.prepare_side``, which also captures the step as a CUDA graph and profiles it: nothing here
+    replays or reads either, the graph's private memory pool would hold a step's worth of memory on
+    rank 0 for the whole launch, a capture in CUDA's global mode forbids unsafe calls to every other
+    thread of the process (NCCL's watchdog among them), and the other ranks wait in a collective
+    through all of it."""
+    t0 = time.perf_counter()
+    trainer = Trainer(spec, mode, device, smoke=smoke)
+    step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
+    return speed.Side(trainer, step_seconds, None, time.perf_counter() - t0)
+
+
 def warm_together(trainer: Trainer, policy: speed.SpeedPolicy) -> float:
     """Warm-up as ``timing.warm_up``, in step counts the ranks agree on; the slowest rank's step time."""
     device = trainer.device
@@ -102,23 +123,43 @@ def fingerprint(trainer: Trainer) -> torch.Tensor:
     return torch.stack([p.detach().float().sum() for p in local])
 
 
+def profiled_trace(trainer: Trainer, steps: int, activities: list) -> dict:
+    """The chrome trace of `steps` training steps, after an unprofiled step and a warm-up step under
+    the profiler. The profiler's start (CUPTI attaching, the first time in the process) takes each
+    rank a different time, and a first step traced from it would show the rank that started first
+    waiting in its NCCL kernels for the others, as communication. And kineto tears CUPTI down after a
+    session (TEARDOWN_CUPTI, which ampbench.devicetime sets) from the next CUDA call on, on a thread of
+    its own: a session started back to back with the last one (the reference's after the mode's) can
+    lose its GPU events to that teardown, which the unprofiled step gives time to finish."""
+    from torch.profiler import profile, schedule
+
+    traces: list[dict] = []
+
+    def keep(prof) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "trace.json"
+            prof.export_chrome_trace(str(path))
+            traces.append(json.loads(path.read_text()))
+
+    with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=1, repeat=1),
+                 on_trace_ready=keep) as prof:
+        for block in (1, 1, steps):  # unprofiled, warm-up, then the traced steps; each ends on an idle device
+            trainer.run(block)
+            sync(trainer.device)
+            prof.step()
+    return traces[0]
+
+
 def profile_comm(trainer: Trainer, steps: int) -> dict:
     """NCCL's share of `steps` untimed steps and its overlap with compute, from torch.profiler; None
     figures off CUDA (gloo works on the host, there are no kernels to read)."""
     device = trainer.device
     if device.type != "cuda" or steps <= 0:
         return {"comm_share": None, "comm_overlap": None}
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     together(device)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        trainer.run(steps)
-        sync(device)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        trace = json.loads(path.read_text())
-    return comm_figures(kernels_from_trace(trace))
+    return comm_figures(kernels_from_trace(profiled_trace(trainer, steps, [ProfilerActivity.CUDA])))
 
 
 def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torch.device,
@@ -126,7 +167,10 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
     rank, world = dist.get_rank(), dist.get_world_size()
     if not variant.applies_to(mode):
         raise ValueError(f"comm variant {variant.name} does not apply to mode {mode.name}")
-    ref = build(spec, get_mode(REFERENCE_MODE), get_comm(variant.reference), device, args.smoke)
+    # fp32 compiled where the mode compiles (fp8), as in the single-GPU suite: an eager reference would
+    # fold the compile gain into the mode's speedup
+    ref_mode = compiled(get_mode(REFERENCE_MODE), mode.compile)
+    ref = build(spec, ref_mode, get_comm(variant.reference), device, args.smoke)
     trainer = build(spec, mode, variant, device, args.smoke)
     ref_step, mode_step = warm_together(ref, policy), warm_together(trainer, policy)
     timer = ranked_timer(ref, trainer, steps_per_block(ref_step, policy.block_seconds),
@@ -196,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         policy = speed.policy_for(device, args.rounds, 0.03, args.block_seconds)
         single = None
         if rank == 0 and args.single:
-            single = speed.prepare_side(spec, mode, device, args.smoke, policy)
+            single = single_side(spec, mode, device, args.smoke, policy)
         for variant in args.comms:
             try:
                 doc = run_cell(args, spec, mode, variant, device, single, policy)
@@ -209,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(json.dumps(doc))
             print(f"rank {rank}: {spec.name} {mode.name} {variant.name} done", flush=True)
             release(device)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        exit_failed_rank()
+    dist.destroy_process_group()  # every rank gets here together: nothing is left to flush
     return 0
 
 

@@ -7,13 +7,16 @@ The per-rank program is ``ampbench.dist_worker`` (run by torchrun); ``ampbench.l
 from __future__ import annotations
 
 import math
+import os
+import sys
+import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, NoReturn, Sequence
 
 import torch
 from torch import nn
 
-from ampbench.modes import PrecisionMode
+from ampbench.modes import MODES, PrecisionMode
 from ampbench.stats import SpeedupEstimate, estimate_speedup, median
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
@@ -125,6 +128,10 @@ def _wrap_fsdp2(model: nn.Module, variant: CommVariant, device: torch.device) ->
     from torch.distributed.fsdp import fully_shard
 
     policy, mesh = variant.mp_policy(), device_mesh(device)
+    # fully_shard refuses parameters that are not contiguous, and on CUDA a convnet's Trainer has made
+    # its conv weights channels_last; FSDP2 all-gathers every parameter contiguous anyway, so this only
+    # moves the layout change to before the shard. The inputs stay channels_last.
+    model.to(memory_format=torch.contiguous_format)
     for unit in fsdp2_units(model):
         fully_shard(unit, mesh=mesh, mp_policy=policy)
     return model
@@ -160,6 +167,23 @@ STRATEGIES: dict[str, Strategy] = {
 }
 
 
+# -- ending a rank -----------------------------------------------------------------------------------
+
+
+def exit_failed_rank() -> NoReturn:
+    """End a rank that raised: its traceback printed, then exit status 1 at once, without
+    ``destroy_process_group``. That call flushes the NCCL communicator's pending work (ncclCommFinalize,
+    torch 2.6 on) and NCCL's teardown may synchronise with the node's other ranks, which here sit in a
+    collective this rank will never join: the failed rank would hang until the collective timeout, a
+    waiting rank's watchdog would fire first, and torchrun would name that rank as the root cause,
+    with its timeout instead of this rank's error. Exiting now lets torchrun see this rank fail first
+    and stop the others; the driver frees the GPU and the communicator with the process."""
+    traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
 # -- NCCL's share of a step, from a profiler trace -------------------------------------------------
 
 
@@ -193,30 +217,34 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return merged
 
 
-def _covered(a: float, b: float, union: list[tuple[float, float]]) -> float:
-    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in union)
+def _length(union: list[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in union)
 
 
 def comm_figures(kernels: Sequence[Kernel]) -> dict[str, float | None]:
-    """comm_share: summed duration of kernels named nccl over the span from the first kernel's start
-    to the last one's end; comm_overlap: the part of that NCCL time during which a compute kernel
-    (any other kernel) ran on another stream. NCCL kernels include the time they wait for the other
-    ranks, so a share is an upper bound on the wire time."""
+    """comm_share: the time NCCL kernels ran over the span from the first kernel's start to the last
+    one's end; comm_overlap: the part of that NCCL time during which a compute kernel (any other
+    kernel) ran on another stream. Both count time, the union of intervals, not summed durations:
+    NCCL kernels of two streams run at once (FSDP2's all-gather of the next unit during the
+    reduce-scatter of the last), and a sum would count that time twice. NCCL kernels include the time
+    they wait for the other ranks, so a share is an upper bound on the wire time."""
     nccl = [k for k in kernels if "nccl" in k.name.lower()]
     if not kernels or not nccl:
         return {"comm_share": 0.0 if kernels else None, "comm_overlap": None, "comm_us": 0.0}
     span = max(k.end for k in kernels) - min(k.start for k in kernels)
-    comm = sum(k.end - k.start for k in nccl)
+    comm = _length(_union([(k.start, k.end) for k in nccl]))
     compute_by_stream: dict[int, list[tuple[float, float]]] = {}
     for k in kernels:
         if "nccl" not in k.name.lower():
             compute_by_stream.setdefault(k.stream, []).append((k.start, k.end))
-    overlapped = 0.0
+    others: dict[int, list[tuple[float, float]]] = {}  # per NCCL stream: compute on every other stream
+    overlapped: list[tuple[float, float]] = []
     for k in nccl:
-        others = _union([iv for s, ivs in compute_by_stream.items() if s != k.stream for iv in ivs])
-        overlapped += _covered(k.start, k.end, others)
+        if k.stream not in others:
+            others[k.stream] = _union([iv for s, ivs in compute_by_stream.items() if s != k.stream for iv in ivs])
+        overlapped += [(max(k.start, x), min(k.end, y)) for x, y in others[k.stream] if x < k.end and y > k.start]
     return {"comm_share": comm / span if span > 0 else None,
-            "comm_overlap": overlapped / comm if comm > 0 else None, "comm_us": comm}
+            "comm_overlap": _length(_union(overlapped)) / comm if comm > 0 else None, "comm_us": comm}
 
 
 # -- the ranks' documents, merged ------------------------------------------------------------------
@@ -269,9 +297,24 @@ def merge_ranks(docs: Sequence[dict], confidence: float) -> DistFigures:
     )
 
 
-# -- how many ranks ---------------------------------------------------------------------------------
+# -- how many ranks, and which cells ----------------------------------------------------------------
 
 CPU_WORLD_SIZE = 2  # gloo processes of the CPU smoke pass
+GPU_MODELS = ("resnet50", "gpt")  # and, in the full tier, llama (its ModelSpec's tier)
+FULL_TIER_GPU_MODELS = (*GPU_MODELS, "llama")
+# the CPU pass runs in CI on two slow cores: one small model, one mode, every variant that applies
+CPU_MODELS, CPU_MODES = ("mlp",), ("amp_bf16",)
+
+
+def default_cells(device: torch.device, tier: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(models, modes) of the distributed cells where --perf-models and --perf-precisions name none.
+    On GPUs every mode but those whose row compiles (fp8): as in the single-GPU suite they run where
+    --perf-precisions names them, since each comm variant builds two trainers and each compile costs
+    about a minute."""
+    if device.type != "cuda":
+        return CPU_MODELS, CPU_MODES
+    models = FULL_TIER_GPU_MODELS if tier == "full" else GPU_MODELS
+    return models, tuple(name for name, row in MODES.items() if not row.compile)
 
 
 def resolve_world_size(requested: int | None, device: torch.device, gpus: int) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 # torchrun's --tee prefixes each line a worker prints with "[default<local rank>]:"
 _RANK_LINE = re.compile(r"^\[default(\d+)\]:(.*)$")
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)", re.DOTALL)
+_CPP_FRAME = re.compile(r"^\s*frame #\d+:")
 
 
 def torchrun_command(module: str, args: list[str], nproc: int) -> list[str]:
@@ -50,50 +51,104 @@ class LaunchResult:
 
     def explain(self, nproc: int, lines: int = 15) -> str:
         """What went wrong, with the last lines of the failing rank (every rank's after a hang)."""
-        head = (f"timed out after {self.timeout:.0f} s; the launch's process group was killed" if self.timed_out
+        head = (f"timed out after {self.timeout:.0f} s; the launch and its ranks were killed" if self.timed_out
                 else f"exit status {self.returncode} after {self.seconds:.0f} s")
         failed = self.failed_rank()
         ranks = [failed] if failed is not None else list(range(nproc))
         parts = [head]
         for r in ranks:
-            tail = self.rank_lines(r)[-lines:]
+            # without the frames of C++ stack traces: NCCL's watchdog and CUDA errors print a dozen or
+            # more after their message, which would push the message itself out of the last lines
+            tail = [line for line in self.rank_lines(r) if not _CPP_FRAME.match(line)][-lines:]
             parts.append(f"--- rank {r}{' (root cause)' if r == failed else ''}, last lines:\n" + "\n".join(tail))
         if not any(self.rank_lines(r) for r in ranks):  # torchrun itself failed: its own last lines
             parts.append("--- torchrun, last lines:\n" + "\n".join(self.output.splitlines()[-lines:]))
         return "\n".join(parts)
 
 
-def _kill_group(pgid: int, grace: float = 5.0) -> None:
-    """SIGTERM to the whole process group (torchrun forwards it to its workers), SIGKILL to whatever is
-    left after `grace` seconds."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs; a zombie awaiting its parent counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc (none where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
         try:
-            os.killpg(pgid, sig)
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _kill_tree(pid: int, grace: float = 5.0) -> None:
+    """SIGTERM to the process group of `pid` and of every process below it, SIGKILL to whatever is left
+    after `grace` seconds. torchrun starts each rank in a session of its own, so killing torchrun's
+    group alone leaves a rank that is slow to die (a CUDA context tearing down, SIGTERM ignored)
+    running for ever once torchrun is gone: the ranks are found while torchrun still lives."""
+    procs = [pid, *_descendants(pid)]
+    groups = set()
+    for p in procs:
+        try:
+            groups.add(os.getpgid(p))
         except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
+            pass
+    groups.discard(os.getpgrp())  # never this process's own group
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0.0)):
+        for send, target in [*((os.killpg, g) for g in groups), *((os.kill, p) for p in procs)]:
             try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
+                send(target, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + wait
+        while any(map(_alive, procs)) and time.monotonic() < deadline:
             time.sleep(0.1)
+        if not any(map(_alive, procs)):
+            return
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def run_launch(command: list[str], timeout: float, cwd: Path) -> LaunchResult:
     """Run `command` in a new session (its own process group) with this process's environment as it
-    is (NCCL_* and every other variable pass through untouched); at `timeout` the whole group is
-    killed, and it is killed after a normal exit too, so no rank outlives the call."""
+    is (NCCL_* and every other variable pass through untouched); at `timeout` it is killed with every
+    process below it, and its group is killed after a normal exit too, so no rank outlives the call."""
     t0 = time.monotonic()
     proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", start_new_session=True)
+    code: int | None = None
     try:
         out, _ = proc.communicate(timeout=timeout)
-        code: int | None = proc.returncode
+        code = proc.returncode
     except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
+        _kill_tree(proc.pid)  # before torchrun is reaped: its ranks are found below it only while it lives
         out, _ = proc.communicate()
-        code = None
     finally:
-        _kill_group(proc.pid, grace=0.0)  # a rank that torchrun left behind
+        if proc.returncode is None:  # interrupted: nothing may outlive the call either
+            _kill_tree(proc.pid, grace=0.0)
+        else:
+            _kill_group(proc.pid)  # whatever torchrun left in its own group
     return LaunchResult(code, out or "", time.monotonic() - t0, timeout)

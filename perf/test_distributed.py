@@ -4,8 +4,8 @@ GPU model in this count (``baselines/<gpu-slug>-x<N>.json``).
 
 This pytest process stays one process: cells run in torchrun launches (``ampbench.dist_worker``), one
 launch per model and mode carrying every selected comm variant of it, so the process group starts once
-per mode rather than once per cell. A launch that fails or outlives its time limit is killed as a whole
-process group, and each of its cells fails with the failing rank's last lines.
+per mode rather than once per cell. A launch that fails or outlives its time limit is killed with every
+rank it started, and each of its cells fails with the failing rank's last lines.
 
 Scaling efficiency is N-GPU samples/s over N x the same mode's samples/s on one GPU, the 1-GPU side
 timed by rank 0 inside the same launch, between the distributed rounds, rather than by a separate
@@ -30,17 +30,14 @@ import models
 from perf.outcome import conclude
 from ampbench import speed
 from ampbench.device import cell_unsupported_reason
-from ampbench.distributed import DistFigures, merge_ranks, variants_for
+from ampbench.distributed import DistFigures, default_cells, merge_ranks, variants_for
 from ampbench.launch import LaunchResult, run_launch, torchrun_command
-from ampbench.modes import MODES, get_mode
+from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for, learned_spread
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU_MODELS = ("resnet50", "gpt")
-# the CPU pass runs in CI on two slow cores: one small model, one mode, every variant that applies
-CPU_MODELS, CPU_MODES = ("mlp",), ("amp_bf16",)
 # seconds a launch may take: a start (torch import, rendezvous, NCCL init) plus each cell's build,
 # warm-up, rounds and profile
 LAUNCH_SECONDS = {"cpu": (60.0, 30.0), "cuda": (180.0, 120.0)}
@@ -52,9 +49,9 @@ class InconclusiveDistributedSpeed(UserWarning):
 
 def _cells(config: pytest.Config, strategy: str) -> list[tuple[str, str, str]]:
     s = conftest.perf_settings_of(config)
-    cuda = s.device.type == "cuda"
-    model_names = config.option.perf_models or (GPU_MODELS if cuda else CPU_MODELS)
-    mode_names = config.option.perf_precisions or (tuple(MODES) if cuda else CPU_MODES)
+    default_models, default_modes = default_cells(s.device, s.tier)
+    model_names = config.option.perf_models or default_models
+    mode_names = config.option.perf_precisions or default_modes
     return [(m, p, v.name) for m in model_names for p in mode_names for v in variants_for(get_mode(p), strategy)]
 
 
@@ -68,11 +65,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def _launch(settings, nproc: int, model: str, mode: str, comms: list[str], out: Path) -> LaunchResult:
     base, per_cell = LAUNCH_SECONDS[settings.device.type]
-    rounds = speed.policy_for(settings.device, settings.min_rounds, settings.tolerance).rounds.min_rounds
+    limit = base + per_cell * len(comms)
+    # a recording times its first batch in as many rounds as the single-GPU suite's (12, not 8): that
+    # batch's interval sets the recorded noise, and 8 rounds' 99% interval is [min, max]
+    policy = speed.policy_for(settings.device, settings.min_rounds, settings.tolerance,
+                              recording=settings.update_baselines)
+    # a collective may wait half the launch's limit: a rank stuck in one then fails with NCCL's watchdog
+    # naming the collective, and torchrun names it, before the launch is killed with every rank's last
+    # lines and no cause (at the worker's default of 300 s, a one-variant launch's 300 s limit came first)
     args = ["--model", model, "--mode", mode, "--comm", ",".join(comms), "--out", str(out),
-            "--rounds", str(rounds), "--block-seconds", str(settings.block_seconds),
+            "--rounds", str(policy.rounds.min_rounds), "--block-seconds", str(settings.block_seconds),
+            "--collective-timeout", str(limit / 2),
             "--device", settings.device.type, *(["--cudnn-benchmark"] if settings.cudnn_benchmark else [])]
-    return run_launch(torchrun_command("ampbench.dist_worker", args, nproc), base + per_cell * len(comms), ROOT)
+    return run_launch(torchrun_command("ampbench.dist_worker", args, nproc), limit, ROOT)
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ from ampbench.distributed import (
     COMM_VARIANTS,
     Kernel,
     comm_figures,
+    default_cells,
     fsdp2_units,
     kernels_from_trace,
     merge_ranks,
@@ -25,7 +26,7 @@ from ampbench.distributed import (
     variants_for,
     world_size_skip_reason,
 )
-from ampbench.launch import LaunchResult, run_launch
+from ampbench.launch import LaunchResult, run_launch, torchrun_command
 from ampbench.modes import MODES
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -69,6 +70,19 @@ def test_comm_figures_share_and_overlap():
     assert comm_figures([])["comm_share"] is None
 
 
+def test_comm_figures_count_concurrent_nccl_kernels_once():
+    """FSDP2's all-gather and reduce-scatter kernels run at once on two streams: their time is counted once."""
+    kernels = [
+        Kernel("ncclDevKernel_AllGather_RING_LL", 20, 0.0, 40.0),
+        Kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 21, 20.0, 60.0),
+        Kernel("sm90_gemm", 7, 0.0, 30.0),
+        Kernel("elementwise", 7, 50.0, 100.0),
+    ]
+    figs = comm_figures(kernels)
+    assert figs["comm_share"] == pytest.approx(60.0 / 100.0) and figs["comm_us"] == pytest.approx(60.0)
+    assert figs["comm_overlap"] == pytest.approx(40.0 / 60.0)  # [0, 30] and [50, 60] under compute
+
+
 def test_kernels_from_chrome_trace():
     trace = {"traceEvents": [
         {"cat": "kernel", "name": "ncclKernel", "ts": 10.0, "dur": 5.0, "tid": 3, "args": {"stream": 13}},
@@ -76,6 +90,21 @@ def test_kernels_from_chrome_trace():
         {"cat": "kernel", "name": "gemm", "ts": 0.0, "dur": 20.0, "tid": 7},
     ]}
     assert kernels_from_trace(trace) == [Kernel("ncclKernel", 13, 10.0, 15.0), Kernel("gemm", 7, 0.0, 20.0)]
+
+
+def test_profiled_trace_leaves_out_its_warm_up_step():
+    """The NCCL figures come from the steps after an unprofiled and a warm-up step under the profiler,
+    whose start takes each rank a different time (shown with CPU events: GPU kernels go the same way)."""
+    from torch.profiler import ProfilerActivity
+
+    from ampbench.dist_worker import profiled_trace
+    from ampbench.modes import MODES
+    from ampbench.train import Trainer
+
+    trainer = Trainer(models.get_model("mlp"), MODES["fp32"], CPU, smoke=True)
+    trace = profiled_trace(trainer, 2, [ProfilerActivity.CPU])
+    steps = [e for e in trace["traceEvents"] if str(e.get("name", "")).startswith("Optimizer.step#")]
+    assert len(steps) == 2 and trainer.steps_taken == 4
 
 
 def _doc(rank, ref, mode, single=None):
@@ -107,6 +136,15 @@ def test_world_size_defaults_and_limits():
     assert "--perf-world-size is 1" in world_size_skip_reason(1, CPU, 0)
 
 
+def test_default_cells():
+    """resnet50 and gpt on GPUs, llama too in the full tier; every mode but those whose row compiles
+    (fp8, only where --perf-precisions names them); one small model and mode on the CPU."""
+    assert default_cells(CPU, "quick") == (("mlp",), ("amp_bf16",))
+    models_quick, modes = default_cells(CUDA, "quick")
+    assert models_quick == ("resnet50", "gpt") and default_cells(CUDA, "full")[0] == ("resnet50", "gpt", "llama")
+    assert "amp_bf16" in modes and "fp16_master" in modes and not any(MODES[m].compile for m in modes)
+
+
 def test_cluster_slug():
     assert cluster_slug("NVIDIA H200", 2) == "nvidia-h200-x2"
     assert cluster_slug("NVIDIA H100 80GB HBM3", 1) == "nvidia-h100-80gb-hbm3"
@@ -124,22 +162,52 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
+def _gone_within(pids: list[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(map(_alive, pids))
+
+
 def test_a_hanging_launch_is_killed_with_its_children(tmp_path):
     """A launch past its limit ends within it, taking every process it started along (here a child
-    that ignores SIGTERM), and keeps the output it printed."""
+    that ignores SIGTERM in a session of its own, as torchrun starts its ranks), and keeps the output
+    it printed."""
     pidfile = tmp_path / "child.pid"
     child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
-    script = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {child!r}]); "
+    script = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True); "
               f"open({str(pidfile)!r}, 'w').write(str(p.pid)); print('[default1]:started', flush=True); p.wait()")
     t0 = time.monotonic()
     result = run_launch([sys.executable, "-c", script], timeout=3.0, cwd=tmp_path)
     assert result.timed_out and time.monotonic() - t0 < 15
     assert result.rank_lines(1) == ["started"]
-    deadline = time.monotonic() + 5
-    while _alive(int(pidfile.read_text())) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(int(pidfile.read_text())), "the launch's child outlived it"
+    assert _gone_within([int(pidfile.read_text())], 5), "the launch's child outlived it"
     assert "timed out after 3 s" in result.explain(2)
+
+
+def test_a_hanging_torchrun_launch_leaves_no_rank(tmp_path):
+    """The same through torchrun itself: ranks that ignore SIGTERM are gone when the launch returns."""
+    # torchrun substitutes its own macros in the arguments as a string.Template does: $$ gives one $
+    rank = f'echo $$$$ > {tmp_path}/rank$LOCAL_RANK.pid; echo started; trap "" TERM; exec sleep 600'
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--tee=3",
+               "--no-python", "sh", "-c", rank]
+    result = run_launch(command, timeout=12.0, cwd=tmp_path)
+    assert result.timed_out
+    assert all(result.rank_lines(r) == ["started"] for r in (0, 1)), result.output[-2000:]
+    pids = [int((tmp_path / f"rank{r}.pid").read_text()) for r in (0, 1)]
+    assert _gone_within(pids, 5), "a rank outlived its torchrun launch"
+
+
+def test_a_failing_rank_ends_the_launch_with_its_error(tmp_path):
+    """A rank that raises prints its traceback and exits at once, without the process group's teardown
+    (on NCCL that waits for ranks stuck in a collective), and the launch's explanation shows why."""
+    args = ["--model", "mlp", "--mode", "fp16", "--comm", "fsdp2_fp32_reduce", "--out", str(tmp_path),
+            "--device", "cpu", "--no-single"]
+    root = Path(__file__).resolve().parents[1]
+    result = run_launch(torchrun_command("ampbench.dist_worker", args, 2), timeout=120.0, cwd=root)
+    assert not result.ok and not result.timed_out, result.output[-3000:]
+    text = result.explain(2)
+    assert "Traceback" in text and "ValueError: comm variant fsdp2_fp32_reduce does not apply to mode fp16" in text, text
 
 
 def test_failure_names_the_root_cause_rank():
@@ -148,6 +216,14 @@ def test_failure_names_the_root_cause_rank():
     text = LaunchResult(1, output, 5.0, 60.0).explain(2)
     assert "rank 1 (root cause)" in text and "ValueError: mlp amp_bf16 fp16_hook" in text and "fine" not in text
     assert math.isfinite(LaunchResult(1, output, 5.0, 60.0).seconds)
+
+
+def test_failure_lines_leave_out_cpp_frames():
+    """NCCL's watchdog prints its message, then a C++ stack trace: the message stays in the last lines."""
+    message = "[default0]:  what():  [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE)"
+    frames = [f"[default0]:frame #{i}: c10::Error::Error() + 0x96 (0x7f in libc10.so)" for i in range(20)]
+    text = LaunchResult(None, "\n".join([message, *frames]), 60.0, 60.0).explain(1)
+    assert "Watchdog caught collective operation timeout" in text and "frame #" not in text
 
 
 def test_distributed_cells_and_ids():
@@ -165,3 +241,22 @@ def test_distributed_cells_and_ids():
     assert ids[:4] == ["test_ddp_speed[resnet50-amp_bf16-fp32]", "test_ddp_speed[resnet50-amp_bf16-bf16_hook]",
                        "test_ddp_speed[resnet50-amp_bf16-fp16_hook]", "test_ddp_speed[resnet50-bf16-fp32]"]
     assert "test_fsdp2_speed[gpt-amp_bf16-fsdp2_bf16_reduce]" in ids and len(ids) == 2 * (4 + 3)
+
+
+def test_fsdp2_wraps_a_channels_last_convnet():
+    """On CUDA a convnet's Trainer makes its weights channels_last before the wrap, and fully_shard
+    refuses parameters that are not contiguous (the CPU smoke pass never makes them channels_last)."""
+    import torch.distributed as dist
+
+    from ampbench.distributed import STRATEGIES, get_comm
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3), torch.nn.ReLU()))
+        model = conv.to(memory_format=torch.channels_last)
+        assert not model[0].weight.is_contiguous()
+        wrapped = STRATEGIES["fsdp2"].wrap(model, get_comm("fsdp2_fp32"), CPU)
+        wrapped(torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)).sum().backward()
+        assert all(p.grad is not None for p in wrapped.parameters())
+    finally:
+        dist.destroy_process_group()
