@@ -17,6 +17,7 @@ from ampbench.results import (
     Run,
     SpeedRecord,
 )
+from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import DEFAULT_TOLERANCE, WALL_TOLERANCE_FLOOR, RatioCheck, SpeedupCheck, Verdict, tolerance_for
 
 DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little
@@ -114,24 +115,43 @@ def _speed_change(old: SpeedRecord | DistributedRecord, new: SpeedRecord | Distr
     old_est, new_est = old.estimate(device=True), new.estimate(device=True)
     device = (old_est is not None and new_est is not None
               and getattr(old, "device_method", None) == getattr(new, "device_method", None))
-    figure = "device speedup" if device else "speedup"
     if not device:
         floor = max(floor, WALL_TOLERANCE_FLOOR)
         old_est, new_est = old.estimate(), new.estimate()
+    return _interval_change(new, "device speedup" if device else "speedup", old_est, new_est,
+                            new.speedup_of(device), floor, old.tolerance_of(device))
+
+
+def _versus_change(old: SpeedRecord, new: SpeedRecord, floor: float) -> Change | None:
+    """A compiled cell's ratio over its versus side (compile gain; fp8 over compiled amp_bf16), where the
+    new run has one: held only against an old ratio over the same side, measured the same way."""
+    new_est = new.versus_estimate()
+    if new_est is None:
+        return None
+    same = old.versus == new.versus and old.versus_method == new.versus_method
+    old_est = old.versus_estimate() if same else None
+    return _interval_change(new, f"over {new.versus}", old_est, new_est, new.versus_speedup, floor,
+                            old.versus_tolerance if same else None, f"speedup over {new.versus}")
+
+
+def _interval_change(new: Record, figure: str, old_est: SpeedupEstimate | None, new_est: SpeedupEstimate | None,
+                     new_value: float | None, floor: float, recorded: float | None,
+                     check_figure: str = "speedup over fp32") -> Change:
+    """One ratio with an interval, new against old: the old value is the baseline, and the old interval's
+    width stands for the noise it was recorded with."""
     base = _base(new, figure)
     if old_est is None:
-        return Change(**base, old="-", new=fmt_speedup(new_est, new.speedup_of(device)), change=None,
-                      verdict=Verdict.NO_BASELINE, message="the old run has no speedup with an interval for this test")
+        return Change(**base, old="-", new=fmt_speedup(new_est, new_value), change=None,
+                      verdict=Verdict.NO_BASELINE, message=f"the old run has no {figure} with an interval for this test")
     if new_est is None:
         return Change(**base, old=fmt_speedup(old_est), new="-", change=None, verdict=Verdict.INCONCLUSIVE,
-                      message="the new run has no speedup with an interval for this test")
-    # the old interval's width stands for the noise the 'baseline' was recorded with; the tolerance the
-    # old run itself was held to already folds in its baseline's recorded noise, so never go below it
+                      message=f"the new run has no {figure} with an interval for this test")
+    # the tolerance the old run itself was held to already folds in its baseline's recorded noise, so
+    # never go below it
     tolerance = tolerance_for(floor, old_est.half_width)
-    recorded = old.tolerance_of(device)
     if recorded is not None and 0 < recorded < 1:
         tolerance = max(tolerance, recorded)
-    check = SpeedupCheck(new.model, new.mode, expected=old_est.speedup, tolerance=tolerance)
+    check = SpeedupCheck(new.model, new.mode, expected=old_est.speedup, tolerance=tolerance, figure=check_figure)
     return Change(
         **base,
         old=fmt_speedup(old_est),
@@ -171,7 +191,9 @@ def _ratio(value: float | None) -> str:
 def _figure_changes(old: Record, new: Record, tolerance: float, memory_tolerance: float,
                     accuracy_tolerance: float) -> list[Change | None]:
     """The figures of one kind of cell, old against new (none for kinds without a figure to hold)."""
-    if isinstance(new, (SpeedRecord, DistributedRecord)) and type(old) is type(new):
+    if isinstance(new, SpeedRecord) and isinstance(old, SpeedRecord):
+        return [_speed_change(old, new, tolerance), _versus_change(old, new, tolerance)]
+    if isinstance(new, DistributedRecord) and isinstance(old, DistributedRecord):
         return [_speed_change(old, new, tolerance)]
     if isinstance(new, MemoryRecord) and isinstance(old, MemoryRecord):
         rows = [_ratio_change(new, old.memory_ratio, new.memory_ratio, "memory ratio", "higher", memory_tolerance, _ratio)]

@@ -302,3 +302,18 @@ def test_the_fixtures_of_eager_runs_show_no_versus_matrix():
     from ampbench.report import load_run
 
     assert versus_matrices(load_run(Path(__file__).parent / "data" / "h100_speed_device.json")) == []
+
+
+def test_compare_holds_the_ratio_over_the_versus_side_against_the_old_run():
+    from ampbench.compare import compare_cells
+
+    old = _record("gpt", "fp8_tensorwise", "amp_bf16 compiled", 0.86)
+    rows = compare_cells(old, _record("gpt", "fp8_tensorwise", "amp_bf16 compiled", 0.80))
+    versus = [r for r in rows if r.figure == "over amp_bf16 compiled"]
+    assert [r.figure for r in rows][0] == "device speedup" and len(versus) == 1
+    assert versus[0].verdict is Verdict.REGRESSION and "speedup over amp_bf16 compiled 0.800x" in versus[0].message
+    assert compare_cells(old, old)[1].verdict is Verdict.PASS
+    # a ratio over another side, or measured another way, has nothing old to be held against
+    other = compare_cells(_record("gpt", "fp8_tensorwise", "amp_bf16", 0.86), old)[1]
+    assert other.verdict is Verdict.NO_BASELINE
+    assert len(compare_cells(_record("gpt", "amp_bf16", None, None), _record("gpt", "amp_bf16", None, None))) == 1
