@@ -37,9 +37,10 @@ class DynamoState:
                 if n > earlier.breaks.get(reason, 0)]
 
 
-# Compile time is held loosely: it follows the host's CPU as much as the compiler, so only a doubling
-# (Inductor or dynamo gone badly wrong, a compile cache that stopped being skipped) fails a cell.
-COMPILE_TIME_TOLERANCE = 1.0
+# Compile time is held loosely: it follows the host's CPU as much as the compiler. Two H100 hosts of
+# one kind ran the same cold compiles 1.4-1.7x apart (gpt amp_bf16 16.6 s and 27.7 s), so only three
+# times the baseline (Inductor or dynamo gone badly wrong, a compile cache no longer skipped) fails a cell.
+COMPILE_TIME_TOLERANCE = 2.0
 
 
 def compile_time_check(model: str, mode: str, baseline: dict | None, compile_s: float | None) -> str | None:

@@ -51,8 +51,8 @@ def test_compile_time_is_held_loosely_against_its_baseline():
     from ampbench.compiled_cell import COMPILE_TIME_TOLERANCE, compile_time_check
 
     assert compile_time_check("gpt", "amp_bf16 compiled", {"compile_s": 30.0}, 30.0 * (1 + COMPILE_TIME_TOLERANCE)) is None
-    failure = compile_time_check("gpt", "amp_bf16 compiled", {"compile_s": 30.0}, 75.0)
-    assert "gpt amp_bf16 compiled: compile time (s, caches cold) 75 against baseline 30 (+150.0%)" in failure
+    failure = compile_time_check("gpt", "amp_bf16 compiled", {"compile_s": 30.0}, 105.0)
+    assert "gpt amp_bf16 compiled: compile time (s, caches cold) 105 against baseline 30 (+250.0%)" in failure
     # nothing to hold it to: an eager cell, or an entry recorded before compile time was
     assert compile_time_check("gpt", "amp_bf16", {"compile_s": 30.0}, None) is None
     assert compile_time_check("gpt", "amp_bf16 compiled", {"speedup": 2.0}, 75.0) is None
