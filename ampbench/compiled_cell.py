@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from ampbench import speed
+from ampbench import speed, spread
 from ampbench.modes import PrecisionMode, get_mode, label, versus_figure, versus_of
 from ampbench.stats import median
 from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, learned_spread, recorded_check, tolerance_for
@@ -124,16 +124,19 @@ class Versus:
         )
 
     def baseline_figures(self, previous: dict | None, comparable: bool, policy: speed.SpeedPolicy,
-                         floor: float, carried: dict | None = None) -> dict[str, Any]:
-        """What a recording stores of the ratio: both batches pooled, and its noise from the two batches
-        (and from `previous`, where that was recorded on the same software and by the same method); its
-        tolerance allows for the between-run spread the entry keeps (`carried`, ``spread.carried_device``)."""
-        same = comparable and previous is not None and previous.get("versus_method") == self.timing.method
+                         floor: float) -> dict[str, Any]:
+        """What a recording stores of the ratio: both batches pooled, its noise from the two batches,
+        and, where `previous` holds the same ratio (over the same side, by the same method, recorded
+        `comparable`-ly: the same software, measured the same way), how far it lay from that one and the
+        between-run spread it learned, which the stored tolerance allows for."""
+        same = (comparable and previous is not None and previous.get("versus") == self.label
+                and previous.get("versus_method") == self.timing.method)
         pooled, noise = self.timed.recording(policy, previous, same, "versus_speedup")
+        kept = spread.carried(previous, same, spread.VERSUS_SPREAD_FIGURES)
         return {"versus": self.label, "versus_speedup": pooled.speedup, "versus_ci_low": pooled.low,
                 "versus_ci_high": pooled.high, "versus_rounds": pooled.rounds, "versus_noise": noise,
-                "versus_tolerance": tolerance_for(floor, noise, learned_spread(carried, "versus_")),
-                "versus_method": self.timing.method}
+                "versus_tolerance": tolerance_for(floor, noise, learned_spread(kept, "versus_")),
+                "versus_method": self.timing.method, **kept}
 
 
 def measure_versus(model: str, mode: PrecisionMode, versus: speed.Side, side: speed.Side, baseline: dict | None,

@@ -27,6 +27,9 @@ class Tier:
     # compiled cells only: a test collects cells where it has the compile axis (test_speed) or names its
     # models for this tier (the cells marker's `compile=`), and the other tests none
     compiled_only: bool = False
+    # the memory test searches each cell's largest batch (most of that test's time); else it measures the
+    # default batch only
+    memory_search: bool = True
 
 
 # The compile tier guards what teams train with on Hopper today, meant to fit 10 minutes on one H100:
@@ -34,7 +37,7 @@ class Tier:
 # compile and fp8 have something to say (a convnet, GPT-2 small, a Llama-3-8B-wide decoder) in bf16
 # autocast and fp8. Compiled amp_fp16 (35-50 s more per model) runs in the full tier.
 TIERS: dict[str, Tier] = {t.name: t for t in (
-    Tier("quick"),
+    Tier("quick", memory_search=False),
     Tier("full"),
     Tier("compile", models=("resnet50", "gpt", "llama"), modes=("amp_bf16", "fp8_tensorwise", "fp8_rowwise"),
          compile="on", compiled_only=True),

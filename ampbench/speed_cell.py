@@ -234,9 +234,6 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         dev_pooled, device_noise = dev_fig.recording(pol, baseline, dev_comparable, "device_speedup")
         pooled, noise = wall_fig.recording(pol, baseline, comparable, "speedup")
         carried = spread.carried(baseline, comparable) | spread.carried_device(baseline, dev_comparable)
-        if vs is not None:  # the versus ratio's spread, where the previous entry measured the same ratio the same way
-            same = dev_comparable and baseline.get("versus") == vs.label and baseline.get("versus_method") == vs.timing.method
-            carried |= spread.carried_device(baseline, same, spread.VERSUS_SPREAD_FIGURES)
         store.record(test_id, {
             "speedup": pooled.speedup, "ci_low": pooled.low, "ci_high": pooled.high, "rounds": pooled.rounds,
             "noise": noise,
@@ -249,7 +246,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
             "idle_share": load.idle_share, "host_bound": load.host_bound,
             "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
             **({"kernels": kernels} if kernels else {}), **({"compile_s": compile_s} if compile_s else {}), **carried,
-            **(vs.baseline_figures(baseline, comparable, pol, settings.tolerance, carried) if vs is not None else {}),
+            **(vs.baseline_figures(baseline, comparable, pol, settings.tolerance) if vs is not None else {}),
         }, software)
 
     # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer

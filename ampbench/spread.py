@@ -301,18 +301,17 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
     return dict(document, entries=entries)
 
 
-def carried_device(previous: Mapping | None, comparable: bool, names: Sequence[str] = DEVICE_SPREAD_FIGURES) -> dict:
-    """As ``carried``, for the device-time speedup's spread (or, with `names` VERSUS_SPREAD_FIGURES, the
-    versus ratio's): kept only where the previous entry's figure was measured the same way (`comparable`)."""
+def carried_device(previous: Mapping | None, comparable: bool) -> dict:
+    """As ``carried``, for the device-time speedup's spread: kept only where the previous entry's
+    device time was measured the same way (`comparable`)."""
+    return carried(previous, comparable, DEVICE_SPREAD_FIGURES)
+
+
+def carried(previous: Mapping | None, comparable: bool, names: Sequence[str] = SPREAD_FIGURES) -> dict:
+    """The spread figures (`names`: the wall-clock speedup's by default) a re-recorded entry keeps: its
+    old entry's, when that was recorded on the same software, measured the same way
+    (``speed.comparable_recording``), else none, because a new version's spread must be learned from
+    its own runs."""
     if previous is None or not comparable:
         return {}
     return {name: previous[name] for name in names if name in previous}
-
-
-def carried(previous: Mapping | None, comparable: bool) -> dict:
-    """The spread figures a re-recorded entry keeps: its old entry's, when that was recorded on the
-    same software, measured the same way (``speed.comparable_recording``), else none, because a new
-    version's spread must be learned from its own runs."""
-    if previous is None or not comparable:
-        return {}
-    return {name: previous[name] for name in SPREAD_FIGURES if name in previous}

@@ -19,14 +19,15 @@ from ampbench import memory
 from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
 from ampbench.modes import REFERENCE_MODE, get_mode
+from ampbench.settings import TIERS
 from ampbench.verdict import Verdict
 from models import get_model
 
 
 def _searches(settings) -> bool:
     """Whether this run searches the largest batch: the full tier does, the quick tier measures the
-    default batch only."""
-    return settings.tier != "quick"
+    default batch only (the tier's row, ``settings.TIERS``)."""
+    return TIERS[settings.tier].memory_search
 
 
 @pytest.fixture(scope="session")

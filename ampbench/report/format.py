@@ -22,8 +22,6 @@ VERDICT_ICONS = {
     Verdict.EXPECTED_LAG: "🐢",
     Verdict.NO_BASELINE: "➖",
 }
-# the largest batch of a memory cell that measured the default batch only (the quick tier)
-NOT_SEARCHED = "not searched"
 NEEDS_A_LOOK = tuple(v for v in VERDICT_ORDER if v.needs_a_look)  # failing first, then warnings
 SMOKE_NOTE = ("Smoke run: figures are not comparable. A CPU run trains tiny shapes to check the code path; "
               "its speedups, step times and accuracies say nothing about a GPU, and nothing is held against baselines.")
@@ -129,7 +127,7 @@ class Row:
         if self.max_batch_ratio is not None and self.max_batch is not None:
             batch = f"{batch} ({self.max_batch_ratio:.2f}x)"
         elif not self.max_batch_searched:
-            batch = NOT_SEARCHED
+            batch = MemoryRecord.NOT_SEARCHED
         accuracy = fmt_accuracy(self.accuracy)
         if self.convergence and self.accuracy is None:
             accuracy = str(self.convergence)

@@ -154,7 +154,11 @@ def _matrix_cell(entry: MatrixEntry | None) -> dict | None:
 
 
 def _matrix(run: Run, figure: SpeedFigure, title: str, note: str) -> dict:
-    modes, rows = matrix(run, figure)
+    return _matrix_context(title, note, *matrix(run, figure))
+
+
+def _matrix_context(title: str, note: str, modes: list[str],
+                    rows: list[tuple[str, list[MatrixEntry | None]]]) -> dict:
     return {"title": title, "note": note, "modes": modes,
             "rows": [{"model": model, "cells": [_matrix_cell(e) for e in row]} for model, row in rows]}
 
@@ -177,9 +181,7 @@ def _speed_context(run: Run) -> dict | None:
     else:
         matrices = [_matrix(run, WALL, "Speedup over fp32", "Wall-clock speedup of each mode's training step and "
                                                             "its interval; colour and sign: its verdict.")]
-    matrices += [{"title": m.title, "note": m.note, "modes": m.modes,
-                  "rows": [{"model": model, "cells": [_matrix_cell(e) for e in row]} for model, row in m.rows]}
-                 for m in versus_matrices(run)]
+    matrices += [_matrix_context(m.title, m.note, m.modes, m.rows) for m in versus_matrices(run)]
     host = host_bound_cells(run)
     host_table = _table(
         ["model", "mode", "GPU idle", "host overhead per step", "GPU busy per step", "eager step"],

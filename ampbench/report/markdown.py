@@ -60,19 +60,21 @@ def speedup_matrix(run: Run, device: bool = False) -> tuple[list[str], list[list
     for model, row in entries:
         texts = [model]
         for e in row:
-            # "no baseline" on every cell of a fresh GPU would only add noise to the matrix
-            icon = "" if e is None or e.verdict == Verdict.NO_BASELINE.value else VERDICT_ICONS.get(e.verdict or "", "")
-            texts.append(DASH if e is None else f"{e.value:.2f}x {icon}".strip())
+            texts.append(DASH if e is None else f"{e.value:.2f}x {_icon(e)}".strip())
         rows.append(texts)
     return ["model", *modes], rows
+
+
+def _icon(entry: MatrixEntry) -> str:
+    # "no baseline" on every cell of a fresh GPU would only add noise to the matrix
+    return "" if entry.verdict == Verdict.NO_BASELINE.value else VERDICT_ICONS.get(entry.verdict or "", "")
 
 
 def _with_interval(entry: MatrixEntry | None) -> str:
     if entry is None:
         return DASH
-    icon = "" if entry.verdict == Verdict.NO_BASELINE.value else VERDICT_ICONS.get(entry.verdict or "", "")
     interval = f" [{entry.estimate.low:.2f}, {entry.estimate.high:.2f}]" if entry.estimate else ""
-    return f"{entry.value:.2f}x{interval} {icon}".strip()
+    return f"{entry.value:.2f}x{interval} {_icon(entry)}".strip()
 
 
 def versus_lines(run: Run) -> list[str]:

@@ -57,6 +57,9 @@ class MemoryRecord(Record):
     baseline_max_batch: int | None = number()
     tolerance: float | None = checked(NON_NEGATIVE)
 
+    # what tables show in place of the largest batch of a cell that did not search it
+    NOT_SEARCHED: ClassVar[str] = "not searched"
+
     @property
     def batch_searched(self) -> bool:
         """Whether the cell searched its largest batch (cells written before the flag existed all did)."""
