@@ -13,7 +13,7 @@ from ampbench.baselines import measurement_mismatch
 from ampbench.device import prime_libraries
 from ampbench.devicetime import CaptureError, CapturedStep, KernelProfile, capture, clock_for, paired_blocks, profile_steps
 from ampbench.modes import PrecisionMode
-from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
+from ampbench.stats import SpeedupEstimate, across_runs, alternating, estimate_speedup, finite_number, relative_spread
 from ampbench.timing import (
     PairedTimer,
     RoundsPolicy,
@@ -367,7 +367,9 @@ def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: di
 
 
 def pooled_estimate(a: PairedTimer, b: PairedTimer, confidence: float) -> SpeedupEstimate:
-    return estimate_speedup(a.ref_times + b.ref_times, a.mode_times + b.mode_times, confidence)
+    # each timer starts its own alternation with the reference first
+    return estimate_speedup(a.ref_times + b.ref_times, a.mode_times + b.mode_times, confidence,
+                            ref_first=alternating(len(a.mode_times)) + alternating(len(b.mode_times)))
 
 
 def record_step_times(benchmark, per_step_seconds: list[float]) -> None:

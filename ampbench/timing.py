@@ -61,7 +61,8 @@ def wall_block(trainer: Trainer, steps: int) -> Callable[[], float]:
 @dataclass
 class PairedTimer:
     """Round k times one block of the reference and one of the mode, reference first in even rounds
-    and mode first in odd ones, so drift and order effects fall on both sides alike. A block is any
+    and mode first in odd ones, so drift and order effects fall on both sides alike (and the estimate
+    takes the two orders as two groups: ``stats.order_aligned``). A block is any
     function that trains and returns seconds per step (``wall_block``, or a device clock's block);
     each holds enough steps that the ramp from an idle device is small against it."""
 

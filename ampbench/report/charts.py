@@ -208,7 +208,7 @@ def _speedup_chart(run: Run) -> tuple[str, str, bytes | None]:
         methods = used_methods(run)
         if methods:
             what += f" (by {'; '.join(METHODS[m] for m in methods)})"
-    caption = (f"Bars: each mode's speedup over fp32 in {what} (median of interleaved rounds); whiskers: its "
+    caption = (f"Bars: each mode's speedup over fp32 in {what} (centre of interleaved rounds); whiskers: its "
                "interval; black dash: the baseline it was held against. Above the dashed line at 1 the mode is faster.")
     if mixed:
         caption += " Hatched bars: wall-clock speedups of cells that measured no device time."
