@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from ampbench.modes import MODES, versus_of
+from ampbench.modes import MODES, shared_versus
 from ampbench.settings import TIERS, PerfSettings
 
 
@@ -80,7 +80,7 @@ def cells_for(s: PerfSettings, marker: Mapping, named_models: Sequence[str] | No
     kinds = sorted(set(s.compile) | {MODES[p].compile for p in precisions if MODES[p].compile})
     # among the compiled cells, a mode the rows that compile are timed against (amp_bf16, fp8's versus)
     # comes straight before them, so its compiled side serves them and is compiled once
-    served = {versus_of(MODES[p]).name for p in precisions if MODES[p].compile}
+    served = {m.name for m in shared_versus(precisions)}
     in_compiled_order = sorted(precisions, key=lambda p: (MODES[p].compile, p in served))
     axis = [(m, p, c) for m in names for c in kinds for p in (in_compiled_order if c else precisions)
             if (c if MODES[p].compile else c in s.compile)]

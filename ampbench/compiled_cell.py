@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ampbench import speed, spread
-from ampbench.modes import PrecisionMode, get_mode, label, versus_figure, versus_of
+from ampbench.modes import PrecisionMode, label, shared_versus, versus_figure, versus_of
 from ampbench.stats import median
 from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, learned_spread, recorded_check, tolerance_for
 
@@ -111,17 +111,9 @@ class Versus:
 
     def record_fields(self) -> dict[str, Any]:
         """The ratio's figures under the speed record's versus_* names."""
-        est, check, outcome = self.timed.outcome.estimate, self.check, self.timed.outcome
-        return dict(
-            versus=self.label, versus_method=self.timing.method, versus_fallback=self.timing.fallback,
-            versus_speedup=est.speedup, versus_speedup_low=est.low, versus_speedup_high=est.high,
-            versus_rounds=est.rounds, versus_verdict=outcome.verdict,
-            versus_baseline_speedup=check.expected if check else None,
-            versus_tolerance=check.tolerance if check else None, versus_line=check.line if check else None,
-            versus_drop=check.drop(est) if check else None,
-            versus_confirm_speedup=outcome.confirmation.speedup if outcome.confirmation else None,
-            versus_step_ms=median(self.timed.first.ref_times) * 1e3,
-        )
+        return dict(versus=self.label, versus_method=self.timing.method, versus_fallback=self.timing.fallback,
+                    **self.timed.outcome.fields("versus_", self.check),
+                    versus_step_ms=median(self.timed.first.ref_times) * 1e3)
 
     def baseline_figures(self, previous: dict | None, comparable: bool, policy: speed.SpeedPolicy,
                          floor: float) -> dict[str, Any]:
@@ -133,8 +125,7 @@ class Versus:
                 and previous.get("versus_method") == self.timing.method)
         pooled, noise = self.timed.recording(policy, previous, same, "versus_speedup")
         kept = spread.carried(previous, same, spread.VERSUS_SPREAD_FIGURES)
-        return {"versus": self.label, "versus_speedup": pooled.speedup, "versus_ci_low": pooled.low,
-                "versus_ci_high": pooled.high, "versus_rounds": pooled.rounds, "versus_noise": noise,
+        return {"versus": self.label, **speed.recorded_figures("versus_", pooled, noise),
                 "versus_tolerance": tolerance_for(floor, noise, learned_spread(kept, "versus_")),
                 "versus_method": self.timing.method, **kept}
 
@@ -150,9 +141,8 @@ def measure_versus(model: str, mode: PrecisionMode, versus: speed.Side, side: sp
 
 
 def served(precisions: Iterable[str]) -> set[str]:
-    """Labels of the versus sides that more than one cell is timed against: those of the rows that
-    compile among `precisions` (compiled amp_bf16, for both fp8 modes)."""
-    return {label(versus_of(get_mode(p))) for p in precisions if get_mode(p).compile}
+    """Labels of the versus sides that more than one cell is timed against (``modes.shared_versus``)."""
+    return {label(m) for m in shared_versus(precisions)}
 
 
 class VersusSides:

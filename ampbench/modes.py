@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 if TYPE_CHECKING:
     import torch
@@ -128,6 +128,12 @@ def versus_of(mode: PrecisionMode) -> PrecisionMode | None:
     if MODES[mode.name].compile:
         return parity_reference_of(mode)
     return compiled(mode, False)
+
+
+def shared_versus(precisions: Iterable[str]) -> set[PrecisionMode]:
+    """The versus sides of the rows that compile among `precisions`: compiled amp_bf16, which both fp8
+    modes are timed against, so that one side serves several cells."""
+    return {versus_of(get_mode(p)) for p in precisions if MODES[p].compile}
 
 
 def versus_figure(mode: PrecisionMode) -> str | None:

@@ -13,7 +13,7 @@ from ampbench.baselines import measurement_mismatch
 from ampbench.device import prime_libraries
 from ampbench.devicetime import CaptureError, CapturedStep, KernelProfile, capture, clock_for, paired_blocks, profile_steps
 from ampbench.modes import PrecisionMode
-from ampbench.stats import SpeedupEstimate, across_runs, alternating, estimate_speedup, finite_number, relative_spread
+from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
 from ampbench.timing import (
     PairedTimer,
     RoundsPolicy,
@@ -230,6 +230,17 @@ class SpeedOutcome:
     confirmation: SpeedupEstimate | None  # the second, independent batch, when one ran
     message: str
 
+    def fields(self, prefix: str, check: SpeedupCheck | None, verdict_key: str | None = None) -> dict:
+        """The ratio's estimate and verdict under a speed record's names with `prefix` ("device_",
+        "versus_"; the wall-clock speedup's have none, and its verdict is `verdict_key` wall_verdict)."""
+        est = self.estimate
+        return {f"{prefix}speedup": est.speedup, f"{prefix}speedup_low": est.low, f"{prefix}speedup_high": est.high,
+                f"{prefix}rounds": est.rounds, f"{prefix}baseline_speedup": check.expected if check else None,
+                f"{prefix}tolerance": check.tolerance if check else None,
+                f"{prefix}line": check.line if check else None, f"{prefix}drop": check.drop(est) if check else None,
+                f"{prefix}confirm_speedup": self.confirmation.speedup if self.confirmation else None,
+                verdict_key or f"{prefix}verdict": self.verdict}
+
 
 def judge(
     check: SpeedupCheck | None,
@@ -367,9 +378,14 @@ def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: di
 
 
 def pooled_estimate(a: PairedTimer, b: PairedTimer, confidence: float) -> SpeedupEstimate:
-    # each timer starts its own alternation with the reference first
     return estimate_speedup(a.ref_times + b.ref_times, a.mode_times + b.mode_times, confidence,
-                            ref_first=alternating(len(a.mode_times)) + alternating(len(b.mode_times)))
+                            ref_first=a.ref_first + b.ref_first)
+
+
+def recorded_figures(prefix: str, pooled: SpeedupEstimate, noise: float) -> dict:
+    """What a baseline entry stores of one ratio, under its names with `prefix` ("", "device_", "versus_")."""
+    return {f"{prefix}speedup": pooled.speedup, f"{prefix}ci_low": pooled.low, f"{prefix}ci_high": pooled.high,
+            f"{prefix}rounds": pooled.rounds, f"{prefix}noise": noise}
 
 
 def record_step_times(benchmark, per_step_seconds: list[float]) -> None:

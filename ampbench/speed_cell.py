@@ -173,22 +173,14 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         model=spec.name, mode=label(mode), device=str(device), batch_size=batch,
         gate=gate, gated=list(gated), steps_per_block=wall_timer.mode_steps, ref_steps_per_block=wall_timer.ref_steps,
         # the wall-clock speedup of eager steps, as before device time was measured
-        speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds, confidence=est.confidence,
+        **wall.fields("", wall_check, "wall_verdict"), confidence=est.confidence,
         speedup_across_low=across.low if across else None, speedup_across_high=across.high if across else None,
         between_run_sd=across.between_run_sd if across else None,
         between_run_count=baseline.get("between_run_count") if across else None,
-        baseline_speedup=wall_check.expected if wall_check else None, tolerance=wall_check.tolerance if wall_check else None,
-        line=wall_check.line if wall_check else None, drop=wall_check.drop(est) if wall_check else None,
-        confirm_speedup=wall.confirmation.speedup if wall.confirmation else None, wall_verdict=wall.verdict,
         # the device-time speedup
-        device_method=timing.method, device_fallback=timing.fallback,
-        device_speedup=d.speedup, device_speedup_low=d.low, device_speedup_high=d.high, device_rounds=d.rounds,
+        device_method=timing.method, device_fallback=timing.fallback, **dev.fields("device_", device_check),
         device_speedup_across_low=dev_across.low if dev_across else None,
         device_speedup_across_high=dev_across.high if dev_across else None,
-        device_baseline_speedup=device_check.expected if device_check else None,
-        device_tolerance=device_check.tolerance if device_check else None,
-        device_line=device_check.line if device_check else None, device_drop=device_check.drop(d) if device_check else None,
-        device_confirm_speedup=dev.confirmation.speedup if dev.confirmation else None, device_verdict=dev.verdict,
         device_step_ms=dev_step_s * 1e3, device_step_ms_ref=dev_ref_step_s * 1e3,
         device_round_ms=[t * 1e3 for t in dev_timer.mode_times], device_ref_round_ms=[t * 1e3 for t in dev_timer.ref_times],
         kernel_ms=side.profile.kernel_ms if side.profile else None,
@@ -235,10 +227,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         pooled, noise = wall_fig.recording(pol, baseline, comparable, "speedup")
         carried = spread.carried(baseline, comparable) | spread.carried_device(baseline, dev_comparable)
         store.record(test_id, {
-            "speedup": pooled.speedup, "ci_low": pooled.low, "ci_high": pooled.high, "rounds": pooled.rounds,
-            "noise": noise,
-            "device_speedup": dev_pooled.speedup, "device_ci_low": dev_pooled.low, "device_ci_high": dev_pooled.high,
-            "device_rounds": dev_pooled.rounds, "device_noise": device_noise,
+            **speed.recorded_figures("", pooled, noise), **speed.recorded_figures("device_", dev_pooled, device_noise),
             "device_tolerance": tolerance_for(settings.tolerance, device_noise, learned_spread(carried, "device_")),
             "device_method": timing.method, "device_fallback": timing.fallback,
             "device_step_ms": dev_step_s * 1e3, "device_step_ms_ref": dev_ref_step_s * 1e3,

@@ -69,6 +69,11 @@ class Figure:
         return getattr(cell, self.method_key) if self.method_key else None
 
     @property
+    def spread_keys(self) -> tuple[str, str, str]:
+        """The figures of the entry that hold its learned spread: sd, count and the runs counted."""
+        return self.sd_key, self.count_key, self.runs_key
+
+    @property
     def prefix(self) -> str:
         """The prefix of the figure's names in an entry ("", "device_", "versus_"), as learned_spread reads them."""
         return self.key[: -len("speedup")]
@@ -91,9 +96,7 @@ VERSUS = _figure("versus_", "ratio over the versus side", over=True)
 FIGURES = (WALL, DEVICE, VERSUS)
 
 # the figures this module owns in a speed entry
-SPREAD_FIGURES = (WALL.sd_key, WALL.count_key, WALL.runs_key)
-DEVICE_SPREAD_FIGURES = (DEVICE.sd_key, DEVICE.count_key, DEVICE.runs_key)
-VERSUS_SPREAD_FIGURES = (VERSUS.sd_key, VERSUS.count_key, VERSUS.runs_key)
+SPREAD_FIGURES, DEVICE_SPREAD_FIGURES, VERSUS_SPREAD_FIGURES = (f.spread_keys for f in FIGURES)
 # the cell a run's slowdown plugin made slower on purpose names the fraction here (ampbench.slowdown)
 INJECTED_KEY = "injected_slowdown"
 

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from ampbench.stats import SpeedupEstimate, estimate_speedup, min_rounds
+from ampbench.stats import SpeedupEstimate, alternating, estimate_speedup, min_rounds
 from ampbench.train import Trainer
 
 
@@ -73,9 +73,14 @@ class PairedTimer:
     ref_times: list[float] = field(default_factory=list)  # seconds per step, one per round
     mode_times: list[float] = field(default_factory=list)
 
+    @property
+    def ref_first(self) -> list[bool]:
+        """Which of its rounds so far ran the reference first."""
+        return alternating(len(self.mode_times))
+
     def rounds(self, n: int) -> None:
         for _ in range(n):
-            if len(self.mode_times) % 2 == 0:
+            if len(self.mode_times) % 2 == 0:  # as ``stats.alternating`` says
                 self.ref_times.append(self.reference())
                 self.mode_times.append(self.mode())
             else:
@@ -83,7 +88,7 @@ class PairedTimer:
                 self.ref_times.append(self.reference())
 
     def estimate(self, confidence: float) -> SpeedupEstimate:
-        return estimate_speedup(self.ref_times, self.mode_times, confidence)
+        return estimate_speedup(self.ref_times, self.mode_times, confidence, self.ref_first)
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ class SpeedRecord(Record):
     host_overhead_ms_ref: float | None = number()
     idle_share_ref: float | None = number()
     host_bound_ref: bool | None = flag()
-    # medians of each side's per-step wall times, over the rounds (the speedup is the median of the
+    # medians of each side's per-step wall times, over the rounds (the speedup is the centre of the
     # rounds' paired ratios, so the two need not agree exactly)
     throughput: float | None = number()
     throughput_ref: float | None = number()
