@@ -51,7 +51,8 @@ DEFAULT_MIN_ROUNDS = 8
 # with 8 rounds that interval is [min, max], which one stray round would set
 RECORDING_MIN_ROUNDS = 12
 DEFAULT_BLOCK_SECONDS = 0.1
-# Eager steps profiled once per side for its kernel list and device-busy time.
+# Eager steps profiled once per side for its kernel list and device-busy time: at most this many, and no
+# more than fit in one timed block (one step of a 0.1-0.2 s fp32 step holds every kernel of the step).
 PROFILE_STEPS = 3
 # A step whose device sat idle for more than this share of its wall time waits on the host.
 HOST_BOUND_IDLE_SHARE = 0.10
@@ -70,7 +71,10 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
     # One-step blocks of a 30 ms step spread +-10% on an H100 (the ramp from an idle GPU), so
     # each side's block is ~0.1 s by default; fp32 steps are longer than that, so their blocks are one step.
     return SpeedPolicy(
-        warmup_steps=8,
+        # cuDNN tunes in the first step and the scaler's start-up overflows pass within a few; the
+        # seconds keep a fast step warming up longer, and six to ten more eager steps (probe, peak,
+        # capture, profile) come before the first timed block
+        warmup_steps=3,
         warmup_seconds=0.3,
         block_seconds=block_seconds,
         rounds=RoundsPolicy(min_rounds, max_rounds=max(20, min_rounds), target_half_width=tolerance / 2, budget_seconds=8.0),
@@ -117,7 +121,7 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
             side.graph = capture(trainer)
         except CaptureError as exc:
             side.capture_failure = str(exc)
-        side.profile = profile_steps(trainer, PROFILE_STEPS)
+        side.profile = profile_steps(trainer, min(PROFILE_STEPS, steps_per_block(step_seconds, policy.block_seconds)))
     side.prepare_seconds = time.perf_counter() - t0
     return side
 

@@ -13,6 +13,8 @@ import torch
 from ampbench.stats import SpeedupEstimate, alternating, estimate_speedup, min_rounds
 from ampbench.train import Trainer
 
+PROBE_STEPS = 3  # the most steps warm_up's closing probe times
+
 
 def time_block(device: torch.device, fn: Callable[[], object]) -> float:
     """Seconds `fn` keeps the device busy, from an idle device to the end of its last kernel."""
@@ -28,17 +30,22 @@ def time_block(device: torch.device, fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def warm_up(trainer: Trainer, *, min_steps: int, min_seconds: float) -> float:
+def warm_up(trainer: Trainer, *, min_steps: int, min_seconds: float, probe_seconds: float = 0.1) -> float:
     """Train until cuDNN has tuned, the loss scaler has settled and the clocks are up; return the
     seconds per step measured at the end. Warm-up is real training: the SM clock idles low and only
-    rises under load."""
+    rises under load. The closing probe times up to PROBE_STEPS steps, no more than fit in about
+    `probe_seconds`: it only sizes the timed blocks, and a 0.15 s fp32 step needs no three."""
     t0 = time.perf_counter()
     trainer.run(min_steps)
     sync(trainer.device)
+    steps = min_steps
     while time.perf_counter() - t0 < min_seconds:
-        trainer.run(max(1, min_steps // 2))
+        more = max(1, steps // 2)
+        trainer.run(more)
         sync(trainer.device)
-    probe = 3
+        steps += more
+    rough = (time.perf_counter() - t0) / steps  # host clock, syncs included: a size, not a figure
+    probe = min(PROBE_STEPS, steps_per_block(rough, probe_seconds))
     return time_block(trainer.device, lambda: trainer.run(probe)) / probe
 
 
