@@ -17,6 +17,10 @@ def finite_number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+# the median of n normal values has a standard error sqrt(pi / 2) times the mean's: sd x this / sqrt(n)
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
+
+
 def normal_quantile(confidence: float) -> float:
     """z such that a normal variable lies within +-z standard deviations with `confidence`."""
     return NormalDist().inv_cdf(0.5 + confidence / 2)
@@ -87,6 +91,9 @@ class SpeedupEstimate:
     # standard deviation of ln(speedup) between independent runs that [low, high] allows for as well;
     # 0: the interval is this run's alone (see `across_runs`)
     between_run_sd: float = 0.0
+    # one round's standard deviation of ln(ratio), robust to a stray round (``robust_sd`` of the aligned
+    # rounds): how fast more rounds narrow the interval; None where not known
+    round_sd: float | None = None
 
     @property
     def half_width(self) -> float:
@@ -124,6 +131,14 @@ def order_aligned(r: Sequence[float], ref_first: Sequence[bool]) -> tuple[float,
     return centre, aligned
 
 
+def robust_sd(xs: Sequence[float]) -> float:
+    """The standard deviation of one value, from the median absolute deviation (scaled to a normal's
+    sd, scipy's ``median_abs_deviation(scale="normal")``): a stray value does not set it."""
+    from scipy.stats import median_abs_deviation  # scipy is slow to import; loaded on first use
+
+    return float(median_abs_deviation(xs, scale="normal"))
+
+
 def alternating(n: int) -> list[bool]:
     """Which of n rounds ran the reference first, as ``timing.PairedTimer`` runs them: even ones."""
     return [i % 2 == 0 for i in range(n)]
@@ -136,7 +151,7 @@ def estimate_speedup(reference: Sequence[float], mode: Sequence[float], confiden
     r = log_ratios(reference, mode)
     centre, aligned = order_aligned(r, alternating(len(r)) if ref_first is None else ref_first)
     lo, hi = median_interval(aligned, confidence)
-    return SpeedupEstimate(math.exp(centre), math.exp(lo), math.exp(hi), len(r), confidence)
+    return SpeedupEstimate(math.exp(centre), math.exp(lo), math.exp(hi), len(r), confidence, round_sd=robust_sd(aligned))
 
 
 def relative_spread(a: float, b: float) -> float:

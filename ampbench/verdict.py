@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from ampbench.stats import SpeedupEstimate, finite_number
+from ampbench.stats import MEDIAN_SE_FACTOR, SpeedupEstimate, finite_number, normal_quantile
 
 # The floor of every cell's tolerance: --perf-tolerance's default, and `ampbench compare`'s --tolerance's.
 # Device time per step holds to 0.1-0.6% per round on an H100. The floor sits below 1% so that a 1%
@@ -144,14 +144,22 @@ class SpeedupCheck:
         return Verdict.PASS
 
     def rounds_to_resolve(self, est: SpeedupEstimate) -> float:
-        """About how many rounds would take `est`'s interval off the line, were its width to shrink as
-        one over the square root of the rounds: the rounds so far times (the half of the interval that
-        crosses the line / the estimate's distance from it) squared; inf for an estimate on the line."""
-        if est.speedup >= self.line:
-            crossing, distance = math.log(est.speedup / est.low), math.log(est.speedup / self.line)
-        else:
-            crossing, distance = math.log(est.high / est.speedup), math.log(self.line / est.speedup)
-        return est.rounds * (crossing / distance) ** 2 if distance > 0 else math.inf
+        """About how many rounds would take `est`'s interval off the line: inf for an estimate on it.
+
+        The interval narrows as one round's spread over the square root of the rounds: the median of
+        normal rounds has a standard error sqrt(pi / 2) times the mean's, so the rounds needed are
+        (z x sqrt(pi / 2) x `est.round_sd` / the distance from the line) squared. The spread is the
+        rounds' robust one, not the interval's width: at 8 rounds the 99% interval is [min, max], set by
+        the two most extreme rounds, and one stray round (mlp bf16 on an H100: one round 3% slow among
+        rounds within 0.3%) made a cell 0.3% above its line look unresolvable at 8 rounds. An estimate
+        without `round_sd` is projected from its interval's width (which then shrinks as 1/sqrt(rounds))."""
+        distance = abs(math.log(est.speedup / self.line))
+        if distance == 0:
+            return math.inf
+        if est.round_sd is not None:
+            return (normal_quantile(est.confidence) * MEDIAN_SE_FACTOR * est.round_sd / distance) ** 2
+        crossing = math.log(est.speedup / est.low) if est.speedup >= self.line else math.log(est.high / est.speedup)
+        return est.rounds * (crossing / distance) ** 2
 
     def drop(self, est: SpeedupEstimate) -> float:
         """Relative change of the measured speedup against the baseline (negative: slower)."""

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from ampbench.speed import PROJECTION_SLACK, SpeedPolicy, comparable_recording, judge, recorded_noise
-from ampbench.stats import SpeedupEstimate
+from ampbench.stats import SpeedupEstimate, estimate_speedup
 from ampbench.timing import RoundsPolicy
 from ampbench.verdict import BetweenRuns, RatioCheck, SpeedupCheck, Verdict, learned_spread, tolerance_for
 
@@ -200,3 +200,18 @@ def test_a_judged_interval_clear_of_the_line_takes_no_rounds_for_tightness():
     timer = FakeTimer([wide_pass, est(2.0, 1.99, 2.01)])
     out = judge(CHECK, timer, replace(loose, tighten_judged=True), lambda: wide_pass)
     assert len(timer.mode_times) > 12 and out.estimate.half_width < 0.01
+
+
+def test_one_stray_round_does_not_stop_a_straddling_cell_from_being_extended():
+    # mlp bf16's device-time rounds on an H100 (ms per step), 0.3% above its line: one mode block 3%
+    # slow set the 8-round interval [min, max] 12x wider than the distance to the line, and a
+    # projection from that width (800 rounds) called the cell inconclusive after 8
+    mode = [0.5465, 0.5468, 0.5532, 0.5465, 0.5641, 0.5475, 0.5447, 0.5444]
+    ref = [3.395, 3.3954, 3.4013, 3.4017, 3.3988, 3.4006, 3.3944, 3.3921]
+    first = estimate_speedup(ref, mode, 0.99)
+    check = SpeedupCheck("mlp", "bf16", 6.2233, 0.00683)
+    assert check.classify(first) is Verdict.INCONCLUSIVE
+    assert check.rounds_to_resolve(replace(first, round_sd=None)) > PROJECTION_SLACK * 48, "the width says: hopeless"
+    assert check.rounds_to_resolve(first) <= PROJECTION_SLACK * 48, "the rounds' own spread says: a few dozen rounds"
+    # on the line stays inf, whatever the spread
+    assert check.rounds_to_resolve(replace(first, speedup=check.line)) == math.inf
