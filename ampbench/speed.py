@@ -390,17 +390,3 @@ def recorded_figures(prefix: str, pooled: SpeedupEstimate, noise: float) -> dict
     """What a baseline entry stores of one ratio, under its names with `prefix` ("", "device_", "versus_")."""
     return {f"{prefix}speedup": pooled.speedup, f"{prefix}ci_low": pooled.low, f"{prefix}ci_high": pooled.high,
             f"{prefix}rounds": pooled.rounds, f"{prefix}noise": noise}
-
-
-def record_step_times(benchmark, per_step_seconds: list[float]) -> None:
-    """Hand pytest-benchmark the mode's device time per training step, one value per round, as its
-    figures for this test: its own timing of a block whose step count follows the step time cannot
-    show a slowdown, and its compare (--benchmark-compare-fail) should see what the verdict sees.
-    pytest-benchmark has no public call for times measured elsewhere; ``_make_stats`` is what its
-    ``pedantic`` uses. Nothing is recorded under --benchmark-disable."""
-    if getattr(benchmark, "disabled", False) or not per_step_seconds:
-        return
-    stats = benchmark._make_stats(1)
-    for seconds in per_step_seconds:
-        stats.update(seconds)
-    benchmark._mode = "ampbench"  # a second use of the fixture in one test is a bug; let it say so

@@ -18,7 +18,7 @@ from ampbench import speed, speed_cell
 from ampbench.compiled_cell import VersusSides, served
 from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, compiled, get_mode, label, versus_of
-from perf.outcome import finish
+from perf.outcome import finish, record_step_times
 
 
 class InconclusiveSpeed(UserWarning):
@@ -89,7 +89,7 @@ def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cel
         store=baseline_store, software=software, peak_tflops=peak_tflops,
         prepared=lambda identity: record_result(identity, identity=True))
     record_result(cell.record)
-    speed.record_step_times(benchmark, cell.device_step_seconds)
+    record_step_times(benchmark, cell.device_step_seconds)
     finish(cell.record.verdict, cell.problems, f"{model_spec.name} {label(mode)}", cell.record.message,
            strict=perf_settings.strict, kind="speed", inconclusive=InconclusiveSpeed,
            warn_first=cell.warn_first, warn_after=cell.warn_after)

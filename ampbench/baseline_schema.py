@@ -1,0 +1,183 @@
+"""The baseline file's schema: what each kind of entry (the test id's name before "[") may and must
+hold, checked on load and on record (``validate``). Errors name the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+SCHEMA_VERSION = 1
+_SCALAR = (int, float, str, bool, type(None))
+# figures that may hold a list of {"name": str, "ms": number} instead of a scalar
+ALLOWED_STRUCTURED = frozenset({"kernels"})
+# figures that hold a list of strings end so: the datetimes of the runs a learned spread counted, one
+# list per figure whose spread ampbench.spread learns ("between_run_runs", "device_between_run_runs", ...)
+STRING_LIST_SUFFIX = "between_run_runs"
+
+
+class BaselineError(ValueError):
+    """A baseline file that cannot be used; the message names the file and the field."""
+
+    def __init__(self, path: Path, field_name: str, problem: str):
+        self.path, self.field = path, field_name
+        super().__init__(f"baseline file {path}: field {field_name!r}: {problem}")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one figure of a kind of entry must be, where a test reads it."""
+
+    check: Callable[[Any], bool]
+    expected: str  # completes "<value> is not ..."
+    required: bool = False
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(required: bool = False) -> Rule:
+    return Rule(lambda v: _number(v) and v > 0, "a finite positive number", required)
+
+
+def _non_negative(required: bool = False) -> Rule:
+    return Rule(lambda v: _number(v) and v >= 0, "a finite number >= 0", required)
+
+
+def _count(low: int, required: bool = False) -> Rule:
+    return Rule(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low, f"an integer >= {low}", required)
+
+
+def _fraction_or_null() -> Rule:
+    return Rule(lambda v: v is None or (_number(v) and 0 <= v <= 1), "null or a finite number in [0, 1]")
+
+
+_BOOL = Rule(lambda v: isinstance(v, bool), "true or false")
+_STR_OR_NULL = Rule(lambda v: v is None or isinstance(v, str), "a string or null")
+
+# One schema per kind of entry, keyed by the test id's name before "[": the figures each test reads
+# back from its entry (perf/test_speed.py with ampbench.speed and verdict; perf/test_memory.py with
+# memory.judge and memory.search_start; perf/test_convergence.py), so that a figure a test would
+# misread stops the run up front instead. Figures not named here are stored for the report only and
+# are free, so a test can add one without touching this table. perf/test_input_pipeline.py reads no
+# baseline; a kind not listed here gets the checks every entry gets.
+ENTRY_SCHEMAS: dict[str, dict[str, Rule]] = {
+    "test_speed": {
+        "speedup": _positive(required=True),
+        "noise": _non_negative(),
+        "between_run_sd": _non_negative(),
+        "between_run_count": _count(1),
+        "cudnn_benchmark": _BOOL,
+        "block_seconds": _positive(),
+        "device_speedup": _positive(),
+        "device_noise": _non_negative(),
+        "device_tolerance": _positive(),
+        "device_between_run_sd": _non_negative(),
+        "device_between_run_count": _count(1),
+        "device_method": _STR_OR_NULL,
+        "compile_s": _positive(),
+        "versus": _STR_OR_NULL,
+        "versus_speedup": _positive(),
+        "versus_noise": _non_negative(),
+        "versus_tolerance": _positive(),
+        "versus_method": _STR_OR_NULL,
+    },
+    "test_memory": {
+        "peak_mem_bytes": _positive(required=True),
+        "memory_ratio": _positive(required=True),
+        "max_batch": _count(1),
+        "max_batch_step": _count(1),
+        "max_batch_ratio": _positive(),
+        "max_batch_limited": _BOOL,
+        "max_batch_throughput_ratio": _positive(),
+        "cap_bytes": _positive(),
+        "alloc_conf": _STR_OR_NULL,
+        "max_batch_recorded": Rule(lambda v: isinstance(v, str), "a string (a UTC ISO 8601 stamp)"),
+    },
+    "test_convergence": {
+        "margin": _fraction_or_null(),
+    },
+}
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return json.dumps(value) if isinstance(value, (str, bool, type(None))) else repr(value)
+
+
+def _kernel_problem(value: Any) -> str | None:
+    if isinstance(value, str):
+        return None
+    if not isinstance(value, list):
+        return f"{_describe(value)} is neither a string nor a list of {{\"name\": string, \"ms\": number}}"
+    for i, item in enumerate(value):
+        if not (isinstance(item, dict) and isinstance(item.get("name"), str) and _number(item.get("ms"))):
+            return f"item {i} ({item!r}) is not an object with a string \"name\" and a finite number \"ms\""
+    return None
+
+
+def figure_problem(kind: str, name: str, value: Any) -> str | None:
+    """Why `value` cannot be figure `name` of an entry of `kind` (the test id's name), or None."""
+    if name in ALLOWED_STRUCTURED:
+        return _kernel_problem(value)
+    if name.endswith(STRING_LIST_SUFFIX):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return None if ok else f"{_describe(value)} is not a list of strings"
+    if not isinstance(value, _SCALAR):
+        return f"{_describe(value)} is not a number, string, boolean or null"
+    if isinstance(value, float) and not math.isfinite(value):
+        rule = ENTRY_SCHEMAS.get(kind, {}).get(name)
+        return f"{_describe(value)} is not {rule.expected if rule else 'a finite number'}"
+    rule = ENTRY_SCHEMAS.get(kind, {}).get(name)
+    if rule is not None and not rule.check(value):
+        return f"{_describe(value)} is not {rule.expected}"
+    return None
+
+
+def entry_kind(test_id: str) -> str:
+    """'test_speed[mlp-fp32]' -> 'test_speed': the key of its schema."""
+    return test_id.split("[", 1)[0]
+
+
+def validate_entry(test_id: str, entry: Any, path: Path) -> None:
+    """Raise BaselineError naming `path` and the field where `entry` breaks its kind's schema."""
+    where = f"entries.{test_id}"
+    if not isinstance(entry, dict):
+        raise BaselineError(path, where, "not an object")
+    figures = entry.get("figures")
+    if not isinstance(figures, dict):
+        raise BaselineError(path, f"{where}.figures", "missing or not an object")
+    kind = entry_kind(test_id)
+    for name, rule in ENTRY_SCHEMAS.get(kind, {}).items():
+        if rule.required and name not in figures:
+            raise BaselineError(path, f"{where}.figures.{name}", f"missing; a {kind} entry needs {rule.expected} here")
+    for name, value in figures.items():
+        problem = figure_problem(kind, name, value)
+        if problem:
+            raise BaselineError(path, f"{where}.figures.{name}", problem)
+    if not isinstance(entry.get("software", {}), dict):
+        raise BaselineError(path, f"{where}.software", "not an object")
+
+
+def validate(document: Any, path: Path) -> None:
+    """Raise BaselineError on anything but a schema-1 baseline document whose entries each meet their
+    kind's schema (ENTRY_SCHEMAS)."""
+    if not isinstance(document, dict):
+        raise BaselineError(path, "<top level>", f"expected a JSON object, got {type(document).__name__}")
+    version = document.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise BaselineError(
+            path, "schema_version", f"is {version!r}; this ampbench reads schema {SCHEMA_VERSION} only"
+        )
+    if not isinstance(document.get("gpu"), str):
+        raise BaselineError(path, "gpu", "missing or not a string")
+    entries = document.get("entries")
+    if not isinstance(entries, dict):
+        raise BaselineError(path, "entries", "missing or not an object")
+    for test_id, entry in entries.items():
+        validate_entry(test_id, entry, path)
