@@ -66,6 +66,15 @@ class LaunchResult:
         return "\n".join(parts)
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...); None where unreadable.
+    The name is in parentheses and may hold spaces and parentheses itself, hence the last ")"."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def _alive(pid: int) -> bool:
     """Whether `pid` runs; a zombie awaiting its parent counts as gone."""
     try:
@@ -74,10 +83,8 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    fields = _stat_fields(pid)
+    return not fields or fields[0] != "Z"
 
 
 def _descendants(pid: int) -> list[int]:
@@ -86,11 +93,9 @@ def _descendants(pid: int) -> list[int]:
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
         if not entry.name.isdigit():
             continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
+        fields = _stat_fields(int(entry.name))
+        if fields and len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
     found, todo = [], [pid]
     while todo:
         kids = children.get(todo.pop(), [])

@@ -121,7 +121,7 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
             side.graph = capture(trainer)
         except CaptureError as exc:
             side.capture_failure = str(exc)
-        side.profile = profile_steps(trainer, min(PROFILE_STEPS, steps_per_block(step_seconds, policy.block_seconds)))
+        side.profile = profile_steps(trainer, steps_per_block(step_seconds, policy.block_seconds, max_steps=PROFILE_STEPS))
     side.prepare_seconds = time.perf_counter() - t0
     return side
 
@@ -212,8 +212,9 @@ def host_load(busy_seconds: float, wall_seconds: float) -> HostLoad:
     return HostLoad(busy_seconds * 1e3, wall_seconds * 1e3, overhead * 1e3, share, share > HOST_BOUND_IDLE_SHARE)
 
 
-# An interval of few rounds is wider than one over the square root of the rounds predicts (8 rounds'
-# 99% interval is [min, max]), so a projection from it overstates the rounds needed by up to ~1.6x.
+# A projection of the rounds needed is rough (from a few rounds' spread; from an interval of few rounds,
+# which is wider than one over the square root of the rounds predicts, where no spread is known: up to
+# ~1.6x at 8 rounds), so a cell is extended while it projects no more than twice the limit.
 PROJECTION_SLACK = 2.0
 
 

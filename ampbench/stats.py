@@ -139,9 +139,14 @@ def robust_sd(xs: Sequence[float]) -> float:
     return float(median_abs_deviation(xs, scale="normal"))
 
 
+def reference_first(k: int) -> bool:
+    """Whether round k (from 0) runs the reference first, as ``timing.PairedTimer`` runs them: even ones."""
+    return k % 2 == 0
+
+
 def alternating(n: int) -> list[bool]:
-    """Which of n rounds ran the reference first, as ``timing.PairedTimer`` runs them: even ones."""
-    return [i % 2 == 0 for i in range(n)]
+    """Which of n rounds ran the reference first (``reference_first``)."""
+    return [reference_first(i) for i in range(n)]
 
 
 def estimate_speedup(reference: Sequence[float], mode: Sequence[float], confidence: float = 0.99,

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from ampbench.stats import SpeedupEstimate, alternating, estimate_speedup, min_rounds
+from ampbench.stats import SpeedupEstimate, alternating, estimate_speedup, min_rounds, reference_first
 from ampbench.train import Trainer
 
 PROBE_STEPS = 3  # the most steps warm_up's closing probe times
@@ -45,7 +45,7 @@ def warm_up(trainer: Trainer, *, min_steps: int, min_seconds: float, probe_secon
         sync(trainer.device)
         steps += more
     rough = (time.perf_counter() - t0) / steps  # host clock, syncs included: a size, not a figure
-    probe = min(PROBE_STEPS, steps_per_block(rough, probe_seconds))
+    probe = steps_per_block(rough, probe_seconds, max_steps=PROBE_STEPS)
     return time_block(trainer.device, lambda: trainer.run(probe)) / probe
 
 
@@ -87,7 +87,7 @@ class PairedTimer:
 
     def rounds(self, n: int) -> None:
         for _ in range(n):
-            if len(self.mode_times) % 2 == 0:  # as ``stats.alternating`` says
+            if reference_first(len(self.mode_times)):
                 self.ref_times.append(self.reference())
                 self.mode_times.append(self.mode())
             else:
