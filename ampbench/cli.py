@@ -72,6 +72,16 @@ def _add_tolerances(p: argparse.ArgumentParser) -> None:
                         "over fp32; without it, such a pair is refused (exit status 2)")
 
 
+def _widths(value: str) -> tuple[int, ...]:
+    try:
+        widths = tuple(int(w) for w in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects whole numbers separated by commas, got {value!r}") from None
+    if any(w < 16 for w in widths) or len(set(widths)) != len(widths):
+        raise argparse.ArgumentTypeError(f"expects distinct widths of at least 16, got {value!r}")
+    return widths  # measured in the order given: the most telling first, should time run out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ampbench",
@@ -196,6 +206,25 @@ def build_parser() -> argparse.ArgumentParser:
     fid.add_argument("--naive", action="store_true",
                      help="also time a naive loop (contiguous tensors, the optimizer's default implementation) "
                           "against the same plain fp32 loop: what good practice is worth (default: off)")
+
+    fw = sub.add_parser(
+        "fp8-width", help="measure the width at which fp8 training starts to pay on this GPU",
+        description="Build MODEL at each width (its depth, tokens and head width kept; heads and feed-forward "
+                    "scaled with it), time --mode against compiled amp_bf16 in device time the way a compiled "
+                    "speed cell does, print each width's speedup with its 99% interval as it is measured, and "
+                    "the width where it crosses 1. Each width compiles both sides: about a minute per width on "
+                    "an H100.",
+        epilog="Exit status: 0 measured, 2 bad usage or a mode this device cannot run.",
+    )
+    fw.add_argument("model", metavar="MODEL", help="a decoder with a width rule: llama or gpt")
+    fw.add_argument("--widths", type=_widths, default=None, metavar="W[,W...]",
+                    help="model widths to measure (default: llama 1024,2048,3072,4096; gpt 768,1536,3072)")
+    fw.add_argument("--mode", default="fp8_tensorwise", choices=("fp8_tensorwise", "fp8_rowwise"),
+                    metavar="MODE", help="fp8_tensorwise or fp8_rowwise (default: fp8_tensorwise)")
+    fw.add_argument("--device", default="auto", metavar="DEVICE",
+                    help="auto, cpu, cuda or cuda:N (default: auto, CUDA where torch sees it)")
+    fw.add_argument("--json", type=Path, default=None, metavar="PATH",
+                    help="also write every width's figures and the crossover to PATH (default: none)")
     return parser
 
 
@@ -335,8 +364,41 @@ def _fidelity(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if worst > args.target else EXIT_OK
 
 
+def _fp8_width(args: argparse.Namespace) -> int:
+    # imported here: the other commands run without torch
+    from ampbench import fp8_width
+    from ampbench.device import configure_backends, resolve, unsupported_reason
+    from ampbench.modes import get_mode
+    from models import get_model
+
+    try:
+        spec, rule = get_model(args.model), fp8_width.rule_for(args.model)
+        device = resolve(args.device, flag="--device")
+        mode, smoke, widths = get_mode(args.mode), device.type != "cuda", args.widths or rule.widths
+        for width in widths:
+            fp8_width.widened(spec, width, smoke)  # a width the model cannot be built at, before the device's needs
+        missing = unsupported_reason(mode, device)
+        if missing:
+            raise fp8_width.WidthError(missing)
+        points = []
+        configure_backends(device)
+        for point in fp8_width.sweep(spec, widths, mode, device, smoke):
+            print(fp8_width.format_point(args.model, mode, point), flush=True)
+            points.append(point)
+    except (KeyError, fp8_width.WidthError) as exc:
+        print(f"ampbench fp8-width: error: {exc.args[0]}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    found = fp8_width.crossover(points)
+    print(f"{args.model} {args.mode}: {found or 'no measured width where it turns from a loss into a gain'}")
+    if args.json is not None:
+        write_atomic(args.json, {"model": args.model, "mode": args.mode, "device": str(device),
+                                 "points": [p.as_dict() for p in points],
+                                 "crossover_width": found.width if found else None})
+    return EXIT_OK
+
+
 COMMANDS = {"report": _report, "compare": _compare, "spread": _spread, "fidelity": _fidelity,
-            "baselines": lambda args: BASELINE_ACTIONS[args.baselines_command](args)}
+            "fp8-width": _fp8_width, "baselines": lambda args: BASELINE_ACTIONS[args.baselines_command](args)}
 BASELINE_ACTIONS = {"show": _baselines_show, "merge": _baselines_merge}
 
 

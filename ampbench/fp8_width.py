@@ -1,0 +1,167 @@
+"""Where fp8 training starts to pay on this GPU: one decoder of the zoo at several widths, an fp8 mode
+timed against compiled amp_bf16 (its versus side, as in the compiled speed cells) in device time, and
+the width at which the ratio crosses 1.
+
+fp8's matmuls gain in proportion to their FLOPs, its casts and scales cost in proportion to the
+tensors' sizes, so it pays only where the Linear layers are wide enough. A widened model keeps its
+depth, its tokens per step and its head width, and scales the rest with the width: the number of heads
+(key/value heads in the same proportion) and the feed-forward width (the model's own ratio to its
+width, rounded to a multiple of 16 so that torchao converts the layer). Both sides of a width are timed
+the way a speed cell's are (``speed.prepare_side``, interleaved rounds, graph replay where it can be
+captured), rounds added until the interval is tight.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterator
+
+import torch
+
+from ampbench import speed
+from ampbench.device import cell_unsupported_reason, release
+from ampbench.modes import PrecisionMode, label, versus_of
+from ampbench.stats import SpeedupEstimate
+from ampbench.timing import extend_until_tight
+from ampbench.verdict import DEFAULT_TOLERANCE
+from models.spec import ModelSpec
+
+FP8_ALIGNMENT = 16  # torchao's float8 matmuls need both dimensions of a converted Linear divisible by this
+
+
+class WidthError(ValueError):
+    """A width the model cannot be built at, or a model without a width rule; the message says why."""
+
+
+def _multiple(value: float, of: int) -> int:
+    return max(of, int(round(value / of)) * of)
+
+
+def _heads_for(width: int, head_dim: int, model: str) -> int:
+    step = math.lcm(head_dim, FP8_ALIGNMENT)
+    if width % step:
+        raise WidthError(f"{model} width {width}: must be a multiple of {step} (its head width is {head_dim}, "
+                         f"and torchao converts Linear layers whose sizes divide by {FP8_ALIGNMENT})")
+    return width // head_dim
+
+
+def _llama(config: Any, width: int) -> Any:
+    heads = _heads_for(width, config.dim // config.n_heads, "llama")
+    kv_heads = heads * config.n_kv_heads // config.n_heads
+    if kv_heads < 1 or heads % kv_heads:
+        raise WidthError(f"llama width {width}: {heads} query heads cannot share key/value heads in the ratio "
+                         f"{config.n_heads}:{config.n_kv_heads}")
+    return replace(config, dim=width, n_heads=heads, n_kv_heads=kv_heads,
+                   ffn_dim=_multiple(width * config.ffn_dim / config.dim, FP8_ALIGNMENT))
+
+
+def _gpt(config: Any, width: int) -> Any:
+    return replace(config, n_embd=width, n_head=_heads_for(width, config.n_embd // config.n_head, "gpt"))
+
+
+@dataclass(frozen=True)
+class WidthRule:
+    width_of: Callable[[Any], int]  # the model width of a config
+    widen: Callable[[Any, int], Any]  # the config at another width (WidthError where it cannot be built)
+    widths: tuple[int, ...]  # the widths swept unless told otherwise (the model's own among them)
+
+
+WIDTH_RULES: dict[str, WidthRule] = {
+    "llama": WidthRule(lambda c: c.dim, _llama, (1024, 2048, 3072, 4096)),
+    "gpt": WidthRule(lambda c: c.n_embd, _gpt, (768, 1536, 3072)),
+}
+
+
+def rule_for(model: str) -> WidthRule:
+    try:
+        return WIDTH_RULES[model]
+    except KeyError:
+        raise WidthError(f"no width rule for model {model!r}; models with one: {', '.join(WIDTH_RULES)}") from None
+
+
+def widened(spec: ModelSpec, width: int, smoke: bool) -> ModelSpec:
+    """`spec` with the config it trains with (`smoke`'s or the full one) at `width`."""
+    config = rule_for(spec.name).widen(spec.config_for(smoke), width)
+    return replace(spec, smoke_config=config) if smoke else replace(spec, config=config)
+
+
+@dataclass(frozen=True)
+class WidthPoint:
+    width: int
+    estimate: SpeedupEstimate | None  # the mode's device-time speedup over its versus side; None where skipped
+    method: str | None  # how device time was measured ("graph", "kernels", "wall")
+    skipped: str | None = None  # why this width was not measured
+
+    def as_dict(self) -> dict:
+        est = self.estimate
+        return {"width": self.width, "speedup": est.speedup if est else None, "low": est.low if est else None,
+                "high": est.high if est else None, "rounds": est.rounds if est else None,
+                "method": self.method, "skipped": self.skipped}
+
+
+def measure_width(spec: ModelSpec, width: int, mode: PrecisionMode, versus: PrecisionMode, device: torch.device,
+                  smoke: bool, policy: speed.SpeedPolicy) -> WidthPoint:
+    """`mode` against `versus` for `spec` at `width`: both sides prepared, then interleaved device-time
+    rounds until the interval's half-width is under the policy's target."""
+    wide = widened(spec, width, smoke)
+    config = wide.config_for(smoke)
+    why = cell_unsupported_reason(mode, device, wide, config) or cell_unsupported_reason(versus, device, wide, config)
+    if why:
+        return WidthPoint(width, None, None, skipped=why)
+    base = speed.prepare_side(wide, versus, device, smoke, policy)
+    side = speed.prepare_side(wide, mode, device, smoke, policy)
+    timing = speed.device_timing(base, side)
+    estimate = extend_until_tight(timing.timer(base, side, policy), policy.rounds)
+    del base, side
+    if mode.compile or versus.compile:
+        import torch._dynamo
+
+        torch._dynamo.reset()  # this width's graphs: nothing runs them again, and they count to the recompile limit
+    release(device)
+    return WidthPoint(width, estimate, timing.method)
+
+
+def sweep(spec: ModelSpec, widths: tuple[int, ...], mode: PrecisionMode, device: torch.device,
+          smoke: bool) -> Iterator[WidthPoint]:
+    """One point per width, as each is measured, `mode` against its versus side (``modes.versus_of``)."""
+    versus = versus_of(mode)
+    if versus is None:
+        raise WidthError(f"{label(mode)} has no side to be timed against: pick a mode whose row compiles (fp8)")
+    for width in widths:
+        widened(spec, width, smoke)  # a width that cannot be built fails before anything is timed
+    policy = speed.policy_for(device, speed.DEFAULT_MIN_ROUNDS, DEFAULT_TOLERANCE)
+    for width in widths:
+        yield measure_width(spec, width, mode, versus, device, smoke, policy)
+
+
+@dataclass(frozen=True)
+class Crossover:
+    below: WidthPoint  # the widest measured width whose whole interval lies under 1 (fp8 loses)
+    above: WidthPoint  # the next measured width whose whole interval lies over 1 (fp8 pays)
+    width: float  # where the speedup crosses 1, interpolated linearly in log width and log speedup
+
+    def __str__(self) -> str:
+        a, b = self.below, self.above
+        return (f"pays from width {b.width} ({b.estimate.speedup:.3f}x), loses at {a.width} "
+                f"({a.estimate.speedup:.3f}x): crosses 1 near width {self.width:.0f}")
+
+
+def crossover(points: list[WidthPoint]) -> Crossover | None:
+    """Where the measured speedup goes from a loss to a gain with increasing width, both sides beyond
+    their intervals; None where the points do not bracket it (all one side, or an interval on 1 between)."""
+    measured = sorted((p for p in points if p.estimate is not None), key=lambda p: p.width)
+    for a, b in zip(measured, measured[1:]):
+        if a.estimate.high < 1.0 < b.estimate.low:
+            la, lb = math.log(a.estimate.speedup), math.log(b.estimate.speedup)
+            t = -la / (lb - la)
+            return Crossover(a, b, math.exp(math.log(a.width) + t * (math.log(b.width) - math.log(a.width))))
+    return None
+
+
+def format_point(model: str, mode: PrecisionMode, point: WidthPoint) -> str:
+    head = f"{model} width {point.width:5d} {label(mode)} over {label(versus_of(mode))}:"
+    if point.estimate is None:
+        return f"{head} skipped: {point.skipped}"
+    verdict = "pays" if point.estimate.low > 1 else "loses" if point.estimate.high < 1 else "even"
+    return f"{head} {point.estimate} by {point.method}: {verdict}"
