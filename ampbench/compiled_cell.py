@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 from ampbench import speed, spread
 from ampbench.modes import PrecisionMode, label, shared_versus, versus_figure, versus_of
 from ampbench.stats import median
-from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, learned_spread, recorded_check, tolerance_for
+from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, entry_tolerance, recorded_check
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class Versus:
         pooled, noise = self.timed.recording(policy, previous, same, "versus_speedup")
         kept = spread.carried(previous, same, spread.VERSUS_SPREAD_FIGURES)
         return {"versus": self.label, **speed.recorded_figures("versus_", pooled, noise),
-                "versus_tolerance": tolerance_for(floor, noise, learned_spread(kept, "versus_")),
+                "versus_tolerance": entry_tolerance(floor, kept, "versus_", noise),
                 "versus_method": self.timing.method, **kept}
 
 

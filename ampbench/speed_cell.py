@@ -28,6 +28,7 @@ from ampbench.verdict import (
     HostOverhead,
     SpeedupCheck,
     Verdict,
+    entry_tolerance,
     kernel_changes,
     learned_spread,
     recorded_check,
@@ -228,7 +229,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         carried = spread.carried(baseline, comparable) | spread.carried_device(baseline, dev_comparable)
         store.record(test_id, {
             **speed.recorded_figures("", pooled, noise), **speed.recorded_figures("device_", dev_pooled, device_noise),
-            "device_tolerance": tolerance_for(settings.tolerance, device_noise, learned_spread(carried, "device_")),
+            "device_tolerance": entry_tolerance(settings.tolerance, carried, "device_", device_noise),
             "device_method": timing.method, "device_fallback": timing.fallback,
             "device_step_ms": dev_step_s * 1e3, "device_step_ms_ref": dev_ref_step_s * 1e3,
             "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,

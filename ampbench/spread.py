@@ -33,7 +33,7 @@ from typing import Mapping, Sequence
 from ampbench.baselines import measurement_mismatch
 from ampbench.results import Run, SpeedRecord
 from ampbench.stats import finite_number, log_sd
-from ampbench.verdict import DEFAULT_TOLERANCE, learned_spread, tolerance_for
+from ampbench.verdict import DEFAULT_TOLERANCE, entry_tolerance
 
 # what must match between a baseline entry's `software` and a run's machine_info["ampbench"] for the
 # run to measure the same thing: the card model and every layer of software under test
@@ -296,8 +296,7 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
             if finite_number(figures.get(figure.key)) is not None:
                 # what the verdict will now use under the default floor, so the file says what is guarded
                 p = figure.prefix
-                figures[f"{p}tolerance"] = tolerance_for(DEFAULT_TOLERANCE, figures.get(f"{p}noise"),
-                                                         learned_spread(figures, p))
+                figures[f"{p}tolerance"] = entry_tolerance(DEFAULT_TOLERANCE, figures, p)
         if figures != entry["figures"]:
             entry = dict(entry, figures=figures)
         entries[test_id] = entry

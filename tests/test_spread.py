@@ -15,7 +15,7 @@ from ampbench.report import parse_run
 from ampbench.speed import across_runs_of, describe_across
 from ampbench.spread import DEVICE, FIGURES, VERSUS, WALL, carried, carried_device, learn, software_difference, with_spread
 from ampbench.stats import SpeedupEstimate, log_sd
-from ampbench.verdict import DEFAULT_TOLERANCE, BetweenRuns, learned_spread, tolerance_for
+from ampbench.verdict import DEFAULT_TOLERANCE, BetweenRuns, entry_tolerance, learned_spread, tolerance_for
 
 SOFTWARE = {"torch": "2.11.0+cu130", "cuda": "13.0", "cudnn": 91900, "driver": "580.159.04",
             "device": "NVIDIA H100 80GB HBM3", "capability": "9.0"}
@@ -181,6 +181,7 @@ def test_a_compiled_cells_ratio_over_its_versus_side_learns_its_spread_and_toler
     assert any("over amp_fp16 in the run and over amp_bf16 in the baseline" in why for _, _, why in learned.left_out)
     figures = with_spread(document, learned)["entries"][WRN]["figures"]
     assert figures["versus_recorded_speedup"] == 1.15 and figures["versus_between_run_count"] == 4
+    assert figures["versus_tolerance"] == entry_tolerance(DEFAULT_TOLERANCE, figures, "versus_")
     assert figures["versus_tolerance"] == tolerance_for(DEFAULT_TOLERANCE, 0.001, learned_spread(figures, "versus_"))
     assert figures["versus_tolerance"] > 0.02, "four values 1-2% apart: the bound is wider than the floor"
 
