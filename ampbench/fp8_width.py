@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ampbench import speed
-from ampbench.device import cell_unsupported_reason, release
+from ampbench.device import catch_oom, cell_unsupported_reason, release
 from ampbench.modes import PrecisionMode, label, versus_of
 from ampbench.stats import SpeedupEstimate
 from ampbench.timing import extend_until_tight
@@ -109,17 +109,24 @@ def measure_width(spec: ModelSpec, width: int, mode: PrecisionMode, versus: Prec
     why = cell_unsupported_reason(mode, device, wide, config) or cell_unsupported_reason(versus, device, wide, config)
     if why:
         return WidthPoint(width, None, None, skipped=why)
-    base = speed.prepare_side(wide, versus, device, smoke, policy)
-    side = speed.prepare_side(wide, mode, device, smoke, policy)
-    timing = speed.device_timing(base, side)
-    estimate = extend_until_tight(timing.timer(base, side, policy), policy.rounds)
-    del base, side
+
+    def timed() -> tuple[SpeedupEstimate, str]:
+        base = speed.prepare_side(wide, versus, device, smoke, policy)
+        side = speed.prepare_side(wide, mode, device, smoke, policy)
+        timing = speed.device_timing(base, side)
+        return extend_until_tight(timing.timer(base, side, policy), policy.rounds), timing.method
+
+    # both sides, their optimizer states and graph pools are on the card at once: a wide gpt (3072, 12
+    # blocks) outgrows an 80 GB H100, which ends that width, not the sweep
+    measured, oom = catch_oom(timed)
     if mode.compile or versus.compile:
         import torch._dynamo
 
         torch._dynamo.reset()  # this width's graphs: nothing runs them again, and they count to the recompile limit
     release(device)
-    return WidthPoint(width, estimate, timing.method)
+    if oom is not None:
+        return WidthPoint(width, None, None, skipped=f"out of memory with both sides on the device ({oom})")
+    return WidthPoint(width, *measured)
 
 
 def sweep(spec: ModelSpec, widths: tuple[int, ...], mode: PrecisionMode, device: torch.device,

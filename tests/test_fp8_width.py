@@ -113,3 +113,20 @@ def test_the_json_holds_every_point(tmp_path, monkeypatch):
     doc = json.loads(out.read_text())
     assert [p["width"] for p in doc["points"]] == [1024, 2048]
     assert 1024 < doc["crossover_width"] < 2048
+
+
+def test_a_width_that_runs_out_of_memory_is_skipped_and_the_sweep_goes_on(monkeypatch):
+    built = []
+
+    def prepare(spec, mode, device, smoke, policy):
+        built.append(spec.smoke_config.dim)
+        if spec.smoke_config.dim == 128:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.54 GiB.")
+        return real(spec, mode, device, smoke, policy)
+
+    real = speed.prepare_side
+    monkeypatch.setattr(speed, "prepare_side", prepare)
+    monkeypatch.setattr(fp8_width, "versus_of", lambda mode: get_mode("fp32"))
+    points = list(fp8_width.sweep(get_model("llama"), (128, 64), get_mode("bf16"), torch.device("cpu"), smoke=True))
+    assert points[0].estimate is None and "out of memory" in points[0].skipped and "1.54 GiB" in points[0].skipped
+    assert points[1].estimate is not None and built == [128, 64, 64]
