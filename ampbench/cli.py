@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fw.add_argument("model", metavar="MODEL", help="a decoder with a width rule: llama or gpt")
     fw.add_argument("--widths", type=_widths, default=None, metavar="W[,W...]",
-                    help="model widths to measure (default: llama 1024,2048,3072,4096; gpt 768,1536,3072)")
+                    help="model widths to measure (default: llama 1024,1536,2048,3072,4096; gpt 768,1536,2304)")
     fw.add_argument("--mode", default="fp8_tensorwise", choices=("fp8_tensorwise", "fp8_rowwise"),
                     metavar="MODE", help="fp8_tensorwise or fp8_rowwise (default: fp8_tensorwise)")
     fw.add_argument("--device", default="auto", metavar="DEVICE",
