@@ -367,7 +367,7 @@ def _fidelity(args: argparse.Namespace) -> int:
 def _fp8_width(args: argparse.Namespace) -> int:
     # imported here: the other commands run without torch
     from ampbench import fp8_width
-    from ampbench.device import configure_backends, resolve, unsupported_reason
+    from ampbench.device import configure_backends, device_name, resolve, unsupported_reason
     from ampbench.modes import get_mode
     from models import get_model
 
@@ -391,7 +391,7 @@ def _fp8_width(args: argparse.Namespace) -> int:
     found = fp8_width.crossover(points)
     print(f"{args.model} {args.mode}: {found or 'no measured width where it turns from a loss into a gain'}")
     if args.json is not None:
-        write_atomic(args.json, {"model": args.model, "mode": args.mode, "device": str(device),
+        write_atomic(args.json, {"model": args.model, "mode": args.mode, "device": device_name(device),
                                  "points": [p.as_dict() for p in points],
                                  "crossover_width": found.width if found else None})
     return EXIT_OK
