@@ -130,10 +130,9 @@ def figure_problem(kind: str, name: str, value: Any) -> str | None:
         return None if ok else f"{_describe(value)} is not a list of strings"
     if not isinstance(value, _SCALAR):
         return f"{_describe(value)} is not a number, string, boolean or null"
-    if isinstance(value, float) and not math.isfinite(value):
-        rule = ENTRY_SCHEMAS.get(kind, {}).get(name)
-        return f"{_describe(value)} is not {rule.expected if rule else 'a finite number'}"
     rule = ENTRY_SCHEMAS.get(kind, {}).get(name)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{_describe(value)} is not {rule.expected if rule else 'a finite number'}"
     if rule is not None and not rule.check(value):
         return f"{_describe(value)} is not {rule.expected}"
     return None

@@ -367,22 +367,17 @@ def _fidelity(args: argparse.Namespace) -> int:
 def _fp8_width(args: argparse.Namespace) -> int:
     # imported here: the other commands run without torch
     from ampbench import fp8_width
-    from ampbench.device import configure_backends, device_name, resolve, unsupported_reason
+    from ampbench.device import configure_backends, device_name, resolve
     from ampbench.modes import get_mode
     from models import get_model
 
+    points = []
     try:
-        spec, rule = get_model(args.model), fp8_width.rule_for(args.model)
+        spec, rule, mode = get_model(args.model), fp8_width.rule_for(args.model), get_mode(args.mode)
         device = resolve(args.device, flag="--device")
-        mode, smoke, widths = get_mode(args.mode), device.type != "cuda", args.widths or rule.widths
-        for width in widths:
-            fp8_width.widened(spec, width, smoke)  # a width the model cannot be built at, before the device's needs
-        missing = unsupported_reason(mode, device)
-        if missing:
-            raise fp8_width.WidthError(missing)
-        points = []
         configure_backends(device)
-        for point in fp8_width.sweep(spec, widths, mode, device, smoke):
+        # the sweep's WidthErrors come before anything is timed: a width, then the device's needs
+        for point in fp8_width.sweep(spec, args.widths or rule.widths, mode, device, smoke=device.type != "cuda"):
             print(fp8_width.format_point(args.model, mode, point), flush=True)
             points.append(point)
     except (KeyError, fp8_width.WidthError) as exc:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ampbench import speed
-from ampbench.device import catch_oom, cell_unsupported_reason, release
+from ampbench.device import catch_oom, cell_unsupported_reason, release, unsupported_reason
 from ampbench.modes import PrecisionMode, label, versus_of
 from ampbench.stats import SpeedupEstimate
 from ampbench.timing import extend_until_tight
@@ -95,6 +95,13 @@ class WidthPoint:
     method: str | None  # how device time was measured ("graph", "kernels", "wall")
     skipped: str | None = None  # why this width was not measured
 
+    @property
+    def outcome(self) -> str | None:
+        """"pays" or "loses" where the whole interval lies above or below 1, else "even"; None if skipped."""
+        if self.estimate is None:
+            return None
+        return "pays" if self.estimate.low > 1 else "loses" if self.estimate.high < 1 else "even"
+
     def as_dict(self) -> dict:
         est = self.estimate
         return {"width": self.width, "speedup": est.speedup if est else None, "low": est.low if est else None,
@@ -106,7 +113,11 @@ def measure_width(spec: ModelSpec, width: int, mode: PrecisionMode, versus: Prec
                   smoke: bool, policy: speed.SpeedPolicy) -> WidthPoint:
     """`mode` against `versus` for `spec` at `width`: both sides prepared, then interleaved device-time
     rounds until the interval's half-width is under the policy's target."""
-    wide = widened(spec, width, smoke)
+    return _measure(widened(spec, width, smoke), width, mode, versus, device, smoke, policy)
+
+
+def _measure(wide: ModelSpec, width: int, mode: PrecisionMode, versus: PrecisionMode, device: torch.device,
+             smoke: bool, policy: speed.SpeedPolicy) -> WidthPoint:
     config = wide.config_for(smoke)
     why = cell_unsupported_reason(mode, device, wide, config) or cell_unsupported_reason(versus, device, wide, config)
     if why:
@@ -133,15 +144,19 @@ def measure_width(spec: ModelSpec, width: int, mode: PrecisionMode, versus: Prec
 
 def sweep(spec: ModelSpec, widths: tuple[int, ...], mode: PrecisionMode, device: torch.device,
           smoke: bool) -> Iterator[WidthPoint]:
-    """One point per width, as each is measured, `mode` against its versus side (``modes.versus_of``)."""
+    """One point per width, as each is measured, `mode` against its versus side (``modes.versus_of``).
+    WidthError, before anything is timed, for a width the model cannot be built at, then for a mode
+    the device cannot run."""
     versus = versus_of(mode)
     if versus is None:
         raise WidthError(f"{label(mode)} has no side to be timed against: pick a mode whose row compiles (fp8)")
-    for width in widths:
-        widened(spec, width, smoke)  # a width that cannot be built fails before anything is timed
+    wides = [(width, widened(spec, width, smoke)) for width in widths]
+    missing = unsupported_reason(mode, device)
+    if missing:
+        raise WidthError(missing)
     policy = speed.policy_for(device, speed.DEFAULT_MIN_ROUNDS, DEFAULT_TOLERANCE)
-    for width in widths:
-        yield measure_width(spec, width, mode, versus, device, smoke, policy)
+    for width, wide in wides:
+        yield _measure(wide, width, mode, versus, device, smoke, policy)
 
 
 @dataclass(frozen=True)
@@ -161,10 +176,9 @@ def crossover(points: list[WidthPoint]) -> Crossover | None:
     their intervals; None where the points do not bracket it (all one side, or an interval on 1 between)."""
     measured = sorted((p for p in points if p.estimate is not None), key=lambda p: p.width)
     for a, b in zip(measured, measured[1:]):
-        if a.estimate.high < 1.0 < b.estimate.low:
+        if a.outcome == "loses" and b.outcome == "pays":
             la, lb = math.log(a.estimate.speedup), math.log(b.estimate.speedup)
-            t = -la / (lb - la)
-            return Crossover(a, b, math.exp(math.log(a.width) + t * (math.log(b.width) - math.log(a.width))))
+            return Crossover(a, b, a.width * (b.width / a.width) ** (-la / (lb - la)))
     return None
 
 
@@ -172,5 +186,4 @@ def format_point(model: str, mode: PrecisionMode, point: WidthPoint) -> str:
     head = f"{model} width {point.width:5d} {label(mode)} over {label(versus_of(mode))}:"
     if point.estimate is None:
         return f"{head} skipped: {point.skipped}"
-    verdict = "pays" if point.estimate.low > 1 else "loses" if point.estimate.high < 1 else "even"
-    return f"{head} {point.estimate} by {point.method}: {verdict}"
+    return f"{head} {point.estimate} by {point.method}: {point.outcome}"

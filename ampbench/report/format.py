@@ -25,7 +25,8 @@ VERDICT_ICONS = {
 NEEDS_A_LOOK = tuple(v for v in VERDICT_ORDER if v.needs_a_look)  # failing first, then warnings
 SMOKE_NOTE = ("Smoke run: figures are not comparable. A CPU run trains tiny shapes to check the code path; "
               "its speedups, step times and accuracies say nothing about a GPU, and nothing is held against baselines.")
-SPEEDUP_NOTE = ("Speedup over fp32: the centre of the rounds' paired fp32/mode step-time ratios (the mean of the medians of the two orders a round runs in), with its interval. "
+SPEEDUP_NOTE = ("Speedup over fp32: the centre of the rounds' paired fp32/mode step-time ratios (the mean of the "
+                "medians of the two orders a round runs in), with its interval. "
                 "Step times and throughput: each side's median over the same rounds, fp32's beside the mode's; "
                 "their ratio can differ from the speedup where rounds vary. The fp32 row times fp32 against "
                 "itself: a check of the method, not a finding.")
