@@ -371,18 +371,24 @@ def _fp8_width(args: argparse.Namespace) -> int:
     from ampbench.modes import get_mode
     from models import get_model
 
-    points = []
+    def bad_input(exc: Exception) -> int:
+        print(f"ampbench fp8-width: error: {exc.args[0]}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
     try:
         spec, rule, mode = get_model(args.model), fp8_width.rule_for(args.model), get_mode(args.mode)
         device = resolve(args.device, flag="--device")
-        configure_backends(device)
+    except (KeyError, RuntimeError, fp8_width.WidthError) as exc:
+        return bad_input(exc)
+    configure_backends(device)
+    points = []
+    try:
         # the sweep's WidthErrors come before anything is timed: a width, then the device's needs
         for point in fp8_width.sweep(spec, args.widths or rule.widths, mode, device, smoke=device.type != "cuda"):
             print(fp8_width.format_point(args.model, mode, point), flush=True)
             points.append(point)
-    except (KeyError, fp8_width.WidthError) as exc:
-        print(f"ampbench fp8-width: error: {exc.args[0]}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except fp8_width.WidthError as exc:
+        return bad_input(exc)
     found = fp8_width.crossover(points)
     print(f"{args.model} {args.mode}: {found or 'no measured width where it turns from a loss into a gain'}")
     if args.json is not None:

@@ -89,6 +89,7 @@ def test_an_fp8_width_on_a_device_without_fp8_is_skipped_with_the_reason():
     (["fp8-width", "nosuch", "--device", "cpu"], "unknown model 'nosuch'"),
     (["fp8-width", "llama", "--widths", "100", "--device", "cpu"], "llama width 100"),
     (["fp8-width", "llama", "--device", "cpu"], "fp8_tensorwise on cpu"),
+    (["fp8-width", "llama", "--device", "tpu"], "--device tpu: not a device this suite runs on"),
 ])
 def test_the_command_refuses_bad_input_with_the_reason(argv, says, tmp_path, capsys):
     out = tmp_path / "w.json"
