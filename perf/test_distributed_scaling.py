@@ -26,7 +26,7 @@ from ampbench.dist_scaling import SETUPS, WIDTH
 from ampbench.launch import run_launch, torchrun_command
 from perf import strategies as S
 from perf.strategies import DistScenario, RankPoison, ScalerConfig
-from perf.test_loss_scaling import reference_trajectory
+from perf.scalers import reference_trajectory
 
 ROOT = Path(__file__).resolve().parents[1]
 INF, NAN = float("inf"), float("nan")
