@@ -92,7 +92,7 @@ for s in "$@"; do
                          --benchmark-json "$OUT/$s.json" ;;
     convergence) stage convergence "${PYTEST[@]}" perf/test_convergence.py perf/test_input_pipeline.py \
                    --perf-update-baselines --benchmark-json "$OUT/convergence.json" ;;
-    scaling) stage scaling "${PYTEST[@]}" perf/test_loss_scaling.py --perf-device cuda ;;
+    scaling) stage scaling "${PYTEST[@]}" perf/test_loss_scaling.py perf/test_loss_scaling_training.py --perf-device cuda ;;
     fidelity) stage fidelity "${AMPBENCH[@]}" fidelity ;;
     fidelity=*) cells=${s#fidelity=}; stage "fidelity-${cells//[,:]/-}" "${AMPBENCH[@]}" fidelity ${cells//,/ } ;;
     compile) stage compile "${PYTEST[@]}" perf/ --perf-tier compile --benchmark-json "$OUT/compile.json" ;;
