@@ -39,6 +39,7 @@ from ampbench.distributed import (
     get_comm,
     kernels_from_trace,
 )
+from ampbench.launch import load_worker_plugins
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
 from ampbench.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
 from ampbench.train import Trainer
@@ -225,6 +226,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    load_worker_plugins()
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda", local) if cuda else torch.device("cpu")

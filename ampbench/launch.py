@@ -1,8 +1,9 @@
 """Starting a torchrun launch from a single-process caller (the pytest process), with a time limit that
-no rank can outlive, and the ranks' own output to explain a failure."""
+no rank can outlive, and the ranks' own output to explain a failure; and the plugins every rank loads."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import signal
@@ -16,6 +17,20 @@ from pathlib import Path
 _RANK_LINE = re.compile(r"^\[default(\d+)\]:(.*)$")
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)", re.DOTALL)
 _CPP_FRAME = re.compile(r"^\s*frame #\d+:")
+
+
+# Modules named here (comma-separated) are imported by every rank before it builds anything, and their
+# ``worker_configure()`` called: how a pytest plugin of the launching session (``ampbench.slowdown``)
+# reaches the ranks, processes of their own that inherit only the environment.
+WORKER_PLUGINS_ENV = "AMPBENCH_WORKER_PLUGINS"
+
+
+def load_worker_plugins() -> list[str]:
+    """Import the modules WORKER_PLUGINS_ENV names and call each one's ``worker_configure()``; their names."""
+    names = [n.strip() for n in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if n.strip()]
+    for name in names:
+        importlib.import_module(name).worker_configure()
+    return names
 
 
 def torchrun_command(module: str, args: list[str], nproc: int) -> list[str]:

@@ -4,6 +4,7 @@ measured code path, to show that the speed gate catches a slowdown:
     pytest perf/test_speed.py -p ampbench.slowdown --perf-slowdown resnet50:amp_fp16:0.01
     AMPBENCH_SLOWDOWN=resnet50:amp_fp16:0.01,gpt:amp_bf16:0.01 pytest perf/test_speed.py -p ampbench.slowdown
     pytest perf/test_speed.py -p ampbench.slowdown --perf-slowdown gpt:fp8_tensorwise:emulate --perf-compile on
+    pytest perf/test_distributed.py -p ampbench.slowdown --perf-slowdown resnet50:amp_bf16:0.03
 
 Every training step of each named (model, mode) gets extra work worth FRACTION of the step's own time,
 appended after the step. On CUDA it is a spin kernel (``torch.cuda._sleep``) queued on the stream: it
@@ -11,8 +12,14 @@ is part of the step, so a CUDA graph of the step captures it too, and no host sy
 of spin cycles is calibrated once per trainer on the figure the speed gate reads: the step replayed as
 a CUDA graph, or the profiler's kernel time where it cannot be captured; so the fraction is of device
 time, not of a host-bound wall step. On the CPU the extra work is a busy wait of FRACTION of the wall
-time of a few plain steps. Steps of other cells run unchanged. Cells that train in worker processes
-(the distributed tests) are not slowed.
+time of a few plain steps. Steps of other cells run unchanged.
+
+Cells that train in worker processes (the distributed tests' torchrun ranks) are slowed too: the plugin
+passes its spec on in the environment (``AMPBENCH_SLOWDOWN``, and itself in the worker's plugin list,
+``ampbench.launch.WORKER_PLUGINS_ENV``), and each rank installs the same slowdown before it builds
+a trainer (``worker_configure``). There the fraction is of the wall time of a few plain steps, on CUDA
+too: a distributed cell's figures are wall-clock throughput, and capturing a step that holds
+collectives as a CUDA graph is no calibration to risk on every rank.
 
 ``MODEL:fp8_MODE:emulate`` slows an fp8 cell the way a broken fp8 stack would: its trainers convert their
 Linear layers with torchao's emulated float8 matmul (``Float8LinearConfig(emulate=True)``: the fp8
@@ -38,6 +45,7 @@ import pytest
 import torch
 
 from ampbench import devicetime, fp8, train
+from ampbench.launch import WORKER_PLUGINS_ENV
 from ampbench.modes import MODES, get_mode
 from ampbench.spread import INJECTED_KEY
 from ampbench.timing import time_block
@@ -94,16 +102,31 @@ def _device_ms_per_step(trainer: train.Trainer) -> tuple[float, str]:
     return time_block(trainer.device, lambda: graph.replay(steps)) / steps * 1e3, "graph replay"
 
 
+def _spin_cycles(device: torch.device, seconds: float) -> int:
+    """How many cycles of ``torch.cuda._sleep`` take `seconds` on `device`."""
+    torch.cuda._sleep(10_000_000)  # wake the clock before counting its cycles
+    cycles_per_s = 50_000_000 / time_block(device, lambda: torch.cuda._sleep(50_000_000))
+    return int(seconds * cycles_per_s)
+
+
 def _cuda_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
     work_ms, how = _device_ms_per_step(trainer)
-    torch.cuda._sleep(10_000_000)  # wake the clock before counting its cycles
-    cycles_per_s = 50_000_000 / time_block(trainer.device, lambda: torch.cuda._sleep(50_000_000))
-    cycles = int(fraction * work_ms / 1e3 * cycles_per_s)
+    cycles = _spin_cycles(trainer.device, fraction * work_ms / 1e3)
     return (lambda: torch.cuda._sleep(cycles)), f"{work_ms:.3f} ms per step ({how}), {cycles} spin cycles added"
 
 
+def _wall_step_seconds(trainer: train.Trainer) -> float:
+    return time_block(trainer.device, lambda: trainer.run(CALIBRATION_STEPS)) / CALIBRATION_STEPS
+
+
+def _cuda_spin_of_wall(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
+    step_s = _wall_step_seconds(trainer)
+    cycles = _spin_cycles(trainer.device, fraction * step_s)
+    return (lambda: torch.cuda._sleep(cycles)), f"step {step_s * 1e3:.3f} ms (wall), {cycles} spin cycles added"
+
+
 def _cpu_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
-    step_s = time_block(trainer.device, lambda: trainer.run(CALIBRATION_STEPS)) / CALIBRATION_STEPS
+    step_s = _wall_step_seconds(trainer)
     extra = fraction * step_s
 
     def spin() -> None:
@@ -120,6 +143,11 @@ CALIBRATE: dict[str, Callable[[train.Trainer, float], tuple[Callable[[], None], 
     "cuda": _cuda_spin,
     "cpu": _cpu_spin,
 }
+# the same in a distributed worker's ranks: a fraction of the wall-clock step (module docstring)
+CALIBRATE_WORKER: dict[str, Callable[[train.Trainer, float], tuple[Callable[[], None], str]]] = {
+    "cuda": _cuda_spin_of_wall,
+    "cpu": _cpu_spin,
+}
 
 
 _CALIBRATING = object()  # a trainer's marker while its calibration steps run plain
@@ -132,6 +160,7 @@ class Slowdown:
     trainers are built."""
 
     targets: dict[Cell, float | str]
+    calibrate: dict = field(default_factory=lambda: CALIBRATE)  # per device type: how the extra work is sized
     original: Callable | None = None  # Trainer.step as it was before install()
     original_init: Callable | None = None  # Trainer.__init__
     original_config: Callable | None = None  # fp8.float8_config
@@ -182,13 +211,13 @@ class Slowdown:
             self.applied = EMULATED
         fraction = self.spins.get((trainer.spec.name, trainer.mode.name))
         spin = getattr(trainer, "_slowdown_spin", None)
-        if fraction is None or trainer.device.type not in CALIBRATE or spin is _CALIBRATING:
+        if fraction is None or trainer.device.type not in self.calibrate or spin is _CALIBRATING:
             return self.original(trainer, *args, **kwargs)
         if spin is None:
             trainer._slowdown_spin = _CALIBRATING
             for _ in range(CALIBRATION_STEPS):  # settle before calibrating
                 self.original(trainer, *args, **kwargs)
-            spin, how = CALIBRATE[trainer.device.type](trainer, fraction)
+            spin, how = self.calibrate[trainer.device.type](trainer, fraction)
             trainer._slowdown_spin = spin
             print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} "
                   f"({fraction:.1%} of the step)", flush=True)
@@ -199,6 +228,41 @@ class Slowdown:
 
 
 SLOWDOWN = pytest.StashKey[Slowdown]()
+# the environment as it was before pytest_configure passed the spec on to worker processes
+_ENV_BEFORE = pytest.StashKey[dict]()
+
+
+def spec_of(targets: dict[Cell, float | str]) -> str:
+    """The spec string `parse` reads back as `targets`."""
+    return ",".join(f"{model}:{mode}:{how}" for (model, mode), how in targets.items())
+
+
+def _pass_on_to_workers(targets: dict[Cell, float | str]) -> dict[str, str | None]:
+    """Name the targets and this plugin in the environment torchrun's ranks inherit; the values before."""
+    before = {name: os.environ.get(name) for name in (ENV, WORKER_PLUGINS_ENV)}
+    plugins = [p for p in (before[WORKER_PLUGINS_ENV] or "").split(",") if p.strip()]
+    os.environ[ENV] = spec_of(targets)
+    os.environ[WORKER_PLUGINS_ENV] = ",".join(plugins + [__name__] if __name__ not in plugins else plugins)
+    return before
+
+
+def _restore(before: dict[str, str | None]) -> None:
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def worker_configure() -> Slowdown | None:
+    """In a distributed worker's rank (``ampbench.launch.load_worker_plugins``): slow the cells that
+    $AMPBENCH_SLOWDOWN names, each by a fraction of its wall-clock step; None where it names none."""
+    targets = parse(os.environ.get(ENV, ""))
+    if not targets:
+        return None
+    slowdown = Slowdown(targets, calibrate=CALIBRATE_WORKER)
+    slowdown.install()
+    return slowdown
 
 
 def _spec_type(value: str) -> dict[Cell, float | str]:
@@ -227,12 +291,14 @@ def pytest_configure(config: pytest.Config) -> None:
         slowdown = Slowdown(targets)
         slowdown.install()
         config.stash[SLOWDOWN] = slowdown
+        config.stash[_ENV_BEFORE] = _pass_on_to_workers(targets)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     slowdown = config.stash.get(SLOWDOWN, None)
     if slowdown is not None:
         slowdown.uninstall()
+        _restore(config.stash[_ENV_BEFORE])
 
 
 def _tag(how: float | str) -> float | str:

@@ -3,8 +3,10 @@ trace, merging rank documents, world size and baseline slug, and a launch that c
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,7 +29,8 @@ from ampbench.distributed import (
     variants_for,
     world_size_skip_reason,
 )
-from ampbench.launch import LaunchResult, run_launch, torchrun_command
+from ampbench import slowdown
+from ampbench.launch import WORKER_PLUGINS_ENV, LaunchResult, load_worker_plugins, run_launch, torchrun_command
 from ampbench.modes import MODES
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -200,6 +203,35 @@ def test_a_hanging_torchrun_launch_leaves_no_rank(tmp_path):
     assert all(result.rank_lines(r) == ["started"] for r in (0, 1)), result.output[-2000:]
     pids = [int((tmp_path / f"rank{r}.pid").read_text()) for r in (0, 1)]
     assert _gone_within(pids, 5), "a rank outlived its torchrun launch"
+
+
+def test_worker_plugins_are_the_modules_the_environment_names(monkeypatch):
+    """Each module WORKER_PLUGINS_ENV names is imported and its worker_configure() called; none: nothing."""
+    monkeypatch.delenv(WORKER_PLUGINS_ENV, raising=False)
+    assert load_worker_plugins() == []
+    called = []
+    monkeypatch.setattr(slowdown, "worker_configure", lambda: called.append("slowdown"))
+    monkeypatch.setenv(WORKER_PLUGINS_ENV, " ampbench.slowdown, ")
+    assert load_worker_plugins() == ["ampbench.slowdown"] and called == ["slowdown"]
+
+
+def test_a_slowdown_reaches_every_rank_of_a_launch(tmp_path, monkeypatch):
+    """With the environment ampbench.slowdown leaves for worker processes, each rank slows the named
+    cell's steps by the fraction of its own wall-clock step: here 100%, so the mode's timed steps take
+    about twice the plain step each rank calibrated on."""
+    monkeypatch.setenv(slowdown.ENV, "mlp:bf16:1.0")
+    monkeypatch.setenv(WORKER_PLUGINS_ENV, "ampbench.slowdown")
+    args = ["--model", "mlp", "--mode", "bf16", "--comm", "fp32", "--out", str(tmp_path), "--device", "cpu", "--no-single"]
+    root = Path(__file__).resolve().parents[1]
+    result = run_launch(torchrun_command("ampbench.dist_worker", args, 2), timeout=120.0, cwd=root)
+    assert result.ok, result.explain(2)
+    for rank in (0, 1):
+        lines = [ln for ln in result.rank_lines(rank) if ln.startswith("ampbench.slowdown: mlp bf16: step")]
+        assert len(lines) == 1, f"rank {rank} printed {result.rank_lines(rank)}"
+        plain_ms = float(lines[0].split("step ")[1].split(" ms")[0])
+        doc = json.loads((tmp_path / "fp32" / f"rank{rank}.json").read_text())
+        slowed_ms = statistics.median(doc["mode_times"]) * 1e3
+        assert slowed_ms > 1.3 * plain_ms, f"rank {rank}: slowed step {slowed_ms:.3f} ms, plain {plain_ms:.3f} ms"
 
 
 def test_a_failing_rank_ends_the_launch_with_its_error(tmp_path):

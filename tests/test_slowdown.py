@@ -4,6 +4,7 @@ wiring as a pytest plugin (-p ampbench.slowdown), where a bad spec is a usage er
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 from ampbench import fp8, slowdown, train
+from ampbench.launch import WORKER_PLUGINS_ENV
 from ampbench.modes import MODES
 from models import get_model
 
@@ -92,6 +94,52 @@ def test_plugin_reads_the_environment_and_restores_the_step(pytester, monkeypatc
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["ampbench.slowdown: steps slowed on purpose: mlp fp32 +20.0%"])
     assert train.Trainer.step is plain_step
+
+
+PASSED_ON_TEST = """
+import os
+
+def test_env():
+    assert os.environ["AMPBENCH_SLOWDOWN"] == "mlp:fp32:0.1,gpt:amp_bf16:0.03"
+    assert os.environ["AMPBENCH_WORKER_PLUGINS"].split(",") == ["other.plugin", "ampbench.slowdown"]
+"""
+
+
+def test_plugin_passes_its_spec_on_to_worker_processes_and_restores_the_environment(pytester, monkeypatch):
+    """Distributed cells train in torchrun's ranks, which inherit the environment: the plugin names its
+    cells and itself there for the session (beside plugins named already), and puts it back afterwards."""
+    monkeypatch.delenv(slowdown.ENV, raising=False)
+    monkeypatch.setenv(WORKER_PLUGINS_ENV, "other.plugin")
+    pytester.makepyfile(PASSED_ON_TEST)
+    result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown", "mlp:fp32:0.1,gpt:amp_bf16:0.03")
+    result.assert_outcomes(passed=1)
+    assert slowdown.ENV not in os.environ and os.environ[WORKER_PLUGINS_ENV] == "other.plugin"
+
+
+def test_a_worker_slows_the_cells_its_environment_names_by_their_wall_step(monkeypatch, capsys):
+    """worker_configure, as a rank runs it: the cells of $AMPBENCH_SLOWDOWN slowed, sized on the wall
+    time of plain steps (CALIBRATE_WORKER); nothing installed where it names no cell."""
+    monkeypatch.delenv(slowdown.ENV, raising=False)
+    assert slowdown.worker_configure() is None
+    monkeypatch.setenv(slowdown.ENV, "mlp:fp32:3.0")
+    plain_step = train.Trainer.step
+    sd = slowdown.worker_configure()
+    try:
+        assert sd.calibrate is slowdown.CALIBRATE_WORKER
+        slowed = train.Trainer(get_model("mlp"), MODES["fp32"], CPU, smoke=True)
+        slowed.run(1)  # calibrates
+        plain = _median_step(sd.original, slowed)
+        extra = _median_step(train.Trainer.step, slowed)
+    finally:
+        sd.uninstall()
+    assert train.Trainer.step is plain_step
+    assert extra > 2.5 * plain, f"a step slowed by 300% took {extra * 1e3:.3f} ms against {plain * 1e3:.3f} ms plain"
+    assert "ampbench.slowdown: mlp fp32: step" in capsys.readouterr().out
+
+
+def test_spec_of_reads_back_as_its_targets():
+    targets = {("mlp", "fp32"): 0.5, ("gpt", "fp8_tensorwise"): slowdown.EMULATE}
+    assert slowdown.parse(slowdown.spec_of(targets)) == targets
 
 
 def test_flag_overrides_the_environment(pytester, monkeypatch):
