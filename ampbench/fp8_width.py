@@ -113,11 +113,7 @@ def measure_width(spec: ModelSpec, width: int, mode: PrecisionMode, versus: Prec
                   smoke: bool, policy: speed.SpeedPolicy) -> WidthPoint:
     """`mode` against `versus` for `spec` at `width`: both sides prepared, then interleaved device-time
     rounds until the interval's half-width is under the policy's target."""
-    return _measure(widened(spec, width, smoke), width, mode, versus, device, smoke, policy)
-
-
-def _measure(wide: ModelSpec, width: int, mode: PrecisionMode, versus: PrecisionMode, device: torch.device,
-             smoke: bool, policy: speed.SpeedPolicy) -> WidthPoint:
+    wide = widened(spec, width, smoke)
     config = wide.config_for(smoke)
     why = cell_unsupported_reason(mode, device, wide, config) or cell_unsupported_reason(versus, device, wide, config)
     if why:
@@ -150,13 +146,14 @@ def sweep(spec: ModelSpec, widths: tuple[int, ...], mode: PrecisionMode, device:
     versus = versus_of(mode)
     if versus is None:
         raise WidthError(f"{label(mode)} has no side to be timed against: pick a mode whose row compiles (fp8)")
-    wides = [(width, widened(spec, width, smoke)) for width in widths]
+    for width in widths:
+        widened(spec, width, smoke)  # raises for a width the model cannot take, before anything is timed
     missing = unsupported_reason(mode, device)
     if missing:
         raise WidthError(missing)
     policy = speed.policy_for(device, speed.DEFAULT_MIN_ROUNDS, DEFAULT_TOLERANCE)
-    for width, wide in wides:
-        yield _measure(wide, width, mode, versus, device, smoke, policy)
+    for width in widths:
+        yield measure_width(spec, width, mode, versus, device, smoke, policy)
 
 
 @dataclass(frozen=True)

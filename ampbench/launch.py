@@ -25,9 +25,14 @@ _CPP_FRAME = re.compile(r"^\s*frame #\d+:")
 WORKER_PLUGINS_ENV = "AMPBENCH_WORKER_PLUGINS"
 
 
+def worker_plugins() -> list[str]:
+    """The module names WORKER_PLUGINS_ENV holds, in order."""
+    return [n.strip() for n in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if n.strip()]
+
+
 def load_worker_plugins() -> list[str]:
     """Import the modules WORKER_PLUGINS_ENV names and call each one's ``worker_configure()``; their names."""
-    names = [n.strip() for n in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if n.strip()]
+    names = worker_plugins()
     for name in names:
         importlib.import_module(name).worker_configure()
     return names

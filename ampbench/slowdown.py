@@ -45,7 +45,7 @@ import pytest
 import torch
 
 from ampbench import devicetime, fp8, train
-from ampbench.launch import WORKER_PLUGINS_ENV
+from ampbench.launch import WORKER_PLUGINS_ENV, worker_plugins
 from ampbench.modes import MODES, get_mode
 from ampbench.spread import INJECTED_KEY
 from ampbench.timing import time_block
@@ -109,25 +109,30 @@ def _spin_cycles(device: torch.device, seconds: float) -> int:
     return int(seconds * cycles_per_s)
 
 
-def _cuda_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
-    work_ms, how = _device_ms_per_step(trainer)
-    cycles = _spin_cycles(trainer.device, fraction * work_ms / 1e3)
-    return (lambda: torch.cuda._sleep(cycles)), f"{work_ms:.3f} ms per step ({how}), {cycles} spin cycles added"
+def _wall_ms_per_step(trainer: train.Trainer) -> tuple[float, str]:
+    """The trainer's wall-clock time per step, from an idle device to the end of a few plain steps."""
+    return time_block(trainer.device, lambda: trainer.run(CALIBRATION_STEPS)) / CALIBRATION_STEPS * 1e3, "wall clock"
 
 
-def _wall_step_seconds(trainer: train.Trainer) -> float:
-    return time_block(trainer.device, lambda: trainer.run(CALIBRATION_STEPS)) / CALIBRATION_STEPS
+MsPerStep = Callable[[train.Trainer], tuple[float, str]]  # a step's time in ms, and how it was measured
+# the extra work of one step of a trainer for a fraction of its step, and how it was sized, in words
+Calibrator = Callable[[train.Trainer, float], tuple[Callable[[], None], str]]
 
 
-def _cuda_spin_of_wall(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
-    step_s = _wall_step_seconds(trainer)
-    cycles = _spin_cycles(trainer.device, fraction * step_s)
-    return (lambda: torch.cuda._sleep(cycles)), f"step {step_s * 1e3:.3f} ms (wall), {cycles} spin cycles added"
+def _cuda_spin_on(measure: MsPerStep) -> Calibrator:
+    """A spin kernel worth the fraction of the step as `measure` times it."""
+
+    def calibrate(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
+        work_ms, how = measure(trainer)
+        cycles = _spin_cycles(trainer.device, fraction * work_ms / 1e3)
+        return (lambda: torch.cuda._sleep(cycles)), f"{work_ms:.3f} ms per step ({how}), {cycles} spin cycles added"
+
+    return calibrate
 
 
 def _cpu_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
-    step_s = _wall_step_seconds(trainer)
-    extra = fraction * step_s
+    step_ms, _ = _wall_ms_per_step(trainer)
+    extra = fraction * step_ms / 1e3
 
     def spin() -> None:
         # a busy wait, not a sleep: the core stays occupied, as the step's own work would keep it
@@ -135,19 +140,13 @@ def _cpu_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], Non
         while time.perf_counter() < until:
             pass
 
-    return spin, f"step {step_s * 1e3:.3f} ms, {extra * 1e3:.3f} ms of busy wait added"
+    return spin, f"step {step_ms:.3f} ms, {extra * 1e3:.3f} ms of busy wait added"
 
 
-# per device type: the extra work of one step of `trainer`, and how it was calibrated, in words
-CALIBRATE: dict[str, Callable[[train.Trainer, float], tuple[Callable[[], None], str]]] = {
-    "cuda": _cuda_spin,
-    "cpu": _cpu_spin,
-}
+# per device type: how a step's extra work is sized
+CALIBRATE: dict[str, Calibrator] = {"cuda": _cuda_spin_on(_device_ms_per_step), "cpu": _cpu_spin}
 # the same in a distributed worker's ranks: a fraction of the wall-clock step (module docstring)
-CALIBRATE_WORKER: dict[str, Callable[[train.Trainer, float], tuple[Callable[[], None], str]]] = {
-    "cuda": _cuda_spin_of_wall,
-    "cpu": _cpu_spin,
-}
+CALIBRATE_WORKER: dict[str, Calibrator] = {"cuda": _cuda_spin_on(_wall_ms_per_step), "cpu": _cpu_spin}
 
 
 _CALIBRATING = object()  # a trainer's marker while its calibration steps run plain
@@ -160,7 +159,7 @@ class Slowdown:
     trainers are built."""
 
     targets: dict[Cell, float | str]
-    calibrate: dict = field(default_factory=lambda: CALIBRATE)  # per device type: how the extra work is sized
+    calibrate: dict[str, Calibrator] = field(default_factory=lambda: CALIBRATE)  # per device type
     original: Callable | None = None  # Trainer.step as it was before install()
     original_init: Callable | None = None  # Trainer.__init__
     original_config: Callable | None = None  # fp8.float8_config
@@ -228,8 +227,8 @@ class Slowdown:
 
 
 SLOWDOWN = pytest.StashKey[Slowdown]()
-# the environment as it was before pytest_configure passed the spec on to worker processes
-_ENV_BEFORE = pytest.StashKey[dict]()
+# the environment pytest_configure set for worker processes, undone at unconfigure
+_WORKER_ENV = pytest.StashKey[pytest.MonkeyPatch]()
 
 
 def spec_of(targets: dict[Cell, float | str]) -> str:
@@ -237,21 +236,14 @@ def spec_of(targets: dict[Cell, float | str]) -> str:
     return ",".join(f"{model}:{mode}:{how}" for (model, mode), how in targets.items())
 
 
-def _pass_on_to_workers(targets: dict[Cell, float | str]) -> dict[str, str | None]:
-    """Name the targets and this plugin in the environment torchrun's ranks inherit; the values before."""
-    before = {name: os.environ.get(name) for name in (ENV, WORKER_PLUGINS_ENV)}
-    plugins = [p for p in (before[WORKER_PLUGINS_ENV] or "").split(",") if p.strip()]
-    os.environ[ENV] = spec_of(targets)
-    os.environ[WORKER_PLUGINS_ENV] = ",".join(plugins + [__name__] if __name__ not in plugins else plugins)
-    return before
-
-
-def _restore(before: dict[str, str | None]) -> None:
-    for name, value in before.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+def _pass_on_to_workers(targets: dict[Cell, float | str]) -> pytest.MonkeyPatch:
+    """Name the targets and this plugin in the environment torchrun's ranks inherit; undo() puts it back."""
+    env = pytest.MonkeyPatch()
+    env.setenv(ENV, spec_of(targets))
+    plugins = worker_plugins()
+    if __name__ not in plugins:
+        env.setenv(WORKER_PLUGINS_ENV, ",".join([*plugins, __name__]))
+    return env
 
 
 def worker_configure() -> Slowdown | None:
@@ -291,14 +283,14 @@ def pytest_configure(config: pytest.Config) -> None:
         slowdown = Slowdown(targets)
         slowdown.install()
         config.stash[SLOWDOWN] = slowdown
-        config.stash[_ENV_BEFORE] = _pass_on_to_workers(targets)
+        config.stash[_WORKER_ENV] = _pass_on_to_workers(targets)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     slowdown = config.stash.get(SLOWDOWN, None)
     if slowdown is not None:
         slowdown.uninstall()
-        _restore(config.stash[_ENV_BEFORE])
+        config.stash[_WORKER_ENV].undo()
 
 
 def _tag(how: float | str) -> float | str:
