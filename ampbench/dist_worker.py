@@ -152,11 +152,12 @@ def profiled_trace(trainer: Trainer, steps: int, activities: list) -> dict:
 
 
 def profile_comm(trainer: Trainer, steps: int) -> dict:
-    """NCCL's share of `steps` untimed steps and its overlap with compute, from torch.profiler; None
-    figures off CUDA (gloo works on the host, there are no kernels to read)."""
+    """NCCL's share of `steps` untimed steps, its overlap with compute and the share of the steps the
+    GPU sat idle, from torch.profiler (``distributed.comm_figures``); None figures off CUDA (gloo works
+    on the host, there are no kernels to read)."""
     device = trainer.device
     if device.type != "cuda" or steps <= 0:
-        return {"comm_share": None, "comm_overlap": None}
+        return {"comm_share": None, "comm_overlap": None, "idle_share": None}
     from torch.profiler import ProfilerActivity
 
     together(device)
@@ -198,6 +199,7 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
         "ref_samples_per_s": trainer.batch_size * len(timer.ref_times) / sum(timer.ref_times),
         "single_samples_per_s": (trainer.batch_size * len(single_times) / sum(single_times)) if single_times else None,
         **comm, "comm_share_ref": comm_ref["comm_share"], "comm_overlap_ref": comm_ref["comm_overlap"],
+        "idle_share_ref": comm_ref["idle_share"],
         "weights_moved": bool((fingerprint(trainer) != before).any()),
         "final_loss_finite": bool(torch.isfinite(last_loss)), "loss_scale": speed.loss_scale(trainer),
     }

@@ -130,6 +130,7 @@ TABLES: dict[type[Record], Table] = {
         Column("speedup", lambda r: _interval(r.estimate())),
         Column("scaling efficiency", lambda r: _interval(r.efficiency(), pct=True)),
         Column("comm share", lambda r: _num(r.comm_share, ".0%")),
+        Column("idle", lambda r: _num(r.idle_share, ".0%")),  # the most idle rank's, of the mode's step
         Column("verdict", lambda r: _verdict(r.verdict)),
     )),
 }

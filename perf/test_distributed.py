@@ -30,7 +30,7 @@ import models
 from perf.outcome import conclude
 from ampbench import speed
 from ampbench.device import cell_unsupported_reason
-from ampbench.distributed import DistFigures, default_cells, merge_ranks, variants_for
+from ampbench.distributed import DistFigures, default_cells, host_bound_verdict, merge_ranks, variants_for
 from ampbench.launch import LaunchResult, run_launch, torchrun_command
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
@@ -150,6 +150,8 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     verdicts = {"speedup": _judge(speed_check, figs.speedup)}
     if figs.efficiency is not None:
         verdicts["scaling efficiency"] = _judge(eff_check, figs.efficiency)
+    # a host-bound step's drop is the host's: no confirming launch, never a failure
+    verdicts = {name: host_bound_verdict(v, figs.host_bound) for name, v in verdicts.items()}
     confirmation = None
     if Verdict.REGRESSION in verdicts.values():
         # as in the 1-GPU suite: a regression stands only when a second, independent launch agrees
@@ -181,6 +183,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         scaling_efficiency_high=eff.high if eff else None,
         comm_share=figs.comm_share, comm_overlap=figs.comm_overlap,
         comm_share_ref=_mean_of(docs, "comm_share_ref"), comm_overlap_ref=_mean_of(docs, "comm_overlap_ref"),
+        idle_share=figs.idle_share, idle_share_ref=_max_of(docs, "idle_share_ref"), host_bound=figs.host_bound,
         baseline_speedup=speed_check.expected if speed_check else None,
         baseline_scaling_efficiency=eff_check.expected if eff_check else None,
         tolerance=speed_check.tolerance if speed_check else None, line=speed_check.line if speed_check else None,
@@ -207,7 +210,8 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
             "throughput_per_gpu": figs.throughput_per_gpu, "throughput_per_gpu_ref": figs.throughput_per_gpu_ref,
             "scaling_efficiency": eff.speedup if eff else None, "scaling_efficiency_low": eff.low if eff else None,
             "scaling_efficiency_high": eff.high if eff else None, "scaling_noise": eff.half_width if eff else None,
-            "comm_share": figs.comm_share, "comm_overlap": figs.comm_overlap, "world_size": nproc,
+            "comm_share": figs.comm_share, "comm_overlap": figs.comm_overlap, "idle_share": figs.idle_share,
+            "world_size": nproc,
             "batch_size": docs[0]["batch_size"], "block_seconds": settings.block_seconds,
             "cudnn_benchmark": settings.cudnn_benchmark,
         }, software)
@@ -225,6 +229,10 @@ def _mean_of(docs: list[dict], key: str) -> float | None:
     return sum(vs) / len(vs) if vs else None
 
 
+def _max_of(docs: list[dict], key: str) -> float | None:
+    return max((v for d in docs if isinstance(v := d.get(key), (int, float))), default=None)
+
+
 def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dict, confirmation) -> str:
     parts = [f"{what}: speedup over fp32 under the same parallelism {figs.speedup}"]
     if speed_check:
@@ -240,6 +248,9 @@ def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dic
     if figs.comm_share is not None:
         overlap = f", {figs.comm_overlap:.0%} of it overlapped" if figs.comm_overlap is not None else ""
         parts.append(f"NCCL kernels {figs.comm_share:.0%} of a step{overlap}")
+    if figs.host_bound:
+        parts.append(f"host-bound: a GPU sat idle {figs.idle_share:.0%} of the mode's step waiting for its host, "
+                     f"so a drop is the host's and is not failed")
     if confirmation is not None:
         parts.append(f"confirming launch {confirmation.speedup}")
     if not speed_check:

@@ -23,6 +23,7 @@ from ampbench.distributed import (
     comm_figures,
     default_cells,
     fsdp2_units,
+    host_bound_verdict,
     kernels_from_trace,
     merge_ranks,
     resolve_world_size,
@@ -32,6 +33,7 @@ from ampbench.distributed import (
 from ampbench import slowdown
 from ampbench.launch import WORKER_PLUGINS_ENV, LaunchResult, load_worker_plugins, run_launch, torchrun_command
 from ampbench.modes import MODES
+from ampbench.verdict import Verdict
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
 
@@ -70,8 +72,22 @@ def test_comm_figures_share_and_overlap():
     figs = comm_figures(kernels)
     assert figs["comm_share"] == pytest.approx(50.0 / 100.0)
     assert figs["comm_overlap"] == pytest.approx(25.0 / 50.0)
-    assert comm_figures([Kernel("gemm", 7, 0, 1)]) == {"comm_share": 0.0, "comm_overlap": None, "comm_us": 0.0}
-    assert comm_figures([])["comm_share"] is None
+    assert figs["idle_share"] == pytest.approx(5.0 / 100.0)  # nothing ran in [80, 85]
+    assert comm_figures([Kernel("gemm", 7, 0, 1)]) == {"comm_share": 0.0, "comm_overlap": None, "comm_us": 0.0,
+                                                       "idle_share": 0.0}
+    assert comm_figures([])["comm_share"] is None and comm_figures([])["idle_share"] is None
+
+
+def test_idle_share_is_time_no_kernel_ran_nccl_counting_as_busy():
+    """A host that launches slower than the GPU runs leaves gaps between kernels; a rank's NCCL kernel
+    waiting for the other rank keeps the GPU busy, so only this rank's own host shows as idle."""
+    kernels = [
+        Kernel("sm90_gemm", 7, 0.0, 20.0),
+        Kernel("elementwise", 7, 30.0, 40.0),  # a 10 us gap: the host was late
+        Kernel("ncclDevKernel_AllReduce_Sum_bf16", 20, 40.0, 70.0),  # waits for the peer: busy
+        Kernel("elementwise", 7, 80.0, 100.0),  # another 10 us gap
+    ]
+    assert comm_figures(kernels)["idle_share"] == pytest.approx(20.0 / 100.0)
 
 
 def test_comm_figures_count_concurrent_nccl_kernels_once():
@@ -145,11 +161,34 @@ def test_world_size_defaults_and_limits():
 
 def test_default_cells():
     """resnet50 and gpt on GPUs, llama too in the full tier; every mode but those whose row compiles
-    (fp8, only where --perf-precisions names them); one small model and mode on the CPU."""
+    (fp8, only where --perf-precisions names them), and in the quick tier none that is full_tier_only
+    (fp32's control, TF32), as in test_speed; one small model and mode on the CPU."""
     assert default_cells(CPU, "quick") == (("mlp",), ("amp_bf16",))
     models_quick, modes = default_cells(CUDA, "quick")
-    assert models_quick == ("resnet50", "gpt") and default_cells(CUDA, "full")[0] == ("resnet50", "gpt", "llama")
+    models_full, modes_full = default_cells(CUDA, "full")
+    assert models_quick == ("resnet50", "gpt") and models_full == ("resnet50", "gpt", "llama")
     assert "amp_bf16" in modes and "fp16_master" in modes and not any(MODES[m].compile for m in modes)
+    assert "fp32" not in modes and "tf32" not in modes and {"fp32", "tf32"} <= set(modes_full)
+    assert set(modes) == {m for m in modes_full if not MODES[m].full_tier_only}
+
+
+def test_a_host_bound_drop_is_inconclusive_not_a_regression():
+    assert host_bound_verdict(Verdict.REGRESSION, True) is Verdict.INCONCLUSIVE
+    assert host_bound_verdict(Verdict.REGRESSION, False) is Verdict.REGRESSION
+    for v in (Verdict.PASS, Verdict.IMPROVED, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE):
+        assert host_bound_verdict(v, True) is v
+
+
+def test_host_bound_is_the_most_idle_rank_above_ten_percent():
+    n = 8
+    docs = [_doc(0, [2.0] * n, [1.0] * n), _doc(1, [2.0] * n, [1.0] * n)]
+    docs[0]["idle_share"], docs[1]["idle_share"] = 0.04, 0.12
+    figs = merge_ranks(docs, 0.99)
+    assert figs.idle_share == pytest.approx(0.12) and figs.host_bound
+    docs[1]["idle_share"] = 0.08
+    assert not merge_ranks(docs, 0.99).host_bound
+    del docs[0]["idle_share"], docs[1]["idle_share"]  # off CUDA: no kernels, no figure
+    assert merge_ranks(docs, 0.99).idle_share is None and not merge_ranks(docs, 0.99).host_bound
 
 
 def test_cluster_slug():

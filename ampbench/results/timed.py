@@ -194,6 +194,9 @@ class DistributedRecord(Record):
     comm_overlap: float | None = number()
     comm_share_ref: float | None = number()
     comm_overlap_ref: float | None = number()
+    idle_share: float | None = number()  # the most idle rank's share of the mode's step with no kernel running
+    idle_share_ref: float | None = number()
+    host_bound: bool | None = flag()  # idle_share above speed.HOST_BOUND_IDLE_SHARE: a drop is not failed
     baseline_speedup: float | None = checked(POSITIVE)
     baseline_scaling_efficiency: float | None = checked(POSITIVE)
     tolerance: float | None = checked(NON_NEGATIVE)
