@@ -76,7 +76,13 @@ MEMORY_COLUMNS: tuple[tuple[str, str, Formatter], ...] = (
 # convergence entries: whatever figures they hold, these first
 CONVERGENCE_FIRST = ("accuracy", "accuracy_ref", "margin", "within_margin", "finite", "steps", "batch_size", "data")
 
-KIND_TITLES = {"test_speed": "Speed", "test_memory": "Memory", "test_convergence": "Convergence"}
+KIND_TITLES = {"test_speed": "Speed", "test_memory": "Memory", "test_convergence": "Convergence",
+               "test_ddp_speed": "Distributed: DDP", "test_fsdp2_speed": "Distributed: FSDP2"}
+_DISTRIBUTED_NOTE = ("Wall-clock figures of N ranks: speedup over fp32 under the same parallelism and comm "
+                     "reduction, scaling efficiency against the same mode on one GPU, and the share of a step "
+                     "NCCL kernels ran (comm_share) and how much of it overlapped compute (comm_overlap).")
+# what the second column holds where it is more than the mode
+CELL_HEADERS = {"test_ddp_speed": "mode-comm", "test_fsdp2_speed": "mode-comm"}
 KIND_NOTES = {
     "test_speed": "Speedups are over fp32 in the same process. The device speedup is the gated figure; its "
                   "method is `graph` (CUDA-graph replay), `kernels` (the profiler's kernel sum, the fallback) or `wall` (CPU). Idle share is "
@@ -86,17 +92,19 @@ KIND_NOTES = {
                    "its ratio is to fp32's.",
     "test_convergence": "Accuracy after training on real data, beside fp32's (accuracy_ref) and the margin it "
                         "must stay within.",
+    "test_ddp_speed": _DISTRIBUTED_NOTE,
+    "test_fsdp2_speed": _DISTRIBUTED_NOTE,
 }
 
 
 def _split(test_id: str) -> tuple[str, str, str]:
-    """'test_speed[resnet50-amp_bf16]' -> ('test_speed', 'resnet50', 'amp_bf16'); a parameter without a
-    mode keeps it whole as the model and '' as the mode."""
+    """'test_speed[resnet50-amp_bf16]' -> ('test_speed', 'resnet50', 'amp_bf16'). Model and mode names hold
+    no '-', so what follows the model is the rest of the cell: 'amp_bf16-compiled' of a compiled cell,
+    'amp_bf16-bf16_hook' (mode, then comm variant) of a distributed one. A parameter without a mode keeps
+    it whole as the model and '' as the mode."""
     kind = entry_kind(test_id)
     params = test_id[len(kind) + 1:-1] if test_id.endswith("]") and "[" in test_id else ""
-    model, _, mode = params.rpartition("-")
-    if not model:
-        model, mode = params, ""
+    model, _, mode = params.partition("-")
     return kind, model, mode
 
 
@@ -178,7 +186,7 @@ def render_markdown(document: dict, source: str | None = None) -> str:
             lines += [KIND_NOTES[kind], ""]
         rows = [[f"`{m}`", f"`{md}`" if md else MISSING] + [fmt(cells[(m, md)].get(name)) for _, name, fmt in columns]
                 for m, md in keys]
-        lines += _table(["model", "mode"] + [c[0] for c in columns], rows)
+        lines += _table(["model", CELL_HEADERS.get(kind, "mode")] + [c[0] for c in columns], rows)
     return "\n".join(lines) + "\n"
 
 

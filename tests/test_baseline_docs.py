@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from ampbench.baseline_docs import render_file, render_markdown
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 
@@ -89,6 +91,18 @@ def test_cli_refuses_missing_and_invalid_files(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_cell_of_three_parts_keeps_its_model_first(tmp_path):
+    """A compiled cell's id and a distributed one's (mode, then comm variant) put the model first, not
+    'gpt-amp_bf16' as the model."""
+    doc = _tiny()
+    doc["entries"]["test_speed[gpt-amp_bf16-compiled]"] = {"figures": {"device_speedup": 6.4}, "software": SOFTWARE}
+    doc["entries"]["test_ddp_speed[gpt-amp_bf16-bf16_hook]"] = {"figures": {"speedup": 4.5}, "software": SOFTWARE}
+    text = render_markdown(doc)
+    assert _row(text, "gpt", "amp_bf16-compiled", "Speed")[2] == "6.400"
+    assert _row(text, "gpt", "amp_bf16-bf16_hook", "Distributed: DDP")
+    assert "| model | mode-comm |" in text.split("## Distributed: DDP", 1)[1]
+
+
 def test_real_h100_baseline_has_resnet50_amp_bf16():
     text = render_file(H100)
     assert "# Baselines: NVIDIA H100 80GB HBM3" in text
@@ -99,9 +113,10 @@ def test_real_h100_baseline_has_resnet50_amp_bf16():
     assert _row(text, "mnist_cnn", "amp_bf16", "Convergence")
 
 
-def test_committed_results_page_is_current():
+@pytest.mark.parametrize("slug", ["nvidia-h100-80gb-hbm3", "nvidia-h200-x2"])
+def test_committed_results_page_is_current(slug):
     """docs/results/ is generated: the committed page matches what the command makes of the baseline file."""
-    page = ROOT / "docs" / "results" / "nvidia-h100-80gb-hbm3.md"
+    page = ROOT / "docs" / "results" / f"{slug}.md"
     from ampbench.baseline_docs import render_markdown as render
     from ampbench.baselines import load_document
-    assert page.read_text() == render(load_document(H100), source="baselines/nvidia-h100-80gb-hbm3.json")
+    assert page.read_text() == render(load_document(ROOT / "baselines" / f"{slug}.json"), source=f"baselines/{slug}.json")
