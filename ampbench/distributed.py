@@ -283,8 +283,9 @@ def host_bound_verdict(verdict: Verdict, host_bound: bool) -> Verdict:
     drop below the line is inconclusive, not a regression: the GPU had idle time to absorb more work,
     and the host that launches the steps sets the pace. On two H200s, resnet50's and gpt's 16-bit DDP
     cells took 4-32% longer per step in a second run on the same machine than when they were recorded,
-    while the speedups of their fp32 and TF32 cells, which keep the GPU busy, held to 0.5%. As in the single-GPU suite,
-    where a wall-only drop is a ``HostOverhead`` warning, a slower host is reported, never failed."""
+    while the speedups of their fp32 and TF32 cells, which keep the GPU busy, held to 0.5%. As in the
+    single-GPU suite, where a wall-only drop is a ``HostOverhead`` warning, a slower host is reported,
+    never failed."""
     return Verdict.INCONCLUSIVE if host_bound and verdict is Verdict.REGRESSION else verdict
 
 
@@ -321,8 +322,13 @@ def merge_ranks(docs: Sequence[dict], confidence: float) -> DistFigures:
         comm_share=_mean([d.get("comm_share") for d in docs]),
         comm_overlap=_mean([d.get("comm_overlap") for d in docs]),
         world_size=world,
-        idle_share=max((v for d in docs if isinstance(v := d.get("idle_share"), (int, float))), default=None),
+        idle_share=max_over_ranks(docs, "idle_share"),
     )
+
+
+def max_over_ranks(docs: Sequence[dict], key: str) -> float | None:
+    """The largest of the ranks' figures under `key`, None where no rank has one (off CUDA)."""
+    return max((v for d in docs if isinstance(v := d.get(key), (int, float))), default=None)
 
 
 # -- how many ranks, and which cells ----------------------------------------------------------------

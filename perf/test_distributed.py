@@ -30,7 +30,8 @@ import models
 from perf.outcome import conclude
 from ampbench import speed
 from ampbench.device import cell_unsupported_reason
-from ampbench.distributed import DistFigures, default_cells, host_bound_verdict, merge_ranks, variants_for
+from ampbench.distributed import (DistFigures, default_cells, host_bound_verdict, max_over_ranks, merge_ranks,
+                                  variants_for)
 from ampbench.launch import LaunchResult, run_launch, torchrun_command
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
@@ -183,7 +184,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         scaling_efficiency_high=eff.high if eff else None,
         comm_share=figs.comm_share, comm_overlap=figs.comm_overlap,
         comm_share_ref=_mean_of(docs, "comm_share_ref"), comm_overlap_ref=_mean_of(docs, "comm_overlap_ref"),
-        idle_share=figs.idle_share, idle_share_ref=_max_of(docs, "idle_share_ref"), host_bound=figs.host_bound,
+        idle_share=figs.idle_share, idle_share_ref=max_over_ranks(docs, "idle_share_ref"), host_bound=figs.host_bound,
         baseline_speedup=speed_check.expected if speed_check else None,
         baseline_scaling_efficiency=eff_check.expected if eff_check else None,
         tolerance=speed_check.tolerance if speed_check else None, line=speed_check.line if speed_check else None,
@@ -227,10 +228,6 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
 def _mean_of(docs: list[dict], key: str) -> float | None:
     vs = [d.get(key) for d in docs if isinstance(d.get(key), (int, float))]
     return sum(vs) / len(vs) if vs else None
-
-
-def _max_of(docs: list[dict], key: str) -> float | None:
-    return max((v for d in docs if isinstance(v := d.get(key), (int, float))), default=None)
 
 
 def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dict, confirmation) -> str:
