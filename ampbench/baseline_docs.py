@@ -73,8 +73,10 @@ MEMORY_COLUMNS: tuple[tuple[str, str, Formatter], ...] = (
     ("limited", "max_batch_limited", _fmt_plain),
     ("cap GiB", "cap_bytes", _fmt_gib),
 )
-# convergence entries: whatever figures they hold, these first
+# convergence and distributed entries: whatever figures they hold, these first
 CONVERGENCE_FIRST = ("accuracy", "accuracy_ref", "margin", "within_margin", "finite", "steps", "batch_size", "data")
+DISTRIBUTED_FIRST = ("speedup", "ci_low", "ci_high", "scaling_efficiency", "scaling_efficiency_low",
+                     "scaling_efficiency_high", "comm_share", "comm_overlap", "idle_share", "throughput_per_gpu")
 
 KIND_TITLES = {"test_speed": "Speed", "test_memory": "Memory", "test_convergence": "Convergence",
                "test_ddp_speed": "Distributed: DDP", "test_fsdp2_speed": "Distributed: FSDP2"}
@@ -124,9 +126,11 @@ def _registry_orders() -> tuple[list[str], list[str]]:
 
 
 def _ordered(names: Iterable[str], preferred: list[str]) -> list[str]:
+    """`names` in `preferred` order by their first part ('amp_bf16-compiled' beside 'amp_bf16'), else in
+    order of appearance."""
     seen = list(dict.fromkeys(names))
     rank = {n: i for i, n in enumerate(preferred)}
-    return sorted(seen, key=lambda n: (rank.get(n, len(rank)), seen.index(n)))
+    return sorted(seen, key=lambda n: (rank.get(n.partition("-")[0], len(rank)), seen.index(n)))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -177,7 +181,8 @@ def render_markdown(document: dict, source: str | None = None) -> str:
         elif kind == "test_memory":
             columns = MEMORY_COLUMNS
         else:
-            names = [n for n in CONVERGENCE_FIRST if any(n in cells[k] for k in keys)]
+            first = DISTRIBUTED_FIRST if kind in CELL_HEADERS else CONVERGENCE_FIRST
+            names = [n for n in first if any(n in cells[k] for k in keys)]
             names += sorted({n for k in keys for n in cells[k]} - set(names) - {"kernels"})
             columns = tuple((n, n, _fmt_plain) for n in names)
         title = KIND_TITLES.get(kind, kind)
