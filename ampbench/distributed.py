@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ampbench.modes import MODES, PrecisionMode
-from ampbench.speed import HOST_BOUND_IDLE_SHARE
+from ampbench.speed import is_host_bound
 from ampbench.stats import SpeedupEstimate, estimate_speedup, median
 from ampbench.verdict import Verdict
 
@@ -232,8 +232,7 @@ def comm_figures(kernels: Sequence[Kernel]) -> dict[str, float | None]:
     they wait for the other ranks, so a share is an upper bound on the wire time.
 
     idle_share: the part of the span in which no kernel ran at all, NCCL's included: the GPU waiting
-    for this rank's host to launch the next kernel (``speed.HOST_BOUND_IDLE_SHARE`` calls a step
-    host-bound above 10%, as in the single-GPU cells)."""
+    for this rank's host to launch the next kernel (``speed.is_host_bound``, as in the single-GPU cells)."""
     if not kernels:
         return {"comm_share": None, "comm_overlap": None, "comm_us": 0.0, "idle_share": None}
     span = max(k.end for k in kernels) - min(k.start for k in kernels)
@@ -273,9 +272,9 @@ class DistFigures:
 
     @property
     def host_bound(self) -> bool:
-        """Whether the GPU of some rank sat idle, waiting for its host, for more than
-        HOST_BOUND_IDLE_SHARE of the mode's step."""
-        return self.idle_share is not None and self.idle_share > HOST_BOUND_IDLE_SHARE
+        """Whether the GPU of some rank sat idle, waiting for its host, long enough to call the mode's
+        step host-bound (``speed.is_host_bound``)."""
+        return self.idle_share is not None and is_host_bound(self.idle_share)
 
 
 def host_bound_verdict(verdict: Verdict, host_bound: bool) -> Verdict:
@@ -297,9 +296,18 @@ def per_round_max(docs: Sequence[dict], key: str) -> list[float]:
     return [max(ts) for ts in zip(*(d[key] for d in docs))]
 
 
-def _mean(values: list) -> float | None:
-    vs = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+def _rank_figures(docs: Sequence[dict], key: str) -> list[float]:
+    """The ranks' finite figures under `key` (none off CUDA, where there are no kernels to read)."""
+    return [v for d in docs if isinstance(v := d.get(key), (int, float)) and math.isfinite(v)]
+
+
+def mean_over_ranks(docs: Sequence[dict], key: str) -> float | None:
+    vs = _rank_figures(docs, key)
     return sum(vs) / len(vs) if vs else None
+
+
+def max_over_ranks(docs: Sequence[dict], key: str) -> float | None:
+    return max(_rank_figures(docs, key), default=None)
 
 
 def merge_ranks(docs: Sequence[dict], confidence: float) -> DistFigures:
@@ -319,16 +327,11 @@ def merge_ranks(docs: Sequence[dict], confidence: float) -> DistFigures:
     return DistFigures(
         speedup=speedup, efficiency=efficiency,
         throughput_per_gpu=batch / median(mode), throughput_per_gpu_ref=batch / median(ref),
-        comm_share=_mean([d.get("comm_share") for d in docs]),
-        comm_overlap=_mean([d.get("comm_overlap") for d in docs]),
+        comm_share=mean_over_ranks(docs, "comm_share"),
+        comm_overlap=mean_over_ranks(docs, "comm_overlap"),
         world_size=world,
         idle_share=max_over_ranks(docs, "idle_share"),
     )
-
-
-def max_over_ranks(docs: Sequence[dict], key: str) -> float | None:
-    """The largest of the ranks' figures under `key`, None where no rank has one (off CUDA)."""
-    return max((v for d in docs if isinstance(v := d.get(key), (int, float))), default=None)
 
 
 # -- how many ranks, and which cells ----------------------------------------------------------------

@@ -206,10 +206,15 @@ class HostLoad:
     host_bound: bool  # idle_share above HOST_BOUND_IDLE_SHARE
 
 
+def is_host_bound(idle_share: float) -> bool:
+    """Whether a step whose device sat idle for `idle_share` of it waits on its host."""
+    return idle_share > HOST_BOUND_IDLE_SHARE
+
+
 def host_load(busy_seconds: float, wall_seconds: float) -> HostLoad:
     overhead = max(0.0, wall_seconds - busy_seconds)
     share = overhead / wall_seconds if wall_seconds > 0 else 0.0
-    return HostLoad(busy_seconds * 1e3, wall_seconds * 1e3, overhead * 1e3, share, share > HOST_BOUND_IDLE_SHARE)
+    return HostLoad(busy_seconds * 1e3, wall_seconds * 1e3, overhead * 1e3, share, is_host_bound(share))
 
 
 # A projection of the rounds needed is rough (from a few rounds' spread; from an interval of few rounds,

@@ -30,8 +30,8 @@ import models
 from perf.outcome import conclude
 from ampbench import speed
 from ampbench.device import cell_unsupported_reason
-from ampbench.distributed import (DistFigures, default_cells, host_bound_verdict, max_over_ranks, merge_ranks,
-                                  variants_for)
+from ampbench.distributed import (DistFigures, default_cells, host_bound_verdict, max_over_ranks, mean_over_ranks,
+                                  merge_ranks, variants_for)
 from ampbench.launch import LaunchResult, run_launch, torchrun_command
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
@@ -183,7 +183,8 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         scaling_efficiency=eff.speedup if eff else None, scaling_efficiency_low=eff.low if eff else None,
         scaling_efficiency_high=eff.high if eff else None,
         comm_share=figs.comm_share, comm_overlap=figs.comm_overlap,
-        comm_share_ref=_mean_of(docs, "comm_share_ref"), comm_overlap_ref=_mean_of(docs, "comm_overlap_ref"),
+        comm_share_ref=mean_over_ranks(docs, "comm_share_ref"),
+        comm_overlap_ref=mean_over_ranks(docs, "comm_overlap_ref"),
         idle_share=figs.idle_share, idle_share_ref=max_over_ranks(docs, "idle_share_ref"), host_bound=figs.host_bound,
         baseline_speedup=speed_check.expected if speed_check else None,
         baseline_scaling_efficiency=eff_check.expected if eff_check else None,
@@ -223,11 +224,6 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     if store is not None and not store.exists and not settings.update_baselines:
         warnings.warn(UserWarning(f"no baseline file {store.path}; {message}. Record one with "
                                   f"`pytest perf/test_distributed.py --perf-update-baselines`"))
-
-
-def _mean_of(docs: list[dict], key: str) -> float | None:
-    vs = [d.get(key) for d in docs if isinstance(d.get(key), (int, float))]
-    return sum(vs) / len(vs) if vs else None
 
 
 def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dict, confirmation) -> str:
