@@ -260,6 +260,7 @@ def perf_settings(pytestconfig: pytest.Config) -> PerfSettings:
 @pytest.fixture(scope="session")
 def perf_device(perf_settings: PerfSettings):
     devices.configure_backends(perf_settings.device, perf_settings.cudnn_benchmark)
+    devices.freeze_survivors()
     return perf_settings.device
 
 

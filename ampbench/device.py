@@ -175,6 +175,15 @@ def release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def freeze_survivors() -> None:
+    """Collect, then set every object alive now (torch's and the suite's modules, the collected tests)
+    where the collector no longer looks, so that each ``release`` walks only what was made since: a full
+    collection over torch's import graph takes ~0.2 s, and a full tier releases over a hundred times.
+    Call it before the first trainer exists: what is frozen is never collected."""
+    gc.collect()
+    gc.freeze()
+
+
 _primed: set[torch.device] = set()  # devices whose long-lived library allocations exist
 
 
