@@ -13,7 +13,7 @@ from ampbench.baselines import measurement_mismatch
 from ampbench.device import prime_libraries
 from ampbench.devicetime import CaptureError, CapturedStep, KernelProfile, capture, clock_for, paired_blocks, profile_steps
 from ampbench.modes import PrecisionMode
-from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
+from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, min_rounds, relative_spread
 from ampbench.timing import (
     PairedTimer,
     RoundsPolicy,
@@ -30,6 +30,12 @@ from ampbench.verdict import SpeedupCheck, Verdict
 from models.spec import ModelSpec
 
 
+# A figure reported beside the gate (the wall-clock speedup under --perf-gate device) is read, not judged:
+# it gets the fewest rounds of a 95% interval (six; a 99% one needs eight), a quarter off its blocks,
+# which are a third of a full tier's time. A recording keeps 99%: its interval becomes the stored noise.
+LOOK_CONFIDENCE = 0.95
+
+
 @dataclass(frozen=True)
 class SpeedPolicy:
     warmup_steps: int  # training steps before anything is timed (cuDNN autotuning, scaler settling)
@@ -38,6 +44,8 @@ class SpeedPolicy:
     rounds: RoundsPolicy  # rounds of the first (and of a confirming) batch
     record_rounds: RoundsPolicy  # rounds of the extra batch that measures noise when recording a baseline
     extend_to: int  # rounds a straddling interval may grow to before it is called inconclusive
+    # coverage of the interval of a figure that is reported but does not gate the cell (``first_look``)
+    look_confidence: float = LOOK_CONFIDENCE
     # rounds added to a judged figure until its interval is tight (`rounds`' target), where off only a
     # straddling interval gets more: on where the interval is kept (a recording's noise is its half-width)
     tighten_judged: bool = False
@@ -60,12 +68,14 @@ HOST_BOUND_IDLE_SHARE = 0.10
 
 def policy_for(device: torch.device, min_rounds: int, tolerance: float,
                block_seconds: float = DEFAULT_BLOCK_SECONDS, recording: bool = False) -> SpeedPolicy:
+    # a recording's first look at an unjudged figure becomes that figure's stored noise, read as 99%
+    look = 0.99 if recording else LOOK_CONFIDENCE
     if device.type != "cuda":
         # the smoke pass checks the code path, not the CPU's speed: the fewest rounds that still give
         # a 99% interval, one batch, no extension, and blocks of a few steps of the tiny smoke shapes
         # (the blocks' length was most of a small model's cell)
         smoke = RoundsPolicy(8, 8, 1.0, 5.0)
-        return SpeedPolicy(2, 0.0, 0.002, smoke, smoke, 8)
+        return SpeedPolicy(2, 0.0, 0.002, smoke, smoke, 8, look_confidence=look)
     if recording:
         min_rounds = max(min_rounds, RECORDING_MIN_ROUNDS)
     # One-step blocks of a 30 ms step spread +-10% on an H100 (the ramp from an idle GPU), so
@@ -81,6 +91,7 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
         # the fewest rounds for a 99% interval: the noise it yields is, if anything, too high
         record_rounds=RoundsPolicy(8, 8, 1.0, 8.0),
         extend_to=max(48, min_rounds),
+        look_confidence=look,
         tighten_judged=recording,
     )
 
@@ -245,7 +256,8 @@ class SpeedOutcome:
         "versus_"; the wall-clock speedup's have none, and its verdict is `verdict_key` wall_verdict)."""
         est = self.estimate
         return {f"{prefix}speedup": est.speedup, f"{prefix}speedup_low": est.low, f"{prefix}speedup_high": est.high,
-                f"{prefix}rounds": est.rounds, f"{prefix}baseline_speedup": check.expected if check else None,
+                f"{prefix}rounds": est.rounds, f"{prefix}confidence": est.confidence,
+                f"{prefix}baseline_speedup": check.expected if check else None,
                 f"{prefix}tolerance": check.tolerance if check else None,
                 f"{prefix}line": check.line if check else None, f"{prefix}drop": check.drop(est) if check else None,
                 f"{prefix}confirm_speedup": self.confirmation.speedup if self.confirmation else None,
@@ -293,12 +305,12 @@ def judge(
 
 def first_look(check: SpeedupCheck | None, timer: PairedTimer, policy: SpeedPolicy) -> SpeedOutcome:
     """The first batch's estimate and how it compares, for a figure that is reported but does not
-    gate the cell: the fewest rounds of a 99% interval (the recording batch's), no extension, no
+    gate the cell: the fewest rounds of an interval of `policy.look_confidence`, no extension, no
     confirming batch."""
-    rounds = min(policy.rounds.min_rounds, policy.record_rounds.min_rounds)
+    rounds = min_rounds(policy.look_confidence)
     if len(timer.mode_times) < rounds:
         timer.rounds(rounds - len(timer.mode_times))
-    est = timer.estimate(policy.rounds.confidence)
+    est = timer.estimate(policy.look_confidence)
     if check is None:
         return SpeedOutcome(est, Verdict.NO_BASELINE, None, f"speedup {est}; no baseline for this GPU")
     return SpeedOutcome(est, check.classify(est), None, check.describe(est))

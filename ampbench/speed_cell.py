@@ -174,7 +174,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         model=spec.name, mode=label(mode), device=str(device), batch_size=batch,
         gate=gate, gated=list(gated), steps_per_block=wall_timer.mode_steps, ref_steps_per_block=wall_timer.ref_steps,
         # the wall-clock speedup of eager steps, as before device time was measured
-        **wall.fields("", wall_check, "wall_verdict"), confidence=est.confidence,
+        **wall.fields("", wall_check, "wall_verdict"),
         speedup_across_low=across.low if across else None, speedup_across_high=across.high if across else None,
         between_run_sd=across.between_run_sd if across else None,
         between_run_count=baseline.get("between_run_count") if across else None,

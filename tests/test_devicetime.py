@@ -6,6 +6,7 @@ what is tested here is everything around them."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from ampbench.devicetime import (
     normalise_kernel_name,
     paired_blocks,
 )
-from ampbench.speed import HOST_BOUND_IDLE_SHARE, SpeedPolicy, first_look, host_load
+from ampbench.speed import HOST_BOUND_IDLE_SHARE, SpeedPolicy, first_look, host_load, policy_for
 from ampbench.stats import SpeedupEstimate
 from ampbench.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import SpeedupCheck, Verdict, kernel_changes
@@ -247,12 +248,21 @@ def _timer() -> PairedTimer:
     return PairedTimer(*_blocks([2.00, 2.02, 1.98, 2.01], [1.00, 1.01, 0.99, 1.02, 0.98]), 1, 1)
 
 
-def test_first_look_takes_the_fewest_rounds_of_a_99_percent_interval_and_no_baseline():
+@pytest.mark.parametrize("confidence, rounds", [(0.95, 6), (0.99, 8)])
+def test_first_look_takes_the_fewest_rounds_of_its_confidence_and_no_baseline(confidence, rounds):
     timer = _timer()
-    outcome = first_look(None, timer, _policy())
-    assert len(timer.mode_times) == 8 and outcome.estimate.rounds == 8
+    outcome = first_look(None, timer, replace(_policy(), look_confidence=confidence))
+    assert len(timer.mode_times) == rounds and outcome.estimate.rounds == rounds
+    assert outcome.estimate.confidence == confidence
     assert outcome.verdict is Verdict.NO_BASELINE and outcome.confirmation is None
     assert outcome.estimate.speedup == pytest.approx(2.0, rel=0.03) and "no baseline for this GPU" in outcome.message
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_reported_figure_looks_at_95_percent_but_a_recording_keeps_99(device):
+    # a recording's first look sets the entry's stored noise, which tolerances read as a 99% half-width
+    assert policy_for(torch.device(device), 8, 0.01).look_confidence == 0.95
+    assert policy_for(torch.device(device), 8, 0.01, recording=True).look_confidence == 0.99
 
 
 def test_first_look_classifies_without_extending_or_confirming():
@@ -261,7 +271,7 @@ def test_first_look_classifies_without_extending_or_confirming():
         check = SpeedupCheck("gpt", "amp_bf16", expected, 0.05)
         outcome = first_look(check, timer, _policy())
         assert outcome.verdict is verdict and outcome.confirmation is None, expected
-        assert len(timer.mode_times) == 8 and outcome.message.startswith("gpt amp_bf16: speedup over fp32")
+        assert len(timer.mode_times) == 6 and outcome.message.startswith("gpt amp_bf16: speedup over fp32")
 
 
 def test_first_look_adds_no_rounds_to_a_timer_that_has_enough():

@@ -40,6 +40,17 @@ def test_a_record_writes_plain_json_and_reads_back_equal():
         k: v for k, v in info.items() if v is not None and k not in ("ampbench_schema", "kind")}}
 
 
+def test_each_speedup_reads_back_with_its_own_confidence_else_the_records():
+    # a gated device figure at 99% beside a wall figure only looked at, at 95%
+    record = SpeedRecord(speedup=2.0, speedup_low=1.9, speedup_high=2.1, rounds=6, confidence=0.95,
+                         device_speedup=2.5, device_speedup_low=2.49, device_speedup_high=2.51, device_rounds=8,
+                         device_confidence=0.99)
+    assert record.estimate().confidence == 0.95 and record.estimate(device=True).confidence == 0.99
+    older = SpeedRecord(device_speedup=2.5, device_speedup_low=2.49, device_speedup_high=2.51, device_rounds=8,
+                        confidence=0.99)
+    assert older.estimate(device=True).confidence == 0.99
+
+
 def test_keys_a_kind_does_not_name_are_kept_as_they_came():
     info = {"ampbench_schema": 1, "kind": "memory", "model": "gpt", "mode": "bf16", "weights_bytes": 123,
             "allocator_ooms": 0}

@@ -13,6 +13,12 @@ from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
 
 
+def _first(*values: Any) -> Any:
+    """The first of `values` that is not None: a figure's own confidence, else the record's `confidence`
+    (which a record that names no other holds for all its figures)."""
+    return next((v for v in values if v is not None), None)
+
+
 def _estimate(speedup: Any, low: Any, high: Any, rounds: Any, confidence: Any) -> SpeedupEstimate | None:
     if speedup is None or low is None or high is None or min(speedup, low, high) <= 0:
         return None
@@ -61,6 +67,8 @@ class SpeedRecord(Record):
     device_speedup_low: float | None = checked(POSITIVE)
     device_speedup_high: float | None = checked(POSITIVE)
     device_rounds: int | None = checked(COUNT)
+    # 99% where the figure gates the cell, speed.LOOK_CONFIDENCE where it is only reported (``confidence``: the wall's)
+    device_confidence: float | None = checked(CONFIDENCE)
     device_speedup_across_low: float | None = checked(POSITIVE)
     device_speedup_across_high: float | None = checked(POSITIVE)
     device_baseline_speedup: float | None = checked(POSITIVE)
@@ -122,6 +130,7 @@ class SpeedRecord(Record):
     versus_speedup_low: float | None = checked(POSITIVE)
     versus_speedup_high: float | None = checked(POSITIVE)
     versus_rounds: int | None = checked(COUNT)
+    versus_confidence: float | None = checked(CONFIDENCE)
     versus_baseline_speedup: float | None = checked(POSITIVE)
     versus_tolerance: float | None = checked(NON_NEGATIVE)
     versus_line: float | None = number()
@@ -139,13 +148,13 @@ class SpeedRecord(Record):
         reads the device-time speedup (the wall-clock one otherwise)."""
         if device:
             return _estimate(self.device_speedup, self.device_speedup_low, self.device_speedup_high,
-                             self.device_rounds, self.confidence)
+                             self.device_rounds, _first(self.device_confidence, self.confidence))
         return _estimate(self.speedup, self.speedup_low, self.speedup_high, self.rounds, self.confidence)
 
     def versus_estimate(self) -> SpeedupEstimate | None:
         """A compiled cell's second ratio with its interval (``versus``); None for an eager cell."""
         return _estimate(self.versus_speedup, self.versus_speedup_low, self.versus_speedup_high,
-                         self.versus_rounds, self.confidence)
+                         self.versus_rounds, _first(self.versus_confidence, self.confidence))
 
     def speedup_of(self, device: bool = False) -> float | None:
         return self.device_speedup if device else self.speedup
