@@ -13,7 +13,8 @@ from ampbench.baselines import measurement_mismatch
 from ampbench.device import prime_libraries
 from ampbench.devicetime import CaptureError, CapturedStep, KernelProfile, capture, clock_for, paired_blocks, profile_steps
 from ampbench.modes import PrecisionMode
-from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, min_rounds, relative_spread
+from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
+from ampbench.stats import min_rounds as fewest_rounds
 from ampbench.timing import (
     PairedTimer,
     RoundsPolicy,
@@ -307,7 +308,7 @@ def first_look(check: SpeedupCheck | None, timer: PairedTimer, policy: SpeedPoli
     """The first batch's estimate and how it compares, for a figure that is reported but does not
     gate the cell: the fewest rounds of an interval of `policy.look_confidence`, no extension, no
     confirming batch."""
-    rounds = min_rounds(policy.look_confidence)
+    rounds = fewest_rounds(policy.look_confidence)
     if len(timer.mode_times) < rounds:
         timer.rounds(rounds - len(timer.mode_times))
     est = timer.estimate(policy.look_confidence)
