@@ -7,6 +7,7 @@ the order of first appearance otherwise. A figure an entry lacks, or holds as nu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -17,6 +18,7 @@ MISSING = "-"
 SOFTWARE_FIELDS = ("device", "capability", "driver", "torch", "cuda", "cudnn", "triton", "torchao")
 
 Formatter = Callable[[Any], str]
+Column = tuple[str, str, Formatter]  # (heading, figure name, formatter)
 
 
 def _fmt_number(spec: str) -> Formatter:
@@ -53,8 +55,8 @@ def _fmt_gib(value: Any) -> str:
     return f"{value / 2**30:.2f}"
 
 
-# (column heading, figure name, formatter) per kind of entry
-SPEED_COLUMNS: tuple[tuple[str, str, Formatter], ...] = (
+# the fixed columns of the speed and memory tables
+SPEED_COLUMNS: tuple[Column, ...] = (
     ("device speedup", "device_speedup", _fmt_number(".3f")),
     ("device tolerance", "device_tolerance", _fmt_percent(1)),
     ("device method", "device_method", _fmt_plain),
@@ -65,7 +67,7 @@ SPEED_COLUMNS: tuple[tuple[str, str, Formatter], ...] = (
     ("between-run runs (wall)", "between_run_count", _fmt_plain),
     ("between-run runs (device)", "device_between_run_count", _fmt_plain),
 )
-MEMORY_COLUMNS: tuple[tuple[str, str, Formatter], ...] = (
+MEMORY_COLUMNS: tuple[Column, ...] = (
     ("memory ratio", "memory_ratio", _fmt_number(".3f")),
     ("peak GiB", "peak_mem_bytes", _fmt_gib),
     ("max batch", "max_batch", _fmt_plain),
@@ -78,24 +80,45 @@ CONVERGENCE_FIRST = ("accuracy", "accuracy_ref", "margin", "within_margin", "fin
 DISTRIBUTED_FIRST = ("speedup", "ci_low", "ci_high", "scaling_efficiency", "scaling_efficiency_low",
                      "scaling_efficiency_high", "comm_share", "comm_overlap", "idle_share", "throughput_per_gpu")
 
-KIND_TITLES = {"test_speed": "Speed", "test_memory": "Memory", "test_convergence": "Convergence",
-               "test_ddp_speed": "Distributed: DDP", "test_fsdp2_speed": "Distributed: FSDP2"}
+
+@dataclass(frozen=True)
+class KindTable:
+    """How one kind of entry (``baselines.entry_kind``) is tabled."""
+
+    title: str
+    note: str | None = None  # a paragraph above the table
+    columns: tuple[Column, ...] = ()  # fixed columns; none: every figure the entries hold, `first` leading
+    first: tuple[str, ...] = CONVERGENCE_FIRST
+    cell_header: str = "mode"  # what the second column holds
+
+    def columns_for(self, figures: list[dict]) -> tuple[Column, ...]:
+        if self.columns:
+            return self.columns
+        names = [n for n in self.first if any(n in f for f in figures)]
+        names += sorted({n for f in figures for n in f} - set(names) - {"kernels"})
+        return tuple((n, n, _fmt_plain) for n in names)
+
+
 _DISTRIBUTED_NOTE = ("Wall-clock figures of N ranks: speedup over fp32 under the same parallelism and comm "
                      "reduction, scaling efficiency against the same mode on one GPU, and the share of a step "
                      "NCCL kernels ran (comm_share) and how much of it overlapped compute (comm_overlap).")
-# what the second column holds where it is more than the mode
-CELL_HEADERS = {"test_ddp_speed": "mode-comm", "test_fsdp2_speed": "mode-comm"}
-KIND_NOTES = {
-    "test_speed": "Speedups are over fp32 in the same process. The device speedup is the gated figure; its "
-                  "method is `graph` (CUDA-graph replay), `kernels` (the profiler's kernel sum, the fallback) or `wall` (CPU). Idle share is "
-                  "the share of a step's wall time the GPU sat idle (wall time minus busy time); host-bound means above 10%.",
-    "test_memory": "Memory ratio is the mode's peak memory of one training step over fp32's at the model's default "
-                   "batch; max batch is the largest batch that trains under the cap (confirmed by real steps), and "
-                   "its ratio is to fp32's.",
-    "test_convergence": "Accuracy after training on real data, beside fp32's (accuracy_ref) and the margin it "
-                        "must stay within.",
-    "test_ddp_speed": _DISTRIBUTED_NOTE,
-    "test_fsdp2_speed": _DISTRIBUTED_NOTE,
+# in the order the page shows them; a kind not named here gets a table of its own after them, by its name
+KINDS: dict[str, KindTable] = {
+    "test_speed": KindTable(
+        "Speed", "Speedups are over fp32 in the same process. The device speedup is the gated figure; its "
+        "method is `graph` (CUDA-graph replay), `kernels` (the profiler's kernel sum, the fallback) or `wall` (CPU). Idle share is "
+        "the share of a step's wall time the GPU sat idle (wall time minus busy time); host-bound means above 10%.",
+        SPEED_COLUMNS),
+    "test_memory": KindTable(
+        "Memory", "Memory ratio is the mode's peak memory of one training step over fp32's at the model's default "
+        "batch; max batch is the largest batch that trains under the cap (confirmed by real steps), and "
+        "its ratio is to fp32's.", MEMORY_COLUMNS),
+    "test_convergence": KindTable(
+        "Convergence", "Accuracy after training on real data, beside fp32's (accuracy_ref) and the margin it "
+        "must stay within."),
+    "test_ddp_speed": KindTable("Distributed: DDP", _DISTRIBUTED_NOTE, first=DISTRIBUTED_FIRST, cell_header="mode-comm"),
+    "test_fsdp2_speed": KindTable("Distributed: FSDP2", _DISTRIBUTED_NOTE, first=DISTRIBUTED_FIRST,
+                                  cell_header="mode-comm"),
 }
 
 
@@ -170,28 +193,20 @@ def render_markdown(document: dict, source: str | None = None) -> str:
     for test_id, entry in entries.items():
         kind, model, mode = _split(test_id)
         by_kind.setdefault(kind, {})[(model, mode)] = entry.get("figures") or {}
-    kinds = [k for k in KIND_TITLES if k in by_kind] + sorted(k for k in by_kind if k not in KIND_TITLES)
+    kinds = [k for k in KINDS if k in by_kind] + sorted(k for k in by_kind if k not in KINDS)
     for kind in kinds:
+        table = KINDS.get(kind) or KindTable(kind)
         cells = by_kind[kind]
         models = _ordered((m for m, _ in cells), model_order)
         modes = _ordered((m for _, m in cells), mode_order)
         keys = [(m, md) for m in models for md in modes if (m, md) in cells]
-        if kind == "test_speed":
-            columns = SPEED_COLUMNS
-        elif kind == "test_memory":
-            columns = MEMORY_COLUMNS
-        else:
-            first = DISTRIBUTED_FIRST if kind in CELL_HEADERS else CONVERGENCE_FIRST
-            names = [n for n in first if any(n in cells[k] for k in keys)]
-            names += sorted({n for k in keys for n in cells[k]} - set(names) - {"kernels"})
-            columns = tuple((n, n, _fmt_plain) for n in names)
-        title = KIND_TITLES.get(kind, kind)
-        lines += ["", f"## {title} ({len(keys)} cells)", ""]
-        if kind in KIND_NOTES:
-            lines += [KIND_NOTES[kind], ""]
+        columns = table.columns_for([cells[k] for k in keys])
+        lines += ["", f"## {table.title} ({len(keys)} cells)", ""]
+        if table.note:
+            lines += [table.note, ""]
         rows = [[f"`{m}`", f"`{md}`" if md else MISSING] + [fmt(cells[(m, md)].get(name)) for _, name, fmt in columns]
                 for m, md in keys]
-        lines += _table(["model", CELL_HEADERS.get(kind, "mode")] + [c[0] for c in columns], rows)
+        lines += _table(["model", table.cell_header] + [c[0] for c in columns], rows)
     return "\n".join(lines) + "\n"
 
 
