@@ -26,6 +26,7 @@ from typing import Callable
 
 import torch
 
+from ampbench.held import BlockQueue, events_around
 from ampbench.timing import sync, time_block
 from ampbench.train import Trainer
 
@@ -131,18 +132,22 @@ def _union_ns(intervals: list[tuple[int, int]]) -> int:
     return total
 
 
-def profile_steps(trainer: Trainer, steps: int) -> KernelProfile:
-    """Profile `steps` eager training steps of `trainer` (CUDA only). Not for a wall-clock block:
-    the profiler slows the host; the durations it reports are the device's own."""
+def profile_steps(trainer: Trainer, steps: int, queue: BlockQueue | None = None) -> KernelProfile:
+    """Profile `steps` eager training steps of `trainer` (CUDA only), behind `queue`'s hold where one
+    is given. Not for a wall-clock block: the profiler slows the host; the durations it reports are the
+    device's own."""
     from torch.profiler import ProfilerActivity, profile
 
     sync(trainer.device)
     # the device activities are read from Kineto's results directly; the profiler's own FunctionEvent
     # tree, which acc_events=True builds at exit, took most of a second per side for a ResNet-101 step
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        trainer.run(steps)
+        if queue is None:
+            trainer.run(steps)
+        else:
+            queue.profiled(lambda: trainer.run(steps))
         sync(trainer.device)
-    acts = _device_activities(prof)
+    acts = [a for a in _device_activities(prof) if not _is_spin(a[0])]
     if not acts:
         raise RuntimeError("the profiler recorded no CUDA activity (is CUPTI available?)")
     per_name: dict[str, float] = {}
@@ -153,6 +158,61 @@ def profile_steps(trainer: Trainer, steps: int) -> KernelProfile:
     busy = _union_ns([(a, b) for _, a, b in acts]) / 1e6 / steps
     ranked = tuple(sorted(per_name.items(), key=lambda kv: -kv[1]))
     return KernelProfile(steps, total, busy, ranked)
+
+
+def _is_spin(name: str) -> bool:
+    """The hold's spin kernel (``torch.cuda._sleep``): no part of the work it holds."""
+    return "spin_kernel" in name
+
+
+# A wait for the host is at least one launch long; the gaps a queued graph leaves between its own
+# kernels and between replays are a few microseconds.
+IDLE_GAP_NS = 50_000
+# A block whose device idled longer than this share of it waited on something outside the block.
+IDLE_WARN_SHARE = 0.001
+
+
+@dataclass(frozen=True)
+class BlockIdle:
+    """What the profiler saw of one held block of graph replays: how long the GPU sat idle inside it."""
+
+    span_ms: float  # first kernel's start to the last kernel's end
+    idle_ms: float  # the sum of the gaps longer than IDLE_GAP_NS
+    longest_gap_us: float  # the longest gap of all, counted or not
+    queued: bool  # the block was queued whole behind the hold
+
+    @property
+    def share(self) -> float:
+        return self.idle_ms / self.span_ms if self.span_ms > 0 else 0.0
+
+
+def block_idle(graph: CapturedStep, steps: int, queue: BlockQueue) -> BlockIdle:
+    """Profile one held block of `steps` replays of `graph` and measure the GPU's idle time inside it:
+    the check that a held block leaves the host out."""
+    from torch.profiler import ProfilerActivity, profile
+
+    device = graph.trainer.device
+    sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        queued = queue.profiled(lambda: graph.replay(steps))
+        sync(device)
+    spans = [(a, b) for name, a, b in _device_activities(prof) if not _is_spin(name)]
+    if not spans:
+        raise RuntimeError("the profiler recorded no CUDA activity (is CUPTI available?)")
+    return idle_inside(spans, queued)
+
+
+def idle_inside(spans: list[tuple[int, int]], queued: bool) -> BlockIdle:
+    """The idle time inside a block whose device activities ran over `spans` (start, end ns)."""
+    spans = sorted(spans)
+    idle, longest, end = 0, 0, spans[0][1]
+    for a, b in spans[1:]:
+        gap = a - end
+        longest = max(longest, gap)
+        if gap > IDLE_GAP_NS:
+            idle += gap
+        end = max(end, b)
+    return BlockIdle((end - spans[0][0]) / 1e6, idle / 1e6, longest / 1e3, queued)
 
 
 class CaptureError(RuntimeError):
@@ -195,13 +255,20 @@ class CapturedStep:
 
     def replay(self, steps: int) -> None:
         """Launch `steps` training steps; no host sync."""
-        inputs, targets = self.trainer.input_pool, self.trainer.target_pool
         for _ in range(steps):
-            k = self.replays
-            self.inputs.copy_(inputs[k % len(inputs)], non_blocking=True)
-            self.targets.copy_(targets[k % len(targets)], non_blocking=True)
+            self.next_batch()
             self.graph.replay()
-            self.replays += 1
+
+    def next_batch(self) -> None:
+        """Queue the copies of the next batch of the trainer's pools into the graph's inputs."""
+        inputs, targets, k = self.trainer.input_pool, self.trainer.target_pool, self.replays
+        self.inputs.copy_(inputs[k % len(inputs)], non_blocking=True)
+        self.targets.copy_(targets[k % len(targets)], non_blocking=True)
+        self.replays += 1
+
+    def replay_each_timed(self, steps: int) -> float:
+        """Seconds of `steps` replays, each between its own events (its input copies outside them), summed."""
+        return events_around(self.next_batch, self.graph.replay, steps)
 
 
 def capture(trainer: Trainer) -> CapturedStep:
@@ -219,37 +286,42 @@ def sync_quietly(device: torch.device) -> None:
 
 @dataclass
 class DeviceClock:
-    """Times blocks of one side's training steps on the device; `block()` returns seconds per step."""
+    """Times blocks of one side's training steps on the device; `block()` returns seconds per step.
+    On CUDA each block is queued whole behind `queue`'s hold (``ampbench.held``)."""
 
     trainer: Trainer
     method: str  # one of METHODS
     steps: int  # training steps per timed block
     graph: CapturedStep | None = None
     fallback: str | None = None  # why this side is not measured by graph replay, where it could be
+    queue: BlockQueue | None = None  # the cell's hold, shared by both sides; None off CUDA
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown device-time method {self.method!r}; one of {', '.join(METHODS)}")
         if self.method == "graph" and self.graph is None:
             raise ValueError("method 'graph' needs a captured step")
+        if self.queue is None and self.method != "wall":
+            self.queue = BlockQueue(self.trainer.device)
 
     def block(self) -> float:
         if self.method == "graph":
             graph, n = self.graph, self.steps
-            return time_block(self.trainer.device, lambda: graph.replay(n)) / n
+            return self.queue.replays(lambda: graph.replay(n), lambda: graph.replay_each_timed(n)) / n
         if self.method == "kernels":
-            return profile_steps(self.trainer, self.steps).kernel_ms / 1e3
+            return profile_steps(self.trainer, self.steps, self.queue).kernel_ms / 1e3
         return time_block(self.trainer.device, lambda: self.trainer.run(self.steps)) / self.steps
 
 
-def clock_for(trainer: Trainer, steps: int, graph: CapturedStep | None, fallback: str | None) -> DeviceClock:
+def clock_for(trainer: Trainer, steps: int, graph: CapturedStep | None, fallback: str | None,
+              queue: BlockQueue | None = None) -> DeviceClock:
     """The device clock of one side: graph replay where a graph was captured, the profiler's kernel
     sum where capture failed (`fallback` says why), the wall clock off CUDA."""
     if trainer.device.type != "cuda":
         return DeviceClock(trainer, "wall", steps, fallback="no CUDA device: device time is the wall time")
     if graph is not None:
-        return DeviceClock(trainer, "graph", steps, graph)
-    return DeviceClock(trainer, "kernels", steps, fallback=fallback)
+        return DeviceClock(trainer, "graph", steps, graph, queue=queue)
+    return DeviceClock(trainer, "kernels", steps, fallback=fallback, queue=queue)
 
 
 def paired_blocks(ref: DeviceClock, mode: DeviceClock) -> tuple[Callable[[], float], Callable[[], float], str, str | None]:
@@ -259,6 +331,6 @@ def paired_blocks(ref: DeviceClock, mode: DeviceClock) -> tuple[Callable[[], flo
         return ref.block, mode.block, ref.method, ref.fallback or mode.fallback
     # one side could not be captured: both fall back to the kernel sum
     why = mode.fallback or ref.fallback or "one side could not be captured"
-    ref_k = DeviceClock(ref.trainer, "kernels", ref.steps, fallback=why)
-    mode_k = DeviceClock(mode.trainer, "kernels", mode.steps, fallback=why)
+    ref_k = DeviceClock(ref.trainer, "kernels", ref.steps, fallback=why, queue=ref.queue)
+    mode_k = DeviceClock(mode.trainer, "kernels", mode.steps, fallback=why, queue=mode.queue)
     return ref_k.block, mode_k.block, "kernels", why

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ampbench.modes import MODES, PrecisionMode
-from ampbench.speed import is_host_bound
+from ampbench.hostload import is_host_bound
 from ampbench.stats import SpeedupEstimate, estimate_speedup, median
 from ampbench.verdict import Verdict
 
@@ -232,7 +232,7 @@ def comm_figures(kernels: Sequence[Kernel]) -> dict[str, float | None]:
     they wait for the other ranks, so a share is an upper bound on the wire time.
 
     idle_share: the part of the span in which no kernel ran at all, NCCL's included: the GPU waiting
-    for this rank's host to launch the next kernel (``speed.is_host_bound``, as in the single-GPU cells)."""
+    for this rank's host to launch the next kernel (``hostload.is_host_bound``, as in the single-GPU cells)."""
     if not kernels:
         return {"comm_share": None, "comm_overlap": None, "comm_us": 0.0, "idle_share": None}
     span = max(k.end for k in kernels) - min(k.start for k in kernels)
@@ -273,7 +273,7 @@ class DistFigures:
     @property
     def host_bound(self) -> bool:
         """Whether the GPU of some rank sat idle, waiting for its host, long enough to call the mode's
-        step host-bound (``speed.is_host_bound``)."""
+        step host-bound (``hostload.is_host_bound``)."""
         return self.idle_share is not None and is_host_bound(self.idle_share)
 
 

@@ -11,7 +11,9 @@ import torch
 
 from ampbench.baselines import measurement_mismatch
 from ampbench.device import prime_libraries
-from ampbench.devicetime import CaptureError, CapturedStep, KernelProfile, capture, clock_for, paired_blocks, profile_steps
+from ampbench.devicetime import (BlockIdle, CaptureError, CapturedStep, KernelProfile, block_idle, capture, clock_for,
+                                 paired_blocks, profile_steps)
+from ampbench.held import BlockQueue
 from ampbench.modes import PrecisionMode
 from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
 from ampbench.stats import min_rounds as fewest_rounds
@@ -63,9 +65,6 @@ DEFAULT_BLOCK_SECONDS = 0.1
 # Eager steps profiled once per side for its kernel list and device-busy time: at most this many, and no
 # more than fit in one timed block (one step of a 0.1-0.2 s fp32 step holds every kernel of the step).
 PROFILE_STEPS = 3
-# A step whose device sat idle for more than this share of its wall time waits on the host.
-HOST_BOUND_IDLE_SHARE = 0.10
-
 
 def policy_for(device: torch.device, min_rounds: int, tolerance: float,
                block_seconds: float = DEFAULT_BLOCK_SECONDS, recording: bool = False) -> SpeedPolicy:
@@ -108,6 +107,7 @@ class Side:
     graph: CapturedStep | None = None  # the step as a CUDA graph (CUDA only, where it could be captured)
     capture_failure: str | None = None  # why there is no graph, on CUDA
     profile: KernelProfile | None = None  # one profiled block of eager steps (CUDA only)
+    idle: BlockIdle | None = None  # one profiled held block of graph replays: the GPU's idle time inside it
     # the first training step, synchronised: for a compiled mode, dynamo and Inductor compiling the step
     first_step_seconds: float | None = None
 
@@ -134,6 +134,9 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
         except CaptureError as exc:
             side.capture_failure = str(exc)
         side.profile = profile_steps(trainer, steps_per_block(step_seconds, policy.block_seconds, max_steps=PROFILE_STEPS))
+        if side.graph is not None:
+            block = steps_per_block(step_seconds, policy.block_seconds)
+            side.idle = block_idle(side.graph, block, BlockQueue(device))
     side.prepare_seconds = time.perf_counter() - t0
     return side
 
@@ -184,49 +187,30 @@ def fresh_timer(reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer
                        ref_steps, mode_steps)
 
 
-def _paired_clocks(reference: Side, mode: Side, ref_steps: int, mode_steps: int):
-    return paired_blocks(clock_for(reference.trainer, ref_steps, reference.graph, reference.capture_failure),
-                         clock_for(mode.trainer, mode_steps, mode.graph, mode.capture_failure))
+def _paired_clocks(reference: Side, mode: Side, ref_steps: int, mode_steps: int, queue: BlockQueue | None = None):
+    return paired_blocks(clock_for(reference.trainer, ref_steps, reference.graph, reference.capture_failure, queue),
+                         clock_for(mode.trainer, mode_steps, mode.graph, mode.capture_failure, queue))
 
 
 @dataclass(frozen=True)
 class DeviceTiming:
-    """How a cell's device time is measured: both sides the same way."""
+    """How a cell's device time is measured: both sides the same way, behind one hold (CUDA)."""
 
     method: str  # "graph", "kernels" or "wall" (ampbench.devicetime.METHODS)
     fallback: str | None  # why not by graph replay, where graph replay was wanted
+    queue: BlockQueue | None = None  # how the cell's blocks were queued (``ampbench.held``); None off CUDA
 
     def timer(self, reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
         ref_steps, mode_steps = _block_steps(reference, mode, policy)
-        ref_block, mode_block, _, _ = _paired_clocks(reference, mode, ref_steps, mode_steps)
+        ref_block, mode_block, _, _ = _paired_clocks(reference, mode, ref_steps, mode_steps, self.queue)
         return PairedTimer(ref_block, mode_block, ref_steps, mode_steps)
 
 
 def device_timing(reference: Side, mode: Side) -> DeviceTiming:
-    _, _, method, fallback = _paired_clocks(reference, mode, 1, 1)
-    return DeviceTiming(method, fallback)
-
-
-@dataclass(frozen=True)
-class HostLoad:
-    """How far one side's eager step waits on the host that launches it."""
-
-    busy_ms: float  # device-busy time per step (the profiler's union of kernel intervals)
-    wall_ms: float  # wall time per eager step
-    overhead_ms: float  # wall minus busy: time per step the device waited for the host
-    idle_share: float  # overhead / wall
-    host_bound: bool  # idle_share above HOST_BOUND_IDLE_SHARE
-
-
-def is_host_bound(idle_share: float) -> bool:
-    """Whether a step whose device sat idle for `idle_share` of it waits on its host."""
-    return idle_share > HOST_BOUND_IDLE_SHARE
-
-
-def host_load(busy_seconds: float, wall_seconds: float) -> HostLoad:
-    overhead = max(0.0, wall_seconds - busy_seconds)
-    share = overhead / wall_seconds if wall_seconds > 0 else 0.0
-    return HostLoad(busy_seconds * 1e3, wall_seconds * 1e3, overhead * 1e3, share, is_host_bound(share))
+    device = reference.trainer.device
+    queue = BlockQueue(device) if device.type == "cuda" else None
+    _, _, method, fallback = _paired_clocks(reference, mode, 1, 1, queue)
+    return DeviceTiming(method, fallback, queue)
 
 
 # A projection of the rounds needed is rough (from a few rounds' spread; from an interval of few rounds,

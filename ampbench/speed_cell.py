@@ -19,6 +19,8 @@ from ampbench import speed, spread
 from ampbench.baselines import BaselineStore, measurement_mismatch
 from ampbench.compiled_cell import DynamoState, compile_problems, compile_time_check, measure_versus
 from ampbench.device import release
+from ampbench.devicetime import IDLE_WARN_SHARE
+from ampbench.hostload import host_load
 from ampbench.modes import PrecisionMode, label, versus_of
 from ampbench.results import SpeedRecord
 from ampbench.settings import PerfSettings
@@ -164,8 +166,8 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
 
     step_s, ref_step_s = median(wall_timer.mode_times), median(wall_timer.ref_times)
     dev_step_s, dev_ref_step_s = median(dev_timer.mode_times), median(dev_timer.ref_times)
-    load = speed.host_load(side.profile.busy_ms / 1e3 if side.profile else dev_step_s, step_s)
-    ref_load = speed.host_load(reference.profile.busy_ms / 1e3 if reference.profile else dev_ref_step_s, ref_step_s)
+    load = host_load(side.profile.busy_ms / 1e3 if side.profile else dev_step_s, step_s)
+    ref_load = host_load(reference.profile.busy_ms / 1e3 if reference.profile else dev_ref_step_s, ref_step_s)
     tflops = spec.flops_per_sample(side.trainer.config) * batch / dev_step_s / 1e12
     peak = peak_tflops(mode.peak_dtype)
     ratio = (side.peak_bytes / reference.peak_bytes) if side.peak_bytes and reference.peak_bytes else None
@@ -180,6 +182,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         between_run_count=baseline.get("between_run_count") if across else None,
         # the device-time speedup
         device_method=timing.method, device_fallback=timing.fallback, **dev.fields("device_", device_check),
+        **queue_fields(timing, side, reference),
         device_speedup_across_low=dev_across.low if dev_across else None,
         device_speedup_across_high=dev_across.high if dev_across else None,
         device_step_ms=dev_step_s * 1e3, device_step_ms_ref=dev_ref_step_s * 1e3,
@@ -206,6 +209,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         round_ms=[t * 1e3 for t in wall_timer.mode_times], ref_round_ms=[t * 1e3 for t in wall_timer.ref_times],
     )
     cell = SpeedCell(record, list(dev_timer.mode_times))
+    queued_badly = queue_problems(timing, side, reference)
     cell.problems += compile_problems(mode, dynamo_before, dynamo_prepared, DynamoState.now() if mode.compile else None)
     slow_compile = compile_time_check(spec.name, label(mode), baseline, compile_s)
     if slow_compile:
@@ -250,6 +254,8 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         cell.warn_first.append(UserWarning(f"{test_id}: {mismatch}"))
     if no_device_baseline and baseline is not None and not settings.update_baselines:
         cell.warn_first.append(UserWarning(f"{test_id}: {no_device_baseline}; the wall verdict holds the cell"))
+    for problem in queued_badly:
+        cell.warn_after.append(UserWarning(f"{test_id}: {problem}"))
     if timing.fallback and device.type == "cuda":
         cell.warn_first.append(UserWarning(f"{test_id}: device time from the profiler's kernel sum: {timing.fallback}"))
     if vs is not None and vs.timing.fallback and device.type == "cuda":
@@ -264,3 +270,29 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
             f"no baseline file {store.path}; measured {d} in device time. Record one with "
             f"`pytest perf/ --perf-tier full --perf-update-baselines`"))
     return cell
+
+
+def queue_fields(timing: speed.DeviceTiming, side: speed.Side, reference: speed.Side) -> dict:
+    """How the cell's device blocks were queued (``ampbench.held``) and how long the GPU sat idle inside
+    a profiled held block of each side: the record's check that no host entered the device time."""
+    if timing.queue is None:
+        return {}
+    q = timing.queue.stats
+    return dict(device_queue=q.describe(), device_blocks=q.blocks, device_held_blocks=q.held,
+                device_retried_blocks=q.retried, device_per_replay_blocks=q.per_replay, device_hold_ms=q.hold_s * 1e3,
+                device_block_idle_share=side.idle.share if side.idle else None,
+                device_block_idle_share_ref=reference.idle.share if reference.idle else None,
+                device_block_longest_gap_us=side.idle.longest_gap_us if side.idle else None)
+
+
+def queue_problems(timing: speed.DeviceTiming, side: speed.Side, reference: speed.Side) -> list[str]:
+    """What a warning should say of the queueing: blocks timed by events around each replay, or a
+    profiled held block in which the GPU idled over IDLE_WARN_SHARE of the time."""
+    problems = []
+    if timing.queue is not None and timing.queue.stats.per_replay:
+        problems.append(f"device time: {timing.queue.stats.describe()}")
+    for name, s in (("the mode", side), ("fp32", reference)):
+        if s.idle is not None and s.idle.share > IDLE_WARN_SHARE:
+            problems.append(f"device time: the GPU sat idle {s.idle.share:.2%} of a profiled held block of {name} "
+                            f"({s.idle.idle_ms:.3f} of {s.idle.span_ms:.1f} ms; queued whole: {s.idle.queued})")
+    return problems

@@ -21,7 +21,8 @@ from ampbench.devicetime import (
     normalise_kernel_name,
     paired_blocks,
 )
-from ampbench.speed import HOST_BOUND_IDLE_SHARE, SpeedPolicy, first_look, host_load, policy_for
+from ampbench.hostload import HOST_BOUND_IDLE_SHARE, host_load
+from ampbench.speed import SpeedPolicy, first_look, policy_for
 from ampbench.stats import SpeedupEstimate
 from ampbench.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import SpeedupCheck, Verdict, kernel_changes
@@ -141,7 +142,7 @@ def test_a_side_without_a_graph_makes_both_sides_sum_kernels_and_says_why(ref_gr
     import ampbench.devicetime as devicetime
 
     profiled = []
-    monkeypatch.setattr(devicetime, "profile_steps", lambda trainer, steps: profiled.append((trainer, steps)) or
+    monkeypatch.setattr(devicetime, "profile_steps", lambda trainer, steps, queue=None: profiled.append((trainer, steps)) or
                         KernelProfile(steps, 2.0, 1.5, ()))
     ref_t, mode_t = FakeTrainer("cuda"), FakeTrainer("cuda")
     ref = clock_for(ref_t, 2, object() if ref_graph else None, None if ref_graph else "capture failed: ref")

@@ -78,6 +78,17 @@ class SpeedRecord(Record):
     device_confirm_speedup: float | None = number()
     device_verdict: Verdict | None = checked(VERDICT)
     device_step_ms: float | None = number()
+    # how the device blocks were queued ahead of the GPU (ampbench.held) and the GPU's idle share inside
+    # one profiled held block of each side: the check that no host entered the device time
+    device_queue: str | None = text()
+    device_blocks: int | None = number()
+    device_held_blocks: int | None = number()
+    device_retried_blocks: int | None = number()
+    device_per_replay_blocks: int | None = number()
+    device_hold_ms: float | None = number()
+    device_block_idle_share: float | None = number()
+    device_block_idle_share_ref: float | None = number()
+    device_block_longest_gap_us: float | None = number()
     device_step_ms_ref: float | None = number()
     device_round_ms: list | None = raw()
     device_ref_round_ms: list | None = raw()
@@ -205,7 +216,7 @@ class DistributedRecord(Record):
     comm_overlap_ref: float | None = number()
     idle_share: float | None = number()  # the most idle rank's share of the mode's step with no kernel running
     idle_share_ref: float | None = number()
-    host_bound: bool | None = flag()  # idle_share above speed.HOST_BOUND_IDLE_SHARE: a drop is not failed
+    host_bound: bool | None = flag()  # idle_share above hostload.HOST_BOUND_IDLE_SHARE: a drop is not failed
     baseline_speedup: float | None = checked(POSITIVE)
     baseline_scaling_efficiency: float | None = checked(POSITIVE)
     tolerance: float | None = checked(NON_NEGATIVE)

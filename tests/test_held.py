@@ -1,0 +1,101 @@
+"""Held device blocks (ampbench.held): a block counts only where it was queued whole before the GPU
+began it; a block the host fell behind on is timed again behind a longer hold, and one that cannot be
+queued whole is timed by events around each replay, and says so. The GPU is faked: these tests check
+the bookkeeping and the decisions; the timing itself is checked on a GPU by the profiled held block."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ampbench.held as held
+from ampbench.devicetime import IDLE_GAP_NS, idle_inside
+
+
+class FakeEvent:
+    """A CUDA event whose start is reached (or not) by the time the block is launched."""
+
+    reached: list[bool] = []  # popped once per block: was the start event reached when queried
+    elapsed_ms = 10.0
+
+    def __init__(self, enable_timing: bool = True):
+        self.done = None
+
+    def record(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return FakeEvent.reached.pop(0)
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, other: "FakeEvent") -> float:
+        return FakeEvent.elapsed_ms
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    holds: list[float] = []
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(held, "spin", lambda device, seconds: holds.append(seconds))
+    return holds
+
+
+def test_a_block_queued_whole_is_timed_once_behind_the_floor_hold(fake_gpu):
+    FakeEvent.reached = [False]
+    queue = held.BlockQueue(torch.device("cuda"))
+    launched = []
+    seconds = queue.replays(lambda: launched.append(1), lambda: pytest.fail("no fallback expected"))
+    assert seconds == pytest.approx(0.010) and launched == [1]
+    assert (queue.stats.blocks, queue.stats.held, queue.stats.retried, queue.stats.per_replay) == (1, 1, 0, 0)
+    assert fake_gpu == [held.HOLD_FLOOR_S]
+    assert queue.stats.describe().startswith("1 of 1 blocks queued whole behind a hold")
+
+
+def test_a_block_the_host_fell_behind_on_is_timed_again_behind_a_hold_twice_as_long(fake_gpu):
+    FakeEvent.reached = [True, True, False]  # two misses, then queued whole
+    queue = held.BlockQueue(torch.device("cuda"))
+    launched = []
+    queue.replays(lambda: launched.append(1), lambda: pytest.fail("no fallback expected"))
+    assert len(launched) == 3 and fake_gpu[:3] == [held.HOLD_FLOOR_S, 2 * held.HOLD_FLOOR_S, 4 * held.HOLD_FLOOR_S]
+    assert (queue.stats.held, queue.stats.retried, queue.stats.per_replay) == (1, 2, 0)
+    assert "2 timed again after the host fell behind" in queue.stats.describe()
+
+
+def test_a_block_that_cannot_be_queued_whole_falls_back_to_events_around_each_replay_and_says_why(fake_gpu):
+    FakeEvent.reached = [True] * held.TRIES
+    queue = held.BlockQueue(torch.device("cuda"))
+    assert queue.replays(lambda: None, lambda: 0.5) == 0.5
+    assert queue.fallen_back and queue.stats.per_replay == 1 and queue.stats.held == 0
+    assert "could not be queued whole" in queue.stats.why
+    # the cell's later blocks go straight to the fallback: both sides stay measured alike
+    assert queue.replays(lambda: pytest.fail("no held try after the fallback"), lambda: 0.25) == 0.25
+    assert queue.stats.per_replay == 2 and "2 by events around each replay" in queue.stats.describe()
+
+
+def test_the_hold_grows_to_cover_the_host_time_of_the_last_launches(fake_gpu, monkeypatch):
+    FakeEvent.reached = [False]
+    clock = iter([0.0, 0.003])  # the launches took 3 ms of host time
+    monkeypatch.setattr(held.time, "perf_counter", lambda: next(clock))
+    queue = held.BlockQueue(torch.device("cuda"))
+    queue.time(lambda: None)
+    assert queue.stats.hold_s == pytest.approx(held.HOLD_MARGIN * 0.003)
+
+
+def test_a_profiled_block_is_held_but_never_retried(fake_gpu):
+    FakeEvent.reached = [True]
+    queue = held.BlockQueue(torch.device("cuda"))
+    assert queue.profiled(lambda: None) is False
+    assert (queue.stats.blocks, queue.stats.held, queue.stats.retried) == (1, 0, 0)
+
+
+def test_idle_inside_a_block_counts_only_gaps_longer_than_a_launch():
+    us = 1_000
+    spans = [(0, 100 * us), (102 * us, 200 * us), (200 * us + IDLE_GAP_NS + 1, 400 * us)]
+    idle = idle_inside(spans, queued=True)
+    assert idle.idle_ms == pytest.approx((IDLE_GAP_NS + 1) / 1e6)
+    assert idle.longest_gap_us == pytest.approx((IDLE_GAP_NS + 1) / 1e3)
+    assert idle.span_ms == pytest.approx(0.4)
+    quiet = idle_inside([(0, 10), (5, 20), (21, 30)], queued=True)  # overlapping and back-to-back kernels
+    assert quiet.idle_ms == 0 and quiet.share == 0.0
