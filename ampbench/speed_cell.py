@@ -292,7 +292,9 @@ def queue_problems(timing: speed.DeviceTiming, side: speed.Side, reference: spee
     if timing.queue is not None and timing.queue.stats.per_replay:
         problems.append(f"device time: {timing.queue.stats.describe()}")
     for name, s in (("the mode", side), ("fp32", reference)):
-        if s.idle is not None and s.idle.share > IDLE_WARN_SHARE:
+        if s.graph is not None and s.idle is None:
+            problems.append(f"device time: the profiler saw no kernel of a held block of {name}: its idle time is unchecked")
+        elif s.idle is not None and s.idle.share > IDLE_WARN_SHARE:
             problems.append(f"device time: the GPU sat idle {s.idle.share:.2%} of a profiled held block of {name} "
                             f"({s.idle.idle_ms:.3f} of {s.idle.span_ms:.1f} ms; queued whole: {s.idle.queued})")
     return problems
