@@ -66,6 +66,7 @@ class QueueStats:
     retried: int = 0  # tries that missed and were timed again
     per_replay: int = 0  # blocks timed by events around each replay
     hold_s: float = HOLD_FLOOR_S  # the hold's length now
+    launch_s: float = 0.0  # the longest host time one block's launches took
     why: str | None = None  # why blocks fell back to events around each replay
 
     def describe(self) -> str:
@@ -74,6 +75,7 @@ class QueueStats:
         text = f"{self.held} of {self.blocks} blocks queued whole behind a hold (up to {self.hold_s * 1e3:.1f} ms)"
         if self.retried:
             text += f", {self.retried} timed again after the host fell behind"
+        text += f"; launches took up to {self.launch_s * 1e3:.1f} ms"
         if self.per_replay:
             text += f"; {self.per_replay} by events around each replay: {self.why}"
         return text
@@ -100,8 +102,10 @@ class BlockQueue:
         queued = not start.query()  # the GPU was still spinning when the last launch was queued
         launched_s = time.perf_counter() - t0
         end.synchronize()
-        if queued:
-            self.stats.hold_s = min(HOLD_CEILING_S, max(self.stats.hold_s, HOLD_MARGIN * launched_s))
+        self.stats.launch_s = max(self.stats.launch_s, launched_s)
+        # the next hold covers these launches with room to spare; after a miss, at least twice this one
+        grown = HOLD_MARGIN * launched_s if queued else max(2 * self.stats.hold_s, HOLD_MARGIN * launched_s)
+        self.stats.hold_s = min(HOLD_CEILING_S, max(self.stats.hold_s, grown))
         return start.elapsed_time(end) / 1e3, queued
 
     def replays(self, launch: Callable[[], object], per_replay: Callable[[], float]) -> float:
@@ -115,9 +119,6 @@ class BlockQueue:
                     self.stats.held += 1
                     return seconds
                 self.stats.retried += 1
-                if self.stats.hold_s >= HOLD_CEILING_S:
-                    break
-                self.stats.hold_s = min(HOLD_CEILING_S, 2 * self.stats.hold_s)
             self.fallen_back = True
             self.stats.why = (f"a block could not be queued whole behind holds of up to "
                               f"{self.stats.hold_s * 1e3:.0f} ms (the launch queue fills, or the host is away longer)")
