@@ -4,8 +4,10 @@ and each bad store as a one-line error naming it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,22 @@ def test_a_saved_run_comes_back_as_it_went_in(store_url):
     assert history.kernels(row.id, cell.test_id) == cell.record["kernels"] and cell.record["kernels"]
 
 
+def test_appending_a_run_and_reading_its_references_takes_well_under_a_second(store_url):
+    """The history's share of a `pytest perf/` session: the store checked at the start, a real run of
+    35 speed cells appended at the end, and every cell's series read, on a store of 20 earlier runs."""
+    row = file_run(DATA / "h100_speed_device.json")
+    history = open_history(store_url)
+    for n in range(20):
+        history.append(dataclasses.replace(row, id=f"earlier-{n}", when=f"2026-01-{n + 1:02d}T00:00:00.000000+00:00"))
+    t0 = time.perf_counter()
+    open_history(store_url).release()
+    assert history.append(row)
+    series = history.series_of(H100, "device_speedup", [c.test_id for c in row.cells])
+    took = time.perf_counter() - t0
+    assert len(series) == 35 and all(len(s.points) == 21 for s in series.values())
+    assert took < 1.0, f"{took:.2f} s"
+
+
 def test_a_run_is_appended_once(store_url):
     history = open_history(store_url)
     run = speed_run("r1", cells_of(3))
@@ -68,6 +86,9 @@ def test_what_counts_and_where_a_level_restarts(store_url):
         ("clean", True, False), ("failed", False, False), ("slowed", False, False), ("upgrade", True, True),
         ("later", True, True)]
     assert [p.value for p in history.series(H100, "test_speed[gpt-amp_bf16]", "speedup").points][0] == 2.0
+    every = history.series_of(H100, "device_speedup")
+    assert list(every) == ["test_speed[gpt-amp_bf16]"] and every["test_speed[gpt-amp_bf16]"].points == tuple(points)
+    assert history.series_of(H100, "device_speedup", ["test_speed[mlp-fp32]"]) == {}
     (smoke,) = history.series("cpu", "test_speed[gpt-amp_bf16]", "device_speedup").points
     assert not smoke.counts
     assert [r.id for r in history.runs(gpu=H100, limit=2)] == ["later", "upgrade"]
