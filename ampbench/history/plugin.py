@@ -126,8 +126,7 @@ def _open(config: pytest.Config) -> History | None:
     try:
         history = open_history(url, create=True)
     except HistoryError as error:
-        raise pytest.UsageError(f"--perf-history: {error}; nothing was measured (--perf-history off runs "
-                                "without a history)") from None
+        raise pytest.UsageError(f"--perf-history: {error}; nothing was measured (off runs without a history)") from None
     history.release()  # no connection held through a session of hours: the append reconnects
     return history
 
