@@ -15,7 +15,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import psycopg
 import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, Engine, make_url
@@ -118,7 +117,7 @@ def problem(error: BaseException, url: URL, busy_timeout: float) -> str:
             return "cannot be opened: its folder is missing or not writable"
         if "readonly" in text:
             return "is read-only: the history cannot be written"
-    if isinstance(cause, psycopg.OperationalError):
+    if isinstance(error, exc.OperationalError) and url.get_backend_name() == "postgresql":
         return f"cannot be reached: {text}"
     return text
 
