@@ -9,6 +9,9 @@ import argparse
 import json
 import sqlite3
 
+# psycopg before any in-process run: pytester drops the modules a run was first to import, and SQLAlchemy's
+# PostgreSQL dialect would then hold a psycopg whose exceptions are not the ones later raised
+import psycopg  # noqa: F401
 import pytest
 import torch
 

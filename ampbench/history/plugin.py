@@ -47,8 +47,15 @@ class HistorySession:
     run_id: str
     label: str | None
     suite_revision: str
+    machine: dict | None = None  # machine_info["ampbench"] as pytest-benchmark's JSON has it
     line: str | None = None  # what the terminal summary says about the append
     failed: bool = False
+
+
+def history_of(config: pytest.Config) -> History | None:
+    """The session's history, its schema checked at configure; None where it is off."""
+    state = config.stash.get(STATE_KEY, None)
+    return None if state is None else state.history
 
 
 def history_option(value: str) -> str:
@@ -152,6 +159,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     state = config.stash.get(STATE_KEY, None)
     if state is not None:
         machine_info.setdefault("ampbench", {}).update(run_fields(state))
+        state.machine = dict(machine_info["ampbench"])
 
 
 def _records(config: pytest.Config) -> list:
@@ -163,6 +171,10 @@ def _records(config: pytest.Config) -> list:
 
 
 def _machine(config: pytest.Config, state: HistorySession) -> dict:
+    """The machine info the run's JSON holds, where pytest-benchmark wrote one: the store and the JSON
+    then say the same (and the GPU is asked once)."""
+    if state.machine and state.machine.get("device"):
+        return state.machine
     from ampbench.device import machine_info
 
     return {**machine_info(_device(config)), **run_fields(state)}
