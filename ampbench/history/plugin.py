@@ -19,7 +19,7 @@ import argparse
 import os
 import subprocess
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -163,8 +163,6 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 
 def _records(config: pytest.Config) -> list:
-    from dataclasses import replace
-
     # a record knows its test id as pytest-benchmark names it: the last part of the node id
     return [r if r.test_id else replace(r, test_id=nodeid.split("::")[-1])
             for nodeid, r in config.stash.get(summary.RECORDS_KEY, [])]

@@ -140,10 +140,13 @@ class History:
         return self.name
 
     def fail(self, problem: str) -> HistoryError:
+        """The error to raise about this store."""
         return HistoryError(f"history {self.name}: {problem}")
 
     @contextmanager
     def transaction(self, write: bool = False) -> Iterator[Connection]:
+        """A connection in a transaction, committed at the end of the block; `write` takes SQLite's write
+        lock at its start. A database failure inside is a HistoryError naming the store."""
         try:
             with self.engine.connect() as conn:
                 conn.execution_options(**{WRITE: write})
