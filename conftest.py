@@ -32,6 +32,9 @@ from ampbench.settings import (
     scaler_validator,
 )
 
+# the run history: --perf-history, --perf-label, each run appended at the session's end
+pytest_plugins = ["ampbench.history.plugin"]
+
 SETTINGS_KEY = pytest.StashKey[PerfSettings]()
 STORE_KEY = pytest.StashKey[dict]()  # lazily opened BaselineStore, under "store"
 ROOT = Path(__file__).parent

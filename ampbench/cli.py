@@ -12,6 +12,7 @@ from ampbench.baseline_docs import render_file
 from ampbench.baselines import BaselineError, latest_entries, load_document, write_atomic, write_text_atomic
 from ampbench.cli_args import build_parser
 from ampbench.compare import CompareError, compare_runs, format_text
+from ampbench.history import cli as history_cli
 from ampbench.report import RunError, build_report, failed_tests, load_run, render_comparison_markdown, write_report
 from ampbench.spread import learn, with_spread
 from ampbench.verdict import Verdict
@@ -193,7 +194,8 @@ def _fp8_width(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"report": _report, "compare": _compare, "spread": _spread, "fidelity": _fidelity,
-            "fp8-width": _fp8_width, "baselines": lambda args: BASELINE_ACTIONS[args.baselines_command](args)}
+            "fp8-width": _fp8_width, "baselines": lambda args: BASELINE_ACTIONS[args.baselines_command](args),
+            "history": history_cli.run}
 BASELINE_ACTIONS = {"show": _baselines_show, "merge": _baselines_merge}
 
 

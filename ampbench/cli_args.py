@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from ampbench.compare import DEFAULT_ACCURACY_TOLERANCE, DEFAULT_MEMORY_TOLERANCE, DEFAULT_TOLERANCE
+from ampbench.history import cli as history_cli
 
 
 # argparse prefixes a type= function's error with "argument --flag: ", so the messages leave the flag out
@@ -205,4 +206,5 @@ def build_parser() -> argparse.ArgumentParser:
                     help="auto, cpu, cuda or cuda:N (default: auto, CUDA where torch sees it)")
     fw.add_argument("--json", type=Path, default=None, metavar="PATH",
                     help="also write every width's figures and the crossover to PATH (default: none)")
+    history_cli.add_parser(sub)
     return parser

@@ -1,0 +1,16 @@
+"""The run history: every run of the suite appended to a store (an SQLite file, or PostgreSQL for a
+fleet of runners), so that a cell's reference level, its noise and its changes are learned from the
+runs of the user's own runners.
+
+The modules, by job:
+- `connect`: a store's URL made into an engine, and a database's failures into one-line HistoryErrors;
+- `schema`: the tables, the schema version and the migrations between versions;
+- `store`: the History: append a run in one transaction, read a cell's series, list runs, accept a change;
+- `ingest`: a run's records (from the plugin, or a saved run JSON) as the rows of the history;
+- `series`: a cell's figure over runs (Series of Points), what the analysis reads;
+- `learn`: a cell's reference level and learned tolerance from its series;
+- `changes`: change points in a cell's series;
+- `plugin`: the pytest side (``--perf-history``, ``--perf-label``): the store checked before the first
+  cell, the run appended at the session's end;
+- `cli`: ``ampbench history import|runs|accept``.
+"""

@@ -1,0 +1,133 @@
+"""``ampbench history``: import saved runs into the history, list its runs, accept a moved cell's new
+level. The arguments (``add_parser``, called by ``ampbench.cli_args``) and the actions (``run``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ampbench.history.connect import HistoryError, parse_url
+
+DEFAULT_HISTORY = str(Path(".ampbench") / "history.sqlite")  # where `pytest perf/` run from here writes
+DEFAULT_LIMIT = 20
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+
+
+def _store(value: str) -> str:
+    try:
+        parse_url(value)
+    except HistoryError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
+
+
+def _limit(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return number
+
+
+def _with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--history", type=_store, default=DEFAULT_HISTORY, metavar="URL",
+                   help="the history: an SQLite file (a path or sqlite:///PATH) or postgresql://USER:PASSWORD@HOST/DB "
+                        f"(default: {DEFAULT_HISTORY}, where `pytest perf/` run from this folder appends)")
+    return p
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """`ampbench history` and its actions; the actions' subparsers, for more actions."""
+    his = sub.add_parser("history", help="the run history: import saved runs, list runs, accept a change",
+                         description="The history every `pytest perf/` run appends to (--perf-history): import "
+                                     "saved run JSONs into it, list its runs, accept a moved cell's new level.")
+    actions = his.add_subparsers(dest="history_command", required=True, metavar="ACTION")
+    imp = _with_store(actions.add_parser(
+        "import", help="append saved runs (pytest --benchmark-json files) to the history",
+        description="Append each RUN.json to the history, each in one transaction. A run already there (the "
+                    "run the plugin appended, or a file imported before) is left as it is; a file that is not a "
+                    "usable run is reported and nothing of it is written, the others are imported.",
+        epilog="Exit status: 0 every file imported or already there, 2 a file unusable or the store."))
+    imp.add_argument("runs", type=Path, nargs="+", metavar="RUN.json", help="benchmark JSON of saved runs")
+    runs = _with_store(actions.add_parser(
+        "runs", help="list the history's runs, newest first",
+        description="List the runs in the history, newest first: id, time (UTC), GPU, cells, failing cells, "
+                    "label, suite revision and where each came from."))
+    runs.add_argument("--gpu", metavar="NAME", default=None,
+                      help="only runs on this GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: every GPU)")
+    runs.add_argument("--limit", type=_limit, metavar="N", default=DEFAULT_LIMIT,
+                      help=f"at most N runs (default: {DEFAULT_LIMIT})")
+    acc = _with_store(actions.add_parser(
+        "accept", help="accept a moved cell's new level from a run on",
+        description="Record that a cell's new level, from RUN_ID on, is intended (an upgrade, a deliberate "
+                    "change): its reference level restarts at that run, its learned noise is kept. Without "
+                    "--cell, every cell of the run is accepted.",
+        epilog="Exit status: 0 accepted, 2 an unknown run or cell, or the store."))
+    acc.add_argument("run_id", metavar="RUN_ID", help="the run the new level starts from (`ampbench history runs`)")
+    acc.add_argument("--cell", metavar="TEST_ID", default=None,
+                     help="the cell, e.g. 'test_speed[resnet50-amp_bf16]' (default: every cell of the run)")
+    acc.add_argument("--reason", metavar="TEXT", required=True, help="why the new level is intended")
+    return actions
+
+
+def _open(args: argparse.Namespace, create: bool):
+    from ampbench.history.store import open_history  # SQLAlchemy only for the history's own commands
+
+    return open_history(args.history, create=create)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from ampbench.history.ingest import import_runs
+
+    history = _open(args, create=True)
+    outcomes = import_runs(history, args.runs)
+    for o in outcomes:
+        if o.error:
+            print(f"ampbench: error: {o.error}", file=sys.stderr)
+        else:
+            done = "imported" if o.appended else "already in the history"
+            print(f"{o.path}: run {o.run_id} ({o.cells} cells) {done}")
+    added = sum(o.appended for o in outcomes)
+    bad = sum(o.error is not None for o in outcomes)
+    there = len(outcomes) - added - bad
+    print(f"ampbench: {added} runs imported into {history.name}, {there} already there"
+          + (f", {bad} unusable" if bad else ""))
+    return EXIT_BAD_INPUT if bad else EXIT_OK
+
+
+def _runs(args: argparse.Namespace) -> int:
+    history = _open(args, create=False)
+    runs = history.runs(gpu=args.gpu, limit=args.limit)
+    if not runs:
+        print(f"ampbench: no runs in {history.name}" + (f" on {args.gpu}" if args.gpu else ""))
+        return EXIT_OK
+    header = ("run", "time (UTC)", "gpu", "cells", "failing", "label", "revision", "source")
+    rows = [(r.id, r.when[:16].replace("T", " "), f"{r.gpu} (smoke)" if r.smoke else r.gpu, str(r.cells),
+             str(r.failing), r.label or "-", r.suite_revision or "-", r.source) for r in runs]
+    widths = [max(len(t) for t in column) for column in zip(header, *rows)]
+    for row in (header, *rows):
+        print("  ".join(t.ljust(w) for t, w in zip(row, widths)).rstrip())
+    return EXIT_OK
+
+
+def _accept(args: argparse.Namespace) -> int:
+    history = _open(args, create=False)
+    done = history.accept(args.run_id, args.cell, args.reason)
+    what = done.test_id or "every cell"
+    print(f"ampbench: accepted {what} of run {done.run_id} on {done.gpu}: the level restarts there "
+          f"({done.reason})")
+    return EXIT_OK
+
+
+ACTIONS = {"import": _import, "runs": _runs, "accept": _accept}
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return ACTIONS[args.history_command](args)
+    except HistoryError as error:
+        print(f"ampbench: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,126 @@
+"""Where a history lives: the store a user names (a path, ``sqlite:///PATH`` or ``postgresql://...``) made
+into an SQLAlchemy engine, and a database's failures made into one-line ``HistoryError``s that name the
+store, its password masked.
+
+SQLite runs in WAL mode (readers do not wait for a writer) and a writing transaction takes the write
+lock when it begins (``BEGIN IMMEDIATE``), so that two writers queue on the busy timeout instead of one
+failing half-way; PostgreSQL needs neither. WAL's ``synchronous = NORMAL`` keeps every committed run
+through a killed process and never leaves a half-written one; only a power cut may lose the last runs
+committed, and it spares a flush to disk per run. psycopg 3 is PostgreSQL's driver: a plain ``postgresql://``
+URL uses it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy import event, exc
+from sqlalchemy.engine import URL, Engine, make_url
+
+BACKENDS = ("sqlite", "postgresql")
+DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another's lock on an SQLite store
+CONNECT_TIMEOUT = 10  # seconds to reach a PostgreSQL server
+WRITE = "ampbench_write"  # a connection's execution option: its transactions write
+EXAMPLES = "a path, sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DATABASE"
+
+
+class HistoryError(Exception):
+    """A store that cannot be used, or a request it cannot answer: one line naming the store."""
+
+
+def parse_url(text: str) -> URL:
+    """The SQLAlchemy URL of a store: a plain path is an SQLite file, ``postgresql://`` uses psycopg 3.
+    HistoryError where `text` is no URL or names a database the history does not run on."""
+    if "://" not in text:
+        if not text.strip():
+            raise HistoryError(f"history store {text!r}: empty; give {EXAMPLES}")
+        return URL.create("sqlite", database=str(Path(text).expanduser().absolute()))
+    try:
+        url = make_url(text)
+    except exc.ArgumentError:
+        raise HistoryError(f"history store {text!r}: not a database URL; give {EXAMPLES}") from None
+    backend = url.get_backend_name()
+    if backend not in BACKENDS:
+        raise HistoryError(f"history store {shown(url)}: unknown database {backend!r}; give {EXAMPLES}")
+    if backend == "postgresql" and url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    if backend == "sqlite" and not url.database:
+        raise HistoryError(f"history store {shown(url)}: an in-memory SQLite database keeps nothing; give a file, "
+                           "sqlite:///PATH")
+    return url
+
+
+def shown(url: URL) -> str:
+    """How a store is named in messages: an SQLite file by its path, a server by its URL, password masked."""
+    if url.get_backend_name() == "sqlite" and url.database:
+        return url.database
+    return url.render_as_string(hide_password=True)
+
+
+def sqlite_path(url: URL) -> Path | None:
+    return Path(url.database) if url.get_backend_name() == "sqlite" else None
+
+
+def make_engine(url: URL, busy_timeout: float) -> Engine:
+    """An engine for `url`; HistoryError where its driver is not installed."""
+    try:
+        if url.get_backend_name() == "sqlite":
+            return _sqlite_engine(url, busy_timeout)
+        return sa.create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT})
+    except (ImportError, exc.NoSuchModuleError) as error:
+        raise HistoryError(f"history store {shown(url)}: its driver {url.get_driver_name()!r} is not installed "
+                           f"({first_line(error)}); PostgreSQL runs on psycopg: postgresql://...") from None
+
+
+def _sqlite_engine(url: URL, busy_timeout: float) -> Engine:
+    engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection, _record) -> None:
+        # the driver's own transaction handling would begin late and deferred: SQLAlchemy's "begin"
+        # event below says BEGIN itself
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection) -> None:
+        # a deferred transaction that writes later can fail on a lock without waiting for it
+        immediate = connection.get_execution_options().get(WRITE)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0].strip() if text else type(error).__name__
+
+
+def problem(error: BaseException, url: URL, busy_timeout: float) -> str:
+    """What a database failure says about the store, in a few words."""
+    cause = getattr(error, "orig", None) or error
+    text = first_line(cause)
+    if url.password:
+        text = text.replace(str(url.password), "***")
+    if isinstance(cause, sqlite3.Error):
+        if "locked" in text or "busy" in text:
+            return f"locked by another writer for more than {busy_timeout:g} s; try again when it has finished"
+        if "not a database" in text or "malformed" in text:
+            return f"not a usable SQLite database ({text}): a corrupt or foreign file; move it aside"
+        if "unable to open" in text:
+            return "cannot be opened: its folder is missing or not writable"
+        if "readonly" in text:
+            return "is read-only: the history cannot be written"
+    if isinstance(error, exc.OperationalError) and url.get_backend_name() == "postgresql":
+        return f"cannot be reached: {text}"
+    return text
+
+
+def history_error(error: BaseException, url: URL, busy_timeout: float) -> HistoryError:
+    return HistoryError(f"history {shown(url)}: {problem(error, url, busy_timeout)}")

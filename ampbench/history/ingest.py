@@ -1,0 +1,179 @@
+"""A run's records as the rows of the history: the run (GPU model, card, software, revision, label, host
+load), each cell with its whole record, and each cell's figures with their intervals and verdicts. The
+pytest plugin hands over the session's records; ``import_runs`` reads saved run JSONs
+(``ampbench.results.load_run``).
+
+Both go through the same ``Run``, and the plugin writes its run id, label, suite revision and host load
+into ``machine_info["ampbench"]`` (``RUN_KEYS``), so a run's JSON imported later is the run the plugin
+appended, not a second one. A JSON written without a run id is known by a hash of its content, so that
+importing it twice adds nothing. Nothing here imports torch or pytest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ampbench.history.store import CellRow, FigureRow, History, RunRow, iso_utc
+from ampbench.results import (
+    ConvergenceRecord,
+    DistributedRecord,
+    MemoryRecord,
+    PipelineRecord,
+    Record,
+    Run,
+    RunError,
+    SpeedRecord,
+    load_run,
+)
+from ampbench.spread import INJECTED_KEY
+
+# what the plugin adds to machine_info["ampbench"] for the history
+RUN_KEYS = ("run_id", "label", "suite_revision", "host_load")
+# the software fingerprint of a run: what tells two runs' stacks apart
+SOFTWARE_KEYS = ("torch", "cuda", "cudnn", "driver", "triton", "torchao")
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """Where a figure of a record lies: its value, its interval and its own verdict, by field name."""
+
+    name: str
+    value: str
+    low: str | None = None
+    high: str | None = None
+    verdict: str | None = None  # None: the cell's verdict
+
+
+def _speedup(name: str, verdict: str | None) -> FigureSpec:
+    return FigureSpec(name, name, f"{name}_low", f"{name}_high", verdict)
+
+
+FIGURES: dict[type[Record], tuple[FigureSpec, ...]] = {
+    SpeedRecord: (_speedup("device_speedup", "device_verdict"), _speedup("speedup", "wall_verdict"),
+                  _speedup("versus_speedup", "versus_verdict")),
+    MemoryRecord: (FigureSpec("memory_ratio", "memory_ratio"), FigureSpec("max_batch_ratio", "max_batch_ratio")),
+    ConvergenceRecord: (FigureSpec("accuracy_delta", "accuracy_delta"),),  # the mode's accuracy minus fp32's
+    PipelineRecord: (FigureSpec("loader_ratio", "loader_ratio"),),
+    DistributedRecord: (_speedup("speedup", None), _speedup("scaling_efficiency", None)),
+}
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def figures_of(record: Record) -> tuple[FigureRow, ...]:
+    """The figures a record measured, with their intervals and verdicts; none it left unmeasured."""
+    rows = []
+    for spec in FIGURES.get(type(record), ()):
+        value = _finite(getattr(record, spec.value))
+        if value is None:
+            continue
+        low, high = (_finite(getattr(record, k)) if k else None for k in (spec.low, spec.high))
+        verdict = (getattr(record, spec.verdict) if spec.verdict else None) or record.verdict
+        rows.append(FigureRow(spec.name, value, low, high, None if verdict is None else str(verdict)))
+    return tuple(rows)
+
+
+def cell_row(record: Record) -> CellRow:
+    return CellRow(test_id=record.test_id, kind=record.kind, model=record.model, mode=record.mode,
+                   verdict=None if record.verdict is None else str(record.verdict),
+                   injected=bool(record.value(INJECTED_KEY)), record=record.to_info(), figures=figures_of(record))
+
+
+def _slug(gpu: str, machine: Mapping[str, Any]) -> str:
+    slug = machine.get("gpu_slug")
+    if isinstance(slug, str) and slug:
+        return slug
+    from ampbench.device import gpu_slug  # torch, for the rare run JSON without a slug
+
+    return gpu_slug(gpu)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _revision(run: Run) -> str | None:
+    """The suite's revision: the plugin's, else the commit pytest-benchmark saw."""
+    own = _text(run.machine.get("suite_revision"))
+    commit = run.commit.get("id") if isinstance(run.commit, dict) else None
+    if own or not isinstance(commit, str) or commit in ("", "unknown", "unversioned"):
+        return own
+    return commit[:12] + ("-dirty" if run.commit.get("dirty") else "")
+
+
+def run_row(run: Run, *, run_id: str, when: str, source: str) -> RunRow:
+    """`run` as the history holds it."""
+    machine = run.machine
+    gpu = "cpu" if run.smoke else run.gpu
+    ranks = [c.world_size for c in run.of_kind(DistributedRecord) if isinstance(c.world_size, int)]
+    host_load = machine.get("host_load")
+    return RunRow(id=run_id, when=when, gpu=gpu, gpu_slug="cpu" if run.smoke else _slug(gpu, machine),
+                  card_uuid=_text(machine.get("uuid")), world_size=max(ranks, default=1), smoke=run.smoke,
+                  label=_text(machine.get("label")), suite_revision=_revision(run),
+                  software={k: machine.get(k) for k in SOFTWARE_KEYS},
+                  host_load=host_load if isinstance(host_load, dict) else None, source=source,
+                  cells=tuple(cell_row(c) for c in run.cells))
+
+
+def session_run(records: Iterable[Record], machine: Mapping[str, Any], when: datetime) -> RunRow:
+    """The run of a pytest session: its records, and machine_info["ampbench"] holding RUN_KEYS."""
+    run = Run(path=Path("pytest"), machine=dict(machine), datetime=None, commit={}, cells=list(records))
+    return run_row(run, run_id=str(machine["run_id"]), when=iso_utc(when), source="pytest")
+
+
+def _when(run: Run, path: Path) -> str:
+    """The run's time as pytest-benchmark wrote it; the file's modification time where it wrote none."""
+    if run.datetime:
+        try:
+            return iso_utc(datetime.fromisoformat(run.datetime.replace("Z", "+00:00")))
+        except ValueError:
+            pass
+    return iso_utc(datetime.fromtimestamp(path.stat().st_mtime, timezone.utc))
+
+
+def content_id(path: Path) -> str:
+    """The id of a run JSON without the plugin's run id: a hash of its bytes, the same on every import."""
+    return "sha256-" + hashlib.sha256(path.read_bytes()).hexdigest()[:32]
+
+
+def file_run(path: Path) -> RunRow:
+    """A saved run JSON as the history holds it; RunError naming the file where it is no usable run."""
+    run = load_run(path)
+    run_id = _text(run.machine.get("run_id")) or content_id(path)
+    return run_row(run, run_id=run_id, when=_when(run, path), source=path.name)
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What became of one file given to ``import_runs``."""
+
+    path: Path
+    run_id: str | None
+    appended: bool  # False: already in the history, or unreadable (``error``)
+    cells: int = 0
+    error: str | None = None  # one line naming the file
+
+
+def import_runs(history: History, paths: Iterable[Path]) -> list[Imported]:
+    """Append each run JSON of `paths`, each in its own transaction: a malformed file is reported and
+    nothing of it written, the others are imported; a run already in the history is left as it is."""
+    outcomes = []
+    for path in dict.fromkeys(Path(p) for p in paths):  # a file named twice is read once
+        try:
+            row = file_run(path)
+        except (RunError, OSError) as error:
+            outcomes.append(Imported(path, None, False, error=str(error).splitlines()[0]))
+            continue
+        appended = history.append(row)
+        outcomes.append(Imported(path, row.id, appended, cells=len(row.cells)))
+    return outcomes
+

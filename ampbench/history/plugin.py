@@ -1,0 +1,217 @@
+"""The history's pytest side: ``--perf-history`` and ``--perf-label``, the store opened and checked before
+the first cell, and the session's run appended at its end. Registered by ``conftest.py``.
+
+The run goes in whole at the end of the session, after pytest-benchmark has written its JSON: the
+cells' records (``ampbench.summary.keep``), the machine's info, the host's load, the suite's revision
+and the label. The same run id, label, revision and load go into ``machine_info["ampbench"]``, so that
+the JSON imported later is the same run. A store that fails at the end costs nothing else the run
+wrote: the run is saved beside the default store as a JSON that ``ampbench history import`` loads, and
+the terminal says so in red.
+
+``off`` turns the history off; an unreachable store is a usage error before the first cell, never the
+history silently off. On the CPU smoke pass the history is off unless ``--perf-history`` names a store:
+smoke figures compare with nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+import ampbench
+from ampbench import summary
+from ampbench.baselines import write_atomic
+from ampbench.history.connect import HistoryError, parse_url
+from ampbench.history.ingest import session_run
+from ampbench.history.store import History, open_history
+
+OFF = "off"
+DEFAULT_STORE = Path(".ampbench") / "history.sqlite"  # under pytest's rootdir
+UNAPPENDED = Path(".ampbench") / "unappended"  # runs a failing store did not take, under the rootdir
+# CI variables naming the commit under test, in the order they are read
+LABEL_VARIABLES = ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT")
+MAX_LABEL = 200
+STATE_KEY = pytest.StashKey["HistorySession"]()
+
+
+@dataclass
+class HistorySession:
+    history: History | None  # None: off
+    run_id: str
+    label: str | None
+    suite_revision: str
+    machine: dict | None = None  # machine_info["ampbench"] as pytest-benchmark's JSON has it
+    line: str | None = None  # what the terminal summary says about the append
+    failed: bool = False
+
+
+def history_of(config: pytest.Config) -> History | None:
+    """The session's history, its schema checked at configure; None where it is off."""
+    state = config.stash.get(STATE_KEY, None)
+    return None if state is None else state.history
+
+
+def history_option(value: str) -> str:
+    """--perf-history's type: off, a path or a database URL the history runs on (reached at configure)."""
+    if value.strip().lower() == OFF:
+        return OFF
+    try:
+        parse_url(value)
+    except HistoryError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
+
+
+def label_option(value: str) -> str:
+    text = value.strip()
+    if not text or len(text) > MAX_LABEL or "\n" in text:
+        raise argparse.ArgumentTypeError(f"expects one line of 1 to {MAX_LABEL} characters, got {value[:40]!r}")
+    return text
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perf", "ampbench: mixed-precision training performance")
+    group.addoption("--perf-history", metavar="URL|off", default=None, type=history_option,
+                    help="the run history each run is appended to: an SQLite file (a path or sqlite:///PATH), "
+                         "postgresql://USER:PASSWORD@HOST/DB for a fleet of runners, or off; a store that cannot be "
+                         "reached is a usage error (default: .ampbench/history.sqlite under the rootdir; off on "
+                         "the CPU smoke pass)")
+    group.addoption("--perf-label", metavar="TEXT", default=None, type=label_option,
+                    help="what the history calls the stack under test in this run, e.g. a commit of your code or a "
+                         "container tag (default: the first of $" + ", $".join(LABEL_VARIABLES) + " that is set, "
+                         "else none)")
+
+
+def default_label() -> str | None:
+    return next((os.environ[v].strip() for v in LABEL_VARIABLES if os.environ.get(v, "").strip()), None)
+
+
+def suite_revision() -> str:
+    """``git describe`` of the ampbench checkout where it is one, else the package's version."""
+    root = Path(ampbench.__file__).resolve().parent.parent
+    try:
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, timeout=5)
+        if top.returncode == 0 and Path(top.stdout.strip()).resolve() == root:
+            described = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty", "--tags"],
+                                       capture_output=True, text=True, timeout=5)
+            if described.returncode == 0 and described.stdout.strip():
+                return described.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass  # no git: the version says what it can
+    return f"ampbench {ampbench.__version__}"
+
+
+def host_load() -> dict:
+    """The host's load averages (1, 5 and 15 minutes, where the system has them) and CPU count."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except (AttributeError, OSError):
+        return {"cpus": os.cpu_count()}
+    return {"load_1m": round(one, 2), "load_5m": round(five, 2), "load_15m": round(fifteen, 2),
+            "cpus": os.cpu_count()}
+
+
+def _device(config: pytest.Config):
+    from ampbench.device import resolve
+
+    return resolve(getattr(config.option, "perf_device", None) or "auto")
+
+
+def _open(config: pytest.Config) -> History | None:
+    opt = config.option
+    if opt.perf_history == OFF or (opt.perf_history is None and _device(config).type == "cpu"):
+        return None
+    url = opt.perf_history or str(config.rootpath / DEFAULT_STORE)
+    try:
+        history = open_history(url, create=True)
+    except HistoryError as error:
+        raise pytest.UsageError(f"--perf-history: {error}; nothing was measured (off runs without a history)") from None
+    history.release()  # no connection held through a session of hours: the append reconnects
+    return history
+
+
+@pytest.hookimpl(trylast=True)  # after conftest.py has refused a bad --perf-device
+def pytest_configure(config: pytest.Config) -> None:
+    # an xdist worker's cells are its controller's run; the help and a collection measure nothing
+    if hasattr(config, "workerinput") or config.option.help or config.option.collectonly:
+        return
+    config.stash[STATE_KEY] = HistorySession(
+        history=_open(config), run_id=str(uuid.uuid4()),
+        label=config.option.perf_label or default_label(), suite_revision=suite_revision())
+
+
+def run_fields(state: HistorySession) -> dict:
+    """What the history adds to machine_info["ampbench"] (``ingest.RUN_KEYS``)."""
+    return {"run_id": state.run_id, "label": state.label, "suite_revision": state.suite_revision,
+            "host_load": host_load()}
+
+
+@pytest.hookimpl(trylast=True, optionalhook=True)  # after conftest.py has written the ampbench block
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    state = config.stash.get(STATE_KEY, None)
+    if state is not None:
+        machine_info.setdefault("ampbench", {}).update(run_fields(state))
+        state.machine = dict(machine_info["ampbench"])
+
+
+def _records(config: pytest.Config) -> list:
+    # a record knows its test id as pytest-benchmark names it: the last part of the node id
+    return [r if r.test_id else replace(r, test_id=nodeid.split("::")[-1])
+            for nodeid, r in config.stash.get(summary.RECORDS_KEY, [])]
+
+
+def _machine(config: pytest.Config, state: HistorySession) -> dict:
+    """The machine info the run's JSON holds, where pytest-benchmark wrote one: the store and the JSON
+    then say the same (and the GPU is asked once)."""
+    if state.machine and state.machine.get("device"):
+        return state.machine
+    from ampbench.device import machine_info
+
+    return {**machine_info(_device(config)), **run_fields(state)}
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark has written its JSON
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    state = config.stash.get(STATE_KEY, None)
+    records = _records(config)
+    if state is None or state.history is None or not records:
+        return
+    machine = _machine(config, state)
+    run = session_run(records, machine, datetime.now(timezone.utc))
+    try:
+        appended = state.history.append(run)
+    except HistoryError as error:
+        state.failed = True
+        state.line = f"ampbench: run {run.id} NOT appended: {error}; {_save(config, records, machine, run.when)}"
+        return
+    finally:
+        state.history.release()
+    done = "appended to" if appended else "already in"
+    state.line = f"ampbench: run {run.id} ({len(run.cells)} cells) {done} the history {state.history.name}"
+
+
+def _save(config: pytest.Config, records: list, machine: dict, when: str) -> str:
+    """Write the run where a later ``ampbench history import`` finds it; what to do, in words."""
+    path = config.rootpath / UNAPPENDED / f"run-{machine['run_id']}.json"
+    document = {"machine_info": {"ampbench": machine}, "datetime": when, "commit_info": {},
+                "benchmarks": [{"name": r.test_id, "extra_info": r.to_info()} for r in records]}
+    try:
+        write_atomic(path, document)
+    except OSError as error:
+        return f"nor could it be saved to {path} ({error.strerror or error}): its cells are in --benchmark-json only"
+    return f"saved to {path}: load it with `ampbench history import {path}`"
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    state = config.stash.get(STATE_KEY, None)
+    if state is not None and state.line:
+        terminalreporter.write_line(state.line, red=state.failed, bold=state.failed)

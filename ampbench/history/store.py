@@ -1,0 +1,367 @@
+"""The History: a store of runs (SQLAlchemy Core over SQLite or PostgreSQL) that appends a run in one
+transaction, reads a cell's figure over runs as a Series, lists runs, and records accepted changes.
+
+A run is all of it or nothing: its row, its cells and their figures are written in one transaction, so
+a writer killed half-way leaves nothing of the run behind, and ``runs.cell_count`` says what a complete
+run holds. A run id already in the store is not written again (``append`` says so), whoever wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from difflib import get_close_matches
+from typing import Any, Iterable, Iterator, Mapping
+
+import sqlalchemy as sa
+from sqlalchemy import exc
+from sqlalchemy.engine import URL, Connection, Engine
+
+from ampbench.history.connect import (
+    DEFAULT_BUSY_TIMEOUT,
+    WRITE,
+    HistoryError,
+    history_error,
+    make_engine,
+    parse_url,
+    shown,
+    sqlite_path,
+)
+from ampbench.history.schema import (
+    ACCEPTANCES,
+    CELLS,
+    FIGURES,
+    RUNS,
+    SchemaProblem,
+    bring_up_to_date,
+    check_version,
+    read_version,
+    SCHEMA_VERSION,
+)
+from ampbench.history.series import Point, Series
+from ampbench.verdict import Verdict
+
+FAILING = tuple(v.value for v in Verdict if v.failing)
+
+
+def iso_utc(moment: datetime) -> str:
+    """A time as the history keeps it: ISO-8601 in UTC, to the microsecond, so that text sorts as time."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def now() -> str:
+    return iso_utc(datetime.now(timezone.utc))
+
+
+@dataclass(frozen=True)
+class FigureRow:
+    name: str  # "device_speedup", "speedup", "memory_ratio", ...
+    value: float
+    low: float | None
+    high: float | None
+    verdict: str | None  # the figure's own verdict where the cell wrote one apart, else the cell's
+
+
+@dataclass(frozen=True)
+class CellRow:
+    test_id: str
+    kind: str
+    model: str | None
+    mode: str | None
+    verdict: str | None
+    injected: bool  # slowed on purpose: never a sample of the cell's level or noise
+    record: Mapping[str, Any]  # the cell's extra_info
+    figures: tuple[FigureRow, ...]
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run as the history holds it (``ampbench.history.ingest`` makes one from records)."""
+
+    id: str
+    when: str  # iso_utc
+    gpu: str
+    gpu_slug: str
+    card_uuid: str | None
+    world_size: int
+    smoke: bool
+    label: str | None
+    suite_revision: str | None
+    software: Mapping[str, Any]
+    host_load: Mapping[str, Any] | None
+    source: str
+    cells: tuple[CellRow, ...]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    id: str
+    when: str
+    gpu: str
+    gpu_slug: str
+    card_uuid: str | None
+    world_size: int
+    smoke: bool
+    label: str | None
+    suite_revision: str | None
+    software: dict
+    host_load: dict | None
+    source: str
+    cells: int
+    failing: int  # cells whose verdict fails
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    id: int
+    gpu: str
+    test_id: str | None  # None: every cell of the run
+    run_id: str
+    reason: str
+    when: str
+
+
+class History:
+    """One store. Every method opens its own transaction; a database failure is a HistoryError."""
+
+    def __init__(self, engine: Engine, url: URL, busy_timeout: float = DEFAULT_BUSY_TIMEOUT):
+        self.engine, self.url, self.busy_timeout = engine, url, busy_timeout
+
+    @property
+    def name(self) -> str:
+        """The store as messages name it: an SQLite file's path, a server's URL without its password."""
+        return shown(self.url)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def fail(self, problem: str) -> HistoryError:
+        """The error to raise about this store."""
+        return HistoryError(f"history {self.name}: {problem}")
+
+    @contextmanager
+    def transaction(self, write: bool = False) -> Iterator[Connection]:
+        """A connection in a transaction, committed at the end of the block; `write` takes SQLite's write
+        lock at its start. A database failure inside is a HistoryError naming the store."""
+        try:
+            with self.engine.connect() as conn:
+                conn.execution_options(**{WRITE: write})
+                with conn.begin():
+                    yield conn
+        except SchemaProblem as problem:
+            raise self.fail(str(problem)) from None
+        except (exc.SQLAlchemyError, OSError) as error:
+            raise history_error(error, self.url, self.busy_timeout) from None
+
+    def prepare(self, create: bool) -> None:
+        """Check the schema version; create an empty store's tables where `create`, migrate an older one."""
+        with self.transaction() as conn:
+            version = read_version(conn)
+            check_version(version)
+        if version == SCHEMA_VERSION:
+            return
+        if version is None and not create:
+            raise self.fail("holds no history yet; a `pytest perf/` run or `ampbench history import` makes one")
+        with self.transaction(write=True) as conn:
+            bring_up_to_date(conn)  # reads the version again under the lock: another writer may have been first
+
+    def release(self) -> None:
+        """Close pooled connections: none is held open between the session's start and its end."""
+        self.engine.dispose()
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def append(self, run: RunRow) -> bool:
+        """Write `run` in one transaction; False where a run of its id is in the store already."""
+        try:
+            with self.transaction(write=True) as conn:
+                if conn.execute(sa.select(RUNS.c.id).where(RUNS.c.id == run.id)).first() is not None:
+                    return False
+                conn.execute(RUNS.insert(), [_run_values(run)])
+                if run.cells:
+                    conn.execute(CELLS.insert(), [_cell_values(run.id, c) for c in run.cells])
+                figures = [_figure_values(run, c, f) for c in run.cells for f in c.figures]
+                if figures:
+                    conn.execute(FIGURES.insert(), figures)
+        except HistoryError as error:
+            # a writer beside this one may have appended the same run between the check and the insert
+            try:
+                there = self._has_run(run.id)
+            except HistoryError:
+                raise error from None
+            if there:
+                return False
+            raise
+        return True
+
+    def accept(self, run_id: str, test_id: str | None, reason: str) -> Acceptance:
+        """Record that `test_id`'s level (every cell's, where None) restarts at `run_id`, and why."""
+        reason = reason.strip()
+        if not reason:
+            raise self.fail("an acceptance needs a reason")
+        with self.transaction(write=True) as conn:
+            gpu = self._gpu_of(conn, run_id)
+            if test_id is not None:
+                self._check_cell(conn, run_id, test_id)
+            values = dict(gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, accepted_at=now())
+            key = conn.execute(ACCEPTANCES.insert().values(**values)).inserted_primary_key[0]
+        return Acceptance(id=key, gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, when=values["accepted_at"])
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def series(self, gpu: str, test_id: str, figure: str) -> Series:
+        """`figure` of `test_id` over the runs on GPU model `gpu`, oldest first."""
+        found = self.series_of(gpu, figure, [test_id])
+        return found.get(test_id) or Series(gpu=gpu, test_id=test_id, figure=figure, points=())
+
+    def series_of(self, gpu: str, figure: str, test_ids: Iterable[str] | None = None) -> dict[str, Series]:
+        """`figure`'s series of every cell with one on `gpu` (of `test_ids`, where given), read at once:
+        a session's references in one transaction, not a round trip to a server per cell."""
+        query = (sa.select(FIGURES.c.test_id, FIGURES.c.run_id, RUNS.c.run_at, FIGURES.c.value, FIGURES.c.low,
+                           FIGURES.c.high, FIGURES.c.verdict, CELLS.c.injected, RUNS.c.smoke)
+                 .join(RUNS, RUNS.c.id == FIGURES.c.run_id)
+                 .join(CELLS, sa.and_(CELLS.c.run_id == FIGURES.c.run_id, CELLS.c.test_id == FIGURES.c.test_id))
+                 .where(FIGURES.c.gpu == gpu, FIGURES.c.figure == figure)
+                 .order_by(FIGURES.c.test_id, RUNS.c.run_at, RUNS.c.id))
+        accepted_query = sa.select(ACCEPTANCES.c.run_id, ACCEPTANCES.c.test_id).where(ACCEPTANCES.c.gpu == gpu)
+        if test_ids is not None:
+            wanted = list(test_ids)
+            query = query.where(FIGURES.c.test_id.in_(wanted))
+            accepted_query = accepted_query.where(sa.or_(ACCEPTANCES.c.test_id.in_(wanted),
+                                                         ACCEPTANCES.c.test_id.is_(None)))
+        with self.transaction() as conn:
+            rows = conn.execute(query).all()
+            accepted = {tuple(r) for r in conn.execute(accepted_query)}
+        points: dict[str, list[Point]] = {}
+        for r in rows:
+            restart = (r.run_id, r.test_id) in accepted or (r.run_id, None) in accepted
+            points.setdefault(r.test_id, []).append(Point(
+                run_id=r.run_id, when=r.run_at, value=r.value, low=r.low, high=r.high,
+                counts=_counts(r, restart), restart=restart))
+        return {t: Series(gpu=gpu, test_id=t, figure=figure, points=tuple(p)) for t, p in points.items()}
+
+    def cells(self, gpu: str) -> list[str]:
+        """The test ids with figures on GPU model `gpu`, sorted."""
+        with self.transaction() as conn:
+            return list(conn.execute(sa.select(FIGURES.c.test_id).where(FIGURES.c.gpu == gpu).distinct()
+                                     .order_by(FIGURES.c.test_id)).scalars())
+
+    def runs(self, gpu: str | None = None, limit: int | None = None) -> list[RunSummary]:
+        """Summaries of the runs (on GPU model `gpu`, where given), newest first, at most `limit`."""
+        query = sa.select(RUNS).order_by(RUNS.c.run_at.desc(), RUNS.c.id.desc()).limit(limit)
+        if gpu is not None:
+            query = query.where(RUNS.c.gpu == gpu)
+        failing = (sa.select(CELLS.c.run_id, sa.func.count()).where(CELLS.c.verdict.in_(FAILING))
+                   .group_by(CELLS.c.run_id))
+        with self.transaction() as conn:
+            rows = conn.execute(query).all()
+            counts = dict(conn.execute(failing.where(CELLS.c.run_id.in_([r.id for r in rows]))).all())
+        return [_summary(r, counts.get(r.id, 0)) for r in rows]
+
+    def run(self, run_id: str) -> RunSummary:
+        with self.transaction() as conn:
+            row = conn.execute(sa.select(RUNS).where(RUNS.c.id == run_id)).first()
+            if row is None:
+                raise self._no_run(conn, run_id)
+            failing = conn.execute(sa.select(sa.func.count()).where(CELLS.c.run_id == run_id,
+                                                                    CELLS.c.verdict.in_(FAILING))).scalar()
+        return _summary(row, failing)
+
+    def kernels(self, run_id: str, test_id: str) -> list[dict]:
+        """The cell's kernel summary (its mode's top kernels, {"name", "ms"} per step); [] where it has none."""
+        with self.transaction() as conn:
+            self._gpu_of(conn, run_id)
+            record = self._check_cell(conn, run_id, test_id)
+        kernels = json.loads(record).get("kernels")
+        return [k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else []
+
+    def counts(self) -> tuple[int, int]:
+        """(runs, cells) in the store."""
+        with self.transaction() as conn:
+            return (conn.execute(sa.select(sa.func.count()).select_from(RUNS)).scalar(),
+                    conn.execute(sa.select(sa.func.count()).select_from(CELLS)).scalar())
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _has_run(self, run_id: str) -> bool:
+        with self.transaction() as conn:
+            return conn.execute(sa.select(RUNS.c.id).where(RUNS.c.id == run_id)).first() is not None
+
+    def _gpu_of(self, conn: Connection, run_id: str) -> str:
+        gpu = conn.execute(sa.select(RUNS.c.gpu).where(RUNS.c.id == run_id)).scalar()
+        if gpu is None:
+            raise self._no_run(conn, run_id)
+        return gpu
+
+    def _no_run(self, conn: Connection, run_id: str) -> HistoryError:
+        near = get_close_matches(run_id, conn.execute(sa.select(RUNS.c.id)).scalars().all(), n=1)
+        hint = f" (did you mean {near[0]}?)" if near else "; `ampbench history runs` lists the runs"
+        return self.fail(f"no run {run_id!r}{hint}")
+
+    def _check_cell(self, conn: Connection, run_id: str, test_id: str) -> str:
+        record = conn.execute(sa.select(CELLS.c.record).where(CELLS.c.run_id == run_id,
+                                                               CELLS.c.test_id == test_id)).scalar()
+        if record is None:
+            ids = conn.execute(sa.select(CELLS.c.test_id).where(CELLS.c.run_id == run_id)).scalars().all()
+            near = get_close_matches(test_id, ids, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else f" (it holds {len(ids)} cells)"
+            raise self.fail(f"run {run_id} has no cell {test_id!r}{hint}")
+        return record
+
+
+def _counts(row: Any, accepted: bool) -> bool:
+    if row.smoke or row.injected:
+        return False
+    return accepted or row.verdict not in FAILING
+
+
+def _run_values(run: RunRow) -> dict:
+    return dict(id=run.id, run_at=run.when, gpu=run.gpu, gpu_slug=run.gpu_slug, card_uuid=run.card_uuid,
+                world_size=run.world_size, smoke=run.smoke, label=run.label, suite_revision=run.suite_revision,
+                software=json.dumps(dict(run.software), sort_keys=True),
+                host_load=None if run.host_load is None else json.dumps(dict(run.host_load), sort_keys=True),
+                source=run.source, cell_count=len(run.cells), appended_at=now())
+
+
+def _cell_values(run_id: str, cell: CellRow) -> dict:
+    return dict(run_id=run_id, test_id=cell.test_id, kind=cell.kind, model=cell.model, mode=cell.mode,
+                verdict=cell.verdict, injected=cell.injected, record=json.dumps(dict(cell.record)))
+
+
+def _figure_values(run: RunRow, cell: CellRow, figure: FigureRow) -> dict:
+    return dict(run_id=run.id, test_id=cell.test_id, figure=figure.name, gpu=run.gpu, value=figure.value,
+                low=figure.low, high=figure.high, verdict=figure.verdict)
+
+
+def _summary(row: Any, failing: int) -> RunSummary:
+    return RunSummary(id=row.id, when=row.run_at, gpu=row.gpu, gpu_slug=row.gpu_slug, card_uuid=row.card_uuid,
+                      world_size=row.world_size, smoke=bool(row.smoke), label=row.label,
+                      suite_revision=row.suite_revision, software=json.loads(row.software),
+                      host_load=json.loads(row.host_load) if row.host_load else None, source=row.source,
+                      cells=row.cell_count, failing=failing)
+
+
+def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> History:
+    """The History at `url` (an SQLAlchemy URL, ``postgresql://`` meaning psycopg 3, or a path to an
+    SQLite file), its schema checked: an empty store is created where `create`, an older one migrated,
+    a newer one refused. HistoryError, naming the store, where it cannot be used."""
+    parsed = parse_url(url)
+    path = sqlite_path(parsed)
+    if path is not None:
+        if path.is_dir():
+            raise HistoryError(f"history {path}: is a folder; give the SQLite file's path")
+        if not path.exists():
+            if not create:
+                raise HistoryError(f"history {path}: no such file; a `pytest perf/` run or `ampbench history "
+                                   "import` makes one, or give --history")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise HistoryError(f"history {path}: its folder cannot be made ({error.strerror})") from None
+    history = History(make_engine(parsed, busy_timeout), parsed, busy_timeout)
+    history.prepare(create)
+    return history
