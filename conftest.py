@@ -14,6 +14,8 @@ import models
 from ampbench import device as devices
 from ampbench.baselines import BaselineError, BaselineStore, unwritable_reason, validate_directory
 from ampbench.cells import cells_for
+from ampbench.history.plugin import history_of
+from ampbench.history.reference import HistoryBaselines
 from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
 from ampbench import summary
 from ampbench.results import Record
@@ -326,9 +328,12 @@ def baseline_store_of(config: pytest.Config) -> BaselineStore | None:
         else:
             name = devices.device_name(s.device)
             try:
-                cache["store"] = BaselineStore.open(s.baseline_dir, name, devices.gpu_slug(name))
+                store = BaselineStore.open(s.baseline_dir, name, devices.gpu_slug(name))
             except BaselineError as exc:
                 pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)
+            history = history_of(config)
+            # with a history, a speed cell's level and noise are learned from its runs on this GPU model
+            cache["store"] = HistoryBaselines(store, history, s.tolerance) if history is not None else store
     return cache["store"]
 
 
@@ -377,10 +382,25 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     written = config.stash.get(STORE_KEY, {}).get("written")
     if written is not None:
         terminalreporter.write_line(f"ampbench: baselines written to {written}")
+    store = config.stash.get(STORE_KEY, {}).get("store")
+    if isinstance(store, HistoryBaselines):
+        _write_learned(terminalreporter, store, config)
     line = _smoke_line(config)
     if line:
         # said at the end too: a green CPU run must not read as a benchmark that passed
         terminalreporter.write_line(line, yellow=True, bold=True)
+
+
+def _write_learned(terminalreporter, store: HistoryBaselines, config: pytest.Config) -> None:
+    """How far each speed cell's device tolerance has been learned from the history, this run's cells."""
+    ran = {t for t in (r.test_id or nodeid.split("::")[-1] for nodeid, r in config.stash.get(summary.RECORDS_KEY, []))
+           if t.startswith("test_speed[")}
+    states = {t: line for t, line in store.states().items() if t in ran}
+    learned, cells = store.learned_share()
+    terminalreporter.write_line(f"ampbench history: device tolerance learned and at most 1% in {learned} of {cells} "
+                                "speed cells of this GPU model; this run's cells:")
+    for test_id in sorted(ran):
+        terminalreporter.write_line(f"  {test_id}: {states.get(test_id, 'learning: this run sets the level')}")
 
 
 # -- distributed cells (--perf-world-size): perf/test_distributed*.py ------------------------------

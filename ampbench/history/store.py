@@ -271,12 +271,15 @@ class History:
                                                                     CELLS.c.verdict.in_(FAILING))).scalar()
         return _summary(row, failing)
 
-    def kernels(self, run_id: str, test_id: str) -> list[dict]:
-        """The cell's kernel summary (its mode's top kernels, {"name", "ms"} per step); [] where it has none."""
+    def record(self, run_id: str, test_id: str) -> dict:
+        """The cell's whole record as the run wrote it (its extra_info)."""
         with self.transaction() as conn:
             self._gpu_of(conn, run_id)
-            record = self._check_cell(conn, run_id, test_id)
-        kernels = json.loads(record).get("kernels")
+            return json.loads(self._check_cell(conn, run_id, test_id))
+
+    def kernels(self, run_id: str, test_id: str) -> list[dict]:
+        """The cell's kernel summary (its mode's top kernels, {"name", "ms"} per step); [] where it has none."""
+        kernels = self.record(run_id, test_id).get("kernels")
         return [k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else []
 
     def counts(self) -> tuple[int, int]:

@@ -1,0 +1,137 @@
+"""What a speed cell is judged against when a history is kept: its baseline entry, with each ratio's level
+and learned spread taken from the cell's runs on this GPU model (``learn``).
+
+The level of a ratio is the geometric mean of the cell's counted runs since its last accepted change;
+its noise is pooled over all of them and, where the committed baseline file holds a spread learned from
+other runs, over those too (``spread.prior_of``). A cell the history has not yet seen is judged by the
+file as before, or, on a GPU model without a file, records and says it is learning. The same overlay
+makes ``ampbench baselines export``: the reviewable file written from the history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from ampbench import spread
+from ampbench.baselines import BaselineStore
+from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
+from ampbench.history.series import Series
+from ampbench.history.store import History
+from ampbench.verdict import DEFAULT_TOLERANCE
+
+# each ratio a speed entry holds: the spread figure's names, and its prefix in the entry
+RATIOS = ((spread.WALL, ""), (spread.DEVICE, "device_"), (spread.VERSUS, "versus_"))
+SPEED = "test_speed["
+# what an entry takes from the cell's latest counted run where the baseline file has no entry of it:
+# how its figures were measured, and what its messages compare (the kernels)
+FROM_RECORD = ("device_method", "device_fallback", "versus", "versus_method", "kernels", "batch_size",
+               "cudnn_benchmark", "block_seconds", "idle_share", "host_bound", "memory_ratio", "peak_mem_bytes")
+
+
+def prior_for(figure: spread.Figure, entry: Mapping | None, series: Series) -> spread.Prior | None:
+    """The file's spread of `figure`, where none of its runs is in `series` (an exported or re-recorded
+    entry holds the history's own runs: counting them twice would halve the noise for nothing)."""
+    if entry is None:
+        return None
+    listed = entry.get(figure.runs_key) if figure.runs_key else None
+    if isinstance(listed, list) and {p.when for p in series.points} & {str(r) for r in listed}:
+        return None
+    return spread.prior_of(figure, entry)
+
+
+def overlay(entry: Mapping | None, learned: Mapping[str, CellBaseline], latest: Mapping | None,
+            counted: Mapping[str, list[str]]) -> dict | None:
+    """`entry` (the file's figures, or None) with each ratio's level and spread from `learned` (by
+    prefix), its runs listed by their times as ``ampbench spread`` lists them; the measurement's description from `latest`, the latest counted record, where the file
+    has no entry. None where nothing is known: the cell is learning."""
+    known = {prefix: b for prefix, b in learned.items() if b.level is not None}
+    if not known:
+        return dict(entry) if entry is not None else None
+    if entry is None and "" not in known:
+        return None  # a speed entry is held by its wall-clock figure too (speed_cell._checks)
+    figures = dict(entry) if entry is not None else {k: latest[k] for k in FROM_RECORD if latest and latest.get(k) is not None}
+    for prefix, b in known.items():
+        figures.update(b.entry_figures(prefix))
+        figure = next(f for f, p in RATIOS if p == prefix)
+        figures[figure.runs_key] = list(counted.get(prefix, []))
+    return figures
+
+
+@dataclass
+class HistoryBaselines:
+    """The speed cells' baseline entries as the history has learned them, over the GPU's baseline file
+    (which it wraps: recording and writing go to the file as before)."""
+
+    store: BaselineStore
+    history: History
+    floor: float = DEFAULT_TOLERANCE
+    _learned: dict[str, dict[str, CellBaseline]] | None = field(default=None, repr=False)
+    _latest: dict[str, str] = field(default_factory=dict, repr=False)  # test id: its latest counted run
+    _counted: dict[str, dict[str, list[str]]] = field(default_factory=dict, repr=False)  # their times, by prefix
+
+    # the file's own face, for the callers that record and write
+    @property
+    def path(self) -> Path:
+        return self.store.path
+
+    @property
+    def exists(self) -> bool:
+        return self.store.exists or bool(self.learned())
+
+    @property
+    def pending(self) -> dict:
+        return self.store.pending
+
+    def record(self, test_id: str, figures: dict, software: dict) -> None:
+        self.store.record(test_id, figures, software)
+
+    def write(self) -> Path:
+        return self.store.write()
+
+    def software(self, test_id: str) -> dict | None:
+        return self.store.software(test_id)
+
+    def learned(self) -> dict[str, dict[str, CellBaseline]]:
+        """Every speed cell's ratios learned from the history (by test id, then prefix), read once."""
+        if self._learned is None:
+            self._learned = {}
+            for figure, prefix in RATIOS:
+                for test_id, series in self.history.series_of(self.store.gpu, figure.key).items():
+                    if not test_id.startswith(SPEED) or not series.points:
+                        continue
+                    prior = prior_for(figure, self.store.figures(test_id), series)
+                    self._learned.setdefault(test_id, {})[prefix] = learn(series, prior, self.floor)
+                    counted = [p for p in series.points if p.counts]
+                    self._counted.setdefault(test_id, {})[prefix] = [p.when for p in counted]
+                    if counted:
+                        self._latest[test_id] = counted[-1].run_id
+        return self._learned
+
+    def figures(self, test_id: str) -> dict | None:
+        entry = self.store.figures(test_id)
+        learned = self.learned().get(test_id)
+        if not learned or not test_id.startswith(SPEED):
+            return entry
+        latest = self.history.record(self._latest[test_id], test_id) if test_id in self._latest else None
+        return overlay(entry, learned, latest, self._counted.get(test_id, {}))
+
+    def latest_software(self, test_id: str) -> dict | None:
+        """The software of the cell's latest counted run: what an exported entry was measured on."""
+        run = self._latest.get(test_id)
+        return self.history.run(run).software if run else None
+
+    def states(self) -> dict[str, str]:
+        """Each learned cell's device-time state and sentence: 'learned: 0.9% from 4 runs; about 0.6% after 10'."""
+        out = {}
+        for test_id, learned in sorted(self.learned().items()):
+            b = learned.get("device_")
+            if b is not None:
+                out[test_id] = b.sentence() if b.state != LEARNING else "learning: this run sets the level"
+        return out
+
+    def learned_share(self, at_most: float = 0.01) -> tuple[int, int]:
+        """(cells whose device tolerance is learned and at most `at_most`, cells with a device figure)."""
+        cells = [b["device_"] for b in self.learned().values() if "device_" in b]
+        return sum(1 for b in cells if b.state == LEARNED and b.tolerance <= at_most), len(cells)
