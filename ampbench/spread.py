@@ -303,17 +303,32 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
     return dict(document, entries=entries)
 
 
-def carried_device(previous: Mapping | None, comparable: bool) -> dict:
-    """As ``carried``, for the device-time speedup's spread: kept only where the previous entry's
-    device time was measured the same way (`comparable`)."""
-    return carried(previous, comparable, DEVICE_SPREAD_FIGURES)
+def kept_on_rerecording(previous: Mapping | None, measured_with: Mapping[str, object], device_method: str | None,
+                        floor: float, device_noise: float) -> dict:
+    """The learned-spread figures a re-recorded speed entry keeps from the entry it replaces (the wall
+    and device-time speedups'), and the device tolerance they give: the spread is kept wherever the
+    figure is measured the same way (the same settings, the device time by the same method), whatever
+    software the recording runs on. How far a cell moves between runs belongs to the measurement on
+    its GPU model, not to the level a recording accepts: a re-recording after an upgrade re-centres the
+    level, and dropping the spread there would send every cell back to the unlearned tolerance. The
+    recording alone is the new level, so the kept spread judges it uncentred (``BetweenRuns``)."""
+    alike = previous is not None and measurement_mismatch(previous, dict(measured_with)) is None
+    kept = carried(previous, alike) | carried(previous, alike and previous.get(DEVICE.method_key) == device_method,
+                                              DEVICE_SPREAD_FIGURES)
+    return {**kept, "device_tolerance": entry_tolerance(floor, kept, DEVICE.prefix, device_noise)}
 
 
-def carried(previous: Mapping | None, comparable: bool, names: Sequence[str] = SPREAD_FIGURES) -> dict:
+def carried_device(previous: Mapping | None, measured_alike: bool) -> dict:
+    """As ``carried``, for the device-time speedup's spread (`measured_alike`: its device time measured
+    the same way too)."""
+    return carried(previous, measured_alike, DEVICE_SPREAD_FIGURES)
+
+
+def carried(previous: Mapping | None, measured_alike: bool, names: Sequence[str] = SPREAD_FIGURES) -> dict:
     """The spread figures (`names`: the wall-clock speedup's by default) a re-recorded entry keeps: its
-    old entry's, when that was recorded on the same software, measured the same way
-    (``speed.comparable_recording``), else none, because a new version's spread must be learned from
-    its own runs."""
-    if previous is None or not comparable:
+    old entry's, where that measured the figure the same way (`measured_alike`: the same settings and
+    method, on any software; see ``kept_on_rerecording``), else none: a figure measured otherwise is
+    another figure, whose spread must be learned from its own runs."""
+    if previous is None or not measured_alike:
         return {}
     return {name: previous[name] for name in names if name in previous}
