@@ -437,3 +437,49 @@ def test_the_spread_command_adds_with_add(tmp_path: Path, capsys):
     figures = load_document(baseline)["entries"][WRN]["figures"]
     assert figures["device_between_run_count"] == 4
     assert figures["device_between_run_sd"] == pytest.approx(log_sd([WRN_DEVICE, 3.121, 3.087, 3.11]))
+
+
+def _re_recorded(document: dict, device: float, wall: float) -> dict:
+    """`document` with WRN re-recorded at new levels, as the speed cell stores a recording on new software:
+    the recording's figures, and the spread kept_on_rerecording keeps."""
+    old = document["entries"][WRN]["figures"]
+    figures = {"speedup": wall, "noise": 0.01, "device_speedup": device, "device_noise": 0.004, "device_method": "graph",
+               **MEASURED, **kept_on_rerecording(old, MEASURED, "graph", DEFAULT_TOLERANCE, 0.004)}
+    entries = dict(document["entries"], **{WRN: dict(document["entries"][WRN], figures=figures)})
+    return dict(document, entries=entries)
+
+
+def test_runs_added_after_a_re_recording_join_its_level_and_the_earlier_levels_noise_stays_pooled():
+    earlier = [_device_run({WRN: (w, d)}, when) for w, d, when in ((8.583, 3.121, "a"), (8.381, 3.087, "b"))]
+    learned = with_spread(_device_baseline(), _learn(*earlier, baseline=_device_baseline()))
+    re_recorded = _re_recorded(learned, device=3.30, wall=8.9)
+    # the re-recorded level is its recording alone: uncentred, 3 values at one earlier level behind the sd
+    assert learned_spread(re_recorded["entries"][WRN]["figures"], "device_") == BetweenRuns(
+        pytest.approx(log_sd([WRN_DEVICE, 3.121, 3.087])), 3, False)
+    later = [_device_run({WRN: (8.95, d)}, when) for d, when in ((3.31, "c"), (3.28, "d"))]
+    added = _learn_adding(earlier[1], *later, baseline=re_recorded)  # "b" counted at the earlier level already
+    cell = added.device_cells[WRN]
+    assert cell.speedups == (3.31, 3.28) and (cell.count, cell.levels, cell.level_count) == (6, 2, 3)
+    # by hand: each level's squared deviations of ln(value) from its own mean, over 6 values - 2 levels
+    old, new = [math.log(v) for v in (WRN_DEVICE, 3.121, 3.087)], [math.log(v) for v in (3.30, 3.31, 3.28)]
+    m2 = sum((x - sum(lv) / 3) ** 2 for lv in (old, new) for x in lv)
+    assert cell.sd == pytest.approx(math.sqrt(m2 / 4)) and cell.centre == pytest.approx(math.exp(sum(new) / 3))
+    figures = with_spread(re_recorded, added)["entries"][WRN]["figures"]
+    assert figures["device_recorded_speedup"] == 3.30 and figures["device_between_run_runs"] == ["a", "b", "c", "d"]
+    assert (figures["device_between_run_levels"], figures["device_between_run_level_count"]) == (2, 3)
+    between = learned_spread(figures, "device_")
+    assert between == BetweenRuns(pytest.approx(math.sqrt(m2 / 4)), 6, True, 2, 3) and between.dof == 4
+    # the bound: t with 4 df (4.604) x sqrt(1 + 1/3) around the mean of the 3 values at this level
+    assert between.bound(0.99) == pytest.approx(4.604095 * math.sqrt(4 / 3) * math.sqrt(m2 / 4), rel=1e-6)
+    # learned afresh from runs of one level, the entry holds one level again
+    pooled = dict(re_recorded, entries={WRN: dict(re_recorded["entries"][WRN], figures=figures)})
+    afresh = with_spread(pooled, _learn(*later, baseline=pooled))["entries"][WRN]["figures"]
+    assert "device_between_run_levels" not in afresh and afresh["device_between_run_count"] == 3
+
+
+def test_a_spread_of_too_few_degrees_of_freedom_or_an_impossible_level_count_does_not_loosen_a_verdict():
+    figures = {"device_between_run_sd": 0.01, "device_recorded_speedup": 3.0}
+    assert learned_spread({**figures, "device_between_run_count": 3, "device_between_run_levels": 2}, "device_") is None
+    assert learned_spread({**figures, "device_between_run_count": 4, "device_between_run_levels": 2}, "device_").dof == 2
+    assert learned_spread({**figures, "device_between_run_count": 4, "device_between_run_levels": 2,
+                           "device_between_run_level_count": 4}, "device_") is None
