@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ampbench import speed, spread
+from ampbench.baselines import measurement_mismatch
 from ampbench.modes import PrecisionMode, label, shared_versus, versus_figure, versus_of
 from ampbench.stats import median
 from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, entry_tolerance, recorded_check
@@ -115,16 +116,18 @@ class Versus:
                     **self.timed.outcome.fields("versus_", self.check),
                     versus_step_ms=median(self.timed.first.ref_times) * 1e3)
 
-    def baseline_figures(self, previous: dict | None, comparable: bool, policy: speed.SpeedPolicy,
-                         floor: float) -> dict[str, Any]:
+    def baseline_figures(self, previous: dict | None, comparable: bool, measured_with: dict[str, object],
+                         policy: speed.SpeedPolicy, floor: float) -> dict[str, Any]:
         """What a recording stores of the ratio: both batches pooled, its noise from the two batches,
-        and, where `previous` holds the same ratio (over the same side, by the same method, recorded
-        `comparable`-ly: the same software, measured the same way), how far it lay from that one and the
-        between-run spread it learned, which the stored tolerance allows for."""
-        same = (comparable and previous is not None and previous.get("versus") == self.label
-                and previous.get("versus_method") == self.timing.method)
-        pooled, noise = self.timed.recording(policy, previous, same, "versus_speedup")
-        kept = spread.carried(previous, same, spread.VERSUS_SPREAD_FIGURES)
+        and, where `previous` holds the same ratio (over the same side, by the same method), how far it
+        lay from that one where recorded `comparable`-ly (the same software, measured the same way), and
+        the between-run spread it learned wherever it was measured the same way (`measured_with`, on any
+        software: ``spread.kept_on_rerecording``), which the stored tolerance allows for."""
+        same_ratio = (previous is not None and previous.get("versus") == self.label
+                      and previous.get("versus_method") == self.timing.method)
+        pooled, noise = self.timed.recording(policy, previous, comparable and same_ratio, "versus_speedup")
+        alike = same_ratio and measurement_mismatch(previous, measured_with) is None
+        kept = spread.carried(previous, alike, spread.VERSUS_SPREAD_FIGURES)
         return {"versus": self.label, **speed.recorded_figures("versus_", pooled, noise),
                 "versus_tolerance": entry_tolerance(floor, kept, "versus_", noise),
                 "versus_method": self.timing.method, **kept}

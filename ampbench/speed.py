@@ -15,6 +15,7 @@ from ampbench.devicetime import (BlockIdle, CaptureError, CapturedStep, KernelPr
                                  paired_blocks, profile_steps)
 from ampbench.held import BlockQueue
 from ampbench.modes import PrecisionMode
+from ampbench.spread import software_difference
 from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
 from ampbench.stats import min_rounds as fewest_rounds
 from ampbench.timing import (
@@ -358,9 +359,10 @@ def describe_across(across: SpeedupEstimate, baseline: dict) -> str:
 
 def comparable_recording(previous: dict | None, previous_software: dict | None, software: dict,
                          measured_with: dict[str, object]) -> bool:
-    """Whether a previous baseline entry measured what this recording measures: the same software,
-    and the same measurement settings (see ``measurement_mismatch``)."""
-    return previous is not None and previous_software == software and measurement_mismatch(previous, measured_with) is None
+    """Whether a previous baseline entry measured what this recording measures: the same software in each
+    layer the entry names (``software_difference``), and the same settings (``measurement_mismatch``)."""
+    return (previous is not None and software_difference(previous_software or {}, software) is None
+            and measurement_mismatch(previous, measured_with) is None)
 
 
 def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: dict | None, comparable: bool,

@@ -230,17 +230,17 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         dev_comparable = comparable and baseline is not None and baseline.get("device_method") == timing.method
         dev_pooled, device_noise = dev_fig.recording(pol, baseline, dev_comparable, "device_speedup")
         pooled, noise = wall_fig.recording(pol, baseline, comparable, "speedup")
-        carried = spread.carried(baseline, comparable) | spread.carried_device(baseline, dev_comparable)
+        # the spread is kept on other software too; only the level is this recording's
+        carried = spread.kept_on_rerecording(baseline, measured_with, timing.method, settings.tolerance, device_noise)
         store.record(test_id, {
             **speed.recorded_figures("", pooled, noise), **speed.recorded_figures("device_", dev_pooled, device_noise),
-            "device_tolerance": entry_tolerance(settings.tolerance, carried, "device_", device_noise),
             "device_method": timing.method, "device_fallback": timing.fallback,
             "device_step_ms": dev_step_s * 1e3, "device_step_ms_ref": dev_ref_step_s * 1e3,
             "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
             "idle_share": load.idle_share, "host_bound": load.host_bound,
             "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
             **({"kernels": kernels} if kernels else {}), **({"compile_s": compile_s} if compile_s else {}), **carried,
-            **(vs.baseline_figures(baseline, comparable, pol, settings.tolerance) if vs is not None else {}),
+            **(vs.baseline_figures(baseline, comparable, measured_with, pol, settings.tolerance) if vs is not None else {}),
         }, software)
 
     # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer

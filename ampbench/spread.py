@@ -14,7 +14,8 @@ runs too (``stats.across_runs``).
 ``--add`` (``learn(..., add=True)``) adds runs to the spread an entry already holds instead: its
 count, centre and sd are the sufficient statistics of the values behind it, so runs made since are
 pooled with them exactly, without the earlier runs' JSON. Each entry lists the datetimes of the runs it
-counted, so a run is never counted twice.
+counted, so a run is never counted twice. A re-recording keeps the spread and starts another level
+(``kept_on_rerecording``): runs added since join its level, and the sd pools each level's deviations.
 
 Each run is one sample, also where several ran on one card: on one H100 two runs minutes apart put
 the MLP's fp16 device-time speedup 0.9% apart, as far as runs on different cards land, so a run's
@@ -60,6 +61,8 @@ class Figure:
     # what the ratio is over, under the same name in both, which a run must match ("versus": compiled
     # amp_bf16 for fp8); None where it is always fp32
     over_key: str | None = None
+    levels_key: str = ""  # the entry's figure for the levels its values lie at (``verdict.BetweenRuns``)
+    level_count_key: str = ""  # the entry's figure for how many of them lie at the figure's level
 
     def measured(self, cell: SpeedRecord) -> float | None:
         """A run's value: the speed record's field of the same name as the entry's."""
@@ -69,9 +72,10 @@ class Figure:
         return getattr(cell, self.method_key) if self.method_key else None
 
     @property
-    def spread_keys(self) -> tuple[str, str, str]:
-        """The figures of the entry that hold its learned spread: sd, count and the runs counted."""
-        return self.sd_key, self.count_key, self.runs_key
+    def spread_keys(self) -> tuple[str, str, str, str]:
+        """The figures of the entry that hold its learned spread: sd, count, the runs counted and the
+        levels they lie at (how many lie at the figure's level is the level's own)."""
+        return self.sd_key, self.count_key, self.runs_key, self.levels_key
 
     @property
     def prefix(self) -> str:
@@ -86,7 +90,7 @@ class Figure:
 def _figure(prefix: str, label: str, method: bool = True, over: bool = False) -> Figure:
     return Figure(f"{prefix}speedup", f"{prefix}between_run_sd", f"{prefix}between_run_count", label,
                   f"{prefix}recorded_speedup", f"{prefix}method" if method else None, f"{prefix}between_run_runs",
-                  "versus" if over else None)
+                  "versus" if over else None, f"{prefix}between_run_levels", f"{prefix}between_run_level_count")
 
 
 WALL = _figure("", "wall-clock speedup", method=False)
@@ -106,18 +110,29 @@ class Prior:
     """The values behind a spread an entry already holds, as their sufficient statistics."""
 
     count: int
-    mean_log: float  # mean of ln(value): the log of the entry's centred speedup
-    m2: float  # sum of squared deviations of ln(value) from that mean: sd^2 x (count - 1)
+    mean_log: float  # mean of ln(value) at the entry's level: the log of its centred speedup
+    m2: float  # sum of squared deviations of ln(value), each from its own level's mean: sd^2 x (count - levels)
+    levels: int = 1  # the levels the values lie at (a re-recording starts one, ``kept_on_rerecording``)
+    level_count: int | None = None  # how many lie at the entry's level: `count` if None
+
+    @property
+    def at_level(self) -> int:
+        return self.count if self.level_count is None else self.level_count
 
 
 def prior_of(figure: Figure, figures: Mapping) -> Prior | None:
-    """The spread `figures` hold for `figure`, where ``with_spread`` wrote one (centred, with its count)."""
+    """The spread `figures` hold for `figure`, where ``with_spread`` wrote one (centred, with its count),
+    or a re-recording kept one (``kept_on_rerecording``): then the recording alone opens another level."""
     sd, count = finite_number(figures.get(figure.sd_key)), figures.get(figure.count_key)
+    levels, at_level = figures.get(figure.levels_key, 1), figures.get(figure.level_count_key)
     centre = finite_number(figures.get(figure.key))
-    if (sd is None or not isinstance(count, int) or isinstance(count, bool) or count < 2 or centre is None
-            or centre <= 0 or finite_number(figures.get(figure.recorded_key)) is None):
+    if (sd is None or not isinstance(count, int) or isinstance(count, bool) or not isinstance(levels, int)
+            or count - levels < 1 or centre is None or centre <= 0):
         return None
-    return Prior(count, math.log(centre), sd * sd * (count - 1))
+    m2 = sd * sd * (count - levels)
+    if finite_number(figures.get(figure.recorded_key)) is None:
+        return Prior(count + 1, math.log(centre), m2, levels + 1, 1)
+    return Prior(count, math.log(centre), m2, levels, at_level if isinstance(at_level, int) else None)
 
 
 @dataclass(frozen=True)
@@ -131,20 +146,30 @@ class CellSpread:
 
     @cached_property
     def _pooled(self) -> tuple[int, float, float]:
-        """(count, mean of ln(value), sum of squared deviations) of the prior's values and `speedups`."""
+        """(count, mean of ln(value) at the level, sum of squared deviations from each value's level) of
+        the prior's values and `speedups`, which join the prior's level."""
         logs = [math.log(v) for v in self.speedups]
         n = len(logs)
         mean = sum(logs) / n if n else 0.0
         m2 = sum((x - mean) ** 2 for x in logs)
         if self.prior is None:
             return n, mean, m2
-        p, total = self.prior, self.prior.count + n
+        p, at_level = self.prior, self.prior.at_level + n
         delta = mean - p.mean_log if n else 0.0
-        return total, p.mean_log + delta * n / total, p.m2 + m2 + delta * delta * p.count * n / total
+        return p.count + n, p.mean_log + delta * n / at_level, p.m2 + m2 + delta * delta * p.at_level * n / at_level
 
     @property
     def count(self) -> int:
         return self._pooled[0]
+
+    @property
+    def levels(self) -> int:
+        return 1 if self.prior is None else self.prior.levels
+
+    @property
+    def level_count(self) -> int:
+        """How many values lie at the centre's level."""
+        return len(self.speedups) + (0 if self.prior is None else self.prior.at_level)
 
     @property
     def centre(self) -> float:
@@ -153,11 +178,11 @@ class CellSpread:
 
     @property
     def sd(self) -> float:
-        """Standard deviation of ln(speedup) over the recording and the runs."""
+        """Standard deviation of ln(speedup) over the recording and the runs, each from its level's mean."""
         if self.prior is None:
             return log_sd(self.speedups)
         count, _, m2 = self._pooled
-        return math.sqrt(m2 / (count - 1))
+        return math.sqrt(m2 / (count - self.levels))
 
 
 @dataclass
@@ -288,10 +313,15 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
             if spread is not None:
                 # the mean of every value is a better baseline than any one of them (learned_spread's
                 # bound assumes it); the recording's own value stays beside it, for the next learning
-                if spread.prior is None:
-                    figures[figure.recorded_key] = spread.speedups[0]
+                figures[figure.recorded_key] = figure.recording(figures)
                 figures.update({figure.key: spread.centre, figure.sd_key: spread.sd, figure.count_key: spread.count,
                                 figure.runs_key: list(spread.runs)})
+                # one level is the default: an entry learned afresh drops an earlier learning's levels
+                levels = {figure.levels_key: spread.levels, figure.level_count_key: spread.level_count}
+                for key, value in levels.items():
+                    figures.pop(key, None)
+                    if spread.levels > 1:
+                        figures[key] = value
         for figure in (DEVICE, VERSUS):
             if finite_number(figures.get(figure.key)) is not None:
                 # what the verdict will now use under the default floor, so the file says what is guarded
@@ -303,17 +333,32 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
     return dict(document, entries=entries)
 
 
-def carried_device(previous: Mapping | None, comparable: bool) -> dict:
-    """As ``carried``, for the device-time speedup's spread: kept only where the previous entry's
-    device time was measured the same way (`comparable`)."""
-    return carried(previous, comparable, DEVICE_SPREAD_FIGURES)
+def kept_on_rerecording(previous: Mapping | None, measured_with: Mapping[str, object], device_method: str | None,
+                        floor: float, device_noise: float) -> dict:
+    """The learned-spread figures a re-recorded speed entry keeps from the entry it replaces (the wall
+    and device-time speedups'), and the device tolerance they give: the spread is kept wherever the
+    figure is measured the same way (the same settings, the device time by the same method), whatever
+    software the recording runs on. How far a cell moves between runs belongs to the measurement on
+    its GPU model, not to the level a recording accepts: a re-recording after an upgrade re-centres the
+    level, and dropping the spread there would send every cell back to the unlearned tolerance. The
+    recording alone is the new level, so the kept spread judges it uncentred (``BetweenRuns``)."""
+    alike = previous is not None and measurement_mismatch(previous, dict(measured_with)) is None
+    kept = carried(previous, alike) | carried(previous, alike and previous.get(DEVICE.method_key) == device_method,
+                                              DEVICE_SPREAD_FIGURES)
+    return {**kept, "device_tolerance": entry_tolerance(floor, kept, DEVICE.prefix, device_noise)}
 
 
-def carried(previous: Mapping | None, comparable: bool, names: Sequence[str] = SPREAD_FIGURES) -> dict:
+def carried_device(previous: Mapping | None, measured_alike: bool) -> dict:
+    """As ``carried``, for the device-time speedup's spread (`measured_alike`: its device time measured
+    the same way too)."""
+    return carried(previous, measured_alike, DEVICE_SPREAD_FIGURES)
+
+
+def carried(previous: Mapping | None, measured_alike: bool, names: Sequence[str] = SPREAD_FIGURES) -> dict:
     """The spread figures (`names`: the wall-clock speedup's by default) a re-recorded entry keeps: its
-    old entry's, when that was recorded on the same software, measured the same way
-    (``speed.comparable_recording``), else none, because a new version's spread must be learned from
-    its own runs."""
-    if previous is None or not comparable:
+    old entry's, where that measured the figure the same way (`measured_alike`: the same settings and
+    method, on any software; see ``kept_on_rerecording``), else none: a figure measured otherwise is
+    another figure, whose spread must be learned from its own runs."""
+    if previous is None or not measured_alike:
         return {}
     return {name: previous[name] for name in names if name in previous}

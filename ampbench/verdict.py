@@ -80,23 +80,33 @@ VERDICT_ORDER = (Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.REFERENCE_FAILE
 @dataclass(frozen=True)
 class BetweenRuns:
     """How far a cell's speedup moves between independent runs, learned from saved runs with
-    ``ampbench spread`` and stored in its baseline entry."""
+    ``ampbench spread`` (or from a run history, ``ampbench.history.learn``) and stored in its baseline
+    entry."""
 
-    sd: float  # sample standard deviation of ln(speedup) over `count` values
+    sd: float  # standard deviation of ln(speedup), each value's deviation from its own level's mean
     count: int  # values behind `sd`: the recording and each run that counted
-    centred: bool  # the baseline figure is the geometric mean of those values, not the recording alone
+    centred: bool  # the baseline figure is the geometric mean of its level's values, not the recording alone
+    # the levels those values lie at: an accepted change (a re-recording) starts another level and keeps
+    # the spread, so `sd` pools each level's deviations, with count - levels degrees of freedom
+    levels: int = 1
+    level_count: int | None = None  # values behind the baseline figure where it is centred; `count` if None
+
+    @property
+    def dof(self) -> int:
+        """Degrees of freedom of `sd`."""
+        return self.count - self.levels
 
     def bound(self, confidence: float) -> float:
         """How far another run's speedup may lie from the baseline figure through run-to-run spread
         alone, with `confidence`: a prediction interval for one new value. Its quantile is Student's
-        t with count - 1 degrees of freedom, because `sd` itself comes from few values: from 3 values
+        t with `dof` degrees of freedom, because `sd` itself comes from few values: from 3 values
         the 99% quantile is 9.9, not the normal 2.58, and a normal quantile with so young an sd failed
-        an unchanged cell on a fifth H100. A new value differs from the mean of `count` values by
-        sd x sqrt(1 + 1/count), from one of them (an uncentred recording) by sd x sqrt(2)."""
+        an unchanged cell on a fifth H100. A new value differs from the mean of n values by
+        sd x sqrt(1 + 1/n), from one of them (an uncentred recording) by sd x sqrt(2)."""
         from scipy.stats import t  # scipy is slow to import; only verdicts with a learned spread need it
 
-        factor = math.sqrt(1 + 1 / self.count) if self.centred else math.sqrt(2)
-        return float(t.ppf(0.5 + confidence / 2, self.count - 1)) * factor * self.sd
+        factor = math.sqrt(1 + 1 / (self.level_count or self.count)) if self.centred else math.sqrt(2)
+        return float(t.ppf(0.5 + confidence / 2, self.dof)) * factor * self.sd
 
 
 def tolerance_for(floor: float, recorded_noise: float | None, between_runs: BetweenRuns | None = None,
@@ -126,16 +136,27 @@ def entry_tolerance(floor: float, figures: dict, prefix: str, noise: float | Non
                          learned_spread(figures, prefix), unlearned=UNLEARNED_TOLERANCE)
 
 
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def learned_spread(figures: dict | None, prefix: str = "") -> BetweenRuns | None:
-    """A baseline entry's between-run spread, where it was learned from at least MIN_SPREAD_VALUES
-    values; `prefix` "device_" reads the device-time speedup's spread. The entry's figure is centred
-    when ``ampbench spread`` kept the recording's own value beside it (``<prefix>recorded_speedup``)."""
+    """A baseline entry's between-run spread, where it was learned with at least MIN_SPREAD_VALUES - 1
+    degrees of freedom (MIN_SPREAD_VALUES values at one level); `prefix` "device_" reads the device-time
+    speedup's spread. The entry's figure is centred when ``ampbench spread`` kept the recording's own
+    value beside it (``<prefix>recorded_speedup``); ``<prefix>between_run_levels`` and
+    ``<prefix>between_run_level_count`` say how many levels the values lie at and how many are at the
+    figure's (one level, all of them, where absent)."""
     if figures is None:
         return None
-    sd, count = finite_number(figures.get(f"{prefix}between_run_sd")), figures.get(f"{prefix}between_run_count")
-    if sd is None or not isinstance(count, int) or isinstance(count, bool) or count < MIN_SPREAD_VALUES:
+    sd, count = finite_number(figures.get(f"{prefix}between_run_sd")), _int(figures.get(f"{prefix}between_run_count"))
+    levels = _int(figures.get(f"{prefix}between_run_levels", 1))
+    at_level = _int(figures.get(f"{prefix}between_run_level_count"))
+    if sd is None or count is None or levels is None or levels < 1 or count - levels + 1 < MIN_SPREAD_VALUES:
         return None
-    return BetweenRuns(sd, count, finite_number(figures.get(f"{prefix}recorded_speedup")) is not None)
+    if at_level is not None and not 1 <= at_level <= count - levels + 1:
+        return None  # more values at one level than the levels leave room for: no spread to trust
+    return BetweenRuns(sd, count, finite_number(figures.get(f"{prefix}recorded_speedup")) is not None, levels, at_level)
 
 
 @dataclass(frozen=True)

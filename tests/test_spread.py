@@ -13,9 +13,27 @@ from ampbench.baselines import load_document, write_atomic
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from ampbench.report import parse_run
 from ampbench.speed import across_runs_of, describe_across
-from ampbench.spread import DEVICE, FIGURES, VERSUS, WALL, carried, carried_device, learn, software_difference, with_spread
+from ampbench.spread import (
+    DEVICE,
+    FIGURES,
+    VERSUS,
+    WALL,
+    carried,
+    carried_device,
+    kept_on_rerecording,
+    learn,
+    software_difference,
+    with_spread,
+)
 from ampbench.stats import SpeedupEstimate, log_sd
-from ampbench.verdict import DEFAULT_TOLERANCE, BetweenRuns, entry_tolerance, learned_spread, tolerance_for
+from ampbench.verdict import (
+    DEFAULT_TOLERANCE,
+    UNLEARNED_TOLERANCE,
+    BetweenRuns,
+    entry_tolerance,
+    learned_spread,
+    tolerance_for,
+)
 
 SOFTWARE = {"torch": "2.11.0+cu130", "cuda": "13.0", "cudnn": 91900, "driver": "580.159.04",
             "device": "NVIDIA H100 80GB HBM3", "capability": "9.0"}
@@ -116,11 +134,11 @@ def test_with_spread_adds_the_figures_and_keeps_everything_else():
     assert new["entries"][GPT] == document["entries"][GPT] and "between_run_sd" not in document["entries"][WRN]["figures"]
 
 
-def test_a_comparable_re_recording_keeps_the_spread_and_a_new_version_drops_it():
+def test_a_re_recording_measured_alike_keeps_the_spread_and_one_measured_otherwise_drops_it():
     previous = {"speedup": 8.4, "between_run_sd": 0.012, "between_run_count": 5, "noise": 0.07}
-    assert carried(previous, comparable=True) == {"between_run_sd": 0.012, "between_run_count": 5}
-    assert carried(previous, comparable=False) == {}
-    assert carried(None, comparable=True) == {}
+    assert carried(previous, measured_alike=True) == {"between_run_sd": 0.012, "between_run_count": 5}
+    assert carried(previous, measured_alike=False) == {}
+    assert carried(None, measured_alike=True) == {}
 
 
 def test_the_suite_reports_an_interval_across_runs_only_where_the_baseline_has_a_spread():
@@ -263,10 +281,45 @@ def test_with_spread_stores_the_device_tolerance_the_verdict_will_now_use():
     assert wrn["device_tolerance"] >= DEFAULT_TOLERANCE
 
 
-def test_a_comparable_re_recording_keeps_the_device_spread():
+def test_a_re_recording_measured_alike_keeps_the_device_spread():
     previous = {"device_speedup": 3.1, "device_between_run_sd": 0.004, "device_between_run_count": 4, "between_run_sd": 0.01}
-    assert carried_device(previous, comparable=True) == {"device_between_run_sd": 0.004, "device_between_run_count": 4}
-    assert carried_device(previous, comparable=False) == {} and carried_device(None, comparable=True) == {}
+    assert carried_device(previous, measured_alike=True) == {"device_between_run_sd": 0.004, "device_between_run_count": 4}
+    assert carried_device(previous, measured_alike=False) == {} and carried_device(None, measured_alike=True) == {}
+
+
+# resnet50 amp_fp16's shipped H100 entry, as far as a re-recording reads it: a device-time spread learned
+# from 20 runs, which had given it the 0.5% floor
+LEARNED_ENTRY = {"speedup": 5.204, "noise": 0.035, "device_speedup": 5.485, "device_noise": 0.0017,
+                 "device_tolerance": 0.005, "device_method": "graph", "cudnn_benchmark": False, "block_seconds": 0.1,
+                 "between_run_sd": 0.0657, "between_run_count": 20, "recorded_speedup": 5.273,
+                 "device_between_run_sd": 0.0011358, "device_between_run_count": 20, "device_recorded_speedup": 5.4826,
+                 "between_run_runs": ["r1", "r2"], "device_between_run_runs": ["r1", "r2"]}
+ALIKE = {"cudnn_benchmark": False, "block_seconds": 0.1}
+
+
+def test_a_re_recording_keeps_the_learned_spread_and_re_centres_only_the_level():
+    # what kept_on_rerecording is handed knows nothing of the software: a new driver, torch or Triton
+    # (or an entry recorded before Triton was named) re-centres the level and keeps the spread
+    kept = kept_on_rerecording(LEARNED_ENTRY, ALIKE, "graph", DEFAULT_TOLERANCE, device_noise=0.0021)
+    assert kept["device_between_run_sd"] == 0.0011358 and kept["device_between_run_count"] == 20
+    assert kept["device_between_run_runs"] == ["r1", "r2"]
+    assert kept["between_run_sd"] == 0.0657 and kept["between_run_count"] == 20
+    # the recorded values of the old level are no part of the new one: the new level is the recording alone
+    assert "device_recorded_speedup" not in kept and "recorded_speedup" not in kept
+    # so the tolerance is the learned bound around one value (t with 19 df x sqrt(2) x sd), not 3%
+    expected = 2.860935 * math.sqrt(2) * 0.0011358
+    assert kept["device_tolerance"] == pytest.approx(max(DEFAULT_TOLERANCE, expected), rel=1e-5)
+    assert kept["device_tolerance"] == DEFAULT_TOLERANCE
+
+
+def test_a_re_recording_measured_another_way_drops_the_spread_of_what_it_measures_otherwise():
+    other_method = kept_on_rerecording(LEARNED_ENTRY, ALIKE, "kernels", DEFAULT_TOLERANCE, device_noise=0.002)
+    assert "device_between_run_sd" not in other_method and other_method["between_run_count"] == 20
+    assert other_method["device_tolerance"] == UNLEARNED_TOLERANCE
+    other_blocks = kept_on_rerecording(LEARNED_ENTRY, {**ALIKE, "block_seconds": 0.4}, "graph", DEFAULT_TOLERANCE, 0.002)
+    assert other_blocks == {"device_tolerance": UNLEARNED_TOLERANCE}
+    first = kept_on_rerecording(None, ALIKE, "graph", DEFAULT_TOLERANCE, device_noise=0.02)
+    assert first == {"device_tolerance": max(2 * 0.02, UNLEARNED_TOLERANCE)}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -384,3 +437,49 @@ def test_the_spread_command_adds_with_add(tmp_path: Path, capsys):
     figures = load_document(baseline)["entries"][WRN]["figures"]
     assert figures["device_between_run_count"] == 4
     assert figures["device_between_run_sd"] == pytest.approx(log_sd([WRN_DEVICE, 3.121, 3.087, 3.11]))
+
+
+def _re_recorded(document: dict, device: float, wall: float) -> dict:
+    """`document` with WRN re-recorded at new levels, as the speed cell stores a recording on new software:
+    the recording's figures, and the spread kept_on_rerecording keeps."""
+    old = document["entries"][WRN]["figures"]
+    figures = {"speedup": wall, "noise": 0.01, "device_speedup": device, "device_noise": 0.004, "device_method": "graph",
+               **MEASURED, **kept_on_rerecording(old, MEASURED, "graph", DEFAULT_TOLERANCE, 0.004)}
+    entries = dict(document["entries"], **{WRN: dict(document["entries"][WRN], figures=figures)})
+    return dict(document, entries=entries)
+
+
+def test_runs_added_after_a_re_recording_join_its_level_and_the_earlier_levels_noise_stays_pooled():
+    earlier = [_device_run({WRN: (w, d)}, when) for w, d, when in ((8.583, 3.121, "a"), (8.381, 3.087, "b"))]
+    learned = with_spread(_device_baseline(), _learn(*earlier, baseline=_device_baseline()))
+    re_recorded = _re_recorded(learned, device=3.30, wall=8.9)
+    # the re-recorded level is its recording alone: uncentred, 3 values at one earlier level behind the sd
+    assert learned_spread(re_recorded["entries"][WRN]["figures"], "device_") == BetweenRuns(
+        pytest.approx(log_sd([WRN_DEVICE, 3.121, 3.087])), 3, False)
+    later = [_device_run({WRN: (8.95, d)}, when) for d, when in ((3.31, "c"), (3.28, "d"))]
+    added = _learn_adding(earlier[1], *later, baseline=re_recorded)  # "b" counted at the earlier level already
+    cell = added.device_cells[WRN]
+    assert cell.speedups == (3.31, 3.28) and (cell.count, cell.levels, cell.level_count) == (6, 2, 3)
+    # by hand: each level's squared deviations of ln(value) from its own mean, over 6 values - 2 levels
+    old, new = [math.log(v) for v in (WRN_DEVICE, 3.121, 3.087)], [math.log(v) for v in (3.30, 3.31, 3.28)]
+    m2 = sum((x - sum(lv) / 3) ** 2 for lv in (old, new) for x in lv)
+    assert cell.sd == pytest.approx(math.sqrt(m2 / 4)) and cell.centre == pytest.approx(math.exp(sum(new) / 3))
+    figures = with_spread(re_recorded, added)["entries"][WRN]["figures"]
+    assert figures["device_recorded_speedup"] == 3.30 and figures["device_between_run_runs"] == ["a", "b", "c", "d"]
+    assert (figures["device_between_run_levels"], figures["device_between_run_level_count"]) == (2, 3)
+    between = learned_spread(figures, "device_")
+    assert between == BetweenRuns(pytest.approx(math.sqrt(m2 / 4)), 6, True, 2, 3) and between.dof == 4
+    # the bound: t with 4 df (4.604) x sqrt(1 + 1/3) around the mean of the 3 values at this level
+    assert between.bound(0.99) == pytest.approx(4.604095 * math.sqrt(4 / 3) * math.sqrt(m2 / 4), rel=1e-6)
+    # learned afresh from runs of one level, the entry holds one level again
+    pooled = dict(re_recorded, entries={WRN: dict(re_recorded["entries"][WRN], figures=figures)})
+    afresh = with_spread(pooled, _learn(*later, baseline=pooled))["entries"][WRN]["figures"]
+    assert "device_between_run_levels" not in afresh and afresh["device_between_run_count"] == 3
+
+
+def test_a_spread_of_too_few_degrees_of_freedom_or_an_impossible_level_count_does_not_loosen_a_verdict():
+    figures = {"device_between_run_sd": 0.01, "device_recorded_speedup": 3.0}
+    assert learned_spread({**figures, "device_between_run_count": 3, "device_between_run_levels": 2}, "device_") is None
+    assert learned_spread({**figures, "device_between_run_count": 4, "device_between_run_levels": 2}, "device_").dof == 2
+    assert learned_spread({**figures, "device_between_run_count": 4, "device_between_run_levels": 2,
+                           "device_between_run_level_count": 4}, "device_") is None

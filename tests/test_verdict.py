@@ -188,6 +188,9 @@ def test_a_recording_is_comparable_only_on_the_same_software_measured_the_same_w
     # an entry from before the settings were stored counts as autotuned: a shift, not noise
     assert not comparable_recording({"speedup": 3.2}, sw, sw, now)
     assert not comparable_recording({**same, "block_seconds": 0.25}, sw, sw, now)
+    # an entry recorded before the compiler's versions were stored names no Triton to hold a run to
+    assert comparable_recording(same, sw, {**sw, "triton": "3.6.0", "inductor": "2.11.0+cu130"}, now)
+    assert not comparable_recording(same, {**sw, "triton": "3.5.0"}, {**sw, "triton": "3.6.0"}, now)
 
 
 def test_one_stray_round_in_the_short_batch_does_not_set_the_noise():

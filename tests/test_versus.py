@@ -116,13 +116,31 @@ def test_a_ratio_that_does_not_gate_gets_its_first_look_only(monkeypatch):
 
 def test_a_recording_stores_the_ratio_pooled_with_its_noise_and_tolerance(monkeypatch):
     vs, timing = _versus(monkeypatch, compiled(AMP_BF16), 1.3, 1.0, None)
-    figures = vs.baseline_figures(None, False, POLICY, 0.005)
+    figures = vs.baseline_figures(None, False, MEASURED_WITH, POLICY, 0.005)
     assert timing.timers == 2  # the recording's noise batch
     assert figures["versus"] == "amp_bf16" and figures["versus_method"] == "graph"
     assert figures["versus_speedup"] == pytest.approx(1.3, rel=0.01)
     assert figures["versus_rounds"] == vs.timed.outcome.estimate.rounds + 8  # both batches pooled
     assert figures["versus_tolerance"] == max(0.005, 2 * figures["versus_noise"], UNLEARNED_TOLERANCE)
     validate_entry("test_speed[gpt-amp_bf16-compiled]", {"figures": {**figures, "speedup": 2.0}}, Path("b.json"))
+
+
+MEASURED_WITH = {"cudnn_benchmark": True, "block_seconds": 0.1}
+LEARNED_VERSUS = {"versus": "amp_bf16", "versus_method": "graph", "versus_speedup": 1.25, "versus_between_run_sd": 0.002,
+                  "versus_between_run_count": 12, "versus_between_run_runs": ["a", "b"], **MEASURED_WITH}
+
+
+def test_a_re_recording_on_other_software_keeps_the_ratios_learned_spread_and_its_tolerance(monkeypatch):
+    vs, _ = _versus(monkeypatch, compiled(AMP_BF16), 1.3, 1.0, None)
+    figures = vs.baseline_figures(LEARNED_VERSUS, False, MEASURED_WITH, POLICY, 0.005)
+    assert figures["versus_between_run_sd"] == 0.002 and figures["versus_between_run_count"] == 12
+    assert figures["versus_between_run_runs"] == ["a", "b"]
+    assert figures["versus_tolerance"] < UNLEARNED_TOLERANCE
+    # measured with other settings or over another side, the ratio is another figure: its spread goes
+    for previous, measured in (({**LEARNED_VERSUS, "versus": "amp_fp16"}, MEASURED_WITH),
+                               (LEARNED_VERSUS, {**MEASURED_WITH, "block_seconds": 0.4})):
+        other = vs.baseline_figures(previous, False, measured, POLICY, 0.005)
+        assert "versus_between_run_sd" not in other and other["versus_tolerance"] >= UNLEARNED_TOLERANCE
 
 
 def test_a_baseline_file_with_an_unusable_ratio_is_refused():
