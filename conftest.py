@@ -14,8 +14,6 @@ import models
 from ampbench import device as devices
 from ampbench.baselines import BaselineError, BaselineStore, unwritable_reason, validate_directory
 from ampbench.cells import cells_for
-from ampbench.history.plugin import history_of
-from ampbench.history.reference import HistoryBaselines
 from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
 from ampbench import summary
 from ampbench.results import Record
@@ -331,6 +329,9 @@ def baseline_store_of(config: pytest.Config) -> BaselineStore | None:
                 store = BaselineStore.open(s.baseline_dir, name, devices.gpu_slug(name))
             except BaselineError as exc:
                 pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)
+            from ampbench.history.plugin import history_of  # registered by pytest_plugins: imported by pytest first
+            from ampbench.history.reference import HistoryBaselines
+
             history = history_of(config)
             # with a history, a speed cell's level and noise are learned from its runs on this GPU model
             cache["store"] = HistoryBaselines(store, history, s.tolerance) if history is not None else store
@@ -383,7 +384,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if written is not None:
         terminalreporter.write_line(f"ampbench: baselines written to {written}")
     store = config.stash.get(STORE_KEY, {}).get("store")
-    if isinstance(store, HistoryBaselines):
+    if hasattr(store, "states"):  # a HistoryBaselines: the history judged this run's speed cells
         _write_learned(terminalreporter, store, config)
     line = _smoke_line(config)
     if line:
@@ -391,7 +392,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(line, yellow=True, bold=True)
 
 
-def _write_learned(terminalreporter, store: HistoryBaselines, config: pytest.Config) -> None:
+def _write_learned(terminalreporter, store, config: pytest.Config) -> None:
     """How far each speed cell's device tolerance has been learned from the history, this run's cells."""
     ran = {t for t in (r.test_id or nodeid.split("::")[-1] for nodeid, r in config.stash.get(summary.RECORDS_KEY, []))
            if t.startswith("test_speed[")}

@@ -196,7 +196,7 @@ def _fp8_width(args: argparse.Namespace) -> int:
 COMMANDS = {"report": _report, "compare": _compare, "spread": _spread, "fidelity": _fidelity,
             "fp8-width": _fp8_width, "baselines": lambda args: BASELINE_ACTIONS[args.baselines_command](args),
             "history": history_cli.run}
-BASELINE_ACTIONS = {"show": _baselines_show, "merge": _baselines_merge}
+BASELINE_ACTIONS = {"show": _baselines_show, "merge": _baselines_merge, "export": history_cli.export}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

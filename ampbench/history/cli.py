@@ -32,7 +32,7 @@ def _limit(value: str) -> int:
     return number
 
 
-def _with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--history", type=_store, default=DEFAULT_HISTORY, metavar="URL",
                    help="the history: an SQLite file (a path or sqlite:///PATH) or postgresql://USER:PASSWORD@HOST/DB "
                         f"(default: {DEFAULT_HISTORY}, where `pytest perf/` run from this folder appends)")
@@ -45,14 +45,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                          description="The history every `pytest perf/` run appends to (--perf-history): import "
                                      "saved run JSONs into it, list its runs, accept a moved cell's new level.")
     actions = his.add_subparsers(dest="history_command", required=True, metavar="ACTION")
-    imp = _with_store(actions.add_parser(
+    imp = with_store(actions.add_parser(
         "import", help="append saved runs (pytest --benchmark-json files) to the history",
         description="Append each RUN.json to the history, each in one transaction. A run already there (the "
                     "run the plugin appended, or a file imported before) is left as it is; a file that is not a "
                     "usable run is reported and nothing of it is written, the others are imported.",
         epilog="Exit status: 0 every file imported or already there, 2 a file unusable or the store."))
     imp.add_argument("runs", type=Path, nargs="+", metavar="RUN.json", help="benchmark JSON of saved runs")
-    runs = _with_store(actions.add_parser(
+    runs = with_store(actions.add_parser(
         "runs", help="list the history's runs, newest first",
         description="List the runs in the history, newest first: id, time (UTC), GPU, cells, failing cells, "
                     "label, suite revision and where each came from."))
@@ -60,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                       help="only runs on this GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: every GPU)")
     runs.add_argument("--limit", type=_limit, metavar="N", default=DEFAULT_LIMIT,
                       help=f"at most N runs (default: {DEFAULT_LIMIT})")
-    acc = _with_store(actions.add_parser(
+    acc = with_store(actions.add_parser(
         "accept", help="accept a moved cell's new level from a run on",
         description="Record that a cell's new level, from RUN_ID on, is intended (an upgrade, a deliberate "
                     "change): its reference level restarts at that run, its learned noise is kept. Without "
@@ -131,3 +131,17 @@ def run(args: argparse.Namespace) -> int:
     except HistoryError as error:
         print(f"ampbench: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def export(args: argparse.Namespace) -> int:
+    """``ampbench baselines export``."""
+    from ampbench.baselines import BaselineError
+    from ampbench.history.export import export as write
+
+    try:
+        path, written = write(_open(args, create=False), args.gpu, args.baseline_dir)
+    except (HistoryError, BaselineError, OSError) as error:
+        print(f"ampbench baselines export: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"ampbench: {written} speed entries written from the history {args.history} to {path}")
+    return EXIT_OK

@@ -10,7 +10,7 @@ makes ``ampbench baselines export``: the reviewable file written from the histor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -31,14 +31,21 @@ FROM_RECORD = ("device_method", "device_fallback", "versus", "versus_method", "k
 
 
 def prior_for(figure: spread.Figure, entry: Mapping | None, series: Series) -> spread.Prior | None:
-    """The file's spread of `figure`, where none of its runs is in `series` (an exported or re-recorded
-    entry holds the history's own runs: counting them twice would halve the noise for nothing)."""
-    if entry is None:
-        return None
-    listed = entry.get(figure.runs_key) if figure.runs_key else None
-    if isinstance(listed, list) and {p.when for p in series.points} & {str(r) for r in listed}:
-        return None
-    return spread.prior_of(figure, entry)
+    """The file's spread of `figure`, less the runs of `series` it already counts: a file exported from
+    this history (or re-recorded over it) lists the history's runs among its own, by their times, and
+    counting them twice would shrink the noise for nothing."""
+    prior = spread.prior_of(figure, entry) if entry is not None else None
+    listed = entry.get(figure.runs_key) if prior is not None and figure.runs_key else None
+    if prior is None or not isinstance(listed, list):
+        return prior
+    times = {str(r) for r in listed}
+    shared = replace(series, points=tuple(p for p in series.points if p.when in times))
+    if not shared.points:
+        return prior
+    ours = learn(shared).pooled
+    rest = spread.Prior(prior.count - ours.count, prior.mean_log, max(0.0, prior.m2 - ours.m2),
+                        prior.levels - ours.levels)
+    return rest if rest.count - rest.levels >= 1 else None
 
 
 def overlay(entry: Mapping | None, learned: Mapping[str, CellBaseline], latest: Mapping | None,

@@ -1,0 +1,118 @@
+"""A speed cell judged against its history (ampbench.history.reference): the level of its counted runs
+since the last accepted change, the noise pooled over all of them (and a baseline file's spread from other
+runs), learning on a GPU model with no file, and the file still the judge of a cell the history lacks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ampbench.baselines import BaselineStore
+from ampbench.history.reference import HistoryBaselines, overlay
+from ampbench.history.store import open_history
+from ampbench.results import Verdict
+from ampbench.verdict import UNLEARNED_TOLERANCE, recorded_check
+from history_runs import H100, speed_record, speed_run
+
+CELL = "test_speed[resnet50-amp_bf16]"
+# a device-time speedup that moves 0.2% between runs
+VALUES = (2.400, 2.405, 2.396, 2.402, 2.399, 2.404)
+
+
+@pytest.fixture
+def history(tmp_path):
+    return open_history(f"sqlite:///{tmp_path / 'history.sqlite'}")
+
+
+def _append(history, values, start=0, verdict=Verdict.PASS):
+    for i, v in enumerate(values, start):
+        rec = speed_record("resnet50", "amp_bf16", v, verdict, device_method="graph",
+                           kernels=[{"name": "sm90_gemm", "ms": 1.0}])
+        history.append(speed_run(f"run{i}", [rec], at=i))
+
+
+def _baselines(history, tmp_path, entries=None) -> HistoryBaselines:
+    store = BaselineStore(path=tmp_path / "nvidia-h100.json", gpu=H100, entries=entries or {}, exists=bool(entries))
+    return HistoryBaselines(store, history)
+
+
+def _check(figures):
+    check, why = recorded_check("resnet50", "amp_bf16", figures, "device_", "graph", 0.005, "missing")
+    assert check is not None, why
+    return check
+
+
+def test_a_gpu_model_without_a_file_learns_run_by_run(history, tmp_path):
+    assert _baselines(history, tmp_path).figures(CELL) is None  # the first run records: learning
+    _append(history, VALUES[:1])
+    one = _baselines(history, tmp_path)
+    figures = one.figures(CELL)
+    assert figures["device_method"] == "graph" and figures["kernels"][0]["name"] == "sm90_gemm"
+    assert _check(figures).expected == pytest.approx(2.400)
+    assert _check(figures).tolerance == pytest.approx(UNLEARNED_TOLERANCE)  # one run: the unlearned floor
+    assert one.states()[CELL].startswith("3% (unlearned)")
+    _append(history, VALUES[1:], start=1)
+    six = _baselines(history, tmp_path)
+    check = _check(six.figures(CELL))
+    geo = math.exp(sum(map(math.log, VALUES)) / len(VALUES))
+    assert check.expected == pytest.approx(geo)
+    assert 0.005 <= check.tolerance < 0.01  # learned from six runs 0.2% apart
+    assert six.learned_share() == (1, 1)
+    assert six.states()[CELL].startswith(f"{100 * check.tolerance:.2g}% from 6 runs")
+
+
+def test_a_failed_run_does_not_move_the_level_and_an_accepted_change_keeps_the_noise(history, tmp_path):
+    _append(history, VALUES)
+    before = _check(_baselines(history, tmp_path).figures(CELL))
+    _append(history, (2.30,), start=10, verdict=Verdict.REGRESSION)
+    failed = _check(_baselines(history, tmp_path).figures(CELL))
+    assert failed.expected == pytest.approx(before.expected) and failed.tolerance == pytest.approx(before.tolerance)
+    history.accept("run10", CELL, "a new cuDNN: the slower convolution is intended")
+    accepted = _baselines(history, tmp_path).figures(CELL)
+    check = _check(accepted)
+    assert check.expected == pytest.approx(2.30)  # the level restarts at the accepted run
+    assert accepted["device_between_run_count"] == len(VALUES) + 1 and accepted["device_between_run_levels"] == 2
+    assert check.tolerance > before.tolerance  # the same noise, but a level known from one run only
+    assert check.tolerance < UNLEARNED_TOLERANCE  # the noise was kept: not back to the unlearned floor
+
+
+def test_the_file_judges_a_cell_the_history_has_not_seen_and_its_spread_joins_the_history(history, tmp_path):
+    entry = {"speedup": 2.4, "device_speedup": 2.41, "device_method": "graph", "device_recorded_speedup": 2.41,
+             "device_between_run_sd": 0.002, "device_between_run_count": 20, "device_between_run_runs": []}
+    store_entries = {CELL: {"figures": entry, "software": {}, "recorded": "2026-01-01T00:00:00Z"}}
+    assert _baselines(history, tmp_path, store_entries).figures(CELL) == entry
+    _append(history, VALUES[:1])
+    figures = _baselines(history, tmp_path, store_entries).figures(CELL)
+    assert figures["device_speedup"] == pytest.approx(2.400)  # this runner's level
+    assert figures["device_between_run_count"] == 21  # the file's 20 runs and this one
+    assert _check(figures).tolerance < 0.01  # the file's noise, not the unlearned floor
+    # a file written from this history lists its runs: they are not counted twice
+    entry_from_history = dict(figures)
+    again = _baselines(history, tmp_path, {CELL: {"figures": entry_from_history, "software": {}, "recorded": "x"}})
+    assert again.figures(CELL)["device_between_run_count"] == 21
+
+
+def test_an_overlay_without_any_level_is_the_file_entry():
+    assert overlay(None, {}, None, {}) is None
+    assert overlay({"speedup": 2.0}, {}, None, {}) == {"speedup": 2.0}
+
+
+def test_baselines_export_writes_the_file_from_the_history_spread_included(history, tmp_path, capsys):
+    from ampbench.baselines import load_document
+    from ampbench.cli import main
+
+    url, out = f"sqlite:///{tmp_path / 'history.sqlite'}", tmp_path / "baselines"
+    assert main(["baselines", "export", "--history", url, "--baseline-dir", str(out)]) == 2
+    assert "no GPU" in capsys.readouterr().err
+    _append(history, VALUES)
+    assert main(["baselines", "export", "--history", url, "--baseline-dir", str(out)]) == 0
+    path = next(out.glob("*.json"))
+    entry = load_document(path)["entries"][CELL]
+    geo = math.exp(sum(map(math.log, VALUES)) / len(VALUES))
+    assert entry["figures"]["device_speedup"] == pytest.approx(geo)
+    assert entry["figures"]["device_between_run_count"] == len(VALUES)
+    assert entry["software"]["torch"] == "2.11.0"
+    # exported again, the file's runs are the history's: the spread is not counted twice
+    assert main(["baselines", "export", "--history", url, "--baseline-dir", str(out)]) == 0
+    assert load_document(path)["entries"][CELL]["figures"]["device_between_run_count"] == len(VALUES)
