@@ -147,7 +147,7 @@ def profile_steps(trainer: Trainer, steps: int, queue: BlockQueue | None = None)
         else:
             queue.profiled(lambda: trainer.run(steps))
         sync(trainer.device)
-    acts = [a for a in _device_activities(prof) if not _is_spin(a[0])]
+    acts = _after_the_hold(_device_activities(prof))
     if not acts:
         raise RuntimeError("the profiler recorded no CUDA activity (is CUPTI available?)")
     per_name: dict[str, float] = {}
@@ -198,19 +198,19 @@ def block_idle(graph: CapturedStep, steps: int, queue: BlockQueue) -> BlockIdle 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             queued = queue.profiled(lambda: graph.replay(steps))
             sync(device)
-        spans = _after_the_hold(_device_activities(prof))
+        spans = [(a, b) for _, a, b in _after_the_hold(_device_activities(prof))]
         if queued and spans:
             break
     return idle_inside(spans, queued) if spans else None
 
 
-def _after_the_hold(activities: list[tuple[str, int, int]]) -> list[tuple[int, int]]:
-    """The spans of a held block's activities, the hold's spin kernel ahead of them left out (a spin
-    inside the block, as ``ampbench.slowdown`` injects, is work of the block)."""
+def _after_the_hold(activities: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+    """A held block's activities, the hold's spin kernel ahead of them left out (a spin inside the
+    block, as ``ampbench.slowdown`` injects, is work of the block and stays)."""
     ordered = sorted(activities, key=lambda act: act[1])
     while ordered and _is_spin(ordered[0][0]):
         ordered.pop(0)
-    return [(a, b) for _, a, b in ordered]
+    return ordered
 
 
 def idle_inside(spans: list[tuple[int, int]], queued: bool) -> BlockIdle:
