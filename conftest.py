@@ -33,8 +33,8 @@ from ampbench.settings import (
     scaler_validator,
 )
 
-# that the run keeps its results (output paths, options that lose them)
-pytest_plugins = ("ampbench.plugin_checks",)
+# that the run keeps its results (output paths, options that lose them); the progress line
+pytest_plugins = ("ampbench.plugin_checks", "ampbench.plugin_progress")
 SETTINGS_KEY = pytest.StashKey[PerfSettings]()
 STORE_KEY = pytest.StashKey[dict]()  # lazily opened BaselineStore, under "store"
 ROOT = Path(__file__).parent
