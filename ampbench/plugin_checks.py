@@ -1,14 +1,15 @@
 """A run keeps its results: before the first cell, every file the run will write is checked and every
 option that would leave it without its results is refused (usage errors naming the flag); at the end,
-pytest-benchmark's JSON goes to a fallback file, named in the summary, where its own path cannot be
-written. A pytest plugin, loaded by ``conftest.py``."""
+pytest-benchmark's JSON and saved run go to a fallback file, named in the summary, where their own path
+cannot be written. A pytest plugin, loaded by ``conftest.py``."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -18,7 +19,7 @@ from ampbench.baselines import unwritable_reason, write_text_atomic
 FALLBACK_KEY = pytest.StashKey[list]()
 
 
-def _refuse_lost_results(opt) -> None:
+def _refuse_lost_results(opt: argparse.Namespace) -> None:
     """Options under which the tests pass and the results vanish."""
     workers = getattr(opt, "numprocesses", None)
     if workers:
@@ -37,7 +38,7 @@ def _refuse_lost_results(opt) -> None:
             "measured nothing; choose cells with --perf-models, --perf-precisions or -k instead")
 
 
-def _storage_folder(opt) -> Path | None:
+def _storage_folder(opt: argparse.Namespace) -> Path | None:
     """The folder --benchmark-save and --benchmark-autosave write to, where it is a local one."""
     if not (getattr(opt, "benchmark_save", None) or getattr(opt, "benchmark_autosave", None)):
         return None
@@ -47,7 +48,7 @@ def _storage_folder(opt) -> Path | None:
     return Path(storage.removeprefix("file://") or ".")
 
 
-def output_problems(opt) -> list[str]:
+def output_problems(opt: argparse.Namespace) -> list[str]:
     """One usage error per output path of the run that cannot be written, each naming its flag."""
     problems = []
     target = getattr(opt, "benchmark_json", None)
@@ -110,41 +111,49 @@ def save_or_fall_back(write: Callable[[], None], text: str, requested: Path, wha
     raise failure
 
 
-def _keep_results(config: pytest.Config) -> None:
-    """Wrap pytest-benchmark's writers of its JSON (--benchmark-json) and of a saved run (--benchmark-save):
-    written atomically, and to a fallback where their path fails, so hours of cells are never lost to it."""
-    session = getattr(config, "_benchmarksession", None)
-    if session is None or not hasattr(session, "save_json"):
-        return
+def _dumps(output_json: dict) -> str:
+    """The JSON text pytest-benchmark writes."""
     from pytest_benchmark.utils import safe_dumps
 
-    def tell(line: str) -> None:
-        config.stash.setdefault(FALLBACK_KEY, []).append(line)
+    return safe_dumps(output_json, ensure_ascii=True, indent=4)
 
-    def dumps(output_json: dict) -> str:
-        return safe_dumps(output_json, ensure_ascii=True, indent=4)
 
-    if isinstance(session.json, (str, os.PathLike)):
-        def save_json(output_json: dict) -> None:
-            target, text = Path(session.json), dumps(output_json)
-            written = save_or_fall_back(lambda: write_text_atomic(target, text), text, target,
-                                        f"--benchmark-json {target}", tell)
-            session.logger.info(f"Wrote benchmark data in: {written}", purple=True)
+def _keep_json(session: Any, tell: Callable[[str], None]) -> None:
+    """--benchmark-json: written atomically (through a symlink to its real file), else to a fallback."""
 
-        session.save_json = save_json
-    storage = getattr(session, "storage", None)
-    if storage is not None and hasattr(storage, "save") and hasattr(storage, "get"):
-        save = storage.save
+    def save_json(output_json: dict) -> None:
+        target, text = Path(session.json), _dumps(output_json)
+        written = save_or_fall_back(lambda: write_text_atomic(target, text), text, target,
+                                    f"--benchmark-json {target}", tell)
+        session.logger.info(f"Wrote benchmark data in: {written}", purple=True)
 
-        def save_run(output_json: dict, name: str) -> None:
-            save_or_fall_back(lambda: save(output_json, name), dumps(output_json), Path(str(storage)) / f"{name}.json",
-                              f"the saved run {name} (--benchmark-storage {storage})", tell)
+    session.save_json = save_json
 
-        storage.save = save_run
+
+def _keep_saved_run(storage: Any, tell: Callable[[str], None]) -> None:
+    """--benchmark-save and -autosave into a folder: to a fallback where the folder fails."""
+    save = storage.save
+
+    def save_run(output_json: dict, name: str) -> None:
+        save_or_fall_back(lambda: save(output_json, name), _dumps(output_json), Path(str(storage)) / f"{name}.json",
+                          f"the saved run {name} (--benchmark-storage {storage})", tell)
+
+    storage.save = save_run
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _keep_results(session.config)  # after pytest-benchmark's own configure, which is its last
+    """Wrap pytest-benchmark's writers, once its own configure (its last) has made them: hours of cells
+    are never lost to a path that fails at the end."""
+    config = session.config
+    bench = getattr(config, "_benchmarksession", None)
+    if bench is None:
+        return
+    tell = lambda line: config.stash.setdefault(FALLBACK_KEY, []).append(line)  # noqa: E731
+    if hasattr(bench, "save_json") and isinstance(bench.json, (str, os.PathLike)):  # version 4 opens a file
+        _keep_json(bench, tell)
+    storage = getattr(bench, "storage", None)
+    if storage is not None and hasattr(storage, "get"):  # a folder (a FileStorage), not a server
+        _keep_saved_run(storage, tell)
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
