@@ -17,6 +17,7 @@ from ampbench.cells import cells_for
 from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
 from ampbench import summary
 from ampbench.results import Record
+from ampbench.scaling import load_scaler_factory
 from ampbench.verdict import DEFAULT_TOLERANCE
 from ampbench.modes import MODES, compiled, get_mode
 from ampbench.settings import (
@@ -32,9 +33,9 @@ from ampbench.settings import (
     scaler_validator,
 )
 
-# the run history: --perf-history, --perf-label, each run appended at the session's end
-pytest_plugins = ["ampbench.history.plugin"]
-
+# that the run keeps its results (output paths, options that lose them); the progress line; the run
+# history (--perf-history, --perf-label, each run appended at the session's end)
+pytest_plugins = ("ampbench.plugin_checks", "ampbench.plugin_progress", "ampbench.history.plugin")
 SETTINGS_KEY = pytest.StashKey[PerfSettings]()
 STORE_KEY = pytest.StashKey[dict]()  # lazily opened BaselineStore, under "store"
 ROOT = Path(__file__).parent
@@ -53,7 +54,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-precisions", metavar="NAMES", default=None,
                     type=names_validator(lambda: list(MODES), "precision mode"),
                     help=f"comma-separated precision modes to test, of {', '.join(MODES)} (default: all)")
-    group.addoption("--perf-tier", metavar="QUICK|FULL|COMPILE", default="quick", choices=tuple(TIERS),
+    # choices are taken in any case (type=str.lower): the metavars show them in capitals
+    group.addoption("--perf-tier", metavar="QUICK|FULL|COMPILE", default="quick", type=str.lower, choices=tuple(TIERS),
                     help="quick: mlp, wide_resnet28_10, resnet50, lstm_lm, gpt, their speed in the 16-bit modes, "
                          "their memory at the default batch (no largest-batch search), convergence of mnist_cnn; "
                          "full: every model and mode, and the largest batch; compile: compiled cells only, the "
@@ -69,9 +71,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"smallest relative speedup drop that fails a test; noisier cells get more (default: {DEFAULT_TOLERANCE})")
     group.addoption("--perf-strict", action="store_true", default=False,
                     help="fail, rather than warn, when a speed verdict stays inconclusive (default: off)")
-    group.addoption("--perf-gate", metavar="DEVICE|WALL|BOTH", default="device", choices=GATES,
+    group.addoption("--perf-gate", metavar="DEVICE|WALL|BOTH", default="device", type=str.lower, choices=GATES,
                     help="which speedup fails a speed cell: device (GPU time per step, host overhead excluded), wall (eager wall-clock time on this host) or both (default: device)")
-    group.addoption("--perf-compile", metavar="OFF|ON|BOTH", default=None, choices=tuple(COMPILE_CHOICES),
+    group.addoption("--perf-compile", metavar="OFF|ON|BOTH", default=None, type=str.lower, choices=tuple(COMPILE_CHOICES),
                     help="speed cells of torch.compile'd training: off (eager only), on (compiled only: the "
                          "fp8 modes and each mode against compiled fp32 and against itself eager, ids ending "
                          "-compiled) or both (default: off; on in the compile tier)")
@@ -81,7 +83,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-block-seconds", metavar="SECONDS", default=DEFAULT_BLOCK_SECONDS,
                     type=number_validator(float, 0.0, 10.0, low_open=True),
                     help=f"target length of each side's timed block in a speed round on CUDA; a block holds whole steps, at least one (default: {DEFAULT_BLOCK_SECONDS})")
-    group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="off", choices=("on", "off"),
+    group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="off", type=str.lower, choices=("on", "off"),
                     help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per convnet and dtype on an H100, off uses cuDNN's heuristics as PyTorch does by default; baselines record which (default: off)")
     group.addoption("--perf-memory-cap", metavar="GIB", default=None,
                     type=number_validator(float, 0.0, low_open=True),
@@ -92,7 +94,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-loader-workers", metavar="N", default=None,
                     type=number_validator(int, 0, 256),
                     help="DataLoader worker processes for the input-pipeline tests (default: 4, or the CPU count if lower)")
-    group.addoption("--perf-pin-memory", metavar="ON|OFF", default="on", choices=("on", "off"),
+    group.addoption("--perf-pin-memory", metavar="ON|OFF", default="on", type=str.lower, choices=("on", "off"),
                     help="DataLoader pin_memory for the input-pipeline tests (default: on)")
     group.addoption("--perf-loss-scaler", "--loss-scaler", dest="perf_loss_scaler", metavar="MODULE:CALLABLE",
                     default="torch.amp:GradScaler", type=scaler_validator(),
@@ -122,14 +124,6 @@ def _register_hypothesis_profiles() -> None:
     # CI runners set CI=true; there the run must be reproducible
     default = "ci" if os.environ.get("CI") else "dev"
     hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", default))
-
-
-def _check_benchmark_options(opt) -> None:
-    if getattr(opt, "benchmark_disable", False) and getattr(opt, "benchmark_json", None) is not None:
-        # pytest-benchmark then writes no JSON at all, and a CI step reading it finds nothing
-        raise pytest.UsageError(
-            f"--benchmark-disable with --benchmark-json {opt.benchmark_json}: a disabled benchmark writes no JSON; "
-            "drop one of them")
 
 
 def _resolve_device(opt) -> torch.device:
@@ -166,10 +160,13 @@ def _check_baselines(opt, device) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     _register_hypothesis_profiles()
     opt = config.option
-    _check_benchmark_options(opt)
     device = _resolve_device(opt)
     if not getattr(opt, "help", False):
         _check_baselines(opt, device)
+        try:  # at the start: where the loss-scaling tests are collected, a bad scaler is a collection error
+            load_scaler_factory(opt.perf_loss_scaler)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--loss-scaler: {exc}") from None
     tier = TIERS[opt.perf_tier]
     compile_choice = COMPILE_CHOICES[opt.perf_compile or tier.compile]
     config.stash[SETTINGS_KEY] = PerfSettings(
@@ -424,7 +421,8 @@ def _configure_world_size(config: pytest.Config) -> None:
     device = perf_settings_of(config).device
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
     try:
-        config.stash[WORLD_SIZE_KEY] = resolve_world_size(config.option.perf_world_size, device, gpus)
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        config.stash[WORLD_SIZE_KEY] = resolve_world_size(config.option.perf_world_size, device, gpus, cpus)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 

@@ -7,10 +7,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
 SCHEMA_VERSION = 1
+ENTRY_FIELDS = frozenset({"figures", "software", "recorded"})
+# when an entry was recorded: UTC, ISO 8601, to the second
+STAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+STAMP_EXPECTED = "a UTC ISO 8601 time such as \"2026-01-31T17:02:11Z\""
 _SCALAR = (int, float, str, bool, type(None))
 # figures that may hold a list of {"name": str, "ms": number} instead of a scalar
 ALLOWED_STRUCTURED = frozenset({"kernels"})
@@ -54,6 +59,18 @@ def _count(low: int, required: bool = False) -> Rule:
 
 def _fraction_or_null() -> Rule:
     return Rule(lambda v: v is None or (_number(v) and 0 <= v <= 1), "null or a finite number in [0, 1]")
+
+
+def is_stamp(value: Any) -> bool:
+    """Whether `value` is a UTC time as the writers stamp it (STAMP_FORMAT): the stamps are compared as
+    strings to find the entry recorded last, which holds only for this one format."""
+    if not isinstance(value, str) or len(value) != 20:
+        return False
+    try:
+        datetime.strptime(value, STAMP_FORMAT)
+    except ValueError:
+        return False
+    return True
 
 
 _BOOL = Rule(lambda v: isinstance(v, bool), "true or false")
@@ -100,7 +117,7 @@ ENTRY_SCHEMAS: dict[str, dict[str, Rule]] = {
         "max_batch_throughput_ratio": _positive(),
         "cap_bytes": _positive(),
         "alloc_conf": _STR_OR_NULL,
-        "max_batch_recorded": Rule(lambda v: isinstance(v, str), "a string (a UTC ISO 8601 stamp)"),
+        "max_batch_recorded": Rule(is_stamp, STAMP_EXPECTED),
     },
     "test_convergence": {
         "margin": _fraction_or_null(),
@@ -163,8 +180,17 @@ def validate_entry(test_id: str, entry: Any, path: Path) -> None:
         problem = figure_problem(kind, name, value)
         if problem:
             raise BaselineError(path, f"{where}.figures.{name}", problem)
-    if not isinstance(entry.get("software", {}), dict):
+    software = entry.get("software", {})
+    if not isinstance(software, dict):
         raise BaselineError(path, f"{where}.software", "not an object")
+    for name, value in software.items():
+        if not (value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))):
+            raise BaselineError(path, f"{where}.software.{name}", f"{_describe(value)} is not a string, an integer or null")
+    if "recorded" in entry and not is_stamp(entry["recorded"]):
+        raise BaselineError(path, f"{where}.recorded", f"{_describe(entry['recorded'])} is not {STAMP_EXPECTED}")
+    unknown = sorted(set(entry) - ENTRY_FIELDS)
+    if unknown:
+        raise BaselineError(path, f"{where}.{unknown[0]}", f"not a field of an entry ({', '.join(sorted(ENTRY_FIELDS))})")
 
 
 def validate(document: Any, path: Path) -> None:

@@ -17,6 +17,7 @@ from the entry it replaces) and are atomic: a temp file in the same folder, fsyn
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -27,12 +28,13 @@ from pathlib import Path
 
 from ampbench.baseline_schema import (  # noqa: F401 - the file format's names, read from here too
     SCHEMA_VERSION,
+    STAMP_FORMAT,
     BaselineError,
     entry_kind,
     validate,
     validate_entry,
 )
-from ampbench.inputs import UnreadableFile, read_text
+from ampbench.inputs import DuplicateKey, UnreadableFile, read_text, special_kind, unique_keys
 
 
 # Figures an update of an entry keeps from the entry it replaces, by kind of entry: where the update has
@@ -73,7 +75,9 @@ def load_document(path: Path) -> dict:
     except UnreadableFile as exc:
         raise BaselineError(path, "<file>", exc.problem) from None
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        raise BaselineError(path, exc.key, exc.problem) from None
     except json.JSONDecodeError as exc:
         stripped = text.rstrip()
         # an error at the very end, or an object that never closes, means the text stops early (a copy
@@ -121,7 +125,7 @@ class BaselineStore:
         entry = {
             "figures": dict(figures),
             "software": dict(software),
-            "recorded": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "recorded": datetime.now(timezone.utc).strftime(STAMP_FORMAT),
         }
         validate_entry(test_id, entry, self.path)
         self.pending[test_id] = entry
@@ -175,13 +179,19 @@ def write_atomic(path: Path, document: dict) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` through a temp file in the same folder, fsync and rename, keeping an
     existing file's mode and, where permitted, its owner and group (mkstemp makes the temp file 0600);
-    a new file gets the mode open() would give it under the umask."""
-    path = Path(path)
+    a new file gets the mode open() would give it under the umask. A symlink is followed to its real
+    file, which is written; the link stays a link (renaming onto it would replace the link and leave
+    the real file as it was)."""
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         before = path.stat()
     except FileNotFoundError:
         before = None
+    kind = special_kind(before.st_mode) if before is not None else None
+    if kind is not None:  # a rename would put a file in its place: a device node, a FIFO someone reads
+        raise OSError(errno.EISDIR if kind == "a directory" else errno.EEXIST,
+                      "Is a directory" if kind == "a directory" else f"is {kind}, not a regular file", str(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -212,18 +222,25 @@ def validate_directory(directory: Path) -> list[Path]:
     return paths
 
 
-def unwritable_reason(path: Path) -> str | None:
-    """Why `write_atomic(path, ...)` would fail for want of permission, or None: it needs to create
-    a temp file in the folder (or the nearest existing parent, where the folder is still to be made),
-    and an existing file is left alone if it is read-only."""
-    if path.exists() and not os.access(path, os.W_OK):
-        return f"{path} is not writable"
+def unwritable_reason(path: Path, make_parents: bool = True) -> str | None:
+    """Why a file cannot be written at `path`, or None: it must be no directory or other special file,
+    not read-only, and a file must be creatable in its folder (probed: os.access says yes to root on a
+    read-only mount). `make_parents`: a missing folder is made (as ``write_atomic`` does), so the
+    nearest existing parent is probed; else a missing folder is the reason."""
+    path = Path(os.path.realpath(path))  # where the write goes: a symlink's real file
+    if path.exists():
+        kind = special_kind(path.stat().st_mode)
+        if kind is not None:
+            return f"{path} is {kind}, not a file"
+        if not os.access(path, os.W_OK):
+            return f"{path} is not writable"
     folder = path.parent
+    if not make_parents and not folder.exists():
+        return f"folder {folder} does not exist"
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
         return f"{folder} is not a directory"
-    # a real probe: os.access says yes to root on a read-only mount
     try:
         fd, probe = tempfile.mkstemp(prefix=".ampbench-probe.", dir=folder)
     except OSError as exc:

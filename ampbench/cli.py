@@ -4,6 +4,7 @@ fidelity check, outside pytest."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from typing import Sequence
@@ -193,7 +194,14 @@ def _fp8_width(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"report": _report, "compare": _compare, "spread": _spread, "fidelity": _fidelity,
+def _list(args: argparse.Namespace) -> int:
+    from ampbench import catalog  # imports torch, which the other file commands do without
+
+    sys.stdout.write(json.dumps(catalog.as_json(), indent=1) + "\n" if args.json else catalog.render_text())
+    return EXIT_OK
+
+
+COMMANDS = {"list": _list, "report": _report, "compare": _compare, "spread": _spread, "fidelity": _fidelity,
             "fp8-width": _fp8_width, "baselines": lambda args: BASELINE_ACTIONS[args.baselines_command](args),
             "history": history_cli.run}
 BASELINE_ACTIONS = {"show": _baselines_show, "merge": _baselines_merge, "export": history_cli.export}

@@ -75,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    lst = sub.add_parser("list", help="the models and precision modes a run can name",
+                         description="List the models (tier, batch on a GPU and on the CPU, whether the CPU smoke "
+                                     "pass and the compile tier run them, the published benchmark each reproduces) "
+                                     "and the precision modes (dtypes, loss scaling, tiers, what each needs of the "
+                                     "device: compute capability, torchao, torch.compile).")
+    lst.add_argument("--json", action="store_true", help="print them as JSON (default: two tables)")
+
     rep = sub.add_parser(
         "report", help="turn a run into DIR/index.html, DIR/summary.md and PNG charts",
         description="Write DIR/index.html (one self-contained file: open it in a browser), DIR/summary.md (for a CI "

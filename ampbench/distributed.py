@@ -356,10 +356,14 @@ def default_cells(device: torch.device, tier: str) -> tuple[tuple[str, ...], tup
     return models, tuple(name for name, row in MODES.items() if not row.compile and (full or not row.full_tier_only))
 
 
-def resolve_world_size(requested: int | None, device: torch.device, gpus: int) -> int:
+def resolve_world_size(requested: int | None, device: torch.device, gpus: int, cpus: int) -> int:
     """--perf-world-size as given, or its default: every visible GPU, or CPU_WORLD_SIZE processes on the
-    CPU. More ranks than GPUs raise ValueError naming both counts."""
+    CPU. More ranks than GPUs, or on the CPU than the `cpus` this process may run on, raise ValueError
+    naming both counts: ranks that share a core take turns, and time out instead of measuring."""
     if device.type != "cuda":
+        if requested is not None and requested > cpus:
+            raise ValueError(f"--perf-world-size {requested}: only {cpus} CPU{'s' if cpus != 1 else ''} to run "
+                             "gloo processes on")
         return requested if requested is not None else CPU_WORLD_SIZE
     if requested is not None and requested > gpus:
         raise ValueError(f"--perf-world-size {requested}: only {gpus} GPU{'s' if gpus != 1 else ''} visible")

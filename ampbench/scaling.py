@@ -251,8 +251,9 @@ def load_scaler_factory(spec: str) -> Callable[..., Any]:
         raise ValueError(f"loss scaler {spec!r}: expected MODULE:CALLABLE, e.g. torch.amp:GradScaler")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"loss scaler {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - a module that fails as it is imported is as unusable
+        why = str(exc) if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
+        raise ValueError(f"loss scaler {spec!r}: cannot import module {module_name!r}: {why}") from None
     obj: Any = module
     for part in attr.split("."):
         try:

@@ -87,6 +87,9 @@ def names_validator(valid: Callable[[], list[str]], what: str) -> Callable[[str]
             raise argparse.ArgumentTypeError(
                 f"unknown {what} {', '.join(map(repr, unknown))}; valid {what}s: {', '.join(valid())}"
             )
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # each would run as cells of their own, under ids that no later run would match
+            raise argparse.ArgumentTypeError(f"{what} {', '.join(map(repr, twice))} named more than once")
         return names
 
     return parse

@@ -46,7 +46,7 @@ import torch
 
 from ampbench import devicetime, fp8, train
 from ampbench.launch import WORKER_PLUGINS_ENV, worker_plugins
-from ampbench.modes import MODES, get_mode
+from ampbench.modes import MODES, REFERENCE_MODE, get_mode
 from ampbench.spread import INJECTED_KEY
 from ampbench.timing import time_block
 from models import get_model
@@ -160,6 +160,7 @@ class Slowdown:
 
     targets: dict[Cell, float | str]
     calibrate: dict[str, Calibrator] = field(default_factory=lambda: CALIBRATE)  # per device type
+    source: str = ENV  # where the targets were named: the flag or the environment
     original: Callable | None = None  # Trainer.step as it was before install()
     original_init: Callable | None = None  # Trainer.__init__
     original_config: Callable | None = None  # fp8.float8_config
@@ -280,7 +281,7 @@ def pytest_configure(config: pytest.Config) -> None:
         except ValueError as exc:
             raise pytest.UsageError(f"{ENV}: {exc}") from None
     if targets:
-        slowdown = Slowdown(targets)
+        slowdown = Slowdown(targets, source="--perf-slowdown" if config.getoption("perf_slowdown") else ENV)
         slowdown.install()
         config.stash[SLOWDOWN] = slowdown
         config.stash[_WORKER_ENV] = _pass_on_to_workers(targets)
@@ -291,6 +292,33 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if slowdown is not None:
         slowdown.uninstall()
         config.stash[_WORKER_ENV].undo()
+
+
+def trained_by(item: pytest.Item) -> set[Cell]:
+    """The (model, mode)s an ampbench cell trains, from its parameters: its own, and the sides it is
+    held against (fp32, the parity reference: a compiled fp8 cell's amp_bf16); none for a test that
+    is no cell."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    model, mode = params.get("model_name"), params.get("mode_name")
+    dist = params.get("dist_cell")  # (model, mode, comm variant)
+    if isinstance(dist, tuple) and len(dist) >= 2:
+        model, mode = dist[0], dist[1]
+    if not (isinstance(model, str) and mode in MODES):
+        return set()
+    return {(model, mode), (model, REFERENCE_MODE), (model, MODES[mode].parity_reference)}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A slowed cell the run's cells do not train would be announced and never slowed: the run would
+    pass, showing nothing. (A run of tests that are no cells, such as this plugin's own, is left be.)"""
+    slowdown = session.config.stash.get(SLOWDOWN, None)
+    cells = set().union(*map(trained_by, session.items))
+    if slowdown is None or not cells:
+        return
+    missing = [f"{model}:{mode}" for model, mode in slowdown.targets if (model, mode) not in cells]
+    if missing:
+        raise pytest.UsageError(f"{slowdown.source}: no cell of this run trains {', '.join(missing)}; run it "
+                                "(--perf-models, --perf-precisions) or leave it out")
 
 
 def _tag(how: float | str) -> float | str:

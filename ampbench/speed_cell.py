@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from ampbench import speed, spread
+from ampbench import progress, speed, spread
 from ampbench.baselines import BaselineStore, measurement_mismatch
 from ampbench.compiled_cell import DynamoState, compile_problems, compile_time_check, measure_versus
 from ampbench.device import release
@@ -130,13 +130,16 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
     if "device" in gated and device_check is None and wall_check is not None:
         gated = ("wall",)  # an entry from before device time: the wall verdict still holds it
 
-    dev_fig = speed.time_figure(device_check, lambda: timing.timer(reference, side, pol), pol, "device" in gated)
-    wall_fig = speed.time_figure(wall_check, lambda: speed.fresh_timer(reference, side, pol), pol, "wall" in gated)
+    with progress.scope("device time"):
+        dev_fig = speed.time_figure(device_check, lambda: timing.timer(reference, side, pol), pol, "device" in gated)
+    with progress.scope("wall clock"):
+        wall_fig = speed.time_figure(wall_check, lambda: speed.fresh_timer(reference, side, pol), pol, "wall" in gated)
     dev, wall = dev_fig.outcome, wall_fig.outcome
     dev_timer, wall_timer = dev_fig.first, wall_fig.first
     # the second ratio is a device-time figure: it holds the cell wherever device time does
-    vs = (measure_versus(spec.name, mode, versus_side, side, baseline, settings.tolerance, pol, "device" in gated)
-          if versus_side is not None else None)
+    with progress.scope("over its versus side"):
+        vs = (measure_versus(spec.name, mode, versus_side, side, baseline, settings.tolerance, pol, "device" in gated)
+              if versus_side is not None else None)
     verdict = _combined([dev.verdict if "device" in gated else None, wall.verdict if "wall" in gated else None,
                          vs.verdict if vs is not None and vs.gated else None])
     kernels = side.profile.top() if side.profile else None  # what a baseline entry keeps

@@ -10,7 +10,8 @@ from typing import Callable
 
 import torch
 
-from ampbench.stats import SpeedupEstimate, alternating, estimate_speedup, min_rounds, reference_first
+from ampbench import progress
+from ampbench.stats import SpeedupEstimate, alternating, estimate_speedup, median, min_rounds, reference_first
 from ampbench.train import Trainer
 
 PROBE_STEPS = 3  # the most steps warm_up's closing probe times
@@ -93,6 +94,9 @@ class PairedTimer:
             else:
                 self.mode_times.append(self.mode())
                 self.ref_times.append(self.reference())
+            if progress.active():
+                so_far = median(self.ref_times) / median(self.mode_times)
+                progress.update(f"round {len(self.mode_times)}, {so_far:.3f}x so far", often=True)
 
     def estimate(self, confidence: float) -> SpeedupEstimate:
         return estimate_speedup(self.ref_times, self.mode_times, confidence, self.ref_first)

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from ampbench import speed, speed_cell
+from ampbench import progress, speed, speed_cell
 from ampbench.compiled_cell import VersusSides, served
 from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, compiled, get_mode, label, versus_of
@@ -67,6 +67,7 @@ def reference(model_spec, mode, perf_device, perf_settings, _reference_cache, _v
 def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> speed.Side:
     """A warmed-up side, or this test's failure naming its batch and peak memory if it does not fit."""
     policy = speed_cell.policy(device, settings)
+    progress.update(f"preparing {label}" + (": compiling its first step" if mode.compile else ""))
     return fail_on_oom(lambda: speed.prepare_side(model_spec, mode, device, settings.smoke, policy),
                        f"{model_spec.name} {label}", model_spec.batch_size_for(settings.smoke))
 

@@ -361,3 +361,35 @@ def test_compare_refuses_runs_from_different_devices(tmp_path, capsys):
     assert out.startswith("CROSS-DEVICE (cpu against NVIDIA H100 80GB HBM3") and "ratios over fp32 only" in out
     assert main(["report", str(gpu), "--compare", str(cpu), "-o", str(tmp_path / "r"), "--cross-device"]) == EXIT_OK
     assert "CROSS-DEVICE" in capsys.readouterr().out and "CROSS-DEVICE" in (tmp_path / "r" / "summary.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------------
+# ampbench list
+
+
+def test_list_names_every_model_with_its_tier_and_every_mode_with_its_needs(capsys):
+    import models
+    from ampbench.modes import MODES
+
+    assert main(["list"]) == EXIT_OK
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines if line and line.split()[0] in {*models.REGISTRY, *MODES}}
+    assert list(rows) == [*models.REGISTRY, *MODES], "one row per model, then per mode, in test order"
+    assert rows["resnet50"][1:7] == ["quick", "128", "2", "when", "named", "yes"]  # the CPU pass leaves it out
+    assert rows["dpn92"][1:3] == ["full", "128"]
+    fp8 = next(line for line in lines if line.startswith("fp8_rowwise "))
+    assert "compute capability 8.9" in fp8 and "torchao" in fp8 and "torch.compile" in fp8 and " no " in fp8
+    assert " quick, full, compile " in next(line for line in lines if line.startswith("amp_bf16 "))
+
+
+def test_list_as_json(capsys):
+    import models
+    from ampbench.modes import MODES
+
+    assert main(["list", "--json"]) == EXIT_OK
+    listed = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in listed["models"]] == list(models.REGISTRY)
+    assert [m["name"] for m in listed["modes"]] == list(MODES)
+    tf32 = next(m for m in listed["modes"] if m["name"] == "tf32")
+    assert tf32["on_cpu"] is False and tf32["needs"] == ["TF32 needs an NVIDIA GPU of compute capability 8.0 (Ampere) or newer"]
+    assert next(m for m in listed["models"] if m["name"] == "gpt")["in_compile_tier"] is True

@@ -150,10 +150,14 @@ def test_merge_takes_the_slowest_rank_per_round():
 
 
 def test_world_size_defaults_and_limits():
-    assert resolve_world_size(None, CPU, 0) == 2 and resolve_world_size(3, CPU, 0) == 3
-    assert resolve_world_size(None, CUDA, 2) == 2 and resolve_world_size(1, CUDA, 2) == 1
+    assert resolve_world_size(None, CPU, 0, 8) == 2 and resolve_world_size(3, CPU, 0, 8) == 3
+    assert resolve_world_size(None, CUDA, 2, 8) == 2 and resolve_world_size(1, CUDA, 2, 8) == 1
     with pytest.raises(ValueError, match="--perf-world-size 4: only 2 GPUs visible"):
-        resolve_world_size(4, CUDA, 2)
+        resolve_world_size(4, CUDA, 2, 8)
+    # on the CPU a rank per core at most: ranks sharing cores take turns, and their launch times out
+    with pytest.raises(ValueError, match="--perf-world-size 16: only 2 CPUs to run gloo processes on"):
+        resolve_world_size(16, CPU, 0, 2)
+    assert resolve_world_size(None, CPU, 0, 1) == 2, "the default is never refused: a one-core runner runs two"
     assert world_size_skip_reason(1, CUDA, 1) == "needs 2+ GPUs, found 1"
     assert world_size_skip_reason(2, CUDA, 2) is None and world_size_skip_reason(2, CPU, 0) is None
     assert "--perf-world-size is 1" in world_size_skip_reason(1, CPU, 0)

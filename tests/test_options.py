@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import conftest
-from ampbench import baselines
+from ampbench import baselines, plugin_checks
 from ampbench.device import catch_oom
 
 ROOT = Path(__file__).parent.parent
@@ -44,6 +44,14 @@ def run_pytest(*args):
         (["--benchmark-disable", "--benchmark-json", "out.json"], ["--benchmark-disable with --benchmark-json out.json"]),
         (["--perf-world-size", "0"], ["--perf-world-size: must lie in [1, 1024]"]),
         (["--perf-world-size", "two"], ["--perf-world-size: expects an int"]),
+        # on the CPU no more gloo processes than cores: more take turns on them and time out
+        (["--perf-world-size", "1024"], ["--perf-world-size 1024: only ", "CPU"]),
+        # a name given twice would run its cells twice, under ids ending _0 and _1 that match no baseline
+        (["--perf-models", "mlp,gpt,mlp"], ["--perf-models: model 'mlp' named more than once"]),
+        (["--perf-precisions", "fp32,bf16,bf16"], ["--perf-precisions: precision mode 'bf16' named more than once"]),
+        # found when the run starts, not as a collection error of the loss-scaling tests
+        (["--loss-scaler", "nosuch.module:Foo"], ["--loss-scaler: loss scaler 'nosuch.module:Foo': cannot import module"]),
+        (["--loss-scaler", "torch.amp:NoSuchScaler"], ["--loss-scaler: loss scaler", "has no attribute 'NoSuchScaler'"]),
     ],
 )
 def test_usage_errors(args, expected):
@@ -61,7 +69,8 @@ def test_usage_errors(args, expected):
     ["--perf-tier", "huge"],
     ["--perf-update-baselines"],
     ["--benchmark-disable", "--benchmark-json", "out.json"],
-], ids=["validator", "choices", "configure", "benchmark"])
+    ["--loss-scaler", "nosuch.module:Foo"],
+], ids=["validator", "choices", "configure", "benchmark", "loss scaler"])
 def test_pytest_prints_the_usage_error_once_and_exits_4(args):
     result = run_pytest(*args)
     assert result.returncode == 4, result.stdout + result.stderr
@@ -226,7 +235,7 @@ def test_every_validator_names_its_flag_once():
         value = bad.get(kind.__name__, "x") if kind else {"--perf-device": "tpu", "--perf-models": ",",
                                                            "--perf-precisions": ",", "--perf-loss-scaler": "x",
                                                            "--perf-baseline-dir": __file__,
-                                                           "--perf-data-root": "/nonexistent"}[flag]
+                                                           "--perf-data-root": "/nonexistent"}.get(flag, "x")
         message = parse_error(flag, value)
         assert message.count(flag) == 1, message
 
@@ -247,7 +256,15 @@ def test_the_gate_option():
     assert kw["metavar"] == "DEVICE|WALL|BOTH" and kw["help"].endswith("(default: device)")
     assert parser.parse_args([]).perf_gate == "device"
     assert parser.parse_args(["--perf-gate", "both"]).perf_gate == "both"
-    assert "invalid choice" in parse_error("--perf-gate", "BOTH")
+    assert "invalid choice" in parse_error("--perf-gate", "gpu")
+
+
+@pytest.mark.parametrize("flag, value", [("--perf-tier", "QUICK"), ("--perf-gate", "Both"), ("--perf-compile", "ON"),
+                                         ("--perf-cudnn-benchmark", "Off"), ("--perf-pin-memory", "OFF")])
+def test_choices_are_taken_in_any_case_as_the_metavars_show_them(flag, value):
+    parser, options = option_parser()
+    assert value.upper() in options[flag]["metavar"].split("|")
+    assert getattr(parser.parse_args([flag, value]), flag[2:].replace("-", "_")) == value.lower()
 
 
 def test_every_option_has_a_metavar_or_is_a_switch_and_tells_its_default():
@@ -274,6 +291,7 @@ class FakeConfig:
 
 def configure(*args: str, **extra) -> FakeConfig:
     config = FakeConfig(*args, **extra)
+    plugin_checks.pytest_configure(config)  # first, as pytest calls it (tryfirst)
     conftest.pytest_configure(config)
     return config
 
@@ -367,6 +385,9 @@ BROKEN_FILES = {
                     "entries.test_speed[mlp-fp16].figures.speedup"),
     "missing speedup": (_doc({"test_speed[mlp-fp16]": {"figures": {"noise": 0.01}}}),
                         "entries.test_speed[mlp-fp16].figures.speedup"),
+    "null recorded": (_doc({"test_speed[mlp-fp16]": {"figures": {"speedup": 2.0}, "recorded": None}}),
+                      "entries.test_speed[mlp-fp16].recorded"),
+    "key twice": ('{"schema_version": 1, "gpu": "g", "entries": {}, "entries": {}}', "entries"),
 }
 
 

@@ -166,6 +166,45 @@ def test_a_bad_spec_is_a_usage_error_naming_its_source_once(pytester, monkeypatc
     assert err.count(source) == 1, err
 
 
+CELLS_TEST = """
+import pytest
+
+@pytest.mark.parametrize("model_name, mode_name", [("mlp", "amp_bf16"), ("gpt", "fp8_rowwise")])
+def test_cell(model_name, mode_name):
+    pass
+
+@pytest.mark.parametrize("dist_cell", [("resnet50", "bf16", "fp32_grads")])
+def test_ddp(dist_cell):
+    pass
+"""
+
+
+@pytest.mark.parametrize("spec", ["mlp:amp_bf16:0.1", "mlp:fp32:0.1", "gpt:amp_bf16:0.1", "resnet50:bf16:0.1"],
+                         ids=["the cell", "its fp32 reference", "fp8's parity reference", "a distributed cell"])
+def test_a_slowed_cell_that_the_run_trains_is_taken(pytester, monkeypatch, spec):
+    monkeypatch.delenv(slowdown.ENV, raising=False)
+    pytester.makepyfile(CELLS_TEST)
+    result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "-p", "no:cacheprovider", "--perf-slowdown", spec)
+    result.assert_outcomes(passed=3)
+
+
+@pytest.mark.parametrize("where", ["flag", "env"])
+def test_a_slowed_cell_that_no_cell_of_the_run_trains_is_a_usage_error(pytester, monkeypatch, where):
+    """Else the header announces it, nothing is slowed, and the run passes: a check that shows nothing."""
+    pytester.makepyfile(CELLS_TEST)
+    args = ["-p", "ampbench.slowdown", "-p", "no:cacheprovider"]
+    monkeypatch.delenv(slowdown.ENV, raising=False)
+    if where == "env":
+        monkeypatch.setenv(slowdown.ENV, "gpt:amp_bf16:0.5,lstm_lm:bf16:0.5,mlp:amp_bf16:0.5")
+    else:
+        args += ["--perf-slowdown", "gpt:amp_bf16:0.5,lstm_lm:bf16:0.5,mlp:amp_bf16:0.5"]
+    result = pytester.runpytest_inprocess(*args, "-k", "not fp8")  # gpt's only cell deselected
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    source = slowdown.ENV if where == "env" else "--perf-slowdown"
+    assert (f"ERROR: {source}: no cell of this run trains gpt:amp_bf16, lstm_lm:bf16; run it (--perf-models, "
+            "--perf-precisions) or leave it out") in result.stderr.lines
+
+
 TAGGED_TEST = """
 import pytest
 

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ampbench import progress
 from ampbench.device import is_out_of_memory
 
 GIB = 2**30
@@ -169,8 +170,11 @@ class _Search:
         return min((p.batch for p in self.probes if not p.fits), default=None)
 
     def probe(self, batch: int) -> bool:
-        if sum(p.stepped for p in self.probes) >= self.max_steps:
+        steps = sum(p.stepped for p in self.probes)
+        if steps >= self.max_steps:
             raise SearchError(f"no confirmed largest batch after {self.max_steps} steps: {self.result().describe()}")
+        progress.update(f"largest batch: trying {batch} (fits {self.lo or '-'}, fails {self.hi or '-'}; "
+                        f"step {steps + 1} of at most {self.max_steps})")
         self.probes.append(Probe(batch, try_step(self.measure, batch, self.on_oom)))
         return self.probes[-1].fits
 

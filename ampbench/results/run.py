@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
-from ampbench.inputs import UnreadableFile, read_text
+from ampbench.inputs import DuplicateKey, UnreadableFile, read_text, unique_keys
 from ampbench.modes import MODES
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
@@ -153,7 +153,9 @@ def load_run(path: Path | str) -> Run:
     except UnreadableFile as exc:
         raise RunError(path, exc.problem) from None
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        raise RunError(path, str(exc)) from None
     except json.JSONDecodeError as exc:
         raise RunError(path, _truncation_problem(text, exc)) from None
     except RecursionError:

@@ -1,0 +1,161 @@
+"""A run keeps its results: before the first cell, every file the run will write is checked and every
+option that would leave it without its results is refused (usage errors naming the flag); at the end,
+pytest-benchmark's JSON and saved run go to a fallback file, named in the summary, where their own path
+cannot be written. A pytest plugin, loaded by ``conftest.py``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from ampbench.baselines import unwritable_reason, write_text_atomic
+
+# lines for the end of the session: where results went that could not go where they were asked to
+FALLBACK_KEY = pytest.StashKey[list]()
+
+
+def _refuse_lost_results(opt: argparse.Namespace) -> None:
+    """Options under which the tests pass and the results vanish."""
+    workers = getattr(opt, "numprocesses", None)
+    if workers:
+        raise pytest.UsageError(
+            f"-n {workers}: pytest-xdist's workers keep their results to themselves, so pytest-benchmark writes "
+            "no JSON and the ampbench summary sees no cell; run without -n (cells are timed one at a time anyway)")
+    if getattr(opt, "tx", None):
+        raise pytest.UsageError(f"--tx {opt.tx[0]}: pytest-xdist's workers keep their results to themselves; run without it")
+    if getattr(opt, "benchmark_disable", False) and getattr(opt, "benchmark_json", None) is not None:
+        raise pytest.UsageError(
+            f"--benchmark-disable with --benchmark-json {opt.benchmark_json}: a disabled benchmark writes no JSON; "
+            "drop one of them")
+    if getattr(opt, "benchmark_skip", False):
+        raise pytest.UsageError(
+            "--benchmark-skip: every ampbench cell is a benchmark, so it would skip them all and pass having "
+            "measured nothing; choose cells with --perf-models, --perf-precisions or -k instead")
+
+
+def _storage_folder(opt: argparse.Namespace) -> Path | None:
+    """The folder --benchmark-save and --benchmark-autosave write to, where it is a local one."""
+    if not (getattr(opt, "benchmark_save", None) or getattr(opt, "benchmark_autosave", None)):
+        return None
+    storage = str(getattr(opt, "benchmark_storage", "") or "")
+    if "://" in storage and not storage.startswith("file://"):
+        return None  # a server: nothing to probe here
+    return Path(storage.removeprefix("file://") or ".")
+
+
+def output_problems(opt: argparse.Namespace) -> list[str]:
+    """One usage error per output path of the run that cannot be written, each naming its flag."""
+    problems = []
+    target = getattr(opt, "benchmark_json", None)
+    if isinstance(target, (str, os.PathLike)):  # pytest-benchmark 4 opens the file itself, at parsing
+        reason = unwritable_reason(Path(target), make_parents=False)  # it writes into the folder as it is
+        if reason:
+            problems.append(f"--benchmark-json {target}: {reason}")
+    folder = _storage_folder(opt)
+    if folder is not None:
+        reason = unwritable_reason(folder / ".ampbench-save-check.json")  # the folder is made where missing
+        if reason:
+            save = getattr(opt, "benchmark_save", None)
+            problems.append(f"{f'--benchmark-save {save}' if save else '--benchmark-autosave'}: {reason}")
+    xml = getattr(opt, "xmlpath", None)
+    if xml:
+        reason = unwritable_reason(Path(xml))  # pytest makes the folder
+        if reason:
+            problems.append(f"--junitxml {xml}: {reason}")
+    return problems
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "help", False) or hasattr(config, "workerinput"):
+        return
+    _refuse_lost_results(config.option)
+    problems = output_problems(config.option)
+    if problems:
+        raise pytest.UsageError("; ".join(problems) + "; nothing was measured")
+
+
+def fallback_paths(requested: Path, pid: int | None = None) -> list[Path]:
+    """Where results go when `requested` cannot be written, in order: beside it, then the working
+    folder, then the temporary folder."""
+    pid = os.getpid() if pid is None else pid
+    requested = Path(os.path.abspath(requested))
+    name = f"ampbench-results-{pid}.json"
+    beside = [requested.with_name(f"{requested.stem}-{pid}{requested.suffix or '.json'}")] if requested.parent.is_dir() else []
+    return [*beside, Path.cwd() / name, Path(tempfile.gettempdir()) / name]
+
+
+def save_or_fall_back(write: Callable[[], None], text: str, requested: Path, what: str,
+                      tell: Callable[[str], None]) -> Path:
+    """`write()` of `requested`, or, where it fails, `text` written to the first fallback path that
+    takes it, and `tell` a line saying where (`what`: the flag and its value); the path written.
+    Raises the first failure where no fallback takes it either."""
+    try:
+        write()
+        return requested
+    except OSError as exc:
+        failure = exc
+    why = failure.strerror or str(failure)
+    for path in fallback_paths(requested):
+        try:
+            write_text_atomic(path, text)
+        except OSError:
+            continue
+        tell(f"ampbench: {what} could not be written ({why}); the results are in {path}")
+        return path
+    raise failure
+
+
+def _dumps(output_json: dict) -> str:
+    """The JSON text pytest-benchmark writes."""
+    from pytest_benchmark.utils import safe_dumps
+
+    return safe_dumps(output_json, ensure_ascii=True, indent=4)
+
+
+def _keep_json(session: Any, tell: Callable[[str], None]) -> None:
+    """--benchmark-json: written atomically (through a symlink to its real file), else to a fallback."""
+
+    def save_json(output_json: dict) -> None:
+        target, text = Path(session.json), _dumps(output_json)
+        written = save_or_fall_back(lambda: write_text_atomic(target, text), text, target,
+                                    f"--benchmark-json {target}", tell)
+        session.logger.info(f"Wrote benchmark data in: {written}", purple=True)
+
+    session.save_json = save_json
+
+
+def _keep_saved_run(storage: Any, tell: Callable[[str], None]) -> None:
+    """--benchmark-save and -autosave into a folder: to a fallback where the folder fails."""
+    save = storage.save
+
+    def save_run(output_json: dict, name: str) -> None:
+        save_or_fall_back(lambda: save(output_json, name), _dumps(output_json), Path(str(storage)) / f"{name}.json",
+                          f"the saved run {name} (--benchmark-storage {storage})", tell)
+
+    storage.save = save_run
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Wrap pytest-benchmark's writers, once its own configure (its last) has made them: hours of cells
+    are never lost to a path that fails at the end."""
+    config = session.config
+    bench = getattr(config, "_benchmarksession", None)
+    if bench is None:
+        return
+    tell = lambda line: config.stash.setdefault(FALLBACK_KEY, []).append(line)  # noqa: E731
+    if hasattr(bench, "save_json") and isinstance(bench.json, (str, os.PathLike)):  # version 4 opens a file
+        _keep_json(bench, tell)
+    storage = getattr(bench, "storage", None)
+    if storage is not None and hasattr(storage, "get"):  # a folder (a FileStorage), not a server
+        _keep_saved_run(storage, tell)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    for line in config.stash.get(FALLBACK_KEY, []):
+        terminalreporter.write_line(line, red=True, bold=True)
