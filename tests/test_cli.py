@@ -278,6 +278,10 @@ def test_example_ci_workflow_runs_the_suite_and_keeps_what_matters():
     for needed in ("self-hosted", "pytest perf/", "--benchmark-json", "--junitxml", "ampbench report",
                    "GITHUB_STEP_SUMMARY", "upload-artifact"):
         assert needed in workflow, needed
+    assert "--perf-history" in workflow and "history.sqlite" in workflow  # a history kept on the runner
+    fleet = (ROOT / "examples" / "github-actions-gpu-fleet.yml").read_text()
+    for needed in ("services:", "postgres", "--perf-history", "ampbench history changes", "--history"):
+        assert needed in fleet, needed
 
 
 def test_report_refuses_a_folder_with_an_index_and_a_summary_among_other_files(tmp_path, capsys):
