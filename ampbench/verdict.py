@@ -284,11 +284,12 @@ def _same_names(side: dict[str, float], other: dict[str, float]) -> dict[str, fl
     return out
 
 
-def kernel_changes(baseline: list | None, measured: list | None, top: int = 5) -> str | None:
+def kernel_changes(baseline: list | None, measured: list | None, top: int = 5, against: str = "the baseline") -> str | None:
     """The kernels that appeared or vanished against a baseline's kernel list, and those whose device
     time per step moved most (each list of {"name", "ms"}, names normalised by
     ``devicetime.normalise_kernel_name``); None where either side has no list. New and vanished kernels
-    come first: a kernel choice that changed says more than a kernel that got slower."""
+    come first: a kernel choice that changed says more than a kernel that got slower. `against` names
+    the earlier side in the text."""
     if not baseline or not measured:
         return None
     old = {_kernel_key(k["name"]): float(k["ms"]) for k in baseline if isinstance(k, dict) and "name" in k}
@@ -305,4 +306,4 @@ def kernel_changes(baseline: list | None, measured: list | None, top: int = 5) -
     if moved:
         parts.append("changed: " + ", ".join(f"{n} {old[n]:.3f}->{new[n]:.3f} ms ({new[n] - old[n]:+.3f})" for n in moved))
     total = sum(new.values()) - sum(old.values())
-    return f"kernels per step {total:+.3f} ms against the baseline; " + "; ".join(parts) if parts else None
+    return f"kernels per step {total:+.3f} ms against {against}; " + "; ".join(parts) if parts else None

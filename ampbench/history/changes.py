@@ -1,0 +1,120 @@
+"""Change points in a cell's run history: where its figure moved to another level, and between which runs.
+
+The detection is ruptures' PELT with an RBF kernel cost (``KernelCPD``, implemented in C), on the ln
+values scaled by the cell's noise. The kernel bounds what one run can cost a segment, so a stray run (a
+throttled card, a busy host) cannot pay for a change of its own, as it can under the squared-error
+(l2) cost; the l1 cost is as robust but ruptures computes it in Python, ~400 times slower. The noise
+scale joins the learned spread (``learn``: the counted runs, each from its own level) with a robust
+scale of the series itself (the median absolute deviation of run-to-run differences, which neither a
+step nor a stray run sets), as the root mean square of the two: the learned spread alone swells with
+any step among runs that count (an improvement passes its verdict) and hid +2% in 12 runs, the robust
+scale alone is so unsure in short series that its penalty lost a -1.5% step in 8 runs. The penalty
+grows with the series' length as fitted by simulation (``dev/bench_changes.py --calibrate``): pure
+noise of 8 to 60 runs with stray runs gives about 3 false changes per 10,000 series. A change needs
+MIN_RUNS runs on each side: the newest run alone is the verdict's to judge.
+
+Every point is looked at, counted or not: a run that failed its verdict is what a change looks like.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ampbench.history.learn import CellBaseline, learn
+from ampbench.history.series import Point, Series
+from ampbench.stats import median, robust_sd
+
+# the RBF kernel on noise-scaled values: exp(-gamma d^2) for two runs d sd apart, a bandwidth of 2 sd, so
+# that a stray run costs a segment at most one unit; 0.5 lost half the 5-sd steps between 4 runs and 4,
+# 0.05 half the 2-sd steps that 0.25 finds (dev/bench_changes.py)
+GAMMA = 0.125
+MIN_RUNS = 2  # runs on each side of a change (ruptures' min_size)
+# the penalty a change must pay, a + b ln(n) for a series of n runs (dev/bench_changes.py --calibrate);
+# a series without a learned noise (no two counted runs at one level) is scaled by its own alone
+PENALTY = (1.04, 0.5)
+PENALTY_OWN_SCALE = (2.96, 0.1)
+# below a tenth of a percent a step is too small to act on (the verdicts' floor is 0.5%), and a figure
+# that never moves (a memory ratio) would otherwise make every rounding a change
+NOISE_FLOOR = 0.001
+
+
+@dataclass(frozen=True)
+class Change:
+    """A step in a cell's series: the level moved at point `index` (the first run after the change)."""
+
+    series: Series
+    index: int
+    before: range  # the points of the segment before the change
+    after: range  # the points of the segment after it
+    level_before: float  # exp(median ln value) of each segment: a stray run does not move it
+    level_after: float
+    accepted: bool  # an accepted change (a restart) lies within a run of it
+
+    @property
+    def step(self) -> float:
+        """Relative change of the level: -0.015 for a 1.5% drop."""
+        return self.level_after / self.level_before - 1.0
+
+    @property
+    def run_before(self) -> Point:
+        """The last run before the change."""
+        return self.series.points[self.index - 1]
+
+    @property
+    def run_after(self) -> Point:
+        """The first run after it."""
+        return self.series.points[self.index]
+
+    def __str__(self) -> str:
+        return (f"{self.series.test_id} {self.series.figure}: {self.level_before:.4g} -> {self.level_after:.4g} "
+                f"({self.step:+.2%}) between runs {self.run_before.run_id} and {self.run_after.run_id}"
+                + (" (accepted)" if self.accepted else ""))
+
+
+def penalty(n: int, shape: tuple[float, float] = PENALTY) -> float:
+    """What a change must gain in a series of `n` runs (kernel cost units)."""
+    a, b = shape
+    return a + b * math.log(n)
+
+
+def noise_scale(logs: Sequence[float], learned_sd: float | None) -> float:
+    """The sd the detection scales ln values by: the root mean square of the learned spread and the
+    series' own robust scale (run-to-run differences' MAD, over sqrt 2), the latter alone where no
+    spread is learned; at least NOISE_FLOOR."""
+    own = robust_sd(np.diff(np.asarray(logs, dtype=float))) / math.sqrt(2) if len(logs) > 2 else 0.0
+    scale = own if learned_sd is None else math.sqrt((own * own + learned_sd * learned_sd) / 2)
+    return max(scale, NOISE_FLOOR)
+
+
+def change_points(logs: Sequence[float], scale: float, shape: tuple[float, float] = PENALTY) -> list[int]:
+    """Indices of the first value after each change in `logs` (ln values) with noise `scale`."""
+    import ruptures  # only `history changes` needs it
+
+    n = len(logs)
+    if n < 2 * MIN_RUNS:
+        return []
+    z = (np.asarray(logs, dtype=float) - median(logs)) / scale
+    detector = ruptures.KernelCPD(kernel="rbf", params={"gamma": GAMMA}, min_size=MIN_RUNS, jump=1).fit(z)
+    return [int(b) for b in detector.predict(pen=penalty(n, shape))[:-1]]
+
+
+def find_changes(series: Series, learned: CellBaseline | None = None,
+                 shape: tuple[float, float] | None = None) -> list[Change]:
+    """The changes in `series`, oldest first; `learned` (``learn.learn`` of the series, computed where
+    not given) supplies the learned noise; `shape` overrides the penalty (calibration)."""
+    logs = series.log_values()
+    if learned is None:
+        learned = learn(series)
+    sd = learned.pooled.sd
+    cuts = change_points(logs, noise_scale(logs, sd), shape or (PENALTY if sd is not None else PENALTY_OWN_SCALE))
+    bounds = [0, *cuts, len(logs)]
+    segments = [range(a, b) for a, b in zip(bounds, bounds[1:])]
+    levels = [math.exp(median([logs[i] for i in seg])) for seg in segments]
+    restarts = {i for i, p in enumerate(series.points) if p.restart}
+    return [Change(series, cut, segments[k], segments[k + 1], levels[k], levels[k + 1],
+                   bool(restarts & {cut - 1, cut, cut + 1}))
+            for k, cut in enumerate(cuts)]
