@@ -70,6 +70,18 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     acc.add_argument("--cell", metavar="TEST_ID", default=None,
                      help="the cell, e.g. 'test_speed[resnet50-amp_bf16]' (default: every cell of the run)")
     acc.add_argument("--reason", metavar="TEXT", required=True, help="why the new level is intended")
+    chg = with_store(actions.add_parser(
+        "changes", help="list where each cell's figures moved to another level, and across what",
+        description="Find the change points in each cell's series (ruptures' PELT, its penalty fitted to the "
+                    "cell's noise) and list each with the runs around it, what differs between them (label, "
+                    "suite revision, torch, CUDA, cuDNN, driver, Triton, torchao, card) and the kernels whose "
+                    "time moved most between the two segments.",
+        epilog="Exit status: 0 listed (with or without changes), 2 the store."))
+    chg.add_argument("--gpu", metavar="NAME", default=None, help="only this GPU model (default: every one)")
+    chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
+    chg.add_argument("--figure", metavar="NAME", default="device_speedup",
+                     choices=("all", "device_speedup", "versus_speedup", "speedup", "memory_ratio", "max_batch_ratio"),
+                     help="the figure whose series are looked at, or all (default: device_speedup)")
     return actions
 
 
@@ -122,7 +134,22 @@ def _accept(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-ACTIONS = {"import": _import, "runs": _runs, "accept": _accept}
+def _changes(args: argparse.Namespace) -> int:
+    from ampbench.history.list_changes import FIGURES, changes_in, describe, gpus
+
+    history = _open(args, create=False)
+    figures = FIGURES if args.figure == "all" else (args.figure,)
+    found = 0
+    for gpu in gpus(history, args.gpu):
+        for change in changes_in(history, gpu, figures, {args.cell} if args.cell else None):
+            found += 1
+            print("\n".join(describe(history, change)))
+    where = f"{args.gpu}" if args.gpu else "every GPU model"
+    print(f"ampbench: {found} change{'s' * (found != 1)} in {', '.join(figures)} of {where} in {history.name}")
+    return EXIT_OK
+
+
+ACTIONS = {"import": _import, "runs": _runs, "accept": _accept, "changes": _changes}
 
 
 def run(args: argparse.Namespace) -> int:
