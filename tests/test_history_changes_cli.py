@@ -33,8 +33,10 @@ def test_a_slowdown_from_run_k_is_listed_at_k_and_nothing_else(tmp_path, capsys)
     assert "before: #5 run run05" in out and "after: #6 run run06" in out
     assert "torchao 0.16 -> 0.17" in out and "spin_kernel" in out  # what differs, and the added kernel
     assert "gpt-bf16" not in out  # the unchanged mode is no change
+    # the cell's device-time and wall-clock series both moved (this record's two speedups are one figure)
+    assert out.count("test_speed[gpt-amp_bf16] ") == 2 and "test_speed[gpt-amp_bf16] speedup" in out
     last = out.rstrip().splitlines()[-1]
-    assert last.startswith("ampbench: 1 change in device_speedup, versus_speedup, speedup") and "history.sqlite" in last
+    assert last.startswith("ampbench: 2 changes in device_speedup, versus_speedup, speedup") and "history.sqlite" in last
 
 
 def test_changes_of_a_store_that_is_not_there_is_an_error_naming_it(tmp_path, capsys):
