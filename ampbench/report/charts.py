@@ -65,6 +65,19 @@ def _mode_color(mode: str, modes: Sequence[str]) -> str:
     return spare[modes.index(mode) % len(spare)]
 
 
+# models a bar chart draws: past this many, bars are a pixel or two wide and a chart tells nothing the
+# tables do not (and drawing one costs about a millisecond a bar)
+CHART_MODELS = 40
+
+
+def _first_models(models: list[str], what: str) -> tuple[list[str], str]:
+    """The models a chart draws, and the sentence its caption adds where it leaves some out."""
+    if len(models) <= CHART_MODELS:
+        return models, ""
+    return models[:CHART_MODELS], (f" The first {CHART_MODELS} of the run's {len(models)} models with {what} are "
+                                   "drawn; every cell is in the tables.")
+
+
 def _grouped_bars(
     run: Run,
     kind: type[Record],
@@ -79,13 +92,16 @@ def _grouped_bars(
     log: bool = False,
     hatched: Callable[[Any], bool] | None = None,
     hatched_label: str = "",
-) -> bytes | None:
-    """Bars grouped by model, one colour per mode; None when no cell has a value. Bars of cells for
-    which `hatched` is true are drawn hatched (a figure other than the chart's own)."""
+) -> tuple[bytes, str] | None:
+    """Bars grouped by model, one colour per mode, and the sentence the caption adds where some models
+    are left out (CHART_MODELS); None when no cell has a value. Bars of cells for which `hatched` is
+    true are drawn hatched (a figure other than the chart's own)."""
     cells = [c for c in run.of_kind(kind) if value(c) is not None and value(c) > (0 if log else -math.inf)]
     if not cells:
         return None
-    models = list(dict.fromkeys(c.model for c in cells))
+    models, left_out = _first_models(list(dict.fromkeys(c.model for c in cells)), "this figure")
+    drawn = set(models)
+    cells = [c for c in cells if c.model in drawn]
     modes = order_modes(c.mode for c in cells)
     plt = _pyplot()
     width = min(0.8 / max(len(modes), 1), 0.3)
@@ -141,7 +157,7 @@ def _grouped_bars(
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(ncol=min(len(modes) + (1 if marked else 0) + (1 if any_hatched else 0), 9), fontsize=8, frameon=False,
               loc="upper center", bbox_to_anchor=(0.5, -0.22 if crowded else -0.12))
-    return _png(fig)
+    return _png(fig), left_out
 
 
 def _png(fig) -> bytes:
@@ -159,9 +175,10 @@ def run_charts(run: Run) -> list[Chart]:
     """The charts of one run; a chart without data (e.g. memory on a CPU smoke run) is left out."""
     charts: list[Chart] = []
 
-    def add(filename: str, title: str, caption: str, png: bytes | None) -> None:
-        if png is not None:
-            charts.append(Chart(filename, title, caption, png))
+    def add(filename: str, title: str, caption: str, drawn: tuple[bytes, str] | None) -> None:
+        if drawn is not None:
+            png, left_out = drawn
+            charts.append(Chart(filename, title, caption + left_out, png))
 
     add("speedup.png", *_speedup_chart(run))
 
@@ -187,7 +204,7 @@ def run_charts(run: Run) -> list[Chart]:
     return charts
 
 
-def _speedup_chart(run: Run) -> tuple[str, str, bytes | None]:
+def _speedup_chart(run: Run) -> tuple[str, str, tuple[bytes, str] | None]:
     """(title, caption, PNG) of the speedup chart: device-time speedups where the run measured them (the
     gate's figure), each cell's wall-clock speedup where it did not; the title and caption say which."""
     device = has_figure(run, DEVICE)
@@ -212,12 +229,12 @@ def _speedup_chart(run: Run) -> tuple[str, str, bytes | None]:
                "interval; black dash: the baseline it was held against. Above the dashed line at 1 the mode is faster.")
     if mixed:
         caption += " Hatched bars: wall-clock speedups of cells that measured no device time."
-    png = _grouped_bars(run, SpeedRecord, lambda c: c.speedup_of(figure(c).device), title=f"{title} — {run.gpu}",
-                        ylabel="speedup (x)", interval=interval,
-                        marker=lambda c: c.device_baseline_speedup if figure(c).device else c.baseline_speedup,
-                        marker_label="baseline", reference_line=1.0,
-                        hatched=(lambda c: figure(c) is WALL) if mixed else None, hatched_label="wall clock")
-    return title, caption, png
+    drawn = _grouped_bars(run, SpeedRecord, lambda c: c.speedup_of(figure(c).device), title=f"{title} — {run.gpu}",
+                          ylabel="speedup (x)", interval=interval,
+                          marker=lambda c: c.device_baseline_speedup if figure(c).device else c.baseline_speedup,
+                          marker_label="baseline", reference_line=1.0,
+                          hatched=(lambda c: figure(c) is WALL) if mixed else None, hatched_label="wall clock")
+    return title, caption, drawn
 
 
 def comparison_chart(comparison: "Comparison") -> Chart | None:

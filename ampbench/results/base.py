@@ -88,6 +88,9 @@ def _encode(value: Any) -> Any:
     return value
 
 
+_INFO_FIELDS: dict[type, tuple[dataclasses.Field, ...]] = {}  # Record.info_fields, per record type
+
+
 @dataclass(frozen=True)
 class Record:
     """What every cell carries: who it is and what it concluded. Subclasses add their kind's figures."""
@@ -118,7 +121,10 @@ class Record:
 
     @classmethod
     def info_fields(cls) -> list[dataclasses.Field]:
-        return [f for f in dataclasses.fields(cls) if not f.metadata.get(_OWN)]
+        # asked once per field of every cell a reader reads: made once per record type
+        if cls not in _INFO_FIELDS:
+            _INFO_FIELDS[cls] = tuple(f for f in dataclasses.fields(cls) if not f.metadata.get(_OWN))
+        return list(_INFO_FIELDS[cls])
 
     @classmethod
     def build(cls: type[R], **values: Any) -> R:

@@ -47,6 +47,10 @@ class Run:
     commit: dict
     cells: list[Record]
     foreign: list[str] = field(default_factory=list)  # names of benchmarks without ampbench results (ignored)
+    # (kind, model, mode) -> the first such cell, and kind -> its cells: made once, on first use, so that
+    # a report reads a run of N cells in time linear in N
+    _by_cell: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _by_kind: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def gpu(self) -> str:
@@ -69,8 +73,16 @@ class Run:
         when = (self.datetime or "")[:16].replace("T", " ")
         return f"{self.path.name} ({when})" if when else self.path.name
 
+    def _indexed(self) -> None:
+        if self._by_kind or not self.cells:
+            return
+        for c in self.cells:
+            self._by_kind.setdefault(type(c), []).append(c)
+            self._by_cell.setdefault((type(c), c.model, c.mode), c)
+
     def of_kind(self, kind: type[R]) -> list[R]:
-        return [c for c in self.cells if type(c) is kind]
+        self._indexed()
+        return list(self._by_kind.get(kind, ()))
 
     def kinds(self) -> list[str]:
         seen = list(dict.fromkeys(c.kind for c in self.cells))
@@ -81,10 +93,9 @@ class Run:
         return list(dict.fromkeys(c.model for c in self.cells))
 
     def cell(self, kind: type[R], model: str, mode: str) -> R | None:
-        for c in self.cells:
-            if type(c) is kind and c.model == model and c.mode == mode:
-                return c
-        return None
+        """The first cell of `kind` for `model` and `mode`, in run order."""
+        self._indexed()
+        return self._by_cell.get((kind, model, mode))
 
     def software(self) -> list[tuple[str, str]]:
         """(name, value) pairs that tell two runs' software and hardware apart."""
@@ -207,8 +218,10 @@ def parse_run(document: Any, path: Path | str) -> Run:
         if cell_problems:
             continue
         record = kind.from_info(info, name)
-        id_model, id_mode = _split_id(name)
-        cells.append(replace(record, model=record.model or id_model, mode=record.mode or id_mode))
+        if not record.model or not record.mode:
+            id_model, id_mode = _split_id(name)
+            record = replace(record, model=record.model or id_model, mode=record.mode or id_mode)
+        cells.append(record)
     _refuse(path, problems)
     if not cells and not machine:
         problem = (
