@@ -6,13 +6,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Sequence
 
 from ampbench.baseline_docs import render_file
 from ampbench.baselines import BaselineError, latest_entries, load_document, write_atomic, write_text_atomic
 from ampbench.cli_args import build_parser
 from ampbench.compare import CompareError, compare_runs, format_text
-from ampbench.report import RunError, build_report, failed_tests, load_run, render_comparison_markdown, write_report
+from ampbench.report import Run, RunError, build_report, failed_tests, load_run, render_comparison_markdown, write_report
+from ampbench.report.progress import Progress
 from ampbench.spread import learn, with_spread
 from ampbench.verdict import Verdict
 
@@ -27,12 +29,21 @@ def _tolerances(args: argparse.Namespace) -> dict:
                 accuracy_tolerance=args.accuracy_tolerance, cross_device=args.cross_device)
 
 
+def _read(path: Path, progress: Progress) -> Run:
+    progress(f"reading {path}")
+    return load_run(path)
+
+
 def _report(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    run = load_run(args.run)
-    comparison = compare_runs(load_run(args.compare), run, **_tolerances(args)) if args.compare else None
+    progress = Progress.for_files("report", [args.run, args.compare])
+    run, old = (_read(path, progress) if path else None for path in (args.run, args.compare))
+    progress.cells(max(len(run.cells), len(old.cells) if old else 0))
+    comparison = compare_runs(old, run, **_tolerances(args), progress=progress) if old else None
     failures = failed_tests(args.junit) if args.junit else ()
-    written = write_report(args.output, build_report(run, comparison, failures))
+    files = build_report(run, comparison, failures, progress)
+    progress("writing the report")
+    written = write_report(args.output, files)
     print(f"ampbench: report of {args.run} ({len(run.cells)} results, {run.gpu}) written to "
           f"{written}/index.html in {time.perf_counter() - t0:.1f} s")
     own = [c for c in run.cells if c.verdict is not None and c.verdict.failing]
@@ -52,7 +63,10 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    comparison = compare_runs(load_run(args.old), load_run(args.new), **_tolerances(args))
+    progress = Progress.for_files("compare", [args.old, args.new])
+    old, new = (_read(path, progress) for path in (args.old, args.new))
+    progress.cells(max(len(old.cells), len(new.cells)))
+    comparison = compare_runs(old, new, **_tolerances(args), progress=progress)
     sys.stdout.write(format_text(comparison, all_rows=not args.changes_only))
     if args.markdown is not None:
         with open(args.markdown, "a", encoding="utf-8") as f:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ampbench.report.format import fmt_number, fmt_pct, fmt_speedup, verdict_label
+from ampbench.report.progress import QUIET, Progress
 from ampbench.results import (
     VERDICT_ORDER,
     ConvergenceRecord,
@@ -225,7 +226,8 @@ def compare_cells(old: Record, new: Record, *, tolerance: float = DEFAULT_TOLERA
 
 def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
                  memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE,
-                 accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE, cross_device: bool = False) -> Comparison:
+                 accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE, cross_device: bool = False,
+                 progress: Progress = QUIET) -> Comparison:
     """Every test of either run, matched by test id, in the new run's order (then the old-only ones).
 
     Runs from different devices raise CompareError unless `cross_device`: a CPU smoke run's speedups are
@@ -240,7 +242,8 @@ def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
     old_by_id = {c.test_id: c for c in old.cells}
     new_ids = {c.test_id for c in new.cells}
     rows: list[Change] = []
-    for cell in new.cells:
+    for done, cell in enumerate(new.cells):
+        progress("comparing", done, len(new.cells))
         before = old_by_id.get(cell.test_id)
         if before is None:
             rows.append(Change(**_base(cell, "-"), old="-", new="present", change=None, verdict=NEW,

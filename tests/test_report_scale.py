@@ -1,4 +1,4 @@
-"""The charts of large runs."""
+"""The charts and the progress of large runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import matplotlib.axes
 import pytest
 
-from ampbench.report import charts, parse_run
+from ampbench.cli import main
+from ampbench.report import charts, parse_run, progress
 
 DATA = Path(__file__).parent / "data"
 
@@ -64,3 +65,29 @@ def test_a_run_of_many_models_charts_the_first_ones_and_says_so(tmp_path, monkey
     assert len(drawn["bar"]) >= 7 and sum(drawn["bar"][:7]) == 5 * 7
     small = parse_run(_many_models(5), tmp_path / "small.json")
     assert all("are drawn;" not in c.caption for c in charts.run_charts(small))
+
+
+def test_large_runs_report_progress_on_stderr_and_small_ones_stay_quiet(tmp_path, monkeypatch, capsys):
+    run = DATA / "h100_speed_device.json"
+    assert main(["report", str(run), "--compare", str(DATA / "synthetic_h100_device.json"),
+                 "-o", str(tmp_path / "small")]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(progress, "MANY_CELLS", 20)
+    assert main(["report", str(run), "--compare", str(DATA / "synthetic_h100_device.json"),
+                 "-o", str(tmp_path / "large")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    stages = [line.split(": ", 1)[1].rsplit(" (", 1)[0] for line in err]
+    assert stages[:2] == [f"reading {run}", f"reading {DATA / 'synthetic_h100_device.json'}"]
+    assert "rendering index.html" in stages and stages[-1] == "writing the report"
+    assert all(line.startswith("ampbench report: ") for line in err)
+    assert main(["compare", str(DATA / "synthetic_h100_device.json"), str(run)]) == 1
+    assert "ampbench compare: comparing 0 of 35" in capsys.readouterr().err
+
+
+def test_progress_within_a_stage_waits_between_lines(capsys):
+    shown = progress.Progress("report", progress.MANY_CELLS, every_s=3600)
+    for done in range(1000):
+        shown("comparing", done, 1000)
+    shown("drawing the charts")
+    assert capsys.readouterr().err.splitlines() == ["ampbench report: comparing 0 of 1,000 (0 s)",
+                                                    "ampbench report: drawing the charts (0 s)"]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from ampbench.report.charts import comparison_chart, run_charts
 from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
+from ampbench.report.progress import QUIET, Progress
 from ampbench.report.run import Run
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -24,8 +25,9 @@ if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its ty
 
 
 def build_report(run: Run, comparison: "Comparison | None" = None,
-                 failures: Sequence[tuple[str, str]] = ()) -> dict[str, bytes]:
+                 failures: Sequence[tuple[str, str]] = (), progress: Progress = QUIET) -> dict[str, bytes]:
     """Every file of the report, by name, in memory: nothing touches the disk until all are made."""
+    progress("drawing the charts")
     charts = run_charts(run)
     compare_charts = []
     if comparison is not None:
@@ -33,7 +35,9 @@ def build_report(run: Run, comparison: "Comparison | None" = None,
         if chart is not None:
             compare_charts.append(chart)
     files: dict[str, bytes] = {c.filename: c.png for c in [*charts, *compare_charts]}
+    progress("rendering index.html")
     files["index.html"] = render_html(run, charts, comparison, compare_charts, failures).encode("utf-8")
+    progress("rendering summary.md")
     files["summary.md"] = render_markdown(run, comparison, failures).encode("utf-8")
     return files
 
