@@ -67,6 +67,12 @@ class Change:
     def failing(self) -> bool:
         return isinstance(self.verdict, Verdict) and self.verdict.failing
 
+    @property
+    def charted(self) -> bool:
+        """A speedup held by its interval (a speed or distributed cell's gated speedup, a compiled cell's
+        ratio over its versus side) that both runs measured: what the comparison chart draws."""
+        return self.change is not None and self.change_low is not None and self.change_high is not None
+
     def cells(self) -> list[str]:
         return [self.test_id, self.figure, self.old, self.new, fmt_pct(self.change), verdict_label(self.verdict)]
 

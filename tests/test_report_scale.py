@@ -1,4 +1,4 @@
-"""The charts and the progress of large runs."""
+"""The comparison chart's bars, and the charts and the progress of large runs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import matplotlib.axes
 import pytest
 
 from ampbench.cli import main
-from ampbench.report import charts, parse_run, progress
+from ampbench.compare import compare_runs
+from ampbench.report import charts, load_run, parse_run, progress
+from ampbench.results import DistributedRecord
 
 DATA = Path(__file__).parent / "data"
 
@@ -41,6 +43,40 @@ def drawn(monkeypatch) -> dict:
     return seen
 
 
+def test_the_comparison_chart_draws_the_gated_figure_of_every_compared_cell(drawn):
+    old, new = load_run(DATA / "synthetic_h100_device.json"), load_run(DATA / "h100_speed_device.json")
+    comparison = compare_runs(old, new)
+    gated = [r for r in comparison.rows if r.figure in ("device speedup", "speedup") and r.change is not None]
+    assert len(gated) == 35 and sum(r.figure == "device speedup" for r in gated) == 28
+    chart = charts.comparison_chart(comparison)
+    assert chart is not None and drawn["barh"] == [len(gated)]
+    labels = drawn["labels"]
+    assert len(set(labels)) == len(labels) == len(gated)
+    # a cell gated on its wall clock says so, where the chart also holds device-time bars
+    wall = [label for label, r in zip(labels, gated) if r.figure == "speedup"]
+    assert len(wall) == 7 and all(label.endswith("(wall)") for label in wall)
+    assert "resnet50 amp_fp16" in labels and "device-time speedup" in chart.caption
+
+
+def _distributed_run(path: Path, scale: float) -> Path:
+    """A CPU run of one model and mode under three comm variants, as test_ddp_speed writes it."""
+    benchmarks = []
+    for comm, speedup in (("fp32", 0.8), ("bf16_hook", 0.65), ("fp16_hook", 0.78)):
+        s = speedup * scale
+        cell = DistributedRecord(model="mlp", mode="amp_bf16", device="cpu", comm=comm, world_size=2, speedup=s,
+                                 speedup_low=0.9 * s, speedup_high=1.1 * s, rounds=8, confidence=0.99)
+        benchmarks.append({"name": f"test_ddp_speed[mlp-amp_bf16-{comm}]", "extra_info": cell.to_info()})
+    path.write_text(json.dumps({"machine_info": {"ampbench": {"device": "cpu"}}, "benchmarks": benchmarks}))
+    return path
+
+
+def test_distributed_bars_are_told_apart_by_their_comm_variant(tmp_path, drawn):
+    old = load_run(_distributed_run(tmp_path / "old.json", 1.0))
+    new = load_run(_distributed_run(tmp_path / "new.json", 0.9))
+    assert charts.comparison_chart(compare_runs(old, new)) is not None
+    assert drawn["labels"] == ["mlp amp_bf16 fp32", "mlp amp_bf16 bf16_hook", "mlp amp_bf16 fp16_hook"]
+
+
 def _many_models(models: int) -> dict:
     """A run of `models` models: the device-time capture's cells again under new model names."""
     document = json.loads((DATA / "h100_speed_device.json").read_text())
@@ -65,6 +101,21 @@ def test_a_run_of_many_models_charts_the_first_ones_and_says_so(tmp_path, monkey
     assert len(drawn["bar"]) >= 7 and sum(drawn["bar"][:7]) == 5 * 7
     small = parse_run(_many_models(5), tmp_path / "small.json")
     assert all("are drawn;" not in c.caption for c in charts.run_charts(small))
+
+
+def test_a_large_comparison_draws_its_notable_rows_and_says_so(tmp_path, monkeypatch, drawn):
+    monkeypatch.setattr(charts, "COMPARE_BARS", 12)
+    old = load_run(DATA / "synthetic_h100_device.json")
+    new = load_run(DATA / "h100_speed_device.json")
+    comparison = compare_runs(old, new)
+    chart = charts.comparison_chart(comparison)
+    assert drawn["barh"] == [12] and "The 12 most notable of 35 compared figures are drawn" in chart.caption
+    # every regression (11) makes it in, before any pass or improvement
+    regressions = {r.test_id for r in comparison.rows if r.charted and r.verdict == "regression"}
+    assert len(regressions) == 11
+    drawn_ids = {r.test_id for r in comparison.rows if r.charted and charts._cell_label(r.test_id) in
+                 {label.removesuffix(" (wall)") for label in drawn["labels"]}}
+    assert regressions <= drawn_ids
 
 
 def test_large_runs_report_progress_on_stderr_and_small_ones_stay_quiet(tmp_path, monkeypatch, capsys):
