@@ -1,9 +1,15 @@
-"""The comparison chart's bars, and the charts and the progress of large runs."""
+"""The comparison chart's bars, the charts and progress of large runs, and what a report killed halfway
+leaves behind."""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import matplotlib.axes
@@ -11,10 +17,11 @@ import pytest
 
 from ampbench.cli import main
 from ampbench.compare import compare_runs
-from ampbench.report import charts, load_run, parse_run, progress
+from ampbench.report import build_report, charts, load_run, parse_run, progress, write_report
 from ampbench.results import DistributedRecord
 
 DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -142,3 +149,64 @@ def test_progress_within_a_stage_waits_between_lines(capsys):
     shown("drawing the charts")
     assert capsys.readouterr().err.splitlines() == ["ampbench report: comparing 0 of 1,000 (0 s)",
                                                     "ampbench report: drawing the charts (0 s)"]
+
+
+KILLED_WRITE = textwrap.dedent("""
+    import os, signal, sys
+    from ampbench.report import write_report
+
+    class Files(dict):
+        def items(self):
+            yield "a.txt", b"a"
+            os.kill(os.getpid(), signal.SIGKILL)  # killed with the report half written
+
+    write_report(sys.argv[1], Files(x=b""))
+""")
+
+
+def _killed_write(out: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", KILLED_WRITE, str(out)], cwd=ROOT, capture_output=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == -signal.SIGKILL, done.stderr
+
+
+def _leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(".report."))
+
+
+def test_a_report_killed_halfway_leaves_temp_folders_the_next_one_removes(tmp_path):
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"first"})
+    _killed_write(out)
+    left = _leftovers(tmp_path)
+    assert len(left) == 1 and left[0].endswith(".tmp")
+    # another report's temp folder, whose writer is still running (this test's parent), is not touched
+    running = tmp_path / f".report.{os.getppid()}.abcdefgh.tmp"
+    running.mkdir()
+    unrelated = [tmp_path / ".report.tmp", tmp_path / ".other.1.x.tmp"]
+    for p in unrelated:
+        p.mkdir()
+    write_report(out, build_report(load_run(DATA / "cpu_smoke.json")))
+    assert _leftovers(tmp_path) == sorted([running.name, ".report.tmp"])
+    assert (tmp_path / ".other.1.x.tmp").is_dir() and (out / "index.html").read_bytes() != b"first"
+
+
+def test_a_report_killed_between_the_swaps_gets_its_previous_report_back(tmp_path, monkeypatch):
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"first"})
+    # as a kill leaves it after the previous report went aside and before the new one came in
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    old = tmp_path / f".report.{int(done.stdout)}.abcdefgh.old"
+    old.mkdir()
+    os.replace(out, old / "report")
+    write_report(tmp_path / "elsewhere", {"index.html": b"other"})
+    assert not out.exists() and old.is_dir()  # a report into another folder leaves these leftovers alone
+
+    def disk_full(self, data):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Path, "write_bytes", disk_full)
+    with pytest.raises(OSError, match="disk full"):
+        write_report(out, {"summary.md": b"second"})
+    # the next report's write failed, and the previous report stands where it was
+    assert _leftovers(tmp_path) == [] and (out / "index.html").read_text() == "first"
