@@ -50,8 +50,8 @@ def _report(args: argparse.Namespace) -> int:
     for c in own:
         print(f"{str(c.verdict).upper()}: {c.test_id}: {c.message or ''}")
     if comparison is not None:
-        if comparison.cross_device:
-            print(f"ampbench: {comparison.notes[0]}")
+        for note in comparison.notes[:comparison.headlines]:
+            print(f"ampbench: {note}")
         for r in comparison.failures:
             print(f"{str(r.verdict).upper()} against {args.compare.name}: {r.message}")
         for r in comparison.missing:
@@ -159,17 +159,20 @@ def _fidelity(args: argparse.Namespace) -> int:
     smoke = device.type != "cuda"
     configure_backends(device, cudnn_benchmark=args.cudnn_benchmark)
     if smoke:
-        print(f"ampbench fidelity: no CUDA device ({device}): smoke shapes, the figures say nothing about a GPU")
+        print(f"ampbench fidelity: no CUDA device ({device}): smoke shapes, the figures say nothing about a GPU "
+              "and no difference fails the check")
     worst = 0.0
     for row in fidelity.check(cells, device, smoke, args.repeats):
         print(fidelity.format_row(row), flush=True)
         worst = max(worst, abs(row.difference))
-    print(f"fidelity worst |difference| {worst:.2%} (target: within {args.target:.0%})", flush=True)
+    held = "not held on a smoke run" if smoke else f"target: within {args.target:.0%}"
+    print(f"fidelity worst |difference| {worst:.2%} ({held})", flush=True)
     for model, mode in cells if args.naive else ():
         good, naive = fidelity.practice_gap(model, mode, device, smoke)
         print(f"practice {model:9s} {mode:9s} good practice {good:.3f}x, naive loop {naive:.3f}x: good practice "
               f"is worth {good / naive - 1:+.1%} (both against the same plain fp32 loop)", flush=True)
-    return EXIT_REGRESSION if worst > args.target else EXIT_OK
+    # a smoke run only shows the check works: a difference of tiny shapes on a CPU is no finding
+    return EXIT_REGRESSION if worst > args.target and not smoke else EXIT_OK
 
 
 def _fp8_width(args: argparse.Namespace) -> int:

@@ -76,6 +76,15 @@ def fmt_accuracy(value: float | None) -> str:
     return f"{value:.2%}" if value <= 1.0 else f"{value:.2f}%"
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def device_noun(run: Run) -> str:
+    """What a run's cells trained on, as its pages name it: "GPU", or "device" on a CPU smoke run."""
+    return "device" if run.smoke else "GPU"
+
+
 def verdict_label(verdict: Verdict | str | None) -> str:
     if not verdict:
         return DASH
