@@ -92,3 +92,4 @@ def test_help_describes_the_check_and_its_exit_status(capsys):
     out = capsys.readouterr().out
     assert info.value.code == 0 and "plain, hand-written training loop" in out and "--naive" in out
     assert "Exit status: 0 every difference within --target, 1 one beyond it" in " ".join(out.split())
+    assert "0 on the CPU" in " ".join(out.split())
