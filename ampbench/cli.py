@@ -36,14 +36,14 @@ def _read(path: Path, progress: Progress) -> Run:
 
 def _report(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    progress = Progress.for_files("report", [args.run, args.compare])
-    run, old = (_read(path, progress) if path else None for path in (args.run, args.compare))
-    progress.cells(max(len(run.cells), len(old.cells) if old else 0))
-    comparison = compare_runs(old, run, **_tolerances(args), progress=progress) if old else None
-    failures = failed_tests(args.junit) if args.junit else ()
-    files = build_report(run, comparison, failures, progress)
-    progress("writing the report")
-    written = write_report(args.output, files)
+    with Progress.for_files("report", [args.run, args.compare]) as progress:
+        run, old = (_read(path, progress) if path else None for path in (args.run, args.compare))
+        progress.cells(max(len(run.cells), len(old.cells) if old else 0))
+        comparison = compare_runs(old, run, **_tolerances(args), progress=progress) if old else None
+        failures = failed_tests(args.junit) if args.junit else ()
+        files = build_report(run, comparison, failures, progress)
+        progress("writing the report")
+        written = write_report(args.output, files)
     print(f"ampbench: report of {args.run} ({len(run.cells)} results, {run.gpu}) written to "
           f"{written}/index.html in {time.perf_counter() - t0:.1f} s")
     own = [c for c in run.cells if c.verdict is not None and c.verdict.failing]
@@ -63,11 +63,13 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    progress = Progress.for_files("compare", [args.old, args.new])
-    old, new = (_read(path, progress) for path in (args.old, args.new))
-    progress.cells(max(len(old.cells), len(new.cells)))
-    comparison = compare_runs(old, new, **_tolerances(args), progress=progress)
-    sys.stdout.write(format_text(comparison, all_rows=not args.changes_only))
+    with Progress.for_files("compare", [args.old, args.new]) as progress:
+        old, new = (_read(path, progress) for path in (args.old, args.new))
+        progress.cells(max(len(old.cells), len(new.cells)))
+        comparison = compare_runs(old, new, **_tolerances(args), progress=progress)
+        progress("writing the table")
+        text = format_text(comparison, all_rows=not args.changes_only)
+    sys.stdout.write(text)
     if args.markdown is not None:
         with open(args.markdown, "a", encoding="utf-8") as f:
             f.write("\n".join(render_comparison_markdown(comparison)) + "\n")

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import matplotlib.axes
@@ -140,6 +141,18 @@ def test_large_runs_report_progress_on_stderr_and_small_ones_stay_quiet(tmp_path
     assert all(line.startswith("ampbench report: ") for line in err)
     assert main(["compare", str(DATA / "synthetic_h100_device.json"), str(run)]) == 1
     assert "ampbench compare: comparing 0 of 35" in capsys.readouterr().err
+
+
+def test_a_long_stage_is_said_again_every_few_seconds_until_the_command_ends(capsys):
+    with progress.Progress("report", progress.MANY_CELLS, every_s=0.05) as shown:
+        shown("rendering index.html")
+        deadline = time.monotonic() + 10
+        while shown.last < shown.start + 0.1 and time.monotonic() < deadline:
+            time.sleep(0.02)  # one long call, as rendering a page is
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 2 and all(line.startswith("ampbench report: rendering index.html (") for line in lines)
+    time.sleep(0.2)
+    assert capsys.readouterr().err == ""
 
 
 def test_progress_within_a_stage_waits_between_lines(capsys):

@@ -1,10 +1,11 @@
 """Progress of `ampbench report` and `ampbench compare` on large runs: a line on stderr as each stage
-starts, and within a stage at most every few seconds, so a report of a hundred thousand cells never
-sits silent. Runs of fewer than MANY_CELLS cells take a few seconds and print nothing."""
+starts, and every few seconds while one lasts, so a report of a hundred thousand cells never sits
+silent. Runs of fewer than MANY_CELLS cells take a few seconds and print nothing."""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterable, TextIO
@@ -15,7 +16,9 @@ CELL_BYTES = 3000  # about the fewest bytes a cell takes in a run JSON: what tel
 
 
 class Progress:
-    """Says what a command is doing on a run of `cells` cells, when there are MANY_CELLS or more."""
+    """Says what a command is doing on a run of `cells` cells, when there are MANY_CELLS or more. Used as
+    a context manager, it also repeats the stage under way every `every_s` seconds (from a thread, as a
+    stage may be one long call: rendering a page, reading a file)."""
 
     def __init__(self, command: str, cells: int, stream: TextIO | None = None, every_s: float = EVERY_S):
         self.command = command
@@ -25,6 +28,10 @@ class Progress:
         self.start = time.monotonic()
         self.last = -every_s
         self.stage = ""
+        self.count = ""
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._beat: threading.Thread | None = None
 
     @classmethod
     def for_files(cls, command: str, paths: Iterable[Path | None]) -> Progress:
@@ -47,13 +54,32 @@ class Progress:
         most every `every_s` seconds."""
         if not self.on:
             return
-        now = time.monotonic()
-        if stage == self.stage and now - self.last < self.every_s:
-            return
-        self.stage, self.last = stage, now
-        count = f" {done:,} of {total:,}" if done is not None and total is not None else ""
-        print(f"ampbench {self.command}: {stage}{count} ({now - self.start:.0f} s)", file=self.stream or sys.stderr,
-              flush=True)
+        with self._lock:
+            self.count = f" {done:,} of {total:,}" if done is not None and total is not None else ""
+            if stage != self.stage or time.monotonic() - self.last >= self.every_s:
+                self.stage = stage
+                self._say()
+
+    def _say(self) -> None:
+        self.last = time.monotonic()
+        print(f"ampbench {self.command}: {self.stage}{self.count} ({self.last - self.start:.0f} s)",
+              file=self.stream or sys.stderr, flush=True)
+
+    def _repeat(self) -> None:
+        while not self._done.wait(self.every_s / 4):
+            with self._lock:
+                if self.on and self.stage and time.monotonic() - self.last >= self.every_s:
+                    self._say()
+
+    def __enter__(self) -> Progress:
+        self._beat = threading.Thread(target=self._repeat, name="ampbench-progress", daemon=True)
+        self._beat.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._beat is not None:
+            self._beat.join()
 
 
 QUIET = Progress("", 0)  # for callers that want no progress
