@@ -15,6 +15,7 @@ import argparse
 import copy
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -47,12 +48,17 @@ def synthetic_run(cells: int, scale: float = 1.0, source: Path = SOURCE) -> dict
     return dict(document, benchmarks=benches)
 
 
-def timed(command: list[str]) -> tuple[float, int, str]:
-    """(seconds, exit status, stderr) of one command, run with this checkout first on the path."""
+def timed(command: list[str]) -> tuple[float, float, int, str]:
+    """(wall seconds, CPU seconds, exit status, stderr) of one command, run with this checkout first on the
+    path; the CPU seconds tell its cost apart from other work on a shared machine."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
-    return time.perf_counter() - t0, done.returncode, done.stderr.strip()
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu, done.returncode, done.stderr.strip()
 
 
 def main() -> int:
@@ -75,8 +81,8 @@ def main() -> int:
                                                 "-o", f"{tmp}/c{n}"]
                 commands["compare"] = [*ampbench, "compare", str(old), str(run)]
             for name, command in commands.items():
-                seconds, status, err = timed(command)
-                print(f"{name:17s} N={n:<7d} {seconds:7.1f} s  exit {status}", flush=True)
+                wall, cpu, status, err = timed(command)
+                print(f"{name:17s} N={n:<7d} {wall:7.1f} s wall {cpu:7.1f} s CPU  exit {status}", flush=True)
                 if status not in (0, 1):
                     print(err, file=sys.stderr)
     return 0
