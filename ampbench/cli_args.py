@@ -189,7 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "--repeats times each, and print both and their difference. Only the autocast modes have a "
                     "plain loop. On the CPU the models run their smoke shapes, and the figures only show that the "
                     "check works.",
-        epilog="Exit status: 0 every difference within --target, 1 one beyond it, 2 bad usage.",
+        epilog="Exit status: 0 every difference within --target, 1 one beyond it, 2 bad usage; 0 on the CPU, "
+               "where the smoke shapes' differences are no finding.",
     )
     fid.add_argument("cells", nargs="*", metavar="MODEL:MODE",
                      help="cells to check (default: resnet50 and gpt, each in amp_bf16 and amp_fp16)")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ampbench.report.format import fmt_number, fmt_pct, fmt_speedup, verdict_label
+from ampbench.report.progress import QUIET, Progress
 from ampbench.results import (
     VERDICT_ORDER,
     ConvergenceRecord,
@@ -66,6 +67,12 @@ class Change:
     def failing(self) -> bool:
         return isinstance(self.verdict, Verdict) and self.verdict.failing
 
+    @property
+    def charted(self) -> bool:
+        """A speedup held by its interval (a speed or distributed cell's gated speedup, a compiled cell's
+        ratio over its versus side) that both runs measured: what the comparison chart draws."""
+        return self.change is not None and self.change_low is not None and self.change_high is not None
+
     def cells(self) -> list[str]:
         return [self.test_id, self.figure, self.old, self.new, fmt_pct(self.change), verdict_label(self.verdict)]
 
@@ -77,6 +84,7 @@ class Comparison:
     rows: list[Change]
     notes: list[str] = field(default_factory=list)  # e.g. the software changed between the runs
     cross_device: bool = False  # judged across devices on request: the verdicts are about ratios only
+    headlines: int = 0  # how many of `notes`, from the first, a reader must see before any verdict
 
     def counts(self) -> dict[Verdict | str, int]:
         order = [*VERDICT_ORDER, MISSING, NEW]
@@ -225,7 +233,8 @@ def compare_cells(old: Record, new: Record, *, tolerance: float = DEFAULT_TOLERA
 
 def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
                  memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE,
-                 accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE, cross_device: bool = False) -> Comparison:
+                 accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE, cross_device: bool = False,
+                 progress: Progress = QUIET) -> Comparison:
     """Every test of either run, matched by test id, in the new run's order (then the old-only ones).
 
     Runs from different devices raise CompareError unless `cross_device`: a CPU smoke run's speedups are
@@ -240,7 +249,8 @@ def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
     old_by_id = {c.test_id: c for c in old.cells}
     new_ids = {c.test_id for c in new.cells}
     rows: list[Change] = []
-    for cell in new.cells:
+    for done, cell in enumerate(new.cells):
+        progress("comparing", done, len(new.cells))
         before = old_by_id.get(cell.test_id)
         if before is None:
             rows.append(Change(**_base(cell, "-"), old="-", new="present", change=None, verdict=NEW,
@@ -252,10 +262,14 @@ def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
         if cell.test_id not in new_ids:
             rows.append(Change(**_base(cell, "-"), old="present", new="-", change=None, verdict=MISSING,
                                message="not in the new run (deselected, skipped or crashed)"))
-    return Comparison(old, new, rows, _notes(old, new, different), cross_device=different)
+    notes = _notes(old, new, different)
+    headlines = int(different) + int(old.smoke or new.smoke)
+    return Comparison(old, new, rows, notes, cross_device=different, headlines=headlines)
 
 
 def _notes(old: Run, new: Run, cross_device: bool) -> list[str]:
+    """What to know before reading the verdicts: first whether the runs ran on different devices, and whether
+    a run is a CPU smoke run (the comparison's `headlines`); then how their devices and software differ."""
     notes = []
     if cross_device:
         notes.append(
@@ -263,7 +277,14 @@ def _notes(old: Run, new: Run, cross_device: bool) -> list[str]:
             "ratios over fp32 only (speedup, memory ratio, largest batch ratio, accuracy); absolute step times, "
             "throughput and memory do not compare, and a ratio may well differ between devices without a regression."
         )
-    elif old.gpu != new.gpu:
+    smoke = [r for r in (old, new) if r.smoke]
+    if len(smoke) == 2:
+        notes.append("SMOKE RUNS: both runs are CPU smoke runs (tiny shapes that check the code path): the verdicts, "
+                     "changes and tolerances below say nothing about a GPU's speed.")
+    elif smoke:
+        notes.append(f"SMOKE RUN: {smoke[0].path.name} is a CPU smoke run (tiny shapes that check the code path): "
+                     "its figures say nothing about a GPU's speed.")
+    if not cross_device and old.gpu != new.gpu:
         notes.append(
             f"The runs name their device differently ({old.gpu} and {new.gpu}): speedups over fp32 compare, "
             "absolute step times and throughput may not."
@@ -284,10 +305,11 @@ def format_text(comparison: Comparison, *, all_rows: bool = True) -> str:
     headers = ["test", "figure", "old", "new", "change", "verdict"]
     table = [headers] + [[*r.cells()[:5], str(r.verdict)] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
-    # a cross-device judgement says so first, before anyone reads a verdict
-    lines = [comparison.notes[0], ""] if comparison.cross_device else []
+    # a smoke run or a cross-device judgement says so first, before anyone reads a verdict
+    first = comparison.headlines
+    lines = [*comparison.notes[:first], ""] if first else []
     lines += [f"old: {comparison.old.path} ({comparison.old.gpu})", f"new: {comparison.new.path} ({comparison.new.gpu})"]
-    lines += [f"note: {n}" for n in comparison.notes[1 if comparison.cross_device else 0:]]
+    lines += [f"note: {n}" for n in comparison.notes[first:]]
     lines.append("")
     for i, row in enumerate(table):
         lines.append("  ".join(c.ljust(w) if j < 1 else c.rjust(w) if j in (2, 3, 4) else c.ljust(w)

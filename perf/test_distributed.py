@@ -170,7 +170,8 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
                 verdicts[name] = Verdict.INCONCLUSIVE
     order = [Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE, Verdict.PASS, Verdict.IMPROVED]
     verdict = min(verdicts.values(), key=order.index)
-    message = _message(what, figs, speed_check, eff_check, verdicts, confirmation)
+    message = _message(what, figs, speed_check, eff_check, verdicts, confirmation,
+                       gpu=perf_device.type == "cuda")
 
     moved = all(d["weights_moved"] for d in docs)
     scales = [d.get("loss_scale") for d in docs]
@@ -226,7 +227,9 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
                                   f"`pytest perf/test_distributed.py --perf-update-baselines`"))
 
 
-def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dict, confirmation) -> str:
+def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dict, confirmation, gpu: bool) -> str:
+    """The cell's message; a CPU run's ranks are processes, and it names them so."""
+    rank = "GPU" if gpu else "rank"
     parts = [f"{what}: speedup over fp32 under the same parallelism {figs.speedup}"]
     if speed_check:
         parts.append(f"against baseline {speed_check.expected:.3f}x, line {speed_check.line:.3f}x "
@@ -237,17 +240,17 @@ def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dic
         if eff_check:
             parts.append(f"against baseline {eff_check.expected:.1%}, line {eff_check.line:.1%} "
                          f"({verdicts['scaling efficiency'].value})")
-    parts.append(f"{figs.throughput_per_gpu:.1f} samples/s per GPU")
+    parts.append(f"{figs.throughput_per_gpu:.1f} samples/s per {rank}")
     if figs.comm_share is not None:
         overlap = f", {figs.comm_overlap:.0%} of it overlapped" if figs.comm_overlap is not None else ""
         parts.append(f"NCCL kernels {figs.comm_share:.0%} of a step{overlap}")
     if figs.host_bound:
-        parts.append(f"host-bound: a GPU sat idle {figs.idle_share:.0%} of the mode's step waiting for its host, "
+        parts.append(f"host-bound: a {rank} sat idle {figs.idle_share:.0%} of the mode's step waiting for its host, "
                      f"so a drop is the host's and is not failed")
     if confirmation is not None:
         parts.append(f"confirming launch {confirmation.speedup}")
     if not speed_check:
-        parts.append("no baseline for this GPU model and count")
+        parts.append(f"no baseline for this {'GPU model' if gpu else 'device'} and {rank} count")
     return "; ".join(parts)
 
 

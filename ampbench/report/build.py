@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from ampbench.report.charts import comparison_chart, run_charts
 from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
+from ampbench.report.progress import QUIET, Progress
 from ampbench.report.run import Run
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -24,8 +25,9 @@ if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its ty
 
 
 def build_report(run: Run, comparison: "Comparison | None" = None,
-                 failures: Sequence[tuple[str, str]] = ()) -> dict[str, bytes]:
+                 failures: Sequence[tuple[str, str]] = (), progress: Progress = QUIET) -> dict[str, bytes]:
     """Every file of the report, by name, in memory: nothing touches the disk until all are made."""
+    progress("drawing the charts")
     charts = run_charts(run)
     compare_charts = []
     if comparison is not None:
@@ -33,7 +35,9 @@ def build_report(run: Run, comparison: "Comparison | None" = None,
         if chart is not None:
             compare_charts.append(chart)
     files: dict[str, bytes] = {c.filename: c.png for c in [*charts, *compare_charts]}
+    progress("rendering index.html")
     files["index.html"] = render_html(run, charts, comparison, compare_charts, failures).encode("utf-8")
+    progress("rendering summary.md")
     files["summary.md"] = render_markdown(run, comparison, failures).encode("utf-8")
     return files
 
@@ -66,11 +70,42 @@ def _foreign_entries(directory: Path) -> list[str]:
     return foreign
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process, or one that cannot be asked: not ours to touch
+    return True
+
+
+def _clean_leftovers(directory: Path, parent: Path) -> None:
+    """Remove what a report into `directory` killed halfway left beside it: the temp folders
+    ``.<name>.<pid>.<random>.tmp`` and ``.old`` whose writer (its pid) is no longer running. Where the kill
+    came between moving the previous report aside and the new one in, the previous one is put back first."""
+    prefix = f".{directory.name}."
+    for entry in sorted(parent.iterdir(), key=lambda p: p.name):
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith((".tmp", ".old"))):
+            continue
+        pid = name[len(prefix):].split(".", 1)[0]
+        if not pid.isascii() or not pid.isdigit() or int(pid) <= 0 or _alive(int(pid)):
+            continue
+        if not entry.is_dir() or entry.is_symlink():
+            continue
+        previous = entry / "report"
+        if name.endswith(".old") and not directory.exists() and previous.is_dir() and not previous.is_symlink():
+            os.replace(previous, directory)
+        shutil.rmtree(entry, ignore_errors=True)
+
+
 def write_report(directory: Path | str, files: Mapping[str, bytes]) -> Path:
     """Write the report into a temp folder beside `directory`, then swap it in, so a reader never
     sees half a report and a failure leaves the previous one in place. The report lists its files in
     REPORT_MARKER; an existing `directory` is replaced only if it is empty or holds nothing but what
-    its marker lists, so files of anyone else are never deleted. Returns the folder."""
+    its marker lists, so files of anyone else are never deleted. The temp folders of a report into the
+    same folder that was killed halfway are removed first. Returns the folder."""
     directory = Path(directory)
     if REPORT_MARKER in files or any(name != Path(name).name for name in files):
         raise ValueError(f"report file names must be plain names other than {REPORT_MARKER}: {sorted(files)}")
@@ -89,7 +124,10 @@ def write_report(directory: Path | str, files: Mapping[str, bytes]) -> Path:
             )
     parent = directory.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".tmp", dir=parent))
+    _clean_leftovers(directory, parent)
+    # the writer's pid in the temp folders' names tells a later report which ones were left by a kill
+    prefix = f".{directory.name}.{os.getpid()}."
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent))
     old = None
     swapped = False
     try:
@@ -99,7 +137,7 @@ def write_report(directory: Path | str, files: Mapping[str, bytes]) -> Path:
         (tmp / REPORT_MARKER).write_bytes(json.dumps(marker, indent=1).encode("utf-8"))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; a report is meant to be shared
         if directory.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".old", dir=parent))
+            old = Path(tempfile.mkdtemp(prefix=prefix, suffix=".old", dir=parent))
             os.replace(directory, old / "report")
         os.replace(tmp, directory)
         swapped = True

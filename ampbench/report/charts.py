@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from ampbench.report.run import Run, order_modes
 from ampbench.report.speed_cells import DEVICE, METHODS, WALL, SpeedFigure, has_figure, used_methods
 from ampbench.results import MemoryRecord, Record, SpeedRecord
-from ampbench.verdict import Verdict
+from ampbench.verdict import VERDICT_ORDER, Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
     from ampbench.compare import Comparison
@@ -65,6 +65,19 @@ def _mode_color(mode: str, modes: Sequence[str]) -> str:
     return spare[modes.index(mode) % len(spare)]
 
 
+# models a bar chart draws: past this many, bars are a pixel or two wide and a chart tells nothing the
+# tables do not (and drawing one costs about a millisecond a bar)
+CHART_MODELS = 40
+
+
+def _first_models(models: list[str], what: str) -> tuple[list[str], str]:
+    """The models a chart draws, and the sentence its caption adds where it leaves some out."""
+    if len(models) <= CHART_MODELS:
+        return models, ""
+    return models[:CHART_MODELS], (f" The first {CHART_MODELS} of the run's {len(models)} models with {what} are "
+                                   "drawn; every cell is in the tables.")
+
+
 def _grouped_bars(
     run: Run,
     kind: type[Record],
@@ -79,13 +92,16 @@ def _grouped_bars(
     log: bool = False,
     hatched: Callable[[Any], bool] | None = None,
     hatched_label: str = "",
-) -> bytes | None:
-    """Bars grouped by model, one colour per mode; None when no cell has a value. Bars of cells for
-    which `hatched` is true are drawn hatched (a figure other than the chart's own)."""
+) -> tuple[bytes, str] | None:
+    """Bars grouped by model, one colour per mode, and the sentence the caption adds where some models
+    are left out (CHART_MODELS); None when no cell has a value. Bars of cells for which `hatched` is
+    true are drawn hatched (a figure other than the chart's own)."""
     cells = [c for c in run.of_kind(kind) if value(c) is not None and value(c) > (0 if log else -math.inf)]
     if not cells:
         return None
-    models = list(dict.fromkeys(c.model for c in cells))
+    models, left_out = _first_models(list(dict.fromkeys(c.model for c in cells)), "this figure")
+    drawn = set(models)
+    cells = [c for c in cells if c.model in drawn]
     modes = order_modes(c.mode for c in cells)
     plt = _pyplot()
     width = min(0.8 / max(len(modes), 1), 0.3)
@@ -141,7 +157,7 @@ def _grouped_bars(
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(ncol=min(len(modes) + (1 if marked else 0) + (1 if any_hatched else 0), 9), fontsize=8, frameon=False,
               loc="upper center", bbox_to_anchor=(0.5, -0.22 if crowded else -0.12))
-    return _png(fig)
+    return _png(fig), left_out
 
 
 def _png(fig) -> bytes:
@@ -159,9 +175,10 @@ def run_charts(run: Run) -> list[Chart]:
     """The charts of one run; a chart without data (e.g. memory on a CPU smoke run) is left out."""
     charts: list[Chart] = []
 
-    def add(filename: str, title: str, caption: str, png: bytes | None) -> None:
-        if png is not None:
-            charts.append(Chart(filename, title, caption, png))
+    def add(filename: str, title: str, caption: str, drawn: tuple[bytes, str] | None) -> None:
+        if drawn is not None:
+            png, left_out = drawn
+            charts.append(Chart(filename, title, caption + left_out, png))
 
     add("speedup.png", *_speedup_chart(run))
 
@@ -187,7 +204,7 @@ def run_charts(run: Run) -> list[Chart]:
     return charts
 
 
-def _speedup_chart(run: Run) -> tuple[str, str, bytes | None]:
+def _speedup_chart(run: Run) -> tuple[str, str, tuple[bytes, str] | None]:
     """(title, caption, PNG) of the speedup chart: device-time speedups where the run measured them (the
     gate's figure), each cell's wall-clock speedup where it did not; the title and caption say which."""
     device = has_figure(run, DEVICE)
@@ -212,31 +229,70 @@ def _speedup_chart(run: Run) -> tuple[str, str, bytes | None]:
                "interval; black dash: the baseline it was held against. Above the dashed line at 1 the mode is faster.")
     if mixed:
         caption += " Hatched bars: wall-clock speedups of cells that measured no device time."
-    png = _grouped_bars(run, SpeedRecord, lambda c: c.speedup_of(figure(c).device), title=f"{title} — {run.gpu}",
-                        ylabel="speedup (x)", interval=interval,
-                        marker=lambda c: c.device_baseline_speedup if figure(c).device else c.baseline_speedup,
-                        marker_label="baseline", reference_line=1.0,
-                        hatched=(lambda c: figure(c) is WALL) if mixed else None, hatched_label="wall clock")
-    return title, caption, png
+    drawn = _grouped_bars(run, SpeedRecord, lambda c: c.speedup_of(figure(c).device), title=f"{title} — {run.gpu}",
+                          ylabel="speedup (x)", interval=interval,
+                          marker=lambda c: c.device_baseline_speedup if figure(c).device else c.baseline_speedup,
+                          marker_label="baseline", reference_line=1.0,
+                          hatched=(lambda c: figure(c) is WALL) if mixed else None, hatched_label="wall clock")
+    return title, caption, drawn
+
+
+# bars of the comparison chart: past this many, the notable rows are drawn
+COMPARE_BARS = 200
+
+
+def _cell_label(test_id: str) -> str:
+    """A test by its parameters: 'test_ddp_speed[mlp-amp_bf16-bf16_hook]' -> 'mlp amp_bf16 bf16_hook'."""
+    inside = test_id[test_id.find("[") + 1:-1] if "[" in test_id and test_id.endswith("]") else test_id
+    return inside.replace("-", " ") or test_id
+
+
+def _bar_labels(rows: Sequence) -> list[str]:
+    """Each bar's cell and, where the chart holds more than one kind of figure, which one it is; the full
+    test id where two cells' parameters read the same (a DDP and an FSDP2 cell)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[_cell_label(r.test_id)] = counts.get(_cell_label(r.test_id), 0) + 1
+    mixed = len({r.figure for r in rows}) > 1
+    labels = []
+    for r in rows:
+        label = _cell_label(r.test_id)
+        label = r.test_id if counts[label] > 1 else label
+        labels.append(f"{label} ({'wall' if r.figure == 'speedup' else r.figure})"
+                      if mixed and r.figure != "device speedup" else label)
+    return labels
+
+
+def _notable_first(rows: list) -> tuple[list, str]:
+    """At most COMPARE_BARS rows, in the comparison's order: failing and inconclusive verdicts first, then
+    the largest changes; and the sentence the caption adds where some are left out."""
+    if len(rows) <= COMPARE_BARS:
+        return rows, ""
+    rank = {v: i for i, v in enumerate(VERDICT_ORDER)}
+    chosen = sorted(range(len(rows)), key=lambda i: (rank.get(rows[i].verdict, len(rank)), -abs(rows[i].change)))
+    kept = sorted(chosen[:COMPARE_BARS])
+    return [rows[i] for i in kept], (f" The {COMPARE_BARS} most notable of {len(rows)} compared figures are drawn "
+                                     "(by verdict, then by the size of the change); every one is in the table.")
 
 
 def comparison_chart(comparison: "Comparison") -> Chart | None:
-    """Relative change of each speed test's speedup, new run against old, coloured by its verdict."""
-    rows = [r for r in comparison.rows if r.figure == "speedup" and r.change is not None]
+    """Relative change of the figure each cell is gated on, new run against old, coloured by its verdict."""
+    rows, left_out = _notable_first([r for r in comparison.rows if r.charted])
     if not rows:
         return None
     plt = _pyplot()
+    labels = _bar_labels(rows)
     height = max(2.5, 0.8 + 0.19 * len(rows))
     fig, ax = plt.subplots(figsize=(11, height), dpi=100)
-    label_chars = max(len(f"{r.model} {r.mode}") for r in rows)
+    label_chars = max(len(label) for label in labels)
     fig.subplots_adjust(left=min(0.45, 0.03 + 0.0065 * label_chars), right=0.98,
                         top=1 - 0.45 / height, bottom=0.55 / height)
     ys = list(range(len(rows)))[::-1]
     changes = [r.change for r in rows]
     colors = [VERDICT_COLORS.get(r.verdict, "#999") for r in rows]
     ax.barh(ys, changes, color=colors, height=0.7, zorder=2)
-    lo = [max(r.change - r.change_low, 0) if r.change_low is not None else 0 for r in rows]
-    hi = [max(r.change_high - r.change, 0) if r.change_high is not None else 0 for r in rows]
+    lo = [max(r.change - r.change_low, 0) for r in rows]
+    hi = [max(r.change_high - r.change, 0) for r in rows]
     ax.errorbar(changes, ys, xerr=[lo, hi], fmt="none", ecolor="#222", elinewidth=0.9, capsize=1.5, zorder=3)
     lines = [(y, -r.tolerance) for y, r in zip(ys, rows) if r.tolerance is not None]
     if lines:
@@ -245,16 +301,19 @@ def comparison_chart(comparison: "Comparison") -> Chart | None:
         ax.legend(fontsize=8, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), borderaxespad=0.2)
     ax.axvline(0, color="#444", linewidth=1)
     ax.set_yticks(ys)
-    ax.set_yticklabels([f"{r.model} {r.mode}" for r in rows], fontsize=8)
+    ax.set_yticklabels(labels, fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:+.0%}"))
-    ax.set_xlabel("change of speedup over fp32, new against old")
+    ax.set_xlabel("change of the gated speedup, new against old")
     ax.set_title(f"Change per test — {comparison.new.gpu}", loc="left", fontsize=12)
     ax.grid(axis="x", color="#ddd", zorder=0)
     ax.spines[["top", "right"]].set_visible(False)
     return Chart(
         "compare.png", "Change per test",
-        "Relative change of each speedup against the old run, with the new run's interval; colour is the verdict "
-        "(red: regression, orange: inconclusive, green: pass, blue: improved); red tick: the cell's regression line.",
+        "Relative change of the figure each cell is gated on, against the old run: its device-time speedup where "
+        "both runs measured one the same way, else its wall-clock speedup (marked wall where the chart holds both), "
+        "and a compiled cell's ratio over its versus side; whiskers: the new run's interval; colour: the verdict "
+        "(red: regression, orange: inconclusive, green: pass, blue: improved); red tick: the cell's regression line."
+        + left_out,
         _png(fig),
     )

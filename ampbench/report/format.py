@@ -76,6 +76,15 @@ def fmt_accuracy(value: float | None) -> str:
     return f"{value:.2%}" if value <= 1.0 else f"{value:.2f}%"
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def device_noun(run: Run) -> str:
+    """What a run's cells trained on, as its pages name it: "GPU", or "device" on a CPU smoke run."""
+    return "device" if run.smoke else "GPU"
+
+
 def verdict_label(verdict: Verdict | str | None) -> str:
     if not verdict:
         return DASH
@@ -176,47 +185,51 @@ def model_rows(run: Run) -> dict[str, list[Row]]:
     """Per model, one Row per mode: mode, step time, memory and accuracy with the suite's speedup,
     interval and verdict beside them. A mode's step time sits beside fp32's in the same rounds, so
     the two agree with its speedup (fp32's own cell ran in other rounds)."""
+    modes_of: dict[str, list[str]] = {}
+    for c in run.cells:
+        modes_of.setdefault(c.model, []).append(c.mode)
+    references = _reference_rows(run)
     tables: dict[str, list[Row]] = {}
-    for model in run.models():
-        rows = []
-        modes = order_modes(c.mode for c in run.cells if c.model == model)
-        for mode in modes:
-            speed = run.cell(SpeedRecord, model, mode)
-            mem = run.cell(MemoryRecord, model, mode)
-            conv = run.cell(ConvergenceRecord, model, mode)
-            if speed is None and mem is None and conv is None:
-                continue  # e.g. only an input-pipeline cell: listed in its own table
-            messages = tuple(f"{c.kind}: {c.message}" for c in (speed, mem, conv) if c is not None and c.message)
-            rows.append(
-                Row(
-                    mode=mode,
-                    step_ms=speed.step_ms if speed else None,
-                    step_ms_ref=speed.step_ms_ref if speed and mode != REFERENCE_MODE else None,
-                    throughput=speed.throughput if speed else None,
-                    speedup=speed.estimate() if speed else None,
-                    speedup_value=speed.speedup if speed else None,
-                    baseline=speed.baseline_speedup if speed else None,
-                    verdict=speed.verdict if speed else None,
-                    peak_mem=_first(mem and mem.peak_mem_bytes, speed and speed.peak_mem_bytes),
-                    memory_ratio=_first(mem and mem.memory_ratio, speed and speed.memory_ratio),
-                    max_batch=mem.max_batch if mem else None,
-                    max_batch_ratio=mem.max_batch_ratio if mem else None,
-                    tflops=speed.tflops if speed else None,
-                    accuracy=conv.accuracy if conv else None,
-                    memory_verdict=mem.verdict if mem else None,
-                    convergence=conv.verdict if conv else None,
-                    messages=messages,
-                    across=speed.across_runs() if speed else None,
-                    max_batch_searched=mem.batch_searched if mem else True,
-                )
-            )
-        if rows and REFERENCE_MODE not in modes:
-            ref = _reference_row(run, model)
-            if ref is not None:
-                rows.insert(0, ref)
+    for model, met in modes_of.items():
+        modes = order_modes(met)
+        rows = [row for row in (_row(run, model, mode) for mode in modes) if row is not None]
+        if rows and REFERENCE_MODE not in modes and model in references:
+            rows.insert(0, references[model])
         if rows:
             tables[model] = rows
     return tables
+
+
+def _row(run: Run, model: str, mode: str) -> Row | None:
+    """The row of one mode of one model; None where it has no speed, memory or convergence cell (e.g.
+    only an input-pipeline cell: listed in its own table)."""
+    speed = run.cell(SpeedRecord, model, mode)
+    mem = run.cell(MemoryRecord, model, mode)
+    conv = run.cell(ConvergenceRecord, model, mode)
+    if speed is None and mem is None and conv is None:
+        return None
+    messages = tuple(f"{c.kind}: {c.message}" for c in (speed, mem, conv) if c is not None and c.message)
+    return Row(
+        mode=mode,
+        step_ms=speed.step_ms if speed else None,
+        step_ms_ref=speed.step_ms_ref if speed and mode != REFERENCE_MODE else None,
+        throughput=speed.throughput if speed else None,
+        speedup=speed.estimate() if speed else None,
+        speedup_value=speed.speedup if speed else None,
+        baseline=speed.baseline_speedup if speed else None,
+        verdict=speed.verdict if speed else None,
+        peak_mem=_first(mem and mem.peak_mem_bytes, speed and speed.peak_mem_bytes),
+        memory_ratio=_first(mem and mem.memory_ratio, speed and speed.memory_ratio),
+        max_batch=mem.max_batch if mem else None,
+        max_batch_ratio=mem.max_batch_ratio if mem else None,
+        tflops=speed.tflops if speed else None,
+        accuracy=conv.accuracy if conv else None,
+        memory_verdict=mem.verdict if mem else None,
+        convergence=conv.verdict if conv else None,
+        messages=messages,
+        across=speed.across_runs() if speed else None,
+        max_batch_searched=mem.batch_searched if mem else True,
+    )
 
 
 def _first(*values: float | None) -> float | None:
@@ -226,18 +239,19 @@ def _first(*values: float | None) -> float | None:
     return None
 
 
-def _reference_row(run: Run, model: str) -> Row | None:
-    """The fp32 line from the reference figures every speed cell carries, where the run has no fp32
-    cell of its own (so the table still reads fp32 first)."""
+def _reference_rows(run: Run) -> dict[str, Row]:
+    """Per model, the fp32 line from the reference figures its first speed cell that has them carries,
+    for a model without an fp32 cell of its own (so its table still reads fp32 first)."""
+    rows: dict[str, Row] = {}
     for c in run.of_kind(SpeedRecord):
-        if c.model == model and (c.step_ms_ref is not None or c.throughput_ref is not None):
-            return Row(
+        if c.model not in rows and (c.step_ms_ref is not None or c.throughput_ref is not None):
+            rows[c.model] = Row(
                 mode=REFERENCE_MODE, step_ms=c.step_ms_ref, step_ms_ref=None, throughput=c.throughput_ref,
                 speedup=None, speedup_value=None, baseline=None, verdict=None,
                 peak_mem=c.peak_mem_ref_bytes, memory_ratio=None, max_batch=None, max_batch_ratio=None,
                 tflops=None, accuracy=None, reference_only=True,
             )
-    return None
+    return rows
 
 
 def verdict_counts(cells: Iterable[Record]) -> dict[str, dict[Verdict | str, int]]:

@@ -12,6 +12,7 @@ from ampbench.report.format import (
     ROW_HEADERS,
     SMOKE_NOTE,
     attention,
+    device_noun,
     fmt_ms,
     fmt_number,
     foreign_note,
@@ -183,8 +184,9 @@ def _speed_context(run: Run) -> dict | None:
                                                             "its interval; colour and sign: its verdict.")]
     matrices += [_matrix_context(m.title, m.note, m.modes, m.rows) for m in versus_matrices(run)]
     host = host_bound_cells(run)
+    noun = device_noun(run)
     host_table = _table(
-        ["model", "mode", "GPU idle", "host overhead per step", "GPU busy per step", "eager step"],
+        ["model", "mode", f"{noun} idle", "host overhead per step", f"{noun} busy per step", "eager step"],
         ([HtmlCell(c.model), HtmlCell(c.mode),
           HtmlCell(fmt_number(None if c.idle_share is None else 100 * c.idle_share, ".0f", "%")),
           HtmlCell(fmt_ms(c.host_overhead_ms)), HtmlCell(fmt_ms(c.busy_ms)), HtmlCell(fmt_ms(c.step_ms))] for c in host),
@@ -197,6 +199,7 @@ def _speed_context(run: Run) -> dict | None:
         "methods": [(m, METHODS[m]) for m in used_methods(run)],
         "host_bound": host_table,
         "host_bound_count": len(host),
+        "device_noun": noun,
         "kernel_changes": [c for c in changes if c["notable"]],
         "kernel_drift": [c for c in changes if not c["notable"]],
     }

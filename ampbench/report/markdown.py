@@ -11,8 +11,10 @@ from ampbench.report.format import (
     SPEEDUP_NOTE,
     VERDICT_ICONS,
     attention,
+    device_noun,
     foreign_note,
     model_rows,
+    plural,
     verdict_counts,
     verdict_label,
 )
@@ -90,9 +92,10 @@ def versus_lines(run: Run) -> list[str]:
 def host_bound_lines(run: Run) -> list[str]:
     """One line per speed cell whose eager step left the device idle more than a tenth of the time."""
     out = []
+    noun = device_noun(run)
     for c in host_bound_cells(run):
         share, overhead = c.idle_share, c.host_overhead_ms
-        out.append(f"- `{c.model}` {c.mode}: the GPU idles {share:.0%} of the eager step "
+        out.append(f"- `{c.model}` {c.mode}: the {noun} idles {share:.0%} of the eager step "
                    f"({overhead:.2f} ms per step waiting for the host)" if share is not None and overhead is not None
                    else f"- `{c.model}` {c.mode}")
     return out
@@ -113,7 +116,7 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
     out.append("")
     counts = verdict_counts(run.cells)
     for kind in run.kinds():
-        out.append(f"- **{kind}** ({sum(counts[kind].values())} cells): {_counts_line(counts[kind])}")
+        out.append(f"- **{kind}** ({plural(sum(counts[kind].values()), 'cell')}): {_counts_line(counts[kind])}")
     if not run.cells:
         out.append("- no ampbench results in this run (every test skipped?)")
     out.append("")

@@ -88,6 +88,10 @@ def _encode(value: Any) -> Any:
     return value
 
 
+_INFO_FIELDS: dict[type, tuple[dataclasses.Field, ...]] = {}  # Record.info_fields, per record type
+_READING: dict[type, tuple] = {}  # Record._reading, per record type
+
+
 @dataclass(frozen=True)
 class Record:
     """What every cell carries: who it is and what it concluded. Subclasses add their kind's figures."""
@@ -118,7 +122,10 @@ class Record:
 
     @classmethod
     def info_fields(cls) -> list[dataclasses.Field]:
-        return [f for f in dataclasses.fields(cls) if not f.metadata.get(_OWN)]
+        # asked once per field of every cell a reader reads: made once per record type
+        if cls not in _INFO_FIELDS:
+            _INFO_FIELDS[cls] = tuple(f for f in dataclasses.fields(cls) if not f.metadata.get(_OWN))
+        return list(_INFO_FIELDS[cls])
 
     @classmethod
     def build(cls: type[R], **values: Any) -> R:
@@ -161,22 +168,29 @@ class Record:
         ``problems``, which the run reader asks first) is read as None."""
         values: dict[str, Any] = {}
         reason = None
-        for f in cls.info_fields():
-            raw = info.get(f.name)
-            how = f.metadata.get(_READ)
+        fields, known = cls._reading()
+        for name, how, spec in fields:
+            raw = info.get(name)
             if how == "checked":
-                spec = f.metadata[_SPEC]
                 raw = raw if raw is not None and spec.problem(raw) is None else None
                 if spec is VERDICT:
                     raw, legacy = read_verdict(raw)
                     reason = reason or legacy
-                values[f.name] = raw
+                values[name] = raw
             else:
-                values[f.name] = _READERS[how](raw) if how in _READERS else raw
+                values[name] = _READERS[how](raw) if how in _READERS else raw
         if reason and "reason" in values and values["reason"] is None:
             values["reason"] = reason
-        known = {f.name for f in cls.info_fields()} | {SCHEMA_KEY, KIND_KEY}
         return cls(test_id=test_id, detail={k: v for k, v in info.items() if k not in known}, **values)
+
+    @classmethod
+    def _reading(cls) -> tuple[tuple[tuple[str, str | None, Any], ...], frozenset[str]]:
+        """(name, how it is read, its schema Field) of each field, and every key the record reads itself:
+        made once per record type, as from_info runs once per cell of a run."""
+        if cls not in _READING:
+            fields = tuple((f.name, f.metadata.get(_READ), f.metadata.get(_SPEC)) for f in cls.info_fields())
+            _READING[cls] = fields, frozenset({name for name, _, _ in fields} | {SCHEMA_KEY, KIND_KEY})
+        return _READING[cls]
 
 
 @dataclass(frozen=True)

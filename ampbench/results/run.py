@@ -47,6 +47,10 @@ class Run:
     commit: dict
     cells: list[Record]
     foreign: list[str] = field(default_factory=list)  # names of benchmarks without ampbench results (ignored)
+    # (kind, model, mode) -> the first such cell, and kind -> its cells: made once, on first use, so that
+    # a report reads a run of N cells in time linear in N
+    _by_cell: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _by_kind: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def gpu(self) -> str:
@@ -69,8 +73,16 @@ class Run:
         when = (self.datetime or "")[:16].replace("T", " ")
         return f"{self.path.name} ({when})" if when else self.path.name
 
+    def _indexed(self) -> None:
+        if self._by_kind or not self.cells:
+            return
+        for c in self.cells:
+            self._by_kind.setdefault(type(c), []).append(c)
+            self._by_cell.setdefault((type(c), c.model, c.mode), c)
+
     def of_kind(self, kind: type[R]) -> list[R]:
-        return [c for c in self.cells if type(c) is kind]
+        self._indexed()
+        return list(self._by_kind.get(kind, ()))
 
     def kinds(self) -> list[str]:
         seen = list(dict.fromkeys(c.kind for c in self.cells))
@@ -81,10 +93,9 @@ class Run:
         return list(dict.fromkeys(c.model for c in self.cells))
 
     def cell(self, kind: type[R], model: str, mode: str) -> R | None:
-        for c in self.cells:
-            if type(c) is kind and c.model == model and c.mode == mode:
-                return c
-        return None
+        """The first cell of `kind` for `model` and `mode`, in run order."""
+        self._indexed()
+        return self._by_cell.get((kind, model, mode))
 
     def software(self) -> list[tuple[str, str]]:
         """(name, value) pairs that tell two runs' software and hardware apart."""
@@ -124,12 +135,53 @@ def order_modes(modes: Iterable[str]) -> list[str]:
 UNNAMED = "-"  # the mode of a cell whose test id names none
 
 
+def _params(name: str) -> str:
+    """What is inside a test id's brackets: 'test_speed[gpt-amp_bf16]' -> 'gpt-amp_bf16'; '' without them."""
+    return name[name.find("[") + 1 : name.rfind("]")] if "[" in name and name.endswith("]") else ""
+
+
 def _split_id(name: str) -> tuple[str, str]:
     """'test_speed[wide_resnet28_10-amp_fp16]' -> ('wide_resnet28_10', 'amp_fp16'): model names and
     mode names hold underscores but no dashes, so the last dash separates them."""
-    inside = name[name.find("[") + 1 : name.rfind("]")] if "[" in name and name.endswith("]") else ""
+    inside = _params(name)
     model, sep, mode = inside.rpartition("-")
     return (model, mode) if sep else (inside or name, UNNAMED)
+
+
+def _numbered(record: Record) -> bool:
+    """Whether a cell's test id is the one pytest makes of a repeated parameter set: the id its model, mode
+    (and comm variant) make, with pytest's counter after it ('mlp-amp_bf16_0', 'gpt-fp8_tensorwise1')."""
+    if not record.model or not record.mode:
+        return False
+    comm = getattr(record, "comm", None)
+    inside = _params(record.test_id)
+    # a compiled cell's mode reads "amp_bf16 compiled", and its id "amp_bf16-compiled" or "amp_bf16"
+    for mode in {record.mode.replace(" ", "-"), record.mode.split(" ")[0]}:
+        base = f"{record.model}-{mode}" + (f"-{comm}" if comm else "")
+        counter = inside[len(base):].removeprefix("_") if inside.startswith(base) else ""
+        if counter.isascii() and counter.isdigit():
+            return True
+    return False
+
+
+def _repeat_problems(cells: list[Record], positions: list[int]) -> list[str]:
+    """A run holds each test once, under the id its parameters make: a test id met twice (two runs in one
+    file), or one pytest numbered because a model, mode or comm variant was named twice, matches no test
+    of another run, and would be judged by whichever copy a reader met first or last."""
+    problems = []
+    first: dict[str, int] = {}
+    for cell, i in zip(cells, positions):
+        if cell.test_id in first:
+            problems.append(f"benchmarks[{i}] repeats the test id {cell.test_id} of benchmarks[{first[cell.test_id]}]; "
+                            "a run holds each test once")
+        first.setdefault(cell.test_id, i)
+    numbered = [c.test_id for c in cells if _numbered(c)]
+    if numbered:
+        shown = ", ".join(numbered[:4]) + (f" and {len(numbered) - 4} more" if len(numbered) > 4 else "")
+        problems.append(f"test ids {shown} end in the counter pytest adds to repeated parameters (a model, mode or "
+                        "comm variant named twice, e.g. --perf-models mlp,mlp): they match no test of another run; "
+                        "rerun naming each once")
+    return problems
 
 
 def _truncation_problem(text: str, exc: json.JSONDecodeError) -> str:
@@ -184,6 +236,7 @@ def parse_run(document: Any, path: Path | str) -> Run:
     machine = machine_info.get("ampbench") if isinstance(machine_info.get("ampbench"), dict) else {}
     _refuse(path, check(machine, MACHINE, "machine_info.ampbench"))
     cells: list[Record] = []
+    positions: list[int] = []  # of each cell in "benchmarks"
     foreign: list[str] = []
     problems: list[str] = []  # of every cell, so one message lists what is wrong across the file
     for i, bench in enumerate(document["benchmarks"]):
@@ -209,9 +262,12 @@ def parse_run(document: Any, path: Path | str) -> Run:
         if cell_problems:
             continue
         record = kind.from_info(info, name)
-        id_model, id_mode = _split_id(name)
-        cells.append(replace(record, model=record.model or id_model, mode=record.mode or id_mode))
-    _refuse(path, problems)
+        if not record.model or not record.mode:
+            id_model, id_mode = _split_id(name)
+            record = replace(record, model=record.model or id_model, mode=record.mode or id_mode)
+        cells.append(record)
+        positions.append(i)
+    _refuse(path, problems + _repeat_problems(cells, positions))
     if not cells and not machine:
         problem = (
             "none of its benchmarks carries extra_info.ampbench_schema and machine_info has no 'ampbench' entry"
