@@ -395,6 +395,12 @@ def _write_learned(terminalreporter, store, config: pytest.Config) -> None:
            if t.startswith("test_speed[")}
     states = {t: line for t, line in store.states().items() if t in ran}
     learned, cells = store.learned_share()
+    if not cells:
+        others = sorted({r.gpu for r in store.history.runs() if not r.smoke} - {store.store.gpu})
+        held = f" (it holds runs of {', '.join(others)}, never used for this one)" if others else ""
+        terminalreporter.write_line(f"ampbench history: no earlier run of {store.store.gpu}{held}: this run's "
+                                    "speed cells are learning")
+        return
     terminalreporter.write_line(f"ampbench history: device tolerance learned and at most 1% in {learned} of {cells} "
                                 "speed cells of this GPU model; this run's cells:")
     for test_id in sorted(ran):
