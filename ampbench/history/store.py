@@ -79,8 +79,8 @@ class CellRow:
 
 
 @dataclass(frozen=True)
-class RunRow:
-    """A run as the history holds it (``ampbench.history.ingest`` makes one from records)."""
+class RunFacts:
+    """What the history holds of a run besides its cells."""
 
     id: str
     when: str  # iso_utc
@@ -94,25 +94,21 @@ class RunRow:
     software: Mapping[str, Any]
     host_load: Mapping[str, Any] | None
     source: str
-    cells: tuple[CellRow, ...]
 
 
 @dataclass(frozen=True)
-class RunSummary:
-    id: str
-    when: str
-    gpu: str
-    gpu_slug: str
-    card_uuid: str | None
-    world_size: int
-    smoke: bool
-    label: str | None
-    suite_revision: str | None
-    software: dict
-    host_load: dict | None
-    source: str
-    cells: int
-    failing: int  # cells whose verdict fails
+class RunRow(RunFacts):
+    """A run as the history holds it (``ampbench.history.ingest`` makes one from records)."""
+
+    cells: tuple[CellRow, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunSummary(RunFacts):
+    """A run as `runs` lists it: its facts, how many cells it holds and how many of them fail."""
+
+    cells: int = 0
+    failing: int = 0  # cells whose verdict fails
 
 
 @dataclass(frozen=True)
