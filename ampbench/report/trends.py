@@ -187,10 +187,9 @@ def _axes(ax, series: Series) -> None:
     ax.set_ylim(bottom - pad, top + 2 * pad)  # room above for the change labels
 
 
-def trend_chart(cell: TrendCell, index: int) -> Chart:
-    """Cell `index`'s trend as a small PNG."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=SIZE_IN, dpi=DPI)
+def trend_figure(cell: TrendCell):
+    """The matplotlib figure of `cell`'s trend (the caller closes it: ``trend_chart`` saves and closes)."""
+    fig, ax = _pyplot().subplots(figsize=SIZE_IN, dpi=DPI)
     fig.subplots_adjust(left=0.11, right=0.98, top=0.88, bottom=0.14)
     _points(ax, cell.series)
     _levels(ax, cell)
@@ -198,7 +197,13 @@ def trend_chart(cell: TrendCell, index: int) -> Chart:
     _axes(ax, cell.series)
     ax.set_title(cell.test_id, fontsize=8, loc="left")
     ax.legend(fontsize=6, loc="upper right", frameon=False, ncol=3)
-    return Chart(chart_filename(index, cell.test_id), f"Trend of {cell.test_id}", caption(cell), _png(fig))
+    return fig
+
+
+def trend_chart(cell: TrendCell, index: int) -> Chart:
+    """Cell `index`'s trend as a small PNG."""
+    return Chart(chart_filename(index, cell.test_id), f"Trend of {cell.test_id}", caption(cell),
+                 _png(trend_figure(cell)))
 
 
 def trend_charts(trends: Trends) -> list[Chart]:
