@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # the store needs SQLAlchemy; a report without --history neve
     from ampbench.history.store import History, RunSummary
 
 FIGURE = "device_speedup"  # the gate's figure: the one whose trend the report draws
-MAX_CELLS = 60  # cells drawn; each chart costs ~50 ms and a page of more tells nothing a table does not
+# cells drawn: each chart costs ~90 ms and ~25 kB of the page, and a page of more tells nothing a table does not
+MAX_CELLS = 60
 SIZE_IN, DPI = (6.0, 2.5), 80  # 480 x 200 px: small enough for a page of many cells
 NOTE_CHARS = 28  # a software annotation past this is cut, its full text is in the caption
 LINE, BAND, COUNTED, CHANGE, SOFTWARE = "#1f77b4", "#1f77b4", "#1f77b4", "#c62828", "#6a1b9a"
