@@ -15,6 +15,7 @@ from ampbench.baselines import BaselineError, latest_entries, load_document, wri
 from ampbench.cli_args import build_parser
 from ampbench.compare import CompareError, compare_runs, format_text
 from ampbench.history import cli as history_cli
+from ampbench.history.connect import HistoryError
 from ampbench.report import Run, RunError, build_report, failed_tests, load_run, render_comparison_markdown, write_report
 from ampbench.report.progress import Progress
 from ampbench.spread import learn, with_spread
@@ -36,18 +37,38 @@ def _read(path: Path, progress: Progress) -> Run:
     return load_run(path)
 
 
+def _open_history(args: argparse.Namespace):
+    """The store --history names, opened before anything is read or written; None without --history."""
+    if args.history is None:
+        return None
+    from ampbench.history.store import open_history  # SQLAlchemy only where a history is asked for
+
+    return open_history(args.history, create=False)
+
+
 def _report(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
+    if args.gpu is not None and args.history is None:
+        print("ampbench: error: report --gpu names the GPU model of --history's runs; give --history", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        history = _open_history(args)
+    except HistoryError as error:
+        print(f"ampbench: error: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     with Progress.for_files("report", [args.run, args.compare]) as progress:
         run, old = (_read(path, progress) if path else None for path in (args.run, args.compare))
         progress.cells(max(len(run.cells), len(old.cells) if old else 0))
         comparison = compare_runs(old, run, **_tolerances(args), progress=progress) if old else None
         failures = failed_tests(args.junit) if args.junit else ()
-        files = build_report(run, comparison, failures, progress)
+        trends = _trends(history, run, args.gpu, progress)
+        files = build_report(run, comparison, failures, progress, trends)
         progress("writing the report")
         written = write_report(args.output, files)
     print(f"ampbench: report of {args.run} ({len(run.cells)} results, {run.gpu}) written to "
           f"{written}/index.html in {time.perf_counter() - t0:.1f} s")
+    if trends is not None:
+        print(f"ampbench: trends of {len(trends.cells)} cells on {trends.gpu} from the history {trends.store}")
     own = [c for c in run.cells if c.verdict is not None and c.verdict.failing]
     for c in own:
         print(f"{str(c.verdict).upper()}: {c.test_id}: {c.message or ''}")
@@ -62,6 +83,18 @@ def _report(args: argparse.Namespace) -> int:
     if args.strict:
         failed = failed or any(c.verdict == Verdict.INCONCLUSIVE for c in run.cells)
     return EXIT_REGRESSION if failed and args.fail_on_regression else EXIT_OK
+
+
+def _trends(history, run: Run, gpu: str | None, progress: Progress):
+    if history is None:
+        return None
+    from ampbench.report.trends import read_trends
+
+    progress(f"reading the history {history.name}")
+    try:
+        return read_trends(history, run, gpu)
+    finally:
+        history.release()
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -231,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     # a file that cannot be read, two runs that must not be compared, an output folder in the way
-    except (RunError, CompareError, BaselineError) as exc:
+    except (RunError, CompareError, BaselineError, HistoryError) as exc:
         print(f"ampbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as exc:

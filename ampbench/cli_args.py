@@ -98,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "the report did not write is refused (default: report)")
     rep.add_argument("--junit", type=Path, metavar="JUNIT.xml", default=None,
                      help="pytest's --junitxml file of the same run: its failed tests are listed at the top")
+    rep.add_argument("--history", type=history_cli.store_url, metavar="URL", default=None,
+                     help="a run history (an SQLite file, sqlite:///PATH or postgresql://...): add a trend chart of "
+                          "each speed cell's device-time speedup over its runs and the tolerance learned "
+                          "(default: none, no trends)")
+    rep.add_argument("--gpu", metavar="NAME", default=None,
+                     help="with --history: the GPU model whose runs are drawn (default: the run's own)")
     rep.add_argument("--fail-on-regression", action="store_true",
                      help="exit with status 1 when a verdict fails (a regression, non-finite training, an fp32 reference "
                           "that did not learn), by the run's own verdicts or against --compare")

@@ -1,5 +1,6 @@
 """index.html opened in a real browser: headless Chromium renders the report of a run with device-time
-figures and of one from before them, takes a screenshot and dumps the DOM after the page has loaded.
+figures and of one from before them, and of a run with a history's trend charts, takes a screenshot and
+dumps the DOM after the page has loaded.
 The page fails on a blank or broken render: a uniform or nearly empty screenshot, no chart bars in it, a
 chart <img> that did not decode, a speed matrix that lost its cells, or a page wider than the window.
 
@@ -221,3 +222,29 @@ def test_a_blank_or_broken_page_is_told_apart(tmp_path):
     problems = page_problems(probe(broken, tmp_path), sum(name.endswith(".png") for name in files))
     chips = [p for p in problems if "own background colour" in p]
     assert "did not decode" in problems[0] and chips and len(problems) == 1 + len(chips), problems
+
+
+def test_the_trend_charts_load_in_chromium(tmp_path):
+    """The report with --history's trends: every trend chart decodes and is laid out, beside the run's charts."""
+    _chromium()
+    from ampbench.history.store import open_history
+    from ampbench.report.trends import read_trends
+    from history_runs import speed_record, speed_run
+
+    run = load_run(DATA / RUNS[0])
+    history = open_history(f"sqlite:///{tmp_path / 'history.sqlite'}")
+    for i in range(8):
+        history.append(speed_run(f"run{i}", [speed_record("resnet50", "amp_fp16", 3.0 * (0.98 if i >= 4 else 1.0)),
+                                             speed_record("gpt", "amp_bf16", 5.6 * (1 + 0.002 * (i % 3)))],
+                                 gpu=run.gpu, at=24 * i, torch="2.12.0" if i >= 4 else "2.11.0"))
+    files = build_report(run, trends=read_trends(history, run))
+    folder = tmp_path / "report"
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    found = probe(folder / "index.html", tmp_path)
+    charts = sum(name.endswith(".png") for name in files)
+    assert not page_problems(found, charts), page_problems(found, charts)
+    trends = [img for img in found["images"] if img["alt"].startswith("Trend of ")]
+    assert [img["alt"] for img in trends] == ["Trend of test_speed[resnet50-amp_fp16]", "Trend of test_speed[gpt-amp_bf16]"]
+    assert all(img["naturalWidth"] > 0 for img in trends) and "Trends" in found["headings"]

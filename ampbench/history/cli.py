@@ -14,7 +14,8 @@ DEFAULT_LIMIT = 20
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
 
-def _store(value: str) -> str:
+def store_url(value: str) -> str:
+    """argparse's type of a --history URL: checked as a URL, the store opened later."""
     try:
         parse_url(value)
     except HistoryError as error:
@@ -33,7 +34,7 @@ def _limit(value: str) -> int:
 
 
 def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--history", type=_store, default=DEFAULT_HISTORY, metavar="URL",
+    p.add_argument("--history", type=store_url, default=DEFAULT_HISTORY, metavar="URL",
                    help="the history: an SQLite file (a path or sqlite:///PATH) or postgresql://USER:PASSWORD@HOST/DB "
                         f"(default: {DEFAULT_HISTORY}, where `pytest perf/` run from this folder appends)")
     return p

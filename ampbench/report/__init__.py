@@ -9,7 +9,8 @@ has no side effects.
 A run is read by ``ampbench.results`` into typed records; here `run` adds a JUnit XML's failures;
 `format` turns figures into text and per-model tables; `speed_cells` chooses the speed figures both
 pages show (the device-time and wall-clock matrices, host-bound cells, kernel changes); `charts`,
-`markdown` and `html` render them; `build` makes every file of a report and writes the folder. Only
+`markdown` and `html` render them; `trends` reads a run history's series of the run's cells and draws
+them (``--history``); `build` makes every file of a report and writes the folder. Only
 the rendering modules know of ampbench.compare (for its types), and compare needs none of them but
 `format`, so there is no cycle. The names below are re-exported for ``from ampbench.report import ...``.
 """

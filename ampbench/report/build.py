@@ -18,6 +18,7 @@ from ampbench.report.run import Run
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
     from ampbench.compare import Comparison
+    from ampbench.report.trends import Trends
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -25,8 +26,10 @@ if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its ty
 
 
 def build_report(run: Run, comparison: "Comparison | None" = None,
-                 failures: Sequence[tuple[str, str]] = (), progress: Progress = QUIET) -> dict[str, bytes]:
-    """Every file of the report, by name, in memory: nothing touches the disk until all are made."""
+                 failures: Sequence[tuple[str, str]] = (), progress: Progress = QUIET,
+                 trends: "Trends | None" = None) -> dict[str, bytes]:
+    """Every file of the report, by name, in memory: nothing touches the disk until all are made.
+    `trends` (``report.trends.read_trends``) adds a trend chart per cell and the tolerances learned."""
     progress("drawing the charts")
     charts = run_charts(run)
     compare_charts = []
@@ -34,11 +37,18 @@ def build_report(run: Run, comparison: "Comparison | None" = None,
         chart = comparison_chart(comparison)
         if chart is not None:
             compare_charts.append(chart)
-    files: dict[str, bytes] = {c.filename: c.png for c in [*charts, *compare_charts]}
+    trend_charts = []
+    if trends is not None:
+        from ampbench.report.trends import trend_charts as draw
+
+        progress(f"drawing {len(trends.cells)} trend charts")
+        trend_charts = draw(trends)
+    files: dict[str, bytes] = {c.filename: c.png for c in [*charts, *compare_charts, *trend_charts]}
     progress("rendering index.html")
-    files["index.html"] = render_html(run, charts, comparison, compare_charts, failures).encode("utf-8")
+    files["index.html"] = render_html(run, charts, comparison, compare_charts, failures,
+                                      trends, trend_charts).encode("utf-8")
     progress("rendering summary.md")
-    files["summary.md"] = render_markdown(run, comparison, failures).encode("utf-8")
+    files["summary.md"] = render_markdown(run, comparison, failures, trends).encode("utf-8")
     return files
 
 

@@ -39,6 +39,7 @@ from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
     from ampbench.compare import Comparison
+    from ampbench.report.trends import Trends
 
 # the same in HTML with symbols every sans-serif font has (browsers without an emoji font show boxes)
 HTML_ICONS = {
@@ -253,9 +254,15 @@ def _template():
 
 
 def render_html(run: Run, charts: Sequence[Chart], comparison: "Comparison | None" = None,
-                compare_charts: Sequence[Chart] = (), failures: Sequence[tuple[str, str]] = ()) -> str:
+                compare_charts: Sequence[Chart] = (), failures: Sequence[tuple[str, str]] = (),
+                trends: "Trends | None" = None, trend_charts: Sequence[Chart] = ()) -> str:
     """index.html: one file, CSS inline and charts as data: URIs, so it opens anywhere, offline."""
     counts = verdict_counts(run.cells)
+    trends_context = None
+    if trends is not None:
+        from ampbench.report.trends import html_context
+
+        trends_context = html_context(trends, trend_charts, _figure)
     return _template().render(
         title=f"ampbench report — {run.gpu}",
         gpu=run.gpu,
@@ -270,5 +277,6 @@ def render_html(run: Run, charts: Sequence[Chart], comparison: "Comparison | Non
         speed=_speed_context(run),
         comparison=_comparison_context(comparison, compare_charts) if comparison is not None else None,
         charts=[_figure(c) for c in charts],
+        trends=trends_context,
         run_tables_of=_run_tables(run),
     )

@@ -33,6 +33,7 @@ from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
     from ampbench.compare import Comparison
+    from ampbench.report.trends import Trends
 
 
 def _flag_md(text: str, verdict: Verdict | None) -> str:
@@ -107,8 +108,10 @@ def kernel_change_lines(run: Run) -> list[str]:
             for c, text in kernel_change_cells(run) if notable(c)]
 
 
-def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: Sequence[tuple[str, str]] = ()) -> str:
-    """summary.md: the verdicts and the speedup matrix, short enough for $GITHUB_STEP_SUMMARY."""
+def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: Sequence[tuple[str, str]] = (),
+                    trends: "Trends | None" = None) -> str:
+    """summary.md: the verdicts and the speedup matrix, short enough for $GITHUB_STEP_SUMMARY; with
+    `trends`, how far each cell's tolerance has been learned."""
     out = [f"## ampbench: {run.gpu}", ""]
     if run.smoke:
         out += [f"> **{SMOKE_NOTE}**", ""]
@@ -149,6 +152,10 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
         out += ["### Kernel changes against the baseline", "", *changes, ""]
     if comparison is not None:
         out += render_comparison_markdown(comparison)
+    if trends is not None:
+        from ampbench.report.trends import markdown_lines
+
+        out += markdown_lines(trends)
     tables = model_rows(run)
     if tables:
         out += ["<details><summary>Per-model tables</summary>", ""]
