@@ -13,7 +13,7 @@ import pytest
 from ampbench import progress
 
 CHOICES = ("auto", "on", "off")
-_BEFORE = pytest.StashKey["progress.Line | None"]()  # the display this session's replaced
+_BEFORE = pytest.StashKey["progress.Line | None"]()  # the display this pytest run replaced
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -54,7 +54,7 @@ class Clock:
 
 @pytest.fixture(autouse=True)
 def own_scopes(monkeypatch):
-    """Scopes of these tests' own: this session's progress plugin has opened one for the running test."""
+    """Scopes of these tests' own: the running pytest's progress plugin has opened one for the running test."""
     monkeypatch.setattr(progress, "_scopes", [])
 
 
