@@ -71,7 +71,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"smallest relative speedup drop that fails a test; noisier cells get more (default: {DEFAULT_TOLERANCE})")
     group.addoption("--perf-strict", action="store_true", default=False,
                     help="fail, rather than warn, when a speed verdict stays inconclusive (default: off)")
-    group.addoption("--perf-gate", metavar="DEVICE|WALL|BOTH", default="device", type=str.lower, choices=GATES,
+    group.addoption("--perf-gate", metavar="DEVICE|WALL|BOTH", default="device", type=str.lower, choices=tuple(GATES),
                     help="which speedup fails a speed cell: device (GPU time per step, host overhead excluded), wall (eager wall-clock time on this host) or both (default: device)")
     group.addoption("--perf-compile", metavar="OFF|ON|BOTH", default=None, type=str.lower, choices=tuple(COMPILE_CHOICES),
                     help="speed cells of torch.compile'd training: off (eager only), on (compiled only: the "

@@ -26,13 +26,13 @@ STATIC_LOSS_SCALE = 128.0
 class PrecisionMode:
     name: str  # key in MODES and in test ids
     param_dtype_name: str  # torch dtype (by name) of the model's parameters and float inputs
-    autocast_dtype_name: str | None  # torch.autocast dtype (by name) around forward and loss; None: no autocast
-    tf32: bool  # TF32 tensor cores for fp32 matmuls and cuDNN convolutions (set explicitly, both ways)
-    loss_scaling: str  # key of ampbench.train.LOSS_SCALERS: "none", "dynamic" or "static"
-    master_weights: bool  # the optimizer updates an fp32 master copy (Apex O2, fastai to_fp16)
-    keep_norms_fp32: bool  # normalization layers stay fp32 inside a low-precision model
     peak_dtype: str  # which measured matmul peak (ampbench.device.PEAK_DTYPES) its TFLOP/s compare with
-    needs: tuple[str, ...]  # device capabilities (ampbench.device.CAPABILITIES) it cannot run without
+    autocast_dtype_name: str | None = None  # torch.autocast dtype (by name) around forward and loss; None: no autocast
+    tf32: bool = False  # TF32 tensor cores for fp32 matmuls and cuDNN convolutions (set explicitly, both ways)
+    loss_scaling: str = "none"  # key of ampbench.train.LOSS_SCALERS: "none", "dynamic" or "static"
+    master_weights: bool = False  # the optimizer updates an fp32 master copy (Apex O2, fastai to_fp16)
+    keep_norms_fp32: bool = False  # normalization layers stay fp32 inside a low-precision model
+    needs: tuple[str, ...] = ()  # device capabilities (ampbench.device.CAPABILITIES) it cannot run without
     fp8_recipe: str | None = None  # torchao's Float8LinearConfig recipe ("tensorwise", "rowwise"); None: no fp8
     module_filter: str | None = None  # key of ampbench.fp8.MODULE_FILTERS: which Linear layers the recipe converts
     compile: bool = False  # torch.compile the model, after any fp8 conversion (fp8 casts are only fast fused)
@@ -87,21 +87,25 @@ _F32, _F16, _BF16 = "float32", "float16", "bfloat16"
 MODES: dict[str, PrecisionMode] = {
     m.name: m
     for m in (
-        PrecisionMode("fp32", _F32, None, False, "none", False, False, "fp32", (), full_tier_only=True),
-        PrecisionMode("tf32", _F32, None, True, "none", False, False, "tf32", ("tf32",), full_tier_only=True),
-        PrecisionMode("amp_fp16", _F32, _F16, False, "dynamic", False, False, "fp16", ("fp16",)),
-        PrecisionMode("amp_bf16", _F32, _BF16, False, "none", False, False, "bf16", ("bf16",)),
-        PrecisionMode("fp16_master", _F16, None, False, "dynamic", True, True, "fp16", ("fp16",)),
-        PrecisionMode("fp16", _F16, None, False, "static", False, False, "fp16", ("fp16",)),
-        PrecisionMode("bf16", _BF16, None, False, "none", False, False, "bf16", ("bf16",)),
+        PrecisionMode(name="fp32", param_dtype_name=_F32, peak_dtype="fp32", full_tier_only=True),
+        PrecisionMode(name="tf32", param_dtype_name=_F32, peak_dtype="tf32", tf32=True, needs=("tf32",),
+                      full_tier_only=True),
+        PrecisionMode(name="amp_fp16", param_dtype_name=_F32, peak_dtype="fp16", autocast_dtype_name=_F16,
+                      loss_scaling="dynamic", needs=("fp16",)),
+        PrecisionMode(name="amp_bf16", param_dtype_name=_F32, peak_dtype="bf16", autocast_dtype_name=_BF16,
+                      needs=("bf16",)),
+        PrecisionMode(name="fp16_master", param_dtype_name=_F16, peak_dtype="fp16", loss_scaling="dynamic",
+                      master_weights=True, keep_norms_fp32=True, needs=("fp16",)),
+        PrecisionMode(name="fp16", param_dtype_name=_F16, peak_dtype="fp16", loss_scaling="static", needs=("fp16",)),
+        PrecisionMode(name="bf16", param_dtype_name=_BF16, peak_dtype="bf16", needs=("bf16",)),
         # fp8 matmuls in the converted Linear layers, bf16 autocast around them; the layers the filter
         # keeps and everything else run in bf16, so compiled amp_bf16 is what fp8 must beat
-        PrecisionMode("fp8_tensorwise", _F32, _BF16, False, "none", False, False, "fp8", ("fp8", "torchao"),
-                      fp8_recipe="tensorwise", module_filter="inner_linears", compile=True,
-                      parity_reference="amp_bf16"),
-        PrecisionMode("fp8_rowwise", _F32, _BF16, False, "none", False, False, "fp8", ("fp8", "torchao"),
-                      fp8_recipe="rowwise", module_filter="inner_linears", compile=True,
-                      parity_reference="amp_bf16"),
+        PrecisionMode(name="fp8_tensorwise", param_dtype_name=_F32, peak_dtype="fp8", autocast_dtype_name=_BF16,
+                      needs=("fp8", "torchao"), fp8_recipe="tensorwise", module_filter="inner_linears",
+                      compile=True, parity_reference="amp_bf16"),
+        PrecisionMode(name="fp8_rowwise", param_dtype_name=_F32, peak_dtype="fp8", autocast_dtype_name=_BF16,
+                      needs=("fp8", "torchao"), fp8_recipe="rowwise", module_filter="inner_linears",
+                      compile=True, parity_reference="amp_bf16"),
     )
 }
 

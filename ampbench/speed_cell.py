@@ -23,7 +23,7 @@ from ampbench.devicetime import IDLE_WARN_SHARE
 from ampbench.hostload import host_load
 from ampbench.modes import PrecisionMode, label, versus_of
 from ampbench.results import SpeedRecord
-from ampbench.settings import PerfSettings
+from ampbench.settings import GATES, PerfSettings
 from ampbench.stats import median
 from ampbench.verdict import (
     WALL_TOLERANCE_FLOOR,
@@ -37,9 +37,6 @@ from ampbench.verdict import (
     tolerance_for,
 )
 from models.spec import ModelSpec
-
-# --perf-gate: which figures hold the cell
-GATES = {"device": ("device",), "wall": ("wall",), "both": ("device", "wall")}
 
 
 @dataclass
