@@ -29,6 +29,7 @@ from ampbench.settings import (
     device_validator,
     directory_validator,
     names_validator,
+    tier_help,
     number_validator,
     scaler_validator,
 )
@@ -56,11 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help=f"comma-separated precision modes to test, of {', '.join(MODES)} (default: all)")
     # choices are taken in any case (type=str.lower): the metavars show them in capitals
     group.addoption("--perf-tier", metavar="QUICK|FULL|COMPILE", default="quick", type=str.lower, choices=tuple(TIERS),
-                    help="quick: mlp, wide_resnet28_10, resnet50, lstm_lm, gpt, their speed in the 16-bit modes, "
-                         "their memory at the default batch (no largest-batch search), convergence of mnist_cnn; "
-                         "full: every model and mode, and the largest batch; compile: compiled cells only, the "
-                         f"speed of {', '.join(TIERS['compile'].models)} in {', '.join(TIERS['compile'].modes)} "
-                         "(as under --perf-compile on) and fp8 convergence of mnist_cnn (default: quick)")
+                    help=tier_help(TIERS, models.model_names, MODES))
     group.addoption("--perf-baseline-dir", metavar="DIR", default=str(ROOT / "baselines"),
                     type=directory_validator(must_exist=False),
                     help="folder of per-GPU baseline files <gpu-slug>.json (default: baselines/ of the repo)")

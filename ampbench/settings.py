@@ -45,6 +45,24 @@ TIERS: dict[str, Tier] = {t.name: t for t in (
 )}
 
 
+def tier_help(tiers: dict[str, Tier], model_names: Callable[[str], list[str]], modes: dict) -> str:
+    """--perf-tier's help, read off the tier table: each tier's models, modes and memory cells.
+    `model_names(tier)` lists the models a tier takes in by their ModelSpec.tier; `modes` is MODES."""
+    parts = []
+    for t in tiers.values():
+        names = t.models or model_names(t.name)
+        every_model = t.models is None and names == model_names("full")
+        chosen = t.modes or tuple(m for m, row in modes.items() if not row.compile
+                                  and (t.name == "full" or not row.full_tier_only))
+        what = "compiled cells only (as under --perf-compile on), " if t.compiled_only else ""
+        what += "every model" if every_model else ", ".join(names)
+        what += " in every mode" if len(chosen) == len(modes) or (every_model and t.modes is None) else f" in {', '.join(chosen)}"
+        if not t.compiled_only:
+            what += "; memory with each cell's largest batch" if t.memory_search else "; memory at the default batch"
+        parts.append(f"{t.name}: {what}")
+    return ". ".join(parts) + " (default: quick)"
+
+
 @dataclass(frozen=True)
 class PerfSettings:
     device: torch.device  # where models train; cpu means the smoke pass on tiny shapes
