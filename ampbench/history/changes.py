@@ -6,9 +6,10 @@ throttled card, a busy host) cannot pay for a change of its own, as it can under
 (l2) cost; the l1 cost is as robust but ruptures computes it in Python, ~400 times slower. The noise
 scale joins the learned spread (``learn``: the counted runs, each from its own level) with a robust
 scale of the series itself (the median absolute deviation of run-to-run differences, which neither a
-step nor a stray run sets), as the root mean square of the two: the learned spread alone swells with
-any step among runs that count (an improvement passes its verdict) and hid +2% in 12 runs, the robust
-scale alone is so unsure in short series that its penalty lost a -1.5% step in 8 runs. The penalty
+step nor a stray run sets), as the root mean square of the two. The learned spread swells with any
+step among runs that count (an improvement passes its verdict): scaled by the larger of the two, +2% at
+run 7 of 12 was missed 29 times in 100. The robust scale alone is so unsure in short series that its
+penalty must be higher: it found a -1.5% step at run 5 of 8 45 times in 100, the mean square 97. The penalty
 grows with the series' length as fitted by simulation (``dev/bench_changes.py --calibrate``): pure
 noise of 8 to 60 runs with stray runs gives about 3 false changes per 10,000 series. A change needs
 MIN_RUNS runs on each side: the newest run alone is the verdict's to judge.
@@ -29,12 +30,12 @@ from ampbench.history.series import Point, Series
 from ampbench.stats import median, robust_sd
 
 # the RBF kernel on noise-scaled values: exp(-gamma d^2) for two runs d sd apart, a bandwidth of 2 sd, so
-# that a stray run costs a segment at most one unit; 0.5 lost half the 5-sd steps between 4 runs and 4,
-# 0.05 half the 2-sd steps that 0.25 finds (dev/bench_changes.py)
+# that a stray run costs a segment at most one unit; 0.5 lost nearly every 6-sd step between 4 runs and 4,
+# 0.05 nearly half the 2-sd steps 0.25 finds (dev/bench_changes.py)
 GAMMA = 0.125
 MIN_RUNS = 2  # runs on each side of a change (ruptures' min_size)
 # the penalty a change must pay, a + b ln(n) for a series of n runs (dev/bench_changes.py --calibrate);
-# a series without a learned noise (no two counted runs at one level) is scaled by its own alone
+# a series without a learned noise (no level holds two counted runs) is scaled by its own alone
 PENALTY = (1.04, 0.5)
 PENALTY_OWN_SCALE = (2.96, 0.1)
 # below a tenth of a percent a step is too small to act on (the verdicts' floor is 0.5%), and a figure
