@@ -4,6 +4,7 @@ written at the end goes to a fallback the summary names."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -22,6 +23,13 @@ def test_cell(benchmark):
     Path("ran").touch()
     benchmark.extra_info["speedup"] = 2.0
     benchmark.pedantic(lambda: None, rounds=2)
+"""
+
+
+# pytest-xdist's -n as its plugin declares it (a lowercase short option: the private _addoption, as xdist)
+XDIST_STAND_IN = """
+def pytest_addoption(parser):
+    parser.getgroup("xdist")._addoption("-n", "--numprocesses", dest="numprocesses", metavar="N", default=None)
 """
 
 
@@ -59,6 +67,11 @@ def test_an_output_path_that_cannot_be_written_stops_the_run_before_any_test(pyt
     (["--benchmark-disable", "--benchmark-json", "out.json"], "--benchmark-disable with --benchmark-json out.json"),
 ], ids=["xdist", "skip", "disable"])
 def test_options_that_lose_the_results_are_refused(pytester, args, words):
+    if args[0] == "-n" and importlib.util.find_spec("xdist") is None:
+        # where pytest-xdist is not installed, a stand-in gives pytest its -n, as the real one would
+        pytester.makepyfile(fake_xdist=XDIST_STAND_IN)
+        pytester.syspathinsert()
+        args = ["-p", "fake_xdist", *args]
     assert refused(pytester, *args).startswith(f"ERROR: {words}")
 
 
