@@ -30,7 +30,6 @@ from ampbench.verdict import (
     HostOverhead,
     SpeedupCheck,
     Verdict,
-    entry_tolerance,
     kernel_changes,
     learned_spread,
     recorded_check,
