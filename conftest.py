@@ -377,8 +377,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     written = config.stash.get(STORE_KEY, {}).get("written")
     if written is not None:
         terminalreporter.write_line(f"ampbench: baselines written to {written}")
+    from ampbench.history.reference import HistoryBaselines  # imported once pytest has registered the history plugin
+
     store = config.stash.get(STORE_KEY, {}).get("store")
-    if hasattr(store, "states"):  # a HistoryBaselines: the history judged this run's speed cells
+    if isinstance(store, HistoryBaselines):  # the history judged this run's speed cells
         _write_learned(terminalreporter, store, config)
     line = _smoke_line(config)
     if line:
