@@ -44,7 +44,7 @@ from typing import Callable
 import pytest
 import torch
 
-from ampbench import devicetime, fp8, train
+from ampbench import devicetime, fp8, held, train
 from ampbench.launch import WORKER_PLUGINS_ENV, worker_plugins
 from ampbench.modes import MODES, REFERENCE_MODE, get_mode
 from ampbench.spread import INJECTED_KEY
@@ -103,10 +103,9 @@ def _device_ms_per_step(trainer: train.Trainer) -> tuple[float, str]:
 
 
 def _spin_cycles(device: torch.device, seconds: float) -> int:
-    """How many cycles of ``torch.cuda._sleep`` take `seconds` on `device`."""
-    torch.cuda._sleep(10_000_000)  # wake the clock before counting its cycles
-    cycles_per_s = 50_000_000 / time_block(device, lambda: torch.cuda._sleep(50_000_000))
-    return int(seconds * cycles_per_s)
+    """How many cycles of ``torch.cuda._sleep`` take `seconds` on `device` (the rate the held blocks'
+    spin is sized by, measured once per device)."""
+    return int(seconds * held.spin_cycles_per_second(device))
 
 
 def _wall_ms_per_step(trainer: train.Trainer) -> tuple[float, str]:

@@ -28,7 +28,8 @@ import pytest
 import ampbench
 from ampbench import summary
 from ampbench.baselines import write_atomic
-from ampbench.history.connect import HistoryError, parse_url
+from ampbench.history.cli import store_url
+from ampbench.history.connect import HistoryError
 from ampbench.history.ingest import session_run
 from ampbench.history.store import History, open_history
 
@@ -60,13 +61,7 @@ def history_of(config: pytest.Config) -> History | None:
 
 def history_option(value: str) -> str:
     """--perf-history's type: off, a path or a database URL the history runs on (reached at configure)."""
-    if value.strip().lower() == OFF:
-        return OFF
-    try:
-        parse_url(value)
-    except HistoryError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return value
+    return OFF if value.strip().lower() == OFF else store_url(value)
 
 
 def label_option(value: str) -> str:
