@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, settings as hypothesis_settings
 
 import models
 from ampbench import device as devices
-from ampbench.baselines import BaselineError, BaselineStore, unwritable_reason, validate_directory
-from ampbench.cells import cells_for
-from ampbench.speed import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
-from ampbench import summary
+from ampbench.baselines.store import BaselineError, BaselineStore, unwritable_reason, validate_directory
+from ampbench.plugin.parametrize import cells_for
+from ampbench.speed.sides import DEFAULT_BLOCK_SECONDS, DEFAULT_MIN_ROUNDS
+from ampbench.plugin import summary
 from ampbench.results import Record
-from ampbench.scaling import load_scaler_factory
+from ampbench.loss_scaler import load_scaler_factory
 from ampbench.verdict import DEFAULT_TOLERANCE
 from ampbench.modes import MODES, compiled, get_mode
 from ampbench.settings import (
@@ -36,7 +36,7 @@ from ampbench.settings import (
 
 # that the run keeps its results (output paths, options that lose them); the progress line; the run
 # history (--perf-history, --perf-label, each run appended at the session's end)
-pytest_plugins = ("ampbench.plugin_checks", "ampbench.plugin_progress", "ampbench.history.plugin")
+pytest_plugins = ("ampbench.plugin.checks", "ampbench.plugin.progress", "ampbench.history.plugin")
 SETTINGS_KEY = pytest.StashKey[PerfSettings]()
 STORE_KEY = pytest.StashKey[dict]()  # lazily opened BaselineStore, under "store"
 ROOT = Path(__file__).parent
@@ -225,7 +225,7 @@ def perf_settings_of(config: pytest.Config) -> PerfSettings:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests taking `model_name` and `mode_name` run once per cell, model-major, ids `model-mode`; which
-    cells, from the tier, the options and the test's ``cells`` marker: ``ampbench.cells``."""
+    cells, from the tier, the options and the test's ``cells`` marker: ``ampbench.plugin.parametrize``."""
     if not {"model_name", "mode_name"} <= set(metafunc.fixturenames):
         return
     marker = metafunc.definition.get_closest_marker("cells")
@@ -419,7 +419,7 @@ def _add_world_size_option(group) -> None:
 
 
 def _configure_world_size(config: pytest.Config) -> None:
-    from ampbench.distributed import resolve_world_size
+    from ampbench.distributed.variants import resolve_world_size
 
     import torch
 
@@ -435,7 +435,7 @@ def _configure_world_size(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def perf_world_size(pytestconfig: pytest.Config, perf_device) -> int:
     """Ranks of a distributed launch; skips the test where fewer than two can run."""
-    from ampbench.distributed import world_size_skip_reason
+    from ampbench.distributed.variants import world_size_skip_reason
 
     import torch
 

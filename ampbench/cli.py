@@ -10,15 +10,15 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from ampbench.baseline_docs import render_file
-from ampbench.baselines import BaselineError, latest_entries, load_document, write_atomic, write_text_atomic
+from ampbench.baselines.show import render_file
+from ampbench.baselines.store import BaselineError, latest_entries, load_document, write_atomic, write_text_atomic
 from ampbench.cli_args import build_parser
 from ampbench.compare import CompareError, compare_runs, format_text
 from ampbench.history import cli as history_cli
 from ampbench.history.connect import HistoryError
 from ampbench.report import Run, RunError, build_report, failed_tests, load_run, render_comparison_markdown, write_report
 from ampbench.report.progress import Progress
-from ampbench.spread import learn, with_spread
+from ampbench.baselines.spread import learn, with_spread
 from ampbench.verdict import Verdict
 
 # exit statuses: 0 all good, 1 a failing verdict (a regression, a non-finite or failed reference cell;

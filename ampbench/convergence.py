@@ -22,7 +22,7 @@ from ampbench.data import ImageData, fit_images, shuffled_batches
 from ampbench.device import cudnn_heuristics
 from ampbench.modes import PrecisionMode
 from ampbench.results import ConvergenceRecord
-from ampbench.timing import sync
+from ampbench.speed.timing import sync
 from ampbench.verdict import Verdict
 from ampbench.train import Trainer
 from models.spec import ModelSpec

@@ -17,11 +17,11 @@ from typing import Iterator
 
 import torch
 
-from ampbench import speed
+from ampbench.speed import sides as speed
 from ampbench.device import release
 from ampbench.modes import MODES, REFERENCE_MODE, PrecisionMode, get_mode
 from ampbench.stats import SpeedupEstimate
-from ampbench.timing import extend_until_tight, sync, time_block
+from ampbench.speed.timing import extend_until_tight, sync, time_block
 from ampbench.verdict import DEFAULT_TOLERANCE
 from models import get_model
 from models.spec import ModelSpec

@@ -19,11 +19,11 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ampbench import speed
+from ampbench.speed import sides as speed
 from ampbench.device import catch_oom, cell_unsupported_reason, release, unsupported_reason
 from ampbench.modes import PrecisionMode, label, versus_of
 from ampbench.stats import SpeedupEstimate
-from ampbench.timing import extend_until_tight
+from ampbench.speed.timing import extend_until_tight
 from ampbench.verdict import DEFAULT_TOLERANCE
 from models.spec import ModelSpec
 

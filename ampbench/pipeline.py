@@ -21,7 +21,7 @@ from ampbench.data import (
 from ampbench.device import cudnn_heuristics
 from ampbench.modes import PrecisionMode
 from ampbench.results import PipelineRecord
-from ampbench.timing import sync
+from ampbench.speed.timing import sync
 from ampbench.train import Trainer
 from ampbench.verdict import Verdict
 from models.spec import ModelSpec

@@ -1,6 +1,6 @@
 """One line of progress for the stretches where pytest prints nothing for seconds: a speed cell's
 preparation and rounds, a memory search's steps. The harness calls ``update`` wherever it is (cheap,
-and silent while no display is installed); ``ampbench.plugin_progress`` installs a ``Line`` on pytest's
+and silent while no display is installed); ``ampbench.plugin.progress`` installs a ``Line`` on pytest's
 terminal. Nothing here imports pytest."""
 
 from __future__ import annotations

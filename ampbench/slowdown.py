@@ -16,7 +16,7 @@ time of a few plain steps. Steps of other cells run unchanged.
 
 Cells that train in worker processes (the distributed tests' torchrun ranks) are slowed too: the plugin
 passes its spec on in the environment (``AMPBENCH_SLOWDOWN``, and itself in the worker's plugin list,
-``ampbench.launch.WORKER_PLUGINS_ENV``), and each rank installs the same slowdown before it builds
+``ampbench.distributed.launch.WORKER_PLUGINS_ENV``), and each rank installs the same slowdown before it builds
 a trainer (``worker_configure``). There the fraction is of the wall time of a few plain steps, on CUDA
 too: a distributed cell's figures are wall-clock throughput, and capturing a step that holds
 collectives as a CUDA graph is no calibration to risk on every rank.
@@ -44,11 +44,15 @@ from typing import Callable
 import pytest
 import torch
 
-from ampbench import devicetime, fp8, held, train
-from ampbench.launch import WORKER_PLUGINS_ENV, worker_plugins
+from ampbench import fp8, train
+
+from ampbench.speed import devicetime
+
+from ampbench.speed import held
+from ampbench.distributed.launch import WORKER_PLUGINS_ENV, worker_plugins
 from ampbench.modes import MODES, REFERENCE_MODE, get_mode
-from ampbench.spread import INJECTED_KEY
-from ampbench.timing import time_block
+from ampbench.baselines.spread import INJECTED_KEY
+from ampbench.speed.timing import time_block
 from models import get_model
 
 ENV = "AMPBENCH_SLOWDOWN"
@@ -247,7 +251,7 @@ def _pass_on_to_workers(targets: dict[Cell, float | str]) -> pytest.MonkeyPatch:
 
 
 def worker_configure() -> Slowdown | None:
-    """In a distributed worker's rank (``ampbench.launch.load_worker_plugins``): slow the cells that
+    """In a distributed worker's rank (``ampbench.distributed.launch.load_worker_plugins``): slow the cells that
     $AMPBENCH_SLOWDOWN names, each by a fraction of its wall-clock step; None where it names none."""
     targets = parse(os.environ.get(ENV, ""))
     if not targets:

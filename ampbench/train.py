@@ -64,7 +64,7 @@ OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
 
 
 def _static_scaler(device: torch.device):
-    from ampbench.scaling import LossScaler
+    from ampbench.loss_scaler import LossScaler
 
     # a static scale: never grows, never backs off, but still skips a step whose gradients overflowed
     return LossScaler(device=device.type, init_scale=STATIC_LOSS_SCALE, growth_factor=1.0, backoff_factor=1.0)

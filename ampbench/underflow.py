@@ -95,7 +95,7 @@ def _train_underflow(
     label: str, data: tuple[torch.Tensor, ...], device: torch.device, *, fp16: bool, loss_scale: float,
     factor: float, lr: float, steps: int, batch_size: int, seed: int,
 ) -> UnderflowRun:
-    from ampbench.scaling import LossScaler
+    from ampbench.loss_scaler import LossScaler
 
     x_train, y_train, x_test, y_test = data
     model = _underflow_model(seed).to(device)

@@ -2,7 +2,7 @@
 
 For each model and mode given, one warmed-up trainer's step is captured as a CUDA graph and timed in
 blocks of replays three ways, interleaved: plain (events around the block, launched as it comes), held
-(``ampbench.held``: queued whole behind a spin kernel) and per-replay (events around each replay,
+(``ampbench.speed.held``: queued whole behind a spin kernel) and per-replay (events around each replay,
 summed). Then the same with 2 x CPU-count busy-loop processes. Prints, per way, the mean ms per step,
 the spread between blocks and the worst block against the quiet held median, and one profiled held
 block's idle time. Usage: python dev/held_check.py [model:mode ...] [--blocks N]
@@ -22,10 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import models  # noqa: E402
-from ampbench.devicetime import block_idle, capture  # noqa: E402
-from ampbench.held import BlockQueue  # noqa: E402
+from ampbench.speed.devicetime import block_idle, capture  # noqa: E402
+from ampbench.speed.held import BlockQueue  # noqa: E402
 from ampbench.modes import get_mode  # noqa: E402
-from ampbench.timing import steps_per_block, time_block, warm_up  # noqa: E402
+from ampbench.speed.timing import steps_per_block, time_block, warm_up  # noqa: E402
 from ampbench.train import Trainer  # noqa: E402
 
 

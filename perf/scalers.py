@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from ampbench.scaling import LossScaler, load_scaler_factory
+from ampbench.loss_scaler import LossScaler, load_scaler_factory
 from perf.strategies import ScalerConfig
 
 

@@ -2,7 +2,7 @@
 timed against the fp32 reference under the same parallelism, and held against the baselines of this
 GPU model in this count (``baselines/<gpu-slug>-x<N>.json``).
 
-This pytest process stays one process: cells run in torchrun launches (``ampbench.dist_worker``), one
+This pytest process stays one process: cells run in torchrun launches (``ampbench.distributed.speed_worker``), one
 launch per model and mode carrying every selected comm variant of it, so the process group starts once
 per mode rather than once per cell. A launch that fails or outlives its time limit is killed with every
 rank it started, and each of its cells fails with the failing rank's last lines.
@@ -28,11 +28,11 @@ import pytest
 import conftest
 import models
 from perf.outcome import conclude
-from ampbench import speed
+from ampbench.speed import sides as speed
 from ampbench.device import cell_unsupported_reason
-from ampbench.distributed import (DistFigures, default_cells, host_bound_verdict, max_over_ranks, mean_over_ranks,
+from ampbench.distributed.variants import (DistFigures, default_cells, host_bound_verdict, max_over_ranks, mean_over_ranks,
                                   merge_ranks, variants_for)
-from ampbench.launch import LaunchResult, run_launch, torchrun_command
+from ampbench.distributed.launch import LaunchResult, run_launch, torchrun_command
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
 from ampbench.stats import SpeedupEstimate
@@ -78,7 +78,7 @@ def _launch(settings, nproc: int, model: str, mode: str, comms: list[str], out: 
             "--rounds", str(policy.rounds.min_rounds), "--block-seconds", str(settings.block_seconds),
             "--collective-timeout", str(limit / 2),
             "--device", settings.device.type, *(["--cudnn-benchmark"] if settings.cudnn_benchmark else [])]
-    return run_launch(torchrun_command("ampbench.dist_worker", args, nproc), limit, ROOT)
+    return run_launch(torchrun_command("ampbench.distributed.speed_worker", args, nproc), limit, ROOT)
 
 
 @pytest.fixture(scope="session")

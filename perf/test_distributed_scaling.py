@@ -10,7 +10,7 @@ A control setup whose ranks never communicate must fail the same checks, so they
 
 Starting torchrun per hypothesis example would take ~10 s each, so hypothesis draws the scenarios here
 in the parent (``perf/strategies.py`` ``dist_scenarios``; the profile's max_examples of them, a quarter
-on the CPU, plus the explicit ones below), one launch runs them all in every setup of ``ampbench.dist_scaling.SETUPS``, and
+on the CPU, plus the explicit ones below), one launch runs them all in every setup of ``ampbench.distributed.loss_scaling_worker.SETUPS``, and
 each scenario is judged on the returned JSON; a failure prints the scenario to replay.
 """
 
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from ampbench.dist_scaling import SETUPS, WIDTH
-from ampbench.launch import run_launch, torchrun_command
+from ampbench.distributed.loss_scaling_worker import SETUPS, WIDTH
+from ampbench.distributed.launch import run_launch, torchrun_command
 from perf import strategies as S
 from perf.strategies import DistScenario, RankPoison, ScalerConfig
 from perf.scalers import reference_trajectory
@@ -70,7 +70,7 @@ def scaling_run(perf_world_size, perf_device, tmp_path_factory):
     path = out / "scenarios.json"
     path.write_text(json.dumps([s.to_json() for s in scenarios]))
     args = ["--scenarios", str(path), "--out", str(out), "--device", perf_device.type]
-    result = run_launch(torchrun_command("ampbench.dist_scaling", args, perf_world_size),
+    result = run_launch(torchrun_command("ampbench.distributed.loss_scaling_worker", args, perf_world_size),
                         LAUNCH_SECONDS[perf_device.type], ROOT)
     return scenarios, result, out
 

@@ -14,8 +14,12 @@ from typing import Iterator
 
 import pytest
 
-from ampbench import progress, speed, speed_cell
-from ampbench.compiled_cell import VersusSides, served
+from ampbench import progress
+
+from ampbench.speed import sides as speed
+
+from ampbench.speed import cell as speed_cell
+from ampbench.speed.compiled import VersusSides, served
 from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, compiled, get_mode, label, versus_of
 from perf.outcome import finish, record_step_times

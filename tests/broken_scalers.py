@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ampbench.scaling import LossScaler, OptState
+from ampbench.loss_scaler import LossScaler, OptState
 
 
 class NoBackoff(torch.amp.GradScaler):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baseline_docs import render_file, render_markdown
+from ampbench.baselines.show import render_file, render_markdown
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 
 ROOT = Path(__file__).parent.parent
@@ -117,6 +117,6 @@ def test_real_h100_baseline_has_resnet50_amp_bf16():
 def test_committed_results_page_is_current(slug):
     """docs/results/ is generated: the committed page matches what the command makes of the baseline file."""
     page = ROOT / "docs" / "results" / f"{slug}.md"
-    from ampbench.baseline_docs import render_markdown as render
-    from ampbench.baselines import load_document
+    from ampbench.baselines.show import render_markdown as render
+    from ampbench.baselines.store import load_document
     assert page.read_text() == render(load_document(ROOT / "baselines" / f"{slug}.json"), source=f"baselines/{slug}.json")

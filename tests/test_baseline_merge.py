@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines import SCHEMA_VERSION, latest_entries, load_document
+from ampbench.baselines.store import SCHEMA_VERSION, latest_entries, load_document
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ampbench import baselines
-from ampbench.baselines import (
+from ampbench.baselines import store as baselines
+from ampbench.baselines.store import (
     SCHEMA_VERSION,
     BaselineError,
     BaselineStore,

@@ -1,4 +1,4 @@
-"""Which cells a test runs (ampbench.cells), without starting pytest: the tiers, the marker's keywords
+"""Which cells a test runs (ampbench.plugin.parametrize), without starting pytest: the tiers, the marker's keywords
 and what the user named. tests/test_options.py checks the same through real collections."""
 
 from dataclasses import replace
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ampbench.cells import cells_for
+from ampbench.plugin.parametrize import cells_for
 from ampbench.modes import MODES
 from ampbench.settings import PerfSettings
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ampbench.modes import compiled, get_mode, label
-from ampbench.compiled_cell import DynamoState, compile_problems
+from ampbench.speed.compiled import DynamoState, compile_problems
 
 AMP_BF16 = get_mode("amp_bf16")
 
@@ -48,7 +48,7 @@ def test_a_compiled_cell_names_itself_and_a_row_that_always_compiles_keeps_its_n
 
 
 def test_compile_time_is_held_loosely_against_its_baseline():
-    from ampbench.compiled_cell import COMPILE_TIME_TOLERANCE, compile_time_check
+    from ampbench.speed.compiled import COMPILE_TIME_TOLERANCE, compile_time_check
 
     assert compile_time_check("gpt", "amp_bf16 compiled", {"compile_s": 30.0}, 30.0 * (1 + COMPILE_TIME_TOLERANCE)) is None
     failure = compile_time_check("gpt", "amp_bf16 compiled", {"compile_s": 30.0}, 105.0)

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from ampbench.devicetime import (
+from ampbench.speed.devicetime import (
     METHODS,
     REST,
     DeviceClock,
@@ -21,10 +21,10 @@ from ampbench.devicetime import (
     normalise_kernel_name,
     paired_blocks,
 )
-from ampbench.hostload import HOST_BOUND_IDLE_SHARE, host_load
-from ampbench.speed import SpeedPolicy, first_look, policy_for
+from ampbench.speed.hostload import HOST_BOUND_IDLE_SHARE, host_load
+from ampbench.speed.sides import SpeedPolicy, first_look, policy_for
 from ampbench.stats import SpeedupEstimate
-from ampbench.timing import PairedTimer, RoundsPolicy
+from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import SpeedupCheck, Verdict, kernel_changes
 
 # ---------------------------------------------------------------------------------------------------
@@ -139,7 +139,7 @@ def test_two_sides_measured_the_same_way_keep_their_own_clocks():
 
 @pytest.mark.parametrize("ref_graph, mode_graph", [(True, False), (False, True)])
 def test_a_side_without_a_graph_makes_both_sides_sum_kernels_and_says_why(ref_graph, mode_graph, monkeypatch):
-    import ampbench.devicetime as devicetime
+    import ampbench.speed.devicetime as devicetime
 
     profiled = []
     monkeypatch.setattr(devicetime, "profile_steps", lambda trainer, steps, queue=None: profiled.append((trainer, steps)) or

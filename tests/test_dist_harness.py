@@ -17,7 +17,7 @@ import torch
 import models
 from ampbench.device import cluster_slug
 from ampbench.stats import estimate_speedup
-from ampbench.distributed import (
+from ampbench.distributed.variants import (
     COMM_VARIANTS,
     Kernel,
     comm_figures,
@@ -31,7 +31,7 @@ from ampbench.distributed import (
     world_size_skip_reason,
 )
 from ampbench import slowdown
-from ampbench.launch import WORKER_PLUGINS_ENV, LaunchResult, load_worker_plugins, run_launch, torchrun_command
+from ampbench.distributed.launch import WORKER_PLUGINS_ENV, LaunchResult, load_worker_plugins, run_launch, torchrun_command
 from ampbench.modes import MODES
 from ampbench.verdict import Verdict
 
@@ -117,7 +117,7 @@ def test_profiled_trace_leaves_out_its_warm_up_step():
     whose start takes each rank a different time (shown with CPU events: GPU kernels go the same way)."""
     from torch.profiler import ProfilerActivity
 
-    from ampbench.dist_worker import profiled_trace
+    from ampbench.distributed.speed_worker import profiled_trace
     from ampbench.modes import MODES
     from ampbench.train import Trainer
 
@@ -266,7 +266,7 @@ def test_a_slowdown_reaches_every_rank_of_a_launch(tmp_path, monkeypatch):
     monkeypatch.setenv(WORKER_PLUGINS_ENV, "ampbench.slowdown")
     args = ["--model", "mlp", "--mode", "bf16", "--comm", "fp32", "--out", str(tmp_path), "--device", "cpu", "--no-single"]
     root = Path(__file__).resolve().parents[1]
-    result = run_launch(torchrun_command("ampbench.dist_worker", args, 2), timeout=120.0, cwd=root)
+    result = run_launch(torchrun_command("ampbench.distributed.speed_worker", args, 2), timeout=120.0, cwd=root)
     assert result.ok, result.explain(2)
     for rank in (0, 1):
         lines = [ln for ln in result.rank_lines(rank) if ln.startswith("ampbench.slowdown: mlp bf16: step")]
@@ -283,7 +283,7 @@ def test_a_failing_rank_ends_the_launch_with_its_error(tmp_path):
     args = ["--model", "mlp", "--mode", "fp16", "--comm", "fsdp2_fp32_reduce", "--out", str(tmp_path),
             "--device", "cpu", "--no-single"]
     root = Path(__file__).resolve().parents[1]
-    result = run_launch(torchrun_command("ampbench.dist_worker", args, 2), timeout=120.0, cwd=root)
+    result = run_launch(torchrun_command("ampbench.distributed.speed_worker", args, 2), timeout=120.0, cwd=root)
     assert not result.ok and not result.timed_out, result.output[-3000:]
     text = result.explain(2)
     assert "Traceback" in text and "ValueError: comm variant fsdp2_fp32_reduce does not apply to mode fp16" in text, text
@@ -327,7 +327,7 @@ def test_fsdp2_wraps_a_channels_last_convnet():
     refuses parameters that are not contiguous (the CPU smoke pass never makes them channels_last)."""
     import torch.distributed as dist
 
-    from ampbench.distributed import STRATEGIES, get_comm
+    from ampbench.distributed.variants import STRATEGIES, get_comm
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:

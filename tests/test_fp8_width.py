@@ -8,7 +8,9 @@ import json
 import pytest
 import torch
 
-from ampbench import fp8_width, speed
+from ampbench import fp8_width
+
+from ampbench.speed import sides as speed
 from ampbench.cli import main
 from ampbench.modes import get_mode
 from ampbench.stats import SpeedupEstimate

@@ -1,4 +1,4 @@
-"""Held device blocks (ampbench.held): a block counts only where it was queued whole before the GPU
+"""Held device blocks (ampbench.speed.held): a block counts only where it was queued whole before the GPU
 began it; a block the host fell behind on is timed again behind a longer hold, and one that cannot be
 queued whole is timed by events around each replay, and says so. The GPU is faked: these tests check
 the bookkeeping and the decisions; the timing itself is checked on a GPU by the profiled held block."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import ampbench.held as held
-from ampbench.devicetime import IDLE_GAP_NS, idle_inside
+import ampbench.speed.held as held
+from ampbench.speed.devicetime import IDLE_GAP_NS, idle_inside
 
 
 class FakeEvent:
@@ -112,7 +112,7 @@ def test_idle_inside_a_block_counts_only_gaps_longer_than_a_launch():
 
 
 def test_only_the_hold_ahead_of_a_block_is_left_out_of_its_activities():
-    from ampbench.devicetime import _after_the_hold
+    from ampbench.speed.devicetime import _after_the_hold
 
     acts = [("spin_kernel(long)", 0, 50), ("gemm", 60, 100), ("spin_kernel(long)", 100, 110), ("relu", 110, 120)]
     # an injected spin inside the block (ampbench.slowdown) is work of the block, not a gap

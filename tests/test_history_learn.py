@@ -10,7 +10,7 @@ import pytest
 
 from ampbench.history.learn import LEARNED, LEARNING, UNLEARNED, learn, percent, rule_for
 from ampbench.history.series import Point, Series
-from ampbench.spread import DEVICE, prior_of
+from ampbench.baselines.spread import DEVICE, prior_of
 from ampbench.verdict import DEFAULT_TOLERANCE, UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns, learned_spread
 
 # Student's t 99.5% quantiles (two-sided 99%), by degrees of freedom

@@ -25,7 +25,7 @@ pytest_plugins = ("pytester", "history_stores")
 CELLS = """
 import os
 import pytest
-from ampbench import summary
+from ampbench.plugin import summary
 from ampbench.results import SpeedRecord, Verdict
 
 @pytest.mark.parametrize("mode", ["fp32", "amp_bf16"])

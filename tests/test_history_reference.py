@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from ampbench.baselines import BaselineStore
+from ampbench.baselines.store import BaselineStore
 from ampbench.history.reference import HistoryBaselines, overlay
 from ampbench.history.store import open_history
 from ampbench.results import Verdict
@@ -99,7 +99,7 @@ def test_an_overlay_without_any_level_is_the_file_entry():
 
 
 def test_baselines_export_writes_the_file_from_the_history_spread_included(history, tmp_path, capsys):
-    from ampbench.baselines import load_document
+    from ampbench.baselines.store import load_document
     from ampbench.cli import main
 
     url, out = f"sqlite:///{tmp_path / 'history.sqlite'}", tmp_path / "baselines"

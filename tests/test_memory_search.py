@@ -537,7 +537,7 @@ def test_a_searched_cell_has_every_figure_a_baseline_keeps():
 def test_a_quick_recording_leaves_the_next_full_run_its_largest_batch(tmp_path, monkeypatch):
     """Recorded by the full tier, then by the quick tier: the entry still starts the next search and
     holds its largest batch, under the cap it was found under."""
-    from ampbench.baselines import BaselineStore
+    from ampbench.baselines.store import BaselineStore
 
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)

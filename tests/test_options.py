@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import conftest
-from ampbench import baselines, plugin_checks
+from ampbench.baselines import store as baselines
+from ampbench.plugin import checks as plugin_checks
 from ampbench.device import catch_oom
 
 ROOT = Path(__file__).parent.parent

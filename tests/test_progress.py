@@ -8,8 +8,8 @@ import torch
 
 from ampbench import progress
 from ampbench.memory import find_largest_batch
-from ampbench.plugin_progress import wanted
-from ampbench.timing import PairedTimer
+from ampbench.plugin.progress import wanted
+from ampbench.speed.timing import PairedTimer
 
 pytest_plugins = ("pytester",)
 
@@ -172,7 +172,7 @@ def test_the_option_draws_on_pytests_terminal(pytester, capfd, choice, drawn):
     pytester.makepyfile(UPDATING)
     before = progress.install(None)
     try:
-        result = pytester.runpytest_inprocess("-p", "ampbench.plugin_progress", "-p", "no:cacheprovider",
+        result = pytester.runpytest_inprocess("-p", "ampbench.plugin.progress", "-p", "no:cacheprovider",
                                               "--perf-progress", choice)
     finally:
         progress.install(before)

@@ -1,4 +1,4 @@
-"""ampbench.plugin_checks: a run that would lose its results stops before the first test (an output path
+"""ampbench.plugin.checks: a run that would lose its results stops before the first test (an output path
 that cannot be written, pytest-xdist's -n, --benchmark-skip), and a results file that cannot be
 written at the end goes to a fallback the summary names."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.plugin_checks import fallback_paths
+from ampbench.plugin.checks import fallback_paths
 
 pytest_plugins = ("pytester",)
 
@@ -35,7 +35,7 @@ def pytest_addoption(parser):
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     pytester.makepyfile(BENCH)
-    return pytester.runpytest_inprocess("-p", "ampbench.plugin_checks", "-p", "no:cacheprovider", *args)
+    return pytester.runpytest_inprocess("-p", "ampbench.plugin.checks", "-p", "no:cacheprovider", *args)
 
 
 def refused(pytester: pytest.Pytester, *args: str) -> str:

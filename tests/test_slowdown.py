@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ampbench import fp8, slowdown, train
-from ampbench.launch import WORKER_PLUGINS_ENV
+from ampbench.distributed.launch import WORKER_PLUGINS_ENV
 from ampbench.modes import MODES
 from models import get_model
 
@@ -322,7 +322,7 @@ def test_an_emulated_cell_and_a_cell_its_trainers_took_part_in_are_tagged(pytest
 
 
 def test_spread_counts_no_emulated_cell_as_a_sample_of_noise():
-    from ampbench import spread
+    from ampbench.baselines import spread
     from ampbench.results import SpeedRecord
 
     record = SpeedRecord.from_info({"model": "gpt", "mode": "fp8_tensorwise", "speedup": 1.4,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines import load_document, write_atomic
+from ampbench.baselines.store import load_document, write_atomic
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from ampbench.report import parse_run
-from ampbench.speed import across_runs_of, describe_across
-from ampbench.spread import (
+from ampbench.speed.sides import across_runs_of, describe_across
+from ampbench.baselines.spread import (
     DEVICE,
     FIGURES,
     VERSUS,

@@ -20,7 +20,7 @@ from ampbench.results import (
     UnderflowRecord,
     Verdict,
 )
-from ampbench.summary import SMOKE_NOTE, TABLES, summary_lines, table
+from ampbench.plugin.summary import SMOKE_NOTE, TABLES, summary_lines, table
 
 ROOT = Path(__file__).parent.parent
 INTERVAL = dict(rounds=12, confidence=0.99)
@@ -118,7 +118,7 @@ def test_a_cpu_run_leads_with_the_smoke_note():
 
 CONFTEST = '''
 import pytest
-from ampbench import summary
+from ampbench.plugin import summary
 
 
 def pytest_configure(config):

@@ -5,9 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from ampbench.speed import PROJECTION_SLACK, SpeedPolicy, comparable_recording, judge, recorded_noise
+from ampbench.speed.sides import PROJECTION_SLACK, SpeedPolicy, comparable_recording, judge, recorded_noise
 from ampbench.stats import SpeedupEstimate, estimate_speedup
-from ampbench.timing import RoundsPolicy
+from ampbench.speed.timing import RoundsPolicy
 from ampbench.verdict import (
     UNLEARNED_TOLERANCE,
     BetweenRuns,
@@ -200,7 +200,7 @@ def test_one_stray_round_in_the_short_batch_does_not_set_the_noise():
 
 
 def test_a_baseline_measured_another_way_is_named():
-    from ampbench.baselines import measurement_mismatch
+    from ampbench.baselines.store import measurement_mismatch
 
     same = {"cudnn_benchmark": True, "block_seconds": 0.1}
     # entries recorded before the settings were stored count as the defaults they were measured with
@@ -213,7 +213,7 @@ def test_a_baseline_measured_another_way_is_named():
 
 
 def test_an_entry_without_device_time_or_measured_another_way_leaves_the_wall_verdict():
-    from ampbench.speed_cell import _checks
+    from ampbench.speed.cell import _checks
 
     device, wall, why = _checks("gpt", "amp_bf16", {"speedup": 2.0}, "graph", 0.005)
     assert device is None and wall.expected == 2.0

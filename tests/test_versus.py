@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench import speed
-from ampbench.baselines import BaselineError, validate_entry
-from ampbench.compiled_cell import VersusSides, measure_versus, served, versus_check
+from ampbench.speed import sides as speed
+from ampbench.baselines.store import BaselineError, validate_entry
+from ampbench.speed.compiled import VersusSides, measure_versus, served, versus_check
 from ampbench.modes import compiled, get_mode, versus_figure, versus_of
 from ampbench.report import build_report, render_markdown
 from ampbench.report.speed_cells import COMPILE_GAIN_TITLE, versus_matrices
 from ampbench.results import Run, SpeedRecord, Verdict
 from ampbench.settings import PerfSettings
-from ampbench.speed_cell import measure_speed, policy
-from ampbench.timing import PairedTimer, RoundsPolicy
+from ampbench.speed.cell import measure_speed, policy
+from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import UNLEARNED_TOLERANCE
 from models import get_model
 

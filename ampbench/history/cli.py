@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
 def export(args: argparse.Namespace) -> int:
     """``ampbench baselines export``."""
-    from ampbench.baselines import BaselineError
+    from ampbench.baselines.store import BaselineError
     from ampbench.history.export import export as write
 
     try:

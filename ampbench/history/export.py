@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ampbench.baselines import BaselineStore
+from ampbench.baselines.store import BaselineStore
 from ampbench.history.reference import HistoryBaselines
 from ampbench.history.store import History
 

@@ -30,7 +30,7 @@ from ampbench.results import (
     SpeedRecord,
     load_run,
 )
-from ampbench.spread import INJECTED_KEY
+from ampbench.baselines.spread import INJECTED_KEY
 
 # what the plugin adds to machine_info["ampbench"] for the history
 RUN_KEYS = ("run_id", "label", "suite_revision", "host_load")

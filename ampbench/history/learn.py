@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from ampbench.history.series import Series
-from ampbench.spread import Prior
+from ampbench.baselines.spread import Prior
 from ampbench.verdict import (
     DEFAULT_TOLERANCE,
     MIN_SPREAD_VALUES,

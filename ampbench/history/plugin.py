@@ -2,7 +2,7 @@
 the first cell, and the session's run appended at its end. Registered by ``conftest.py``.
 
 The run goes in whole at the end of the session, after pytest-benchmark has written its JSON: the
-cells' records (``ampbench.summary.keep``), the machine's info, the host's load, the suite's revision
+cells' records (``ampbench.plugin.summary.keep``), the machine's info, the host's load, the suite's revision
 and the label. The same run id, label, revision and load go into ``machine_info["ampbench"]``, so that
 the JSON imported later is the same run. A store that fails at the end costs nothing else the run
 wrote: the run is saved beside the default store as a JSON that ``ampbench history import`` loads, and
@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 import ampbench
-from ampbench import summary
-from ampbench.baselines import write_atomic
+from ampbench.plugin import summary
+from ampbench.baselines.store import write_atomic
 from ampbench.history.cli import store_url
 from ampbench.history.connect import HistoryError
 from ampbench.history.ingest import session_run

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
-from ampbench import spread
-from ampbench.baselines import BaselineStore
+from ampbench.baselines import spread
+from ampbench.baselines.store import BaselineStore
 from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
 from ampbench.history.series import Series
 from ampbench.history.store import History

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ampbench.baselines import CARRIED_FIGURES
+from ampbench.baselines.store import CARRIED_FIGURES
 from ampbench.memory.search import gib
 from ampbench.results import MemoryRecord
 from ampbench.stats import median

@@ -17,7 +17,7 @@ from ampbench.memory.breakdown import _EVENTS, Breakdown, _alloc_retries, _alloc
 from ampbench.memory.search import GIB, SearchError, SearchResult, find_largest_batch, gib, try_step
 from ampbench.modes import PrecisionMode
 from ampbench.stats import median
-from ampbench.timing import peak_memory_bytes, sync, time_block
+from ampbench.speed.timing import peak_memory_bytes, sync, time_block
 from ampbench.train import Trainer
 from models.spec import ModelSpec
 
@@ -145,7 +145,7 @@ class _Prober:
         self.warm_batch = None
         self.set_batch(None)
         self.trainer.model.zero_grad(set_to_none=True)
-        for name in ("_per_optimizer_states", "_per_optimizer"):  # GradScaler, ampbench.scaling.LossScaler
+        for name in ("_per_optimizer_states", "_per_optimizer"):  # GradScaler, ampbench.loss_scaler.LossScaler
             states = getattr(self.trainer.scaler, name, None)
             if hasattr(states, "clear"):
                 states.clear()

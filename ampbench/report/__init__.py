@@ -38,7 +38,7 @@ from ampbench.report.format import (
 )
 from ampbench.report.html import HTML_ICONS, OTHER_VERDICT_CLASS, VERDICT_CLASSES, HtmlCell, render_html, verdict_class
 from ampbench.report.markdown import render_comparison_markdown, render_markdown, speedup_matrix
-from ampbench.report.run import DASH, failed_tests
+from ampbench.report.junit import DASH, failed_tests
 from ampbench.results import (
     KINDS,
     REFERENCE_MODE,

@@ -14,7 +14,7 @@ from ampbench.report.charts import comparison_chart, run_charts
 from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
 from ampbench.report.progress import QUIET, Progress
-from ampbench.report.run import Run
+from ampbench.report.junit import Run
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
     from ampbench.compare import Comparison

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ampbench.report.run import Run, order_modes
+from ampbench.report.junit import Run, order_modes
 from ampbench.report.speed_cells import DEVICE, METHODS, WALL, SpeedFigure, has_figure, used_methods
 from ampbench.results import MemoryRecord, Record, SpeedRecord
 from ampbench.verdict import VERDICT_ORDER, Verdict

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ampbench.report.run import DASH, Run, order_modes
+from ampbench.report.junit import DASH, Run, order_modes
 from ampbench.results import REFERENCE_MODE, VERDICT_ORDER, ConvergenceRecord, MemoryRecord, Record, SpeedRecord
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict

@@ -19,7 +19,7 @@ from ampbench.report.format import (
     model_rows,
     verdict_counts,
 )
-from ampbench.report.run import DASH, Run
+from ampbench.report.junit import DASH, Run
 from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord
 from ampbench.report.speed_cells import (
     DEVICE,

@@ -18,7 +18,7 @@ from ampbench.report.format import (
     verdict_counts,
     verdict_label,
 )
-from ampbench.report.run import DASH, Run
+from ampbench.report.junit import DASH, Run
 from ampbench.report.speed_cells import (
     DEVICE,
     WALL,

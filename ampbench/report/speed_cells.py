@@ -10,7 +10,7 @@ from typing import Callable
 
 from ampbench.modes import MODES, compiled, label
 from ampbench.report.format import VERDICT_ORDER
-from ampbench.report.run import Run, order_modes
+from ampbench.report.junit import Run, order_modes
 from ampbench.results import REFERENCE_MODE, SpeedRecord
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
@@ -30,7 +30,7 @@ DEVICE = SpeedFigure("device", True, "Speedup over fp32 in device time (the gate
 WALL = SpeedFigure("wall", False, "Wall-clock speedup of eager steps on this host", "wall clock")
 FIGURES = (DEVICE, WALL)
 
-# how each device-time method measured, as ampbench.devicetime.METHODS names them (that module needs torch)
+# how each device-time method measured, as ampbench.speed.devicetime.METHODS names them (that module needs torch)
 METHODS = {
     "graph": "CUDA-graph replay of the whole step",
     "kernels": "the profiler's kernel durations summed, where the step could not be captured",

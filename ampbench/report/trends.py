@@ -18,7 +18,7 @@ from ampbench.history.learn import CellBaseline, learn
 from ampbench.history.report_changes import SOFTWARE_ORDER
 from ampbench.history.series import Series
 from ampbench.report.charts import Chart, _png, _pyplot
-from ampbench.report.run import Run
+from ampbench.report.junit import Run
 from ampbench.results import SpeedRecord
 
 if TYPE_CHECKING:  # the store needs SQLAlchemy; a report without --history never imports it

@@ -78,7 +78,7 @@ class SpeedRecord(Record):
     device_confirm_speedup: float | None = number()
     device_verdict: Verdict | None = checked(VERDICT)
     device_step_ms: float | None = number()
-    # how the device blocks were queued ahead of the GPU (ampbench.held) and the GPU's idle share inside
+    # how the device blocks were queued ahead of the GPU (ampbench.speed.held) and the GPU's idle share inside
     # one profiled held block of each side: the check that no host entered the device time
     device_queue: str | None = text()
     device_blocks: int | None = number()

@@ -26,8 +26,8 @@ from typing import Callable
 
 import torch
 
-from ampbench.held import TRIES, BlockQueue, events_around
-from ampbench.timing import sync, time_block
+from ampbench.speed.held import TRIES, BlockQueue, events_around
+from ampbench.speed.timing import sync, time_block
 from ampbench.train import Trainer
 
 # Kineto leaves CUPTI attached after a profiling session unless told to tear it down, and an attached
@@ -298,7 +298,7 @@ def sync_quietly(device: torch.device) -> None:
 @dataclass
 class DeviceClock:
     """Times blocks of one side's training steps on the device; `block()` returns seconds per step.
-    On CUDA each block is queued whole behind `queue`'s hold (``ampbench.held``)."""
+    On CUDA each block is queued whole behind `queue`'s hold (``ampbench.speed.held``)."""
 
     trainer: Trainer
     method: str  # one of METHODS

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ampbench.baselines import entry_kind, load_document
+from ampbench.baselines.store import entry_kind, load_document
 
 MISSING = "-"
 # what the software dicts of the entries hold, in the order shown

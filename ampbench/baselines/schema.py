@@ -20,7 +20,7 @@ _SCALAR = (int, float, str, bool, type(None))
 # figures that may hold a list of {"name": str, "ms": number} instead of a scalar
 ALLOWED_STRUCTURED = frozenset({"kernels"})
 # figures that hold a list of strings end so: the datetimes of the runs a learned spread counted, one
-# list per figure whose spread ampbench.spread learns ("between_run_runs", "device_between_run_runs", ...)
+# list per figure whose spread ampbench.baselines.spread learns ("between_run_runs", "device_between_run_runs", ...)
 STRING_LIST_SUFFIX = "between_run_runs"
 
 
@@ -77,7 +77,7 @@ _BOOL = Rule(lambda v: isinstance(v, bool), "true or false")
 _STR_OR_NULL = Rule(lambda v: v is None or isinstance(v, str), "a string or null")
 
 # One schema per kind of entry, keyed by the test id's name before "[": the figures each test reads
-# back from its entry (perf/test_speed.py with ampbench.speed and verdict; perf/test_memory.py with
+# back from its entry (perf/test_speed.py with ampbench.speed.sides and verdict; perf/test_memory.py with
 # memory.judge and memory.search_start; perf/test_convergence.py), so that a figure a test would
 # misread stops the run up front instead. Figures not named here are stored for the report only and
 # are free, so a test can add one without touching this table. perf/test_input_pipeline.py reads no

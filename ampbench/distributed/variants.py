@@ -1,7 +1,7 @@
 """Mixed precision past one GPU: the communication variants as one table, how each wraps a model, and
 the pure arithmetic that turns the ranks' JSON documents into figures.
 
-The per-rank program is ``ampbench.dist_worker`` (run by torchrun); ``ampbench.launch`` starts it.
+The per-rank program is ``ampbench.distributed.speed_worker`` (run by torchrun); ``ampbench.distributed.launch`` starts it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ampbench.modes import MODES, PrecisionMode
-from ampbench.hostload import is_host_bound
+from ampbench.speed.hostload import is_host_bound
 from ampbench.stats import SpeedupEstimate, estimate_speedup, median
 from ampbench.verdict import Verdict
 

@@ -9,16 +9,16 @@ from typing import Callable
 
 import torch
 
-from ampbench.baselines import measurement_mismatch
+from ampbench.baselines.store import measurement_mismatch
 from ampbench.device import prime_libraries
-from ampbench.devicetime import (BlockIdle, CaptureError, CapturedStep, KernelProfile, block_idle, capture, clock_for,
+from ampbench.speed.devicetime import (BlockIdle, CaptureError, CapturedStep, KernelProfile, block_idle, capture, clock_for,
                                  paired_blocks, profile_steps)
-from ampbench.held import BlockQueue
+from ampbench.speed.held import BlockQueue
 from ampbench.modes import PrecisionMode
-from ampbench.spread import software_difference
+from ampbench.baselines.spread import software_difference
 from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
 from ampbench.stats import min_rounds as fewest_rounds
-from ampbench.timing import (
+from ampbench.speed.timing import (
     PairedTimer,
     RoundsPolicy,
     add_rounds_while,
@@ -197,9 +197,9 @@ def _paired_clocks(reference: Side, mode: Side, ref_steps: int, mode_steps: int,
 class DeviceTiming:
     """How a cell's device time is measured: both sides the same way, behind one hold (CUDA)."""
 
-    method: str  # "graph", "kernels" or "wall" (ampbench.devicetime.METHODS)
+    method: str  # "graph", "kernels" or "wall" (ampbench.speed.devicetime.METHODS)
     fallback: str | None  # why not by graph replay, where graph replay was wanted
-    queue: BlockQueue | None = None  # how the cell's blocks were queued (``ampbench.held``); None off CUDA
+    queue: BlockQueue | None = None  # how the cell's blocks were queued (``ampbench.speed.held``); None off CUDA
 
     def timer(self, reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
         ref_steps, mode_steps = _block_steps(reference, mode, policy)

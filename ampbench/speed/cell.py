@@ -1,5 +1,5 @@
 """One speed cell from its prepared sides to its record: time the device-time and the wall-clock speedup
-in interleaved rounds (and a compiled cell's second ratio, ``ampbench.compiled_cell``), judge each against
+in interleaved rounds (and a compiled cell's second ratio, ``ampbench.speed.compiled``), judge each against
 this GPU's baseline entry, check the mode really trained, record a new baseline entry when asked, and
 say what the test must warn about or fail on.
 
@@ -15,12 +15,16 @@ from typing import Callable
 
 import torch
 
-from ampbench import progress, speed, spread
-from ampbench.baselines import BaselineStore, measurement_mismatch
-from ampbench.compiled_cell import DynamoState, compile_problems, compile_time_check, measure_versus
+from ampbench import progress
+
+from ampbench.speed import sides as speed
+
+from ampbench.baselines import spread
+from ampbench.baselines.store import BaselineStore, measurement_mismatch
+from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check, measure_versus
 from ampbench.device import release
-from ampbench.devicetime import IDLE_WARN_SHARE
-from ampbench.hostload import host_load
+from ampbench.speed.devicetime import IDLE_WARN_SHARE
+from ampbench.speed.hostload import host_load
 from ampbench.modes import PrecisionMode, label, versus_of
 from ampbench.results import SpeedRecord
 from ampbench.settings import GATES, PerfSettings
@@ -272,7 +276,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
 
 
 def queue_fields(timing: speed.DeviceTiming, side: speed.Side, reference: speed.Side) -> dict:
-    """How the cell's device blocks were queued (``ampbench.held``) and how long the GPU sat idle inside
+    """How the cell's device blocks were queued (``ampbench.speed.held``) and how long the GPU sat idle inside
     a profiled held block of each side: the record's check that no host entered the device time."""
     if timing.queue is None:
         return {}

@@ -1,6 +1,6 @@
 """One rank of the distributed loss-scaling properties, run by torchrun::
 
-    torchrun --nproc-per-node 2 --standalone -m ampbench.dist_scaling --scenarios FILE --out DIR
+    torchrun --nproc-per-node 2 --standalone -m ampbench.distributed.loss_scaling_worker --scenarios FILE --out DIR
 
 FILE holds scenarios drawn by hypothesis in the parent (perf/strategies.py ``dist_scenarios``): a loss
 scaler's configuration and a few steps, each naming the one rank (or none) whose local gradient of
@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ampbench.distributed import exit_failed_rank
+from ampbench.distributed.variants import exit_failed_rank
 
 WIDTH = 8  # hidden units; FSDP2 shards the first layer's rows, WIDTH / world size per rank
 
@@ -62,7 +62,7 @@ def _ddp(net: nn.Module, device: torch.device) -> nn.Module:
 def _fsdp2(net: nn.Module, device: torch.device) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
-    from ampbench.distributed import device_mesh
+    from ampbench.distributed.variants import device_mesh
 
     return fully_shard(net, mesh=device_mesh(device))
 
@@ -157,7 +157,7 @@ def run_scenario(setup: Setup, scenario: dict, device: torch.device, rank: int) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ampbench.dist_scaling")
+    p = argparse.ArgumentParser(prog="python -m ampbench.distributed.loss_scaling_worker")
     p.add_argument("--scenarios", type=Path, required=True, help="JSON list of scenarios")
     p.add_argument("--out", type=Path, required=True, help="folder for <setup>/rank{R}.json")
     p.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated, of {', '.join(SETUPS)}")

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Mapping, Sequence
 
-from ampbench.baselines import measurement_mismatch
+from ampbench.baselines.store import measurement_mismatch
 from ampbench.results import Run, SpeedRecord
 from ampbench.stats import finite_number, log_sd
 from ampbench.verdict import DEFAULT_TOLERANCE, entry_tolerance
@@ -95,7 +95,7 @@ def _figure(prefix: str, label: str, method: bool = True, over: bool = False) ->
 
 WALL = _figure("", "wall-clock speedup", method=False)
 DEVICE = _figure("device_", "device-time speedup")
-# a compiled cell's second ratio (ampbench.compiled_cell), in device time
+# a compiled cell's second ratio (ampbench.speed.compiled), in device time
 VERSUS = _figure("versus_", "ratio over the versus side", over=True)
 FIGURES = (WALL, DEVICE, VERSUS)
 

@@ -1,6 +1,6 @@
 """One rank of a distributed speed cell, run by torchrun::
 
-    torchrun --nproc-per-node 2 --standalone -m ampbench.dist_worker \\
+    torchrun --nproc-per-node 2 --standalone -m ampbench.distributed.speed_worker \\
         --model resnet50 --mode amp_bf16 --comm fp32,bf16_hook --out DIR
 
 Per comm variant, the fp32 reference (the same parallelism, fp32 reduction) and the mode alternate in
@@ -29,9 +29,9 @@ import torch
 import torch.distributed as dist
 
 import models
-from ampbench import speed
+from ampbench.speed import sides as speed
 from ampbench.device import configure_backends, device_name, prime_libraries, release
-from ampbench.distributed import (
+from ampbench.distributed.variants import (
     STRATEGIES,
     CommVariant,
     comm_figures,
@@ -39,9 +39,9 @@ from ampbench.distributed import (
     get_comm,
     kernels_from_trace,
 )
-from ampbench.launch import load_worker_plugins
+from ampbench.distributed.launch import load_worker_plugins
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
-from ampbench.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
+from ampbench.speed.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
 from ampbench.train import Trainer
 
 
@@ -129,7 +129,7 @@ def profiled_trace(trainer: Trainer, steps: int, activities: list) -> dict:
     the profiler. The profiler's start (CUPTI attaching, the first time in the process) takes each
     rank a different time, and a first step traced from it would show the rank that started first
     waiting in its NCCL kernels for the others, as communication. And kineto tears CUPTI down after a
-    session (TEARDOWN_CUPTI, which ampbench.devicetime sets) from the next CUDA call on, on a thread of
+    session (TEARDOWN_CUPTI, which ampbench.speed.devicetime sets) from the next CUDA call on, on a thread of
     its own: a session started back to back with the last one (the reference's after the mode's) can
     lose its GPU events to that teardown, which the unprofiled step gives time to finish."""
     from torch.profiler import profile, schedule
@@ -207,7 +207,7 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m ampbench.dist_worker", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m ampbench.distributed.speed_worker", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, choices=list(models.REGISTRY))
     p.add_argument("--mode", required=True)
     p.add_argument("--comm", required=True, help="comma-separated comm variants, run one after the other")
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 doc = run_cell(args, spec, mode, variant, device, single, policy)
             except Exception as exc:
-                print(f"ampbench.dist_worker rank {rank}: {spec.name} {mode.name} {variant.name} failed: "
+                print(f"ampbench.distributed.speed_worker rank {rank}: {spec.name} {mode.name} {variant.name} failed: "
                       f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
                 raise
             path = args.out / variant.name / f"rank{rank}.json"

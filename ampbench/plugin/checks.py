@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-from ampbench.baselines import unwritable_reason, write_text_atomic
+from ampbench.baselines.store import unwritable_reason, write_text_atomic
 
 # lines for the end of the session: where results went that could not go where they were asked to
 FALLBACK_KEY = pytest.StashKey[list]()

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ampbench.baseline_schema import (  # noqa: F401 - the file format's names, read from here too
+from ampbench.baselines.schema import (  # noqa: F401 - the file format's names, read from here too
     SCHEMA_VERSION,
     STAMP_FORMAT,
     BaselineError,

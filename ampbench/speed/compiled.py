@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from ampbench import speed, spread
-from ampbench.baselines import measurement_mismatch
+from ampbench.speed import sides as speed
+
+from ampbench.baselines import spread
+from ampbench.baselines.store import measurement_mismatch
 from ampbench.modes import PrecisionMode, label, shared_versus, versus_figure, versus_of
 from ampbench.stats import median
 from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, entry_tolerance, recorded_check

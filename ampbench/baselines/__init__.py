@@ -1,0 +1,1 @@
+"""Per-GPU baseline files: their entries, schema, learned spread and rendering."""

@@ -1,0 +1,1 @@
+"""Mixed precision past one GPU: communication variants, torchrun launches and their ranks."""

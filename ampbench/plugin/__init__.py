@@ -1,0 +1,1 @@
+"""ampbench's pytest face."""
