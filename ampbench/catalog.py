@@ -13,7 +13,7 @@ def model_rows() -> list[dict[str, Any]]:
     """One row per model of the zoo, in test order."""
     import models  # builds nothing, but imports torch
 
-    compile_tier = TIERS["compile"].models or ()
+    compile_tier = TIERS["compile"].models or models.model_names("compile")
     return [{"name": spec.name, "tier": spec.tier, "batch_size": spec.batch_size,
              "smoke_batch_size": spec.smoke_batch_size, "in_cpu_smoke": spec.in_cpu_smoke,
              "in_compile_tier": spec.name in compile_tier, "optimizer": spec.optimizer, "origin": spec.origin}

@@ -22,11 +22,12 @@ class Tier:
     """What a --perf-tier selects where --perf-models, --perf-precisions and --perf-compile do not."""
 
     name: str
-    models: tuple[str, ...] | None = None  # its models; None: those whose ModelSpec.tier it takes in
+    # its models; None: those whose ModelSpec takes them in (its tier, or in_compile_tier for "compile")
+    models: tuple[str, ...] | None = None
     modes: tuple[str, ...] | None = None  # its precision modes; None: every mode
     compile: str = "off"  # the --perf-compile it runs with unless given
-    # compiled cells only: a test collects cells where it has the compile axis (test_speed) or names its
-    # models for this tier (the cells marker's `compile=`), and the other tests none
+    # compiled cells only: a test collects cells where it has the compile axis (test_speed) or its kind
+    # takes models in the "compile" run (their ModelSpec field of that kind), and the other tests none
     compiled_only: bool = False
     # the memory test searches each cell's largest batch (most of that test's time); else it measures the
     # default batch only
@@ -35,19 +36,18 @@ class Tier:
 
 # The compile tier guards what teams train with on Hopper today, meant to fit 10 minutes on one H100:
 # its cold compiles dominate it (7-57 s each on an H100, fp8 the longest), so it takes the models where
-# compile and fp8 have something to say (a convnet, GPT-2 small, a Llama-3-8B-wide decoder) in bf16
+# compile and fp8 have something to say (ModelSpec.in_compile_tier: a convnet, GPT-2 small, a Llama-3-8B-wide decoder) in bf16
 # autocast and fp8. Compiled amp_fp16 (35-50 s more per model) runs in the full tier.
 TIERS: dict[str, Tier] = {t.name: t for t in (
     Tier("quick", memory_search=False),
     Tier("full"),
-    Tier("compile", models=("resnet50", "gpt", "llama"), modes=("amp_bf16", "fp8_tensorwise", "fp8_rowwise"),
-         compile="on", compiled_only=True),
+    Tier("compile", modes=("amp_bf16", "fp8_tensorwise", "fp8_rowwise"), compile="on", compiled_only=True),
 )}
 
 
 def tier_help(tiers: dict[str, Tier], model_names: Callable[[str], list[str]], modes: dict) -> str:
     """--perf-tier's help, read off the tier table: each tier's models, modes and memory cells.
-    `model_names(tier)` lists the models a tier takes in by their ModelSpec.tier; `modes` is MODES."""
+    `model_names(tier)` lists the models a tier takes in by their ModelSpec; `modes` is MODES."""
     parts = []
     for t in tiers.values():
         names = t.models or model_names(t.name)

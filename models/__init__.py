@@ -33,7 +33,14 @@ def get_model(name: str) -> ModelSpec:
 
 
 def model_names(tier: str = "full", cpu_smoke: bool = False) -> list[str]:
-    """Names in registry order; tier 'quick' keeps only the quick-tier models, `cpu_smoke` only those
-    of the CPU smoke pass's default selection."""
-    return [name for name, spec in REGISTRY.items()
-            if (tier == "full" or spec.tier == "quick") and (spec.in_cpu_smoke or not cpu_smoke)]
+    """Names in registry order; tier 'quick' keeps only the quick-tier models, 'compile' those of the
+    compile tier, `cpu_smoke` only those of the CPU smoke pass's default selection."""
+    in_tier = {"full": lambda spec: True, "quick": lambda spec: spec.tier == "quick",
+               "compile": lambda spec: spec.in_compile_tier}[tier]
+    return [name for name, spec in REGISTRY.items() if in_tier(spec) and (spec.in_cpu_smoke or not cpu_smoke)]
+
+
+def kind_models(kind: str, run: str | None = None) -> list[str]:
+    """Names, in registry order, of the models the tests of `kind` (a CELL_KINDS field of ModelSpec) take
+    in `run` (one of RUNS), or in any run (None)."""
+    return [name for name, spec in REGISTRY.items() if spec.takes_part(kind, run)]

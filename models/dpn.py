@@ -127,6 +127,7 @@ def _spec(name: str, config: Config, smoke_blocks: tuple[int, ...]) -> ModelSpec
         lr=0.05,
         channels_last=True,
         tier="full",
+        input_pipeline=("full", "cpu_smoke"),
     )
 
 

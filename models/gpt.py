@@ -142,4 +142,6 @@ SPEC = ModelSpec(
     optimizer="adamw",
     lr=3e-4,
     tier="quick",
+    in_compile_tier=True,
+    distributed=("quick", "full"),
 )

@@ -161,4 +161,6 @@ SPEC = ModelSpec(
     # full tier only: its fp32 reference step (0.3 s on an H100), 700M parameters' AdamW state and the
     # compile time of the fp8 cells it exists for would add minutes to the quick tier's budget
     tier="full",
+    in_compile_tier=True,  # the width where fp8 is said to pay
+    distributed=("full",),
 )

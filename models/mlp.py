@@ -62,4 +62,5 @@ SPEC = ModelSpec(
     optimizer="sgd",
     lr=1e-3,
     tier="quick",
+    distributed=("cpu_smoke",),  # small enough for two gloo processes on two slow CI cores
 )

@@ -47,7 +47,8 @@ make_batch = image_batch
 flops_per_sample = counted_training_flops(build, make_batch)
 
 
-def _spec(depth: int, batch_size: int, tier: str) -> ModelSpec:
+def _spec(depth: int, batch_size: int, tier: str, **runs: tuple[str, ...] | bool) -> ModelSpec:
+    """resnet`depth`'s spec; `runs`: the ModelSpec fields of the tests and tiers beyond its own tier."""
     return ModelSpec(
         name=f"resnet{depth}",
         origin=f'"When life gives you tensor cores, you run mixed precision benchmarks" (2019): torchvision resnet{depth} on CIFAR-100 resized to 224x224',
@@ -67,11 +68,12 @@ def _spec(depth: int, batch_size: int, tier: str) -> ModelSpec:
         tier=tier,
         # torchvision's full width: a CPU fp16 step of the 64x64 smoke config takes about a second
         in_cpu_smoke=False,
+        **runs,
     )
 
 
 RESNET18 = _spec(18, batch_size=256, tier="full")
 RESNET34 = _spec(34, batch_size=256, tier="full")
-RESNET50 = _spec(50, batch_size=128, tier="quick")
+RESNET50 = _spec(50, batch_size=128, tier="quick", in_compile_tier=True, distributed=("quick", "full"))
 RESNET101 = _spec(101, batch_size=64, tier="full")
 RESNET152 = _spec(152, batch_size=64, tier="full")

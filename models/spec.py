@@ -15,6 +15,12 @@ from torch import nn
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
+# the runs a test of its own kind may take a model in: the tiers of a GPU run (--perf-tier) and the CPU
+# smoke pass, whose tier does not narrow these tests' selection
+RUNS = ("quick", "full", "compile", "cpu_smoke")
+# ModelSpec fields naming the runs of a kind of test; a test's cells marker names its kind
+CELL_KINDS = ("convergence", "input_pipeline", "distributed")
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -38,6 +44,30 @@ class ModelSpec:
     # about a second on a CPU (full-width torchvision convnets: no fp16 convolution kernels there), so
     # the smoke pass runs it only when --perf-models names it
     in_cpu_smoke: bool = True
+    in_compile_tier: bool = False  # the compile tier's cells (--perf-tier compile) run it
+    # The tests of a kind of their own, beside speed and memory (which run every model by the fields
+    # above): each names the runs it takes the model in, of RUNS; () for none. Any run whose --perf-models
+    # names the model takes it in where the tuple is not empty.
+    convergence: tuple[str, ...] = ()  # test_convergence trains it on real digits (a convnet that trains in seconds)
+    # test_input_pipeline feeds it CIFAR-10 through a DataLoader (it takes 3x32x32 images); the run's own
+    # selection of models (the tier, the CPU smoke pass's) narrows these runs further
+    input_pipeline: tuple[str, ...] = ()
+    # test_distributed times it under data-parallel comm variants: on the CPU (gloo) one small model
+    distributed: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for kind in CELL_KINDS:
+            unknown = set(getattr(self, kind)) - set(RUNS)
+            if unknown:
+                raise ValueError(f"{self.name}: {kind} names unknown runs {sorted(unknown)}; runs: {', '.join(RUNS)}")
+
+    def takes_part(self, kind: str, run: str | None = None) -> bool:
+        """Whether the tests of `kind` (one of CELL_KINDS) take this model in `run` (one of RUNS), or in
+        any run (None: a run whose --perf-models names it)."""
+        if kind not in CELL_KINDS:
+            raise KeyError(f"unknown cell kind {kind!r}; kinds: {', '.join(CELL_KINDS)}")
+        runs = getattr(self, kind)
+        return bool(runs) if run is None else run in runs
 
     def config_for(self, smoke: bool) -> Any:
         return self.smoke_config if smoke else self.config

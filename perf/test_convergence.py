@@ -23,8 +23,6 @@ from ampbench.data import load_digits
 from ampbench.modes import label, parity_reference_of
 from ampbench.device import release
 
-# the zoo models that take images and train in seconds; the WRN-28-10 of "Mixed Precision Training on Tesla T4 and P100" (2019) is the CIFAR-shaped one
-CONVERGENCE_MODELS = ("mnist_cnn", "wide_resnet28_10")
 SEED = 0
 
 
@@ -45,10 +43,8 @@ def _train(model_spec, mode, device, smoke, budget):
     return conv.train_to_accuracy(model_spec, mode, device, load_digits(), config=config, budget=budget, seed=SEED)
 
 
-# on the CPU, WRN's fp16 convolutions (no fp16 kernels there) would take most of the smoke pass's time;
-# on a GPU its seven cells take about a minute, a quarter of the quick tier's budget: the full tier runs them.
-# The compile tier runs mnist_cnn's fp8 cells (WRN-28-10 has no Linear layer for fp8 to convert).
-@pytest.mark.cells(models=list(CONVERGENCE_MODELS), cpu_smoke=["mnist_cnn"], quick=["mnist_cnn"], compile=["mnist_cnn"])
+# the zoo models that take images and train in seconds (ModelSpec.convergence), in the runs each names
+@pytest.mark.cells(kind="convergence")
 def test_convergence(benchmark, record_result, model_spec, mode, perf_settings, perf_device, baseline_store, software, _results,
                      fail_on_oom):
     smoke = perf_settings.smoke

@@ -19,7 +19,6 @@ from ampbench import convergence as conv
 from ampbench import pipeline
 from ampbench.device import release
 
-CIFAR_SHAPED = ("wide_resnet28_10", "dpn26", "dpn92")
 SEED = 0
 
 
@@ -33,7 +32,7 @@ def _pipeline_config(model_spec, smoke: bool):
     try:
         config, _, _ = conv.image_config(model_spec, smoke, num_classes=10)
     except ValueError as exc:
-        pytest.fail(f"{model_spec.name}: listed as CIFAR-shaped, but {exc}", pytrace=False)
+        pytest.fail(f"{model_spec.name}: its ModelSpec.input_pipeline says CIFAR-shaped, but {exc}", pytrace=False)
     return config
 
 
@@ -42,10 +41,10 @@ def _pipeline_datasets() -> dict:
     return {}
 
 
-# the full tier's CIFAR-shaped models (the DPNs) only there, or where --perf-models names them
-# the quick tier leaves out fp32 and TF32 (the rows' full_tier_only): the slowest consumers of a
-# loader, they are never the ones it fails to feed, and fp32's 40 WRN steps were half the test's time
-@pytest.mark.cells(models=list(CIFAR_SHAPED), tiered=True, modes_tiered=True)
+# the CIFAR-shaped models (ModelSpec.input_pipeline), each in its own tier (the DPNs in the full one) or
+# where --perf-models names it; the quick tier leaves out fp32 and TF32 (the rows' full_tier_only): the
+# slowest consumers of a loader, they are never the ones it fails to feed
+@pytest.mark.cells(kind="input_pipeline", tiered=True, modes_tiered=True)
 def test_input_pipeline(benchmark, record_result, model_spec, mode, perf_settings, perf_device, _pipeline_datasets, fail_on_oom):
     settings = perf_settings
     smoke = settings.smoke

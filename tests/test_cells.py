@@ -35,14 +35,82 @@ def test_the_quick_tier_leaves_full_tier_only_modes_out_where_the_marker_asks():
     assert "fp32" in modes_of(cells_for(replace(GPU, tier="full"), {"modes_tiered": True}, None, None, False), "gpt")
 
 
-def test_a_marker_gives_a_test_its_own_models_and_its_quick_ones():
-    marker = {"models": ["mnist_cnn", "wide_resnet28_10"], "quick": ["mnist_cnn"]}
+def test_a_marker_gives_a_test_the_models_of_its_kind_and_its_quick_ones():
+    marker = {"kind": "convergence"}
     assert {v[0] for v in cells_for(GPU, marker, None, None, False).values} == {"mnist_cnn"}
     assert {v[0] for v in cells_for(replace(GPU, tier="full"), marker, None, None, False).values} == {
         "mnist_cnn", "wide_resnet28_10"}
     # --perf-models narrows a test's own models to the ones it names
     named = cells_for(replace(GPU, models=("wide_resnet28_10",)), marker, ("wide_resnet28_10",), None, False)
     assert {v[0] for v in named.values} == {"wide_resnet28_10"}
+
+
+def own_models(marker: dict, tier: str, device: str) -> list[str]:
+    """The models of a test with `marker` in `tier` on `device`, where --perf-models names none."""
+    import conftest
+    from ampbench.settings import COMPILE_CHOICES, TIERS
+
+    row = TIERS[tier]
+    s = replace(GPU, device=torch.device(device), tier=tier, models=conftest.tier_models(row, device == "cpu"),
+                precisions=row.modes or tuple(MODES), compile=COMPILE_CHOICES[row.compile])
+    return list(dict.fromkeys(v[0] for v in cells_for(s, marker, None, None, False).values))
+
+
+# (tier, device) -> models, as the tests' own model lists selected them before ModelSpec held them
+CONVERGENCE = {("quick", "cuda"): ["mnist_cnn"], ("full", "cuda"): ["mnist_cnn", "wide_resnet28_10"],
+               ("compile", "cuda"): ["mnist_cnn"], ("quick", "cpu"): ["mnist_cnn"], ("full", "cpu"): ["mnist_cnn"],
+               ("compile", "cpu"): ["mnist_cnn"]}
+INPUT_PIPELINE = {("quick", "cuda"): ["wide_resnet28_10"], ("full", "cuda"): ["wide_resnet28_10", "dpn26", "dpn92"],
+                  ("compile", "cuda"): [], ("quick", "cpu"): ["wide_resnet28_10"],
+                  ("full", "cpu"): ["wide_resnet28_10", "dpn26", "dpn92"], ("compile", "cpu"): []}
+
+
+def test_the_kinds_select_the_models_of_each_tier_and_device():
+    for (tier, device), expected in CONVERGENCE.items():
+        assert own_models({"kind": "convergence"}, tier, device) == expected, (tier, device)
+    for (tier, device), expected in INPUT_PIPELINE.items():
+        assert own_models({"kind": "input_pipeline", "tiered": True}, tier, device) == expected, (tier, device)
+
+
+def test_a_model_registered_from_outside_joins_the_tests_of_its_kinds(monkeypatch):
+    import models
+    from dataclasses import replace as copy
+
+    extra = copy(models.get_model("wide_resnet28_10"), name="wrn_extra", tier="full", convergence=("full", "cpu_smoke"),
+                 input_pipeline=("full",), in_compile_tier=True)
+    monkeypatch.setitem(models.REGISTRY, extra.name, extra)
+    assert own_models({"kind": "convergence"}, "quick", "cpu") == ["mnist_cnn", "wrn_extra"]
+    assert own_models({"kind": "convergence"}, "quick", "cuda") == ["mnist_cnn"]
+    assert own_models({"kind": "input_pipeline", "tiered": True}, "full", "cuda") == [
+        "wide_resnet28_10", "dpn26", "dpn92", "wrn_extra"]
+    assert own_models({"kind": "input_pipeline", "tiered": True}, "full", "cpu") == ["wide_resnet28_10", "dpn26", "dpn92"]
+    assert own_models({}, "compile", "cuda") == []  # no compile axis: speed's cells are test_speed's
+    assert models.model_names("compile") == ["resnet50", "gpt", "llama", "wrn_extra"]  # the registry's order
+    assert "wrn_extra" not in models.model_names("quick")
+
+
+def test_a_kind_names_only_known_runs_and_fields():
+    import pytest
+    import models
+    from dataclasses import replace as copy
+
+    from ampbench.settings import TIERS
+    from models.spec import RUNS
+
+    assert RUNS == (*TIERS, "cpu_smoke"), "a run per tier, and the CPU smoke pass"
+    with pytest.raises(ValueError, match="convergence names unknown runs \\['nightly'\\]"):
+        copy(models.get_model("mlp"), convergence=("nightly",))
+    with pytest.raises(KeyError, match="unknown cell kind 'memory'"):
+        cells_for(GPU, {"kind": "memory"}, None, None, False)
+
+
+def test_the_distributed_fields_select_the_distributed_default_models():
+    import models
+    from ampbench.distributed.variants import default_cells
+
+    for tier in ("quick", "full"):
+        assert tuple(models.kind_models("distributed", tier)) == default_cells(torch.device("cuda"), tier)[0]
+        assert tuple(models.kind_models("distributed", "cpu_smoke")) == default_cells(torch.device("cpu"), tier)[0]
 
 
 def test_fp8_runs_only_where_compiled_cells_are_asked_for_or_it_is_named():
@@ -63,7 +131,7 @@ def test_the_compile_axis_puts_compiled_amp_bf16_straight_before_fp8():
 def test_the_compile_tier_runs_compiled_cells_only():
     s = replace(GPU, tier="compile", precisions=("amp_bf16", "fp8_tensorwise"), compile=(True,))
     assert cells_for(s, {}, None, None, has_axis=False).values == [], "a test without the axis sits it out"
-    convergence = {"models": ["mnist_cnn", "wide_resnet28_10"], "compile": ["mnist_cnn"]}
+    convergence = {"kind": "convergence"}
     assert cells_for(s, convergence, None, None, has_axis=False).ids == ["mnist_cnn-fp8_tensorwise"]
     assert cells_for(s, {}, None, None, has_axis=True).ids == [
         "resnet50-amp_bf16-compiled", "resnet50-fp8_tensorwise", "gpt-amp_bf16-compiled", "gpt-fp8_tensorwise"]

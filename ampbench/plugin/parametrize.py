@@ -4,12 +4,13 @@ session's settings, the test's ``cells`` marker and what the user named. conftes
 
 A test's ``@pytest.mark.cells(...)`` keywords:
 
-- ``models=[...]``: its own models instead of the tier's (those --perf-models names, if given, still
-  narrow it); with ``tiered=True`` the tier narrows them too;
-- ``quick=[...]``: the ones of them the quick tier runs;
-- ``cpu_smoke=[...]``: the ones the CPU smoke pass runs unless --perf-models names others;
-- ``compile=[...]``: the ones a tier of compiled cells only (``--perf-tier compile``) runs, in the modes
-  whose row compiles; a test with neither this nor the compile axis sits that tier out;
+- ``kind="..."``: its own models instead of the tier's, those whose ModelSpec field of that name
+  (``models.spec.CELL_KINDS``: convergence, input_pipeline) takes them in this run (``RUNS``: the tier, or
+  ``cpu_smoke`` on the CPU), or in any run where --perf-models names models (which narrows them); a
+  tier of compiled cells only (``--perf-tier compile``) runs the ones its ``compile`` run takes, in
+  the modes whose row compiles; a test with neither such models nor the compile axis sits that tier out;
+- ``tiered=True``: the run's own selection of models (the tier's, the CPU smoke pass's) narrows the
+  kind's models too;
 - ``modes_tiered=True``: the modes whose row is ``full_tier_only`` (fp32's control of the harness,
   TF32) are left out of the quick tier, unless --perf-precisions names the modes.
 
@@ -23,6 +24,7 @@ from typing import Mapping, Sequence
 
 from ampbench.modes import MODES, shared_versus
 from ampbench.settings import TIERS, PerfSettings
+from models import kind_models
 
 
 @dataclass(frozen=True)
@@ -34,19 +36,20 @@ class Cells:
     ids: list[str]  # "model-mode", "-compiled" appended to a compiled cell of a mode that also runs eager
 
 
+def _run(s: PerfSettings) -> str:
+    """The run, of models.spec.RUNS, whose models a test of its own kind takes."""
+    if TIERS[s.tier].compiled_only:
+        return "compile"
+    return "cpu_smoke" if s.smoke else s.tier
+
+
 def _models(s: PerfSettings, marker: Mapping, named_models: Sequence[str] | None, has_axis: bool) -> list[str]:
-    tier = TIERS[s.tier]
-    if tier.compiled_only and not has_axis and "compile" not in marker:
+    kind = marker.get("kind")
+    if TIERS[s.tier].compiled_only and not has_axis and not (kind and kind_models(kind, "compile")):
         return []  # no compiled cells of its own: it sits the tier out
-    if "models" not in marker:
+    if kind is None:
         return list(s.models)
-    own = list(marker["models"])
-    if tier.compiled_only and not named_models:
-        own = list(marker["compile"])
-    elif s.smoke and not named_models:
-        own = list(marker.get("cpu_smoke", own))
-    elif s.tier == "quick" and not named_models:
-        own = list(marker.get("quick", own))
+    own = kind_models(kind, None if named_models else _run(s))
     narrowed = named_models or marker.get("tiered", False)
     return [m for m in own if m in s.models] if narrowed else own
 
