@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -98,6 +98,45 @@ def _loader(dataset, batch_size: int, batches: int, workers: int, pin: bool, see
                                        pin_memory=pin, drop_last=True)
 
 
+def _samples_per_s(step: Callable[[], None], steps: int, batch_size: int, device: torch.device) -> float:
+    """Samples/s over `steps` calls of `step`, the device synchronized before and after."""
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    return steps * batch_size / (time.perf_counter() - t0)
+
+
+def _loader_alone(it: Iterator, drain: int, steps: int, batch_size: int) -> float:
+    """Samples/s the loader iterator `it` delivers on its own, after `drain` batches it prefetched."""
+    for _ in range(drain):  # batches prefetched during training would arrive instantly
+        next(it)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        next(it)
+    return steps * batch_size / (time.perf_counter() - t0)
+
+
+def _finding(where: str, workers: int, pin: bool, resident: float, fed: float, alone: float) -> tuple[bool, str]:
+    """(input-bound, message) from the three rates of the cell `where` ("model mode")."""
+    slower = fed < INPUT_BOUND_RATIO * resident
+    # the loader is what caps the step only if, on its own, it cannot deliver much more than the step
+    # consumes; a fed step that is slower while the loader has plenty to spare lost its time elsewhere
+    # (unpinned copies, a noisy host)
+    bound = slower and alone < LOADER_HEADROOM * resident
+    head = (f"{where}: the DataLoader ({workers} workers, pin_memory {'on' if pin else 'off'}) feeds "
+            f"{fed:,.0f} samples/s, resident batches {resident:,.0f} ({100 * fed / resident:.0f}%); the loader "
+            f"alone delivers {alone:,.0f}")
+    if bound:
+        return bound, (f"{head}: input-bound, the loader caps the step rate, so this mode's speedup over fp32 is "
+                       f"hidden on this host (more --perf-loader-workers, or a faster CPU)")
+    if slower:
+        return bound, (f"{head}: not input-bound, the loader alone has {alone / resident:.1f}x the step's need; "
+                       f"the fed step lost its time elsewhere (copies, workers competing with it for cores, host noise)")
+    return bound, f"{head}: not input-bound (the loader keeps up within {100 * (1 - INPUT_BOUND_RATIO):.0f}%)"
+
+
 def measure_input_pipeline(
     spec: ModelSpec,
     mode: PrecisionMode,
@@ -127,56 +166,25 @@ def measure_input_pipeline(
     # resident: the first loader batch, kept on the device, so both sides train on real pixels
     first_x, first_y = next(iter(_loader(dataset, batch_size, 1, 0, False, seed)))
     rx, ry = trainer.prepare((first_x.to(device), first_y.to(device)))
-    # both feeds run the same kernels, so the ratio does not need cuDNN's autotuning, which costs
-    # 10-25 s per model and dtype on an H100 (the speed tests' warm-up times): on the first cell
-    # it alone outlasted a 45 s stage
+    # both feeds run the same kernels, so the ratio does not need cuDNN's autotuning (seconds per model
+    # and dtype)
     with mode.math_flags(), cudnn_heuristics():
         for _ in range(warmup):
             trainer.step(rx, ry)
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            losses.append(trainer.step(rx, ry))
-        sync(device)
-        resident = steps * batch_size / (time.perf_counter() - t0)
+        resident = _samples_per_s(lambda: losses.append(trainer.step(rx, ry)), steps, batch_size, device)
 
         # one loader for both loader measurements, so the workers start once per cell
         drain = 2 * workers  # batches the workers prefetch (prefetch_factor 2) while the step still runs
         it = iter(_loader(dataset, batch_size, warmup + 2 * steps + drain, workers, pin, seed))
         for _ in range(warmup):  # worker start-up and the first prefetches stay outside the timing
             feed(*next(it))
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            feed(*next(it))
-        sync(device)
-        fed = steps * batch_size / (time.perf_counter() - t0)
+        fed = _samples_per_s(lambda batches=it: feed(*next(batches)), steps, batch_size, device)
 
-    for _ in range(drain):  # batches prefetched during training would arrive instantly
-        next(it)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        next(it)
-    alone = steps * batch_size / (time.perf_counter() - t0)
+    alone = _loader_alone(it, drain, steps, batch_size)
     del it
 
     finite = bool(torch.isfinite(torch.stack(losses).float()).all())
-    slower = fed < INPUT_BOUND_RATIO * resident
-    # the loader is what caps the step only if, on its own, it cannot deliver much more than the step
-    # consumes; a fed step that is slower while the loader has plenty to spare lost its time elsewhere
-    # (unpinned copies, a noisy host)
-    bound = slower and alone < LOADER_HEADROOM * resident
-    head = (f"{spec.name} {mode.name}: the DataLoader ({workers} workers, pin_memory {'on' if pin else 'off'}) feeds "
-            f"{fed:,.0f} samples/s, resident batches {resident:,.0f} ({100 * fed / resident:.0f}%); the loader "
-            f"alone delivers {alone:,.0f}")
-    if bound:
-        message = (f"{head}: input-bound, the loader caps the step rate, so this mode's speedup over fp32 is "
-                   f"hidden on this host (more --perf-loader-workers, or a faster CPU)")
-    elif slower:
-        message = (f"{head}: not input-bound, the loader alone has {alone / resident:.1f}x the step's need; "
-                   f"the fed step lost its time elsewhere (copies, workers competing with it for cores, host noise)")
-    else:
-        message = f"{head}: not input-bound (the loader keeps up within {100 * (1 - INPUT_BOUND_RATIO):.0f}%)"
+    bound, message = _finding(f"{spec.name} {mode.name}", workers, pin, resident, fed, alone)
     return PipelineResult(
         model=spec.name, mode=mode.name, data=data_name, batch_size=batch_size, steps=steps, workers=workers,
         pin_memory=pin, resident_samples_per_s=resident, loader_samples_per_s=fed, loader_only_samples_per_s=alone,

@@ -37,7 +37,7 @@ The cap is a budget on top of what the process holds when a cell starts, enforce
 allocator (``set_per_process_memory_fraction``) during the search and lifted afterwards, so results
 compare across GPUs of different sizes and other tests get the whole card. The default is 90% of the
 card, at most 24 GiB. The steps timed at the largest batch run with the cap lifted: under it, cuDNN's
-workspace requests make the allocator flush its cache at every convolution (see ``measure_memory``).
+workspace requests make the allocator flush its cache at every convolution.
 The search's own last step at that batch is their warm-up (it chose the algorithms and cached the
 blocks), so no extra step is spent unless the search ended on a failure.
 
@@ -46,8 +46,8 @@ OOM is an expected event: after each one every reference to the failed step is d
 and the allocator's cache is emptied, so the next step starts from the state the last good one left.
 
 The modules, by job: `search` is the largest-batch search (pure logic, tested on the CPU); `breakdown`
-says where a step's memory goes; `probe` is the device side (the cap, real steps, out-of-memory
-recovery, ``measure_memory``); `judging` turns a cell's figures into a verdict against its baseline.
+says where a step's memory goes; `probe` is the device side (the cap, real steps and their
+out-of-memory recovery, ``measure_memory``); `recovery` shows that recovery on its own; `judging` turns a cell's figures into a verdict against its baseline.
 The names below are re-exported for ``from ampbench.memory import ...``.
 """
 
@@ -82,11 +82,9 @@ from ampbench.memory.probe import (
     TIMED_SECONDS,
     CellMemory,
     MemoryMeasurementError,
-    OomRecovery,
     batch_limit,
     cap_bytes_for,
     default_cap_bytes,
-    demonstrate_oom_recovery,
     measure_memory,
     nominal_cap_bytes,
     nominal_cap_for,
@@ -94,6 +92,7 @@ from ampbench.memory.probe import (
     step_breakdown,
     warm_up,
 )
+from ampbench.memory.recovery import OomRecovery, demonstrate_oom_recovery
 from ampbench.memory.search import (
     BATCH_RESOLUTION,
     FIRST_PEAK_TRUST,

@@ -1,20 +1,21 @@
 """The device side of the memory cells: the cap (``cap_bytes_for``, ``nominal_cap_bytes``) and the
 allocator limit that enforces it, real training steps at chosen batches (``_Prober``) with their
-out-of-memory recovery, and ``measure_memory``, which wires the search to them on a CUDA device."""
+out-of-memory recovery, and ``measure_memory``, which wires the search to them on a CUDA device (the out-of-memory
+recovery shown on its own: ``ampbench.memory.recovery``)."""
 
 from __future__ import annotations
 
 import contextlib
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
 
 from ampbench.device import cudnn_heuristics, first_line, is_out_of_memory, prime_libraries, release
 from ampbench.memory.breakdown import _EVENTS, Breakdown, _alloc_retries, _allocator_stats, held_bytes
-from ampbench.memory.search import GIB, SearchError, SearchResult, find_largest_batch, gib, try_step
+from ampbench.memory.search import GIB, SearchError, SearchResult, find_largest_batch, gib
 from ampbench.modes import PrecisionMode
 from ampbench.stats import median
 from ampbench.speed.timing import peak_memory_bytes, sync, time_block
@@ -222,6 +223,88 @@ def _default_timed(step: Callable[[], None], rounds: int) -> None:
         step()
 
 
+@dataclass
+class _CellRun:
+    """How far a memory cell has got: its stage and batch (for the message of a failure) and what it
+    has measured so far."""
+
+    stage: str
+    batch: int
+    trainer: Trainer | None = None
+    prober: _Prober | None = None
+    warmup_steps: int = 0
+    breakdown: Breakdown | None = None
+    result: SearchResult | None = None
+    search_seconds: float | None = None
+    seconds: list[float] = field(default_factory=list)  # timed steps at the largest batch
+    timed_retries: int | None = None
+
+
+def _base_memory(where: str, device: torch.device, cap_bytes: int, search: bool) -> tuple[int, int]:
+    """(allocated, reserved) bytes this process holds before the cell, after priming the libraries;
+    raises MemoryMeasurementError where the search's cap exceeds what the card has free."""
+    prime_libraries(device)
+    release(device)
+    base_allocated = torch.cuda.memory_allocated(device)
+    base_reserved = torch.cuda.memory_reserved(device)
+    free, _ = torch.cuda.mem_get_info(device)
+    # the cap is a budget on top of what this process already holds; only the search is held to it (the
+    # step at the default batch runs uncapped either way), so without one a cap the card cannot give
+    # stops nothing
+    if search and free < cap_bytes:
+        raise MemoryMeasurementError(
+            f"{where}: the memory cap of {gib(cap_bytes)} exceeds the {gib(free)} free on the card "
+            f"(this process holds {gib(base_reserved)}, the rest is the driver's or other processes'); "
+            f"lower --perf-memory-cap"
+        )
+    return base_allocated, base_reserved
+
+
+def _search(run: _CellRun, device: torch.device, cap_bytes: int, base_reserved: int, limit: int,
+            start: tuple[int, int] | None) -> None:
+    """The largest-batch search from the default batch's breakdown, under the cap."""
+    held = run.breakdown.held
+    fixed = held["weights"] + held["master"] + held["optimizer_state"]
+    with process_memory_limit(device, base_reserved + cap_bytes):
+        run.stage = "the largest-batch search"
+        t0 = time.perf_counter()
+        run.result = find_largest_batch(
+            run.prober.peak, cap_bytes, run.breakdown.batch_size, first_peak=run.breakdown.peak_bytes,
+            fixed_bytes=fixed, limit=limit, on_oom=run.prober.recover,
+            start=start[0] if start else None, granularity=start[1] if start else None,
+        )
+        run.search_seconds = time.perf_counter() - t0
+
+
+def _time_largest_batch(run: _CellRun, device: torch.device, timed: Callable[[Callable[[], None], int], None]) -> None:
+    """Steps at the largest batch found, timed with the cap lifted: at that batch cuDNN's heuristic
+    workspaces do not fit under the cap, and capped steps would time the allocator's flushes and
+    retries, not the mode (docs/design.md, "Where the constants come from")."""
+    run.batch = batch = run.result.max_batch
+    run.stage = f"steps at the largest batch {batch}"
+    trainer, prober = run.trainer, run.prober
+    retries_before = _alloc_retries(device)
+    if prober.warm_batch == batch:
+        # the search's last step ran at this batch: its algorithms are chosen and its blocks cached
+        per_step = prober.log[-1]["seconds"]
+    else:  # the search ended on a failure: the batch is made again and one untimed step warms it
+        prober.set_batch(batch)
+        per_step = time_block(device, lambda: trainer.run(1))
+    rounds = max(1, min(MAX_TIMED_ROUNDS, math.ceil(TIMED_SECONDS / per_step)))
+    timed(lambda: run.seconds.append(time_block(trainer.device, lambda: trainer.run(1))), rounds)
+    run.timed_retries = _alloc_retries(device) - retries_before
+
+
+def _failure(exc: Exception, where: str, run: _CellRun, device: torch.device, base_allocated: int) -> str | None:
+    """The report of an out-of-memory error or a failed search; None for any other error."""
+    if isinstance(exc, SearchError):
+        return f"{where}: {exc}"
+    if is_out_of_memory(exc):
+        peak = torch.cuda.max_memory_allocated(device) - base_allocated
+        return f"{where}: out of memory during {run.stage} (batch {run.batch}, peak {gib(peak)}): {first_line(exc)}"
+    return None
+
+
 def measure_memory(
     spec: ModelSpec,
     mode: PrecisionMode,
@@ -244,138 +327,36 @@ def measure_memory(
         raise MemoryMeasurementError(f"{spec.name} {mode.name}: {NO_CUDA_REASON}")
     where = f"{spec.name} {mode.name}"
     t_start = time.perf_counter()
-    limit = batch_limit(spec, smoke)
-    timed = timed or _default_timed
-    prime_libraries(device)
-    release(device)
-    base_allocated = torch.cuda.memory_allocated(device)
-    base_reserved = torch.cuda.memory_reserved(device)
-    free, _ = torch.cuda.mem_get_info(device)
-    # the cap is a budget on top of what this process already holds; only the search is held to it (the
-    # step at the default batch runs uncapped either way), so without one a cap the card cannot give
-    # stops nothing
-    if search and free < cap_bytes:
-        raise MemoryMeasurementError(
-            f"{where}: the memory cap of {gib(cap_bytes)} exceeds the {gib(free)} free on the card "
-            f"(this process holds {gib(base_reserved)}, the rest is the driver's or other processes'); "
-            f"lower --perf-memory-cap"
-        )
+    base_allocated, base_reserved = _base_memory(where, device, cap_bytes, search)
     events_before = _allocator_stats(device, _EVENTS)
-
-    stage, batch, failure = "building the trainer", spec.batch_size_for(smoke), None
-    prober = None
-    result: SearchResult | None = None
-    search_seconds: float | None = None
-    seconds: list[float] = []
-    timed_retries: int | None = None
+    run, failure = _CellRun(stage="building the trainer", batch=spec.batch_size_for(smoke)), None
     try:
         with cudnn_heuristics():
-            trainer = Trainer(spec, mode, device, smoke=smoke)
-            stage = "warm-up"
-            warmup_steps = warm_up(trainer)
-            stage = "the peak at the default batch"
-            prober = _Prober(trainer, base_allocated, base_reserved)
-            breakdown = step_breakdown(prober, batch)
+            run.trainer = Trainer(spec, mode, device, smoke=smoke)
+            run.stage = "warm-up"
+            run.warmup_steps = warm_up(run.trainer)
+            run.stage = "the peak at the default batch"
+            run.prober = _Prober(run.trainer, base_allocated, base_reserved)
+            run.breakdown = step_breakdown(run.prober, run.batch)
             if search:
-                held = breakdown.held
-                fixed = held["weights"] + held["master"] + held["optimizer_state"]
-                with process_memory_limit(device, base_reserved + cap_bytes):
-                    stage = "the largest-batch search"
-                    t0 = time.perf_counter()
-                    result = find_largest_batch(
-                        prober.peak, cap_bytes, breakdown.batch_size, first_peak=breakdown.peak_bytes,
-                        fixed_bytes=fixed, limit=limit, on_oom=prober.recover,
-                        start=start[0] if start else None, granularity=start[1] if start else None,
-                    )
-                    search_seconds = time.perf_counter() - t0
-                # Timed with the cap lifted. At the largest batch, by definition, the workspaces cuDNN's
-                # heuristics ask for do not fit under the cap: a convolution's request then makes the
-                # allocator flush its cache (a device sync) and retry before cuDNN falls back to another
-                # algorithm; WRN-28-10 fp32's probes near a 24 GiB cap logged 10-20 flushes per step on
-                # an H100. That would time the allocator at its limit, not the mode; the batch itself
-                # was settled under the cap.
-                batch = result.max_batch
-                stage = f"steps at the largest batch {batch}"
-                retries_before = _alloc_retries(device)
-                if prober.warm_batch == batch:
-                    # the search's last step ran at this batch: its algorithms are chosen and its blocks cached
-                    per_step = prober.log[-1]["seconds"]
-                else:  # the search ended on a failure: the batch is made again and one untimed step warms it
-                    prober.set_batch(batch)
-                    per_step = time_block(device, lambda: trainer.run(1))
-                rounds = max(1, min(MAX_TIMED_ROUNDS, math.ceil(TIMED_SECONDS / per_step)))
-                timed(lambda: seconds.append(time_block(trainer.device, lambda: trainer.run(1))), rounds)
-                timed_retries = _alloc_retries(device) - retries_before
+                _search(run, device, cap_bytes, base_reserved, batch_limit(spec, smoke), start)
+                _time_largest_batch(run, device, timed or _default_timed)
     except Exception as exc:  # noqa: BLE001 - out of memory and a failed search become a report
         # the message is built here and the exception dropped: its traceback holds the trainer
-        if isinstance(exc, SearchError):
-            failure = f"{where}: {exc}"
-        elif is_out_of_memory(exc):
-            peak = torch.cuda.max_memory_allocated(device) - base_allocated
-            failure = f"{where}: out of memory during {stage} (batch {batch}, peak {gib(peak)}): {first_line(exc)}"
-        else:
+        failure = _failure(exc, where, run, device, base_allocated)
+        if failure is None:
             raise
     finally:
-        trainer = None  # noqa: F841 - the last reference; release() below frees its memory
-        if prober is not None:
-            prober.trainer = None
+        run.trainer = None  # the last reference; release() below frees its memory
+        if run.prober is not None:
+            run.prober.trainer = None
         release(device)
     if failure is not None:
         raise MemoryMeasurementError(failure)
     events = {k: v - events_before.get(k, 0) for k, v in _allocator_stats(device, _EVENTS).items()}
     return CellMemory(
-        model=spec.name, mode=mode.name, breakdown=breakdown, search=result, cap_bytes=cap_bytes,
-        step_seconds=seconds, probe_log=prober.log, warmup_steps=warmup_steps, search_seconds=search_seconds,
-        allocator_events=events, timed_alloc_retries=timed_retries, seconds=time.perf_counter() - t_start,
+        model=spec.name, mode=mode.name, breakdown=run.breakdown, search=run.result, cap_bytes=cap_bytes,
+        step_seconds=run.seconds, probe_log=run.prober.log, warmup_steps=run.warmup_steps,
+        search_seconds=run.search_seconds, allocator_events=events, timed_alloc_retries=run.timed_retries,
+        seconds=time.perf_counter() - t_start,
     )
-
-
-@dataclass(frozen=True)
-class OomRecovery:
-    batch: int
-    oom_batch: int
-    ran_out: bool  # the deliberate step did run out of memory
-    peak_before: int  # peak of a step at `batch` before the out-of-memory step
-    peak_after: int  # the same step after recovery
-    steady_before: int  # allocated after the step at `batch`, before and after
-    steady_after: int
-    allocated_at_start: int  # before the trainer existed, and after it was dropped at the end
-    allocated_at_end: int
-    reserved_after_recovery: int  # cache emptied: little beyond what is allocated
-    allocated_after_recovery: int
-
-
-def demonstrate_oom_recovery(spec: ModelSpec, mode: PrecisionMode, device: torch.device, *, smoke: bool = False) -> OomRecovery:
-    """A step at the default batch, then a real training step at 4x the batch under a cap it cannot
-    fit, recovery, and the default step again: the allocator must be back where it was."""
-    prime_libraries(device)
-    release(device)
-    start = torch.cuda.memory_allocated(device)
-    reserved = torch.cuda.memory_reserved(device)
-    prober = None
-    try:
-        with cudnn_heuristics():
-            prober = _Prober(Trainer(spec, mode, device, smoke=smoke), start, reserved)
-            warm_up(prober.trainer)
-            batch = prober.trainer.batch_size
-            before = prober.peak(batch)
-            steady_before = torch.cuda.memory_allocated(device) - start
-            # 4x the batch needs about 3x more activation memory than this cap leaves room for
-            cap = before + (before - steady_before) // 2
-            with process_memory_limit(device, reserved + cap):
-                ran_out = try_step(prober.peak, 4 * batch, prober.recover) is None
-            alloc_recovered = torch.cuda.memory_allocated(device) - start
-            reserved_recovered = torch.cuda.memory_reserved(device) - reserved
-            after = prober.peak(batch)
-            steady_after = torch.cuda.memory_allocated(device) - start
-    finally:
-        if prober is not None:
-            prober.trainer = None
-        release(device)
-    return OomRecovery(
-        batch=batch, oom_batch=4 * batch, ran_out=ran_out, peak_before=before, peak_after=after,
-        steady_before=steady_before, steady_after=steady_after, allocated_at_start=start,
-        allocated_at_end=torch.cuda.memory_allocated(device), reserved_after_recovery=reserved_recovered,
-        allocated_after_recovery=alloc_recovered,
-    )
-

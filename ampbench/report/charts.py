@@ -78,6 +78,63 @@ def _first_models(models: list[str], what: str) -> tuple[list[str], str]:
                                    "drawn; every cell is in the tables.")
 
 
+@dataclass
+class _Bars:
+    """One mode's bars: their positions and heights, error bars, markers and which are hatched."""
+
+    xs: list[float] = field(default_factory=list)
+    ys: list[float] = field(default_factory=list)
+    lo_err: list[float] = field(default_factory=list)
+    hi_err: list[float] = field(default_factory=list)
+    mx: list[float] = field(default_factory=list)  # the markers' positions and values
+    my: list[float] = field(default_factory=list)
+    hatch: list[bool] = field(default_factory=list)
+
+
+def _mode_bars(cells: list, offset: float, value: Callable[[Any], float | None],
+               interval: Callable[[Any], tuple[float, float] | None] | None,
+               marker: Callable[[Any], float | None] | None, hatched: Callable[[Any], bool] | None) -> _Bars:
+    """The bars of one mode's `cells` (one per model drawn, None where it has none), `offset` from each
+    model's tick."""
+    bars = _Bars()
+    for i, c in enumerate(cells):
+        if c is None:
+            continue
+        x = i + offset
+        y = value(c)
+        bars.xs.append(x)
+        bars.ys.append(y)
+        bars.hatch.append(bool(hatched and hatched(c)))
+        iv = interval(c) if interval else None
+        bars.lo_err.append(max(y - iv[0], 0.0) if iv else 0.0)
+        bars.hi_err.append(max(iv[1] - y, 0.0) if iv else 0.0)
+        m = marker(c) if marker else None
+        if m is not None:
+            bars.mx.append(x)
+            bars.my.append(m)
+    return bars
+
+
+def _draw_bars(ax, bars: _Bars, mode: str, modes: list[str], width: float, with_errors: bool,
+               marker_label: str | None) -> bool:
+    """Draws one mode's bars; whether any of them is hatched. `marker_label` labels its markers in the
+    legend (None: an earlier mode's already do)."""
+    drawn = ax.bar(bars.xs, bars.ys, width=width * 0.92, color=_mode_color(mode, modes), label=mode, zorder=2)
+    any_hatched = False
+    for bar, h in zip(drawn, bars.hatch):
+        if h:
+            bar.set_hatch("///")
+            bar.set_edgecolor("#fff")
+            any_hatched = True
+    if with_errors and any(bars.lo_err + bars.hi_err):
+        ax.errorbar(bars.xs, bars.ys, yerr=[bars.lo_err, bars.hi_err], fmt="none", ecolor="#222", elinewidth=1,
+                    capsize=2, zorder=3)
+    if bars.mx:
+        ax.scatter(bars.mx, bars.my, marker="_", s=max(60, 900 * width), linewidths=2.2, color="#000",
+                   label=marker_label, zorder=4)
+    return any_hatched
+
+
 def _grouped_bars(
     run: Run,
     kind: type[Record],
@@ -110,40 +167,24 @@ def _grouped_bars(
     crowded = len(models) > 9
     fig.subplots_adjust(left=0.065, right=0.99, top=0.92, bottom=0.27 if crowded else 0.2)
     by_key = {(c.model, c.mode): c for c in cells}
-    marked = False
-    any_hatched = False
+    marked = any_hatched = False
     for j, mode in enumerate(modes):
-        xs, ys, lo_err, hi_err, mx, my, hatch = [], [], [], [], [], [], []
-        for i, model in enumerate(models):
-            c = by_key.get((model, mode))
-            if c is None:
-                continue
-            x = i + (j - (len(modes) - 1) / 2) * width
-            y = value(c)
-            xs.append(x)
-            ys.append(y)
-            hatch.append(bool(hatched and hatched(c)))
-            iv = interval(c) if interval else None
-            lo_err.append(max(y - iv[0], 0.0) if iv else 0.0)
-            hi_err.append(max(iv[1] - y, 0.0) if iv else 0.0)
-            m = marker(c) if marker else None
-            if m is not None:
-                mx.append(x)
-                my.append(m)
-        bars = ax.bar(xs, ys, width=width * 0.92, color=_mode_color(mode, modes), label=mode, zorder=2)
-        for bar, h in zip(bars, hatch):
-            if h:
-                bar.set_hatch("///")
-                bar.set_edgecolor("#fff")
-                any_hatched = True
-        if interval and any(lo_err + hi_err):
-            ax.errorbar(xs, ys, yerr=[lo_err, hi_err], fmt="none", ecolor="#222", elinewidth=1, capsize=2, zorder=3)
-        if mx:
-            ax.scatter(mx, my, marker="_", s=max(60, 900 * width), linewidths=2.2, color="#000",
-                       label=marker_label if not marked else None, zorder=4)
-            marked = True
+        bars = _mode_bars([by_key.get((model, mode)) for model in models], (j - (len(modes) - 1) / 2) * width,
+                          value, interval, marker, hatched)
+        any_hatched |= _draw_bars(ax, bars, mode, modes, width, interval is not None,
+                                  marker_label if not marked else None)
+        marked = marked or bool(bars.mx)
     if any_hatched:
         ax.bar([0], [0], width=0, color="#bbb", hatch="///", edgecolor="#fff", label=hatched_label)
+    _finish_axes(ax, models, ylabel, title, crowded, reference_line, log)
+    ax.legend(ncol=min(len(modes) + (1 if marked else 0) + (1 if any_hatched else 0), 9), fontsize=8, frameon=False,
+              loc="upper center", bbox_to_anchor=(0.5, -0.22 if crowded else -0.12))
+    return _png(fig), left_out
+
+
+def _finish_axes(ax, models: list[str], ylabel: str, title: str, crowded: bool, reference_line: float | None,
+                 log: bool) -> None:
+    """The reference line, scale, ticks, labels and grid of a bar chart over `models`."""
     if reference_line is not None:
         ax.axhline(reference_line, color="#444", linestyle="--", linewidth=1, zorder=1)
     if log:
@@ -155,9 +196,6 @@ def _grouped_bars(
     ax.set_title(title, loc="left", fontsize=12)
     ax.grid(axis="y", color="#ddd", zorder=0)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(ncol=min(len(modes) + (1 if marked else 0) + (1 if any_hatched else 0), 9), fontsize=8, frameon=False,
-              loc="upper center", bbox_to_anchor=(0.5, -0.22 if crowded else -0.12))
-    return _png(fig), left_out
 
 
 def _png(fig) -> bytes:
