@@ -17,7 +17,7 @@ from ampbench.compare import CompareError, compare_runs, format_text
 from ampbench.history import cli as history_cli
 from ampbench.history.connect import HistoryError
 from ampbench.report import Run, RunError, build_report, failed_tests, load_run, render_comparison_markdown, write_report
-from ampbench.report.progress import Progress
+from ampbench.command_progress import Progress
 from ampbench.baselines.spread import learn, with_spread
 from ampbench.verdict import Verdict
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ampbench.report.format import fmt_number, fmt_pct, fmt_speedup, verdict_label
-from ampbench.report.progress import QUIET, Progress
+from ampbench.command_progress import QUIET, Progress
 from ampbench.results import (
     VERDICT_ORDER,
     ConvergenceRecord,
@@ -19,6 +18,7 @@ from ampbench.results import (
     SpeedRecord,
 )
 from ampbench.stats import SpeedupEstimate
+from ampbench.text import fmt_number, fmt_pct, fmt_speedup, verdict_label
 from ampbench.verdict import DEFAULT_TOLERANCE, WALL_TOLERANCE_FLOOR, RatioCheck, SpeedupCheck, Verdict, tolerance_for
 
 DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little

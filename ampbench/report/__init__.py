@@ -6,39 +6,23 @@ Nothing here imports torch or pytest: a report is made on machines that only hol
 matplotlib is imported inside the chart functions, with the Agg backend, so importing this package
 has no side effects.
 
-A run is read by ``ampbench.results`` into typed records; here `run` adds a JUnit XML's failures;
-`format` turns figures into text and per-model tables; `speed_cells` chooses the speed figures both
-pages show (the device-time and wall-clock matrices, host-bound cells, kernel changes); `charts`,
-`markdown` and `html` render them; `trends` reads a run history's series of the run's cells and draws
-them (``--history``); `build` makes every file of a report and writes the folder. Only
-the rendering modules know of ampbench.compare (for its types), and compare needs none of them but
-`format`, so there is no cycle. The names below are re-exported for ``from ampbench.report import ...``.
+A run is read by ``ampbench.results`` into typed records; here `junit` adds a JUnit XML's failures;
+`format` makes the per-model tables from figures that ``ampbench.text`` writes as text; `speed_cells`
+chooses the speed figures both pages show (the device-time and wall-clock matrices, host-bound cells,
+kernel changes); `charts`, `markdown` and `html` render them; `trends` reads a run history's series of
+the run's cells and draws them (``--history``); `build` makes every file of a report and writes the
+folder, saying how far it got on large runs through ``ampbench.command_progress``. Only the rendering
+modules know of ampbench.compare (for its types), and compare needs nothing of this package: it takes
+its text from ``ampbench.text`` and its progress from ``ampbench.command_progress``, as the report
+does. The names below are re-exported for ``from ampbench.report import ...``.
 """
 
 from ampbench.report.build import REPORT_MARKER, build_report, write_report
 from ampbench.report.charts import MODE_COLORS, VERDICT_COLORS, Chart, comparison_chart, run_charts
-from ampbench.report.format import (
-    NEEDS_A_LOOK,
-    ROW_HEADERS,
-    SMOKE_NOTE,
-    VERDICT_ICONS,
-    Row,
-    attention,
-    fmt_accuracy,
-    fmt_bytes,
-    fmt_ms,
-    fmt_number,
-    fmt_pct,
-    fmt_rate,
-    fmt_speedup,
-    foreign_note,
-    model_rows,
-    verdict_counts,
-    verdict_label,
-)
+from ampbench.report.format import NEEDS_A_LOOK, ROW_HEADERS, SMOKE_NOTE, Row, attention, foreign_note, model_rows, verdict_counts
 from ampbench.report.html import HTML_ICONS, OTHER_VERDICT_CLASS, VERDICT_CLASSES, HtmlCell, render_html, verdict_class
 from ampbench.report.markdown import render_comparison_markdown, render_markdown, speedup_matrix
-from ampbench.report.junit import DASH, failed_tests
+from ampbench.report.junit import failed_tests
 from ampbench.results import (
     KINDS,
     REFERENCE_MODE,
@@ -49,6 +33,18 @@ from ampbench.results import (
     load_run,
     order_modes,
     parse_run,
+)
+from ampbench.text import (
+    DASH,
+    VERDICT_ICONS,
+    fmt_accuracy,
+    fmt_bytes,
+    fmt_ms,
+    fmt_number,
+    fmt_pct,
+    fmt_rate,
+    fmt_speedup,
+    verdict_label,
 )
 
 __all__ = [

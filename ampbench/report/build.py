@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from ampbench.report.charts import comparison_chart, run_charts
 from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
-from ampbench.report.progress import QUIET, Progress
+from ampbench.command_progress import QUIET, Progress
 from ampbench.report.junit import Run
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types

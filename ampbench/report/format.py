@@ -1,27 +1,18 @@
-"""Formatting of a run's figures for people: the fmt_* helpers, verdict labels and the per-model tables
-(Row, model_rows) that the Markdown and HTML pages share."""
+"""A run's figures for people: the per-model tables (Row, model_rows) that the Markdown and HTML pages
+share, the verdict counts and notes they print. The fmt_* helpers and verdict labels are
+``ampbench.text``'s."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from ampbench.report.junit import DASH, Run, order_modes
+from ampbench.report.junit import Run, order_modes
 from ampbench.results import REFERENCE_MODE, VERDICT_ORDER, ConvergenceRecord, MemoryRecord, Record, SpeedRecord
 from ampbench.stats import SpeedupEstimate
+from ampbench.text import DASH, fmt_accuracy, fmt_bytes, fmt_ms, fmt_number, fmt_rate, fmt_speedup, verdict_label
 from ampbench.verdict import Verdict
 
-VERDICT_ICONS = {
-    Verdict.PASS: "✅",
-    Verdict.IMPROVED: "🚀",
-    Verdict.REGRESSION: "❌",
-    Verdict.NON_FINITE: "❌",
-    Verdict.REFERENCE_FAILED: "❌",
-    Verdict.INCONCLUSIVE: "⚠️",
-    Verdict.INPUT_BOUND: "⏳",
-    Verdict.EXPECTED_LAG: "🐢",
-    Verdict.NO_BASELINE: "➖",
-}
 NEEDS_A_LOOK = tuple(v for v in VERDICT_ORDER if v.needs_a_look)  # failing first, then warnings
 SMOKE_NOTE = ("Smoke run: figures are not comparable. A CPU run trains tiny shapes to check the code path; "
               "its speedups, step times and accuracies say nothing about a GPU, and nothing is held against baselines.")
@@ -32,63 +23,9 @@ SPEEDUP_NOTE = ("Speedup over fp32: the centre of the rounds' paired fp32/mode s
                 "itself: a check of the method, not a finding.")
 
 
-# ---------------------------------------------------------------------------------------------------
-# formatting
-
-
-def fmt_number(value: float | None, spec: str = ".3g", suffix: str = "") -> str:
-    return DASH if value is None else f"{value:{spec}}{suffix}"
-
-
-def fmt_ms(value: float | None) -> str:
-    if value is None:
-        return DASH
-    return f"{value:.3g} ms" if value < 100 else f"{value:,.0f} ms"
-
-
-def fmt_rate(value: float | None) -> str:
-    if value is None:
-        return DASH
-    return f"{value:,.0f}/s" if value >= 100 else f"{value:.3g}/s"
-
-
-def fmt_bytes(value: float | None) -> str:
-    if value is None:
-        return DASH
-    mib = value / 2**20
-    return f"{mib / 1024:.2f} GiB" if mib >= 1024 else f"{mib:.0f} MiB"
-
-
-def fmt_speedup(est: SpeedupEstimate | None, value: float | None = None) -> str:
-    if est is not None:
-        return f"{est.speedup:.2f}x [{est.low:.2f}, {est.high:.2f}]"
-    return fmt_number(value, ".2f", "x")
-
-
-def fmt_pct(value: float | None) -> str:
-    return DASH if value is None else f"{value:+.1%}"
-
-
-def fmt_accuracy(value: float | None) -> str:
-    if value is None:
-        return DASH
-    # the suite may write a fraction or a percentage
-    return f"{value:.2%}" if value <= 1.0 else f"{value:.2f}%"
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
 def device_noun(run: Run) -> str:
     """What a run's cells trained on, as its pages name it: "GPU", or "device" on a CPU smoke run."""
     return "device" if run.smoke else "GPU"
-
-
-def verdict_label(verdict: Verdict | str | None) -> str:
-    if not verdict:
-        return DASH
-    return f"{VERDICT_ICONS.get(verdict, '')} {verdict}".strip()
 
 
 # ---------------------------------------------------------------------------------------------------

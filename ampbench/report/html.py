@@ -13,13 +13,11 @@ from ampbench.report.format import (
     SMOKE_NOTE,
     attention,
     device_noun,
-    fmt_ms,
-    fmt_number,
     foreign_note,
     model_rows,
     verdict_counts,
 )
-from ampbench.report.junit import DASH, Run
+from ampbench.report.junit import Run
 from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord
 from ampbench.report.speed_cells import (
     DEVICE,
@@ -35,6 +33,7 @@ from ampbench.report.speed_cells import (
     used_methods,
     versus_matrices,
 )
+from ampbench.text import DASH, fmt_ms, fmt_number
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from ampbench.inputs import UnreadableFile, read_text
 from ampbench.results import Run, RunError, order_modes
+from ampbench.text import DASH
 
 __all__ = ["DASH", "Run", "RunError", "failed_tests", "order_modes"]
 
-DASH = "-"  # a figure the cell did not measure
 
 
 def failed_tests(junit: Path | str) -> list[tuple[str, str]]:

@@ -9,16 +9,13 @@ from ampbench.report.format import (
     ROW_HEADERS,
     SMOKE_NOTE,
     SPEEDUP_NOTE,
-    VERDICT_ICONS,
     attention,
     device_noun,
     foreign_note,
     model_rows,
-    plural,
     verdict_counts,
-    verdict_label,
 )
-from ampbench.report.junit import DASH, Run
+from ampbench.report.junit import Run
 from ampbench.report.speed_cells import (
     DEVICE,
     WALL,
@@ -29,6 +26,7 @@ from ampbench.report.speed_cells import (
     notable,
     versus_matrices,
 )
+from ampbench.text import DASH, VERDICT_ICONS, plural, verdict_label
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types

@@ -1,6 +1,7 @@
 """Progress of `ampbench report` and `ampbench compare` on large runs: a line on stderr as each stage
 starts, and every few seconds while one lasts, so a report of a hundred thousand cells never sits
-silent. Runs of fewer than MANY_CELLS cells take a few seconds and print nothing."""
+silent. Runs of fewer than MANY_CELLS cells take a few seconds and print nothing. (The suite's own
+progress line, during a speed cell or a memory search, is ``ampbench.progress``'s.)"""
 
 from __future__ import annotations
 

@@ -1,0 +1,53 @@
+"""The package's imports run one way: no module imports, at its top, one that imports it back (through
+any chain), and ``ampbench.compare`` needs nothing of ``ampbench.report``, which renders its results."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in (ROOT / "ampbench").rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The ampbench modules `name` imports at its top (not under ``if TYPE_CHECKING``), with the packages
+    whose __init__ those imports run; its own packages' are running already."""
+    named = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ampbench"):
+            named |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            named |= {a.name for a in node.names if a.name.startswith("ampbench")}
+    parts = {".".join(m.split(".")[:i]) for m in named for i in range(1, m.count(".") + 2)}
+    return {m for m in parts if m in modules and not f"{name}.".startswith(f"{m}.")}
+
+
+def _reach(start: str, graph: dict[str, set[str]]) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_no_module_imports_itself_back():
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert "ampbench.report" in _reach("ampbench.cli", graph), "the scan follows imports"
+    cycles = sorted(name for name in graph if name in _reach(name, graph))
+    assert cycles == []
+
+
+def test_compare_needs_nothing_of_the_report():
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    assert not {m for m in _reach("ampbench.compare", graph) if m.startswith("ampbench.report")}
