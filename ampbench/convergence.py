@@ -132,7 +132,6 @@ def lr_factor(step: int, steps: int) -> float:
 
 
 # accuracy, not speed, is measured here: cuDNN's autotuning would cost more than the training
-# (WRN-28-10 fp32 took 49 s with it on an H100, most of it tuning the train and eval shapes)
 @cudnn_heuristics()
 def train_to_accuracy(
     spec: ModelSpec,

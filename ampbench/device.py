@@ -129,8 +129,8 @@ def cluster_slug(name: str, count: int) -> str:
 
 def configure_backends(device: torch.device, cudnn_benchmark: bool = False) -> None:
     """Settings every measurement shares: cuDNN's heuristics choose its algorithms, as in PyTorch's
-    default (with `cudnn_benchmark`, it times the candidates for each new shape instead: 10-25 s per
-    convnet and dtype on an H100, which alone took 130 s of a 325 s quick tier); on the CPU the smoke pass's tiny shapes run on one thread,
+    default (with `cudnn_benchmark`, it times the candidates for each new shape instead, seconds per
+    convnet and dtype: docs/design.md); on the CPU the smoke pass's tiny shapes run on one thread,
     because on a small, busy runner OpenMP's spin-waiting makes a 1 ms step take 100 ms."""
     torch.backends.cudnn.benchmark = cudnn_benchmark
     if device.type == "cpu":
@@ -329,7 +329,7 @@ def _driver_and_clocks(device: torch.device) -> dict:
 @contextlib.contextmanager
 def cudnn_heuristics() -> Iterator[None]:
     """cuDNN benchmark mode off for the duration, for work that is not timed: with it every new
-    shape and dtype autotunes (seconds per model on an H100), and the algorithms it tries have
+    shape and dtype autotunes (seconds per model), and the algorithms it tries have
     workspaces that make a peak depend on timing rather than on the batch."""
     saved = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = False

@@ -67,8 +67,8 @@ class WidthRule:
     widths: tuple[int, ...]  # the widths swept unless told otherwise (the model's own among them)
 
 
-# The default widths bracket where tensorwise fp8 crossed 1 on an H100 (near 1700 for llama, 1830 for
-# gpt); gpt stops at 2304, since at 3072 its two compiled sides outgrew an 80 GB card.
+# The default widths bracket where tensorwise fp8 crosses 1 on Hopper; gpt's stop below the width where
+# its two compiled sides outgrow an 80 GB card (docs/design.md, "Where the constants come from").
 WIDTH_RULES: dict[str, WidthRule] = {
     "llama": WidthRule(lambda c: c.dim, _llama, (1024, 1536, 2048, 3072, 4096)),
     "gpt": WidthRule(lambda c: c.n_embd, _gpt, (768, 1536, 2304)),
@@ -125,8 +125,8 @@ def measure_width(spec: ModelSpec, width: int, mode: PrecisionMode, versus: Prec
         timing = speed.device_timing(base, side)
         return extend_until_tight(timing.timer(base, side, policy), policy.rounds), timing.method
 
-    # both sides, their optimizer states and graph pools are on the card at once: a wide gpt (3072, 12
-    # blocks) outgrows an 80 GB H100, which ends that width, not the sweep
+    # both sides, their optimizer states and graph pools are on the card at once: a width that outgrows
+    # the card ends that width, not the sweep
     measured, oom = catch_oom(timed)
     if mode.compile or versus.compile:
         import torch._dynamo

@@ -34,10 +34,10 @@ class Tier:
     memory_search: bool = True
 
 
-# The compile tier guards what teams train with on Hopper today, meant to fit 10 minutes on one H100:
-# its cold compiles dominate it (7-57 s each on an H100, fp8 the longest), so it takes the models where
-# compile and fp8 have something to say (ModelSpec.in_compile_tier: a convnet, GPT-2 small, a Llama-3-8B-wide decoder) in bf16
-# autocast and fp8. Compiled amp_fp16 (35-50 s more per model) runs in the full tier.
+# The compile tier guards what teams train with on Hopper today, meant to fit 10 minutes on one GPU: its
+# cold compiles dominate it (fp8's the longest), so it takes the models where compile and fp8 have
+# something to say (ModelSpec.in_compile_tier: a convnet, GPT-2 small, a Llama-3-8B-wide decoder) in
+# bf16 autocast and fp8. Compiled amp_fp16 runs in the full tier. Timings: docs/design.md.
 TIERS: dict[str, Tier] = {t.name: t for t in (
     Tier("quick", memory_search=False),
     Tier("full"),

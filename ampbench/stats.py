@@ -110,10 +110,9 @@ def order_aligned(r: Sequence[float], ref_first: Sequence[bool]) -> tuple[float,
     """(centre, aligned values) of per-round log ratios whose rounds ran in two orders.
 
     Rounds alternate which side runs first (``timing.PairedTimer``), so that an order effect falls on
-    both sides alike. Where the two sides load the card differently, the order moves the ratio itself:
-    on an H100, lstm_lm's fp32 blocks ran 1.5-2% slower straight after another fp32 block than after a
-    mode block, and its rounds alternated between two levels 0.7-1.7% apart. The median of all rounds
-    stays between the levels, but its interval spans both. As the two periods of a crossover trial,
+    both sides alike. Where the two sides load the card differently, the order moves the ratio itself,
+    and the rounds alternate between two levels (docs/design.md, "Where the constants come from"). The
+    median of all rounds stays between the levels, but its interval spans both. As the two periods of a crossover trial,
     the orders are two groups: the centre is the mean of the groups' medians, and each value is moved
     by its group's offset from the centre (Hodges and Lehmann's aligned observations), its residual
     scaled by sqrt(m / (m - 1)) for a group of m, whose median was taken from those residuals. Where
@@ -187,8 +186,8 @@ def across_runs(est: SpeedupEstimate, between_run_sd: float) -> SpeedupEstimate:
     z x `between_run_sd`, z the normal quantile of the interval's confidence.
 
     A run's rounds share one process and one card, so its own interval knows nothing of what differs
-    between processes and machines; on H100s the same cell's speedup moved 1-5% from card to card,
-    about as much as the within-run 99% intervals are wide. The median stays where it is.
+    between processes and machines, where the same cell's speedup moves about as much as the within-run
+    99% intervals are wide (docs/design.md). The median stays where it is.
     """
     if not (between_run_sd >= 0 and math.isfinite(between_run_sd)):
         raise ValueError(f"between_run_sd must be finite and >= 0, got {between_run_sd}")

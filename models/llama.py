@@ -5,7 +5,7 @@ attention through ``F.scaled_dot_product_attention`` (8 key/value heads shared b
 SwiGLU feed-forward of width 14336, no biases, and an untied output head. Each block has Llama-3-8B's
 matmul shapes (4096 -> 4096/1024/14336), so its Linear layers are the ones torchao's fp8 benchmarks
 quote; only the depth (2 blocks, not 32) and the tokens per step (4 x 1024) are cut, so that an fp32
-step stays under half a second on an H100 (0.30 s, 15 GB at its peak) and every mode fits the memory cap.
+step stays under half a second on a Hopper GPU and every mode fits the memory cap.
 """
 
 from __future__ import annotations
@@ -158,8 +158,8 @@ SPEC = ModelSpec(
     smoke_batch_size=4,
     optimizer="adamw",
     lr=3e-4,
-    # full tier only: its fp32 reference step (0.3 s on an H100), 700M parameters' AdamW state and the
-    # compile time of the fp8 cells it exists for would add minutes to the quick tier's budget
+    # full tier only: its fp32 reference step, 700M parameters' AdamW state and the compile time of the
+    # fp8 cells it exists for would add minutes to the quick tier's budget
     tier="full",
     in_compile_tier=True,  # the width where fp8 is said to pay
     distributed=("full",),

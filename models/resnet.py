@@ -34,7 +34,7 @@ def build(config: Config) -> nn.Module:
     # torchvision already ends in adaptive average pooling, so any image_size >= 32 works.
     # zero_init_residual: each residual branch starts as the identity (Goyal et al. 2017, the usual
     # large-batch recipe). Without it, resnet50 at lr 0.05 with no warm-up grows its activations
-    # ~2.6x per step; on an H100 its fp16 forward overflowed at step 4 and every later step was skipped.
+    # ~2.6x per step until its fp16 forward overflows.
     import torchvision.models
 
     constructor = getattr(torchvision.models, CONSTRUCTORS[config.depth])

@@ -200,8 +200,8 @@ MAX_STEP_SYNCS = {"amp_fp16": 0, "fp16": 0, "fp16_master": 0}
 @pytest.mark.parametrize("mode_name", list(MAX_STEP_SYNCS))
 def test_training_step_host_syncs(perf_device: torch.device, mode_name: str) -> None:
     """On CUDA, one training step of the recipe MLP (after warm-up) makes at most MAX_STEP_SYNCS[mode]
-    host-device synchronizations, counted with torch.cuda.set_sync_debug_mode("warn").
-    (Found on the H100: the mode's own "prototype feature" warning was first counted as a sync.)"""
+    host-device synchronizations, counted with torch.cuda.set_sync_debug_mode("warn") (whose own
+    "prototype feature" warning is no sync)."""
     if perf_device.type != "cuda":
         pytest.skip("host-device synchronizations exist only on CUDA; this run's device is " + str(perf_device))
     import models

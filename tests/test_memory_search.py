@@ -592,7 +592,7 @@ def test_held_bytes_counts_fp16_masters_once():
 
 def test_probes_switch_the_trainers_batch():
     """The search trains one trainer at many batch sizes: each probe replaces the synthetic pools
-    with one batch of its size (found in review: assigning to the read-only pools raised)."""
+    with one batch of its size (the pools themselves are read-only)."""
     trainer = Trainer(models.get_model("mlp"), get_mode("amp_bf16"), torch.device("cpu"), smoke=True)
     prober = memory.probe._Prober(trainer, base_allocated=0, base_reserved=0)
     prober.set_batch(5)

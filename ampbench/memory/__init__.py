@@ -13,7 +13,7 @@ How the search spends its steps (each real step at a large batch costs up to a f
    the search starts there, on the baseline's grid: P is that batch and step 1 is skipped. Unchanged,
    the cell is settled by the two confirming steps of 2; changed, the bracket of 3 takes over from
    them. The answer is confirmed by real steps either way; the start only saves the steps spent
-   looking (on the H100 they were more than half of the memory tests' time).
+   looking: most of the memory tests' time (docs/design.md, "Where the constants come from").
 1. Two measured sizes: the model's default batch (measured anyway for the peak figure) and half-way
    to where a line through it and the fixed memory (weights, optimizer state) puts the largest batch.
    A line through those lands near the cap; a second size at twice a small default batch did not

@@ -25,8 +25,8 @@ from models.spec import ModelSpec
 # Default cap: this fraction of the card's total memory, at most DEFAULT_CAP_CEILING. Total, not free:
 # a baseline recorded on one H100 80GB must mean the same budget on every other, whatever size of
 # driver context. The ceiling makes every card of 27 GB or more search under the same 24 GiB, so
-# their largest batches compare; and a step at the largest batch costs time in proportion to it: under
-# 90% of an H100 (71 GiB) the quick tier's memory tests took about 200 s. The ratios to fp32, which
+# their largest batches compare; and a step at the largest batch costs time in proportion to it
+# (docs/design.md, "Where the constants come from"). The ratios to fp32, which
 # are what the tests hold, barely depend on the cap once weights and optimizer state are small next to
 # it. Only where the card is shared and has less free does the default shrink to FREE_SHARE of what
 # is free (then the largest batch is not held against a baseline recorded under another cap).
