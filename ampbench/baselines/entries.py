@@ -63,9 +63,10 @@ class RatioEntry:
         """The ratio `figures` hold under `prefix`."""
         return cls(**{name: figures[prefix + name] for name in cls.names() if prefix + name in figures})
 
-    def figures(self, prefix: str) -> dict[str, Any]:
-        """The ratio's figures that are set, under their names with `prefix`."""
-        return {prefix + name: value for name in self.names() if (value := getattr(self, name)) is not None}
+    def figures(self, prefix: str, nulls: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The ratio's figures that are set (and those of `nulls`, set or not), under their names with `prefix`."""
+        return {prefix + name: value for name in self.names()
+                if (value := getattr(self, name)) is not None or name in nulls}
 
     def kept_spread(self) -> "RatioEntry":
         """Only the learned spread (``SPREAD``): what a re-recording measured alike keeps."""
@@ -194,6 +195,10 @@ class DistributedEntry(FlatEntry):
     @property
     def efficiency(self) -> RatioEntry:
         return RatioEntry(**{name: self.detail.get(key) for name, key in self.EFFICIENCY.items()})
+
+    def ratio(self, prefix: str) -> RatioEntry:
+        """The speedup under "", the scaling efficiency under "scaling_"."""
+        return self.efficiency if prefix == "scaling_" else super().ratio(prefix)
 
     def measured_with(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in MEASURED_WITH if getattr(self, name) is not None}
