@@ -6,8 +6,12 @@ import math
 import re
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from ampbench.stats import MEDIAN_SE_FACTOR, SpeedupEstimate, finite_number, normal_quantile
+
+if TYPE_CHECKING:
+    from ampbench.baselines.entries import RatioEntry
 
 # The floor of every cell's tolerance: --perf-tolerance's default, and `ampbench compare`'s --tolerance's.
 # Device time per step holds to 0.1-0.6% per round on an H100. The floor sits below 1% so that a 1%
@@ -21,12 +25,9 @@ NOISE_MULTIPLIER = 2.0
 # A between-run spread learned from fewer values than this is reported but does not loosen a verdict:
 # with one degree of freedom, two values sit close together or far apart by chance.
 MIN_SPREAD_VALUES = 3
-# Until then a cell judged against its baseline has a tolerance of at least this. One recording knows
-# its own rounds, not where another card, or another compilation (Inductor times its kernels' launch
-# configurations as it compiles), lands: on H100s the compiled cells' first runs on other cards landed
-# up to 1.1% (wide_resnet28_10 amp_bf16 compiled, which failed unchanged against a 0.5% tolerance) and
-# 1.4% (llama amp_bf16 compiled) from their recordings. A cell is held to its own spread once
-# ``ampbench spread`` has learned how far its runs move.
+# Until then a cell judged against its baseline has a tolerance of at least this: one recording knows
+# its own rounds, not where another card or compilation lands (docs/design.md, "Why the speed cell's
+# constants are what they are").
 UNLEARNED_TOLERANCE = 0.03
 
 
@@ -100,8 +101,7 @@ class BetweenRuns:
         """How far another run's speedup may lie from the baseline figure through run-to-run spread
         alone, with `confidence`: a prediction interval for one new value. Its quantile is Student's
         t with `dof` degrees of freedom, because `sd` itself comes from few values: from 3 values
-        the 99% quantile is 9.9, not the normal 2.58, and a normal quantile with so young an sd failed
-        an unchanged cell on a fifth H100. A new value differs from the mean of n values by
+        the 99% quantile is 9.9, not the normal 2.58 (docs/design.md). A new value differs from the mean of n values by
         sd x sqrt(1 + 1/n), from one of them (an uncentred recording) by sd x sqrt(2)."""
         from scipy.stats import t  # scipy is slow to import; only verdicts with a learned spread need it
 
@@ -128,35 +128,45 @@ def tolerance_for(floor: float, recorded_noise: float | None, between_runs: Betw
     return max(floor, unlearned)
 
 
-def entry_tolerance(floor: float, figures: dict, prefix: str, noise: float | None = None) -> float:
-    """The tolerance of the ratio a baseline entry's `figures` store under `prefix` ("device_",
-    "versus_"): its learned spread's, else its recorded noise's (`noise` where the entry is being
-    written), at least UNLEARNED_TOLERANCE until a spread is learned."""
-    return tolerance_for(floor, figures.get(f"{prefix}noise") if noise is None else noise,
-                         learned_spread(figures, prefix), unlearned=UNLEARNED_TOLERANCE)
+def entry_tolerance(floor: float, ratio: RatioEntry | None, noise: float | None = None) -> float:
+    """The tolerance of a ratio held against its baseline entry (``entries.RatioEntry``): its learned
+    spread's, else its recorded noise's (`noise` where the entry is being written), at least
+    UNLEARNED_TOLERANCE until a spread is learned, never below `floor`."""
+    return tolerance_for(floor, (ratio.noise if ratio is not None else None) if noise is None else noise,
+                         learned_spread(ratio), unlearned=UNLEARNED_TOLERANCE)
 
 
 def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def learned_spread(figures: dict | None, prefix: str = "") -> BetweenRuns | None:
-    """A baseline entry's between-run spread, where it was learned with at least MIN_SPREAD_VALUES - 1
-    degrees of freedom (MIN_SPREAD_VALUES values at one level); `prefix` "device_" reads the device-time
-    speedup's spread. The entry's figure is centred when ``ampbench spread`` kept the recording's own
-    value beside it (``<prefix>recorded_speedup``); ``<prefix>between_run_levels`` and
-    ``<prefix>between_run_level_count`` say how many levels the values lie at and how many are at the
-    figure's (one level, all of them, where absent)."""
-    if figures is None:
+def learned_spread(ratio: RatioEntry | None) -> BetweenRuns | None:
+    """A ratio's between-run spread, where it was learned with at least MIN_SPREAD_VALUES - 1 degrees of
+    freedom (MIN_SPREAD_VALUES values at one level). The figure is centred when ``ampbench spread`` kept
+    the recording's own value beside it (`recorded_speedup`); `between_run_levels` and
+    `between_run_level_count` say how many levels the values lie at and how many are at the figure's
+    (one level, all of them, where absent)."""
+    if ratio is None:
         return None
-    sd, count = finite_number(figures.get(f"{prefix}between_run_sd")), _int(figures.get(f"{prefix}between_run_count"))
-    levels = _int(figures.get(f"{prefix}between_run_levels", 1))
-    at_level = _int(figures.get(f"{prefix}between_run_level_count"))
+    sd, count = finite_number(ratio.between_run_sd), _int(ratio.between_run_count)
+    levels = _int(1 if ratio.between_run_levels is None else ratio.between_run_levels)
+    at_level = _int(ratio.between_run_level_count)
     if sd is None or count is None or levels is None or levels < 1 or count - levels + 1 < MIN_SPREAD_VALUES:
         return None
     if at_level is not None and not 1 <= at_level <= count - levels + 1:
         return None  # more values at one level than the levels leave room for: no spread to trust
-    return BetweenRuns(sd, count, finite_number(figures.get(f"{prefix}recorded_speedup")) is not None, levels, at_level)
+    return BetweenRuns(sd, count, finite_number(ratio.recorded_speedup) is not None, levels, at_level)
+
+
+# What needs a look first decides a cell of several ratios: a confirmed regression of any ratio fails it
+# whatever the others did, an unresolved one is worth a look before any good news, and an improvement
+# is news a pass is not (the baseline may want re-recording); no baseline says the least.
+COMBINED_ORDER = (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.IMPROVED, Verdict.PASS)
+
+
+def combined(verdicts: list[Verdict | None]) -> Verdict:
+    """The verdict of a cell from those of its gated ratios (None: a ratio that does not gate it)."""
+    return next((v for v in COMBINED_ORDER if v in verdicts), Verdict.NO_BASELINE)
 
 
 @dataclass(frozen=True)
@@ -207,21 +217,6 @@ class SpeedupCheck:
             f"{self.model} {self.mode}: {self.figure} {est} against baseline {self.expected:.3f}x "
             f"({self.drop(est):+.1%}); regression line {self.line:.3f}x (tolerance {self.tolerance:.1%})"
         )
-
-
-def recorded_check(model: str, mode: str, baseline: dict, prefix: str, method: str, floor: float, missing: str,
-                   figure: str = "speedup over fp32") -> tuple[SpeedupCheck | None, str]:
-    """The check of a device-time ratio a baseline entry stores under `prefix` (``device_speedup``,
-    ``versus_speedup``, with its ``_method``, ``_noise`` and learned spread), or None and why not:
-    `missing` where the entry lacks the figure, or its device time was measured by another method
-    (a graph replay and a kernel sum are different figures)."""
-    if baseline.get(f"{prefix}speedup") is None:
-        return None, missing
-    recorded = baseline.get(f"{prefix}method")
-    if recorded != method:
-        return None, f"measured by {recorded} in the baseline and by {method} here: record with --perf-update-baselines"
-    tolerance = entry_tolerance(floor, baseline, prefix)
-    return SpeedupCheck(model, mode, float(baseline[f"{prefix}speedup"]), tolerance, figure), ""
 
 
 @dataclass(frozen=True)

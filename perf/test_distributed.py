@@ -36,7 +36,9 @@ from ampbench.distributed.launch import LaunchResult, run_launch, torchrun_comma
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for, learned_spread
+from ampbench.baselines.entries import DistributedEntry
+from ampbench.speed.ratio import DISTRIBUTED, EFFICIENCY, Ratio, RatioKind, ratio_check
+from ampbench.verdict import SpeedupCheck, Verdict, combined
 
 ROOT = Path(__file__).resolve().parents[1]
 # seconds a launch may take: a start (torch import, rendezvous, NCCL init) plus each cell's build,
@@ -106,11 +108,10 @@ def _judge(check: SpeedupCheck | None, est: SpeedupEstimate) -> Verdict:
     return check.classify(est) if check is not None else Verdict.NO_BASELINE
 
 
-def _check(baseline: dict | None, key: str, noise_key: str, model: str, what: str, floor: float) -> SpeedupCheck | None:
-    if baseline is None or not isinstance(baseline.get(key), (int, float)):
-        return None
-    tol = tolerance_for(floor, baseline.get(noise_key), learned_spread(baseline))
-    return SpeedupCheck(model, what, float(baseline[key]), tol)
+def _check(baseline: DistributedEntry | None, kind: RatioKind, model: str, what: str,
+           floor: float) -> SpeedupCheck | None:
+    """The check of one of the cell's figures, by the single-GPU cells' tolerance rule (``ratio_check``)."""
+    return ratio_check(Ratio(kind), model, what, baseline, floor)[0]
 
 
 def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
@@ -144,10 +145,10 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
 
     confidence = 0.99
     figs = merge_ranks(docs, confidence)
-    baseline = store.figures(test_id) if store is not None else None
+    baseline = DistributedEntry.of(store.figures(test_id)) if store is not None else None
     floor = settings.tolerance
-    speed_check = _check(baseline, "speedup", "noise", model, f"{mode_name} {comm} x{nproc}", floor)
-    eff_check = _check(baseline, "scaling_efficiency", "scaling_noise", model, f"{mode_name} {comm} x{nproc}", floor)
+    speed_check = _check(baseline, DISTRIBUTED, model, f"{mode_name} {comm} x{nproc}", floor)
+    eff_check = _check(baseline, EFFICIENCY, model, f"{mode_name} {comm} x{nproc}", floor)
     verdicts = {"speedup": _judge(speed_check, figs.speedup)}
     if figs.efficiency is not None:
         verdicts["scaling efficiency"] = _judge(eff_check, figs.efficiency)
@@ -162,23 +163,54 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         if again_docs is None:
             fail(f"{what}: confirming launch failed: {again.explain(nproc)}")
         confirmation = merge_ranks(again_docs, confidence)
-        second = {"speedup": (speed_check, confirmation.speedup),
-                  "scaling efficiency": (eff_check, confirmation.efficiency)}
-        for name, v in verdicts.items():
-            chk, est = second[name]
-            if v is Verdict.REGRESSION and (est is None or _judge(chk, est) is not Verdict.REGRESSION):
-                verdicts[name] = Verdict.INCONCLUSIVE
-    order = [Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.NO_BASELINE, Verdict.PASS, Verdict.IMPROVED]
-    verdict = min(verdicts.values(), key=order.index)
+        _confirmed(verdicts, {"speedup": (speed_check, confirmation.speedup),
+                              "scaling efficiency": (eff_check, confirmation.efficiency)})
+    verdict = combined(list(verdicts.values()))
     message = _message(what, figs, speed_check, eff_check, verdicts, confirmation,
                        gpu=perf_device.type == "cuda")
 
-    moved = all(d["weights_moved"] for d in docs)
+    problems = _problems(docs)
+    record_result(_record(identity, figs, docs, speed_check, eff_check, settings, result, verdict=verdict,
+                          message=message, weights_moved=all(d["weights_moved"] for d in docs)))
+    if settings.update_baselines and store is not None and not problems:
+        _record_baseline(store, test_id, figs, docs, settings, software)
+
+    conclude(verdict, problems, what, message, strict=settings.strict, kind="distributed speed",
+             inconclusive=InconclusiveDistributedSpeed)
+    if store is not None and not store.exists and not settings.update_baselines:
+        warnings.warn(UserWarning(f"no baseline file {store.path}; {message}. Record one with "
+                                  f"`pytest perf/test_distributed.py --perf-update-baselines`"))
+
+
+def _confirmed(verdicts: dict[str, Verdict], second: dict[str, tuple]) -> None:
+    """Each regression of `verdicts` that the confirming launch's (check, estimate) of it does not repeat
+    becomes inconclusive."""
+    for name, v in verdicts.items():
+        chk, est = second[name]
+        if v is Verdict.REGRESSION and (est is None or _judge(chk, est) is not Verdict.REGRESSION):
+            verdicts[name] = Verdict.INCONCLUSIVE
+
+
+def _problems(docs: list[dict]) -> list[str]:
+    """Why the ranks did not really train: no step moved the weights, or their loss scales parted or broke."""
     scales = [d.get("loss_scale") for d in docs]
-    eff = figs.efficiency
-    record_result(replace(
+    problems = []
+    if not all(d["weights_moved"] for d in docs):
+        problems.append("no optimizer step changed the weights on some rank (every step skipped?)")
+    if len(set(scales)) > 1:
+        problems.append(f"ranks ended with different loss scales {scales}")
+    if any(s is not None and not (math.isfinite(s) and s > 0) for s in scales):
+        problems.append(f"loss scale {scales} after the timed run; expected finite and positive")
+    return problems
+
+
+def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], speed_check, eff_check, settings,
+            result: LaunchResult, **concluded) -> DistributedRecord:
+    """The cell's record: the launch's figures merged over its ranks, and what the cell concluded."""
+    eff, nproc = figs.efficiency, len(docs)
+    return replace(
         identity, speedup=figs.speedup.speedup, speedup_low=figs.speedup.low, speedup_high=figs.speedup.high,
-        rounds=figs.speedup.rounds, confidence=confidence,
+        rounds=figs.speedup.rounds, confidence=0.99,
         throughput_per_gpu=figs.throughput_per_gpu, throughput_per_gpu_ref=figs.throughput_per_gpu_ref,
         throughput=figs.throughput_per_gpu * nproc, batch_size_per_gpu=docs[0]["batch_size"],
         scaling_efficiency=eff.speedup if eff else None, scaling_efficiency_low=eff.low if eff else None,
@@ -190,41 +222,28 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         baseline_speedup=speed_check.expected if speed_check else None,
         baseline_scaling_efficiency=eff_check.expected if eff_check else None,
         tolerance=speed_check.tolerance if speed_check else None, line=speed_check.line if speed_check else None,
-        verdict=verdict, message=message, recording=settings.update_baselines,
-        weights_moved=moved, loss_scale=scales[0], backend=docs[0]["backend"], strategy=docs[0]["strategy"],
-        steps_per_block=docs[0]["mode_steps"], ref_steps_per_block=docs[0]["ref_steps"],
-        block_seconds=settings.block_seconds, cudnn_benchmark=settings.cudnn_benchmark,
-        launch_s=result.seconds,
+        recording=settings.update_baselines, loss_scale=docs[0].get("loss_scale"), backend=docs[0]["backend"],
+        strategy=docs[0]["strategy"], steps_per_block=docs[0]["mode_steps"], ref_steps_per_block=docs[0]["ref_steps"],
+        block_seconds=settings.block_seconds, cudnn_benchmark=settings.cudnn_benchmark, launch_s=result.seconds,
         round_ms=[t * 1e3 for t in docs[0]["mode_times"]], ref_round_ms=[t * 1e3 for t in docs[0]["ref_times"]],
-    ))
+        **concluded)
 
-    problems = []
-    if not moved:
-        problems.append("no optimizer step changed the weights on some rank (every step skipped?)")
-    if len(set(scales)) > 1:
-        problems.append(f"ranks ended with different loss scales {scales}")
-    if any(s is not None and not (math.isfinite(s) and s > 0) for s in scales):
-        problems.append(f"loss scale {scales} after the timed run; expected finite and positive")
 
-    if settings.update_baselines and store is not None and not problems:
-        store.record(test_id, {
-            "speedup": figs.speedup.speedup, "ci_low": figs.speedup.low, "ci_high": figs.speedup.high,
-            "rounds": figs.speedup.rounds, "noise": figs.speedup.half_width,
-            "throughput_per_gpu": figs.throughput_per_gpu, "throughput_per_gpu_ref": figs.throughput_per_gpu_ref,
-            "scaling_efficiency": eff.speedup if eff else None, "scaling_efficiency_low": eff.low if eff else None,
-            "scaling_efficiency_high": eff.high if eff else None, "scaling_noise": eff.half_width if eff else None,
-            "comm_share": figs.comm_share, "comm_overlap": figs.comm_overlap, "idle_share": figs.idle_share,
-            "world_size": nproc,
-            "batch_size": docs[0]["batch_size"], "block_seconds": settings.block_seconds,
-            "cudnn_benchmark": settings.cudnn_benchmark,
-        }, software)
-        store.write()  # at once: a session cut short keeps every cell it finished
-
-    conclude(verdict, problems, what, message, strict=settings.strict, kind="distributed speed",
-             inconclusive=InconclusiveDistributedSpeed)
-    if store is not None and not store.exists and not settings.update_baselines:
-        warnings.warn(UserWarning(f"no baseline file {store.path}; {message}. Record one with "
-                                  f"`pytest perf/test_distributed.py --perf-update-baselines`"))
+def _record_baseline(store, test_id: str, figs: DistFigures, docs: list[dict], settings, software: dict) -> None:
+    """Record the cell's entry and write the file at once: a session cut short keeps every cell it finished."""
+    eff = figs.efficiency
+    store.record(test_id, {
+        "speedup": figs.speedup.speedup, "ci_low": figs.speedup.low, "ci_high": figs.speedup.high,
+        "rounds": figs.speedup.rounds, "noise": figs.speedup.half_width,
+        "throughput_per_gpu": figs.throughput_per_gpu, "throughput_per_gpu_ref": figs.throughput_per_gpu_ref,
+        "scaling_efficiency": eff.speedup if eff else None, "scaling_efficiency_low": eff.low if eff else None,
+        "scaling_efficiency_high": eff.high if eff else None, "scaling_noise": eff.half_width if eff else None,
+        "comm_share": figs.comm_share, "comm_overlap": figs.comm_overlap, "idle_share": figs.idle_share,
+        "world_size": len(docs),
+        "batch_size": docs[0]["batch_size"], "block_seconds": settings.block_seconds,
+        "cudnn_benchmark": settings.cudnn_benchmark,
+    }, software)
+    store.write()
 
 
 def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dict, confirmation, gpu: bool) -> str:

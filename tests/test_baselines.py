@@ -326,3 +326,37 @@ def test_unwritable_targets_are_named(tmp_path, monkeypatch):
         assert unwritable_reason(locked / "gpu-x.json") == f"cannot create a file in {locked}: Permission denied"
     finally:
         locked.chmod(0o755)
+
+
+def test_the_committed_baseline_files_read_as_typed_entries_and_save_back_byte_identical(tmp_path):
+    import json
+
+    from ampbench.baselines.entries import DistributedEntry, SpeedEntry
+    from ampbench.baselines.store import load_document, write_atomic
+
+    root = Path(__file__).resolve().parents[1] / "baselines"
+    paths = sorted(root.glob("*.json"))
+    assert paths
+    for path in paths:
+        document = load_document(path)
+        for test_id, entry in document["entries"].items():
+            kind = SpeedEntry if test_id.startswith("test_speed[") else DistributedEntry if "_speed[" in test_id else None
+            if kind is not None:
+                entry["figures"] = kind.from_figures(entry["figures"]).to_figures()
+        out = tmp_path / path.name
+        write_atomic(out, document)
+        assert out.read_bytes() == path.read_bytes(), path.name
+        assert json.loads(out.read_text()) == json.loads(path.read_text())
+
+
+def test_a_speed_entrys_ratios_read_by_their_prefix():
+    from ampbench.baselines.entries import SpeedEntry
+
+    entry = SpeedEntry.from_figures({"speedup": 2.0, "noise": 0.01, "device_speedup": 2.2, "device_method": "graph",
+                                     "versus": "amp_bf16", "versus_speedup": 1.3, "step_ms": 4.0, "other": 1})
+    assert entry.wall.speedup == 2.0 and entry.wall.noise == 0.01 and entry.wall.step_ms == 4.0
+    assert entry.device.speedup == 2.2 and entry.device.method == "graph" and entry.device.noise is None
+    assert entry.versus == "amp_bf16" and entry.ratio("versus_").speedup == 1.3
+    assert entry.detail == {"other": 1} and list(entry.to_figures()) == ["speedup", "noise", "device_speedup",
+                                                                          "device_method", "versus", "versus_speedup",
+                                                                          "step_ms", "other"]

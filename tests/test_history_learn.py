@@ -11,7 +11,14 @@ import pytest
 from ampbench.history.learn import LEARNED, LEARNING, UNLEARNED, learn, percent, rule_for
 from ampbench.history.series import Point, Series
 from ampbench.baselines.spread import DEVICE, prior_of
+from ampbench.baselines.entries import RatioEntry
 from ampbench.verdict import DEFAULT_TOLERANCE, UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns, learned_spread
+
+
+def _spread(figures, prefix=""):
+    """The learned spread of the ratio `figures` (a baseline entry's) hold under `prefix`."""
+    return learned_spread(None if figures is None else RatioEntry.read(figures, prefix))
+
 
 # Student's t 99.5% quantiles (two-sided 99%), by degrees of freedom
 T995 = {2: 9.924843, 3: 5.840909, 4: 4.604095, 9: 3.249836, 21: 2.831360}
@@ -122,7 +129,7 @@ def test_the_entry_figures_read_back_as_the_same_spread_and_tolerance():
     figures = cell.entry_figures("device_")
     assert figures["device_speedup"] == pytest.approx(math.exp(0.052))
     assert figures["device_recorded_speedup"] == pytest.approx(math.exp(0.05))
-    assert learned_spread(figures, "device_") == cell.between_runs
+    assert _spread(figures, "device_") == cell.between_runs
     assert figures["device_tolerance"] == cell.tolerance
     assert learn(series()).entry_figures("device_") == {}
 

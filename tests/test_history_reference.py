@@ -12,7 +12,9 @@ from ampbench.baselines.store import BaselineStore
 from ampbench.history.reference import HistoryBaselines, overlay
 from ampbench.history.store import open_history
 from ampbench.results import Verdict
-from ampbench.verdict import UNLEARNED_TOLERANCE, recorded_check
+from ampbench.baselines.entries import SpeedEntry
+from ampbench.speed.ratio import DEVICE, Ratio, ratio_check
+from ampbench.verdict import UNLEARNED_TOLERANCE
 from history_runs import H100, speed_record, speed_run
 
 CELL = "test_speed[resnet50-amp_bf16]"
@@ -38,7 +40,7 @@ def _baselines(history, tmp_path, entries=None) -> HistoryBaselines:
 
 
 def _check(figures):
-    check, why = recorded_check("resnet50", "amp_bf16", figures, "device_", "graph", 0.005, "missing")
+    check, why = ratio_check(Ratio(DEVICE, method="graph"), "resnet50", "amp_bf16", SpeedEntry.from_figures(figures), 0.005)
     assert check is not None, why
     return check
 

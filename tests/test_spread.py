@@ -26,6 +26,7 @@ from ampbench.baselines.spread import (
     with_spread,
 )
 from ampbench.stats import SpeedupEstimate, log_sd
+from ampbench.baselines.entries import RatioEntry, SpeedEntry
 from ampbench.verdict import (
     DEFAULT_TOLERANCE,
     UNLEARNED_TOLERANCE,
@@ -34,6 +35,17 @@ from ampbench.verdict import (
     learned_spread,
     tolerance_for,
 )
+
+
+def _spread(figures, prefix=""):
+    """The learned spread of the ratio `figures` (a baseline entry's) hold under `prefix`."""
+    return learned_spread(None if figures is None else RatioEntry.read(figures, prefix))
+
+
+def _tolerance(floor, figures, prefix, noise=None):
+    """The tolerance of the ratio `figures` hold under `prefix`."""
+    return entry_tolerance(floor, RatioEntry.read(figures, prefix), noise)
+
 
 SOFTWARE = {"torch": "2.11.0+cu130", "cuda": "13.0", "cudnn": 91900, "driver": "580.159.04",
             "device": "NVIDIA H100 80GB HBM3", "capability": "9.0"}
@@ -144,12 +156,12 @@ def test_a_re_recording_measured_alike_keeps_the_spread_and_one_measured_otherwi
 def test_the_suite_reports_an_interval_across_runs_only_where_the_baseline_has_a_spread():
     est = SpeedupEstimate(8.5, 8.45, 8.55, 20, 0.99)
     assert across_runs_of(est, None) is None
-    assert across_runs_of(est, {"speedup": 8.4}) is None
-    assert across_runs_of(est, {"speedup": 8.4, "between_run_sd": None}) is None
-    baseline = {"speedup": 8.4, "between_run_sd": 0.012, "between_run_count": 5}
-    across = across_runs_of(est, baseline)
+    assert across_runs_of(est, SpeedEntry.from_figures({"speedup": 8.4}).wall.between_run_sd) is None
+    assert across_runs_of(est, SpeedEntry.from_figures({"speedup": 8.4, "between_run_sd": None}).wall.between_run_sd) is None
+    baseline = SpeedEntry.from_figures({"speedup": 8.4, "between_run_sd": 0.012, "between_run_count": 5}).wall
+    across = across_runs_of(est, baseline.between_run_sd)
     assert across.low < est.low and across.high > est.high and across.between_run_sd == 0.012
-    assert describe_across(across, baseline).endswith("(between-run sd 1.2% from 5 runs)")
+    assert describe_across(across, baseline.between_run_count).endswith("(between-run sd 1.2% from 5 runs)")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -199,8 +211,8 @@ def test_a_compiled_cells_ratio_over_its_versus_side_learns_its_spread_and_toler
     assert any("over amp_fp16 in the run and over amp_bf16 in the baseline" in why for _, _, why in learned.left_out)
     figures = with_spread(document, learned)["entries"][WRN]["figures"]
     assert figures["versus_recorded_speedup"] == 1.15 and figures["versus_between_run_count"] == 4
-    assert figures["versus_tolerance"] == entry_tolerance(DEFAULT_TOLERANCE, figures, "versus_")
-    assert figures["versus_tolerance"] == tolerance_for(DEFAULT_TOLERANCE, 0.001, learned_spread(figures, "versus_"))
+    assert figures["versus_tolerance"] == _tolerance(DEFAULT_TOLERANCE, figures, "versus_")
+    assert figures["versus_tolerance"] == tolerance_for(DEFAULT_TOLERANCE, 0.001, _spread(figures, "versus_"))
     assert figures["versus_tolerance"] > 0.02, "four values 1-2% apart: the bound is wider than the floor"
 
 
@@ -268,7 +280,7 @@ def test_with_spread_stores_the_device_figures_beside_the_wall_ones():
     assert wrn["device_speedup"] == pytest.approx((WRN_DEVICE * 3.121 * 3.087) ** (1 / 3))
     assert "device_between_run_sd" not in gpt and gpt["between_run_count"] == 2
     # what the suite reads back: three values are enough to loosen a verdict
-    assert learned_spread(wrn, "device_") == BetweenRuns(pytest.approx(learned.device_cells[WRN].sd), 3, True)
+    assert _spread(wrn, "device_") == BetweenRuns(pytest.approx(learned.device_cells[WRN].sd), 3, True)
     assert "device_between_run_sd" not in document["entries"][WRN]["figures"]
 
 
@@ -454,7 +466,7 @@ def test_runs_added_after_a_re_recording_join_its_level_and_the_earlier_levels_n
     learned = with_spread(_device_baseline(), _learn(*earlier, baseline=_device_baseline()))
     re_recorded = _re_recorded(learned, device=3.30, wall=8.9)
     # the re-recorded level is its recording alone: uncentred, 3 values at one earlier level behind the sd
-    assert learned_spread(re_recorded["entries"][WRN]["figures"], "device_") == BetweenRuns(
+    assert _spread(re_recorded["entries"][WRN]["figures"], "device_") == BetweenRuns(
         pytest.approx(log_sd([WRN_DEVICE, 3.121, 3.087])), 3, False)
     later = [_device_run({WRN: (8.95, d)}, when) for d, when in ((3.31, "c"), (3.28, "d"))]
     added = _learn_adding(earlier[1], *later, baseline=re_recorded)  # "b" counted at the earlier level already
@@ -467,7 +479,7 @@ def test_runs_added_after_a_re_recording_join_its_level_and_the_earlier_levels_n
     figures = with_spread(re_recorded, added)["entries"][WRN]["figures"]
     assert figures["device_recorded_speedup"] == 3.30 and figures["device_between_run_runs"] == ["a", "b", "c", "d"]
     assert (figures["device_between_run_levels"], figures["device_between_run_level_count"]) == (2, 3)
-    between = learned_spread(figures, "device_")
+    between = _spread(figures, "device_")
     assert between == BetweenRuns(pytest.approx(math.sqrt(m2 / 4)), 6, True, 2, 3) and between.dof == 4
     # the bound: t with 4 df (4.604) x sqrt(1 + 1/3) around the mean of the 3 values at this level
     assert between.bound(0.99) == pytest.approx(4.604095 * math.sqrt(4 / 3) * math.sqrt(m2 / 4), rel=1e-6)
@@ -479,7 +491,7 @@ def test_runs_added_after_a_re_recording_join_its_level_and_the_earlier_levels_n
 
 def test_a_spread_of_too_few_degrees_of_freedom_or_an_impossible_level_count_does_not_loosen_a_verdict():
     figures = {"device_between_run_sd": 0.01, "device_recorded_speedup": 3.0}
-    assert learned_spread({**figures, "device_between_run_count": 3, "device_between_run_levels": 2}, "device_") is None
-    assert learned_spread({**figures, "device_between_run_count": 4, "device_between_run_levels": 2}, "device_").dof == 2
-    assert learned_spread({**figures, "device_between_run_count": 4, "device_between_run_levels": 2,
+    assert _spread({**figures, "device_between_run_count": 3, "device_between_run_levels": 2}, "device_") is None
+    assert _spread({**figures, "device_between_run_count": 4, "device_between_run_levels": 2}, "device_").dof == 2
+    assert _spread({**figures, "device_between_run_count": 4, "device_between_run_levels": 2,
                            "device_between_run_level_count": 4}, "device_") is None

@@ -8,6 +8,8 @@ import pytest
 from ampbench.speed.sides import PROJECTION_SLACK, SpeedPolicy, comparable_recording, judge, recorded_noise
 from ampbench.stats import SpeedupEstimate, estimate_speedup
 from ampbench.speed.timing import RoundsPolicy
+from ampbench.baselines.entries import RatioEntry, SpeedEntry
+from ampbench.speed.ratio import DEVICE, WALL, Ratio, ratio_check
 from ampbench.verdict import (
     UNLEARNED_TOLERANCE,
     BetweenRuns,
@@ -16,7 +18,6 @@ from ampbench.verdict import (
     Verdict,
     entry_tolerance,
     learned_spread,
-    recorded_check,
     tolerance_for,
 )
 
@@ -26,6 +27,16 @@ def est(s, lo, hi, n=12):
 
 
 CHECK = SpeedupCheck("resnet50", "amp_bf16", expected=2.0, tolerance=0.05)  # line 1.9
+
+
+def _spread(figures, prefix=""):
+    """The learned spread of the ratio `figures` (a baseline entry's) hold under `prefix`."""
+    return learned_spread(None if figures is None else RatioEntry.read(figures, prefix))
+
+
+def _tolerance(floor, figures, prefix, noise=None):
+    """The tolerance of the ratio `figures` hold under `prefix`."""
+    return entry_tolerance(floor, RatioEntry.read(figures, prefix), noise)
 
 
 @pytest.mark.parametrize(
@@ -38,6 +49,7 @@ CHECK = SpeedupCheck("resnet50", "amp_bf16", expected=2.0, tolerance=0.05)  # li
         (est(1.9, 1.9, 1.95), Verdict.PASS),  # touching the line is not below it
     ],
 )
+
 def test_classify(estimate, verdict):
     assert CHECK.classify(estimate) is verdict
 
@@ -64,20 +76,20 @@ def test_tolerance_allows_for_two_runs_with_a_t_quantile_from_few_values():
 
 
 def test_a_spread_from_two_values_is_not_trusted_to_loosen_a_verdict():
-    assert learned_spread({"between_run_sd": 0.0154, "between_run_count": 5}) == BetweenRuns(0.0154, 5, False)
-    assert learned_spread({"between_run_sd": 0.0154, "between_run_count": 3}) == BetweenRuns(0.0154, 3, False)
-    assert learned_spread({"between_run_sd": 0.215, "between_run_count": 2}) is None
-    assert learned_spread({"between_run_sd": 0.0154}) is None
-    assert learned_spread({"between_run_sd": float("nan"), "between_run_count": 5}) is None
-    assert learned_spread({"speedup": 2.0}) is None
-    assert learned_spread(None) is None
+    assert _spread({"between_run_sd": 0.0154, "between_run_count": 5}) == BetweenRuns(0.0154, 5, False)
+    assert _spread({"between_run_sd": 0.0154, "between_run_count": 3}) == BetweenRuns(0.0154, 3, False)
+    assert _spread({"between_run_sd": 0.215, "between_run_count": 2}) is None
+    assert _spread({"between_run_sd": 0.0154}) is None
+    assert _spread({"between_run_sd": float("nan"), "between_run_count": 5}) is None
+    assert _spread({"speedup": 2.0}) is None
+    assert _spread(None) is None
 
 
 def test_a_spread_is_centred_where_the_recording_is_kept_beside_the_mean():
     figures = {"device_speedup": 3.1, "device_recorded_speedup": 3.12, "device_between_run_sd": 0.002,
                "device_between_run_count": 6}
-    assert learned_spread(figures, "device_") == BetweenRuns(0.002, 6, True)
-    assert learned_spread(figures) is None  # the wall figure has no spread here
+    assert _spread(figures, "device_") == BetweenRuns(0.002, 6, True)
+    assert _spread(figures) is None  # the wall figure has no spread here
 
 
 def test_a_cell_held_against_a_baseline_is_not_held_tighter_than_the_unlearned_floor_until_its_spread_is_learned():
@@ -85,20 +97,20 @@ def test_a_cell_held_against_a_baseline_is_not_held_tighter_than_the_unlearned_f
     # first runs on two other cards read 10.943x and 10.877x (-1.1%), the second failing unchanged
     young = {"device_speedup": 10.996, "device_noise": 0.0025, "device_between_run_sd": 0.0031,
              "device_between_run_count": 2}
-    assert entry_tolerance(0.005, young, "device_") == UNLEARNED_TOLERANCE
-    check, _ = recorded_check("wide_resnet28_10", "amp_bf16 compiled", dict(young, device_method="graph"),
-                              "device_", "graph", 0.005, "none")
+    assert _tolerance(0.005, young, "device_") == UNLEARNED_TOLERANCE
+    check, _ = ratio_check(Ratio(DEVICE, method="graph"), "wide_resnet28_10", "amp_bf16 compiled",
+                           SpeedEntry.from_figures(dict(young, speedup=10.0, device_method="graph")), 0.005)
     assert check.tolerance == UNLEARNED_TOLERANCE
     assert check.classify(est(10.877, 10.856, 10.910)) is Verdict.PASS
     assert check.classify(est(10.0, 9.9, 10.1)) is Verdict.REGRESSION, "a drop of 9% still fails"
     # a noisier recording keeps its own, wider tolerance
-    assert entry_tolerance(0.005, {"device_noise": 0.02}, "device_") == pytest.approx(0.04)
+    assert _tolerance(0.005, {"device_noise": 0.02}, "device_") == pytest.approx(0.04)
     # learned from 3 values or more, the cell is held to its spread, below the unlearned floor
     learned = dict(young, device_between_run_count=12, device_recorded_speedup=10.99)
-    assert entry_tolerance(0.005, learned, "device_") == pytest.approx(BetweenRuns(0.0031, 12, True).bound(0.99))
-    assert entry_tolerance(0.005, learned, "device_") < UNLEARNED_TOLERANCE
+    assert _tolerance(0.005, learned, "device_") == pytest.approx(BetweenRuns(0.0031, 12, True).bound(0.99))
+    assert _tolerance(0.005, learned, "device_") < UNLEARNED_TOLERANCE
     # the figure being written (a recording) is read with its new noise
-    assert entry_tolerance(0.005, {}, "versus_", noise=0.001) == UNLEARNED_TOLERANCE
+    assert _tolerance(0.005, {}, "versus_", noise=0.001) == UNLEARNED_TOLERANCE
     # a comparison of two runs (no baseline entry) has no such floor
     assert tolerance_for(0.005, 0.001) == 0.005
 
@@ -174,23 +186,23 @@ def test_recorded_noise_learns_run_to_run_spread_only_from_a_comparable_recordin
     base = recorded_noise(a, b, None, False)
     assert base == pytest.approx(max(a.half_width, 0.00995), rel=1e-2)
     prev = {"speedup": 2.2, "noise": 0.5}
-    assert recorded_noise(a, b, prev, comparable=False) == base
-    assert 0.08 < recorded_noise(a, b, prev, comparable=True) < 0.1, "an old noise must not be carried over"
+    assert recorded_noise(a, b, prev["speedup"], comparable=False) == base
+    assert 0.08 < recorded_noise(a, b, prev["speedup"], comparable=True) < 0.1, "an old noise must not be carried over"
 
 
 def test_a_recording_is_comparable_only_on_the_same_software_measured_the_same_way():
     sw = {"torch": "2.11.0+cu130", "cudnn": 91900}
     now = {"cudnn_benchmark": False, "block_seconds": 0.1}
     same = {"speedup": 4.0, "cudnn_benchmark": False, "block_seconds": 0.1}
-    assert comparable_recording(same, sw, sw, now)
+    assert comparable_recording(SpeedEntry.from_figures(same), sw, sw, now)
     assert not comparable_recording(None, None, sw, now)
-    assert not comparable_recording(same, {**sw, "cudnn": 91800}, sw, now)
+    assert not comparable_recording(SpeedEntry.from_figures(same), {**sw, "cudnn": 91800}, sw, now)
     # an entry from before the settings were stored counts as autotuned: a shift, not noise
-    assert not comparable_recording({"speedup": 3.2}, sw, sw, now)
-    assert not comparable_recording({**same, "block_seconds": 0.25}, sw, sw, now)
+    assert not comparable_recording(SpeedEntry.from_figures({"speedup": 3.2}), sw, sw, now)
+    assert not comparable_recording(SpeedEntry.from_figures({**same, "block_seconds": 0.25}), sw, sw, now)
     # an entry recorded before the compiler's versions were stored names no Triton to hold a run to
-    assert comparable_recording(same, sw, {**sw, "triton": "3.6.0", "inductor": "2.11.0+cu130"}, now)
-    assert not comparable_recording(same, {**sw, "triton": "3.5.0"}, {**sw, "triton": "3.6.0"}, now)
+    assert comparable_recording(SpeedEntry.from_figures(same), sw, {**sw, "triton": "3.6.0", "inductor": "2.11.0+cu130"}, now)
+    assert not comparable_recording(SpeedEntry.from_figures(same), {**sw, "triton": "3.5.0"}, {**sw, "triton": "3.6.0"}, now)
 
 
 def test_one_stray_round_in_the_short_batch_does_not_set_the_noise():
@@ -213,18 +225,21 @@ def test_a_baseline_measured_another_way_is_named():
 
 
 def test_an_entry_without_device_time_or_measured_another_way_leaves_the_wall_verdict():
-    from ampbench.speed.cell import _checks
+    def _checks(figures, method):
+        entry = SpeedEntry.from_figures(figures)
+        device = ratio_check(Ratio(DEVICE, method=method), "gpt", "amp_bf16", entry, 0.005)
+        wall, _ = ratio_check(Ratio(WALL), "gpt", "amp_bf16", entry, 0.005)
+        return device[0], wall, device[1]
 
-    device, wall, why = _checks("gpt", "amp_bf16", {"speedup": 2.0}, "graph", 0.005)
+    device, wall, why = _checks({"speedup": 2.0}, "graph")
     assert device is None and wall.expected == 2.0
     assert why == "no device-time baseline: record with --perf-update-baselines"
     entry = {"speedup": 2.0, "device_speedup": 2.2, "device_method": "kernels"}
-    device, wall, why = _checks("gpt", "amp_bf16", entry, "graph", 0.005)
+    device, wall, why = _checks(entry, "graph")
     assert device is None and why.startswith("device time measured by kernels in the baseline and by graph here")
     learned = {"device_between_run_sd": 0.001, "device_between_run_count": 10, "device_recorded_speedup": 2.21}
-    device, _, why = _checks("gpt", "amp_bf16", {**entry, "device_method": "graph", "device_noise": 0.004, **learned},
-                             "graph", 0.005)
-    assert why is None and device.expected == 2.2 and device.tolerance == pytest.approx(0.005)
+    device, _, why = _checks({**entry, "device_method": "graph", "device_noise": 0.004, **learned}, "graph")
+    assert why == "" and device.expected == 2.2 and device.tolerance == pytest.approx(0.005)
 
 
 def test_a_judged_interval_clear_of_the_line_takes_no_rounds_for_tightness():

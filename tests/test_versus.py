@@ -14,8 +14,11 @@ import torch
 
 from ampbench.speed import sides as speed
 from ampbench.baselines.store import BaselineError, validate_entry
-from ampbench.speed.compiled import VersusSides, measure_versus, served, versus_check
-from ampbench.modes import compiled, get_mode, versus_figure, versus_of
+from ampbench.baselines.entries import SpeedEntry
+from ampbench.baselines.store import measurement_mismatch
+from ampbench.speed.compiled import VersusSides, served
+from ampbench.speed.ratio import VERSUS, Ratio, ratio_check
+from ampbench.modes import compiled, get_mode, label, versus_figure, versus_of
 from ampbench.report import build_report, render_markdown
 from ampbench.report.speed_cells import COMPILE_GAIN_TITLE, versus_matrices
 from ampbench.results import Run, SpeedRecord, Verdict
@@ -65,7 +68,18 @@ class FakeTiming:
 def _versus(monkeypatch, mode, versus_s, mode_s, baseline, gated=True):
     timing = FakeTiming(versus_s, mode_s)
     monkeypatch.setattr(speed, "device_timing", lambda versus, side: timing)
-    return measure_versus("gpt", mode, object(), object(), baseline, 0.005, POLICY, gated), timing
+    ratio = Ratio.between(VERSUS, object(), object(), versus_figure(mode), label(versus_of(mode)))
+    return ratio.hold("gpt", label(mode), SpeedEntry.of(baseline), 0.005).time(POLICY, gated), timing
+
+
+def versus_check(model, mode, baseline, method, floor):
+    ratio = Ratio(VERSUS, versus_figure(mode), label(versus_of(mode)), method)
+    return ratio_check(ratio, model, label(mode), SpeedEntry.of(baseline), floor)
+
+
+def _recorded(vs, previous, comparable, measured_with):
+    alike = previous is not None and measurement_mismatch(previous, measured_with) is None
+    return vs.recorded(SpeedEntry.of(previous), comparable, alike, POLICY, 0.005)
 
 
 def _entry(speedup: float, versus: str = "amp_bf16", **more) -> dict:
@@ -116,7 +130,7 @@ def test_a_ratio_that_does_not_gate_gets_its_first_look_only(monkeypatch):
 
 def test_a_recording_stores_the_ratio_pooled_with_its_noise_and_tolerance(monkeypatch):
     vs, timing = _versus(monkeypatch, compiled(AMP_BF16), 1.3, 1.0, None)
-    figures = vs.baseline_figures(None, False, MEASURED_WITH, POLICY, 0.005)
+    figures = _recorded(vs, None, False, MEASURED_WITH)
     assert timing.timers == 2  # the recording's noise batch
     assert figures["versus"] == "amp_bf16" and figures["versus_method"] == "graph"
     assert figures["versus_speedup"] == pytest.approx(1.3, rel=0.01)
@@ -132,14 +146,14 @@ LEARNED_VERSUS = {"versus": "amp_bf16", "versus_method": "graph", "versus_speedu
 
 def test_a_re_recording_on_other_software_keeps_the_ratios_learned_spread_and_its_tolerance(monkeypatch):
     vs, _ = _versus(monkeypatch, compiled(AMP_BF16), 1.3, 1.0, None)
-    figures = vs.baseline_figures(LEARNED_VERSUS, False, MEASURED_WITH, POLICY, 0.005)
+    figures = _recorded(vs, LEARNED_VERSUS, False, MEASURED_WITH)
     assert figures["versus_between_run_sd"] == 0.002 and figures["versus_between_run_count"] == 12
     assert figures["versus_between_run_runs"] == ["a", "b"]
     assert figures["versus_tolerance"] < UNLEARNED_TOLERANCE
     # measured with other settings or over another side, the ratio is another figure: its spread goes
     for previous, measured in (({**LEARNED_VERSUS, "versus": "amp_fp16"}, MEASURED_WITH),
                                (LEARNED_VERSUS, {**MEASURED_WITH, "block_seconds": 0.4})):
-        other = vs.baseline_figures(previous, False, measured, POLICY, 0.005)
+        other = _recorded(vs, previous, False, measured)
         assert "versus_between_run_sd" not in other and other["versus_tolerance"] >= UNLEARNED_TOLERANCE
 
 

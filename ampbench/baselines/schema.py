@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from ampbench.baselines.entries import SpeedEntry
+from ampbench.baselines.rules import (  # noqa: F401 - Rule is read from here too
+    BOOL,
+    STR_OR_NULL,
+    Rule,
+    count,
+    fraction_or_null,
+    is_number,
+    positive,
+)
 
 SCHEMA_VERSION = 1
 ENTRY_FIELDS = frozenset({"figures", "software", "recorded"})
@@ -32,35 +42,6 @@ class BaselineError(ValueError):
         super().__init__(f"baseline file {path}: field {field_name!r}: {problem}")
 
 
-@dataclass(frozen=True)
-class Rule:
-    """What one figure of a kind of entry must be, where a test reads it."""
-
-    check: Callable[[Any], bool]
-    expected: str  # completes "<value> is not ..."
-    required: bool = False
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _positive(required: bool = False) -> Rule:
-    return Rule(lambda v: _number(v) and v > 0, "a finite positive number", required)
-
-
-def _non_negative(required: bool = False) -> Rule:
-    return Rule(lambda v: _number(v) and v >= 0, "a finite number >= 0", required)
-
-
-def _count(low: int, required: bool = False) -> Rule:
-    return Rule(lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low, f"an integer >= {low}", required)
-
-
-def _fraction_or_null() -> Rule:
-    return Rule(lambda v: v is None or (_number(v) and 0 <= v <= 1), "null or a finite number in [0, 1]")
-
-
 def is_stamp(value: Any) -> bool:
     """Whether `value` is a UTC time as the writers stamp it (STAMP_FORMAT): the stamps are compared as
     strings to find the entry recorded last, which holds only for this one format."""
@@ -73,54 +54,28 @@ def is_stamp(value: Any) -> bool:
     return True
 
 
-_BOOL = Rule(lambda v: isinstance(v, bool), "true or false")
-_STR_OR_NULL = Rule(lambda v: v is None or isinstance(v, str), "a string or null")
-
 # One schema per kind of entry, keyed by the test id's name before "[": the figures each test reads
-# back from its entry (perf/test_speed.py with ampbench.speed.sides and verdict; perf/test_memory.py with
+# back from its entry (perf/test_speed.py: the fields of ``entries.SpeedEntry``; perf/test_memory.py with
 # memory.judge and memory.search_start; perf/test_convergence.py), so that a figure a test would
 # misread stops the run up front instead. Figures not named here are stored for the report only and
 # are free, so a test can add one without touching this table. perf/test_input_pipeline.py reads no
 # baseline; a kind not listed here gets the checks every entry gets.
 ENTRY_SCHEMAS: dict[str, dict[str, Rule]] = {
-    "test_speed": {
-        "speedup": _positive(required=True),
-        "noise": _non_negative(),
-        "between_run_sd": _non_negative(),
-        "between_run_count": _count(1),
-        "between_run_levels": _count(1),
-        "between_run_level_count": _count(1),
-        "cudnn_benchmark": _BOOL,
-        "block_seconds": _positive(),
-        "device_speedup": _positive(),
-        "device_noise": _non_negative(),
-        "device_tolerance": _positive(),
-        "device_between_run_sd": _non_negative(),
-        "device_between_run_count": _count(1),
-        "device_between_run_levels": _count(1),
-        "device_between_run_level_count": _count(1),
-        "device_method": _STR_OR_NULL,
-        "compile_s": _positive(),
-        "versus": _STR_OR_NULL,
-        "versus_speedup": _positive(),
-        "versus_noise": _non_negative(),
-        "versus_tolerance": _positive(),
-        "versus_method": _STR_OR_NULL,
-    },
+    "test_speed": SpeedEntry.rules(),
     "test_memory": {
-        "peak_mem_bytes": _positive(required=True),
-        "memory_ratio": _positive(required=True),
-        "max_batch": _count(1),
-        "max_batch_step": _count(1),
-        "max_batch_ratio": _positive(),
-        "max_batch_limited": _BOOL,
-        "max_batch_throughput_ratio": _positive(),
-        "cap_bytes": _positive(),
-        "alloc_conf": _STR_OR_NULL,
+        "peak_mem_bytes": positive(required=True),
+        "memory_ratio": positive(required=True),
+        "max_batch": count(1),
+        "max_batch_step": count(1),
+        "max_batch_ratio": positive(),
+        "max_batch_limited": BOOL,
+        "max_batch_throughput_ratio": positive(),
+        "cap_bytes": positive(),
+        "alloc_conf": STR_OR_NULL,
         "max_batch_recorded": Rule(is_stamp, STAMP_EXPECTED),
     },
     "test_convergence": {
-        "margin": _fraction_or_null(),
+        "margin": fraction_or_null(),
     },
 }
 
@@ -137,7 +92,7 @@ def _kernel_problem(value: Any) -> str | None:
     if not isinstance(value, list):
         return f"{_describe(value)} is neither a string nor a list of {{\"name\": string, \"ms\": number}}"
     for i, item in enumerate(value):
-        if not (isinstance(item, dict) and isinstance(item.get("name"), str) and _number(item.get("ms"))):
+        if not (isinstance(item, dict) and isinstance(item.get("name"), str) and is_number(item.get("ms"))):
             return f"item {i} ({item!r}) is not an object with a string \"name\" and a finite number \"ms\""
     return None
 

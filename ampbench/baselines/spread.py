@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Mapping, Sequence
 
+from ampbench.baselines.entries import RatioEntry
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.results import Run, SpeedRecord
 from ampbench.stats import finite_number, log_sd
@@ -326,7 +327,7 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
             if finite_number(figures.get(figure.key)) is not None:
                 # what the verdict will now use under the default floor, so the file says what is guarded
                 p = figure.prefix
-                figures[f"{p}tolerance"] = entry_tolerance(DEFAULT_TOLERANCE, figures, p)
+                figures[f"{p}tolerance"] = entry_tolerance(DEFAULT_TOLERANCE, RatioEntry.read(figures, p))
         if figures != entry["figures"]:
             entry = dict(entry, figures=figures)
         entries[test_id] = entry
@@ -345,7 +346,7 @@ def kept_on_rerecording(previous: Mapping | None, measured_with: Mapping[str, ob
     alike = previous is not None and measurement_mismatch(previous, dict(measured_with)) is None
     kept = carried(previous, alike) | carried(previous, alike and previous.get(DEVICE.method_key) == device_method,
                                               DEVICE_SPREAD_FIGURES)
-    return {**kept, "device_tolerance": entry_tolerance(floor, kept, DEVICE.prefix, device_noise)}
+    return {**kept, "device_tolerance": entry_tolerance(floor, RatioEntry.read(kept, DEVICE.prefix), device_noise)}
 
 
 def carried_device(previous: Mapping | None, measured_alike: bool) -> dict:

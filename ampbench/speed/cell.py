@@ -1,6 +1,6 @@
-"""One speed cell from its prepared sides to its record: time the device-time and the wall-clock speedup
-in interleaved rounds (and a compiled cell's second ratio, ``ampbench.speed.compiled``), judge each against
-this GPU's baseline entry, check the mode really trained, record a new baseline entry when asked, and
+"""One speed cell from its prepared sides to its record: time each of its ratios (``ampbench.speed.ratio``:
+the device-time and the wall-clock speedup, and a compiled cell's ratio over its versus side) in
+interleaved rounds, judge each against this GPU's baseline entry, check the mode really trained, record a new baseline entry when asked, and
 say what the test must warn about or fail on.
 
 ``measure_speed`` returns a ``SpeedCell``; ``perf/test_speed.py`` only wires fixtures into it, writes the
@@ -15,30 +15,18 @@ from typing import Callable
 
 import torch
 
-from ampbench import progress
-
-from ampbench.speed import sides as speed
-
-from ampbench.baselines import spread
+from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.store import BaselineStore, measurement_mismatch
-from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check, measure_versus
 from ampbench.device import release
-from ampbench.speed.devicetime import IDLE_WARN_SHARE
-from ampbench.speed.hostload import host_load
-from ampbench.modes import PrecisionMode, label, versus_of
+from ampbench.modes import PrecisionMode, label, versus_figure, versus_of
 from ampbench.results import SpeedRecord
 from ampbench.settings import GATES, PerfSettings
-from ampbench.stats import median
-from ampbench.verdict import (
-    WALL_TOLERANCE_FLOOR,
-    HostOverhead,
-    SpeedupCheck,
-    Verdict,
-    kernel_changes,
-    learned_spread,
-    recorded_check,
-    tolerance_for,
-)
+from ampbench.speed import sides as speed
+from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
+from ampbench.speed.devicetime import IDLE_WARN_SHARE
+from ampbench.speed.hostload import host_load
+from ampbench.speed.ratio import DEVICE, VERSUS, WALL, Ratio
+from ampbench.verdict import HostOverhead, Verdict, combined, kernel_changes
 from models.spec import ModelSpec
 
 
@@ -58,38 +46,73 @@ def policy(device: torch.device, settings: PerfSettings) -> speed.SpeedPolicy:
                             recording=settings.update_baselines)
 
 
-def _checks(model: str, mode: str, baseline: dict | None, device_method: str, floor: float):
-    """(device check, wall check, why there is no device check) against this cell's baseline entry."""
-    if baseline is None:
-        return None, None, None
-    wall = SpeedupCheck(model, mode, float(baseline["speedup"]),
-                        tolerance_for(max(floor, WALL_TOLERANCE_FLOOR), baseline.get("noise"), learned_spread(baseline)))
-    device, why = recorded_check(model, mode, baseline, "device_", device_method, floor,
-                                 "no device-time baseline: record with --perf-update-baselines")
-    if device is None and baseline.get("device_speedup") is not None:
-        why = f"device time {why}"  # the entry has the figure, measured another way
-    return device, wall, why or None
-
-
-def _combined(verdicts: list[Verdict | None]) -> Verdict:
-    for v in (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.IMPROVED, Verdict.PASS):
-        if v in verdicts:
-            return v
-    return Verdict.NO_BASELINE
-
-
-def _named_failures(verdict: Verdict, figures: list[tuple[str, Verdict | None, bool]]) -> str:
+def _named_failures(verdict: Verdict, ratios: list[Ratio]) -> str:
     """Which gated ratios brought a failing or inconclusive verdict: 'compile gain over amp_bf16
     regression', so a cell's message says which of its ratios to look at first."""
     if verdict not in (Verdict.REGRESSION, Verdict.INCONCLUSIVE):
         return ""
-    names = [name for name, v, gated in figures if gated and v is verdict]
+    names = [r.named(r.kind.failing) for r in ratios if r.gated and r.verdict is verdict]
     return f"{' and '.join(names)} {verdict}" if names else ""
 
 
 def identity(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smoke: bool) -> SpeedRecord:
     """Who the cell is, written before it measures: a cell that fails later is still recognisable."""
     return SpeedRecord(model=spec.name, mode=label(mode), device=str(device), batch_size=spec.batch_size_for(smoke))
+
+
+@dataclass
+class _Prepared:
+    """The cell's sides, and what torch.compile did while the mode's was built."""
+
+    side: speed.Side
+    versus: speed.Side | None
+    dynamo_before: DynamoState | None
+    dynamo_prepared: DynamoState | None
+
+
+def _prepare(mode: PrecisionMode, reference: speed.Side, prepare: Callable[[], speed.Side],
+             versus: Callable[[], speed.Side] | None) -> _Prepared:
+    # the versus side first: its own compilation (compiled amp_bf16 for an fp8 cell) is no part of this
+    # cell's compile time, graph breaks or recompiles
+    versus_side = versus() if versus is not None else None
+    dynamo_before = DynamoState.now() if mode.compile else None
+    side = prepare()
+    prepared = _Prepared(side, versus_side, dynamo_before, DynamoState.now() if mode.compile else None)
+    speed.recapture_reference(reference)
+    if versus_side is not None:
+        speed.recapture_reference(versus_side)
+    return prepared
+
+
+def _time_ratios(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, sides: _Prepared,
+                 baseline: SpeedEntry | None, settings: PerfSettings, pol: speed.SpeedPolicy) -> list[Ratio]:
+    """The cell's ratios, each held against `baseline` and timed: device time, wall clock, and a compiled
+    cell's ratio over its versus side."""
+    model, floor = spec.name, settings.tolerance
+    device = Ratio.between(DEVICE, reference, sides.side).hold(model, label(mode), baseline, floor)
+    wall = Ratio.between(WALL, reference, sides.side).hold(model, label(mode), baseline, floor)
+    gated = GATES[settings.gate]
+    if DEVICE.gate in gated and device.check is None and wall.check is not None:
+        gated = (WALL.gate,)  # an entry from before device time: the wall verdict still holds it
+    ratios = [device.time(pol, DEVICE.gate in gated), wall.time(pol, WALL.gate in gated)]
+    if sides.versus is not None:
+        versus = Ratio.between(VERSUS, sides.versus, sides.side, versus_figure(mode), label(versus_of(mode)))
+        ratios.append(versus.hold(model, label(mode), baseline, floor).time(pol, VERSUS.gate in gated))
+    return ratios
+
+
+def _message(verdict: Verdict, ratios: list[Ratio], baseline: SpeedEntry | None, changes: str | None) -> str:
+    device, wall = ratios[0], ratios[1]
+    message = "; ".join(r.message for r in ratios)
+    across = speed.across_runs_of(wall.estimate, baseline.wall.between_run_sd if baseline else None)
+    if across:
+        message += f"; wall across runs {speed.describe_across(across, baseline.wall.between_run_count)}"
+    failing = _named_failures(verdict, ratios)
+    if failing:
+        message = f"{failing}: {message}"
+    if changes and device.verdict in (Verdict.REGRESSION, Verdict.IMPROVED):
+        message += f"; {changes}"
+    return message
 
 
 def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, prepare: Callable[[], speed.Side], *,
@@ -103,93 +126,79 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
     against its versus side. Every tensor of the cell is released before it returns, but for sides the
     callables keep elsewhere: a failing test keeps its frames, and with them whatever they hold."""
     pol = policy(device, settings)
-    batch = spec.batch_size_for(settings.smoke)
     if (versus is None) != (versus_of(mode) is None):
         raise ValueError(f"{spec.name} {label(mode)}: a versus side is needed exactly where the cell is compiled")
-    # the versus side first: its own compilation (compiled amp_bf16 for an fp8 cell) is no part of this
-    # cell's compile time, graph breaks or recompiles
-    versus_side = versus() if versus is not None else None
-    dynamo_before = DynamoState.now() if mode.compile else None
-    side = prepare()
-    dynamo_prepared = DynamoState.now() if mode.compile else None
-    compile_s = side.first_step_seconds if mode.compile else None
-    speed.recapture_reference(reference)
-    if versus_side is not None:
-        speed.recapture_reference(versus_side)
+    sides = _prepare(mode, reference, prepare, versus)
     prepared(identity(spec, mode, device, settings.smoke))
-    before = speed.parameters_fingerprint(side.trainer)
+    before = speed.parameters_fingerprint(sides.side.trainer)
+    baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
+    ratios = _time_ratios(spec, mode, reference, sides, baseline, settings, pol)
+    verdict = combined([r.gated_verdict for r in ratios])
+    kernels = sides.side.profile.top() if sides.side.profile else None  # what a baseline entry keeps
+    changes = kernel_changes(baseline.kernels if baseline else None, kernels)
+    trained = _Trained.of(sides.side, before)
+    cell = SpeedCell(_record(spec, mode, settings, device, reference, sides.side, ratios, baseline, peak_tflops,
+                             trained, verdict=verdict, message=_message(verdict, ratios, baseline, changes),
+                             kernels=kernels, changes=changes),
+                     list(ratios[0].timed.first.mode_times))
+    cell.problems += _problems(spec, mode, sides, ratios, baseline, trained)
+    # only a cell that really trained may become a baseline
+    if settings.update_baselines and store is not None and not cell.problems:
+        _record_baseline(store, test_id, software, settings, pol, baseline, ratios, cell.record)
+    queued_badly = queue_problems(ratios[0].timing, sides.side, reference)
+    # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer
+    sides = None
+    for ratio in ratios:
+        ratio.release()
+    release(device)
+    _warn(cell, test_id, settings, store, baseline, ratios, queued_badly, device)
+    return cell
 
-    measured_with = {"cudnn_benchmark": settings.cudnn_benchmark, "block_seconds": settings.block_seconds}
-    baseline = store.figures(test_id) if store is not None else None
-    mismatch = measurement_mismatch(baseline, measured_with) if baseline is not None else None
-    timing = speed.device_timing(reference, side)
-    device_check, wall_check, no_device_baseline = _checks(spec.name, label(mode), baseline, timing.method,
-                                                           settings.tolerance)
-    gate = settings.gate
-    gated = GATES[gate]
-    if "device" in gated and device_check is None and wall_check is not None:
-        gated = ("wall",)  # an entry from before device time: the wall verdict still holds it
 
-    with progress.scope("device time"):
-        dev_fig = speed.time_figure(device_check, lambda: timing.timer(reference, side, pol), pol, "device" in gated)
-    with progress.scope("wall clock"):
-        wall_fig = speed.time_figure(wall_check, lambda: speed.fresh_timer(reference, side, pol), pol, "wall" in gated)
-    dev, wall = dev_fig.outcome, wall_fig.outcome
-    dev_timer, wall_timer = dev_fig.first, wall_fig.first
-    # the second ratio is a device-time figure: it holds the cell wherever device time does
-    with progress.scope("over its versus side"):
-        vs = (measure_versus(spec.name, mode, versus_side, side, baseline, settings.tolerance, pol, "device" in gated)
-              if versus_side is not None else None)
-    verdict = _combined([dev.verdict if "device" in gated else None, wall.verdict if "wall" in gated else None,
-                         vs.verdict if vs is not None and vs.gated else None])
-    kernels = side.profile.top() if side.profile else None  # what a baseline entry keeps
-    changes = kernel_changes(baseline.get("kernels") if baseline else None, kernels)
-    across = speed.across_runs_of(wall.estimate, baseline)
-    dev_across = speed.across_runs_of(dev.estimate, baseline, "device_between_run_sd")
-    message = f"device time ({timing.method}): {dev.message}; wall: {wall.message}"
-    if vs is not None:
-        message += f"; {vs.message}"
-    if across:
-        message += f"; wall across runs {speed.describe_across(across, baseline)}"
-    failing = _named_failures(verdict, [("device-time speedup over fp32", dev.verdict, "device" in gated),
-                                        ("wall-clock speedup over fp32", wall.verdict, "wall" in gated),
-                                        (vs.figure if vs else "", vs.verdict if vs else None, bool(vs and vs.gated))])
-    if failing:
-        message = f"{failing}: {message}"
-    if changes and dev.verdict in (Verdict.REGRESSION, Verdict.IMPROVED):
-        message += f"; {changes}"
+def _measured_with(settings: PerfSettings) -> dict[str, object]:
+    return {"cudnn_benchmark": settings.cudnn_benchmark, "block_seconds": settings.block_seconds}
 
-    # the mode really trained: its weights moved and its loss scale is still usable. (Whether the
-    # loss stays finite on random data is a property of that task, not of the mode: it is recorded
-    # here and judged by the convergence tests on real data.)
-    last_loss = side.trainer.run(1)
-    moved = bool((speed.parameters_fingerprint(side.trainer) != before).any())
-    loss_ok = bool(torch.isfinite(last_loss))
-    scale = speed.loss_scale(side.trainer)
 
-    step_s, ref_step_s = median(wall_timer.mode_times), median(wall_timer.ref_times)
-    dev_step_s, dev_ref_step_s = median(dev_timer.mode_times), median(dev_timer.ref_times)
+@dataclass(frozen=True)
+class _Trained:
+    """The mode really trained: its weights moved and its loss scale is still usable. (Whether the loss
+    stays finite on random data is a property of that task, not of the mode: it is recorded here and
+    judged by the convergence tests on real data.)"""
+
+    moved: bool
+    loss_finite: bool
+    scale: float | None
+
+    @classmethod
+    def of(cls, side: speed.Side, before: torch.Tensor) -> "_Trained":
+        last_loss = side.trainer.run(1)
+        moved = bool((speed.parameters_fingerprint(side.trainer) != before).any())
+        return cls(moved, bool(torch.isfinite(last_loss)), speed.loss_scale(side.trainer))
+
+
+def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device: torch.device,
+            reference: speed.Side, side: speed.Side, ratios: list[Ratio], baseline: SpeedEntry | None,
+            peak_tflops: Callable[[str], float | None], trained: _Trained, **concluded) -> SpeedRecord:
+    """The cell's record: each ratio's fields, and the cell's own (`concluded`: verdict, message, kernels
+    and their changes)."""
+    dev, wall = ratios[0], ratios[1]
+    batch = spec.batch_size_for(settings.smoke)
+    (step_s, ref_step_s), (dev_step_s, dev_ref_step_s) = wall.step_seconds(), dev.step_seconds()
     load = host_load(side.profile.busy_ms / 1e3 if side.profile else dev_step_s, step_s)
     ref_load = host_load(reference.profile.busy_ms / 1e3 if reference.profile else dev_ref_step_s, ref_step_s)
     tflops = spec.flops_per_sample(side.trainer.config) * batch / dev_step_s / 1e12
     peak = peak_tflops(mode.peak_dtype)
-    ratio = (side.peak_bytes / reference.peak_bytes) if side.peak_bytes and reference.peak_bytes else None
-    est, d = wall.estimate, dev.estimate
-    record = SpeedRecord(
-        model=spec.name, mode=label(mode), device=str(device), batch_size=batch,
-        gate=gate, gated=list(gated), steps_per_block=wall_timer.mode_steps, ref_steps_per_block=wall_timer.ref_steps,
-        # the wall-clock speedup of eager steps, as before device time was measured
-        **wall.fields("", wall_check, "wall_verdict"),
-        speedup_across_low=across.low if across else None, speedup_across_high=across.high if across else None,
+    across = speed.across_runs_of(wall.estimate, baseline.wall.between_run_sd if baseline else None)
+    compile_s = side.first_step_seconds if mode.compile else None
+    kernels, changes = concluded.pop("kernels"), concluded.pop("changes")
+    return SpeedRecord(
+        model=spec.name, mode=label(mode), device=str(device), batch_size=batch, gate=settings.gate,
+        gated=list(dict.fromkeys(r.kind.gate for r in ratios if r.gated)),
+        steps_per_block=wall.timed.first.mode_steps, ref_steps_per_block=wall.timed.first.ref_steps,
+        **{k: v for r in ratios for k, v in r.record_fields(baseline).items()},
         between_run_sd=across.between_run_sd if across else None,
-        between_run_count=baseline.get("between_run_count") if across else None,
-        # the device-time speedup
-        device_method=timing.method, device_fallback=timing.fallback, **dev.fields("device_", device_check),
-        **queue_fields(timing, side, reference),
-        device_speedup_across_low=dev_across.low if dev_across else None,
-        device_speedup_across_high=dev_across.high if dev_across else None,
-        device_step_ms=dev_step_s * 1e3, device_step_ms_ref=dev_ref_step_s * 1e3,
-        device_round_ms=[t * 1e3 for t in dev_timer.mode_times], device_ref_round_ms=[t * 1e3 for t in dev_timer.ref_times],
+        between_run_count=baseline.wall.between_run_count if across else None,
+        **queue_fields(dev.timing, side, reference),
         kernel_ms=side.profile.kernel_ms if side.profile else None,
         kernel_ms_ref=reference.profile.kernel_ms if reference.profile else None,
         kernel_speedup=(reference.profile.kernel_ms / side.profile.kernel_ms) if side.profile and reference.profile else None,
@@ -198,81 +207,81 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
         busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
         busy_ms_ref=ref_load.busy_ms, host_overhead_ms_ref=ref_load.overhead_ms, idle_share_ref=ref_load.idle_share,
         host_bound_ref=ref_load.host_bound,
-        throughput=batch / step_s, throughput_ref=batch / ref_step_s, step_ms=step_s * 1e3, step_ms_ref=ref_step_s * 1e3,
-        device_throughput=batch / dev_step_s,
-        peak_mem_bytes=side.peak_bytes, peak_mem_ref_bytes=reference.peak_bytes, memory_ratio=ratio,
+        throughput=batch / step_s, throughput_ref=batch / ref_step_s, device_throughput=batch / dev_step_s,
+        peak_mem_bytes=side.peak_bytes, peak_mem_ref_bytes=reference.peak_bytes,
+        memory_ratio=(side.peak_bytes / reference.peak_bytes) if side.peak_bytes and reference.peak_bytes else None,
         tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
-        verdict=verdict, message=message, recording=settings.update_baselines,
-        weights_moved=moved, final_loss_finite=loss_ok,
-        loss_scale=scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds,
+        recording=settings.update_baselines, weights_moved=trained.moved, final_loss_finite=trained.loss_finite,
+        loss_scale=trained.scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds,
         compile_s=compile_s, ref_compile_s=reference.first_step_seconds if mode.compile else None,
-        baseline_compile_s=baseline.get("compile_s") if baseline else None, **measured_with,
-        **(vs.record_fields() if vs is not None else {}),
-        # per-step milliseconds of every wall round, in order: what drift or a stray slow block looked like
-        round_ms=[t * 1e3 for t in wall_timer.mode_times], ref_round_ms=[t * 1e3 for t in wall_timer.ref_times],
-    )
-    cell = SpeedCell(record, list(dev_timer.mode_times))
-    queued_badly = queue_problems(timing, side, reference)
-    cell.problems += compile_problems(mode, dynamo_before, dynamo_prepared, DynamoState.now() if mode.compile else None)
-    slow_compile = compile_time_check(spec.name, label(mode), baseline, compile_s)
+        baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), **concluded)
+
+
+def _problems(spec: ModelSpec, mode: PrecisionMode, sides: _Prepared, ratios: list[Ratio],
+              baseline: SpeedEntry | None, trained: _Trained) -> list[str]:
+    """Why the cell's figures say nothing: a compiled step that broke or recompiled or compiled too
+    slowly, a malformed estimate, a mode that did not really train."""
+    problems = compile_problems(mode, sides.dynamo_before, sides.dynamo_prepared,
+                                DynamoState.now() if mode.compile else None)
+    slow_compile = compile_time_check(spec.name, label(mode), baseline,
+                                      sides.side.first_step_seconds if mode.compile else None)
     if slow_compile:
-        cell.problems.append(slow_compile)
-
-    for name, e in (("device-time", d), ("wall-clock", est), *([(vs.figure, vs.timed.outcome.estimate)] if vs else [])):
+        problems.append(slow_compile)
+    for ratio in ratios:
+        e = ratio.estimate
         if not (math.isfinite(e.speedup) and e.low <= e.speedup <= e.high):
-            cell.problems.append(f"malformed {name} speedup estimate {e}")
-    if not moved:
-        cell.problems.append("no optimizer step changed the weights during the timed run (every step skipped?)")
-    if scale is not None and not (math.isfinite(scale) and scale > 0):
-        cell.problems.append(f"loss scale is {scale} after the timed run; expected finite and positive")
+            problems.append(f"malformed {ratio.named(ratio.kind.short)} speedup estimate {e}")
+    if not trained.moved:
+        problems.append("no optimizer step changed the weights during the timed run (every step skipped?)")
+    if trained.scale is not None and not (math.isfinite(trained.scale) and trained.scale > 0):
+        problems.append(f"loss scale is {trained.scale} after the timed run; expected finite and positive")
+    return problems
 
-    # only a cell that really trained may become a baseline
-    if settings.update_baselines and store is not None and not cell.problems:
-        # `baseline` is still the entry this recording replaces (record() only queues the new one)
-        comparable = speed.comparable_recording(baseline, store.software(test_id), software, measured_with)
-        dev_comparable = comparable and baseline is not None and baseline.get("device_method") == timing.method
-        dev_pooled, device_noise = dev_fig.recording(pol, baseline, dev_comparable, "device_speedup")
-        pooled, noise = wall_fig.recording(pol, baseline, comparable, "speedup")
-        # the spread is kept on other software too; only the level is this recording's
-        carried = spread.kept_on_rerecording(baseline, measured_with, timing.method, settings.tolerance, device_noise)
-        store.record(test_id, {
-            **speed.recorded_figures("", pooled, noise), **speed.recorded_figures("device_", dev_pooled, device_noise),
-            "device_method": timing.method, "device_fallback": timing.fallback,
-            "device_step_ms": dev_step_s * 1e3, "device_step_ms_ref": dev_ref_step_s * 1e3,
-            "throughput": batch / step_s, "step_ms": step_s * 1e3, "step_ms_ref": ref_step_s * 1e3,
-            "idle_share": load.idle_share, "host_bound": load.host_bound,
-            "batch_size": batch, "memory_ratio": ratio, "peak_mem_bytes": side.peak_bytes, **measured_with,
-            **({"kernels": kernels} if kernels else {}), **({"compile_s": compile_s} if compile_s else {}), **carried,
-            **(vs.baseline_figures(baseline, comparable, measured_with, pol, settings.tolerance) if vs is not None else {}),
-        }, software)
 
-    # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer
-    side = versus_side = dev_timer = wall_timer = None
-    for fig in (dev_fig, wall_fig, vs.timed if vs is not None else None):
-        if fig is not None:
-            fig.release()
-    release(device)
+def _record_baseline(store: BaselineStore, test_id: str, software: dict, settings: PerfSettings,
+                     pol: speed.SpeedPolicy, baseline: SpeedEntry | None, ratios: list[Ratio],
+                     record: SpeedRecord) -> None:
+    """Queue the cell's new entry; `baseline` is still the one it replaces (record() only queues)."""
+    measured_with = _measured_with(settings)
+    comparable = speed.comparable_recording(baseline, store.software(test_id), software, measured_with)
+    # the spread is kept on other software too; only the level is this recording's
+    alike = baseline is not None and measurement_mismatch(baseline.measured_with(), measured_with) is None
+    figures = {}
+    for ratio in ratios:
+        figures.update(ratio.recorded(baseline, comparable, alike, pol, settings.tolerance))
+    store.record(test_id, {
+        **figures, "throughput": record.throughput, "idle_share": record.idle_share, "host_bound": record.host_bound,
+        "batch_size": record.batch_size, "memory_ratio": record.memory_ratio, "peak_mem_bytes": record.peak_mem_bytes,
+        **measured_with, **({"kernels": record.kernels} if record.kernels else {}),
+        **({"compile_s": record.compile_s} if record.compile_s else {}),
+    }, software)
 
-    if mismatch and not settings.update_baselines:
+
+def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: BaselineStore | None,
+          baseline: SpeedEntry | None, ratios: list[Ratio], queued_badly: list[str], device: torch.device) -> None:
+    """The cell's warnings: how it was measured (first), and what a cell that held should still say."""
+    dev, wall, versus = ratios[0], ratios[1], (ratios[2:] or [None])[0]
+    judging = baseline is not None and not settings.update_baselines
+    mismatch = measurement_mismatch(baseline.measured_with(), _measured_with(settings)) if judging else None
+    if mismatch:
         cell.warn_first.append(UserWarning(f"{test_id}: {mismatch}"))
-    if no_device_baseline and baseline is not None and not settings.update_baselines:
-        cell.warn_first.append(UserWarning(f"{test_id}: {no_device_baseline}; the wall verdict holds the cell"))
-    for problem in queued_badly:
-        cell.warn_after.append(UserWarning(f"{test_id}: {problem}"))
-    if timing.fallback and device.type == "cuda":
-        cell.warn_first.append(UserWarning(f"{test_id}: device time from the profiler's kernel sum: {timing.fallback}"))
-    if vs is not None and vs.timing.fallback and device.type == "cuda":
-        cell.warn_first.append(UserWarning(f"{test_id}: {vs.figure} from the profiler's kernel sum: {vs.timing.fallback}"))
-    if vs is not None and vs.check is None and baseline is not None and not settings.update_baselines:
-        cell.warn_first.append(UserWarning(f"{test_id}: {vs.figure}: {vs.why_unchecked}"))
-    if "wall" not in gated and wall.verdict is Verdict.REGRESSION and dev.verdict in (Verdict.PASS, Verdict.IMPROVED):
+    if dev.why_unchecked and judging:
+        cell.warn_first.append(UserWarning(f"{test_id}: {dev.why_unchecked}; the wall verdict holds the cell"))
+    cell.warn_after += [UserWarning(f"{test_id}: {problem}") for problem in queued_badly]
+    for ratio in ratios:
+        if ratio.fallback and device.type == "cuda":
+            cell.warn_first.append(UserWarning(
+                f"{test_id}: {ratio.named(ratio.kind.called)} from the profiler's kernel sum: {ratio.fallback}"))
+    if versus is not None and versus.check is None and judging:
+        cell.warn_first.append(UserWarning(f"{test_id}: {versus.figure}: {versus.why_unchecked}"))
+    if not wall.gated and wall.verdict is Verdict.REGRESSION and dev.verdict in (Verdict.PASS, Verdict.IMPROVED):
         cell.warn_after.append(HostOverhead(f"{test_id}: wall-clock speedup below its line while device time held: "
-                                            f"{wall.message}; the host that launches the steps is slower or busier"))
+                                            f"{wall.timed.outcome.message}; the host that launches the steps is "
+                                            "slower or busier"))
     if store is not None and not store.exists and not settings.update_baselines:
         cell.warn_after.append(UserWarning(
-            f"no baseline file {store.path}; measured {d} in device time. Record one with "
+            f"no baseline file {store.path}; measured {dev.estimate} in device time. Record one with "
             f"`pytest perf/ --perf-tier full --perf-update-baselines`"))
-    return cell
 
 
 def queue_fields(timing: speed.DeviceTiming, side: speed.Side, reference: speed.Side) -> dict:

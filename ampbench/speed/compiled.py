@@ -3,23 +3,20 @@
 ratio, the mode against its versus side (``modes.versus_of``): the compile gain of a mode compiled
 where its row is eager, fp8's speedup over compiled amp_bf16 for a row that always compiles.
 
-The second ratio is timed as the first is: interleaved rounds of the two sides in device time, judged
-against the baseline entry's ``versus_speedup`` with a tolerance of its own. Nothing here imports
-pytest; ``speed_cell.measure_speed`` calls it.
+The second ratio is timed as the first is (``ratio.VERSUS``): interleaved rounds of the two sides in
+device time, judged against the baseline entry's own figure of it. Nothing here imports pytest;
+``cell.measure_speed`` calls it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
+from ampbench.baselines.entries import SpeedEntry
+from ampbench.modes import PrecisionMode, label, shared_versus
 from ampbench.speed import sides as speed
-
-from ampbench.baselines import spread
-from ampbench.baselines.store import measurement_mismatch
-from ampbench.modes import PrecisionMode, label, shared_versus, versus_figure, versus_of
-from ampbench.stats import median
-from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, entry_tolerance, recorded_check
+from ampbench.verdict import RatioCheck
 
 
 @dataclass(frozen=True)
@@ -40,16 +37,15 @@ class DynamoState:
                 if n > earlier.breaks.get(reason, 0)]
 
 
-# Compile time is held loosely: it follows the host's CPU as much as the compiler. Two H100 hosts of
-# one kind ran the same cold compiles 1.4-1.7x apart (gpt amp_bf16 16.6 s and 27.7 s), so only three
-# times the baseline (Inductor or dynamo gone badly wrong, a compile cache no longer skipped) fails a cell.
+# Compile time is held loosely: it follows the host's CPU as much as the compiler (docs/design.md), so
+# only three times the baseline (Inductor or dynamo gone badly wrong, a cache no longer used) fails a cell.
 COMPILE_TIME_TOLERANCE = 2.0
 
 
-def compile_time_check(model: str, mode: str, baseline: dict | None, compile_s: float | None) -> str | None:
+def compile_time_check(model: str, mode: str, baseline: SpeedEntry | None, compile_s: float | None) -> str | None:
     """Why a compiled cell's first step (its compilation, caches cold) took too long against its
     baseline entry, or None."""
-    expected = baseline.get("compile_s") if baseline else None
+    expected = baseline.compile_s if baseline else None
     if compile_s is None or not isinstance(expected, (int, float)) or expected <= 0:
         return None
     return RatioCheck(model, mode, "compile time (s, caches cold)", float(expected), COMPILE_TIME_TOLERANCE,
@@ -73,76 +69,6 @@ def compile_problems(mode: PrecisionMode, before: DynamoState | None, prepared: 
         problems.append(f"torch.compile compiled {timed.graphs - prepared.graphs} new graph(s) while the cell was "
                         "timed (a recompile: a guard failed on the timed steps)")
     return problems
-
-
-# -- the second ratio --------------------------------------------------------------------------------
-
-def versus_check(model: str, mode: PrecisionMode, baseline: dict | None, method: str,
-                 floor: float) -> tuple[SpeedupCheck | None, str]:
-    """(the check of `mode`'s second ratio against its baseline entry, or None with why not)."""
-    versus = label(versus_of(mode))
-    if baseline is None:
-        return None, "no baseline for this GPU"
-    missing = f"no baseline of this ratio over {versus}: record with --perf-update-baselines"
-    if baseline.get("versus") != versus:
-        return None, missing
-    return recorded_check(model, label(mode), baseline, "versus_", method, floor, missing, versus_figure(mode))
-
-
-@dataclass
-class Versus:
-    """A compiled cell's second ratio, timed: the mode's device-time speedup over its versus side."""
-
-    label: str  # the versus side's mode as records name it: "amp_bf16", "amp_bf16 compiled"
-    figure: str  # what messages call the ratio: "compile gain over amp_bf16"
-    timing: speed.DeviceTiming
-    check: SpeedupCheck | None
-    why_unchecked: str  # why there is no check ("" where there is one)
-    timed: speed.TimedFigure
-    gated: bool  # its verdict joins the cell's (the device gate)
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.timed.outcome.verdict
-
-    @property
-    def message(self) -> str:
-        outcome = self.timed.outcome
-        if self.check is None:
-            return f"{self.figure} ({self.timing.method}): {outcome.estimate}; {self.why_unchecked}"
-        return f"{self.figure} ({self.timing.method}): {outcome.message}"
-
-    def record_fields(self) -> dict[str, Any]:
-        """The ratio's figures under the speed record's versus_* names."""
-        return dict(versus=self.label, versus_method=self.timing.method, versus_fallback=self.timing.fallback,
-                    **self.timed.outcome.fields("versus_", self.check),
-                    versus_step_ms=median(self.timed.first.ref_times) * 1e3)
-
-    def baseline_figures(self, previous: dict | None, comparable: bool, measured_with: dict[str, object],
-                         policy: speed.SpeedPolicy, floor: float) -> dict[str, Any]:
-        """What a recording stores of the ratio: both batches pooled, its noise from the two batches,
-        and, where `previous` holds the same ratio (over the same side, by the same method), how far it
-        lay from that one where recorded `comparable`-ly (the same software, measured the same way), and
-        the between-run spread it learned wherever it was measured the same way (`measured_with`, on any
-        software: ``spread.kept_on_rerecording``), which the stored tolerance allows for."""
-        same_ratio = (previous is not None and previous.get("versus") == self.label
-                      and previous.get("versus_method") == self.timing.method)
-        pooled, noise = self.timed.recording(policy, previous, comparable and same_ratio, "versus_speedup")
-        alike = same_ratio and measurement_mismatch(previous, measured_with) is None
-        kept = spread.carried(previous, alike, spread.VERSUS_SPREAD_FIGURES)
-        return {"versus": self.label, **speed.recorded_figures("versus_", pooled, noise),
-                "versus_tolerance": entry_tolerance(floor, kept, "versus_", noise),
-                "versus_method": self.timing.method, **kept}
-
-
-def measure_versus(model: str, mode: PrecisionMode, versus: speed.Side, side: speed.Side, baseline: dict | None,
-                   floor: float, policy: speed.SpeedPolicy, gated: bool) -> Versus:
-    """Time `side` against `versus` in interleaved device-time rounds and judge the ratio (extended and
-    confirmed where `gated`, else its first look)."""
-    timing = speed.device_timing(versus, side)
-    check, why = versus_check(model, mode, baseline, timing.method, floor)
-    timed = speed.time_figure(check, lambda: timing.timer(versus, side, policy), policy, gated)
-    return Versus(label(versus_of(mode)), versus_figure(mode), timing, check, why, timed, gated)
 
 
 def served(precisions: Iterable[str]) -> set[str]:

@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.device import prime_libraries
 from ampbench.speed.devicetime import (BlockIdle, CaptureError, CapturedStep, KernelProfile, block_idle, capture, clock_for,
@@ -317,16 +318,17 @@ class TimedFigure:
         self.extra.append(self.make_timer())
         return extend_until_tight(self.extra[-1], rounds)
 
-    def recording(self, policy: SpeedPolicy, previous: dict | None, comparable: bool,
-                  key: str) -> tuple[SpeedupEstimate, float]:
+    def recording(self, policy: SpeedPolicy, previous: float | None,
+                  comparable: bool) -> tuple[SpeedupEstimate, float]:
         """What a baseline recording stores of the ratio: its batches pooled (a second one timed first
-        where none ran), and its noise (``recorded_noise``, against `previous`'s `key` where `comparable`)."""
+        where none ran), and its noise (``recorded_noise``, against `previous`, the entry's figure, where
+        `comparable`)."""
         if not self.extra:
             self.again(policy.record_rounds)
         conf = policy.rounds.confidence
         second = self.extra[0]
         return (pooled_estimate(self.first, second, conf),
-                recorded_noise(self.outcome.estimate, second.estimate(conf), previous, comparable, key))
+                recorded_noise(self.outcome.estimate, second.estimate(conf), previous, comparable))
 
     def release(self) -> None:
         """Drop the timers, and with them the closures that hold both sides' trainers."""
@@ -343,30 +345,30 @@ def time_figure(check: SpeedupCheck | None, make_timer: Callable[[], PairedTimer
     return figure
 
 
-def across_runs_of(est: SpeedupEstimate, baseline: dict | None, key: str = "between_run_sd") -> SpeedupEstimate | None:
+def across_runs_of(est: SpeedupEstimate, between_run_sd: float | None) -> SpeedupEstimate | None:
     """`est` with its interval widened by the between-run spread its baseline entry learned from
     saved runs (``ampbench spread``), or None where the entry has none. The verdict does not use it:
     its tolerance already allows for the baseline's run being another; this is the interval to hold
     another run's speedup against."""
-    between = finite_number(baseline.get(key)) if baseline is not None else None
+    between = finite_number(between_run_sd)
     return None if between is None else across_runs(est, between)
 
 
-def describe_across(across: SpeedupEstimate, baseline: dict) -> str:
+def describe_across(across: SpeedupEstimate, count: int | None) -> str:
     return (f"[{across.low:.3f}, {across.high:.3f}] (between-run sd {across.between_run_sd:.1%} from "
-            f"{baseline.get('between_run_count', '?')} runs)")
+            f"{'?' if count is None else count} runs)")
 
 
-def comparable_recording(previous: dict | None, previous_software: dict | None, software: dict,
+def comparable_recording(previous: SpeedEntry | None, previous_software: dict | None, software: dict,
                          measured_with: dict[str, object]) -> bool:
     """Whether a previous baseline entry measured what this recording measures: the same software in each
     layer the entry names (``software_difference``), and the same settings (``measurement_mismatch``)."""
     return (previous is not None and software_difference(previous_software or {}, software) is None
-            and measurement_mismatch(previous, measured_with) is None)
+            and measurement_mismatch(previous.measured_with(), measured_with) is None)
 
 
-def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: dict | None, comparable: bool,
-                   key: str = "speedup") -> float:
+def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: float | None,
+                   comparable: bool) -> float:
     """The noise a baseline is stored with, from robust figures only: the first batch's interval
     (>= 12 rounds, so one stray round cannot set it), how far the medians of the two batches lie
     apart, and, when the entry is re-recorded `comparable`-ly (the same software, measured the same
@@ -380,18 +382,12 @@ def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: di
     noise is not carried over either, so a noisy recording does not loosen a cell for ever.
     """
     noise = max(first.half_width, relative_spread(first.speedup, second.speedup))
-    if previous is not None and comparable and finite_number(previous.get(key)):
+    if comparable and finite_number(previous):
         pooled = (first.speedup * second.speedup) ** 0.5
-        noise = max(noise, relative_spread(pooled, previous[key]))
+        noise = max(noise, relative_spread(pooled, previous))
     return noise
 
 
 def pooled_estimate(a: PairedTimer, b: PairedTimer, confidence: float) -> SpeedupEstimate:
     return estimate_speedup(a.ref_times + b.ref_times, a.mode_times + b.mode_times, confidence,
                             ref_first=a.ref_first + b.ref_first)
-
-
-def recorded_figures(prefix: str, pooled: SpeedupEstimate, noise: float) -> dict:
-    """What a baseline entry stores of one ratio, under its names with `prefix` ("", "device_", "versus_")."""
-    return {f"{prefix}speedup": pooled.speedup, f"{prefix}ci_low": pooled.low, f"{prefix}ci_high": pooled.high,
-            f"{prefix}rounds": pooled.rounds, f"{prefix}noise": noise}
