@@ -13,7 +13,9 @@ import torch
 
 from ampbench.speed.devicetime import (
     METHODS,
+    MAX_KERNELS,
     REST,
+    TOP_KERNELS,
     DeviceClock,
     KernelProfile,
     _union_ns,
@@ -84,10 +86,24 @@ def test_union_of_intervals(intervals, busy):
 
 
 def test_a_kernel_list_keeps_the_largest_and_sums_the_rest():
-    profile = KernelProfile(3, 6.5, 6.0, (("gemm", 3.0), ("relu", 2.0), ("copy", 1.0), ("fill", 0.5)))
-    assert profile.top(2) == [{"name": "gemm", "ms": 3.0}, {"name": "relu", "ms": 2.0}, {"name": REST, "ms": 1.5}]
-    assert profile.top(4) == profile.top(10) == [{"name": k, "ms": ms} for k, ms in profile.kernels]  # no rest line
+    # 1000 ms of kernels: past the 2 largest, only kernels of at least KEPT_SHARE (2.5 ms) keep their name
+    profile = KernelProfile(3, 1000.0, 990.0, (("gemm", 900.0), ("relu", 90.0), ("copy", 2.5), ("fill", 2.0),
+                                               ("add", 1.0)))
+    assert profile.top(2) == [{"name": "gemm", "ms": 900.0}, {"name": "relu", "ms": 90.0},
+                              {"name": "copy", "ms": 2.5}, {"name": REST, "ms": 3.0}]
+    assert profile.top(5) == profile.top(10) == [{"name": k, "ms": ms} for k, ms in profile.kernels]  # no rest line
     assert KernelProfile(1, 0.1, 0.1, (("k", 0.123456789),)).top() == [{"name": "k", "ms": 0.12346}]
+
+
+def test_a_new_kernel_big_enough_to_fail_a_cell_keeps_its_name_past_the_largest():
+    """A spin of 1.5% of a step with many larger kernels (a GPT step) is named, not summed away."""
+    big = tuple((f"gemm{i}", 50.0) for i in range(TOP_KERNELS + 5))
+    kernels = big + (("spin_kernel", 20.0),) + tuple((f"small{i}", 0.1) for i in range(100))
+    profile = KernelProfile(1, sum(ms for _, ms in kernels), 1300.0, kernels)
+    names = [k["name"] for k in profile.top()]
+    assert "spin_kernel" in names and names[-1] == REST and len(names) == len(big) + 2
+    many = KernelProfile(1, 100.0 * (MAX_KERNELS + 10), 1.0, tuple((f"k{i}", 100.0) for i in range(MAX_KERNELS + 10)))
+    assert len(many.top()) == MAX_KERNELS + 1  # at most MAX_KERNELS by name, and the rest line
 
 
 # ---------------------------------------------------------------------------------------------------

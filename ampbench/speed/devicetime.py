@@ -39,8 +39,13 @@ os.environ.setdefault("TEARDOWN_CUPTI", "1")
 # Eager steps on a side stream before capture: lazily created handles and workspaces must exist
 # before capture, on the stream that captures (PyTorch's whole-network capture recipe).
 SIDE_STREAM_WARMUP = 2
-# Kernels a baseline keeps by name; the rest are summed into one line.
+# Kernels a baseline keeps by name: the largest TOP_KERNELS, and past them every kernel of at least
+# KEPT_SHARE of the step's kernel time (half the 0.5% tolerance floor: a new kernel big enough to fail a
+# cell on its own is named in the kernel diff, not summed away), at most MAX_KERNELS in all; the rest
+# are summed into one line.
 TOP_KERNELS = 20
+KEPT_SHARE = 0.0025
+MAX_KERNELS = 60
 REST = "(other kernels)"
 
 METHODS = ("graph", "kernels", "wall")  # what `DeviceClock.method` can be
@@ -88,9 +93,11 @@ class KernelProfile:
     kernels: tuple[tuple[str, float], ...]  # (normalised name, ms per step), largest first
 
     def top(self, n: int = TOP_KERNELS) -> list[dict]:
-        """The `n` largest kernels and the rest as one line: what a baseline entry keeps."""
-        head = [{"name": k, "ms": round(ms, 5)} for k, ms in self.kernels[:n]]
-        rest = sum(ms for _, ms in self.kernels[n:])
+        """The `n` largest kernels, then those of at least KEPT_SHARE of the kernel time (MAX_KERNELS
+        in all), and the rest as one line: what a baseline entry and the history keep."""
+        kept = n + sum(1 for _, ms in self.kernels[n:MAX_KERNELS] if ms >= KEPT_SHARE * self.kernel_ms)
+        head = [{"name": k, "ms": round(ms, 5)} for k, ms in self.kernels[:kept]]
+        rest = sum(ms for _, ms in self.kernels[kept:])
         if rest > 0:
             head.append({"name": REST, "ms": round(rest, 5)})
         return head
