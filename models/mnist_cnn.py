@@ -77,4 +77,5 @@ SPEC = ModelSpec(
     lr=0.05,
     channels_last=True,
     tier="full",
+    convergence=True,
 )

@@ -38,6 +38,9 @@ class ModelSpec:
     # about a second on a CPU (full-width torchvision convnets: no fp16 convolution kernels there), so
     # the smoke pass runs it only when --perf-models names it
     in_cpu_smoke: bool = True
+    # an image classifier that learns the real digits in seconds (its config has image_size, in_channels
+    # and num_classes): test_convergence's cells take it
+    convergence: bool = False
 
     def config_for(self, smoke: bool) -> Any:
         return self.smoke_config if smoke else self.config

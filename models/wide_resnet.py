@@ -102,4 +102,5 @@ SPEC = ModelSpec(
     lr=0.05,
     channels_last=True,
     tier="quick",
+    convergence=True,
 )

@@ -6,6 +6,7 @@ as each test finishes."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
@@ -113,6 +114,10 @@ def configure(config: pytest.Config) -> None:
     from ampbench.plugin.distributed import configure_world_size
 
     profiles.load()
+    try:  # the zoo, then the project's own models of the ampbench.models entry points
+        importlib.import_module("models")
+    except ValueError as exc:  # models.ModelEntryPointError: an entry point that names no usable model
+        raise pytest.UsageError(f"ampbench: {exc}") from None
     opt = config.option
     device = _resolve_device(opt)
     baseline_dir = opt.perf_baseline_dir if opt.perf_baseline_dir is not None else config.rootpath / "baselines"
