@@ -161,13 +161,22 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests taking `model_name` and `mode_name` run once per cell, model-major, ids `model-mode`; which
     cells, from the tier, the options and the test's ``cells`` marker: ``ampbench.plugin.parametrize``."""
-    if not {"model_name", "mode_name"} <= set(metafunc.fixturenames):
+    if not {"model_name", "mode_name"} <= set(metafunc.fixturenames) or _parametrizes_itself(metafunc):
         return
     marker = metafunc.definition.get_closest_marker("cells")
     opt = metafunc.config.option
     found = cells_for(perf_settings_of(metafunc.config), marker.kwargs if marker is not None else {},
                       opt.perf_models, opt.perf_precisions, has_axis="compiled_cell" in metafunc.fixturenames)
     metafunc.parametrize(found.argnames, found.values, ids=found.ids)
+
+
+def _parametrizes_itself(metafunc: pytest.Metafunc) -> bool:
+    """Whether the test names its own cells with ``pytest.mark.parametrize("model_name, ...")``."""
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
+        if "model_name" in (names.replace(" ", "").split(",") if isinstance(names, str) else names):
+            return True
+    return False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
