@@ -1,5 +1,6 @@
 """The suite's settings: one frozen object built from the ``--perf-*`` options, with validators whose
-errors name the flag. Importable without pytest; ``conftest.py`` wires it to the command line."""
+errors name the flag. Importable without pytest or torch; ``ampbench.plugin.options`` wires it to the
+command line."""
 
 from __future__ import annotations
 
@@ -7,10 +8,16 @@ import argparse
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
+# --perf-rounds' and --perf-block-seconds' defaults: what the suite measures with unless told otherwise.
+# Eight rounds are the fewest that give a 99% interval; a judged cell gets more only where its interval
+# straddles its line (`judge`), and device time holds to 0.1-0.6% per round, so most cells need no more.
+DEFAULT_MIN_ROUNDS = 8
+DEFAULT_BLOCK_SECONDS = 0.1
 # --perf-gate's choices, and the figures each lets fail a speed cell
 GATES: dict[str, tuple[str, ...]] = {"device": ("device",), "wall": ("wall",), "both": ("device", "wall")}
 # --perf-compile: which of eager and torch.compile'd training the speed cells run
@@ -140,6 +147,8 @@ def device_validator() -> Callable[[str], str]:
     def parse(value: str) -> str:
         if value == "auto":
             return value
+        import torch  # the default, auto, is taken without it: a run that uses no ampbench test imports none
+
         try:
             device = torch.device(value)
         except RuntimeError:

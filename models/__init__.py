@@ -1,9 +1,19 @@
-"""The model zoo: an explicit registry, one architecture per module."""
+"""The model zoo: an explicit registry, one architecture per module; after it, a project's own models,
+each a ``ModelSpec`` its installed package names in the ``ampbench.models`` entry point group
+(``own_model = "package.module:SPEC"``), in entry-point name order."""
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
+
 from models import dpn, gpt, llama, lstm_lm, mlp, mnist_cnn, resnet, wide_resnet
 from models.spec import ModelSpec
+
+ENTRY_POINTS = "ampbench.models"
+
+
+class ModelEntryPointError(ValueError):
+    """An ``ampbench.models`` entry point that names no usable ModelSpec."""
 
 # the order of the model table in README.md, which is also the order of test ids and report rows
 _SPECS: tuple[ModelSpec, ...] = (
@@ -23,6 +33,36 @@ _SPECS: tuple[ModelSpec, ...] = (
 )
 REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in _SPECS}
 assert len(REGISTRY) == len(_SPECS), f"duplicate model names in {[spec.name for spec in _SPECS]}"
+
+
+def spec_of_entry_point(name: str, value: str, load) -> ModelSpec:
+    """The ModelSpec an entry point `name` = `value` loads (`load()`); ModelEntryPointError naming the
+    entry point where it cannot be loaded, is no ModelSpec, or its name is not the entry point's."""
+    where = f"entry point {ENTRY_POINTS} {name} = {value!r}"
+    try:
+        spec = load()
+    except Exception as exc:  # an import of the user's package fails in any way its code can
+        raise ModelEntryPointError(f"{where}: cannot be loaded: {type(exc).__name__}: {exc}") from None
+    if not isinstance(spec, ModelSpec):
+        raise ModelEntryPointError(f"{where}: names a {type(spec).__name__}, not a models.spec.ModelSpec")
+    if spec.name != name:
+        raise ModelEntryPointError(f"{where}: its ModelSpec is named {spec.name!r}; name the entry point after it")
+    return spec
+
+
+def register(spec: ModelSpec, where: str) -> None:
+    """Add a project's own model after the zoo; ModelEntryPointError where the name is taken."""
+    if spec.name in REGISTRY:
+        raise ModelEntryPointError(f"{where}: model {spec.name!r} is already registered; choose another name")
+    REGISTRY[spec.name] = spec
+
+
+def _register_entry_points() -> None:
+    for ep in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
+        register(spec_of_entry_point(ep.name, ep.value, ep.load), f"entry point {ENTRY_POINTS} {ep.name}")
+
+
+_register_entry_points()
 
 
 def get_model(name: str) -> ModelSpec:

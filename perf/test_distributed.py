@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-import conftest
+from ampbench.plugin import session
 import models
 from perf.outcome import conclude
 from ampbench.speed import sides as speed
@@ -51,7 +51,7 @@ class InconclusiveDistributedSpeed(UserWarning):
 
 
 def _cells(config: pytest.Config, strategy: str) -> list[tuple[str, str, str]]:
-    s = conftest.perf_settings_of(config)
+    s = session.perf_settings_of(config)
     default_models, default_modes = default_cells(s.device, s.tier)
     model_names = config.option.perf_models or default_models
     mode_names = config.option.perf_precisions or default_modes

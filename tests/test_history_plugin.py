@@ -1,4 +1,4 @@
-"""The history's pytest plugin (``-p ampbench.history.plugin``, as conftest.py registers it): a session's
+"""The history's pytest plugin (``-p ampbench.history.plugin``, as ampbench.plugin loads it): a session's
 cells appended at its end under the id its benchmark JSON carries, the smoke pass off unless a store is
 named, a bad or unreachable store a usage error before the first cell, and a store failing at the end
 costing nothing: the run saved for a later import, the exit status unchanged."""
@@ -48,6 +48,7 @@ def session(pytester, monkeypatch):
     for name in plugin.LABEL_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     pytester.makepyfile(CELLS)
+    pytester.makeini("[pytest]\nrequired_plugins = ampbench\n")  # a run of the suite: the plugin acts
     out = pytester.path / "run.json"
 
     def run(*args: str):

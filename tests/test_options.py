@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import conftest
 from ampbench.baselines import store as baselines
 from ampbench.plugin import checks as plugin_checks
+from ampbench.plugin import options as plugin_options
+from ampbench.plugin import session as plugin_session
 from ampbench.device import catch_oom
 
 ROOT = Path(__file__).parent.parent
@@ -175,7 +176,7 @@ def test_out_of_memory_is_described_and_its_tensors_freed():
 
 
 # ---------------------------------------------------------------------------------------------------
-# the option group in-process: conftest's own options on a bare argparse parser, each bad value at once
+# the option group in-process: the plugin's own options on a bare argparse parser, each bad value at once
 
 
 def option_parser() -> tuple[argparse.ArgumentParser, dict[str, dict]]:
@@ -193,7 +194,7 @@ def option_parser() -> tuple[argparse.ArgumentParser, dict[str, dict]]:
         def getgroup(*args, **kwargs):
             return Group
 
-    conftest.pytest_addoption(Parser)
+    plugin_options.pytest_addoption(Parser, None)
     return parser, options
 
 
@@ -288,12 +289,13 @@ class FakeConfig:
         self.option.benchmark_json = extra.get("benchmark_json")
         self.stash = pytest.Stash()
         self.pluginmanager = pytest.PytestPluginManager()  # where the summary plugin registers
+        self.rootpath = ROOT  # where the default baselines/ is
 
 
 def configure(*args: str, **extra) -> FakeConfig:
     config = FakeConfig(*args, **extra)
-    plugin_checks.pytest_configure(config)  # first, as pytest calls it (tryfirst)
-    conftest.pytest_configure(config)
+    plugin_checks.check_run(config)  # first, as pytest calls it (tryfirst)
+    plugin_session.configure(config)
     return config
 
 
@@ -310,30 +312,30 @@ def test_a_device_index_past_the_last_gpu_is_a_usage_error(fake_gpus):
     with pytest.raises(pytest.UsageError) as info:
         configure("--perf-device", "cuda:7")
     assert str(info.value).startswith("--perf-device cuda:7: there is no CUDA device 7; torch sees 2")
-    assert conftest.perf_settings_of(configure("--perf-device", "cuda:1")).device == torch.device("cuda", 1)
+    assert plugin_session.perf_settings_of(configure("--perf-device", "cuda:1")).device == torch.device("cuda", 1)
 
 
 def test_quick_tier_is_the_default_on_a_gpu_and_the_cpu_leaves_out_the_resnets(fake_gpus):
     quick = ("mlp", "wide_resnet28_10", "resnet50", "lstm_lm", "gpt")
-    assert conftest.perf_settings_of(configure("--perf-device", "cuda:0")).models == quick
-    assert conftest.perf_settings_of(configure("--perf-device", "cpu")).models == tuple(m for m in quick if m != "resnet50")
-    full = conftest.perf_settings_of(configure("--perf-device", "cpu", "--perf-tier", "full")).models
+    assert plugin_session.perf_settings_of(configure("--perf-device", "cuda:0")).models == quick
+    assert plugin_session.perf_settings_of(configure("--perf-device", "cpu")).models == tuple(m for m in quick if m != "resnet50")
+    full = plugin_session.perf_settings_of(configure("--perf-device", "cpu", "--perf-tier", "full")).models
     assert "dpn92" in full and not any(m.startswith("resnet") for m in full)
-    assert conftest.perf_settings_of(configure("--perf-device", "cpu", "--perf-models", "resnet152")).models == ("resnet152",)
+    assert plugin_session.perf_settings_of(configure("--perf-device", "cpu", "--perf-models", "resnet152")).models == ("resnet152",)
 
 
 def test_the_compile_tier_selects_its_models_modes_and_compiled_cells_from_its_row(fake_gpus):
     import models
     from ampbench.settings import TIERS
 
-    s = conftest.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile"))
+    s = plugin_session.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile"))
     assert s.models == ("resnet50", "gpt", "llama") == tuple(models.model_names("compile")) and TIERS["compile"].models is None
     assert s.precisions == ("amp_bf16", "fp8_tensorwise", "fp8_rowwise") and s.compile == (True,)
-    s = conftest.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile", "--perf-compile", "both",
+    s = plugin_session.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile", "--perf-compile", "both",
                                             "--perf-models", "gpt", "--perf-precisions", "fp8_rowwise"))
     assert (s.models, s.precisions, s.compile) == (("gpt",), ("fp8_rowwise",), (False, True))
     # the other tiers still run eager cells unless told
-    assert conftest.perf_settings_of(configure("--perf-device", "cuda:0")).compile == (False,)
+    assert plugin_session.perf_settings_of(configure("--perf-device", "cuda:0")).compile == (False,)
 
 
 def usage_error(*args: str) -> str:
@@ -424,7 +426,6 @@ def test_recording_into_a_folder_that_cannot_be_written_fails_before_measuring(t
     locked.mkdir()
     monkeypatch.setattr(baselines, "unwritable_reason",
                         lambda path: f"cannot create a file in {path.parent}: Permission denied")
-    monkeypatch.setattr(conftest, "unwritable_reason", baselines.unwritable_reason)
     with pytest.raises(pytest.UsageError) as info:
         configure("--perf-device", "cuda:0", "--perf-update-baselines", "--perf-baseline-dir", str(locked))
     assert str(info.value) == (f"--perf-update-baselines: cannot create a file in {locked}: Permission denied; "
@@ -442,16 +443,16 @@ def test_the_cpu_smoke_pass_says_so(fake_gpus, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     config = configure()
     expected = "ampbench: CPU smoke pass: nothing is held against baselines (no CUDA device visible)"
-    assert conftest.pytest_report_header(config) == [expected]
+    assert plugin_session.pytest_report_header(config) == [expected]
     reporter = Reporter()
-    conftest.pytest_terminal_summary(reporter, 0, config)
+    plugin_session.pytest_terminal_summary(reporter, 0, config)
     assert reporter.lines == [expected]
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     config = configure("--perf-device", "cuda:0")
-    assert conftest.pytest_report_header(config) == []
+    assert plugin_session.pytest_report_header(config) == []
     reporter = Reporter()
-    conftest.pytest_terminal_summary(reporter, 0, config)
+    plugin_session.pytest_terminal_summary(reporter, 0, config)
     assert reporter.lines == []
 
 

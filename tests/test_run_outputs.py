@@ -35,6 +35,7 @@ def pytest_addoption(parser):
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     pytester.makepyfile(BENCH)
+    pytester.makeini("[pytest]\nrequired_plugins = ampbench\n")  # a run of the suite: the checks act
     return pytester.runpytest_inprocess("-p", "ampbench.plugin.checks", "-p", "no:cacheprovider", *args)
 
 

@@ -56,13 +56,13 @@ def _drive(runs: list[tuple[str, str]]) -> dict[str, dict]:
     import pytest
     from hypothesis import Phase, settings
 
-    import conftest
+    from ampbench.plugin import profiles
 
-    conftest._register_hypothesis_profiles()
+    profiles.register()
     settings.register_profile(
         "teeth", settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None
     )
-    os.environ["HYPOTHESIS_PROFILE"] = "teeth"  # conftest loads the profile this names
+    os.environ["HYPOTHESIS_PROFILE"] = "teeth"  # the plugin loads the profile this names
 
     class FailedIds:
         def __init__(self) -> None:

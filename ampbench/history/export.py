@@ -11,7 +11,7 @@ from ampbench.baselines.store import BaselineStore
 from ampbench.history.reference import HistoryBaselines
 from ampbench.history.store import History
 
-# what a baseline entry's software names (conftest's `software` fixture keeps the same)
+# what a baseline entry's software names (the plugin's `software` fixture keeps the same)
 SOFTWARE = ("torch", "cuda", "cudnn", "driver", "device", "capability", "inductor", "triton", "torchao")
 
 

@@ -1,5 +1,6 @@
 """The history's pytest side: ``--perf-history`` and ``--perf-label``, the store opened and checked before
-the first cell, and the session's run appended at its end. Registered by ``conftest.py``.
+the first cell, and the session's run appended at its end. Loaded by ``ampbench.plugin``; it acts where
+ampbench does (``ampbench.plugin.activation``).
 
 The run goes in whole at the end of the session, after pytest-benchmark has written its JSON: the
 cells' records (``ampbench.plugin.summary.keep``), the machine's info, the host's load, the suite's revision
@@ -23,15 +24,17 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 import ampbench
-from ampbench.plugin import summary
 from ampbench.baselines.store import write_atomic
-from ampbench.history.cli import store_url
-from ampbench.history.connect import HistoryError
-from ampbench.history.ingest import session_run
-from ampbench.history.store import History, open_history
+from ampbench.plugin import summary
+from ampbench.plugin.activation import active
+
+if TYPE_CHECKING:  # SQLAlchemy is imported where a history is opened: a run without ampbench's cells opens none
+    from ampbench.history.store import History
 
 OFF = "off"
 DEFAULT_STORE = Path(".ampbench") / "history.sqlite"  # under pytest's rootdir
@@ -61,6 +64,8 @@ def history_of(config: pytest.Config) -> History | None:
 
 def history_option(value: str) -> str:
     """--perf-history's type: off, a path or a database URL the history runs on (reached at configure)."""
+    from ampbench.history.cli import store_url
+
     return OFF if value.strip().lower() == OFF else store_url(value)
 
 
@@ -124,6 +129,9 @@ def _open(config: pytest.Config) -> History | None:
     opt = config.option
     if opt.perf_history == OFF or (opt.perf_history is None and _device(config).type == "cpu"):
         return None
+    from ampbench.history.connect import HistoryError
+    from ampbench.history.store import open_history
+
     url = opt.perf_history or str(config.rootpath / DEFAULT_STORE)
     try:
         history = open_history(url, create=True)
@@ -133,10 +141,10 @@ def _open(config: pytest.Config) -> History | None:
     return history
 
 
-@pytest.hookimpl(trylast=True)  # after conftest.py has refused a bad --perf-device
+@pytest.hookimpl(trylast=True)  # after ampbench.plugin.session has refused a bad --perf-device
 def pytest_configure(config: pytest.Config) -> None:
     # an xdist worker's cells are its controller's run; the help and a collection measure nothing
-    if hasattr(config, "workerinput") or config.option.help or config.option.collectonly:
+    if hasattr(config, "workerinput") or config.option.help or config.option.collectonly or not active(config):
         return
     config.stash[STATE_KEY] = HistorySession(
         history=_open(config), run_id=str(uuid.uuid4()),
@@ -149,7 +157,7 @@ def run_fields(state: HistorySession) -> dict:
             "host_load": host_load()}
 
 
-@pytest.hookimpl(trylast=True, optionalhook=True)  # after conftest.py has written the ampbench block
+@pytest.hookimpl(trylast=True, optionalhook=True)  # after ampbench.plugin.session has written the ampbench block
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     state = config.stash.get(STATE_KEY, None)
     if state is not None:
@@ -180,6 +188,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     records = _records(config)
     if state is None or state.history is None or not records:
         return
+    from ampbench.history.connect import HistoryError
+    from ampbench.history.ingest import session_run
+
     machine = _machine(config, state)
     run = session_run(records, machine, datetime.now(timezone.utc))
     try:

@@ -1,7 +1,8 @@
 """A run keeps its results: before the first cell, every file the run will write is checked and every
 option that would leave it without its results is refused (usage errors naming the flag); at the end,
 pytest-benchmark's JSON and saved run go to a fallback file, named in the summary, where their own path
-cannot be written. A pytest plugin, loaded by ``conftest.py``."""
+cannot be written. A pytest plugin, loaded by ``ampbench.plugin``; it acts where ampbench does
+(``ampbench.plugin.activation``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any, Callable
 import pytest
 
 from ampbench.baselines.store import unwritable_reason, write_text_atomic
+from ampbench.plugin.activation import active
 
 # lines for the end of the session: where results went that could not go where they were asked to
 FALLBACK_KEY = pytest.StashKey[list]()
@@ -72,6 +74,12 @@ def output_problems(opt: argparse.Namespace) -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    if active(config):
+        check_run(config)
+
+
+def check_run(config: pytest.Config) -> None:
+    """The usage error of a run that would lose its results, before anything is measured."""
     if getattr(config.option, "help", False) or hasattr(config, "workerinput"):
         return
     _refuse_lost_results(config.option)
@@ -146,7 +154,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     are never lost to a path that fails at the end."""
     config = session.config
     bench = getattr(config, "_benchmarksession", None)
-    if bench is None:
+    if bench is None or not active(config):
         return
     tell = lambda line: config.stash.setdefault(FALLBACK_KEY, []).append(line)  # noqa: E731
     if hasattr(bench, "save_json") and isinstance(bench.json, (str, os.PathLike)):  # version 4 opens a file

@@ -1,5 +1,5 @@
 """Which cells (model x precision mode, and for the speed test eager or compiled) a test runs, from the
-session's settings, the test's ``cells`` marker and what the user named. conftest's
+session's settings, the test's ``cells`` marker and what the user named. ``ampbench.plugin.session``'s
 ``pytest_generate_tests`` parametrizes with the result; nothing here imports pytest.
 
 A test's ``@pytest.mark.cells(...)`` keywords:

@@ -1,6 +1,6 @@
 """``--perf-progress``: the one-line progress display (``ampbench.progress``) on pytest's terminal, drawn
 after the current line's dots while a test runs and blanked before pytest writes again. A pytest
-plugin, loaded by ``conftest.py``."""
+plugin, loaded by ``ampbench.plugin``; it draws where ampbench acts (``ampbench.plugin.activation``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Iterator
 import pytest
 
 from ampbench import progress
+from ampbench.plugin.activation import active
 
 CHOICES = ("auto", "on", "off")
 _BEFORE = pytest.StashKey["progress.Line | None"]()  # the display this pytest run replaced
@@ -37,7 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     capture = config.pluginmanager.get_plugin("capturemanager")
     stream = sys.stdout  # the terminal's, as the reporter took it: capturing is suspended here
-    if reporter is None or capture is None or hasattr(config, "workerinput"):
+    if reporter is None or capture is None or hasattr(config, "workerinput") or not active(config):
         return
     if not wanted(config.getoption("perf_progress"), stream.isatty(), config.get_verbosity(),
                   config.getoption("capture", "fd"), bool(os.environ.get("CI"))):

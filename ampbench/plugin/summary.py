@@ -1,6 +1,6 @@
 """The end of a ``pytest perf/`` run: what the suite concluded, as one table per kind of cell that ran
 (model by mode), then the cells that need a look with their messages. A pytest plugin, registered by
-``conftest.py`` as ``ampbench-summary``; ``-p no:ampbench-summary`` turns it off.
+``ampbench.plugin.session`` as ``ampbench-summary`` where ampbench acts; ``-p no:ampbench-summary`` turns it off.
 
 It also trims pytest-benchmark's own table to the benchmarks whose figures are training-step times
 (speed cells, and the steps a memory cell times at its largest batch): a convergence run, a loader

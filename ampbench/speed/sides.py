@@ -15,6 +15,7 @@ from ampbench.device import prime_libraries
 from ampbench.speed.devicetime import (BlockIdle, CaptureError, CapturedStep, KernelProfile, block_idle, capture, clock_for,
                                  paired_blocks, profile_steps)
 from ampbench.speed.held import BlockQueue
+from ampbench import settings as options
 from ampbench.modes import PrecisionMode
 from ampbench.baselines.spread import software_difference
 from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
@@ -56,14 +57,12 @@ class SpeedPolicy:
     tighten_judged: bool = False
 
 
-# --perf-rounds' and --perf-block-seconds' defaults: what the suite measures with unless told otherwise.
-# Eight rounds are the fewest that give a 99% interval; a judged cell gets more only where its interval
-# straddles its line (`judge`), and device time holds to 0.1-0.6% per round, so most cells need no more.
-DEFAULT_MIN_ROUNDS = 8
+# --perf-rounds' and --perf-block-seconds' defaults (ampbench.settings says why), read here as speed.DEFAULT_*
+DEFAULT_MIN_ROUNDS = options.DEFAULT_MIN_ROUNDS
+DEFAULT_BLOCK_SECONDS = options.DEFAULT_BLOCK_SECONDS
 # A recording's first batch has at least this many rounds: its interval sets the recorded noise, and
 # with 8 rounds that interval is [min, max], which one stray round would set
 RECORDING_MIN_ROUNDS = 12
-DEFAULT_BLOCK_SECONDS = 0.1
 # Eager steps profiled once per side for its kernel list and device-busy time: at most this many, and no
 # more than fit in one timed block (one step of a 0.1-0.2 s fp32 step holds every kernel of the step).
 PROFILE_STEPS = 3

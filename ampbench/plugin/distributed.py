@@ -1,0 +1,58 @@
+"""Distributed cells (``--perf-world-size``, perf/test_distributed*.py): the ranks of a launch, resolved
+at configure time, and the baselines of N GPUs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ampbench.plugin.session import perf_settings_of
+
+WORLD_SIZE_KEY = pytest.StashKey[int]()
+
+
+def configure_world_size(config: pytest.Config) -> None:
+    import torch
+
+    from ampbench.distributed.variants import resolve_world_size
+
+    device = perf_settings_of(config).device
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    try:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        config.stash[WORLD_SIZE_KEY] = resolve_world_size(config.option.perf_world_size, device, gpus, cpus)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.fixture(scope="session")
+def perf_world_size(pytestconfig: pytest.Config, perf_device) -> int:
+    """Ranks of a distributed launch; skips the test where fewer than two can run."""
+    import torch
+
+    from ampbench.distributed.variants import world_size_skip_reason
+
+    n = pytestconfig.stash[WORLD_SIZE_KEY]
+    gpus = torch.cuda.device_count() if perf_device.type == "cuda" else 0
+    reason = world_size_skip_reason(n, perf_device, gpus)
+    if reason:
+        pytest.skip(reason)
+    return n
+
+
+@pytest.fixture(scope="session")
+def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_world_size):
+    """Baselines of N GPUs of this model, baselines/<gpu-slug>-x<N>.json; None on the CPU. The tests
+    write what they record themselves (the session's teardown hook writes only the 1-GPU store)."""
+    from ampbench import device as devices
+    from ampbench.baselines.store import BaselineError, BaselineStore
+
+    if perf_settings.device.type != "cuda":
+        return None
+    name = devices.device_name(perf_settings.device)
+    try:
+        return BaselineStore.open(perf_settings.baseline_dir, f"{name} x{perf_world_size}",
+                                  devices.cluster_slug(name, perf_world_size))
+    except BaselineError as exc:
+        pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)

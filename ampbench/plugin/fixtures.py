@@ -1,0 +1,111 @@
+"""The fixtures a cell test takes: the session's settings and device, its model and precision mode,
+the baselines, what the software is, the matmul peak, and the helpers that record a cell's result and
+turn an out-of-memory into the test's failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampbench.plugin import summary
+from ampbench.plugin.session import baseline_store_of, perf_settings_of
+from ampbench.results import Record
+from ampbench.settings import PerfSettings
+
+
+@pytest.fixture(scope="session")
+def perf_settings(pytestconfig: pytest.Config) -> PerfSettings:
+    return perf_settings_of(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def perf_device(perf_settings: PerfSettings):
+    from ampbench import device as devices
+
+    devices.configure_backends(perf_settings.device, perf_settings.cudnn_benchmark)
+    devices.freeze_survivors()
+    return perf_settings.device
+
+
+@pytest.fixture
+def fail_on_oom(perf_device):
+    """``fail_on_oom(fn, what, batch)``: fn(), or this test's failure naming `what`, its batch and the
+    peak memory when the device runs out, after the failed work's memory is released."""
+    from ampbench import device as devices
+
+    def run(fn, what: str, batch: int):
+        result, oom = devices.catch_oom(fn)
+        if oom:  # outside the handler: a failure raised inside it would keep the failed frames alive
+            devices.release(perf_device)
+            pytest.fail(f"{what}: out of memory at batch {batch}: {oom}", pytrace=False)
+        return result
+
+    return run
+
+
+@pytest.fixture
+def record_result(request: pytest.FixtureRequest, benchmark):
+    """``record_result(record)``: a cell's record into its benchmark's extra_info (what --benchmark-json
+    keeps) and to the terminal summary; ``identity=True`` writes only what is set, before the cell
+    measures, so that a cell failing later is still recognisable in the JSON."""
+
+    def write(record: Record, *, identity: bool = False) -> None:
+        benchmark.extra_info.update(record.to_info(only_set=identity))
+        if not identity:
+            summary.keep(request.config, request.node.nodeid, record)
+
+    return write
+
+
+@pytest.fixture
+def mode(request: pytest.FixtureRequest, mode_name: str, model_spec, perf_device, perf_settings):
+    """The precision mode of this cell, compiled where the cell is (the compile axis of test_speed), or
+    a skip saying what the device lacks (or, for fp8, that the model has no Linear layer to convert)."""
+    from ampbench import device as devices
+    from ampbench.modes import compiled, get_mode
+
+    m = get_mode(mode_name)
+    if getattr(request.node, "callspec", None) is not None and request.node.callspec.params.get("compiled_cell"):
+        m = compiled(m)
+    reason = devices.cell_unsupported_reason(m, perf_device, model_spec, model_spec.config_for(perf_settings.smoke))
+    if reason:
+        pytest.skip(reason)
+    return m
+
+
+@pytest.fixture
+def model_spec(model_name: str):
+    import models
+
+    return models.get_model(model_name)
+
+
+@pytest.fixture(scope="session")
+def baseline_store(pytestconfig: pytest.Config):
+    return baseline_store_of(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def software(perf_device) -> dict:
+    """What a baseline was recorded on, stored beside its figures."""
+    from ampbench import device as devices
+
+    info = devices.machine_info(perf_device)
+    keep = ("torch", "cuda", "cudnn", "driver", "device", "capability", "inductor", "triton", "torchao")
+    return {k: info[k] for k in keep if k in info}
+
+
+@pytest.fixture(scope="session")
+def peak_tflops(perf_device):
+    """Measured matmul peak per dtype name, each measured once per session on first use."""
+    from ampbench import device as devices
+
+    cache: dict[str, float] = {}
+
+    def get(dtype_name: str) -> float | None:
+        if perf_device.type != "cuda":
+            return None
+        if dtype_name not in cache:
+            cache[dtype_name] = devices.measure_peak_tflops(perf_device, dtype_name)
+        return cache[dtype_name]
+
+    return get

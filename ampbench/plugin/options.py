@@ -1,0 +1,126 @@
+"""The ``--perf-*`` options (the "perf" group of ``pytest --help``), each with a validator whose error
+names its flag. Declaring them imports no torch: the two help texts that list models read the model
+registry only where ``--help`` shows them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ampbench.modes import MODES
+from ampbench.settings import (
+    COMPILE_CHOICES,
+    DEFAULT_BLOCK_SECONDS,
+    DEFAULT_MIN_ROUNDS,
+    GATES,
+    TIERS,
+    Tier,
+    device_validator,
+    directory_validator,
+    names_validator,
+    number_validator,
+    scaler_validator,
+    tier_help,
+)
+from ampbench.verdict import DEFAULT_TOLERANCE
+
+GROUP = ("perf", "ampbench: mixed-precision training performance")
+
+
+def _model_names() -> list[str]:
+    import models
+
+    return list(models.REGISTRY)
+
+
+def tier_models(tier: Tier, cpu_smoke: bool) -> tuple[str, ...]:
+    """The models `tier` runs, in registry order; the CPU smoke pass's default selection only on the CPU."""
+    import models
+
+    eligible = models.model_names("full" if tier.models is not None else tier.name, cpu_smoke=cpu_smoke)
+    return tuple(m for m in eligible if tier.models is None or m in tier.models)
+
+
+def _model_help(detail: bool) -> tuple[str, str]:
+    """--perf-models' and --perf-tier's help; without `detail` the models they list are left out (the
+    registry imports torch, and the help is read only by ``--help``)."""
+    if not detail:
+        return ("comma-separated models to test (default: every model of the tier)",
+                "which cells run: quick, full or compile (default: quick)")
+    import models
+
+    smoke = models.model_names("full", cpu_smoke=True)
+    left_out = [name for name in models.model_names("full") if name not in smoke]
+    return ("comma-separated models to test; a model the CPU smoke pass leaves out runs there when named "
+            f"(default: every model of the tier; on the CPU less {', '.join(left_out)})",
+            tier_help(TIERS, models.model_names, MODES))
+
+
+def _help_shown(pluginmanager: Any) -> bool:
+    config = pluginmanager.get_plugin("pytestconfig") if pluginmanager is not None else None
+    return config is None or bool(getattr(config.known_args_namespace, "help", False))
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    add_options(parser.getgroup(*GROUP), detail=_help_shown(pluginmanager))
+
+
+def add_options(group: Any, detail: bool = True) -> None:
+    """Every --perf-* option on `group` (a pytest option group, or anything with its ``addoption``)."""
+    models_help, tier_help_text = _model_help(detail)
+    group.addoption("--perf-device", metavar="DEVICE", default="auto", type=device_validator(),
+                    help="device to train on: auto, cpu, cuda or cuda:N; cpu runs the smoke pass on tiny shapes (default: auto, CUDA if present)")
+    group.addoption("--perf-require-gpu", action="store_true", default=False,
+                    help="fail at start-up, instead of running the CPU smoke pass, when torch sees no CUDA device (default: off)")
+    group.addoption("--perf-models", metavar="NAMES", default=None, type=names_validator(_model_names, "model"),
+                    help=models_help)
+    group.addoption("--perf-precisions", metavar="NAMES", default=None,
+                    type=names_validator(lambda: list(MODES), "precision mode"),
+                    help=f"comma-separated precision modes to test, of {', '.join(MODES)} (default: all)")
+    # choices are taken in any case (type=str.lower): the metavars show them in capitals
+    group.addoption("--perf-tier", metavar="QUICK|FULL|COMPILE", default="quick", type=str.lower, choices=tuple(TIERS),
+                    help=tier_help_text)
+    # None: baselines/ under pytest's rootdir, known at configure time
+    group.addoption("--perf-baseline-dir", metavar="DIR", default=None,
+                    type=directory_validator(must_exist=False),
+                    help="folder of per-GPU baseline files <gpu-slug>.json (default: baselines/ under the rootdir)")
+    group.addoption("--perf-update-baselines", action="store_true", default=False,
+                    help="record this run's figures into the GPU's baseline file, merging with what is there; a usage error on the CPU (default: off)")
+    group.addoption("--perf-tolerance", metavar="FRACTION", default=DEFAULT_TOLERANCE,
+                    type=number_validator(float, 0.0, 0.9, low_open=True),
+                    help=f"smallest relative speedup drop that fails a test; noisier cells get more (default: {DEFAULT_TOLERANCE})")
+    group.addoption("--perf-strict", action="store_true", default=False,
+                    help="fail, rather than warn, when a speed verdict stays inconclusive (default: off)")
+    group.addoption("--perf-gate", metavar="DEVICE|WALL|BOTH", default="device", type=str.lower, choices=tuple(GATES),
+                    help="which speedup fails a speed cell: device (GPU time per step, host overhead excluded), wall (eager wall-clock time on this host) or both (default: device)")
+    group.addoption("--perf-compile", metavar="OFF|ON|BOTH", default=None, type=str.lower, choices=tuple(COMPILE_CHOICES),
+                    help="speed cells of torch.compile'd training: off (eager only), on (compiled only: the "
+                         "fp8 modes and each mode against compiled fp32 and against itself eager, ids ending "
+                         "-compiled) or both (default: off; on in the compile tier)")
+    group.addoption("--perf-rounds", metavar="N", default=DEFAULT_MIN_ROUNDS,
+                    type=number_validator(int, 8, 1000),
+                    help=f"interleaved rounds before the first look at a speedup's interval; 8 is the fewest for a 99%% interval (default: {DEFAULT_MIN_ROUNDS})")
+    group.addoption("--perf-block-seconds", metavar="SECONDS", default=DEFAULT_BLOCK_SECONDS,
+                    type=number_validator(float, 0.0, 10.0, low_open=True),
+                    help=f"target length of each side's timed block in a speed round on CUDA; a block holds whole steps, at least one (default: {DEFAULT_BLOCK_SECONDS})")
+    group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="off", type=str.lower, choices=("on", "off"),
+                    help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per convnet and dtype on an H100, off uses cuDNN's heuristics as PyTorch does by default; baselines record which (default: off)")
+    group.addoption("--perf-memory-cap", metavar="GIB", default=None,
+                    type=number_validator(float, 0.0, low_open=True),
+                    help="GPU memory the largest-batch search (full tier) may use, in GiB, on top of what the session already holds (default: 90%% of the card's total memory, at most 24 GiB, or 95%% of its free memory where less is free)")
+    group.addoption("--perf-data-root", metavar="DIR", default=None,
+                    type=directory_validator(must_exist=True),
+                    help="folder holding CIFAR-10 (cifar-10-batches-py, python pickles) for the input-pipeline test (default: none; scikit-learn's digits as 3x32x32 images)")
+    group.addoption("--perf-loader-workers", metavar="N", default=None,
+                    type=number_validator(int, 0, 256),
+                    help="DataLoader worker processes for the input-pipeline tests (default: 4, or the CPU count if lower)")
+    group.addoption("--perf-pin-memory", metavar="ON|OFF", default="on", type=str.lower, choices=("on", "off"),
+                    help="DataLoader pin_memory for the input-pipeline tests (default: on)")
+    group.addoption("--perf-loss-scaler", "--loss-scaler", dest="perf_loss_scaler", metavar="MODULE:CALLABLE",
+                    default="torch.amp:GradScaler", type=scaler_validator(),
+                    help="loss scaler the loss-scaling properties test; called with GradScaler's keyword arguments (default: torch.amp:GradScaler)")
+    group.addoption("--perf-world-size", metavar="N", default=None,
+                    type=number_validator(int, 1, 1024),
+                    help="ranks of the distributed tests, one GPU each (NCCL), or CPU processes (gloo) on the "
+                         "CPU (default: every visible GPU, or 2 CPU processes without GPUs)")

@@ -1,0 +1,273 @@
+"""The session: at configure time (where ampbench acts: ``ampbench.plugin.activation``) the options
+become one ``PerfSettings`` in ``config.stash``, every usage error found before the first cell (device,
+baseline files, the loss scaler, the world size); cells are parametrized from it, the header and the
+end of the terminal summary say when the run is the CPU smoke pass, and recorded baselines are written
+as each test finishes."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+import pytest
+
+from ampbench.plugin import activation, profiles, summary
+from ampbench.plugin.options import tier_models
+from ampbench.plugin.parametrize import cells_for
+from ampbench.settings import COMPILE_CHOICES, TIERS, PerfSettings
+
+SETTINGS_KEY = pytest.StashKey[PerfSettings]()
+STORE_KEY = pytest.StashKey[dict]()  # lazily opened BaselineStore, under "store"
+SMOKE_LINE = "CPU smoke pass: nothing is held against baselines"
+
+
+def _resolve_device(opt):
+    import torch
+
+    from ampbench import device as devices
+
+    try:
+        device = devices.resolve(opt.perf_device)
+    except RuntimeError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if opt.perf_require_gpu and device.type != "cuda":
+        why = ("--perf-device cpu" if opt.perf_device == "cpu"
+               else f"no CUDA device is visible to torch {torch.__version__}")
+        raise pytest.UsageError(f"--perf-require-gpu: {why}; refusing to run the CPU smoke pass instead")
+    return device
+
+
+def _check_baselines(directory: Path, update: bool, device) -> None:
+    """Every baseline file in the folder, on every device, and where a recording will write, before
+    the first cell: a bad file or a folder that cannot be written otherwise surfaces only after
+    minutes of measuring, or never (off CUDA no file is read)."""
+    from ampbench import device as devices
+    from ampbench.baselines.store import BaselineError, unwritable_reason, validate_directory
+
+    try:
+        validate_directory(directory)
+    except BaselineError as exc:
+        raise pytest.UsageError(f"ampbench: {exc}; fix or move the file (nothing was measured)") from None
+    if not update:
+        return
+    if device.type != "cuda":
+        raise pytest.UsageError(
+            f"--perf-update-baselines: the CPU smoke pass records nothing (device {device}); run it on a GPU")
+    path = directory / f"{devices.gpu_slug(devices.device_name(device))}.json"
+    reason = unwritable_reason(path)
+    if reason:
+        raise pytest.UsageError(f"--perf-update-baselines: {reason}; nothing was measured")
+
+
+def _check_scaler(spec: str) -> None:
+    from ampbench.loss_scaler import load_scaler_factory
+
+    try:  # at the start: where the loss-scaling tests are collected, a bad scaler is a collection error
+        load_scaler_factory(spec)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--loss-scaler: {exc}") from None
+
+
+def _settings(opt, device, baseline_dir: Path) -> PerfSettings:
+    from ampbench.modes import MODES
+
+    tier = TIERS[opt.perf_tier]
+    return PerfSettings(
+        device=device,
+        models=opt.perf_models or tier_models(tier, cpu_smoke=device.type == "cpu"),
+        precisions=opt.perf_precisions or tier.modes or tuple(MODES),
+        tier=opt.perf_tier,
+        baseline_dir=baseline_dir,
+        update_baselines=opt.perf_update_baselines,
+        tolerance=opt.perf_tolerance,
+        strict=opt.perf_strict,
+        min_rounds=opt.perf_rounds,
+        memory_cap_gib=opt.perf_memory_cap,
+        data_root=opt.perf_data_root,
+        # more workers than cores only adds switching (and a warning from torch on small CI runners)
+        loader_workers=opt.perf_loader_workers if opt.perf_loader_workers is not None else min(4, os.cpu_count() or 1),
+        pin_memory=opt.perf_pin_memory == "on",
+        loss_scaler=opt.perf_loss_scaler,
+        block_seconds=opt.perf_block_seconds,
+        cudnn_benchmark=opt.perf_cudnn_benchmark == "on",
+        gate=opt.perf_gate,
+        compile=COMPILE_CHOICES[opt.perf_compile or tier.compile],
+    )
+
+
+def _compile_cold() -> None:
+    # a compiled cell's first step is its compile time, measured cold: Inductor's caches would
+    # otherwise make it a cache read on every run after the first on the runner
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor.config as inductor_config
+
+    inductor_config.force_disable_caches = True
+    # every mode of a model compiles the same forward under other guards (dtypes, autocast): past
+    # dynamo's default limit of 8 graphs per function it would run the rest eager, without a word
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 64)
+    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 1024)
+
+
+def configure(config: pytest.Config) -> None:
+    """The session's settings into ``config.stash``, or the usage error that stops the run unmeasured."""
+    from ampbench.plugin.distributed import configure_world_size
+
+    profiles.load()
+    try:  # the zoo, then the project's own models of the ampbench.models entry points
+        importlib.import_module("models")
+    except ValueError as exc:  # models.ModelEntryPointError: an entry point that names no usable model
+        raise pytest.UsageError(f"ampbench: {exc}") from None
+    opt = config.option
+    device = _resolve_device(opt)
+    baseline_dir = opt.perf_baseline_dir if opt.perf_baseline_dir is not None else config.rootpath / "baselines"
+    if not getattr(opt, "help", False):
+        _check_baselines(baseline_dir, opt.perf_update_baselines, device)
+        _check_scaler(opt.perf_loss_scaler)
+    config.stash[SETTINGS_KEY] = settings = _settings(opt, device, baseline_dir)
+    if True in settings.compile:
+        _compile_cold()
+    config.stash[STORE_KEY] = {}
+    configure_world_size(config)
+    summary.register(config)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if activation.active(config):
+        configure(config)
+
+
+def perf_settings_of(config: pytest.Config) -> PerfSettings:
+    """The session's settings; a usage error in a run where ampbench does not act."""
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None:
+        raise pytest.UsageError(f"ampbench: this run asks for ampbench's cells or settings; {activation.HOW}")
+    return settings
+
+
+def _smoke_line(config: pytest.Config) -> str | None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or not settings.smoke:
+        return None
+    why = "--perf-device cpu" if config.option.perf_device == "cpu" else "no CUDA device visible"
+    return f"ampbench: {SMOKE_LINE} ({why})"
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    line = _smoke_line(config)
+    return [line] if line else []
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests taking `model_name` and `mode_name` run once per cell, model-major, ids `model-mode`; which
+    cells, from the tier, the options and the test's ``cells`` marker: ``ampbench.plugin.parametrize``."""
+    if not {"model_name", "mode_name"} <= set(metafunc.fixturenames) or _parametrizes_itself(metafunc):
+        return
+    marker = metafunc.definition.get_closest_marker("cells")
+    opt = metafunc.config.option
+    found = cells_for(perf_settings_of(metafunc.config), marker.kwargs if marker is not None else {},
+                      opt.perf_models, opt.perf_precisions, has_axis="compiled_cell" in metafunc.fixturenames)
+    metafunc.parametrize(found.argnames, found.values, ids=found.ids)
+
+
+def _parametrizes_itself(metafunc: pytest.Metafunc) -> bool:
+    """Whether the test names its own cells with ``pytest.mark.parametrize("model_name, ...")``."""
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        names = marker.args[0] if marker.args else marker.kwargs.get("argnames", ())
+        if "model_name" in (names.replace(" ", "").split(",") if isinstance(names, str) else names):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A tier of compiled cells only runs nothing but cells (model and mode): every other test, and a cell
+    test left without cells (pytest's empty parameter set), is deselected, not skipped one by one."""
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or not TIERS[settings.tier].compiled_only:
+        return
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        (kept if isinstance(params.get("model_name"), str) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def baseline_store_of(config: pytest.Config):
+    """This GPU's baselines, opened once per session; None on the CPU (the smoke pass holds nothing
+    against baselines). A malformed file ends the session with a message naming file and field, and
+    is never overwritten."""
+    cache = config.stash[STORE_KEY]
+    if "store" not in cache:
+        s = perf_settings_of(config)
+        cache["store"] = None if s.device.type != "cuda" else _open_store(config, s)
+    return cache["store"]
+
+
+def _open_store(config: pytest.Config, s: PerfSettings):
+    from ampbench import device as devices
+    from ampbench.baselines.store import BaselineError, BaselineStore
+    from ampbench.history.plugin import history_of
+    from ampbench.history.reference import HistoryBaselines
+
+    name = devices.device_name(s.device)
+    try:
+        store = BaselineStore.open(s.baseline_dir, name, devices.gpu_slug(name))
+    except BaselineError as exc:
+        pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)
+    history = history_of(config)
+    # with a history, a speed cell's level and noise are learned from its runs on this GPU model
+    return HistoryBaselines(store, history, s.tolerance) if history is not None else store
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is not None:
+        from ampbench import device as devices
+
+        machine_info["ampbench"] = devices.machine_info(settings.device)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Write what a test recorded as soon as it is done: a session killed half-way through a long
+    recording (a CI job's time limit, a lost runner) keeps every cell it finished."""
+    store = item.config.stash.get(STORE_KEY, {}).get("store")
+    if store is not None and store.pending and perf_settings_of(item.config).update_baselines:
+        store.write()
+        item.config.stash[STORE_KEY]["written"] = store.path
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if SETTINGS_KEY not in config.stash:
+        return
+    written = config.stash.get(STORE_KEY, {}).get("written")
+    if written is not None:
+        terminalreporter.write_line(f"ampbench: baselines written to {written}")
+    from ampbench.history.reference import HistoryBaselines
+
+    store = config.stash.get(STORE_KEY, {}).get("store")
+    if isinstance(store, HistoryBaselines):  # the history judged this run's speed cells
+        _write_learned(terminalreporter, store, config)
+    line = _smoke_line(config)
+    if line:
+        # said at the end too: a green CPU run must not read as a benchmark that passed
+        terminalreporter.write_line(line, yellow=True, bold=True)
+
+
+def _write_learned(terminalreporter, store, config: pytest.Config) -> None:
+    """How far each speed cell's device tolerance has been learned from the history, this run's cells."""
+    ran = {t for t in (r.test_id or nodeid.split("::")[-1] for nodeid, r in config.stash.get(summary.RECORDS_KEY, []))
+           if t.startswith("test_speed[")}
+    states = {t: line for t, line in store.states().items() if t in ran}
+    learned, cells = store.learned_share()
+    if not cells:
+        others = sorted({r.gpu for r in store.history.runs() if not r.smoke} - {store.store.gpu})
+        held = f" (it holds runs of {', '.join(others)}, never used for this one)" if others else ""
+        terminalreporter.write_line(f"ampbench history: no earlier run of {store.store.gpu}{held}: this run's "
+                                    "speed cells are learning")
+        return
+    terminalreporter.write_line(f"ampbench history: device tolerance learned and at most 1% in {learned} of {cells} "
+                                "speed cells of this GPU model; this run's cells:")
+    for test_id in sorted(ran):
+        terminalreporter.write_line(f"  {test_id}: {states.get(test_id, 'learning: this run sets the level')}")

@@ -1,0 +1,21 @@
+"""The suite's cell tests, installed with the package so that a project of its own runs them over its
+models: `speed` (each mode timed against fp32), `memory` (peak memory and the largest batch, on a GPU)
+and `convergence` (held-out accuracy on real digits against fp32's); `outcome` ends a timed cell's test
+by its verdict. This repository's perf/test_speed.py, test_memory.py and test_convergence.py re-export
+them, and so does a project's own test module::
+
+    from ampbench.suite import *  # noqa: F403 - pytest collects the tests and fixtures named in __all__
+
+Their fixtures (some private to a module) are in ``__all__`` too: pytest finds a module's fixtures
+among its attributes.
+"""
+
+from ampbench.suite.convergence import _results, test_convergence, test_underflow_without_loss_scaling
+from ampbench.suite.memory import _memory_references, memory_cap_bytes, memory_reference, needs_cuda, test_memory, test_oom_recovery
+from ampbench.suite.speed import _reference_cache, _versus_cache, reference, test_speed, versus_sides
+
+__all__ = [
+    "test_speed", "reference", "versus_sides", "_reference_cache", "_versus_cache",
+    "test_memory", "test_oom_recovery", "memory_reference", "memory_cap_bytes", "needs_cuda", "_memory_references",
+    "test_convergence", "test_underflow_without_loss_scaling", "_results",
+]

@@ -1,0 +1,100 @@
+"""Speed: every model in every precision mode, timed in interleaved rounds against fp32 in this
+process, and held against this GPU's baseline.
+
+Two speedups per cell: the device-time speedup (the step replayed as a CUDA graph, or the profiler's
+kernel sum where it cannot be captured), which gates the cell by default, and the wall-clock speedup of
+eager steps, which is what eager training gets on this host and gates only under --perf-gate wall|both.
+A compiled cell has a third, in device time beside the first: its ratio over its versus side
+(``modes.versus_of``), the same mode eager (its compile gain) or, for fp8, compiled amp_bf16.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from ampbench import progress
+
+from ampbench.speed import sides as speed
+
+from ampbench.speed import cell as speed_cell
+from ampbench.speed.compiled import VersusSides, served
+from ampbench.device import release
+from ampbench.modes import REFERENCE_MODE, compiled, get_mode, label, versus_of
+from ampbench.suite.outcome import finish, record_step_times
+
+
+class InconclusiveSpeed(UserWarning):
+    """A speed verdict whose interval still straddles the regression line after extension."""
+
+
+@pytest.fixture(scope="session")
+def _reference_cache() -> dict:
+    return {}
+
+
+@pytest.fixture(scope="session")
+def _versus_cache(perf_settings) -> VersusSides:
+    return VersusSides(served(perf_settings.precisions))
+
+
+@pytest.fixture
+def versus_sides(_versus_cache, perf_device) -> Iterator[VersusSides]:
+    """The kept versus side; after the cell, one that no later cell is timed against is released."""
+    yield _versus_cache
+    if _versus_cache.settle():
+        release(perf_device)
+
+
+@pytest.fixture
+def reference(model_spec, mode, perf_device, perf_settings, _reference_cache, _versus_cache, fail_on_oom) -> speed.Side:
+    """The fp32 side of this model's cells, built and warmed up once and shared by its modes, compiled
+    where the cell's mode is (fp8 and the -compiled cells are held against compiled fp32); only the
+    current model's reference (and versus side) is kept, so one model at a time occupies the device."""
+    key = (model_spec.name, mode.compile)
+    if _reference_cache.get("key") != key:
+        _versus_cache.drop()  # a versus side serves one model's cells of one kind
+        last_model, last_compiled = _reference_cache.get("key", (None, False))
+        if last_compiled and last_model != model_spec.name:
+            import torch._dynamo
+
+            torch._dynamo.reset()  # the last model's compiled graphs: nothing will run them again
+        _reference_cache.clear()
+        release(perf_device)
+        ref_mode = compiled(get_mode(REFERENCE_MODE), mode.compile)
+        side = _prepare(model_spec, ref_mode, perf_device, perf_settings, fail_on_oom, f"{label(ref_mode)} reference")
+        _reference_cache.update(key=key, side=side)
+    return _reference_cache["side"]
+
+
+def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> speed.Side:
+    """A warmed-up side, or this test's failure naming its batch and peak memory if it does not fit."""
+    policy = speed_cell.policy(device, settings)
+    progress.update(f"preparing {label}" + (": compiling its first step" if mode.compile else ""))
+    return fail_on_oom(lambda: speed.prepare_side(model_spec, mode, device, settings.smoke, policy),
+                       f"{model_spec.name} {label}", model_spec.batch_size_for(settings.smoke))
+
+
+# the quick tier spends its time on the 16-bit modes; fp32 against fp32 (a control of the harness, its
+# speedup must be 1.0) and TF32 run in the full tier (the rows' full_tier_only)
+@pytest.mark.cells(modes_tiered=True)
+def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cell, reference, versus_sides, perf_settings,
+               perf_device, baseline_store, software, peak_tflops, fail_on_oom):
+    # compiled amp_bf16's own side is kept: the fp8 cells after it are timed against it
+    prepare = lambda: versus_sides.offer(  # noqa: E731
+        model_spec.name, mode, _prepare(model_spec, mode, perf_device, perf_settings, fail_on_oom, label(mode)))
+    versus_mode = versus_of(mode)
+    versus = None if versus_mode is None else lambda: versus_sides.get(
+        model_spec.name, versus_mode,
+        lambda: _prepare(model_spec, versus_mode, perf_device, perf_settings, fail_on_oom, f"{label(versus_mode)} versus"))
+    cell = speed_cell.measure_speed(
+        model_spec, mode, reference, prepare, versus=versus,
+        settings=perf_settings, device=perf_device, test_id=request.node.name,
+        store=baseline_store, software=software, peak_tflops=peak_tflops,
+        prepared=lambda identity: record_result(identity, identity=True))
+    record_result(cell.record)
+    record_step_times(benchmark, cell.device_step_seconds)
+    finish(cell.record.verdict, cell.problems, f"{model_spec.name} {label(mode)}", cell.record.message,
+           strict=perf_settings.strict, kind="speed", inconclusive=InconclusiveSpeed,
+           warn_first=cell.warn_first, warn_after=cell.warn_after)

@@ -1,0 +1,71 @@
+"""A project's own model joins the registry through the ``ampbench.models`` entry point group, beside
+the zoo's, and a broken entry point is a usage error that names it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import models
+from models import ModelEntryPointError, register, spec_of_entry_point
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fake_distribution(site: Path, entry_points: str) -> None:
+    """An installed distribution on `site` (a dist-info folder, as pip writes one) with these entry points."""
+    (site / "own_pkg").mkdir(parents=True)
+    (site / "own_pkg" / "__init__.py").write_text(
+        "from dataclasses import replace\nfrom models.mlp import SPEC as MLP\nSPEC = replace(MLP, name='tiny_mlp')\n")
+    info = site / "own_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: own-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[ampbench.models]\n{entry_points}\n")
+
+
+def _pytest(site: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(site), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "pytest", "perf/test_speed.py", "--collect-only", "-q",
+                           "-p", "no:cacheprovider", "--perf-device", "cpu", "--perf-precisions", "fp32", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_an_entry_point_model_runs_beside_the_zoos(tmp_path):
+    _fake_distribution(tmp_path, "tiny_mlp = own_pkg:SPEC")
+    result = _pytest(tmp_path, "--perf-models", "tiny_mlp,mlp")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line.split("::")[1] for line in result.stdout.splitlines() if "::" in line] == [
+        "test_speed[tiny_mlp-fp32]", "test_speed[mlp-fp32]"]
+
+
+def test_a_broken_entry_point_is_a_usage_error_naming_it(tmp_path):
+    _fake_distribution(tmp_path, "tiny_mlp = own_pkg.nosuch:SPEC")
+    result = _pytest(tmp_path)
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "ERROR: ampbench: entry point ampbench.models tiny_mlp = 'own_pkg.nosuch:SPEC': cannot be loaded: " \
+           "ModuleNotFoundError" in result.stderr, result.stderr
+
+
+def _raise():
+    raise ImportError("no module named own")
+
+
+@pytest.mark.parametrize("name, load, words", [
+    ("own", _raise, "entry point ampbench.models own = 'own.spec:SPEC': cannot be loaded: ImportError: no module named own"),
+    ("own", lambda: object(), "names a object, not a models.spec.ModelSpec"),
+    ("own", lambda: models.get_model("mlp"), "its ModelSpec is named 'mlp'; name the entry point after it"),
+])
+def test_what_an_entry_point_must_name(name, load, words):
+    with pytest.raises(ModelEntryPointError) as info:
+        spec_of_entry_point(name, "own.spec:SPEC", load)
+    assert words in str(info.value)
+
+
+def test_a_name_the_zoo_holds_is_refused():
+    with pytest.raises(ModelEntryPointError, match="model 'gpt' is already registered"):
+        register(replace(models.get_model("mlp"), name="gpt"), "entry point ampbench.models gpt")
