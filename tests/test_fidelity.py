@@ -80,7 +80,9 @@ def test_a_real_check_on_the_cpu(capsys):
     assert row, out
     harness, low, high, plain, difference = map(float, row.groups())
     assert low <= harness <= high and plain > 0
-    assert difference == pytest.approx(100 * (harness / plain - 1), abs=0.2)
+    # both speedups are printed to 3 decimals: a ratio far from 1 (a loaded CPU) carries their rounding
+    rounding = 100 * (harness / plain) * (0.0005 / harness + 0.0005 / plain)
+    assert difference == pytest.approx(100 * (harness / plain - 1), abs=0.1 + rounding)
     assert status == EXIT_OK  # whatever the difference: the smoke shapes' figures are no finding
     assert re.search(r"practice mlp +amp_bf16 +good practice [\d.]+x, naive loop [\d.]+x", out), out
 
