@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from ampbench.plugin.options import tier_models
 from ampbench.plugin.parametrize import cells_for
 from ampbench.modes import MODES
 from ampbench.settings import PerfSettings
@@ -47,11 +48,10 @@ def test_a_marker_gives_a_test_the_models_of_its_kind_and_its_quick_ones():
 
 def own_models(marker: dict, tier: str, device: str) -> list[str]:
     """The models of a test with `marker` in `tier` on `device`, where --perf-models names none."""
-    import conftest
     from ampbench.settings import COMPILE_CHOICES, TIERS
 
     row = TIERS[tier]
-    s = replace(GPU, device=torch.device(device), tier=tier, models=conftest.tier_models(row, device == "cpu"),
+    s = replace(GPU, device=torch.device(device), tier=tier, models=tier_models(row, device == "cpu"),
                 precisions=row.modes or tuple(MODES), compile=COMPILE_CHOICES[row.compile])
     return list(dict.fromkeys(v[0] for v in cells_for(s, marker, None, None, False).values))
 

@@ -24,7 +24,6 @@ from typing import Mapping, Sequence
 
 from ampbench.modes import MODES, shared_versus
 from ampbench.settings import TIERS, PerfSettings
-from models import kind_models
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,8 @@ def _run(s: PerfSettings) -> str:
 
 
 def _models(s: PerfSettings, marker: Mapping, named_models: Sequence[str] | None, has_axis: bool) -> list[str]:
+    from models import kind_models  # imports torch: only once a cell test is parametrized
+
     kind = marker.get("kind")
     if TIERS[s.tier].compiled_only and not has_axis and not (kind and kind_models(kind, "compile")):
         return []  # no compiled cells of its own: it sits the tier out
