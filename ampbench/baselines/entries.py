@@ -136,6 +136,16 @@ class FlatEntry:
         """The ratio stored under `prefix`."""
         return next(getattr(self, name) for name, p in self._ratios() if p == prefix)
 
+    def with_ratio(self, prefix: str, ratio: RatioEntry, order: tuple[str, ...] = (), moved: tuple[str, ...] = ()):
+        """The entry with `ratio` under `prefix`. Its figures keep their places; those of `moved` leave
+        theirs, and each figure of `order` (names of RatioEntry) that the entry lacked, `moved` among them,
+        follows every other figure, in that order, where `ratio` sets it."""
+        field_name = next(name for name, p in self._ratios() if p == prefix)
+        gone = {prefix + n for n in moved}
+        keys = [k for k in self.keys if k not in gone]
+        keys += [prefix + n for n in order if prefix + n not in keys and getattr(ratio, n) is not None]
+        return dataclasses.replace(self, **{field_name: ratio}, keys=tuple(keys))
+
     @classmethod
     def rules(cls) -> dict[str, Rule]:
         """What each figure of a file's entry of this kind must be, as its fields say."""

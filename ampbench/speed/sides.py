@@ -364,7 +364,7 @@ def comparable_recording(previous: SpeedEntry | None, previous_software: dict | 
     """Whether a previous baseline entry measured what this recording measures: the same software in each
     layer the entry names (``software_difference``), and the same settings (``measurement_mismatch``)."""
     return (previous is not None and software_difference(previous_software or {}, software) is None
-            and measurement_mismatch(previous.measured_with(), measured_with) is None)
+            and measurement_mismatch(previous, measured_with) is None)
 
 
 def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: float | None,
