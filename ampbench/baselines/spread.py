@@ -1,7 +1,7 @@
 """Each speed cell's spread between independent runs, learned from saved runs into its baseline entry.
 
 A run's own 99% interval covers its rounds, which share one process and one card; between processes
-and cards the same cell moves further (1-5% between H100s). ``learn`` gathers, per speed entry of a
+and cards the same cell moves further (docs/design.md, "Where the constants come from"). ``learn`` gathers, per speed entry of a
 baseline file, the recording's speedup and the speedup of every saved run of the same software,
 measured the same way, and ``with_spread`` stores their log standard deviation in the entry as
 ``between_run_sd`` (with ``between_run_count`` values behind it) and centres the entry's speedup on
@@ -17,9 +17,8 @@ pooled with them exactly, without the earlier runs' JSON. Each entry lists the d
 counted, so a run is never counted twice. A re-recording keeps the spread and starts another level
 (``kept_on_rerecording``): runs added since join its level, and the sd pools each level's deviations.
 
-Each run is one sample, also where several ran on one card: on one H100 two runs minutes apart put
-the MLP's fp16 device-time speedup 0.9% apart, as far as runs on different cards land, so a run's
-offset comes from its process (memory placement, clocks, kernel choice) as much as from its card.
+Each run is one sample, also where several ran on one card: runs on one card land as far apart as
+runs on different cards (docs/design.md), a run's offset coming from its process as much as its card.
 
     ampbench spread baselines/nvidia-h100-80gb-hbm3.json run1.json run2.json ...
 """

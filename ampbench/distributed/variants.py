@@ -281,9 +281,8 @@ class DistFigures:
 def host_bound_verdict(verdict: Verdict, host_bound: bool) -> Verdict:
     """A distributed cell's figures are wall-clock throughput. Where its mode's step is host-bound, a
     drop below the line is inconclusive, not a regression: the GPU had idle time to absorb more work,
-    and the host that launches the steps sets the pace. On two H200s, resnet50's and gpt's 16-bit DDP
-    cells took 4-32% longer per step in a second run on the same machine than when they were recorded,
-    while the speedups of their fp32 and TF32 cells, which keep the GPU busy, held to 0.5%. As in the
+    and the host that launches the steps sets the pace (docs/design.md, "Device time, wall time, and the
+    gate"). As in the
     single-GPU suite, where a wall-only drop is a ``HostOverhead`` warning, a slower host is reported,
     never failed."""
     return Verdict.INCONCLUSIVE if host_bound and verdict is Verdict.REGRESSION else verdict
@@ -348,7 +347,7 @@ def default_cells(device: torch.device, tier: str) -> tuple[tuple[str, ...], tup
     The models are those whose ModelSpec's `distributed` field names the run. On GPUs every mode but those whose row compiles (fp8): as in the single-GPU suite they run where
     --perf-precisions names them, since each comm variant builds two trainers and each compile costs
     about a minute. And as there, the quick tier leaves out the rows that are ``full_tier_only`` (fp32's
-    control of the harness, TF32): on two H200s their eight launches' cells were a third of its time."""
+    control of the harness, TF32), which cost a third of the distributed tests' time (docs/design.md)."""
     if device.type != "cuda":
         return tuple(models.kind_models("distributed", "cpu_smoke")), CPU_MODES
     full = tier == "full"
