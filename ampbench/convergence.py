@@ -25,6 +25,7 @@ from ampbench.results import ConvergenceRecord
 from ampbench.speed.timing import sync
 from ampbench.verdict import Verdict
 from ampbench.train import Trainer
+from ampbench.baselines.entries import ConvergenceEntry
 from models.spec import ModelSpec
 
 
@@ -269,11 +270,12 @@ class ParityCell:
                 "within_margin": self.outcome is Outcome.PASS}
 
 
-def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget: Budget, baseline: dict | None,
+def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget: Budget, baseline: ConvergenceEntry | None,
                 device: str, seed: int, reference_label: str = "fp32") -> ParityCell:
     """Hold a mode's training against its reference's (fp32's, or the mode's parity_reference, named
     `reference_label`), with the margin of its baseline entry (the budget's default where it holds none)."""
-    margin = float(baseline["margin"]) if baseline and baseline.get("margin") is not None else budget.margin
+    held = baseline.margin if baseline is not None else None
+    margin = float(held) if held is not None else budget.margin
     check = ParityCheck(result.model, result.mode, reference.accuracy, margin, budget.min_accuracy, reference_label)
     outcome, message = check.judge(result)
     lag_reason = EXPECTED_TO_LAG.get(result.mode)
@@ -286,7 +288,7 @@ def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget:
         accuracy_ref=reference.accuracy, reference=reference_label, margin=margin, min_accuracy=budget.min_accuracy,
         loss_curve=result.loss_curve,
         nonfinite_steps=result.nonfinite_steps, train_seconds=result.seconds,
-        baseline_margin=baseline.get("margin") if baseline else None, expected_to_lag=bool(lag_reason),
+        baseline_margin=held, expected_to_lag=bool(lag_reason),
         verdict=verdict, message=message, reason=reason,
     )
     return ParityCell(record, outcome, lag_reason)

@@ -14,8 +14,7 @@ if TYPE_CHECKING:
     from ampbench.baselines.entries import RatioEntry
 
 # The floor of every cell's tolerance: --perf-tolerance's default, and `ampbench compare`'s --tolerance's.
-# Device time per step holds to 0.1-0.6% per round on an H100. The floor sits below 1% so that a 1%
-# slowdown lies below the line rather than on it; cells that move more between runs or cards get more
+# The floor sits below 1% so that a 1% slowdown lies below the line rather than on it (docs/design.md); cells that move more between runs or cards get more
 # through their recorded noise and learned between-run spread.
 DEFAULT_TOLERANCE = 0.005
 # Until its between-run spread is learned, a cell's tolerance is at least this many times the noise
@@ -117,8 +116,8 @@ def tolerance_for(floor: float, recorded_noise: float | None, between_runs: Betw
     The baseline was measured in one run and this run is another: `between_runs` (``learned_spread``)
     says how far apart two runs land, measured, and then replaces the recorded noise, which only
     stands in for it: the noise of one recording mixes its own rounds with how far it lay from the
-    previous recording, a between-run figure the learned spread already holds (counting both gave
-    lstm_lm 2.5% where its runs agree to 0.4%). Pass None where no trustworthy spread is known; the
+    previous recording, a between-run figure the learned spread already holds (counting both would
+    loosen a cell several times over: docs/design.md). Pass None where no trustworthy spread is known; the
     tolerance is then at least `unlearned` (``UNLEARNED_TOLERANCE`` for a figure held against a baseline).
     """
     if between_runs is not None:
@@ -197,8 +196,8 @@ class SpeedupCheck:
         normal rounds has a standard error sqrt(pi / 2) times the mean's, so the rounds needed are
         (z x sqrt(pi / 2) x `est.round_sd` / the distance from the line) squared. The spread is the
         rounds' robust one, not the interval's width: at 8 rounds the 99% interval is [min, max], set by
-        the two most extreme rounds, and one stray round (mlp bf16 on an H100: one round 3% slow among
-        rounds within 0.3%) made a cell 0.3% above its line look unresolvable at 8 rounds. An estimate
+        the two most extreme rounds, so one stray round would make a cell near its line look
+        unresolvable (docs/design.md). An estimate
         without `round_sd` is projected from its interval's width (which then shrinks as 1/sqrt(rounds))."""
         distance = abs(math.log(est.speedup / self.line))
         if distance == 0:

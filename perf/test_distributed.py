@@ -128,12 +128,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     record_result(identity, identity=True)
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # the cell is timed in the launch
 
-    key = (model, mode_name)
-    if key not in _launches:
-        out = request.getfixturevalue("tmp_path_factory").mktemp(f"dist-{model}-{mode_name}")
-        comms = _group_comms(request.session, model, mode_name) or [comm]
-        _launches[key] = (_launch(settings, nproc, model, mode_name, comms, out), out)
-    result, out = _launches[key]
+    result, out = _shared_launch(request, _launches, settings, nproc, model, mode_name, comm)
     docs = _rank_docs(out, comm, nproc)
     def fail(message: str) -> None:
         # the JSON keeps why, for readers of --benchmark-json who never see the terminal
@@ -157,9 +152,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     confirmation = None
     if Verdict.REGRESSION in verdicts.values():
         # as in the 1-GPU suite: a regression stands only when a second, independent launch agrees
-        again_out = request.getfixturevalue("tmp_path_factory").mktemp(f"dist-{model}-{mode_name}-{comm}-again")
-        again = _launch(settings, nproc, model, mode_name, [comm], again_out)
-        again_docs = _rank_docs(again_out, comm, nproc)
+        again, again_docs = _launch_again(request, settings, nproc, model, mode_name, comm)
         if again_docs is None:
             fail(f"{what}: confirming launch failed: {again.explain(nproc)}")
         confirmation = merge_ranks(again_docs, confidence)
@@ -180,6 +173,24 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     if store is not None and not store.exists and not settings.update_baselines:
         warnings.warn(UserWarning(f"no baseline file {store.path}; {message}. Record one with "
                                   f"`pytest perf/test_distributed.py --perf-update-baselines`"))
+
+
+def _shared_launch(request, launches: dict, settings, nproc: int, model: str, mode_name: str, comm: str):
+    """(launch result, output folder) of the one launch that times every comm variant of (model, mode):
+    made by the first of its cells, reused by the others."""
+    key = (model, mode_name)
+    if key not in launches:
+        out = request.getfixturevalue("tmp_path_factory").mktemp(f"dist-{model}-{mode_name}")
+        comms = _group_comms(request.session, model, mode_name) or [comm]
+        launches[key] = (_launch(settings, nproc, model, mode_name, comms, out), out)
+    return launches[key]
+
+
+def _launch_again(request, settings, nproc: int, model: str, mode_name: str, comm: str):
+    """(launch result, rank documents or None) of a second, independent launch of one comm variant."""
+    out = request.getfixturevalue("tmp_path_factory").mktemp(f"dist-{model}-{mode_name}-{comm}-again")
+    again = _launch(settings, nproc, model, mode_name, [comm], out)
+    return again, _rank_docs(out, comm, nproc)
 
 
 def _confirmed(verdicts: dict[str, Verdict], second: dict[str, tuple]) -> None:

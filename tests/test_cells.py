@@ -108,9 +108,13 @@ def test_the_distributed_fields_select_the_distributed_default_models():
     import models
     from ampbench.distributed.variants import default_cells
 
+    assert models.kind_models("distributed", "quick") == ["resnet50", "gpt"]
+    assert models.kind_models("distributed", "full") == ["resnet50", "gpt", "llama"]
+    assert models.kind_models("distributed", "cpu_smoke") == ["mlp"]
     for tier in ("quick", "full"):
         assert tuple(models.kind_models("distributed", tier)) == default_cells(torch.device("cuda"), tier)[0]
         assert tuple(models.kind_models("distributed", "cpu_smoke")) == default_cells(torch.device("cpu"), tier)[0]
+    assert default_cells(torch.device("cuda"), "compile")[0] == ("resnet50", "gpt"), "collected as the quick tier"
 
 
 def test_fp8_runs_only_where_compiled_cells_are_asked_for_or_it_is_named():

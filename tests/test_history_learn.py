@@ -11,7 +11,7 @@ import pytest
 from ampbench.history.learn import LEARNED, LEARNING, UNLEARNED, learn, percent, rule_for
 from ampbench.history.series import Point, Series
 from ampbench.baselines.spread import DEVICE, prior_of
-from ampbench.baselines.entries import RatioEntry
+from ampbench.baselines.entries import RatioEntry, SpeedEntry
 from ampbench.verdict import DEFAULT_TOLERANCE, UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns, learned_spread
 
 
@@ -114,7 +114,7 @@ def test_the_sentence_says_how_far_the_tolerance_is_learned_and_where_more_runs_
 def test_a_baseline_files_spread_pools_in_as_a_level_of_its_own():
     figures = {"device_speedup": 1.2, "device_recorded_speedup": 1.19, "device_between_run_sd": 0.002,
                "device_between_run_count": 20}
-    prior = prior_of(DEVICE, figures)
+    prior = prior_of(DEVICE, SpeedEntry.from_figures(figures))
     cell = learn(series(*(point(x) for x in (0.0, 0.004, -0.004))), prior=prior)
     # squared deviations 19 x 0.002^2 from the file and 32e-6 from the history, over 23 values - 2 levels
     sd = math.sqrt((19 * 0.002**2 + 32e-6) / 21)
@@ -126,12 +126,13 @@ def test_a_baseline_files_spread_pools_in_as_a_level_of_its_own():
 
 def test_the_entry_figures_read_back_as_the_same_spread_and_tolerance():
     cell = learn(series(*(point(x) for x in (0.0, 0.004, -0.004)), point(0.05, restart=True), point(0.054)))
-    figures = cell.entry_figures("device_")
-    assert figures["device_speedup"] == pytest.approx(math.exp(0.052))
-    assert figures["device_recorded_speedup"] == pytest.approx(math.exp(0.05))
-    assert _spread(figures, "device_") == cell.between_runs
-    assert figures["device_tolerance"] == cell.tolerance
-    assert learn(series()).entry_figures("device_") == {}
+    ratio = cell.into(RatioEntry(noise=0.01), stores_tolerance=True)
+    assert ratio.speedup == pytest.approx(math.exp(0.052)) and ratio.noise == 0.01
+    assert ratio.recorded_speedup == pytest.approx(math.exp(0.05))
+    assert learned_spread(ratio) == cell.between_runs
+    assert ratio.tolerance == cell.tolerance
+    assert cell.into(RatioEntry(), stores_tolerance=False).tolerance is None
+    assert learn(series()).into(RatioEntry(speedup=2.0), stores_tolerance=True) == RatioEntry(speedup=2.0)
 
 
 def test_a_figure_that_cannot_be_logged_is_refused_naming_its_run():

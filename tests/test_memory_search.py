@@ -20,6 +20,7 @@ import torch
 
 import models
 from ampbench import memory
+from ampbench.baselines.entries import MemoryEntry
 from ampbench.memory import CapTooSmall, SearchError, find_largest_batch, granule, judge
 from ampbench.modes import get_mode
 from ampbench.train import Trainer
@@ -241,7 +242,7 @@ def test_a_start_without_its_grid_is_refused():
 def test_the_search_starts_from_a_baseline_only_under_the_same_budget(baseline, expected, monkeypatch):
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
-    assert memory.search_start(baseline, 24 * GIB) == expected
+    assert memory.search_start(MemoryEntry.of(baseline), 24 * GIB) == expected
 
 
 # -- the H100's cells, replayed ---------------------------------------------------------------------
@@ -406,8 +407,8 @@ def figures(**overrides) -> dict:
     return f
 
 
-def baseline_of(f: dict) -> dict:
-    return {k: f[k] for k in memory.BASELINE_FIGURES}
+def baseline_of(f: dict) -> MemoryEntry:
+    return MemoryEntry.from_figures({k: f[k] for k in memory.BASELINE_FIGURES})
 
 
 def test_no_baseline_reports_the_figures():
@@ -486,7 +487,7 @@ def test_without_a_search_the_peak_and_ratio_are_held_against_a_full_baseline():
 
 
 def test_without_a_search_a_baseline_of_the_default_batch_only_holds_too():
-    base = {k: unsearched()[k] for k in memory.DEFAULT_BATCH_FIGURES}
+    base = MemoryEntry.from_figures({k: unsearched()[k] for k in memory.DEFAULT_BATCH_FIGURES})
     assert judge("gpt", "bf16", unsearched(), base, 0.03).verdict is Verdict.PASS
     j = judge("gpt", "bf16", figures(), base, 0.03)  # a full run against it: the batch has nothing to meet
     assert j.verdict is Verdict.PASS and "largest batch not compared" in j.message
@@ -544,13 +545,13 @@ def test_a_quick_recording_leaves_the_next_full_run_its_largest_batch(tmp_path, 
     test_id = "test_memory[resnet50-amp_bf16]"
     full, quick_ref = figures(cap_bytes=24 * GIB), cell_memory("fp32", 10 * GIB, None)
     store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
-    store.record(test_id, baseline_of(full), {})
+    store.record(test_id, baseline_of(full).to_figures(), {})
     store.write()
-    quick, _ = memory.memory_record(cell_memory("amp_bf16", 5 * GIB, None), quick_ref, "cuda:0", store.figures(test_id), 0.03)
+    quick, _ = memory.memory_record(cell_memory("amp_bf16", 5 * GIB, None), quick_ref, "cuda:0", MemoryEntry.of(store.figures(test_id)), 0.03)
     store.record(test_id, memory.baseline_figures(quick), {})
     store.write()
-    entry = BaselineStore.open(tmp_path, "GPU X", "gpu-x").figures(test_id)
-    assert entry["memory_ratio"] == 0.5 and entry["cap_bytes"] == 24 * GIB
+    entry = MemoryEntry.of(BaselineStore.open(tmp_path, "GPU X", "gpu-x").figures(test_id))
+    assert entry.memory_ratio == 0.5 and entry.cap_bytes == 24 * GIB
     assert memory.search_start(entry, 24 * GIB) == (1456, 16)
     j = judge("resnet50", "amp_bf16", figures(cap_bytes=24 * GIB, max_batch=1296, max_batch_ratio=1.62), entry, 0.03)
     assert any("largest batch 1296 against baseline 1456" in m for m in j.failures)

@@ -147,7 +147,7 @@ def test_with_spread_adds_the_figures_and_keeps_everything_else():
 
 
 def test_a_re_recording_measured_alike_keeps_the_spread_and_one_measured_otherwise_drops_it():
-    previous = {"speedup": 8.4, "between_run_sd": 0.012, "between_run_count": 5, "noise": 0.07}
+    previous = SpeedEntry.from_figures({"speedup": 8.4, "between_run_sd": 0.012, "between_run_count": 5, "noise": 0.07})
     assert carried(previous, measured_alike=True) == {"between_run_sd": 0.012, "between_run_count": 5}
     assert carried(previous, measured_alike=False) == {}
     assert carried(None, measured_alike=True) == {}
@@ -190,11 +190,14 @@ def _device_run(speedups: dict[str, tuple[float, float | None]], when: str, meth
 
 def test_the_table_names_every_figure_and_where_each_is_stored():
     assert [f.key for f in FIGURES] == ["speedup", "device_speedup", "versus_speedup"]
-    assert (WALL.sd_key, WALL.count_key) == ("between_run_sd", "between_run_count")
-    assert (DEVICE.sd_key, DEVICE.count_key, DEVICE.method_key) == (
-        "device_between_run_sd", "device_between_run_count", "device_method")
-    assert (VERSUS.sd_key, VERSUS.method_key, VERSUS.over_key, VERSUS.prefix) == (
-        "versus_between_run_sd", "versus_method", "versus", "versus_")
+    entry = SpeedEntry.from_figures({"speedup": 2.0, "between_run_sd": 0.01, "between_run_count": 3,
+                                     "device_between_run_sd": 0.02, "device_between_run_count": 4,
+                                     "device_method": "graph", "versus_between_run_sd": 0.03, "versus": "amp_bf16"})
+    assert (WALL.ratio(entry).between_run_sd, WALL.ratio(entry).between_run_count) == (0.01, 3)
+    assert (DEVICE.ratio(entry).between_run_sd, DEVICE.ratio(entry).between_run_count) == (0.02, 4)
+    assert (DEVICE.method_key, DEVICE.ratio(entry).method, WALL.method_key) == ("device_method", "graph", None)
+    assert (VERSUS.ratio(entry).between_run_sd, VERSUS.method_key, VERSUS.over_key, VERSUS.prefix) == (
+        0.03, "versus_method", "versus", "versus_")
 
 
 def test_a_compiled_cells_ratio_over_its_versus_side_learns_its_spread_and_tolerance():
@@ -294,7 +297,8 @@ def test_with_spread_stores_the_device_tolerance_the_verdict_will_now_use():
 
 
 def test_a_re_recording_measured_alike_keeps_the_device_spread():
-    previous = {"device_speedup": 3.1, "device_between_run_sd": 0.004, "device_between_run_count": 4, "between_run_sd": 0.01}
+    previous = SpeedEntry.from_figures({"device_speedup": 3.1, "device_between_run_sd": 0.004,
+                                        "device_between_run_count": 4, "between_run_sd": 0.01})
     assert carried_device(previous, measured_alike=True) == {"device_between_run_sd": 0.004, "device_between_run_count": 4}
     assert carried_device(previous, measured_alike=False) == {} and carried_device(None, measured_alike=True) == {}
 
@@ -312,7 +316,7 @@ ALIKE = {"cudnn_benchmark": False, "block_seconds": 0.1}
 def test_a_re_recording_keeps_the_learned_spread_and_re_centres_only_the_level():
     # what kept_on_rerecording is handed knows nothing of the software: a new driver, torch or Triton
     # (or an entry recorded before Triton was named) re-centres the level and keeps the spread
-    kept = kept_on_rerecording(LEARNED_ENTRY, ALIKE, "graph", DEFAULT_TOLERANCE, device_noise=0.0021)
+    kept = kept_on_rerecording(SpeedEntry.from_figures(LEARNED_ENTRY), ALIKE, "graph", DEFAULT_TOLERANCE, device_noise=0.0021)
     assert kept["device_between_run_sd"] == 0.0011358 and kept["device_between_run_count"] == 20
     assert kept["device_between_run_runs"] == ["r1", "r2"]
     assert kept["between_run_sd"] == 0.0657 and kept["between_run_count"] == 20
@@ -325,10 +329,10 @@ def test_a_re_recording_keeps_the_learned_spread_and_re_centres_only_the_level()
 
 
 def test_a_re_recording_measured_another_way_drops_the_spread_of_what_it_measures_otherwise():
-    other_method = kept_on_rerecording(LEARNED_ENTRY, ALIKE, "kernels", DEFAULT_TOLERANCE, device_noise=0.002)
+    other_method = kept_on_rerecording(SpeedEntry.from_figures(LEARNED_ENTRY), ALIKE, "kernels", DEFAULT_TOLERANCE, device_noise=0.002)
     assert "device_between_run_sd" not in other_method and other_method["between_run_count"] == 20
     assert other_method["device_tolerance"] == UNLEARNED_TOLERANCE
-    other_blocks = kept_on_rerecording(LEARNED_ENTRY, {**ALIKE, "block_seconds": 0.4}, "graph", DEFAULT_TOLERANCE, 0.002)
+    other_blocks = kept_on_rerecording(SpeedEntry.from_figures(LEARNED_ENTRY), {**ALIKE, "block_seconds": 0.4}, "graph", DEFAULT_TOLERANCE, 0.002)
     assert other_blocks == {"device_tolerance": UNLEARNED_TOLERANCE}
     first = kept_on_rerecording(None, ALIKE, "graph", DEFAULT_TOLERANCE, device_noise=0.02)
     assert first == {"device_tolerance": max(2 * 0.02, UNLEARNED_TOLERANCE)}
@@ -456,7 +460,7 @@ def _re_recorded(document: dict, device: float, wall: float) -> dict:
     the recording's figures, and the spread kept_on_rerecording keeps."""
     old = document["entries"][WRN]["figures"]
     figures = {"speedup": wall, "noise": 0.01, "device_speedup": device, "device_noise": 0.004, "device_method": "graph",
-               **MEASURED, **kept_on_rerecording(old, MEASURED, "graph", DEFAULT_TOLERANCE, 0.004)}
+               **MEASURED, **kept_on_rerecording(SpeedEntry.from_figures(old), MEASURED, "graph", DEFAULT_TOLERANCE, 0.004)}
     entries = dict(document["entries"], **{WRN: dict(document["entries"][WRN], figures=figures)})
     return dict(document, entries=entries)
 

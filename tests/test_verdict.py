@@ -212,15 +212,16 @@ def test_one_stray_round_in_the_short_batch_does_not_set_the_noise():
 
 
 def test_a_baseline_measured_another_way_is_named():
+    from ampbench.baselines.entries import SpeedEntry
     from ampbench.baselines.store import measurement_mismatch
 
     same = {"cudnn_benchmark": True, "block_seconds": 0.1}
     # entries recorded before the settings were stored count as the defaults they were measured with
-    assert measurement_mismatch({"speedup": 4.0}, same) is None
-    assert measurement_mismatch({"speedup": 4.0, **same}, same) is None
-    msg = measurement_mismatch({"speedup": 4.0}, {"cudnn_benchmark": False, "block_seconds": 0.1})
+    assert measurement_mismatch(SpeedEntry.from_figures({"speedup": 4.0}), same) is None
+    assert measurement_mismatch(SpeedEntry.from_figures({"speedup": 4.0, **same}), same) is None
+    msg = measurement_mismatch(SpeedEntry.from_figures({"speedup": 4.0}), {"cudnn_benchmark": False, "block_seconds": 0.1})
     assert msg is not None and "cudnn_benchmark True in the baseline, False here" in msg
-    msg = measurement_mismatch({"speedup": 4.0, "block_seconds": 0.25}, same)
+    msg = measurement_mismatch(SpeedEntry.from_figures({"speedup": 4.0, "block_seconds": 0.25}), same)
     assert msg is not None and "block_seconds 0.25 in the baseline, 0.1 here" in msg
 
 

@@ -78,7 +78,7 @@ def versus_check(model, mode, baseline, method, floor):
 
 
 def _recorded(vs, previous, comparable, measured_with):
-    alike = previous is not None and measurement_mismatch(previous, measured_with) is None
+    alike = previous is not None and measurement_mismatch(SpeedEntry.of(previous), measured_with) is None
     return vs.recorded(SpeedEntry.of(previous), comparable, alike, POLICY, 0.005)
 
 

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
-from ampbench.baselines.rules import BOOL, STR_OR_NULL, Rule, count, non_negative, positive
+from ampbench.baselines.rules import BOOL, STR_OR_NULL, Rule, count, fraction_or_null, non_negative, positive
 
 _RULE = "rule"  # field metadata: what a file's value must be
 _PREFIX = "prefix"  # field metadata: a ratio's prefix in the flat figures
@@ -136,6 +136,16 @@ class FlatEntry:
         """The ratio stored under `prefix`."""
         return next(getattr(self, name) for name, p in self._ratios() if p == prefix)
 
+    def with_ratio(self, prefix: str, ratio: RatioEntry, order: tuple[str, ...] = (), moved: tuple[str, ...] = ()):
+        """The entry with `ratio` under `prefix`. Its figures keep their places; those of `moved` leave
+        theirs, and each figure of `order` (names of RatioEntry) that the entry lacked, `moved` among them,
+        follows every other figure, in that order, where `ratio` sets it."""
+        field_name = next(name for name, p in self._ratios() if p == prefix)
+        gone = {prefix + n for n in moved}
+        keys = [k for k in self.keys if k not in gone]
+        keys += [prefix + n for n in order if prefix + n not in keys and getattr(ratio, n) is not None]
+        return dataclasses.replace(self, **{field_name: ratio}, keys=tuple(keys))
+
     @classmethod
     def rules(cls) -> dict[str, Rule]:
         """What each figure of a file's entry of this kind must be, as its fields say."""
@@ -202,3 +212,28 @@ class DistributedEntry(FlatEntry):
 
     def measured_with(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in MEASURED_WITH if getattr(self, name) is not None}
+
+
+@dataclass(frozen=True)
+class MemoryEntry(FlatEntry):
+    """``test_memory[model-mode]``: peak memory at the default batch and its ratio to fp32's, and, where
+    the cell searched it, the largest batch with the budget (cap, allocator settings) it was found under."""
+
+    batch_size: int | None = figure()
+    peak_mem_bytes: int | None = figure(positive(required=True))
+    memory_ratio: float | None = figure(positive(required=True))
+    max_batch: int | None = figure(count(1))
+    max_batch_step: int | None = figure(count(1))  # the search's grid step there
+    max_batch_ratio: float | None = figure(positive())
+    max_batch_limited: bool | None = figure(BOOL)  # the search stopped at the batch limit
+    max_batch_throughput_ratio: float | None = figure(positive())
+    cap_bytes: float | None = figure(positive())
+    alloc_conf: str | None = figure(STR_OR_NULL)
+
+
+@dataclass(frozen=True)
+class ConvergenceEntry(FlatEntry):
+    """``test_convergence[model-mode]``: the accuracy the mode must stay within `margin` of its reference's
+    (a person may set the margin; null or absent: the budget's default)."""
+
+    margin: float | None = figure(fraction_or_null())

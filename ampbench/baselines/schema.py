@@ -10,16 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ampbench.baselines.entries import SpeedEntry
-from ampbench.baselines.rules import (  # noqa: F401 - Rule is read from here too
-    BOOL,
-    STR_OR_NULL,
-    Rule,
-    count,
-    fraction_or_null,
-    is_number,
-    positive,
-)
+from ampbench.baselines.entries import ConvergenceEntry, MemoryEntry, SpeedEntry
+from ampbench.baselines.rules import Rule, is_number  # noqa: F401 - Rule is read from here too
 
 SCHEMA_VERSION = 1
 ENTRY_FIELDS = frozenset({"figures", "software", "recorded"})
@@ -62,21 +54,8 @@ def is_stamp(value: Any) -> bool:
 # baseline; a kind not listed here gets the checks every entry gets.
 ENTRY_SCHEMAS: dict[str, dict[str, Rule]] = {
     "test_speed": SpeedEntry.rules(),
-    "test_memory": {
-        "peak_mem_bytes": positive(required=True),
-        "memory_ratio": positive(required=True),
-        "max_batch": count(1),
-        "max_batch_step": count(1),
-        "max_batch_ratio": positive(),
-        "max_batch_limited": BOOL,
-        "max_batch_throughput_ratio": positive(),
-        "cap_bytes": positive(),
-        "alloc_conf": STR_OR_NULL,
-        "max_batch_recorded": Rule(is_stamp, STAMP_EXPECTED),
-    },
-    "test_convergence": {
-        "margin": fraction_or_null(),
-    },
+    "test_memory": {**MemoryEntry.rules(), "max_batch_recorded": Rule(is_stamp, STAMP_EXPECTED)},
+    "test_convergence": ConvergenceEntry.rules(),
 }
 
 

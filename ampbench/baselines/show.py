@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ampbench.baselines.entries import FlatEntry, MemoryEntry, SpeedEntry
 from ampbench.baselines.store import entry_kind, load_document
 
 MISSING = "-"
@@ -18,7 +19,9 @@ MISSING = "-"
 SOFTWARE_FIELDS = ("device", "capability", "driver", "torch", "cuda", "cudnn", "triton", "torchao")
 
 Formatter = Callable[[Any], str]
-Column = tuple[str, str, Formatter]  # (heading, figure name, formatter)
+# (heading, the figure it shows of a cell: a typed entry's attribute in the fixed tables, a figure named
+# in the others, formatter)
+Column = tuple[str, Callable[[Any], Any], Formatter]
 
 
 def _fmt_number(spec: str) -> Formatter:
@@ -57,23 +60,23 @@ def _fmt_gib(value: Any) -> str:
 
 # the fixed columns of the speed and memory tables
 SPEED_COLUMNS: tuple[Column, ...] = (
-    ("device speedup", "device_speedup", _fmt_number(".3f")),
-    ("device tolerance", "device_tolerance", _fmt_percent(1)),
-    ("device method", "device_method", _fmt_plain),
-    ("wall speedup", "speedup", _fmt_number(".3f")),
-    ("idle share", "idle_share", _fmt_percent(1)),
-    ("host-bound", "host_bound", _fmt_plain),
-    ("batch", "batch_size", _fmt_plain),
-    ("between-run runs (wall)", "between_run_count", _fmt_plain),
-    ("between-run runs (device)", "device_between_run_count", _fmt_plain),
+    ("device speedup", lambda e: e.device.speedup, _fmt_number(".3f")),
+    ("device tolerance", lambda e: e.device.tolerance, _fmt_percent(1)),
+    ("device method", lambda e: e.device.method, _fmt_plain),
+    ("wall speedup", lambda e: e.wall.speedup, _fmt_number(".3f")),
+    ("idle share", lambda e: e.idle_share, _fmt_percent(1)),
+    ("host-bound", lambda e: e.host_bound, _fmt_plain),
+    ("batch", lambda e: e.batch_size, _fmt_plain),
+    ("between-run runs (wall)", lambda e: e.wall.between_run_count, _fmt_plain),
+    ("between-run runs (device)", lambda e: e.device.between_run_count, _fmt_plain),
 )
 MEMORY_COLUMNS: tuple[Column, ...] = (
-    ("memory ratio", "memory_ratio", _fmt_number(".3f")),
-    ("peak GiB", "peak_mem_bytes", _fmt_gib),
-    ("max batch", "max_batch", _fmt_plain),
-    ("max batch ratio", "max_batch_ratio", _fmt_number(".3f")),
-    ("limited", "max_batch_limited", _fmt_plain),
-    ("cap GiB", "cap_bytes", _fmt_gib),
+    ("memory ratio", lambda e: e.memory_ratio, _fmt_number(".3f")),
+    ("peak GiB", lambda e: e.peak_mem_bytes, _fmt_gib),
+    ("max batch", lambda e: e.max_batch, _fmt_plain),
+    ("max batch ratio", lambda e: e.max_batch_ratio, _fmt_number(".3f")),
+    ("limited", lambda e: e.max_batch_limited, _fmt_plain),
+    ("cap GiB", lambda e: e.cap_bytes, _fmt_gib),
 )
 # convergence and distributed entries: whatever figures they hold, these first
 CONVERGENCE_FIRST = ("accuracy", "accuracy_ref", "margin", "within_margin", "finite", "steps", "batch_size", "data")
@@ -88,15 +91,21 @@ class KindTable:
     title: str
     note: str | None = None  # a paragraph above the table
     columns: tuple[Column, ...] = ()  # fixed columns; none: every figure the entries hold, `first` leading
+    entry: type[FlatEntry] | None = None  # the typed entry the fixed columns read a cell's figures as
     first: tuple[str, ...] = CONVERGENCE_FIRST
     cell_header: str = "mode"  # what the second column holds
 
     def columns_for(self, figures: list[dict]) -> tuple[Column, ...]:
         if self.columns:
             return self.columns
+        # a table of whatever the entries hold lists the figures by the names they are stored under
         names = [n for n in self.first if any(n in f for f in figures)]
         names += sorted({n for f in figures for n in f} - set(names) - {"kernels"})
-        return tuple((n, n, _fmt_plain) for n in names)
+        return tuple((n, lambda f, n=n: f.get(n), _fmt_plain) for n in names)
+
+    def cell(self, figures: dict) -> Any:
+        """What the columns read of a cell's `figures`: its typed entry where the columns are fixed."""
+        return self.entry.from_figures(figures) if self.entry is not None else figures
 
 
 _DISTRIBUTED_NOTE = ("Wall-clock figures of N ranks: speedup over fp32 under the same parallelism and comm "
@@ -108,11 +117,11 @@ KINDS: dict[str, KindTable] = {
         "Speed", "Speedups are over fp32 in the same process. The device speedup is the gated figure; its "
         "method is `graph` (CUDA-graph replay), `kernels` (the profiler's kernel sum, the fallback) or `wall` (CPU). Idle share is "
         "the share of a step's wall time the GPU sat idle (wall time minus busy time); host-bound means above 10%.",
-        SPEED_COLUMNS),
+        SPEED_COLUMNS, entry=SpeedEntry),
     "test_memory": KindTable(
         "Memory", "Memory ratio is the mode's peak memory of one training step over fp32's at the model's default "
         "batch; max batch is the largest batch that trains under the cap (confirmed by real steps), and "
-        "its ratio is to fp32's.", MEMORY_COLUMNS),
+        "its ratio is to fp32's.", MEMORY_COLUMNS, entry=MemoryEntry),
     "test_convergence": KindTable(
         "Convergence", "Accuracy after training on real data, beside fp32's (accuracy_ref) and the margin it "
         "must stay within."),
@@ -204,8 +213,8 @@ def render_markdown(document: dict, source: str | None = None) -> str:
         lines += ["", f"## {table.title} ({len(keys)} cells)", ""]
         if table.note:
             lines += [table.note, ""]
-        rows = [[f"`{m}`", f"`{md}`" if md else MISSING] + [fmt(cells[(m, md)].get(name)) for _, name, fmt in columns]
-                for m, md in keys]
+        rows = [[f"`{m}`", f"`{md}`" if md else MISSING] + [fmt(shown(cell)) for _, shown, fmt in columns]
+                for m, md in keys for cell in (table.cell(cells[(m, md)]),)]
         lines += _table(["model", table.cell_header] + [c[0] for c in columns], rows)
     return "\n".join(lines) + "\n"
 

@@ -1,7 +1,7 @@
 """Each speed cell's spread between independent runs, learned from saved runs into its baseline entry.
 
 A run's own 99% interval covers its rounds, which share one process and one card; between processes
-and cards the same cell moves further (1-5% between H100s). ``learn`` gathers, per speed entry of a
+and cards the same cell moves further (docs/design.md, "Where the constants come from"). ``learn`` gathers, per speed entry of a
 baseline file, the recording's speedup and the speedup of every saved run of the same software,
 measured the same way, and ``with_spread`` stores their log standard deviation in the entry as
 ``between_run_sd`` (with ``between_run_count`` values behind it) and centres the entry's speedup on
@@ -17,9 +17,8 @@ pooled with them exactly, without the earlier runs' JSON. Each entry lists the d
 counted, so a run is never counted twice. A re-recording keeps the spread and starts another level
 (``kept_on_rerecording``): runs added since join its level, and the sd pools each level's deviations.
 
-Each run is one sample, also where several ran on one card: on one H100 two runs minutes apart put
-the MLP's fp16 device-time speedup 0.9% apart, as far as runs on different cards land, so a run's
-offset comes from its process (memory placement, clocks, kernel choice) as much as from its card.
+Each run is one sample, also where several ran on one card: runs on one card land as far apart as
+runs on different cards (docs/design.md), a run's offset coming from its process as much as its card.
 
     ampbench spread baselines/nvidia-h100-80gb-hbm3.json run1.json run2.json ...
 """
@@ -27,11 +26,11 @@ offset comes from its process (memory placement, clocks, kernel choice) as much 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Mapping, Sequence
 
-from ampbench.baselines.entries import RatioEntry
+from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.results import Run, SpeedRecord
 from ampbench.stats import finite_number, log_sd
@@ -47,61 +46,60 @@ COMPILE_KEYS = ("triton", "torchao")
 
 @dataclass(frozen=True)
 class Figure:
-    """A speedup whose between-run spread is learned: where a baseline entry keeps it and its spread,
-    and which of a speed record's two speedups it is."""
+    """A speedup whose between-run spread is learned: the ratio of a speed entry that keeps it and its
+    spread, and which of a speed record's speedups it is."""
 
-    key: str  # the speedup in the entry's figures
-    sd_key: str  # the entry's figure for the standard deviation of ln(speedup)
-    count_key: str  # the entry's figure for how many values it came from
+    prefix: str  # its ratio's prefix in a speed entry ("", "device_", "versus_"): ``SpeedEntry.ratio``
     label: str  # what messages call it
-    recorded_key: str  # where the entry keeps the recording's own value once `key` holds the mean of the runs
-    # how it was measured (graph, kernels), under the same name in the entry and the speed record, which a
-    # run must match; None for the wall-clock speedup
-    method_key: str | None = None
-    runs_key: str = ""  # the entry's figure listing the datetimes of the runs its spread counted
-    # what the ratio is over, under the same name in both, which a run must match ("versus": compiled
-    # amp_bf16 for fp8); None where it is always fp32
-    over_key: str | None = None
-    levels_key: str = ""  # the entry's figure for the levels its values lie at (``verdict.BetweenRuns``)
-    level_count_key: str = ""  # the entry's figure for how many of them lie at the figure's level
+    # a run must have measured it the same way (graph, kernels) as the entry; False for the wall-clock speedup
+    same_method: bool = True
+    # a run must hold it over the same side as the entry ("versus": compiled amp_bf16 for fp8); False
+    # where it is always over fp32
+    over: bool = False
+
+    @property
+    def key(self) -> str:
+        """The speed record's field holding a run's value (the history's series of it too)."""
+        return self.prefix + "speedup"
+
+    @property
+    def method_key(self) -> str | None:
+        """The speed record's field naming how it was measured; None for the wall-clock speedup."""
+        return self.prefix + "method" if self.same_method else None
+
+    @property
+    def over_key(self) -> str | None:
+        """The speed record's field naming the side it is over; None where it is always fp32."""
+        return "versus" if self.over else None
 
     def measured(self, cell: SpeedRecord) -> float | None:
-        """A run's value: the speed record's field of the same name as the entry's."""
+        """A run's value."""
         return getattr(cell, self.key)
 
     def method(self, cell: SpeedRecord) -> str | None:
         return getattr(cell, self.method_key) if self.method_key else None
 
-    @property
-    def spread_keys(self) -> tuple[str, str, str, str]:
-        """The figures of the entry that hold its learned spread: sd, count, the runs counted and the
-        levels they lie at (how many lie at the figure's level is the level's own)."""
-        return self.sd_key, self.count_key, self.runs_key, self.levels_key
+    def ratio(self, entry: FlatEntry) -> RatioEntry:
+        """Its ratio in a baseline entry."""
+        return entry.ratio(self.prefix)
 
-    @property
-    def prefix(self) -> str:
-        """The prefix of the figure's names in an entry ("", "device_", "versus_"), as learned_spread reads them."""
-        return self.key[: -len("speedup")]
-
-    def recording(self, figures: Mapping) -> float | None:
-        """The value the recording measured: `key` until a spread was learned, then `recorded_key`."""
-        return finite_number(figures.get(self.recorded_key, figures.get(self.key)))
+    def recording(self, entry: FlatEntry) -> float | None:
+        """The value the recording measured: the speedup until a spread was learned, then the recorded one."""
+        ratio = self.ratio(entry)
+        return finite_number(ratio.speedup if ratio.recorded_speedup is None else ratio.recorded_speedup)
 
 
-def _figure(prefix: str, label: str, method: bool = True, over: bool = False) -> Figure:
-    return Figure(f"{prefix}speedup", f"{prefix}between_run_sd", f"{prefix}between_run_count", label,
-                  f"{prefix}recorded_speedup", f"{prefix}method" if method else None, f"{prefix}between_run_runs",
-                  "versus" if over else None, f"{prefix}between_run_levels", f"{prefix}between_run_level_count")
-
-
-WALL = _figure("", "wall-clock speedup", method=False)
-DEVICE = _figure("device_", "device-time speedup")
+WALL = Figure("", "wall-clock speedup", same_method=False)
+DEVICE = Figure("device_", "device-time speedup")
 # a compiled cell's second ratio (ampbench.speed.compiled), in device time
-VERSUS = _figure("versus_", "ratio over the versus side", over=True)
+VERSUS = Figure("versus_", "ratio over the versus side", over=True)
 FIGURES = (WALL, DEVICE, VERSUS)
 
-# the figures this module owns in a speed entry
-SPREAD_FIGURES, DEVICE_SPREAD_FIGURES, VERSUS_SPREAD_FIGURES = (f.spread_keys for f in FIGURES)
+# the figures with_spread writes into a ratio, in the order an entry that lacked them gains them; the
+# levels last, and only where there are several (one is the default)
+_LEARNED = ("recorded_speedup", "speedup", "between_run_sd", "between_run_count", "between_run_runs",
+            "between_run_levels", "between_run_level_count")
+_LEVELS = ("between_run_levels", "between_run_level_count")
 # the cell a run's slowdown plugin made slower on purpose names the fraction here (ampbench.slowdown)
 INJECTED_KEY = "injected_slowdown"
 
@@ -121,17 +119,18 @@ class Prior:
         return self.count if self.level_count is None else self.level_count
 
 
-def prior_of(figure: Figure, figures: Mapping) -> Prior | None:
-    """The spread `figures` hold for `figure`, where ``with_spread`` wrote one (centred, with its count),
+def prior_of(figure: Figure, entry: FlatEntry) -> Prior | None:
+    """The spread `entry` holds for `figure`, where ``with_spread`` wrote one (centred, with its count),
     or a re-recording kept one (``kept_on_rerecording``): then the recording alone opens another level."""
-    sd, count = finite_number(figures.get(figure.sd_key)), figures.get(figure.count_key)
-    levels, at_level = figures.get(figure.levels_key, 1), figures.get(figure.level_count_key)
-    centre = finite_number(figures.get(figure.key))
+    ratio = figure.ratio(entry)
+    sd, count = finite_number(ratio.between_run_sd), ratio.between_run_count
+    levels = 1 if ratio.between_run_levels is None else ratio.between_run_levels
+    at_level, centre = ratio.between_run_level_count, finite_number(ratio.speedup)
     if (sd is None or not isinstance(count, int) or isinstance(count, bool) or not isinstance(levels, int)
             or count - levels < 1 or centre is None or centre <= 0):
         return None
     m2 = sd * sd * (count - levels)
-    if finite_number(figures.get(figure.recorded_key)) is None:
+    if finite_number(ratio.recorded_speedup) is None:
         return Prior(count + 1, math.log(centre), m2, levels + 1, 1)
     return Prior(count, math.log(centre), m2, levels, at_level if isinstance(at_level, int) else None)
 
@@ -217,7 +216,8 @@ def software_difference(entry_software: Mapping, machine: Mapping) -> str | None
 
 
 def _why_not(entry: Mapping, run: Run, cell: SpeedRecord) -> str | None:
-    """Why `cell` of `run` is no sample of the cell that `entry` recorded, or None if it is one."""
+    """Why `cell` of `run` is no sample of the cell that `entry` (of the document) recorded, or None if
+    it is one."""
     if cell.speedup is None or cell.speedup <= 0:
         return "no speedup (the test failed before measuring one)"
     if cell.injected_slowdown:
@@ -231,34 +231,32 @@ def _why_not(entry: Mapping, run: Run, cell: SpeedRecord) -> str | None:
     if software:
         return software
     measured_with = {"cudnn_benchmark": cell.cudnn_benchmark, "block_seconds": cell.block_seconds}
-    return measurement_mismatch(entry["figures"], measured_with)
+    return measurement_mismatch(SpeedEntry.from_figures(entry["figures"]), measured_with)
 
 
-def _figure_why_not(figure: Figure, entry: Mapping, cell: SpeedRecord) -> tuple[bool, str | None]:
+def _figure_why_not(figure: Figure, entry: SpeedEntry, cell: SpeedRecord) -> tuple[bool, str | None]:
     """(whether `cell` gives `figure` a value, why not where that is worth saying). An entry or a cell
     without the figure (recorded or run before device time was measured) silently gives nothing."""
-    recorded, measured = figure.recording(entry["figures"]), figure.measured(cell)
+    recorded, measured = figure.recording(entry), figure.measured(cell)
     if recorded is None or recorded <= 0 or measured is None or measured <= 0:
         return False, None
-    if figure.over_key is not None:
-        ours, theirs = getattr(cell, figure.over_key), entry["figures"].get(figure.over_key)
+    if figure.over:
+        ours, theirs = cell.versus, entry.versus
         if ours != theirs:
             return False, (f"{figure.label} over {ours} in the run and over {theirs} in the baseline: "
                            "another ratio, not a sample of its spread")
-    if figure.method_key is not None:
-        ours, theirs = figure.method(cell), entry["figures"].get(figure.method_key)
+    if figure.same_method:
+        ours, theirs = figure.method(cell), figure.ratio(entry).method
         if ours != theirs:
             return False, (f"{figure.label} measured by {ours} in the run and by {theirs} in the baseline: "
                            "another measurement, not a sample of its spread")
     return True, None
 
 
-def learn(entries: Mapping[str, Mapping], runs: Sequence[Run], add: bool = False) -> Learned:
-    """Each speed entry's speedups (``FIGURES``) across the recording and `runs`, with why
-    any run's cell does not count. A run given twice (the same pytest-benchmark datetime) counts once.
-    With `add`, the runs are added to the spread each entry already holds (``prior_of``), and a run the
-    entry lists as counted is left out."""
-    learned = Learned()
+def _samples(entries: Mapping[str, Mapping], typed: dict[str, SpeedEntry], runs: Sequence[Run], add: bool,
+             learned: Learned) -> tuple[dict, dict]:
+    """Per figure key and test id, the values of `runs` that count and the runs they came from; what
+    does not count goes to `learned`'s left_out, with why."""
     samples: dict[str, dict[str, list[float]]] = {f.key: {} for f in FIGURES}
     counted: dict[str, dict[str, list[str]]] = {f.key: {} for f in FIGURES}
     seen: dict[str, str] = {}
@@ -270,33 +268,44 @@ def learn(entries: Mapping[str, Mapping], runs: Sequence[Run], add: bool = False
         if run.datetime:
             seen[run.datetime] = name
         for cell in run.of_kind(SpeedRecord):
-            entry = entries.get(cell.test_id)
-            if entry is None or finite_number(entry["figures"].get("speedup")) is None:
+            entry = typed.get(cell.test_id)
+            if entry is None or finite_number(entry.wall.speedup) is None:
                 learned.left_out.append((name, cell.test_id, "no speed entry in the baseline file"))
                 continue
-            why = _why_not(entry, run, cell)
+            why = _why_not(entries[cell.test_id], run, cell)
             if why:
                 learned.left_out.append((name, cell.test_id, why))
                 continue
             for figure in FIGURES:
                 counts, why = _figure_why_not(figure, entry, cell)
-                if counts and add and run.datetime in (entry["figures"].get(figure.runs_key) or ()):
+                if counts and add and run.datetime in (figure.ratio(entry).between_run_runs or ()):
                     counts, why = False, f"{figure.label}: counted in the entry's spread already"
                 if why:
                     learned.left_out.append((name, cell.test_id, why))
                 if counts:
                     samples[figure.key].setdefault(cell.test_id, []).append(figure.measured(cell))
                     counted[figure.key].setdefault(cell.test_id, []).append(run.datetime or name)
+    return samples, counted
+
+
+def learn(entries: Mapping[str, Mapping], runs: Sequence[Run], add: bool = False) -> Learned:
+    """Each speed entry's speedups (``FIGURES``) across the recording and `runs`, with why
+    any run's cell does not count. A run given twice (the same pytest-benchmark datetime) counts once.
+    With `add`, the runs are added to the spread each entry already holds (``prior_of``), and a run the
+    entry lists as counted is left out."""
+    learned = Learned()
+    typed = {test_id: SpeedEntry.from_figures(entry["figures"]) for test_id, entry in entries.items()}
+    samples, counted = _samples(entries, typed, runs, add, learned)
     for figure in FIGURES:
         cells = {}
         for test_id, values in sorted(samples[figure.key].items()):
-            figures = entries[test_id]["figures"]
-            prior = prior_of(figure, figures) if add else None
+            entry = typed[test_id]
+            prior = prior_of(figure, entry) if add else None
             runs = tuple(counted[figure.key][test_id])
             if prior is None:
-                cells[test_id] = CellSpread(test_id, (figure.recording(figures), *values), runs=runs)
+                cells[test_id] = CellSpread(test_id, (figure.recording(entry), *values), runs=runs)
             else:
-                earlier = tuple(figures.get(figure.runs_key) or ())
+                earlier = tuple(figure.ratio(entry).between_run_runs or ())
                 cells[test_id] = CellSpread(test_id, tuple(values), prior, earlier + runs)
         learned.figures[figure.key] = cells
     return learned
@@ -308,33 +317,38 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
     entry's `recorded` stamp is kept, since its recording is unchanged."""
     entries = {}
     for test_id, entry in document["entries"].items():
-        figures = dict(entry["figures"])
+        typed = SpeedEntry.from_figures(entry["figures"])
         for figure in FIGURES:
             spread = learned.figures[figure.key].get(test_id)
             if spread is not None:
-                # the mean of every value is a better baseline than any one of them (learned_spread's
-                # bound assumes it); the recording's own value stays beside it, for the next learning
-                figures[figure.recorded_key] = figure.recording(figures)
-                figures.update({figure.key: spread.centre, figure.sd_key: spread.sd, figure.count_key: spread.count,
-                                figure.runs_key: list(spread.runs)})
-                # one level is the default: an entry learned afresh drops an earlier learning's levels
-                levels = {figure.levels_key: spread.levels, figure.level_count_key: spread.level_count}
-                for key, value in levels.items():
-                    figures.pop(key, None)
-                    if spread.levels > 1:
-                        figures[key] = value
+                typed = _learned_into(typed, figure, spread)
         for figure in (DEVICE, VERSUS):
-            if finite_number(figures.get(figure.key)) is not None:
+            ratio = figure.ratio(typed)
+            if finite_number(ratio.speedup) is not None:
                 # what the verdict will now use under the default floor, so the file says what is guarded
-                p = figure.prefix
-                figures[f"{p}tolerance"] = entry_tolerance(DEFAULT_TOLERANCE, RatioEntry.read(figures, p))
+                tolerance = entry_tolerance(DEFAULT_TOLERANCE, ratio)
+                typed = typed.with_ratio(figure.prefix, replace(ratio, tolerance=tolerance), ("tolerance",))
+        figures = typed.to_figures()
         if figures != entry["figures"]:
             entry = dict(entry, figures=figures)
         entries[test_id] = entry
     return dict(document, entries=entries)
 
 
-def kept_on_rerecording(previous: Mapping | None, measured_with: Mapping[str, object], device_method: str | None,
+def _learned_into(entry: SpeedEntry, figure: Figure, spread: CellSpread) -> SpeedEntry:
+    """`entry` with `figure`'s spread learned: its speedup the centre of every value, the recording's own
+    value beside it (the mean is a better baseline than any one value, and learned_spread's bound
+    assumes it; the next learning reads the recording). One level is the default: an entry learned
+    afresh drops an earlier learning's levels."""
+    old, several = figure.ratio(entry), spread.levels > 1
+    ratio = replace(old, recorded_speedup=figure.recording(entry), speedup=spread.centre,
+                    between_run_sd=spread.sd, between_run_count=spread.count, between_run_runs=list(spread.runs),
+                    between_run_levels=spread.levels if several else None,
+                    between_run_level_count=spread.level_count if several else None)
+    return entry.with_ratio(figure.prefix, ratio, _LEARNED, moved=_LEVELS)
+
+
+def kept_on_rerecording(previous: SpeedEntry | None, measured_with: Mapping[str, object], device_method: str | None,
                         floor: float, device_noise: float) -> dict:
     """The learned-spread figures a re-recorded speed entry keeps from the entry it replaces (the wall
     and device-time speedups'), and the device tolerance they give: the spread is kept wherever the
@@ -344,22 +358,23 @@ def kept_on_rerecording(previous: Mapping | None, measured_with: Mapping[str, ob
     level, and dropping the spread there would send every cell back to the unlearned tolerance. The
     recording alone is the new level, so the kept spread judges it uncentred (``BetweenRuns``)."""
     alike = previous is not None and measurement_mismatch(previous, dict(measured_with)) is None
-    kept = carried(previous, alike) | carried(previous, alike and previous.get(DEVICE.method_key) == device_method,
-                                              DEVICE_SPREAD_FIGURES)
-    return {**kept, "device_tolerance": entry_tolerance(floor, RatioEntry.read(kept, DEVICE.prefix), device_noise)}
+    device_alike = alike and previous.device.method == device_method
+    device = previous.device.kept_spread() if device_alike else RatioEntry()
+    kept = carried(previous, alike) | device.figures(DEVICE.prefix)
+    return {**kept, "device_tolerance": entry_tolerance(floor, device, device_noise)}
 
 
-def carried_device(previous: Mapping | None, measured_alike: bool) -> dict:
+def carried_device(previous: SpeedEntry | None, measured_alike: bool) -> dict:
     """As ``carried``, for the device-time speedup's spread (`measured_alike`: its device time measured
     the same way too)."""
-    return carried(previous, measured_alike, DEVICE_SPREAD_FIGURES)
+    return carried(previous, measured_alike, DEVICE)
 
 
-def carried(previous: Mapping | None, measured_alike: bool, names: Sequence[str] = SPREAD_FIGURES) -> dict:
-    """The spread figures (`names`: the wall-clock speedup's by default) a re-recorded entry keeps: its
+def carried(previous: SpeedEntry | None, measured_alike: bool, figure: Figure = WALL) -> dict:
+    """The spread figures of `figure` (the wall-clock speedup by default) a re-recorded entry keeps: its
     old entry's, where that measured the figure the same way (`measured_alike`: the same settings and
     method, on any software; see ``kept_on_rerecording``), else none: a figure measured otherwise is
     another figure, whose spread must be learned from its own runs."""
     if previous is None or not measured_alike:
         return {}
-    return {name: previous[name] for name in names if name in previous}
+    return figure.ratio(previous).kept_spread().figures(figure.prefix)

@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Mapping
 
 from ampbench.baselines.schema import (  # noqa: F401 - the file format's names, read from here too
     SCHEMA_VERSION,
@@ -34,6 +35,7 @@ from ampbench.baselines.schema import (  # noqa: F401 - the file format's names,
     validate,
     validate_entry,
 )
+from ampbench.baselines.entries import FlatEntry
 from ampbench.inputs import DuplicateKey, UnreadableFile, read_text, special_kind, unique_keys
 
 
@@ -255,12 +257,14 @@ def unwritable_reason(path: Path, make_parents: bool = True) -> str | None:
 MEASUREMENT_DEFAULTS: dict[str, object] = {"cudnn_benchmark": True, "block_seconds": 0.1}
 
 
-def measurement_mismatch(baseline: dict, measured_with: dict[str, object]) -> str | None:
-    """A sentence naming each setting this run measures with that differs from the baseline's, or None."""
+def measurement_mismatch(baseline: FlatEntry, measured_with: Mapping[str, object]) -> str | None:
+    """A sentence naming each setting this run measures with that differs from the `baseline` entry's,
+    or None."""
+    recorded = {**MEASUREMENT_DEFAULTS, **baseline.measured_with()}
     differ = [
-        f"{name} {baseline.get(name, MEASUREMENT_DEFAULTS.get(name))} in the baseline, {value} here"
+        f"{name} {recorded.get(name)} in the baseline, {value} here"
         for name, value in measured_with.items()
-        if baseline.get(name, MEASUREMENT_DEFAULTS.get(name)) != value
+        if recorded.get(name) != value
     ]
     if not differ:
         return None

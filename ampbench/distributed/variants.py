@@ -16,6 +16,7 @@ from typing import Callable, NoReturn, Sequence
 import torch
 from torch import nn
 
+import models
 from ampbench.modes import MODES, PrecisionMode
 from ampbench.speed.hostload import is_host_bound
 from ampbench.stats import SpeedupEstimate, estimate_speedup, median
@@ -280,9 +281,8 @@ class DistFigures:
 def host_bound_verdict(verdict: Verdict, host_bound: bool) -> Verdict:
     """A distributed cell's figures are wall-clock throughput. Where its mode's step is host-bound, a
     drop below the line is inconclusive, not a regression: the GPU had idle time to absorb more work,
-    and the host that launches the steps sets the pace. On two H200s, resnet50's and gpt's 16-bit DDP
-    cells took 4-32% longer per step in a second run on the same machine than when they were recorded,
-    while the speedups of their fp32 and TF32 cells, which keep the GPU busy, held to 0.5%. As in the
+    and the host that launches the steps sets the pace (docs/design.md, "Device time, wall time, and the
+    gate"). As in the
     single-GPU suite, where a wall-only drop is a ``HostOverhead`` warning, a slower host is reported,
     never failed."""
     return Verdict.INCONCLUSIVE if host_bound and verdict is Verdict.REGRESSION else verdict
@@ -337,23 +337,24 @@ def merge_ranks(docs: Sequence[dict], confidence: float) -> DistFigures:
 # -- how many ranks, and which cells ----------------------------------------------------------------
 
 CPU_WORLD_SIZE = 2  # gloo processes of the CPU smoke pass
-GPU_MODELS = ("resnet50", "gpt")  # and, in the full tier, llama (its ModelSpec's tier)
-FULL_TIER_GPU_MODELS = (*GPU_MODELS, "llama")
-# the CPU pass runs in CI on two slow cores: one small model, one mode, every variant that applies
-CPU_MODELS, CPU_MODES = ("mlp",), ("amp_bf16",)
+# the CPU pass runs in CI on two slow cores: one small model (its ModelSpec's `distributed` field), one
+# mode, every variant that applies
+CPU_MODES = ("amp_bf16",)
 
 
 def default_cells(device: torch.device, tier: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(models, modes) of the distributed cells where --perf-models and --perf-precisions name none.
-    On GPUs every mode but those whose row compiles (fp8): as in the single-GPU suite they run where
+    The models are those whose ModelSpec's `distributed` field names the run. On GPUs every mode but those whose row compiles (fp8): as in the single-GPU suite they run where
     --perf-precisions names them, since each comm variant builds two trainers and each compile costs
     about a minute. And as there, the quick tier leaves out the rows that are ``full_tier_only`` (fp32's
-    control of the harness, TF32): on two H200s their eight launches' cells were a third of its time."""
+    control of the harness, TF32), which cost a third of the distributed tests' time (docs/design.md)."""
     if device.type != "cuda":
-        return CPU_MODELS, CPU_MODES
+        return tuple(models.kind_models("distributed", "cpu_smoke")), CPU_MODES
     full = tier == "full"
-    models = FULL_TIER_GPU_MODELS if full else GPU_MODELS
-    return models, tuple(name for name, row in MODES.items() if not row.compile and (full or not row.full_tier_only))
+    # a compiled-only tier deselects these tests (their cells are no model_name cells); its collection
+    # takes the quick tier's models
+    names = tuple(models.kind_models("distributed", "full" if full else "quick"))
+    return names, tuple(name for name, row in MODES.items() if not row.compile and (full or not row.full_tier_only))
 
 
 def resolve_world_size(requested: int | None, device: torch.device, gpus: int, cpus: int) -> int:

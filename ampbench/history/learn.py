@@ -15,9 +15,10 @@ run records and says so), "unlearned" (judged at the unlearned tolerance), "lear
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ampbench.history.series import Series
+from ampbench.baselines.entries import RatioEntry
 from ampbench.baselines.spread import Prior
 from ampbench.verdict import (
     DEFAULT_TOLERANCE,
@@ -145,20 +146,17 @@ class CellBaseline:
             head += f"; about {percent(ahead)} after {PROJECT_TO}"
         return head
 
-    def entry_figures(self, prefix: str) -> dict:
-        """The level and the learned spread under a baseline entry's names with `prefix` ("", "device_",
-        "versus_"), as ``verdict.learned_spread`` reads them back: centred on the level, whose first run's
-        value stands as the recording's; {} while learning."""
+    def into(self, ratio: RatioEntry, stores_tolerance: bool) -> RatioEntry:
+        """`ratio` (a baseline entry's) with the level and the learned spread, as ``verdict.learned_spread``
+        reads them back: centred on the level, whose first run's value stands as the recording's, and
+        with the tolerance where the ratio stores one (`stores_tolerance`); as it was while learning."""
         if self.level is None:
-            return {}
-        figures: dict = {f"{prefix}speedup": self.level, f"{prefix}recorded_speedup": self.first}
+            return ratio
+        ratio = replace(ratio, speedup=self.level, recorded_speedup=self.first)
         if self.pooled.sd is not None:
-            figures.update({f"{prefix}between_run_sd": self.pooled.sd, f"{prefix}between_run_count": self.pooled.count,
-                            f"{prefix}between_run_levels": self.pooled.levels,
-                            f"{prefix}between_run_level_count": self.level_count})
-        if prefix:
-            figures[f"{prefix}tolerance"] = self.tolerance
-        return figures
+            ratio = replace(ratio, between_run_sd=self.pooled.sd, between_run_count=self.pooled.count,
+                            between_run_levels=self.pooled.levels, between_run_level_count=self.level_count)
+        return replace(ratio, tolerance=self.tolerance) if stores_tolerance else ratio
 
 
 def percent(x: float) -> str:

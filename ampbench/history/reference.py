@@ -15,27 +15,31 @@ from pathlib import Path
 from typing import Mapping
 
 from ampbench.baselines import spread
+from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.store import BaselineStore
 from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
 from ampbench.history.series import Series
 from ampbench.history.store import History
 from ampbench.verdict import DEFAULT_TOLERANCE
 
-# each ratio a speed entry holds: the spread figure's names, and its prefix in the entry
+# each ratio a speed entry holds, by its prefix
 RATIOS = ((spread.WALL, ""), (spread.DEVICE, "device_"), (spread.VERSUS, "versus_"))
 SPEED = "test_speed["
 # what an entry takes from the cell's latest counted run where the baseline file has no entry of it:
-# how its figures were measured, and what its messages compare (the kernels)
+# how its figures were measured, and what its messages compare (the kernels); names of a speed record
 FROM_RECORD = ("device_method", "device_fallback", "versus", "versus_method", "kernels", "batch_size",
                "cudnn_benchmark", "block_seconds", "idle_share", "host_bound", "memory_ratio", "peak_mem_bytes")
+# the figures an overlay sets in a ratio, in the order an entry that lacked them gains them
+_OVERLAID = ("speedup", "recorded_speedup", "between_run_sd", "between_run_count", "between_run_levels",
+             "between_run_level_count", "tolerance", "between_run_runs")
 
 
-def prior_for(figure: spread.Figure, entry: Mapping | None, series: Series) -> spread.Prior | None:
+def prior_for(figure: spread.Figure, entry: SpeedEntry | None, series: Series) -> spread.Prior | None:
     """The file's spread of `figure`, less the runs of `series` it already counts: a file exported from
     this history (or re-recorded over it) lists the history's runs among its own, by their times, and
     counting them twice would shrink the noise for nothing."""
     prior = spread.prior_of(figure, entry) if entry is not None else None
-    listed = entry.get(figure.runs_key) if prior is not None and figure.runs_key else None
+    listed = figure.ratio(entry).between_run_runs if prior is not None else None
     if prior is None or not isinstance(listed, list):
         return prior
     times = {str(r) for r in listed}
@@ -58,12 +62,13 @@ def overlay(entry: Mapping | None, learned: Mapping[str, CellBaseline], latest: 
         return dict(entry) if entry is not None else None
     if entry is None and "" not in known:
         return None  # a speed entry is held by its wall-clock figure too (speed_cell._checks)
-    figures = dict(entry) if entry is not None else {k: latest[k] for k in FROM_RECORD if latest and latest.get(k) is not None}
+    typed = SpeedEntry.from_figures(
+        entry if entry is not None else {k: latest[k] for k in FROM_RECORD if latest and latest.get(k) is not None})
     for prefix, b in known.items():
-        figures.update(b.entry_figures(prefix))
-        figure = next(f for f, p in RATIOS if p == prefix)
-        figures[figure.runs_key] = list(counted.get(prefix, []))
-    return figures
+        ratio = b.into(typed.ratio(prefix), stores_tolerance=bool(prefix))
+        ratio = replace(ratio, between_run_runs=list(counted.get(prefix, [])))
+        typed = typed.with_ratio(prefix, ratio, _OVERLAID)
+    return typed.to_figures()
 
 
 @dataclass
@@ -108,7 +113,7 @@ class HistoryBaselines:
                 for test_id, series in self.history.series_of(self.store.gpu, figure.key).items():
                     if not test_id.startswith(SPEED) or not series.points:
                         continue
-                    prior = prior_for(figure, self.store.figures(test_id), series)
+                    prior = prior_for(figure, SpeedEntry.of(self.store.figures(test_id)), series)
                     self._learned.setdefault(test_id, {})[prefix] = learn(series, prior, self.floor)
                     counted = [p for p in series.points if p.counts]
                     self._counted.setdefault(test_id, {})[prefix] = [p.when for p in counted]

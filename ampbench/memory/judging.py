@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ampbench.baselines.entries import MemoryEntry
 from ampbench.baselines.store import CARRIED_FIGURES
 from ampbench.memory.search import gib
 from ampbench.results import MemoryRecord
@@ -59,25 +60,25 @@ def summary(model: str, mode: str, f: dict) -> str:
     )
 
 
-def same_budget(baseline: dict, cap_bytes: float, alloc_conf: str | None) -> bool:
+def same_budget(baseline: MemoryEntry, cap_bytes: float, alloc_conf: str | None) -> bool:
     """Whether a baseline entry's largest batch was found under this cap and these allocator settings."""
-    base_cap = baseline.get("cap_bytes")
+    base_cap = baseline.cap_bytes
     return (isinstance(base_cap, (int, float)) and base_cap > 0 and abs(cap_bytes / base_cap - 1.0) <= CAP_MATCH
-            and baseline.get("alloc_conf") == alloc_conf)
+            and baseline.alloc_conf == alloc_conf)
 
 
-def search_start(baseline: dict | None, cap_bytes: float) -> tuple[int, int] | None:
+def search_start(baseline: MemoryEntry | None, cap_bytes: float) -> tuple[int, int] | None:
     """(largest batch, grid step) of a baseline entry found under this cap and this process's allocator
     settings, where the search starts; None where there is none, and the search goes blind."""
     if not baseline or not same_budget(baseline, cap_bytes, allocator_config()):
         return None
-    batch, step = baseline.get("max_batch"), baseline.get("max_batch_step")
+    batch, step = baseline.max_batch, baseline.max_batch_step
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, step)):
         return None
     return batch, step
 
 
-def judge(model: str, mode: str, figures: dict, baseline: dict | None, tolerance: float) -> MemoryJudgement:
+def judge(model: str, mode: str, figures: dict, baseline: MemoryEntry | None, tolerance: float) -> MemoryJudgement:
     """Hold a memory cell's figures against its baseline entry.
 
     Peak memory and its ratio to fp32 must not grow by more than `tolerance`; the largest batch and its
@@ -93,34 +94,34 @@ def judge(model: str, mode: str, figures: dict, baseline: dict | None, tolerance
     checks: list[tuple[RatioCheck, float]] = []
     notes: list[str] = []
 
-    def hold(name: str, figure: str, worse: str, slack: float = 0.0) -> None:
-        expected = baseline.get(name)
+    def hold(expected: object, name: str, figure: str, worse: str, slack: float = 0.0) -> None:
+        """Hold the cell's figure `name` against the entry's `expected` value of it."""
         if isinstance(expected, (int, float)) and not isinstance(expected, bool) and expected > 0:
             checks.append((RatioCheck(model, mode, figure, float(expected), tolerance + slack, worse), float(figures[name])))
 
-    hold("peak_mem_bytes", "peak memory (bytes)", "higher")
-    hold("memory_ratio", "memory ratio to fp32", "higher")
-    base_cap = baseline.get("cap_bytes")
+    hold(baseline.peak_mem_bytes, "peak_mem_bytes", "peak memory (bytes)", "higher")
+    hold(baseline.memory_ratio, "memory_ratio", "memory ratio to fp32", "higher")
+    base_cap = baseline.cap_bytes
     if not searched(figures):
         pass  # the head says so; a baseline's largest batch waits for a run that searches
     elif not same_budget(baseline, figures["cap_bytes"], figures.get("alloc_conf")):
         notes.append(
             f"largest batch not compared: baseline recorded under a cap of {gib(base_cap) if isinstance(base_cap, (int, float)) else 'n/a'} "
-            f"and allocator settings {baseline.get('alloc_conf')!r}, this run {gib(figures['cap_bytes'])} and {figures.get('alloc_conf')!r}"
+            f"and allocator settings {baseline.alloc_conf!r}, this run {gib(figures['cap_bytes'])} and {figures.get('alloc_conf')!r}"
         )
-    elif figures.get("max_batch_limited") or baseline.get("max_batch_limited"):
+    elif figures.get("max_batch_limited") or baseline.max_batch_limited:
         notes.append("largest batch not compared: the search stopped at the batch limit")
     else:
         own = figures["max_batch_step"] / figures["max_batch"]
-        hold("max_batch", "largest batch", "lower", own)
+        hold(baseline.max_batch, "max_batch", "largest batch", "lower", own)
         if not figures.get("max_batch_ref_limited"):
-            hold("max_batch_ratio", "largest batch ratio to fp32", "lower",
+            hold(baseline.max_batch_ratio, "max_batch_ratio", "largest batch ratio to fp32", "lower",
                  own + figures["max_batch_ref_step"] / figures["max_batch_ref"])
 
     failures = tuple(msg for check, value in checks if (msg := check.failure(value)) is not None)
     improved = [c for c, v in checks if c.improved(v)]
     compared = "; ".join(f"{c.figure} {v:.4g} vs baseline {c.expected:.4g} ({v / c.expected - 1:+.1%})" for c, v in checks)
-    expected_tput = baseline.get("max_batch_throughput_ratio")
+    expected_tput = baseline.max_batch_throughput_ratio
     if isinstance(expected_tput, (int, float)) and expected_tput > 0 and figures.get("max_batch_throughput_ratio"):
         notes.append(f"max-batch throughput ratio {figures['max_batch_throughput_ratio']:.3f}x vs baseline "
                      f"{expected_tput:.3f}x (reported, not held)")
@@ -198,7 +199,7 @@ SEARCH_FIGURES = CARRIED_FIGURES["test_memory"]
 BASELINE_FIGURES = DEFAULT_BATCH_FIGURES + SEARCH_FIGURES
 
 
-def memory_record(cell: CellMemory, reference: CellMemory, device: str, baseline: dict | None,
+def memory_record(cell: CellMemory, reference: CellMemory, device: str, baseline: MemoryEntry | None,
                   tolerance: float) -> tuple[MemoryRecord, MemoryJudgement]:
     """The record of a memory cell, held against its baseline entry, and the judgement it carries
     (whose failures name each figure beyond its tolerance)."""
@@ -209,8 +210,8 @@ def memory_record(cell: CellMemory, reference: CellMemory, device: str, baseline
         search_probes=[[p["batch"], p["peak_bytes"], p["reserved_peak_bytes"], p["seconds"], p["alloc_retries"]]
                        for p in cell.probe_log],
         search=cell.search.describe() if cell.search is not None else None,
-        baseline_memory_ratio=baseline.get("memory_ratio") if baseline else None,
-        baseline_max_batch=baseline.get("max_batch") if baseline else None,
+        baseline_memory_ratio=baseline.memory_ratio if baseline else None,
+        baseline_max_batch=baseline.max_batch if baseline else None,
         tolerance=tolerance, verdict=judgement.verdict, message=judgement.message,
     )
     return record, judgement

@@ -245,7 +245,7 @@ def _record_baseline(store: BaselineStore, test_id: str, software: dict, setting
     measured_with = _measured_with(settings)
     comparable = speed.comparable_recording(baseline, store.software(test_id), software, measured_with)
     # the spread is kept on other software too; only the level is this recording's
-    alike = baseline is not None and measurement_mismatch(baseline.measured_with(), measured_with) is None
+    alike = baseline is not None and measurement_mismatch(baseline, measured_with) is None
     figures = {}
     for ratio in ratios:
         figures.update(ratio.recorded(baseline, comparable, alike, pol, settings.tolerance))
@@ -262,7 +262,7 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Baseline
     """The cell's warnings: how it was measured (first), and what a cell that held should still say."""
     dev, wall, versus = ratios[0], ratios[1], (ratios[2:] or [None])[0]
     judging = baseline is not None and not settings.update_baselines
-    mismatch = measurement_mismatch(baseline.measured_with(), _measured_with(settings)) if judging else None
+    mismatch = measurement_mismatch(baseline, _measured_with(settings)) if judging else None
     if mismatch:
         cell.warn_first.append(UserWarning(f"{test_id}: {mismatch}"))
     if dev.why_unchecked and judging:

@@ -32,7 +32,7 @@ from ampbench.train import Trainer
 
 # Kineto leaves CUPTI attached after a profiling session unless told to tear it down, and an attached
 # CUPTI slows every later kernel launch: wall-clock blocks timed after a cell's profiled block would
-# then time the profiler's leftovers (an H100's lstm_lm amp_fp16 eager step read 10.9 ms, not 8.4).
+# then time the profiler's leftovers (docs/design.md).
 # Kineto reads this when it starts; a value the user set is kept.
 os.environ.setdefault("TEARDOWN_CUPTI", "1")
 

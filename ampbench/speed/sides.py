@@ -79,8 +79,8 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
         return SpeedPolicy(2, 0.0, 0.002, smoke, smoke, 8, look_confidence=look)
     if recording:
         min_rounds = max(min_rounds, RECORDING_MIN_ROUNDS)
-    # One-step blocks of a 30 ms step spread +-10% on an H100 (the ramp from an idle GPU), so
-    # each side's block is ~0.1 s by default; fp32 steps are longer than that, so their blocks are one step.
+    # each side's block is ~0.1 s by default, past an idle GPU's ramp (docs/design.md); fp32 steps are
+    # longer than that, so their blocks are one step.
     return SpeedPolicy(
         # cuDNN tunes in the first step and the scaler's start-up overflows pass within a few; the
         # seconds keep a fast step warming up longer, and six to ten more eager steps (probe, peak,
@@ -153,8 +153,8 @@ def recapture_reference(reference: Side) -> None:
     cuDNN's RNN dropout keeps one state buffer per device, and the first RNN step after any CUDA
     reseed (every Trainer seeds, so that all modes start from the same weights) frees it and allocates
     a new one. A graph captured before then still writes into the old buffer, memory the allocator has
-    since handed to the next trainer: on an H100 it turned lstm_lm fp16_master's weights into inf
-    within three rounds. So once the mode's trainer has stepped, the reference is captured anew."""
+    since handed to the next trainer, corrupting its weights (docs/design.md). So once the mode's trainer
+    has stepped, the reference is captured anew."""
     if reference.graph is None or not uses_rnn_dropout_state(reference.trainer.model):
         return
     reference.graph = None
@@ -260,8 +260,8 @@ def judge(
     of rounds agrees; a straddling interval is extended, then inconclusive.
 
     An interval wholly on one side of the line is a verdict at any width, so a judged figure takes its
-    first batch's rounds and no more (on an H100 the extra rounds of tightening were 27 s of the quick
-    tier's 176 s of speed cells, spent on cells that passed). Without a baseline, and in a recording
+    first batch's rounds and no more (tightening it costs time on cells that pass: docs/design.md).
+    Without a baseline, and in a recording
     (`policy.tighten_judged`), whose interval becomes the stored noise, rounds are added until the
     interval is half as wide as the cell's own tolerance: a cell whose runs spread further needs no
     tighter interval than its line allows."""
@@ -363,7 +363,7 @@ def comparable_recording(previous: SpeedEntry | None, previous_software: dict | 
     """Whether a previous baseline entry measured what this recording measures: the same software in each
     layer the entry names (``software_difference``), and the same settings (``measurement_mismatch``)."""
     return (previous is not None and software_difference(previous_software or {}, software) is None
-            and measurement_mismatch(previous.measured_with(), measured_with) is None)
+            and measurement_mismatch(previous, measured_with) is None)
 
 
 def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: float | None,
@@ -373,12 +373,11 @@ def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: fl
     apart, and, when the entry is re-recorded `comparable`-ly (the same software, measured the same
     way), how far this recording lies from the previous one, so recording twice teaches the suite a
     cell's run-to-run spread. A previous entry measured otherwise (cuDNN autotuning against its
-    heuristics moved WRN-28-10 tf32 from 3.23x to 4.04x) differs by a shift, not by noise: counting
-    it gave that cell a 45% tolerance.
+    heuristics) differs by a shift, not by noise, and is not counted (docs/design.md).
 
-    The second batch's own interval is left out: with its 8 rounds it is [min, max], and one stray
-    round made resnet50 tf32 (+-0.2% in its first batch) look 12% noisy on an H100. An old entry's
-    noise is not carried over either, so a noisy recording does not loosen a cell for ever.
+    The second batch's own interval is left out: with its 8 rounds it is [min, max], which one stray
+    round sets. An old entry's noise is not carried over either, so a noisy recording does not loosen a
+    cell for ever.
     """
     noise = max(first.half_width, relative_spread(first.speedup, second.speedup))
     if comparable and finite_number(previous):

@@ -19,6 +19,7 @@ import pytest
 
 from ampbench import convergence as conv
 from ampbench import underflow
+from ampbench.baselines.entries import ConvergenceEntry
 from ampbench.data import load_digits
 from ampbench.modes import label, parity_reference_of
 from ampbench.device import release
@@ -73,7 +74,7 @@ def test_convergence(benchmark, record_result, model_spec, mode, perf_settings, 
     ref = ref if ref is not None else result
     release(perf_device)
 
-    baseline = baseline_store.figures(test_id) if baseline_store is not None else None
+    baseline = ConvergenceEntry.of(baseline_store.figures(test_id)) if baseline_store is not None else None
     cell = conv.parity_cell(result, ref, budget, baseline, str(perf_device), SEED, label(ref_mode))
     record_result(cell.record)
     if perf_settings.update_baselines and baseline_store is not None:

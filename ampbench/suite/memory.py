@@ -16,6 +16,7 @@ import warnings
 import pytest
 
 from ampbench import memory
+from ampbench.baselines.entries import MemoryEntry
 from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
 from ampbench.modes import REFERENCE_MODE, get_mode
@@ -60,7 +61,7 @@ def needs_cuda(perf_device) -> None:
         pytest.skip(memory.NO_CUDA_REASON)
 
 
-def _measure(spec, mode, device, settings, cap, baseline: dict | None, timed=None) -> CellMemory | str:
+def _measure(spec, mode, device, settings, cap, baseline: MemoryEntry | None, timed=None) -> CellMemory | str:
     """The cell's measurement, or a failure message naming model, mode, batch and figures. The search,
     where this tier runs it, starts at `baseline`'s largest batch where it was recorded under this cap
     (see ``memory.search_start``)."""
@@ -75,8 +76,8 @@ def _test_id(model: str, mode: str) -> str:
     return f"test_memory[{model}-{mode}]"
 
 
-def _baseline(baseline_store, model: str, mode: str) -> dict | None:
-    return baseline_store.figures(_test_id(model, mode)) if baseline_store is not None else None
+def _baseline(baseline_store, model: str, mode: str) -> MemoryEntry | None:
+    return MemoryEntry.of(baseline_store.figures(_test_id(model, mode))) if baseline_store is not None else None
 
 
 @pytest.fixture
