@@ -35,7 +35,7 @@ LINE, BAND, COUNTED, CHANGE, SOFTWARE = "#1f77b4", "#1f77b4", "#1f77b4", "#c6282
 @dataclass(frozen=True)
 class TrendCell:
     """One cell's trend: its series, what the history learned of it, its changes, and the runs whose
-    software or label differs from the run before (point index, 'torch 2.11→2.12')."""
+    software differs from the run before (point index, 'torch 2.11→2.12')."""
 
     series: Series
     learned: CellBaseline
@@ -66,10 +66,11 @@ class Trends:
 
 
 def software_changes(before: "RunSummary", after: "RunSummary") -> list[str]:
-    """'torch 2.11→2.12' for each software layer, and 'label a→b', that `after` records differently."""
+    """'torch 2.11→2.12' for each software layer that `after` records differently. The label is left
+    out: in CI it is the commit, new on every run, and would mark every point (`ampbench history
+    changes` names it beside each change)."""
     old, new = before.software or {}, after.software or {}
     pairs = [(key, old.get(key), new.get(key)) for key in SOFTWARE_ORDER]
-    pairs.append(("label", before.label, after.label))
     return [f"{name} {a or '-'}→{b or '-'}" for name, a, b in pairs if (a or None) != (b or None)]
 
 
