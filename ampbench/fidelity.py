@@ -17,7 +17,7 @@ from typing import Iterator
 
 import torch
 
-from ampbench.speed import sides as speed
+from ampbench.speed import sides
 from ampbench.device import release
 from ampbench.modes import MODES, REFERENCE_MODE, PrecisionMode, get_mode
 from ampbench.stats import SpeedupEstimate
@@ -149,12 +149,12 @@ def plain_speedup(spec: ModelSpec, mode: PrecisionMode, device: torch.device, sm
 
 def harness_speedup(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smoke: bool) -> SpeedupEstimate:
     """The wall-clock speedup as ``test_speed`` measures it, through the same calls with the default
-    options: both sides built and warmed up by ``speed.prepare_side``, interleaved blocks, rounds until
+    options: both sides built and warmed up by ``sides.prepare_side``, interleaved blocks, rounds until
     the interval is tight."""
-    policy = speed.policy_for(device, speed.DEFAULT_MIN_ROUNDS, DEFAULT_TOLERANCE)
-    reference = speed.prepare_side(spec, get_mode(REFERENCE_MODE), device, smoke, policy)
-    side = speed.prepare_side(spec, mode, device, smoke, policy)
-    estimate = extend_until_tight(speed.fresh_timer(reference, side, policy), policy.rounds)
+    policy = sides.policy_for(device, sides.DEFAULT_MIN_ROUNDS, DEFAULT_TOLERANCE)
+    reference = sides.prepare_side(spec, get_mode(REFERENCE_MODE), device, smoke, policy)
+    side = sides.prepare_side(spec, mode, device, smoke, policy)
+    estimate = extend_until_tight(sides.fresh_timer(reference, side, policy), policy.rounds)
     del reference, side
     release(device)
     return estimate

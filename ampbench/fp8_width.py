@@ -7,7 +7,7 @@ tensors' sizes, so it pays only where the Linear layers are wide enough. A widen
 depth, its tokens per step and its head width, and scales the rest with the width: the number of heads
 (key/value heads in the same proportion) and the feed-forward width (the model's own ratio to its
 width, rounded to a multiple of 16 so that torchao converts the layer). Both sides of a width are timed
-the way a speed cell's are (``speed.prepare_side``, interleaved rounds, graph replay where it can be
+the way a speed cell's are (``sides.prepare_side``, interleaved rounds, graph replay where it can be
 captured), rounds added until the interval is tight.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ampbench.speed import sides as speed
+from ampbench.speed import sides
 from ampbench.device import catch_oom, cell_unsupported_reason, release, unsupported_reason
 from ampbench.modes import PrecisionMode, label, versus_of
 from ampbench.stats import SpeedupEstimate
@@ -110,7 +110,7 @@ class WidthPoint:
 
 
 def measure_width(spec: ModelSpec, width: int, mode: PrecisionMode, versus: PrecisionMode, device: torch.device,
-                  smoke: bool, policy: speed.SpeedPolicy) -> WidthPoint:
+                  smoke: bool, policy: sides.SpeedPolicy) -> WidthPoint:
     """`mode` against `versus` for `spec` at `width`: both sides prepared, then interleaved device-time
     rounds until the interval's half-width is under the policy's target."""
     wide = widened(spec, width, smoke)
@@ -120,9 +120,9 @@ def measure_width(spec: ModelSpec, width: int, mode: PrecisionMode, versus: Prec
         return WidthPoint(width, None, None, skipped=why)
 
     def timed() -> tuple[SpeedupEstimate, str]:
-        base = speed.prepare_side(wide, versus, device, smoke, policy)
-        side = speed.prepare_side(wide, mode, device, smoke, policy)
-        timing = speed.device_timing(base, side)
+        base = sides.prepare_side(wide, versus, device, smoke, policy)
+        side = sides.prepare_side(wide, mode, device, smoke, policy)
+        timing = sides.device_timing(base, side)
         return extend_until_tight(timing.timer(base, side, policy), policy.rounds), timing.method
 
     # both sides, their optimizer states and graph pools are on the card at once: a width that outgrows
@@ -151,7 +151,7 @@ def sweep(spec: ModelSpec, widths: tuple[int, ...], mode: PrecisionMode, device:
     missing = unsupported_reason(mode, device)
     if missing:
         raise WidthError(missing)
-    policy = speed.policy_for(device, speed.DEFAULT_MIN_ROUNDS, DEFAULT_TOLERANCE)
+    policy = sides.policy_for(device, sides.DEFAULT_MIN_ROUNDS, DEFAULT_TOLERANCE)
     for width in widths:
         yield measure_width(spec, width, mode, versus, device, smoke, policy)
 

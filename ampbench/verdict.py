@@ -6,12 +6,8 @@ import math
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from ampbench.stats import MEDIAN_SE_FACTOR, SpeedupEstimate, finite_number, normal_quantile
-
-if TYPE_CHECKING:
-    from ampbench.baselines.entries import RatioEntry
 
 # The floor of every cell's tolerance: --perf-tolerance's default, and `ampbench compare`'s --tolerance's.
 # The floor sits below 1% so that a 1% slowdown lies below the line rather than on it (docs/design.md); cells that move more between runs or cards get more
@@ -125,36 +121,6 @@ def tolerance_for(floor: float, recorded_noise: float | None, between_runs: Betw
     if finite_number(recorded_noise) is not None:
         return max(floor, NOISE_MULTIPLIER * recorded_noise, unlearned)
     return max(floor, unlearned)
-
-
-def entry_tolerance(floor: float, ratio: RatioEntry | None, noise: float | None = None) -> float:
-    """The tolerance of a ratio held against its baseline entry (``entries.RatioEntry``): its learned
-    spread's, else its recorded noise's (`noise` where the entry is being written), at least
-    UNLEARNED_TOLERANCE until a spread is learned, never below `floor`."""
-    return tolerance_for(floor, (ratio.noise if ratio is not None else None) if noise is None else noise,
-                         learned_spread(ratio), unlearned=UNLEARNED_TOLERANCE)
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def learned_spread(ratio: RatioEntry | None) -> BetweenRuns | None:
-    """A ratio's between-run spread, where it was learned with at least MIN_SPREAD_VALUES - 1 degrees of
-    freedom (MIN_SPREAD_VALUES values at one level). The figure is centred when ``ampbench spread`` kept
-    the recording's own value beside it (`recorded_speedup`); `between_run_levels` and
-    `between_run_level_count` say how many levels the values lie at and how many are at the figure's
-    (one level, all of them, where absent)."""
-    if ratio is None:
-        return None
-    sd, count = finite_number(ratio.between_run_sd), _int(ratio.between_run_count)
-    levels = _int(1 if ratio.between_run_levels is None else ratio.between_run_levels)
-    at_level = _int(ratio.between_run_level_count)
-    if sd is None or count is None or levels is None or levels < 1 or count - levels + 1 < MIN_SPREAD_VALUES:
-        return None
-    if at_level is not None and not 1 <= at_level <= count - levels + 1:
-        return None  # more values at one level than the levels leave room for: no spread to trust
-    return BetweenRuns(sd, count, finite_number(ratio.recorded_speedup) is not None, levels, at_level)
 
 
 # What needs a look first decides a cell of several ratios: a confirmed regression of any ratio fails it

@@ -28,7 +28,7 @@ import pytest
 from ampbench.plugin import session
 import models
 from perf.outcome import conclude
-from ampbench.speed import sides as speed
+from ampbench.speed import sides
 from ampbench.device import cell_unsupported_reason
 from ampbench.distributed.variants import (DistFigures, default_cells, host_bound_verdict, max_over_ranks, mean_over_ranks,
                                   merge_ranks, variants_for)
@@ -71,7 +71,7 @@ def _launch(settings, nproc: int, model: str, mode: str, comms: list[str], out: 
     limit = base + per_cell * len(comms)
     # a recording times its first batch in as many rounds as the single-GPU suite's (12, not 8): that
     # batch's interval sets the recorded noise, and 8 rounds' 99% interval is [min, max]
-    policy = speed.policy_for(settings.device, settings.min_rounds, settings.tolerance,
+    policy = sides.policy_for(settings.device, settings.min_rounds, settings.tolerance,
                               recording=settings.update_baselines)
     # a collective may wait half the launch's limit: a rank stuck in one then fails with NCCL's watchdog
     # naming the collective, and torchrun names it, before the launch is killed with every rank's last

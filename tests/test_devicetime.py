@@ -24,7 +24,8 @@ from ampbench.speed.devicetime import (
     paired_blocks,
 )
 from ampbench.speed.hostload import HOST_BOUND_IDLE_SHARE, host_load
-from ampbench.speed.sides import SpeedPolicy, first_look, policy_for
+from ampbench.speed.sides import SpeedPolicy, policy_for
+from ampbench.speed.judging import first_look
 from ampbench.stats import SpeedupEstimate
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import SpeedupCheck, Verdict, kernel_changes

@@ -10,7 +10,7 @@ import torch
 
 from ampbench import fp8_width
 
-from ampbench.speed import sides as speed
+from ampbench.speed import sides
 from ampbench.cli import main
 from ampbench.modes import get_mode
 from ampbench.stats import SpeedupEstimate
@@ -70,7 +70,7 @@ def test_no_crossover_where_the_points_do_not_bracket_one():
 def test_a_width_is_measured_the_way_a_speed_cell_is():
     # on the CPU through the same calls, eager bf16 against fp32: the path, not the figure
     device = torch.device("cpu")
-    policy = speed.policy_for(device, speed.DEFAULT_MIN_ROUNDS, 0.01)
+    policy = sides.policy_for(device, sides.DEFAULT_MIN_ROUNDS, 0.01)
     got = fp8_width.measure_width(get_model("llama"), 128, get_mode("bf16"), get_mode("fp32"), device, True, policy)
     assert got.skipped is None and got.method == "wall"
     assert got.estimate.rounds >= 8 and got.estimate.low <= got.estimate.speedup <= got.estimate.high
@@ -79,7 +79,7 @@ def test_a_width_is_measured_the_way_a_speed_cell_is():
 
 def test_an_fp8_width_on_a_device_without_fp8_is_skipped_with_the_reason():
     device = torch.device("cpu")
-    policy = speed.policy_for(device, speed.DEFAULT_MIN_ROUNDS, 0.01)
+    policy = sides.policy_for(device, sides.DEFAULT_MIN_ROUNDS, 0.01)
     got = fp8_width.measure_width(get_model("llama"), 64, get_mode("fp8_tensorwise"),
                                   get_mode("amp_bf16"), device, True, policy)
     assert got.estimate is None and "compute capability 8.9" in got.skipped
@@ -127,8 +127,8 @@ def test_a_width_that_runs_out_of_memory_is_skipped_and_the_sweep_goes_on(monkey
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.54 GiB.")
         return real(spec, mode, device, smoke, policy)
 
-    real = speed.prepare_side
-    monkeypatch.setattr(speed, "prepare_side", prepare)
+    real = sides.prepare_side
+    monkeypatch.setattr(sides, "prepare_side", prepare)
     monkeypatch.setattr(fp8_width, "versus_of", lambda mode: get_mode("fp32"))
     points = list(fp8_width.sweep(get_model("llama"), (128, 64), get_mode("bf16"), torch.device("cpu"), smoke=True))
     assert points[0].estimate is None and "out of memory" in points[0].skipped and "1.54 GiB" in points[0].skipped

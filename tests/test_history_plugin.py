@@ -1,4 +1,4 @@
-"""The history's pytest plugin (``-p ampbench.history.plugin``, as ampbench.plugin loads it): a session's
+"""The history's pytest plugin (``-p ampbench.plugin.history``, as ampbench.plugin loads it): a session's
 cells appended at its end under the id its benchmark JSON carries, the smoke pass off unless a store is
 named, a bad or unreachable store a usage error before the first cell, and a store failing at the end
 costing nothing: the run saved for a later import, the exit status unchanged."""
@@ -52,7 +52,7 @@ def session(pytester, monkeypatch):
     out = pytester.path / "run.json"
 
     def run(*args: str):
-        result = pytester.runpytest_inprocess("-p", "ampbench.history.plugin", "-p", "no:cacheprovider",
+        result = pytester.runpytest_inprocess("-p", "ampbench.plugin.history", "-p", "no:cacheprovider",
                                               f"--benchmark-json={out}", *args)
         return result, json.loads(out.read_text()) if out.exists() else None
 

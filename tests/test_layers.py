@@ -51,3 +51,29 @@ def test_compare_needs_nothing_of_the_report():
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert not {m for m in _reach("ampbench.compare", graph) if m.startswith("ampbench.report")}
+
+
+def _wing(name: str) -> str:
+    """The top-level module or wing (``ampbench.speed``) a module belongs to."""
+    return ".".join(name.split(".")[:2])
+
+
+def test_the_wings_import_one_way_even_inside_functions():
+    """Between top-level modules and wings (speed/, baselines/, plugin/, history/, ...) the imports run one
+    way, those made inside a function included: a wing that imports one which imports it back has no
+    layer of its own (the history's pytest side lives in plugin/, the tolerance of an entry in baselines/)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        named = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ampbench"):
+                named |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                named |= {a.name for a in node.names if a.name.startswith("ampbench")}
+        wing = _wing(name)
+        graph.setdefault(wing, set()).update(_wing(m) for m in named if _wing(m) in modules and _wing(m) != wing)
+    for wing in modules:
+        graph.setdefault(_wing(wing), set())
+    assert "ampbench.speed" in _reach("ampbench.plugin", graph), "the scan follows imports"
+    assert sorted(w for w in graph if w in _reach(w, graph)) == []

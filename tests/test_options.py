@@ -12,6 +12,7 @@ import torch
 
 from ampbench.baselines import store as baselines
 from ampbench.plugin import checks as plugin_checks
+from ampbench.plugin import distributed as plugin_distributed
 from ampbench.plugin import options as plugin_options
 from ampbench.plugin import session as plugin_session
 from ampbench.device import catch_oom
@@ -296,6 +297,7 @@ def configure(*args: str, **extra) -> FakeConfig:
     config = FakeConfig(*args, **extra)
     plugin_checks.check_run(config)  # first, as pytest calls it (tryfirst)
     plugin_session.configure(config)
+    plugin_distributed.configure_world_size(config)  # its own pytest_configure, after the settings (trylast)
     return config
 
 

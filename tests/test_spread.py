@@ -12,7 +12,7 @@ import pytest
 from ampbench.baselines.store import load_document, write_atomic
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from ampbench.report import parse_run
-from ampbench.speed.sides import across_runs_of, describe_across
+from ampbench.speed.judging import across_runs_of, describe_across
 from ampbench.baselines.spread import (
     DEVICE,
     FIGURES,
@@ -27,14 +27,8 @@ from ampbench.baselines.spread import (
 )
 from ampbench.stats import SpeedupEstimate, log_sd
 from ampbench.baselines.entries import RatioEntry, SpeedEntry
-from ampbench.verdict import (
-    DEFAULT_TOLERANCE,
-    UNLEARNED_TOLERANCE,
-    BetweenRuns,
-    entry_tolerance,
-    learned_spread,
-    tolerance_for,
-)
+from ampbench.verdict import DEFAULT_TOLERANCE, UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
+from ampbench.baselines.entries import entry_tolerance, learned_spread
 
 
 def _spread(figures, prefix=""):

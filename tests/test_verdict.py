@@ -5,21 +5,15 @@ from dataclasses import replace
 
 import pytest
 
-from ampbench.speed.sides import PROJECTION_SLACK, SpeedPolicy, comparable_recording, judge, recorded_noise
+from ampbench.speed.sides import SpeedPolicy
+
+from ampbench.speed.judging import PROJECTION_SLACK, comparable_recording, judge, recorded_noise
 from ampbench.stats import SpeedupEstimate, estimate_speedup
 from ampbench.speed.timing import RoundsPolicy
 from ampbench.baselines.entries import RatioEntry, SpeedEntry
 from ampbench.speed.ratio import DEVICE, WALL, Ratio, ratio_check
-from ampbench.verdict import (
-    UNLEARNED_TOLERANCE,
-    BetweenRuns,
-    RatioCheck,
-    SpeedupCheck,
-    Verdict,
-    entry_tolerance,
-    learned_spread,
-    tolerance_for,
-)
+from ampbench.verdict import UNLEARNED_TOLERANCE, BetweenRuns, RatioCheck, SpeedupCheck, Verdict, tolerance_for
+from ampbench.baselines.entries import entry_tolerance, learned_spread
 
 
 def est(s, lo, hi, n=12):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench.speed import sides as speed
+from ampbench.speed import sides
 from ampbench.baselines.store import BaselineError, validate_entry
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.store import measurement_mismatch
@@ -47,11 +47,11 @@ def test_a_compiled_mode_is_held_against_itself_eager_and_fp8_against_compiled_a
 
 # -- timing and judging the ratio, on stand-in sides ---------------------------------------------------
 
-POLICY = speed.SpeedPolicy(0, 0.0, 0.01, RoundsPolicy(8, 12, 0.001, 5.0), RoundsPolicy(8, 8, 1.0, 5.0), extend_to=16)
+POLICY = sides.SpeedPolicy(0, 0.0, 0.01, RoundsPolicy(8, 12, 0.001, 5.0), RoundsPolicy(8, 8, 1.0, 5.0), extend_to=16)
 
 
 class FakeTiming:
-    """Stands in for speed.DeviceTiming: each round the versus side takes `versus_s`, the mode `mode_s`,
+    """Stands in for sides.DeviceTiming: each round the versus side takes `versus_s`, the mode `mode_s`,
     with a little alternating noise, so the ratio's interval is narrow and known."""
 
     method, fallback = "graph", None
@@ -67,7 +67,7 @@ class FakeTiming:
 
 def _versus(monkeypatch, mode, versus_s, mode_s, baseline, gated=True):
     timing = FakeTiming(versus_s, mode_s)
-    monkeypatch.setattr(speed, "device_timing", lambda versus, side: timing)
+    monkeypatch.setattr(sides, "device_timing", lambda versus, side: timing)
     ratio = Ratio.between(VERSUS, object(), object(), versus_figure(mode), label(versus_of(mode)))
     return ratio.hold("gpt", label(mode), SpeedEntry.of(baseline), 0.005).time(POLICY, gated), timing
 
@@ -196,7 +196,7 @@ def _cell(store: FakeStore, settings: PerfSettings):
     the cell makes of it): the ratio over amp_bf16 eager cannot reach the baseline's 100x."""
     spec = get_model("mlp")
     pol = policy(CPU, settings)
-    side = lambda mode: speed.prepare_side(spec, mode, CPU, True, pol)  # noqa: E731
+    side = lambda mode: sides.prepare_side(spec, mode, CPU, True, pol)  # noqa: E731
     identities = []
     cell = measure_speed(spec, compiled(AMP_BF16), side(get_mode("fp32")), lambda: side(AMP_BF16),
                          versus=lambda: side(AMP_BF16), settings=settings, device=CPU,

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 from ampbench.baselines.rules import BOOL, STR_OR_NULL, Rule, count, fraction_or_null, non_negative, positive
+from ampbench.stats import finite_number
+from ampbench.verdict import MIN_SPREAD_VALUES, UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
 
 _RULE = "rule"  # field metadata: what a file's value must be
 _PREFIX = "prefix"  # field metadata: a ratio's prefix in the flat figures
@@ -237,3 +239,35 @@ class ConvergenceEntry(FlatEntry):
     (a person may set the margin; null or absent: the budget's default)."""
 
     margin: float | None = figure(fraction_or_null())
+
+
+# -- the tolerance a ratio entry gives (the one rule of ``ampbench.verdict.tolerance_for``) --------------
+
+def entry_tolerance(floor: float, ratio: RatioEntry | None, noise: float | None = None) -> float:
+    """The tolerance of a ratio held against its baseline entry (``entries.RatioEntry``): its learned
+    spread's, else its recorded noise's (`noise` where the entry is being written), at least
+    UNLEARNED_TOLERANCE until a spread is learned, never below `floor`."""
+    return tolerance_for(floor, (ratio.noise if ratio is not None else None) if noise is None else noise,
+                         learned_spread(ratio), unlearned=UNLEARNED_TOLERANCE)
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def learned_spread(ratio: RatioEntry | None) -> BetweenRuns | None:
+    """A ratio's between-run spread, where it was learned with at least MIN_SPREAD_VALUES - 1 degrees of
+    freedom (MIN_SPREAD_VALUES values at one level). The figure is centred when ``ampbench spread`` kept
+    the recording's own value beside it (`recorded_speedup`); `between_run_levels` and
+    `between_run_level_count` say how many levels the values lie at and how many are at the figure's
+    (one level, all of them, where absent)."""
+    if ratio is None:
+        return None
+    sd, count = finite_number(ratio.between_run_sd), _int(ratio.between_run_count)
+    levels = _int(1 if ratio.between_run_levels is None else ratio.between_run_levels)
+    at_level = _int(ratio.between_run_level_count)
+    if sd is None or count is None or levels is None or levels < 1 or count - levels + 1 < MIN_SPREAD_VALUES:
+        return None
+    if at_level is not None and not 1 <= at_level <= count - levels + 1:
+        return None  # more values at one level than the levels leave room for: no spread to trust
+    return BetweenRuns(sd, count, finite_number(ratio.recorded_speedup) is not None, levels, at_level)

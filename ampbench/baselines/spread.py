@@ -34,7 +34,8 @@ from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.results import Run, SpeedRecord
 from ampbench.stats import finite_number, log_sd
-from ampbench.verdict import DEFAULT_TOLERANCE, entry_tolerance
+from ampbench.verdict import DEFAULT_TOLERANCE
+from ampbench.baselines.entries import entry_tolerance
 
 # what must match between a baseline entry's `software` and a run's machine_info["ampbench"] for the
 # run to measure the same thing: the card model and every layer of software under test

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 import models
-from ampbench.speed import sides as speed
+from ampbench.speed import sides
 from ampbench.device import configure_backends, device_name, prime_libraries, release
 from ampbench.distributed.variants import (
     STRATEGIES,
@@ -89,9 +89,9 @@ def build(spec, mode: PrecisionMode, variant: CommVariant, device: torch.device,
 
 
 def single_side(spec, mode: PrecisionMode, device: torch.device, smoke: bool,
-                policy: speed.SpeedPolicy) -> speed.Side:
+                policy: sides.SpeedPolicy) -> sides.Side:
     """The 1-GPU side: a plain Trainer of the mode, warmed up as ``timing.warm_up``. Not
-    ``speed.prepare_side``, which also captures the step as a CUDA graph and profiles it: nothing here
+    ``sides.prepare_side``, which also captures the step as a CUDA graph and profiles it: nothing here
     replays or reads either, the graph's private memory pool would hold a step's worth of memory on
     rank 0 for the whole launch, a capture in CUDA's global mode forbids unsafe calls to every other
     thread of the process (NCCL's watchdog among them), and the other ranks wait in a collective
@@ -99,10 +99,10 @@ def single_side(spec, mode: PrecisionMode, device: torch.device, smoke: bool,
     t0 = time.perf_counter()
     trainer = Trainer(spec, mode, device, smoke=smoke)
     step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
-    return speed.Side(trainer, step_seconds, None, time.perf_counter() - t0)
+    return sides.Side(trainer, step_seconds, None, time.perf_counter() - t0)
 
 
-def warm_together(trainer: Trainer, policy: speed.SpeedPolicy) -> float:
+def warm_together(trainer: Trainer, policy: sides.SpeedPolicy) -> float:
     """Warm-up as ``timing.warm_up``, in step counts the ranks agree on; the slowest rank's step time."""
     device = trainer.device
     together(device)
@@ -165,7 +165,7 @@ def profile_comm(trainer: Trainer, steps: int) -> dict:
 
 
 def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torch.device,
-             single: speed.Side | None, policy: speed.SpeedPolicy) -> dict:
+             single: sides.Side | None, policy: sides.SpeedPolicy) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     if not variant.applies_to(mode):
         raise ValueError(f"comm variant {variant.name} does not apply to mode {mode.name}")
@@ -201,7 +201,7 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
         **comm, "comm_share_ref": comm_ref["comm_share"], "comm_overlap_ref": comm_ref["comm_overlap"],
         "idle_share_ref": comm_ref["idle_share"],
         "weights_moved": bool((fingerprint(trainer) != before).any()),
-        "final_loss_finite": bool(torch.isfinite(last_loss)), "loss_scale": speed.loss_scale(trainer),
+        "final_loss_finite": bool(torch.isfinite(last_loss)), "loss_scale": sides.loss_scale(trainer),
     }
     return doc
 
@@ -212,8 +212,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mode", required=True)
     p.add_argument("--comm", required=True, help="comma-separated comm variants, run one after the other")
     p.add_argument("--out", required=True, type=Path, help="folder for <comm>/rank{R}.json")
-    p.add_argument("--rounds", type=int, default=speed.DEFAULT_MIN_ROUNDS)
-    p.add_argument("--block-seconds", type=float, default=speed.DEFAULT_BLOCK_SECONDS)
+    p.add_argument("--rounds", type=int, default=sides.DEFAULT_MIN_ROUNDS)
+    p.add_argument("--block-seconds", type=float, default=sides.DEFAULT_BLOCK_SECONDS)
     p.add_argument("--profile-steps", type=int, default=3, help="untimed profiled steps per side on CUDA (0: none)")
     p.add_argument("--no-single", dest="single", action="store_false", help="skip the 1-GPU side on rank 0")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         spec, mode = models.get_model(args.model), get_mode(args.mode)
         configure_backends(device, args.cudnn_benchmark)
         prime_libraries(device)
-        policy = speed.policy_for(device, args.rounds, 0.03, args.block_seconds)
+        policy = sides.policy_for(device, args.rounds, 0.03, args.block_seconds)
         single = None
         if rank == 0 and args.single:
             single = single_side(spec, mode, device, args.smoke, policy)

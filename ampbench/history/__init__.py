@@ -10,7 +10,9 @@ The modules, by job:
 - `series`: a cell's figure over runs (Series of Points), what the analysis reads;
 - `learn`: a cell's reference level and learned tolerance from its series;
 - `changes`: change points in a cell's series;
-- `plugin`: the pytest side (``--perf-history``, ``--perf-label``): the store checked before the first
-  cell, the run appended at the session's end;
-- `cli`: ``ampbench history import|runs|accept``.
+- `reference`: the history as the verdicts' baselines, over the committed file;
+- `export`, `list_changes`, `report_changes`: a baseline file, and the changes listed, from the history;
+- `cli`: ``ampbench history import|runs|accept|changes``.
+Its pytest side (``--perf-history``, ``--perf-label``: the store checked before the first cell, the run
+appended at the session's end) is ``ampbench.plugin.history``.
 """

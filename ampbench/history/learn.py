@@ -32,7 +32,7 @@ from ampbench.verdict import (
 LEARNING, UNLEARNED, LEARNED = "learning", "unlearned", "learned"
 # the run count the summary projects a young tolerance to
 PROJECT_TO = 10
-# the ratios judged against a baseline with the unlearned floor, as ``verdict.entry_tolerance`` judges them;
+# the ratios judged against a baseline with the unlearned floor, as ``entries.entry_tolerance`` judges them;
 # the wall-clock speedup has a floor of its own and no unlearned one (``speed_cell._checks``)
 GATED_RATIOS = ("device_speedup", "versus_speedup")
 
@@ -147,7 +147,7 @@ class CellBaseline:
         return head
 
     def into(self, ratio: RatioEntry, stores_tolerance: bool) -> RatioEntry:
-        """`ratio` (a baseline entry's) with the level and the learned spread, as ``verdict.learned_spread``
+        """`ratio` (a baseline entry's) with the level and the learned spread, as ``entries.learned_spread``
         reads them back: centred on the level, whose first run's value stands as the recording's, and
         with the tolerance where the ratio stores one (`stores_tolerance`); as it was while learning."""
         if self.level is None:

@@ -9,8 +9,8 @@ Its modules, by job: `activation` decides whether it acts; `options` declares th
 cell), parametrizes the cells (from `parametrize`), says when the run is the CPU smoke pass and writes
 recorded baselines; `fixtures` are what a cell test takes; `distributed` holds the ranks of the
 distributed cells; `profiles` the hypothesis profiles; `checks` refuses options under which a run would
-lose its results; `progress` draws the progress line; `summary` writes the end-of-run tables; the run
-history's side is ``ampbench.history.plugin``. The cell tests themselves are ``ampbench.suite``.
+lose its results; `progress` draws the progress line; `summary` writes the end-of-run tables; `history`
+checks the run history's store before the first cell and appends the run at the end. The cell tests themselves are ``ampbench.suite``.
 
 This module only names the plugin's modules: importing it (or any of them for its functions) costs
 nothing more.
@@ -25,5 +25,5 @@ pytest_plugins = (
     # history (--perf-history, --perf-label, each run appended at the session's end)
     "ampbench.plugin.checks",
     "ampbench.plugin.progress",
-    "ampbench.history.plugin",
+    "ampbench.plugin.history",
 )

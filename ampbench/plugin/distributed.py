@@ -7,9 +7,16 @@ import os
 
 import pytest
 
+from ampbench.plugin import activation
 from ampbench.plugin.session import perf_settings_of
 
 WORLD_SIZE_KEY = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(trylast=True)  # after ampbench.plugin.session has made the settings it reads
+def pytest_configure(config: pytest.Config) -> None:
+    if activation.active(config):
+        configure_world_size(config)
 
 
 def configure_world_size(config: pytest.Config) -> None:

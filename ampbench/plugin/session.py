@@ -111,8 +111,6 @@ def _compile_cold() -> None:
 
 def configure(config: pytest.Config) -> None:
     """The session's settings into ``config.stash``, or the usage error that stops the run unmeasured."""
-    from ampbench.plugin.distributed import configure_world_size
-
     profiles.load()
     try:  # the zoo, then the project's own models of the ampbench.models entry points
         importlib.import_module("models")
@@ -128,7 +126,6 @@ def configure(config: pytest.Config) -> None:
     if True in settings.compile:
         _compile_cold()
     config.stash[STORE_KEY] = {}
-    configure_world_size(config)
     summary.register(config)
 
 
@@ -208,7 +205,7 @@ def baseline_store_of(config: pytest.Config):
 def _open_store(config: pytest.Config, s: PerfSettings):
     from ampbench import device as devices
     from ampbench.baselines.store import BaselineError, BaselineStore
-    from ampbench.history.plugin import history_of
+    from ampbench.plugin.history import history_of
     from ampbench.history.reference import HistoryBaselines
 
     name = devices.device_name(s.device)

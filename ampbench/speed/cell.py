@@ -21,7 +21,8 @@ from ampbench.device import release
 from ampbench.modes import PrecisionMode, label, versus_figure, versus_of
 from ampbench.results import SpeedRecord
 from ampbench.settings import GATES, PerfSettings
-from ampbench.speed import sides as speed
+from ampbench.speed import judging
+from ampbench.speed import sides
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
 from ampbench.speed.devicetime import IDLE_WARN_SHARE
 from ampbench.speed.hostload import host_load
@@ -41,8 +42,8 @@ class SpeedCell:
     warn_after: list[Warning] = field(default_factory=list)  # once it passed or only warned
 
 
-def policy(device: torch.device, settings: PerfSettings) -> speed.SpeedPolicy:
-    return speed.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds,
+def policy(device: torch.device, settings: PerfSettings) -> sides.SpeedPolicy:
+    return sides.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds,
                             recording=settings.update_baselines)
 
 
@@ -64,39 +65,39 @@ def identity(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smoke: 
 class _Prepared:
     """The cell's sides, and what torch.compile did while the mode's was built."""
 
-    side: speed.Side
-    versus: speed.Side | None
+    side: sides.Side
+    versus: sides.Side | None
     dynamo_before: DynamoState | None
     dynamo_prepared: DynamoState | None
 
 
-def _prepare(mode: PrecisionMode, reference: speed.Side, prepare: Callable[[], speed.Side],
-             versus: Callable[[], speed.Side] | None) -> _Prepared:
+def _prepare(mode: PrecisionMode, reference: sides.Side, prepare: Callable[[], sides.Side],
+             versus: Callable[[], sides.Side] | None) -> _Prepared:
     # the versus side first: its own compilation (compiled amp_bf16 for an fp8 cell) is no part of this
     # cell's compile time, graph breaks or recompiles
     versus_side = versus() if versus is not None else None
     dynamo_before = DynamoState.now() if mode.compile else None
     side = prepare()
     prepared = _Prepared(side, versus_side, dynamo_before, DynamoState.now() if mode.compile else None)
-    speed.recapture_reference(reference)
+    sides.recapture_reference(reference)
     if versus_side is not None:
-        speed.recapture_reference(versus_side)
+        sides.recapture_reference(versus_side)
     return prepared
 
 
-def _time_ratios(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, sides: _Prepared,
-                 baseline: SpeedEntry | None, settings: PerfSettings, pol: speed.SpeedPolicy) -> list[Ratio]:
+def _time_ratios(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, pair: _Prepared,
+                 baseline: SpeedEntry | None, settings: PerfSettings, pol: sides.SpeedPolicy) -> list[Ratio]:
     """The cell's ratios, each held against `baseline` and timed: device time, wall clock, and a compiled
     cell's ratio over its versus side."""
     model, floor = spec.name, settings.tolerance
-    device = Ratio.between(DEVICE, reference, sides.side).hold(model, label(mode), baseline, floor)
-    wall = Ratio.between(WALL, reference, sides.side).hold(model, label(mode), baseline, floor)
+    device = Ratio.between(DEVICE, reference, pair.side).hold(model, label(mode), baseline, floor)
+    wall = Ratio.between(WALL, reference, pair.side).hold(model, label(mode), baseline, floor)
     gated = GATES[settings.gate]
     if DEVICE.gate in gated and device.check is None and wall.check is not None:
         gated = (WALL.gate,)  # an entry from before device time: the wall verdict still holds it
     ratios = [device.time(pol, DEVICE.gate in gated), wall.time(pol, WALL.gate in gated)]
-    if sides.versus is not None:
-        versus = Ratio.between(VERSUS, sides.versus, sides.side, versus_figure(mode), label(versus_of(mode)))
+    if pair.versus is not None:
+        versus = Ratio.between(VERSUS, pair.versus, pair.side, versus_figure(mode), label(versus_of(mode)))
         ratios.append(versus.hold(model, label(mode), baseline, floor).time(pol, VERSUS.gate in gated))
     return ratios
 
@@ -104,9 +105,9 @@ def _time_ratios(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, si
 def _message(verdict: Verdict, ratios: list[Ratio], baseline: SpeedEntry | None, changes: str | None) -> str:
     device, wall = ratios[0], ratios[1]
     message = "; ".join(r.message for r in ratios)
-    across = speed.across_runs_of(wall.estimate, baseline.wall.between_run_sd if baseline else None)
+    across = judging.across_runs_of(wall.estimate, baseline.wall.between_run_sd if baseline else None)
     if across:
-        message += f"; wall across runs {speed.describe_across(across, baseline.wall.between_run_count)}"
+        message += f"; wall across runs {judging.describe_across(across, baseline.wall.between_run_count)}"
     failing = _named_failures(verdict, ratios)
     if failing:
         message = f"{failing}: {message}"
@@ -115,11 +116,11 @@ def _message(verdict: Verdict, ratios: list[Ratio], baseline: SpeedEntry | None,
     return message
 
 
-def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, prepare: Callable[[], speed.Side], *,
+def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, prepare: Callable[[], sides.Side], *,
                   settings: PerfSettings, device: torch.device, test_id: str, store: BaselineStore | None,
                   software: dict, peak_tflops: Callable[[str], float | None],
                   prepared: Callable[[SpeedRecord], None],
-                  versus: Callable[[], speed.Side] | None = None) -> SpeedCell:
+                  versus: Callable[[], sides.Side] | None = None) -> SpeedCell:
     """Prepare the cell's versus side (`versus`, for a compiled cell: ``modes.versus_of``) and the mode's
     side (`prepare`), tell `prepared` the cell's identity, then time, judge and (under
     --perf-update-baselines) record the cell against `reference`, fp32's side, and, where compiled,
@@ -128,26 +129,26 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: speed.Side, p
     pol = policy(device, settings)
     if (versus is None) != (versus_of(mode) is None):
         raise ValueError(f"{spec.name} {label(mode)}: a versus side is needed exactly where the cell is compiled")
-    sides = _prepare(mode, reference, prepare, versus)
+    pair = _prepare(mode, reference, prepare, versus)
     prepared(identity(spec, mode, device, settings.smoke))
-    before = speed.parameters_fingerprint(sides.side.trainer)
+    before = sides.parameters_fingerprint(pair.side.trainer)
     baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
-    ratios = _time_ratios(spec, mode, reference, sides, baseline, settings, pol)
+    ratios = _time_ratios(spec, mode, reference, pair, baseline, settings, pol)
     verdict = combined([r.gated_verdict for r in ratios])
-    kernels = sides.side.profile.top() if sides.side.profile else None  # what a baseline entry keeps
+    kernels = pair.side.profile.top() if pair.side.profile else None  # what a baseline entry keeps
     changes = kernel_changes(baseline.kernels if baseline else None, kernels)
-    trained = _Trained.of(sides.side, before)
-    cell = SpeedCell(_record(spec, mode, settings, device, reference, sides.side, ratios, baseline, peak_tflops,
+    trained = _Trained.of(pair.side, before)
+    cell = SpeedCell(_record(spec, mode, settings, device, reference, pair.side, ratios, baseline, peak_tflops,
                              trained, verdict=verdict, message=_message(verdict, ratios, baseline, changes),
                              kernels=kernels, changes=changes),
                      list(ratios[0].timed.first.mode_times))
-    cell.problems += _problems(spec, mode, sides, ratios, baseline, trained)
+    cell.problems += _problems(spec, mode, pair, ratios, baseline, trained)
     # only a cell that really trained may become a baseline
     if settings.update_baselines and store is not None and not cell.problems:
         _record_baseline(store, test_id, software, settings, pol, baseline, ratios, cell.record)
-    queued_badly = queue_problems(ratios[0].timing, sides.side, reference)
+    queued_badly = queue_problems(ratios[0].timing, pair.side, reference)
     # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer
-    sides = None
+    pair = None
     for ratio in ratios:
         ratio.release()
     release(device)
@@ -170,14 +171,14 @@ class _Trained:
     scale: float | None
 
     @classmethod
-    def of(cls, side: speed.Side, before: torch.Tensor) -> "_Trained":
+    def of(cls, side: sides.Side, before: torch.Tensor) -> "_Trained":
         last_loss = side.trainer.run(1)
-        moved = bool((speed.parameters_fingerprint(side.trainer) != before).any())
-        return cls(moved, bool(torch.isfinite(last_loss)), speed.loss_scale(side.trainer))
+        moved = bool((sides.parameters_fingerprint(side.trainer) != before).any())
+        return cls(moved, bool(torch.isfinite(last_loss)), sides.loss_scale(side.trainer))
 
 
 def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device: torch.device,
-            reference: speed.Side, side: speed.Side, ratios: list[Ratio], baseline: SpeedEntry | None,
+            reference: sides.Side, side: sides.Side, ratios: list[Ratio], baseline: SpeedEntry | None,
             peak_tflops: Callable[[str], float | None], trained: _Trained, **concluded) -> SpeedRecord:
     """The cell's record: each ratio's fields, and the cell's own (`concluded`: verdict, message, kernels
     and their changes)."""
@@ -188,7 +189,7 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
     ref_load = host_load(reference.profile.busy_ms / 1e3 if reference.profile else dev_ref_step_s, ref_step_s)
     tflops = spec.flops_per_sample(side.trainer.config) * batch / dev_step_s / 1e12
     peak = peak_tflops(mode.peak_dtype)
-    across = speed.across_runs_of(wall.estimate, baseline.wall.between_run_sd if baseline else None)
+    across = judging.across_runs_of(wall.estimate, baseline.wall.between_run_sd if baseline else None)
     compile_s = side.first_step_seconds if mode.compile else None
     kernels, changes = concluded.pop("kernels"), concluded.pop("changes")
     return SpeedRecord(
@@ -217,14 +218,14 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
         baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), **concluded)
 
 
-def _problems(spec: ModelSpec, mode: PrecisionMode, sides: _Prepared, ratios: list[Ratio],
+def _problems(spec: ModelSpec, mode: PrecisionMode, pair: _Prepared, ratios: list[Ratio],
               baseline: SpeedEntry | None, trained: _Trained) -> list[str]:
     """Why the cell's figures say nothing: a compiled step that broke or recompiled or compiled too
     slowly, a malformed estimate, a mode that did not really train."""
-    problems = compile_problems(mode, sides.dynamo_before, sides.dynamo_prepared,
+    problems = compile_problems(mode, pair.dynamo_before, pair.dynamo_prepared,
                                 DynamoState.now() if mode.compile else None)
     slow_compile = compile_time_check(spec.name, label(mode), baseline,
-                                      sides.side.first_step_seconds if mode.compile else None)
+                                      pair.side.first_step_seconds if mode.compile else None)
     if slow_compile:
         problems.append(slow_compile)
     for ratio in ratios:
@@ -239,11 +240,11 @@ def _problems(spec: ModelSpec, mode: PrecisionMode, sides: _Prepared, ratios: li
 
 
 def _record_baseline(store: BaselineStore, test_id: str, software: dict, settings: PerfSettings,
-                     pol: speed.SpeedPolicy, baseline: SpeedEntry | None, ratios: list[Ratio],
+                     pol: sides.SpeedPolicy, baseline: SpeedEntry | None, ratios: list[Ratio],
                      record: SpeedRecord) -> None:
     """Queue the cell's new entry; `baseline` is still the one it replaces (record() only queues)."""
     measured_with = _measured_with(settings)
-    comparable = speed.comparable_recording(baseline, store.software(test_id), software, measured_with)
+    comparable = judging.comparable_recording(baseline, store.software(test_id), software, measured_with)
     # the spread is kept on other software too; only the level is this recording's
     alike = baseline is not None and measurement_mismatch(baseline, measured_with) is None
     figures = {}
@@ -284,7 +285,7 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Baseline
             f"`pytest perf/ --perf-tier full --perf-update-baselines`"))
 
 
-def queue_fields(timing: speed.DeviceTiming, side: speed.Side, reference: speed.Side) -> dict:
+def queue_fields(timing: sides.DeviceTiming, side: sides.Side, reference: sides.Side) -> dict:
     """How the cell's device blocks were queued (``ampbench.speed.held``) and how long the GPU sat idle inside
     a profiled held block of each side: the record's check that no host entered the device time."""
     if timing.queue is None:
@@ -297,7 +298,7 @@ def queue_fields(timing: speed.DeviceTiming, side: speed.Side, reference: speed.
                 device_block_longest_gap_us=side.idle.longest_gap_us if side.idle else None)
 
 
-def queue_problems(timing: speed.DeviceTiming, side: speed.Side, reference: speed.Side) -> list[str]:
+def queue_problems(timing: sides.DeviceTiming, side: sides.Side, reference: sides.Side) -> list[str]:
     """What a warning should say of the queueing: blocks timed by events around each replay, or a
     profiled held block in which the GPU idled over IDLE_WARN_SHARE of the time."""
     problems = []

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.modes import PrecisionMode, label, shared_versus
-from ampbench.speed import sides as speed
+from ampbench.speed import sides
 from ampbench.verdict import RatioCheck
 
 
@@ -86,9 +86,9 @@ class VersusSides:
     def __init__(self, served: set[str]) -> None:
         self.served = served
         self.key: tuple[str, str] | None = None  # (model, the side's mode label)
-        self.side: speed.Side | None = None
+        self.side: sides.Side | None = None
 
-    def get(self, model: str, mode: PrecisionMode, make: Callable[[], speed.Side]) -> speed.Side:
+    def get(self, model: str, mode: PrecisionMode, make: Callable[[], sides.Side]) -> sides.Side:
         """The kept side of `mode`, else the one `make` builds (the kept one dropped first)."""
         key = (model, label(mode))
         if self.key != key:
@@ -96,7 +96,7 @@ class VersusSides:
             self.side, self.key = make(), key
         return self.side
 
-    def offer(self, model: str, mode: PrecisionMode, side: speed.Side) -> speed.Side:
+    def offer(self, model: str, mode: PrecisionMode, side: sides.Side) -> sides.Side:
         """`side`, a cell's own side of `mode`, kept where later cells are timed against it."""
         if label(mode) in self.served:
             self.side, self.key = side, (model, label(mode))

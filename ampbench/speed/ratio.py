@@ -15,10 +15,12 @@ from typing import Any, Callable
 
 from ampbench import progress
 from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry
-from ampbench.speed import sides as speed
+from ampbench.speed import judging
+from ampbench.speed import sides
 from ampbench.speed.timing import PairedTimer
 from ampbench.stats import SpeedupEstimate, median
-from ampbench.verdict import WALL_TOLERANCE_FLOOR, SpeedupCheck, Verdict, entry_tolerance
+from ampbench.verdict import WALL_TOLERANCE_FLOOR, SpeedupCheck, Verdict
+from ampbench.baselines.entries import entry_tolerance
 
 RECORD_AGAIN = "record with --perf-update-baselines"
 
@@ -47,21 +49,30 @@ class RatioKind:
 
 
 # a wall-clock speedup on a shared host wanders more than device time (``verdict.WALL_TOLERANCE_FLOOR``)
-WALL = RatioKind("", "wall", "wall-clock speedup over fp32", "wall-clock", "wall", "wall clock", False,
-                 WALL_TOLERANCE_FLOOR, "no wall-clock baseline: " + RECORD_AGAIN, "", "", False, "wall_verdict",
-                 True, False, False)
-DEVICE = RatioKind("device_", "device time ({method})", "device-time speedup over fp32", "device-time", "device",
-                   "device time", True, 0.0, "no device-time baseline: " + RECORD_AGAIN, "device time ", "", False,
-                   "device_verdict", True, True, True, "device time")
+WALL = RatioKind(prefix="", heading="wall", failing="wall-clock speedup over fp32", short="wall-clock", gate="wall",
+                 scope="wall clock", same_method=False, floor=WALL_TOLERANCE_FLOOR,
+                 missing="no wall-clock baseline: " + RECORD_AGAIN, other_method="", no_entry="", over=False,
+                 verdict_key="wall_verdict", steps=True, stores_tolerance=False, stores_fallback=False)
+DEVICE = RatioKind(prefix="device_", heading="device time ({method})", failing="device-time speedup over fp32",
+                   short="device-time", gate="device", scope="device time", same_method=True, floor=0.0,
+                   missing="no device-time baseline: " + RECORD_AGAIN, other_method="device time ", no_entry="",
+                   over=False, verdict_key="device_verdict", steps=True, stores_tolerance=True,
+                   stores_fallback=True, called="device time")
 # a compiled cell's second ratio is a device-time figure: it holds the cell wherever device time does
-VERSUS = RatioKind("versus_", "{figure} ({method})", "{figure}", "{figure}", "device", "over its versus side", True,
-                   0.0, "no baseline of this ratio over {over}: " + RECORD_AGAIN, "", "no baseline for this GPU",
-                   True, "versus_verdict", False, True, False, "{figure}")
+VERSUS = RatioKind(prefix="versus_", heading="{figure} ({method})", failing="{figure}", short="{figure}",
+                   gate="device", scope="over its versus side", same_method=True, floor=0.0,
+                   missing="no baseline of this ratio over {over}: " + RECORD_AGAIN, other_method="",
+                   no_entry="no baseline for this GPU", over=True, verdict_key="versus_verdict", steps=False,
+                   stores_tolerance=True, stores_fallback=False, called="{figure}")
 # a distributed cell's two figures, timed by its launch in wall clock and judged there
-DISTRIBUTED = RatioKind("", "speedup", "speedup under the same parallelism", "speedup", "wall", "", False, 0.0,
-                        "no baseline", "", "", False, "verdict", False, False, False)
-EFFICIENCY = RatioKind("scaling_", "scaling efficiency", "scaling efficiency", "scaling efficiency", "wall", "",
-                       False, 0.0, "no baseline", "", "", False, "verdict", False, False, False)
+DISTRIBUTED = RatioKind(prefix="", heading="speedup", failing="speedup under the same parallelism", short="speedup",
+                        gate="wall", scope="", same_method=False, floor=0.0, missing="no baseline", other_method="",
+                        no_entry="", over=False, verdict_key="verdict", steps=False, stores_tolerance=False,
+                        stores_fallback=False)
+EFFICIENCY = RatioKind(prefix="scaling_", heading="scaling efficiency", failing="scaling efficiency",
+                       short="scaling efficiency", gate="wall", scope="", same_method=False, floor=0.0,
+                       missing="no baseline", other_method="", no_entry="", over=False, verdict_key="verdict",
+                       steps=False, stores_tolerance=False, stores_fallback=False)
 
 
 @dataclass
@@ -75,37 +86,37 @@ class Ratio:
     fallback: str | None = None  # why not by graph replay, where that was wanted
     check: SpeedupCheck | None = None
     why_unchecked: str = ""
-    timed: speed.TimedFigure | None = None
+    timed: judging.TimedFigure | None = None
     gated: bool = False
-    sides: tuple[speed.Side, speed.Side] | None = None  # (the side it is over, the mode's), until released
-    timing: speed.DeviceTiming | None = None  # how its device time is measured; None in wall clock
+    pair: tuple[sides.Side, sides.Side] | None = None  # (the side it is over, the mode's), until released
+    timing: sides.DeviceTiming | None = None  # how its device time is measured; None in wall clock
 
     @classmethod
-    def between(cls, kind: RatioKind, over: speed.Side, side: speed.Side, figure: str = "speedup over fp32",
+    def between(cls, kind: RatioKind, over: sides.Side, side: sides.Side, figure: str = "speedup over fp32",
                 over_label: str | None = None) -> "Ratio":
         """The ratio of `side` over `over`, in device time where its kind is (both sides measured alike)."""
-        timing = speed.device_timing(over, side) if kind.same_method else None
+        timing = sides.device_timing(over, side) if kind.same_method else None
         return cls(kind, figure, over_label, timing.method if timing else None, timing.fallback if timing else None,
-                   sides=(over, side), timing=timing)
+                   pair=(over, side), timing=timing)
 
     def hold(self, model: str, mode: str, entry: FlatEntry | None, floor: float) -> "Ratio":
         """Build its check against `entry` (the cell's baseline entry) under the user's `floor`."""
         self.check, self.why_unchecked = ratio_check(self, model, mode, entry, floor)
         return self
 
-    def time(self, policy: speed.SpeedPolicy, gated: bool) -> "Ratio":
+    def time(self, policy: sides.SpeedPolicy, gated: bool) -> "Ratio":
         """Time it in interleaved rounds of its two sides: judged (extended, confirmed) where it gates the
         cell, else its first look."""
         self.gated = gated
         with progress.scope(self.kind.scope):
-            self.timed = speed.time_figure(self.check, self._timer(policy), policy, gated)
+            self.timed = judging.time_figure(self.check, self._timer(policy), policy, gated)
         return self
 
-    def _timer(self, policy: speed.SpeedPolicy) -> Callable[[], PairedTimer]:
-        over, side = self.sides
+    def _timer(self, policy: sides.SpeedPolicy) -> Callable[[], PairedTimer]:
+        over, side = self.pair
         if self.timing is not None:
             return lambda: self.timing.timer(over, side, policy)
-        return lambda: speed.fresh_timer(over, side, policy)
+        return lambda: sides.fresh_timer(over, side, policy)
 
     @property
     def estimate(self) -> SpeedupEstimate:
@@ -146,7 +157,7 @@ class Ratio:
             first = self.timed.first
             step, ref = self.step_seconds()
             spread = entry.ratio(p) if entry is not None else RatioEntry()
-            across = speed.across_runs_of(self.estimate, spread.between_run_sd)
+            across = judging.across_runs_of(self.estimate, spread.between_run_sd)
             fields.update({f"{p}step_ms": step * 1e3, f"{p}step_ms_ref": ref * 1e3,
                            f"{p}round_ms": [t * 1e3 for t in first.mode_times],
                            f"{p}ref_round_ms": [t * 1e3 for t in first.ref_times],
@@ -163,7 +174,7 @@ class Ratio:
                 and (not self.kind.same_method or old.method == self.method))
 
     def recorded(self, previous: SpeedEntry | None, comparable: bool, measured_alike: bool,
-                 policy: speed.SpeedPolicy, floor: float) -> dict[str, Any]:
+                 policy: sides.SpeedPolicy, floor: float) -> dict[str, Any]:
         """What a recording stores of it: both batches pooled and its noise (against `previous`'s figure
         where `comparable`: the same software, measured the same way), its step times, and the
         between-run spread it learned wherever it was measured alike (`measured_alike`: the same
@@ -183,7 +194,7 @@ class Ratio:
 
     def release(self) -> None:
         """Drop its sides and timers, and with them the trainers they hold."""
-        self.sides = None
+        self.pair = None
         if self.timed is not None:
             self.timed.release()
 

@@ -16,7 +16,7 @@ import pytest
 
 from ampbench import progress
 
-from ampbench.speed import sides as speed
+from ampbench.speed import sides
 
 from ampbench.speed import cell as speed_cell
 from ampbench.speed.compiled import VersusSides, served
@@ -48,7 +48,7 @@ def versus_sides(_versus_cache, perf_device) -> Iterator[VersusSides]:
 
 
 @pytest.fixture
-def reference(model_spec, mode, perf_device, perf_settings, _reference_cache, _versus_cache, fail_on_oom) -> speed.Side:
+def reference(model_spec, mode, perf_device, perf_settings, _reference_cache, _versus_cache, fail_on_oom) -> sides.Side:
     """The fp32 side of this model's cells, built and warmed up once and shared by its modes, compiled
     where the cell's mode is (fp8 and the -compiled cells are held against compiled fp32); only the
     current model's reference (and versus side) is kept, so one model at a time occupies the device."""
@@ -68,11 +68,11 @@ def reference(model_spec, mode, perf_device, perf_settings, _reference_cache, _v
     return _reference_cache["side"]
 
 
-def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> speed.Side:
+def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> sides.Side:
     """A warmed-up side, or this test's failure naming its batch and peak memory if it does not fit."""
     policy = speed_cell.policy(device, settings)
     progress.update(f"preparing {label}" + (": compiling its first step" if mode.compile else ""))
-    return fail_on_oom(lambda: speed.prepare_side(model_spec, mode, device, settings.smoke, policy),
+    return fail_on_oom(lambda: sides.prepare_side(model_spec, mode, device, settings.smoke, policy),
                        f"{model_spec.name} {label}", model_spec.batch_size_for(settings.smoke))
 
 
