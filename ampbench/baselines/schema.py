@@ -47,8 +47,8 @@ def is_stamp(value: Any) -> bool:
 
 
 # One schema per kind of entry, keyed by the test id's name before "[": the figures each test reads
-# back from its entry (perf/test_speed.py: the fields of ``entries.SpeedEntry``; perf/test_memory.py with
-# memory.judge and memory.search_start; perf/test_convergence.py), so that a figure a test would
+# back from its entry (ampbench.suite.speed: the fields of ``entries.SpeedEntry``; ampbench.suite.memory with
+# memory.judge and memory.search_start; ampbench.suite.convergence), so that a figure a test would
 # misread stops the run up front instead. Figures not named here are stored for the report only and
 # are free, so a test can add one without touching this table. perf/test_input_pipeline.py reads no
 # baseline; a kind not listed here gets the checks every entry gets.

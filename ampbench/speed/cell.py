@@ -1,10 +1,10 @@
 """One speed cell from its prepared sides to its record: time each of its ratios (``ampbench.speed.ratio``:
 the device-time and the wall-clock speedup, and a compiled cell's ratio over its versus side) in
-interleaved rounds, judge each against this GPU's baseline entry, check the mode really trained, record a new baseline entry when asked, and
-say what the test must warn about or fail on.
+interleaved rounds, judge each against this GPU's baseline entry, check the mode really trained, record a
+new baseline entry when asked, and say what the test must warn about or fail on.
 
-``measure_speed`` returns a ``SpeedCell``; ``perf/test_speed.py`` only wires fixtures into it, writes the
-record and ends the test by it (``perf/outcome.finish``). Nothing here imports pytest.
+``measure_speed`` returns a ``SpeedCell``; ``ampbench.suite.speed`` only wires fixtures into it, writes the
+record and ends the test by it (``ampbench.suite.outcome.finish``). Nothing here imports pytest.
 """
 
 from __future__ import annotations
