@@ -30,8 +30,8 @@ import models
 from perf.outcome import conclude
 from ampbench.speed import sides
 from ampbench.device import cell_unsupported_reason
-from ampbench.distributed.variants import (DistFigures, default_cells, host_bound_verdict, max_over_ranks, mean_over_ranks,
-                                  merge_ranks, variants_for)
+from ampbench.distributed.variants import (STRATEGIES, DistFigures, default_cells, get_comm, host_bound_verdict,
+                                           max_over_ranks, mean_over_ranks, merge_ranks, variants_for)
 from ampbench.distributed.launch import LaunchResult, run_launch, torchrun_command
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
@@ -160,7 +160,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
                               "scaling efficiency": (eff_check, confirmation.efficiency)})
     verdict = combined(list(verdicts.values()))
     message = _message(what, figs, speed_check, eff_check, verdicts, confirmation,
-                       gpu=perf_device.type == "cuda")
+                       gpu=perf_device.type == "cuda", note=STRATEGIES[get_comm(comm).strategy].host_bound_note)
 
     problems = _problems(docs)
     record_result(_record(identity, figs, docs, speed_check, eff_check, settings, result, verdict=verdict,
@@ -257,8 +257,10 @@ def _record_baseline(store, test_id: str, figs: DistFigures, docs: list[dict], s
     store.write()
 
 
-def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dict, confirmation, gpu: bool) -> str:
-    """The cell's message; a CPU run's ranks are processes, and it names them so."""
+def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dict, confirmation, gpu: bool,
+             note: str = "") -> str:
+    """The cell's message; a CPU run's ranks are processes, and it names them so. `note`: what a host-bound
+    cell adds of its strategy's own host cost."""
     rank = "GPU" if gpu else "rank"
     parts = [f"{what}: speedup over fp32 under the same parallelism {figs.speedup}"]
     if speed_check:
@@ -276,7 +278,7 @@ def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dic
         parts.append(f"NCCL kernels {figs.comm_share:.0%} of a step{overlap}")
     if figs.host_bound:
         parts.append(f"host-bound: a {rank} sat idle {figs.idle_share:.0%} of the mode's step waiting for its host, "
-                     f"so a drop is the host's and is not failed")
+                     f"so a drop is the host's and is not failed" + (f" ({note})" if note else ""))
     if confirmation is not None:
         parts.append(f"confirming launch {confirmation.speedup}")
     if not speed_check:

@@ -339,3 +339,22 @@ def test_fsdp2_wraps_a_channels_last_convnet():
         assert all(p.grad is not None for p in wrapped.parameters())
     finally:
         dist.destroy_process_group()
+
+
+def test_a_host_bound_fsdp2_cell_says_that_fsdp2_s_own_host_is_the_cause():
+    """Only a host-bound cell carries its strategy's note, and only FSDP2 has one (docs/design.md,
+    "FSDP2's scaling"): DDP's idle host is the harness's host, not DDP's."""
+    from perf.test_distributed import _message
+    from ampbench.distributed.variants import STRATEGIES, DistFigures
+    from ampbench.stats import SpeedupEstimate
+
+    def figs(idle: float) -> DistFigures:
+        est = SpeedupEstimate(2.0, 1.9, 2.1, 8, 0.99)
+        return DistFigures(est, None, 100.0, 50.0, 0.4, 0.5, 2, idle_share=idle)
+
+    note = STRATEGIES["fsdp2"].host_bound_note
+    assert note and not STRATEGIES["ddp"].host_bound_note
+    bound = _message("gpt amp_bf16 fsdp2_fp32 x2", figs(0.36), None, None, {}, None, gpu=True, note=note)
+    assert "host-bound" in bound and note in bound
+    busy = _message("gpt amp_bf16 fsdp2_fp32 x2", figs(0.02), None, None, {}, None, gpu=True, note=note)
+    assert "host-bound" not in busy and note not in busy

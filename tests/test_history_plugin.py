@@ -15,7 +15,7 @@ import psycopg  # noqa: F401
 import pytest
 import torch
 
-from ampbench.history import plugin
+from ampbench.plugin import history as plugin
 from ampbench.history.ingest import import_runs
 from ampbench.history.schema import SCHEMA_VERSION
 from ampbench.history.store import open_history
