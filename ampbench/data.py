@@ -217,8 +217,9 @@ class ArrayImageDataset(torch.utils.data.Dataset):
 
 
 def cifar_train_transform(size: int, mean: torch.Tensor, std: torch.Tensor, resize_from: int | None = None) -> Callable:
-    """The CIFAR augmentation of "Mixed Precision Training on Tesla T4 and P100" (2019): random crop with 4 pixels of padding, horizontal flip, to tensor,
-    normalize (preceded by a resize where the model's input differs from the stored images)."""
+    """The CIFAR augmentation of "Mixed Precision Training on Tesla T4 and P100" (2019): random crop with
+    4 pixels of padding, horizontal flip, to tensor, normalize (preceded by a resize where the model's
+    input differs from the stored images)."""
     from torchvision import transforms as T
 
     steps = [T.Resize(size)] if resize_from is not None and resize_from != size else []

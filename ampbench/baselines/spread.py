@@ -1,8 +1,8 @@
 """Each speed cell's spread between independent runs, learned from saved runs into its baseline entry.
 
 A run's own 99% interval covers its rounds, which share one process and one card; between processes
-and cards the same cell moves further (docs/design.md, "Where the constants come from"). ``learn`` gathers, per speed entry of a
-baseline file, the recording's speedup and the speedup of every saved run of the same software,
+and cards the same cell moves further (docs/design.md, "Where the constants come from"). ``learn``
+gathers, per speed entry of a baseline file, the recording's speedup and the speedup of every saved run of the same software,
 measured the same way, and ``with_spread`` stores their log standard deviation in the entry as
 ``between_run_sd`` (with ``between_run_count`` values behind it) and centres the entry's speedup on
 their geometric mean (the recording's own value kept as ``recorded_speedup``). The device-time speedup

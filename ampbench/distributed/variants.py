@@ -350,10 +350,11 @@ CPU_MODES = ("amp_bf16",)
 
 def default_cells(device: torch.device, tier: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(models, modes) of the distributed cells where --perf-models and --perf-precisions name none.
-    The models are those whose ModelSpec's `distributed` field names the run. On GPUs every mode but those whose row compiles (fp8): as in the single-GPU suite they run where
-    --perf-precisions names them, since each comm variant builds two trainers and each compile costs
-    about a minute. And as there, the quick tier leaves out the rows that are ``full_tier_only`` (fp32's
-    control of the harness, TF32), which cost a third of the distributed tests' time (docs/design.md)."""
+    The models are those whose ModelSpec's `distributed` field names the run. On GPUs every mode but
+    those whose row compiles (fp8): as in the single-GPU suite they run where --perf-precisions names
+    them, since each comm variant builds two trainers and each compile costs about a minute. And as
+    there, the quick tier leaves out the rows that are ``full_tier_only`` (fp32's control of the harness,
+    TF32), which cost a third of the distributed tests' time (docs/design.md)."""
     if device.type != "cuda":
         return tuple(models.kind_models("distributed", "cpu_smoke")), CPU_MODES
     full = tier == "full"

@@ -187,7 +187,8 @@ class Ratio:
         tolerance = entry_tolerance(floor, kept, noise) if self.kind.stores_tolerance else None
         ratio = RatioEntry(speedup=pooled.speedup, ci_low=pooled.low, ci_high=pooled.high, rounds=pooled.rounds,
                            noise=noise, tolerance=tolerance, method=self.method if self.kind.same_method else None,
-                           fallback=self.fallback if self.kind.stores_fallback else None, step_ms=step and step * 1e3, step_ms_ref=ref and ref * 1e3,
+                           fallback=self.fallback if self.kind.stores_fallback else None,
+                           step_ms=step and step * 1e3, step_ms_ref=ref and ref * 1e3,
                            **{name: getattr(kept, name) for name in RatioEntry.SPREAD})
         over = {"versus": self.over} if self.kind.over else {}
         return {**over, **ratio.figures(self.kind.prefix, nulls=("fallback",) if self.kind.stores_fallback else ())}
