@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from ampbench.modes import MODES, versus_of
+
 if TYPE_CHECKING:
     import torch
 
@@ -45,10 +47,18 @@ class Tier:
 # cold compiles dominate it (fp8's the longest), so it takes the models where compile and fp8 have
 # something to say (ModelSpec.in_compile_tier: a convnet, GPT-2 small, a Llama-3-8B-wide decoder) in
 # bf16 autocast and fp8. Compiled amp_fp16 runs in the full tier. Timings: docs/design.md.
+def _always_compiled_and_their_versus() -> tuple[str, ...]:
+    """The rows that always compile (fp8) and the modes they are timed against (amp_bf16), in table
+    order: a new row of either kind joins the compile tier by its fields alone."""
+    always = [name for name, row in MODES.items() if row.compile]
+    versus = {versus_of(MODES[name]).name for name in always}
+    return tuple(name for name in MODES if name in versus or name in always)
+
+
 TIERS: dict[str, Tier] = {t.name: t for t in (
     Tier("quick", memory_search=False),
     Tier("full"),
-    Tier("compile", modes=("amp_bf16", "fp8_tensorwise", "fp8_rowwise"), compile="on", compiled_only=True),
+    Tier("compile", modes=_always_compiled_and_their_versus(), compile="on", compiled_only=True),
 )}
 
 

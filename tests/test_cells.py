@@ -139,3 +139,16 @@ def test_the_compile_tier_runs_compiled_cells_only():
     assert cells_for(s, convergence, None, None, has_axis=False).ids == ["mnist_cnn-fp8_tensorwise"]
     assert cells_for(s, {}, None, None, has_axis=True).ids == [
         "resnet50-amp_bf16-compiled", "resnet50-fp8_tensorwise", "gpt-amp_bf16-compiled", "gpt-fp8_tensorwise"]
+
+
+def test_a_new_always_compiled_row_joins_the_compile_tier_by_its_fields(monkeypatch):
+    """Adding a mode takes its row: the compile tier's modes are the rows that always compile and the
+    modes they are timed against, read off the table, not a list of names."""
+    from dataclasses import replace as changed
+
+    from ampbench import settings
+    from ampbench.modes import MODES as ROWS
+
+    assert settings.TIERS["compile"].modes == ("amp_bf16", "fp8_tensorwise", "fp8_rowwise")
+    monkeypatch.setitem(ROWS, "fp8_blockwise", changed(ROWS["fp8_rowwise"], name="fp8_blockwise"))
+    assert settings._always_compiled_and_their_versus() == ("amp_bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise")
