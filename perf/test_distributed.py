@@ -131,7 +131,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     figs = merge_ranks(docs, confidence)
     baseline = DistributedEntry.of(store.figures(test_id)) if store is not None else None
     checks = judging.cell_checks(baseline, figs, model, f"{mode_name} {comm} x{nproc}", settings.tolerance)
-    gates = judging.gated_figures(settings.gate, checks)
+    gates = judging.gated_figures(settings.gate, checks, figs)
     verdicts = judging.verdicts_of(figs, checks)
     confirmation = None
     if Verdict.REGRESSION in judging.gated_verdicts(verdicts, gates):

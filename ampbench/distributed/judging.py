@@ -53,12 +53,13 @@ def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str
     return CellChecks(device, speed, eff, why)
 
 
-def gated_figures(gate: str, checks: CellChecks) -> tuple[str, ...]:
+def gated_figures(gate: str, checks: CellChecks, figs: DistFigures) -> tuple[str, ...]:
     """The --perf-gate figures (settings.GATES) that hold the cell: the wall clock's alone where device
-    time would gate but has no check (an entry from before device time, or none measured) and the
-    wall-clock speedup has one."""
+    time would gate but the run measured none (gloo ranks), or its entry holds none (recorded before
+    device time) while it holds the wall-clock speedup."""
     gates = GATES[gate]
-    if DIST_DEVICE.gate in gates and checks.device is None and checks.speedup is not None:
+    unchecked = figs.device is None or (checks.device is None and checks.speedup is not None)
+    if DIST_DEVICE.gate in gates and unchecked:
         return (DISTRIBUTED.gate,)
     return gates
 
