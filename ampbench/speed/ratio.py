@@ -65,7 +65,8 @@ VERSUS = RatioKind(prefix="versus_", heading="{figure} ({method})", failing="{fi
                    missing="no baseline of this ratio over {over}: " + RECORD_AGAIN, other_method="",
                    no_entry="no baseline for this GPU", over=True, verdict_key="versus_verdict", steps=False,
                    stores_tolerance=True, stores_fallback=False, called="{figure}")
-# a distributed cell's two figures, timed by its launch in wall clock and judged there
+# a distributed cell's wall-clock figures, timed by its launch and judged there: reported beside its device
+# time, gating under --perf-gate wall or both, or where its entry holds no device time
 DISTRIBUTED = RatioKind(prefix="", heading="speedup", failing="speedup under the same parallelism", short="speedup",
                         gate="wall", scope="", same_method=False, floor=0.0, missing="no baseline", other_method="",
                         no_entry="", over=False, verdict_key="verdict", steps=False, stores_tolerance=False,
