@@ -18,8 +18,8 @@ Cells that train in worker processes (the distributed tests' torchrun ranks) are
 passes its spec on in the environment (``AMPBENCH_SLOWDOWN``, and itself in the worker's plugin list,
 ``ampbench.distributed.launch.WORKER_PLUGINS_ENV``), and each rank installs the same slowdown before it builds
 a trainer (``worker_configure``). There the fraction is of the wall time of a few plain steps, on CUDA
-too: a distributed cell's figures are wall-clock throughput, and capturing a step that holds
-collectives as a CUDA graph is no calibration to risk on every rank.
+too (the spin is a kernel, so it counts in the cell's profiled device time as well): capturing a step
+that holds collectives as a CUDA graph is no calibration to risk on every rank.
 
 ``MODEL:fp8_MODE:emulate`` slows an fp8 cell the way a broken fp8 stack would: its trainers convert their
 Linear layers with torchao's emulated float8 matmul (``Float8LinearConfig(emulate=True)``: the fp8

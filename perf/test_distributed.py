@@ -30,15 +30,14 @@ import models
 from perf.outcome import conclude
 from ampbench.speed import sides
 from ampbench.device import cell_unsupported_reason
-from ampbench.distributed.variants import (STRATEGIES, DistFigures, default_cells, get_comm, host_bound_verdict,
-                                           max_over_ranks, mean_over_ranks, merge_ranks, variants_for)
+from ampbench.distributed import judging
+from ampbench.distributed.figures import DistFigures, max_over_ranks, mean_over_ranks, merge_ranks
+from ampbench.distributed.variants import STRATEGIES, default_cells, get_comm, variants_for
 from ampbench.distributed.launch import LaunchResult, run_launch, torchrun_command
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
-from ampbench.stats import SpeedupEstimate
 from ampbench.baselines.entries import DistributedEntry
-from ampbench.speed.ratio import DISTRIBUTED, EFFICIENCY, Ratio, RatioKind, ratio_check
-from ampbench.verdict import SpeedupCheck, Verdict, combined
+from ampbench.verdict import Verdict, combined
 
 ROOT = Path(__file__).resolve().parents[1]
 # seconds a launch may take: a start (torch import, rendezvous, NCCL init) plus each cell's build,
@@ -104,16 +103,6 @@ def _rank_docs(out: Path, comm: str, nproc: int) -> list[dict] | None:
     return [json.loads(p.read_text()) for p in paths] if all(p.exists() for p in paths) else None
 
 
-def _judge(check: SpeedupCheck | None, est: SpeedupEstimate) -> Verdict:
-    return check.classify(est) if check is not None else Verdict.NO_BASELINE
-
-
-def _check(baseline: DistributedEntry | None, kind: RatioKind, model: str, what: str,
-           floor: float) -> SpeedupCheck | None:
-    """The check of one of the cell's figures, by the single-GPU cells' tolerance rule (``ratio_check``)."""
-    return ratio_check(Ratio(kind), model, what, baseline, floor)[0]
-
-
 def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
                 distributed_baseline_store, software, _launches) -> None:
     model, mode_name, comm = dist_cell
@@ -141,30 +130,25 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     confidence = 0.99
     figs = merge_ranks(docs, confidence)
     baseline = DistributedEntry.of(store.figures(test_id)) if store is not None else None
-    floor = settings.tolerance
-    speed_check = _check(baseline, DISTRIBUTED, model, f"{mode_name} {comm} x{nproc}", floor)
-    eff_check = _check(baseline, EFFICIENCY, model, f"{mode_name} {comm} x{nproc}", floor)
-    verdicts = {"speedup": _judge(speed_check, figs.speedup)}
-    if figs.efficiency is not None:
-        verdicts["scaling efficiency"] = _judge(eff_check, figs.efficiency)
-    # a host-bound step's drop is the host's: no confirming launch, never a failure
-    verdicts = {name: host_bound_verdict(v, figs.host_bound) for name, v in verdicts.items()}
+    checks = judging.cell_checks(baseline, figs, model, f"{mode_name} {comm} x{nproc}", settings.tolerance)
+    gates = judging.gated_figures(settings.gate, checks, figs)
+    verdicts = judging.verdicts_of(figs, checks)
     confirmation = None
-    if Verdict.REGRESSION in verdicts.values():
+    if Verdict.REGRESSION in judging.gated_verdicts(verdicts, gates):
         # as in the 1-GPU suite: a regression stands only when a second, independent launch agrees
         again, again_docs = _launch_again(request, settings, nproc, model, mode_name, comm)
         if again_docs is None:
             fail(f"{what}: confirming launch failed: {again.explain(nproc)}")
         confirmation = merge_ranks(again_docs, confidence)
-        _confirmed(verdicts, {"speedup": (speed_check, confirmation.speedup),
-                              "scaling efficiency": (eff_check, confirmation.efficiency)})
-    verdict = combined(list(verdicts.values()))
-    message = _message(what, figs, speed_check, eff_check, verdicts, confirmation,
-                       gpu=perf_device.type == "cuda", note=STRATEGIES[get_comm(comm).strategy].host_bound_note)
+        verdicts = judging.confirmed(verdicts, checks, confirmation)
+    verdict = combined(judging.gated_verdicts(verdicts, gates))
+    message = judging.cell_message(what, figs, checks, verdicts, confirmation, gpu=perf_device.type == "cuda",
+                                   note=STRATEGIES[get_comm(comm).strategy].host_bound_note)
 
     problems = _problems(docs)
-    record_result(_record(identity, figs, docs, speed_check, eff_check, settings, result, verdict=verdict,
-                          message=message, weights_moved=all(d["weights_moved"] for d in docs)))
+    record_result(_record(identity, figs, docs, checks, settings, result, verdict=verdict, message=message,
+                          weights_moved=all(d["weights_moved"] for d in docs), gated=list(gates),
+                          **judging.device_record_fields(figs, checks, verdicts, docs)))
     if settings.update_baselines and store is not None and not problems:
         _record_baseline(store, test_id, figs, docs, settings, software)
 
@@ -193,15 +177,6 @@ def _launch_again(request, settings, nproc: int, model: str, mode_name: str, com
     return again, _rank_docs(out, comm, nproc)
 
 
-def _confirmed(verdicts: dict[str, Verdict], second: dict[str, tuple]) -> None:
-    """Each regression of `verdicts` that the confirming launch's (check, estimate) of it does not repeat
-    becomes inconclusive."""
-    for name, v in verdicts.items():
-        chk, est = second[name]
-        if v is Verdict.REGRESSION and (est is None or _judge(chk, est) is not Verdict.REGRESSION):
-            verdicts[name] = Verdict.INCONCLUSIVE
-
-
 def _problems(docs: list[dict]) -> list[str]:
     """Why the ranks did not really train: no step moved the weights, or their loss scales parted or broke."""
     scales = [d.get("loss_scale") for d in docs]
@@ -215,10 +190,11 @@ def _problems(docs: list[dict]) -> list[str]:
     return problems
 
 
-def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], speed_check, eff_check, settings,
+def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], checks: judging.CellChecks, settings,
             result: LaunchResult, **concluded) -> DistributedRecord:
     """The cell's record: the launch's figures merged over its ranks, and what the cell concluded."""
     eff, nproc = figs.efficiency, len(docs)
+    speed_check, eff_check = checks.speedup, checks.efficiency
     return replace(
         identity, speedup=figs.speedup.speedup, speedup_low=figs.speedup.low, speedup_high=figs.speedup.high,
         rounds=figs.speedup.rounds, confidence=0.99,
@@ -252,38 +228,9 @@ def _record_baseline(store, test_id: str, figs: DistFigures, docs: list[dict], s
         "comm_share": figs.comm_share, "comm_overlap": figs.comm_overlap, "idle_share": figs.idle_share,
         "world_size": len(docs),
         "batch_size": docs[0]["batch_size"], "block_seconds": settings.block_seconds,
-        "cudnn_benchmark": settings.cudnn_benchmark,
+        "cudnn_benchmark": settings.cudnn_benchmark, **judging.device_baseline_figures(figs, settings.tolerance),
     }, software)
     store.write()
-
-
-def _message(what: str, figs: DistFigures, speed_check, eff_check, verdicts: dict, confirmation, gpu: bool,
-             note: str = "") -> str:
-    """The cell's message; a CPU run's ranks are processes, and it names them so. `note`: what a host-bound
-    cell adds of its strategy's own host cost."""
-    rank = "GPU" if gpu else "rank"
-    parts = [f"{what}: speedup over fp32 under the same parallelism {figs.speedup}"]
-    if speed_check:
-        parts.append(f"against baseline {speed_check.expected:.3f}x, line {speed_check.line:.3f}x "
-                     f"({verdicts['speedup'].value})")
-    if figs.efficiency is not None:
-        e = figs.efficiency
-        parts.append(f"scaling efficiency {e.speedup:.1%} [{e.low:.1%}, {e.high:.1%}]")
-        if eff_check:
-            parts.append(f"against baseline {eff_check.expected:.1%}, line {eff_check.line:.1%} "
-                         f"({verdicts['scaling efficiency'].value})")
-    parts.append(f"{figs.throughput_per_gpu:.1f} samples/s per {rank}")
-    if figs.comm_share is not None:
-        overlap = f", {figs.comm_overlap:.0%} of it overlapped" if figs.comm_overlap is not None else ""
-        parts.append(f"NCCL kernels {figs.comm_share:.0%} of a step{overlap}")
-    if figs.host_bound:
-        parts.append(f"host-bound: a {rank} sat idle {figs.idle_share:.0%} of the mode's step waiting for its host, "
-                     f"so a drop is the host's and is not failed" + (f" ({note})" if note else ""))
-    if confirmation is not None:
-        parts.append(f"confirming launch {confirmation.speedup}")
-    if not speed_check:
-        parts.append(f"no baseline for this {'GPU model' if gpu else 'device'} and {rank} count")
-    return "; ".join(parts)
 
 
 @pytest.mark.strategy("ddp")

@@ -23,13 +23,12 @@ from ampbench.distributed.variants import (
     comm_figures,
     default_cells,
     fsdp2_units,
-    host_bound_verdict,
     kernels_from_trace,
-    merge_ranks,
     resolve_world_size,
     variants_for,
     world_size_skip_reason,
 )
+from ampbench.distributed.figures import host_bound_verdict, merge_ranks
 from ampbench import slowdown
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV, LaunchResult, load_worker_plugins, run_launch, torchrun_command
 from ampbench.modes import MODES
@@ -344,8 +343,9 @@ def test_fsdp2_wraps_a_channels_last_convnet():
 def test_a_host_bound_fsdp2_cell_says_that_fsdp2_s_own_host_is_the_cause():
     """Only a host-bound cell carries its strategy's note, and only FSDP2 has one (docs/design.md,
     "FSDP2's scaling"): DDP's idle host is the harness's host, not DDP's."""
-    from perf.test_distributed import _message
-    from ampbench.distributed.variants import STRATEGIES, DistFigures
+    from ampbench.distributed.figures import DistFigures
+    from ampbench.distributed.judging import CellChecks, cell_message
+    from ampbench.distributed.variants import STRATEGIES
     from ampbench.stats import SpeedupEstimate
 
     def figs(idle: float) -> DistFigures:
@@ -354,7 +354,8 @@ def test_a_host_bound_fsdp2_cell_says_that_fsdp2_s_own_host_is_the_cause():
 
     note = STRATEGIES["fsdp2"].host_bound_note
     assert note and not STRATEGIES["ddp"].host_bound_note
-    bound = _message("gpt amp_bf16 fsdp2_fp32 x2", figs(0.36), None, None, {}, None, gpu=True, note=note)
+    unchecked = CellChecks(None, None, None)
+    bound = cell_message("gpt amp_bf16 fsdp2_fp32 x2", figs(0.36), unchecked, {}, None, gpu=True, note=note)
     assert "host-bound" in bound and note in bound
-    busy = _message("gpt amp_bf16 fsdp2_fp32 x2", figs(0.02), None, None, {}, None, gpu=True, note=note)
+    busy = cell_message("gpt amp_bf16 fsdp2_fp32 x2", figs(0.02), unchecked, {}, None, gpu=True, note=note)
     assert "host-bound" not in busy and note not in busy

@@ -191,10 +191,13 @@ class SpeedEntry(FlatEntry):
 
 @dataclass(frozen=True)
 class DistributedEntry(FlatEntry):
-    """``test_ddp_speed`` / ``test_fsdp2_speed[...]``: the speedup under the same parallelism (flat names,
-    no prefix) and the scaling efficiency (``scaling_efficiency``, ``_low``, ``_high``, ``scaling_noise``)."""
+    """``test_ddp_speed`` / ``test_fsdp2_speed[...]``: the wall-clock speedup under the same parallelism
+    (flat names, no prefix), its device-time speedup ("device_"; absent from entries recorded without
+    one, whose cells the wall-clock speedup holds) and the scaling efficiency (``scaling_efficiency``,
+    ``_low``, ``_high``, ``scaling_noise``)."""
 
     speedup: RatioEntry = _ratio("")
+    device: RatioEntry = _ratio("device_")
     world_size: int | None = figure()
     batch_size: int | None = figure()
     block_seconds: float | None = figure()

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ampbench.baselines.entries import ConvergenceEntry, MemoryEntry, SpeedEntry
+from ampbench.baselines.entries import ConvergenceEntry, DistributedEntry, MemoryEntry, SpeedEntry
 from ampbench.baselines.rules import Rule, is_number  # noqa: F401 - Rule is read from here too
 
 SCHEMA_VERSION = 1
@@ -47,7 +47,8 @@ def is_stamp(value: Any) -> bool:
 
 
 # One schema per kind of entry, keyed by the test id's name before "[": the figures each test reads
-# back from its entry (ampbench.suite.speed: the fields of ``entries.SpeedEntry``; ampbench.suite.memory with
+# back from its entry (ampbench.suite.speed: the fields of ``entries.SpeedEntry``; perf/test_distributed.py:
+# those of ``entries.DistributedEntry``; ampbench.suite.memory with
 # memory.judge and memory.search_start; ampbench.suite.convergence), so that a figure a test would
 # misread stops the run up front instead. Figures not named here are stored for the report only and
 # are free, so a test can add one without touching this table. perf/test_input_pipeline.py reads no
@@ -56,6 +57,8 @@ ENTRY_SCHEMAS: dict[str, dict[str, Rule]] = {
     "test_speed": SpeedEntry.rules(),
     "test_memory": {**MemoryEntry.rules(), "max_batch_recorded": Rule(is_stamp, STAMP_EXPECTED)},
     "test_convergence": ConvergenceEntry.rules(),
+    "test_ddp_speed": DistributedEntry.rules(),
+    "test_fsdp2_speed": DistributedEntry.rules(),
 }
 
 

@@ -6,8 +6,10 @@
 Per comm variant, the fp32 reference (the same parallelism, fp32 reduction) and the mode alternate in
 rounds as in ``PairedTimer``, every rank starting each block together; rank 0 also times, between
 rounds, the same mode on its GPU alone (a plain ``Trainer``), the 1-GPU side of the scaling
-efficiency. Each rank writes ``DIR/<comm>/rank{R}.json``. On CUDA a few further, untimed steps run
-under torch.profiler for NCCL's share of a step and its overlap with compute.
+efficiency. On CUDA each round also times one block of each side on the device: the profiler's busy
+time of the rank's GPU per step (``device_timer``), beside the wall-clock blocks. Each rank writes
+``DIR/<comm>/rank{R}.json``. On CUDA a few further, untimed steps run under torch.profiler for NCCL's
+share of a step and its overlap with compute.
 
 Every rank runs the same steps in the same order: a collective that one rank skips hangs the others.
 """
@@ -39,8 +41,10 @@ from ampbench.distributed.variants import (
     get_comm,
     kernels_from_trace,
 )
+from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE
 from ampbench.distributed.launch import load_worker_plugins
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
+from ampbench.speed.devicetime import profile_steps
 from ampbench.speed.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
 from ampbench.train import Trainer
 
@@ -75,6 +79,25 @@ def ranked_timer(ref: Trainer, trainer: Trainer, ref_steps: int, mode_steps: int
         return run
 
     return PairedTimer(together(ref_block), together(mode_block), ref_steps, mode_steps)
+
+
+def device_timer(ref: Trainer, trainer: Trainer, ref_steps: int, mode_steps: int,
+                 before_block: Callable[[], None]) -> PairedTimer | None:
+    """A PairedTimer of device-time blocks (CUDA only; None elsewhere), each started on all ranks
+    together: the profiler's busy time of the rank's GPU over a block of eager steps, per step
+    (``devicetime.profile_steps``: the union of every kernel, memcpy and memset, NCCL's included). A
+    block of its own, not the wall-clock one profiled: the profiler slows the host, and the wall-clock
+    figure must not carry it."""
+    if trainer.device.type != "cuda":
+        return None
+
+    def busy(side: Trainer, steps: int) -> Callable[[], float]:
+        def run() -> float:
+            before_block()
+            return profile_steps(side, steps).busy_ms / 1e3
+        return run
+
+    return PairedTimer(busy(ref, ref_steps), busy(trainer, mode_steps), ref_steps, mode_steps)
 
 
 def build(spec, mode: PrecisionMode, variant: CommVariant, device: torch.device, smoke: bool) -> Trainer:
@@ -177,11 +200,14 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
     ref_step, mode_step = warm_together(ref, policy), warm_together(trainer, policy)
     timer = ranked_timer(ref, trainer, steps_per_block(ref_step, policy.block_seconds),
                          steps_per_block(mode_step, policy.block_seconds), before_block=lambda: together(device))
+    on_device = device_timer(ref, trainer, timer.ref_steps, timer.mode_steps, before_block=lambda: together(device))
     single_steps = steps_per_block(single.step_seconds, policy.block_seconds) if single else 0
     single_times: list[float] = []
     before = fingerprint(trainer)
     for _ in range(args.rounds):
         timer.rounds(1)
+        if on_device is not None:
+            on_device.rounds(1)
         together(device)  # the other ranks wait here while rank 0 trains alone
         if single is not None:
             single_times.append(time_block(device, lambda: single.trainer.run(single_steps)) / single_steps)
@@ -197,6 +223,10 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
         "ref_times": timer.ref_times, "mode_times": timer.mode_times, "single_times": single_times or None,
         "samples_per_s": trainer.batch_size * len(timer.mode_times) / sum(timer.mode_times),
         "ref_samples_per_s": trainer.batch_size * len(timer.ref_times) / sum(timer.ref_times),
+        "device_method": "kernels" if on_device else "wall",
+        "device_fallback": GRAPH_FALLBACK if on_device else NO_DEVICE,
+        "device_ref_times": on_device.ref_times if on_device else None,
+        "device_mode_times": on_device.mode_times if on_device else None,
         "single_samples_per_s": (trainer.batch_size * len(single_times) / sum(single_times)) if single_times else None,
         **comm, "comm_share_ref": comm_ref["comm_share"], "comm_overlap_ref": comm_ref["comm_overlap"],
         "idle_share_ref": comm_ref["idle_share"],

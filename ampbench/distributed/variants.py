@@ -1,12 +1,12 @@
 """Mixed precision past one GPU: the communication variants as one table, how each wraps a model, and
-the pure arithmetic that turns the ranks' JSON documents into figures.
+NCCL's share of a step read from a profiler trace (``ampbench.distributed.figures`` merges the ranks'
+documents into a cell's figures).
 
 The per-rank program is ``ampbench.distributed.speed_worker`` (run by torchrun); ``ampbench.distributed.launch`` starts it.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import traceback
@@ -18,9 +18,6 @@ from torch import nn
 
 import models
 from ampbench.modes import MODES, PrecisionMode
-from ampbench.speed.hostload import is_host_bound
-from ampbench.stats import SpeedupEstimate, estimate_speedup, median
-from ampbench.verdict import Verdict
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
 
@@ -261,83 +258,6 @@ def comm_figures(kernels: Sequence[Kernel]) -> dict[str, float | None]:
     return {"comm_share": comm / span if span > 0 else None,
             "comm_overlap": _length(_union(overlapped)) / comm if comm > 0 else None, "comm_us": comm,
             "idle_share": idle}
-
-
-# -- the ranks' documents, merged ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DistFigures:
-    speedup: SpeedupEstimate  # the mode over the fp32 reference, both under the same parallelism
-    efficiency: SpeedupEstimate | None  # N-GPU samples/s / (N x 1-GPU samples/s), per round
-    throughput_per_gpu: float  # samples/s per GPU of the mode (median round)
-    throughput_per_gpu_ref: float
-    comm_share: float | None  # mean over ranks
-    comm_overlap: float | None
-    world_size: int
-    idle_share: float | None = None  # the most idle rank's share of the mode's profiled steps with no kernel
-
-    @property
-    def host_bound(self) -> bool:
-        """Whether the GPU of some rank sat idle, waiting for its host, long enough to call the mode's
-        step host-bound (``hostload.is_host_bound``)."""
-        return self.idle_share is not None and is_host_bound(self.idle_share)
-
-
-def host_bound_verdict(verdict: Verdict, host_bound: bool) -> Verdict:
-    """A distributed cell's figures are wall-clock throughput. Where its mode's step is host-bound, a
-    drop below the line is inconclusive, not a regression: the GPU had idle time to absorb more work,
-    and the host that launches the steps sets the pace (docs/design.md, "Device time, wall time, and the
-    gate"). As in the
-    single-GPU suite, where a wall-only drop is a ``HostOverhead`` warning, a slower host is reported,
-    never failed."""
-    return Verdict.INCONCLUSIVE if host_bound and verdict is Verdict.REGRESSION else verdict
-
-
-def per_round_max(docs: Sequence[dict], key: str) -> list[float]:
-    """Per round, the slowest rank's step time: a DDP step ends when its last rank's does."""
-    rounds = {len(d[key]) for d in docs}
-    if len(rounds) != 1:
-        raise ValueError(f"ranks timed different numbers of rounds for {key}: {sorted(rounds)}")
-    return [max(ts) for ts in zip(*(d[key] for d in docs))]
-
-
-def _rank_figures(docs: Sequence[dict], key: str) -> list[float]:
-    """The ranks' finite figures under `key` (none off CUDA, where there are no kernels to read)."""
-    return [v for d in docs if isinstance(v := d.get(key), (int, float)) and math.isfinite(v)]
-
-
-def mean_over_ranks(docs: Sequence[dict], key: str) -> float | None:
-    vs = _rank_figures(docs, key)
-    return sum(vs) / len(vs) if vs else None
-
-
-def max_over_ranks(docs: Sequence[dict], key: str) -> float | None:
-    return max(_rank_figures(docs, key), default=None)
-
-
-def merge_ranks(docs: Sequence[dict], confidence: float) -> DistFigures:
-    """Figures of one cell from every rank's document (``rank{R}.json``)."""
-    if not docs:
-        raise ValueError("no rank documents")
-    world = docs[0]["world_size"]
-    if sorted(d["rank"] for d in docs) != list(range(world)):
-        raise ValueError(f"rank documents of ranks {sorted(d['rank'] for d in docs)}, world size {world}")
-    batch = docs[0]["batch_size"]
-    ref, mode = per_round_max(docs, "ref_times"), per_round_max(docs, "mode_times")
-    speedup = estimate_speedup(ref, mode, confidence)
-    single = next((d["single_times"] for d in docs if d.get("single_times")), None)
-    # per-rank batches are the same on one GPU and on N (weak scaling), so per round
-    # (N B / t_N) / (N B / t_1) = t_1 / t_N
-    efficiency = estimate_speedup(single, mode, confidence) if single else None
-    return DistFigures(
-        speedup=speedup, efficiency=efficiency,
-        throughput_per_gpu=batch / median(mode), throughput_per_gpu_ref=batch / median(ref),
-        comm_share=mean_over_ranks(docs, "comm_share"),
-        comm_overlap=mean_over_ranks(docs, "comm_overlap"),
-        world_size=world,
-        idle_share=max_over_ranks(docs, "idle_share"),
-    )
 
 
 # -- how many ranks, and which cells ----------------------------------------------------------------

@@ -189,11 +189,13 @@ class SpeedRecord(Record):
 @dataclass(frozen=True)
 class DistributedRecord(Record):
     """``test_ddp_speed`` / ``test_fsdp2_speed[model-mode-comm]``: a mode's speedup over fp32 under the same
-    parallelism on N ranks, its scaling efficiency against one GPU, and the share of communication."""
+    parallelism on N ranks, in device time (the gate by default, where measured) and in wall clock, its
+    scaling efficiency against one GPU, and the share of communication."""
 
     KIND: ClassVar[str] = "distributed"
     ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (
         ("speedup_low", "speedup", "speedup_high"),
+        ("device_speedup_low", "device_speedup", "device_speedup_high"),
         ("scaling_efficiency_low", "scaling_efficiency", "scaling_efficiency_high"))
 
     comm: str | None = text()  # the communication variant
@@ -221,6 +223,23 @@ class DistributedRecord(Record):
     baseline_scaling_efficiency: float | None = checked(POSITIVE)
     tolerance: float | None = checked(NON_NEGATIVE)
     line: float | None = number()
+    wall_verdict: Verdict | None = checked(VERDICT)  # the wall-clock speedup's
+    # the device-time speedup: per round the least busy rank's profiled busy time per step
+    device_method: str | None = text()  # "kernels" on GPUs; "wall" (no device time) on gloo ranks
+    device_fallback: str | None = text()  # why not a CUDA graph's replay
+    device_speedup: float | None = checked(POSITIVE)
+    device_speedup_low: float | None = checked(POSITIVE)
+    device_speedup_high: float | None = checked(POSITIVE)
+    device_rounds: int | None = checked(COUNT)
+    device_baseline_speedup: float | None = checked(POSITIVE)
+    device_tolerance: float | None = checked(NON_NEGATIVE)
+    device_line: float | None = number()
+    device_verdict: Verdict | None = checked(VERDICT)
+    device_step_ms: float | None = number()
+    device_step_ms_ref: float | None = number()
+    device_round_ms: list | None = raw()
+    device_ref_round_ms: list | None = raw()
+    gated: list | None = raw()  # the --perf-gate figures that held the cell: "device", "wall"
     recording: bool | None = flag()
     weights_moved: bool | None = flag()
     loss_scale: float | None = number()
@@ -235,19 +254,24 @@ class DistributedRecord(Record):
     ref_round_ms: list | None = raw()
 
     def estimate(self, device: bool = False) -> SpeedupEstimate | None:
-        """The speedup under the same parallelism with its interval (timed in wall clock only)."""
-        return None if device else _estimate(self.speedup, self.speedup_low, self.speedup_high, self.rounds,
-                                             self.confidence)
+        """The speedup under the same parallelism with its interval; `device`: in device time (None where
+        the run measured none)."""
+        if device:
+            return _estimate(self.device_speedup, self.device_speedup_low, self.device_speedup_high,
+                             self.device_rounds, self.confidence)
+        return _estimate(self.speedup, self.speedup_low, self.speedup_high, self.rounds, self.confidence)
 
     def efficiency(self) -> SpeedupEstimate | None:
         return _estimate(self.scaling_efficiency, self.scaling_efficiency_low, self.scaling_efficiency_high,
                          self.rounds, self.confidence)
 
     def speedup_of(self, device: bool = False) -> float | None:
-        return None if device else self.speedup
+        return self.device_speedup if device else self.speedup
 
     def tolerance_of(self, device: bool = False) -> float | None:
-        return None if device else self.tolerance
+        return self.device_tolerance if device else self.tolerance
 
     def verdict_of(self, device: bool = False) -> Verdict | None:
-        return self.verdict
+        """The verdict of one figure, where the cell wrote it apart; the cell's otherwise."""
+        own = self.device_verdict if device else self.wall_verdict
+        return own if own is not None else self.verdict

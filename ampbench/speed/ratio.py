@@ -1,5 +1,6 @@
 """One gated ratio of a speed cell, as one object: the wall-clock speedup, the device-time speedup, a
-compiled cell's ratio over its versus side, and a distributed cell's speedup and scaling efficiency.
+compiled cell's ratio over its versus side, and a distributed cell's speedup (wall clock and device time)
+and scaling efficiency.
 
 A `RatioKind` row says everything that differs between them (where its figures live, what messages call
 it, which --perf-gate value gates it, its tolerance's floor, whether it is held only against a baseline
@@ -64,11 +65,18 @@ VERSUS = RatioKind(prefix="versus_", heading="{figure} ({method})", failing="{fi
                    missing="no baseline of this ratio over {over}: " + RECORD_AGAIN, other_method="",
                    no_entry="no baseline for this GPU", over=True, verdict_key="versus_verdict", steps=False,
                    stores_tolerance=True, stores_fallback=False, called="{figure}")
-# a distributed cell's two figures, timed by its launch in wall clock and judged there
+# a distributed cell's wall-clock figures, timed by its launch and judged there: reported beside its device
+# time, gating under --perf-gate wall or both, or where its entry holds no device time
 DISTRIBUTED = RatioKind(prefix="", heading="speedup", failing="speedup under the same parallelism", short="speedup",
                         gate="wall", scope="", same_method=False, floor=0.0, missing="no baseline", other_method="",
                         no_entry="", over=False, verdict_key="verdict", steps=False, stores_tolerance=False,
                         stores_fallback=False)
+# its device time: the least busy rank's per round (``distributed.figures.per_round_min``), the gate by default
+DIST_DEVICE = RatioKind(prefix="device_", heading="device time ({method})",
+                        failing="device-time speedup under the same parallelism", short="device-time", gate="device",
+                        scope="", same_method=True, floor=0.0, missing="no device-time baseline: " + RECORD_AGAIN,
+                        other_method="device time ", no_entry="", over=False, verdict_key="device_verdict",
+                        steps=False, stores_tolerance=True, stores_fallback=True, called="device time")
 EFFICIENCY = RatioKind(prefix="scaling_", heading="scaling efficiency", failing="scaling efficiency",
                        short="scaling efficiency", gate="wall", scope="", same_method=False, floor=0.0,
                        missing="no baseline", other_method="", no_entry="", over=False, verdict_key="verdict",

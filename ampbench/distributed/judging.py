@@ -1,0 +1,169 @@
+"""A distributed cell's judging: its three figures (the device-time speedup, the wall-clock speedup
+under the same parallelism, the scaling efficiency) held against the cell's baseline entry by the
+single-GPU cells' tolerance rule (``speed.ratio.ratio_check``), which of them gate the cell
+(--perf-gate), and the cell's message and device-time record and baseline figures.
+
+Device time gates by default, the wall-clock figures are reported beside it; under --perf-gate wall or
+both they gate too. Where the entry holds no device-time speedup (recorded before the cell measured
+one) or the run measured none (gloo ranks on the CPU), the wall-clock figures hold the cell, as a
+single-GPU cell's wall verdict holds it where its entry lacks device time. The host-bound rule
+(``figures.host_bound_verdict``) applies to the wall-clock figures only: device time leaves the host out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ampbench.baselines.entries import DistributedEntry, RatioEntry, entry_tolerance
+from ampbench.distributed.figures import DistFigures, host_bound_verdict, per_round_min
+from ampbench.settings import GATES
+from ampbench.speed.ratio import DIST_DEVICE, DISTRIBUTED, EFFICIENCY, Ratio, RatioKind, ratio_check
+from ampbench.stats import SpeedupEstimate
+from ampbench.verdict import SpeedupCheck, Verdict
+
+# the names of the cell's figures in its verdicts and messages, with the kind of ratio each is
+DEVICE_SPEEDUP, SPEEDUP, SCALING = "device speedup", "speedup", "scaling efficiency"
+KINDS: dict[str, RatioKind] = {DEVICE_SPEEDUP: DIST_DEVICE, SPEEDUP: DISTRIBUTED, SCALING: EFFICIENCY}
+
+
+@dataclass(frozen=True)
+class CellChecks:
+    """The checks of a cell's figures against its baseline entry (None: unchecked), and why its
+    device-time figure is unchecked where the entry has no such baseline."""
+
+    device: SpeedupCheck | None
+    speedup: SpeedupCheck | None
+    efficiency: SpeedupCheck | None
+    device_why: str = ""
+
+    def of(self, name: str) -> SpeedupCheck | None:
+        return {DEVICE_SPEEDUP: self.device, SPEEDUP: self.speedup, SCALING: self.efficiency}[name]
+
+
+def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str, what: str,
+                floor: float) -> CellChecks:
+    """The checks of the cell's figures; the device time's only where the run measured one, and only
+    against a baseline measured by the same method."""
+    speed = ratio_check(Ratio(DISTRIBUTED), model, what, baseline, floor)[0]
+    eff = ratio_check(Ratio(EFFICIENCY), model, what, baseline, floor)[0]
+    if figs.device is None:
+        return CellChecks(None, speed, eff)
+    device, why = ratio_check(Ratio(DIST_DEVICE, method=figs.device_method), model, what, baseline, floor)
+    return CellChecks(device, speed, eff, why)
+
+
+def gated_figures(gate: str, checks: CellChecks, figs: DistFigures) -> tuple[str, ...]:
+    """The --perf-gate figures (settings.GATES) that hold the cell: the wall clock's alone where device
+    time would gate but the run measured none (gloo ranks), or its entry holds none (recorded before
+    device time) while it holds the wall-clock speedup."""
+    gates = GATES[gate]
+    unchecked = figs.device is None or (checks.device is None and checks.speedup is not None)
+    if DIST_DEVICE.gate in gates and unchecked:
+        return (DISTRIBUTED.gate,)
+    return gates
+
+
+def _judge(check: SpeedupCheck | None, est: SpeedupEstimate) -> Verdict:
+    return check.classify(est) if check is not None else Verdict.NO_BASELINE
+
+
+def estimates(figs: DistFigures) -> dict[str, SpeedupEstimate]:
+    """The cell's figures that were measured, by name."""
+    named = {DEVICE_SPEEDUP: figs.device, SPEEDUP: figs.speedup, SCALING: figs.efficiency}
+    return {name: est for name, est in named.items() if est is not None}
+
+
+def verdicts_of(figs: DistFigures, checks: CellChecks) -> dict[str, Verdict]:
+    """Each measured figure's verdict; a host-bound step's wall-clock drop is inconclusive."""
+    out = {name: _judge(checks.of(name), est) for name, est in estimates(figs).items()}
+    return {name: v if name == DEVICE_SPEEDUP else host_bound_verdict(v, figs.host_bound) for name, v in out.items()}
+
+
+def gated_verdicts(verdicts: dict[str, Verdict], gates: tuple[str, ...]) -> list[Verdict]:
+    """The verdicts of the figures that gate the cell (``verdict.combined`` takes these)."""
+    return [v for name, v in verdicts.items() if KINDS[name].gate in gates]
+
+
+def confirmed(verdicts: dict[str, Verdict], checks: CellChecks, second: DistFigures) -> dict[str, Verdict]:
+    """`verdicts` with each regression that the confirming launch's figures (`second`) do not repeat
+    made inconclusive."""
+    again = estimates(second)
+    out = dict(verdicts)
+    for name, v in verdicts.items():
+        est = again.get(name)
+        if v is Verdict.REGRESSION and (est is None or _judge(checks.of(name), est) is not Verdict.REGRESSION):
+            out[name] = Verdict.INCONCLUSIVE
+    return out
+
+
+def device_record_fields(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Verdict],
+                         docs: list[dict]) -> dict[str, Any]:
+    """The device-time fields of the cell's ``DistributedRecord``: the method and why not a graph in
+    every run; where measured, the figures, with each round's device time per step (the least busy
+    rank's) in milliseconds."""
+    fields: dict[str, Any] = {"device_method": figs.device_method, "device_fallback": figs.device_fallback,
+                              "wall_verdict": verdicts.get(SPEEDUP)}
+    est, check = figs.device, checks.device
+    if est is None:
+        return fields
+    mode_ms, ref_ms = ([t * 1e3 for t in per_round_min(docs, key)] for key in ("device_mode_times", "device_ref_times"))
+    return {**fields, "device_speedup": est.speedup, "device_speedup_low": est.low, "device_speedup_high": est.high,
+            "device_rounds": est.rounds, "device_verdict": verdicts.get(DEVICE_SPEEDUP),
+            "device_baseline_speedup": check.expected if check else None,
+            "device_tolerance": check.tolerance if check else None, "device_line": check.line if check else None,
+            "device_step_ms": figs.device_step_s * 1e3, "device_step_ms_ref": figs.device_step_s_ref * 1e3,
+            "device_round_ms": mode_ms, "device_ref_round_ms": ref_ms}
+
+
+def device_baseline_figures(figs: DistFigures, floor: float) -> dict[str, Any]:
+    """What a recording stores of the device-time speedup (nothing where none was measured): the
+    figure, its interval and noise, how it was measured, and the tolerance it gives."""
+    est = figs.device
+    if est is None:
+        return {}
+    noise = est.half_width
+    ratio = RatioEntry(speedup=est.speedup, ci_low=est.low, ci_high=est.high, rounds=est.rounds, noise=noise,
+                       tolerance=entry_tolerance(max(floor, DIST_DEVICE.floor), RatioEntry(), noise),
+                       method=figs.device_method, fallback=figs.device_fallback,
+                       step_ms=figs.device_step_s * 1e3, step_ms_ref=figs.device_step_s_ref * 1e3)
+    return ratio.figures(DIST_DEVICE.prefix, nulls=("fallback",))
+
+
+def _against(check: SpeedupCheck | None, verdict: Verdict | None, pct: bool = False) -> list[str]:
+    if check is None:
+        return []
+    fmt = (lambda x: f"{x:.1%}") if pct else (lambda x: f"{x:.3f}x")
+    return [f"against baseline {fmt(check.expected)}, line {fmt(check.line)} ({verdict.value})"]
+
+
+def cell_message(what: str, figs: DistFigures, checks: CellChecks, verdicts: dict[str, Verdict],
+                 confirmation: DistFigures | None, gpu: bool, note: str = "") -> str:
+    """The cell's message: its device-time speedup where measured, then the wall-clock one, the scaling
+    efficiency, throughput, NCCL's share and whether the step is host-bound; a CPU run's ranks are
+    processes, and it names them so. `note`: what a host-bound cell adds of its strategy's own host cost."""
+    rank = "GPU" if gpu else "rank"
+    parts = [f"{what}: "]
+    if figs.device is not None:
+        parts[0] += f"device-time speedup over fp32 under the same parallelism ({figs.device_method}) {figs.device}"
+        parts += _against(checks.device, verdicts.get(DEVICE_SPEEDUP)) or ([checks.device_why] if checks.device_why else [])
+        parts.append(f"wall clock {figs.speedup}")
+    else:
+        parts[0] += f"speedup over fp32 under the same parallelism {figs.speedup}"
+    parts += _against(checks.speedup, verdicts.get(SPEEDUP))
+    if figs.efficiency is not None:
+        e = figs.efficiency
+        parts.append(f"scaling efficiency {e.speedup:.1%} [{e.low:.1%}, {e.high:.1%}]")
+        parts += _against(checks.efficiency, verdicts.get(SCALING), pct=True)
+    parts.append(f"{figs.throughput_per_gpu:.1f} samples/s per {rank}")
+    if figs.comm_share is not None:
+        overlap = f", {figs.comm_overlap:.0%} of it overlapped" if figs.comm_overlap is not None else ""
+        parts.append(f"NCCL kernels {figs.comm_share:.0%} of a step{overlap}")
+    if figs.host_bound:
+        parts.append(f"host-bound: a {rank} sat idle {figs.idle_share:.0%} of the mode's step waiting for its host, "
+                     f"so a wall-clock drop is the host's and is not failed" + (f" ({note})" if note else ""))
+    if confirmation is not None:
+        parts.append(f"confirming launch {confirmation.device or confirmation.speedup}")
+    if not checks.speedup and not checks.device:
+        parts.append(f"no baseline for this {'GPU model' if gpu else 'device'} and {rank} count")
+    return "; ".join(parts)

@@ -1,0 +1,179 @@
+"""A distributed cell's device time: the least busy rank's per round, the speedup estimated from it as
+the single-GPU cells' are, which figure gates the cell, and the baseline entry and record that carry it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ampbench.baselines.entries import DistributedEntry
+from ampbench.baselines.schema import BaselineError, validate_entry
+from ampbench.compare import _speed_change
+from ampbench.distributed import judging
+from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE, merge_ranks, per_round_max, per_round_min
+from ampbench.results import DistributedRecord
+from ampbench.stats import estimate_speedup
+from ampbench.verdict import Verdict, combined
+
+N = 8
+
+
+def _doc(rank: int, ref, mode, dev_ref=None, dev_mode=None, idle=None) -> dict:
+    doc = {"rank": rank, "world_size": 2, "batch_size": 8, "ref_times": ref, "mode_times": mode, "single_times": None,
+           "idle_share": idle}
+    if dev_ref is not None:
+        doc.update(device_method="kernels", device_fallback=GRAPH_FALLBACK, device_ref_times=dev_ref,
+                   device_mode_times=dev_mode)
+    return doc
+
+
+def _docs(dev_mode_1=None, idle=None) -> list[dict]:
+    """Two ranks: rank 0's GPU spins in its collectives (busier), rank 1's does not; wall 2.0 / 1.0."""
+    dev_mode_1 = dev_mode_1 or [0.50] * N
+    return [_doc(0, [2.0] * N, [1.0] * N, [1.8] * N, [0.7] * N, idle),
+            _doc(1, [2.0] * N, [1.0] * N, [1.5 + 0.01 * i for i in range(N)], dev_mode_1, idle)]
+
+
+def test_a_round_s_device_time_is_the_least_busy_rank_s():
+    docs = [{"t": [3.0, 1.0, 2.0]}, {"t": [2.0, 4.0, 2.5]}]
+    assert per_round_min(docs, "t") == [2.0, 1.0, 2.0]
+    assert per_round_max(docs, "t") == [3.0, 4.0, 2.5]  # the wall clock's: the slowest rank's
+    with pytest.raises(ValueError, match="different numbers of rounds"):
+        per_round_min([{"t": [1.0]}, {"t": [1.0, 2.0]}], "t")
+
+
+def test_merge_estimates_the_device_speedup_from_the_rounds_minima():
+    docs = _docs(dev_mode_1=[0.5] * (N - 1) + [0.9])
+    figs = merge_ranks(docs, 0.99)
+    ref = [1.5 + 0.01 * i for i in range(N)]
+    mode = [0.5] * (N - 1) + [0.7]  # the last round: rank 0 was the less busy one
+    assert figs.device == estimate_speedup(ref, mode, 0.99)
+    assert figs.device_method == "kernels" and figs.device_fallback == GRAPH_FALLBACK
+    assert figs.device_step_s == pytest.approx(0.5) and figs.device_step_s_ref == pytest.approx(1.535)
+    assert figs.speedup == estimate_speedup([2.0] * N, [1.0] * N, 0.99)  # the wall clock's, unchanged
+
+
+def test_merge_without_device_time_leaves_the_device_figures_out():
+    gloo = [_doc(0, [2.0] * N, [1.0] * N), _doc(1, [2.0] * N, [1.0] * N)]
+    figs = merge_ranks(gloo, 0.99)
+    assert figs.device is None and figs.device_method == "wall" and figs.device_fallback == NO_DEVICE
+    assert figs.device_step_s is None
+    mixed = _docs()
+    mixed[1]["device_method"] = "wall"
+    with pytest.raises(ValueError, match="measured device time differently"):
+        merge_ranks(mixed, 0.99)
+
+
+def _entry(device: float | None, wall: float = 2.0) -> DistributedEntry:
+    figures = {"speedup": wall, "ci_low": wall * 0.99, "ci_high": wall * 1.01, "rounds": 12, "noise": 0.005,
+               "scaling_efficiency": 0.9, "scaling_noise": 0.01, "world_size": 2}
+    if device is not None:
+        figures.update(device_speedup=device, device_ci_low=device * 0.99, device_ci_high=device * 1.01,
+                       device_rounds=12, device_noise=0.002, device_tolerance=0.02, device_method="kernels",
+                       device_fallback=GRAPH_FALLBACK)
+    return DistributedEntry.from_figures(figures)
+
+
+def _verdict(entry, figs, gate: str = "device") -> tuple[Verdict, tuple[str, ...], dict]:
+    checks = judging.cell_checks(entry, figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    gates = judging.gated_figures(gate, checks, figs)
+    verdicts = judging.verdicts_of(figs, checks)
+    return combined(judging.gated_verdicts(verdicts, gates)), gates, verdicts
+
+
+def test_device_time_gates_the_cell_and_the_wall_clock_is_reported_beside_it():
+    figs = merge_ranks(_docs(), 0.99)  # device ~3.0x, wall 2.0x
+    verdict, gates, verdicts = _verdict(_entry(device=4.0, wall=2.0), figs)
+    assert gates == ("device",) and verdicts["device speedup"] is Verdict.REGRESSION
+    assert verdicts["speedup"] is Verdict.PASS and verdict is Verdict.REGRESSION
+    # a wall-clock drop does not fail a cell that device time holds
+    verdict, _, verdicts = _verdict(_entry(device=3.0, wall=3.0), figs)
+    assert verdicts["speedup"] is Verdict.REGRESSION and verdict is not Verdict.REGRESSION
+    assert _verdict(_entry(device=3.0, wall=3.0), figs, gate="wall")[0] is Verdict.REGRESSION
+    assert _verdict(_entry(device=4.0, wall=2.0), figs, gate="both")[1] == ("device", "wall")
+
+
+def test_host_bound_softens_the_wall_clock_figures_only():
+    figs = merge_ranks(_docs(idle=0.3), 0.99)
+    assert figs.host_bound
+    _, _, verdicts = _verdict(_entry(device=4.0, wall=3.0), figs, gate="both")
+    assert verdicts["device speedup"] is Verdict.REGRESSION and verdicts["speedup"] is Verdict.INCONCLUSIVE
+
+
+def test_an_entry_without_device_time_is_held_by_the_wall_clock():
+    figs = merge_ranks(_docs(), 0.99)
+    verdict, gates, verdicts = _verdict(_entry(device=None, wall=3.0), figs)
+    assert gates == ("wall",) and verdict is Verdict.REGRESSION and verdicts["device speedup"] is Verdict.NO_BASELINE
+    checks = judging.cell_checks(_entry(device=None), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    assert "no device-time baseline" in checks.device_why
+    # gloo ranks measure no device time: the wall clock holds the cell whatever the entry
+    gloo = merge_ranks([_doc(0, [2.0] * N, [1.0] * N), _doc(1, [2.0] * N, [1.0] * N)], 0.99)
+    verdict, gates, verdicts = _verdict(_entry(device=4.0, wall=3.0), gloo)
+    assert gates == ("wall",) and "device speedup" not in verdicts and verdict is Verdict.REGRESSION
+    assert _verdict(None, gloo)[1] == ("wall",)
+
+
+def test_a_baseline_measured_by_another_method_does_not_check_device_time():
+    figs = merge_ranks(_docs(), 0.99)
+    entry = DistributedEntry.from_figures({**_entry(device=3.0).to_figures(), "device_method": "graph"})
+    checks = judging.cell_checks(entry, figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    assert checks.device is None and "measured by graph in the baseline and by kernels here" in checks.device_why
+    assert judging.gated_figures("device", checks, figs) == ("wall",)
+
+
+def test_a_regression_the_confirming_launch_does_not_repeat_is_inconclusive():
+    figs = merge_ranks(_docs(), 0.99)
+    checks = judging.cell_checks(_entry(device=4.0), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    verdicts = judging.verdicts_of(figs, checks)
+    faster = merge_ranks(_docs(dev_mode_1=[0.37] * N), 0.99)  # ~4.1x
+    assert judging.confirmed(verdicts, checks, faster)["device speedup"] is Verdict.INCONCLUSIVE
+    assert judging.confirmed(verdicts, checks, figs)["device speedup"] is Verdict.REGRESSION
+
+
+def test_the_recorded_device_figures_round_trip_through_the_entry_and_its_schema(tmp_path: Path):
+    figs = merge_ranks(_docs(), 0.99)
+    stored = {"speedup": 2.0, "ci_low": 1.9, "ci_high": 2.1, "rounds": 8, "noise": 0.01,
+              **judging.device_baseline_figures(figs, 0.005)}
+    assert stored["device_method"] == "kernels" and stored["device_fallback"] == GRAPH_FALLBACK
+    assert stored["device_speedup"] == figs.device.speedup and stored["device_tolerance"] >= 0.005
+    entry = DistributedEntry.from_figures(json.loads(json.dumps(stored)))
+    assert entry.to_figures() == stored and list(entry.to_figures()) == list(stored)
+    assert entry.device.speedup == figs.device.speedup and entry.ratio("device_").method == "kernels"
+    assert entry.speedup.speedup == 2.0 and "device_speedup" not in entry.detail
+    validate_entry("test_ddp_speed[gpt-amp_bf16-fp32]", {"figures": stored}, tmp_path / "b.json")
+    with pytest.raises(BaselineError, match="device_speedup"):
+        validate_entry("test_fsdp2_speed[gpt-amp_bf16-fsdp2_fp32]", {"figures": {**stored, "device_speedup": -1.0}},
+                       tmp_path / "b.json")
+    gloo = merge_ranks([_doc(0, [2.0] * N, [1.0] * N), _doc(1, [2.0] * N, [1.0] * N)], 0.99)
+    assert judging.device_baseline_figures(gloo, 0.005) == {}
+
+
+def test_the_record_carries_device_time_and_compare_reads_it():
+    docs = _docs()
+    figs = merge_ranks(docs, 0.99)
+    checks = judging.cell_checks(_entry(device=3.0), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    verdicts = judging.verdicts_of(figs, checks)
+    fields = judging.device_record_fields(figs, checks, verdicts, docs)
+    assert fields["device_round_ms"] == pytest.approx([500.0] * N)  # rank 1's, the less busy
+    assert fields["device_ref_round_ms"] == pytest.approx([1500.0 + 10 * i for i in range(N)])
+    record = DistributedRecord(model="gpt", mode="amp_bf16", comm="fp32", speedup=figs.speedup.speedup,
+                               speedup_low=figs.speedup.low, speedup_high=figs.speedup.high, rounds=N,
+                               confidence=0.99, verdict=Verdict.PASS, **fields)
+    assert record.estimate(device=True).speedup == pytest.approx(figs.device.speedup)
+    assert record.verdict_of(device=True) is verdicts["device speedup"] and record.tolerance_of(device=True) > 0
+    old = DistributedRecord(model="gpt", mode="amp_bf16", comm="fp32", speedup=2.0, speedup_low=1.9,
+                            speedup_high=2.1, rounds=N, confidence=0.99)
+    assert old.estimate(device=True) is None and old.verdict_of(device=True) is None
+    assert _speed_change(record, record, 0.005).figure == "device speedup"
+    assert _speed_change(old, record, 0.005).figure == "speedup"  # an old run has no device time
+
+
+def test_the_message_leads_with_device_time_where_measured():
+    figs = merge_ranks(_docs(), 0.99)
+    checks = judging.cell_checks(_entry(device=4.0), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    verdicts = judging.verdicts_of(figs, checks)
+    text = judging.cell_message("gpt amp_bf16 fp32 (x2)", figs, checks, verdicts, None, gpu=True)
+    assert text.startswith("gpt amp_bf16 fp32 (x2): device-time speedup over fp32 under the same parallelism (kernels)")
+    assert "against baseline 4.000x" in text and "(regression)" in text and "wall clock 2.000x" in text
