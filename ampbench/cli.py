@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ampbench.baselines.show import render_file
-from ampbench.baselines.store import BaselineError, latest_entries, load_document, write_atomic, write_text_atomic
+from ampbench.baselines.store import BaselineError, latest_entries, load_document
+from ampbench.outputs import write_atomic, write_text_atomic
 from ampbench.cli_args import build_parser
 from ampbench.compare import CompareError, compare_runs, format_text
 from ampbench.history import cli as history_cli

@@ -19,7 +19,8 @@ from ampbench.results import (
 )
 from ampbench.stats import SpeedupEstimate
 from ampbench.text import fmt_number, fmt_pct, fmt_speedup, verdict_label
-from ampbench.verdict import DEFAULT_TOLERANCE, WALL_TOLERANCE_FLOOR, RatioCheck, SpeedupCheck, Verdict, tolerance_for
+from ampbench.verdict import WALL_TOLERANCE_FLOOR, RatioCheck, SpeedupCheck, Verdict, tolerance_for
+from ampbench.settings import DEFAULT_TOLERANCE
 
 DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little
 DEFAULT_ACCURACY_TOLERANCE = 0.02  # relative; short convergence runs wander this much between seeds

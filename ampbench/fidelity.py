@@ -22,7 +22,7 @@ from ampbench.device import release
 from ampbench.modes import MODES, REFERENCE_MODE, PrecisionMode, get_mode
 from ampbench.stats import SpeedupEstimate
 from ampbench.speed.timing import extend_until_tight, sync, time_block
-from ampbench.verdict import DEFAULT_TOLERANCE
+from ampbench.settings import DEFAULT_TOLERANCE
 from models import get_model
 from models.spec import ModelSpec
 

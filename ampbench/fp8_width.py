@@ -24,7 +24,7 @@ from ampbench.device import catch_oom, cell_unsupported_reason, release, unsuppo
 from ampbench.modes import PrecisionMode, label, versus_of
 from ampbench.stats import SpeedupEstimate
 from ampbench.speed.timing import extend_until_tight
-from ampbench.verdict import DEFAULT_TOLERANCE
+from ampbench.settings import DEFAULT_TOLERANCE
 from models.spec import ModelSpec
 
 FP8_ALIGNMENT = 16  # torchao's float8 matmuls need both dimensions of a converted Linear divisible by this

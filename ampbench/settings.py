@@ -15,6 +15,10 @@ from ampbench.modes import MODES, versus_of
 if TYPE_CHECKING:
     import torch
 
+# The floor of every cell's tolerance: --perf-tolerance's default, and `ampbench compare`'s --tolerance's.
+# It sits below 1% so that a 1% slowdown lies below the line rather than on it (docs/design.md); cells that
+# move more between runs or cards get more through their recorded noise and learned between-run spread.
+DEFAULT_TOLERANCE = 0.005
 # --perf-rounds' and --perf-block-seconds' defaults: what the suite measures with unless told otherwise.
 # Eight rounds are the fewest that give a 99% interval; a judged cell gets more only where its interval
 # straddles its line (`judge`), and device time holds to 0.1-0.6% per round, so most cells need no more.

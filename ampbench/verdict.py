@@ -9,10 +9,6 @@ from enum import Enum
 
 from ampbench.stats import MEDIAN_SE_FACTOR, SpeedupEstimate, finite_number, normal_quantile
 
-# The floor of every cell's tolerance: --perf-tolerance's default, and `ampbench compare`'s --tolerance's.
-# The floor sits below 1% so that a 1% slowdown lies below the line rather than on it (docs/design.md); cells that move more between runs or cards get more
-# through their recorded noise and learned between-run spread.
-DEFAULT_TOLERANCE = 0.005
 # Until its between-run spread is learned, a cell's tolerance is at least this many times the noise
 # recorded with its baseline, so cells whose speedup wanders between runs (host-bound steps) do not
 # fail on that wandering.

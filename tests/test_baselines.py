@@ -332,7 +332,8 @@ def test_the_committed_baseline_files_read_as_typed_entries_and_save_back_byte_i
     import json
 
     from ampbench.baselines.entries import DistributedEntry, SpeedEntry
-    from ampbench.baselines.store import load_document, write_atomic
+    from ampbench.baselines.store import load_document
+    from ampbench.outputs import write_atomic
 
     root = Path(__file__).resolve().parents[1] / "baselines"
     paths = sorted(root.glob("*.json"))

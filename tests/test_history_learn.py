@@ -12,7 +12,8 @@ from ampbench.history.learn import LEARNED, LEARNING, UNLEARNED, learn, percent,
 from ampbench.history.series import Point, Series
 from ampbench.baselines.spread import DEVICE, prior_of
 from ampbench.baselines.entries import RatioEntry, SpeedEntry
-from ampbench.verdict import DEFAULT_TOLERANCE, UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns
+from ampbench.verdict import UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns
+from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.baselines.entries import learned_spread
 
 

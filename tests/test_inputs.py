@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines.store import BaselineError, load_document, unwritable_reason, validate_directory, write_text_atomic
+from ampbench.baselines.store import BaselineError, load_document, validate_directory
+
+from ampbench.outputs import unwritable_reason, write_text_atomic
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from ampbench.inputs import UnreadableFile, read_text
 from ampbench.results import RunError, load_run

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench.baselines import store as baselines
+from ampbench import outputs
 from ampbench.plugin import checks as plugin_checks
 from ampbench.plugin import distributed as plugin_distributed
 from ampbench.plugin import options as plugin_options
@@ -426,7 +426,7 @@ def test_recording_into_a_folder_that_cannot_be_written_fails_before_measuring(t
     configure("--perf-device", "cuda:0", "--perf-update-baselines", "--perf-baseline-dir", str(tmp_path / "new"))
     locked = tmp_path / "locked"
     locked.mkdir()
-    monkeypatch.setattr(baselines, "unwritable_reason",
+    monkeypatch.setattr(outputs, "unwritable_reason",
                         lambda path: f"cannot create a file in {path.parent}: Permission denied")
     with pytest.raises(pytest.UsageError) as info:
         configure("--perf-device", "cuda:0", "--perf-update-baselines", "--perf-baseline-dir", str(locked))

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines.store import load_document, write_atomic
+from ampbench.baselines.store import load_document
+
+from ampbench.outputs import write_atomic
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from ampbench.report import parse_run
 from ampbench.speed.judging import across_runs_of, describe_across
@@ -27,7 +29,8 @@ from ampbench.baselines.spread import (
 )
 from ampbench.stats import SpeedupEstimate, log_sd
 from ampbench.baselines.entries import RatioEntry, SpeedEntry
-from ampbench.verdict import DEFAULT_TOLERANCE, UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
+from ampbench.verdict import UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
+from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.baselines.entries import entry_tolerance, learned_spread
 
 

@@ -34,7 +34,7 @@ from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.results import Run, SpeedRecord
 from ampbench.stats import finite_number, log_sd
-from ampbench.verdict import DEFAULT_TOLERANCE
+from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.baselines.entries import entry_tolerance
 
 # what must match between a baseline entry's `software` and a run's machine_info["ampbench"] for the

@@ -20,7 +20,7 @@ from ampbench.baselines.store import BaselineStore
 from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
 from ampbench.history.series import Series
 from ampbench.history.store import History
-from ampbench.verdict import DEFAULT_TOLERANCE
+from ampbench.settings import DEFAULT_TOLERANCE
 
 # each ratio a speed entry holds, by its prefix
 RATIOS = ((spread.WALL, ""), (spread.DEVICE, "device_"), (spread.VERSUS, "versus_"))

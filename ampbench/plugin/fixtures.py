@@ -4,12 +4,15 @@ turn an out-of-memory into the test's failure."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from ampbench.plugin import summary
 from ampbench.plugin.session import baseline_store_of, perf_settings_of
-from ampbench.results import Record
 from ampbench.settings import PerfSettings
+
+if TYPE_CHECKING:  # the records, and the summary that keeps them, load where a cell runs
+    from ampbench.results import Record
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +50,8 @@ def record_result(request: pytest.FixtureRequest, benchmark):
     """``record_result(record)``: a cell's record into its benchmark's extra_info (what --benchmark-json
     keeps) and to the terminal summary; ``identity=True`` writes only what is set, before the cell
     measures, so that a cell failing later is still recognisable in the JSON."""
+
+    from ampbench.plugin import summary
 
     def write(record: Record, *, identity: bool = False) -> None:
         benchmark.extra_info.update(record.to_info(only_set=identity))

@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 import ampbench
-from ampbench.baselines.store import write_atomic
-from ampbench.plugin import summary
+from ampbench.outputs import write_atomic
 from ampbench.plugin.activation import active
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where a history is opened: a run without ampbench's cells opens none
@@ -166,6 +165,8 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 
 def _records(config: pytest.Config) -> list:
+    from ampbench.plugin import summary  # the records' types: loaded where ampbench acts
+
     # a record knows its test id as pytest-benchmark names it: the last part of the node id
     return [r if r.test_id else replace(r, test_id=nodeid.split("::")[-1])
             for nodeid, r in config.stash.get(summary.RECORDS_KEY, [])]
@@ -185,8 +186,10 @@ def _machine(config: pytest.Config, state: HistorySession) -> dict:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     state = config.stash.get(STATE_KEY, None)
+    if state is None or state.history is None:
+        return
     records = _records(config)
-    if state is None or state.history is None or not records:
+    if not records:
         return
     from ampbench.history.connect import HistoryError
     from ampbench.history.ingest import session_run

@@ -13,6 +13,7 @@ from ampbench.settings import (
     COMPILE_CHOICES,
     DEFAULT_BLOCK_SECONDS,
     DEFAULT_MIN_ROUNDS,
+    DEFAULT_TOLERANCE,
     GATES,
     TIERS,
     Tier,
@@ -23,7 +24,6 @@ from ampbench.settings import (
     scaler_validator,
     tier_help,
 )
-from ampbench.verdict import DEFAULT_TOLERANCE
 
 GROUP = ("perf", "ampbench: mixed-precision training performance")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
-
 
 def register() -> None:
+    from hypothesis import HealthCheck, settings  # a second or more to import: only where ampbench acts
+
     settings.register_profile("dev", max_examples=50, deadline=None)
     settings.register_profile(
         "ci", max_examples=60, derandomize=True, deadline=None, print_blob=True,
@@ -22,6 +22,8 @@ def register() -> None:
 
 def load() -> None:
     """Register the profiles and load the one $HYPOTHESIS_PROFILE names."""
+    from hypothesis import settings
+
     register()
     # CI runners set CI=true; there the run must be reproducible
     default = "ci" if os.environ.get("CI") else "dev"

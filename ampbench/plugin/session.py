@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.plugin import activation, profiles, summary
+from ampbench.plugin import activation, profiles
 from ampbench.plugin.options import tier_models
 from ampbench.plugin.parametrize import cells_for
 from ampbench.settings import COMPILE_CHOICES, TIERS, PerfSettings
@@ -43,7 +43,8 @@ def _check_baselines(directory: Path, update: bool, device) -> None:
     the first cell: a bad file or a folder that cannot be written otherwise surfaces only after
     minutes of measuring, or never (off CUDA no file is read)."""
     from ampbench import device as devices
-    from ampbench.baselines.store import BaselineError, unwritable_reason, validate_directory
+    from ampbench.baselines.store import BaselineError, validate_directory
+    from ampbench.outputs import unwritable_reason
 
     try:
         validate_directory(directory)
@@ -126,6 +127,8 @@ def configure(config: pytest.Config) -> None:
     if True in settings.compile:
         _compile_cold()
     config.stash[STORE_KEY] = {}
+    from ampbench.plugin import summary  # its records' types: only in a run where ampbench acts
+
     summary.register(config)
 
 
@@ -254,6 +257,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 def _write_learned(terminalreporter, store, config: pytest.Config) -> None:
     """How far each speed cell's device tolerance has been learned from the history, this run's cells."""
+    from ampbench.plugin import summary
+
     ran = {t for t in (r.test_id or nodeid.split("::")[-1] for nodeid, r in config.stash.get(summary.RECORDS_KEY, []))
            if t.startswith("test_speed[")}
     states = {t: line for t, line in store.states().items() if t in ran}

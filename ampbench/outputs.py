@@ -1,0 +1,88 @@
+"""Writing a file the suite or the ``ampbench`` command produces: atomically (a temp file in the same
+folder, fsync, rename), through a symlink to its real file, keeping an existing file's mode; and, before
+minutes of measuring, why a path could not be written. Reading a file a user named is ``inputs``."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from ampbench.inputs import special_kind
+
+
+def _default_mode() -> int:
+    # os.umask can only be read by setting it; set it straight back
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def write_atomic(path: Path, document: dict) -> None:
+    """Write `document` as JSON to `path` atomically (``write_text_atomic``)."""
+    write_text_atomic(path, json.dumps(document, indent=1, sort_keys=False) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temp file in the same folder, fsync and rename, keeping an
+    existing file's mode and, where permitted, its owner and group (mkstemp makes the temp file 0600);
+    a new file gets the mode open() would give it under the umask. A symlink is followed to its real
+    file, which is written; the link stays a link (renaming onto it would replace the link and leave
+    the real file as it was)."""
+    path = Path(os.path.realpath(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        before = path.stat()
+    except FileNotFoundError:
+        before = None
+    kind = special_kind(before.st_mode) if before is not None else None
+    if kind is not None:  # a rename would put a file in its place: a device node, a FIFO someone reads
+        raise OSError(errno.EISDIR if kind == "a directory" else errno.EEXIST,
+                      "Is a directory" if kind == "a directory" else f"is {kind}, not a regular file", str(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            os.fchmod(f.fileno(), stat.S_IMODE(before.st_mode) if before else _default_mode())
+            if before is not None and (before.st_uid, before.st_gid) != (os.geteuid(), os.getegid()):
+                try:
+                    os.fchown(f.fileno(), before.st_uid, before.st_gid)
+                except PermissionError:  # only root may give a file away; the writer then owns it
+                    pass
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def unwritable_reason(path: Path, make_parents: bool = True) -> str | None:
+    """Why a file cannot be written at `path`, or None: it must be no directory or other special file,
+    not read-only, and a file must be creatable in its folder (probed: os.access says yes to root on a
+    read-only mount). `make_parents`: a missing folder is made (as ``write_atomic`` does), so the
+    nearest existing parent is probed; else a missing folder is the reason."""
+    path = Path(os.path.realpath(path))  # where the write goes: a symlink's real file
+    if path.exists():
+        kind = special_kind(path.stat().st_mode)
+        if kind is not None:
+            return f"{path} is {kind}, not a file"
+        if not os.access(path, os.W_OK):
+            return f"{path} is not writable"
+    folder = path.parent
+    if not make_parents and not folder.exists():
+        return f"folder {folder} does not exist"
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".ampbench-probe.", dir=folder)
+    except OSError as exc:
+        return f"cannot create a file in {folder}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(probe)
+    return None
