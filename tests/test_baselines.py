@@ -13,10 +13,10 @@ from ampbench.baselines.store import (
     BaselineError,
     BaselineStore,
     load_document,
-    unwritable_reason,
     validate_directory,
-    write_atomic,
 )
+from ampbench import outputs
+from ampbench.outputs import unwritable_reason, write_atomic
 from ampbench.device import gpu_slug
 
 ROOT = Path(__file__).parent.parent
@@ -293,12 +293,12 @@ def test_an_atomic_write_keeps_the_files_owner(tmp_path):
 
 def test_an_atomic_write_goes_on_where_the_owner_cannot_be_kept(tmp_path, monkeypatch):
     path = write(tmp_path / "gpu-x.json", doc({}))
-    monkeypatch.setattr(baselines.os, "geteuid", lambda: path.stat().st_uid + 1)  # as if another user wrote it
+    monkeypatch.setattr(outputs.os, "geteuid", lambda: path.stat().st_uid + 1)  # as if another user wrote it
 
     def refuse(*args):
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(baselines.os, "fchown", refuse)
+    monkeypatch.setattr(outputs.os, "fchown", refuse)
     write_atomic(path, doc({SPEED: {"figures": {"speedup": 2.0}}}))
     assert SPEED in load_document(path)["entries"]
 
@@ -314,14 +314,14 @@ def test_unwritable_targets_are_named(tmp_path, monkeypatch):
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o555)
-    real_mkstemp = baselines.tempfile.mkstemp
+    real_mkstemp = outputs.tempfile.mkstemp
     if os.geteuid() == 0:  # root writes through 0o555; refuse as the kernel refuses anyone else
         def mkstemp(*args, dir=None, **kwargs):
             if Path(dir) == locked:
                 raise PermissionError(13, "Permission denied")
             return real_mkstemp(*args, dir=dir, **kwargs)
 
-        monkeypatch.setattr(baselines.tempfile, "mkstemp", mkstemp)
+        monkeypatch.setattr(outputs.tempfile, "mkstemp", mkstemp)
     try:
         assert unwritable_reason(locked / "gpu-x.json") == f"cannot create a file in {locked}: Permission denied"
     finally:

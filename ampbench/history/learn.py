@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from ampbench.history.series import Series
 from ampbench.baselines.entries import RatioEntry
 from ampbench.baselines.spread import Prior
+from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.verdict import (
-    DEFAULT_TOLERANCE,
     MIN_SPREAD_VALUES,
     UNLEARNED_TOLERANCE,
     WALL_TOLERANCE_FLOOR,
