@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines import store as baselines
 from ampbench.baselines.store import (
     SCHEMA_VERSION,
     BaselineError,
