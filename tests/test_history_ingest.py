@@ -52,6 +52,11 @@ def test_the_other_kinds_give_their_ratios():
     assert _figures(DistributedRecord(speedup=1.7, speedup_low=1.6, speedup_high=1.8, scaling_efficiency=0.9,
                                       scaling_efficiency_low=0.85, scaling_efficiency_high=0.95)) == {
         "speedup": (1.7, 1.6, 1.8, None), "scaling_efficiency": (0.9, 0.85, 0.95, None)}
+    # where device time was measured it is the distributed cell's first figure, with its own verdict
+    assert _figures(DistributedRecord(device_speedup=1.9, device_speedup_low=1.85, device_speedup_high=1.95,
+                                      device_verdict=Verdict.REGRESSION, speedup=1.7, speedup_low=1.6, speedup_high=1.8,
+                                      wall_verdict=Verdict.PASS, verdict=Verdict.REGRESSION)) == {
+        "device_speedup": (1.9, 1.85, 1.95, "regression"), "speedup": (1.7, 1.6, 1.8, "pass")}
     assert _figures(PipelineRecord(loader_ratio=0.8)) == {"loader_ratio": (0.8, None, None, None)}
     assert _figures(UnderflowRecord(accuracy_ref=0.9)) == {}
 

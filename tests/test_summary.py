@@ -109,6 +109,16 @@ def test_one_table_per_kind_then_the_cells_that_need_a_look():
     ]
 
 
+def test_a_distributed_cell_shows_its_device_speedup_beside_the_wall_clock():
+    record = DistributedRecord(model="gpt", mode="amp_bf16", comm="fp32", world_size=2, device_speedup=5.2,
+                               device_speedup_low=5.1, device_speedup_high=5.3, speedup=4.5, speedup_low=4.2,
+                               speedup_high=4.7, verdict=Verdict.PASS)
+    header, row = table(DistributedRecord, [record])[1], table(DistributedRecord, [record])[3]
+    assert header.index("device speedup") < header.index("wall speedup")
+    assert "5.200x [5.100, 5.300]" in row and "4.500x [4.200, 4.700]" in row
+    assert "-" in table(DistributedRecord, [DistributedRecord(model="gpt", mode="amp_bf16", speedup=4.5)])[3]
+
+
 def test_a_cpu_run_leads_with_the_smoke_note():
     lines = summary_lines([("n", SpeedRecord(model="mlp", mode="bf16", device="cpu"))], {})
     assert lines[0] == f"ampbench: {SMOKE_NOTE}" and "figures are not comparable" in lines[0]

@@ -59,7 +59,9 @@ FIGURES: dict[type[Record], tuple[FigureSpec, ...]] = {
     MemoryRecord: (FigureSpec("memory_ratio", "memory_ratio"), FigureSpec("max_batch_ratio", "max_batch_ratio")),
     ConvergenceRecord: (FigureSpec("accuracy_delta", "accuracy_delta"),),  # the mode's accuracy minus fp32's
     PipelineRecord: (FigureSpec("loader_ratio", "loader_ratio"),),
-    DistributedRecord: (_speedup("speedup", None), _speedup("scaling_efficiency", None)),
+    # device time gates a distributed cell where it was measured; the wall figures beside it
+    DistributedRecord: (_speedup("device_speedup", "device_verdict"), _speedup("speedup", "wall_verdict"),
+                        _speedup("scaling_efficiency", None)),
 }
 
 

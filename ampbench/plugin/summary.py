@@ -127,7 +127,8 @@ TABLES: dict[type[Record], Table] = {
     DistributedRecord: Table("distributed cells ({n}), against fp32 under the same parallelism", (
         Column("comm", lambda r: r.comm or MISSING),
         Column("ranks", lambda r: _num(r.world_size, "d") if isinstance(r.world_size, int) else MISSING),
-        Column("speedup", lambda r: _interval(r.estimate())),
+        Column("device speedup", lambda r: _interval(r.estimate(device=True))),
+        Column("wall speedup", lambda r: _interval(r.estimate())),
         Column("scaling efficiency", lambda r: _interval(r.efficiency(), pct=True)),
         Column("comm share", lambda r: _num(r.comm_share, ".0%")),
         Column("idle", lambda r: _num(r.idle_share, ".0%")),  # the most idle rank's, of the mode's step
