@@ -9,9 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines.store import load_document
+from types import SimpleNamespace
 
+from ampbench.baselines.store import load_document, measurement_mismatch
 from ampbench.outputs import write_atomic
+from ampbench.speed import ratio as ratios
+from ampbench.speed import sides
+from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from ampbench.report import parse_run
 from ampbench.speed.judging import across_runs_of, describe_across
@@ -20,9 +24,6 @@ from ampbench.baselines.spread import (
     FIGURES,
     VERSUS,
     WALL,
-    carried,
-    carried_device,
-    kept_on_rerecording,
     learn,
     software_difference,
     with_spread,
@@ -143,11 +144,6 @@ def test_with_spread_adds_the_figures_and_keeps_everything_else():
     assert new["entries"][GPT] == document["entries"][GPT] and "between_run_sd" not in document["entries"][WRN]["figures"]
 
 
-def test_a_re_recording_measured_alike_keeps_the_spread_and_one_measured_otherwise_drops_it():
-    previous = SpeedEntry.from_figures({"speedup": 8.4, "between_run_sd": 0.012, "between_run_count": 5, "noise": 0.07})
-    assert carried(previous, measured_alike=True) == {"between_run_sd": 0.012, "between_run_count": 5}
-    assert carried(previous, measured_alike=False) == {}
-    assert carried(None, measured_alike=True) == {}
 
 
 def test_the_suite_reports_an_interval_across_runs_only_where_the_baseline_has_a_spread():
@@ -293,13 +289,6 @@ def test_with_spread_stores_the_device_tolerance_the_verdict_will_now_use():
     assert wrn["device_tolerance"] >= DEFAULT_TOLERANCE
 
 
-def test_a_re_recording_measured_alike_keeps_the_device_spread():
-    previous = SpeedEntry.from_figures({"device_speedup": 3.1, "device_between_run_sd": 0.004,
-                                        "device_between_run_count": 4, "between_run_sd": 0.01})
-    assert carried_device(previous, measured_alike=True) == {"device_between_run_sd": 0.004, "device_between_run_count": 4}
-    assert carried_device(previous, measured_alike=False) == {} and carried_device(None, measured_alike=True) == {}
-
-
 # resnet50 amp_fp16's shipped H100 entry, as far as a re-recording reads it: a device-time spread learned
 # from 20 runs, which had given it the 0.5% floor
 LEARNED_ENTRY = {"speedup": 5.204, "noise": 0.035, "device_speedup": 5.485, "device_noise": 0.0017,
@@ -310,29 +299,52 @@ LEARNED_ENTRY = {"speedup": 5.204, "noise": 0.035, "device_speedup": 5.485, "dev
 ALIKE = {"cudnn_benchmark": False, "block_seconds": 0.1}
 
 
-def test_a_re_recording_keeps_the_learned_spread_and_re_centres_only_the_level():
-    # what kept_on_rerecording is handed knows nothing of the software: a new driver, torch or Triton
-    # (or an entry recorded before Triton was named) re-centres the level and keeps the spread
-    kept = kept_on_rerecording(SpeedEntry.from_figures(LEARNED_ENTRY), ALIKE, "graph", DEFAULT_TOLERANCE, device_noise=0.0021)
+POLICY = sides.SpeedPolicy(0, 0.0, 0.01, RoundsPolicy(8, 12, 0.001, 5.0), RoundsPolicy(8, 8, 1.0, 5.0), extend_to=16)
+
+
+def _rerecorded(monkeypatch, previous: dict | None, method: str = "graph", measured_with: dict = ALIKE) -> dict:
+    """What a re-recording stores of the cell's device-time and wall-clock ratios, as the speed cell
+    records them (``Ratio.recorded``), over stand-in sides whose rounds hold steady to 0.1%."""
+    def timer(*_):
+        wobble = iter([1.0, 1.001, 0.999] * 100)
+        return PairedTimer(lambda: 0.0055 * next(wobble), lambda: 0.001 * next(wobble), 1, 1)
+
+    monkeypatch.setattr(sides, "device_timing", lambda over, side: SimpleNamespace(method=method, fallback=None, timer=timer))
+    monkeypatch.setattr(sides, "fresh_timer", timer)
+    entry = SpeedEntry.of(previous)
+    alike = entry is not None and measurement_mismatch(entry, measured_with) is None
+    stored = {}
+    for kind in (ratios.DEVICE, ratios.WALL):
+        ratio = ratios.Ratio.between(kind, object(), object()).hold("resnet50", "amp_fp16", entry, DEFAULT_TOLERANCE)
+        stored.update(ratio.time(POLICY, gated=True).recorded(entry, False, alike, POLICY, DEFAULT_TOLERANCE))
+    return stored
+
+
+def test_a_re_recording_keeps_the_learned_spread_and_re_centres_only_the_level(monkeypatch):
+    # a re-recording knows nothing of the software: a new driver, torch or Triton (or an entry recorded
+    # before Triton was named) re-centres the level and keeps the spread
+    kept = _rerecorded(monkeypatch, LEARNED_ENTRY)
     assert kept["device_between_run_sd"] == 0.0011358 and kept["device_between_run_count"] == 20
     assert kept["device_between_run_runs"] == ["r1", "r2"]
     assert kept["between_run_sd"] == 0.0657 and kept["between_run_count"] == 20
     # the recorded values of the old level are no part of the new one: the new level is the recording alone
     assert "device_recorded_speedup" not in kept and "recorded_speedup" not in kept
+    assert kept["device_speedup"] == pytest.approx(5.5, rel=0.01)
     # so the tolerance is the learned bound around one value (t with 19 df x sqrt(2) x sd), not 3%
     expected = 2.860935 * math.sqrt(2) * 0.0011358
     assert kept["device_tolerance"] == pytest.approx(max(DEFAULT_TOLERANCE, expected), rel=1e-5)
     assert kept["device_tolerance"] == DEFAULT_TOLERANCE
 
 
-def test_a_re_recording_measured_another_way_drops_the_spread_of_what_it_measures_otherwise():
-    other_method = kept_on_rerecording(SpeedEntry.from_figures(LEARNED_ENTRY), ALIKE, "kernels", DEFAULT_TOLERANCE, device_noise=0.002)
+def test_a_re_recording_measured_another_way_drops_the_spread_of_what_it_measures_otherwise(monkeypatch):
+    other_method = _rerecorded(monkeypatch, LEARNED_ENTRY, method="kernels")
     assert "device_between_run_sd" not in other_method and other_method["between_run_count"] == 20
     assert other_method["device_tolerance"] == UNLEARNED_TOLERANCE
-    other_blocks = kept_on_rerecording(SpeedEntry.from_figures(LEARNED_ENTRY), {**ALIKE, "block_seconds": 0.4}, "graph", DEFAULT_TOLERANCE, 0.002)
-    assert other_blocks == {"device_tolerance": UNLEARNED_TOLERANCE}
-    first = kept_on_rerecording(None, ALIKE, "graph", DEFAULT_TOLERANCE, device_noise=0.02)
-    assert first == {"device_tolerance": max(2 * 0.02, UNLEARNED_TOLERANCE)}
+    other_blocks = _rerecorded(monkeypatch, LEARNED_ENTRY, measured_with={**ALIKE, "block_seconds": 0.4})
+    assert not {k for k in other_blocks if "between_run" in k}
+    assert other_blocks["device_tolerance"] == UNLEARNED_TOLERANCE
+    first = _rerecorded(monkeypatch, None)
+    assert first["device_tolerance"] == max(2 * first["device_noise"], UNLEARNED_TOLERANCE)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -453,11 +465,13 @@ def test_the_spread_command_adds_with_add(tmp_path: Path, capsys):
 
 
 def _re_recorded(document: dict, device: float, wall: float) -> dict:
-    """`document` with WRN re-recorded at new levels, as the speed cell stores a recording on new software:
-    the recording's figures, and the spread kept_on_rerecording keeps."""
-    old = document["entries"][WRN]["figures"]
+    """`document` with WRN re-recorded at new levels, as the speed cell stores a recording on new software
+    (``Ratio.recorded``): the recording's figures, and the spread each ratio measured alike keeps."""
+    old = SpeedEntry.from_figures(document["entries"][WRN]["figures"])
+    kept = {**old.wall.kept_spread().figures(""), **old.device.kept_spread().figures("device_"),
+            "device_tolerance": entry_tolerance(DEFAULT_TOLERANCE, old.device.kept_spread(), 0.004)}
     figures = {"speedup": wall, "noise": 0.01, "device_speedup": device, "device_noise": 0.004, "device_method": "graph",
-               **MEASURED, **kept_on_rerecording(SpeedEntry.from_figures(old), MEASURED, "graph", DEFAULT_TOLERANCE, 0.004)}
+               **MEASURED, **kept}
     entries = dict(document["entries"], **{WRN: dict(document["entries"][WRN], figures=figures)})
     return dict(document, entries=entries)
 

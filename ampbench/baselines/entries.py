@@ -35,7 +35,7 @@ class RatioEntry:
     """One ratio of an entry: its recorded speedup with its interval and noise, how it was measured, the
     tolerance it was stored with, and the between-run spread learned for it (``ampbench spread``)."""
 
-    # the figures a re-recording keeps from the entry it replaces (``spread.kept_on_rerecording``)
+    # the figures a re-recording keeps from the entry it replaces (``speed.ratio.Ratio.recorded``)
     SPREAD: ClassVar[tuple[str, ...]] = ("between_run_sd", "between_run_count", "between_run_runs",
                                          "between_run_levels")
 

@@ -15,7 +15,7 @@ runs too (``stats.across_runs``).
 count, centre and sd are the sufficient statistics of the values behind it, so runs made since are
 pooled with them exactly, without the earlier runs' JSON. Each entry lists the datetimes of the runs it
 counted, so a run is never counted twice. A re-recording keeps the spread and starts another level
-(``kept_on_rerecording``): runs added since join its level, and the sd pools each level's deviations.
+(``speed.ratio.Ratio.recorded``): runs added since join its level, and the sd pools each level's deviations.
 
 Each run is one sample, also where several ran on one card: runs on one card land as far apart as
 runs on different cards (docs/design.md), a run's offset coming from its process as much as its card.
@@ -112,7 +112,7 @@ class Prior:
     count: int
     mean_log: float  # mean of ln(value) at the entry's level: the log of its centred speedup
     m2: float  # sum of squared deviations of ln(value), each from its own level's mean: sd^2 x (count - levels)
-    levels: int = 1  # the levels the values lie at (a re-recording starts one, ``kept_on_rerecording``)
+    levels: int = 1  # the levels the values lie at (a re-recording starts one, ``speed.ratio.Ratio.recorded``)
     level_count: int | None = None  # how many lie at the entry's level: `count` if None
 
     @property
@@ -122,7 +122,7 @@ class Prior:
 
 def prior_of(figure: Figure, entry: FlatEntry) -> Prior | None:
     """The spread `entry` holds for `figure`, where ``with_spread`` wrote one (centred, with its count),
-    or a re-recording kept one (``kept_on_rerecording``): then the recording alone opens another level."""
+    or a re-recording kept one (``speed.ratio.Ratio.recorded``): then the recording alone opens another level."""
     ratio = figure.ratio(entry)
     sd, count = finite_number(ratio.between_run_sd), ratio.between_run_count
     levels = 1 if ratio.between_run_levels is None else ratio.between_run_levels
@@ -347,35 +347,3 @@ def _learned_into(entry: SpeedEntry, figure: Figure, spread: CellSpread) -> Spee
                     between_run_levels=spread.levels if several else None,
                     between_run_level_count=spread.level_count if several else None)
     return entry.with_ratio(figure.prefix, ratio, _LEARNED, moved=_LEVELS)
-
-
-def kept_on_rerecording(previous: SpeedEntry | None, measured_with: Mapping[str, object], device_method: str | None,
-                        floor: float, device_noise: float) -> dict:
-    """The learned-spread figures a re-recorded speed entry keeps from the entry it replaces (the wall
-    and device-time speedups'), and the device tolerance they give: the spread is kept wherever the
-    figure is measured the same way (the same settings, the device time by the same method), whatever
-    software the recording runs on. How far a cell moves between runs belongs to the measurement on
-    its GPU model, not to the level a recording accepts: a re-recording after an upgrade re-centres the
-    level, and dropping the spread there would send every cell back to the unlearned tolerance. The
-    recording alone is the new level, so the kept spread judges it uncentred (``BetweenRuns``)."""
-    alike = previous is not None and measurement_mismatch(previous, dict(measured_with)) is None
-    device_alike = alike and previous.device.method == device_method
-    device = previous.device.kept_spread() if device_alike else RatioEntry()
-    kept = carried(previous, alike) | device.figures(DEVICE.prefix)
-    return {**kept, "device_tolerance": entry_tolerance(floor, device, device_noise)}
-
-
-def carried_device(previous: SpeedEntry | None, measured_alike: bool) -> dict:
-    """As ``carried``, for the device-time speedup's spread (`measured_alike`: its device time measured
-    the same way too)."""
-    return carried(previous, measured_alike, DEVICE)
-
-
-def carried(previous: SpeedEntry | None, measured_alike: bool, figure: Figure = WALL) -> dict:
-    """The spread figures of `figure` (the wall-clock speedup by default) a re-recorded entry keeps: its
-    old entry's, where that measured the figure the same way (`measured_alike`: the same settings and
-    method, on any software; see ``kept_on_rerecording``), else none: a figure measured otherwise is
-    another figure, whose spread must be learned from its own runs."""
-    if previous is None or not measured_alike:
-        return {}
-    return figure.ratio(previous).kept_spread().figures(figure.prefix)

@@ -186,7 +186,7 @@ class Ratio:
         """What a recording stores of it: both batches pooled and its noise (against `previous`'s figure
         where `comparable`: the same software, measured the same way), its step times, and the
         between-run spread it learned wherever it was measured alike (`measured_alike`: the same
-        settings, on any software: ``spread.kept_on_rerecording``), which its stored tolerance allows for."""
+        settings, on any software: ``RatioEntry.kept_spread``), which its stored tolerance allows for."""
         same = self.same_figure(previous)
         old = previous.ratio(self.kind.prefix) if same else None
         pooled, noise = self.timed.recording(policy, old.speedup if old else None, comparable and same)
