@@ -83,6 +83,11 @@ class RatioEntry:
         return rules
 
 
+# how a speed cell was measured, as its entry stores it; entries recorded before these were stored
+# were measured with these values (``store.measurement_mismatch``)
+MEASURED_WITH = ("cudnn_benchmark", "block_seconds")
+
+
 @dataclass(frozen=True)
 class FlatEntry:
     """An entry whose records map onto flat figures: its own fields, its ratios (each under a prefix),
@@ -148,6 +153,10 @@ class FlatEntry:
         keys += [prefix + n for n in order if prefix + n not in keys and getattr(ratio, n) is not None]
         return dataclasses.replace(self, **{field_name: ratio}, keys=tuple(keys))
 
+    def measured_with(self) -> dict[str, object]:
+        """The measurement settings the entry names (``store.measurement_mismatch`` defaults the rest)."""
+        return {name: value for name in MEASURED_WITH if (value := getattr(self, name, None)) is not None}
+
     @classmethod
     def rules(cls) -> dict[str, Rule]:
         """What each figure of a file's entry of this kind must be, as its fields say."""
@@ -155,11 +164,6 @@ class FlatEntry:
         for name, prefix in reversed(cls._ratios()):
             rules.update(RatioEntry.rules(prefix, required=prefix == cls.REQUIRED))
         return rules
-
-
-# how a speed cell was measured, as its entry stores it; entries recorded before these were stored
-# were measured with these values (``store.measurement_mismatch``)
-MEASURED_WITH = ("cudnn_benchmark", "block_seconds")
 
 
 @dataclass(frozen=True)
@@ -183,10 +187,6 @@ class SpeedEntry(FlatEntry):
     throughput: float | None = figure()
     idle_share: float | None = figure()
     host_bound: bool | None = figure()
-
-    def measured_with(self) -> dict[str, object]:
-        """The measurement settings the entry names (``store.measurement_mismatch`` defaults the rest)."""
-        return {name: getattr(self, name) for name in MEASURED_WITH if getattr(self, name) is not None}
 
 
 @dataclass(frozen=True)
@@ -214,9 +214,6 @@ class DistributedEntry(FlatEntry):
     def ratio(self, prefix: str) -> RatioEntry:
         """The speedup under "", the scaling efficiency under "scaling_"."""
         return self.efficiency if prefix == "scaling_" else super().ratio(prefix)
-
-    def measured_with(self) -> dict[str, object]:
-        return {name: getattr(self, name) for name in MEASURED_WITH if getattr(self, name) is not None}
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from ampbench.plugin import activation
-from ampbench.plugin.session import perf_settings_of
+from ampbench.plugin.session import open_baselines, perf_settings_of
 
 WORLD_SIZE_KEY = pytest.StashKey[int]()
 
@@ -53,13 +53,9 @@ def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_
     """Baselines of N GPUs of this model, baselines/<gpu-slug>-x<N>.json; None on the CPU. The tests
     write what they record themselves (the session's teardown hook writes only the 1-GPU store)."""
     from ampbench import device as devices
-    from ampbench.baselines.store import BaselineError, BaselineStore
 
     if perf_settings.device.type != "cuda":
         return None
     name = devices.device_name(perf_settings.device)
-    try:
-        return BaselineStore.open(perf_settings.baseline_dir, f"{name} x{perf_world_size}",
-                                  devices.cluster_slug(name, perf_world_size))
-    except BaselineError as exc:
-        pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)
+    return open_baselines(perf_settings.baseline_dir, f"{name} x{perf_world_size}",
+                          devices.cluster_slug(name, perf_world_size))

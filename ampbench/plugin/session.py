@@ -205,17 +205,24 @@ def baseline_store_of(config: pytest.Config):
     return cache["store"]
 
 
+def open_baselines(directory: Path, gpu: str, slug: str):
+    """The ``BaselineStore`` of `slug` in `directory`; a malformed file ends the session with a message
+    naming file and field (exit status 4), and is never overwritten."""
+    from ampbench.baselines.store import BaselineError, BaselineStore
+
+    try:
+        return BaselineStore.open(directory, gpu, slug)
+    except BaselineError as exc:
+        pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)
+
+
 def _open_store(config: pytest.Config, s: PerfSettings):
     from ampbench import device as devices
-    from ampbench.baselines.store import BaselineError, BaselineStore
     from ampbench.plugin.history import history_of
     from ampbench.history.reference import HistoryBaselines
 
     name = devices.device_name(s.device)
-    try:
-        store = BaselineStore.open(s.baseline_dir, name, devices.gpu_slug(name))
-    except BaselineError as exc:
-        pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)
+    store = open_baselines(s.baseline_dir, name, devices.gpu_slug(name))
     history = history_of(config)
     # with a history, a speed cell's level and noise are learned from its runs on this GPU model
     return HistoryBaselines(store, history, s.tolerance) if history is not None else store

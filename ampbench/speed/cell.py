@@ -105,7 +105,7 @@ def _time_ratios(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, pa
 def _message(verdict: Verdict, ratios: list[Ratio], baseline: SpeedEntry | None, changes: str | None) -> str:
     device, wall = ratios[0], ratios[1]
     message = "; ".join(r.message for r in ratios)
-    across = judging.across_runs_of(wall.estimate, baseline.wall.between_run_sd if baseline else None)
+    across = wall.across_runs(baseline)
     if across:
         message += f"; wall across runs {judging.describe_across(across, baseline.wall.between_run_count)}"
     failing = _named_failures(verdict, ratios)
@@ -189,7 +189,7 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
     ref_load = host_load(reference.profile.busy_ms / 1e3 if reference.profile else dev_ref_step_s, ref_step_s)
     tflops = spec.flops_per_sample(side.trainer.config) * batch / dev_step_s / 1e12
     peak = peak_tflops(mode.peak_dtype)
-    across = judging.across_runs_of(wall.estimate, baseline.wall.between_run_sd if baseline else None)
+    across = wall.across_runs(baseline)
     compile_s = side.first_step_seconds if mode.compile else None
     kernels, changes = concluded.pop("kernels"), concluded.pop("changes")
     return SpeedRecord(
@@ -262,18 +262,18 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Baseline
           baseline: SpeedEntry | None, ratios: list[Ratio], queued_badly: list[str], device: torch.device) -> None:
     """The cell's warnings: how it was measured (first), and what a cell that held should still say."""
     dev, wall, versus = ratios[0], ratios[1], (ratios[2:] or [None])[0]
-    judging = baseline is not None and not settings.update_baselines
-    mismatch = measurement_mismatch(baseline, _measured_with(settings)) if judging else None
+    held = baseline is not None and not settings.update_baselines  # judged against an entry
+    mismatch = measurement_mismatch(baseline, _measured_with(settings)) if held else None
     if mismatch:
         cell.warn_first.append(UserWarning(f"{test_id}: {mismatch}"))
-    if dev.why_unchecked and judging:
+    if dev.why_unchecked and held:
         cell.warn_first.append(UserWarning(f"{test_id}: {dev.why_unchecked}; the wall verdict holds the cell"))
     cell.warn_after += [UserWarning(f"{test_id}: {problem}") for problem in queued_badly]
     for ratio in ratios:
         if ratio.fallback and device.type == "cuda":
             cell.warn_first.append(UserWarning(
                 f"{test_id}: {ratio.named(ratio.kind.called)} from the profiler's kernel sum: {ratio.fallback}"))
-    if versus is not None and versus.check is None and judging:
+    if versus is not None and versus.check is None and held:
         cell.warn_first.append(UserWarning(f"{test_id}: {versus.figure}: {versus.why_unchecked}"))
     if not wall.gated and wall.verdict is Verdict.REGRESSION and dev.verdict in (Verdict.PASS, Verdict.IMPROVED):
         cell.warn_after.append(HostOverhead(f"{test_id}: wall-clock speedup below its line while device time held: "

@@ -149,6 +149,11 @@ class Ratio:
             return f"{self.named(self.kind.heading)}: {outcome.estimate}; {self.why_unchecked}"
         return f"{self.named(self.kind.heading)}: {outcome.message}"
 
+    def across_runs(self, entry: FlatEntry | None) -> SpeedupEstimate | None:
+        """Its estimate widened by the between-run spread its baseline `entry` learned (None where none)."""
+        spread = entry.ratio(self.kind.prefix) if entry is not None else RatioEntry()
+        return judging.across_runs_of(self.estimate, spread.between_run_sd)
+
     def step_seconds(self) -> tuple[float, float]:
         """The median per-step time of the mode and of the side it is over, across its first batch."""
         return median(self.timed.first.mode_times), median(self.timed.first.ref_times)
@@ -164,8 +169,7 @@ class Ratio:
         if kind.steps:
             first = self.timed.first
             step, ref = self.step_seconds()
-            spread = entry.ratio(p) if entry is not None else RatioEntry()
-            across = judging.across_runs_of(self.estimate, spread.between_run_sd)
+            across = self.across_runs(entry)
             fields.update({f"{p}step_ms": step * 1e3, f"{p}step_ms_ref": ref * 1e3,
                            f"{p}round_ms": [t * 1e3 for t in first.mode_times],
                            f"{p}ref_round_ms": [t * 1e3 for t in first.ref_times],
