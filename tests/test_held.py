@@ -46,7 +46,7 @@ def test_a_block_queued_whole_is_timed_once_behind_the_floor_hold(fake_gpu):
     FakeEvent.reached = [False]
     queue = held.BlockQueue(torch.device("cuda"))
     launched = []
-    seconds = queue.replays(lambda: launched.append(1), lambda: pytest.fail("no fallback expected"))
+    seconds = queue.replays(launched.append, 1, lambda n: pytest.fail("no fallback expected"))
     assert seconds == pytest.approx(0.010) and launched == [1]
     assert (queue.stats.blocks, queue.stats.held, queue.stats.retried, queue.stats.per_replay) == (1, 1, 0, 0)
     assert fake_gpu == [held.HOLD_FLOOR_S]
@@ -57,7 +57,7 @@ def test_a_block_the_host_fell_behind_on_is_timed_again_behind_a_hold_twice_as_l
     FakeEvent.reached = [True, True, False]  # two misses, then queued whole
     queue = held.BlockQueue(torch.device("cuda"))
     launched = []
-    queue.replays(lambda: launched.append(1), lambda: pytest.fail("no fallback expected"))
+    queue.replays(launched.append, 1, lambda n: pytest.fail("no fallback expected"))
     assert len(launched) == 3 and fake_gpu[0] == held.HOLD_FLOOR_S
     assert fake_gpu[1] >= 2 * fake_gpu[0] and fake_gpu[2] >= 2 * fake_gpu[1]
     assert (queue.stats.held, queue.stats.retried, queue.stats.per_replay) == (1, 2, 0)
@@ -67,11 +67,11 @@ def test_a_block_the_host_fell_behind_on_is_timed_again_behind_a_hold_twice_as_l
 def test_a_block_that_cannot_be_queued_whole_falls_back_to_events_around_each_replay_and_says_why(fake_gpu):
     FakeEvent.reached = [True] * held.TRIES
     queue = held.BlockQueue(torch.device("cuda"))
-    assert queue.replays(lambda: None, lambda: 0.5) == 0.5
+    assert queue.replays(lambda n: None, 4, lambda n: 0.5) == 0.5
     assert queue.fallen_back and queue.stats.per_replay == 1 and queue.stats.held == 0
     assert "could not be queued whole" in queue.stats.why
     # the cell's later blocks go straight to the fallback: both sides stay measured alike
-    assert queue.replays(lambda: pytest.fail("no held try after the fallback"), lambda: 0.25) == 0.25
+    assert queue.replays(lambda n: pytest.fail("no held try after the fallback"), 4, lambda n: 0.25) == 0.25
     assert queue.stats.per_replay == 2 and "2 by events around each replay" in queue.stats.describe()
 
 
@@ -89,8 +89,63 @@ def test_after_a_miss_the_hold_covers_the_launches_that_missed(fake_gpu, monkeyp
     clock = iter([0.0, 0.030, 0.0, 0.001])  # the missed launches took 30 ms of host time
     monkeypatch.setattr(held.time, "perf_counter", lambda: next(clock))
     queue = held.BlockQueue(torch.device("cuda"))
-    queue.replays(lambda: None, lambda: pytest.fail("no fallback expected"))
+    queue.replays(lambda n: None, 1, lambda n: pytest.fail("no fallback expected"))
     assert fake_gpu[1] == pytest.approx(held.HOLD_MARGIN * 0.030) and queue.stats.launch_s == pytest.approx(0.030)
+
+
+def test_a_block_too_long_for_the_launch_queue_is_timed_in_held_chunks_summed(fake_gpu):
+    FakeEvent.reached = [False] * 4
+    queue = held.BlockQueue(torch.device("cuda"))
+    launched = []
+    seconds = queue.replays(launched.append, 10, lambda n: pytest.fail("no fallback expected"), chunk=3)
+    assert launched == [3, 3, 3, 1] and seconds == pytest.approx(4 * 0.010)
+    assert (queue.stats.blocks, queue.stats.held, queue.stats.per_replay, queue.stats.chunk) == (1, 1, 0, 3)
+    assert len(fake_gpu) == 4  # every chunk behind a hold of its own
+    assert "held chunks of 3+ replays" in queue.stats.describe()
+
+
+def test_a_chunk_that_cannot_be_queued_leaves_the_rest_of_its_block_to_events_around_each_replay(fake_gpu):
+    FakeEvent.reached = [False] + [True] * held.TRIES
+    queue = held.BlockQueue(torch.device("cuda"))
+    rest = []
+    seconds = queue.replays(lambda n: None, 8, lambda n: rest.append(n) or 0.5, chunk=4)
+    assert rest == [4] and seconds == pytest.approx(0.010 + 0.5)
+    assert queue.fallen_back and queue.stats.per_replay == 1 and queue.stats.held == 0
+
+
+class FakeHold:
+    """The event after a probe's hold: the GPU leaves the hold once `after` launches were queued."""
+
+    def __init__(self, after: int):
+        self.after, self.launched = after, 0
+
+    def record(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return self.launched >= self.after
+
+
+@pytest.mark.parametrize("blocked_s, expected", [(0.02, 5), (0.0001, None)])
+def test_the_launch_queue_depth_is_where_a_launch_waited_for_the_gpu_to_leave_the_hold(fake_gpu, monkeypatch, blocked_s, expected):
+    hold = FakeHold(after=6)
+    monkeypatch.setattr(torch.cuda, "Event", lambda *a, **k: hold)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    ticks = iter([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 5.0 + blocked_s])  # each launch's start, then the sixth's end
+    monkeypatch.setattr(held.time, "perf_counter", lambda: next(ticks))
+
+    def launch_one():
+        hold.launched += 1
+
+    # the sixth launch returned once the GPU had left the hold: five fit; a quick one means the launches
+    # outlasted the hold, which says nothing of the queue
+    assert held.launch_queue_depth(torch.device("cuda"), launch_one, 10) == expected
+    assert fake_gpu == [held.PROBE_HOLD_S]
+    hold2 = FakeHold(after=99)
+    monkeypatch.setattr(torch.cuda, "Event", lambda *a, **k: hold2)
+    ticks = iter([0.0] * 20)
+    monkeypatch.setattr(held.time, "perf_counter", lambda: next(ticks))
+    assert held.launch_queue_depth(torch.device("cuda"), lambda: None, 10) is None  # all ten fit
 
 
 def test_a_profiled_block_is_held_but_never_retried(fake_gpu):

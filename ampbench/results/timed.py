@@ -85,6 +85,7 @@ class SpeedRecord(Record):
     device_held_blocks: int | None = number()
     device_retried_blocks: int | None = number()
     device_per_replay_blocks: int | None = number()
+    device_chunk_replays: int | None = number()  # the fewest replays one hold covered, where blocks were split
     device_hold_ms: float | None = number()
     device_block_idle_share: float | None = number()
     device_block_idle_share_ref: float | None = number()

@@ -292,7 +292,8 @@ def queue_fields(timing: sides.DeviceTiming, side: sides.Side, reference: sides.
         return {}
     q = timing.queue.stats
     return dict(device_queue=q.describe(), device_blocks=q.blocks, device_held_blocks=q.held,
-                device_retried_blocks=q.retried, device_per_replay_blocks=q.per_replay, device_hold_ms=q.hold_s * 1e3,
+                device_retried_blocks=q.retried, device_per_replay_blocks=q.per_replay, device_chunk_replays=q.chunk,
+                device_hold_ms=q.hold_s * 1e3,
                 device_block_idle_share=side.idle.share if side.idle else None,
                 device_block_idle_share_ref=reference.idle.share if reference.idle else None,
                 device_block_longest_gap_us=side.idle.longest_gap_us if side.idle else None)

@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from ampbench.speed.held import TRIES, BlockQueue, events_around
+from ampbench.speed.held import TRIES, BlockQueue, events_around, launch_queue_depth
 from ampbench.speed.timing import sync, time_block
 from ampbench.train import Trainer
 
@@ -200,6 +200,7 @@ def block_idle(graph: CapturedStep, steps: int, queue: BlockQueue) -> BlockIdle 
     from torch.profiler import ProfilerActivity, profile
 
     device = graph.trainer.device
+    steps = min(steps, graph.chunk_for(steps) or steps)  # one held chunk, where blocks are timed in chunks
     for _ in range(TRIES):
         sync(device)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -250,6 +251,7 @@ class CapturedStep:
         self.inputs = trainer.input_pool[0].clone()
         self.targets = trainer.target_pool[0].clone()
         self.replays = 0
+        self._chunks: dict[int, int | None] = {}  # block steps: the most replays one hold may cover
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
@@ -283,6 +285,14 @@ class CapturedStep:
         self.inputs.copy_(inputs[k % len(inputs)], non_blocking=True)
         self.targets.copy_(targets[k % len(targets)], non_blocking=True)
         self.replays += 1
+
+    def chunk_for(self, steps: int) -> int | None:
+        """The most replays one held block of `steps` may queue: None where all of them fit the launch
+        queue, else half of what the queue took (probed once per block size; the probe's replays train)."""
+        if steps not in self._chunks:
+            depth = launch_queue_depth(self.trainer.device, lambda: self.replay(1), steps)
+            self._chunks[steps] = None if depth is None else max(1, depth // 2)
+        return self._chunks[steps]
 
     def replay_each_timed(self, steps: int) -> float:
         """Seconds of `steps` replays, each between its own events (its input copies outside them), summed."""
@@ -325,7 +335,7 @@ class DeviceClock:
     def block(self) -> float:
         if self.method == "graph":
             graph, n = self.graph, self.steps
-            return self.queue.replays(lambda: graph.replay(n), lambda: graph.replay_each_timed(n)) / n
+            return self.queue.replays(graph.replay, n, graph.replay_each_timed, graph.chunk_for(n)) / n
         if self.method == "kernels":
             return profile_steps(self.trainer, self.steps, self.queue).kernel_ms / 1e3
         return time_block(self.trainer.device, lambda: self.trainer.run(self.steps)) / self.steps

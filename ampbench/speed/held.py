@@ -10,11 +10,15 @@ the block was queued before the GPU began it, and nothing the host does from the
 figure. That question is asked of every block, so the guarantee is checked, not assumed.
 
 A block that missed (the host was away longer than the hold) is timed again behind a hold twice as long.
-A block that cannot be queued ahead at all (the launch queue fills before the hold ends, so the host
-itself waits on the GPU) falls back to events around each replay, summed, which leave out any wait
-between replays; the cell's record says so (``device_queue``). Events around each replay were the
-alternative for every block; the hold keeps the figure the one the baselines hold (back-to-back
-replays, the GPU's ramp between steps included) and adds one event pair per block, not one per step.
+The stream's launch queue holds only so many launches: a block of a graph with many kernels (an LSTM's
+cuDNN steps, a scaler's checks) fills it before the hold ends, and then the host itself waits on the
+GPU, so no hold is long enough. Such a graph's depth is probed once (``launch_queue_depth``) and its
+blocks are timed in held chunks that fit, their times summed: each chunk is back-to-back replays queued
+whole, and only the few microseconds between chunks are left out. A block that still cannot be queued
+ahead falls back to events around each replay, summed, which leave out any wait between replays; the
+cell's record says so (``device_queue``). Events around each replay were the alternative for every
+block; the hold keeps the figure the one the baselines hold (back-to-back replays, the GPU's ramp
+between steps included) and adds one event pair per chunk, not one per step.
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ HOLD_MARGIN = 4.0
 # Tries of one block behind ever longer holds before it is timed by events around each replay.
 TRIES = 5
 HOLD_CEILING_S = 0.25  # longer than any preemption a loaded host showed; a longer wait means a full queue
+# The hold behind which the launch queue's depth is probed: longer than a block's launches take.
+PROBE_HOLD_S = 0.05
+# A launch call that returns after the GPU left the hold and took this long waited for room in the queue.
+BLOCKED_S = 0.005
 
 _CYCLES_PER_S: dict[int, float] = {}
 
@@ -67,12 +75,15 @@ class QueueStats:
     per_replay: int = 0  # blocks timed by events around each replay
     hold_s: float = HOLD_FLOOR_S  # the hold's length now
     launch_s: float = 0.0  # the longest host time one block's launches took
+    chunk: int | None = None  # the fewest replays one hold covered, where blocks were split to fit the queue
     why: str | None = None  # why blocks fell back to events around each replay
 
     def describe(self) -> str:
         if self.blocks == 0:
             return "no block timed"
         text = f"{self.held} of {self.blocks} blocks queued whole behind a hold (up to {self.hold_s * 1e3:.1f} ms)"
+        if self.chunk is not None:
+            text += f" in held chunks of {self.chunk}+ replays (a whole block does not fit the launch queue)"
         if self.retried:
             text += f", {self.retried} timed again after the host fell behind"
         text += f"; launches took up to {self.launch_s * 1e3:.1f} ms"
@@ -108,22 +119,41 @@ class BlockQueue:
         self.stats.hold_s = min(HOLD_CEILING_S, max(self.stats.hold_s, grown))
         return start.elapsed_time(end) / 1e3, queued
 
-    def replays(self, launch: Callable[[], object], per_replay: Callable[[], float]) -> float:
-        """Seconds of one block: held and queued whole, timed again behind longer holds where the host
-        fell behind, else `per_replay` (events around each replay, summed) with the reason kept."""
+    def replays(self, launch: Callable[[int], object], steps: int, per_replay: Callable[[int], float],
+                chunk: int | None = None) -> float:
+        """Seconds of one block of `steps` replays (`launch(n)` queues n of them): held and queued whole,
+        in held chunks of at most `chunk` replays where a whole block does not fit the launch queue,
+        each timed again behind longer holds where the host fell behind; else `per_replay(n)` (events
+        around each replay, summed) for what is left, with the reason kept."""
         self.stats.blocks += 1
-        if not self.fallen_back:
-            for _ in range(TRIES):
-                seconds, queued = self.time(launch)
-                if queued:
-                    self.stats.held += 1
-                    return seconds
-                self.stats.retried += 1
-            self.fallen_back = True
-            self.stats.why = (f"a block could not be queued whole behind holds of up to "
-                              f"{self.stats.hold_s * 1e3:.0f} ms (the launch queue fills, or the host is away longer)")
+        size = steps if chunk is None else max(1, min(chunk, steps))
+        total, done = 0.0, 0
+        while not self.fallen_back and done < steps:
+            n = min(size, steps - done)
+            seconds = self._held(lambda: launch(n))
+            if seconds is None:
+                self.fallen_back = True
+                self.stats.why = (f"a block could not be queued whole behind holds of up to "
+                                  f"{self.stats.hold_s * 1e3:.0f} ms (the launch queue fills, or the host is away longer)")
+                break
+            total, done = total + seconds, done + n
+        if done == steps:
+            self.stats.held += 1
+            if size < steps:
+                self.stats.chunk = size if self.stats.chunk is None else min(size, self.stats.chunk)
+            return total
         self.stats.per_replay += 1
-        return per_replay()
+        return total + per_replay(steps - done)
+
+    def _held(self, launch: Callable[[], object]) -> float | None:
+        """Seconds of `launch`'s work queued whole behind a hold, tried again behind longer holds; None
+        where no try queued it whole."""
+        for _ in range(TRIES):
+            seconds, queued = self.time(launch)
+            if queued:
+                return seconds
+            self.stats.retried += 1
+        return None
 
     def profiled(self, launch: Callable[[], object]) -> bool:
         """Launch `launch`'s work behind a hold, untimed (the profiler reads its kernels); whether it was
@@ -133,6 +163,24 @@ class BlockQueue:
         if queued:
             self.stats.held += 1
         return queued
+
+
+def launch_queue_depth(device: torch.device, launch_one: Callable[[], object], most: int) -> int | None:
+    """How many launches of `launch_one` the stream's launch queue takes behind a hold before the host
+    must wait for the GPU to make room; None where `most` went in while the GPU still held (or the
+    launches outlasted the hold: a hold's length, not the queue, is what they need)."""
+    spin(device, PROBE_HOLD_S)
+    left_hold = torch.cuda.Event()
+    left_hold.record()
+    try:
+        for i in range(most):
+            t0 = time.perf_counter()
+            launch_one()
+            if left_hold.query():
+                return i if time.perf_counter() - t0 > BLOCKED_S else None
+        return None
+    finally:
+        torch.cuda.synchronize(device)
 
 
 def events_around(before: Callable[[], None], launch: Callable[[], None], steps: int) -> float:
