@@ -262,3 +262,17 @@ def test_one_stray_round_does_not_stop_a_straddling_cell_from_being_extended():
     assert check.rounds_to_resolve(first) <= PROJECTION_SLACK * 48, "the rounds' own spread says: a few dozen rounds"
     # on the line stays inf, whatever the spread
     assert check.rounds_to_resolve(replace(first, speedup=check.line)) == math.inf
+
+
+def test_a_confirming_batch_on_the_line_is_extended_as_the_first_batch_is():
+    """A 1% slowdown under a busy host: the first batch lay below the line and the confirming one
+    straddled it by a hair; cut short there it would have called a real regression inconclusive."""
+    from ampbench.speed.judging import time_figure
+
+    low, straddling = est(1.85, 1.83, 1.87), est(1.88, 1.86, 1.905)
+    timers = iter([FakeTimer([low]), FakeTimer([straddling, low])])
+    figure = time_figure(CHECK, lambda: next(timers), POLICY, gated=True)
+    assert figure.outcome.verdict is Verdict.REGRESSION and figure.outcome.confirmation is low
+    # a confirming batch that more rounds leave above the line still makes it inconclusive
+    timers = iter([FakeTimer([low]), FakeTimer([straddling, est(1.95, 1.93, 1.97)])])
+    assert time_figure(CHECK, lambda: next(timers), POLICY, gated=True).outcome.verdict is Verdict.INCONCLUSIVE

@@ -121,6 +121,14 @@ class TimedFigure:
         self.extra.append(self.make_timer())
         return extend_until_tight(self.extra[-1], rounds)
 
+    def confirming(self, check: SpeedupCheck, policy: SpeedPolicy) -> SpeedupEstimate:
+        """A confirming batch, judged as the first one is: extended while its interval straddles the
+        line and more rounds could take it off (a batch cut short on the line confirms nothing either way)."""
+        est = self.again(policy.rounds)
+        if check.classify(est) is Verdict.INCONCLUSIVE:
+            est = extend_while_straddling(self.extra[-1], check, policy)
+        return est
+
     def recording(self, policy: SpeedPolicy, previous: float | None,
                   comparable: bool) -> tuple[SpeedupEstimate, float]:
         """What a baseline recording stores of the ratio: its batches pooled (a second one timed first
@@ -143,7 +151,7 @@ def time_figure(check: SpeedupCheck | None, make_timer: Callable[[], PairedTimer
                 gated: bool) -> TimedFigure:
     """Time one ratio: judged (extended, confirmed) where it gates the cell, else its first look."""
     figure = TimedFigure(make_timer(), make_timer, [])
-    figure.outcome = (judge(check, figure.first, policy, lambda: figure.again(policy.rounds)) if gated
+    figure.outcome = (judge(check, figure.first, policy, lambda: figure.confirming(check, policy)) if gated
                       else first_look(check, figure.first, policy))
     return figure
 
