@@ -118,3 +118,36 @@ def test_baselines_export_writes_the_file_from_the_history_spread_included(histo
     # exported again, the file's runs are the history's: the spread is not counted twice
     assert main(["baselines", "export", "--history", url, "--baseline-dir", str(out)]) == 0
     assert load_document(path)["entries"][CELL]["figures"]["device_between_run_count"] == len(VALUES)
+
+
+def _ddp_record(speedup: float, world_size: int, verdict=Verdict.PASS):
+    from ampbench.results import DistributedRecord
+
+    return DistributedRecord.build(
+        test_id="test_ddp_speed[gpt-amp_bf16-fp32]", model="gpt", mode="amp_bf16", device="cuda:0", comm="fp32",
+        world_size=world_size, verdict=verdict, device_verdict=verdict, device_method="profiler",
+        device_speedup=speedup, device_speedup_low=speedup * 0.99, device_speedup_high=speedup * 1.01,
+        speedup=speedup * 0.9, speedup_low=speedup * 0.85, speedup_high=speedup * 0.95)
+
+
+def test_a_distributed_cell_learns_from_its_runs_on_as_many_gpus_and_no_others(history, tmp_path):
+    from ampbench.baselines.entries import DistributedEntry
+    from ampbench.history.reference import DISTRIBUTED_CELLS
+    from ampbench.speed.ratio import DIST_DEVICE
+
+    cell = "test_ddp_speed[gpt-amp_bf16-fp32]"
+    for i, v in enumerate((5.50, 5.52, 5.49, 5.51, 5.50)):
+        history.append(speed_run(f"x2-{i}", [_ddp_record(v, 2)], at=i))
+    # four GPUs make another series: their speedup (and their noise) is no sample of two GPUs'
+    for i, v in enumerate((4.0, 4.6, 4.2)):
+        history.append(speed_run(f"x4-{i}", [_ddp_record(v, 4)], at=10 + i))
+    two = BaselineStore(path=tmp_path / "nvidia-h100-x2.json", gpu=f"{H100} x2", entries={}, exists=False)
+    learned = HistoryBaselines(two, history, cells=DISTRIBUTED_CELLS)
+    entry = DistributedEntry.of(learned.figures(cell))
+    assert entry.device.speedup == pytest.approx(math.exp(sum(map(math.log, (5.50, 5.52, 5.49, 5.51, 5.50))) / 5))
+    assert entry.device.between_run_count == 5 and entry.world_size == 2 and entry.device.method == "profiler"
+    check, why = ratio_check(Ratio(DIST_DEVICE, method="profiler"), "gpt", "amp_bf16 fp32 x2", entry, 0.005)
+    assert check is not None, why
+    assert check.tolerance < 0.02  # five runs within 0.5%: learned well under the unlearned 3%
+    # the speed cells' overlay leaves distributed cells to the file
+    assert HistoryBaselines(two, history).figures(cell) is None

@@ -140,12 +140,24 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(store_url):
                                                 injected=False, record="{}", verdict="pass"))
         conn.execute(t["figures"].insert().values(run_id="old", test_id="test_speed[gpt-fp16]",
                                                   figure="device_speedup", value=3.0, verdict="pass"))
+        # a distributed run of 2 GPUs: v3 files its cells' figures under the two GPUs
+        conn.execute(t["runs"].insert().values(
+            id="dist", run_at="2025-06-02T00:00:00.000000+00:00", gpu=H100, gpu_slug="h100", world_size=2,
+            smoke=False, software="{}", source="pytest", cell_count=1, appended_at="2025-06-02T00:00:00+00:00"))
+        conn.execute(t["cells"].insert().values(run_id="dist", test_id="test_ddp_speed[gpt-amp_bf16-fp32]",
+                                                kind="distributed", injected=False, record="{}", verdict="pass"))
+        conn.execute(t["figures"].insert().values(run_id="dist", test_id="test_ddp_speed[gpt-amp_bf16-fp32]",
+                                                  figure="device_speedup", value=5.0, verdict="pass"))
     history = open_history(store_url)
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT value FROM meta").scalar() == str(SCHEMA_VERSION)
         indexes = {i["name"] for i in sa.inspect(conn).get_indexes("figures")}
     assert "figures_by_cell" in indexes and "figures_by_test" not in indexes
     assert [p.value for p in history.series(H100, "test_speed[gpt-fp16]", "device_speedup").points] == [3.0]
+    ddp = "test_ddp_speed[gpt-amp_bf16-fp32]"
+    assert [p.value for p in history.series(f"{H100} x2", ddp, "device_speedup").points] == [5.0]
+    assert not history.series(H100, ddp, "device_speedup").points
+    assert history.series_gpus() == [H100, f"{H100} x2"]
     history.append(speed_run("new", [speed_record("gpt", "fp16", 3.1)], at=1))
     assert [p.run_id for p in history.series(H100, "test_speed[gpt-fp16]", "device_speedup").points] == ["old", "new"]
     engine.dispose()

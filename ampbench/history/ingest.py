@@ -28,6 +28,7 @@ from ampbench.results import (
     Run,
     RunError,
     SpeedRecord,
+    cluster_name,
     load_run,
 )
 from ampbench.baselines.spread import INJECTED_KEY
@@ -84,10 +85,19 @@ def figures_of(record: Record) -> tuple[FigureRow, ...]:
     return tuple(rows)
 
 
-def cell_row(record: Record) -> CellRow:
+def series_gpu(record: Record, gpu: str) -> str | None:
+    """The GPU `record`'s series are filed under where not the run's `gpu`: a distributed cell's N GPUs."""
+    if isinstance(record, DistributedRecord) and isinstance(record.world_size, int) and record.world_size > 1:
+        return cluster_name(gpu, record.world_size)
+    return None
+
+
+def cell_row(record: Record, gpu: str = "") -> CellRow:
+    """`record` as the history holds it, in a run on `gpu`."""
     return CellRow(test_id=record.test_id, kind=record.kind, model=record.model, mode=record.mode,
                    verdict=None if record.verdict is None else str(record.verdict),
-                   injected=bool(record.value(INJECTED_KEY)), record=record.to_info(), figures=figures_of(record))
+                   injected=bool(record.value(INJECTED_KEY)), record=record.to_info(), figures=figures_of(record),
+                   gpu=series_gpu(record, gpu))
 
 
 def _slug(gpu: str, machine: Mapping[str, Any]) -> str:
@@ -123,7 +133,7 @@ def run_row(run: Run, *, run_id: str, when: str, source: str) -> RunRow:
                   label=_text(machine.get("label")), suite_revision=_revision(run),
                   software={k: machine.get(k) for k in SOFTWARE_KEYS},
                   host_load=host_load if isinstance(host_load, dict) else None, source=source,
-                  cells=tuple(cell_row(c) for c in run.cells))
+                  cells=tuple(cell_row(c, gpu) for c in run.cells))
 
 
 def session_run(records: Iterable[Record], machine: Mapping[str, Any], when: datetime) -> RunRow:

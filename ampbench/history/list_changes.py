@@ -35,7 +35,8 @@ def describe(history: History, change: Change) -> list[str]:
 
 
 def gpus(history: History, gpu: str | None) -> list[str]:
-    """`gpu`, or every GPU model with a run in the history (smoke runs left out), by name."""
+    """`gpu`, or every GPU (a model, or N of one for distributed cells) with a series in the history
+    (smoke runs left out), by name."""
     if gpu is not None:
         return [gpu]
-    return sorted({r.gpu for r in history.runs() if not r.smoke})
+    return history.series_gpus()

@@ -1,5 +1,6 @@
 """What a speed cell is judged against when a history is kept: its baseline entry, with each ratio's level
-and learned spread taken from the cell's runs on this GPU model (``learn``).
+and learned spread taken from the cell's runs on this GPU model (``learn``). A distributed cell learns
+its speedups the same way from its runs on the same N GPUs (``DISTRIBUTED_CELLS``).
 
 The level of a ratio is the geometric mean of the cell's counted runs since its last accepted change;
 its noise is pooled over all of them and, where the committed baseline file holds a spread learned from
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ampbench.baselines import spread
-from ampbench.baselines.entries import SpeedEntry
+from ampbench.baselines.entries import DistributedEntry, FlatEntry, SpeedEntry
 from ampbench.baselines.store import BaselineStore
 from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
 from ampbench.history.series import Series
@@ -29,12 +30,36 @@ SPEED = "test_speed["
 # how its figures were measured, and what its messages compare (the kernels); names of a speed record
 FROM_RECORD = ("device_method", "device_fallback", "versus", "versus_method", "kernels", "batch_size",
                "cudnn_benchmark", "block_seconds", "idle_share", "host_bound", "memory_ratio", "peak_mem_bytes")
+# what a distributed entry takes from the cell's latest counted run where the file has none of it
+FROM_DISTRIBUTED_RECORD = ("device_method", "device_fallback", "world_size", "batch_size", "block_seconds",
+                           "cudnn_benchmark", "scaling_efficiency", "comm_share")
+
+
+@dataclass(frozen=True)
+class LearnedCells:
+    """The cells of one kind whose ratios the history learns: their tests, their baseline entry's kind,
+    the ratios learned (a spread figure and its prefix in the entry) and what an entry takes from the
+    latest counted run where the file has none."""
+
+    tests: tuple[str, ...]  # test-id prefixes
+    entry: type[FlatEntry]
+    ratios: tuple[tuple[spread.Figure, str], ...]
+    from_record: tuple[str, ...]
+
+    def holds(self, test_id: str) -> bool:
+        return test_id.startswith(self.tests)
+
+
+SPEED_CELLS = LearnedCells((SPEED,), SpeedEntry, RATIOS, FROM_RECORD)
+# gated by device time, and by the wall clock under --perf-gate wall; the scaling efficiency is reported
+DISTRIBUTED_CELLS = LearnedCells(("test_ddp_speed[", "test_fsdp2_speed["), DistributedEntry,
+                                 ((spread.WALL, ""), (spread.DEVICE, "device_")), FROM_DISTRIBUTED_RECORD)
 # the figures an overlay sets in a ratio, in the order an entry that lacked them gains them
 _OVERLAID = ("speedup", "recorded_speedup", "between_run_sd", "between_run_count", "between_run_levels",
              "between_run_level_count", "tolerance", "between_run_runs")
 
 
-def prior_for(figure: spread.Figure, entry: SpeedEntry | None, series: Series) -> spread.Prior | None:
+def prior_for(figure: spread.Figure, entry: FlatEntry | None, series: Series) -> spread.Prior | None:
     """The file's spread of `figure`, less the runs of `series` it already counts: a file exported from
     this history (or re-recorded over it) lists the history's runs among its own, by their times, and
     counting them twice would shrink the noise for nothing."""
@@ -53,7 +78,7 @@ def prior_for(figure: spread.Figure, entry: SpeedEntry | None, series: Series) -
 
 
 def overlay(entry: Mapping | None, learned: Mapping[str, CellBaseline], latest: Mapping | None,
-            counted: Mapping[str, list[str]]) -> dict | None:
+            counted: Mapping[str, list[str]], cells: LearnedCells = SPEED_CELLS) -> dict | None:
     """`entry` (the file's figures, or None) with each ratio's level and spread from `learned` (by
     prefix), its runs listed by their times as ``ampbench spread`` lists them; the measurement's description from `latest`, the latest counted record, where the file
     has no entry. None where nothing is known: the cell is learning."""
@@ -61,9 +86,9 @@ def overlay(entry: Mapping | None, learned: Mapping[str, CellBaseline], latest: 
     if not known:
         return dict(entry) if entry is not None else None
     if entry is None and "" not in known:
-        return None  # a speed entry is held by its wall-clock figure too (speed_cell._checks)
-    typed = SpeedEntry.from_figures(
-        entry if entry is not None else {k: latest[k] for k in FROM_RECORD if latest and latest.get(k) is not None})
+        return None  # an entry is held by its wall-clock figure too (speed_cell._checks)
+    typed = cells.entry.from_figures(
+        entry if entry is not None else {k: latest[k] for k in cells.from_record if latest and latest.get(k) is not None})
     for prefix, b in known.items():
         ratio = b.into(typed.ratio(prefix), stores_tolerance=bool(prefix))
         ratio = replace(ratio, between_run_runs=list(counted.get(prefix, [])))
@@ -74,11 +99,13 @@ def overlay(entry: Mapping | None, learned: Mapping[str, CellBaseline], latest: 
 @dataclass
 class HistoryBaselines:
     """The speed cells' baseline entries as the history has learned them, over the GPU's baseline file
-    (which it wraps: recording and writing go to the file as before)."""
+    (which it wraps: recording and writing go to the file as before); the distributed cells' over the
+    file of N GPUs, with `cells` DISTRIBUTED_CELLS."""
 
     store: BaselineStore
     history: History
     floor: float = DEFAULT_TOLERANCE
+    cells: LearnedCells = SPEED_CELLS
     _learned: dict[str, dict[str, CellBaseline]] | None = field(default=None, repr=False)
     _latest: dict[str, str] = field(default_factory=dict, repr=False)  # test id: its latest counted run
     _counted: dict[str, dict[str, list[str]]] = field(default_factory=dict, repr=False)  # their times, by prefix
@@ -106,14 +133,14 @@ class HistoryBaselines:
         return self.store.software(test_id)
 
     def learned(self) -> dict[str, dict[str, CellBaseline]]:
-        """Every speed cell's ratios learned from the history (by test id, then prefix), read once."""
+        """Every cell's ratios learned from the history (by test id, then prefix), read once."""
         if self._learned is None:
             self._learned = {}
-            for figure, prefix in RATIOS:
+            for figure, prefix in self.cells.ratios:
                 for test_id, series in self.history.series_of(self.store.gpu, figure.key).items():
-                    if not test_id.startswith(SPEED) or not series.points:
+                    if not self.cells.holds(test_id) or not series.points:
                         continue
-                    prior = prior_for(figure, SpeedEntry.of(self.store.figures(test_id)), series)
+                    prior = prior_for(figure, self.cells.entry.of(self.store.figures(test_id)), series)
                     self._learned.setdefault(test_id, {})[prefix] = learn(series, prior, self.floor)
                     counted = [p for p in series.points if p.counts]
                     self._counted.setdefault(test_id, {})[prefix] = [p.when for p in counted]
@@ -124,10 +151,10 @@ class HistoryBaselines:
     def figures(self, test_id: str) -> dict | None:
         entry = self.store.figures(test_id)
         learned = self.learned().get(test_id)
-        if not learned or not test_id.startswith(SPEED):
+        if not learned or not self.cells.holds(test_id):
             return entry
         latest = self.history.record(self._latest[test_id], test_id) if test_id in self._latest else None
-        return overlay(entry, learned, latest, self._counted.get(test_id, {}))
+        return overlay(entry, learned, latest, self._counted.get(test_id, {}), self.cells)
 
     def latest_software(self, test_id: str) -> dict | None:
         """The software of the cell's latest counted run: what an exported entry was measured on."""

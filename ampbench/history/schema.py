@@ -5,7 +5,8 @@
   label of the stack under test, the host's load, where it came from, how many cells it holds;
 - `cells`: one row per cell of a run, with the record's whole extra_info as JSON;
 - `figures`: each cell's figures (speedups with their intervals, ratios), with the figure's own verdict
-  and the run's GPU model, so that a cell's series reads one index;
+  and the GPU its series is filed under (the run's GPU model; N of them for a distributed cell), so that
+  a cell's series reads one index;
 - `acceptances`: a moved cell (or every cell of a run) accepted as a new level, with the reason.
 
 A store of an older version is migrated when opened, one step per version, in one transaction; a store
@@ -21,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy import Boolean, Column, Float, ForeignKey, ForeignKeyConstraint, Index, Integer, String, Text
 from sqlalchemy.engine import Connection
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 VERSION_KEY = "schema_version"
 # pg_advisory_xact_lock's key for creating and migrating the tables: any fixed number of the suite's own
 LOCK_KEY = 0x616D7062
@@ -105,8 +106,19 @@ def _figures_know_their_gpu(conn: Connection) -> None:
     next(i for i in FIGURES.indexes if i.name == "figures_by_cell").create(conn)
 
 
+def _distributed_series_by_cluster(conn: Connection) -> None:
+    """v2 -> v3: a distributed cell's figures are filed under its run's N GPUs ('NVIDIA H200 x2',
+    ``results.cluster_name``), so that two world sizes never share a series."""
+    distributed = sa.exists().where(CELLS.c.run_id == FIGURES.c.run_id, CELLS.c.test_id == FIGURES.c.test_id,
+                                    CELLS.c.kind == "distributed")
+    several = sa.exists().where(RUNS.c.id == FIGURES.c.run_id, RUNS.c.world_size > 1)
+    cluster = (sa.select(RUNS.c.gpu + " x" + sa.cast(RUNS.c.world_size, String))
+               .where(RUNS.c.id == FIGURES.c.run_id).scalar_subquery())
+    conn.execute(FIGURES.update().where(distributed, several).values(gpu=cluster))
+
+
 # the step from each version to the next
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _figures_know_their_gpu}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _figures_know_their_gpu, 2: _distributed_series_by_cluster}
 
 
 class SchemaProblem(Exception):

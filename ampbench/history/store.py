@@ -76,6 +76,9 @@ class CellRow:
     injected: bool  # slowed on purpose: never a sample of the cell's level or noise
     record: Mapping[str, Any]  # the cell's extra_info
     figures: tuple[FigureRow, ...]
+    # the GPU its figures' series are filed under where not the run's: a distributed cell's N GPUs
+    # ("NVIDIA H200 x2"), so that two world sizes never share a series
+    gpu: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,10 @@ class History:
                  .join(CELLS, sa.and_(CELLS.c.run_id == FIGURES.c.run_id, CELLS.c.test_id == FIGURES.c.test_id))
                  .where(FIGURES.c.gpu == gpu, FIGURES.c.figure == figure)
                  .order_by(FIGURES.c.test_id, RUNS.c.run_at, RUNS.c.id))
-        accepted_query = sa.select(ACCEPTANCES.c.run_id, ACCEPTANCES.c.test_id).where(ACCEPTANCES.c.gpu == gpu)
+        # an acceptance names its run (and cell): the series' GPU (a cluster's, for a distributed cell) is
+        # not always the run's, which the acceptance keeps
+        accepted_query = (sa.select(ACCEPTANCES.c.run_id, ACCEPTANCES.c.test_id)
+                          .where(ACCEPTANCES.c.run_id.in_(sa.select(FIGURES.c.run_id).where(FIGURES.c.gpu == gpu))))
         if test_ids is not None:
             wanted = list(test_ids)
             query = query.where(FIGURES.c.test_id.in_(wanted))
@@ -239,6 +245,14 @@ class History:
                 run_id=r.run_id, when=r.run_at, value=r.value, low=r.low, high=r.high,
                 counts=_counts(r, restart), restart=restart))
         return {t: Series(gpu=gpu, test_id=t, figure=figure, points=tuple(p)) for t, p in points.items()}
+
+    def series_gpus(self) -> list[str]:
+        """The GPUs (a GPU model, or N of one for distributed cells) that series are filed under, smoke
+        runs left out, sorted."""
+        with self.transaction() as conn:
+            query = (sa.select(FIGURES.c.gpu).join(RUNS, RUNS.c.id == FIGURES.c.run_id)
+                     .where(RUNS.c.smoke.is_(False)).distinct().order_by(FIGURES.c.gpu))
+            return list(conn.execute(query).scalars())
 
     def cells(self, gpu: str) -> list[str]:
         """The test ids with figures on GPU model `gpu`, sorted."""
@@ -332,7 +346,7 @@ def _cell_values(run_id: str, cell: CellRow) -> dict:
 
 
 def _figure_values(run: RunRow, cell: CellRow, figure: FigureRow) -> dict:
-    return dict(run_id=run.id, test_id=cell.test_id, figure=figure.name, gpu=run.gpu, value=figure.value,
+    return dict(run_id=run.id, test_id=cell.test_id, figure=figure.name, gpu=cell.gpu or run.gpu, value=figure.value,
                 low=figure.low, high=figure.high, verdict=figure.verdict)
 
 

@@ -50,12 +50,21 @@ def perf_world_size(pytestconfig: pytest.Config, perf_device) -> int:
 
 @pytest.fixture(scope="session")
 def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_world_size):
-    """Baselines of N GPUs of this model, baselines/<gpu-slug>-x<N>.json; None on the CPU. The tests
-    write what they record themselves (the session's teardown hook writes only the 1-GPU store)."""
+    """Baselines of N GPUs of this model, baselines/<gpu-slug>-x<N>.json, with each cell's speedups
+    learned from its runs on N GPUs where a history is kept; None on the CPU. The tests write what they
+    record themselves (the session's teardown hook writes only the 1-GPU store)."""
     from ampbench import device as devices
+    from ampbench.plugin.history import history_of
+    from ampbench.results import cluster_name
 
     if perf_settings.device.type != "cuda":
         return None
     name = devices.device_name(perf_settings.device)
-    return open_baselines(perf_settings.baseline_dir, f"{name} x{perf_world_size}",
-                          devices.cluster_slug(name, perf_world_size))
+    store = open_baselines(perf_settings.baseline_dir, cluster_name(name, perf_world_size),
+                           devices.cluster_slug(name, perf_world_size))
+    history = history_of(pytestconfig)
+    if history is None:
+        return store
+    from ampbench.history.reference import DISTRIBUTED_CELLS, HistoryBaselines
+
+    return HistoryBaselines(store, history, perf_settings.tolerance, cells=DISTRIBUTED_CELLS)

@@ -187,6 +187,12 @@ class SpeedRecord(Record):
         return (lo, hi) if lo is not None and hi is not None else None
 
 
+def cluster_name(gpu: str, world_size: int) -> str:
+    """What N GPUs of one model are called where one GPU's name would be: in a baseline file's header and
+    in the history's series of a distributed cell ('NVIDIA H200 x2')."""
+    return f"{gpu} x{world_size}"
+
+
 @dataclass(frozen=True)
 class DistributedRecord(Record):
     """``test_ddp_speed`` / ``test_fsdp2_speed[model-mode-comm]``: a mode's speedup over fp32 under the same
