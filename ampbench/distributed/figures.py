@@ -2,11 +2,9 @@
 ``ampbench.distributed.speed_worker``): pure arithmetic, no torch.distributed.
 
 Two clocks per round and side. The wall-clock block ends when the slowest rank's does (a DDP step ends
-when its last rank's does), so a round's wall time is the slowest rank's. The device time is a block of
-eager steps queued whole behind a hold on each rank and timed by events ("held"), or, where a step
-cannot be queued ahead, the profiler's busy time of a block on each rank's GPU (the union of every
-kernel, memcpy and memset, NCCL's included; "kernels"), per step; a round's device time is the least
-busy rank's (``per_round_min``).
+when its last rank's does), so a round's wall time is the slowest rank's. The device time is the
+profiler's busy time of a block on each rank's GPU (the union of every kernel, memcpy and memset,
+NCCL's included), per step, and a round's device time is the least busy rank's (``per_round_min``).
 """
 
 from __future__ import annotations
@@ -24,9 +22,7 @@ from ampbench.verdict import Verdict
 # stream waits are set up by host hooks during backward, and a capture that fails on one rank leaves
 # its peers waiting in a collective.
 GRAPH_FALLBACK = ("a step with its collectives is not captured as a CUDA graph (NCCL's watchdog, DDP's "
-                  "reducer hooks, FSDP2's stream waits): eager steps")
-# eager steps of every rank queued whole behind a hold and timed by events (speed_worker.HeldBlocks)
-HELD = "held"
+                  "reducer hooks, FSDP2's stream waits): busy time of profiled eager steps")
 # gloo ranks work on the host: no kernels, no device time apart from the wall clock's
 NO_DEVICE = "gloo ranks on the CPU run no kernels: no device time"
 
@@ -42,7 +38,7 @@ class DistFigures:
     world_size: int
     idle_share: float | None = None  # the most idle rank's share of the mode's profiled steps with no kernel
     device: SpeedupEstimate | None = None  # the speedup in device time (``per_round_min``); None off CUDA
-    device_method: str = "wall"  # HELD; "kernels": the profiler's busy time; "wall": no device time
+    device_method: str = "wall"  # "kernels": the profiler's busy time; "wall": no device time
     device_fallback: str | None = None  # why not a CUDA graph's replay (or, off CUDA, why no device time)
     device_step_s: float | None = None  # the mode's device time per step (median round)
     device_step_s_ref: float | None = None

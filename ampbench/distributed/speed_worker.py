@@ -6,10 +6,8 @@
 Per comm variant, the fp32 reference (the same parallelism, fp32 reduction) and the mode alternate in
 rounds as in ``PairedTimer``, every rank starting each block together; rank 0 also times, between
 rounds, the same mode on its GPU alone (a plain ``Trainer``), the 1-GPU side of the scaling
-efficiency. On CUDA each round also times one block of each side on the device (``HeldBlocks``): its
-eager steps queued whole behind a hold on every rank and timed by events, so no host enters the
-figure; where a step cannot be queued ahead (a host sync in it), the profiler's busy time of the
-rank's GPU per step. Both beside the wall-clock blocks. Each rank writes
+efficiency. On CUDA each round also times one block of each side on the device: the profiler's busy
+time of the rank's GPU per step (``device_timer``), beside the wall-clock blocks. Each rank writes
 ``DIR/<comm>/rank{R}.json``. On CUDA a few further, untimed steps run under torch.profiler for NCCL's
 share of a step and its overlap with compute.
 
@@ -43,11 +41,10 @@ from ampbench.distributed.variants import (
     get_comm,
     kernels_from_trace,
 )
-from ampbench.distributed.figures import GRAPH_FALLBACK, HELD, NO_DEVICE
+from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE
 from ampbench.distributed.launch import load_worker_plugins
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
 from ampbench.speed.devicetime import profile_steps
-from ampbench.speed.held import TRIES, BlockQueue, launch_queue_depth
 from ampbench.speed.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
 from ampbench.train import Trainer
 
@@ -84,84 +81,23 @@ def ranked_timer(ref: Trainer, trainer: Trainer, ref_steps: int, mode_steps: int
     return PairedTimer(together(ref_block), together(mode_block), ref_steps, mode_steps)
 
 
-class HeldBlocks:
-    """Device-time blocks of eager steps, each queued whole behind a hold on every rank
-    (``ampbench.speed.held``) and timed by events around it: the GPU runs the block with no host in it.
-    The ranks take every decision together (one hold, one chunk size, whether a block counts), since a
-    rank that ran a block again alone would leave the others in a collective. A rank's first collective
-    still waits for the rank whose block began last; the least busy rank's time per round
-    (``figures.per_round_min``) leaves that wait out. A block that no try queues whole on every rank (a
-    host sync in the step) is measured by the profiler's busy time instead, and `queue.stats` says so."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.queue = BlockQueue(device)
-        self.chunks: dict[tuple[int, int], int] = {}
-        self.fallen_back = False
-
-    def chunk_for(self, side: Trainer, steps: int) -> int:
-        """The most steps one hold covers: all `steps` unless the launch queue fills first (probed once
-        per side and block size, the least of every rank's)."""
-        key = (id(side), steps)
-        if key not in self.chunks:
-            together(self.device)
-            depth = launch_queue_depth(self.device, lambda: side.run(1), steps)
-            self.chunks[key] = int(-agree_max(-(steps if depth is None else max(1, depth // 2)), self.device))
-        return self.chunks[key]
-
-    def block(self, side: Trainer, steps: int) -> float:
-        """Seconds per step of one block of `steps` steps of `side`."""
-        stats = self.queue.stats
-        stats.blocks += 1
-        if not self.fallen_back:
-            chunk = self.chunk_for(side, steps)
-            for _ in range(TRIES):
-                seconds = self._try(side, steps, chunk)
-                if seconds is not None:
-                    stats.held += 1
-                    if chunk < steps:
-                        stats.chunk = chunk if stats.chunk is None else min(chunk, stats.chunk)
-                    return seconds / steps
-                stats.retried += 1
-            self.fallen_back = True
-            stats.why = (f"a block could not be queued whole on every rank behind holds of up to "
-                         f"{stats.hold_s * 1e3:.0f} ms (a host sync in the step, or a full launch queue): "
-                         "the profiler's busy time")
-        stats.per_replay += 1
-        together(self.device)
-        return profile_steps(side, steps).busy_ms / 1e3
-
-    def _try(self, side: Trainer, steps: int, chunk: int) -> float | None:
-        """One try at a block in held chunks, every rank behind the same hold; its seconds where every
-        rank queued every chunk whole, else None on all."""
-        hold = agree_max(self.queue.stats.hold_s, self.device)
-        together(self.device)
-        total, queued, done = 0.0, True, 0
-        while done < steps:
-            n = min(chunk, steps - done)
-            self.queue.stats.hold_s = hold
-            seconds, ok = self.queue.time(lambda: side.run(n))
-            total, queued, done = total + seconds, queued and ok, done + n
-        return total if agree_max(0.0 if queued else 1.0, self.device) == 0.0 else None
-
-
 def device_timer(ref: Trainer, trainer: Trainer, ref_steps: int, mode_steps: int,
-                 before_block: Callable[[], None]) -> tuple[PairedTimer, HeldBlocks] | None:
+                 before_block: Callable[[], None]) -> PairedTimer | None:
     """A PairedTimer of device-time blocks (CUDA only; None elsewhere), each started on all ranks
-    together and queued whole behind a hold (``HeldBlocks``), and the blocks' bookkeeping. Blocks of
-    their own, not the wall-clock ones: a hold costs wall time, and the wall-clock figure is what eager
-    training gets."""
+    together: the profiler's busy time of the rank's GPU over a block of eager steps, per step
+    (``devicetime.profile_steps``: the union of every kernel, memcpy and memset, NCCL's included). A
+    block of its own, not the wall-clock one profiled: the profiler slows the host, and the wall-clock
+    figure must not carry it."""
     if trainer.device.type != "cuda":
         return None
-    held = HeldBlocks(trainer.device)
 
-    def timed(side: Trainer, steps: int) -> Callable[[], float]:
+    def busy(side: Trainer, steps: int) -> Callable[[], float]:
         def run() -> float:
             before_block()
-            return held.block(side, steps)
+            return profile_steps(side, steps).busy_ms / 1e3
         return run
 
-    return PairedTimer(timed(ref, ref_steps), timed(trainer, mode_steps), ref_steps, mode_steps), held
+    return PairedTimer(busy(ref, ref_steps), busy(trainer, mode_steps), ref_steps, mode_steps)
 
 
 def build(spec, mode: PrecisionMode, variant: CommVariant, device: torch.device, smoke: bool) -> Trainer:
@@ -264,8 +200,7 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
     ref_step, mode_step = warm_together(ref, policy), warm_together(trainer, policy)
     timer = ranked_timer(ref, trainer, steps_per_block(ref_step, policy.block_seconds),
                          steps_per_block(mode_step, policy.block_seconds), before_block=lambda: together(device))
-    timed_on_device = device_timer(ref, trainer, timer.ref_steps, timer.mode_steps, before_block=lambda: together(device))
-    on_device, held = timed_on_device if timed_on_device else (None, None)
+    on_device = device_timer(ref, trainer, timer.ref_steps, timer.mode_steps, before_block=lambda: together(device))
     single_steps = steps_per_block(single.step_seconds, policy.block_seconds) if single else 0
     single_times: list[float] = []
     before = fingerprint(trainer)
@@ -288,7 +223,8 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
         "ref_times": timer.ref_times, "mode_times": timer.mode_times, "single_times": single_times or None,
         "samples_per_s": trainer.batch_size * len(timer.mode_times) / sum(timer.mode_times),
         "ref_samples_per_s": trainer.batch_size * len(timer.ref_times) / sum(timer.ref_times),
-        **device_method_fields(held),
+        "device_method": "kernels" if on_device else "wall",
+        "device_fallback": GRAPH_FALLBACK if on_device else NO_DEVICE,
         "device_ref_times": on_device.ref_times if on_device else None,
         "device_mode_times": on_device.mode_times if on_device else None,
         "single_samples_per_s": (trainer.batch_size * len(single_times) / sum(single_times)) if single_times else None,
@@ -298,19 +234,6 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
         "final_loss_finite": bool(torch.isfinite(last_loss)), "loss_scale": sides.loss_scale(trainer),
     }
     return doc
-
-
-def device_method_fields(held: HeldBlocks | None) -> dict:
-    """How the rank's device time was measured: by held blocks where none fell back before the first
-    was held, else by the profiler's busy time; and how its blocks were queued."""
-    if held is None:
-        return {"device_method": "wall", "device_fallback": NO_DEVICE, "device_queue": None}
-    stats = held.queue.stats
-    if stats.held == 0:
-        return {"device_method": "kernels", "device_fallback": f"{GRAPH_FALLBACK}; {stats.why}",
-                "device_queue": stats.describe()}
-    return {"device_method": HELD, "device_fallback": GRAPH_FALLBACK, "device_queue": stats.describe(),
-            "device_per_replay_blocks": stats.per_replay}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

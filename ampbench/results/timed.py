@@ -231,12 +231,9 @@ class DistributedRecord(Record):
     tolerance: float | None = checked(NON_NEGATIVE)
     line: float | None = number()
     wall_verdict: Verdict | None = checked(VERDICT)  # the wall-clock speedup's
-    # the device-time speedup: per round the least busy rank's device time per step
-    # "held" (eager steps queued whole behind a hold, timed by events) or "kernels" (the profiler's busy
-    # time, where a step cannot be queued ahead) on GPUs; "wall" (no device time) on gloo ranks
-    device_method: str | None = text()
+    # the device-time speedup: per round the least busy rank's profiled busy time per step
+    device_method: str | None = text()  # "kernels" on GPUs; "wall" (no device time) on gloo ranks
     device_fallback: str | None = text()  # why not a CUDA graph's replay
-    device_queue: str | None = text()  # how rank 0's held blocks were queued (``ampbench.speed.held``)
     device_speedup: float | None = checked(POSITIVE)
     device_speedup_low: float | None = checked(POSITIVE)
     device_speedup_high: float | None = checked(POSITIVE)

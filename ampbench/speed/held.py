@@ -167,21 +167,18 @@ class BlockQueue:
 
 def launch_queue_depth(device: torch.device, launch_one: Callable[[], object], most: int) -> int | None:
     """How many launches of `launch_one` the stream's launch queue takes behind a hold before the host
-    must wait for the GPU to make room; None where all `most` went in while the GPU still held (or the
-    launches outlasted the hold: a hold's length, not the queue, is what they need). All `most` are
-    launched whatever the answer: the ranks of a distributed cell must launch alike."""
+    must wait for the GPU to make room; None where `most` went in while the GPU still held (or the
+    launches outlasted the hold: a hold's length, not the queue, is what they need)."""
     spin(device, PROBE_HOLD_S)
     left_hold = torch.cuda.Event()
     left_hold.record()
-    depth, seen = None, False
     try:
         for i in range(most):
             t0 = time.perf_counter()
             launch_one()
-            if not seen and left_hold.query():
-                seen = True
-                depth = i if time.perf_counter() - t0 > BLOCKED_S else None
-        return depth
+            if left_hold.query():
+                return i if time.perf_counter() - t0 > BLOCKED_S else None
+        return None
     finally:
         torch.cuda.synchronize(device)
 
