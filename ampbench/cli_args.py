@@ -176,11 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="baseline files written by --perf-update-baselines on other runs")
     merge.add_argument("--dry-run", action="store_true", help="print what would be merged, write nothing")
     export = history_cli.with_store(bas_sub.add_parser(
-        "export", help="write a GPU's baseline file from the run history",
+        "export", help="write a GPU's baseline files from the run history",
         description="Write DIR/<gpu-slug>.json from the history: each speed cell with counted runs gets the level "
                     "of its runs since its last accepted change and the between-run spread of all of them, pooled "
-                    "with the file's own spread from other runs; the file's other entries are kept. The file stays "
-                    "what CI without a history reads and what a review sees.",
+                    "with the file's own spread from other runs; the file's other entries are kept. The "
+                    "distributed cells go the same way into DIR/<gpu-slug>-x<N>.json, one per GPU count the "
+                    "history holds. The files stay what CI without a history reads and what a review sees.",
         epilog="Exit status: 0 written, 2 the store, an unknown GPU or a file that cannot be written."))
     export.add_argument("--gpu", metavar="NAME", default=None,
                         help="the GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: the history's only one)")

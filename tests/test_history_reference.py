@@ -151,3 +151,22 @@ def test_a_distributed_cell_learns_from_its_runs_on_as_many_gpus_and_no_others(h
     assert check.tolerance < 0.02  # five runs within 0.5%: learned well under the unlearned 3%
     # the speed cells' overlay leaves distributed cells to the file
     assert HistoryBaselines(two, history).figures(cell) is None
+
+
+def test_baselines_export_writes_the_file_of_each_gpu_count_the_history_holds(history, tmp_path, capsys):
+    """A runner of two GPUs runs the speed cells and the distributed ones in one session: both files."""
+    from ampbench.baselines.store import load_document
+    from ampbench.cli import main
+
+    url, out = f"sqlite:///{tmp_path / 'history.sqlite'}", tmp_path / "baselines"
+    cell = "test_ddp_speed[gpt-amp_bf16-fp32]"
+    for i, v in enumerate((5.50, 5.52, 5.49)):
+        rec = speed_record("resnet50", "amp_bf16", VALUES[i], device_method="graph")
+        history.append(speed_run(f"run{i}", [rec, _ddp_record(v, 2)], at=i))
+    assert main(["baselines", "export", "--history", url, "--baseline-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 entry written" in printed and "x2.json" in printed
+    one = load_document(out / "nvidia-h100-80gb-hbm3.json")
+    two = load_document(out / "nvidia-h100-80gb-hbm3-x2.json")
+    assert list(one["entries"]) == [CELL] and list(two["entries"]) == [cell]
+    assert two["gpu"] == f"{H100} x2" and two["entries"][cell]["figures"]["device_between_run_count"] == 3

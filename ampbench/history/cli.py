@@ -167,9 +167,10 @@ def export(args: argparse.Namespace) -> int:
     from ampbench.history.export import export as write
 
     try:
-        path, written = write(_open(args, create=False), args.gpu, args.baseline_dir)
+        files = write(_open(args, create=False), args.gpu, args.baseline_dir)
     except (HistoryError, BaselineError, OSError) as error:
         print(f"ampbench baselines export: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"ampbench: {written} speed entries written from the history {args.history} to {path}")
+    for path, written in files:
+        print(f"ampbench: {written} {'entry' if written == 1 else 'entries'} written from the history {args.history} to {path}")
     return EXIT_OK

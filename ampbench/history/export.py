@@ -1,15 +1,17 @@
-"""``ampbench baselines export``: the reviewable baseline file written from the history. Each speed cell
+"""``ampbench baselines export``: the reviewable baseline files written from the history. Each speed cell
 the history has counted runs of gets its level and learned spread (``reference.overlay``), the software
 of its latest counted run, and, where the file had no entry of it, how its latest run measured it; every
-other entry of the file is kept as it is."""
+other entry of the file is kept as it is. The distributed cells go the same way into the file of their N
+GPUs (``<slug>-x<N>.json``), one per GPU count the history holds their runs on."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ampbench.baselines.store import BaselineStore
-from ampbench.history.reference import HistoryBaselines
+from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, HistoryBaselines, LearnedCells
 from ampbench.history.store import History
+from ampbench.results import cluster_name
 
 # what a baseline entry's software names (the plugin's `software` fixture keeps the same)
 SOFTWARE = ("torch", "cuda", "cudnn", "driver", "device", "capability", "inductor", "triton", "torchao")
@@ -17,23 +19,38 @@ SOFTWARE = ("torch", "cuda", "cudnn", "driver", "device", "capability", "inducto
 
 def gpu_of(history: History, gpu: str | None) -> tuple[str, str]:
     """(GPU model, its slug): `gpu`, or the history's only GPU model; a HistoryError names the choices."""
-    runs = [r for r in history.runs() if not r.smoke and r.world_size <= 1]
-    models = {r.gpu: r.gpu_slug for r in runs}
+    models = {r.gpu: r.gpu_slug for r in history.runs() if not r.smoke}
     if gpu is not None:
         if gpu not in models:
-            raise history.fail(f"no single-GPU run on {gpu!r}; it holds {', '.join(sorted(models)) or 'none'}")
+            raise history.fail(f"no run on {gpu!r}; it holds {', '.join(sorted(models)) or 'none'}")
         return gpu, models[gpu]
     if len(models) != 1:
         raise history.fail(f"--gpu is needed: the history holds runs on {', '.join(sorted(models)) or 'no GPU'}")
     return next(iter(models.items()))
 
 
-def export(history: History, gpu: str | None, directory: Path) -> tuple[Path, int]:
-    """Write `directory`/<slug>.json from the history (atomically, merged entry by entry); the path and
-    the number of speed entries it wrote."""
+def gpu_counts(history: History, model: str) -> list[int]:
+    """The numbers of GPUs of `model` the history holds distributed cells' runs on."""
+    prefix = cluster_name(model, 0)[:-1]
+    return sorted(int(g[len(prefix):]) for g in history.series_gpus()
+                  if g.startswith(prefix) and g[len(prefix):].isdigit())
+
+
+def export(history: History, gpu: str | None, directory: Path) -> list[tuple[Path, int]]:
+    """Write `directory`/<slug>.json and each <slug>-x<N>.json from the history (atomically, merged entry
+    by entry); each file written with the number of entries it got."""
     model, slug = gpu_of(history, gpu)
-    store = BaselineStore.open(directory, model, slug)
-    learned = HistoryBaselines(store, history)
+    files = [(model, slug, SPEED_CELLS)] + [(cluster_name(model, n), f"{slug}-x{n}", DISTRIBUTED_CELLS)
+                                             for n in gpu_counts(history, model)]
+    written = [out for name, stem, cells in files if (out := _export_one(history, name, stem, cells, directory))]
+    if not written:
+        raise history.fail(f"no counted speed or distributed run on {model}: nothing to export")
+    return written
+
+
+def _export_one(history: History, name: str, slug: str, cells: LearnedCells, directory: Path) -> tuple[Path, int] | None:
+    store = BaselineStore.open(directory, name, slug)
+    learned = HistoryBaselines(store, history, cells=cells)
     written = 0
     for test_id in sorted(learned.learned()):
         figures = learned.figures(test_id)
@@ -42,6 +59,4 @@ def export(history: History, gpu: str | None, directory: Path) -> tuple[Path, in
         ran_on = learned.latest_software(test_id) or store.software(test_id) or {}
         store.record(test_id, figures, {k: v for k, v in ran_on.items() if k in SOFTWARE and v is not None})
         written += 1
-    if not written:
-        raise history.fail(f"no counted speed run on {model}: nothing to export")
-    return store.write(), written
+    return (store.write(), written) if written else None
