@@ -217,8 +217,11 @@ def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], ch
 
 
 def _record_baseline(store, test_id: str, figs: DistFigures, docs: list[dict], settings, software: dict) -> None:
-    """Record the cell's entry and write the file at once: a session cut short keeps every cell it finished."""
+    """Record the cell's entry and write the file at once: a session cut short keeps every cell it finished.
+    A re-recording measured alike keeps the device time's learned spread (``judging.device_baseline_figures``)."""
     eff = figs.efficiency
+    previous = DistributedEntry.of(store.figures(test_id))
+    measured_with = {"block_seconds": settings.block_seconds, "cudnn_benchmark": settings.cudnn_benchmark}
     store.record(test_id, {
         "speedup": figs.speedup.speedup, "ci_low": figs.speedup.low, "ci_high": figs.speedup.high,
         "rounds": figs.speedup.rounds, "noise": figs.speedup.half_width,
@@ -228,7 +231,8 @@ def _record_baseline(store, test_id: str, figs: DistFigures, docs: list[dict], s
         "comm_share": figs.comm_share, "comm_overlap": figs.comm_overlap, "idle_share": figs.idle_share,
         "world_size": len(docs),
         "batch_size": docs[0]["batch_size"], "block_seconds": settings.block_seconds,
-        "cudnn_benchmark": settings.cudnn_benchmark, **judging.device_baseline_figures(figs, settings.tolerance),
+        "cudnn_benchmark": settings.cudnn_benchmark,
+        **judging.device_baseline_figures(figs, settings.tolerance, previous, measured_with),
     }, software)
     store.write()
 

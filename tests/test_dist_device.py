@@ -177,3 +177,24 @@ def test_the_message_leads_with_device_time_where_measured():
     text = judging.cell_message("gpt amp_bf16 fp32 (x2)", figs, checks, verdicts, None, gpu=True)
     assert text.startswith("gpt amp_bf16 fp32 (x2): device-time speedup over fp32 under the same parallelism (kernels)")
     assert "against baseline 4.000x" in text and "(regression)" in text and "wall clock 2.000x" in text
+
+
+def test_a_re_recording_measured_alike_keeps_the_learned_spread_and_opens_a_level():
+    from ampbench.baselines.entries import entry_tolerance
+    from ampbench.verdict import UNLEARNED_TOLERANCE
+
+    figs = merge_ranks(_docs(), 0.99)
+    learned = {"speedup": 2.0, "world_size": 2, "block_seconds": 0.1, "device_speedup": 4.2, "device_method": "kernels",
+               "device_recorded_speedup": 4.25, "device_between_run_sd": 0.003, "device_between_run_count": 8}
+    previous = DistributedEntry.from_figures(learned)
+    alike = {"block_seconds": 0.1}
+    kept = judging.device_baseline_figures(figs, 0.005, previous, alike)
+    assert kept["device_between_run_sd"] == 0.003 and kept["device_between_run_count"] == 8
+    assert kept["device_speedup"] == figs.device.speedup
+    assert kept["device_tolerance"] < UNLEARNED_TOLERANCE
+    assert kept["device_tolerance"] == entry_tolerance(0.005, DistributedEntry.from_figures(kept).device)
+    # another method, another GPU count or other settings: nothing of the old spread is the new figure's
+    for other, settings in ((dict(learned, device_method="held"), alike), (dict(learned, world_size=4), alike),
+                            (learned, {"block_seconds": 0.2})):
+        fresh = judging.device_baseline_figures(figs, 0.005, DistributedEntry.from_figures(other), settings)
+        assert "device_between_run_sd" not in fresh and fresh["device_tolerance"] >= UNLEARNED_TOLERANCE

@@ -13,9 +13,10 @@ single-GPU cell's wall verdict holds it where its entry lacks device time. The h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from ampbench.baselines.entries import DistributedEntry, RatioEntry, entry_tolerance
+from ampbench.baselines.store import measurement_mismatch
 from ampbench.distributed.figures import DistFigures, host_bound_verdict, per_round_min
 from ampbench.settings import GATES
 from ampbench.speed.ratio import DIST_DEVICE, DISTRIBUTED, EFFICIENCY, Ratio, RatioKind, ratio_check
@@ -116,17 +117,27 @@ def device_record_fields(figs: DistFigures, checks: CellChecks, verdicts: dict[s
             "device_round_ms": mode_ms, "device_ref_round_ms": ref_ms}
 
 
-def device_baseline_figures(figs: DistFigures, floor: float) -> dict[str, Any]:
+def device_baseline_figures(figs: DistFigures, floor: float, previous: DistributedEntry | None = None,
+                            measured_with: Mapping[str, object] | None = None) -> dict[str, Any]:
     """What a recording stores of the device-time speedup (nothing where none was measured): the
-    figure, its interval and noise, how it was measured, and the tolerance it gives."""
+    figure, its interval and noise, how it was measured, and the tolerance it gives. A re-recording
+    measured alike (`previous` measured it by the same method on as many GPUs, with the same settings
+    `measured_with`) keeps the between-run spread `previous` learned, as a single-GPU cell's does
+    (``speed.ratio.Ratio.recorded``): the recording opens another level, and the tolerance allows for
+    the spread."""
     est = figs.device
     if est is None:
         return {}
     noise = est.half_width
+    alike = (previous is not None and previous.device.method == figs.device_method
+             and previous.world_size == figs.world_size
+             and measurement_mismatch(previous, measured_with or {}) is None)
+    kept = previous.device.kept_spread() if alike else RatioEntry()
     ratio = RatioEntry(speedup=est.speedup, ci_low=est.low, ci_high=est.high, rounds=est.rounds, noise=noise,
-                       tolerance=entry_tolerance(max(floor, DIST_DEVICE.floor), RatioEntry(), noise),
+                       tolerance=entry_tolerance(max(floor, DIST_DEVICE.floor), kept, noise),
                        method=figs.device_method, fallback=figs.device_fallback,
-                       step_ms=figs.device_step_s * 1e3, step_ms_ref=figs.device_step_s_ref * 1e3)
+                       step_ms=figs.device_step_s * 1e3, step_ms_ref=figs.device_step_s_ref * 1e3,
+                       **{name: getattr(kept, name) for name in RatioEntry.SPREAD})
     return ratio.figures(DIST_DEVICE.prefix, nulls=("fallback",))
 
 
