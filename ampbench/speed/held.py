@@ -10,8 +10,8 @@ the block was queued before the GPU began it, and nothing the host does from the
 figure. That question is asked of every block, so the guarantee is checked, not assumed.
 
 A block that missed (the host was away longer than the hold) is timed again behind a hold twice as long.
-The stream's launch queue holds only so many launches: a block of a graph with many kernels (an LSTM's
-cuDNN steps, a scaler's checks) fills it before the hold ends, and then the host itself waits on the
+The stream's launch queue holds only so many launches: a block of some graphs (on an H100, mlp's and
+wide_resnet28_10's in some 16-bit modes) fills it before the hold ends, and then the host itself waits on the
 GPU, so no hold is long enough. Such a graph's depth is probed once (``launch_queue_depth``) and its
 blocks are timed in held chunks that fit, their times summed: each chunk is back-to-back replays queued
 whole, and only the few microseconds between chunks are left out. A block that still cannot be queued
