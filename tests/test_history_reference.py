@@ -170,3 +170,25 @@ def test_baselines_export_writes_the_file_of_each_gpu_count_the_history_holds(hi
     two = load_document(out / "nvidia-h100-80gb-hbm3-x2.json")
     assert list(one["entries"]) == [CELL] and list(two["entries"]) == [cell]
     assert two["gpu"] == f"{H100} x2" and two["entries"][cell]["figures"]["device_between_run_count"] == 3
+
+
+def test_the_end_of_a_run_says_how_far_its_distributed_cells_have_learned(history, tmp_path):
+    from types import SimpleNamespace
+
+    from ampbench.history.reference import DISTRIBUTED_CELLS
+    from ampbench.plugin import summary
+    from ampbench.plugin.session import _write_learned
+
+    cell = "test_ddp_speed[gpt-amp_bf16-fp32]"
+    for i, v in enumerate((5.50, 5.52, 5.49, 5.51)):
+        history.append(speed_run(f"x2-{i}", [_ddp_record(v, 2)], at=i))
+    store = BaselineStore(path=tmp_path / "nvidia-h100-x2.json", gpu=f"{H100} x2", entries={}, exists=False)
+    ran = [(f"perf/test_distributed.py::{cell}", _ddp_record(5.5, 2)),
+           ("perf/test_speed.py::test_speed[gpt-amp_bf16]", speed_record("gpt", "amp_bf16", 5.6))]
+    lines = []
+    reporter = SimpleNamespace(write_line=lambda text, **kw: lines.append(text))
+    config = SimpleNamespace(stash={summary.RECORDS_KEY: ran})
+    _write_learned(reporter, HistoryBaselines(store, history, cells=DISTRIBUTED_CELLS), config, "distributed cells")
+    assert lines[0].startswith("ampbench history: device tolerance learned and at most 1% in ")
+    assert f"distributed cells of {H100} x2" in lines[0]
+    assert lines[1:] == [f"  {cell}: {lines[1].split(': ', 1)[1]}"] and "from 4 runs" in lines[1]

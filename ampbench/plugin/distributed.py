@@ -8,7 +8,7 @@ import os
 import pytest
 
 from ampbench.plugin import activation
-from ampbench.plugin.session import open_baselines, perf_settings_of
+from ampbench.plugin.session import DISTRIBUTED_STORE_KEY, open_baselines, perf_settings_of
 
 WORLD_SIZE_KEY = pytest.StashKey[int]()
 
@@ -67,4 +67,6 @@ def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_
         return store
     from ampbench.history.reference import DISTRIBUTED_CELLS, HistoryBaselines
 
-    return HistoryBaselines(store, history, perf_settings.tolerance, cells=DISTRIBUTED_CELLS)
+    learned = HistoryBaselines(store, history, perf_settings.tolerance, cells=DISTRIBUTED_CELLS)
+    pytestconfig.stash[DISTRIBUTED_STORE_KEY] = learned  # the end of the run says how far its cells have learned
+    return learned

@@ -19,6 +19,8 @@ from ampbench.settings import COMPILE_CHOICES, TIERS, PerfSettings
 
 SETTINGS_KEY = pytest.StashKey[PerfSettings]()
 STORE_KEY = pytest.StashKey[dict]()  # lazily opened BaselineStore, under "store"
+# the distributed cells' store of N GPUs where the history judged them (``plugin.distributed``)
+DISTRIBUTED_STORE_KEY = pytest.StashKey[object]()
 SMOKE_LINE = "CPU smoke pass: nothing is held against baselines"
 
 
@@ -255,28 +257,34 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
     store = config.stash.get(STORE_KEY, {}).get("store")
     if isinstance(store, HistoryBaselines):  # the history judged this run's speed cells
-        _write_learned(terminalreporter, store, config)
+        _write_learned(terminalreporter, store, config, "speed cells")
+    distributed = config.stash.get(DISTRIBUTED_STORE_KEY, None)
+    if isinstance(distributed, HistoryBaselines):
+        _write_learned(terminalreporter, distributed, config, "distributed cells")
     line = _smoke_line(config)
     if line:
         # said at the end too: a green CPU run must not read as a benchmark that passed
         terminalreporter.write_line(line, yellow=True, bold=True)
 
 
-def _write_learned(terminalreporter, store, config: pytest.Config) -> None:
-    """How far each speed cell's device tolerance has been learned from the history, this run's cells."""
+def _write_learned(terminalreporter, store, config: pytest.Config, what: str) -> None:
+    """How far each cell's device tolerance has been learned from the history (`store`'s cells, `what`
+    the summary calls them), this run's cells."""
     from ampbench.plugin import summary
 
     ran = {t for t in (r.test_id or nodeid.split("::")[-1] for nodeid, r in config.stash.get(summary.RECORDS_KEY, []))
-           if t.startswith("test_speed[")}
+           if store.cells.holds(t)}
+    if not ran:
+        return
     states = {t: line for t, line in store.states().items() if t in ran}
     learned, cells = store.learned_share()
     if not cells:
         others = sorted({r.gpu for r in store.history.runs() if not r.smoke} - {store.store.gpu})
         held = f" (it holds runs of {', '.join(others)}, never used for this one)" if others else ""
         terminalreporter.write_line(f"ampbench history: no earlier run of {store.store.gpu}{held}: this run's "
-                                    "speed cells are learning")
+                                    f"{what} are learning")
         return
     terminalreporter.write_line(f"ampbench history: device tolerance learned and at most 1% in {learned} of {cells} "
-                                "speed cells of this GPU model; this run's cells:")
+                                f"{what} of {store.store.gpu}; this run's cells:")
     for test_id in sorted(ran):
         terminalreporter.write_line(f"  {test_id}: {states.get(test_id, 'learning: this run sets the level')}")
