@@ -85,14 +85,14 @@ def figures_of(record: Record) -> tuple[FigureRow, ...]:
     return tuple(rows)
 
 
-def series_gpu(record: Record, gpu: str) -> str | None:
+def series_gpu(record: Record, gpu: str | None) -> str | None:
     """The GPU `record`'s series are filed under where not the run's `gpu`: a distributed cell's N GPUs."""
-    if isinstance(record, DistributedRecord) and isinstance(record.world_size, int) and record.world_size > 1:
+    if gpu and isinstance(record, DistributedRecord) and isinstance(record.world_size, int) and record.world_size > 1:
         return cluster_name(gpu, record.world_size)
     return None
 
 
-def cell_row(record: Record, gpu: str = "") -> CellRow:
+def cell_row(record: Record, gpu: str | None = None) -> CellRow:
     """`record` as the history holds it, in a run on `gpu`."""
     return CellRow(test_id=record.test_id, kind=record.kind, model=record.model, mode=record.mode,
                    verdict=None if record.verdict is None else str(record.verdict),
