@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -32,6 +31,7 @@ from ampbench.distributed.figures import host_bound_verdict, merge_ranks
 from ampbench import slowdown
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV, LaunchResult, load_worker_plugins, run_launch, torchrun_command
 from ampbench.modes import MODES
+from ampbench.processes import alive
 from ampbench.verdict import Verdict
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -201,21 +201,11 @@ def test_cluster_slug():
         cluster_slug("NVIDIA H200", 0)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie awaiting its parent counts as gone
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
-
-
 def _gone_within(pids: list[int], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while any(map(_alive, pids)) and time.monotonic() < deadline:
+    while any(map(alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return not any(map(_alive, pids))
+    return not any(map(alive, pids))
 
 
 def test_a_hanging_launch_is_killed_with_its_children(tmp_path):

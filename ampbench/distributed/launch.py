@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ampbench.processes import alive, stat_fields
+
 # torchrun's --tee prefixes each line a worker prints with "[default<local rank>]:"
 _RANK_LINE = re.compile(r"^\[default(\d+)\]:(.*)$")
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)", re.DOTALL)
@@ -86,34 +88,13 @@ class LaunchResult:
         return "\n".join(parts)
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...); None where unreadable.
-    The name is in parentheses and may hold spaces and parentheses itself, hence the last ")"."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs; a zombie awaiting its parent counts as gone."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    fields = _stat_fields(pid)
-    return not fields or fields[0] != "Z"
-
-
 def _descendants(pid: int) -> list[int]:
     """Every process below `pid`, from /proc (none where there is no /proc)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
         if not entry.name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
+        fields = stat_fields(int(entry.name))
         if fields and len(fields) > 1 and fields[1].isdigit():
             children.setdefault(int(fields[1]), []).append(int(entry.name))
     found, todo = [], [pid]
@@ -144,9 +125,9 @@ def _kill_tree(pid: int, grace: float = 5.0) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
         deadline = time.monotonic() + wait
-        while any(map(_alive, procs)) and time.monotonic() < deadline:
+        while any(map(alive, procs)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if not any(map(_alive, procs)):
+        if not any(map(alive, procs)):
             return
 
 

@@ -14,6 +14,7 @@ from ampbench.report.charts import comparison_chart, run_charts
 from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
 from ampbench.command_progress import QUIET, Progress
+from ampbench.processes import alive
 from ampbench.report.junit import Run
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -80,16 +81,6 @@ def _foreign_entries(directory: Path) -> list[str]:
     return foreign
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # another user's process, or one that cannot be asked: not ours to touch
-    return True
-
-
 def _clean_leftovers(directory: Path, parent: Path) -> None:
     """Remove what a report into `directory` killed halfway left beside it: the temp folders
     ``.<name>.<pid>.<random>.tmp`` and ``.old`` whose writer (its pid) is no longer running. Where the kill
@@ -100,7 +91,7 @@ def _clean_leftovers(directory: Path, parent: Path) -> None:
         if not (name.startswith(prefix) and name.endswith((".tmp", ".old"))):
             continue
         pid = name[len(prefix):].split(".", 1)[0]
-        if not pid.isascii() or not pid.isdigit() or int(pid) <= 0 or _alive(int(pid)):
+        if not pid.isascii() or not pid.isdigit() or int(pid) <= 0 or alive(int(pid)):
             continue
         if not entry.is_dir() or entry.is_symlink():
             continue
