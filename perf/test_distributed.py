@@ -150,7 +150,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
                           weights_moved=all(d["weights_moved"] for d in docs), gated=list(gates),
                           **judging.device_record_fields(figs, checks, verdicts, docs)))
     if settings.update_baselines and store is not None and not problems:
-        _record_baseline(store, test_id, figs, docs, settings, software)
+        _record_baseline(store, test_id, figs, docs, settings, software, previous=baseline)
 
     conclude(verdict, problems, what, message, strict=settings.strict, kind="distributed speed",
              inconclusive=InconclusiveDistributedSpeed)
@@ -216,11 +216,12 @@ def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], ch
         **concluded)
 
 
-def _record_baseline(store, test_id: str, figs: DistFigures, docs: list[dict], settings, software: dict) -> None:
+def _record_baseline(store, test_id: str, figs: DistFigures, docs: list[dict], settings, software: dict,
+                     previous: DistributedEntry | None) -> None:
     """Record the cell's entry and write the file at once: a session cut short keeps every cell it finished.
-    A re-recording measured alike keeps the device time's learned spread (``judging.device_baseline_figures``)."""
+    A re-recording measured alike keeps the device time's learned spread of `previous`, the entry the cell
+    was judged against (``judging.device_baseline_figures``)."""
     eff = figs.efficiency
-    previous = DistributedEntry.of(store.figures(test_id))
     measured_with = {"block_seconds": settings.block_seconds, "cudnn_benchmark": settings.cudnn_benchmark}
     store.record(test_id, {
         "speedup": figs.speedup.speedup, "ci_low": figs.speedup.low, "ci_high": figs.speedup.high,

@@ -11,7 +11,7 @@ from pathlib import Path
 from ampbench.baselines.store import BaselineStore
 from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, HistoryBaselines, LearnedCells
 from ampbench.history.store import History
-from ampbench.results import cluster_name
+from ampbench.results import cluster_name, cluster_size
 
 # what a baseline entry's software names (the plugin's `software` fixture keeps the same)
 SOFTWARE = ("torch", "cuda", "cudnn", "driver", "device", "capability", "inductor", "triton", "torchao")
@@ -31,9 +31,7 @@ def gpu_of(history: History, gpu: str | None) -> tuple[str, str]:
 
 def gpu_counts(history: History, model: str) -> list[int]:
     """The numbers of GPUs of `model` the history holds distributed cells' runs on."""
-    prefix = cluster_name(model, 0)[:-1]
-    return sorted(int(g[len(prefix):]) for g in history.series_gpus()
-                  if g.startswith(prefix) and g[len(prefix):].isdigit())
+    return sorted(n for g in history.series_gpus() if (n := cluster_size(g, model)) is not None)
 
 
 def export(history: History, gpu: str | None, directory: Path) -> list[tuple[Path, int]]:

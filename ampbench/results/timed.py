@@ -193,6 +193,12 @@ def cluster_name(gpu: str, world_size: int) -> str:
     return f"{gpu} x{world_size}"
 
 
+def cluster_size(name: str, gpu: str) -> int | None:
+    """N where `name` is ``cluster_name(gpu, N)``; None where it names no GPUs of model `gpu`."""
+    head, _, count = name.rpartition(" x")
+    return int(count) if head == gpu and count.isdigit() else None
+
+
 @dataclass(frozen=True)
 class DistributedRecord(Record):
     """``test_ddp_speed`` / ``test_fsdp2_speed[model-mode-comm]``: a mode's speedup over fp32 under the same
