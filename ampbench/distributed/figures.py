@@ -2,9 +2,11 @@
 ``ampbench.distributed.speed_worker``): pure arithmetic, no torch.distributed.
 
 Two clocks per round and side. The wall-clock block ends when the slowest rank's does (a DDP step ends
-when its last rank's does), so a round's wall time is the slowest rank's. The device time is the
-profiler's busy time of a block on each rank's GPU (the union of every kernel, memcpy and memset,
-NCCL's included), per step, and a round's device time is the least busy rank's (``per_round_min``).
+when its last rank's does), so a round's wall time is the slowest rank's. The device time is a held
+block of CUDA-graph replays of each rank's step ("graph", ``graphed``), or where a step could not be
+captured the profiler's busy time of a block of eager steps on each rank's GPU (the union of every
+kernel, memcpy and memset, NCCL's included; "kernels"), per step; a round's device time is the rank's
+that waited least (``per_round_min``).
 """
 
 from __future__ import annotations
@@ -17,12 +19,8 @@ from ampbench.speed.hostload import is_host_bound
 from ampbench.stats import SpeedupEstimate, estimate_speedup, median
 from ampbench.verdict import Verdict
 
-# A DDP or FSDP2 step with its collectives is not captured as a CUDA graph here: NCCL's watchdog thread
-# polls the communicator while a capture in CUDA's global mode forbids it, DDP's reducer and FSDP2's
-# stream waits are set up by host hooks during backward, and a capture that fails on one rank leaves
-# its peers waiting in a collective.
-GRAPH_FALLBACK = ("a step with its collectives is not captured as a CUDA graph (NCCL's watchdog, DDP's "
-                  "reducer hooks, FSDP2's stream waits): busy time of profiled eager steps")
+# where some rank could not capture a side's step with its collectives as a CUDA graph (the ranks' reasons follow)
+GRAPH_FALLBACK = "a step with its collectives was not captured as a CUDA graph on every rank: busy time of profiled eager steps"
 # gloo ranks work on the host: no kernels, no device time apart from the wall clock's
 NO_DEVICE = "gloo ranks on the CPU run no kernels: no device time"
 
@@ -38,7 +36,7 @@ class DistFigures:
     world_size: int
     idle_share: float | None = None  # the most idle rank's share of the mode's profiled steps with no kernel
     device: SpeedupEstimate | None = None  # the speedup in device time (``per_round_min``); None off CUDA
-    device_method: str = "wall"  # "kernels": the profiler's busy time; "wall": no device time
+    device_method: str = "wall"  # "graph": held replays; "kernels": the profiler's busy time; "wall": none
     device_fallback: str | None = None  # why not a CUDA graph's replay (or, off CUDA, why no device time)
     device_step_s: float | None = None  # the mode's device time per step (median round)
     device_step_s_ref: float | None = None
@@ -73,12 +71,14 @@ def per_round_max(docs: Sequence[dict], key: str) -> list[float]:
 
 
 def per_round_min(docs: Sequence[dict], key: str) -> list[float]:
-    """Per round, the least busy rank's device time per step. A rank's busy time counts its NCCL kernels
+    """Per round, the least busy rank's device time per step. A rank's device time counts its NCCL kernels
     whole, and an NCCL kernel runs from its launch until every peer has joined: a rank whose host
     launched the collective early spins in it, busy, while a slower host's peer catches up. The rank
     whose GPU waited least in its collectives is the one whose own host was slowest to reach them, and
     its busy time is the step's work without any host's waiting in it: the least of the ranks'. (The
-    ranks do the same work, each on its own batch, so no rank's time is short for having less to do.)"""
+    ranks do the same work, each on its own batch, so no rank's time is short for having less to do.)
+    Held graph replays leave only the start of a block to wait on, the ranks' skew past the barrier,
+    and the rank whose block began last waited least."""
     return [min(ts) for ts in _rounds(docs, key)]
 
 

@@ -104,6 +104,7 @@ def device_record_fields(figs: DistFigures, checks: CellChecks, verdicts: dict[s
     every run; where measured, the figures, with each round's device time per step (the least busy
     rank's) in milliseconds."""
     fields: dict[str, Any] = {"device_method": figs.device_method, "device_fallback": figs.device_fallback,
+                              "device_queue": docs[0].get("device_queue") if docs else None,
                               "wall_verdict": verdicts.get(SPEEDUP)}
     est, check = figs.device, checks.device
     if est is None:

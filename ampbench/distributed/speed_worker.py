@@ -6,8 +6,10 @@
 Per comm variant, the fp32 reference (the same parallelism, fp32 reduction) and the mode alternate in
 rounds as in ``PairedTimer``, every rank starting each block together; rank 0 also times, between
 rounds, the same mode on its GPU alone (a plain ``Trainer``), the 1-GPU side of the scaling
-efficiency. On CUDA each round also times one block of each side on the device: the profiler's busy
-time of the rank's GPU per step (``device_timer``), beside the wall-clock blocks. Each rank writes
+efficiency. On CUDA each round also times one block of each side on the device (``device_timer``):
+replays of the rank's step captured as a CUDA graph, held and started on every rank together
+(``graphed``), or where a rank cannot capture it, the profiler's busy time of the rank's GPU per step;
+beside the wall-clock blocks. Each rank writes
 ``DIR/<comm>/rank{R}.json``. On CUDA a few further, untimed steps run under torch.profiler for NCCL's
 share of a step and its overlap with compute.
 
@@ -23,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable
@@ -42,29 +45,13 @@ from ampbench.distributed.variants import (
     kernels_from_trace,
 )
 from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE
+from ampbench.distributed.graphed import RankedReplays, capture_sides, own_stream
 from ampbench.distributed.launch import load_worker_plugins
+from ampbench.distributed.ranks import agree_max, together
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
 from ampbench.speed.devicetime import profile_steps
 from ampbench.speed.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
 from ampbench.train import Trainer
-
-
-def together(device: torch.device) -> None:
-    """Every rank's device idle, then every rank past the barrier: the next block starts at once on all.
-    (NCCL's barrier blocks the host until its all-reduce has finished on the device.)"""
-    sync(device)
-    if device.type == "cuda":
-        dist.barrier(device_ids=[device.index])  # NCCL: on this rank's GPU, not on a guessed one
-    else:
-        dist.barrier()
-    sync(device)
-
-
-def agree_max(value: float, device: torch.device) -> float:
-    """The largest of the ranks' values: decisions that set how many steps run must be the same on all."""
-    t = torch.tensor([value], dtype=torch.float64, device=device if device.type == "cuda" else "cpu")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
 
 
 def ranked_timer(ref: Trainer, trainer: Trainer, ref_steps: int, mode_steps: int,
@@ -81,15 +68,40 @@ def ranked_timer(ref: Trainer, trainer: Trainer, ref_steps: int, mode_steps: int
     return PairedTimer(together(ref_block), together(mode_block), ref_steps, mode_steps)
 
 
+@dataclass
+class DeviceBlocks:
+    """How a cell's device time is measured on this rank, and its PairedTimer (None off CUDA)."""
+
+    timer: PairedTimer | None
+    method: str  # "graph", "kernels" or "wall", as figures.DistFigures.device_method
+    fallback: str | None  # why not graph replays
+    replays: RankedReplays | None = None  # the held blocks' bookkeeping, for graph replays
+
+    def fields(self) -> dict:
+        """The rank document's device-time fields."""
+        timer = self.timer
+        return {"device_method": self.method, "device_fallback": self.fallback,
+                "device_queue": self.replays.describe() if self.replays else None,
+                "device_ref_times": timer.ref_times if timer else None,
+                "device_mode_times": timer.mode_times if timer else None}
+
+
 def device_timer(ref: Trainer, trainer: Trainer, ref_steps: int, mode_steps: int,
-                 before_block: Callable[[], None]) -> PairedTimer | None:
-    """A PairedTimer of device-time blocks (CUDA only; None elsewhere), each started on all ranks
-    together: the profiler's busy time of the rank's GPU over a block of eager steps, per step
-    (``devicetime.profile_steps``: the union of every kernel, memcpy and memset, NCCL's included). A
-    block of its own, not the wall-clock one profiled: the profiler slows the host, and the wall-clock
-    figure must not carry it."""
+                 before_block: Callable[[], None]) -> DeviceBlocks:
+    """The device-time blocks of both sides: each rank's step captured as a CUDA graph and replayed in
+    held blocks every rank times together (``graphed``), or, where some rank could not capture a side,
+    the profiler's busy time of the rank's GPU over a block of eager steps, per step
+    (``devicetime.profile_steps``: the union of every kernel, memcpy and memset, NCCL's included), each
+    started on all ranks together. Blocks of their own, not the wall-clock ones: a hold or the
+    profiler costs wall time, and the wall-clock figure is what eager training gets."""
     if trainer.device.type != "cuda":
-        return None
+        return DeviceBlocks(None, "wall", NO_DEVICE)
+    graphs, why = capture_sides((ref, trainer))
+    if graphs is not None:
+        replays = RankedReplays(trainer.device)
+        timer = PairedTimer(replays.timed(graphs[0], ref_steps), replays.timed(graphs[1], mode_steps),
+                            ref_steps, mode_steps)
+        return DeviceBlocks(timer, "graph", None, replays)
 
     def busy(side: Trainer, steps: int) -> Callable[[], float]:
         def run() -> float:
@@ -97,7 +109,8 @@ def device_timer(ref: Trainer, trainer: Trainer, ref_steps: int, mode_steps: int
             return profile_steps(side, steps).busy_ms / 1e3
         return run
 
-    return PairedTimer(busy(ref, ref_steps), busy(trainer, mode_steps), ref_steps, mode_steps)
+    timer = PairedTimer(busy(ref, ref_steps), busy(trainer, mode_steps), ref_steps, mode_steps)
+    return DeviceBlocks(timer, "kernels", f"{GRAPH_FALLBACK}: {why}")
 
 
 def build(spec, mode: PrecisionMode, variant: CommVariant, device: torch.device, smoke: bool) -> Trainer:
@@ -206,8 +219,8 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
     before = fingerprint(trainer)
     for _ in range(args.rounds):
         timer.rounds(1)
-        if on_device is not None:
-            on_device.rounds(1)
+        if on_device.timer is not None:
+            on_device.timer.rounds(1)
         together(device)  # the other ranks wait here while rank 0 trains alone
         if single is not None:
             single_times.append(time_block(device, lambda: single.trainer.run(single_steps)) / single_steps)
@@ -223,10 +236,7 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
         "ref_times": timer.ref_times, "mode_times": timer.mode_times, "single_times": single_times or None,
         "samples_per_s": trainer.batch_size * len(timer.mode_times) / sum(timer.mode_times),
         "ref_samples_per_s": trainer.batch_size * len(timer.ref_times) / sum(timer.ref_times),
-        "device_method": "kernels" if on_device else "wall",
-        "device_fallback": GRAPH_FALLBACK if on_device else NO_DEVICE,
-        "device_ref_times": on_device.ref_times if on_device else None,
-        "device_mode_times": on_device.mode_times if on_device else None,
+        **on_device.fields(),
         "single_samples_per_s": (trainer.batch_size * len(single_times) / sum(single_times)) if single_times else None,
         **comm, "comm_share_ref": comm_ref["comm_share"], "comm_overlap_ref": comm_ref["comm_overlap"],
         "idle_share_ref": comm_ref["idle_share"],
@@ -265,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     args.smoke = not cuda  # the CPU runs the smoke pass's tiny shapes, as the single-process suite does
     if cuda:
         torch.cuda.set_device(device)
+        own_stream(device)  # before any model is built: DDP keeps the stream it was built on
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=args.collective_timeout),
                             device_id=device if cuda else None)
     try:

@@ -237,9 +237,12 @@ class DistributedRecord(Record):
     tolerance: float | None = checked(NON_NEGATIVE)
     line: float | None = number()
     wall_verdict: Verdict | None = checked(VERDICT)  # the wall-clock speedup's
-    # the device-time speedup: per round the least busy rank's profiled busy time per step
-    device_method: str | None = text()  # "kernels" on GPUs; "wall" (no device time) on gloo ranks
-    device_fallback: str | None = text()  # why not a CUDA graph's replay
+    # the device-time speedup: per round the least busy rank's device time per step
+    # "graph" (held replays of each rank's step captured as a CUDA graph) or "kernels" (the profiler's
+    # busy time of eager steps, where some rank could not capture them) on GPUs; "wall" on gloo ranks
+    device_method: str | None = text()
+    device_fallback: str | None = text()  # why not a CUDA graph's replay: each failing rank's reason
+    device_queue: str | None = text()  # how rank 0's held blocks were queued (``ampbench.speed.held``)
     device_speedup: float | None = checked(POSITIVE)
     device_speedup_low: float | None = checked(POSITIVE)
     device_speedup_high: float | None = checked(POSITIVE)

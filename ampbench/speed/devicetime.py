@@ -243,16 +243,19 @@ class CapturedStep:
     static buffers. Each replay first copies the next batch of the trainer's synthetic pools into
     them (two device copies, microseconds against a step), so replays cycle through the data as
     eager steps do: a graph replayed on one fixed batch would be memorised until fp16 overflows.
-    Replays really train: they update the trainer's weights, optimizer state and loss scale in place."""
+    Replays really train: they update the trainer's weights, optimizer state and loss scale in place.
+    `error_mode` is ``torch.cuda.graph``'s ``capture_error_mode``: a distributed rank captures in
+    "thread_local", since NCCL's watchdog thread queries events while the capture runs, which CUDA's
+    default global mode counts against the capture."""
 
-    def __init__(self, trainer: Trainer):
+    def __init__(self, trainer: Trainer, error_mode: str = "global", stream: torch.cuda.Stream | None = None):
         self.trainer = trainer
         device = trainer.device
         self.inputs = trainer.input_pool[0].clone()
         self.targets = trainer.target_pool[0].clone()
         self.replays = 0
         self._chunks: dict[int, int | None] = {}  # block steps: the most replays one hold may cover
-        side = torch.cuda.Stream(device)
+        side = stream or torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             trainer.run(SIDE_STREAM_WARMUP)
@@ -263,10 +266,11 @@ class CapturedStep:
             with trainer.capturing(), trainer.mode.math_flags(), warnings.catch_warnings():
                 # replays run captured, which is what capturable optimizers are for
                 warnings.filterwarnings("ignore", message=".*capturable=True.*")
-                with torch.cuda.graph(self.graph):
+                with torch.cuda.graph(self.graph, stream=stream, capture_error_mode=error_mode):
                     trainer.step(self.inputs, self.targets)
         except Exception as exc:  # any failure of capture means: measure this cell another way
             sync_quietly(device)
+            end_rng_capture(device)
             text = str(exc).strip()
             first = text.splitlines()[0] if text else type(exc).__name__
             raise CaptureError(f"CUDA graph capture failed: {type(exc).__name__}: {first[:300]}") from exc
@@ -299,9 +303,23 @@ class CapturedStep:
         return events_around(self.next_batch, self.graph.replay, steps)
 
 
-def capture(trainer: Trainer) -> CapturedStep:
+def capture(trainer: Trainer, error_mode: str = "global") -> CapturedStep:
     """`trainer`'s training step as a CUDA graph; CaptureError says why where it cannot be captured."""
-    return CapturedStep(trainer)
+    return CapturedStep(trainer, error_mode)
+
+
+def end_rng_capture(device: torch.device) -> None:
+    """Take the CUDA random generator out of capture after a failed one. A capture that fails never
+    reaches the generator's end-of-capture step, so every later random draw on the device (a model's
+    initial weights) would fail with "Offset increment outside graph capture"; a trivial capture that
+    succeeds runs that step."""
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            torch.zeros(1, device=device).add_(1)
+        del graph
+    except Exception:  # noqa: BLE001 - the failed capture's own error is the one worth reporting
+        sync_quietly(device)
 
 
 def sync_quietly(device: torch.device) -> None:

@@ -1,0 +1,116 @@
+"""A distributed cell's device time from CUDA graphs: each rank's training step, its collectives
+included, captured once and replayed in blocks queued whole behind a hold, every rank's block started
+together.
+
+An eager DDP or FSDP2 step launches hundreds of kernels from the host, and a rank whose host falls behind
+keeps its peers spinning in their collectives: that wait is busy time on their GPUs, so the profiler's
+busy time of eager steps carries every host's hiccups (rounds 1-6 ms above a 30 ms floor in GPT's
+mixed-precision DDP step on two H100s). A replayed graph launches the whole step with one call, so no
+rank's host is inside a block once it is queued; the ranks' blocks start behind holds of the same
+length after a barrier, and what is left of one rank waiting for another is the barrier's skew, once per
+block. ``figures.per_round_min`` takes, per round, the rank that waited least.
+
+NCCL captures collectives into a graph (2.9.6 on). What a rank's capture needs:
+- a stream of its own for everything the rank runs (``own_stream``), on which it captures too. DDP's
+  reducer keeps every parameter's gradient accumulator, and the autograd engine runs an accumulator on
+  the stream it was made on: DDP built on the legacy default stream puts work there during backward,
+  which no capture may do ("operation failed due to a previous error during capture");
+- CUDA's "thread_local" capture mode, since the process group's watchdog thread queries events while
+  the capture runs;
+- DDP's first iterations eager: it collects runtime statistics there, with host syncs
+  (``EAGER_BEFORE_CAPTURE``).
+A rank whose capture fails says why, every rank learns it, and all of them measure the profiler's busy
+time of eager steps instead: both sides of a cell and every rank are measured alike.
+
+Every decision that sets what the ranks launch (whether a block counts, the hold's length, falling back
+to events around each replay) is agreed by all ranks (``ranks.agree_max``): a rank that timed a block
+again alone would leave the others waiting in a collective.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ampbench.distributed.ranks import agree_max, gather_text, together
+from ampbench.speed.devicetime import CaptureError, CapturedStep
+from ampbench.speed.held import TRIES, BlockQueue
+from ampbench.train import Trainer
+
+# torch.cuda.graph's capture_error_mode for a rank (see the module's docstring)
+CAPTURE_ERROR_MODE = "thread_local"
+# DDP times its first ten iterations for its runtime statistics with host syncs, which a capture forbids
+# (PyTorch's CUDA-graphs notes ask for 11 eager DDP iterations before capture)
+EAGER_BEFORE_CAPTURE = 11
+
+
+def own_stream(device: torch.device) -> None:
+    """Make a new stream this process's current one on `device` (see the module's docstring)."""
+    torch.cuda.set_stream(torch.cuda.Stream(device))
+
+
+def capture_sides(sides: tuple[Trainer, ...]) -> tuple[tuple[CapturedStep, ...] | None, str | None]:
+    """Each side's step captured as a CUDA graph on every rank, or (None, why) where any rank's capture
+    of any side failed: the failing ranks' reasons, named by rank."""
+    graphs: list[CapturedStep] = []
+    whys: list[str] = []
+    # every side is tried on every rank, after one failed too: the eager steps before each capture run
+    # collectives, which every rank must launch alike
+    for side in sides:
+        if side.steps_taken < EAGER_BEFORE_CAPTURE:  # every rank has taken as many steps
+            side.run(EAGER_BEFORE_CAPTURE - side.steps_taken)
+        together(side.device)
+        try:
+            graphs.append(CapturedStep(side, CAPTURE_ERROR_MODE, torch.cuda.current_stream(side.device)))
+        except CaptureError as exc:
+            whys.append(str(exc))
+    reasons = gather_text("; ".join(whys) or None)
+    failed = [f"rank {r}: {text}" for r, text in enumerate(reasons) if text]
+    if failed:
+        return None, "; ".join(failed)
+    return tuple(graphs), None
+
+
+class RankedReplays:
+    """Held blocks of graph replays (``ampbench.speed.held``) that every rank times together; one
+    queue for both sides of a cell, so both are timed the same way."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.queue = BlockQueue(device)
+        self.fallen_back = False
+
+    def block(self, graph: CapturedStep, steps: int) -> float:
+        """Seconds per step of one block of `steps` replays of `graph`."""
+        stats = self.queue.stats
+        stats.blocks += 1
+        if not self.fallen_back:
+            for _ in range(TRIES):
+                seconds = self._try(graph, steps)
+                if seconds is not None:
+                    stats.held += 1
+                    return seconds / steps
+                stats.retried += 1
+            self.fallen_back = True
+            stats.why = (f"a block could not be queued whole on every rank behind holds of up to "
+                         f"{stats.hold_s * 1e3:.0f} ms (the launch queue fills, or a host is away longer)")
+        stats.per_replay += 1
+        together(self.device)
+        return graph.replay_each_timed(steps) / steps
+
+    def _try(self, graph: CapturedStep, steps: int) -> float | None:
+        """One held block on every rank behind the same hold; its seconds where every rank queued it
+        whole, else None on all."""
+        stats = self.queue.stats
+        stats.hold_s = agree_max(stats.hold_s, self.device)
+        together(self.device)
+        seconds, queued = self.queue.time(lambda: graph.replay(steps))
+        return seconds if agree_max(0.0 if queued else 1.0, self.device) == 0.0 else None
+
+    def timed(self, graph: CapturedStep, steps: int) -> Callable[[], float]:
+        """A block function for ``timing.PairedTimer``."""
+        return lambda: self.block(graph, steps)
+
+    def describe(self) -> str:
+        return self.queue.stats.describe()
