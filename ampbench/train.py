@@ -4,6 +4,7 @@ with the loss scaling and master weights its ``PrecisionMode`` row asks for."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 from unittest import mock
 from typing import Callable, Iterable, Iterator
@@ -45,7 +46,12 @@ def _fused_where_possible(cls: type[torch.optim.Optimizer], params, **kwargs):
     params = list(params)
     if _any_dtensor(params):
         # FSDP2's sharded parameters: DTensor has no sharding rule for every fused kernel (torch 2.14
-        # lacks one for _fused_sgd_, which fails only at the first step); foreach works for all
+        # lacks one for _fused_sgd_, which fails only at the first step); foreach works for all. On a
+        # GPU its step counts live on the device from the first step (capturable), as the fused
+        # kernels' do: the step can then be captured as a CUDA graph, which a foreach optimizer whose
+        # counts began on the host refuses
+        if params and params[0].device.type == "cuda" and "capturable" in inspect.signature(cls).parameters:
+            kwargs["capturable"] = True
         return cls(params, foreach=True, **kwargs)
     try:
         return cls(params, fused=True, **kwargs)

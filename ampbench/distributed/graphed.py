@@ -35,7 +35,7 @@ import torch
 
 from ampbench.distributed.ranks import agree_max, gather_text, together
 from ampbench.speed.devicetime import CaptureError, CapturedStep
-from ampbench.speed.held import TRIES, BlockQueue
+from ampbench.speed.held import TRIES, BlockQueue, launch_queue_depth
 from ampbench.train import Trainer
 
 # torch.cuda.graph's capture_error_mode for a rank (see the module's docstring)
@@ -74,22 +74,39 @@ def capture_sides(sides: tuple[Trainer, ...]) -> tuple[tuple[CapturedStep, ...] 
 
 class RankedReplays:
     """Held blocks of graph replays (``ampbench.speed.held``) that every rank times together; one
-    queue for both sides of a cell, so both are timed the same way."""
+    queue for both sides of a cell, so both are timed the same way. Where a block does not fit the
+    stream's launch queue (a DDP step's graph of GPT filled it at 5 replays on an H100), it is timed in
+    held chunks that do, the chunk's size the least any rank's queue took."""
 
     def __init__(self, device: torch.device):
         self.device = device
         self.queue = BlockQueue(device)
         self.fallen_back = False
+        self.chunks: dict[tuple[int, int], int] = {}  # (graph, block steps): replays one hold covers
+
+    def chunk_for(self, graph: CapturedStep, steps: int) -> int:
+        """The most replays one hold covers: all `steps` unless some rank's launch queue fills first
+        (probed once per graph and block size; every rank launches all the probe's replays)."""
+        key = (id(graph), steps)
+        if key not in self.chunks:
+            together(self.device)
+            depth = launch_queue_depth(self.device, lambda: graph.replay(1), steps, launch_all=True)
+            fits = steps if depth is None else max(1, depth // 2)
+            self.chunks[key] = int(-agree_max(-fits, self.device))
+        return self.chunks[key]
 
     def block(self, graph: CapturedStep, steps: int) -> float:
         """Seconds per step of one block of `steps` replays of `graph`."""
         stats = self.queue.stats
         stats.blocks += 1
         if not self.fallen_back:
+            chunk = self.chunk_for(graph, steps)
             for _ in range(TRIES):
-                seconds = self._try(graph, steps)
+                seconds = self._try(graph, steps, chunk)
                 if seconds is not None:
                     stats.held += 1
+                    if chunk < steps:
+                        stats.chunk = chunk if stats.chunk is None else min(chunk, stats.chunk)
                     return seconds / steps
                 stats.retried += 1
             self.fallen_back = True
@@ -99,14 +116,20 @@ class RankedReplays:
         together(self.device)
         return graph.replay_each_timed(steps) / steps
 
-    def _try(self, graph: CapturedStep, steps: int) -> float | None:
-        """One held block on every rank behind the same hold; its seconds where every rank queued it
-        whole, else None on all."""
+    def _try(self, graph: CapturedStep, steps: int, chunk: int) -> float | None:
+        """One block in held chunks, every rank's behind the same hold; its seconds where every rank
+        queued every chunk whole, else None on all."""
         stats = self.queue.stats
-        stats.hold_s = agree_max(stats.hold_s, self.device)
+        hold = agree_max(stats.hold_s, self.device)
         together(self.device)
-        seconds, queued = self.queue.time(lambda: graph.replay(steps))
-        return seconds if agree_max(0.0 if queued else 1.0, self.device) == 0.0 else None
+        total, queued, done, grown = 0.0, True, 0, hold
+        while done < steps:
+            n = min(chunk, steps - done)
+            stats.hold_s = hold  # each chunk behind the agreed hold, not the one its predecessor grew
+            seconds, ok = self.queue.time(lambda: graph.replay(n))
+            total, queued, done, grown = total + seconds, queued and ok, done + n, max(grown, stats.hold_s)
+        stats.hold_s = grown  # the next try's hold, once the ranks agree on it
+        return total if agree_max(0.0 if queued else 1.0, self.device) == 0.0 else None
 
     def timed(self, graph: CapturedStep, steps: int) -> Callable[[], float]:
         """A block function for ``timing.PairedTimer``."""

@@ -165,20 +165,26 @@ class BlockQueue:
         return queued
 
 
-def launch_queue_depth(device: torch.device, launch_one: Callable[[], object], most: int) -> int | None:
+def launch_queue_depth(device: torch.device, launch_one: Callable[[], object], most: int,
+                       launch_all: bool = False) -> int | None:
     """How many launches of `launch_one` the stream's launch queue takes behind a hold before the host
     must wait for the GPU to make room; None where `most` went in while the GPU still held (or the
-    launches outlasted the hold: a hold's length, not the queue, is what they need)."""
+    launches outlasted the hold: a hold's length, not the queue, is what they need). `launch_all`: all
+    `most` are launched whatever the answer, as the ranks of a distributed cell must launch alike."""
     spin(device, PROBE_HOLD_S)
     left_hold = torch.cuda.Event()
     left_hold.record()
+    depth, seen = None, False
     try:
         for i in range(most):
             t0 = time.perf_counter()
             launch_one()
-            if left_hold.query():
-                return i if time.perf_counter() - t0 > BLOCKED_S else None
-        return None
+            if not seen and left_hold.query():
+                seen = True
+                depth = i if time.perf_counter() - t0 > BLOCKED_S else None
+                if not launch_all:
+                    break
+        return depth
     finally:
         torch.cuda.synchronize(device)
 
