@@ -155,3 +155,16 @@ def test_the_options_follow_the_suites_conventions():
     assert plugin.history_option("OFF") == "off" and plugin.history_option("x.sqlite") == "x.sqlite"
     with pytest.raises(argparse.ArgumentTypeError, match="an in-memory SQLite database keeps nothing"):
         plugin.history_option("sqlite://")
+
+
+def test_a_cell_slowed_on_purpose_reaches_the_history_as_injected(session, tmp_path):
+    """ampbench.slowdown tags a cell once its test has run, after the cell kept its record: the history
+    must hold the tag too, or a slowed run would count as a sample of the cell's level and noise."""
+    store = tmp_path / "h.sqlite"
+    result, document = session("--perf-history", str(store), "-p", "ampbench.slowdown", "--perf-slowdown", "mlp:fp32:0.05")
+    result.assert_outcomes(passed=2)
+    assert {b["name"]: b["extra_info"].get("injected_slowdown") for b in document["benchmarks"]} == {
+        "test_speed[fp32]": 0.05, "test_speed[amp_bf16]": None}
+    with sqlite3.connect(store) as db:
+        rows = dict(db.execute("SELECT test_id, injected FROM cells"))
+    assert rows == {"test_speed[fp32]": 1, "test_speed[amp_bf16]": 0}

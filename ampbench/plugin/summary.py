@@ -46,6 +46,15 @@ def keep(config: pytest.Config, nodeid: str, record: Record) -> None:
     config.stash.setdefault(RECORDS_KEY, []).append((nodeid, record))
 
 
+def annotate(config: pytest.Config, nodeid: str, **values: Any) -> None:
+    """Set `values` on the kept record of `nodeid`: what a plugin learns of a cell once its test has
+    run (``ampbench.slowdown``'s tag), so that the run history holds it as the JSON does."""
+    kept = config.stash.get(RECORDS_KEY, [])
+    for i, (kept_id, record) in enumerate(kept):
+        if kept_id == nodeid:
+            kept[i] = (kept_id, record.with_values(**values))
+
+
 # -- formatting ------------------------------------------------------------------------------------
 
 def _num(value: float | None, spec: str, suffix: str = "") -> str:

@@ -135,6 +135,13 @@ class Record:
         detail = {**own.pop("detail", {}), **{k: v for k, v in values.items() if k not in names}}
         return cls(**own, detail=detail)
 
+    def with_values(self: R, **values: Any) -> R:
+        """This record with `values` set: a field's by its name, the rest into `detail`."""
+        names = {f.name for f in dataclasses.fields(self)}
+        own = {k: v for k, v in values.items() if k in names}
+        extra = {k: v for k, v in values.items() if k not in names}
+        return dataclasses.replace(self, **own, detail={**self.detail, **extra})
+
     def to_info(self, *, only_set: bool = False) -> dict[str, Any]:
         """extra_info of this cell; `only_set` leaves out what is None (a cell's identity, written
         before it measures, so that a cell failing later is still recognisable)."""
