@@ -74,6 +74,14 @@ def test_every_side_is_captured_after_the_eager_steps_ddp_needs(ranks, monkeypat
     assert all(m[1] == graphed.CAPTURE_ERROR_MODE and m[2] == "stream" for m in made)
 
 
+@pytest.mark.parametrize("taken, eager", [(0, 11), (11, 0), (96, 0), (97, 1), (196, 0), (197, 1), (300, 0)])
+def test_no_side_is_captured_on_an_iteration_ddp_times(taken, eager):
+    """DDP times iterations 1-10 and every hundredth with host syncs; the captured one is the third
+    after the eager steps (two on the capture stream first)."""
+    assert graphed.eager_before_capture(taken) == eager
+    assert (taken + eager + graphed.SIDE_STREAM_WARMUP + 1) % graphed.DDP_STATS_EVERY != 0
+
+
 def test_a_side_that_failed_is_followed_by_the_other_sides_eager_steps_and_capture(ranks, monkeypatch):
     made = _captures(monkeypatch, ["CUDA graph capture failed: boom", True])
     ref, mode = FakeSide(), FakeSide()

@@ -34,20 +34,29 @@ from typing import Callable
 import torch
 
 from ampbench.distributed.ranks import agree_max, gather_text, together
-from ampbench.speed.devicetime import CaptureError, CapturedStep
+from ampbench.speed.devicetime import SIDE_STREAM_WARMUP, CaptureError, CapturedStep
 from ampbench.speed.held import TRIES, BlockQueue, launch_queue_depth
 from ampbench.train import Trainer
 
 # torch.cuda.graph's capture_error_mode for a rank (see the module's docstring)
 CAPTURE_ERROR_MODE = "thread_local"
 # DDP times its first ten iterations for its runtime statistics with host syncs, which a capture forbids
-# (PyTorch's CUDA-graphs notes ask for 11 eager DDP iterations before capture)
+# (PyTorch's CUDA-graphs notes ask for 11 eager DDP iterations before capture), and every hundredth after
 EAGER_BEFORE_CAPTURE = 11
+DDP_STATS_EVERY = 100
 
 
 def own_stream(device: torch.device) -> None:
     """Make a new stream this process's current one on `device` (see the module's docstring)."""
     torch.cuda.set_stream(torch.cuda.Stream(device))
+
+
+def eager_before_capture(steps_taken: int) -> int:
+    """Eager steps a side takes before its capture, so that DDP times none of its iterations there: the
+    captured step is the one after ``devicetime.SIDE_STREAM_WARMUP`` more."""
+    extra = max(0, EAGER_BEFORE_CAPTURE - steps_taken)
+    captured = steps_taken + extra + SIDE_STREAM_WARMUP + 1  # DDP counts its iterations from 1
+    return extra + (1 if captured % DDP_STATS_EVERY == 0 else 0)
 
 
 def capture_sides(sides: tuple[Trainer, ...]) -> tuple[tuple[CapturedStep, ...] | None, str | None]:
@@ -58,8 +67,9 @@ def capture_sides(sides: tuple[Trainer, ...]) -> tuple[tuple[CapturedStep, ...] 
     # every side is tried on every rank, after one failed too: the eager steps before each capture run
     # collectives, which every rank must launch alike
     for side in sides:
-        if side.steps_taken < EAGER_BEFORE_CAPTURE:  # every rank has taken as many steps
-            side.run(EAGER_BEFORE_CAPTURE - side.steps_taken)
+        eager = eager_before_capture(side.steps_taken)  # every rank has taken as many steps
+        if eager:
+            side.run(eager)
         together(side.device)
         try:
             graphs.append(CapturedStep(side, CAPTURE_ERROR_MODE, torch.cuda.current_stream(side.device)))
