@@ -255,7 +255,7 @@ class CapturedStep:
         self.targets = trainer.target_pool[0].clone()
         self.replays = 0
         self._chunks: dict[int, int | None] = {}  # block steps: the most replays one hold may cover
-        side = stream or torch.cuda.Stream(device)
+        side = stream if stream is not None else torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             trainer.run(SIDE_STREAM_WARMUP)
