@@ -20,7 +20,8 @@ from ampbench.stats import SpeedupEstimate, estimate_speedup, median
 from ampbench.verdict import Verdict
 
 # where some rank could not capture a side's step with its collectives as a CUDA graph (the ranks' reasons follow)
-GRAPH_FALLBACK = "a step with its collectives was not captured as a CUDA graph on every rank: busy time of profiled eager steps"
+GRAPH_FALLBACK = ("a step with its collectives was not captured as a CUDA graph on every rank: busy time of "
+                  "profiled eager steps")
 # gloo ranks work on the host: no kernels, no device time apart from the wall clock's
 NO_DEVICE = "gloo ranks on the CPU run no kernels: no device time"
 

@@ -54,18 +54,19 @@ from ampbench.speed.timing import PairedTimer, steps_per_block, sync, time_block
 from ampbench.train import Trainer
 
 
+def after(before_block: Callable[[], None], block: Callable[[], float]) -> Callable[[], float]:
+    """`block`, each time after `before_block` (every rank's start together)."""
+    def run() -> float:
+        before_block()
+        return block()
+    return run
+
+
 def ranked_timer(ref: Trainer, trainer: Trainer, ref_steps: int, mode_steps: int,
                  before_block: Callable[[], None]) -> PairedTimer:
     """A PairedTimer of wall-clock blocks whose every block starts on all ranks together."""
-    ref_block, mode_block = wall_block(ref, ref_steps), wall_block(trainer, mode_steps)
-
-    def together(block: Callable[[], float]) -> Callable[[], float]:
-        def run() -> float:
-            before_block()
-            return block()
-        return run
-
-    return PairedTimer(together(ref_block), together(mode_block), ref_steps, mode_steps)
+    return PairedTimer(after(before_block, wall_block(ref, ref_steps)),
+                       after(before_block, wall_block(trainer, mode_steps)), ref_steps, mode_steps)
 
 
 @dataclass
@@ -104,10 +105,7 @@ def device_timer(ref: Trainer, trainer: Trainer, ref_steps: int, mode_steps: int
         return DeviceBlocks(timer, "graph", None, replays)
 
     def busy(side: Trainer, steps: int) -> Callable[[], float]:
-        def run() -> float:
-            before_block()
-            return profile_steps(side, steps).busy_ms / 1e3
-        return run
+        return after(before_block, lambda: profile_steps(side, steps).busy_ms / 1e3)
 
     timer = PairedTimer(busy(ref, ref_steps), busy(trainer, mode_steps), ref_steps, mode_steps)
     return DeviceBlocks(timer, "kernels", f"{GRAPH_FALLBACK}: {why}")

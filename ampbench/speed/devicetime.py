@@ -303,9 +303,9 @@ class CapturedStep:
         return events_around(self.next_batch, self.graph.replay, steps)
 
 
-def capture(trainer: Trainer, error_mode: str = "global") -> CapturedStep:
+def capture(trainer: Trainer) -> CapturedStep:
     """`trainer`'s training step as a CUDA graph; CaptureError says why where it cannot be captured."""
-    return CapturedStep(trainer, error_mode)
+    return CapturedStep(trainer)
 
 
 def end_rng_capture(device: torch.device) -> None:
