@@ -277,10 +277,17 @@ def machine_info(device: torch.device) -> dict:
             multiprocessors=props.multi_processor_count,
             memory_gib=round(props.total_memory / 2**30, 2),
             # which card: runs on one card are no independent samples of the spread between cards
-            uuid=str(getattr(props, "uuid", "")) or None,
+            uuid=card_uuid(device),
         )
         info.update(_driver_and_clocks(device))
     return info
+
+
+def card_uuid(device: torch.device) -> str | None:
+    """The UUID of the card `device` is, as torch reports it; None on the CPU or where torch has none."""
+    if device.type != "cuda":
+        return None
+    return str(getattr(torch.cuda.get_device_properties(device), "uuid", "")) or None
 
 
 def _version_of(package: str) -> str | None:

@@ -20,9 +20,11 @@ if TYPE_CHECKING:
 # move more between runs or cards get more through their recorded noise and learned between-run spread.
 DEFAULT_TOLERANCE = 0.005
 # --perf-rounds' and --perf-block-seconds' defaults: what the suite measures with unless told otherwise.
-# Eight rounds are the fewest that give a 99% interval; a judged cell gets more only where its interval
-# straddles its line (`judge`), and device time holds to 0.1-0.6% per round, so most cells need no more.
-DEFAULT_MIN_ROUNDS = 8
+# A judged speedup is first looked at after five rounds: all five above its line is a pass (the sequential
+# sign test, ``speed.sequential``), and device time holds to 0.1-0.6% per round, so most cells need no
+# more; a cell on its line gets more looks, up to 48 rounds. A figure without a baseline, and a
+# recording, take at least eight (the fewest for a 99% interval).
+DEFAULT_MIN_ROUNDS = 5
 DEFAULT_BLOCK_SECONDS = 0.1
 # --perf-gate's choices, and the figures each lets fail a speed cell
 GATES: dict[str, tuple[str, ...]] = {"device": ("device",), "wall": ("wall",), "both": ("device", "wall")}

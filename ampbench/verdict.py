@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Callable
 
 from ampbench.stats import MEDIAN_SE_FACTOR, SpeedupEstimate, finite_number, normal_quantile
 
@@ -20,6 +21,11 @@ MIN_SPREAD_VALUES = 3
 # its own rounds, not where another card or compilation lands (docs/design.md, "Why the speed cell's
 # constants are what they are").
 UNLEARNED_TOLERANCE = 0.03
+# The coverage of the prediction bound a learned tolerance is: a run of a cell that did not change lies
+# below its line by noise alone 1 time in 1,000 (one-sided 0.1%). At 99% (0.5% one-sided) each of a
+# quick tier's noise-limited cells failed an unchanged run 1 time in 200 (docs/design.md, "Runs that do
+# not loosen the gate").
+GATE_CONFIDENCE = 0.998
 
 
 class Verdict(str, Enum):
@@ -82,6 +88,9 @@ class BetweenRuns:
     # the spread, so `sd` pools each level's deviations, with count - levels degrees of freedom
     levels: int = 1
     level_count: int | None = None  # values behind the baseline figure where it is centred; `count` if None
+    # how far the run's card may lie from the baseline figure beyond sd^2 / level_count (its level's error
+    # from cards, ``history.model``): 0 where every value came from one card or the cards' share is in `sd`
+    card_sd: float = 0.0
 
     @property
     def dof(self) -> int:
@@ -97,11 +106,11 @@ class BetweenRuns:
         from scipy.stats import t  # scipy is slow to import; only verdicts with a learned spread need it
 
         factor = math.sqrt(1 + 1 / (self.level_count or self.count)) if self.centred else math.sqrt(2)
-        return float(t.ppf(0.5 + confidence / 2, self.dof)) * factor * self.sd
+        return float(t.ppf(0.5 + confidence / 2, self.dof)) * math.hypot(factor * self.sd, self.card_sd)
 
 
 def tolerance_for(floor: float, recorded_noise: float | None, between_runs: BetweenRuns | None = None,
-                  confidence: float = 0.99, unlearned: float = 0.0) -> float:
+                  confidence: float = GATE_CONFIDENCE, unlearned: float = 0.0) -> float:
     """The relative drop that counts as a regression for one cell: the user's floor, or more where
     the cell's own recorded noise demands it, or where its speedup moves between runs.
 
@@ -137,6 +146,9 @@ class SpeedupCheck:
     expected: float  # baseline speedup over fp32
     tolerance: float  # relative; the line is expected x (1 - tolerance)
     figure: str = "speedup over fp32"  # what messages call the ratio (a compiled cell has a second one)
+    # why a run of this speedup fails with the runs its history held back before it (speedup, tolerance):
+    # a text, or None where it does not (``history.reference.HistoryBaselines.group_failure``)
+    held_back: Callable[[float, float], str | None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def line(self) -> float:

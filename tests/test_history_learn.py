@@ -22,8 +22,8 @@ def _spread(figures, prefix=""):
     return learned_spread(None if figures is None else RatioEntry.read(figures, prefix))
 
 
-# Student's t 99.5% quantiles (two-sided 99%), by degrees of freedom
-T995 = {2: 9.924843, 3: 5.840909, 4: 4.604095, 9: 3.249836, 21: 2.831360}
+# Student's t 99.9% quantiles (two-sided 99.8%, ``verdict.GATE_CONFIDENCE``), by degrees of freedom
+T999 = {2: 22.32712, 3: 10.21453, 4: 7.173182, 9: 4.296806, 21: 3.527154}
 
 
 def point(log: float, counts: bool = True, restart: bool = False, run: str = "", half: float | None = None) -> Point:
@@ -42,7 +42,7 @@ def test_the_level_is_the_geometric_mean_and_the_noise_the_log_sd_of_the_counted
     assert cell.level == pytest.approx(1.0) and cell.pooled.sd == pytest.approx(math.sqrt(1e-5))
     assert cell.state == LEARNED and cell.between_runs == BetweenRuns(pytest.approx(math.sqrt(1e-5)), 5, True, 1, 5)
     # t(4 df) x sqrt(1 + 1/5) x sd
-    assert cell.tolerance == pytest.approx(T995[4] * math.sqrt(1.2) * math.sqrt(1e-5), rel=1e-6)  # 1.59%
+    assert cell.tolerance == pytest.approx(T999[4] * math.sqrt(1.2) * math.sqrt(1e-5), rel=1e-6)  # 1.59%
 
 
 def test_a_restart_moves_the_level_and_keeps_the_noise_pooled_over_both_segments():
@@ -53,11 +53,11 @@ def test_a_restart_moves_the_level_and_keeps_the_noise_pooled_over_both_segments
     # squared deviations 32e-6 (first segment) + 8e-6 (second) over 5 values - 2 segments
     sd = math.sqrt(40e-6 / 3)
     assert (cell.pooled.count, cell.pooled.levels) == (5, 2) and cell.pooled.sd == pytest.approx(sd)
-    assert cell.tolerance == pytest.approx(T995[3] * math.sqrt(1 + 1 / 2) * sd, rel=1e-6)
+    assert cell.tolerance == pytest.approx(T999[3] * math.sqrt(1 + 1 / 2) * sd, rel=1e-6)
     # the first run at the new level: learned still, its noise that of the segment before
     first = learn(series(*before, after[0]))
     assert first.state == LEARNED and first.pooled.sd == pytest.approx(0.004)
-    assert first.tolerance == pytest.approx(T995[2] * math.sqrt(2) * 0.004, rel=1e-6)
+    assert first.tolerance == pytest.approx(T999[2] * math.sqrt(2) * 0.004, rel=1e-6)
     assert first.level == pytest.approx(math.exp(0.05))
 
 
@@ -74,7 +74,7 @@ def test_a_failing_or_slowed_run_does_not_count_towards_the_level_or_the_noise()
     ((0.0,), UNLEARNED, UNLEARNED_TOLERANCE),
     ((0.0, 0.004), UNLEARNED, UNLEARNED_TOLERANCE),
     # from the third run: sd 0.004 (squared deviations 32e-6 over 2 df), t(2 df) x sqrt(1 + 1/3)
-    ((0.0, 0.004, -0.004), LEARNED, T995[2] * math.sqrt(4 / 3) * 0.004),
+    ((0.0, 0.004, -0.004), LEARNED, T999[2] * math.sqrt(4 / 3) * 0.004),
 ])
 def test_a_new_gpu_model_learns_first_then_judges_unlearned_then_learned(logs, state, tolerance):
     cell = learn(series(*(point(x) for x in logs)))
@@ -104,10 +104,10 @@ def test_the_sentence_says_how_far_the_tolerance_is_learned_and_where_more_runs_
     a = 0.0014 * math.sqrt(3) / 2  # four ln values +-a: sd 0.0014
     cell = learn(series(*(point(x) for x in (a, -a, a, -a))))
     assert cell.pooled.sd == pytest.approx(0.0014)
-    # now t(3 df) x sqrt(1.25) x sd = 0.91%; after 10 runs t(9 df) x sqrt(1.1) x sd = 0.48%, under the floor
-    assert cell.tolerance == pytest.approx(T995[3] * math.sqrt(1.25) * 0.0014, rel=1e-6)
-    assert cell.tolerance_after(10) == DEFAULT_TOLERANCE
-    assert cell.sentence() == "0.91% from 4 runs; about 0.5% after 10"
+    # now t(3 df) x sqrt(1.25) x sd = 1.6%; after 10 runs t(9 df) x sqrt(1.1) x sd = 0.63%
+    assert cell.tolerance == pytest.approx(T999[3] * math.sqrt(1.25) * 0.0014, rel=1e-6)
+    assert cell.tolerance_after(10) == pytest.approx(T999[9] * math.sqrt(1.1) * 0.0014, rel=1e-6)
+    assert cell.sentence() == "1.6% from 4 runs; about 0.63% after 10"
     young = learn(series(point(0.0), point(0.004)))
     assert young.sentence() == f"3% (unlearned) from 2 runs; learned from 3; about {percent(young.tolerance_after(10))} after 10"
     assert learn(series(point(0.0))).sentence() == "3% (unlearned) from 1 run; learned from 3"
@@ -122,7 +122,7 @@ def test_a_baseline_files_spread_pools_in_as_a_level_of_its_own():
     sd = math.sqrt((19 * 0.002**2 + 32e-6) / 21)
     assert (cell.pooled.count, cell.pooled.levels, cell.prior_count) == (23, 2, 20)
     assert cell.pooled.sd == pytest.approx(sd) and cell.level == pytest.approx(1.0)
-    assert cell.tolerance == pytest.approx(max(DEFAULT_TOLERANCE, T995[21] * math.sqrt(4 / 3) * sd), rel=1e-6)
+    assert cell.tolerance == pytest.approx(max(DEFAULT_TOLERANCE, T999[21] * math.sqrt(4 / 3) * sd), rel=1e-6)
     assert cell.sentence().startswith(f"{percent(cell.tolerance)} from 23 runs, 20 of them from the baseline file")
 
 

@@ -88,7 +88,7 @@ def test_the_file_judges_a_cell_the_history_has_not_seen_and_its_spread_joins_th
     figures = _baselines(history, tmp_path, store_entries).figures(CELL)
     assert figures["device_speedup"] == pytest.approx(2.400)  # this runner's level
     assert figures["device_between_run_count"] == 21  # the file's 20 runs and this one
-    assert _check(figures).tolerance < 0.01  # the file's noise, not the unlearned floor
+    assert _check(figures).tolerance < 0.015  # the file's noise, not the unlearned floor (3%)
     # a file written from this history lists its runs: they are not counted twice
     entry_from_history = dict(figures)
     again = _baselines(history, tmp_path, {CELL: {"figures": entry_from_history, "software": {}, "recorded": "x"}})

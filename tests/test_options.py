@@ -34,7 +34,7 @@ def run_pytest(*args):
         (["--perf-precisions", "fp8"], ["--perf-precisions: unknown precision mode 'fp8'", "amp_bf16"]),
         (["--perf-tolerance", "2"], ["--perf-tolerance: must lie in (0.0, 0.9]"]),
         (["--perf-tolerance", "nan"], ["--perf-tolerance: must be a finite number, got nan"]),
-        (["--perf-rounds", "5"], ["--perf-rounds: must lie in [8, 1000]"]),
+        (["--perf-rounds", "4"], ["--perf-rounds: must lie in [5, 1000]"]),
         (["--perf-tier", "huge"], ["--perf-tier", "invalid choice", "quick"]),
         (["--perf-gate", "gpu"], ["--perf-gate", "invalid choice", "'device'"]),
         (["--perf-device", "tpu"], ["--perf-device"]),

@@ -7,12 +7,12 @@ import pytest
 
 from ampbench.speed.sides import SpeedPolicy
 
-from ampbench.speed.judging import PROJECTION_SLACK, comparable_recording, judge, recorded_noise
+from ampbench.speed.judging import comparable_recording, judge, recorded_noise
 from ampbench.stats import SpeedupEstimate, estimate_speedup
-from ampbench.speed.timing import RoundsPolicy
+from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.baselines.entries import RatioEntry, SpeedEntry
 from ampbench.speed.ratio import DEVICE, WALL, Ratio, ratio_check
-from ampbench.verdict import UNLEARNED_TOLERANCE, BetweenRuns, RatioCheck, SpeedupCheck, Verdict, tolerance_for
+from ampbench.verdict import GATE_CONFIDENCE, UNLEARNED_TOLERANCE, BetweenRuns, RatioCheck, SpeedupCheck, Verdict, tolerance_for
 from ampbench.baselines.entries import entry_tolerance, learned_spread
 
 
@@ -57,14 +57,18 @@ def test_message_names_model_mode_figures_and_drop():
 def test_tolerance_allows_for_two_runs_with_a_t_quantile_from_few_values():
     # an uncentred recording: the new run and the recording each sit at their own offset
     five = BetweenRuns(0.0154, 5, centred=False)
-    assert tolerance_for(0.03, 0.0159, five) == pytest.approx(4.6041 * 2**0.5 * 0.0154, rel=1e-4)
+    # at GATE_CONFIDENCE (99.8%): t(4 df) is 7.173
+    assert tolerance_for(0.03, 0.0159, five) == pytest.approx(7.1732 * 2**0.5 * 0.0154, rel=1e-4)
     assert tolerance_for(0.03, 0.0159, None) == pytest.approx(0.0318)  # no spread learned: twice the noise
     # centred on the mean of the values: a new value lies sd x sqrt(1 + 1/n) from it
     assert BetweenRuns(0.0154, 5, centred=True).bound(0.99) == pytest.approx(4.6041 * 1.2**0.5 * 0.0154, rel=1e-4)
     # few values, a wide quantile: from 3 values t is 9.92, not z = 2.58
     assert BetweenRuns(0.001, 3, centred=True).bound(0.99) == pytest.approx(9.9248 * (4 / 3) ** 0.5 * 0.001, rel=1e-4)
     # a learned spread replaces the recorded noise, which only stood in for it
-    assert tolerance_for(0.005, 0.0159, BetweenRuns(0.002, 8, True)) == pytest.approx(BetweenRuns(0.002, 8, True).bound(0.99))
+    assert tolerance_for(0.005, 0.0159, BetweenRuns(0.002, 8, True)) == pytest.approx(BetweenRuns(0.002, 8, True).bound(GATE_CONFIDENCE))
+    # another card's share of the level's error adds in quadrature to the run-to-run term
+    assert BetweenRuns(0.002, 8, True, card_sd=0.003).bound(0.99) == pytest.approx(
+        BetweenRuns(0.002, 8, True).bound(0.99) * math.hypot(0.002 * (9 / 8) ** 0.5, 0.003) / (0.002 * (9 / 8) ** 0.5))
     assert tolerance_for(0.03, None, BetweenRuns(0.001, 8, True)) == 0.03  # never below the floor
     assert tolerance_for(0.03, 0.0159, None) == tolerance_for(0.03, 0.0159)
 
@@ -101,7 +105,7 @@ def test_a_cell_held_against_a_baseline_is_not_held_tighter_than_the_unlearned_f
     assert _tolerance(0.005, {"device_noise": 0.02}, "device_") == pytest.approx(0.04)
     # learned from 3 values or more, the cell is held to its spread, below the unlearned floor
     learned = dict(young, device_between_run_count=12, device_recorded_speedup=10.99)
-    assert _tolerance(0.005, learned, "device_") == pytest.approx(BetweenRuns(0.0031, 12, True).bound(0.99))
+    assert _tolerance(0.005, learned, "device_") == pytest.approx(BetweenRuns(0.0031, 12, True).bound(GATE_CONFIDENCE))
     assert _tolerance(0.005, learned, "device_") < UNLEARNED_TOLERANCE
     # the figure being written (a recording) is read with its new noise
     assert _tolerance(0.005, {}, "versus_", noise=0.001) == UNLEARNED_TOLERANCE
@@ -125,7 +129,7 @@ def test_ratio_check_is_one_sided():
 
 
 class FakeTimer:
-    """Stands in for PairedTimer: hands out preset estimates as rounds are added."""
+    """Stands in for PairedTimer where a test needs only its estimates: hands them out as rounds are added."""
 
     def __init__(self, estimates):
         self.estimates = list(estimates)
@@ -140,34 +144,64 @@ class FakeTimer:
         return self.estimates[0]
 
 
-POLICY = SpeedPolicy(0, 0.0, 0.01, RoundsPolicy(12, 12, 1.0, 1.0), RoundsPolicy(8, 8, 1.0, 1.0), extend_to=24)
+def rounds_of(*ratios):
+    """A real PairedTimer whose k-th round measures speedup ratios[k] (the last repeated after them)."""
+    it = iter(ratios)
+    last = [ratios[-1]]
+
+    def mode():
+        last[0] = next(it, last[0])
+        return 1.0 / last[0]
+    return PairedTimer(lambda: 1.0, mode, 1, 1)
 
 
-def test_regression_needs_the_second_batch_to_agree():
+POLICY = SpeedPolicy(0, 0.0, 0.01, RoundsPolicy(12, 12, 1.0, 1.0), RoundsPolicy(8, 8, 1.0, 1.0), extend_to=24,
+                     first_look=5, decide_seconds=60.0)
+ABOVE, BELOW = (2.0, 2.01, 1.99, 2.02, 1.98), (1.8, 1.81, 1.79, 1.82, 1.78)  # CHECK's line is 1.9
+
+
+def test_a_clear_pass_stops_at_the_first_look_and_a_regression_needs_the_second_batch_to_agree():
+    timer = rounds_of(*ABOVE)
+    assert judge(CHECK, timer, POLICY, lambda: pytest.fail("no confirmation of a pass")).verdict is Verdict.PASS
+    assert len(timer.mode_times) == 5, "all five rounds above the line: a pass at the first look"
     low = est(1.5, 1.45, 1.55)
-    out = judge(CHECK, FakeTimer([low]), POLICY, lambda: low)
+    timer = rounds_of(*BELOW)
+    out = judge(CHECK, timer, POLICY, lambda: (low, Verdict.REGRESSION))
+    assert len(timer.mode_times) == 8, "no regression before 8 rounds: 2^-5 errs more than its side may spend"
     assert out.verdict is Verdict.REGRESSION and out.confirmation is low
-    out = judge(CHECK, FakeTimer([low]), POLICY, lambda: est(2.0, 1.98, 2.02))
+    out = judge(CHECK, rounds_of(*BELOW), POLICY, lambda: (est(2.0, 1.98, 2.02), Verdict.PASS))
     assert out.verdict is Verdict.INCONCLUSIVE
 
 
-def test_straddle_is_extended_then_resolved_or_inconclusive():
-    straddle, clear = est(1.95, 1.88, 2.02), est(1.99, 1.97, 2.01)
-    assert judge(CHECK, FakeTimer([straddle, clear]), POLICY, lambda: clear).verdict is Verdict.PASS
-    assert judge(CHECK, FakeTimer([straddle]), POLICY, lambda: clear).verdict is Verdict.INCONCLUSIVE
+def test_a_straddling_ratio_is_looked_at_again_until_it_leaves_its_line_or_its_rounds_run_out():
+    # one round below the line among five: not yet a pass; twelve rounds with one below are (rank 2)
+    timer = rounds_of(1.85, *ABOVE)
+    assert judge(CHECK, timer, POLICY, lambda: pytest.fail("passed")).verdict is Verdict.PASS
+    assert len(timer.mode_times) == 12
+    # rounds on both sides of the line, to the end: inconclusive after every look, at the limit
+    timer = rounds_of(*((1.85, 1.95, 1.95, 1.85) * 6))
+    assert judge(CHECK, timer, POLICY, lambda: pytest.fail("no confirmation")).verdict is Verdict.INCONCLUSIVE
+    assert len(timer.mode_times) == POLICY.extend_to
+    # out of seconds after the first look: inconclusive there
+    timer = rounds_of(*((1.85, 1.95, 1.95, 1.85) * 6))
+    assert judge(CHECK, timer, replace(POLICY, decide_seconds=0.0), lambda: None).verdict is Verdict.INCONCLUSIVE
+    assert len(timer.mode_times) == 5
 
 
-def test_an_estimate_on_the_line_is_not_extended_for_nothing():
-    # 1.902 sits a hair above the line (1.9) with an interval 25x wider than that
-    on_line = est(1.902, 1.85, 1.95)
-    assert CHECK.rounds_to_resolve(on_line) > PROJECTION_SLACK * POLICY.extend_to
-    timer = FakeTimer([on_line, est(1.99, 1.97, 2.01)])
-    assert judge(CHECK, timer, POLICY, lambda: on_line).verdict is Verdict.INCONCLUSIVE
-    assert len(timer.mode_times) == 12, "no rounds added to an estimate that more rounds cannot resolve"
-    # one that a few more rounds can take off the line is extended
-    near = est(1.93, 1.89, 1.97)
-    assert CHECK.rounds_to_resolve(near) <= PROJECTION_SLACK * POLICY.extend_to
-    assert CHECK.rounds_to_resolve(est(CHECK.line, 1.89, 1.91)) == math.inf
+def test_a_run_that_passes_alone_fails_with_the_runs_its_history_held_back():
+    said = []
+
+    def held_back(speedup, tolerance):
+        said.append((speedup, tolerance))
+        return "with the 2 runs held back before it it lies -6% below the level"
+    check = replace(CHECK, held_back=held_back)
+    out = judge(check, rounds_of(*ABOVE), POLICY, lambda: None)
+    assert out.verdict is Verdict.REGRESSION and "held back before it" in out.message
+    assert said == [(pytest.approx(2.0, rel=0.01), 0.05)]
+    # a run that fails on its own is not asked
+    said.clear()
+    assert judge(check, rounds_of(*BELOW), POLICY, lambda: (est(1.5, 1.45, 1.55), Verdict.REGRESSION)).verdict is Verdict.REGRESSION
+    assert said == []
 
 
 def test_no_baseline_reports_without_judging():
@@ -237,42 +271,22 @@ def test_an_entry_without_device_time_or_measured_another_way_leaves_the_wall_ve
     assert why == "" and device.expected == 2.2 and device.tolerance == pytest.approx(0.005)
 
 
-def test_a_judged_interval_clear_of_the_line_takes_no_rounds_for_tightness():
+def test_a_recording_tightens_the_interval_it_keeps_as_its_noise():
     wide_pass = est(2.0, 1.95, 2.05)  # half-width 2.5%, wholly above the line (1.9)
-    loose = replace(POLICY, rounds=RoundsPolicy(12, 24, 0.001, 5.0))
+    loose = replace(POLICY, rounds=RoundsPolicy(12, 24, 0.001, 5.0), tighten_judged=True)
     timer = FakeTimer([wide_pass, est(2.0, 1.99, 2.01)])
-    assert judge(CHECK, timer, loose, lambda: wide_pass).verdict is Verdict.PASS
-    assert len(timer.mode_times) == 12, "a verdict at any width: no rounds added"
-    # a recording keeps its interval as the stored noise: there it is tightened
-    timer = FakeTimer([wide_pass, est(2.0, 1.99, 2.01)])
-    out = judge(CHECK, timer, replace(loose, tighten_judged=True), lambda: wide_pass)
-    assert len(timer.mode_times) > 12 and out.estimate.half_width < 0.01
+    out = judge(CHECK, timer, loose, lambda: (wide_pass, Verdict.PASS))
+    assert len(timer.mode_times) > 12 and out.estimate.half_width < 0.01 and out.verdict is Verdict.PASS
 
 
-def test_one_stray_round_does_not_stop_a_straddling_cell_from_being_extended():
-    # mlp bf16's device-time rounds on an H100 (ms per step), 0.3% above its line: one mode block 3%
-    # slow set the 8-round interval [min, max] 12x wider than the distance to the line, and a
-    # projection from that width (800 rounds) called the cell inconclusive after 8
-    mode = [0.5465, 0.5468, 0.5532, 0.5465, 0.5641, 0.5475, 0.5447, 0.5444]
-    ref = [3.395, 3.3954, 3.4013, 3.4017, 3.3988, 3.4006, 3.3944, 3.3921]
-    first = estimate_speedup(ref, mode, 0.99)
-    check = SpeedupCheck("mlp", "bf16", 6.2233, 0.00683)
-    assert check.classify(first) is Verdict.INCONCLUSIVE
-    assert check.rounds_to_resolve(replace(first, round_sd=None)) > PROJECTION_SLACK * 48, "the width says: hopeless"
-    assert check.rounds_to_resolve(first) <= PROJECTION_SLACK * 48, "the rounds' own spread says: a few dozen rounds"
-    # on the line stays inf, whatever the spread
-    assert check.rounds_to_resolve(replace(first, speedup=check.line)) == math.inf
-
-
-def test_a_confirming_batch_on_the_line_is_extended_as_the_first_batch_is():
+def test_a_confirming_batch_on_the_line_is_looked_at_as_the_first_batch_is():
     """A 1% slowdown under a busy host: the first batch lay below the line and the confirming one
-    straddled it by a hair; cut short there it would have called a real regression inconclusive."""
+    straddled it by a hair at first; cut short there it would have called a real regression inconclusive."""
     from ampbench.speed.judging import time_figure
 
-    low, straddling = est(1.85, 1.83, 1.87), est(1.88, 1.86, 1.905)
-    timers = iter([FakeTimer([low]), FakeTimer([straddling, low])])
+    timers = iter([rounds_of(*BELOW), rounds_of(1.95, *BELOW)])
     figure = time_figure(CHECK, lambda: next(timers), POLICY, gated=True)
-    assert figure.outcome.verdict is Verdict.REGRESSION and figure.outcome.confirmation is low
-    # a confirming batch that more rounds leave above the line still makes it inconclusive
-    timers = iter([FakeTimer([low]), FakeTimer([straddling, est(1.95, 1.93, 1.97)])])
+    assert figure.outcome.verdict is Verdict.REGRESSION and figure.outcome.confirmation.rounds == 16
+    # a confirming batch that more rounds leave above the line makes it inconclusive
+    timers = iter([rounds_of(*BELOW), rounds_of(1.85, *ABOVE)])
     assert time_figure(CHECK, lambda: next(timers), POLICY, gated=True).outcome.verdict is Verdict.INCONCLUSIVE

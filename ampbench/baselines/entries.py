@@ -37,7 +37,7 @@ class RatioEntry:
 
     # the figures a re-recording keeps from the entry it replaces (``speed.ratio.Ratio.recorded``)
     SPREAD: ClassVar[tuple[str, ...]] = ("between_run_sd", "between_run_count", "between_run_runs",
-                                         "between_run_levels")
+                                         "between_run_levels", "between_card_sd")
 
     speedup: float | None = figure(positive())
     ci_low: float | None = figure()
@@ -55,6 +55,8 @@ class RatioEntry:
     between_run_levels: int | None = figure(count(1))
     between_run_level_count: int | None = figure(count(1))
     between_run_runs: list | None = figure()  # the datetimes of the runs counted (schema: by its suffix)
+    # how far another card of the model lies from the figure beyond the run-to-run spread (``history.model``)
+    between_card_sd: float | None = figure(non_negative())
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -270,4 +272,5 @@ def learned_spread(ratio: RatioEntry | None) -> BetweenRuns | None:
         return None
     if at_level is not None and not 1 <= at_level <= count - levels + 1:
         return None  # more values at one level than the levels leave room for: no spread to trust
-    return BetweenRuns(sd, count, finite_number(ratio.recorded_speedup) is not None, levels, at_level)
+    return BetweenRuns(sd, count, finite_number(ratio.recorded_speedup) is not None, levels, at_level,
+                       finite_number(ratio.between_card_sd) or 0.0)

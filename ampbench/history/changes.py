@@ -1,11 +1,15 @@
 """Change points in a cell's run history: where its figure moved to another level, and between which runs.
 
-The detection is ruptures' PELT with an RBF kernel cost (``KernelCPD``, implemented in C), on the ln
-values scaled by the cell's noise. The kernel bounds what one run can cost a segment, so a stray run (a
+Two detectors, each as keen as it can be. The gate's own: where the history's replay (``replay``) holds
+back runs that lie together below the level, two runs or more, the level moved at the first of them
+(``Replay.moved_from``), as the verdicts that failed or held them back said; no penalty could find a step
+the gate already failed sooner. And ruptures' PELT with an RBF kernel cost (``KernelCPD``, implemented
+in C) on the ln values, each less its card's offset (``Replay.card_offsets``: moving to another card is
+no step), scaled by the cell's noise, for every other step: an improvement, a step that came and went. The kernel bounds what one run can cost a segment, so a stray run (a
 throttled card, a busy host) cannot pay for a change of its own, as it can under the squared-error
 (l2) cost; the l1 cost is as robust but ruptures computes it in Python, ~400 times slower. The noise
-scale joins the learned spread (``learn``: the counted runs, each from its own level) with a robust
-scale of the series itself (the median absolute deviation of run-to-run differences, which neither a
+scale joins the learned spread (``learn``: the counted runs, each from its own level and card, none of
+them held back by the step itself) with a robust scale of the series itself (the median absolute deviation of run-to-run differences, which neither a
 step nor a stray run sets), as the root mean square of the two. The learned spread swells with any
 step among runs that count (an improvement passes its verdict): scaled by the larger of the two, +2% at
 run 7 of 12 was missed 29 times in 100. The robust scale alone is so unsure in short series that its
@@ -26,6 +30,7 @@ from typing import Sequence
 import numpy as np
 
 from ampbench.history.learn import CellBaseline, learn
+from ampbench.history.replay import Replay
 from ampbench.history.series import Point, Series
 from ampbench.stats import median, robust_sd
 
@@ -104,18 +109,41 @@ def change_points(logs: Sequence[float], scale: float, shape: tuple[float, float
 
 
 def find_changes(series: Series, learned: CellBaseline | None = None,
-                 shape: tuple[float, float] | None = None) -> list[Change]:
-    """The changes in `series`, oldest first; `learned` (``learn.learn`` of the series, computed where
-    not given) supplies the learned noise; `shape` overrides the penalty (calibration)."""
+                 shape: tuple[float, float] | None = None, replay: Replay | None = None) -> list[Change]:
+    """The changes in `series`, oldest first; `replay` (or `learned`'s, ``learn.learn`` of the series,
+    computed where neither is given) supplies the runs held back and the learned noise; `shape`
+    overrides the penalty (calibration)."""
     logs = series.log_values()
-    if learned is None:
-        learned = learn(series)
-    sd = learned.pooled.sd
-    cuts = change_points(logs, noise_scale(logs, sd), shape or (PENALTY if sd is not None else PENALTY_OWN_SCALE))
+    if replay is None:
+        replay = (learned if learned is not None else learn(series)).replay or Replay(series)
+    offsets = replay.card_offsets()
+    adjusted = [y - offsets.get(p.card, 0.0) for y, p in zip(logs, series.points)]
+    sd = replay.model.sigma
+    cuts = change_points(adjusted, noise_scale(adjusted, sd), shape or (PENALTY if sd is not None else PENALTY_OWN_SCALE))
+    moved = replay.moved_from()
+    if moved is not None:  # the gate's step, at its first moved run: it replaces a cut ruptures put beside it
+        cuts = sorted({c for c in cuts if abs(c - moved) > 1} | {moved})
     bounds = [0, *cuts, len(logs)]
     segments = [range(a, b) for a, b in zip(bounds, bounds[1:])]
-    levels = [math.exp(median([logs[i] for i in seg])) for seg in segments]
+    levels = [math.exp(median([adjusted[i] for i in seg])) for seg in segments]
     restarts = {i for i, p in enumerate(series.points) if p.restart}
     return [Change(series, cut, segments[k], segments[k + 1], levels[k], levels[k + 1],
                    bool(restarts & {cut - 1, cut, cut + 1}))
             for k, cut in enumerate(cuts)]
+
+
+def settle(replay: Replay) -> Change | None:
+    """Hold back what follows the first change of the current level segment that nobody accepted (a step
+    ruptures finds below the gate's keenness, an improvement): the level and the noise learn from the runs
+    before it, so that a step, however small, never becomes the level it is judged by, and never widens
+    the noise it is judged with. The change, or None. Runs so held are cleared as suspect runs are, where
+    later runs show the level held (``Replay``)."""
+    series = replay.as_series()
+    start = next((s.index for s in replay.statuses if s.segment == replay.segment), len(series.points))
+    for change in find_changes(series, replay=replay):
+        if change.index > start and not change.accepted:
+            why = (f"after the change at {change.run_after.run_id} ({change.step:+.2%}), which nobody accepted: "
+                   "`ampbench history accept` makes its level the cell's")
+            replay.withhold_from(change.index, why)
+            return change
+    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ampbench.baselines.store import BaselineStore
+from ampbench.history.model import NEW_CARD
 from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, HistoryBaselines, LearnedCells
 from ampbench.history.store import History
 from ampbench.results import cluster_name, cluster_size
@@ -48,7 +49,7 @@ def export(history: History, gpu: str | None, directory: Path) -> list[tuple[Pat
 
 def _export_one(history: History, name: str, slug: str, cells: LearnedCells, directory: Path) -> tuple[Path, int] | None:
     store = BaselineStore.open(directory, name, slug)
-    learned = HistoryBaselines(store, history, cells=cells)
+    learned = HistoryBaselines(store, history, cells=cells, card=NEW_CARD)  # a file serves any card
     written = 0
     for test_id in sorted(learned.learned()):
         figures = learned.figures(test_id)

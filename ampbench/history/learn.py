@@ -1,12 +1,14 @@
-"""A cell's reference level and tolerance, learned from its run history (a ``Series``).
+"""A cell's reference level and tolerance, learned from its run history (a ``Series``) by its replay.
 
-The level is the geometric mean of the counted runs since the last accepted change (restart): the
-suite judges ratios by their relative change, so its statistics work on ln(value) (``stats.log_sd``,
-``stats.geometric_mean``). The noise is pooled over every counted run, each segment's deviations from
-its own mean, with count - segments degrees of freedom: a new level keeps the learned noise. A
-baseline file's spread (``spread.Prior``) may be pooled in as further segments. The tolerance is the
-bound the verdicts use (``verdict.tolerance_for`` with ``BetweenRuns``): the unlearned floor until the
-noise rests on MIN_SPREAD_VALUES values at one level, then Student's t prediction bound.
+The replay (``replay.Replay``) decides which runs count: a failed run never does, a suspect one (below its
+level by more than noise says) waits until later runs clear it. The counted runs are the model's
+(``model.fit``): the noise within a card, pooled over every level segment (accepted changes cut them), the
+spread between cards, and the level of the run's card in the current segment, pooled toward the
+segment's level where the card has few runs. The suite judges ratios by their relative change, so all of
+it works on ln(value). A baseline file's spread (``spread.Prior``) may be pooled in as further levels.
+The tolerance is the bound the verdicts use (``verdict.tolerance_for`` with ``BetweenRuns``): the
+unlearned floor until the noise rests on MIN_SPREAD_VALUES values at one level, then Student's t
+prediction bound for a run on this card.
 
 The states a cell passes through on a new GPU model: "learning" (no counted run at the level yet: a
 run records and says so), "unlearned" (judged at the unlearned tolerance), "learned".
@@ -15,13 +17,16 @@ run records and says so), "unlearned" (judged at the unlearned tolerance), "lear
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Hashable
 
+from ampbench.history.replay import Replay
 from ampbench.history.series import Series
 from ampbench.baselines.entries import RatioEntry
 from ampbench.baselines.spread import Prior
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.verdict import (
+    GATE_CONFIDENCE,
     MIN_SPREAD_VALUES,
     UNLEARNED_TOLERANCE,
     WALL_TOLERANCE_FLOOR,
@@ -46,11 +51,11 @@ def rule_for(figure: str, floor: float = DEFAULT_TOLERANCE) -> tuple[float, floa
 
 @dataclass(frozen=True)
 class Pooled:
-    """The sufficient statistics of a spread pooled over segments: each value's deviation from its own
-    segment's mean of ln(value)."""
+    """The sufficient statistics of a spread pooled over groups: each value's deviation from its own
+    group's mean of ln(value) (a level segment's runs on one card, or a baseline file's level)."""
 
     count: int  # values
-    levels: int  # segments they lie in
+    levels: int  # groups they lie in
     m2: float  # sum of squared deviations from each segment's mean
 
     @property
@@ -62,21 +67,6 @@ class Pooled:
         """Standard deviation of ln(value), None without a degree of freedom."""
         return math.sqrt(self.m2 / self.dof) if self.dof > 0 else None
 
-    def plus(self, prior: Prior | None) -> "Pooled":
-        """Pooled with a baseline file's spread, whose values lie at levels of their own."""
-        if prior is None:
-            return self
-        return Pooled(self.count + prior.count, self.levels + prior.levels, self.m2 + prior.m2)
-
-
-def pooled_segments(segments: list[list[float]]) -> Pooled:
-    """The within-segment spread of the ln values of `segments` (empty ones left out)."""
-    m2 = 0.0
-    for logs in segments:
-        if logs:
-            mean = sum(logs) / len(logs)
-            m2 += sum((x - mean) ** 2 for x in logs)
-    return Pooled(sum(map(len, segments)), sum(1 for s in segments if s), m2)
 
 
 @dataclass(frozen=True)
@@ -94,6 +84,8 @@ class CellBaseline:
     floor: float
     unlearned: float
     confidence: float
+    card_sd: float = 0.0  # the run's card's share of its level's error beyond sd^2 / level runs (``model``)
+    replay: Replay | None = field(default=None, compare=False, repr=False)  # the runs, as the replay held them
 
     @property
     def level_count(self) -> int:
@@ -108,7 +100,7 @@ class CellBaseline:
         sd, dof = self.pooled.sd, count - self.pooled.levels
         if sd is None or level_count == 0 or dof + 1 < MIN_SPREAD_VALUES:
             return None
-        return BetweenRuns(sd, count, True, self.pooled.levels, level_count)
+        return BetweenRuns(sd, count, True, self.pooled.levels, level_count, self.card_sd)
 
     @property
     def state(self) -> str:
@@ -144,7 +136,17 @@ class CellBaseline:
         ahead = self.tolerance_after(PROJECT_TO) if self.pooled.count < PROJECT_TO else None
         if ahead is not None and percent(ahead) != percent(self.tolerance):
             head += f"; about {percent(ahead)} after {PROJECT_TO}"
+        held = self.held_back()
+        if held:
+            head += f"; {len(held)} run{'s' * (len(held) != 1)} held back as suspect"
         return head
+
+    def held_back(self) -> list[tuple[str, str]]:
+        """(run id, why) of each run of the current level held back as suspect or failed."""
+        if self.replay is None:
+            return []
+        points = self.replay.points
+        return [(points[i].run_id, self.replay.statuses[i].reason) for i in self.replay.pending]
 
     def into(self, ratio: RatioEntry, stores_tolerance: bool) -> RatioEntry:
         """`ratio` (a baseline entry's) with the level and the learned spread, as ``entries.learned_spread``
@@ -155,7 +157,8 @@ class CellBaseline:
         ratio = replace(ratio, speedup=self.level, recorded_speedup=self.first)
         if self.pooled.sd is not None:
             ratio = replace(ratio, between_run_sd=self.pooled.sd, between_run_count=self.pooled.count,
-                            between_run_levels=self.pooled.levels, between_run_level_count=self.level_count)
+                            between_run_levels=self.pooled.levels, between_run_level_count=self.level_count,
+                            between_card_sd=self.card_sd or None)
         return replace(ratio, tolerance=self.tolerance) if stores_tolerance else ratio
 
 
@@ -165,17 +168,34 @@ def percent(x: float) -> str:
 
 
 def learn(series: Series, prior: Prior | None = None, floor: float = DEFAULT_TOLERANCE,
-          confidence: float = 0.99) -> CellBaseline:
-    """`series`' reference level and noise, the noise pooled with `prior` (a baseline file's spread,
-    ``spread.prior_of``) where given; pass a prior only where its runs are not in the series."""
-    logs = series.log_values()
-    segments = [[logs[i] for i in seg if series.points[i].counts] for seg in series.segments()]
-    last = series.segments()[-1] if series.points else range(0)
-    at_level = [series.points[i] for i in last if series.points[i].counts]
-    level = math.exp(sum(segments[-1]) / len(segments[-1])) if at_level else None
+          confidence: float = GATE_CONFIDENCE, card: Hashable = None) -> CellBaseline:
+    """`series`' reference level and noise for a run on `card` (its UUID, None for runs that recorded
+    none; ``model.NEW_CARD``: a card the history has not seen, as a baseline file serves any), the noise
+    pooled with `prior` (a baseline file's spread, ``spread.prior_of``) where given; pass a prior only
+    where its runs are not in the series. What follows a change the history found and nobody accepted
+    waits with the suspect runs (``changes.settle``)."""
+    from ampbench.history.changes import settle  # the detector learns from this module's runs
+
+    replay = Replay(series, prior)
+    settle(replay)
+    return learned_from(replay, floor, confidence, card)
+
+
+def learned_from(replay: Replay, floor: float = DEFAULT_TOLERANCE, confidence: float = GATE_CONFIDENCE,
+                 card: Hashable = None) -> CellBaseline:
+    """What `replay`'s runs so far say a new run on `card` is judged against (``learn``)."""
+    model = replay.model
+    pred = model.predict(card)
+    at_level = [replay.points[s.index] for s in replay.statuses if s.counts and s.segment == replay.segment]
+    behind = [p for p in at_level if p.card == card] if pred is not None and pred.own_card else at_level
     widths = [w for w in (p.half_width for p in at_level) if w is not None]
-    rule_floor, unlearned = rule_for(series.figure, floor)
-    return CellBaseline(series.test_id, series.figure, level, tuple(p.run_id for p in at_level),
-                        at_level[0].value if at_level else None,
-                        pooled_segments(segments).plus(prior), prior.count if prior else 0,
-                        max(widths) if widths else None, rule_floor, unlearned, confidence)
+    rule_floor, unlearned = rule_for(replay.series.figure, floor)
+    if pred is not None and pred.noise_sd is not None:
+        pooled = Pooled(pred.count, pred.levels, pred.noise_sd ** 2 * pred.dof)
+    else:
+        pooled = Pooled(model.count, model.levels, (model.sigma or 0.0) ** 2 * max(model.dof, 0))
+    level = replay.level(card)
+    return CellBaseline(replay.series.test_id, replay.series.figure, None if level is None else math.exp(level),
+                        tuple(p.run_id for p in behind), at_level[0].value if at_level else None,
+                        pooled, model.prior_count, max(widths) if widths else None, rule_floor, unlearned,
+                        confidence, pred.card_sd if pred is not None else 0.0, replay)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Hashable, Mapping
 
 from ampbench.baselines import spread
 from ampbench.baselines.entries import DistributedEntry, FlatEntry, SpeedEntry
 from ampbench.baselines.store import BaselineStore
 from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
+from ampbench.history.replay import Status
 from ampbench.history.series import Series
 from ampbench.history.store import History
 from ampbench.settings import DEFAULT_TOLERANCE
@@ -56,7 +57,7 @@ DISTRIBUTED_CELLS = LearnedCells(("test_ddp_speed[", "test_fsdp2_speed["), Distr
                                  ((spread.WALL, ""), (spread.DEVICE, "device_")), FROM_DISTRIBUTED_RECORD)
 # the figures an overlay sets in a ratio, in the order an entry that lacked them gains them
 _OVERLAID = ("speedup", "recorded_speedup", "between_run_sd", "between_run_count", "between_run_levels",
-             "between_run_level_count", "tolerance", "between_run_runs")
+             "between_run_level_count", "between_card_sd", "tolerance", "between_run_runs")
 
 
 def prior_for(figure: spread.Figure, entry: FlatEntry | None, series: Series) -> spread.Prior | None:
@@ -106,6 +107,7 @@ class HistoryBaselines:
     history: History
     floor: float = DEFAULT_TOLERANCE
     cells: LearnedCells = SPEED_CELLS
+    card: Hashable = None  # this run's card (its UUID): the level and tolerance are that card's
     _learned: dict[str, dict[str, CellBaseline]] | None = field(default=None, repr=False)
     _latest: dict[str, str] = field(default_factory=dict, repr=False)  # test id: its latest counted run
     _counted: dict[str, dict[str, list[str]]] = field(default_factory=dict, repr=False)  # their times, by prefix
@@ -141,7 +143,7 @@ class HistoryBaselines:
                     if not self.cells.holds(test_id) or not series.points:
                         continue
                     prior = prior_for(figure, self.cells.entry.of(self.store.figures(test_id)), series)
-                    self._learned.setdefault(test_id, {})[prefix] = learn(series, prior, self.floor)
+                    self._learned.setdefault(test_id, {})[prefix] = learn(series, prior, self.floor, card=self.card)
                     counted = [p for p in series.points if p.counts]
                     self._counted.setdefault(test_id, {})[prefix] = [p.when for p in counted]
                     if counted:
@@ -160,6 +162,23 @@ class HistoryBaselines:
         """The software of the cell's latest counted run: what an exported entry was measured on."""
         run = self._latest.get(test_id)
         return self.history.run(run).software if run else None
+
+    def group_failure(self, test_id: str, prefix: str, value: float, tolerance: float) -> str | None:
+        """Why a run of `test_id` whose ratio under `prefix` measured `value` fails with the runs held
+        back before it (``replay.Replay.group_failure``), or None."""
+        b = self.learned().get(test_id, {}).get(prefix)
+        if b is None or b.replay is None:
+            return None
+        failure = b.replay.group_failure(value, self.card, tolerance)
+        return failure.describe(b.replay.points) if failure is not None else None
+
+    def judged(self, test_id: str, prefix: str, value: float, verdict: str | None, counts: bool) -> Status | None:
+        """What the history makes of this run's `value` (its figure's `verdict`; `counts`: it did not
+        fail): counted, suspect and why, or failed; None where the cell has no history."""
+        b = self.learned().get(test_id, {}).get(prefix)
+        if b is None or b.replay is None:
+            return None
+        return b.replay.preview(value, self.card, verdict, counts)
 
     def states(self) -> dict[str, str]:
         """Each learned cell's device-time state and sentence: 'learned: 0.9% from 4 runs; about 0.6% after 10'."""

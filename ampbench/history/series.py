@@ -1,8 +1,10 @@
 """A cell's figure over runs, as the history reads it: what the analysis (``learn``, ``changes``) takes.
 
 A Series holds one figure of one cell on one GPU model, oldest run first. Each Point says whether it
-counts towards the cell's level and noise (an accepted run) and whether an accepted change restarts
-the level there. Nothing here touches a store.
+may count towards the cell's level and noise (its verdict did not fail, or it was accepted), whether it
+is no sample at all (a smoke run, a run slowed on purpose), whether an accepted change restarts the level
+there, and on which card it ran; whether it does count is the history's replay of the series
+(``replay``), which holds suspect runs back. Nothing here touches a store.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ class Point:
     value: float           # the figure, e.g. the device-time speedup
     low: float | None      # its interval, where measured
     high: float | None
-    counts: bool           # an accepted run: its verdict did not fail, or it was accepted; not a smoke or slowed (injected) run
+    counts: bool           # may count: its verdict did not fail, or it was accepted; not a smoke or slowed (injected) run
     restart: bool          # an accepted change: the level restarts at this run
+    card: str | None = None     # the card's UUID, where the run recorded one
+    verdict: str | None = None  # the figure's verdict in its run
+    excluded: bool = False      # no sample of the cell at all: a smoke run, or slowed on purpose (injected)
 
     @property
     def half_width(self) -> float | None:

@@ -221,7 +221,7 @@ class History:
         """`figure`'s series of every cell with one on `gpu` (of `test_ids`, where given), read at once:
         a session's references in one transaction, not a round trip to a server per cell."""
         query = (sa.select(FIGURES.c.test_id, FIGURES.c.run_id, RUNS.c.run_at, FIGURES.c.value, FIGURES.c.low,
-                           FIGURES.c.high, FIGURES.c.verdict, CELLS.c.injected, RUNS.c.smoke)
+                           FIGURES.c.high, FIGURES.c.verdict, CELLS.c.injected, RUNS.c.smoke, RUNS.c.card_uuid)
                  .join(RUNS, RUNS.c.id == FIGURES.c.run_id)
                  .join(CELLS, sa.and_(CELLS.c.run_id == FIGURES.c.run_id, CELLS.c.test_id == FIGURES.c.test_id))
                  .where(FIGURES.c.gpu == gpu, FIGURES.c.figure == figure)
@@ -243,7 +243,8 @@ class History:
             restart = (r.run_id, r.test_id) in accepted or (r.run_id, None) in accepted
             points.setdefault(r.test_id, []).append(Point(
                 run_id=r.run_id, when=r.run_at, value=r.value, low=r.low, high=r.high,
-                counts=_counts(r, restart), restart=restart))
+                counts=_counts(r, restart), restart=restart, card=r.card_uuid, verdict=r.verdict,
+                excluded=bool(r.smoke or r.injected)))
         return {t: Series(gpu=gpu, test_id=t, figure=figure, points=tuple(p)) for t, p in points.items()}
 
     def series_gpus(self) -> list[str]:

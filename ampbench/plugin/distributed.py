@@ -67,6 +67,8 @@ def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_
         return store
     from ampbench.history.reference import DISTRIBUTED_CELLS, HistoryBaselines
 
-    learned = HistoryBaselines(store, history, perf_settings.tolerance, cells=DISTRIBUTED_CELLS)
+    # the run row's card is the first GPU's: a distributed series is filed by it too
+    learned = HistoryBaselines(store, history, perf_settings.tolerance, cells=DISTRIBUTED_CELLS,
+                               card=devices.card_uuid(perf_settings.device))
     pytestconfig.stash[DISTRIBUTED_STORE_KEY] = learned  # the end of the run says how far its cells have learned
     return learned

@@ -99,8 +99,8 @@ def add_options(group: Any, detail: bool = True) -> None:
                          "fp8 modes and each mode against compiled fp32 and against itself eager, ids ending "
                          "-compiled) or both (default: off; on in the compile tier)")
     group.addoption("--perf-rounds", metavar="N", default=DEFAULT_MIN_ROUNDS,
-                    type=number_validator(int, 8, 1000),
-                    help=f"interleaved rounds before the first look at a speedup's interval; 8 is the fewest for a 99%% interval (default: {DEFAULT_MIN_ROUNDS})")
+                    type=number_validator(int, 5, 1000),
+                    help=f"interleaved rounds before the first look at a judged speedup (more follow while its interval straddles its line); a speedup without a baseline and a recording take at least 8, the fewest for a 99%% interval (default: {DEFAULT_MIN_ROUNDS})")
     group.addoption("--perf-block-seconds", metavar="SECONDS", default=DEFAULT_BLOCK_SECONDS,
                     type=number_validator(float, 0.0, 10.0, low_open=True),
                     help=f"target length of each side's timed block in a speed round on CUDA; a block holds whole steps, at least one (default: {DEFAULT_BLOCK_SECONDS})")

@@ -226,8 +226,8 @@ def _open_store(config: pytest.Config, s: PerfSettings):
     name = devices.device_name(s.device)
     store = open_baselines(s.baseline_dir, name, devices.gpu_slug(name))
     history = history_of(config)
-    # with a history, a speed cell's level and noise are learned from its runs on this GPU model
-    return HistoryBaselines(store, history, s.tolerance) if history is not None else store
+    # with a history, a speed cell's level and noise are learned from its runs on this GPU model, for this card
+    return HistoryBaselines(store, history, s.tolerance, card=devices.card_uuid(s.device)) if history is not None else store
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:

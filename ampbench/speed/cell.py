@@ -86,19 +86,21 @@ def _prepare(mode: PrecisionMode, reference: sides.Side, prepare: Callable[[], s
 
 
 def _time_ratios(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, pair: _Prepared,
-                 baseline: SpeedEntry | None, settings: PerfSettings, pol: sides.SpeedPolicy) -> list[Ratio]:
+                 baseline: SpeedEntry | None, settings: PerfSettings, pol: sides.SpeedPolicy,
+                 held_back: Callable[[str], Callable[[float, float], str | None]] | None = None) -> list[Ratio]:
     """The cell's ratios, each held against `baseline` and timed: device time, wall clock, and a compiled
-    cell's ratio over its versus side."""
+    cell's ratio over its versus side; `held_back` gives, by a ratio's prefix, what fails a run of it with
+    the runs the history held back (a history's ``group_failure``)."""
     model, floor = spec.name, settings.tolerance
-    device = Ratio.between(DEVICE, reference, pair.side).hold(model, label(mode), baseline, floor)
-    wall = Ratio.between(WALL, reference, pair.side).hold(model, label(mode), baseline, floor)
+    device = Ratio.between(DEVICE, reference, pair.side).hold(model, label(mode), baseline, floor, held_back)
+    wall = Ratio.between(WALL, reference, pair.side).hold(model, label(mode), baseline, floor, held_back)
     gated = GATES[settings.gate]
     if DEVICE.gate in gated and device.check is None and wall.check is not None:
         gated = (WALL.gate,)  # an entry from before device time: the wall verdict still holds it
     ratios = [device.time(pol, DEVICE.gate in gated), wall.time(pol, WALL.gate in gated)]
     if pair.versus is not None:
         versus = Ratio.between(VERSUS, pair.versus, pair.side, versus_figure(mode), label(versus_of(mode)))
-        ratios.append(versus.hold(model, label(mode), baseline, floor).time(pol, VERSUS.gate in gated))
+        ratios.append(versus.hold(model, label(mode), baseline, floor, held_back).time(pol, VERSUS.gate in gated))
     return ratios
 
 
@@ -133,7 +135,9 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, p
     prepared(identity(spec, mode, device, settings.smoke))
     before = sides.parameters_fingerprint(pair.side.trainer)
     baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
-    ratios = _time_ratios(spec, mode, reference, pair, baseline, settings, pol)
+    group = getattr(store, "group_failure", None)  # a history's: what fails a run with its held-back runs
+    held_back = (lambda prefix: lambda value, tol: group(test_id, prefix, value, tol)) if group else None
+    ratios = _time_ratios(spec, mode, reference, pair, baseline, settings, pol, held_back)
     verdict = combined([r.gated_verdict for r in ratios])
     kernels = pair.side.profile.top() if pair.side.profile else None  # what a baseline entry keeps
     changes = kernel_changes(baseline.kernels if baseline else None, kernels)

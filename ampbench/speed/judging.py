@@ -1,37 +1,64 @@
 """How one ratio of a speed cell is judged and recorded, once its two sides can be timed: a judged figure
-is extended while its interval straddles the line and confirmed by a second batch before it is called a
-regression (`judge`); a reported one gets its first look (`first_look`); `TimedFigure` keeps a ratio's
-batches, and a recording pools them and stores their noise (`recorded_noise`)."""
+is looked at in a group-sequential sign test (``sequential``) until its interval leaves its line or its
+rounds run out, and confirmed by a second batch, judged alike, before it is called a regression
+(`judge`); a run that passes its own line but lies with the runs its history held back below it fails
+with them; a reported figure gets its first look (`first_look`); `TimedFigure` keeps a ratio's batches,
+and a recording pools them and stores their noise (`recorded_noise`)."""
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.spread import software_difference
 from ampbench.baselines.store import measurement_mismatch
+from ampbench.speed.sequential import Look, schedule
 from ampbench.speed.sides import SpeedPolicy
-from ampbench.speed.timing import PairedTimer, RoundsPolicy, add_rounds_while, extend_until_tight
-from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
+from ampbench.speed.timing import PairedTimer, RoundsPolicy, extend_until_tight
+from ampbench.stats import (SpeedupEstimate, across_runs, estimate_speedup, finite_number, log_ratios, order_aligned,
+                            relative_spread, robust_sd)
 from ampbench.stats import min_rounds as fewest_rounds
 from ampbench.verdict import SpeedupCheck, Verdict
 
 
-# A projection of the rounds needed is rough (from a few rounds' spread; from an interval of few rounds,
-# which is wider than one over the square root of the rounds predicts, where no spread is known: up to
-# ~1.6x at 8 rounds), so a cell is extended while it projects no more than twice the limit.
-PROJECTION_SLACK = 2.0
+def at_look(timer: PairedTimer, look: Look) -> SpeedupEstimate:
+    """The timer's estimate with the bounds of `look` (its rounds must be the look's)."""
+    centre, aligned = order_aligned(log_ratios(timer.ref_times, timer.mode_times), timer.ref_first)
+    low, high = look.bounds(aligned)
+    return SpeedupEstimate(math.exp(centre), math.exp(low), math.exp(high), look.rounds, look.confidence,
+                           round_sd=robust_sd(aligned))
 
 
-def extend_while_straddling(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> SpeedupEstimate:
-    """Add rounds while the interval straddles the line and more rounds could still take it off: an
-    estimate that sits on the line (a card a hair slower than the baseline's) stays inconclusive at any
-    count, and was extended to the limit for nothing, 10 s and more per cell."""
-    def worth_more(est: SpeedupEstimate) -> bool:
-        return (check.classify(est) is Verdict.INCONCLUSIVE
-                and check.rounds_to_resolve(est) <= PROJECTION_SLACK * policy.extend_to)
-    return add_rounds_while(timer, policy.rounds, policy.extend_to, worth_more)
+def decide(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> tuple[SpeedupEstimate, Verdict]:
+    """Look at the ratio at each look of its schedule (``sequential.schedule``) until its bounds at a look
+    lie wholly above or below the line, or its rounds (`policy.extend_to`) or seconds
+    (`policy.decide_seconds`) run out: the estimate of the last look taken and its verdict (inconclusive
+    where no look decided). A side a look cannot decide (too few rounds for its error) is no verdict
+    there. A timer that already holds more rounds than a look skips it (what it would spend stays
+    unspent)."""
+    t0 = time.perf_counter()
+    est, verdict = None, Verdict.INCONCLUSIVE
+    for look in schedule(policy.first_look, policy.extend_to):
+        taken = len(timer.mode_times)
+        if taken > look.rounds:
+            continue
+        if est is not None and time.perf_counter() - t0 > policy.decide_seconds:
+            break
+        timer.rounds(look.rounds - taken)
+        est = at_look(timer, look)
+        verdict = check.classify(est)
+        if (verdict is Verdict.REGRESSION and look.regression_rank is None) or (
+                verdict in (Verdict.PASS, Verdict.IMPROVED) and look.pass_rank is None):
+            verdict = Verdict.INCONCLUSIVE
+        if verdict is not Verdict.INCONCLUSIVE:
+            break
+    if est is None:  # more rounds already than any look: the fixed-size interval
+        est = timer.estimate(policy.rounds.confidence)
+        verdict = check.classify(est)
+    return est, verdict
 
 
 @dataclass
@@ -58,38 +85,37 @@ def judge(
     check: SpeedupCheck | None,
     first: PairedTimer,
     policy: SpeedPolicy,
-    second_batch: Callable[[], SpeedupEstimate],
+    second_batch: Callable[[], tuple[SpeedupEstimate, Verdict]],
 ) -> SpeedOutcome:
-    """A regression only when the whole interval lies below the line and a second independent batch
-    of rounds agrees; a straddling interval is extended, then inconclusive.
+    """A regression only when the interval at a look lies wholly below the line and a second,
+    independent batch, judged alike, agrees; an interval that straddles the line at every look is
+    inconclusive. A run its own batches pass fails where it lies, with the runs its history held back
+    before it, below the line together (``SpeedupCheck.held_back``).
 
-    An interval wholly on one side of the line is a verdict at any width, so a judged figure takes its
-    first batch's rounds and no more (tightening it costs time on cells that pass: docs/design.md).
-    Without a baseline, and in a recording
-    (`policy.tighten_judged`), whose interval becomes the stored noise, rounds are added until the
-    interval is half as wide as the cell's own tolerance: a cell whose runs spread further needs no
-    tighter interval than its line allows."""
+    Without a baseline, and in a recording (`policy.tighten_judged`), whose interval becomes the stored
+    noise, rounds are added until the interval is half as wide as the cell's own tolerance: a cell whose
+    runs spread further needs no tighter interval than its line allows."""
     rounds = policy.rounds
-    if check is not None:
-        rounds = replace(rounds, target_half_width=max(rounds.target_half_width, check.tolerance / 2))
-        if not policy.tighten_judged:
-            rounds = replace(rounds, max_rounds=rounds.min_rounds)
-    est = extend_until_tight(first, rounds)
     if check is None:
+        est = extend_until_tight(first, rounds)
         return SpeedOutcome(est, Verdict.NO_BASELINE, None, f"speedup {est}; no baseline for this GPU")
-    verdict = check.classify(est)
-    if verdict is Verdict.INCONCLUSIVE:
-        est = extend_while_straddling(first, check, policy)
+    if policy.tighten_judged:
+        est = extend_until_tight(first, replace(rounds, target_half_width=max(rounds.target_half_width,
+                                                                                check.tolerance / 2)))
         verdict = check.classify(est)
+    else:
+        est, verdict = decide(first, check, policy)
     confirmation = None
     if verdict is Verdict.REGRESSION:
-        confirmation = second_batch()
-        again = check.classify(confirmation)
-        if again is not Verdict.REGRESSION:  # two batches disagree: not a confirmed regression
+        confirmation, again = second_batch()
+        if again is not Verdict.REGRESSION:  # two batches disagree: not confirmed
             verdict = Verdict.INCONCLUSIVE
     message = check.describe(est)
     if confirmation is not None:
         message += f"; confirming batch {confirmation}"
+    together = check.held_back(est.speedup, check.tolerance) if check.held_back and verdict is not Verdict.REGRESSION else None
+    if together:
+        verdict, message = Verdict.REGRESSION, f"{message}; {together}"
     return SpeedOutcome(est, verdict, confirmation, message)
 
 
@@ -121,13 +147,11 @@ class TimedFigure:
         self.extra.append(self.make_timer())
         return extend_until_tight(self.extra[-1], rounds)
 
-    def confirming(self, check: SpeedupCheck, policy: SpeedPolicy) -> SpeedupEstimate:
-        """A confirming batch, judged as the first one is: extended while its interval straddles the
-        line and more rounds could take it off (a batch cut short on the line confirms nothing either way)."""
-        est = self.again(policy.rounds)
-        if check.classify(est) is Verdict.INCONCLUSIVE:
-            est = extend_while_straddling(self.extra[-1], check, policy)
-        return est
+    def confirming(self, check: SpeedupCheck, policy: SpeedPolicy) -> tuple[SpeedupEstimate, Verdict]:
+        """A confirming batch, judged as the first one is: looked at until it leaves the line or its
+        rounds run out (a batch cut short on the line confirms nothing either way)."""
+        self.extra.append(self.make_timer())
+        return decide(self.extra[-1], check, policy)
 
     def recording(self, policy: SpeedPolicy, previous: float | None,
                   comparable: bool) -> tuple[SpeedupEstimate, float]:

@@ -11,7 +11,7 @@ fields and what a recording stores of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ampbench import progress
@@ -107,9 +107,13 @@ class Ratio:
         return cls(kind, figure, over_label, timing.method if timing else None, timing.fallback if timing else None,
                    pair=(over, side), timing=timing)
 
-    def hold(self, model: str, mode: str, entry: FlatEntry | None, floor: float) -> "Ratio":
-        """Build its check against `entry` (the cell's baseline entry) under the user's `floor`."""
+    def hold(self, model: str, mode: str, entry: FlatEntry | None, floor: float,
+             held_back: Callable[[str], Callable[[float, float], str | None]] | None = None) -> "Ratio":
+        """Build its check against `entry` (the cell's baseline entry) under the user's `floor`; where a
+        history judges it, `held_back` (by prefix) says what fails a run with the runs it held back."""
         self.check, self.why_unchecked = ratio_check(self, model, mode, entry, floor)
+        if self.check is not None and held_back is not None:
+            self.check = replace(self.check, held_back=held_back(self.kind.prefix))
         return self
 
     def time(self, policy: sides.SpeedPolicy, gated: bool) -> "Ratio":

@@ -35,6 +35,8 @@ class SpeedPolicy:
     rounds: RoundsPolicy  # rounds of the first (and of a confirming) batch
     record_rounds: RoundsPolicy  # rounds of the extra batch that measures noise when recording a baseline
     extend_to: int  # rounds a straddling interval may grow to before it is called inconclusive
+    first_look: int = 5  # rounds of a judged figure's first look (``sequential.schedule``)
+    decide_seconds: float = 20.0  # and seconds of looks, per batch, after which it is inconclusive
     # coverage of the interval of a figure that is reported but does not gate the cell (``first_look``)
     look_confidence: float = LOOK_CONFIDENCE
     # rounds added to a judged figure until its interval is tight (`rounds`' target), where off only a
@@ -48,6 +50,8 @@ DEFAULT_BLOCK_SECONDS = options.DEFAULT_BLOCK_SECONDS
 # A recording's first batch has at least this many rounds: its interval sets the recorded noise, and
 # with 8 rounds that interval is [min, max], which one stray round would set
 RECORDING_MIN_ROUNDS = 12
+# the fewest rounds of a fixed-size 99% interval: a figure without a baseline takes this many at least
+FIXED_MIN_ROUNDS = 8
 # Eager steps profiled once per side for its kernel list and device-busy time: at most this many, and no
 # more than fit in one timed block (one step of a 0.1-0.2 s fp32 step holds every kernel of the step).
 PROFILE_STEPS = 3
@@ -61,9 +65,10 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
         # a 99% interval, one batch, no extension, and blocks of a few steps of the tiny smoke shapes
         # (the blocks' length was most of a small model's cell)
         smoke = RoundsPolicy(8, 8, 1.0, 5.0)
-        return SpeedPolicy(2, 0.0, 0.002, smoke, smoke, 8, look_confidence=look)
-    if recording:
-        min_rounds = max(min_rounds, RECORDING_MIN_ROUNDS)
+        return SpeedPolicy(2, 0.0, 0.002, smoke, smoke, 8, first_look=min(min_rounds, 8), look_confidence=look)
+    first_look = min_rounds
+    # a figure without a baseline, and a recording, keep a fixed-size interval of at least 99%
+    min_rounds = max(min_rounds, RECORDING_MIN_ROUNDS if recording else FIXED_MIN_ROUNDS)
     # each side's block is ~0.1 s by default, past an idle GPU's ramp (docs/design.md); fp32 steps are
     # longer than that, so their blocks are one step.
     return SpeedPolicy(
@@ -77,6 +82,7 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
         # the fewest rounds for a 99% interval: the noise it yields is, if anything, too high
         record_rounds=RoundsPolicy(8, 8, 1.0, 8.0),
         extend_to=max(48, min_rounds),
+        first_look=first_look,
         look_confidence=look,
         tighten_judged=recording,
     )

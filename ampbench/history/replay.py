@@ -1,0 +1,355 @@
+"""The history's replay of one series: which runs count towards the cell's level and noise, which are held
+back as suspect and why, and whether the held-back runs show that the level moved.
+
+The runs are taken in order, each held against the model (``model.fit``) of the runs counted before it,
+on its own card:
+- a run whose verdict failed never counts (unless accepted): a regression not accepted stays one;
+- a run is suspect where it lies below its card's level by more than noise says (t(dof) at
+  SUSPECT_SHARE, one-sided, times its predictive sd), where it is an inconclusive run below its level,
+  or where it lies below its level and, with the runs held back before it, below the level together
+  (GROUP_SHARE, one-sided): a suspect run enters neither the level nor the noise;
+- a suspect run is cleared, and counts from then on, once CLEAR_AFTER later runs have come and the runs
+  from it on no longer lie together below the level: the level did not move;
+- an accepted change restarts the level at its run; what was held back before it stays out.
+
+So a step that the gate sees never teaches the history its new level, whether its runs fail, straddle
+the line or pass narrowly below the level: they wait, and either later runs clear them or someone
+accepts the change. The held-back runs that stay so are what a moved level looks like: the first from
+which the runs lie together below the level, two runs or more, is where the gate saw the level move
+(``moved_from``), and ``changes`` reports it there whatever ruptures finds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Hashable
+
+from ampbench.baselines.spread import Prior
+from ampbench.history.model import Fit, Moments, Prediction, fit
+from ampbench.history.series import Point, Series
+
+# the share of clean runs held back as suspect of a drop by their own value, and of a rise (a stray, an
+# improvement): they wait for CLEAR_AFTER more runs. The drop's side is the looser: a step near the
+# tolerance lies 3-4 sds below the level, and a run of it let in pulls the level down and the noise up
+SUSPECT_SHARE, ABOVE_SHARE = 0.05, 0.01
+# until a cell's noise is learned, a run this far below its level is suspect: half the unlearned tolerance
+YOUNG_LIMIT = 0.015
+# runs that lie together below their level with less chance than this by noise alone have moved
+GROUP_SHARE = 0.005
+CLEAR_AFTER = 2
+# a drop the held-back runs show passes only where they show it within the tolerance at this confidence
+WITHIN_SHARE = 0.1
+# a run fails with the held-back runs only where it lies beyond its noise by itself (this one-sided share),
+# one of them does too, and together they lie below the level with less chance than FAIL_SHARE: the
+# verdict's own false alarms are 1 in 1,000 runs, and the group's add a fraction of that
+FAIL_RUN_SHARE, FAIL_SHARE = 0.01, 0.001
+INCONCLUSIVE = "inconclusive"
+
+COUNTED, ACCEPTED, SUSPECT, FAILED, EXCLUDED = "counted", "accepted", "suspect", "failed", "excluded"
+
+
+@lru_cache(maxsize=512)
+def t_quantile(share: float, dof: int) -> float:
+    """The one-sided quantile of Student's t that `share` of values lie beyond."""
+    from scipy.stats import t  # scipy is slow to import; only a learned history needs it
+
+    return float(t.ppf(1.0 - share, dof))
+
+
+@dataclass
+class Status:
+    """What the replay made of one run of the series."""
+
+    index: int
+    segment: int  # the level segment it lies in (accepted changes cut them)
+    state: str  # COUNTED, ACCEPTED, SUSPECT, FAILED or EXCLUDED
+    reason: str  # why, in words
+    deviation: float | None = None  # ln(value / its card's level) when it came; None while learning
+    sd: float | None = None  # the predictive sd it was held against
+    alone: bool = False  # held back by itself (its verdict, or its value beyond its noise), not by others
+
+    @property
+    def counts(self) -> bool:
+        return self.state in (COUNTED, ACCEPTED)
+
+    @property
+    def held_back(self) -> bool:
+        return self.state in (SUSPECT, FAILED)
+
+
+@dataclass(frozen=True)
+class GroupFailure:
+    """A run that fails with the runs held back before it: together they lie below the line."""
+
+    runs: tuple[int, ...]  # indices of the held-back runs, then the new one (-1)
+    drop: float  # their mean relative drop against the level (negative)
+    line: float  # the relative drop the tolerance allows (negative)
+
+    def describe(self, points: list[Point]) -> str:
+        held = [points[i].run_id for i in self.runs if i >= 0]
+        return (f"with the {len(held)} run{'s' * (len(held) != 1)} held back before it ({', '.join(held)}) it lies "
+                f"{self.drop:+.2%} below the level, a drop not shown within the tolerance ({self.line:+.2%}): "
+                "the level moved")
+
+
+class Replay:
+    """The series' runs replayed in order (``feed``); `prior` a baseline file's spread of other runs."""
+
+    def __init__(self, series: Series, prior: Prior | None = None):
+        self.series = series  # its name and figure; `points` grows as runs are fed
+        self.prior = prior
+        self.points: list[Point] = []
+        self.statuses: list[Status] = []
+        self.segment = 0
+        self.pending: list[int] = []  # held-back runs of the current segment, not cleared
+        self._logs: list[float] = []
+        self._shift: float | None = None
+        self._groups: dict[tuple[int, Hashable], Moments] = {}
+        self._fit: Fit | None = None
+        for point in series.points:
+            self.feed(point)
+
+    # -- the model of the runs counted so far ------------------------------------------------------------
+
+    @property
+    def model(self) -> Fit:
+        if self._fit is None:
+            self._fit = fit(self._groups, self.segment, self.prior)
+        return self._fit
+
+    def predict(self, card: Hashable) -> Prediction | None:
+        """The model's prediction for a new run on `card` (levels shifted; ``level`` gives ln)."""
+        return self.model.predict(card)
+
+    def level(self, card: Hashable) -> float | None:
+        """ln of `card`'s level in the current segment; None while it is learning."""
+        pred = self.model.predict(card)
+        return None if pred is None else pred.level + self._shift
+
+    def deviation(self, index: int) -> float | None:
+        """ln(value / its card's level) of run `index`, against the model as it stands now."""
+        level = self.level(self.points[index].card)
+        return None if level is None else self._logs[index] - level
+
+    def _count(self, index: int) -> None:
+        key = (self.statuses[index].segment, self.points[index].card)
+        self._groups.setdefault(key, Moments()).add(self._logs[index] - self._shift)
+        self._fit = None
+
+    # -- feeding runs -----------------------------------------------------------------------------------
+
+    def feed(self, point: Point) -> Status:
+        """Take the next run of the series."""
+        index = len(self.statuses)
+        self.points.append(point)
+        value = point.value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{self.series.name}: run {point.run_id}: value {value!r} is not a finite positive figure")
+        y = math.log(value)
+        self._logs.append(y)
+        if self._shift is None:
+            self._shift = y
+        if point.restart:
+            if any(s.state != EXCLUDED for s in self.statuses) or point.excluded or not point.counts:
+                self.segment += 1
+            self.pending = []
+            self._fit = None
+        if point.excluded or (point.restart and not point.counts):
+            return self._add(Status(index, self.segment, EXCLUDED, "a smoke run or slowed on purpose: no sample"))
+        if point.restart:
+            status = self._add(Status(index, self.segment, ACCEPTED, "an accepted change: the level restarts here"))
+            self._count(index)
+            return status
+        status = self.preview(point.value, point.card, point.verdict, point.counts, index)
+        self._add(status)
+        if status.counts:
+            self._count(index)
+        else:
+            self.pending.append(index)
+        self._clear()
+        return status
+
+    def _add(self, status: Status) -> Status:
+        self.statuses.append(status)
+        return status
+
+    def preview(self, value: float, card: Hashable, verdict: str | None = None, counts: bool = True,
+                index: int = -1) -> Status:
+        """What a new run of `value` on `card` (its figure's `verdict`; `counts`: its verdict did not
+        fail) would be, held against the runs so far; nothing is changed."""
+        y = math.log(value)
+        pred = self.predict(card)
+        deviation = None if pred is None else y - (pred.level + self._shift)
+        sd = None if pred is None else pred.sd
+        if not counts:
+            return Status(index, self.segment, FAILED, f"its verdict {verdict or 'failed'}", deviation, sd, True)
+        if deviation is None:
+            return Status(index, self.segment, COUNTED, "the first run of its level", None, sd)
+        reason, alone = self._suspicion(y, card, deviation, pred, verdict)
+        return Status(index, self.segment, SUSPECT if reason else COUNTED, reason or "within its noise", deviation, sd,
+                      alone)
+
+    def _suspicion(self, y: float, card: Hashable, deviation: float, pred: Prediction,
+                   verdict: str | None) -> tuple[str | None, bool]:
+        """Why a run is suspect (None: it is not), and whether by itself rather than with others."""
+        if verdict == INCONCLUSIVE and deviation < 0:
+            return f"inconclusive, {deviation:+.2%} below its level", True
+        sd = pred.sd
+        if sd is None:
+            if deviation < -YOUNG_LIMIT:
+                return f"{deviation:+.2%} below its level, more than {YOUNG_LIMIT:.1%} before its noise is learned", True
+            return None, False
+        limit = t_quantile(SUSPECT_SHARE, pred.dof) * sd
+        if deviation < -limit:
+            return f"{deviation:+.2%} below its level, {-deviation / sd:.1f} sd (more than {limit / sd:.1f})", True
+        above = t_quantile(ABOVE_SHARE, pred.dof) * sd
+        if deviation > above:  # a stray, or an improvement: it waits, as a drop does, before it moves the noise
+            return f"{deviation:+.2%} above its level, {deviation / sd:.1f} sd (more than {above / sd:.1f})", True
+        if self._joins_held_back(deviation) and self._below(self._held_below(), (y, card)):
+            first = self.points[self.pending[0]].run_id
+            return (f"{deviation:+.2%} below its level, nearer the runs held back since {first} than the level, "
+                    "and below it with them"), False
+        return None, False
+
+    def _held_below(self) -> list[int]:
+        """The held-back runs that lie below their level (failed, or suspect of a drop)."""
+        return [i for i in self.pending if self.statuses[i].state == FAILED or (self.deviation(i) or 0.0) < 0]
+
+    def _joins_held_back(self, deviation: float) -> bool:
+        """Whether a run `deviation` from its level lies nearer the held-back runs' mean deviation than
+        the level: one far beyond it (a failed run 10% down) says nothing of a run within its noise."""
+        devs = [d for d in (self.deviation(i) for i in self._held_below()) if d is not None]
+        return bool(devs) and deviation < 0 and deviation < sum(devs) / len(devs) / 2
+
+    def _group(self, members: list[int], extra: tuple[float, Hashable] | None = None) -> tuple[float, float, int] | None:
+        """(mean deviation from their levels, its sd, degrees of freedom) of runs `members` and `extra` (a
+        new run's ln value and card); None where a level or the noise is not known."""
+        runs = [(self._logs[i], self.points[i].card) for i in members] + ([extra] if extra is not None else [])
+        preds = [self.predict(card) for _, card in runs]
+        if not preds or any(p is None or p.sd is None for p in preds):
+            return None
+        mean = sum(y - p.level - self._shift for (y, _), p in zip(runs, preds)) / len(runs)
+        errors = sum(p.sd ** 2 - p.noise_sd ** 2 for p in preds) / len(preds)
+        noise = sum(p.noise_sd ** 2 for p in preds) / len(preds)
+        return mean, math.sqrt(max(0.0, errors) + noise / len(runs)), min(p.dof for p in preds)
+
+    def _below(self, members: list[int], extra: tuple[float, Hashable] | None = None, side: float = -1.0) -> bool:
+        """Whether runs `members` (and `extra`) lie together below their levels (`side` -1; above: +1) by
+        more than noise allows (GROUP_SHARE)."""
+        group = self._group(members, extra)
+        if group is None:
+            return False
+        mean, sd, dof = group
+        return side * mean > t_quantile(GROUP_SHARE, dof) * sd
+
+    def _members(self, start: int) -> list[int]:
+        """The runs of the current segment from `start` on that are samples of the cell."""
+        return [s.index for s in self.statuses[start:] if s.state != EXCLUDED and s.segment == self.segment]
+
+    def _clear(self) -> None:
+        """Clear each held-back suspect run whose later runs show the level did not move: from it on,
+        they lie together neither below nor above it."""
+        for index in list(self.pending):
+            status = self.statuses[index]
+            if status.state != SUSPECT:
+                continue
+            # a failed run vouches for no level: it is a verdict of its own
+            members = [i for i in self._members(index) if self.statuses[i].state != FAILED]
+            if len(members) < 1 + CLEAR_AFTER or self._below(members) or self._below(members, side=1.0):
+                continue
+            status.state = COUNTED
+            status.reason += f"; cleared by the {len(members) - 1} runs after it, which show the level held"
+            self.pending.remove(index)
+            self._count(index)
+
+    # -- what the held-back runs say --------------------------------------------------------------------
+
+    def moved_from(self) -> int | None:
+        """Where the gate saw the level move: the first held-back run from which the runs lie together
+        below the level, two or more, one of the held-back ones a failed verdict (a step the gate failed
+        and that persisted), and which itself lies nearer the held-back runs after it than the level (a
+        low run just before a step is no part of it). None where nothing moved."""
+        held = self._held_below()
+        for k, index in enumerate(held):
+            later = held[k + 1:]
+            if not any(self.statuses[i].state == FAILED for i in held[k:]):
+                break
+            members = self._members(index)
+            if len(members) < 2 or not self._below(members):
+                continue
+            devs = [d for d in (self.deviation(i) for i in later) if d is not None]
+            own = self.deviation(index)
+            if not devs or (own is not None and own < sum(devs) / len(devs) / 2):
+                return index
+        return None
+
+    def group_failure(self, value: float, card: Hashable, tolerance: float) -> GroupFailure | None:
+        """Whether a new run of `value` on `card`, itself suspect of a drop, fails with the held-back runs
+        before it: together they lie below the level by more than noise allows (the level moved), and
+        their drop is not shown smaller than `tolerance` (WITHIN_SHARE). A drop the runs have shown must
+        prove itself within the tolerance to pass, even where this run's own interval passes: a step at
+        the line would otherwise pass every other run."""
+        pred = self.predict(card)
+        held = self._held_below()
+        if not held or pred is None or pred.sd is None or not (value > 0):
+            return None
+        y = math.log(value)
+        deviation = y - pred.level - self._shift
+        if deviation >= -t_quantile(FAIL_RUN_SHARE, pred.dof) * pred.sd:
+            return None
+        if not any(self.statuses[i].alone for i in held) or not self._joins_held_back(deviation):
+            return None
+        group = self._group(held, (y, card))
+        if group is None:
+            return None
+        mean, sd, dof = group
+        if mean > -t_quantile(FAIL_SHARE, dof) * sd or mean - t_quantile(WITHIN_SHARE, dof) * sd > math.log(1 - tolerance):
+            return None
+        return GroupFailure((*held, -1), math.exp(mean) - 1.0, -tolerance)
+
+    def withhold_from(self, index: int, why: str) -> int:
+        """Hold back every counted run of the current segment from run `index` on (a change the history
+        found there that nobody accepted: what follows it is no sample of the level); how many."""
+        held = 0
+        for status in self.statuses[index:]:
+            if status.segment != self.segment or status.state != COUNTED:
+                continue
+            key = (status.segment, self.points[status.index].card)
+            self._groups[key].remove(self._logs[status.index] - self._shift)
+            status.state, status.reason = SUSPECT, why
+            held += 1
+        if held:
+            self.pending = sorted({*self.pending, *(s.index for s in self.statuses[index:] if s.state == SUSPECT
+                                                    and s.segment == self.segment)})
+            self._fit = None
+        return held
+
+    def card_offsets(self) -> dict[Hashable, float]:
+        """Each card's offset (ln) from the level of the segments it ran in, over the counted runs, pulled
+        toward 0 as the model pulls a card's level (tau^2 against sigma^2 / n): what to take out of a
+        run's value so that moving to another card is no step."""
+        model = self.model
+        if model.sigma_w is None or model.tau == 0.0:
+            return {}
+        means: dict[int, list[float]] = {}
+        for status in self.statuses:
+            if status.counts:
+                means.setdefault(status.segment, []).append(self._logs[status.index])
+        level = {seg: sum(ys) / len(ys) for seg, ys in means.items()}
+        residuals: dict[Hashable, list[float]] = {}
+        for status in self.statuses:
+            if status.counts:
+                residuals.setdefault(self.points[status.index].card, []).append(
+                    self._logs[status.index] - level[status.segment])
+        ratio = model.sigma_w ** 2 / model.tau ** 2
+        return {card: sum(r) / (len(r) + ratio) for card, r in residuals.items()}
+
+    def counted_runs(self) -> list[int]:
+        """The runs that count, in order."""
+        return [s.index for s in self.statuses if s.counts]
+
+    def as_series(self) -> Series:
+        """The runs fed so far, as a series."""
+        return Series(self.series.gpu, self.series.test_id, self.series.figure, tuple(self.points))
