@@ -163,3 +163,16 @@ def test_the_slowed_cells_and_only_they_move_beyond_their_tolerance_in_both_dash
     moved = {name for name, measures in new.items()
              if measures["device-speedup"]["value"] < prev[name]["device-speedup"]["value"] * (1 - tolerance[name])}
     assert moved == set(SLOWED)
+
+
+def test_the_example_dashboard_workflow_exports_a_format_and_charts_the_gpu_workflows_run():
+    root = DATA.parents[1] / "examples"
+    workflow, gpu = (root / "github-actions-dashboard.yml").read_text(), (root / "github-actions-gpu.yml").read_text()
+    command = next(line.strip() for line in workflow.splitlines() if line.strip().startswith("ampbench export"))
+    args = command.split()[1:]
+    assert args[args.index("--format") + 1] == "github" and "tool: customBiggerIsBetter" in workflow
+    artifact = workflow.split("--name ")[1].split()[0]
+    assert f"name: {artifact}\n" in gpu and "out.json" in gpu  # the artifact the GPU workflow uploads
+    from ampbench.cli_args import build_parser
+    parsed = build_parser().parse_args(args)
+    assert parsed.command == "export" and parsed.format == "github"
