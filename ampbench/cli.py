@@ -15,6 +15,7 @@ from ampbench.baselines.store import BaselineError, latest_entries, load_documen
 from ampbench.outputs import write_atomic, write_text_atomic
 from ampbench.cli_args import build_parser
 from ampbench.compare import CompareError, compare_runs, format_text
+from ampbench.export import cli as export_cli
 from ampbench.history import cli as history_cli
 from ampbench.history.connect import HistoryError
 from ampbench.report import Run, RunError, build_report, failed_tests, load_run, render_comparison_markdown, write_report
@@ -256,7 +257,7 @@ def _list(args: argparse.Namespace) -> int:
 
 COMMANDS = {"list": _list, "report": _report, "compare": _compare, "spread": _spread, "fidelity": _fidelity,
             "fp8-width": _fp8_width, "baselines": lambda args: BASELINE_ACTIONS[args.baselines_command](args),
-            "history": history_cli.run}
+            "history": history_cli.run, "export": export_cli.command}
 BASELINE_ACTIONS = {"show": _baselines_show, "merge": _baselines_merge, "export": history_cli.export}
 
 

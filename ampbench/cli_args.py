@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from ampbench.compare import DEFAULT_ACCURACY_TOLERANCE, DEFAULT_MEMORY_TOLERANCE, DEFAULT_TOLERANCE
+from ampbench.export import cli as export_cli
 from ampbench.history import cli as history_cli
 
 
@@ -233,4 +234,5 @@ def build_parser() -> argparse.ArgumentParser:
     fw.add_argument("--json", type=Path, default=None, metavar="PATH",
                     help="also write every width's figures and the crossover to PATH (default: none)")
     history_cli.add_parser(sub)
+    export_cli.add_parser(sub)
     return parser

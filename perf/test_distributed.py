@@ -27,7 +27,7 @@ import pytest
 
 from ampbench.plugin import session
 import models
-from perf.outcome import conclude
+from perf.outcome import STEP_TIMES, conclude, record_step_times
 from ampbench.speed import sides
 from ampbench.device import cell_unsupported_reason
 from ampbench.distributed import judging
@@ -115,7 +115,6 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     what = f"{model} {mode_name} {comm} (x{nproc})"
     identity = DistributedRecord(model=model, mode=mode_name, device=str(perf_device), comm=comm, world_size=nproc)
     record_result(identity, identity=True)
-    benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # the cell is timed in the launch
 
     result, out = _shared_launch(request, _launches, settings, nproc, model, mode_name, comm)
     docs = _rank_docs(out, comm, nproc)
@@ -146,9 +145,12 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
                                    note=STRATEGIES[get_comm(comm).strategy].host_bound_note)
 
     problems = _problems(docs)
-    record_result(_record(identity, figs, docs, checks, settings, result, verdict=verdict, message=message,
-                          weights_moved=all(d["weights_moved"] for d in docs), gated=list(gates),
-                          **judging.device_record_fields(figs, checks, verdicts, docs)))
+    record = _record(identity, figs, docs, checks, settings, result, verdict=verdict, message=message,
+                     weights_moved=all(d["weights_moved"] for d in docs), gated=list(gates),
+                     **judging.device_record_fields(figs, checks, verdicts, docs))
+    record_result(record)
+    # pytest-benchmark's figures: the mode's time per step in each round, on the device where measured
+    record_step_times(benchmark, [ms / 1e3 for ms in record.device_round_ms or record.round_ms or ()])
     if settings.update_baselines and store is not None and not problems:
         _record_baseline(store, test_id, figs, docs, settings, software, previous=baseline)
 
@@ -239,6 +241,7 @@ def _record_baseline(store, test_id: str, figs: DistFigures, docs: list[dict], s
 
 
 @pytest.mark.strategy("ddp")
+@pytest.mark.benchmark(group="distributed", **STEP_TIMES)
 def test_ddp_speed(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
                    distributed_baseline_store, software, _launches):
     """A mode under DDP with this comm variant against fp32 under DDP with fp32 all-reduce."""
@@ -247,6 +250,7 @@ def test_ddp_speed(request, benchmark, record_result, dist_cell, perf_settings, 
 
 
 @pytest.mark.strategy("fsdp2")
+@pytest.mark.benchmark(group="distributed", **STEP_TIMES)
 def test_fsdp2_speed(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
                      distributed_baseline_store, software, _launches):
     """A mode under FSDP2 with this mixed-precision policy against fp32 under FSDP2 without one."""

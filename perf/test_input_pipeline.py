@@ -45,7 +45,8 @@ def _pipeline_datasets() -> dict:
 # where --perf-models names it; the quick tier leaves out fp32 and TF32 (the rows' full_tier_only): the
 # slowest consumers of a loader, they are never the ones it fails to feed
 @pytest.mark.cells(kind="input_pipeline", tiered=True, modes_tiered=True)
-def test_input_pipeline(benchmark, record_result, model_spec, mode, perf_settings, perf_device, _pipeline_datasets, fail_on_oom):
+@pytest.mark.benchmark(group="input pipeline")  # no timing: its figures are rates of a loader-fed step
+def test_input_pipeline(record_result, model_spec, mode, perf_settings, perf_device, _pipeline_datasets, fail_on_oom):
     settings = perf_settings
     smoke = settings.smoke
     config = _pipeline_config(model_spec, smoke)
@@ -58,16 +59,10 @@ def test_input_pipeline(benchmark, record_result, model_spec, mode, perf_setting
     steps, warmup = (4, 2) if smoke else (30, 10)
     workers = settings.loader_workers
 
-    holder: dict = {}
-
-    def run() -> None:
-        holder["r"] = pipeline.measure_input_pipeline(
-            model_spec, mode, perf_device, config=config, dataset=dataset, data_name=data_name,
-            batch_size=batch, steps=steps, warmup=warmup, workers=workers, pin_memory=settings.pin_memory, seed=SEED)
-
-    fail_on_oom(lambda: benchmark.pedantic(run, rounds=1, iterations=1, warmup_rounds=0),
-                f"{model_spec.name} {mode.name}", batch)
-    result: pipeline.PipelineResult = holder["r"]
+    result: pipeline.PipelineResult = fail_on_oom(lambda: pipeline.measure_input_pipeline(
+        model_spec, mode, perf_device, config=config, dataset=dataset, data_name=data_name,
+        batch_size=batch, steps=steps, warmup=warmup, workers=workers, pin_memory=settings.pin_memory, seed=SEED),
+        f"{model_spec.name} {mode.name}", batch)
     release(perf_device)
 
     record_result(result.record(str(perf_device)))

@@ -508,7 +508,8 @@ def test_html_from_hostile_json_holds_only_the_templates_markup(tmp_path):
                     "span", "b", "ul", "li", "table", "thead", "tbody", "tr", "th", "td", "details", "summary",
                     "figure", "img", "figcaption", "footer"}
     allowed_classes = {"sub", "software", "chips", "chip", "kind", "msg", "reference", "v", "flag", "note", "wide",
-                       "matrix", "iv", "method", "changes", *VERDICT_CLASSES.values(), "v-other"}
+                       "matrix", "iv", "method", "changes", "look", "look-detail", "kernel", "kernels",
+                       *VERDICT_CLASSES.values(), "v-other"}
     for tag, attrs in page.tags:
         assert tag in allowed_tags, tag
         for name, value in attrs:

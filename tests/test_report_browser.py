@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from ampbench.report import MODE_COLORS, build_report, load_run
+from ampbench.report.needs_look import needs_a_look
 from ampbench.report.speed_cells import DEVICE, WALL, has_figure, matrix
 
 pytestmark = pytest.mark.browser
@@ -50,6 +51,15 @@ window.addEventListener("load", function () {
     }));
   });
   document.querySelectorAll("h2").forEach(function (h) { probe.headings.push(h.innerText); });
+  probe.look = Array.from(document.querySelectorAll("ul.look > li"), function (li) {
+    var summary = li.querySelector("summary"), detail = li.querySelector(".look-detail");
+    return {summary: summary.innerText, height: summary.getBoundingClientRect().height,
+            lineHeight: parseFloat(getComputedStyle(summary).lineHeight), open: li.querySelector("details").open,
+            detailShown: detail ? detail.checkVisibility() : null,
+            kernelRows: li.querySelectorAll("table.kernels tbody tr").length};
+  });
+  var look = document.querySelector("ul.look");
+  probe.lookHeight = look ? look.getBoundingClientRect().height : 0;
   probe.chips = Array.from(document.querySelectorAll(".chip"), function (chip) {
     var style = getComputedStyle(chip);
     return {text: chip.innerText, color: style.color, background: style.backgroundColor};
@@ -222,6 +232,42 @@ def test_a_blank_or_broken_page_is_told_apart(tmp_path):
     problems = page_problems(probe(broken, tmp_path), sum(name.endswith(".png") for name in files))
     chips = [p for p in problems if "own background colour" in p]
     assert "did not decode" in problems[0] and chips and len(problems) == 1 + len(chips), problems
+
+
+def _stalled_run(tmp: Path) -> Path:
+    """The H100 run with ten cells failing as a GPU stall fails them: each with the real regression's
+    message, kernel changes and kernel list (500-1,900 characters of cuDNN and CUTLASS names)."""
+    doc = json.loads((DATA / RUNS[0]).read_text())
+    failed = next(b["extra_info"] for b in doc["benchmarks"] if b["extra_info"].get("verdict") == "regression")
+    for bench in doc["benchmarks"][:10]:
+        for key in ("verdict", "device_verdict", "message", "kernel_changes", "kernels"):
+            bench["extra_info"][key] = failed[key]
+    path = tmp / "stalled.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_needs_a_look_is_one_line_per_cell_with_the_details_folded(tmp_path):
+    """A run of ten failing cells: "Needs a look" shows each in one line (its figure, change, line and the
+    kernel that moved most by a short name), its message and kernel table folded until opened."""
+    _chromium()
+    run = load_run(_stalled_run(tmp_path))
+    flagged = needs_a_look(run)
+    folder = tmp_path / "report"
+    folder.mkdir()
+    for name, data in build_report(run).items():
+        (folder / name).write_bytes(data)
+    found = probe(folder / "index.html", tmp_path)
+    assert len(found["look"]) == len(flagged) >= 10, found["look"]
+    for line, f in zip(found["look"], flagged):
+        assert line["height"] <= 1.5 * line["lineHeight"], f"{f.cell.test_id}: its line takes {line['height']:.0f} px: {line['summary']!r}"
+        assert not line["open"] and line["detailShown"] is False, line  # folded: the details not shown
+        assert f.figure in line["summary"] and f.kernel.short in line["summary"] and "<" not in line["summary"], line
+        assert len(line["summary"]) < 250 and line["kernelRows"] == len(f.kernels) > 0, line
+    # the section is as tall as its lines: a wall of messages would be ten times taller
+    assert found["lookHeight"] <= len(flagged) * 2 * found["look"][0]["lineHeight"], found["lookHeight"]
+    png = screenshot(folder / "index.html", tmp_path)
+    assert not screenshot_problems(png), screenshot_problems(png)
 
 
 def test_the_trend_charts_load_in_chromium(tmp_path):

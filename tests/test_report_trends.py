@@ -154,3 +154,41 @@ def test_without_history_the_report_has_no_trends(tmp_path):
     files = build_report(load_run(RUN))
     assert not any(name.startswith("trend-") for name in files)
     assert b"<h2>Trends</h2>" not in files["index.html"] and b"Tolerance learned" not in files["summary.md"]
+
+
+def _axis_labels(cell) -> list[str]:
+    fig = trend_figure(cell)
+    try:
+        fig.canvas.draw()
+        return [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("label_of, expected", [
+    (lambda i: f"{'0123456789abcdef'[i] * 40}", lambda i: "0123456789abcdef"[i] * 10),  # a commit each: its first 10
+    (lambda i: "nightly", lambda i: f"{9 + i:02d}:00"),  # one label for all: the time of day
+    (lambda i: None, lambda i: f"{9 + i:02d}:00"),
+])
+def test_trend_points_of_one_day_are_named_by_run_not_by_the_day(tmp_path, label_of, expected):
+    """Five runs an hour apart on one day: each point is named by its --perf-label where every run has
+    its own, else by its time of day; never the same date under every point."""
+    history = open_history(f"sqlite:///{tmp_path / 'h.sqlite'}")
+    for i in range(5):
+        history.append(speed_run(f"r{i}", [speed_record("gpt", "amp_bf16", 5.6 + i / 100)], at=9 + i,
+                                 label=label_of(i)))
+    trends = read_trends(history, load_run(RUN))
+    (cell,) = trends.cells
+    assert cell.labels == tuple(expected(i) for i in range(5))
+    shown = _axis_labels(cell)
+    assert shown and set(shown) <= set(cell.labels) and len(set(shown)) == len(shown), shown
+
+
+def test_trend_points_over_several_days_carry_the_date_and_the_time(tmp_path):
+    history = open_history(f"sqlite:///{tmp_path / 'h.sqlite'}")
+    for i in range(3):
+        history.append(speed_run(f"r{i}", [speed_record("gpt", "amp_bf16", 5.6)], at=30 * i))
+    (cell,) = read_trends(history, load_run(RUN)).cells
+    assert cell.labels == ("01-01 00:00", "01-02 06:00", "01-03 12:00")

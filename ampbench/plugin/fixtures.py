@@ -51,7 +51,9 @@ def record_result(request: pytest.FixtureRequest, benchmark):
     keeps) and to the terminal summary; ``identity=True`` writes only what is set, before the cell
     measures, so that a cell failing later is still recognisable in the JSON."""
 
-    from ampbench.plugin import summary
+    from ampbench.plugin import entries, summary
+
+    entries.keep(request.config, request.node, benchmark.extra_info)
 
     def write(record: Record, *, identity: bool = False) -> None:
         benchmark.extra_info.update(record.to_info(only_set=identity))

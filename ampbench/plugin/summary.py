@@ -3,11 +3,9 @@
 ``ampbench.plugin.session`` as ``ampbench-summary`` where ampbench acts; ``-p no:ampbench-summary`` turns it off.
 
 It also trims pytest-benchmark's own table to the benchmarks whose figures are training-step times
-(speed cells, and the steps a memory cell times at its largest batch): a convergence run, a loader
-measurement, a distributed launch or a memory cell without a search, timed as one round, says nothing
-as a wall time. The JSON
-(``--benchmark-json``, ``--benchmark-save``) and ``--benchmark-compare-fail`` are untouched: the table is
-grouped after they are written and checked.
+(speed and distributed cells, and the steps a memory cell times at its largest batch), as
+``ampbench.plugin.entries`` trims the JSON: a test that hands pytest-benchmark a round of something else
+(a project's own cell of an untimed kind) says nothing as a wall time.
 
 Tests hand their records over with ``keep`` (the ``record_result`` fixture does), into ``config.stash``.
 """
@@ -29,9 +27,8 @@ from ampbench.results import (
     Record,
     SpeedRecord,
     Verdict,
-    record_type,
 )
-from ampbench.results.schema import KIND_KEY, SCHEMA_KEY
+from ampbench.results.run import timed_entry
 from ampbench.stats import SpeedupEstimate
 
 PLUGIN_NAME = "ampbench-summary"
@@ -217,11 +214,7 @@ class SummaryPlugin:
         """pytest-benchmark's table without the ampbench cells whose figures are no step times."""
         from pytest_benchmark.plugin import pytest_benchmark_group_stats as group_stats
 
-        def timed(bench: dict) -> bool:
-            info = bench.get("extra_info") or {}
-            return SCHEMA_KEY not in info or record_type(info.get(KIND_KEY)).times_steps(info)
-
-        return group_stats(config=config, benchmarks=[b for b in benchmarks if timed(b)], group_by=group_by)
+        return group_stats(config=config, benchmarks=[b for b in benchmarks if timed_entry(b)], group_by=group_by)
 
 
 def register(config: pytest.Config) -> None:

@@ -11,13 +11,13 @@ from ampbench.report.format import (
     NEEDS_A_LOOK,
     ROW_HEADERS,
     SMOKE_NOTE,
-    attention,
     device_noun,
     foreign_note,
     model_rows,
     verdict_counts,
 )
 from ampbench.report.junit import Run
+from ampbench.report.needs_look import Flagged, needs_a_look
 from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord
 from ampbench.report.speed_cells import (
     DEVICE,
@@ -252,6 +252,17 @@ def _template():
     return _template_cache[0]
 
 
+def _flagged(f: Flagged) -> dict:
+    """A line of "Needs a look": what decided the cell and the kernel that moved most, the details behind it."""
+    kernel = f.kernel
+    return {"verdict": _verdict_span(f.cell.verdict), "test_id": f.cell.test_id, "figure": f.figure,
+            "change": f.change, "line": f.line, "message": f.cell.message or "",
+            "summary": f.summary if f.figure is None else "",
+            "kernel": None if kernel is None else {"short": kernel.short, "name": kernel.name, "how": kernel.how,
+                                                   "change": f"{kernel.change_ms:+.3f} ms"},
+            "changes": f.kernel_changes, "kernels": [(name, f"{ms:.3f}") for name, ms in f.kernels]}
+
+
 def render_html(run: Run, charts: Sequence[Chart], comparison: "Comparison | None" = None,
                 compare_charts: Sequence[Chart] = (), failures: Sequence[tuple[str, str]] = (),
                 trends: "Trends | None" = None, trend_charts: Sequence[Chart] = ()) -> str:
@@ -271,8 +282,7 @@ def render_html(run: Run, charts: Sequence[Chart], comparison: "Comparison | Non
         foreign_note=foreign_note(run) if run.foreign else None,
         failures=list(failures),
         smoke_note=SMOKE_NOTE if run.smoke else None,
-        flagged=[{"verdict": _verdict_span(c.verdict), "test_id": c.test_id, "message": c.message or ""}
-                 for c in attention(run)],
+        flagged=[_flagged(f) for f in needs_a_look(run)],
         speed=_speed_context(run),
         comparison=_comparison_context(comparison, compare_charts) if comparison is not None else None,
         charts=[_figure(c) for c in charts],

@@ -9,13 +9,13 @@ from ampbench.report.format import (
     ROW_HEADERS,
     SMOKE_NOTE,
     SPEEDUP_NOTE,
-    attention,
     device_noun,
     foreign_note,
     model_rows,
     verdict_counts,
 )
 from ampbench.report.junit import Run
+from ampbench.report.needs_look import needs_a_look
 from ampbench.report.speed_cells import (
     DEVICE,
     WALL,
@@ -127,10 +127,10 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
         out.append("")
     if run.foreign:
         out += [f"> {foreign_note(run)}", ""]
-    flagged = attention(run)
+    flagged = needs_a_look(run)
     if flagged:
         out += ["### Needs a look", ""]
-        out += [f"- {verdict_label(c.verdict)} `{c.test_id}`: {_md_escape(c.message or '')}" for c in flagged]
+        out += [f"- {verdict_label(f.cell.verdict)} `{f.cell.test_id}`: {_md_escape(f.summary)}" for f in flagged]
         out.append("")
     headers, rows = speedup_matrix(run, device=True)
     if any(cell != DASH for row in rows for cell in row[1:]):

@@ -41,6 +41,7 @@ class TrendCell:
     learned: CellBaseline
     changes: tuple[Change, ...]
     software: tuple[tuple[int, str], ...]
+    labels: tuple[str, ...] = ()  # each point's name on the axis (``point_labels``); its date where empty
 
     @property
     def test_id(self) -> str:
@@ -85,6 +86,19 @@ def _annotations(series: Series, runs: dict[str, "RunSummary"]) -> tuple[tuple[i
     return tuple(notes)
 
 
+LABEL_CHARS = 10  # a --perf-label past this is cut (a commit's 40 hex digits: its first 10)
+
+
+def point_labels(series: Series, runs: dict[str, "RunSummary"]) -> tuple[str, ...]:
+    """Each point's name on the axis: its run's --perf-label where every run of the series has its own
+    (a commit), else its time: of day where the runs share a day, with the date where they span more."""
+    labels = [(runs[p.run_id].label or "") if p.run_id in runs else "" for p in series.points]
+    if all(labels) and len(set(labels)) == len(labels):
+        return tuple(label[:LABEL_CHARS] for label in labels)
+    one_day = len({p.when[:10] for p in series.points}) == 1
+    return tuple(p.when[11:16] if one_day else f"{_short_date(p.when)} {p.when[11:16]}".strip() for p in series.points)
+
+
 def run_cells(run: Run) -> list[str]:
     """The test ids of the run's speed cells with a device-time speedup, in the run's order."""
     return [c.test_id for c in run.of_kind(SpeedRecord) if c.device_speedup is not None]
@@ -102,7 +116,8 @@ def read_trends(history: "History", run: Run, gpu: str | None = None) -> Trends:
     for test_id in ids[:MAX_CELLS]:
         series = found[test_id]
         learned = learn(series)
-        cells.append(TrendCell(series, learned, tuple(find_changes(series, learned)), _annotations(series, runs)))
+        cells.append(TrendCell(series, learned, tuple(find_changes(series, learned)), _annotations(series, runs),
+                               point_labels(series, runs)))
     return Trends(history.name, gpu, tuple(cells), len(ids))
 
 
@@ -171,11 +186,11 @@ def _marks(ax, cell: TrendCell) -> None:
                     fontsize=6, color=SOFTWARE, rotation=90, va="bottom")
 
 
-def _axes(ax, series: Series) -> None:
+def _axes(ax, series: Series, labels: Sequence[str] = ()) -> None:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     n = len(series.points)
-    dates = [_short_date(p.when) for p in series.points]
+    dates = list(labels) if len(labels) == n else [_short_date(p.when) for p in series.points]
     ax.set_xlim(-0.7, n - 0.3)
     ax.xaxis.set_major_locator(MaxNLocator(nbins=8, integer=True))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: dates[int(x)] if 0 <= x < n and x == int(x) else ""))
@@ -196,7 +211,7 @@ def trend_figure(cell: TrendCell):
     _points(ax, cell.series)
     _levels(ax, cell)
     _marks(ax, cell)
-    _axes(ax, cell.series)
+    _axes(ax, cell.series, cell.labels)
     ax.set_title(cell.test_id, fontsize=8, loc="left")
     ax.legend(fontsize=6, loc="upper right", frameon=False, ncol=3)
     return fig

@@ -12,7 +12,7 @@ from ampbench.inputs import DuplicateKey, UnreadableFile, read_text, unique_keys
 from ampbench.modes import MODES
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
-from ampbench.results.schema import BENCHMARK, DOCUMENT, KIND_KEY, MACHINE, READABLE_SCHEMAS, SCHEMA_KEY, check
+from ampbench.results.schema import BENCHMARK, DOCUMENT, KIND_KEY, MACHINE, READABLE_SCHEMAS, SCHEMA_KEY, UNTIMED_KEY, check
 from ampbench.results.timed import DistributedRecord, SpeedRecord
 from ampbench.stats import finite_number
 
@@ -27,6 +27,19 @@ R = TypeVar("R", bound=Record)
 def record_type(kind: Any) -> type[Record]:
     """The record type of a cell's kind; OtherRecord for a kind this version does not know."""
     return _BY_KIND.get(kind, OtherRecord) if isinstance(kind, str) else OtherRecord
+
+
+def entry_group(kind: str, model: str | None) -> str:
+    """pytest-benchmark's group of a cell's entry: its kind and its model ("input pipeline: resnet50")."""
+    kind = kind.replace("_", " ")
+    return f"{kind}: {model}" if model else kind
+
+
+def timed_entry(bench: dict) -> bool:
+    """Whether pytest-benchmark's figures of a benchmarks entry are training-step times: any entry that
+    is no ampbench cell, and the cells whose kind times steps (``Record.times_steps``)."""
+    info = bench.get("extra_info") or {}
+    return SCHEMA_KEY not in info or record_type(info.get(KIND_KEY)).times_steps(info)
 
 
 class RunError(ValueError):
@@ -140,7 +153,7 @@ def _params(name: str) -> str:
     return name[name.find("[") + 1 : name.rfind("]")] if "[" in name and name.endswith("]") else ""
 
 
-def _split_id(name: str) -> tuple[str, str]:
+def split_id(name: str) -> tuple[str, str]:
     """'test_speed[wide_resnet28_10-amp_fp16]' -> ('wide_resnet28_10', 'amp_fp16'): model names and
     mode names hold underscores but no dashes, so the last dash separates them."""
     inside = _params(name)
@@ -164,17 +177,17 @@ def _numbered(record: Record) -> bool:
     return False
 
 
-def _repeat_problems(cells: list[Record], positions: list[int]) -> list[str]:
+def _repeat_problems(cells: list[Record], positions: list[str]) -> list[str]:
     """A run holds each test once, under the id its parameters make: a test id met twice (two runs in one
     file), or one pytest numbered because a model, mode or comm variant was named twice, matches no test
     of another run, and would be judged by whichever copy a reader met first or last."""
     problems = []
-    first: dict[str, int] = {}
-    for cell, i in zip(cells, positions):
+    first: dict[str, str] = {}
+    for cell, where in zip(cells, positions):
         if cell.test_id in first:
-            problems.append(f"benchmarks[{i}] repeats the test id {cell.test_id} of benchmarks[{first[cell.test_id]}]; "
+            problems.append(f"{where} repeats the test id {cell.test_id} of {first[cell.test_id]}; "
                             "a run holds each test once")
-        first.setdefault(cell.test_id, i)
+        first.setdefault(cell.test_id, where)
     numbered = [c.test_id for c in cells if _numbered(c)]
     if numbered:
         shown = ", ".join(numbered[:4]) + (f" and {len(numbered) - 4} more" if len(numbered) > 4 else "")
@@ -236,11 +249,12 @@ def parse_run(document: Any, path: Path | str) -> Run:
     machine = machine_info.get("ampbench") if isinstance(machine_info.get("ampbench"), dict) else {}
     _refuse(path, check(machine, MACHINE, "machine_info.ampbench"))
     cells: list[Record] = []
-    positions: list[int] = []  # of each cell in "benchmarks"
+    positions: list[str] = []  # where each cell is: "benchmarks[3]", "ampbench_untimed[0]"
     foreign: list[str] = []
     problems: list[str] = []  # of every cell, so one message lists what is wrong across the file
-    for i, bench in enumerate(document["benchmarks"]):
-        where = f"benchmarks[{i}]"
+    entries = [(f"benchmarks[{i}]", b) for i, b in enumerate(document["benchmarks"])]
+    entries += [(f"{UNTIMED_KEY}[{i}]", b) for i, b in enumerate(document.get(UNTIMED_KEY) or ())]
+    for where, bench in entries:
         if not isinstance(bench, dict):
             raise RunError(path, f"{where} is not an object; pytest-benchmark writes one per test")
         _refuse(path, check(bench, BENCHMARK, where))
@@ -263,10 +277,10 @@ def parse_run(document: Any, path: Path | str) -> Run:
             continue
         record = kind.from_info(info, name)
         if not record.model or not record.mode:
-            id_model, id_mode = _split_id(name)
+            id_model, id_mode = split_id(name)
             record = replace(record, model=record.model or id_model, mode=record.mode or id_mode)
         cells.append(record)
-        positions.append(i)
+        positions.append(where)
     _refuse(path, problems + _repeat_problems(cells, positions))
     if not cells and not machine:
         problem = (

@@ -94,9 +94,13 @@ VERDICT = Field("verdict")
 CONFIDENCE = Field("number", above=0, below=1)
 ACCURACY = Field("number", low=0, high=100)  # a fraction or a percentage, as the report reads it
 
+# the cells that time no training step, each an entry of "benchmarks" without stats, beside them
+# (``ampbench.plugin.entries``): readers of pytest-benchmark's format require stats of every benchmark
+UNTIMED_KEY = "ampbench_untimed"
 # the top level, as pytest-benchmark writes it
 DOCUMENT = {
     "benchmarks": Field("array", required=True),
+    UNTIMED_KEY: Field("array"),
     "machine_info": OBJECT,
     "commit_info": OBJECT,
     "datetime": STRING,

@@ -206,6 +206,7 @@ class DistributedRecord(Record):
     scaling efficiency against one GPU, and the share of communication."""
 
     KIND: ClassVar[str] = "distributed"
+    TIMED: ClassVar[bool] = True  # pytest-benchmark's figures: the mode's time per step in each round
     ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (
         ("speedup_low", "speedup", "speedup_high"),
         ("device_speedup_low", "device_speedup", "device_speedup_high"),

@@ -46,7 +46,8 @@ def _train(model_spec, mode, device, smoke, budget):
 
 # the zoo models that take images and train in seconds (ModelSpec.convergence), in the runs each names
 @pytest.mark.cells(kind="convergence")
-def test_convergence(benchmark, record_result, model_spec, mode, perf_settings, perf_device, baseline_store, software, _results,
+@pytest.mark.benchmark(group="convergence")  # no timing: its figure is an accuracy
+def test_convergence(record_result, model_spec, mode, perf_settings, perf_device, baseline_store, software, _results,
                      fail_on_oom):
     smoke = perf_settings.smoke
     test_id = f"test_convergence[{model_spec.name}-{mode.name}]"
@@ -65,11 +66,8 @@ def test_convergence(benchmark, record_result, model_spec, mode, perf_settings, 
         _remember(_results, ref_key, ref)
         release(perf_device)
 
-    holder: dict = {}
-    benchmark.pedantic(lambda: holder.update(r=fail_on_oom(lambda: _train(model_spec, mode, perf_device, smoke, budget),
-                                                           what, budget.batch_size)),
-                       rounds=1, iterations=1, warmup_rounds=0)
-    result: conv.ConvergenceResult = holder["r"]
+    result: conv.ConvergenceResult = fail_on_oom(lambda: _train(model_spec, mode, perf_device, smoke, budget),
+                                                 what, budget.batch_size)
     _remember(_results, (model_spec.name, mode.name, mode.compile), result)
     ref = ref if ref is not None else result
     release(perf_device)
@@ -87,13 +85,11 @@ def test_convergence(benchmark, record_result, model_spec, mode, perf_settings, 
     pytest.fail(cell.failure(), pytrace=False)
 
 
-def test_underflow_without_loss_scaling(benchmark, record_result, perf_device):
+@pytest.mark.benchmark(group="underflow")  # no timing: its figures are accuracies and underflow shares
+def test_underflow_without_loss_scaling(record_result, perf_device):
     """The same fp16 run twice, differing only in the loss scale: without one the gradients flush to
     zero and nothing is learned; with one (2^16) it learns what fp32 learns."""
-    holder: dict = {}
-    benchmark.pedantic(lambda: holder.update(r=underflow.underflow_demo(perf_device, seed=SEED)),
-                       rounds=1, iterations=1, warmup_rounds=0)
-    report: underflow.UnderflowReport = holder["r"]
+    report: underflow.UnderflowReport = underflow.underflow_demo(perf_device, seed=SEED)
     ref, bare, scaled = report.reference, report.unscaled, report.scaled
     summary = report.summary()
     record_result(report.record(str(perf_device)))

@@ -22,7 +22,7 @@ from ampbench.speed import cell as speed_cell
 from ampbench.speed.compiled import VersusSides, served
 from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, compiled, get_mode, label, versus_of
-from ampbench.suite.outcome import finish, record_step_times
+from ampbench.suite.outcome import STEP_TIMES, finish, record_step_times
 
 
 class InconclusiveSpeed(UserWarning):
@@ -79,6 +79,7 @@ def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> sid
 # the quick tier spends its time on the 16-bit modes; fp32 against fp32 (a control of the harness, its
 # speedup must be 1.0) and TF32 run in the full tier (the rows' full_tier_only)
 @pytest.mark.cells(modes_tiered=True)
+@pytest.mark.benchmark(group="speed", **STEP_TIMES)
 def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cell, reference, versus_sides, perf_settings,
                perf_device, baseline_store, software, peak_tflops, fail_on_oom):
     # compiled amp_bf16's own side is kept: the fp8 cells after it are timed against it

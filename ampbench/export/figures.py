@@ -1,0 +1,149 @@
+"""The gated figures of a run, one ``Figure`` per figure that holds a cell: each speedup that gates a speed
+or distributed cell with its interval, a compiled cell's ratio over its versus side, a memory cell's
+ratio to fp32 (and its largest batch's, where searched) and a convergence cell's accuracy against its
+reference. What a dashboard should chart: the figure the suite judges, not one side's time.
+
+A cell with no such figure (the input pipeline's rates, the underflow demonstration, a cell whose test
+failed before it measured) is named in ``Figures.left_out`` with the reason, never dropped silently.
+Runs written before a cell named the figures that gated it (``gated``) are read as their own verdicts
+were made: the device-time speedup where the cell measured one, else the wall-clock one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ampbench.results import (
+    ConvergenceRecord,
+    DistributedRecord,
+    MemoryRecord,
+    Record,
+    Run,
+    SpeedRecord,
+)
+from ampbench.results.run import entry_group
+from ampbench.stats import SpeedupEstimate
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One gated figure of one cell."""
+
+    test_id: str
+    group: str  # pytest-benchmark's group of the cell: "speed: gpt"
+    measure: str  # a slug: "device-speedup", "wall-speedup", "versus-speedup", "memory-ratio", ...
+    label: str  # for people: "device speedup", "speedup over amp_bf16 compiled"
+    value: float
+    low: float | None = None  # the interval's ends, where the figure has one
+    high: float | None = None
+    confidence: float | None = None
+    bigger_is_better: bool = True
+    unit: str = "x"  # "x" for a ratio, "pts" for accuracy points
+    tolerance: float | None = None  # how far the run let it fall: relative for a ratio, in points for a gap
+    baseline: float | None = None
+    verdict: str | None = None
+    # the figure as a ratio where bigger is better, for a dashboard that divides one run's value by
+    # another's: (what it is, its value); None where the figure is one already (a speedup)
+    relative: tuple[str, float] | None = None
+
+    @property
+    def half_width(self) -> float | None:
+        """The larger distance from the value to an end of its interval (dashboards show one ± figure)."""
+        if self.low is None or self.high is None:
+            return None
+        return max(self.high - self.value, self.value - self.low)
+
+
+@dataclass
+class Figures:
+    """What a run exports: its figures, and the cells that have none, each with why."""
+
+    run: Run
+    figures: list[Figure] = field(default_factory=list)
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (test id, why)
+
+
+SPEEDUPS = {"device": ("device-speedup", "device speedup"), "wall": ("wall-speedup", "wall-clock speedup")}
+
+
+def _gated(cell: SpeedRecord | DistributedRecord) -> list[str]:
+    """The speedups that held the cell: as it names them, else as a run of its time judged it."""
+    named = [g for g in (cell.gated or []) if g in SPEEDUPS]
+    if named:
+        return named
+    return ["device"] if cell.estimate(device=True) is not None else ["wall"]
+
+
+def _interval(cell: Record, group: str, measure: str, label: str, est: SpeedupEstimate, *,
+              tolerance: float | None, baseline: float | None, verdict: object) -> Figure:
+    return Figure(cell.test_id, group, measure, label, est.speedup, est.low, est.high, est.confidence,
+                  tolerance=tolerance, baseline=baseline, verdict=str(verdict) if verdict is not None else None)
+
+
+def _speedups(cell: SpeedRecord | DistributedRecord, group: str) -> tuple[list[Figure], list[str]]:
+    figures, missing = [], []
+    for gate in _gated(cell):
+        device = gate == "device"
+        measure, label = SPEEDUPS[gate]
+        est = cell.estimate(device=device)
+        if est is None:
+            missing.append(label)
+            continue
+        baseline = cell.device_baseline_speedup if device else cell.baseline_speedup
+        figures.append(_interval(cell, group, measure, label, est, tolerance=cell.tolerance_of(device),
+                                 baseline=baseline, verdict=cell.verdict_of(device)))
+    versus = cell.versus_estimate() if isinstance(cell, SpeedRecord) else None
+    if versus is not None:
+        figures.append(_interval(cell, group, "versus-speedup", f"speedup over {cell.versus}", versus,
+                                 tolerance=cell.versus_tolerance, baseline=cell.versus_baseline_speedup,
+                                 verdict=cell.versus_verdict))
+    return figures, missing
+
+
+def _memory(cell: MemoryRecord, group: str) -> tuple[list[Figure], list[str]]:
+    figures, missing = [], []
+    verdict = str(cell.verdict) if cell.verdict is not None else None
+    if cell.memory_ratio is None:
+        missing.append("memory ratio")
+    else:
+        figures.append(Figure(cell.test_id, group, "memory-ratio", "peak memory / fp32's", cell.memory_ratio,
+                              bigger_is_better=False, tolerance=cell.tolerance,
+                              baseline=cell.baseline_memory_ratio, verdict=verdict,
+                              relative=("fp32's peak memory / the mode's", 1.0 / cell.memory_ratio)))
+    if cell.batch_searched and cell.max_batch_ratio is not None:
+        figures.append(Figure(cell.test_id, group, "largest-batch-ratio", "largest batch / fp32's",
+                              cell.max_batch_ratio, tolerance=cell.tolerance, verdict=verdict))
+    return figures, missing
+
+
+def _convergence(cell: ConvergenceRecord, group: str) -> tuple[list[Figure], list[str]]:
+    delta = cell.accuracy_delta
+    if delta is None:
+        return [], ["accuracy against its reference"]
+    # accuracies are written as fractions (by older writers, percentages): the gap is in points
+    scale = 100.0 if max(cell.accuracy or 0, cell.accuracy_ref or 0) <= 1 else 1.0
+    margin = cell.margin * scale if cell.margin is not None else None
+    reference = cell.reference or "fp32"
+    relative = (f"accuracy / {reference}'s", cell.accuracy / cell.accuracy_ref) if cell.accuracy_ref else None
+    return [Figure(cell.test_id, group, "accuracy-gap", f"accuracy against {reference}", delta * scale, unit="pts",
+                   tolerance=margin, verdict=str(cell.verdict) if cell.verdict is not None else None,
+                   relative=relative)], []
+
+
+def gated_figures(run: Run) -> Figures:
+    """Every gated figure of `run`, in run order, and the cells without one."""
+    out = Figures(run)
+    for cell in run.cells:
+        group = entry_group(cell.kind, cell.model)
+        if isinstance(cell, (SpeedRecord, DistributedRecord)):
+            figures, missing = _speedups(cell, group)
+        elif isinstance(cell, MemoryRecord):
+            figures, missing = _memory(cell, group)
+        elif isinstance(cell, ConvergenceRecord):
+            figures, missing = _convergence(cell, group)
+        else:
+            out.left_out.append((cell.test_id, f"no figure gates {cell.kind.replace('_', ' ')} cells"))
+            continue
+        out.figures += figures
+        if missing:
+            out.left_out.append((cell.test_id, f"the run holds no {' or '.join(missing)} of it"))
+    return out

@@ -1,0 +1,109 @@
+"""The formats ``ampbench export`` writes, each for the dashboard that reads it:
+
+- ``bmf``: Bencher Metric Format (https://bencher.dev/docs/reference/bencher-metric-format/), one
+  benchmark per test id, one measure per gated figure, with the interval as ``lower_value`` and
+  ``upper_value``; for ``bencher run --adapter json``.
+- ``github``: github-action-benchmark's ``customBiggerIsBetter`` list (name, value, unit, range, extra),
+  ``range`` the interval's half-width as "± x", which the action reads. Every value is one where bigger
+  is better: the memory figure is fp32's peak over the mode's, the accuracy one the mode's accuracy over
+  its reference's (a ratio, where the action divides one run's value by the other's).
+- ``pytest-benchmark``: the run JSON itself in the current layout, for pytest-benchmark's ``compare`` and
+  the dashboards' pytest readers: each entry with its group, the cells that time no step (or whose
+  entries have no ``stats``: runs written before they were kept) moved to ``ampbench_untimed``.
+- ``conbench``: refused. benchadapt (PyPI) installs beside torch and builds a ``BenchmarkResult``, but a
+  Conbench server takes only the units B, B/s, s, ns and i/s (conbench.units.KNOWN_UNITS): a speedup, a
+  memory ratio and an accuracy gap have none, and a time in their place is one side's figure again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ampbench.export.figures import Figure, Figures
+from ampbench.results import record_type
+from ampbench.results.run import entry_group, split_id, timed_entry
+from ampbench.results.schema import KIND_KEY, SCHEMA_KEY, UNTIMED_KEY
+
+CONBENCH_REFUSAL = (
+    "--format conbench: a Conbench server accepts only the units B, B/s, s, ns and i/s "
+    "(conbench.units.KNOWN_UNITS), and a speedup, a memory ratio or an accuracy gap has none; publishing "
+    "one side's time instead would chart what the suite does not judge. Use --format bmf (Bencher) or "
+    "--format github (github-action-benchmark)")
+
+
+class ExportError(ValueError):
+    """A run that cannot be written in the asked format; the message says why and what to do."""
+
+
+def bmf(figures: Figures) -> dict[str, dict[str, dict[str, float]]]:
+    """Bencher Metric Format: {test id: {measure slug: {value, lower_value, upper_value}}}."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for f in figures.figures:
+        metric = {"value": f.value}
+        if f.low is not None and f.high is not None:
+            metric.update(lower_value=f.low, upper_value=f.high)
+        out.setdefault(f.test_id, {})[f.measure] = metric
+    return out
+
+
+def _bigger_is_better(f: Figure) -> tuple[str, float, float | None] | None:
+    """(label, value, ± half-width) of `f` where bigger is better; None where it has none (an accuracy
+    gap against a reference that learned nothing)."""
+    if f.relative is not None:
+        return (*f.relative, None)
+    return (f.label, f.value, f.half_width) if f.bigger_is_better and f.unit == "x" else None
+
+
+def _extra(f: Figure) -> str:
+    shown = f"{f.value:+.2f} pts" if f.unit == "pts" else f"{f.value:.4f}x"
+    lines = [f"group: {f.group}", f"gated figure: {f.label} {shown}"]
+    if f.low is not None and f.high is not None:
+        lines.append(f"interval: {f.low:.4g}-{f.high:.4g}" + (f" ({f.confidence:.0%})" if f.confidence else ""))
+    if f.baseline is not None:
+        lines.append(f"baseline: {f.baseline:.4g}")
+    if f.tolerance is not None:
+        lines.append(f"tolerance: {f.tolerance:.2f} pts" if f.unit == "pts" else f"tolerance: {f.tolerance:.2%}")
+    if f.verdict is not None:
+        lines.append(f"verdict: {f.verdict}")
+    return "\n".join(lines)
+
+
+def github(figures: Figures) -> list[dict[str, Any]]:
+    """github-action-benchmark's customBiggerIsBetter: one entry per gated figure."""
+    out = []
+    for f in figures.figures:
+        shown = _bigger_is_better(f)
+        if shown is None:
+            figures.left_out.append((f.test_id, f"{f.label}: no ratio where bigger is better (its reference's accuracy is 0)"))
+            continue
+        label, value, half = shown
+        entry = {"name": f"{f.test_id} {label}", "value": value, "unit": "x"}
+        if half is not None:
+            entry["range"] = f"± {half:.6g}"
+        entry["extra"] = _extra(f)
+        out.append(entry)
+    return out
+
+
+def pytest_benchmark(document: dict) -> dict:
+    """The run JSON in the current layout: a group on every ampbench entry, and in ``benchmarks`` only the
+    entries whose stats are training-step times (the others, and entries without stats, beside them)."""
+    timed, untimed = [], list(document.get(UNTIMED_KEY) or ())
+    for bench in document["benchmarks"]:
+        info = bench.get("extra_info") or {}
+        bench = dict(bench)
+        if SCHEMA_KEY in info and not bench.get("group"):
+            model = info.get("model") or split_id(bench.get("name", ""))[0]
+            bench["group"] = entry_group(record_type(info.get(KIND_KEY)).KIND or str(info.get(KIND_KEY)), model)
+        if isinstance(bench.get("stats"), dict) and timed_entry(bench):
+            timed.append(bench)
+        else:
+            untimed.append({k: v for k, v in bench.items() if k not in ("stats", "options")})
+    out = {**document, "benchmarks": timed}
+    if untimed:
+        out[UNTIMED_KEY] = untimed
+    return out
+
+
+def conbench(figures: Figures) -> Any:
+    raise ExportError(CONBENCH_REFUSAL)

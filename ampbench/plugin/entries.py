@@ -1,0 +1,116 @@
+"""What the run JSON (``--benchmark-json``, ``--benchmark-save``) says of each cell to the tools that read
+pytest-benchmark's format (its own ``compare``, github-action-benchmark, Bencher):
+
+- every cell's entry has a ``group``: its kind, from the test's ``benchmark`` marker (``speed``,
+  ``memory``, ``convergence``, ``input pipeline``, ``distributed``, ``underflow``), and its model, added
+  here at collection (``speed: resnet50``);
+- ``benchmarks`` holds only entries whose figures are training-step times (``Record.times_steps``);
+  a cell that times none (a convergence run, a loader measurement, a memory cell that searched no
+  largest batch) keeps its entry, without ``stats``, in the document's ``ampbench_untimed`` list, where
+  those tools do not look (every one of them requires ``stats`` of each entry of ``benchmarks``);
+- a run of such cells only is written all the same (pytest-benchmark writes no file without a timed
+  benchmark).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ampbench.plugin.activation import active
+from ampbench.results.run import entry_group, timed_entry
+from ampbench.results.schema import SCHEMA_KEY, UNTIMED_KEY
+
+_KEPT = pytest.StashKey[list]()  # the entry of every cell that wrote a record, in run order
+
+
+def cell_model(item: pytest.Item) -> str | None:
+    """The model of a cell test's item (its ``model_name``, or the first of a distributed ``dist_cell``)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    model = params.get("model_name")
+    if model is None and isinstance(params.get("dist_cell"), (tuple, list)):
+        model = params["dist_cell"][0]
+    return model if isinstance(model, str) else None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A cell's group: the kind its test's ``benchmark`` marker names, and the cell's model."""
+    if not active(config):
+        return
+    for item in items:
+        marker, model = item.get_closest_marker("benchmark"), cell_model(item)
+        kind = marker.kwargs.get("group") if marker is not None else None
+        if isinstance(kind, str) and model is not None:
+            item.add_marker(pytest.mark.benchmark(**{**marker.kwargs, "group": entry_group(kind, model)}), append=False)
+
+
+def keep(config: pytest.Config, node: pytest.Item, extra_info: dict) -> None:
+    """Keep a cell's entry (its extra_info by reference: what the cell and the plugins write into it later
+    is kept too), for the JSON's ``ampbench_untimed`` list should pytest-benchmark list none of it."""
+    marker = node.get_closest_marker("benchmark")
+    callspec = getattr(node, "callspec", None)
+    config.stash.setdefault(_KEPT, []).append({
+        "group": marker.kwargs.get("group") if marker is not None else None,
+        "name": node.name,
+        "fullname": node.nodeid,
+        "params": callspec.params if callspec is not None else None,
+        "param": callspec.id if callspec is not None else None,
+        "extra_info": extra_info,
+    })
+
+
+def _untimed(config: pytest.Config, benchmarks: list[dict]) -> list[dict]:
+    """The entries of the cells that pytest-benchmark's `benchmarks` lacks or lists without step times,
+    in run order, without stats."""
+    kept = config.stash.get(_KEPT, [])
+    listed = {b.get("fullname") for b in benchmarks}
+    moved = [{k: v for k, v in b.items() if k not in ("stats", "options")} for b in benchmarks if not timed_entry(b)]
+    never = [dict(e) for e in kept if e["fullname"] not in listed and SCHEMA_KEY in e["extra_info"]]
+    order = {e["fullname"]: i for i, e in enumerate(kept)}
+    return sorted(moved + never, key=lambda e: order.get(e.get("fullname"), len(order)))
+
+
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
+    if not active(config):
+        return
+    untimed = _untimed(config, output_json["benchmarks"])
+    output_json["benchmarks"] = [b for b in output_json["benchmarks"] if timed_entry(b)]
+    if untimed:
+        output_json[UNTIMED_KEY] = untimed
+
+
+def _save_untimed_only(bench: Any, config: pytest.Config) -> None:
+    """pytest-benchmark's saving, through its own hooks, of a run none of whose cells it timed."""
+    save = bench.save or bench.autosave
+    if not (save or bench.json):
+        return
+    machine_info = bench.get_machine_info()
+    commit_info = config.hook.pytest_benchmark_generate_commit_info(config=config)
+    config.hook.pytest_benchmark_update_commit_info(config=config, commit_info=commit_info)
+    writers = [(True, bench.save_json)] if bench.json else []
+    if save:
+        writers.append((bench.save_data, lambda output: bench.storage.save(output, save)))
+    for include_data, write in writers:
+        output = config.hook.pytest_benchmark_generate_json(config=config, benchmarks=[], include_data=include_data,
+                                                            machine_info=machine_info, commit_info=commit_info)
+        config.hook.pytest_benchmark_update_json(config=config, benchmarks=[], output_json=output)
+        write(output)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Where no cell handed pytest-benchmark a timing, it would write nothing ("no benchmarks have been
+    run"): the cells' records are written all the same."""
+    config = session.config
+    bench = getattr(config, "_benchmarksession", None)
+    if bench is None or not active(config) or not hasattr(bench, "handle_saving"):
+        return
+    handle = bench.handle_saving
+
+    def handle_saving() -> None:
+        if bench.benchmarks or bench.disabled or not any(SCHEMA_KEY in e["extra_info"] for e in config.stash.get(_KEPT, [])):
+            return handle()
+        _save_untimed_only(bench, config)
+
+    bench.handle_saving = handle_saving
