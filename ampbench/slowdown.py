@@ -28,7 +28,9 @@ operands upcast and multiplied in high precision) in place of the fp8 tensor-cor
 
 Each slowed cell says so in its extra_info (``injected_slowdown``: the fraction, or the emulated
 matmul), so that ``ampbench spread`` never takes it for a sample of its noise; so does every other
-cell a slowed trainer took part in (a versus side of a compiled cell).
+cell a slowed trainer took part in (a versus side of a compiled cell). ``--perf-slowdown-untagged``
+leaves them untagged, as a real regression would come: the run history then judges and learns from
+them as from any run, which is how to check that it never learns a slowdown as noise.
 """
 
 from __future__ import annotations
@@ -275,6 +277,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="extra work worth FRACTION of each training step added to MODEL's MODE, or, with "
                          f"{EMULATE} in place of FRACTION, an fp8 MODE's matmuls in torchao's emulation, to show "
                          f"the speed gate catches a slowdown (default: ${ENV}, else none)")
+    group.addoption("--perf-slowdown-untagged", action="store_true", default=False,
+                    help="leave the slowed cells' records untagged, as a real regression comes: the run history "
+                         "judges and learns from them as from any run (default: tagged, never a sample of the "
+                         "cell's level or noise)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -336,7 +342,7 @@ def pytest_runtest_call(item: pytest.Item):
         slowdown.applied = None
     yield
     info = getattr((getattr(item, "funcargs", None) or {}).get("benchmark"), "extra_info", None)
-    if slowdown is not None and info is not None:
+    if slowdown is not None and info is not None and not item.config.getoption("perf_slowdown_untagged"):
         # the cell named, or any cell one of whose trainers was slowed (a compiled cell's versus side)
         how = slowdown.targets.get((info.get("model"), info.get("mode")))
         if how is not None:

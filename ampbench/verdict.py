@@ -252,26 +252,54 @@ def _same_names(side: dict[str, float], other: dict[str, float]) -> dict[str, fl
     return out
 
 
+OTHER_KERNELS = "(other kernels)"  # a kernel list's lump of the kernels below its cut: a list that has one is cut
+
+
+def _cut(kernels: dict[str, float]) -> float | None:
+    """The time of the least kernel a cut list names (a kernel it does not name took no more); None for
+    a list that names every kernel."""
+    named = [ms for name, ms in kernels.items() if name != OTHER_KERNELS]
+    return min(named) if OTHER_KERNELS in kernels and named else None
+
+
 def kernel_changes(baseline: list | None, measured: list | None, top: int = 5, against: str = "the baseline") -> str | None:
-    """The kernels that appeared or vanished against a baseline's kernel list, and those whose device
-    time per step moved most (each list of {"name", "ms"}, names normalised by
-    ``devicetime.normalise_kernel_name``); None where either side has no list. New and vanished kernels
-    come first: a kernel choice that changed says more than a kernel that got slower. `against` names
-    the earlier side in the text."""
+    """The kernels whose device time per step moved most against a baseline's kernel list (each list of
+    {"name", "ms"}, names normalised by ``devicetime.normalise_kernel_name``), largest move first; None
+    where either side has no list. A kernel one list names and the other does not is new (or vanished)
+    only where the other list would have named it: it names every kernel, or its cut lies below this
+    kernel's time. Otherwise it lay under that list's cut (an older list kept fewer kernels), and is
+    named apart as unknown, never as new: five kernels under an old list's cut once read as new while the
+    kernel really added went unnamed. The lump under the cut ("(other kernels)") is no kernel of its own.
+    `against` names the earlier side in the text."""
     if not baseline or not measured:
         return None
     old = {_kernel_key(k["name"]): float(k["ms"]) for k in baseline if isinstance(k, dict) and "name" in k}
     new = {_kernel_key(k["name"]): float(k["ms"]) for k in measured if isinstance(k, dict) and "name" in k}
     old, new = _same_names(old, new), _same_names(new, old)
-    appeared = sorted((n for n in new if n not in old), key=lambda n: -new[n])[:top]
-    vanished = sorted((n for n in old if n not in new), key=lambda n: -old[n])[:top]
-    moved = sorted((n for n in new if n in old and new[n] != old[n]), key=lambda n: -abs(new[n] - old[n]))[:top]
-    parts = []
-    if appeared:
-        parts.append("new: " + ", ".join(f"{n} {new[n]:.3f} ms" for n in appeared))
-    if vanished:
-        parts.append("vanished: " + ", ".join(f"{n} {old[n]:.3f} ms" for n in vanished))
-    if moved:
-        parts.append("changed: " + ", ".join(f"{n} {old[n]:.3f}->{new[n]:.3f} ms ({new[n] - old[n]:+.3f})" for n in moved))
+    old_cut, new_cut = _cut(old), _cut(new)
+    names = [n for n in dict.fromkeys([*new, *old]) if n != OTHER_KERNELS]
+    moves: list[tuple[float, str, str]] = []  # (change in ms, section, its item)
+    unknown: list[str] = []
+    for n in names:
+        if n in new and n in old:
+            if new[n] != old[n]:
+                moves.append((new[n] - old[n], "changed", f"{n} {old[n]:.3f}->{new[n]:.3f} ms ({new[n] - old[n]:+.3f})"))
+        elif n in new:
+            if old_cut is None or new[n] > old_cut:
+                moves.append((new[n], "new", f"{n} {new[n]:.3f} ms"))
+            else:
+                unknown.append(f"{n} {new[n]:.3f} ms")
+        elif new_cut is None or old[n] > new_cut:
+            moves.append((-old[n], "vanished", f"{n} {old[n]:.3f} ms"))
+        else:
+            unknown.append(f"{n} {old[n]:.3f} ms (under this run's cut)")
+    moves.sort(key=lambda m: -abs(m[0]))
+    parts: dict[str, list[str]] = {}
+    for _, section, item in moves[:top]:
+        parts.setdefault(section, []).append(item)
+    text = "; ".join(f"{section}: {', '.join(items)}" for section, items in parts.items())
+    if unknown:
+        cut = f" (its least kernel {old_cut:.3f} ms)" if old_cut is not None else ""
+        text += ("; " if text else "") + f"not in {against}'s shorter list{cut}: {', '.join(unknown[:top])}"
     total = sum(new.values()) - sum(old.values())
-    return f"kernels per step {total:+.3f} ms against {against}; " + "; ".join(parts) if parts else None
+    return f"kernels per step {total:+.3f} ms against {against}; " + text if text else None

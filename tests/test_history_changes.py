@@ -40,7 +40,7 @@ def test_pure_noise_gives_at_most_one_false_change_in_a_thousand_series():
     t0 = time.perf_counter()
     false = [n for n in rng.integers(8, 61, 1000) if find_changes(series(noise(rng, int(n))))]
     assert len(false) <= 1, f"false changes in series of {false} runs"
-    assert time.perf_counter() - t0 < 20  # ~1 ms a series; generous for a busy CI machine
+    assert time.perf_counter() - t0 < 60  # ~12 ms a series with its replay on one core; generous for a busy CI machine
 
 
 @pytest.mark.parametrize("n, k", [(8, 4), (10, 5), (12, 4), (12, 8), (20, 10), (30, 6), (60, 45)])

@@ -117,9 +117,9 @@ def test_a_baseline_files_spread_pools_in_as_a_level_of_its_own():
     figures = {"device_speedup": 1.2, "device_recorded_speedup": 1.19, "device_between_run_sd": 0.002,
                "device_between_run_count": 20}
     prior = prior_of(DEVICE, SpeedEntry.from_figures(figures))
-    cell = learn(series(*(point(x) for x in (0.0, 0.004, -0.004))), prior=prior)
-    # squared deviations 19 x 0.002^2 from the file and 32e-6 from the history, over 23 values - 2 levels
-    sd = math.sqrt((19 * 0.002**2 + 32e-6) / 21)
+    cell = learn(series(*(point(x) for x in (0.0, 0.002, -0.002))), prior=prior)
+    # squared deviations 19 x 0.002^2 from the file and 8e-6 from the history, over 23 values - 2 levels
+    sd = math.sqrt((19 * 0.002**2 + 8e-6) / 21)
     assert (cell.pooled.count, cell.pooled.levels, cell.prior_count) == (23, 2, 20)
     assert cell.pooled.sd == pytest.approx(sd) and cell.level == pytest.approx(1.0)
     assert cell.tolerance == pytest.approx(max(DEFAULT_TOLERANCE, T999[21] * math.sqrt(4 / 3) * sd), rel=1e-6)

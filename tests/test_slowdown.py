@@ -215,13 +215,13 @@ def test_cell(benchmark, mode):
 """
 
 
-def _run_slowed(pytester, tmp_path, source: str, spec: str, passed: int):
+def _run_slowed(pytester, tmp_path, source: str, spec: str, passed: int, *more: str):
     """Run `source` under the plugin slowing `spec`: the pytest result and each benchmark's extra_info by
     its name."""
     pytester.makepyfile(source)
     out = tmp_path / "run.json"
     result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown", spec,
-                                          f"--benchmark-json={out}", "-p", "no:cacheprovider")
+                                          f"--benchmark-json={out}", "-p", "no:cacheprovider", *more)
     result.assert_outcomes(passed=passed)
     return result, {b["name"]: b["extra_info"] for b in json.loads(out.read_text())["benchmarks"]}
 
@@ -230,6 +230,11 @@ def test_a_slowed_cell_is_tagged_in_its_extra_info_so_spread_never_counts_it(pyt
     _, by_name = _run_slowed(pytester, tmp_path, TAGGED_TEST, "mlp:fp32:0.05", passed=2)
     infos = {info["mode"]: info for info in by_name.values()}
     assert infos["fp32"]["injected_slowdown"] == 0.05 and "injected_slowdown" not in infos["bf16"]
+
+
+def test_a_slowed_cell_is_left_untagged_where_asked(pytester, tmp_path):
+    _, by_name = _run_slowed(pytester, tmp_path, TAGGED_TEST, "mlp:fp32:0.05", 2, "--perf-slowdown-untagged")
+    assert all("injected_slowdown" not in info for info in by_name.values())
 
 
 # -- emulate: an fp8 cell's matmuls in torchao's emulation ---------------------------------------------

@@ -139,9 +139,12 @@ def settle(replay: Replay) -> Change | None:
     the noise it is judged with. The change, or None. Runs so held are cleared as suspect runs are, where
     later runs show the level held (``Replay``)."""
     series = replay.as_series()
+    if len(series.points) < 2 * MIN_RUNS:
+        return None
     start = next((s.index for s in replay.statuses if s.segment == replay.segment), len(series.points))
+    moved = replay.moved_from()  # the gate's own step: its runs are held back already
     for change in find_changes(series, replay=replay):
-        if change.index > start and not change.accepted:
+        if change.index > start and not change.accepted and change.index != moved:
             why = (f"after the change at {change.run_after.run_id} ({change.step:+.2%}), which nobody accepted: "
                    "`ampbench history accept` makes its level the cell's")
             replay.withhold_from(change.index, why)

@@ -22,9 +22,11 @@ which the runs lie together below the level, two runs or more, is where the gate
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Hashable
+
+import numpy as np
 
 from ampbench.baselines.spread import Prior
 from ampbench.history.model import Fit, Moments, Prediction, fit
@@ -39,6 +41,9 @@ YOUNG_LIMIT = 0.015
 # runs that lie together below their level with less chance than this by noise alone have moved
 GROUP_SHARE = 0.005
 CLEAR_AFTER = 2
+# the fewest runs of a segment whose successive differences give a robust scale (``Replay.robust_scale``)
+ROBUST_RUNS = 5
+MAD_TO_SD = 1.482602218505602  # a normal's sd over its median absolute deviation, 1 / Phi^-1(3/4)
 # a drop the held-back runs show passes only where they show it within the tolerance at this confidence
 WITHIN_SHARE = 0.1
 # a run fails with the held-back runs only where it lies beyond its noise by itself (this one-sided share),
@@ -108,6 +113,7 @@ class Replay:
         self._shift: float | None = None
         self._groups: dict[tuple[int, Hashable], Moments] = {}
         self._fit: Fit | None = None
+        self._robust: float | None = None
         for point in series.points:
             self.feed(point)
 
@@ -120,8 +126,29 @@ class Replay:
         return self._fit
 
     def predict(self, card: Hashable) -> Prediction | None:
-        """The model's prediction for a new run on `card` (levels shifted; ``level`` gives ln)."""
-        return self.model.predict(card)
+        """The model's prediction for a new run on `card` (levels shifted; ``level`` gives ln), its sd at
+        least the runs' own robust scale (``robust_scale``) for the replay's decisions."""
+        pred = self.model.predict(card)
+        robust = self.robust_scale()
+        if pred is None or pred.noise_sd is None or robust <= pred.noise_sd:
+            return pred
+        grown = math.sqrt(pred.sd ** 2 + robust ** 2 - pred.noise_sd ** 2)
+        return replace(pred, sd=grown, noise_sd=robust)
+
+    def robust_scale(self) -> float:
+        """How far the segment's runs move from one to the next, every run of it held back or not: the
+        median absolute deviation of successive differences of ln value, over sqrt 2 (0 with fewer than
+        ROBUST_RUNS runs). A step moves one difference, a stray two, so neither sets it; where the counted
+        runs by chance lie closer than the runs do (three runs within 0.03% of a cell whose runs move by
+        0.25%), it keeps every later run from being held back as suspect for good."""
+        if self._robust is None:
+            logs = [self._logs[s.index] for s in self.statuses if s.state != EXCLUDED and s.segment == self.segment]
+            self._robust = 0.0
+            if len(logs) >= ROBUST_RUNS:
+                diffs = np.diff(np.asarray(logs))
+                # the MAD scaled to a normal's sd (``stats.robust_sd``), in numpy: the replay asks once a run
+                self._robust = float(MAD_TO_SD * np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2)
+        return self._robust
 
     def level(self, card: Hashable) -> float | None:
         """ln of `card`'s level in the current segment; None while it is learning."""
@@ -155,7 +182,7 @@ class Replay:
             if any(s.state != EXCLUDED for s in self.statuses) or point.excluded or not point.counts:
                 self.segment += 1
             self.pending = []
-            self._fit = None
+            self._fit = self._robust = None
         if point.excluded or (point.restart and not point.counts):
             return self._add(Status(index, self.segment, EXCLUDED, "a smoke run or slowed on purpose: no sample"))
         if point.restart:
@@ -173,6 +200,7 @@ class Replay:
 
     def _add(self, status: Status) -> Status:
         self.statuses.append(status)
+        self._robust = None
         return status
 
     def preview(self, value: float, card: Hashable, verdict: str | None = None, counts: bool = True,
@@ -270,8 +298,12 @@ class Replay:
         """Where the gate saw the level move: the first held-back run from which the runs lie together
         below the level, two or more, one of the held-back ones a failed verdict (a step the gate failed
         and that persisted), and which itself lies nearer the held-back runs after it than the level (a
-        low run just before a step is no part of it). None where nothing moved."""
+        low run just before a step is no part of it); the step still there at the newest run (held back
+        below, as it) and the newest run itself no accepted restart. None where nothing moved."""
         held = self._held_below()
+        newest = next((s for s in reversed(self.statuses) if s.state != EXCLUDED), None)
+        if newest is None or newest.index not in held:
+            return None
         for k, index in enumerate(held):
             later = held[k + 1:]
             if not any(self.statuses[i].state == FAILED for i in held[k:]):
