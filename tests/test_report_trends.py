@@ -106,7 +106,7 @@ def test_the_chart_marks_the_change_the_software_and_the_runs_that_do_not_count(
     fig = trend_figure(young)
     try:
         faces = {bars.get_label(): bars.lines[0].get_markerfacecolor() for bars in fig.axes[0].containers}
-        assert faces["run that does not count"] == "white" and faces["run"] != "white"
+        assert faces["failed"] == "white" and faces["run"] != "white"
     finally:
         fig.clf()
 

@@ -30,6 +30,11 @@ MAX_CELLS = 60
 SIZE_IN, DPI = (6.0, 2.5), 80  # 480 x 200 px: small enough for a page of many cells
 NOTE_CHARS = 28  # a software annotation past this is cut, its full text is in the caption
 LINE, BAND, COUNTED, CHANGE, SOFTWARE = "#1f77b4", "#1f77b4", "#1f77b4", "#c62828", "#6a1b9a"
+SUSPECT, FAILED = "#ef6c00", "#c62828"
+# how each state of a run (``history.replay``) is drawn: its colour, whether filled, its legend label
+POINT_STYLES = (("counted", COUNTED, True, "run"), ("accepted", COUNTED, True, None),
+                ("suspect", SUSPECT, False, "held back as suspect"), ("failed", FAILED, False, "failed"),
+                ("excluded", "#9e9e9e", False, "slowed on purpose"))
 
 
 @dataclass(frozen=True)
@@ -146,18 +151,26 @@ def segment_levels(series: Series) -> list[tuple[range, float]]:
     return levels
 
 
-def _points(ax, series: Series) -> None:
-    """The values with their intervals; a run that does not count drawn hollow."""
-    for counted in (True, False):
-        idx = [i for i, p in enumerate(series.points) if p.counts == counted]
+def states(cell: TrendCell) -> list[str]:
+    """Each run's state in the history's replay: counted, accepted, suspect, failed or excluded."""
+    replay = cell.learned.replay
+    if replay is None:
+        return ["counted" if p.counts else "failed" for p in cell.series.points]
+    return [s.state for s in replay.statuses]
+
+
+def _points(ax, cell: TrendCell) -> None:
+    """The values with their intervals: a counted run filled, a run held back as suspect or failed hollow."""
+    series, of = cell.series, states(cell)
+    for state, color, filled, label in POINT_STYLES:
+        idx = [i for i, st in enumerate(of) if st == state]
         if not idx:
             continue
         values = [series.points[i].value for i in idx]
         below = [max(v - (series.points[i].low or v), 0.0) for i, v in zip(idx, values)]
         above = [max((series.points[i].high or v) - v, 0.0) for i, v in zip(idx, values)]
-        ax.errorbar(idx, values, yerr=[below, above], fmt="o", ms=4, color=COUNTED, ecolor="#9e9e9e", elinewidth=1,
-                    capsize=2, mfc=COUNTED if counted else "white", mec=COUNTED, zorder=3,
-                    label="run" if counted else "run that does not count")
+        ax.errorbar(idx, values, yerr=[below, above], fmt="o", ms=4, color=color, ecolor="#9e9e9e", elinewidth=1,
+                    capsize=2, mfc=color if filled else "white", mec=color, zorder=3, label=label)
 
 
 def _levels(ax, cell: TrendCell) -> None:
@@ -208,7 +221,7 @@ def trend_figure(cell: TrendCell):
     """The matplotlib figure of `cell`'s trend (the caller closes it: ``trend_chart`` saves and closes)."""
     fig, ax = _pyplot().subplots(figsize=SIZE_IN, dpi=DPI)
     fig.subplots_adjust(left=0.11, right=0.98, top=0.88, bottom=0.14)
-    _points(ax, cell.series)
+    _points(ax, cell)
     _levels(ax, cell)
     _marks(ax, cell)
     _axes(ax, cell.series, cell.labels)
@@ -240,9 +253,11 @@ def changes_text(cell: TrendCell) -> str:
 
 
 def caption(cell: TrendCell) -> str:
-    points = cell.series.points
-    counted = sum(p.counts for p in points)
-    text = (f"{len(points)} runs ({counted} counted): tolerance {cell.learned.sentence()}; {changes_text(cell)}.")
+    of = states(cell)
+    counted = sum(st in ("counted", "accepted") for st in of)
+    held = sum(st == "suspect" for st in of)
+    suspect = f", {held} held back as suspect" if held else ""
+    text = (f"{len(of)} runs ({counted} counted{suspect}): tolerance {cell.learned.sentence()}; {changes_text(cell)}.")
     if cell.software:
         text += " Software: " + "; ".join(f"run {i + 1} {what}" for i, what in cell.software) + "."
     return text
