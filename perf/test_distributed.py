@@ -33,13 +33,14 @@ from ampbench.device import cell_unsupported_reason
 from ampbench.distributed import judging
 from ampbench.distributed.figures import DistFigures, max_over_ranks, mean_over_ranks, merge_ranks
 from ampbench.distributed.variants import STRATEGIES, default_cells, get_comm, variants_for
-from ampbench.distributed.launch import LaunchResult, run_launch, torchrun_command
+from ampbench.distributed.launch import LaunchResult
+from ampbench.plugin.nodes import launcher_of
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
 from ampbench.baselines.entries import DistributedEntry
 from ampbench.verdict import Verdict, combined
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.torchrun
 # seconds a launch may take: a start (torch import, rendezvous, NCCL init) plus each cell's build,
 # warm-up, rounds and profile
 LAUNCH_SECONDS = {"cpu": (60.0, 30.0), "cuda": (180.0, 120.0)}
@@ -65,7 +66,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("dist_cell", cells, ids=["-".join(c) for c in cells])
 
 
-def _launch(settings, nproc: int, model: str, mode: str, comms: list[str], out: Path) -> LaunchResult:
+def _launch(config: pytest.Config, settings, nproc: int, model: str, mode: str, comms: list[str],
+            out: Path) -> LaunchResult:
     base, per_cell = LAUNCH_SECONDS[settings.device.type]
     limit = base + per_cell * len(comms)
     # a recording times its first batch in as many rounds as the single-GPU suite's (12, not 8): that
@@ -79,7 +81,8 @@ def _launch(settings, nproc: int, model: str, mode: str, comms: list[str], out: 
             "--rounds", str(policy.rounds.min_rounds), "--block-seconds", str(settings.block_seconds),
             "--collective-timeout", str(limit / 2),
             "--device", settings.device.type, *(["--cudnn-benchmark"] if settings.cudnn_benchmark else [])]
-    return run_launch(torchrun_command("ampbench.distributed.speed_worker", args, nproc), limit, ROOT)
+    return launcher_of(config).run("ampbench.distributed.speed_worker", args, nproc // settings.nodes.count, limit,
+                                   out, what=f"{model} {mode} {','.join(comms)}")
 
 
 @pytest.fixture(scope="session")
@@ -166,14 +169,14 @@ def _shared_launch(request, launches: dict, settings, nproc: int, model: str, mo
     if key not in launches:
         out = request.getfixturevalue("tmp_path_factory").mktemp(f"dist-{model}-{mode_name}")
         comms = _group_comms(request.session, model, mode_name) or [comm]
-        launches[key] = (_launch(settings, nproc, model, mode_name, comms, out), out)
+        launches[key] = (_launch(request.config, settings, nproc, model, mode_name, comms, out), out)
     return launches[key]
 
 
 def _launch_again(request, settings, nproc: int, model: str, mode_name: str, comm: str):
     """(launch result, rank documents or None) of a second, independent launch of one comm variant."""
     out = request.getfixturevalue("tmp_path_factory").mktemp(f"dist-{model}-{mode_name}-{comm}-again")
-    again = _launch(settings, nproc, model, mode_name, [comm], out)
+    again = _launch(request.config, settings, nproc, model, mode_name, [comm], out)
     return again, _rank_docs(out, comm, nproc)
 
 

@@ -48,6 +48,24 @@ def torchrun_command(module: str, args: list[str], nproc: int) -> list[str]:
             "--tee=3", "-m", module, *args]
 
 
+# seconds a node's agent waits for the other nodes' at a launch's start (torchrun's join_timeout, and the
+# c10d store's read_timeout, which bounds a follower's wait for node 0's store): node 0 may spend a while
+# between two launches (judging, tests that launch nothing)
+RDZV_SECONDS = 1800
+
+
+def rendezvous_command(module: str, args: list[str], nproc: int, nnodes: int, endpoint: str, run_id: str,
+                       hosts_store: bool) -> list[str]:
+    """torchrun through its c10d rendezvous: `nnodes` agents, one per node, meet at `endpoint`, where the
+    agent of `hosts_store` (node 0's) serves the store; every other agent is its client, even on the same
+    machine (two agents that both tried to host it would race for the port). `run_id` names this one
+    launch, so that no agent of another joins it. No restarts: a failed rank fails the launch."""
+    conf = f"is_host={int(hosts_store)},join_timeout={RDZV_SECONDS},read_timeout={RDZV_SECONDS}"
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
+            "--max-restarts=0", "--tee=3", "-m", module, *args]
+
+
 @dataclass(frozen=True)
 class LaunchResult:
     returncode: int | None  # None: killed at the time limit

@@ -88,7 +88,7 @@ def figures_of(record: Record) -> tuple[FigureRow, ...]:
 def series_gpu(record: Record, gpu: str | None) -> str | None:
     """The GPU `record`'s series are filed under where not the run's `gpu`: a distributed cell's N GPUs."""
     if gpu and isinstance(record, DistributedRecord) and isinstance(record.world_size, int) and record.world_size > 1:
-        return cluster_name(gpu, record.world_size)
+        return cluster_name(gpu, record.world_size, record.nodes if isinstance(record.nodes, int) else 1)
     return None
 
 
