@@ -38,6 +38,8 @@ from ampbench.plugin.nodes import launcher_of
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
 from ampbench.baselines.entries import DistributedEntry
+from ampbench.baselines.spread import INJECTED_KEY
+from ampbench.plugin import summary
 from ampbench.verdict import Verdict, combined
 
 pytestmark = pytest.mark.torchrun
@@ -115,8 +117,10 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         pytest.skip(reason)
     settings, nproc, store = perf_settings, perf_world_size, distributed_baseline_store
     test_id = f"{request.node.originalname}[{model}-{mode_name}-{comm}]"
-    what = f"{model} {mode_name} {comm} (x{nproc})"
-    identity = DistributedRecord(model=model, mode=mode_name, device=str(perf_device), comm=comm, world_size=nproc)
+    nodes = settings.nodes.count
+    what = f"{model} {mode_name} {comm} (x{nproc}" + (f" on {nodes} nodes)" if nodes > 1 else ")")
+    identity = DistributedRecord(model=model, mode=mode_name, device=str(perf_device), comm=comm, world_size=nproc,
+                                 nodes=nodes)
     record_result(identity, identity=True)
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)  # the cell is timed in the launch
 
@@ -128,7 +132,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         pytest.fail(message, pytrace=False)
 
     if docs is None:
-        fail(f"{what}: no result from every rank; torchrun launch {result.explain(nproc)}")
+        fail(f"{what}: no result from every rank; torchrun launch {result.explain(nproc // nodes)}")
 
     confidence = 0.99
     figs = merge_ranks(docs, confidence)
@@ -141,13 +145,14 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         # as in the 1-GPU suite: a regression stands only when a second, independent launch agrees
         again, again_docs = _launch_again(request, settings, nproc, model, mode_name, comm)
         if again_docs is None:
-            fail(f"{what}: confirming launch failed: {again.explain(nproc)}")
+            fail(f"{what}: confirming launch failed: {again.explain(nproc // nodes)}")
         confirmation = merge_ranks(again_docs, confidence)
         verdicts = judging.confirmed(verdicts, checks, confirmation)
     verdict = combined(judging.gated_verdicts(verdicts, gates))
     message = judging.cell_message(what, figs, checks, verdicts, confirmation, gpu=perf_device.type == "cuda",
                                    note=STRATEGIES[get_comm(comm).strategy].host_bound_note)
 
+    _tag_injected(request, benchmark, docs)
     problems = _problems(docs)
     record_result(_record(identity, figs, docs, checks, settings, result, verdict=verdict, message=message,
                           weights_moved=all(d["weights_moved"] for d in docs), gated=list(gates),
@@ -178,6 +183,15 @@ def _launch_again(request, settings, nproc: int, model: str, mode_name: str, com
     out = request.getfixturevalue("tmp_path_factory").mktemp(f"dist-{model}-{mode_name}-{comm}-again")
     again = _launch(request.config, settings, nproc, model, mode_name, [comm], out)
     return again, _rank_docs(out, comm, nproc)
+
+
+def _tag_injected(request, benchmark, docs: list[dict]) -> None:
+    """Name a slowdown that some rank's steps carried (``ampbench.slowdown`` on any node) in the cell's
+    extra_info and kept record, as that plugin does for a slowdown of this process's own."""
+    how = next((d["injected_slowdown"] for d in docs if d.get("injected_slowdown") is not None), None)
+    if how is not None:
+        benchmark.extra_info[INJECTED_KEY] = how
+        summary.annotate(request.config, request.node.nodeid, **{INJECTED_KEY: how})
 
 
 def _problems(docs: list[dict]) -> list[str]:

@@ -95,12 +95,12 @@ def _step_problem(k: int, recs: list[dict], overflow: bool, expected: tuple[floa
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
-def test_one_rank_overflow_skips_on_every_rank(setup: str, scaling_run, perf_world_size):
+def test_one_rank_overflow_skips_on_every_rank(setup: str, scaling_run, perf_world_size, perf_settings):
     scenarios, result, out = scaling_run
     paths = [out / setup / f"rank{r}.json" for r in range(perf_world_size)]
     if not all(p.exists() for p in paths):
         pytest.fail(f"loss scaling across ranks, setup {setup}: no result from every rank; torchrun launch "
-                    f"{result.explain(perf_world_size)}", pytrace=False)
+                    f"{result.explain(perf_world_size // perf_settings.nodes.count)}", pytrace=False)
     per_rank = [json.loads(p.read_text())["results"] for p in paths]
     assert all(len(r) == len(scenarios) for r in per_rank), f"{setup}: ranks returned {[len(r) for r in per_rank]} scenarios"
 

@@ -32,12 +32,29 @@ def worker_plugins() -> list[str]:
     return [n.strip() for n in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if n.strip()]
 
 
+# what the worker plugins' ``worker_configure()`` returned: an object with ``applied`` (what it changed in
+# the steps since it was last cleared, e.g. ``ampbench.slowdown``'s injected fraction) is asked per cell
+_CONFIGURED: list = []
+
+
 def load_worker_plugins() -> list[str]:
     """Import the modules WORKER_PLUGINS_ENV names and call each one's ``worker_configure()``; their names."""
     names = worker_plugins()
     for name in names:
-        importlib.import_module(name).worker_configure()
+        _CONFIGURED.append(importlib.import_module(name).worker_configure())
     return names
+
+
+def injected(clear: bool = False) -> float | str | None:
+    """What a worker plugin injected into this rank's steps (``applied``) since the last clear; `clear`
+    starts anew (before a cell). A rank's document carries it: a slowdown on one node's ranks alone is
+    named in node 0's record of the cell, so that no history counts that run as the cell's noise."""
+    found = next((a for c in _CONFIGURED if (a := getattr(c, "applied", None)) is not None), None)
+    if clear:
+        for c in _CONFIGURED:
+            if hasattr(c, "applied"):
+                c.applied = None
+    return found
 
 
 def torchrun_command(module: str, args: list[str], nproc: int) -> list[str]:

@@ -46,7 +46,7 @@ from ampbench.distributed.variants import (
 )
 from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE
 from ampbench.distributed.graphed import RankedReplays, capture_sides, own_stream
-from ampbench.distributed.launch import load_worker_plugins
+from ampbench.distributed.launch import injected, load_worker_plugins
 from ampbench.distributed.ranks import agree_max, together
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
 from ampbench.speed.devicetime import profile_steps
@@ -206,6 +206,7 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
     # fp32 compiled where the mode compiles (fp8), as in the single-GPU suite: an eager reference would
     # fold the compile gain into the mode's speedup
     ref_mode = compiled(get_mode(REFERENCE_MODE), mode.compile)
+    injected(clear=True)
     ref = build(spec, ref_mode, get_comm(variant.reference), device, args.smoke)
     trainer = build(spec, mode, variant, device, args.smoke)
     ref_step, mode_step = warm_together(ref, policy), warm_together(trainer, policy)
@@ -240,6 +241,7 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
         "idle_share_ref": comm_ref["idle_share"],
         "weights_moved": bool((fingerprint(trainer) != before).any()),
         "final_loss_finite": bool(torch.isfinite(last_loss)), "loss_scale": sides.loss_scale(trainer),
+        "injected_slowdown": injected(),
     }
     return doc
 
