@@ -294,15 +294,14 @@ def resolve_world_size(requested: int | None, device: torch.device, gpus: int, c
         raise ValueError(f"--perf-world-size {requested}: --perf-nnodes {nodes} cannot share it evenly "
                          f"(each node runs world size / nodes ranks)")
     per_node = requested // nodes if requested is not None else None
-    where = f" on each of {nodes} nodes" if nodes > 1 else ""
+    share = f"{per_node} ranks on each of {nodes} nodes, " if nodes > 1 else ""
     if device.type != "cuda":
         if per_node is not None and per_node > cpus:
-            raise ValueError(f"--perf-world-size {requested}: {per_node} gloo processes{where}, only {cpus} "
-                             f"CPU{'s' if cpus != 1 else ''} to run them on")
+            raise ValueError(f"--perf-world-size {requested}: {share}only {cpus} CPU{'s' if cpus != 1 else ''} "
+                             "to run gloo processes on")
         return requested if requested is not None else nodes * max(1, -(-CPU_WORLD_SIZE // nodes))
     if per_node is not None and per_node > gpus:
-        raise ValueError(f"--perf-world-size {requested}: {per_node} ranks{where}, only {gpus} "
-                         f"GPU{'s' if gpus != 1 else ''} visible")
+        raise ValueError(f"--perf-world-size {requested}: {share}only {gpus} GPU{'s' if gpus != 1 else ''} visible")
     return requested if requested is not None else gpus * nodes
 
 

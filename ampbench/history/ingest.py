@@ -62,7 +62,8 @@ FIGURES: dict[type[Record], tuple[FigureSpec, ...]] = {
     PipelineRecord: (FigureSpec("loader_ratio", "loader_ratio"),),
     # device time gates a distributed cell where it was measured; the wall figures beside it
     DistributedRecord: (_speedup("device_speedup", "device_verdict"), _speedup("speedup", "wall_verdict"),
-                        _speedup("scaling_efficiency", None)),
+                        _speedup("scaling_efficiency", None),
+                        _speedup("device_scaling_efficiency", "device_scaling_verdict")),
 }
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.plugin import activation
 from ampbench.plugin.session import SETTINGS_KEY
 
 LAUNCHER_KEY = pytest.StashKey[object]()
@@ -36,8 +35,9 @@ def _nodes(config: pytest.Config):
 
 def follows(config: pytest.Config) -> bool:
     """Whether this node only follows node 0's launches (its rank is above 0)."""
+    # read off the options, which only a --perf-* argument sets: ampbench acts wherever they are
     rank = getattr(config.option, "perf_node_rank", None)
-    return activation.active(config) and bool(rank) and getattr(config.option, "perf_nnodes", 1) > 1
+    return bool(rank) and getattr(config.option, "perf_nnodes", 1) > 1
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark and junitxml have read their options

@@ -140,6 +140,7 @@ TABLES: dict[type[Record], Table] = {
         Column("device speedup", lambda r: _interval(r.estimate(device=True))),
         Column("wall speedup", lambda r: _interval(r.estimate())),
         Column("scaling efficiency", lambda r: _interval(r.efficiency(), pct=True)),
+        Column("device scaling", lambda r: _interval(r.efficiency(device=True), pct=True)),
         Column("comm share", lambda r: _num(r.comm_share, ".0%")),
         Column("idle", lambda r: _num(r.idle_share, ".0%")),  # the most idle rank's, of the mode's step
         Column("verdict", lambda r: _verdict(r.verdict)),

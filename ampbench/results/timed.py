@@ -218,7 +218,8 @@ class DistributedRecord(Record):
     ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (
         ("speedup_low", "speedup", "speedup_high"),
         ("device_speedup_low", "device_speedup", "device_speedup_high"),
-        ("scaling_efficiency_low", "scaling_efficiency", "scaling_efficiency_high"))
+        ("scaling_efficiency_low", "scaling_efficiency", "scaling_efficiency_high"),
+        ("device_scaling_efficiency_low", "device_scaling_efficiency", "device_scaling_efficiency_high"))
 
     comm: str | None = text()  # the communication variant
     world_size: int | None = number()
@@ -265,6 +266,13 @@ class DistributedRecord(Record):
     device_step_ms_ref: float | None = number()
     device_round_ms: list | None = raw()
     device_ref_round_ms: list | None = raw()
+    # the scaling efficiency in device time: rank 0's 1-GPU graph replays over the N-GPU ones (graph only)
+    device_scaling_efficiency: float | None = checked(POSITIVE)
+    device_scaling_efficiency_low: float | None = checked(POSITIVE)
+    device_scaling_efficiency_high: float | None = checked(POSITIVE)
+    device_scaling_verdict: Verdict | None = checked(VERDICT)
+    baseline_device_scaling_efficiency: float | None = checked(POSITIVE)
+    device_scaling_tolerance: float | None = checked(NON_NEGATIVE)
     gated: list | None = raw()  # the --perf-gate figures that held the cell: "device", "wall"
     recording: bool | None = flag()
     weights_moved: bool | None = flag()
@@ -287,7 +295,11 @@ class DistributedRecord(Record):
                              self.device_rounds, self.confidence)
         return _estimate(self.speedup, self.speedup_low, self.speedup_high, self.rounds, self.confidence)
 
-    def efficiency(self) -> SpeedupEstimate | None:
+    def efficiency(self, device: bool = False) -> SpeedupEstimate | None:
+        """The scaling efficiency with its interval; `device`: in device time (None where not measured)."""
+        if device:
+            return _estimate(self.device_scaling_efficiency, self.device_scaling_efficiency_low,
+                             self.device_scaling_efficiency_high, self.device_rounds, self.confidence)
         return _estimate(self.scaling_efficiency, self.scaling_efficiency_low, self.scaling_efficiency_high,
                          self.rounds, self.confidence)
 
