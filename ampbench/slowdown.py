@@ -168,9 +168,16 @@ def _worker_spin(device: torch.device, step_ms: float, fraction: float) -> tuple
     return _busy_wait(extra), f"step {step_ms:.3f} ms, {extra * 1e3:.3f} ms of busy wait added"
 
 
+# a rank's calibration on its own steps: so many to settle, then so many timed. Five in all: a worker's
+# warm-up takes at least that many steps before its first timed block (two and a probe of three in the
+# smoke pass; on CUDA eleven or more come before its step is captured as a graph, which no host sync
+# of the calibration may meet)
+IN_PLACE_SETTLE, IN_PLACE_TIMED = 2, 3
+
+
 @dataclass
 class _InPlace:
-    """A rank's calibration on its own steps as they run: CALIBRATION_STEPS to settle, as many timed."""
+    """A rank's calibration on its own steps as they run: IN_PLACE_SETTLE to settle, IN_PLACE_TIMED timed."""
 
     settled: int = 0
     times: list[float] = field(default_factory=list)
@@ -264,7 +271,7 @@ class Slowdown:
         """One of a rank's first steps: plain while it settles, then timed one by one (each from an idle
         device) until the spin can be sized on them."""
         trainer._slowdown_spin = state
-        if state.settled < CALIBRATION_STEPS:
+        if state.settled < IN_PLACE_SETTLE:
             state.settled += 1
             return self.original(trainer, *args, **kwargs)
         loss = None
@@ -274,7 +281,7 @@ class Slowdown:
             loss = self.original(trainer, *args, **kwargs)
 
         state.times.append(time_block(trainer.device, one))
-        if len(state.times) == CALIBRATION_STEPS:
+        if len(state.times) == IN_PLACE_TIMED:
             spin, how = _worker_spin(trainer.device, sum(state.times) / len(state.times) * 1e3, fraction)
             trainer._slowdown_spin = spin
             print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} ({fraction:.1%} of the step)",

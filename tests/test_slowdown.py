@@ -130,8 +130,9 @@ def test_a_worker_slows_the_cells_its_environment_names_by_their_wall_step(monke
         slowed = train.Trainer(get_model("mlp"), MODES["fp32"], CPU, smoke=True)
         calls = []
         sd.original = lambda trainer, *a, **k: calls.append(1) or plain_step(trainer, *a, **k)
-        slowed.run(2 * slowdown.CALIBRATION_STEPS)  # settles, then calibrates on its own steps
-        assert len(calls) == 2 * slowdown.CALIBRATION_STEPS, "the calibration ran steps of its own"
+        steps = slowdown.IN_PLACE_SETTLE + slowdown.IN_PLACE_TIMED
+        slowed.run(steps)  # settles, then calibrates on its own steps
+        assert len(calls) == steps, "the calibration ran steps of its own"
         sd.original = plain_step
         plain = _median_step(sd.original, slowed)
         extra = _median_step(train.Trainer.step, slowed)
