@@ -120,11 +120,12 @@ def gpu_slug(name: str) -> str:
     return slug
 
 
-def cluster_slug(name: str, count: int) -> str:
-    """Baseline file stem of `count` GPUs of one model: 'nvidia-h200' for one, 'nvidia-h200-x2' for two."""
-    if count < 1:
-        raise ValueError(f"a GPU count must be at least 1, got {count}")
-    return gpu_slug(name) + (f"-x{count}" if count > 1 else "")
+def cluster_slug(name: str, count: int, nodes: int = 1) -> str:
+    """Baseline file stem of `count` GPUs of one model: 'nvidia-h200' for one, 'nvidia-h200-x2' for two,
+    'nvidia-h200-x2-2nodes' for two on two hosts."""
+    if count < 1 or nodes < 1:
+        raise ValueError(f"a GPU count and a node count must be at least 1, got {count} and {nodes}")
+    return gpu_slug(name) + (f"-x{count}" if count > 1 else "") + (f"-{nodes}nodes" if nodes > 1 else "")
 
 
 def configure_backends(device: torch.device, cudnn_benchmark: bool = False) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -87,6 +88,31 @@ def tier_help(tiers: dict[str, Tier], model_names: Callable[[str], list[str]], m
 
 
 @dataclass(frozen=True)
+class Nodes:
+    """The hosts the distributed cells' launches span (``--perf-nnodes`` and the rendezvous options): one
+    (torchrun's --standalone) by default; past one, torchrun's c10d rendezvous at node 0's `endpoint`,
+    where node 0 runs the cells and writes the results and every other node runs its ranks of node 0's
+    launches (``ampbench.distributed.nodes``)."""
+
+    count: int = 1
+    rank: int = 0  # this node's; 0 holds the results
+    endpoint: str | None = None  # HOST:PORT of the rendezvous store, on node 0
+    rdzv_id: str = "ampbench"  # the same on every node of one run; another run at the same endpoint takes another
+
+    @property
+    def standalone(self) -> bool:
+        return self.count == 1
+
+    @property
+    def leads(self) -> bool:
+        """Whether this node runs the cells and writes the results (node 0, and a standalone run's one)."""
+        return self.rank == 0
+
+    def describe(self) -> str:
+        return "one node" if self.standalone else f"node {self.rank} of {self.count} (rendezvous {self.endpoint})"
+
+
+@dataclass(frozen=True)
 class PerfSettings:
     device: torch.device  # where models train; cpu means the smoke pass on tiny shapes
     models: tuple[str, ...]  # model names under test, registry order
@@ -106,6 +132,7 @@ class PerfSettings:
     cudnn_benchmark: bool  # cuDNN autotuning for the speed tests (memory and convergence never tune)
     gate: str  # which speedup's verdict fails a speed cell: device, wall or both
     compile: tuple[bool, ...] = (False,)  # speed cells run eager (False), compiled (True) or both
+    nodes: Nodes = Nodes()  # the hosts the distributed cells span
 
     @property
     def smoke(self) -> bool:
@@ -194,5 +221,33 @@ def scaler_validator() -> Callable[[str], str]:
         if not sep or not module or not attr:
             raise argparse.ArgumentTypeError(f"expects MODULE:CALLABLE, e.g. torch.amp:GradScaler, got {value!r}")
         return value
+
+    return parse
+
+
+def endpoint_validator() -> Callable[[str], str]:
+    """A type= function for HOST:PORT (an IPv6 host in brackets, [::1]:29500), the port in [1, 65535]."""
+
+    def parse(value: str) -> str:
+        host, sep, port = value.strip().rpartition(":")
+        bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        if not sep or not bare or ":" in host and bare == host:
+            raise argparse.ArgumentTypeError(f"expects HOST:PORT, e.g. node0.example:29500, got {value!r}")
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise argparse.ArgumentTypeError(f"the port of {value!r} must be a number in [1, 65535]")
+        return f"{host}:{int(port)}"
+
+    return parse
+
+
+def rdzv_id_validator() -> Callable[[str], str]:
+    """A type= function for a rendezvous id: letters, digits, '-', '_' and '.', at most 64 of them (it
+    names each launch's rendezvous, with the launch's number after it)."""
+
+    def parse(value: str) -> str:
+        text = value.strip()
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", text):
+            raise argparse.ArgumentTypeError(f"expects 1 to 64 letters, digits, '-', '_' or '.', got {value!r}")
+        return text
 
     return parse

@@ -17,9 +17,12 @@ time of a few plain steps. Steps of other cells run unchanged.
 Cells that train in worker processes (the distributed tests' torchrun ranks) are slowed too: the plugin
 passes its spec on in the environment (``AMPBENCH_SLOWDOWN``, and itself in the worker's plugin list,
 ``ampbench.distributed.launch.WORKER_PLUGINS_ENV``), and each rank installs the same slowdown before it builds
-a trainer (``worker_configure``). There the fraction is of the wall time of a few plain steps, on CUDA
-too (the spin is a kernel, so it counts in the cell's profiled device time as well): capturing a step
-that holds collectives as a CUDA graph is no calibration to risk on every rank.
+a trainer (``worker_configure``). There the fraction is of the wall time of the trainer's own first
+steps, timed as they run, on CUDA too (the spin is a kernel, so it counts in the cell's device time as
+well): capturing a step that holds collectives as a CUDA graph is no calibration to risk on every rank,
+and a rank that ran steps of its own would leave its peers in a collective. Over several nodes, a
+slowdown given to one node's pytest slows that node's ranks alone, and each rank's document says so, so
+that node 0's record of the cell names it (``ampbench.distributed.launch.injected``).
 
 ``MODEL:fp8_MODE:emulate`` slows an fp8 cell the way a broken fp8 stack would: its trainers convert their
 Linear layers with torchao's emulated float8 matmul (``Float8LinearConfig(emulate=True)``: the fp8
@@ -140,19 +143,46 @@ def _cpu_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], Non
     step_ms, _ = _wall_ms_per_step(trainer)
     extra = fraction * step_ms / 1e3
 
-    def spin() -> None:
-        # a busy wait, not a sleep: the core stays occupied, as the step's own work would keep it
-        until = time.perf_counter() + extra
-        while time.perf_counter() < until:
-            pass
-
-    return spin, f"step {step_ms:.3f} ms, {extra * 1e3:.3f} ms of busy wait added"
+    # a busy wait, not a sleep: the core stays occupied, as the step's own work would keep it
+    return _busy_wait(extra), f"step {step_ms:.3f} ms, {extra * 1e3:.3f} ms of busy wait added"
 
 
 # per device type: how a step's extra work is sized
 CALIBRATE: dict[str, Calibrator] = {"cuda": _cuda_spin_on(_device_ms_per_step), "cpu": _cpu_spin}
-# the same in a distributed worker's ranks: a fraction of the wall-clock step (module docstring)
-CALIBRATE_WORKER: dict[str, Calibrator] = {"cuda": _cuda_spin_on(_wall_ms_per_step), "cpu": _cpu_spin}
+
+
+def _busy_wait(seconds: float) -> Callable[[], None]:
+    def spin() -> None:
+        until = time.perf_counter() + seconds
+        while time.perf_counter() < until:
+            pass
+
+    return spin
+
+
+def _worker_spin(device: torch.device, step_ms: float, fraction: float) -> tuple[Callable[[], None], str]:
+    """A distributed rank's extra work, sized on its wall-clock step as timed in place: a spin kernel on
+    CUDA, a busy wait on the CPU."""
+    extra = fraction * step_ms / 1e3
+    if device.type == "cuda":
+        cycles = _spin_cycles(device, extra)
+        return (lambda: torch.cuda._sleep(cycles)), f"{step_ms:.3f} ms per step (wall clock), {cycles} spin cycles added"
+    return _busy_wait(extra), f"step {step_ms:.3f} ms, {extra * 1e3:.3f} ms of busy wait added"
+
+
+# a rank's calibration on its own steps: so many to settle, then so many timed. Five in all: a worker's
+# warm-up takes at least that many steps before its first timed block (two and a probe of three in the
+# smoke pass; on CUDA eleven or more come before its step is captured as a graph, which no host sync
+# of the calibration may meet)
+IN_PLACE_SETTLE, IN_PLACE_TIMED = 2, 3
+
+
+@dataclass
+class _InPlace:
+    """A rank's calibration on its own steps as they run: IN_PLACE_SETTLE to settle, IN_PLACE_TIMED timed."""
+
+    settled: int = 0
+    times: list[float] = field(default_factory=list)
 
 
 _CALIBRATING = object()  # a trainer's marker while its calibration steps run plain
@@ -167,6 +197,10 @@ class Slowdown:
     targets: dict[Cell, float | str]
     calibrate: dict[str, Calibrator] = field(default_factory=lambda: CALIBRATE)  # per device type
     source: str = ENV  # where the targets were named: the flag or the environment
+    # a distributed rank's: calibrated on its own first steps as they run, never on steps of its own. A
+    # rank that ran steps its peers did not would leave them in a collective: a slowdown on one node's
+    # ranks alone (the others have none) must add no step
+    in_place: bool = False
     original: Callable | None = None  # Trainer.step as it was before install()
     original_init: Callable | None = None  # Trainer.__init__
     original_config: Callable | None = None  # fp8.float8_config
@@ -219,6 +253,8 @@ class Slowdown:
         spin = getattr(trainer, "_slowdown_spin", None)
         if fraction is None or trainer.device.type not in self.calibrate or spin is _CALIBRATING:
             return self.original(trainer, *args, **kwargs)
+        if self.in_place and (spin is None or isinstance(spin, _InPlace)):
+            return self._step_in_place(trainer, spin or _InPlace(), fraction, args, kwargs)
         if spin is None:
             trainer._slowdown_spin = _CALIBRATING
             for _ in range(CALIBRATION_STEPS):  # settle before calibrating
@@ -230,6 +266,28 @@ class Slowdown:
         loss = self.original(trainer, *args, **kwargs)
         spin()
         self.applied = fraction if self.applied is None else self.applied
+        return loss
+
+
+    def _step_in_place(self, trainer: train.Trainer, state: _InPlace, fraction: float, args, kwargs) -> torch.Tensor:
+        """One of a rank's first steps: plain while it settles, then timed one by one (each from an idle
+        device) until the spin can be sized on them."""
+        trainer._slowdown_spin = state
+        if state.settled < IN_PLACE_SETTLE:
+            state.settled += 1
+            return self.original(trainer, *args, **kwargs)
+        loss = None
+
+        def one() -> None:
+            nonlocal loss
+            loss = self.original(trainer, *args, **kwargs)
+
+        state.times.append(time_block(trainer.device, one))
+        if len(state.times) == IN_PLACE_TIMED:
+            spin, how = _worker_spin(trainer.device, sum(state.times) / len(state.times) * 1e3, fraction)
+            trainer._slowdown_spin = spin
+            print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} ({fraction:.1%} of the step)",
+                  flush=True)
         return loss
 
 
@@ -255,11 +313,12 @@ def _pass_on_to_workers(targets: dict[Cell, float | str]) -> pytest.MonkeyPatch:
 
 def worker_configure() -> Slowdown | None:
     """In a distributed worker's rank (``ampbench.distributed.launch.load_worker_plugins``): slow the cells that
-    $AMPBENCH_SLOWDOWN names, each by a fraction of its wall-clock step; None where it names none."""
+    $AMPBENCH_SLOWDOWN names, each by a fraction of its wall-clock step as its first steps take it (the
+    rank runs no step of its own); None where it names none."""
     targets = parse(os.environ.get(ENV, ""))
     if not targets:
         return None
-    slowdown = Slowdown(targets, calibrate=CALIBRATE_WORKER)
+    slowdown = Slowdown(targets, in_place=True)
     slowdown.install()
     return slowdown
 

@@ -33,13 +33,16 @@ from ampbench.device import cell_unsupported_reason
 from ampbench.distributed import judging
 from ampbench.distributed.figures import DistFigures, max_over_ranks, mean_over_ranks, merge_ranks
 from ampbench.distributed.variants import STRATEGIES, default_cells, get_comm, variants_for
-from ampbench.distributed.launch import LaunchResult, run_launch, torchrun_command
+from ampbench.distributed.launch import LaunchResult
+from ampbench.plugin.nodes import launcher_of
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
 from ampbench.baselines.entries import DistributedEntry
+from ampbench.baselines.spread import INJECTED_KEY
+from ampbench.plugin import summary
 from ampbench.verdict import Verdict, combined
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.torchrun
 # seconds a launch may take: a start (torch import, rendezvous, NCCL init) plus each cell's build,
 # warm-up, rounds and profile
 LAUNCH_SECONDS = {"cpu": (60.0, 30.0), "cuda": (180.0, 120.0)}
@@ -65,7 +68,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("dist_cell", cells, ids=["-".join(c) for c in cells])
 
 
-def _launch(settings, nproc: int, model: str, mode: str, comms: list[str], out: Path) -> LaunchResult:
+def _launch(config: pytest.Config, settings, nproc: int, model: str, mode: str, comms: list[str],
+            out: Path) -> LaunchResult:
     base, per_cell = LAUNCH_SECONDS[settings.device.type]
     limit = base + per_cell * len(comms)
     # a recording times its first batch in as many rounds as the single-GPU suite's (12, not 8): that
@@ -79,7 +83,8 @@ def _launch(settings, nproc: int, model: str, mode: str, comms: list[str], out: 
             "--rounds", str(policy.rounds.min_rounds), "--block-seconds", str(settings.block_seconds),
             "--collective-timeout", str(limit / 2),
             "--device", settings.device.type, *(["--cudnn-benchmark"] if settings.cudnn_benchmark else [])]
-    return run_launch(torchrun_command("ampbench.distributed.speed_worker", args, nproc), limit, ROOT)
+    return launcher_of(config).run("ampbench.distributed.speed_worker", args, nproc // settings.nodes.count, limit,
+                                   out, what=f"{model} {mode} {','.join(comms)}")
 
 
 @pytest.fixture(scope="session")
@@ -112,8 +117,10 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         pytest.skip(reason)
     settings, nproc, store = perf_settings, perf_world_size, distributed_baseline_store
     test_id = f"{request.node.originalname}[{model}-{mode_name}-{comm}]"
-    what = f"{model} {mode_name} {comm} (x{nproc})"
-    identity = DistributedRecord(model=model, mode=mode_name, device=str(perf_device), comm=comm, world_size=nproc)
+    nodes = settings.nodes.count
+    what = f"{model} {mode_name} {comm} (x{nproc}" + (f" on {nodes} nodes)" if nodes > 1 else ")")
+    identity = DistributedRecord(model=model, mode=mode_name, device=str(perf_device), comm=comm, world_size=nproc,
+                                 nodes=nodes)
     record_result(identity, identity=True)
 
     result, out = _shared_launch(request, _launches, settings, nproc, model, mode_name, comm)
@@ -124,7 +131,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         pytest.fail(message, pytrace=False)
 
     if docs is None:
-        fail(f"{what}: no result from every rank; torchrun launch {result.explain(nproc)}")
+        fail(f"{what}: no result from every rank; torchrun launch {result.explain(nproc // nodes)}")
 
     confidence = 0.99
     figs = merge_ranks(docs, confidence)
@@ -137,13 +144,14 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         # as in the 1-GPU suite: a regression stands only when a second, independent launch agrees
         again, again_docs = _launch_again(request, settings, nproc, model, mode_name, comm)
         if again_docs is None:
-            fail(f"{what}: confirming launch failed: {again.explain(nproc)}")
+            fail(f"{what}: confirming launch failed: {again.explain(nproc // nodes)}")
         confirmation = merge_ranks(again_docs, confidence)
         verdicts = judging.confirmed(verdicts, checks, confirmation)
     verdict = combined(judging.gated_verdicts(verdicts, gates))
     message = judging.cell_message(what, figs, checks, verdicts, confirmation, gpu=perf_device.type == "cuda",
                                    note=STRATEGIES[get_comm(comm).strategy].host_bound_note)
 
+    _tag_injected(request, benchmark, docs)
     problems = _problems(docs)
     record = _record(identity, figs, docs, checks, settings, result, verdict=verdict, message=message,
                      weights_moved=all(d["weights_moved"] for d in docs), gated=list(gates),
@@ -168,15 +176,24 @@ def _shared_launch(request, launches: dict, settings, nproc: int, model: str, mo
     if key not in launches:
         out = request.getfixturevalue("tmp_path_factory").mktemp(f"dist-{model}-{mode_name}")
         comms = _group_comms(request.session, model, mode_name) or [comm]
-        launches[key] = (_launch(settings, nproc, model, mode_name, comms, out), out)
+        launches[key] = (_launch(request.config, settings, nproc, model, mode_name, comms, out), out)
     return launches[key]
 
 
 def _launch_again(request, settings, nproc: int, model: str, mode_name: str, comm: str):
     """(launch result, rank documents or None) of a second, independent launch of one comm variant."""
     out = request.getfixturevalue("tmp_path_factory").mktemp(f"dist-{model}-{mode_name}-{comm}-again")
-    again = _launch(settings, nproc, model, mode_name, [comm], out)
+    again = _launch(request.config, settings, nproc, model, mode_name, [comm], out)
     return again, _rank_docs(out, comm, nproc)
+
+
+def _tag_injected(request, benchmark, docs: list[dict]) -> None:
+    """Name a slowdown that some rank's steps carried (``ampbench.slowdown`` on any node) in the cell's
+    extra_info and kept record, as that plugin does for a slowdown of this process's own."""
+    how = next((d["injected_slowdown"] for d in docs if d.get("injected_slowdown") is not None), None)
+    if how is not None:
+        benchmark.extra_info[INJECTED_KEY] = how
+        summary.annotate(request.config, request.node.nodeid, **{INJECTED_KEY: how})
 
 
 def _problems(docs: list[dict]) -> list[str]:

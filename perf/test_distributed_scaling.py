@@ -23,12 +23,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from ampbench.distributed.loss_scaling_worker import SETUPS, WIDTH
-from ampbench.distributed.launch import run_launch, torchrun_command
+from ampbench.plugin.nodes import launcher_of
 from perf import strategies as S
 from perf.strategies import DistScenario, RankPoison, ScalerConfig
 from perf.scalers import reference_trajectory
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.torchrun
 INF, NAN = float("inf"), float("nan")
 LAUNCH_SECONDS = {"cpu": 150.0, "cuda": 300.0}
 
@@ -63,15 +63,17 @@ def draw_scenarios(world_size: int, smoke: bool) -> list[DistScenario]:
 
 
 @pytest.fixture(scope="module")
-def scaling_run(perf_world_size, perf_device, tmp_path_factory):
+def scaling_run(pytestconfig, perf_settings, perf_world_size, perf_device, tmp_path_factory):
     """(scenarios, launch result, output folder) of the one launch that runs every scenario in every setup."""
     scenarios = explicit_scenarios(perf_world_size) + draw_scenarios(perf_world_size, perf_device.type != "cuda")
     out = tmp_path_factory.mktemp("dist-scaling")
     path = out / "scenarios.json"
     path.write_text(json.dumps([s.to_json() for s in scenarios]))
     args = ["--scenarios", str(path), "--out", str(out), "--device", perf_device.type]
-    result = run_launch(torchrun_command("ampbench.distributed.loss_scaling_worker", args, perf_world_size),
-                        LAUNCH_SECONDS[perf_device.type], ROOT)
+    nodes = perf_settings.nodes.count
+    result = launcher_of(pytestconfig).run("ampbench.distributed.loss_scaling_worker", args, perf_world_size // nodes,
+                                           LAUNCH_SECONDS[perf_device.type], out, ship=(path,),
+                                           what=f"loss scaling across ranks, {len(scenarios)} scenarios")
     return scenarios, result, out
 
 
@@ -93,12 +95,12 @@ def _step_problem(k: int, recs: list[dict], overflow: bool, expected: tuple[floa
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
-def test_one_rank_overflow_skips_on_every_rank(setup: str, scaling_run, perf_world_size):
+def test_one_rank_overflow_skips_on_every_rank(setup: str, scaling_run, perf_world_size, perf_settings):
     scenarios, result, out = scaling_run
     paths = [out / setup / f"rank{r}.json" for r in range(perf_world_size)]
     if not all(p.exists() for p in paths):
         pytest.fail(f"loss scaling across ranks, setup {setup}: no result from every rank; torchrun launch "
-                    f"{result.explain(perf_world_size)}", pytrace=False)
+                    f"{result.explain(perf_world_size // perf_settings.nodes.count)}", pytrace=False)
     per_rank = [json.loads(p.read_text())["results"] for p in paths]
     assert all(len(r) == len(scenarios) for r in per_rank), f"{setup}: ranks returned {[len(r) for r in per_rank]} scenarios"
 

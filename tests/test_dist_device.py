@@ -198,3 +198,42 @@ def test_a_re_recording_measured_alike_keeps_the_learned_spread_and_opens_a_leve
                             (learned, {"block_seconds": 0.2})):
         fresh = judging.device_baseline_figures(figs, 0.005, DistributedEntry.from_figures(other), settings)
         assert "device_between_run_sd" not in fresh and fresh["device_tolerance"] >= UNLEARNED_TOLERANCE
+
+
+def _graph_docs(single_device) -> list[dict]:
+    """Two ranks replaying graphs (device mode step 0.5 on the less busy rank), rank 0's 1-GPU side as given."""
+    docs = _docs()
+    for d in docs:
+        d.update(device_method="graph", device_fallback=None)
+    docs[0]["single_device_times"] = single_device
+    return docs
+
+
+def test_the_scaling_efficiency_in_device_time_is_the_1_gpu_replays_over_the_n_gpu_ones():
+    figs = merge_ranks(_graph_docs([0.45] * N), 0.99)
+    assert figs.device_efficiency == estimate_speedup([0.45] * N, per_round_min(_graph_docs(None), "device_mode_times"), 0.99)
+    assert figs.device_efficiency.speedup == pytest.approx(0.9)
+    # none without rank 0's replays, or where the N-GPU side fell back to the profiler (two clocks)
+    assert merge_ranks(_graph_docs(None), 0.99).device_efficiency is None
+    assert merge_ranks(_docs(), 0.99).device_efficiency is None
+
+
+def test_the_device_scaling_efficiency_gates_beside_the_device_speedup_and_round_trips(tmp_path):
+    figs = merge_ranks(_graph_docs([0.45] * N), 0.99)  # device speedup ~3.0x, device efficiency 90%
+    entry_figures = {"speedup": 2.0, "rounds": 12, "noise": 0.005, "world_size": 2, "device_speedup": 3.0,
+                     "device_noise": 0.002, "device_tolerance": 0.02, "device_method": "graph"}
+    held = {"device_scaling_speedup": 0.95, "device_scaling_noise": 0.002, "device_scaling_method": "graph"}
+    verdict, gates, verdicts = _verdict(DistributedEntry.from_figures({**entry_figures, **held}), figs)
+    assert gates == ("device",) and verdicts["device speedup"] is Verdict.PASS
+    assert verdicts["device scaling efficiency"] is Verdict.REGRESSION and verdict is Verdict.REGRESSION
+    held["device_scaling_speedup"] = 0.9
+    assert _verdict(DistributedEntry.from_figures({**entry_figures, **held}), figs)[0] is Verdict.PASS
+    # recorded as it is held: its figures under device_scaling_, valid in a baseline file
+    recorded = judging.device_baseline_figures(figs, 0.005)
+    assert recorded["device_scaling_speedup"] == pytest.approx(0.9) and recorded["device_scaling_method"] == "graph"
+    entry = DistributedEntry.from_figures({**entry_figures, **recorded})
+    assert entry.device_efficiency.speedup == pytest.approx(0.9) and entry.device.speedup == recorded["device_speedup"]
+    validate_entry("test_ddp_speed[gpt-amp_bf16-fp32]", {"figures": {**entry_figures, **recorded}}, tmp_path / "b.json")
+    with pytest.raises(BaselineError, match="device_scaling_speedup"):
+        validate_entry("test_ddp_speed[gpt-amp_bf16-fp32]", {"figures": {**entry_figures, "device_scaling_speedup": -1.0}},
+                       tmp_path / "b.json")

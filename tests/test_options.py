@@ -238,7 +238,8 @@ def test_every_validator_names_its_flag_once():
         value = bad.get(kind.__name__, "x") if kind else {"--perf-device": "tpu", "--perf-models": ",",
                                                            "--perf-precisions": ",", "--perf-loss-scaler": "x",
                                                            "--perf-baseline-dir": __file__,
-                                                           "--perf-data-root": "/nonexistent"}.get(flag, "x")
+                                                           "--perf-data-root": "/nonexistent",
+                                                           "--perf-rdzv-id": "a b"}.get(flag, "x")
         message = parse_error(flag, value)
         assert message.count(flag) == 1, message
 

@@ -118,16 +118,22 @@ def test_plugin_passes_its_spec_on_to_worker_processes_and_restores_the_environm
 
 def test_a_worker_slows_the_cells_its_environment_names_by_their_wall_step(monkeypatch, capsys):
     """worker_configure, as a rank runs it: the cells of $AMPBENCH_SLOWDOWN slowed, sized on the wall
-    time of plain steps (CALIBRATE_WORKER); nothing installed where it names no cell."""
+    time of its own first steps, timed as they run (no step of its own: a rank's peers would wait in a
+    collective for it); nothing installed where it names no cell."""
     monkeypatch.delenv(slowdown.ENV, raising=False)
     assert slowdown.worker_configure() is None
     monkeypatch.setenv(slowdown.ENV, "mlp:fp32:3.0")
     plain_step = train.Trainer.step
     sd = slowdown.worker_configure()
     try:
-        assert sd.calibrate is slowdown.CALIBRATE_WORKER
+        assert sd.in_place
         slowed = train.Trainer(get_model("mlp"), MODES["fp32"], CPU, smoke=True)
-        slowed.run(1)  # calibrates
+        calls = []
+        sd.original = lambda trainer, *a, **k: calls.append(1) or plain_step(trainer, *a, **k)
+        steps = slowdown.IN_PLACE_SETTLE + slowdown.IN_PLACE_TIMED
+        slowed.run(steps)  # settles, then calibrates on its own steps
+        assert len(calls) == steps, "the calibration ran steps of its own"
+        sd.original = plain_step
         plain = _median_step(sd.original, slowed)
         extra = _median_step(train.Trainer.step, slowed)
     finally:

@@ -195,11 +195,13 @@ class SpeedEntry(FlatEntry):
 class DistributedEntry(FlatEntry):
     """``test_ddp_speed`` / ``test_fsdp2_speed[...]``: the wall-clock speedup under the same parallelism
     (flat names, no prefix), its device-time speedup ("device_"; absent from entries recorded without
-    one, whose cells the wall-clock speedup holds) and the scaling efficiency (``scaling_efficiency``,
-    ``_low``, ``_high``, ``scaling_noise``)."""
+    one, whose cells the wall-clock speedup holds), the scaling efficiency (``scaling_efficiency``,
+    ``_low``, ``_high``, ``scaling_noise``) and the scaling efficiency in device time ("device_scaling_",
+    its figure ``device_scaling_speedup``)."""
 
     speedup: RatioEntry = _ratio("")
     device: RatioEntry = _ratio("device_")
+    device_efficiency: RatioEntry = _ratio("device_scaling_")  # the scaling efficiency in device time
     world_size: int | None = figure()
     batch_size: int | None = figure()
     block_seconds: float | None = figure()

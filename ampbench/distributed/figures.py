@@ -41,6 +41,8 @@ class DistFigures:
     device_fallback: str | None = None  # why not a CUDA graph's replay (or, off CUDA, why no device time)
     device_step_s: float | None = None  # the mode's device time per step (median round)
     device_step_s_ref: float | None = None
+    # the scaling efficiency in device time: 1-GPU graph replays over the N-GPU ones (``device_efficiency``)
+    device_efficiency: SpeedupEstimate | None = None
 
     @property
     def host_bound(self) -> bool:
@@ -111,7 +113,18 @@ def device_figures(docs: Sequence[dict], confidence: float) -> dict:
         return out
     ref, mode = per_round_min(docs, "device_ref_times"), per_round_min(docs, "device_mode_times")
     return {**out, "device": estimate_speedup(ref, mode, confidence), "device_step_s": median(mode),
-            "device_step_s_ref": median(ref)}
+            "device_step_s_ref": median(ref), "device_efficiency": device_efficiency(docs, method, mode, confidence)}
+
+
+def device_efficiency(docs: Sequence[dict], method: str, mode: list[float], confidence: float) -> SpeedupEstimate | None:
+    """The scaling efficiency in device time, per round the 1-GPU side's graph replays (rank 0's, between
+    the rounds) over the N-GPU mode's (``per_round_min``): t_1 / t_N, as the wall-clock efficiency. Only
+    where the N-GPU side was replayed as a graph too: a graph against the profiler's busy time would
+    compare two clocks."""
+    single = next((d["single_device_times"] for d in docs if d.get("single_device_times")), None)
+    if method != "graph" or not single or len(single) != len(mode):
+        return None
+    return estimate_speedup(single, mode, confidence)
 
 
 def merge_ranks(docs: Sequence[dict], confidence: float) -> DistFigures:

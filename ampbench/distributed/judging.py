@@ -1,15 +1,15 @@
-"""A distributed cell's judging: its three figures (the device-time speedup, the wall-clock speedup
-under the same parallelism, the scaling efficiency) held against the cell's baseline entry by the
-single-GPU cells' tolerance rule (``speed.ratio.ratio_check``), which of them gate the cell
-(--perf-gate), and the cell's message and device-time record and baseline figures.
+"""A distributed cell's judging: its four figures (the device-time speedup, the wall-clock speedup under
+the same parallelism, the scaling efficiency in device time and in wall clock) held against the cell's
+baseline entry by the single-GPU cells' tolerance rule (``speed.ratio.ratio_check``), which of them gate
+the cell (--perf-gate), and the cell's message and device-time record and baseline figures.
 
-Device time gates by default, the wall-clock figures are reported beside it; under --perf-gate wall or
-both they gate too. Where the entry holds no device-time speedup (recorded before the cell measured
-one) or the run measured none (gloo ranks on the CPU), the wall-clock figures hold the cell, as a
-single-GPU cell's wall verdict holds it where its entry lacks device time. The host-bound rule
+Device time (the speedup, and the scaling efficiency where rank 0's 1-GPU side was replayed as a graph
+too) gates by default, the wall-clock figures are reported beside it; under --perf-gate wall or both
+they gate too. Where the entry holds no device-time speedup (recorded before the cell measured one) or
+the run measured none (gloo ranks on the CPU), the wall-clock figures hold the cell, as a single-GPU
+cell's wall verdict holds it where its entry lacks device time. The host-bound rule
 (``figures.host_bound_verdict``) applies to the wall-clock figures only: device time leaves the host out.
 """
-
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,13 +19,16 @@ from ampbench.baselines.entries import DistributedEntry, RatioEntry, entry_toler
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.distributed.figures import DistFigures, host_bound_verdict, per_round_min
 from ampbench.settings import GATES
-from ampbench.speed.ratio import DIST_DEVICE, DISTRIBUTED, EFFICIENCY, Ratio, RatioKind, ratio_check
+from ampbench.speed.ratio import DIST_DEVICE, DIST_DEVICE_EFFICIENCY, DISTRIBUTED, EFFICIENCY, Ratio, RatioKind, ratio_check
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import SpeedupCheck, Verdict
 
 # the names of the cell's figures in its verdicts and messages, with the kind of ratio each is
 DEVICE_SPEEDUP, SPEEDUP, SCALING = "device speedup", "speedup", "scaling efficiency"
-KINDS: dict[str, RatioKind] = {DEVICE_SPEEDUP: DIST_DEVICE, SPEEDUP: DISTRIBUTED, SCALING: EFFICIENCY}
+DEVICE_SCALING = "device scaling efficiency"
+KINDS: dict[str, RatioKind] = {DEVICE_SPEEDUP: DIST_DEVICE, SPEEDUP: DISTRIBUTED, SCALING: EFFICIENCY,
+                               DEVICE_SCALING: DIST_DEVICE_EFFICIENCY}
+DEVICE_FIGURES = (DEVICE_SPEEDUP, DEVICE_SCALING)  # device time leaves the host out: no host-bound softening
 
 
 @dataclass(frozen=True)
@@ -37,9 +40,11 @@ class CellChecks:
     speedup: SpeedupCheck | None
     efficiency: SpeedupCheck | None
     device_why: str = ""
+    device_efficiency: SpeedupCheck | None = None
 
     def of(self, name: str) -> SpeedupCheck | None:
-        return {DEVICE_SPEEDUP: self.device, SPEEDUP: self.speedup, SCALING: self.efficiency}[name]
+        return {DEVICE_SPEEDUP: self.device, SPEEDUP: self.speedup, SCALING: self.efficiency,
+                DEVICE_SCALING: self.device_efficiency}[name]
 
 
 def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str, what: str,
@@ -51,7 +56,9 @@ def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str
     if figs.device is None:
         return CellChecks(None, speed, eff)
     device, why = ratio_check(Ratio(DIST_DEVICE, method=figs.device_method), model, what, baseline, floor)
-    return CellChecks(device, speed, eff, why)
+    device_eff = (ratio_check(Ratio(DIST_DEVICE_EFFICIENCY, "scaling efficiency", method=figs.device_method), model,
+                              what, baseline, floor)[0] if figs.device_efficiency is not None else None)
+    return CellChecks(device, speed, eff, why, device_eff)
 
 
 def gated_figures(gate: str, checks: CellChecks, figs: DistFigures) -> tuple[str, ...]:
@@ -71,14 +78,15 @@ def _judge(check: SpeedupCheck | None, est: SpeedupEstimate) -> Verdict:
 
 def estimates(figs: DistFigures) -> dict[str, SpeedupEstimate]:
     """The cell's figures that were measured, by name."""
-    named = {DEVICE_SPEEDUP: figs.device, SPEEDUP: figs.speedup, SCALING: figs.efficiency}
+    named = {DEVICE_SPEEDUP: figs.device, SPEEDUP: figs.speedup, SCALING: figs.efficiency,
+             DEVICE_SCALING: figs.device_efficiency}
     return {name: est for name, est in named.items() if est is not None}
 
 
 def verdicts_of(figs: DistFigures, checks: CellChecks) -> dict[str, Verdict]:
     """Each measured figure's verdict; a host-bound step's wall-clock drop is inconclusive."""
     out = {name: _judge(checks.of(name), est) for name, est in estimates(figs).items()}
-    return {name: v if name == DEVICE_SPEEDUP else host_bound_verdict(v, figs.host_bound) for name, v in out.items()}
+    return {name: v if name in DEVICE_FIGURES else host_bound_verdict(v, figs.host_bound) for name, v in out.items()}
 
 
 def gated_verdicts(verdicts: dict[str, Verdict], gates: tuple[str, ...]) -> list[Verdict]:
@@ -115,7 +123,17 @@ def device_record_fields(figs: DistFigures, checks: CellChecks, verdicts: dict[s
             "device_baseline_speedup": check.expected if check else None,
             "device_tolerance": check.tolerance if check else None, "device_line": check.line if check else None,
             "device_step_ms": figs.device_step_s * 1e3, "device_step_ms_ref": figs.device_step_s_ref * 1e3,
-            "device_round_ms": mode_ms, "device_ref_round_ms": ref_ms}
+            "device_round_ms": mode_ms, "device_ref_round_ms": ref_ms, **_device_efficiency_fields(figs, checks, verdicts)}
+
+
+def _device_efficiency_fields(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Verdict]) -> dict[str, Any]:
+    eff, check = figs.device_efficiency, checks.device_efficiency
+    if eff is None:
+        return {}
+    return {"device_scaling_efficiency": eff.speedup, "device_scaling_efficiency_low": eff.low,
+            "device_scaling_efficiency_high": eff.high, "device_scaling_verdict": verdicts.get(DEVICE_SCALING),
+            "baseline_device_scaling_efficiency": check.expected if check else None,
+            "device_scaling_tolerance": check.tolerance if check else None}
 
 
 def device_baseline_figures(figs: DistFigures, floor: float, previous: DistributedEntry | None = None,
@@ -139,7 +157,17 @@ def device_baseline_figures(figs: DistFigures, floor: float, previous: Distribut
                        method=figs.device_method, fallback=figs.device_fallback,
                        step_ms=figs.device_step_s * 1e3, step_ms_ref=figs.device_step_s_ref * 1e3,
                        **{name: getattr(kept, name) for name in RatioEntry.SPREAD})
-    return ratio.figures(DIST_DEVICE.prefix, nulls=("fallback",))
+    out = ratio.figures(DIST_DEVICE.prefix, nulls=("fallback",))
+    eff = figs.device_efficiency
+    if eff is not None:
+        kept_eff = previous.device_efficiency.kept_spread() if alike else RatioEntry()
+        out.update(RatioEntry(speedup=eff.speedup, ci_low=eff.low, ci_high=eff.high, rounds=eff.rounds,
+                              noise=eff.half_width, method=figs.device_method,
+                              tolerance=entry_tolerance(max(floor, DIST_DEVICE_EFFICIENCY.floor), kept_eff,
+                                                        eff.half_width),
+                              **{name: getattr(kept_eff, name) for name in RatioEntry.SPREAD}
+                              ).figures(DIST_DEVICE_EFFICIENCY.prefix))
+    return out
 
 
 def _against(check: SpeedupCheck | None, verdict: Verdict | None, pct: bool = False) -> list[str]:
@@ -163,9 +191,14 @@ def cell_message(what: str, figs: DistFigures, checks: CellChecks, verdicts: dic
     else:
         parts[0] += f"speedup over fp32 under the same parallelism {figs.speedup}"
     parts += _against(checks.speedup, verdicts.get(SPEEDUP))
+    if figs.device_efficiency is not None:
+        e = figs.device_efficiency
+        parts.append(f"scaling efficiency in device time {e.speedup:.1%} [{e.low:.1%}, {e.high:.1%}]")
+        parts += _against(checks.device_efficiency, verdicts.get(DEVICE_SCALING), pct=True)
     if figs.efficiency is not None:
         e = figs.efficiency
-        parts.append(f"scaling efficiency {e.speedup:.1%} [{e.low:.1%}, {e.high:.1%}]")
+        parts.append(f"{'wall-clock ' if figs.device_efficiency is not None else ''}scaling efficiency "
+                     f"{e.speedup:.1%} [{e.low:.1%}, {e.high:.1%}]")
         parts += _against(checks.efficiency, verdicts.get(SCALING), pct=True)
     parts.append(f"{figs.throughput_per_gpu:.1f} samples/s per {rank}")
     if figs.comm_share is not None:

@@ -32,12 +32,29 @@ def worker_plugins() -> list[str]:
     return [n.strip() for n in os.environ.get(WORKER_PLUGINS_ENV, "").split(",") if n.strip()]
 
 
+# what the worker plugins' ``worker_configure()`` returned: an object with ``applied`` (what it changed in
+# the steps since it was last cleared, e.g. ``ampbench.slowdown``'s injected fraction) is asked per cell
+_CONFIGURED: list = []
+
+
 def load_worker_plugins() -> list[str]:
     """Import the modules WORKER_PLUGINS_ENV names and call each one's ``worker_configure()``; their names."""
     names = worker_plugins()
     for name in names:
-        importlib.import_module(name).worker_configure()
+        _CONFIGURED.append(importlib.import_module(name).worker_configure())
     return names
+
+
+def injected(clear: bool = False) -> float | str | None:
+    """What a worker plugin injected into this rank's steps (``applied``) since the last clear; `clear`
+    starts anew (before a cell). A rank's document carries it: a slowdown on one node's ranks alone is
+    named in node 0's record of the cell, so that no history counts that run as the cell's noise."""
+    found = next((a for c in _CONFIGURED if (a := getattr(c, "applied", None)) is not None), None)
+    if clear:
+        for c in _CONFIGURED:
+            if hasattr(c, "applied"):
+                c.applied = None
+    return found
 
 
 def torchrun_command(module: str, args: list[str], nproc: int) -> list[str]:
@@ -46,6 +63,24 @@ def torchrun_command(module: str, args: list[str], nproc: int) -> list[str]:
     stderr into ours with a rank prefix."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
             "--tee=3", "-m", module, *args]
+
+
+# seconds a node's agent waits for the other nodes' at a launch's start (torchrun's join_timeout, and the
+# c10d store's read_timeout, which bounds a follower's wait for node 0's store): node 0 may spend a while
+# between two launches (judging, tests that launch nothing)
+RDZV_SECONDS = 1800
+
+
+def rendezvous_command(module: str, args: list[str], nproc: int, nnodes: int, endpoint: str, run_id: str,
+                       hosts_store: bool) -> list[str]:
+    """torchrun through its c10d rendezvous: `nnodes` agents, one per node, meet at `endpoint`, where the
+    agent of `hosts_store` (node 0's) serves the store; every other agent is its client, even on the same
+    machine (two agents that both tried to host it would race for the port). `run_id` names this one
+    launch, so that no agent of another joins it. No restarts: a failed rank fails the launch."""
+    conf = f"is_host={int(hosts_store)},join_timeout={RDZV_SECONDS},read_timeout={RDZV_SECONDS}"
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
+            "--max-restarts=0", "--tee=3", "-m", module, *args]
 
 
 @dataclass(frozen=True)

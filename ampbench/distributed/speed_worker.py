@@ -6,7 +6,8 @@
 Per comm variant, the fp32 reference (the same parallelism, fp32 reduction) and the mode alternate in
 rounds as in ``PairedTimer``, every rank starting each block together; rank 0 also times, between
 rounds, the same mode on its GPU alone (a plain ``Trainer``), the 1-GPU side of the scaling
-efficiency. On CUDA each round also times one block of each side on the device (``device_timer``):
+efficiency, in wall clock and, on CUDA, as held replays of its step captured as a CUDA graph
+(``single_device_block``), the device time the efficiency is held to. On CUDA each round also times one block of each side on the device (``device_timer``):
 replays of the rank's step captured as a CUDA graph, held and started on every rank together
 (``graphed``), or where a rank cannot capture it, the profiler's busy time of the rank's GPU per step;
 beside the wall-clock blocks. Each rank writes
@@ -45,11 +46,11 @@ from ampbench.distributed.variants import (
     kernels_from_trace,
 )
 from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE
-from ampbench.distributed.graphed import RankedReplays, capture_sides, own_stream
-from ampbench.distributed.launch import load_worker_plugins
+from ampbench.distributed.graphed import CAPTURE_ERROR_MODE, RankedReplays, capture_sides, own_stream
+from ampbench.distributed.launch import injected, load_worker_plugins
 from ampbench.distributed.ranks import agree_max, together
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
-from ampbench.speed.devicetime import profile_steps
+from ampbench.speed.devicetime import CaptureError, CapturedStep, DeviceClock, profile_steps
 from ampbench.speed.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
 from ampbench.train import Trainer
 
@@ -126,14 +127,33 @@ def single_side(spec, mode: PrecisionMode, device: torch.device, smoke: bool,
                 policy: sides.SpeedPolicy) -> sides.Side:
     """The 1-GPU side: a plain Trainer of the mode, warmed up as ``timing.warm_up``. Not
     ``sides.prepare_side``, which also captures the step as a CUDA graph and profiles it: nothing here
-    replays or reads either, the graph's private memory pool would hold a step's worth of memory on
-    rank 0 for the whole launch, a capture in CUDA's global mode forbids unsafe calls to every other
-    thread of the process (NCCL's watchdog among them), and the other ranks wait in a collective
-    through all of it."""
+    reads a profile, a graph captured here would hold a step's worth of memory on rank 0 for the whole
+    launch, and one captured in CUDA's global mode forbids unsafe calls to every other thread of the
+    process (NCCL's watchdog among them). Its graph is captured per cell, in the ranks' thread-local
+    mode (``single_device_block``)."""
     t0 = time.perf_counter()
     trainer = Trainer(spec, mode, device, smoke=smoke)
     step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
     return sides.Side(trainer, step_seconds, None, time.perf_counter() - t0)
+
+
+def single_device_block(single: sides.Side | None, steps: int) -> tuple[Callable[[], float] | None, str | None]:
+    """Rank 0's 1-GPU side on the device, as the distributed blocks are timed: its step captured as a
+    CUDA graph (in the ranks' capture mode: NCCL's watchdog runs meanwhile) and replayed in held blocks,
+    as a single-GPU cell's (``devicetime.DeviceClock``): a block function of seconds per step, or None
+    and why not (no side here, no device time off CUDA, a step that could not be captured). Captured per
+    cell, so that its graph's memory goes with the cell's; the other ranks wait for it at the next
+    block's start."""
+    if single is None:
+        return None, None
+    device = single.trainer.device
+    if device.type != "cuda":
+        return None, NO_DEVICE
+    try:
+        graph = CapturedStep(single.trainer, CAPTURE_ERROR_MODE, torch.cuda.current_stream(device))
+    except CaptureError as exc:
+        return None, f"the 1-GPU side's step was not captured as a CUDA graph: {exc}"
+    return DeviceClock(single.trainer, "graph", steps, graph).block, None
 
 
 def warm_together(trainer: Trainer, policy: sides.SpeedPolicy) -> float:
@@ -206,6 +226,7 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
     # fp32 compiled where the mode compiles (fp8), as in the single-GPU suite: an eager reference would
     # fold the compile gain into the mode's speedup
     ref_mode = compiled(get_mode(REFERENCE_MODE), mode.compile)
+    injected(clear=True)
     ref = build(spec, ref_mode, get_comm(variant.reference), device, args.smoke)
     trainer = build(spec, mode, variant, device, args.smoke)
     ref_step, mode_step = warm_together(ref, policy), warm_together(trainer, policy)
@@ -214,6 +235,8 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
     on_device = device_timer(ref, trainer, timer.ref_steps, timer.mode_steps, before_block=lambda: together(device))
     single_steps = steps_per_block(single.step_seconds, policy.block_seconds) if single else 0
     single_times: list[float] = []
+    single_device, single_why = single_device_block(single, single_steps)
+    single_device_times: list[float] = []
     before = fingerprint(trainer)
     for _ in range(args.rounds):
         timer.rounds(1)
@@ -222,6 +245,8 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
         together(device)  # the other ranks wait here while rank 0 trains alone
         if single is not None:
             single_times.append(time_block(device, lambda: single.trainer.run(single_steps)) / single_steps)
+        if single_device is not None:
+            single_device_times.append(single_device())
     together(device)
     comm = profile_comm(trainer, args.profile_steps)
     comm_ref = profile_comm(ref, args.profile_steps)
@@ -236,10 +261,12 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
         "ref_samples_per_s": trainer.batch_size * len(timer.ref_times) / sum(timer.ref_times),
         **on_device.fields(),
         "single_samples_per_s": (trainer.batch_size * len(single_times) / sum(single_times)) if single_times else None,
+        "single_device_times": single_device_times or None, "single_device_fallback": single_why,
         **comm, "comm_share_ref": comm_ref["comm_share"], "comm_overlap_ref": comm_ref["comm_overlap"],
         "idle_share_ref": comm_ref["idle_share"],
         "weights_moved": bool((fingerprint(trainer) != before).any()),
         "final_loss_finite": bool(torch.isfinite(last_loss)), "loss_scale": sides.loss_scale(trainer),
+        "injected_slowdown": injected(),
     }
     return doc
 

@@ -284,24 +284,33 @@ def default_cells(device: torch.device, tier: str) -> tuple[tuple[str, ...], tup
     return names, tuple(name for name, row in MODES.items() if not row.compile and (full or not row.full_tier_only))
 
 
-def resolve_world_size(requested: int | None, device: torch.device, gpus: int, cpus: int) -> int:
-    """--perf-world-size as given, or its default: every visible GPU, or CPU_WORLD_SIZE processes on the
-    CPU. More ranks than GPUs, or on the CPU than the `cpus` this process may run on, raise ValueError
-    naming both counts: ranks that share a core take turns, and time out instead of measuring."""
+def resolve_world_size(requested: int | None, device: torch.device, gpus: int, cpus: int, nodes: int = 1) -> int:
+    """--perf-world-size as given, or its default: every visible GPU of each of `nodes` nodes, or
+    CPU_WORLD_SIZE processes on the CPU (at least one per node). A count that `nodes` do not share
+    evenly, or more ranks on a node than its GPUs, or on the CPU than the `cpus` this process may run on,
+    raise ValueError naming the counts: ranks that share a core take turns, and time out instead of
+    measuring."""
+    if requested is not None and requested % nodes:
+        raise ValueError(f"--perf-world-size {requested}: --perf-nnodes {nodes} cannot share it evenly "
+                         f"(each node runs world size / nodes ranks)")
+    per_node = requested // nodes if requested is not None else None
+    share = f"{per_node} ranks on each of {nodes} nodes, " if nodes > 1 else ""
     if device.type != "cuda":
-        if requested is not None and requested > cpus:
-            raise ValueError(f"--perf-world-size {requested}: only {cpus} CPU{'s' if cpus != 1 else ''} to run "
-                             "gloo processes on")
-        return requested if requested is not None else CPU_WORLD_SIZE
-    if requested is not None and requested > gpus:
-        raise ValueError(f"--perf-world-size {requested}: only {gpus} GPU{'s' if gpus != 1 else ''} visible")
-    return requested if requested is not None else gpus
+        if per_node is not None and per_node > cpus:
+            raise ValueError(f"--perf-world-size {requested}: {share}only {cpus} CPU{'s' if cpus != 1 else ''} "
+                             "to run gloo processes on")
+        return requested if requested is not None else nodes * max(1, -(-CPU_WORLD_SIZE // nodes))
+    if per_node is not None and per_node > gpus:
+        raise ValueError(f"--perf-world-size {requested}: {share}only {gpus} GPU{'s' if gpus != 1 else ''} visible")
+    return requested if requested is not None else gpus * nodes
 
 
-def world_size_skip_reason(world_size: int, device: torch.device, gpus: int) -> str | None:
+def world_size_skip_reason(world_size: int, device: torch.device, gpus: int, nodes: int = 1) -> str | None:
     """Why the distributed tests cannot run, or None."""
-    if device.type == "cuda" and gpus < 2:
+    if device.type == "cuda" and gpus < 2 and nodes == 1:
         return f"needs 2+ GPUs, found {gpus}"
+    if device.type == "cuda" and gpus < 1:
+        return "needs a GPU on each node, found none"
     if world_size < 2:
         return f"needs 2+ ranks, --perf-world-size is {world_size}"
     return None

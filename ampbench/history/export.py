@@ -2,7 +2,8 @@
 the history has counted runs of gets its level and learned spread (``reference.overlay``), the software
 of its latest counted run, and, where the file had no entry of it, how its latest run measured it; every
 other entry of the file is kept as it is. The distributed cells go the same way into the file of their N
-GPUs (``<slug>-x<N>.json``), one per GPU count the history holds their runs on."""
+GPUs (``<slug>-x<N>.json``, ``<slug>-x<N>-<M>nodes.json`` over M hosts), one per GPU count and node
+count the history holds their runs on."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ampbench.baselines.store import BaselineStore
 from ampbench.history.model import NEW_CARD
 from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, HistoryBaselines, LearnedCells
 from ampbench.history.store import History
-from ampbench.results import cluster_name, cluster_size
+from ampbench.results import cluster_name, cluster_shape
 
 # what a baseline entry's software names (the plugin's `software` fixture keeps the same)
 SOFTWARE = ("torch", "cuda", "cudnn", "driver", "device", "capability", "inductor", "triton", "torchao")
@@ -30,17 +31,18 @@ def gpu_of(history: History, gpu: str | None) -> tuple[str, str]:
     return next(iter(models.items()))
 
 
-def gpu_counts(history: History, model: str) -> list[int]:
-    """The numbers of GPUs of `model` the history holds distributed cells' runs on."""
-    return sorted(n for g in history.series_gpus() if (n := cluster_size(g, model)) is not None)
+def gpu_counts(history: History, model: str) -> list[tuple[int, int]]:
+    """The (GPU count, node count) of `model` the history holds distributed cells' runs on."""
+    return sorted(shape for g in history.series_gpus() if (shape := cluster_shape(g, model)) is not None)
 
 
 def export(history: History, gpu: str | None, directory: Path) -> list[tuple[Path, int]]:
     """Write `directory`/<slug>.json and each <slug>-x<N>.json from the history (atomically, merged entry
     by entry); each file written with the number of entries it got."""
     model, slug = gpu_of(history, gpu)
-    files = [(model, slug, SPEED_CELLS)] + [(cluster_name(model, n), f"{slug}-x{n}", DISTRIBUTED_CELLS)
-                                             for n in gpu_counts(history, model)]
+    files = [(model, slug, SPEED_CELLS)] + [
+        (cluster_name(model, n, nodes), f"{slug}-x{n}" + (f"-{nodes}nodes" if nodes > 1 else ""), DISTRIBUTED_CELLS)
+        for n, nodes in gpu_counts(history, model)]
     written = [out for name, stem, cells in files if (out := _export_one(history, name, stem, cells, directory))]
     if not written:
         raise history.fail(f"no counted speed or distributed run on {model}: nothing to export")

@@ -62,7 +62,8 @@ FIGURES: dict[type[Record], tuple[FigureSpec, ...]] = {
     PipelineRecord: (FigureSpec("loader_ratio", "loader_ratio"),),
     # device time gates a distributed cell where it was measured; the wall figures beside it
     DistributedRecord: (_speedup("device_speedup", "device_verdict"), _speedup("speedup", "wall_verdict"),
-                        _speedup("scaling_efficiency", None)),
+                        _speedup("scaling_efficiency", None),
+                        _speedup("device_scaling_efficiency", "device_scaling_verdict")),
 }
 
 
@@ -88,7 +89,7 @@ def figures_of(record: Record) -> tuple[FigureRow, ...]:
 def series_gpu(record: Record, gpu: str | None) -> str | None:
     """The GPU `record`'s series are filed under where not the run's `gpu`: a distributed cell's N GPUs."""
     if gpu and isinstance(record, DistributedRecord) and isinstance(record.world_size, int) and record.world_size > 1:
-        return cluster_name(gpu, record.world_size)
+        return cluster_name(gpu, record.world_size, record.nodes if isinstance(record.nodes, int) else 1)
     return None
 
 

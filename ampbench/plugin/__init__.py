@@ -8,9 +8,10 @@ Its modules, by job: `activation` decides whether it acts; `options` declares th
 `session` turns them into the session's settings at configure time (usage errors before the first
 cell), parametrizes the cells (from `parametrize`), says when the run is the CPU smoke pass and writes
 recorded baselines; `fixtures` are what a cell test takes; `distributed` holds the ranks of the
-distributed cells; `profiles` the hypothesis profiles; `checks` refuses options under which a run would
-lose its results; `entries` gives each cell's JSON entry its group and keeps the untimed cells beside the
-timed ones; `progress` draws the progress line; `summary` writes the end-of-run tables; `history`
+distributed cells; `nodes` the hosts their launches span (node 0 runs the tests, the others follow);
+`profiles` the hypothesis profiles; `checks` refuses options under which a run would lose its results;
+`entries` gives each cell's JSON entry its group and keeps the untimed cells beside the timed ones;
+`progress` draws the progress line; `summary` writes the end-of-run tables; `history`
 checks the run history's store before the first cell and appends the run at the end. The cell tests themselves are ``ampbench.suite``.
 
 This module only names the plugin's modules: importing it (or any of them for its functions) costs
@@ -22,6 +23,7 @@ pytest_plugins = (
     "ampbench.plugin.session",
     "ampbench.plugin.fixtures",
     "ampbench.plugin.distributed",
+    "ampbench.plugin.nodes",
     # that the run keeps its results (output paths, options that lose them); the progress line; the run
     # history (--perf-history, --perf-label, each run appended at the session's end)
     "ampbench.plugin.checks",

@@ -24,25 +24,32 @@ def configure_world_size(config: pytest.Config) -> None:
 
     from ampbench.distributed.variants import resolve_world_size
 
-    device = perf_settings_of(config).device
+    settings = perf_settings_of(config)
+    device = settings.device
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
     try:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        config.stash[WORLD_SIZE_KEY] = resolve_world_size(config.option.perf_world_size, device, gpus, cpus)
+        config.stash[WORLD_SIZE_KEY] = resolve_world_size(config.option.perf_world_size, device, gpus, cpus,
+                                                          settings.nodes.count)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
+def world_size_of(config: pytest.Config) -> int:
+    """Ranks of a distributed launch, over every node."""
+    return config.stash[WORLD_SIZE_KEY]
+
+
 @pytest.fixture(scope="session")
 def perf_world_size(pytestconfig: pytest.Config, perf_device) -> int:
-    """Ranks of a distributed launch; skips the test where fewer than two can run."""
+    """Ranks of a distributed launch, over every node; skips the test where fewer than two can run."""
     import torch
 
     from ampbench.distributed.variants import world_size_skip_reason
 
     n = pytestconfig.stash[WORLD_SIZE_KEY]
     gpus = torch.cuda.device_count() if perf_device.type == "cuda" else 0
-    reason = world_size_skip_reason(n, perf_device, gpus)
+    reason = world_size_skip_reason(n, perf_device, gpus, perf_settings_of(pytestconfig).nodes.count)
     if reason:
         pytest.skip(reason)
     return n
@@ -50,7 +57,8 @@ def perf_world_size(pytestconfig: pytest.Config, perf_device) -> int:
 
 @pytest.fixture(scope="session")
 def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_world_size):
-    """Baselines of N GPUs of this model, baselines/<gpu-slug>-x<N>.json, with each cell's speedups
+    """Baselines of N GPUs of this model, baselines/<gpu-slug>-x<N>.json (-x<N>-<M>nodes.json over M
+    hosts, whose collectives cross a network), with each cell's speedups
     learned from its runs on N GPUs where a history is kept; None on the CPU. The tests write what they
     record themselves (the session's teardown hook writes only the 1-GPU store)."""
     from ampbench import device as devices
@@ -59,9 +67,9 @@ def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_
 
     if perf_settings.device.type != "cuda":
         return None
-    name = devices.device_name(perf_settings.device)
-    store = open_baselines(perf_settings.baseline_dir, cluster_name(name, perf_world_size),
-                           devices.cluster_slug(name, perf_world_size))
+    name, nodes = devices.device_name(perf_settings.device), perf_settings.nodes.count
+    store = open_baselines(perf_settings.baseline_dir, cluster_name(name, perf_world_size, nodes),
+                           devices.cluster_slug(name, perf_world_size, nodes))
     history = history_of(pytestconfig)
     if history is None:
         return store

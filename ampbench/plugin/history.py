@@ -145,6 +145,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # an xdist worker's cells are its controller's run; the help and a collection measure nothing
     if hasattr(config, "workerinput") or config.option.help or config.option.collectonly or not active(config):
         return
+    from ampbench.plugin.nodes import follows
+
+    if follows(config):  # node 0 keeps the run's history; this node runs no cell of its own
+        return
     config.stash[STATE_KEY] = HistorySession(
         history=_open(config), run_id=str(uuid.uuid4()),
         label=config.option.perf_label or default_label(), suite_revision=suite_revision())

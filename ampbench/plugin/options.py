@@ -19,8 +19,10 @@ from ampbench.settings import (
     Tier,
     device_validator,
     directory_validator,
+    endpoint_validator,
     names_validator,
     number_validator,
+    rdzv_id_validator,
     scaler_validator,
     tier_help,
 )
@@ -122,5 +124,19 @@ def add_options(group: Any, detail: bool = True) -> None:
                     help="loss scaler the loss-scaling properties test; called with GradScaler's keyword arguments (default: torch.amp:GradScaler)")
     group.addoption("--perf-world-size", metavar="N", default=None,
                     type=number_validator(int, 1, 1024),
-                    help="ranks of the distributed tests, one GPU each (NCCL), or CPU processes (gloo) on the "
-                         "CPU (default: every visible GPU, or 2 CPU processes without GPUs)")
+                    help="ranks of the distributed tests in all, one GPU each (NCCL), or CPU processes (gloo) on "
+                         "the CPU; a multiple of --perf-nnodes, each node running its share (default: every visible "
+                         "GPU of each node, or 2 CPU processes without GPUs)")
+    group.addoption("--perf-nnodes", metavar="N", default=1, type=number_validator(int, 1, 1024),
+                    help="hosts the distributed tests span, through torchrun's c10d rendezvous: every node runs the "
+                         "same pytest command with its own --perf-node-rank; node 0 runs the cells and writes the "
+                         "results, the others run their ranks of node 0's launches (default: 1, torchrun --standalone)")
+    group.addoption("--perf-node-rank", metavar="R", default=None, type=number_validator(int, 0, 1023),
+                    help="this node's rank, 0 to --perf-nnodes - 1; node 0 hosts the rendezvous at "
+                         "--perf-rdzv-endpoint and holds the results (default: none; needed with --perf-nnodes 2 or more)")
+    group.addoption("--perf-rdzv-endpoint", metavar="HOST:PORT", default=None, type=endpoint_validator(),
+                    help="node 0's address and a free port, the same on every node (default: none; needed with "
+                         "--perf-nnodes 2 or more)")
+    group.addoption("--perf-rdzv-id", metavar="ID", default="ampbench", type=rdzv_id_validator(),
+                    help="the run's rendezvous id, the same on every node; runs sharing an endpoint need their own, "
+                         "e.g. the job's id (default: ampbench)")

@@ -15,7 +15,7 @@ import pytest
 from ampbench.plugin import activation, profiles
 from ampbench.plugin.options import tier_models
 from ampbench.plugin.parametrize import cells_for
-from ampbench.settings import COMPILE_CHOICES, TIERS, PerfSettings
+from ampbench.settings import COMPILE_CHOICES, TIERS, Nodes, PerfSettings
 
 SETTINGS_KEY = pytest.StashKey[PerfSettings]()
 STORE_KEY = pytest.StashKey[dict]()  # lazily opened BaselineStore, under "store"
@@ -96,7 +96,28 @@ def _settings(opt, device, baseline_dir: Path) -> PerfSettings:
         cudnn_benchmark=opt.perf_cudnn_benchmark == "on",
         gate=opt.perf_gate,
         compile=COMPILE_CHOICES[opt.perf_compile or tier.compile],
+        nodes=_nodes(opt),
     )
+
+
+def _nodes(opt) -> Nodes:
+    """The hosts of the distributed launches; a usage error naming the flag where the options disagree."""
+    count, rank, endpoint = opt.perf_nnodes, opt.perf_node_rank, opt.perf_rdzv_endpoint
+    if count == 1:
+        given = [flag for flag, value in (("--perf-node-rank", rank), ("--perf-rdzv-endpoint", endpoint))
+                 if value is not None]
+        if given:
+            raise pytest.UsageError(f"{' and '.join(given)}: only with --perf-nnodes 2 or more (one node launches "
+                                    "with torchrun --standalone)")
+        return Nodes()
+    missing = [flag for flag, value in (("--perf-node-rank", rank), ("--perf-rdzv-endpoint", endpoint))
+               if value is None]
+    if missing:
+        raise pytest.UsageError(f"--perf-nnodes {count}: needs {' and '.join(missing)} (the same endpoint on "
+                                "every node, and each node's own rank)")
+    if rank >= count:
+        raise pytest.UsageError(f"--perf-node-rank {rank}: the ranks of {count} nodes are 0 to {count - 1}")
+    return Nodes(count, rank, endpoint, opt.perf_rdzv_id)
 
 
 def _compile_cold() -> None:

@@ -132,10 +132,12 @@ TABLES: dict[type[Record], Table] = {
     )),
     DistributedRecord: Table("distributed cells ({n}), against fp32 under the same parallelism", (
         Column("comm", lambda r: r.comm or MISSING),
-        Column("ranks", lambda r: _num(r.world_size, "d") if isinstance(r.world_size, int) else MISSING),
+        Column("ranks", lambda r: (_num(r.world_size, "d") if isinstance(r.world_size, int) else MISSING)
+               + (f" on {r.nodes} nodes" if isinstance(r.nodes, int) and r.nodes > 1 else "")),
         Column("device speedup", lambda r: _interval(r.estimate(device=True))),
         Column("wall speedup", lambda r: _interval(r.estimate())),
         Column("scaling efficiency", lambda r: _interval(r.efficiency(), pct=True)),
+        Column("device scaling", lambda r: _interval(r.efficiency(device=True), pct=True)),
         Column("comm share", lambda r: _num(r.comm_share, ".0%")),
         Column("idle", lambda r: _num(r.idle_share, ".0%")),  # the most idle rank's, of the mode's step
         Column("verdict", lambda r: _verdict(r.verdict)),

@@ -16,12 +16,12 @@ from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
 from ampbench.results.run import KINDS, RECORD_TYPES, Run, RunError, load_run, order_modes, parse_run, record_type
 from ampbench.results.schema import READABLE_SCHEMAS, SCHEMA_VERSION
-from ampbench.results.timed import DistributedRecord, SpeedRecord, cluster_name, cluster_size
+from ampbench.results.timed import DistributedRecord, SpeedRecord, cluster_name, cluster_shape, cluster_size
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
 __all__ = [
     "KINDS", "READABLE_SCHEMAS", "RECORD_TYPES", "REFERENCE_MODE", "SCHEMA_VERSION", "VERDICT_ORDER",
     "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord", "Record", "Run",
-    "RunError", "SpeedRecord", "UnderflowRecord", "Verdict", "cluster_name", "cluster_size", "load_run",
+    "RunError", "SpeedRecord", "UnderflowRecord", "Verdict", "cluster_name", "cluster_shape", "cluster_size", "load_run",
     "order_modes", "parse_run", "record_type",
 ]

@@ -187,16 +187,25 @@ class SpeedRecord(Record):
         return (lo, hi) if lo is not None and hi is not None else None
 
 
-def cluster_name(gpu: str, world_size: int) -> str:
+def cluster_name(gpu: str, world_size: int, nodes: int = 1) -> str:
     """What N GPUs of one model are called where one GPU's name would be: in a baseline file's header and
-    in the history's series of a distributed cell ('NVIDIA H200 x2')."""
-    return f"{gpu} x{world_size}"
+    in the history's series of a distributed cell ('NVIDIA H200 x2'); N GPUs over several hosts are
+    another cluster ('NVIDIA H200 x2 on 2 nodes'): their collectives cross a network."""
+    return f"{gpu} x{world_size}" + (f" on {nodes} nodes" if nodes > 1 else "")
+
+
+def cluster_shape(name: str, gpu: str) -> tuple[int, int] | None:
+    """(N, nodes) where `name` is ``cluster_name(gpu, N, nodes)``; None where it names no GPUs of model `gpu`."""
+    head, _, count = name.rpartition(" x")
+    count, _, spread = count.partition(" on ")
+    nodes = spread.removesuffix(" nodes") if spread.endswith(" nodes") else ("1" if not spread else "")
+    return (int(count), int(nodes)) if head == gpu and count.isdigit() and nodes.isdigit() else None
 
 
 def cluster_size(name: str, gpu: str) -> int | None:
-    """N where `name` is ``cluster_name(gpu, N)``; None where it names no GPUs of model `gpu`."""
-    head, _, count = name.rpartition(" x")
-    return int(count) if head == gpu and count.isdigit() else None
+    """N where `name` is ``cluster_name(gpu, N)``, N GPUs on one node; None where it names no such GPUs."""
+    shape = cluster_shape(name, gpu)
+    return shape[0] if shape is not None and shape[1] == 1 else None
 
 
 @dataclass(frozen=True)
@@ -210,10 +219,12 @@ class DistributedRecord(Record):
     ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (
         ("speedup_low", "speedup", "speedup_high"),
         ("device_speedup_low", "device_speedup", "device_speedup_high"),
-        ("scaling_efficiency_low", "scaling_efficiency", "scaling_efficiency_high"))
+        ("scaling_efficiency_low", "scaling_efficiency", "scaling_efficiency_high"),
+        ("device_scaling_efficiency_low", "device_scaling_efficiency", "device_scaling_efficiency_high"))
 
     comm: str | None = text()  # the communication variant
     world_size: int | None = number()
+    nodes: int | None = number()  # the hosts the ranks ran on (torchrun's nodes); absent: one
     speedup: float | None = checked(POSITIVE)
     speedup_low: float | None = checked(POSITIVE)
     speedup_high: float | None = checked(POSITIVE)
@@ -256,6 +267,13 @@ class DistributedRecord(Record):
     device_step_ms_ref: float | None = number()
     device_round_ms: list | None = raw()
     device_ref_round_ms: list | None = raw()
+    # the scaling efficiency in device time: rank 0's 1-GPU graph replays over the N-GPU ones (graph only)
+    device_scaling_efficiency: float | None = checked(POSITIVE)
+    device_scaling_efficiency_low: float | None = checked(POSITIVE)
+    device_scaling_efficiency_high: float | None = checked(POSITIVE)
+    device_scaling_verdict: Verdict | None = checked(VERDICT)
+    baseline_device_scaling_efficiency: float | None = checked(POSITIVE)
+    device_scaling_tolerance: float | None = checked(NON_NEGATIVE)
     gated: list | None = raw()  # the --perf-gate figures that held the cell: "device", "wall"
     recording: bool | None = flag()
     weights_moved: bool | None = flag()
@@ -278,7 +296,11 @@ class DistributedRecord(Record):
                              self.device_rounds, self.confidence)
         return _estimate(self.speedup, self.speedup_low, self.speedup_high, self.rounds, self.confidence)
 
-    def efficiency(self) -> SpeedupEstimate | None:
+    def efficiency(self, device: bool = False) -> SpeedupEstimate | None:
+        """The scaling efficiency with its interval; `device`: in device time (None where not measured)."""
+        if device:
+            return _estimate(self.device_scaling_efficiency, self.device_scaling_efficiency_low,
+                             self.device_scaling_efficiency_high, self.device_rounds, self.confidence)
         return _estimate(self.scaling_efficiency, self.scaling_efficiency_low, self.scaling_efficiency_high,
                          self.rounds, self.confidence)
 

@@ -77,6 +77,15 @@ DIST_DEVICE = RatioKind(prefix="device_", heading="device time ({method})",
                         scope="", same_method=True, floor=0.0, missing="no device-time baseline: " + RECORD_AGAIN,
                         other_method="device time ", no_entry="", over=False, verdict_key="device_verdict",
                         steps=False, stores_tolerance=True, stores_fallback=True, called="device time")
+# its scaling efficiency in device time: rank 0's 1-GPU graph replays over the N-GPU ones, gating beside the
+# device-time speedup
+DIST_DEVICE_EFFICIENCY = RatioKind(prefix="device_scaling_", heading="scaling efficiency in device time ({method})",
+                                   failing="scaling efficiency in device time", short="device scaling efficiency",
+                                   gate="device", scope="", same_method=True, floor=0.0,
+                                   missing="no device-time scaling baseline: " + RECORD_AGAIN,
+                                   other_method="device time ", no_entry="", over=False,
+                                   verdict_key="device_scaling_verdict", steps=False, stores_tolerance=True,
+                                   stores_fallback=False, called="device scaling efficiency")
 EFFICIENCY = RatioKind(prefix="scaling_", heading="scaling efficiency", failing="scaling efficiency",
                        short="scaling efficiency", gate="wall", scope="", same_method=False, floor=0.0,
                        missing="no baseline", other_method="", no_entry="", over=False, verdict_key="verdict",

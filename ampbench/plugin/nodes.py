@@ -1,0 +1,140 @@
+"""The nodes of the distributed launches (``--perf-nnodes``, ``ampbench.distributed.nodes``): node 0 runs
+the session's tests and starts every launch, and after its last test that launches (the ``torchrun``
+marker) the one that ends the others' following; every other node runs no test, follows node 0's
+launches, and writes neither results nor history, so that node 0's are the run's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ampbench.plugin.session import SETTINGS_KEY
+
+LAUNCHER_KEY = pytest.StashKey[object]()
+# every launch's working directory: where ampbench and the model zoo import from (the checkout, or the
+# installed packages' folder)
+LAUNCH_ROOT = Path(__file__).resolve().parents[2]
+LAST_KEY = pytest.StashKey[str]()  # node id of the last test that launches
+MARKER = "torchrun"
+
+
+def launcher_of(config: pytest.Config):
+    """The session's ``NodeLauncher``."""
+    from ampbench.distributed.nodes import NodeLauncher
+
+    if LAUNCHER_KEY not in config.stash:
+        config.stash[LAUNCHER_KEY] = NodeLauncher(config.stash[SETTINGS_KEY].nodes, LAUNCH_ROOT)
+    return config.stash[LAUNCHER_KEY]
+
+
+def _nodes(config: pytest.Config):
+    settings = config.stash.get(SETTINGS_KEY, None)
+    return settings.nodes if settings is not None else None
+
+
+def follows(config: pytest.Config) -> bool:
+    """Whether this node only follows node 0's launches (its rank is above 0)."""
+    # read off the options, which only a --perf-* argument sets: ampbench acts wherever they are
+    rank = getattr(config.option, "perf_node_rank", None)
+    return bool(rank) and getattr(config.option, "perf_nnodes", 1) > 1
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark and junitxml have read their options
+def pytest_configure(config: pytest.Config) -> None:
+    if not follows(config):
+        return
+    # node 0's files are the run's; on a shared file system a follower's empty ones would replace them
+    session = getattr(config, "_benchmarksession", None)
+    if session is not None:
+        session.json = None
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        config.pluginmanager.unregister(xml)
+        del config.stash[xml_key]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    nodes = _nodes(config)
+    if nodes is None or nodes.standalone:
+        return []
+    role = ("runs the cells and writes the results" if nodes.leads
+            else "runs no test of its own: its ranks take part in node 0's launches; node 0 holds the results")
+    return [f"ampbench: {nodes.describe()}: {role}"]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    launching = [item for item in session.items if item.get_closest_marker(MARKER)]
+    if launching:
+        session.config.stash[LAST_KEY] = launching[-1].nodeid
+
+
+def _world_per_node(config: pytest.Config) -> int:
+    from ampbench.plugin.distributed import world_size_of
+
+    return world_size_of(config) // config.stash[SETTINGS_KEY].nodes.count
+
+
+def _end(config: pytest.Config) -> None:
+    """Node 0's last launch, once, where the session has tests that launch."""
+    nodes = _nodes(config)
+    if nodes is None or nodes.standalone or not nodes.leads or LAST_KEY not in config.stash:
+        return
+    result = launcher_of(config).end(_world_per_node(config))
+    if result is not None and not result.ok:
+        config.stash.setdefault(NOTES_KEY, []).append(
+            f"ampbench: the other nodes were not told that node 0's launches are over: {result.explain(1)}")
+
+
+NOTES_KEY = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if item.config.stash.get(LAST_KEY, None) == item.nodeid:
+        _end(item.config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A session stopped short of its last launching test (-x, an interrupt) still ends the following."""
+    _end(session.config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """A follower's session: node 0's launches instead of tests."""
+    config = session.config
+    if not follows(config) or session.config.option.collectonly:
+        return None
+    from ampbench.distributed.nodes import follow
+
+    nodes = config.stash[SETTINGS_KEY].nodes
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"ampbench: node {nodes.rank}: {line}")
+
+    if LAST_KEY not in config.stash:
+        say("no test of this session launches: nothing to follow")
+        return True
+    say(f"following node 0's launches at {nodes.endpoint} with {_world_per_node(config)} rank(s); node 0 runs "
+        "the tests and holds the results")
+    base = config._tmp_path_factory.mktemp(f"node{nodes.rank}")
+    following = follow(nodes, _world_per_node(config), LAUNCH_ROOT, base, say)
+    lines = [f"ampbench: node {nodes.rank} of {nodes.count} ran its ranks in {len(following.launches)} of node 0's "
+             "launches and reports no cells of its own: node 0 holds the results"]
+    if following.failed:
+        lines.append(f"ampbench: node {nodes.rank}: stopped following: {following.failed}")
+    config.stash[NOTES_KEY] = lines
+    if not following.ok:
+        session.testsfailed = 1
+    return True
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    for line in config.stash.get(NOTES_KEY, []):
+        terminalreporter.write_line(line, bold=True)
