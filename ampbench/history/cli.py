@@ -11,6 +11,8 @@ from ampbench.history.connect import HistoryError, parse_url
 
 DEFAULT_HISTORY = str(Path(".ampbench") / "history.sqlite")  # where `pytest perf/` run from here writes
 DEFAULT_LIMIT = 20
+# --figure's choices of `history changes` (and, but for all, of `history explain`)
+FIGURE_CHOICES = ("all", "device_speedup", "versus_speedup", "speedup", "memory_ratio", "max_batch_ratio")
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
 
@@ -42,9 +44,10 @@ def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     """`ampbench history` and its actions; the actions' subparsers, for more actions."""
-    his = sub.add_parser("history", help="the run history: import saved runs, list runs, accept a change",
+    his = sub.add_parser("history", help="the run history: import saved runs, list runs, explain a cell, accept a change",
                          description="The history every `pytest perf/` run appends to (--perf-history): import "
-                                     "saved run JSONs into it, list its runs, accept a moved cell's new level.")
+                                     "saved run JSONs into it, list its runs, explain what it decided of a cell, list "
+                                     "its changes, accept a moved cell's new level.")
     actions = his.add_subparsers(dest="history_command", required=True, metavar="ACTION")
     imp = with_store(actions.add_parser(
         "import", help="append saved runs (pytest --benchmark-json files) to the history",
@@ -56,7 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     runs = with_store(actions.add_parser(
         "runs", help="list the history's runs, newest first",
         description="List the runs in the history, newest first: id, time (UTC), GPU, cells, failing cells, "
-                    "label, suite revision and where each came from."))
+                    "cells held back as suspect (device time: below their level by more than noise says, not "
+                    "learned from until later runs clear them or the change is accepted), label, suite revision "
+                    "and where each came from."))
     runs.add_argument("--gpu", metavar="NAME", default=None,
                       help="only runs on this GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: every GPU)")
     runs.add_argument("--limit", type=_limit, metavar="N", default=DEFAULT_LIMIT,
@@ -71,6 +76,19 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     acc.add_argument("--cell", metavar="TEST_ID", default=None,
                      help="the cell, e.g. 'test_speed[resnet50-amp_bf16]' (default: every cell of the run)")
     acc.add_argument("--reason", metavar="TEXT", required=True, help="why the new level is intended")
+    exp = with_store(actions.add_parser(
+        "explain", help="what the history decided of one cell, with its numbers",
+        description="List every run of a cell's series as the gate replays it (counted, held back as suspect, "
+                    "failed, and why), its level segments, the noise within and between cards, each card's "
+                    "level and tolerance (and a new card's), and the changes found.",
+        epilog="Exit status: 0 explained, 2 an unknown cell or GPU, or the store."))
+    exp.add_argument("test_id", metavar="TEST_ID", help="the cell, e.g. 'test_speed[gpt-amp_fp16]'")
+    exp.add_argument("--gpu", metavar="NAME", default=None,
+                     help="the GPU model (or N of one) of its series (default: the only one it has runs on)")
+    exp.add_argument("--figure", metavar="NAME", default="device_speedup", choices=tuple(FIGURE_CHOICES[1:]),
+                     help="the figure whose series is explained (default: device_speedup)")
+    exp.add_argument("--baseline-dir", metavar="DIR", type=Path, default=Path("baselines"),
+                     help="where the baseline file whose spread the gate pools in lives (default: baselines/)")
     chg = with_store(actions.add_parser(
         "changes", help="list where each cell's figures moved to another level, and across what",
         description="Find the change points in each cell's series (ruptures' PELT, its penalty fitted to the "
@@ -80,8 +98,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
         epilog="Exit status: 0 listed (with or without changes), 2 the store."))
     chg.add_argument("--gpu", metavar="NAME", default=None, help="only this GPU model (default: every one)")
     chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
-    chg.add_argument("--figure", metavar="NAME", default="device_speedup",
-                     choices=("all", "device_speedup", "versus_speedup", "speedup", "memory_ratio", "max_batch_ratio"),
+    chg.add_argument("--figure", metavar="NAME", default="device_speedup", choices=FIGURE_CHOICES,
                      help="the figure whose series are looked at, or all (default: device_speedup)")
     return actions
 
@@ -117,9 +134,13 @@ def _runs(args: argparse.Namespace) -> int:
     if not runs:
         print(f"ampbench: no runs in {history.name}" + (f" on {args.gpu}" if args.gpu else ""))
         return EXIT_OK
-    header = ("run", "time (UTC)", "gpu", "cells", "failing", "label", "revision", "source")
+    from ampbench.history.explain import suspect_runs
+
+    gpus = sorted({g for g in history.series_gpus() for r in runs if not r.smoke and g.startswith(r.gpu)})
+    held = suspect_runs(history, gpus)
+    header = ("run", "time (UTC)", "gpu", "cells", "failing", "suspect", "label", "revision", "source")
     rows = [(r.id, r.when[:16].replace("T", " "), f"{r.gpu} (smoke)" if r.smoke else r.gpu, str(r.cells),
-             str(r.failing), r.label or "-", r.suite_revision or "-", r.source) for r in runs]
+             str(r.failing), str(held.get(r.id, 0)), r.label or "-", r.suite_revision or "-", r.source) for r in runs]
     widths = [max(len(t) for t in column) for column in zip(header, *rows)]
     for row in (header, *rows):
         print("  ".join(t.ljust(w) for t, w in zip(row, widths)).rstrip())
@@ -132,6 +153,14 @@ def _accept(args: argparse.Namespace) -> int:
     what = done.test_id or "every cell"
     print(f"ampbench: accepted {what} of run {done.run_id} on {done.gpu}: the level restarts there "
           f"({done.reason})")
+    return EXIT_OK
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from ampbench.history.explain import explain
+
+    history = _open(args, create=False)
+    print("\n".join(explain(history, args.test_id, args.gpu, args.figure, args.baseline_dir)))
     return EXIT_OK
 
 
@@ -150,7 +179,7 @@ def _changes(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-ACTIONS = {"import": _import, "runs": _runs, "accept": _accept, "changes": _changes}
+ACTIONS = {"import": _import, "runs": _runs, "accept": _accept, "explain": _explain, "changes": _changes}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -45,7 +45,7 @@ CLEAR_AFTER = 2
 ROBUST_RUNS = 5
 MAD_TO_SD = 1.482602218505602  # a normal's sd over its median absolute deviation, 1 / Phi^-1(3/4)
 # a drop the held-back runs show passes only where they show it within the tolerance at this confidence
-WITHIN_SHARE = 0.1
+WITHIN_SHARE = 0.05
 # a run fails with the held-back runs only where it lies beyond its noise by itself (this one-sided share),
 # one of them does too, and together they lie below the level with less chance than FAIL_SHARE: the
 # verdict's own false alarms are 1 in 1,000 runs, and the group's add a fraction of that
@@ -113,7 +113,7 @@ class Replay:
         self._shift: float | None = None
         self._groups: dict[tuple[int, Hashable], Moments] = {}
         self._fit: Fit | None = None
-        self._robust: float | None = None
+        self._robust: dict[bool, float] = {}
         for point in series.points:
             self.feed(point)
 
@@ -125,30 +125,40 @@ class Replay:
             self._fit = fit(self._groups, self.segment, self.prior)
         return self._fit
 
-    def predict(self, card: Hashable) -> Prediction | None:
+    def predict(self, card: Hashable, whole: bool = False) -> Prediction | None:
         """The model's prediction for a new run on `card` (levels shifted; ``level`` gives ln), its sd at
-        least the runs' own robust scale (``robust_scale``) for the replay's decisions."""
+        least the runs' own robust scale (``robust_scale``, of the `whole` segment) for the replay's
+        decisions."""
         pred = self.model.predict(card)
-        robust = self.robust_scale()
+        robust = self.robust_scale(whole)
         if pred is None or pred.noise_sd is None or robust <= pred.noise_sd:
             return pred
         grown = math.sqrt(pred.sd ** 2 + robust ** 2 - pred.noise_sd ** 2)
         return replace(pred, sd=grown, noise_sd=robust)
 
-    def robust_scale(self) -> float:
-        """How far the segment's runs move from one to the next, every run of it held back or not: the
-        median absolute deviation of successive differences of ln value, over sqrt 2 (0 with fewer than
-        ROBUST_RUNS runs). A step moves one difference, a stray two, so neither sets it; where the counted
-        runs by chance lie closer than the runs do (three runs within 0.03% of a cell whose runs move by
-        0.25%), it keeps every later run from being held back as suspect for good."""
-        if self._robust is None:
-            logs = [self._logs[s.index] for s in self.statuses if s.state != EXCLUDED and s.segment == self.segment]
-            self._robust = 0.0
+    def robust_scale(self, whole: bool = False) -> float:
+        """How far the segment's runs move from one to the next, held back or not, up to its first failed
+        run (or, `whole`, all of them): the median absolute deviation of successive differences of ln
+        value, over sqrt 2 (0 with fewer than ROBUST_RUNS runs). A step moves one difference, a stray two, so
+        neither sets it; where the counted runs by chance lie closer than the runs do (three runs within
+        0.03% of a cell whose runs move by 0.25%), it keeps every later run from being held back as suspect
+        for good. Up to the first failure for holding runs back (a step's runs, wider spread over the
+        cards, must not widen what lets them in); the whole segment for failing a run with the runs held
+        back, which must never rest on a noise narrower than the runs show."""
+        if whole not in self._robust:
+            logs = []
+            for s in self.statuses:
+                if s.segment != self.segment or s.state == EXCLUDED:
+                    continue
+                if s.state == FAILED and not whole:  # the gate said the level moved here
+                    break
+                logs.append(self._logs[s.index])
+            self._robust[whole] = 0.0
             if len(logs) >= ROBUST_RUNS:
                 diffs = np.diff(np.asarray(logs))
                 # the MAD scaled to a normal's sd (``stats.robust_sd``), in numpy: the replay asks once a run
-                self._robust = float(MAD_TO_SD * np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2)
-        return self._robust
+                self._robust[whole] = float(MAD_TO_SD * np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2)
+        return self._robust[whole]
 
     def level(self, card: Hashable) -> float | None:
         """ln of `card`'s level in the current segment; None while it is learning."""
@@ -182,7 +192,7 @@ class Replay:
             if any(s.state != EXCLUDED for s in self.statuses) or point.excluded or not point.counts:
                 self.segment += 1
             self.pending = []
-            self._fit = self._robust = None
+            self._fit, self._robust = None, {}
         if point.excluded or (point.restart and not point.counts):
             return self._add(Status(index, self.segment, EXCLUDED, "a smoke run or slowed on purpose: no sample"))
         if point.restart:
@@ -200,7 +210,7 @@ class Replay:
 
     def _add(self, status: Status) -> Status:
         self.statuses.append(status)
-        self._robust = None
+        self._robust = {}
         return status
 
     def preview(self, value: float, card: Hashable, verdict: str | None = None, counts: bool = True,
@@ -222,10 +232,10 @@ class Replay:
     def _suspicion(self, y: float, card: Hashable, deviation: float, pred: Prediction,
                    verdict: str | None) -> tuple[str | None, bool]:
         """Why a run is suspect (None: it is not), and whether by itself rather than with others."""
-        if verdict == INCONCLUSIVE and deviation < 0:
-            return f"inconclusive, {deviation:+.2%} below its level", True
         sd = pred.sd
-        if sd is None:
+        if sd is None:  # no noise learned: its own verdict, or a drop past half the unlearned tolerance
+            if verdict == INCONCLUSIVE and deviation < 0:
+                return f"inconclusive, {deviation:+.2%} below its level, before its noise is learned", True
             if deviation < -YOUNG_LIMIT:
                 return f"{deviation:+.2%} below its level, more than {YOUNG_LIMIT:.1%} before its noise is learned", True
             return None, False
@@ -251,11 +261,13 @@ class Replay:
         devs = [d for d in (self.deviation(i) for i in self._held_below()) if d is not None]
         return bool(devs) and deviation < 0 and deviation < sum(devs) / len(devs) / 2
 
-    def _group(self, members: list[int], extra: tuple[float, Hashable] | None = None) -> tuple[float, float, int] | None:
+    def _group(self, members: list[int], extra: tuple[float, Hashable] | None = None,
+               whole: bool = False) -> tuple[float, float, int] | None:
         """(mean deviation from their levels, its sd, degrees of freedom) of runs `members` and `extra` (a
-        new run's ln value and card); None where a level or the noise is not known."""
+        new run's ln value and card), the noise floored by the `whole` segment's robust scale; None where
+        a level or the noise is not known."""
         runs = [(self._logs[i], self.points[i].card) for i in members] + ([extra] if extra is not None else [])
-        preds = [self.predict(card) for _, card in runs]
+        preds = [self.predict(card, whole) for _, card in runs]
         if not preds or any(p is None or p.sd is None for p in preds):
             return None
         mean = sum(y - p.level - self._shift for (y, _), p in zip(runs, preds)) / len(runs)
@@ -277,14 +289,20 @@ class Replay:
         return [s.index for s in self.statuses[start:] if s.state != EXCLUDED and s.segment == self.segment]
 
     def _clear(self) -> None:
-        """Clear each held-back suspect run whose later runs show the level did not move: from it on,
-        they lie together neither below nor above it."""
+        """Clear each held-back suspect run whose later runs show the level did not move: CLEAR_AFTER
+        later runs count, and with them it lies neither below nor above the level."""
         for index in list(self.pending):
             status = self.statuses[index]
             if status.state != SUSPECT:
                 continue
-            # a failed run vouches for no level: it is a verdict of its own
-            members = [i for i in self._members(index) if self.statuses[i].state != FAILED]
+            # only runs that count vouch for the level: a failed or held-back one is what a step looks like,
+            # and a high run before a step is no more cleared by the step's runs than by a failure
+            members = [index]
+            for i in self._members(index + 1):
+                if self.statuses[i].state == FAILED:  # the gate saw the level move: no run after vouches
+                    break
+                if self.statuses[i].counts:
+                    members.append(i)
             if len(members) < 1 + CLEAR_AFTER or self._below(members) or self._below(members, side=1.0):
                 continue
             status.state = COUNTED
@@ -333,7 +351,7 @@ class Replay:
             return None
         if not any(self.statuses[i].alone for i in held) or not self._joins_held_back(deviation):
             return None
-        group = self._group(held, (y, card))
+        group = self._group(held, (y, card), whole=True)
         if group is None:
             return None
         mean, sd, dof = group

@@ -21,6 +21,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ampbench.baselines.spread import Prior
 from ampbench.history.changes import find_changes, settle
 from ampbench.history.learn import learned_from
 from ampbench.history.model import NEW_CARD
@@ -93,6 +94,7 @@ class Scenario:
     stray: float = 0.0  # share of runs 4-8 sds off (a throttled card, a busy host), either way
     floor: float = DEFAULT_TOLERANCE
     settle: bool = True  # hold back what follows a change the detector finds (``changes.settle``)
+    prior_runs: int = 0  # runs behind a baseline file's spread of the cell pooled in (0: an empty history alone)
 
 
 @dataclass
@@ -116,7 +118,9 @@ def _rounds(rng: np.random.Generator, true: float, round_sd: float) -> PairedTim
 def simulate(cell: CellNoise, scenario: Scenario, seed: int) -> SeriesOutcome:
     """One series of `scenario` for `cell`, its random draws from `seed`: run i draws from its own
     generator, so the series with and without the step share every draw but the step (``widening``)."""
-    replay = Replay(Series(GPU, f"test_speed[{cell.name}]", "device_speedup", ()))
+    prior = (Prior(scenario.prior_runs, 0.0, cell.between_sd ** 2 * (scenario.prior_runs - 1), 1)
+             if scenario.prior_runs > 1 else None)
+    replay = Replay(Series(GPU, f"test_speed[{cell.name}]", "device_speedup", ()), prior)
     offsets = np.random.default_rng([seed, 0]).standard_normal(scenario.cards) * cell.card_sd
     out, shift = SeriesOutcome(), 0.0
     start = scenario.clean

@@ -309,3 +309,30 @@ def _write_learned(terminalreporter, store, config: pytest.Config, what: str) ->
                                 f"{what} of {store.store.gpu}; this run's cells:")
     for test_id in sorted(ran):
         terminalreporter.write_line(f"  {test_id}: {states.get(test_id, 'learning: this run sets the level')}")
+    _write_suspects(terminalreporter, store, config)
+
+
+def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
+    """This run's cells the history holds back as suspect (their device time below their level by more
+    than noise says, or inconclusive below it): not learned from until later runs clear them, or someone
+    accepts the change."""
+    from ampbench.history.replay import SUSPECT
+    from ampbench.plugin import summary
+
+    held = []
+    for nodeid, r in config.stash.get(summary.RECORDS_KEY, []):
+        test_id, value = r.test_id or nodeid.split("::")[-1], getattr(r, "device_speedup", None)
+        verdict = getattr(r, "device_verdict", None)
+        if not store.cells.holds(test_id) or not isinstance(value, float) or value <= 0:
+            continue
+        status = store.judged(test_id, "device_", value, None if verdict is None else str(verdict),
+                              not (verdict is not None and verdict.failing))
+        if status is not None and status.state == SUSPECT:
+            held.append(f"  {test_id}: {status.reason}")
+    if held:
+        terminalreporter.write_line(f"ampbench history: {len(held)} of this run's cells held back as suspect, not "
+                                    "learned from until later runs show their level held (or `ampbench history "
+                                    "accept` makes theirs the level; `ampbench history explain TEST_ID` says more):",
+                                    yellow=True)
+        for line in held:
+            terminalreporter.write_line(line, yellow=True)

@@ -1,0 +1,138 @@
+"""What the history decided of a cell, with its numbers: ``ampbench history explain TEST_ID`` (every run
+of the cell's series, counted or held back and why; the level segments; the noise within and between
+cards; each card's level and tolerance; the changes found), and the runs each run of ``history runs``
+held back as suspect. Reads the store and the baseline file the gate pools in; decides nothing itself:
+the replay (``replay``), the model (``model``), the settling and the changes (``changes``) do.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Hashable
+
+from ampbench.history.changes import find_changes, settle
+from ampbench.history.learn import learned_from, percent
+from ampbench.history.model import NEW_CARD
+from ampbench.history.replay import SUSPECT, Replay
+from ampbench.history.series import Series
+from ampbench.history.store import History
+
+# the ratios a speed or distributed entry holds, by the history's figure name, and their entry prefix
+PREFIXES = {"device_speedup": "device_", "speedup": "", "versus_speedup": "versus_"}
+
+
+def replay_of(history: History, gpu: str, test_id: str, figure: str, baseline_dir: Path | None) -> Replay:
+    """The cell's series replayed as the gate replays it, the baseline file's spread pooled in, settled."""
+    series = history.series(gpu, test_id, figure)
+    replay = Replay(series, _prior(history, gpu, test_id, figure, series, baseline_dir))
+    settle(replay)
+    return replay
+
+
+def _prior(history: History, gpu: str, test_id: str, figure: str, series: Series, baseline_dir: Path | None):
+    from ampbench.baselines import spread
+    from ampbench.baselines.store import BaselineError, BaselineStore
+    from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, prior_for
+
+    cells = DISTRIBUTED_CELLS if DISTRIBUTED_CELLS.holds(test_id) else SPEED_CELLS
+    figures = {prefix: f for f, prefix in cells.ratios}
+    if baseline_dir is None or PREFIXES.get(figure) not in figures:
+        return None
+    slug = next((r.gpu_slug for r in history.runs(gpu=gpu, limit=1)), None)
+    if slug is None:
+        return None
+    try:
+        store = BaselineStore.open(baseline_dir, gpu, slug)
+    except BaselineError:
+        return None
+    return prior_for(figures[PREFIXES[figure]], cells.entry.of(store.figures(test_id)), series)
+
+
+def gpu_of_cell(history: History, test_id: str, figure: str, gpu: str | None) -> str:
+    """`gpu`, or the only GPU (a model, or N of one) the history holds `test_id`'s series on."""
+    if gpu is not None:
+        return gpu
+    gpus = [g for g in history.series_gpus() if history.series(g, test_id, figure).points]
+    if len(gpus) != 1:
+        raise history.fail(f"{test_id} {figure}: " + (f"--gpu is needed: it has runs on {', '.join(gpus)}" if gpus
+                                                       else "no run in the history; `ampbench history runs` lists them"))
+    return gpus[0]
+
+
+def _short(card: Hashable) -> str:
+    if card == NEW_CARD:
+        return "a new card"
+    return "no card recorded" if card is None else str(card).replace("GPU-", "")[:8]
+
+
+def explain(history: History, test_id: str, gpu: str | None = None, figure: str = "device_speedup",
+            baseline_dir: Path | None = None, floor: float | None = None) -> list[str]:
+    """The lines ``history explain`` prints of `test_id`'s `figure` on `gpu`."""
+    from ampbench.settings import DEFAULT_TOLERANCE
+
+    gpu = gpu_of_cell(history, test_id, figure, gpu)
+    replay = replay_of(history, gpu, test_id, figure, baseline_dir)
+    points, statuses = replay.points, replay.statuses
+    states = Counter(s.state for s in statuses)
+    lines = [f"{test_id} {figure} on {gpu}: {len(points)} runs: "
+             + ", ".join(f"{n} {state}" for state, n in states.most_common())]
+    lines += ["", "runs (oldest first):"]
+    for s, p in zip(statuses, points):
+        dev = f"{s.deviation:+.2%}" if s.deviation is not None else "-"
+        sd = f"{s.sd:.2%}" if s.sd is not None else "-"
+        lines.append(f"  #{s.index + 1:<3} {p.run_id[:12]:12} {p.when[:16].replace('T', ' ')}  {_short(p.card):16} "
+                     f"{p.value:.4g}  {dev:>7} (sd {sd:>5})  seg {s.segment + 1}  {s.state}: {s.reason}")
+    lines += ["", *_noise_lines(replay), "", *_level_lines(replay, floor or DEFAULT_TOLERANCE)]
+    changes = find_changes(replay.as_series(), replay=replay)
+    moved = replay.moved_from()
+    lines += ["", "changes: " + ("none" if not changes else "; ".join(
+        f"{c.step:+.2%} at run #{c.index + 1} ({c.run_after.run_id})" + (" (accepted)" if c.accepted else "")
+        + (" (the gate's: its runs failed or were held back)" if c.index == moved else "") for c in changes))]
+    return lines
+
+
+def _noise_lines(replay: Replay) -> list[str]:
+    m = replay.model
+    lines = ["noise (sd of ln value):"]
+    if m.sigma is None:
+        lines.append(f"  not learned: {m.count} counted value(s) in {m.levels} group(s), no degree of freedom")
+    else:
+        file = f", {m.prior_count} of them from the baseline file" if m.prior_count else ""
+        lines.append(f"  about each segment's level: {percent(m.sigma)} from {m.count} values{file}, "
+                     f"{m.levels} levels, {m.dof} degrees of freedom")
+    if m.sigma_w is not None:
+        lines.append(f"  within a card: {percent(m.sigma_w)}, {m.dof_w} degrees of freedom in {m.groups} "
+                     f"(segment, card) groups; between cards: {percent(m.tau)}")
+    lines.append(f"  run to run, every run of the segment (robust, the replay's floor): {percent(replay.robust_scale())}")
+    return lines
+
+
+def _level_lines(replay: Replay, floor: float) -> list[str]:
+    seen = [c for c in dict.fromkeys(p.card for p, s in zip(replay.points, replay.statuses)
+                                     if s.counts and s.segment == replay.segment)]
+    lines = [f"levels and tolerances (segment {replay.segment + 1}, floor {percent(floor)}):"]
+    for card in [*seen, NEW_CARD]:
+        b = learned_from(replay, floor, card=card)
+        if b.level is None:
+            lines.append(f"  {_short(card)}: learning (no counted run in the segment)")
+            continue
+        pred = replay.model.predict(card)
+        how = "its own level" if pred is not None and pred.own_card else "the segment's level"
+        sd = f"predicted sd {percent(pred.sd)}" if pred is not None and pred.sd is not None else "no noise learned"
+        lines.append(f"  {_short(card)}: {b.level:.4g} ({how}, {len(b.level_runs)} runs), {sd}, "
+                     f"tolerance {percent(b.tolerance)} ({b.state}), line {b.level * (1 - b.tolerance):.4g}")
+    if replay.pending:
+        lines.append("held back now: " + ", ".join(f"#{i + 1} {replay.points[i].run_id}" for i in replay.pending))
+    return lines
+
+
+def suspect_runs(history: History, gpus: list[str], figure: str = "device_speedup") -> Counter:
+    """How many cells of each run (by id) the history holds back as suspect, over the series of `gpus`."""
+    held: Counter = Counter()
+    for gpu in gpus:
+        for series in history.series_of(gpu, figure).values():
+            replay = Replay(series)
+            settle(replay)
+            held.update(series.points[s.index].run_id for s in replay.statuses if s.state == SUSPECT)
+    return held
