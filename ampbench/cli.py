@@ -218,7 +218,7 @@ def _fp8_width(args: argparse.Namespace) -> int:
     from ampbench import fp8_width
     from ampbench.device import configure_backends, device_name, resolve
     from ampbench.modes import get_mode
-    from models import get_model
+    from ampbench.models import get_model
 
     def bad_input(exc: Exception) -> int:
         print(f"ampbench fp8-width: error: {exc.args[0]}", file=sys.stderr)

@@ -372,7 +372,7 @@ def test_compare_refuses_runs_from_different_devices(tmp_path, capsys):
 
 
 def test_list_names_every_model_with_its_tier_and_every_mode_with_its_needs(capsys):
-    import models
+    from ampbench import models
     from ampbench.modes import MODES
 
     assert main(["list"]) == EXIT_OK
@@ -387,7 +387,7 @@ def test_list_names_every_model_with_its_tier_and_every_mode_with_its_needs(caps
 
 
 def test_list_as_json(capsys):
-    import models
+    from ampbench import models
     from ampbench.modes import MODES
 
     assert main(["list", "--json"]) == EXIT_OK

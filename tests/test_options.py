@@ -327,7 +327,7 @@ def test_quick_tier_is_the_default_on_a_gpu_and_the_cpu_leaves_out_the_resnets(f
 
 
 def test_the_compile_tier_selects_its_models_modes_and_compiled_cells_from_its_row(fake_gpus):
-    import models
+    from ampbench import models
     from ampbench.settings import TIERS
 
     s = plugin_session.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile"))

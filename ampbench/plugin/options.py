@@ -29,14 +29,14 @@ GROUP = ("perf", "ampbench: mixed-precision training performance")
 
 
 def _model_names() -> list[str]:
-    import models
+    from ampbench import models
 
     return list(models.REGISTRY)
 
 
 def tier_models(tier: Tier, cpu_smoke: bool) -> tuple[str, ...]:
     """The models `tier` runs, in registry order; the CPU smoke pass's default selection only on the CPU."""
-    import models
+    from ampbench import models
 
     eligible = models.model_names("full" if tier.models is not None else tier.name, cpu_smoke=cpu_smoke)
     return tuple(m for m in eligible if tier.models is None or m in tier.models)
@@ -48,7 +48,7 @@ def _model_help(detail: bool) -> tuple[str, str]:
     if not detail:
         return ("comma-separated models to test (default: every model of the tier)",
                 "which cells run: quick, full or compile (default: quick)")
-    import models
+    from ampbench import models
 
     smoke = models.model_names("full", cpu_smoke=True)
     left_out = [name for name in models.model_names("full") if name not in smoke]

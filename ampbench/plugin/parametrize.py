@@ -5,7 +5,7 @@ session's settings, the test's ``cells`` marker and what the user named. ``ampbe
 A test's ``@pytest.mark.cells(...)`` keywords:
 
 - ``kind="..."``: its own models instead of the tier's, those whose ModelSpec field of that name
-  (``models.spec.CELL_KINDS``: convergence, input_pipeline) takes them in this run (``RUNS``: the tier, or
+  (``ampbench.models.spec.CELL_KINDS``: convergence, input_pipeline) takes them in this run (``RUNS``: the tier, or
   ``cpu_smoke`` on the CPU), or in any run where --perf-models names models (which narrows them); a
   tier of compiled cells only (``--perf-tier compile``) runs the ones its ``compile`` run takes, in
   the modes whose row compiles; a test with neither such models nor the compile axis sits that tier out;
@@ -36,14 +36,14 @@ class Cells:
 
 
 def _run(s: PerfSettings) -> str:
-    """The run, of models.spec.RUNS, whose models a test of its own kind takes."""
+    """The run, of ampbench.models.spec.RUNS, whose models a test of its own kind takes."""
     if TIERS[s.tier].compiled_only:
         return "compile"
     return "cpu_smoke" if s.smoke else s.tier
 
 
 def _models(s: PerfSettings, marker: Mapping, named_models: Sequence[str] | None, has_axis: bool) -> list[str]:
-    from models import kind_models  # imports torch: only once a cell test is parametrized
+    from ampbench.models import kind_models  # imports torch: only once a cell test is parametrized
 
     kind = marker.get("kind")
     if TIERS[s.tier].compiled_only and not has_axis and not (kind and kind_models(kind, "compile")):

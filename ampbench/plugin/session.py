@@ -116,7 +116,7 @@ def configure(config: pytest.Config) -> None:
     """The session's settings into ``config.stash``, or the usage error that stops the run unmeasured."""
     profiles.load()
     try:  # the zoo, then the project's own models of the ampbench.models entry points
-        importlib.import_module("models")
+        importlib.import_module("ampbench.models")
     except ValueError as exc:  # models.ModelEntryPointError: an entry point that names no usable model
         raise pytest.UsageError(f"ampbench: {exc}") from None
     opt = config.option

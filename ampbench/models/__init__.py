@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from models import dpn, gpt, llama, lstm_lm, mlp, mnist_cnn, resnet, wide_resnet
-from models.spec import ModelSpec
+from ampbench.models import dpn, gpt, llama, lstm_lm, mlp, mnist_cnn, resnet, wide_resnet
+from ampbench.models.spec import ModelSpec
 
 ENTRY_POINTS = "ampbench.models"
 
@@ -44,7 +44,7 @@ def spec_of_entry_point(name: str, value: str, load) -> ModelSpec:
     except Exception as exc:  # an import of the user's package fails in any way its code can
         raise ModelEntryPointError(f"{where}: cannot be loaded: {type(exc).__name__}: {exc}") from None
     if not isinstance(spec, ModelSpec):
-        raise ModelEntryPointError(f"{where}: names a {type(spec).__name__}, not a models.spec.ModelSpec")
+        raise ModelEntryPointError(f"{where}: names a {type(spec).__name__}, not an ampbench.models.spec.ModelSpec")
     if spec.name != name:
         raise ModelEntryPointError(f"{where}: its ModelSpec is named {spec.name!r}; name the entry point after it")
     return spec
