@@ -248,8 +248,13 @@ def _fp8_width(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from ampbench import catalog  # imports torch, which the other file commands do without
+    from ampbench import catalog, models  # imports torch, which the other file commands do without
 
+    try:
+        models.check_entry_points()
+    except models.ModelEntryPointError as exc:
+        print(f"ampbench: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     sys.stdout.write(json.dumps(catalog.as_json(), indent=1) + "\n" if args.json else catalog.render_text())
     return EXIT_OK
 

@@ -1,6 +1,8 @@
 """The model zoo: an explicit registry, one architecture per module; after it, a project's own models,
 each a ``ModelSpec`` its installed package names in the ``ampbench.models`` entry point group
-(``own_model = "package.module:SPEC"``), in entry-point name order."""
+(``own_model = "package.module:SPEC"``), in entry-point name order. An entry point that names no usable
+model never stops the import: ``check_entry_points`` raises for it, where a run or a command uses the
+registry, so that the message names the entry point and its cause instead of a traceback."""
 
 from __future__ import annotations
 
@@ -57,12 +59,25 @@ def register(spec: ModelSpec, where: str) -> None:
     REGISTRY[spec.name] = spec
 
 
-def _register_entry_points() -> None:
+def _register_entry_points() -> list[str]:
+    """Register every entry point's model; what was wrong with each that names no usable one."""
+    broken = []
     for ep in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
-        register(spec_of_entry_point(ep.name, ep.value, ep.load), f"entry point {ENTRY_POINTS} {ep.name}")
+        try:
+            register(spec_of_entry_point(ep.name, ep.value, ep.load), f"entry point {ENTRY_POINTS} {ep.name}")
+        except ModelEntryPointError as exc:
+            broken.append(str(exc))
+    return broken
 
 
-_register_entry_points()
+_BROKEN_ENTRY_POINTS = _register_entry_points()
+
+
+def check_entry_points() -> None:
+    """ModelEntryPointError naming each installed entry point that names no usable model, whichever
+    models a run asks for: its package is in the environment, and a run must not quietly leave it out."""
+    if _BROKEN_ENTRY_POINTS:
+        raise ModelEntryPointError("; ".join(_BROKEN_ENTRY_POINTS))
 
 
 def get_model(name: str) -> ModelSpec:
