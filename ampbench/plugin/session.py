@@ -6,14 +6,13 @@ as each test finishes."""
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
 import pytest
 
 from ampbench.plugin import activation, profiles
-from ampbench.plugin.options import tier_models
+from ampbench.plugin.options import tier_models, zoo
 from ampbench.plugin.parametrize import cells_for
 from ampbench.settings import COMPILE_CHOICES, TIERS, PerfSettings
 
@@ -115,10 +114,7 @@ def _compile_cold() -> None:
 def configure(config: pytest.Config) -> None:
     """The session's settings into ``config.stash``, or the usage error that stops the run unmeasured."""
     profiles.load()
-    try:  # the zoo, then the project's own models of the ampbench.models entry points
-        importlib.import_module("ampbench.models")
-    except ValueError as exc:  # models.ModelEntryPointError: an entry point that names no usable model
-        raise pytest.UsageError(f"ampbench: {exc}") from None
+    zoo()  # the zoo, then the project's own models: a broken entry point of theirs is a usage error
     opt = config.option
     device = _resolve_device(opt)
     baseline_dir = opt.perf_baseline_dir if opt.perf_baseline_dir is not None else config.rootpath / "baselines"
@@ -134,7 +130,21 @@ def configure(config: pytest.Config) -> None:
     summary.register(config)
 
 
+# the markers of the suite's cell tests (ampbench.suite, perf/), registered in every run: a project
+# that collects them under --strict-markers must not stop at them
+MARKERS = (
+    "cells(kind=None, tiered=False, modes_tiered=False): run this test once per cell (model x precision "
+    "mode) of the run; kind= takes the models whose ModelSpec joins that kind of test (convergence, "
+    "input_pipeline) instead of the tier's, tiered=True narrows them to the tier's, modes_tiered=True "
+    "leaves the full-tier-only modes out of the quick tier (ampbench.plugin.parametrize)",
+    "strategy(name): a distributed test's parallelism (ddp or fsdp2), whose comm variants it runs over",
+    "gpu: needs a CUDA device; skipped with a reason elsewhere",
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
     if activation.active(config):
         configure(config)
 
