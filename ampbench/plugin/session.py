@@ -240,6 +240,7 @@ def _open_store(config: pytest.Config, s: PerfSettings):
     return HistoryBaselines(store, history, s.tolerance) if history is not None else store
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-benchmark's hook: a run without its plugin knows no such hook
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is not None:
