@@ -108,6 +108,15 @@ def test_a_bad_store_or_label_is_a_usage_error_before_the_first_cell(session, ar
     assert "pw" not in result.stderr.str()
 
 
+@pytest.mark.parametrize("url", ["postgresql:/x", "sqlite:/x", "postgres://"])
+def test_a_misspelt_store_url_is_a_usage_error_making_no_folder(session, pytester, url):
+    before = set(pytester.path.iterdir())
+    result, document = session("--perf-history", url)
+    assert result.ret == 4 and document is None
+    assert "argument --perf-history: history store " in result.stderr.str() and "did you mean " in result.stderr.str()
+    assert set(pytester.path.iterdir()) == before, "a misspelt URL read as a path made a folder"
+
+
 def test_a_store_of_a_newer_schema_is_a_usage_error(session, tmp_path):
     store = tmp_path / "h.sqlite"
     open_history(str(store)).release()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from ampbench.cli import main
 from ampbench.history.connect import parse_url
 from ampbench.history.ingest import file_run
 from ampbench.history.schema import SCHEMA_VERSION, build_metadata
@@ -195,6 +196,24 @@ def test_a_bad_url_is_one_line_naming_the_store_without_its_password(url, expect
         open_history(url)
     message = str(info.value)
     assert expected in message and "secret" not in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("url, hint", [
+    ("postgresql:/x", "'postgresql:/x': a database URL needs '://' after its scheme: did you mean "
+                      "postgresql://USER:PASSWORD@HOST/DATABASE?"),
+    ("sqlite:/x", "'sqlite:/x': a database URL needs '://' after its scheme: did you mean sqlite:///PATH (three slashes)?"),
+    ("postgres://", "postgres://: the scheme is spelt 'postgresql', not 'postgres': did you mean "
+                    "postgresql://USER:PASSWORD@HOST/DATABASE?"),
+])
+def test_a_misspelt_url_is_a_usage_error_with_a_hint_and_makes_no_folder(url, hint, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # read as a path, "postgresql:/x" would be a folder "postgresql:" here
+    with pytest.raises(HistoryError) as info:
+        open_history(url)
+    assert str(info.value).startswith(f"history store {hint}")
+    with pytest.raises(SystemExit) as exited:
+        main(["history", "import", "--history", url, str(DATA / "h100_speed_device.json")])
+    assert exited.value.code == 2 and f"argument --history: history store {hint}" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_corrupt_sqlite_file_is_refused_and_left_as_it_was(tmp_path):
