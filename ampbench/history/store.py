@@ -9,6 +9,7 @@ run holds. A run id already in the store is not written again (``append`` says s
 from __future__ import annotations
 
 import json
+import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,7 +34,9 @@ from ampbench.history.schema import (
     ACCEPTANCES,
     CELLS,
     FIGURES,
+    META,
     RUNS,
+    VERSION_KEY,
     SchemaProblem,
     bring_up_to_date,
     check_version,
@@ -44,6 +47,9 @@ from ampbench.history.series import Point, Series
 from ampbench.verdict import Verdict
 
 FAILING = tuple(v.value for v in Verdict if v.failing)
+# free disk an SQLite store needs before a run: a full tier's run with its kernel tables takes a few MB,
+# and a WAL checkpoint writes the pages again
+MIN_FREE_BYTES = 32 * 2**20
 
 
 def iso_utc(moment: datetime) -> str:
@@ -167,6 +173,18 @@ class History:
             raise self.fail("holds no history yet; a `pytest perf/` run or `ampbench history import` makes one")
         with self.transaction(write=True) as conn:
             bring_up_to_date(conn)  # reads the version again under the lock: another writer may have been first
+
+    def check_writable(self) -> None:
+        """HistoryError where a run could not be appended now: a store that takes no writes (a read-only
+        file or mount, a standby server), or an SQLite file on a disk with less than MIN_FREE_BYTES free.
+        The probe commits the schema version over itself, which every store holds."""
+        path = sqlite_path(self.url)
+        free = shutil.disk_usage(path.parent).free if path is not None else None
+        if free is not None and free < MIN_FREE_BYTES:
+            raise self.fail(f"its disk is full ({free / 2**20:.1f} MiB free, and a run may need "
+                            f"{MIN_FREE_BYTES / 2**20:.0f} MiB): the run could not be appended")
+        with self.transaction(write=True) as conn:
+            conn.execute(META.update().where(META.c.key == VERSION_KEY).values(value=META.c.value))
 
     def release(self) -> None:
         """Close pooled connections: none is held open between the session's start and its end."""
