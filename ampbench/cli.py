@@ -22,9 +22,9 @@ from ampbench.command_progress import Progress
 from ampbench.baselines.spread import learn, with_spread
 from ampbench.verdict import Verdict
 
-# exit statuses: 0 all good, 1 a failing verdict (a regression, a non-finite or failed reference cell;
-# under --strict also an inconclusive one), 2 bad usage
-# or unusable input, like argparse's own usage errors
+# exit statuses: 0 all good, 1 a failing verdict (a regression, a non-finite or failed reference cell, a
+# cell whose test stopped with an error; under --strict also an inconclusive one), 2 bad usage or unusable
+# input, like argparse's own usage errors
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
 
 

@@ -10,7 +10,8 @@ cell), parametrizes the cells (from `parametrize`), says when the run is the CPU
 recorded baselines; `fixtures` are what a cell test takes; `distributed` holds the ranks of the
 distributed cells; `profiles` the hypothesis profiles; `checks` refuses options under which a run would
 lose its results; `progress` draws the progress line; `summary` writes the end-of-run tables; `history`
-checks the run history's store before the first cell and appends the run at the end. The cell tests themselves are ``ampbench.suite``.
+checks the run history's store before the first cell and appends the run at the end; `errors` keeps
+the cells whose test stopped with an error as failing records. The cell tests themselves are ``ampbench.suite``.
 
 This module only names the plugin's modules: importing it (or any of them for its functions) costs
 nothing more.
@@ -26,4 +27,6 @@ pytest_plugins = (
     "ampbench.plugin.checks",
     "ampbench.plugin.progress",
     "ampbench.plugin.history",
+    # cells whose test stopped with an error: failing records, in the history and the JSON
+    "ampbench.plugin.errors",
 )

@@ -12,7 +12,8 @@ from ampbench.inputs import DuplicateKey, UnreadableFile, read_text, unique_keys
 from ampbench.modes import MODES
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
-from ampbench.results.schema import BENCHMARK, DOCUMENT, KIND_KEY, MACHINE, READABLE_SCHEMAS, SCHEMA_KEY, check
+from ampbench.results.schema import (BENCHMARK, DOCUMENT, ERRORS_KEY, KIND_KEY, MACHINE, READABLE_SCHEMAS, SCHEMA_KEY,
+                                     check)
 from ampbench.results.timed import DistributedRecord, SpeedRecord
 from ampbench.stats import finite_number
 
@@ -164,17 +165,17 @@ def _numbered(record: Record) -> bool:
     return False
 
 
-def _repeat_problems(cells: list[Record], positions: list[int]) -> list[str]:
+def _repeat_problems(cells: list[Record], positions: list[str]) -> list[str]:
     """A run holds each test once, under the id its parameters make: a test id met twice (two runs in one
     file), or one pytest numbered because a model, mode or comm variant was named twice, matches no test
     of another run, and would be judged by whichever copy a reader met first or last."""
     problems = []
-    first: dict[str, int] = {}
-    for cell, i in zip(cells, positions):
+    first: dict[str, str] = {}
+    for cell, where in zip(cells, positions):
         if cell.test_id in first:
-            problems.append(f"benchmarks[{i}] repeats the test id {cell.test_id} of benchmarks[{first[cell.test_id]}]; "
+            problems.append(f"{where} repeats the test id {cell.test_id} of {first[cell.test_id]}; "
                             "a run holds each test once")
-        first.setdefault(cell.test_id, i)
+        first.setdefault(cell.test_id, where)
     numbered = [c.test_id for c in cells if _numbered(c)]
     if numbered:
         shown = ", ".join(numbered[:4]) + (f" and {len(numbered) - 4} more" if len(numbered) > 4 else "")
@@ -236,11 +237,16 @@ def parse_run(document: Any, path: Path | str) -> Run:
     machine = machine_info.get("ampbench") if isinstance(machine_info.get("ampbench"), dict) else {}
     _refuse(path, check(machine, MACHINE, "machine_info.ampbench"))
     cells: list[Record] = []
-    positions: list[int] = []  # of each cell in "benchmarks"
+    positions: list[str] = []  # where each cell is in the document: "benchmarks[3]"
     foreign: list[str] = []
     problems: list[str] = []  # of every cell, so one message lists what is wrong across the file
-    for i, bench in enumerate(document["benchmarks"]):
-        where = f"benchmarks[{i}]"
+    errors = document.get(ERRORS_KEY)
+    if errors is not None and not isinstance(errors, list):
+        raise RunError(path, f"{ERRORS_KEY} is not a list; ampbench writes one entry per cell whose test stopped")
+    # the cells pytest-benchmark timed, then those whose test stopped with an error before it did
+    entries = [(f"benchmarks[{i}]", b) for i, b in enumerate(document["benchmarks"])]
+    entries += [(f"{ERRORS_KEY}[{i}]", b) for i, b in enumerate(errors or [])]
+    for where, bench in entries:
         if not isinstance(bench, dict):
             raise RunError(path, f"{where} is not an object; pytest-benchmark writes one per test")
         _refuse(path, check(bench, BENCHMARK, where))
@@ -266,7 +272,7 @@ def parse_run(document: Any, path: Path | str) -> Run:
             id_model, id_mode = _split_id(name)
             record = replace(record, model=record.model or id_model, mode=record.mode or id_mode)
         cells.append(record)
-        positions.append(i)
+        positions.append(where)
     _refuse(path, problems + _repeat_problems(cells, positions))
     if not cells and not machine:
         problem = (
