@@ -35,8 +35,9 @@ from ampbench.baselines.spread import INJECTED_KEY
 
 # what the plugin adds to machine_info["ampbench"] for the history
 RUN_KEYS = ("run_id", "label", "suite_revision", "host_load")
-# the software fingerprint of a run: what tells two runs' stacks apart
-SOFTWARE_KEYS = ("torch", "cuda", "cudnn", "driver", "triton", "torchao")
+# the software fingerprint of a run: what tells two runs' stacks apart; with the GPU's compute capability,
+# which a baseline entry exported from the history carries for `ampbench spread`
+SOFTWARE_KEYS = ("torch", "cuda", "cudnn", "driver", "triton", "torchao", "capability")
 
 
 @dataclass(frozen=True)
