@@ -316,6 +316,9 @@ class History:
             return (conn.execute(sa.select(sa.func.count()).select_from(RUNS)).scalar(),
                     conn.execute(sa.select(sa.func.count()).select_from(CELLS)).scalar())
 
+    def has_run(self, run_id: str) -> bool:
+        return self._has_run(run_id)
+
     # -- helpers ------------------------------------------------------------------------------------
 
     def _has_run(self, run_id: str) -> bool:
