@@ -250,5 +250,5 @@ def test_run_summaries_hold_the_runs_software_and_where_it_came_from(store_url):
     run = history.run("a")
     assert (run.label, run.suite_revision, run.card_uuid, run.cells, run.failing) == ("app@abc123", "v0.1", "GPU-1", 3, 1)
     assert run.software == {"torch": "2.11.0", "cuda": "13.0", "cudnn": None, "driver": "580.1", "triton": "3.5.0",
-                            "torchao": None}
+                            "torchao": None, "capability": None}
     assert run.host_load == {"cpus": 2} and json.dumps(run.software)
