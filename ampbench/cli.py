@@ -44,7 +44,7 @@ def _open_history(args: argparse.Namespace):
         return None
     from ampbench.history.store import open_history  # SQLAlchemy only where a history is asked for
 
-    return open_history(args.history, create=False)
+    return open_history(args.history, create=False, read_only=True)
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -164,6 +164,27 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(store_url):
     engine.dispose()
 
 
+@pytest.mark.parametrize("command", [["history", "runs"], ["history", "changes"], ["baselines", "export"],
+                                     ["report", str(DATA / "h100_speed_device.json")]],
+                         ids=["runs", "changes", "export", "report"])
+def test_a_command_that_only_reads_leaves_an_older_store_as_it_is(store_url, command, tmp_path, capsys):
+    engine = sa.create_engine(parse_url(store_url))
+    with engine.begin() as conn:
+        build_metadata(1).create_all(conn)
+        conn.exec_driver_sql("INSERT INTO meta (key, value) VALUES ('schema_version', '1')")
+    out = ["-o", str(tmp_path / "report")] if command[0] == "report" else []
+    out += ["--baseline-dir", str(tmp_path / "b")] if command[0] == "baselines" else []
+    assert main([*command, "--history", store_url, *out]) == 2
+    assert (f"holds history schema 1, older than this ampbench's {SCHEMA_VERSION}; this command only reads"
+            in capsys.readouterr().err)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT value FROM meta").scalar() == "1"
+        assert "gpu" not in {c["name"] for c in sa.inspect(conn).get_columns("figures")}
+    engine.dispose()
+    open_history(store_url, create=False)  # a command that writes migrates it
+    assert open_history(store_url, create=False, read_only=True).counts() == (0, 0)
+
+
 def test_a_database_of_other_tables_is_no_history(store_url):
     engine = sa.create_engine(parse_url(store_url))
     with engine.begin() as conn:

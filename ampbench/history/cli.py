@@ -86,10 +86,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     return actions
 
 
-def _open(args: argparse.Namespace, create: bool):
+def _open(args: argparse.Namespace, create: bool, read_only: bool = False):
     from ampbench.history.store import open_history  # SQLAlchemy only for the history's own commands
 
-    return open_history(args.history, create=create)
+    return open_history(args.history, create=create, read_only=read_only)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -112,7 +112,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    history = _open(args, create=False)
+    history = _open(args, create=False, read_only=True)
     runs = history.runs(gpu=args.gpu, limit=args.limit)
     if not runs:
         print(f"ampbench: no runs in {history.name}" + (f" on {args.gpu}" if args.gpu else ""))
@@ -138,7 +138,7 @@ def _accept(args: argparse.Namespace) -> int:
 def _changes(args: argparse.Namespace) -> int:
     from ampbench.history.list_changes import FIGURES, changes_in, describe, gpus
 
-    history = _open(args, create=False)
+    history = _open(args, create=False, read_only=True)
     figures = FIGURES if args.figure == "all" else (args.figure,)
     found = 0
     for gpu in gpus(history, args.gpu):
@@ -167,7 +167,7 @@ def export(args: argparse.Namespace) -> int:
     from ampbench.history.export import export as write
 
     try:
-        files = write(_open(args, create=False), args.gpu, args.baseline_dir)
+        files = write(_open(args, create=False, read_only=True), args.gpu, args.baseline_dir)
     except (HistoryError, BaselineError, OSError) as error:
         print(f"ampbench baselines export: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -162,8 +162,9 @@ class History:
         except (exc.SQLAlchemyError, OSError) as error:
             raise history_error(error, self.url, self.busy_timeout) from None
 
-    def prepare(self, create: bool) -> None:
-        """Check the schema version; create an empty store's tables where `create`, migrate an older one."""
+    def prepare(self, create: bool, read_only: bool = False) -> None:
+        """Check the schema version; create an empty store's tables where `create`, migrate an older one
+        unless `read_only` (a command that only reads refuses it instead)."""
         with self.transaction() as conn:
             version = read_version(conn)
             check_version(version)
@@ -171,6 +172,10 @@ class History:
             return
         if version is None and not create:
             raise self.fail("holds no history yet; a `pytest perf/` run or `ampbench history import` makes one")
+        if read_only:
+            raise self.fail(f"holds history schema {version}, older than this ampbench's {SCHEMA_VERSION}; this "
+                            "command only reads and leaves it as it is: a `pytest perf/` run or `ampbench history "
+                            "import` migrates it")
         with self.transaction(write=True) as conn:
             bring_up_to_date(conn)  # reads the version again under the lock: another writer may have been first
 
@@ -379,10 +384,12 @@ def _summary(row: Any, failing: int) -> RunSummary:
                       cells=row.cell_count, failing=failing)
 
 
-def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> History:
+def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+                 read_only: bool = False) -> History:
     """The History at `url` (an SQLAlchemy URL, ``postgresql://`` meaning psycopg 3, or a path to an
-    SQLite file), its schema checked: an empty store is created where `create`, an older one migrated,
-    a newer one refused. HistoryError, naming the store, where it cannot be used."""
+    SQLite file), its schema checked: an empty store is created where `create`, an older one migrated
+    (refused where `read_only`), a newer one refused. HistoryError, naming the store, where it cannot be
+    used."""
     parsed = parse_url(url)
     path = sqlite_path(parsed)
     if path is not None:
@@ -397,5 +404,5 @@ def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT
             except OSError as error:
                 raise HistoryError(f"history {path}: its folder cannot be made ({error.strerror})") from None
     history = History(make_engine(parsed, busy_timeout), parsed, busy_timeout)
-    history.prepare(create)
+    history.prepare(create, read_only)
     return history
