@@ -110,6 +110,25 @@ def test_accepting_an_unknown_run_or_cell_is_refused_naming_it(store_url):
     assert history.series(H100, "test_speed[model0-amp_bf16]", "device_speedup").points[0].restart is False
 
 
+def test_accepting_a_run_and_cell_twice_or_a_smoke_run_is_refused(store_url):
+    history = open_history(store_url)
+    history.append(speed_run("run-1", cells_of(2)))
+    history.append(speed_run("smoke", cells_of(1), gpu="cpu", at=1))
+    first, second = "test_speed[model0-amp_bf16]", "test_speed[model1-amp_bf16]"
+    history.accept("run-1", first, "cuDNN 9.19")
+    with pytest.raises(HistoryError, match=r"run run-1 is accepted already \(its cell test_speed\[model0-amp_bf16\]: "
+                                           r"'cuDNN 9.19'\); nothing to add"):
+        history.accept("run-1", first, "cuDNN 9.19, again")
+    history.accept("run-1", None, "the driver too")  # the run's other cells
+    for cell in (second, None):
+        with pytest.raises(HistoryError, match=r"accepted already \(every cell of it: 'the driver too'\)"):
+            history.accept("run-1", cell, "once more")
+    with pytest.raises(HistoryError, match="run smoke is a CPU smoke run: its figures count for nothing"):
+        history.accept("smoke", None, "a smoke run")
+    with sa.create_engine(parse_url(store_url)).connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM acceptances").scalar() == 2
+
+
 def _set_version(url: str, version: int) -> None:
     engine = sa.create_engine(parse_url(url))
     with engine.begin() as conn:

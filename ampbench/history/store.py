@@ -229,6 +229,7 @@ class History:
             gpu = self._gpu_of(conn, run_id)
             if test_id is not None:
                 self._check_cell(conn, run_id, test_id)
+            self._check_acceptable(conn, run_id, test_id)
             values = dict(gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, accepted_at=now())
             key = conn.execute(ACCEPTANCES.insert().values(**values)).inserted_primary_key[0]
         return Acceptance(id=key, gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, when=values["accepted_at"])
@@ -340,6 +341,19 @@ class History:
         near = get_close_matches(run_id, conn.execute(sa.select(RUNS.c.id)).scalars().all(), n=1)
         hint = f" (did you mean {near[0]}?)" if near else "; `ampbench history runs` lists the runs"
         return self.fail(f"no run {run_id!r}{hint}")
+
+    def _check_acceptable(self, conn: Connection, run_id: str, test_id: str | None) -> None:
+        """Refuse an acceptance that would change nothing: of a smoke run, whose figures count for nothing,
+        or of a run (and cell) accepted already, by itself or with every cell of its run."""
+        if conn.execute(sa.select(RUNS.c.smoke).where(RUNS.c.id == run_id)).scalar():
+            raise self.fail(f"run {run_id} is a CPU smoke run: its figures count for nothing, so there is no level to "
+                            "accept")
+        done = conn.execute(sa.select(ACCEPTANCES.c.test_id, ACCEPTANCES.c.reason)
+                            .where(ACCEPTANCES.c.run_id == run_id,
+                                   sa.or_(ACCEPTANCES.c.test_id.is_(None), ACCEPTANCES.c.test_id == test_id))).first()
+        if done is not None:
+            what = "every cell of it" if done.test_id is None else f"its cell {done.test_id}"
+            raise self.fail(f"run {run_id} is accepted already ({what}: {done.reason!r}); nothing to add")
 
     def _check_cell(self, conn: Connection, run_id: str, test_id: str) -> str:
         record = conn.execute(sa.select(CELLS.c.record).where(CELLS.c.run_id == run_id,
