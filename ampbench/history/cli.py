@@ -140,6 +140,10 @@ def _changes(args: argparse.Namespace) -> int:
 
     history = _open(args, create=False, read_only=True)
     figures = FIGURES if args.figure == "all" else (args.figure,)
+    known = history.series_gpus()
+    if args.gpu is not None and args.gpu not in known:  # a typo would read as "no change"
+        print(f"ampbench: warning: --gpu {args.gpu!r}: {history.name} holds no series of it; it holds "
+              f"{', '.join(repr(g) for g in known) or 'none'}", file=sys.stderr)
     found = 0
     for gpu in gpus(history, args.gpu):
         for change in changes_in(history, gpu, figures, {args.cell} if args.cell else None):
