@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,8 @@ from ampbench.verdict import Verdict
 # cell whose test stopped with an error; under --strict also an inconclusive one), 2 bad usage or unusable
 # input, like argparse's own usage errors
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+# the status a shell gives a tool stopped by SIGPIPE: the reader of the output went away (`| head -1`)
+EXIT_PIPE_CLOSED = 128 + 13
 
 
 def _tolerances(args: argparse.Namespace) -> dict:
@@ -268,7 +271,13 @@ BASELINE_ACTIONS = {"show": _baselines_show, "merge": _baselines_merge, "export"
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback-like complaint
+        return status
+    except BrokenPipeError:
+        # the rest of the output has no reader: quietly, and nothing more written to the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE_CLOSED
     # a file that cannot be read, two runs that must not be compared, an output folder in the way
     except (RunError, CompareError, BaselineError, HistoryError) as exc:
         print(f"ampbench: error: {exc}", file=sys.stderr)
