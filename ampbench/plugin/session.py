@@ -13,7 +13,7 @@ import pytest
 
 from ampbench.plugin import activation, profiles
 from ampbench.plugin.options import tier_models, zoo
-from ampbench.plugin.parametrize import cells_for
+from ampbench.plugin.parametrize import cells_for, why_no_cells
 from ampbench.settings import COMPILE_CHOICES, TIERS, PerfSettings
 
 SETTINGS_KEY = pytest.StashKey[PerfSettings]()
@@ -177,8 +177,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     marker = metafunc.definition.get_closest_marker("cells")
     opt = metafunc.config.option
-    found = cells_for(perf_settings_of(metafunc.config), marker.kwargs if marker is not None else {},
-                      opt.perf_models, opt.perf_precisions, has_axis="compiled_cell" in metafunc.fixturenames)
+    settings, keywords = perf_settings_of(metafunc.config), marker.kwargs if marker is not None else {}
+    has_axis = "compiled_cell" in metafunc.fixturenames
+    found = cells_for(settings, keywords, opt.perf_models, opt.perf_precisions, has_axis=has_axis)
+    if not found.values:  # one skipped placeholder whose reason says why, where pytest would say "empty parameter set"
+        why = why_no_cells(settings, keywords, opt.perf_models, opt.perf_precisions, has_axis)
+        metafunc.parametrize(found.argnames, [pytest.param(*(None,) * len(found.argnames), marks=pytest.mark.skip(why))],
+                             ids=["no-cells"])
+        return
     metafunc.parametrize(found.argnames, found.values, ids=found.ids)
 
 
@@ -193,7 +199,7 @@ def _parametrizes_itself(metafunc: pytest.Metafunc) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A tier of compiled cells only runs nothing but cells (model and mode): every other test, and a cell
-    test left without cells (pytest's empty parameter set), is deselected, not skipped one by one."""
+    test left without cells (its skipped placeholder), is deselected, not skipped one by one."""
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None or not TIERS[settings.tier].compiled_only:
         return
