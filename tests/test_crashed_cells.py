@@ -49,10 +49,10 @@ def test_speed_holds(model_name, mode_name, benchmark, record_result, perf_devic
     benchmark.pedantic(lambda: None, rounds=2)
     record_result(_speed(model_name, mode_name, perf_device))
 '''
-ERRORS = {"test_memory[mlp-bf16]": "the test failed before its verdict: RuntimeError: CUDA error: an illegal memory "
+ERRORS = {"test_memory[mlp-bf16]": "the test failed: RuntimeError: CUDA error: an illegal memory "
                                    "access was encountered",
           "test_convergence[mlp-bf16]": "error in setup: RuntimeError: expected scalar type BFloat16 but found Float",
-          "test_speed[mlp-bf16]": "the test failed before its verdict: AssertionError: no optimizer step changed the "
+          "test_speed[mlp-bf16]": "the test failed: AssertionError: no optimizer step changed the "
                                   "weights"}
 
 

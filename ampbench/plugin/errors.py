@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ampbench.plugin.activation import active
 from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY
 
 
@@ -52,18 +53,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = (yield).get_result()
     if call.when not in ("setup", "call") or not report.failed or hasattr(report, "wasxfail"):
         return
-    from ampbench.plugin import summary
     from ampbench.plugin.session import SETTINGS_KEY
-    from ampbench.results import Verdict
 
     settings = item.config.stash.get(SETTINGS_KEY, None)
     params = _cell_params(item)
     if settings is None or params is None:
-        return
+        return  # a run where ampbench does not act, or a test that is no cell
+    from ampbench.plugin import summary
+    from ampbench.results import Verdict
+
     kept = [r for nodeid, r in item.config.stash.get(summary.RECORDS_KEY, []) if nodeid == item.nodeid]
     if kept and kept[-1].verdict is not None and kept[-1].verdict.needs_a_look:
         return  # the test failed on its verdict (or warned, under --perf-strict), which says why
-    where = "error in setup" if call.when == "setup" else "the test failed before its verdict"
+    where = "error in setup" if call.when == "setup" else "the test failed"
     message = f"{where}: {_first_line(report, call)}"
     if kept:  # its record was kept, then the test stopped: its figures reached no verdict that holds
         summary.annotate(item.config, item.nodeid, verdict=Verdict.ERROR, message=message)
@@ -75,6 +77,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
     """The cells whose test stopped with an error into the JSON: on their entry where pytest-benchmark
     wrote one, else under ERRORS_KEY."""
+    if not active(config):
+        return
     from ampbench.plugin import summary
     from ampbench.results import Verdict
 
