@@ -1,6 +1,6 @@
 """ampbench: a regression suite for mixed-precision training speed, memory and loss scaling.
 
-The package, by job (``models/`` is the model zoo):
+The package, by job (``models/`` is the model zoo, ``ampbench.models``):
 
 - what is measured: ``modes`` (the precision modes' table), ``train`` (one training step), ``fp8``,
   ``loss_scaler``, ``device`` (the device under test), ``data`` and ``inputs`` (files read);

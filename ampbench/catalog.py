@@ -11,7 +11,7 @@ from ampbench.settings import TIERS
 
 def model_rows() -> list[dict[str, Any]]:
     """One row per model of the zoo, in test order."""
-    import models  # builds nothing, but imports torch
+    from ampbench import models  # builds nothing, but imports torch
 
     compile_tier = TIERS["compile"].models or models.model_names("compile")
     return [{"name": spec.name, "tier": spec.tier, "batch_size": spec.batch_size,

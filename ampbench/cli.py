@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,10 +24,12 @@ from ampbench.command_progress import Progress
 from ampbench.baselines.spread import learn, with_spread
 from ampbench.verdict import Verdict
 
-# exit statuses: 0 all good, 1 a failing verdict (a regression, a non-finite or failed reference cell;
-# under --strict also an inconclusive one), 2 bad usage
-# or unusable input, like argparse's own usage errors
+# exit statuses: 0 all good, 1 a failing verdict (a regression, a non-finite or failed reference cell, a
+# cell whose test stopped with an error; under --strict also an inconclusive one), 2 bad usage or unusable
+# input, like argparse's own usage errors
 EXIT_OK, EXIT_REGRESSION, EXIT_BAD_INPUT = 0, 1, 2
+# the status a shell gives a tool stopped by SIGPIPE: the reader of the output went away (`| head -1`)
+EXIT_PIPE_CLOSED = 128 + 13
 
 
 def _tolerances(args: argparse.Namespace) -> dict:
@@ -45,7 +48,7 @@ def _open_history(args: argparse.Namespace):
         return None
     from ampbench.history.store import open_history  # SQLAlchemy only where a history is asked for
 
-    return open_history(args.history, create=False)
+    return open_history(args.history, create=False, read_only=True)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -219,7 +222,7 @@ def _fp8_width(args: argparse.Namespace) -> int:
     from ampbench import fp8_width
     from ampbench.device import configure_backends, device_name, resolve
     from ampbench.modes import get_mode
-    from models import get_model
+    from ampbench.models import get_model
 
     def bad_input(exc: Exception) -> int:
         print(f"ampbench fp8-width: error: {exc.args[0]}", file=sys.stderr)
@@ -249,8 +252,13 @@ def _fp8_width(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from ampbench import catalog  # imports torch, which the other file commands do without
+    from ampbench import catalog, models  # imports torch, which the other file commands do without
 
+    try:
+        models.check_entry_points()
+    except models.ModelEntryPointError as exc:
+        print(f"ampbench: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     sys.stdout.write(json.dumps(catalog.as_json(), indent=1) + "\n" if args.json else catalog.render_text())
     return EXIT_OK
 
@@ -264,7 +272,13 @@ BASELINE_ACTIONS = {"show": _baselines_show, "merge": _baselines_merge, "export"
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback-like complaint
+        return status
+    except BrokenPipeError:
+        # the rest of the output has no reader: quietly, and nothing more written to the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE_CLOSED
     # a file that cannot be read, two runs that must not be compared, an output folder in the way
     except (RunError, CompareError, BaselineError, HistoryError) as exc:
         print(f"ampbench: error: {exc}", file=sys.stderr)

@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser(
         "compare", help="per-test verdicts of NEW.json against OLD.json; exit status 1 on a regression",
         description="Hold every test of NEW.json against the same test in OLD.json with the suite's statistics: "
-                    "OLD's speedup is the baseline, NEW's 99%% interval must not lie wholly below baseline x "
+                    "OLD's speedup is the baseline, NEW's 99% interval must not lie wholly below baseline x "
                     "(1 - tolerance). Memory ratio, largest batch and accuracy are held to relative tolerances.",
     )
     cmp_.add_argument("old", type=Path, metavar="OLD.json", help="the earlier run (the baseline)")

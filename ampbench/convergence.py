@@ -26,7 +26,7 @@ from ampbench.speed.timing import sync
 from ampbench.verdict import Verdict
 from ampbench.train import Trainer
 from ampbench.baselines.entries import ConvergenceEntry
-from models.spec import ModelSpec
+from ampbench.models.spec import ModelSpec
 
 
 

@@ -15,7 +15,7 @@ import torch
 
 from ampbench import fp8
 from ampbench.modes import PrecisionMode
-from models.spec import ModelSpec
+from ampbench.models.spec import ModelSpec
 
 
 def resolve(name: str, flag: str = "--perf-device") -> torch.device:

@@ -23,8 +23,8 @@ from ampbench.modes import MODES, REFERENCE_MODE, PrecisionMode, get_mode
 from ampbench.stats import SpeedupEstimate
 from ampbench.speed.timing import extend_until_tight, sync, time_block
 from ampbench.settings import DEFAULT_TOLERANCE
-from models import get_model
-from models.spec import ModelSpec
+from ampbench.models import get_model
+from ampbench.models.spec import ModelSpec
 
 # the plain loop is written the way people write mixed precision: torch.autocast around forward and loss,
 # eager (the fp8 rows also convert layers and compile, which a plain loop does not)

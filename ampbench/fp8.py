@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ampbench.modes import PrecisionMode
-from models.spec import ModelSpec
+from ampbench.models.spec import ModelSpec
 
 # torch._scaled_mm wants both dimensions of an fp8 operand divisible by 16
 FP8_ALIGNMENT = 16

@@ -25,7 +25,7 @@ from ampbench.modes import PrecisionMode, label, versus_of
 from ampbench.stats import SpeedupEstimate
 from ampbench.speed.timing import extend_until_tight
 from ampbench.settings import DEFAULT_TOLERANCE
-from models.spec import ModelSpec
+from ampbench.models.spec import ModelSpec
 
 FP8_ALIGNMENT = 16  # torchao's float8 matmuls need both dimensions of a converted Linear divisible by this
 

@@ -24,7 +24,7 @@ from ampbench.results import PipelineRecord
 from ampbench.speed.timing import sync
 from ampbench.train import Trainer
 from ampbench.verdict import Verdict
-from models.spec import ModelSpec
+from ampbench.models.spec import ModelSpec
 
 INPUT_BOUND_RATIO = 0.9  # the loader-fed step runs below 90% of the resident rate ...
 LOADER_HEADROOM = 1.5  # ... and the loader alone delivers under 1.5x the resident rate: the loader caps it

@@ -59,7 +59,7 @@ from ampbench.modes import MODES, REFERENCE_MODE, get_mode
 from ampbench.baselines.spread import INJECTED_KEY
 from ampbench.plugin import summary
 from ampbench.speed.timing import time_block
-from models import get_model
+from ampbench.models import get_model
 
 ENV = "AMPBENCH_SLOWDOWN"
 CALIBRATION_STEPS = 5  # plain steps to settle, then as many timed: the step's own time

@@ -13,6 +13,7 @@ VERDICT_ICONS = {
     Verdict.REGRESSION: "❌",
     Verdict.NON_FINITE: "❌",
     Verdict.REFERENCE_FAILED: "❌",
+    Verdict.ERROR: "❌",
     Verdict.INCONCLUSIVE: "⚠️",
     Verdict.INPUT_BOUND: "⏳",
     Verdict.EXPECTED_LAG: "🐢",

@@ -14,7 +14,7 @@ from torch import nn
 
 from ampbench import fp8
 from ampbench.modes import STATIC_LOSS_SCALE, PrecisionMode
-from models.spec import Batch, ModelSpec
+from ampbench.models.spec import Batch, ModelSpec
 
 NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm,
                nn.modules.instancenorm._InstanceNorm)

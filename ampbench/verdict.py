@@ -37,6 +37,7 @@ class Verdict(str, Enum):
     REGRESSION = "regression"  # worse than the baseline beyond its tolerance (confirmed, where timed)
     NON_FINITE = "non-finite"  # NaN or inf in the loss or the weights: no figure of the cell means anything
     REFERENCE_FAILED = "reference failed"  # fp32 itself did not learn, so parity with it says nothing
+    ERROR = "error"  # the cell's test stopped with an error (or failed) before its figures reached a verdict
     INCONCLUSIVE = "inconclusive"  # the interval straddles the line after more rounds
     INPUT_BOUND = "input-bound"  # the host's DataLoader caps the step rate: a finding about the host
     EXPECTED_LAG = "expected lag"  # a mode known to fall short (pure fp16) fell short: an expected failure
@@ -68,10 +69,10 @@ class Verdict(str, Enum):
         return self.failing or self.warns
 
 
-_FAILING = frozenset({Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.REFERENCE_FAILED})
+_FAILING = frozenset({Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.REFERENCE_FAILED, Verdict.ERROR})
 _WARNING = frozenset({Verdict.INCONCLUSIVE, Verdict.INPUT_BOUND})
 # what needs a look first: the order verdicts are counted and listed in
-VERDICT_ORDER = (Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.REFERENCE_FAILED, Verdict.INCONCLUSIVE,
+VERDICT_ORDER = (Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.REFERENCE_FAILED, Verdict.ERROR, Verdict.INCONCLUSIVE,
                  Verdict.INPUT_BOUND, Verdict.EXPECTED_LAG, Verdict.IMPROVED, Verdict.PASS, Verdict.NO_BASELINE)
 
 

@@ -45,7 +45,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-import models
+from ampbench import models
 from ampbench.distributed.variants import device_mesh, fsdp2_units, get_comm, kernels_from_trace
 from ampbench.modes import PrecisionMode, get_mode
 from ampbench.train import OPTIMIZERS

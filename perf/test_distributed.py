@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from ampbench.plugin import session
-import models
+from ampbench import models
 from perf.outcome import STEP_TIMES, conclude, record_step_times
 from ampbench.speed import sides
 from ampbench.device import cell_unsupported_reason

@@ -204,7 +204,7 @@ def test_training_step_host_syncs(perf_device: torch.device, mode_name: str) -> 
     "prototype feature" warning is no sync)."""
     if perf_device.type != "cuda":
         pytest.skip("host-device synchronizations exist only on CUDA; this run's device is " + str(perf_device))
-    import models
+    from ampbench import models
     from ampbench.modes import MODES
     from ampbench.train import Trainer
 

@@ -73,7 +73,7 @@ def test_the_kinds_select_the_models_of_each_tier_and_device():
 
 
 def test_a_model_registered_from_outside_joins_the_tests_of_its_kinds(monkeypatch):
-    import models
+    from ampbench import models
     from dataclasses import replace as copy
 
     extra = copy(models.get_model("wide_resnet28_10"), name="wrn_extra", tier="full", convergence=("full", "cpu_smoke"),
@@ -91,11 +91,11 @@ def test_a_model_registered_from_outside_joins_the_tests_of_its_kinds(monkeypatc
 
 def test_a_kind_names_only_known_runs_and_fields():
     import pytest
-    import models
+    from ampbench import models
     from dataclasses import replace as copy
 
     from ampbench.settings import TIERS
-    from models.spec import RUNS
+    from ampbench.models.spec import RUNS
 
     assert RUNS == (*TIERS, "cpu_smoke"), "a run per tier, and the CPU smoke pass"
     with pytest.raises(ValueError, match="convergence names unknown runs \\['nightly'\\]"):
@@ -105,7 +105,7 @@ def test_a_kind_names_only_known_runs_and_fields():
 
 
 def test_the_distributed_fields_select_the_distributed_default_models():
-    import models
+    from ampbench import models
     from ampbench.distributed.variants import default_cells
 
     assert models.kind_models("distributed", "quick") == ["resnet50", "gpt"]

@@ -96,7 +96,7 @@ def test_cifar10_pickles_load_through_torchvision(tmp_path):
 
 
 def test_pipeline_dataset_reads_cifar_from_the_root(tmp_path):
-    from models import get_model
+    from ampbench.models import get_model
 
     config, _, _ = conv.image_config(get_model("wide_resnet28_10"), True, 10)
     dataset, name = pipeline.pipeline_dataset(config, write_cifar10(tmp_path))

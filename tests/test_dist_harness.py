@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import models
+from ampbench import models
 from ampbench.device import cluster_slug
 from ampbench.stats import estimate_speedup
 from ampbench.distributed.variants import (

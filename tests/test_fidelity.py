@@ -10,7 +10,7 @@ import torch
 from ampbench import fidelity
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, main
 from ampbench.stats import SpeedupEstimate
-from models import get_model
+from ampbench.models import get_model
 
 CPU = torch.device("cpu")
 

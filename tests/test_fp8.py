@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-import models
+from ampbench import models
 from ampbench import device as devices
 from ampbench import fp8
 from ampbench.modes import MODES, compiled, get_mode, label, parity_reference_of

@@ -14,7 +14,7 @@ from ampbench.speed import sides
 from ampbench.cli import main
 from ampbench.modes import get_mode
 from ampbench.stats import SpeedupEstimate
-from models import get_model
+from ampbench.models import get_model
 
 
 @pytest.mark.parametrize("model", ["llama", "gpt"])

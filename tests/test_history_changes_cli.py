@@ -43,3 +43,14 @@ def test_changes_of_a_store_that_is_not_there_is_an_error_naming_it(tmp_path, ca
     missing = tmp_path / "nope.sqlite"
     assert main(["history", "changes", "--history", str(missing)]) == 2
     assert str(missing) in capsys.readouterr().err
+
+
+def test_a_gpu_the_history_holds_no_series_of_is_warned_about(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    _series(open_history(url), runs=3)
+    assert main(["history", "changes", "--history", url, "--gpu", "NVIDIA H10O 80GB HBM3"]) == 0
+    printed = capsys.readouterr()
+    assert ("ampbench: warning: --gpu 'NVIDIA H10O 80GB HBM3': " in printed.err
+            and "holds no series of it; it holds 'NVIDIA H100 80GB HBM3'" in printed.err), printed.err
+    assert main(["history", "changes", "--history", url, "--gpu", "NVIDIA H100 80GB HBM3"]) == 0
+    assert "warning" not in capsys.readouterr().err

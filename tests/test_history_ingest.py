@@ -4,6 +4,7 @@ accept` on both stores, malformed files reported one line each with nothing of t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ampbench.cli import main
-from ampbench.history.ingest import cell_row, content_id, figures_of, file_run, import_runs
+from ampbench.history.ingest import bytes_id, cell_row, content_id, figures_of, file_run, import_runs
 from ampbench.history.store import open_history
 from ampbench.results import (
     ConvergenceRecord,
@@ -67,15 +68,42 @@ def test_a_slowed_cell_is_marked_whichever_kind_wrote_it():
     assert not cell_row(SpeedRecord(test_id="t")).injected
 
 
-def test_a_run_is_known_by_the_plugins_id_or_by_its_bytes(tmp_path):
+def test_a_run_is_known_by_the_plugins_id_or_by_its_content(tmp_path):
     copy = tmp_path / "copy.json"
     shutil.copy(DATA / "h100_run.json", copy)
-    assert file_run(copy).id == file_run(DATA / "h100_run.json").id == content_id(copy)
+    assert file_run(copy).id == file_run(DATA / "h100_run.json").id == content_id(json.loads(copy.read_text()))
     document = json.loads(copy.read_text())
     document["machine_info"]["ampbench"].update(run_id="3f1c", label="app@1", suite_revision="v2")
     copy.write_text(json.dumps(document))
     row = file_run(copy)
     assert (row.id, row.label, row.suite_revision, row.source, row.gpu) == ("3f1c", "app@1", "v2", "copy.json", H100)
+
+
+def _rewritten(document):
+    """The document as another tool writes it again: keys reversed, whole floats as integers."""
+    if isinstance(document, dict):
+        return {k: _rewritten(v) for k, v in reversed(document.items())}
+    if isinstance(document, list):
+        return [_rewritten(v) for v in document]
+    return int(document) if isinstance(document, float) and document.is_integer() else document
+
+
+def test_a_run_written_again_by_another_tool_is_imported_once(store_url, tmp_path):
+    history = open_history(store_url)
+    (first,) = import_runs(history, [DATA / "h100_run.json"])
+    again = tmp_path / "rewritten.json"
+    again.write_text(json.dumps(_rewritten(json.loads((DATA / "h100_run.json").read_text())), indent=2))
+    assert again.read_bytes() != (DATA / "h100_run.json").read_bytes()
+    (second,) = import_runs(history, [again])
+    assert first.appended and (second.appended, second.error, second.run_id) == (False, None, first.run_id)
+    assert history.counts() == (1, 42)
+
+
+def test_a_file_an_older_version_imported_by_its_bytes_is_not_imported_again(store_url):
+    history = open_history(store_url)
+    history.append(dataclasses.replace(file_run(DATA / "h100_run.json"), id=bytes_id(DATA / "h100_run.json")))
+    (again,) = import_runs(history, [DATA / "h100_run.json"])
+    assert (again.appended, again.error) == (False, None) and history.counts() == (1, 42)
 
 
 def test_import_takes_the_good_files_and_names_each_bad_one(store_url, tmp_path):

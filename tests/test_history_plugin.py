@@ -1,19 +1,22 @@
 """The history's pytest plugin (``-p ampbench.plugin.history``, as ampbench.plugin loads it): a session's
 cells appended at its end under the id its benchmark JSON carries, the smoke pass off unless a store is
-named, a bad or unreachable store a usage error before the first cell, and a store failing at the end
-costing nothing: the run saved for a later import, the exit status unchanged."""
+named, a bad, unreachable, read-only or full store a usage error before the first cell, and a store
+failing at the end costing no result: the run saved for a later import, the exit status 1."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sqlite3
 
 # psycopg before any in-process run: pytester drops the modules a run was first to import, and SQLAlchemy's
 # PostgreSQL dialect would then hold a psycopg whose exceptions are not the ones later raised
 import psycopg  # noqa: F401
 import pytest
+import sqlalchemy as sa
 import torch
+from sqlalchemy.engine import make_url
 
 from ampbench.plugin import history as plugin
 from ampbench.history.ingest import import_runs
@@ -108,6 +111,15 @@ def test_a_bad_store_or_label_is_a_usage_error_before_the_first_cell(session, ar
     assert "pw" not in result.stderr.str()
 
 
+@pytest.mark.parametrize("url", ["postgresql:/x", "sqlite:/x", "postgres://"])
+def test_a_misspelt_store_url_is_a_usage_error_making_no_folder(session, pytester, url):
+    before = set(pytester.path.iterdir())
+    result, document = session("--perf-history", url)
+    assert result.ret == 4 and document is None
+    assert "argument --perf-history: history store " in result.stderr.str() and "did you mean " in result.stderr.str()
+    assert set(pytester.path.iterdir()) == before, "a misspelt URL read as a path made a folder"
+
+
 def test_a_store_of_a_newer_schema_is_a_usage_error(session, tmp_path):
     store = tmp_path / "h.sqlite"
     open_history(str(store)).release()
@@ -119,15 +131,51 @@ def test_a_store_of_a_newer_schema_is_a_usage_error(session, tmp_path):
             f"{SCHEMA_VERSION}") in result.stderr.str()
 
 
-def test_a_store_failing_at_the_end_costs_the_run_nothing(session, pytester, tmp_path, monkeypatch):
+def _refuse_writes(url: str) -> None:
+    """Make the store at `url` one that reads and takes no write, as a read-only file or a standby does."""
+    if url.startswith("sqlite"):
+        open_history(url).release()
+        path = make_url(url).database
+        with open(path, "r+b") as f:  # a write version above 2 (a newer SQLite's format): read-only, to root too
+            f.seek(18)
+            f.write(bytes([3]))
+        return
+    engine = sa.create_engine(make_url(url).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        open_history(url).release()
+        conn.exec_driver_sql(f'ALTER DATABASE "{make_url(url).database}" SET default_transaction_read_only = on')
+    engine.dispose()
+
+
+def test_a_store_that_takes_no_writes_is_a_usage_error_before_the_first_cell(session, store_url):
+    _refuse_writes(store_url)
+    result, document = session("--perf-history", store_url)
+    assert result.ret == 4 and document is None, result.stdout.str() + result.stderr.str()
+    assert "--perf-history: history " in result.stderr.str() and "nothing was measured" in result.stderr.str()
+    assert "read-only" in result.stderr.str(), result.stderr.str()
+
+
+def test_a_full_disk_under_the_store_is_a_usage_error_before_the_first_cell(session, tmp_path, monkeypatch):
+    store = tmp_path / "h.sqlite"
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=3 * 2**20))
+    result, document = session("--perf-history", str(store))
+    assert result.ret == 4 and document is None
+    assert f"--perf-history: history {store}: its disk is full (3.0 MiB free, and a run may need 32 MiB)" \
+           in result.stderr.str(), result.stderr.str()
+
+
+def test_a_store_failing_at_the_end_keeps_the_run_and_fails_the_session(session, pytester, tmp_path, monkeypatch):
     store = tmp_path / "h.sqlite"
     monkeypatch.setenv("BREAK_STORE", str(store))
     result, document = session("--perf-history", str(store))
-    assert result.ret == 0 and len(document["benchmarks"]) == 2, "the session and its JSON as without a history"
+    result.assert_outcomes(passed=2)
+    assert result.ret == 1 and len(document["benchmarks"]) == 2, "the JSON as without a history, the status not 0"
     run_id = document["machine_info"]["ampbench"]["run_id"]
     saved = pytester.path / ".ampbench" / "unappended" / f"run-{run_id}.json"
     result.stdout.fnmatch_lines([f"ampbench: run {run_id} NOT appended: history {store}: not a usable SQLite "
-                                 f"database * saved to {saved}: load it with `ampbench history import {saved}`"])
+                                 f"database * saved to {saved}: load it with `ampbench history import {saved}`; "
+                                 "exit status 1"])
     later = open_history(str(tmp_path / "later.sqlite"))
     (imported,) = import_runs(later, [saved])
     assert (imported.run_id, imported.appended, imported.cells) == (run_id, True, 2)

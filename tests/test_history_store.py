@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from ampbench.cli import main
 from ampbench.history.connect import parse_url
 from ampbench.history.ingest import file_run
 from ampbench.history.schema import SCHEMA_VERSION, build_metadata
@@ -109,6 +110,25 @@ def test_accepting_an_unknown_run_or_cell_is_refused_naming_it(store_url):
     assert history.series(H100, "test_speed[model0-amp_bf16]", "device_speedup").points[0].restart is False
 
 
+def test_accepting_a_run_and_cell_twice_or_a_smoke_run_is_refused(store_url):
+    history = open_history(store_url)
+    history.append(speed_run("run-1", cells_of(2)))
+    history.append(speed_run("smoke", cells_of(1), gpu="cpu", at=1))
+    first, second = "test_speed[model0-amp_bf16]", "test_speed[model1-amp_bf16]"
+    history.accept("run-1", first, "cuDNN 9.19")
+    with pytest.raises(HistoryError, match=r"run run-1 is accepted already \(its cell test_speed\[model0-amp_bf16\]: "
+                                           r"'cuDNN 9.19'\); nothing to add"):
+        history.accept("run-1", first, "cuDNN 9.19, again")
+    history.accept("run-1", None, "the driver too")  # the run's other cells
+    for cell in (second, None):
+        with pytest.raises(HistoryError, match=r"accepted already \(every cell of it: 'the driver too'\)"):
+            history.accept("run-1", cell, "once more")
+    with pytest.raises(HistoryError, match="run smoke is a CPU smoke run: its figures count for nothing"):
+        history.accept("smoke", None, "a smoke run")
+    with sa.create_engine(parse_url(store_url)).connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM acceptances").scalar() == 2
+
+
 def _set_version(url: str, version: int) -> None:
     engine = sa.create_engine(parse_url(url))
     with engine.begin() as conn:
@@ -163,6 +183,27 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(store_url):
     engine.dispose()
 
 
+@pytest.mark.parametrize("command", [["history", "runs"], ["history", "changes"], ["baselines", "export"],
+                                     ["report", str(DATA / "h100_speed_device.json")]],
+                         ids=["runs", "changes", "export", "report"])
+def test_a_command_that_only_reads_leaves_an_older_store_as_it_is(store_url, command, tmp_path, capsys):
+    engine = sa.create_engine(parse_url(store_url))
+    with engine.begin() as conn:
+        build_metadata(1).create_all(conn)
+        conn.exec_driver_sql("INSERT INTO meta (key, value) VALUES ('schema_version', '1')")
+    out = ["-o", str(tmp_path / "report")] if command[0] == "report" else []
+    out += ["--baseline-dir", str(tmp_path / "b")] if command[0] == "baselines" else []
+    assert main([*command, "--history", store_url, *out]) == 2
+    assert (f"holds history schema 1, older than this ampbench's {SCHEMA_VERSION}; this command only reads"
+            in capsys.readouterr().err)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT value FROM meta").scalar() == "1"
+        assert "gpu" not in {c["name"] for c in sa.inspect(conn).get_columns("figures")}
+    engine.dispose()
+    open_history(store_url, create=False)  # a command that writes migrates it
+    assert open_history(store_url, create=False, read_only=True).counts() == (0, 0)
+
+
 def test_a_database_of_other_tables_is_no_history(store_url):
     engine = sa.create_engine(parse_url(store_url))
     with engine.begin() as conn:
@@ -195,6 +236,24 @@ def test_a_bad_url_is_one_line_naming_the_store_without_its_password(url, expect
         open_history(url)
     message = str(info.value)
     assert expected in message and "secret" not in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("url, hint", [
+    ("postgresql:/x", "'postgresql:/x': a database URL needs '://' after its scheme: did you mean "
+                      "postgresql://USER:PASSWORD@HOST/DATABASE?"),
+    ("sqlite:/x", "'sqlite:/x': a database URL needs '://' after its scheme: did you mean sqlite:///PATH (three slashes)?"),
+    ("postgres://", "postgres://: the scheme is spelt 'postgresql', not 'postgres': did you mean "
+                    "postgresql://USER:PASSWORD@HOST/DATABASE?"),
+])
+def test_a_misspelt_url_is_a_usage_error_with_a_hint_and_makes_no_folder(url, hint, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # read as a path, "postgresql:/x" would be a folder "postgresql:" here
+    with pytest.raises(HistoryError) as info:
+        open_history(url)
+    assert str(info.value).startswith(f"history store {hint}")
+    with pytest.raises(SystemExit) as exited:
+        main(["history", "import", "--history", url, str(DATA / "h100_speed_device.json")])
+    assert exited.value.code == 2 and f"argument --history: history store {hint}" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_corrupt_sqlite_file_is_refused_and_left_as_it_was(tmp_path):
@@ -231,5 +290,5 @@ def test_run_summaries_hold_the_runs_software_and_where_it_came_from(store_url):
     run = history.run("a")
     assert (run.label, run.suite_revision, run.card_uuid, run.cells, run.failing) == ("app@abc123", "v0.1", "GPU-1", 3, 1)
     assert run.software == {"torch": "2.11.0", "cuda": "13.0", "cudnn": None, "driver": "580.1", "triton": "3.5.0",
-                            "torchao": None}
+                            "torchao": None, "capability": None}
     assert run.host_load == {"cpus": 2} and json.dumps(run.software)

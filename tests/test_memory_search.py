@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import models
+from ampbench import models
 from ampbench import memory
 from ampbench.baselines.entries import MemoryEntry
 from ampbench.memory import CapTooSmall, SearchError, find_largest_batch, granule, judge

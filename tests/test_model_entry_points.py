@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-import models
-from models import ModelEntryPointError, register, spec_of_entry_point
+from ampbench import models
+from ampbench.models import ModelEntryPointError, register, spec_of_entry_point
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,7 +21,7 @@ def _fake_distribution(site: Path, entry_points: str) -> None:
     """An installed distribution on `site` (a dist-info folder, as pip writes one) with these entry points."""
     (site / "own_pkg").mkdir(parents=True)
     (site / "own_pkg" / "__init__.py").write_text(
-        "from dataclasses import replace\nfrom models.mlp import SPEC as MLP\nSPEC = replace(MLP, name='tiny_mlp')\n")
+        "from dataclasses import replace\nfrom ampbench.models.mlp import SPEC as MLP\nSPEC = replace(MLP, name='tiny_mlp')\n")
     info = site / "own_pkg-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: own-pkg\nVersion: 0.1\n")
@@ -43,12 +43,27 @@ def test_an_entry_point_model_runs_beside_the_zoos(tmp_path):
         "test_speed[tiny_mlp-fp32]", "test_speed[mlp-fp32]"]
 
 
-def test_a_broken_entry_point_is_a_usage_error_naming_it(tmp_path):
+BROKEN = "entry point ampbench.models tiny_mlp = 'own_pkg.nosuch:SPEC': cannot be loaded: ModuleNotFoundError"
+
+
+# --perf-models is parsed before the session starts: naming a model, the broken one's or another, must
+# not turn the cause into argparse's "invalid value"
+@pytest.mark.parametrize("named", [(), ("--perf-models", "mlp"), ("--perf-models", "tiny_mlp")])
+def test_a_broken_entry_point_is_a_usage_error_naming_it(tmp_path, named):
     _fake_distribution(tmp_path, "tiny_mlp = own_pkg.nosuch:SPEC")
-    result = _pytest(tmp_path)
+    result = _pytest(tmp_path, *named)
     assert result.returncode == 4, result.stdout + result.stderr
-    assert "ERROR: ampbench: entry point ampbench.models tiny_mlp = 'own_pkg.nosuch:SPEC': cannot be loaded: " \
-           "ModuleNotFoundError" in result.stderr, result.stderr
+    assert f"ERROR: ampbench: {BROKEN}" in result.stderr, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_ampbench_list_names_a_broken_entry_point_without_a_traceback(tmp_path):
+    _fake_distribution(tmp_path, "tiny_mlp = own_pkg.nosuch:SPEC")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-m", "ampbench", "list"], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(f"ampbench: error: {BROKEN}") and "Traceback" not in result.stderr, result.stderr
 
 
 def _raise():
@@ -57,7 +72,7 @@ def _raise():
 
 @pytest.mark.parametrize("name, load, words", [
     ("own", _raise, "entry point ampbench.models own = 'own.spec:SPEC': cannot be loaded: ImportError: no module named own"),
-    ("own", lambda: object(), "names a object, not a models.spec.ModelSpec"),
+    ("own", lambda: object(), "names a object, not an ampbench.models.spec.ModelSpec"),
     ("own", lambda: models.get_model("mlp"), "its ModelSpec is named 'mlp'; name the entry point after it"),
 ])
 def test_what_an_entry_point_must_name(name, load, words):

@@ -11,8 +11,8 @@ import dataclasses
 import pytest
 import torch
 
-from models import REGISTRY, get_model, model_names
-from models.spec import ModelSpec
+from ampbench.models import REGISTRY, get_model, model_names
+from ampbench.models.spec import ModelSpec
 
 SPECS = list(REGISTRY.values())
 IDS = [spec.name for spec in SPECS]

@@ -8,6 +8,7 @@ import weakref
 from pathlib import Path
 
 import pytest
+import pytest_benchmark.plugin
 import torch
 
 from ampbench import outputs
@@ -162,6 +163,18 @@ def test_the_cpu_smoke_pass_runs_a_smaller_selection_and_any_named_cell():
         "test_speed": ["resnet50", "wide_resnet28_10"], "test_convergence": ["wide_resnet28_10"]}
 
 
+def test_a_test_without_cells_in_the_run_skips_saying_why_in_plain_words():
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "perf/test_convergence.py", "perf/test_input_pipeline.py", "-rs", "-k",
+         "test_convergence or test_input_pipeline", "-p", "no:cacheprovider", "--perf-device", "cpu",
+         "--perf-models", "mlp"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ("no convergence cell: none of the models --perf-models names (mlp) takes part in convergence tests "
+            "(those that do: mnist_cnn, wide_resnet28_10)") in result.stdout, result.stdout
+    assert "no input-pipeline cell: none of the models --perf-models names (mlp)" in result.stdout
+    assert "empty parameter set" not in result.stdout
+
+
 def test_out_of_memory_is_described_and_its_tensors_freed():
     holder = {}
 
@@ -291,6 +304,7 @@ class FakeConfig:
         self.option.benchmark_json = extra.get("benchmark_json")
         self.stash = pytest.Stash()
         self.pluginmanager = pytest.PytestPluginManager()  # where the summary plugin registers
+        self.pluginmanager.register(pytest_benchmark.plugin, "benchmark")  # as its entry point loads it
         self.rootpath = ROOT  # where the default baselines/ is
 
 
@@ -328,7 +342,7 @@ def test_quick_tier_is_the_default_on_a_gpu_and_the_cpu_leaves_out_the_resnets(f
 
 
 def test_the_compile_tier_selects_its_models_modes_and_compiled_cells_from_its_row(fake_gpus):
-    import models
+    from ampbench import models
     from ampbench.settings import TIERS
 
     s = plugin_session.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile"))

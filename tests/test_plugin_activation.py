@@ -89,3 +89,15 @@ def test_required_plugins_is_read_with_version_ranges(specs, expected):
 def test_only_ampbench_options_ask_for_it():
     assert asked(["--perf-device", "cpu"]) and asked(["--loss-scaler=x:Y"])
     assert not asked(["-k", "perf", "tests/"]) and not asked(["--benchmark-json", "perf.json"])
+
+
+def test_without_pytest_benchmark_a_plain_run_passes_and_a_suite_run_is_a_usage_error(tmp_path):
+    run, _ = _run(tmp_path, "-p", "no:benchmark")
+    assert run.returncode == 0 and "INTERNALERROR" not in run.stdout + run.stderr, run.stdout + run.stderr
+    (tmp_path / "pytest.ini").write_text("[pytest]\nrequired_plugins = ampbench\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("PYTEST_ADDOPTS", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:benchmark"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 4 and "INTERNALERROR" not in run.stdout + run.stderr, run.stdout + run.stderr
+    assert "ERROR: pytest-benchmark's plugin is off in this run (-p no:benchmark" in run.stderr, run.stderr

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-import models
+from ampbench import models
 from ampbench import device as devices
 from ampbench import train
 from ampbench.modes import MODES

@@ -15,7 +15,7 @@ import torch
 from ampbench import fp8, slowdown, train
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV
 from ampbench.modes import MODES
-from models import get_model
+from ampbench.models import get_model
 
 pytest_plugins = ("pytester",)
 
@@ -75,7 +75,7 @@ INNER_TEST = """
 import torch
 from ampbench import train
 from ampbench.modes import MODES
-from models import get_model
+from ampbench.models import get_model
 
 def test_steps():
     for mode in ("fp32", "bf16"):
@@ -307,7 +307,7 @@ import pytest
 import torch
 from ampbench import train
 from ampbench.modes import MODES
-from models import get_model
+from ampbench.models import get_model
 
 @pytest.mark.parametrize("mode", ["fp8_tensorwise", "amp_bf16"])
 def test_cell(benchmark, mode):

@@ -3,7 +3,7 @@ registry and the mode table, so a row added to any of them shows in the help wit
 
 from __future__ import annotations
 
-import models
+from ampbench import models
 from ampbench.modes import MODES
 from ampbench.settings import TIERS, Tier, tier_help
 

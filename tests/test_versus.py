@@ -26,7 +26,7 @@ from ampbench.settings import PerfSettings
 from ampbench.speed.cell import measure_speed, policy
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import UNLEARNED_TOLERANCE
-from models import get_model
+from ampbench.models import get_model
 
 CPU = torch.device("cpu")
 AMP_BF16, FP8_T = get_mode("amp_bf16"), get_mode("fp8_tensorwise")

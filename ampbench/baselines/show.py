@@ -150,7 +150,7 @@ def _registry_orders() -> tuple[list[str], list[str]]:
     except Exception:  # no torch: order of appearance
         modes = []
     try:
-        from models import REGISTRY
+        from ampbench.models import REGISTRY
         models = list(REGISTRY)
     except Exception:
         models = []

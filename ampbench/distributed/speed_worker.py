@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-import models
+from ampbench import models
 from ampbench.speed import sides
 from ampbench.device import configure_backends, device_name, prime_libraries, release
 from ampbench.distributed.variants import (

@@ -16,7 +16,7 @@ from typing import Callable, NoReturn, Sequence
 import torch
 from torch import nn
 
-import models
+from ampbench import models
 from ampbench.modes import MODES, PrecisionMode
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16

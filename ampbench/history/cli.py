@@ -103,10 +103,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     return actions
 
 
-def _open(args: argparse.Namespace, create: bool):
+def _open(args: argparse.Namespace, create: bool, read_only: bool = False):
     from ampbench.history.store import open_history  # SQLAlchemy only for the history's own commands
 
-    return open_history(args.history, create=create)
+    return open_history(args.history, create=create, read_only=read_only)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -129,7 +129,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    history = _open(args, create=False)
+    history = _open(args, create=False, read_only=True)
     runs = history.runs(gpu=args.gpu, limit=args.limit)
     if not runs:
         print(f"ampbench: no runs in {history.name}" + (f" on {args.gpu}" if args.gpu else ""))
@@ -167,8 +167,12 @@ def _explain(args: argparse.Namespace) -> int:
 def _changes(args: argparse.Namespace) -> int:
     from ampbench.history.list_changes import FIGURES, changes_in, describe, gpus
 
-    history = _open(args, create=False)
+    history = _open(args, create=False, read_only=True)
     figures = FIGURES if args.figure == "all" else (args.figure,)
+    known = history.series_gpus()
+    if args.gpu is not None and args.gpu not in known:  # a typo would read as "no change"
+        print(f"ampbench: warning: --gpu {args.gpu!r}: {history.name} holds no series of it; it holds "
+              f"{', '.join(repr(g) for g in known) or 'none'}", file=sys.stderr)
     found = 0
     for gpu in gpus(history, args.gpu):
         for change in changes_in(history, gpu, figures, {args.cell} if args.cell else None):
@@ -196,7 +200,7 @@ def export(args: argparse.Namespace) -> int:
     from ampbench.history.export import export as write
 
     try:
-        files = write(_open(args, create=False), args.gpu, args.baseline_dir)
+        files = write(_open(args, create=False, read_only=True), args.gpu, args.baseline_dir)
     except (HistoryError, BaselineError, OSError) as error:
         print(f"ampbench baselines export: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

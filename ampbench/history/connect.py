@@ -12,6 +12,7 @@ URL uses it.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -30,18 +31,34 @@ class HistoryError(Exception):
     """A store that cannot be used, or a request it cannot answer: one line naming the store."""
 
 
+# a scheme a misspelt URL begins with ("postgresql:/db", "sqlite:/x"): read as a path, it would make a
+# folder named after the scheme and a store in it
+_SCHEME_TYPO = re.compile(r"(sqlite|postgres(ql)?)(\+\w+)?:(?!//)", re.IGNORECASE)
+# schemes other tools write for the databases the history runs on
+_ALIASES = {"postgres": "postgresql", "pgsql": "postgresql", "psql": "postgresql", "sqlite3": "sqlite"}
+_FORMS = {"sqlite": "sqlite:///PATH (three slashes)", "postgresql": "postgresql://USER:PASSWORD@HOST/DATABASE"}
+
+
 def parse_url(text: str) -> URL:
     """The SQLAlchemy URL of a store: a plain path is an SQLite file, ``postgresql://`` uses psycopg 3.
     HistoryError where `text` is no URL or names a database the history does not run on."""
     if "://" not in text:
         if not text.strip():
             raise HistoryError(f"history store {text!r}: empty; give {EXAMPLES}")
+        typo = _SCHEME_TYPO.match(text.strip())
+        if typo:
+            scheme = _ALIASES.get(typo.group(1).lower(), typo.group(1).lower())
+            raise HistoryError(f"history store {text!r}: a database URL needs '://' after its scheme: did you mean "
+                               f"{_FORMS[scheme]}? (a path must not begin with '{typo.group(0)}')")
         return URL.create("sqlite", database=str(Path(text).expanduser().absolute()))
     try:
         url = make_url(text)
     except exc.ArgumentError:
         raise HistoryError(f"history store {text!r}: not a database URL; give {EXAMPLES}") from None
     backend = url.get_backend_name()
+    if backend in _ALIASES:
+        raise HistoryError(f"history store {shown(url)}: the scheme is spelt {_ALIASES[backend]!r}, not "
+                           f"{backend!r}: did you mean {_FORMS[_ALIASES[backend]]}?")
     if backend not in BACKENDS:
         raise HistoryError(f"history store {shown(url)}: unknown database {backend!r}; give {EXAMPLES}")
     if backend == "postgresql" and url.drivername == "postgresql":

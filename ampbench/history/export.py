@@ -43,13 +43,14 @@ def export(history: History, gpu: str | None, directory: Path) -> list[tuple[Pat
     files = [(model, slug, SPEED_CELLS)] + [
         (cluster_name(model, n, nodes), f"{slug}-x{n}" + (f"-{nodes}nodes" if nodes > 1 else ""), DISTRIBUTED_CELLS)
         for n, nodes in gpu_counts(history, model)]
-    written = [out for name, stem, cells in files if (out := _export_one(history, name, stem, cells, directory))]
+    written = [out for name, stem, cells in files if (out := _export_one(history, name, stem, cells, directory, model))]
     if not written:
         raise history.fail(f"no counted speed or distributed run on {model}: nothing to export")
     return written
 
 
-def _export_one(history: History, name: str, slug: str, cells: LearnedCells, directory: Path) -> tuple[Path, int] | None:
+def _export_one(history: History, name: str, slug: str, cells: LearnedCells, directory: Path,
+                device: str) -> tuple[Path, int] | None:
     store = BaselineStore.open(directory, name, slug)
     learned = HistoryBaselines(store, history, cells=cells, card=NEW_CARD)  # a file serves any card
     written = 0
@@ -58,6 +59,13 @@ def _export_one(history: History, name: str, slug: str, cells: LearnedCells, dir
         if figures is None:
             continue
         ran_on = learned.latest_software(test_id) or store.software(test_id) or {}
-        store.record(test_id, figures, {k: v for k, v in ran_on.items() if k in SOFTWARE and v is not None})
+        software = {k: v for k, v in ran_on.items() if k in SOFTWARE and v is not None}
+        # `ampbench spread` holds a run to the GPU its entry names: the history files runs by GPU model, and
+        # a run appended before it kept the compute capability takes the file's where it recorded one
+        software.setdefault("device", device)
+        known = (store.software(test_id) or {}).get("capability")
+        if known is not None and (store.software(test_id) or {}).get("device") == device:
+            software.setdefault("capability", known)
+        store.record(test_id, figures, software)
         written += 1
     return (store.write(), written) if written else None

@@ -12,6 +12,7 @@ importing it twice adds nothing. Nothing here imports torch or pytest.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,8 +36,9 @@ from ampbench.baselines.spread import INJECTED_KEY
 
 # what the plugin adds to machine_info["ampbench"] for the history
 RUN_KEYS = ("run_id", "label", "suite_revision", "host_load")
-# the software fingerprint of a run: what tells two runs' stacks apart
-SOFTWARE_KEYS = ("torch", "cuda", "cudnn", "driver", "triton", "torchao")
+# the software fingerprint of a run: what tells two runs' stacks apart; with the GPU's compute capability,
+# which a baseline entry exported from the history carries for `ampbench spread`
+SOFTWARE_KEYS = ("torch", "cuda", "cudnn", "driver", "triton", "torchao", "capability")
 
 
 @dataclass(frozen=True)
@@ -153,15 +155,37 @@ def _when(run: Run, path: Path) -> str:
     return iso_utc(datetime.fromtimestamp(path.stat().st_mtime, timezone.utc))
 
 
-def content_id(path: Path) -> str:
-    """The id of a run JSON without the plugin's run id: a hash of its bytes, the same on every import."""
-    return "sha256-" + hashlib.sha256(path.read_bytes()).hexdigest()[:32]
+CONTENT_PREFIX = "sha256-"  # the id of a run known by its content (the plugin's are UUIDs)
+
+
+def _canonical(value: Any) -> Any:
+    """`value` as every writer of the same JSON reads back: a whole float as the integer it is (1.0 and 1)."""
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def content_id(document: Any) -> str:
+    """The id of a run JSON without the plugin's run id: a hash of its content in one canonical form (keys
+    sorted, no whitespace, whole numbers as integers), the same on every import of the file or of a copy
+    another tool wrote again, indented or ordered otherwise."""
+    text = json.dumps(_canonical(document), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return CONTENT_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def bytes_id(path: Path) -> str:
+    """The id an older ampbench gave a run JSON without a run id: a hash of its bytes."""
+    return CONTENT_PREFIX + hashlib.sha256(path.read_bytes()).hexdigest()[:32]
 
 
 def file_run(path: Path) -> RunRow:
     """A saved run JSON as the history holds it; RunError naming the file where it is no usable run."""
-    run = load_run(path)
-    run_id = _text(run.machine.get("run_id")) or content_id(path)
+    run = load_run(path)  # the file is valid JSON from here on
+    run_id = _text(run.machine.get("run_id")) or content_id(json.loads(path.read_bytes()))
     return run_row(run, run_id=run_id, when=_when(run, path), source=path.name)
 
 
@@ -186,7 +210,9 @@ def import_runs(history: History, paths: Iterable[Path]) -> list[Imported]:
         except (RunError, OSError) as error:
             outcomes.append(Imported(path, None, False, error=str(error).splitlines()[0]))
             continue
-        appended = history.append(row)
+        # a store an older ampbench filled knows a file without a run id by the hash of its bytes
+        there = row.id.startswith(CONTENT_PREFIX) and history.has_run(bytes_id(path))
+        appended = not there and history.append(row)
         outcomes.append(Imported(path, row.id, appended, cells=len(row.cells)))
     return outcomes
 

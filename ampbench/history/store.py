@@ -9,6 +9,7 @@ run holds. A run id already in the store is not written again (``append`` says s
 from __future__ import annotations
 
 import json
+import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,7 +34,9 @@ from ampbench.history.schema import (
     ACCEPTANCES,
     CELLS,
     FIGURES,
+    META,
     RUNS,
+    VERSION_KEY,
     SchemaProblem,
     bring_up_to_date,
     check_version,
@@ -44,6 +47,9 @@ from ampbench.history.series import Point, Series
 from ampbench.verdict import Verdict
 
 FAILING = tuple(v.value for v in Verdict if v.failing)
+# free disk an SQLite store needs before a run: a full tier's run with its kernel tables takes a few MB,
+# and a WAL checkpoint writes the pages again
+MIN_FREE_BYTES = 32 * 2**20
 
 
 def iso_utc(moment: datetime) -> str:
@@ -156,8 +162,9 @@ class History:
         except (exc.SQLAlchemyError, OSError) as error:
             raise history_error(error, self.url, self.busy_timeout) from None
 
-    def prepare(self, create: bool) -> None:
-        """Check the schema version; create an empty store's tables where `create`, migrate an older one."""
+    def prepare(self, create: bool, read_only: bool = False) -> None:
+        """Check the schema version; create an empty store's tables where `create`, migrate an older one
+        unless `read_only` (a command that only reads refuses it instead)."""
         with self.transaction() as conn:
             version = read_version(conn)
             check_version(version)
@@ -165,8 +172,24 @@ class History:
             return
         if version is None and not create:
             raise self.fail("holds no history yet; a `pytest perf/` run or `ampbench history import` makes one")
+        if read_only:
+            raise self.fail(f"holds history schema {version}, older than this ampbench's {SCHEMA_VERSION}; this "
+                            "command only reads and leaves it as it is: a `pytest perf/` run or `ampbench history "
+                            "import` migrates it")
         with self.transaction(write=True) as conn:
             bring_up_to_date(conn)  # reads the version again under the lock: another writer may have been first
+
+    def check_writable(self) -> None:
+        """HistoryError where a run could not be appended now: a store that takes no writes (a read-only
+        file or mount, a standby server), or an SQLite file on a disk with less than MIN_FREE_BYTES free.
+        The probe commits the schema version over itself, which every store holds."""
+        path = sqlite_path(self.url)
+        free = shutil.disk_usage(path.parent).free if path is not None else None
+        if free is not None and free < MIN_FREE_BYTES:
+            raise self.fail(f"its disk is full ({free / 2**20:.1f} MiB free, and a run may need "
+                            f"{MIN_FREE_BYTES / 2**20:.0f} MiB): the run could not be appended")
+        with self.transaction(write=True) as conn:
+            conn.execute(META.update().where(META.c.key == VERSION_KEY).values(value=META.c.value))
 
     def release(self) -> None:
         """Close pooled connections: none is held open between the session's start and its end."""
@@ -206,6 +229,7 @@ class History:
             gpu = self._gpu_of(conn, run_id)
             if test_id is not None:
                 self._check_cell(conn, run_id, test_id)
+            self._check_acceptable(conn, run_id, test_id)
             values = dict(gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, accepted_at=now())
             key = conn.execute(ACCEPTANCES.insert().values(**values)).inserted_primary_key[0]
         return Acceptance(id=key, gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, when=values["accepted_at"])
@@ -299,6 +323,9 @@ class History:
             return (conn.execute(sa.select(sa.func.count()).select_from(RUNS)).scalar(),
                     conn.execute(sa.select(sa.func.count()).select_from(CELLS)).scalar())
 
+    def has_run(self, run_id: str) -> bool:
+        return self._has_run(run_id)
+
     # -- helpers ------------------------------------------------------------------------------------
 
     def _has_run(self, run_id: str) -> bool:
@@ -315,6 +342,19 @@ class History:
         near = get_close_matches(run_id, conn.execute(sa.select(RUNS.c.id)).scalars().all(), n=1)
         hint = f" (did you mean {near[0]}?)" if near else "; `ampbench history runs` lists the runs"
         return self.fail(f"no run {run_id!r}{hint}")
+
+    def _check_acceptable(self, conn: Connection, run_id: str, test_id: str | None) -> None:
+        """Refuse an acceptance that would change nothing: of a smoke run, whose figures count for nothing,
+        or of a run (and cell) accepted already, by itself or with every cell of its run."""
+        if conn.execute(sa.select(RUNS.c.smoke).where(RUNS.c.id == run_id)).scalar():
+            raise self.fail(f"run {run_id} is a CPU smoke run: its figures count for nothing, so there is no level to "
+                            "accept")
+        done = conn.execute(sa.select(ACCEPTANCES.c.test_id, ACCEPTANCES.c.reason)
+                            .where(ACCEPTANCES.c.run_id == run_id,
+                                   sa.or_(ACCEPTANCES.c.test_id.is_(None), ACCEPTANCES.c.test_id == test_id))).first()
+        if done is not None:
+            what = "every cell of it" if done.test_id is None else f"its cell {done.test_id}"
+            raise self.fail(f"run {run_id} is accepted already ({what}: {done.reason!r}); nothing to add")
 
     def _check_cell(self, conn: Connection, run_id: str, test_id: str) -> str:
         record = conn.execute(sa.select(CELLS.c.record).where(CELLS.c.run_id == run_id,
@@ -359,10 +399,12 @@ def _summary(row: Any, failing: int) -> RunSummary:
                       cells=row.cell_count, failing=failing)
 
 
-def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> History:
+def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+                 read_only: bool = False) -> History:
     """The History at `url` (an SQLAlchemy URL, ``postgresql://`` meaning psycopg 3, or a path to an
-    SQLite file), its schema checked: an empty store is created where `create`, an older one migrated,
-    a newer one refused. HistoryError, naming the store, where it cannot be used."""
+    SQLite file), its schema checked: an empty store is created where `create`, an older one migrated
+    (refused where `read_only`), a newer one refused. HistoryError, naming the store, where it cannot be
+    used."""
     parsed = parse_url(url)
     path = sqlite_path(parsed)
     if path is not None:
@@ -377,5 +419,5 @@ def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT
             except OSError as error:
                 raise HistoryError(f"history {path}: its folder cannot be made ({error.strerror})") from None
     history = History(make_engine(parsed, busy_timeout), parsed, busy_timeout)
-    history.prepare(create)
+    history.prepare(create, read_only)
     return history

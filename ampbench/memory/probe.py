@@ -20,7 +20,7 @@ from ampbench.modes import PrecisionMode
 from ampbench.stats import median
 from ampbench.speed.timing import peak_memory_bytes, sync, time_block
 from ampbench.train import Trainer
-from models.spec import ModelSpec
+from ampbench.models.spec import ModelSpec
 
 # Default cap: this fraction of the card's total memory, at most DEFAULT_CAP_CEILING. Total, not free:
 # a baseline recorded on one H100 80GB must mean the same budget on every other, whatever size of

@@ -12,7 +12,7 @@ from ampbench.memory.probe import _Prober, process_memory_limit, warm_up
 from ampbench.memory.search import try_step
 from ampbench.modes import PrecisionMode
 from ampbench.train import Trainer
-from models.spec import ModelSpec
+from ampbench.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)

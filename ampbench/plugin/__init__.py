@@ -11,8 +11,9 @@ recorded baselines; `fixtures` are what a cell test takes; `distributed` holds t
 distributed cells; `nodes` the hosts their launches span (node 0 runs the tests, the others follow);
 `profiles` the hypothesis profiles; `checks` refuses options under which a run would lose its results;
 `entries` gives each cell's JSON entry its group and keeps the untimed cells beside the timed ones;
-`progress` draws the progress line; `summary` writes the end-of-run tables; `history`
-checks the run history's store before the first cell and appends the run at the end. The cell tests themselves are ``ampbench.suite``.
+`progress` draws the progress line; `summary` writes the end-of-run tables; `history` checks the run
+history's store before the first cell and appends the run at the end; `errors` keeps the cells whose test
+stopped with an error as failing records. The cell tests themselves are ``ampbench.suite``.
 
 This module only names the plugin's modules: importing it (or any of them for its functions) costs
 nothing more.
@@ -30,4 +31,6 @@ pytest_plugins = (
     "ampbench.plugin.entries",
     "ampbench.plugin.progress",
     "ampbench.plugin.history",
+    # cells whose test stopped with an error: failing records, in the history and the JSON
+    "ampbench.plugin.errors",
 )

@@ -82,6 +82,12 @@ def check_run(config: pytest.Config) -> None:
     """The usage error of a run that would lose its results, before anything is measured."""
     if getattr(config.option, "help", False) or hasattr(config, "workerinput"):
         return
+    # by its module: loaded by entry point it is named "benchmark", by -p after its module
+    if not any(getattr(p, "__name__", None) == "pytest_benchmark.plugin" for p in config.pluginmanager.get_plugins()):
+        raise pytest.UsageError(
+            "pytest-benchmark's plugin is off in this run (-p no:benchmark, or PYTEST_DISABLE_PLUGIN_AUTOLOAD "
+            "without -p pytest_benchmark.plugin): ampbench's cells are its benchmarks and keep their results in "
+            "its JSON; run with it on")
     _refuse_lost_results(config.option)
     from ampbench.plugin.nodes import follows
 

@@ -81,7 +81,7 @@ def mode(request: pytest.FixtureRequest, mode_name: str, model_spec, perf_device
 
 @pytest.fixture
 def model_spec(model_name: str):
-    import models
+    from ampbench import models
 
     return models.get_model(model_name)
 

@@ -6,11 +6,11 @@ The run goes in whole at the end of the session, after pytest-benchmark has writ
 cells' records (``ampbench.plugin.summary.keep``), the machine's info, the host's load, the suite's revision
 and the label. The same run id, label, revision and load go into ``machine_info["ampbench"]``, so that
 the JSON imported later is the same run. A store that fails at the end costs nothing else the run
-wrote: the run is saved beside the default store as a JSON that ``ampbench history import`` loads, and
-the terminal says so in red.
+wrote: the run is saved beside the default store as a JSON that ``ampbench history import`` loads, the
+terminal says so in red, and the session's exit status is 1.
 
-``off`` turns the history off; an unreachable store is a usage error before the first cell, never the
-history silently off. On the CPU smoke pass the history is off unless ``--perf-history`` names a store:
+``off`` turns the history off; an unreachable store, or one that takes no write (read-only, its disk
+full), is a usage error before the first cell, never the history silently off. On the CPU smoke pass the history is off unless ``--perf-history`` names a store:
 smoke figures compare with nothing.
 """
 
@@ -134,6 +134,7 @@ def _open(config: pytest.Config) -> History | None:
     url = opt.perf_history or str(config.rootpath / DEFAULT_STORE)
     try:
         history = open_history(url, create=True)
+        history.check_writable()  # a store that takes no run would be found only at the end, hours on
     except HistoryError as error:
         raise pytest.UsageError(f"--perf-history: {error}; nothing was measured (off runs without a history)") from None
     history.release()  # no connection held through a session of hours: the append reconnects
@@ -205,6 +206,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     except HistoryError as error:
         state.failed = True
         state.line = f"ampbench: run {run.id} NOT appended: {error}; {_save(config, records, machine, run.when)}"
+        # the history misses a run that later ones are judged against: CI must see it
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            state.line += f"; exit status {int(pytest.ExitCode.TESTS_FAILED)}"
         return
     finally:
         state.history.release()

@@ -4,6 +4,7 @@ registry only where ``--help`` shows them."""
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -30,16 +31,25 @@ from ampbench.settings import (
 GROUP = ("perf", "ampbench: mixed-precision training performance")
 
 
-def _model_names() -> list[str]:
-    import models
+def zoo() -> ModuleType:
+    """``ampbench.models`` with the project's own models; a usage error naming each broken entry point
+    of theirs, whatever the run names (checked where --perf-models is parsed, before anything else)."""
+    from ampbench import models
 
-    return list(models.REGISTRY)
+    try:
+        models.check_entry_points()
+    except models.ModelEntryPointError as exc:
+        raise pytest.UsageError(f"ampbench: {exc}") from None
+    return models
+
+
+def _model_names() -> list[str]:
+    return list(zoo().REGISTRY)
 
 
 def tier_models(tier: Tier, cpu_smoke: bool) -> tuple[str, ...]:
     """The models `tier` runs, in registry order; the CPU smoke pass's default selection only on the CPU."""
-    import models
-
+    models = zoo()
     eligible = models.model_names("full" if tier.models is not None else tier.name, cpu_smoke=cpu_smoke)
     return tuple(m for m in eligible if tier.models is None or m in tier.models)
 
@@ -50,7 +60,7 @@ def _model_help(detail: bool) -> tuple[str, str]:
     if not detail:
         return ("comma-separated models to test (default: every model of the tier)",
                 "which cells run: quick, full or compile (default: quick)")
-    import models
+    models = zoo()
 
     smoke = models.model_names("full", cpu_smoke=True)
     left_out = [name for name in models.model_names("full") if name not in smoke]

@@ -5,7 +5,7 @@ session's settings, the test's ``cells`` marker and what the user named. ``ampbe
 A test's ``@pytest.mark.cells(...)`` keywords:
 
 - ``kind="..."``: its own models instead of the tier's, those whose ModelSpec field of that name
-  (``models.spec.CELL_KINDS``: convergence, input_pipeline) takes them in this run (``RUNS``: the tier, or
+  (``ampbench.models.spec.CELL_KINDS``: convergence, input_pipeline) takes them in this run (``RUNS``: the tier, or
   ``cpu_smoke`` on the CPU), or in any run where --perf-models names models (which narrows them); a
   tier of compiled cells only (``--perf-tier compile``) runs the ones its ``compile`` run takes, in
   the modes whose row compiles; a test with neither such models nor the compile axis sits that tier out;
@@ -36,14 +36,14 @@ class Cells:
 
 
 def _run(s: PerfSettings) -> str:
-    """The run, of models.spec.RUNS, whose models a test of its own kind takes."""
+    """The run, of ampbench.models.spec.RUNS, whose models a test of its own kind takes."""
     if TIERS[s.tier].compiled_only:
         return "compile"
     return "cpu_smoke" if s.smoke else s.tier
 
 
 def _models(s: PerfSettings, marker: Mapping, named_models: Sequence[str] | None, has_axis: bool) -> list[str]:
-    from models import kind_models  # imports torch: only once a cell test is parametrized
+    from ampbench.models import kind_models  # imports torch: only once a cell test is parametrized
 
     kind = marker.get("kind")
     if TIERS[s.tier].compiled_only and not has_axis and not (kind and kind_models(kind, "compile")):
@@ -90,3 +90,27 @@ def cells_for(s: PerfSettings, marker: Mapping, named_models: Sequence[str] | No
             if (c if MODES[p].compile else c in s.compile)]
     return Cells(("model_name", "mode_name", "compiled_cell"), axis,
                  [f"{m}-{p}" + ("-compiled" if c and not MODES[p].compile else "") for m, p, c in axis])
+
+
+_RUN_NAMES = {"quick": "the quick tier", "full": "the full tier", "compile": "the compile tier",
+              "cpu_smoke": "the CPU smoke pass"}
+
+
+def why_no_cells(s: PerfSettings, marker: Mapping, named_models: Sequence[str] | None,
+                 named_precisions: Sequence[str] | None, has_axis: bool) -> str:
+    """In plain words, why a test has no cells in this run: the reason its skip gives (pytest's own says
+    "got empty parameter set")."""
+    from ampbench.models import kind_models
+
+    kind = marker.get("kind")
+    if not _models(s, marker, named_models, has_axis):
+        if kind is None:
+            return f"{_RUN_NAMES[_run(s)]} runs no cell of this test"
+        label, takers = kind.replace("_", "-"), ", ".join(kind_models(kind)) or "none"
+        if named_models:
+            return (f"no {label} cell: none of the models --perf-models names ({', '.join(named_models)}) takes "
+                    f"part in {label} tests (those that do: {takers})")
+        return (f"no {label} cell: none of the models of {_RUN_NAMES[_run(s)]} ({', '.join(s.models)}) takes part "
+                f"in {label} tests there (name one of {takers} with --perf-models)")
+    named = f" --perf-precisions names ({', '.join(named_precisions)})" if named_precisions else f" {_RUN_NAMES[_run(s)]} runs"
+    return f"no cell: none of the precision modes{named} runs in this test"

@@ -6,15 +6,14 @@ as each test finishes."""
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
 import pytest
 
 from ampbench.plugin import activation, profiles
-from ampbench.plugin.options import tier_models
-from ampbench.plugin.parametrize import cells_for
+from ampbench.plugin.options import tier_models, zoo
+from ampbench.plugin.parametrize import cells_for, why_no_cells
 from ampbench.settings import COMPILE_CHOICES, TIERS, Nodes, PerfSettings
 
 SETTINGS_KEY = pytest.StashKey[PerfSettings]()
@@ -136,10 +135,7 @@ def _compile_cold() -> None:
 def configure(config: pytest.Config) -> None:
     """The session's settings into ``config.stash``, or the usage error that stops the run unmeasured."""
     profiles.load()
-    try:  # the zoo, then the project's own models of the ampbench.models entry points
-        importlib.import_module("models")
-    except ValueError as exc:  # models.ModelEntryPointError: an entry point that names no usable model
-        raise pytest.UsageError(f"ampbench: {exc}") from None
+    zoo()  # the zoo, then the project's own models: a broken entry point of theirs is a usage error
     opt = config.option
     device = _resolve_device(opt)
     baseline_dir = opt.perf_baseline_dir if opt.perf_baseline_dir is not None else config.rootpath / "baselines"
@@ -155,7 +151,22 @@ def configure(config: pytest.Config) -> None:
     summary.register(config)
 
 
+# the markers of the suite's cell tests (ampbench.suite, perf/), registered in every run: a project
+# that collects them under --strict-markers must not stop at them
+MARKERS = (
+    "cells(kind=None, tiered=False, modes_tiered=False): run this test once per cell (model x precision "
+    "mode) of the run; kind= takes the models whose ModelSpec joins that kind of test (convergence, "
+    "input_pipeline) instead of the tier's, tiered=True narrows them to the tier's, modes_tiered=True "
+    "leaves the full-tier-only modes out of the quick tier (ampbench.plugin.parametrize)",
+    "strategy(name): a distributed test's parallelism (ddp or fsdp2), whose comm variants it runs over",
+    "gpu: needs a CUDA device; skipped with a reason elsewhere",
+    "torchrun: the test starts torchrun launches, which every node of --perf-nnodes takes part in",
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
     if activation.active(config):
         configure(config)
 
@@ -188,8 +199,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     marker = metafunc.definition.get_closest_marker("cells")
     opt = metafunc.config.option
-    found = cells_for(perf_settings_of(metafunc.config), marker.kwargs if marker is not None else {},
-                      opt.perf_models, opt.perf_precisions, has_axis="compiled_cell" in metafunc.fixturenames)
+    settings, keywords = perf_settings_of(metafunc.config), marker.kwargs if marker is not None else {}
+    has_axis = "compiled_cell" in metafunc.fixturenames
+    found = cells_for(settings, keywords, opt.perf_models, opt.perf_precisions, has_axis=has_axis)
+    if not found.values:  # one skipped placeholder whose reason says why, where pytest would say "empty parameter set"
+        why = why_no_cells(settings, keywords, opt.perf_models, opt.perf_precisions, has_axis)
+        metafunc.parametrize(found.argnames, [pytest.param(*(None,) * len(found.argnames), marks=pytest.mark.skip(why))],
+                             ids=["no-cells"])
+        return
     metafunc.parametrize(found.argnames, found.values, ids=found.ids)
 
 
@@ -204,7 +221,7 @@ def _parametrizes_itself(metafunc: pytest.Metafunc) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A tier of compiled cells only runs nothing but cells (model and mode): every other test, and a cell
-    test left without cells (pytest's empty parameter set), is deselected, not skipped one by one."""
+    test left without cells (its skipped placeholder), is deselected, not skipped one by one."""
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None or not TIERS[settings.tier].compiled_only:
         return
@@ -251,6 +268,7 @@ def _open_store(config: pytest.Config, s: PerfSettings):
     return HistoryBaselines(store, history, s.tolerance, card=devices.card_uuid(s.device)) if history is not None else store
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-benchmark's hook: a run without its plugin knows no such hook
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is not None:

@@ -211,7 +211,7 @@ class SummaryPlugin:
         for text in lines:
             terminalreporter.write_line(text)
 
-    @pytest.hookimpl(tryfirst=True)
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_benchmark_group_stats(self, config: pytest.Config, benchmarks: list[dict], group_by: str):
         """pytest-benchmark's table without the ampbench cells whose figures are no step times."""
         from pytest_benchmark.plugin import pytest_benchmark_group_stats as group_stats

@@ -30,6 +30,7 @@ VERDICT_COLORS = {
     Verdict.REGRESSION: "#c62828",
     Verdict.NON_FINITE: "#c62828",
     Verdict.REFERENCE_FAILED: "#c62828",
+    Verdict.ERROR: "#c62828",
     Verdict.INCONCLUSIVE: "#ef6c00",
     Verdict.INPUT_BOUND: "#ef6c00",
     Verdict.EXPECTED_LAG: "#757575",

@@ -12,7 +12,8 @@ from ampbench.inputs import DuplicateKey, UnreadableFile, read_text, unique_keys
 from ampbench.modes import MODES
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
-from ampbench.results.schema import BENCHMARK, DOCUMENT, KIND_KEY, MACHINE, READABLE_SCHEMAS, SCHEMA_KEY, UNTIMED_KEY, check
+from ampbench.results.schema import BENCHMARK, DOCUMENT, KIND_KEY, MACHINE, READABLE_SCHEMAS, SCHEMA_KEY, UNTIMED_KEY,
+                                     ERRORS_KEY, check
 from ampbench.results.timed import DistributedRecord, SpeedRecord
 from ampbench.stats import finite_number
 
@@ -249,11 +250,16 @@ def parse_run(document: Any, path: Path | str) -> Run:
     machine = machine_info.get("ampbench") if isinstance(machine_info.get("ampbench"), dict) else {}
     _refuse(path, check(machine, MACHINE, "machine_info.ampbench"))
     cells: list[Record] = []
-    positions: list[str] = []  # where each cell is: "benchmarks[3]", "ampbench_untimed[0]"
+    positions: list[str] = []  # where each cell is: "benchmarks[3]", "ampbench_untimed[0]", "ampbench_errors[0]"
     foreign: list[str] = []
     problems: list[str] = []  # of every cell, so one message lists what is wrong across the file
+    errors = document.get(ERRORS_KEY)
+    if errors is not None and not isinstance(errors, list):
+        raise RunError(path, f"{ERRORS_KEY} is not a list; ampbench writes one entry per cell whose test stopped")
+    # the cells pytest-benchmark timed, those that time nothing, then those whose test stopped with an error
     entries = [(f"benchmarks[{i}]", b) for i, b in enumerate(document["benchmarks"])]
     entries += [(f"{UNTIMED_KEY}[{i}]", b) for i, b in enumerate(document.get(UNTIMED_KEY) or ())]
+    entries += [(f"{ERRORS_KEY}[{i}]", b) for i, b in enumerate(errors or [])]
     for where, bench in entries:
         if not isinstance(bench, dict):
             raise RunError(path, f"{where} is not an object; pytest-benchmark writes one per test")

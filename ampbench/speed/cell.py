@@ -28,7 +28,7 @@ from ampbench.speed.devicetime import IDLE_WARN_SHARE
 from ampbench.speed.hostload import host_load
 from ampbench.speed.ratio import DEVICE, VERSUS, WALL, Ratio
 from ampbench.verdict import HostOverhead, Verdict, combined, kernel_changes
-from models.spec import ModelSpec
+from ampbench.models.spec import ModelSpec
 
 
 @dataclass

@@ -18,7 +18,7 @@ from ampbench.speed.devicetime import (BlockIdle, CaptureError, CapturedStep, Ke
 from ampbench.speed.held import BlockQueue
 from ampbench.speed.timing import PairedTimer, RoundsPolicy, peak_memory_bytes, steps_per_block, sync, wall_block, warm_up
 from ampbench.train import Trainer
-from models.spec import ModelSpec
+from ampbench.models.spec import ModelSpec
 
 
 # A figure reported beside the gate (the wall-clock speedup under --perf-gate device) is read, not judged:

@@ -22,7 +22,7 @@ from ampbench.memory import CellMemory, MemoryMeasurementError
 from ampbench.modes import REFERENCE_MODE, get_mode
 from ampbench.settings import TIERS
 from ampbench.verdict import Verdict
-from models import get_model
+from ampbench.models import get_model
 
 
 def _searches(settings) -> bool:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models.flops import TRAINING_OVER_FORWARD
-from models.spec import Batch, ModelSpec, token_batch, token_cross_entropy
+from ampbench.models.flops import TRAINING_OVER_FORWARD
+from ampbench.models.spec import Batch, ModelSpec, token_batch, token_cross_entropy
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.flops import counted_training_flops
-from models.spec import ModelSpec, image_batch
+from ampbench.models.flops import counted_training_flops
+from ampbench.models.spec import ModelSpec, image_batch
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.flops import counted_training_flops
-from models.spec import Batch, ModelSpec, token_batch, token_cross_entropy
+from ampbench.models.flops import counted_training_flops
+from ampbench.models.spec import Batch, ModelSpec, token_batch, token_cross_entropy
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.spec import ModelSpec
+from ampbench.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from models.spec import Batch
+from ampbench.models.spec import Batch
 
 # backward costs about twice the forward: one matmul for the input gradient, one for the weight gradient
 TRAINING_OVER_FORWARD = 3.0

@@ -1,13 +1,15 @@
 """The model zoo: an explicit registry, one architecture per module; after it, a project's own models,
 each a ``ModelSpec`` its installed package names in the ``ampbench.models`` entry point group
-(``own_model = "package.module:SPEC"``), in entry-point name order."""
+(``own_model = "package.module:SPEC"``), in entry-point name order. An entry point that names no usable
+model never stops the import: ``check_entry_points`` raises for it, where a run or a command uses the
+registry, so that the message names the entry point and its cause instead of a traceback."""
 
 from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from models import dpn, gpt, llama, lstm_lm, mlp, mnist_cnn, resnet, wide_resnet
-from models.spec import ModelSpec
+from ampbench.models import dpn, gpt, llama, lstm_lm, mlp, mnist_cnn, resnet, wide_resnet
+from ampbench.models.spec import ModelSpec
 
 ENTRY_POINTS = "ampbench.models"
 
@@ -44,7 +46,7 @@ def spec_of_entry_point(name: str, value: str, load) -> ModelSpec:
     except Exception as exc:  # an import of the user's package fails in any way its code can
         raise ModelEntryPointError(f"{where}: cannot be loaded: {type(exc).__name__}: {exc}") from None
     if not isinstance(spec, ModelSpec):
-        raise ModelEntryPointError(f"{where}: names a {type(spec).__name__}, not a models.spec.ModelSpec")
+        raise ModelEntryPointError(f"{where}: names a {type(spec).__name__}, not an ampbench.models.spec.ModelSpec")
     if spec.name != name:
         raise ModelEntryPointError(f"{where}: its ModelSpec is named {spec.name!r}; name the entry point after it")
     return spec
@@ -57,12 +59,25 @@ def register(spec: ModelSpec, where: str) -> None:
     REGISTRY[spec.name] = spec
 
 
-def _register_entry_points() -> None:
+def _register_entry_points() -> list[str]:
+    """Register every entry point's model; what was wrong with each that names no usable one."""
+    broken = []
     for ep in sorted(entry_points(group=ENTRY_POINTS), key=lambda e: e.name):
-        register(spec_of_entry_point(ep.name, ep.value, ep.load), f"entry point {ENTRY_POINTS} {ep.name}")
+        try:
+            register(spec_of_entry_point(ep.name, ep.value, ep.load), f"entry point {ENTRY_POINTS} {ep.name}")
+        except ModelEntryPointError as exc:
+            broken.append(str(exc))
+    return broken
 
 
-_register_entry_points()
+_BROKEN_ENTRY_POINTS = _register_entry_points()
+
+
+def check_entry_points() -> None:
+    """ModelEntryPointError naming each installed entry point that names no usable model, whichever
+    models a run asks for: its package is in the environment, and a run must not quietly leave it out."""
+    if _BROKEN_ENTRY_POINTS:
+        raise ModelEntryPointError("; ".join(_BROKEN_ENTRY_POINTS))
 
 
 def get_model(name: str) -> ModelSpec:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 from torch import nn
 
-from models.flops import counted_training_flops
-from models.spec import ModelSpec, image_batch
+from ampbench.models.flops import counted_training_flops
+from ampbench.models.spec import ModelSpec, image_batch
 
 # explicit, so a typo in a depth fails loudly rather than reaching for some other torchvision model;
 # names, not functions: importing torchvision.models imports torch._dynamo, seconds of CPU time in every

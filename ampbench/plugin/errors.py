@@ -1,0 +1,94 @@
+"""Cells whose test stopped with an error (in its setup, or failing for another reason than its verdict)
+are failing cells too: each is kept as a record of verdict ``error`` with the error's first line, so
+that the terminal summary, the run history and ``ampbench report`` count it where pytest does. A cell
+pytest-benchmark timed keeps its entry, its verdict set to ``error``; one it did not (a crash before or
+inside the timing) goes under the run JSON's ``ampbench_errors`` list, with the fields of an entry but no
+timing, which dashboards reading ``benchmarks`` never see. A pytest plugin, loaded by ``ampbench.plugin``;
+it acts where ampbench does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ampbench.plugin.activation import active
+from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY
+
+
+def _cell_params(item: pytest.Item) -> dict | None:
+    """The parameters of a cell test (one of model and mode); None for any other test."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params if isinstance(params.get("model_name"), str) and isinstance(params.get("mode_name"), str) else None
+
+
+def _first_line(report: pytest.TestReport, call: pytest.CallInfo) -> str:
+    text = call.excinfo.exconly() if call.excinfo is not None else str(report.longrepr)
+    return next((line.strip() for line in text.splitlines() if line.strip()), "no message")
+
+
+def _identity(item: pytest.Item) -> dict[str, Any]:
+    """What the cell wrote of itself into its benchmark's extra_info before it stopped (kind, model, mode)."""
+    bench = getattr(item, "funcargs", {}).get("benchmark")
+    info = getattr(bench, "extra_info", None)
+    return dict(info) if isinstance(info, dict) and SCHEMA_KEY in info else {}
+
+
+def error_record(item: pytest.Item, params: dict, message: str, device: str):
+    """The record of a cell whose test stopped with `message`: the kind it wrote of itself, else the one
+    its test's name says (``test_memory``: memory), else a kind of its own named after the test."""
+    from ampbench.results import OtherRecord, Verdict, record_type
+
+    info = _identity(item)
+    kind = info.get(KIND_KEY) or item.originalname.removeprefix("test_")
+    record = record_type(kind).from_info(info, item.nodeid.split("::")[-1])
+    if isinstance(record, OtherRecord):
+        record = record.with_values(other_kind=kind)
+    return record.with_values(model=record.model or params["model_name"], mode=record.mode or params["mode_name"],
+                              device=record.device or device, verdict=Verdict.ERROR, message=message)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = (yield).get_result()
+    if call.when not in ("setup", "call") or not report.failed or hasattr(report, "wasxfail"):
+        return
+    from ampbench.plugin.session import SETTINGS_KEY
+
+    settings = item.config.stash.get(SETTINGS_KEY, None)
+    params = _cell_params(item)
+    if settings is None or params is None:
+        return  # a run where ampbench does not act, or a test that is no cell
+    from ampbench.plugin import summary
+    from ampbench.results import Verdict
+
+    kept = [r for nodeid, r in item.config.stash.get(summary.RECORDS_KEY, []) if nodeid == item.nodeid]
+    if kept and kept[-1].verdict is not None and kept[-1].verdict.needs_a_look:
+        return  # the test failed on its verdict (or warned, under --perf-strict), which says why
+    where = "error in setup" if call.when == "setup" else "the test failed"
+    message = f"{where}: {_first_line(report, call)}"
+    if kept:  # its record was kept, then the test stopped: its figures reached no verdict that holds
+        summary.annotate(item.config, item.nodeid, verdict=Verdict.ERROR, message=message)
+    else:
+        summary.keep(item.config, item.nodeid, error_record(item, params, message, str(settings.device)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
+    """The cells whose test stopped with an error into the JSON: on their entry where pytest-benchmark
+    wrote one, else under ERRORS_KEY."""
+    if not active(config):
+        return
+    from ampbench.plugin import summary
+    from ampbench.results import Verdict
+
+    entries = {b.get("fullname"): b for b in output_json.get("benchmarks", []) if isinstance(b, dict)}
+    for nodeid, record in config.stash.get(summary.RECORDS_KEY, []):
+        if record.verdict is not Verdict.ERROR:
+            continue
+        entry = entries.get(nodeid)
+        if entry is not None:
+            entry["extra_info"] = {**(entry.get("extra_info") or {}), **record.to_info(only_set=True)}
+        else:
+            output_json.setdefault(ERRORS_KEY, []).append(
+                {"name": record.test_id, "fullname": nodeid, "extra_info": record.to_info(only_set=True)})

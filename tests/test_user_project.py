@@ -1,0 +1,85 @@
+"""A project of the user's own beside the installed suite: its own top-level ``models`` package and
+``--strict-markers`` leave the suite's cells running (the zoo is ``ampbench.models``, the cell tests'
+markers are the plugin's), and the built package installs no top-level package but ``ampbench``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ("pytester",)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PYPROJECT = '[tool.pytest.ini_options]\nrequired_plugins = ["ampbench"]\n'
+OWN_MODELS = '"""The project\'s own models, in a package named as many projects name theirs."""\nNAMES = ("own_net",)\n'
+SUITE = "from ampbench.suite import *  # noqa: F403 - the suite's cells, over the models --perf-models names\n"
+TESTS = SUITE + '''import models
+
+
+def test_the_projects_models_package_is_its_own():
+    assert models.NAMES == ("own_net",)
+'''
+ONE_CELL = ("-p", "no:cacheprovider", "--perf-device", "cpu", "--perf-models", "mlp", "--perf-precisions", "bf16")
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    """A project that runs the suite's cells from its own test module, with this checkout's ampbench."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    pytester.makepyprojecttoml(PYPROJECT)
+    return pytester
+
+
+def test_a_projects_own_models_package_leaves_the_suites_cells_running(project):
+    project.makepyfile(test_own=TESTS)
+    project.mkpydir("models").joinpath("__init__.py").write_text(OWN_MODELS)
+    # python -m pytest puts the project's folder first on sys.path, where its models/ is found first
+    result = project.runpytest_subprocess(*ONE_CELL, "-v", "-k", "test_speed or models_package")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_own.py::test_speed?mlp-bf16? PASSED*",
+                                 "*test_own.py::test_the_projects_models_package_is_its_own PASSED*"])
+
+
+def test_strict_markers_accept_the_suites_markers(project):
+    project.makepyfile(test_own=SUITE)
+    result = project.runpytest_subprocess(*ONE_CELL, "--strict-markers", "--collect-only", "-q")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["test_own.py::test_speed?mlp-bf16?", "test_own.py::test_convergence*"])
+
+
+def _setuptools_major() -> int:
+    try:
+        return int(version("setuptools").split(".")[0])
+    except (PackageNotFoundError, ValueError):
+        return 0
+
+
+def test_the_wheel_installs_no_top_level_package_but_ampbench(tmp_path):
+    source = tmp_path / "source"  # a copy: a build writes build/ and *.egg-info beside its sources
+
+    def left_out(folder: str, names: list[str]) -> list[str]:
+        top = Path(folder) == ROOT
+        return [n for n in names
+                if n == "__pycache__" or n.endswith(".egg-info") or (top and (n.startswith(".") or n == "build"))]
+
+    shutil.copytree(ROOT, source, ignore=left_out)
+    # the build backend pyproject.toml asks for, where this environment has it; else pip fetches it, as
+    # `pip install -e .` did
+    local = ["--no-build-isolation"] if _setuptools_major() >= 69 else []
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *local,
+                            "-w", str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (tmp_path / "dist").glob("ampbench-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert sorted({n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}) == ["ampbench"]
+    assert "ampbench/models/__init__.py" in names and "ampbench/models/mlp.py" in names
