@@ -135,8 +135,9 @@ def test_the_history_command(store_url, tmp_path, capsys):
     run_id = file_run(DATA / "h100_speed_device.json").id
     assert main(["history", "runs", "--gpu", H100, *store]) == 0
     listing = capsys.readouterr().out.splitlines()
-    assert listing[0].split() == ["run", "time", "(UTC)", "gpu", "cells", "failing", "label", "revision", "source"]
-    assert listing[1].startswith(f"{run_id}  2026-11-23 09:03  {H100}  35     1        -      240dbb6acf28")
+    assert listing[0].split() == ["run", "time", "(UTC)", "gpu", "cells", "failing", "suspect", "label", "revision",
+                                  "source"]
+    assert listing[1].startswith(f"{run_id}  2026-11-23 09:03  {H100}  35     1        0        -      240dbb6acf28")
     cell = "test_speed[gpt-amp_bf16]"
     assert main(["history", "accept", run_id, "--cell", cell + "x", "--reason", "r", *store]) == 2
     assert f"run {run_id} has no cell '{cell}x' (did you mean {cell}?)" in capsys.readouterr().err

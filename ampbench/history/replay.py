@@ -36,6 +36,8 @@ from ampbench.history.series import Point, Series
 # improvement): they wait for CLEAR_AFTER more runs. The drop's side is the looser: a step near the
 # tolerance lies 3-4 sds below the level, and a run of it let in pulls the level down and the noise up
 SUSPECT_SHARE, ABOVE_SHARE = 0.05, 0.01
+# below this many degrees of freedom of its noise, a run is held back by its value only beyond ABOVE_SHARE
+SETTLED_DOF = 5
 # until a cell's noise is learned, a run this far below its level is suspect: half the unlearned tolerance
 YOUNG_LIMIT = 0.015
 # runs that lie together below their level with less chance than this by noise alone have moved
@@ -49,7 +51,7 @@ WITHIN_SHARE = 0.05
 # a run fails with the held-back runs only where it lies beyond its noise by itself (this one-sided share),
 # one of them does too, and together they lie below the level with less chance than FAIL_SHARE: the
 # verdict's own false alarms are 1 in 1,000 runs, and the group's add a fraction of that
-FAIL_RUN_SHARE, FAIL_SHARE = 0.01, 0.001
+FAIL_RUN_SHARE, FAIL_SHARE = 0.05, 0.001
 INCONCLUSIVE = "inconclusive"
 
 COUNTED, ACCEPTED, SUSPECT, FAILED, EXCLUDED = "counted", "accepted", "suspect", "failed", "excluded"
@@ -102,9 +104,10 @@ class GroupFailure:
 class Replay:
     """The series' runs replayed in order (``feed``); `prior` a baseline file's spread of other runs."""
 
-    def __init__(self, series: Series, prior: Prior | None = None):
+    def __init__(self, series: Series, prior: Prior | None = None, robust: bool = True):
         self.series = series  # its name and figure; `points` grows as runs are fed
         self.prior = prior
+        self.robust = robust  # the runs' robust scale floors the noise of the replay's decisions
         self.points: list[Point] = []
         self.statuses: list[Status] = []
         self.segment = 0
@@ -130,7 +133,7 @@ class Replay:
         least the runs' own robust scale (``robust_scale``, of the `whole` segment) for the replay's
         decisions."""
         pred = self.model.predict(card)
-        robust = self.robust_scale(whole)
+        robust = self.robust_scale(whole) if self.robust else 0.0
         if pred is None or pred.noise_sd is None or robust <= pred.noise_sd:
             return pred
         grown = math.sqrt(pred.sd ** 2 + robust ** 2 - pred.noise_sd ** 2)
@@ -239,7 +242,9 @@ class Replay:
             if deviation < -YOUNG_LIMIT:
                 return f"{deviation:+.2%} below its level, more than {YOUNG_LIMIT:.1%} before its noise is learned", True
             return None, False
-        limit = t_quantile(SUSPECT_SHARE, pred.dof) * sd
+        # a young noise, of few degrees of freedom, lies too low now and then: held to it at 5%, a cell whose
+        # first runs agreed by chance held back every run after them for good
+        limit = t_quantile(SUSPECT_SHARE if pred.dof >= SETTLED_DOF else ABOVE_SHARE, pred.dof) * sd
         if deviation < -limit:
             return f"{deviation:+.2%} below its level, {-deviation / sd:.1f} sd (more than {limit / sd:.1f})", True
         above = t_quantile(ABOVE_SHARE, pred.dof) * sd
@@ -342,14 +347,16 @@ class Replay:
         prove itself within the tolerance to pass, even where this run's own interval passes: a step at
         the line would otherwise pass every other run."""
         pred = self.predict(card)
-        held = self._held_below()
+        # the runs held back by themselves: a run held only with others, or after a change the detector
+        # found, adds no evidence of its own (and a false change must not fail the runs after it)
+        held = [i for i in self._held_below() if self.statuses[i].alone]
         if not held or pred is None or pred.sd is None or not (value > 0):
             return None
         y = math.log(value)
         deviation = y - pred.level - self._shift
         if deviation >= -t_quantile(FAIL_RUN_SHARE, pred.dof) * pred.sd:
             return None
-        if not any(self.statuses[i].alone for i in held) or not self._joins_held_back(deviation):
+        if not self._joins_held_back(deviation):
             return None
         group = self._group(held, (y, card), whole=True)
         if group is None:

@@ -95,6 +95,7 @@ class Scenario:
     floor: float = DEFAULT_TOLERANCE
     settle: bool = True  # hold back what follows a change the detector finds (``changes.settle``)
     prior_runs: int = 0  # runs behind a baseline file's spread of the cell pooled in (0: an empty history alone)
+    robust: bool = True  # the runs' robust scale floors the replay's noise (``Replay.robust_scale``)
 
 
 @dataclass
@@ -120,7 +121,7 @@ def simulate(cell: CellNoise, scenario: Scenario, seed: int) -> SeriesOutcome:
     generator, so the series with and without the step share every draw but the step (``widening``)."""
     prior = (Prior(scenario.prior_runs, 0.0, cell.between_sd ** 2 * (scenario.prior_runs - 1), 1)
              if scenario.prior_runs > 1 else None)
-    replay = Replay(Series(GPU, f"test_speed[{cell.name}]", "device_speedup", ()), prior)
+    replay = Replay(Series(GPU, f"test_speed[{cell.name}]", "device_speedup", ()), prior, scenario.robust)
     offsets = np.random.default_rng([seed, 0]).standard_normal(scenario.cards) * cell.card_sd
     out, shift = SeriesOutcome(), 0.0
     start = scenario.clean

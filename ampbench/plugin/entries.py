@@ -72,6 +72,7 @@ def _untimed(config: pytest.Config, benchmarks: list[dict]) -> list[dict]:
     return sorted(moved + never, key=lambda e: order.get(e.get("fullname"), len(order)))
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-benchmark's hook: a run without its plugin knows no such hook
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
     if not active(config):
         return
