@@ -188,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: the history's only one)")
     export.add_argument("--baseline-dir", type=Path, metavar="DIR", default=Path("baselines"),
                         help="folder of the baseline files (default: baselines)")
+    export.add_argument("--kernels-only", action="store_true",
+                        help="change nothing but the entries' kernel lists: each takes its latest counted run's, where "
+                             "that run ran the software the entry names (default: the whole entry from the history)")
 
     fid = sub.add_parser(
         "fidelity", help="check that the harness measures the speedup a plain training loop gets",

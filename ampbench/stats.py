@@ -17,10 +17,6 @@ def finite_number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-# the median of n normal values has a standard error sqrt(pi / 2) times the mean's: sd x this / sqrt(n)
-MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)
-
-
 def normal_quantile(confidence: float) -> float:
     """z such that a normal variable lies within +-z standard deviations with `confidence`."""
     return NormalDist().inv_cdf(0.5 + confidence / 2)

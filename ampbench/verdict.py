@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-from ampbench.stats import MEDIAN_SE_FACTOR, SpeedupEstimate, finite_number, normal_quantile
+from ampbench.stats import SpeedupEstimate, finite_number
 
 # Until its between-run spread is learned, a cell's tolerance is at least this many times the noise
 # recorded with its baseline, so cells whose speedup wanders between runs (host-bound steps) do not
@@ -163,24 +163,6 @@ class SpeedupCheck:
         if est.low > self.expected * (1.0 + self.tolerance):
             return Verdict.IMPROVED
         return Verdict.PASS
-
-    def rounds_to_resolve(self, est: SpeedupEstimate) -> float:
-        """About how many rounds would take `est`'s interval off the line: inf for an estimate on it.
-
-        The interval narrows as one round's spread over the square root of the rounds: the median of
-        normal rounds has a standard error sqrt(pi / 2) times the mean's, so the rounds needed are
-        (z x sqrt(pi / 2) x `est.round_sd` / the distance from the line) squared. The spread is the
-        rounds' robust one, not the interval's width: at 8 rounds the 99% interval is [min, max], set by
-        the two most extreme rounds, so one stray round would make a cell near its line look
-        unresolvable (docs/design.md). An estimate
-        without `round_sd` is projected from its interval's width (which then shrinks as 1/sqrt(rounds))."""
-        distance = abs(math.log(est.speedup / self.line))
-        if distance == 0:
-            return math.inf
-        if est.round_sd is not None:
-            return (normal_quantile(est.confidence) * MEDIAN_SE_FACTOR * est.round_sd / distance) ** 2
-        crossing = math.log(est.speedup / est.low) if est.speedup >= self.line else math.log(est.high / est.speedup)
-        return est.rounds * (crossing / distance) ** 2
 
     def drop(self, est: SpeedupEstimate) -> float:
         """Relative change of the measured speedup against the baseline (negative: slower)."""

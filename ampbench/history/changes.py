@@ -41,7 +41,7 @@ GAMMA = 0.125
 MIN_RUNS = 2  # runs on each side of a change (ruptures' min_size)
 # the penalty a change must pay, a + b ln(n) for a series of n runs (dev/bench_changes.py --calibrate);
 # a series without a learned noise (no level holds two counted runs) is scaled by its own alone
-PENALTY = (2.0, 0.5)
+PENALTY = (1.5, 0.5)
 PENALTY_OWN_SCALE = (2.96, 0.1)
 # below a tenth of a percent a step is too small to act on (the verdicts' floor is 0.5%), and a figure
 # that never moves (a memory ratio) would otherwise make every rounding a change

@@ -200,7 +200,7 @@ def export(args: argparse.Namespace) -> int:
     from ampbench.history.export import export as write
 
     try:
-        files = write(_open(args, create=False, read_only=True), args.gpu, args.baseline_dir)
+        files = write(_open(args, create=False, read_only=True), args.gpu, args.baseline_dir, args.kernels_only)
     except (HistoryError, BaselineError, OSError) as error:
         print(f"ampbench baselines export: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -3,7 +3,9 @@ the history has counted runs of gets its level and learned spread (``reference.o
 of its latest counted run, and, where the file had no entry of it, how its latest run measured it; every
 other entry of the file is kept as it is. The distributed cells go the same way into the file of their N
 GPUs (``<slug>-x<N>.json``, ``<slug>-x<N>-<M>nodes.json`` over M hosts), one per GPU count and node
-count the history holds their runs on."""
+count the history holds their runs on. ``--kernels-only`` changes nothing but the kernel lists: each entry
+takes its latest counted run's, where that run ran the software the entry names, so that a kernel list cut
+shorter by an older suite (the 20 largest) is compared as today's is."""
 
 from __future__ import annotations
 
@@ -36,14 +38,15 @@ def gpu_counts(history: History, model: str) -> list[tuple[int, int]]:
     return sorted(shape for g in history.series_gpus() if (shape := cluster_shape(g, model)) is not None)
 
 
-def export(history: History, gpu: str | None, directory: Path) -> list[tuple[Path, int]]:
+def export(history: History, gpu: str | None, directory: Path, kernels_only: bool = False) -> list[tuple[Path, int]]:
     """Write `directory`/<slug>.json and each <slug>-x<N>.json from the history (atomically, merged entry
     by entry); each file written with the number of entries it got."""
     model, slug = gpu_of(history, gpu)
     files = [(model, slug, SPEED_CELLS)] + [
         (cluster_name(model, n, nodes), f"{slug}-x{n}" + (f"-{nodes}nodes" if nodes > 1 else ""), DISTRIBUTED_CELLS)
         for n, nodes in gpu_counts(history, model)]
-    written = [out for name, stem, cells in files if (out := _export_one(history, name, stem, cells, directory, model))]
+    one = _kernels_of if kernels_only else _export_one
+    written = [out for name, stem, cells in files if (out := one(history, name, stem, cells, directory, model))]
     if not written:
         raise history.fail(f"no counted speed or distributed run on {model}: nothing to export")
     return written
@@ -69,3 +72,24 @@ def _export_one(history: History, name: str, slug: str, cells: LearnedCells, dir
         store.record(test_id, figures, software)
         written += 1
     return (store.write(), written) if written else None
+
+
+def _kernels_of(history: History, name: str, slug: str, cells: LearnedCells, directory: Path,
+                device: str) -> tuple[Path, int] | None:
+    """The file's entries, each with its latest counted run's kernel list where that run ran the entry's
+    software; nothing else of them changed."""
+    from ampbench.baselines.spread import software_difference
+
+    store = BaselineStore.open(directory, name, slug)
+    learned = HistoryBaselines(store, history, cells=cells, card=NEW_CARD)
+    written = 0
+    for test_id in sorted(learned.learned()):
+        entry, software, latest = store.figures(test_id), store.software(test_id), learned.latest_record(test_id)
+        kernels = (latest or {}).get("kernels")
+        ran_on = learned.latest_software(test_id) or {}
+        if entry is None or not kernels or software_difference(software or {}, ran_on) is not None:
+            continue
+        store.record(test_id, {**entry, "kernels": kernels}, software or {})
+        written += 1
+    return (store.write(), written) if written else None
+

@@ -143,8 +143,8 @@ class HistoryBaselines:
                     if not self.cells.holds(test_id) or not series.points:
                         continue
                     prior = prior_for(figure, self.cells.entry.of(self.store.figures(test_id)), series)
-                    self._learned.setdefault(test_id, {})[prefix] = learn(series, prior, self.floor, card=self.card)
-                    counted = [p for p in series.points if p.counts]
+                    b = self._learned.setdefault(test_id, {})[prefix] = learn(series, prior, self.floor, card=self.card)
+                    counted = [b.replay.points[s.index] for s in b.replay.statuses if s.counts]
                     self._counted.setdefault(test_id, {})[prefix] = [p.when for p in counted]
                     if counted:
                         self._latest[test_id] = counted[-1].run_id
@@ -157,6 +157,12 @@ class HistoryBaselines:
             return entry
         latest = self.history.record(self._latest[test_id], test_id) if test_id in self._latest else None
         return overlay(entry, learned, latest, self._counted.get(test_id, {}), self.cells)
+
+    def latest_record(self, test_id: str) -> dict | None:
+        """The record of the cell's latest counted run (its extra_info), or None."""
+        self.learned()
+        run = self._latest.get(test_id)
+        return self.history.record(run, test_id) if run else None
 
     def latest_software(self, test_id: str) -> dict | None:
         """The software of the cell's latest counted run: what an exported entry was measured on."""

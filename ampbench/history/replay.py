@@ -37,7 +37,7 @@ from ampbench.history.series import Point, Series
 # tolerance lies 3-4 sds below the level, and a run of it let in pulls the level down and the noise up
 SUSPECT_SHARE, ABOVE_SHARE = 0.05, 0.01
 # below this many degrees of freedom of its noise, a run is held back by its value only beyond ABOVE_SHARE
-SETTLED_DOF = 5
+SETTLED_DOF = 3
 # until a cell's noise is learned, a run this far below its level is suspect: half the unlearned tolerance
 YOUNG_LIMIT = 0.015
 # runs that lie together below their level with less chance than this by noise alone have moved
