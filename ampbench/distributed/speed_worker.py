@@ -9,10 +9,10 @@ rounds, the same mode on its GPU alone (a plain ``Trainer``), the 1-GPU side of 
 efficiency. On CUDA each round also times one block of each side on the device (``device_timer``):
 replays of the rank's step captured as a CUDA graph, held and started on every rank together
 (``graphed``), or where a rank cannot capture it, the profiler's busy time of the rank's GPU per step;
-beside the wall-clock blocks. Each rank writes
-``DIR/<comm>/rank{R}.json``, or, for a variant this build or device cannot run, a document saying what
-is missing (``variants.VariantUnsupported``), and goes on to the next. On CUDA a few further, untimed steps run under torch.profiler for NCCL's
-share of a step and its overlap with compute.
+beside the wall-clock blocks. Each rank writes ``DIR/<comm>/rank{R}.json``, or, for a variant this
+build or device cannot run, a document saying what is missing (``variants.VariantUnsupported``), and
+goes on to the next. On CUDA a few further, untimed steps run under torch.profiler for NCCL's share of a
+step and its overlap with compute.
 
 Every rank runs the same steps in the same order: a collective that one rank skips hangs the others.
 """
