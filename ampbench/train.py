@@ -44,13 +44,18 @@ def _fused_where_possible(cls: type[torch.optim.Optimizer], params, **kwargs):
     # fused kernels also take GradScaler's scale and inf flag on the device, so a scaled step needs no
     # host sync; where a build lacks a fused kernel, the multi-tensor (foreach) path is next best.
     params = list(params)
+    if not params or params[0].device.type != "cuda":
+        # off CUDA there is no host sync to save, and the CPU's fused kernels are not to be trusted
+        # with 16-bit parameters: torch 2.13's fused SGD drops the small updates of fp16 and bf16
+        # weights that the foreach and for-loop paths land (a pure-bf16 step then changes nothing)
+        return cls(params, foreach=True, **kwargs)
     if _any_dtensor(params):
         # FSDP2's sharded parameters: DTensor has no sharding rule for every fused kernel (torch 2.14
-        # lacks one for _fused_sgd_, which fails only at the first step); foreach works for all. On a
-        # GPU its step counts live on the device from the first step (capturable), as the fused
-        # kernels' do: the step can then be captured as a CUDA graph, which a foreach optimizer whose
-        # counts began on the host refuses
-        if params and params[0].device.type == "cuda" and "capturable" in inspect.signature(cls).parameters:
+        # lacks one for _fused_sgd_, which fails only at the first step); foreach works for all. Its
+        # step counts live on the GPU from the first step (capturable), as the fused kernels' do: the
+        # step can then be captured as a CUDA graph, which a foreach optimizer whose counts began on
+        # the host refuses
+        if "capturable" in inspect.signature(cls).parameters:
             kwargs["capturable"] = True
         return cls(params, foreach=True, **kwargs)
     try:

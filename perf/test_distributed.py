@@ -34,6 +34,7 @@ from ampbench.distributed import judging
 from ampbench.distributed.figures import DistFigures, max_over_ranks, mean_over_ranks, merge_ranks
 from ampbench.distributed.variants import STRATEGIES, default_cells, get_comm, variants_for
 from ampbench.distributed.launch import LaunchResult
+from ampbench.distributed.speed_worker import failed_comm
 from ampbench.plugin.nodes import launcher_of
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
@@ -123,8 +124,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
                                  nodes=nodes)
     record_result(identity, identity=True)
 
-    result, out = _shared_launch(request, _launches, settings, nproc, model, mode_name, comm)
-    docs = _rank_docs(out, comm, nproc)
+    result, docs = _cell_launch(request, _launches, settings, nproc, model, mode_name, comm)
     def fail(message: str) -> None:
         # the JSON keeps why, for readers of --benchmark-json who never see the terminal
         record_result(replace(identity, message=message))
@@ -132,6 +132,9 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
 
     if docs is None:
         fail(f"{what}: no result from every rank; torchrun launch {result.explain(nproc // nodes)}")
+    unsupported = next((d["unsupported"] for d in docs if d.get("unsupported")), None)
+    if unsupported:
+        pytest.skip(f"{what}: {unsupported}")
 
     confidence = 0.99
     figs = merge_ranks(docs, confidence)
@@ -178,6 +181,17 @@ def _shared_launch(request, launches: dict, settings, nproc: int, model: str, mo
         comms = _group_comms(request.session, model, mode_name) or [comm]
         launches[key] = (_launch(request.config, settings, nproc, model, mode_name, comms, out), out)
     return launches[key]
+
+
+def _cell_launch(request, launches: dict, settings, nproc: int, model: str, mode_name: str, comm: str):
+    """(launch result, rank documents or None) of this cell's variant: from the launch it shares with its
+    siblings, or, where that launch ended before this variant was done (another variant's crash, a
+    hang, a failed start), from a launch of its own, so that no variant's failure is blamed on another."""
+    result, out = _shared_launch(request, launches, settings, nproc, model, mode_name, comm)
+    docs = _rank_docs(out, comm, nproc)
+    if docs is None and not result.ok and failed_comm(result.output) != comm:
+        result, docs = _launch_again(request, settings, nproc, model, mode_name, comm)
+    return result, docs
 
 
 def _launch_again(request, settings, nproc: int, model: str, mode_name: str, comm: str):

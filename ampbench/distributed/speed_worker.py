@@ -10,9 +10,10 @@ efficiency, in wall clock and, on CUDA, as held replays of its step captured as 
 (``single_device_block``), the device time the efficiency is held to. On CUDA each round also times one block of each side on the device (``device_timer``):
 replays of the rank's step captured as a CUDA graph, held and started on every rank together
 (``graphed``), or where a rank cannot capture it, the profiler's busy time of the rank's GPU per step;
-beside the wall-clock blocks. Each rank writes
-``DIR/<comm>/rank{R}.json``. On CUDA a few further, untimed steps run under torch.profiler for NCCL's
-share of a step and its overlap with compute.
+beside the wall-clock blocks. Each rank writes ``DIR/<comm>/rank{R}.json``, or, for a variant this
+build or device cannot run, a document saying what is missing (``variants.VariantUnsupported``), and
+goes on to the next. On CUDA a few further, untimed steps run under torch.profiler for NCCL's share of a
+step and its overlap with compute.
 
 Every rank runs the same steps in the same order: a collective that one rank skips hangs the others.
 """
@@ -23,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -40,6 +42,7 @@ from ampbench.device import configure_backends, device_name, prime_libraries, re
 from ampbench.distributed.variants import (
     STRATEGIES,
     CommVariant,
+    VariantUnsupported,
     comm_figures,
     exit_failed_rank,
     get_comm,
@@ -271,6 +274,21 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
     return doc
 
 
+_FAILURE = re.compile(r"ampbench\.distributed\.speed_worker rank \d+: (\S+) (\S+) (\S+) failed: ")
+
+
+def failure_line(rank: int, model: str, mode: str, comm: str, exc: BaseException) -> str:
+    """What a rank prints when a variant raised, before the launch ends (``failed_comm`` reads it)."""
+    return f"ampbench.distributed.speed_worker rank {rank}: {model} {mode} {comm} failed: {type(exc).__name__}: {exc}"
+
+
+def failed_comm(output: str) -> str | None:
+    """The comm variant whose failure ended a launch, from its ranks' output; None where no rank named one
+    (a launch that timed out, or failed before its first variant)."""
+    m = _FAILURE.search(output)
+    return m.group(3) if m else None
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m ampbench.distributed.speed_worker", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, choices=list(models.REGISTRY))
@@ -314,9 +332,11 @@ def main(argv: list[str] | None = None) -> int:
         for variant in args.comms:
             try:
                 doc = run_cell(args, spec, mode, variant, device, single, policy)
+            except VariantUnsupported as exc:
+                # every rank refused it alike, before its own collectives: the next variant still runs
+                doc = {"rank": rank, "comm": variant.name, "unsupported": str(exc)}
             except Exception as exc:
-                print(f"ampbench.distributed.speed_worker rank {rank}: {spec.name} {mode.name} {variant.name} failed: "
-                      f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                print(failure_line(rank, spec.name, mode.name, variant.name, exc), file=sys.stderr, flush=True)
                 raise
             path = args.out / variant.name / f"rank{rank}.json"
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -101,13 +101,24 @@ def variants_for(mode: PrecisionMode, strategy: str | None = None) -> list[CommV
 # -- wrapping a model ------------------------------------------------------------------------------
 
 
+class VariantUnsupported(Exception):
+    """This torch build or device cannot run a comm variant; the message says what is missing. Raised
+    alike on every rank (it depends on the build, the device and the model, never on the rank), before
+    the variant's first collective of its own, so the ranks can go on to the next variant together."""
+
+
 def _wrap_ddp(model: nn.Module, variant: CommVariant, device: torch.device) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     hook = variant.hook()
     if hook is not None:
-        ddp.register_comm_hook(state=None, hook=hook)  # state None: the default process group
+        try:
+            ddp.register_comm_hook(state=None, hook=hook)  # state None: the default process group
+        except (TypeError, RuntimeError) as exc:
+            # DDP checks at registration what the hook needs of the build (bf16_compress_hook: CUDA and
+            # NCCL 2.10+, or XPU and XCCL, which a CPU-only build lacks); its message names it
+            raise VariantUnsupported(f"torch {torch.__version__} refuses DDP's {variant.ddp_hook}: {exc}") from exc
     return ddp
 
 
@@ -124,9 +135,32 @@ def fsdp2_units(model: nn.Module) -> list[nn.Module]:
     return [*units, model]
 
 
+def _batch_norm_refusal(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why this device's batch norm cannot train with `dtype` weights beside fp32 running statistics
+    (what a BatchNorm layer holds once FSDP2 gathers its parameters in `dtype`: buffers keep their
+    dtype), or None where it can. CUDA's kernels take the mix; the CPU's take 16-bit input only with
+    fp32 weights."""
+    x = torch.ones(2, 2, 2, 2, device=device, dtype=dtype, requires_grad=True)
+    weight = torch.ones(2, device=device, dtype=dtype, requires_grad=True)
+    stats = torch.zeros(2, device=device), torch.ones(2, device=device)
+    try:
+        nn.functional.batch_norm(x, *stats, weight, torch.zeros_like(weight), training=True).float().sum().backward()
+    except RuntimeError as exc:
+        return str(exc)
+    return None
+
+
 def _wrap_fsdp2(model: nn.Module, variant: CommVariant, device: torch.device) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
+    if variant.param_dtype not in (None, _F32) and any(isinstance(m, nn.modules.batchnorm._BatchNorm)
+                                                       for m in model.modules()):
+        refusal = _batch_norm_refusal(device, variant.param_dtype)
+        if refusal:
+            raise VariantUnsupported(
+                f"{device.type}'s batch norm in torch {torch.__version__} has no kernel for "
+                f"{str(variant.param_dtype).removeprefix('torch.')} weights beside fp32 running statistics, "
+                f"which FSDP2's param_dtype gives this model's BatchNorm layers ({refusal})")
     policy, mesh = variant.mp_policy(), device_mesh(device)
     # fully_shard refuses parameters that are not contiguous, and on CUDA a convnet's Trainer has made
     # its conv weights channels_last; FSDP2 all-gathers every parameter contiguous anyway, so this only

@@ -1,0 +1,68 @@
+"""The torch releases the package declares, each tested on the CPU: one nox session per release installs
+torch and torchvision from PyTorch's CPU wheels, then the project as the README says (``pip install -e .``),
+and runs the CPU smoke pass (``pytest perf/``) and the tests of tests/ that exercise torch itself.
+
+    nox -l                              # the sessions
+    nox -s "smoke(torch='2.11')"        # the oldest release pyproject.toml admits (the GPU image's)
+    nox -s "smoke(torch='newest')"      # whatever pip resolves today, as a fresh install gets it
+    nox -t ci                           # the oldest and the newest, as CI runs them
+    nox -s smoke -- -x                  # every release; arguments after -- go to both pytest runs
+
+``$AMPBENCH_TORCH_INDEX`` names another index for torch and torchvision (a mirror of the CPU wheels);
+whatever it is, both must come from the same one: torchvision's operators are built against one torch build.
+A session's virtualenv is kept and reused (``.nox/``): a second run installs nothing it already has.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+CPU_WHEELS = "https://download.pytorch.org/whl/cpu"
+
+# each torch release the range torch>=2.11 admits, with the torchvision release built against it
+# (torchvision pins its torch exactly); "newest" pins neither, and upgrades a reused environment
+TORCHVISION_FOR = {"2.11": "0.26", "2.12": "0.27", "2.13": "0.28", "2.14": "0.29", "newest": None}
+# the oldest and the newest: what CI runs (`nox -t ci` in .ci/run)
+CI_RELEASES = ("2.11", "newest")
+
+# the harness's fast tests that exercise torch itself (models, training steps, loss scalers, the
+# profiler's traces, the data loaders, torchao's pairing); the smoke pass covers distributed launches,
+# and the rest of tests/ is bookkeeping that the main `pytest` run covers once
+TORCH_TESTS = [
+    "tests/test_models.py",
+    "tests/test_train_steps.py",
+    "tests/test_rnn_weights.py",
+    "tests/test_scaler_teeth.py",
+    "tests/test_devicetime.py",
+    "tests/test_data.py",
+    "tests/test_fp8.py",
+]
+
+nox.options.sessions = ["smoke"]
+nox.options.reuse_venv = "yes"
+
+
+def _install_torch(session: nox.Session, release: str) -> None:
+    index = os.environ.get("AMPBENCH_TORCH_INDEX", CPU_WHEELS)
+    vision = TORCHVISION_FOR[release]
+    if vision is None:
+        session.install("--upgrade", "torch", "torchvision", "--index-url", index)
+    else:
+        session.install(f"torch=={release}.*", f"torchvision=={vision}.*", "--index-url", index)
+
+
+@nox.session
+@nox.parametrize("torch", [nox.param(r, tags=["ci"] if r in CI_RELEASES else []) for r in TORCHVISION_FOR])
+def smoke(session: nox.Session, torch: str) -> None:
+    """The CPU smoke pass and torch's own tests on one torch release."""
+    _install_torch(session, torch)
+    session.install("-e", ".")  # README: Install (pip keeps the torch above, which the range admits)
+    # the pair really works together: a torchvision built for another torch has no operators
+    session.run("python", "-c", "import torch, torchvision, torchvision.ops; "
+                "print('torch', torch.__version__, 'torchvision', torchvision.__version__)")
+    if torch != "newest":
+        session.run("python", "-c", f"import torch, sys; sys.exit(not torch.__version__.startswith('{torch}.'))")
+    session.run("pytest", "perf/", "-q", "-p", "no:cacheprovider", "--perf-device", "cpu", *session.posargs)
+    session.run("pytest", *TORCH_TESTS, "-q", "-p", "no:cacheprovider", *session.posargs)
