@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A series of runs into one history on a GPU, in stages given in order, each run a pytest session of its own
-# against an empty baseline folder, so that every reference is learned from the history alone:
+# A series of runs into one history on a GPU, in stages given in order, each run a pytest session of its own,
+# by default against an empty baseline folder, so that every reference is learned from the history alone
+# (BASELINE_DIR=baselines holds them against the committed files, their spread pooled in, as CI does):
 #   dev/history_series.sh unchanged=4 slowed=4 accept=run-5 slowed=1 changes
 # Stages:
 #   unchanged=N   N runs of the speed cells as they are
@@ -20,8 +21,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-run-out}; MODELS=${MODELS:-mlp,wide_resnet28_10,resnet50,lstm_lm,gpt}; PRECISIONS=${PRECISIONS:-}
 SLOWDOWN=${SLOWDOWN:-gpt:amp_fp16:0.007}; UNTAGGED=${UNTAGGED:-0}; SEED=${SEED:-}
-HISTORY=${HISTORY:-$OUT/history.sqlite}; EMPTY=${EMPTY:-$OUT/empty-baselines}
-mkdir -p "$OUT" "$EMPTY" "$(dirname "$HISTORY")"
+HISTORY=${HISTORY:-$OUT/history.sqlite}; BASELINE_DIR=${BASELINE_DIR:-$OUT/empty-baselines}
+mkdir -p "$OUT" "$BASELINE_DIR" "$(dirname "$HISTORY")"
 if [ -n "$SEED" ] && [ ! -e "$HISTORY" ]; then cp "$SEED" "$HISTORY" || exit 2; fi
 export PYTHONUNBUFFERED=1
 declare -a DONE=()
@@ -35,7 +36,7 @@ run() {  # run [pytest args...]: one session into the history, labelled by its n
   local n name start=$SECONDS
   n=$(( $(count_runs) + 1 )); name="run-$n"
   python3 -m pytest perf/test_speed.py -p no:cacheprovider -q --benchmark-disable-gc --perf-models "$MODELS" \
-    ${PRECISIONS:+--perf-precisions "$PRECISIONS"} --perf-baseline-dir "$EMPTY" --perf-history "$HISTORY" \
+    ${PRECISIONS:+--perf-precisions "$PRECISIONS"} --perf-baseline-dir "$BASELINE_DIR" --perf-history "$HISTORY" \
     --perf-label "$name" --benchmark-json "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   DONE+=("$name ($1): exit $rc in $((SECONDS - start)) s: $(grep -E '(passed|failed)' "$OUT/$name.log" | tail -1)")
