@@ -32,14 +32,14 @@ count_runs() {
   python3 -c "from ampbench.history.store import open_history; print(open_history('$HISTORY').counts()[0])"
 }
 
-run() {  # run [pytest args...]: one session into the history, labelled by its number
-  local n name start=$SECONDS
+run() {  # run KIND [pytest args...]: one session into the history, labelled by its number
+  local kind=$1 n name start=$SECONDS; shift
   n=$(( $(count_runs) + 1 )); name="run-$n"
   python3 -m pytest perf/test_speed.py -p no:cacheprovider -q --benchmark-disable-gc --perf-models "$MODELS" \
     ${PRECISIONS:+--perf-precisions "$PRECISIONS"} --perf-baseline-dir "$BASELINE_DIR" --perf-history "$HISTORY" \
     --perf-label "$name" --benchmark-json "$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
-  DONE+=("$name ($1): exit $rc in $((SECONDS - start)) s: $(grep -E '(passed|failed)' "$OUT/$name.log" | tail -1)")
+  DONE+=("$name ($kind): exit $rc in $((SECONDS - start)) s: $(grep -E '(passed|failed)' "$OUT/$name.log" | tail -1)")
   echo "${DONE[-1]}"
 }
 
