@@ -86,7 +86,7 @@ def _kernels_of(history: History, name: str, slug: str, cells: LearnedCells, dir
     for test_id in sorted(learned.learned()):
         entry, software, latest = store.figures(test_id), store.software(test_id), learned.latest_record(test_id)
         kernels = (latest or {}).get("kernels")
-        ran_on = learned.latest_software(test_id) or {}
+        ran_on = {"device": device, **(learned.latest_software(test_id) or {})}  # the history files runs by model
         if entry is None or not kernels or software_difference(software or {}, ran_on) is not None:
             continue
         store.record(test_id, {**entry, "kernels": kernels}, software or {})

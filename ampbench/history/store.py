@@ -252,7 +252,7 @@ class History:
                  .order_by(FIGURES.c.test_id, RUNS.c.run_at, RUNS.c.id))
         # an acceptance names its run (and cell): the series' GPU (a cluster's, for a distributed cell) is
         # not always the run's, which the acceptance keeps
-        accepted_query = (sa.select(ACCEPTANCES.c.run_id, ACCEPTANCES.c.test_id)
+        accepted_query = (sa.select(ACCEPTANCES.c.run_id, ACCEPTANCES.c.test_id, ACCEPTANCES.c.accepted_at)
                           .where(ACCEPTANCES.c.run_id.in_(sa.select(FIGURES.c.run_id).where(FIGURES.c.gpu == gpu))))
         if test_ids is not None:
             wanted = list(test_ids)
@@ -261,13 +261,20 @@ class History:
                                                          ACCEPTANCES.c.test_id.is_(None)))
         with self.transaction() as conn:
             rows = conn.execute(query).all()
-            accepted = {tuple(r) for r in conn.execute(accepted_query)}
+            accepted = {(r.run_id, r.test_id): r.accepted_at for r in conn.execute(accepted_query)}
         points: dict[str, list[Point]] = {}
+        since: dict[str, str] = {}  # by cell: when the acceptance of its current level's run was made
         for r in rows:
-            restart = (r.run_id, r.test_id) in accepted or (r.run_id, None) in accepted
+            at = accepted.get((r.run_id, r.test_id)) or accepted.get((r.run_id, None))
+            restart = at is not None
+            if restart:
+                since[r.test_id] = at
+            # a run judged before the change it follows was accepted failed against the level it replaced:
+            # the replay holds it to the new level by its value, as any run
+            before_accept = not restart and r.test_id in since and r.run_at < since[r.test_id]
             points.setdefault(r.test_id, []).append(Point(
                 run_id=r.run_id, when=r.run_at, value=r.value, low=r.low, high=r.high,
-                counts=_counts(r, restart), restart=restart, card=r.card_uuid, verdict=r.verdict,
+                counts=_counts(r, restart or before_accept), restart=restart, card=r.card_uuid, verdict=r.verdict,
                 excluded=bool(r.smoke or r.injected)))
         return {t: Series(gpu=gpu, test_id=t, figure=figure, points=tuple(p)) for t, p in points.items()}
 
