@@ -192,3 +192,40 @@ def test_the_end_of_a_run_says_how_far_its_distributed_cells_have_learned(histor
     assert lines[0].startswith("ampbench history: device tolerance learned and at most 1% in ")
     assert f"distributed cells of {H100} x2" in lines[0]
     assert lines[1:] == [f"  {cell}: {lines[1].split(': ', 1)[1]}"] and "from 4 runs" in lines[1]
+
+
+def test_the_end_of_a_run_names_the_cells_it_holds_back_as_suspect(history, tmp_path):
+    from types import SimpleNamespace
+
+    from ampbench.plugin import summary
+    from ampbench.plugin.session import _write_learned
+
+    _append(history, VALUES)
+    ran = [(f"perf/test_speed.py::{CELL}", speed_record("resnet50", "amp_bf16", 2.380, device_method="graph")),
+           ("perf/test_speed.py::test_speed[gpt-amp_bf16]", speed_record("gpt", "amp_bf16", 5.6))]
+    lines = []
+    reporter = SimpleNamespace(write_line=lambda text, **kw: lines.append(text))
+    config = SimpleNamespace(stash={summary.RECORDS_KEY: ran})
+    _write_learned(reporter, _baselines(history, tmp_path), config, "speed cells")
+    held = [line for line in lines if "held back as suspect" in line]
+    assert held and held[0].startswith("ampbench history: 1 of this run's cells held back as suspect")
+    assert lines[-1].startswith(f"  {CELL}: -0.") and "below its level" in lines[-1]
+
+
+def test_history_explain_and_runs_say_what_the_replay_held_back(history, tmp_path, capsys):
+    from ampbench.cli import main
+
+    _append(history, VALUES)
+    _append(history, (2.380,), start=len(VALUES))
+    store = ["--history", str(history.url.database)]
+    assert main(["history", "explain", CELL, *store, "--baseline-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{CELL} device_speedup on {H100}: 7 runs: 6 counted, 1 suspect" in out
+    assert "suspect: -0." in out and "below its level" in out and "held back now: #7 run6" in out
+    assert "tolerance" in out and "a new card" in out
+    assert main(["history", "runs", *store]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    at = listing[0].index("suspect")  # a column of the table: the GPU's name holds spaces
+    assert listing[1][at:].split()[0] == "1"
+    assert main(["history", "explain", "test_speed[nothing-fp32]", *store]) == 2
+    assert "no run in the history" in capsys.readouterr().err
