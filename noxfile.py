@@ -10,12 +10,16 @@ and runs the CPU smoke pass (``pytest perf/``) and the tests of tests/ that exer
 
 ``$AMPBENCH_TORCH_INDEX`` names another index for torch and torchvision (a mirror of the CPU wheels);
 whatever it is, both must come from the same one: torchvision's operators are built against one torch build.
+Where the CPU wheels' index cannot be reached (a runner that sees only PyPI), the session says so and takes
+both from pip's own index: PyPI's builds, which bundle CUDA and run on the CPU all the same.
 A session's virtualenv is kept and reused (``.nox/``): a second run installs nothing it already has.
 """
 
 from __future__ import annotations
 
 import os
+import urllib.error
+import urllib.request
 
 import nox
 
@@ -44,13 +48,32 @@ nox.options.sessions = ["smoke"]
 nox.options.reuse_venv = "yes"
 
 
+def _reachable(url: str, seconds: float = 10.0) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/torch/", timeout=seconds):
+            return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _index(session: nox.Session) -> list[str]:
+    """pip's arguments naming where torch and torchvision come from: $AMPBENCH_TORCH_INDEX, else the CPU
+    wheels where they can be reached, else pip's own index."""
+    index = os.environ.get("AMPBENCH_TORCH_INDEX")
+    if index:
+        return ["--index-url", index]
+    if _reachable(CPU_WHEELS):
+        return ["--index-url", CPU_WHEELS]
+    session.log(f"{CPU_WHEELS} cannot be reached: torch and torchvision come from pip's own index")
+    return []
+
+
 def _install_torch(session: nox.Session, release: str) -> None:
-    index = os.environ.get("AMPBENCH_TORCH_INDEX", CPU_WHEELS)
-    vision = TORCHVISION_FOR[release]
+    vision, index = TORCHVISION_FOR[release], _index(session)
     if vision is None:
-        session.install("--upgrade", "torch", "torchvision", "--index-url", index)
+        session.install("--upgrade", "torch", "torchvision", *index)
     else:
-        session.install(f"torch=={release}.*", f"torchvision=={vision}.*", "--index-url", index)
+        session.install(f"torch=={release}.*", f"torchvision=={vision}.*", *index)
 
 
 @nox.session
