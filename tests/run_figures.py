@@ -50,6 +50,19 @@ def page_text(html: str) -> list[str]:
     return parser.lines
 
 
+def flat_names(info: dict) -> dict[str, Any]:
+    """A cell of the current schema with each figure of a ratio under the name schema 1 gave it
+    (``RatioKind.flat``): what the run JSON held before its ratios were nested."""
+    from ampbench.results import record_type
+    from ampbench.results.schema import KIND_KEY, RATIOS_KEY
+
+    kinds = record_type(info[KIND_KEY]).RATIOS if RATIOS_KEY in info else {}
+    flat = {k: v for k, v in info.items() if k != RATIOS_KEY}
+    for name, figures in (info.get(RATIOS_KEY) or {}).items():
+        flat.update({kinds[name].flat(f): v for f, v in figures.items() if kinds[name].flat(f)})
+    return flat
+
+
 def _plain(value: Any) -> Any:
     """`value` as JSON holds it (a verdict as its string, a tuple as a list)."""
     return json.loads(json.dumps(value, default=str))

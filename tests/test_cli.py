@@ -14,6 +14,7 @@ import pytest
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, main
 from ampbench.report import load_run
 from ampbench.results import SpeedRecord
+from ampbench.results.ratios import WALL
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
@@ -25,7 +26,7 @@ def _slower(tmp_path: Path, factor: float = 0.5, name: str = "new.json", verdict
     """GPU_RUN with the tightest speed cell's speedup scaled by `factor` (0.5: a clear regression)."""
     doc = json.loads(GPU_RUN.read_text())
     run = load_run(GPU_RUN)
-    target = min(run.of_kind(SpeedRecord), key=lambda c: c.estimate().half_width).test_id
+    target = min(run.of_kind(SpeedRecord), key=lambda c: c.estimate(WALL).half_width).test_id
     for b in doc["benchmarks"]:
         if b["name"] == target:
             for k in ("speedup", "speedup_low", "speedup_high"):

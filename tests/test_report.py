@@ -32,6 +32,7 @@ from ampbench.report import (
 )
 from ampbench.results import MemoryRecord, SpeedRecord
 from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
+from ampbench.results.ratios import DEVICE, WALL
 
 DATA = Path(__file__).parent / "data"
 RUNS = sorted(DATA.glob("*.json"))
@@ -75,7 +76,7 @@ def test_every_fixture_loads_as_a_run(path: Path):
     assert run.gpu and run.gpu != "unknown device"
     assert set(run.kinds()) <= {"speed", "memory", "convergence", "input_pipeline", "loss_scaling"} | set(run.kinds())
     for cell in run.of_kind(SpeedRecord):
-        est = cell.estimate()
+        est = cell.estimate(WALL)
         assert est is not None, f"{cell.test_id}: speed cell without a speedup interval"
         assert est.low <= est.speedup <= est.high
         assert cell.model in cell.test_id and cell.mode.replace(" ", "-") in cell.test_id  # 'amp_bf16-compiled'
@@ -130,8 +131,8 @@ def test_truncated_json_is_called_truncated(tmp_path):
         ('{"benchmarks": "nope"}', "not ampbench output"),
         ('{"machine_info": {}, "benchmarks": [{"name": "test_x", "extra_info": {}, "stats": {}}]}', "not ampbench output"),
         ('{"machine_info": {}, "benchmarks": []}', "not ampbench output"),
-        ('{"machine_info": {"ampbench": {}}, "benchmarks": [{"name": "t[a-b]", "extra_info": {"ampbench_schema": 2}}]}',
-         "schema 2"),
+        ('{"machine_info": {"ampbench": {}}, "benchmarks": [{"name": "t[a-b]", "extra_info": {"ampbench_schema": 99}}]}',
+         "schema 99"),
         ('{"machine_info": {"ampbench": {}}, "benchmarks": [3]}', r"benchmarks\[0\]"),
     ],
     ids=["empty", "not-json", "list", "no-benchmarks-list", "plain-pytest-benchmark", "no-trace-of-ampbench",
@@ -273,7 +274,7 @@ def test_speed_chart_marks_baselines_and_intervals(gpu_report):
     speed_ax = figures[0].axes[0]
     assert "Speedup" in speed_ax.get_title(loc="left")
     assert any(isinstance(c, LineCollection) for c in speed_ax.collections), "no interval whiskers"
-    if any(c.baseline_speedup is not None for c in run.of_kind(SpeedRecord)):
+    if any(c.ratio(WALL).baseline_speedup is not None for c in run.of_kind(SpeedRecord)):
         assert any(isinstance(c, PathCollection) for c in speed_ax.collections), "no baseline marks"
 
 
@@ -676,7 +677,7 @@ def _scaled(doc: dict, test_id: str, factor: float, keys=("speedup", "speedup_lo
 
 
 def _tightest_speed_cell(run):
-    return min((c for c in run.of_kind(SpeedRecord)), key=lambda c: c.estimate().half_width)
+    return min((c for c in run.of_kind(SpeedRecord)), key=lambda c: c.estimate(WALL).half_width)
 
 
 def test_a_run_compared_with_itself_has_no_regression():
@@ -692,14 +693,14 @@ def test_compare_uses_the_suites_statistics(tmp_path):
     doc = json.loads(path.read_text())
     old = load_run(path)
     cell = _tightest_speed_cell(old)
-    est = cell.estimate()
-    tolerance = max(tolerance_for(0.03, est.half_width), cell.tolerance or 0)
+    est = cell.estimate(WALL)
+    tolerance = max(tolerance_for(0.03, est.half_width), cell.ratio(WALL).tolerance or 0)
     # far enough down that the whole new interval lies below the regression line
     factor = (1 - tolerance) / (est.high / est.speedup) * 0.9
     new = parse_run(_scaled(doc, cell.test_id, factor), tmp_path / "new.json")
     comparison = compare_runs(old, new)
     (row,) = [r for r in comparison.rows if r.test_id == cell.test_id]
-    expected = SpeedupCheck(cell.model, cell.mode, est.speedup, tolerance).classify(new.cell(SpeedRecord, cell.model, cell.mode).estimate())
+    expected = SpeedupCheck(cell.model, cell.mode, est.speedup, tolerance).classify(new.cell(SpeedRecord, cell.model, cell.mode).estimate(WALL))
     assert row.verdict == expected.value == Verdict.REGRESSION.value
     assert row.change == pytest.approx(factor - 1)
     assert cell.model in row.message and cell.mode in row.message
@@ -840,20 +841,18 @@ def _section(html: str, heading: str) -> str:
 def test_html_shows_device_time_as_the_gate_the_wall_beside_it_host_bound_cells_and_kernel_changes():
     from html import escape
 
-    from ampbench.report.speed_cells import DEVICE, WALL
-
     run = load_run(DEVICE_RUN)
     html = build_report(run)["index.html"].decode()
     assert html.index(DEVICE.title) < html.index(WALL.title) < html.index("Charts")
     device, wall = _section(html, DEVICE.title), _section(html, WALL.title)
     speed = run.of_kind(SpeedRecord)
     for c in (c for c in speed if c.mode != "fp32"):  # fp32 is every column's reference, not a column
-        assert f"{c.device_speedup:.2f}x" in device, c.test_id
-        assert f"[{c.device_speedup_low:.2f}, {c.device_speedup_high:.2f}]" in device, c.test_id
-        assert f"[{c.speedup_low:.2f}, {c.speedup_high:.2f}]" in wall, c.test_id
+        assert f"{c.ratio(DEVICE).speedup:.2f}x" in device, c.test_id
+        assert f"[{c.ratio(DEVICE).speedup_low:.2f}, {c.ratio(DEVICE).speedup_high:.2f}]" in device, c.test_id
+        assert f"[{c.ratio(WALL).speedup_low:.2f}, {c.ratio(WALL).speedup_high:.2f}]" in wall, c.test_id
     assert "<code>graph</code> CUDA-graph replay" in device
-    regression = next(c for c in speed if c.device_verdict == Verdict.REGRESSION)
-    assert 'class="v v-regression"' in device and f"{regression.device_speedup:.2f}x ✗" in device
+    regression = next(c for c in speed if c.ratio(DEVICE).verdict == Verdict.REGRESSION)
+    assert 'class="v v-regression"' in device and f"{regression.ratio(DEVICE).speedup:.2f}x ✗" in device
     host = [c for c in speed if c.host_bound is True]
     assert host, "the device run should hold host-bound cells"
     bound = _section(html, f"Host-bound cells ({len(host)})")
@@ -868,14 +867,12 @@ def test_html_shows_device_time_as_the_gate_the_wall_beside_it_host_bound_cells_
 
 
 def test_html_of_a_run_from_before_device_time_shows_its_one_speedup_matrix():
-    from ampbench.report.speed_cells import DEVICE, WALL
-
     run = load_run(REAL_H100)
     html = build_report(run)["index.html"].decode()
     assert DEVICE.title not in html and WALL.title not in html and "Host-bound" not in html
     matrix = _section(html, "Speedup over fp32")
     for c in (c for c in run.of_kind(SpeedRecord) if c.mode != "fp32"):
-        assert f"{c.speedup:.2f}x" in matrix and f"[{c.speedup_low:.2f}," in matrix
+        assert f"{c.ratio(WALL).speedup:.2f}x" in matrix and f"[{c.ratio(WALL).speedup_low:.2f}," in matrix
 
 
 def _speedup_figure(run, monkeypatch):
@@ -906,7 +903,7 @@ def test_speedup_chart_plots_device_time_where_measured_and_says_so(monkeypatch)
     assert "device time" in chart.title and "device time" in figure.axes[0].get_title(loc="left")
     assert "CUDA-graph replay" in chart.caption and "Hatched" not in chart.caption
     heights = _bar_heights(figure)
-    assert set(heights) == {round(c.device_speedup, 6) for c in run.of_kind(SpeedRecord)}
+    assert set(heights) == {round(c.ratio(DEVICE).speedup, 6) for c in run.of_kind(SpeedRecord)}
     assert not any(heights.values())
     old_chart, old_figure = _speedup_figure(load_run(REAL_H100), monkeypatch)
     assert "wall clock" in old_chart.title and "device time" not in old_chart.caption
@@ -945,8 +942,8 @@ def test_a_row_shows_fp32_from_its_own_rounds_and_fp32_is_no_finding():
         if mode == "fp32":
             assert cells[col["speedup over fp32 [interval]"]].startswith("reference (self-check 0.92x")
             continue
-        assert cells[col["fp32 step, same rounds"]] == fmt_ms(cell.step_ms_ref)
-        est = cell.estimate()
-        assert est.low <= cell.step_ms_ref / cell.step_ms <= est.high, mode
+        assert cells[col["fp32 step, same rounds"]] == fmt_ms(cell.ratio(WALL).step_ms_ref)
+        est = cell.estimate(WALL)
+        assert est.low <= cell.ratio(WALL).step_ms_ref / cell.ratio(WALL).step_ms <= est.high, mode
     headers, matrix = speedup_matrix(run)
     assert "fp32" not in headers and all(len(r) == len(headers) for r in matrix)

@@ -13,21 +13,14 @@ from types import SimpleNamespace
 
 from ampbench.baselines.store import load_document, measurement_mismatch
 from ampbench.outputs import write_atomic
-from ampbench.speed import ratio as ratios
 from ampbench.speed import sides
+from ampbench.speed.ratio import Ratio
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
 from ampbench.report import parse_run
 from ampbench.speed.judging import across_runs_of, describe_across
-from ampbench.baselines.spread import (
-    DEVICE,
-    FIGURES,
-    VERSUS,
-    WALL,
-    learn,
-    software_difference,
-    with_spread,
-)
+from ampbench.baselines.spread import learn, software_difference, spread_kinds, with_spread
+from ampbench.results.ratios import DEVICE, SPEED_RATIOS, VERSUS, WALL
 from ampbench.stats import SpeedupEstimate, log_sd
 from ampbench.baselines.entries import RatioEntry, SpeedEntry
 from ampbench.verdict import UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
@@ -35,14 +28,18 @@ from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.baselines.entries import entry_tolerance, learned_spread
 
 
+def _kind(prefix: str):
+    return next(kind for kind in SPEED_RATIOS.values() if kind.prefix == prefix)
+
+
 def _spread(figures, prefix=""):
     """The learned spread of the ratio `figures` (a baseline entry's) hold under `prefix`."""
-    return learned_spread(None if figures is None else RatioEntry.read(figures, prefix))
+    return learned_spread(None if figures is None else RatioEntry.read(figures, _kind(prefix)))
 
 
 def _tolerance(floor, figures, prefix, noise=None):
     """The tolerance of the ratio `figures` hold under `prefix`."""
-    return entry_tolerance(floor, RatioEntry.read(figures, prefix), noise)
+    return entry_tolerance(_kind(prefix), floor, RatioEntry.read(figures, _kind(prefix)), noise)
 
 
 SOFTWARE = {"torch": "2.11.0+cu130", "cuda": "13.0", "cudnn": 91900, "driver": "580.159.04",
@@ -149,9 +146,9 @@ def test_with_spread_adds_the_figures_and_keeps_everything_else():
 def test_the_suite_reports_an_interval_across_runs_only_where_the_baseline_has_a_spread():
     est = SpeedupEstimate(8.5, 8.45, 8.55, 20, 0.99)
     assert across_runs_of(est, None) is None
-    assert across_runs_of(est, SpeedEntry.from_figures({"speedup": 8.4}).wall.between_run_sd) is None
-    assert across_runs_of(est, SpeedEntry.from_figures({"speedup": 8.4, "between_run_sd": None}).wall.between_run_sd) is None
-    baseline = SpeedEntry.from_figures({"speedup": 8.4, "between_run_sd": 0.012, "between_run_count": 5}).wall
+    assert across_runs_of(est, SpeedEntry.from_figures({"speedup": 8.4}).ratio(WALL).between_run_sd) is None
+    assert across_runs_of(est, SpeedEntry.from_figures({"speedup": 8.4, "between_run_sd": None}).ratio(WALL).between_run_sd) is None
+    baseline = SpeedEntry.from_figures({"speedup": 8.4, "between_run_sd": 0.012, "between_run_count": 5}).ratio(WALL)
     across = across_runs_of(est, baseline.between_run_sd)
     assert across.low < est.low and across.high > est.high and across.between_run_sd == 0.012
     assert describe_across(across, baseline.between_run_count).endswith("(between-run sd 1.2% from 5 runs)")
@@ -182,15 +179,15 @@ def _device_run(speedups: dict[str, tuple[float, float | None]], when: str, meth
 
 
 def test_the_table_names_every_figure_and_where_each_is_stored():
-    assert [f.key for f in FIGURES] == ["speedup", "device_speedup", "versus_speedup"]
+    assert [k.history for k in spread_kinds()] == ["speedup", "device_speedup", "versus_speedup"]
     entry = SpeedEntry.from_figures({"speedup": 2.0, "between_run_sd": 0.01, "between_run_count": 3,
                                      "device_between_run_sd": 0.02, "device_between_run_count": 4,
                                      "device_method": "graph", "versus_between_run_sd": 0.03, "versus": "amp_bf16"})
-    assert (WALL.ratio(entry).between_run_sd, WALL.ratio(entry).between_run_count) == (0.01, 3)
-    assert (DEVICE.ratio(entry).between_run_sd, DEVICE.ratio(entry).between_run_count) == (0.02, 4)
-    assert (DEVICE.method_key, DEVICE.ratio(entry).method, WALL.method_key) == ("device_method", "graph", None)
-    assert (VERSUS.ratio(entry).between_run_sd, VERSUS.method_key, VERSUS.over_key, VERSUS.prefix) == (
-        0.03, "versus_method", "versus", "versus_")
+    assert (entry.ratio(WALL).between_run_sd, entry.ratio(WALL).between_run_count) == (0.01, 3)
+    assert (entry.ratio(DEVICE).between_run_sd, entry.ratio(DEVICE).between_run_count) == (0.02, 4)
+    assert (DEVICE.entry_key("method"), entry.ratio(DEVICE).method, WALL.same_method) == ("device_method", "graph", False)
+    assert (entry.ratio(VERSUS).between_run_sd, VERSUS.entry_key("method"), VERSUS.over, VERSUS.prefix) == (
+        0.03, "versus_method", True, "versus_")
 
 
 def test_a_compiled_cells_ratio_over_its_versus_side_learns_its_spread_and_tolerance():
@@ -314,8 +311,8 @@ def _rerecorded(monkeypatch, previous: dict | None, method: str = "graph", measu
     entry = SpeedEntry.of(previous)
     alike = entry is not None and measurement_mismatch(entry, measured_with) is None
     stored = {}
-    for kind in (ratios.DEVICE, ratios.WALL):
-        ratio = ratios.Ratio.between(kind, object(), object()).hold("resnet50", "amp_fp16", entry, DEFAULT_TOLERANCE)
+    for kind in (DEVICE, WALL):
+        ratio = Ratio.between(kind, object(), object()).hold("resnet50", "amp_fp16", entry, DEFAULT_TOLERANCE)
         stored.update(ratio.time(POLICY, gated=True).recorded(entry, False, alike, POLICY, DEFAULT_TOLERANCE))
     return stored
 
@@ -468,8 +465,8 @@ def _re_recorded(document: dict, device: float, wall: float) -> dict:
     """`document` with WRN re-recorded at new levels, as the speed cell stores a recording on new software
     (``Ratio.recorded``): the recording's figures, and the spread each ratio measured alike keeps."""
     old = SpeedEntry.from_figures(document["entries"][WRN]["figures"])
-    kept = {**old.wall.kept_spread().figures(""), **old.device.kept_spread().figures("device_"),
-            "device_tolerance": entry_tolerance(DEFAULT_TOLERANCE, old.device.kept_spread(), 0.004)}
+    kept = {**old.ratio(WALL).kept_spread().figures(WALL), **old.ratio(DEVICE).kept_spread().figures(DEVICE),
+            "device_tolerance": entry_tolerance(DEVICE, DEFAULT_TOLERANCE, old.ratio(DEVICE).kept_spread(), 0.004)}
     figures = {"speedup": wall, "noise": 0.01, "device_speedup": device, "device_noise": 0.004, "device_method": "graph",
                **MEASURED, **kept}
     entries = dict(document["entries"], **{WRN: dict(document["entries"][WRN], figures=figures)})
