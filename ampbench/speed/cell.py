@@ -160,13 +160,8 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, p
     group = getattr(store, "group_failure", None)  # a history's: what fails a run with its held-back runs
     held_back = (lambda kind: lambda value, tol: group(test_id, kind, value, tol)) if group else None
     ratios = judged(spec, mode, reference, pair, baseline, settings, pol, held_back)
-    verdict = combined([r.gated_verdict for r in ratios])
-    kernels = pair.side.profile.top() if pair.side.profile else None  # what a baseline entry keeps
-    changes = kernel_changes(baseline.kernels if baseline else None, kernels)
     trained = _Trained.of(pair.side, before)
-    cell = SpeedCell(_record(spec, mode, settings, device, reference, pair.side, ratios, baseline, peak_tflops,
-                             trained, verdict=verdict, message=_message(verdict, ratios, baseline, changes),
-                             kernels=kernels, changes=changes),
+    cell = SpeedCell(_record(spec, mode, settings, device, reference, pair.side, ratios, baseline, peak_tflops, trained),
                      list(_of(ratios, DEVICE).first.mode_times))
     cell.problems += _problems(spec, mode, pair, ratios, baseline, trained)
     # only a cell that really trained may become a baseline
@@ -205,10 +200,13 @@ class _Trained:
 
 def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device: torch.device,
             reference: sides.Side, side: sides.Side, ratios: list[Ratio], baseline: SpeedEntry | None,
-            peak_tflops: Callable[[str], float | None], trained: _Trained, **concluded) -> SpeedRecord:
-    """The cell's record: each ratio's fields, and the cell's own (`concluded`: verdict, message, kernels
-    and their changes)."""
+            peak_tflops: Callable[[str], float | None], trained: _Trained) -> SpeedRecord:
+    """The cell's record: its ratios, what they conclude (the verdict of those that gate it, the message of
+    all), its mode's kernels and how they moved against its `baseline`, and its own figures."""
     dev, wall = _of(ratios, DEVICE), _of(ratios, WALL)
+    verdict = combined([r.gated_verdict for r in ratios])
+    kernels = side.profile.top() if side.profile else None  # what a baseline entry keeps
+    changes = kernel_changes(baseline.kernels if baseline else None, kernels)
     batch = spec.batch_size_for(settings.smoke)
     (step_s, ref_step_s), (dev_step_s, dev_ref_step_s) = wall.step_seconds(), dev.step_seconds()
     load = host_load(side.profile.busy_ms / 1e3 if side.profile else dev_step_s, step_s)
@@ -216,7 +214,6 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
     tflops = spec.flops_per_sample(side.trainer.config) * batch / dev_step_s / 1e12
     peak = peak_tflops(mode.peak_dtype)
     compile_s = side.first_step_seconds if mode.compile else None
-    kernels, changes = concluded.pop("kernels"), concluded.pop("changes")
     return SpeedRecord(
         model=spec.name, mode=label(mode), device=str(device), batch_size=batch, gate=settings.gate,
         gated=list(dict.fromkeys(r.kind.gate for r in ratios if r.gated)),
@@ -238,7 +235,8 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
         recording=settings.update_baselines, weights_moved=trained.moved, final_loss_finite=trained.loss_finite,
         loss_scale=trained.scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds,
         compile_s=compile_s, ref_compile_s=reference.first_step_seconds if mode.compile else None,
-        baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), **concluded)
+        baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), verdict=verdict,
+        message=_message(verdict, ratios, baseline, changes))
 
 
 def _problems(spec: ModelSpec, mode: PrecisionMode, pair: _Prepared, ratios: list[Ratio],
