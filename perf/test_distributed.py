@@ -157,13 +157,11 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
 
     _tag_injected(request, benchmark, docs)
     problems = _problems(docs)
-    record = _record(identity, figs, docs, settings, result, verdict=verdict, message=message,
-                     weights_moved=all(d["weights_moved"] for d in docs), gated=list(gates),
+    record = _record(identity, figs, docs, settings, result, verdict=verdict, message=message, gated=list(gates),
                      ratios=judging.ratio_figures(figs, checks, verdicts, docs))
     record_result(record)
     # pytest-benchmark's figures: the mode's time per step in each round, on the device where measured
-    rounds = record.ratio(DIST_DEVICE).round_ms or record.ratio(DIST_WALL).round_ms
-    record_step_times(benchmark, [ms / 1e3 for ms in rounds or ()])
+    record_step_times(benchmark, [ms / 1e3 for ms in record.ratio(DIST_DEVICE).round_ms or record.ratio(DIST_WALL).round_ms or ()])
     if settings.update_baselines and store is not None and not problems:
         _record_baseline(store, test_id, figs, docs, settings, software, previous=baseline)
 
@@ -237,7 +235,8 @@ def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], se
         comm_share_ref=mean_over_ranks(docs, "comm_share_ref"),
         comm_overlap_ref=mean_over_ranks(docs, "comm_overlap_ref"),
         idle_share=figs.idle_share, idle_share_ref=max_over_ranks(docs, "idle_share_ref"), host_bound=figs.host_bound,
-        device_queue=docs[0].get("device_queue"), recording=settings.update_baselines, loss_scale=docs[0].get("loss_scale"), backend=docs[0]["backend"],
+        device_queue=docs[0].get("device_queue"), recording=settings.update_baselines,
+        weights_moved=all(d["weights_moved"] for d in docs), loss_scale=docs[0].get("loss_scale"), backend=docs[0]["backend"],
         strategy=docs[0]["strategy"], steps_per_block=docs[0]["mode_steps"], ref_steps_per_block=docs[0]["ref_steps"],
         block_seconds=settings.block_seconds, cudnn_benchmark=settings.cudnn_benchmark, launch_s=result.seconds,
         **concluded)
