@@ -56,14 +56,19 @@ class Figures:
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (test id, why)
 
 
+def _speedup(cell: TimedRecord, gate: str) -> RatioKind | None:
+    """The cell's speedup over fp32 that the --perf-gate value `gate` names (its ratios over a versus side
+    and its scaling efficiencies are exported apart, or not at all)."""
+    return next((k for k in cell.RATIOS.values() if k.gate == gate and not k.over and not k.share), None)
+
+
 def _gated(cell: TimedRecord) -> list[RatioKind]:
-    """The speedups that held the cell (its kinds of ratio named by a --perf-gate value): as it names
-    them, else as a run of its time judged it."""
-    named = [cell.RATIOS[g] for g in (cell.gated or []) if g in cell.RATIOS]
+    """The speedups that held the cell: as it names them, else as a run of its time judged it."""
+    named = [kind for gate in dict.fromkeys(cell.gated or []) if (kind := _speedup(cell, gate)) is not None]
     if named:
         return named
-    device = cell.RATIOS[DEVICE.name]
-    return [device] if cell.estimate(device) is not None else [cell.RATIOS[WALL.name]]
+    device = _speedup(cell, DEVICE.gate)
+    return [device] if cell.estimate(device) is not None else [_speedup(cell, WALL.gate)]
 
 
 def _interval(cell: TimedRecord, group: str, kind: RatioKind, est: SpeedupEstimate, verdict: object) -> Figure:

@@ -137,24 +137,33 @@ class TimedRecord(Record):
         return {"ratios": ratios}, frozenset(names)
 
     @classmethod
+    def _held(cls, info: Mapping[str, Any], where: str) -> tuple[list[tuple[Mapping, Any, str]], list[str]]:
+        """(each ratio as `info` holds it: its figures, how they are named there (None: as RatioFigures names
+        them) and where it lies; why `info` holds no ratios at all)."""
+        if info.get(SCHEMA_KEY) == FLAT_RATIOS_SCHEMA:  # flat, each figure under the name its row gives it
+            return [(info, dict(_flat(kind)).get, where) for kind in cls.RATIOS.values()], []
+        problems = check(info, {RATIOS_KEY: OBJECT}, where)
+        ratios = (info.get(RATIOS_KEY) or {}) if not problems else {}
+        problems += check(ratios, {name: OBJECT for name in ratios}, f"{where}.{RATIOS_KEY}")
+        return [(figures, None, f"{where}.{RATIOS_KEY}.{name}") for name, figures in ratios.items()], problems
+
+    @classmethod
     def _part_problems(cls, info: Mapping[str, Any], where: str) -> list[str]:
-        if info.get(SCHEMA_KEY) == FLAT_RATIOS_SCHEMA:  # each ratio's figures flat, under the names its row gives
-            flat = [(dict(_flat(kind)).get, where) for kind in cls.RATIOS.values()]
-            held = [(info, key, at) for key, at in flat]
-        else:
-            problems = check(info, {RATIOS_KEY: OBJECT}, where)
-            ratios = info.get(RATIOS_KEY) or {} if not problems else {}
-            problems += check(ratios, {name: OBJECT for name in ratios}, f"{where}.{RATIOS_KEY}")
-            if problems:
-                return problems
-            held = [(figures, None, f"{where}.{RATIOS_KEY}.{name}") for name, figures in ratios.items()]
-        problems = [p for figures, key, at in held for p in check(figures, field_specs(RatioFigures, key), at)]
+        held, problems = cls._held(info, where)
         if problems:
-            return list(dict.fromkeys(problems))
-        ordered = [p for figures, key, at in held for names in RatioFigures.ORDERED
-                   for p in check_order(figures, tuple(key(n) if key else n for n in names), at)
-                   if not key or all(key(n) for n in names)]
-        return list(dict.fromkeys(ordered))
+            return problems
+        problems = [p for figures, named, at in held for p in check(figures, field_specs(RatioFigures, named), at)]
+        if problems:
+            return list(dict.fromkeys(problems))  # a figure two ratios of schema 1 share is named once
+        return list(dict.fromkeys(p for figures, named, at in held for order in _ordered(named)
+                                  for p in check_order(figures, order, at)))
+
+
+def _ordered(named: Any) -> list[tuple[str, ...]]:
+    """The figures of a ratio that must be ascending, as `named` names them (None: as RatioFigures does)."""
+    if named is None:
+        return list(RatioFigures.ORDERED)
+    return [tuple(named(n) for n in names) for names in RatioFigures.ORDERED if all(named(n) for n in names)]
 
 
 @dataclass(frozen=True)
