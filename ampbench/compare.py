@@ -17,9 +17,10 @@ from ampbench.results import (
     Run,
     SpeedRecord,
 )
+from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.stats import SpeedupEstimate
 from ampbench.text import fmt_number, fmt_pct, fmt_speedup, verdict_label
-from ampbench.verdict import WALL_TOLERANCE_FLOOR, RatioCheck, SpeedupCheck, Verdict, tolerance_for
+from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, tolerance_for
 from ampbench.settings import DEFAULT_TOLERANCE
 
 DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little
@@ -121,26 +122,26 @@ def _base(cell: Record, figure: str) -> dict:
 def _speed_change(old: SpeedRecord | DistributedRecord, new: SpeedRecord | DistributedRecord, floor: float) -> Change:
     # the device-time speedup where both runs measured it the same way: it is what the suite gates on;
     # the wall-clock speedup of eager steps otherwise, with the wall's own floor
-    old_est, new_est = old.estimate(device=True), new.estimate(device=True)
-    device = (old_est is not None and new_est is not None
-              and getattr(old, "device_method", None) == getattr(new, "device_method", None))
+    old_est, new_est = old.estimate(DEVICE), new.estimate(DEVICE)
+    device = (old_est is not None and new_est is not None and old.ratio(DEVICE).method == new.ratio(DEVICE).method)
+    kind = DEVICE if device else WALL
     if not device:
-        floor = max(floor, WALL_TOLERANCE_FLOOR)
-        old_est, new_est = old.estimate(), new.estimate()
+        floor = max(floor, WALL.floor)
+        old_est, new_est = old.estimate(WALL), new.estimate(WALL)
     return _interval_change(new, "device speedup" if device else "speedup", old_est, new_est,
-                            new.speedup_of(device), floor, old.tolerance_of(device))
+                            new.ratio(kind).speedup, floor, old.ratio(kind).tolerance)
 
 
 def _versus_change(old: SpeedRecord, new: SpeedRecord, floor: float) -> Change | None:
     """A compiled cell's ratio over its versus side (compile gain; fp8 over compiled amp_bf16), where the
     new run has one: held only against an old ratio over the same side, measured the same way."""
-    new_est = new.versus_estimate()
+    new_est = new.estimate(VERSUS)
     if new_est is None:
         return None
-    same = old.versus == new.versus and old.versus_method == new.versus_method
-    old_est = old.versus_estimate() if same else None
-    return _interval_change(new, f"over {new.versus}", old_est, new_est, new.versus_speedup, floor,
-                            old.versus_tolerance if same else None, f"speedup over {new.versus}")
+    same = old.versus == new.versus and old.ratio(VERSUS).method == new.ratio(VERSUS).method
+    old_est = old.estimate(VERSUS) if same else None
+    return _interval_change(new, f"over {new.versus}", old_est, new_est, new.ratio(VERSUS).speedup, floor,
+                            old.ratio(VERSUS).tolerance if same else None, f"speedup over {new.versus}")
 
 
 def _interval_change(new: Record, figure: str, old_est: SpeedupEstimate | None, new_est: SpeedupEstimate | None,

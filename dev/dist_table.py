@@ -10,47 +10,49 @@ fp16_hook device step times over sockets against NVLink; then what the NCCL debu
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 
+from ampbench.results import DistributedRecord, load_run
+from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, SCALING
 
-def last_runs(folder: Path) -> dict[str, list[dict]]:
-    """The cells of the last run of each kind, by kind."""
+
+def last_runs(folder: Path) -> dict[str, list[DistributedRecord]]:
+    """The distributed cells of the last run of each kind, by kind."""
     runs: dict[str, Path] = {}
     for path in sorted(folder.glob("*.json")):
         runs[path.stem.split("-", 1)[1]] = path
-    return {kind: [b["extra_info"] | {"name": b["name"]} for b in json.loads(p.read_text())["benchmarks"]]
-            for kind, p in runs.items()}
+    return {kind: load_run(p).of_kind(DistributedRecord) for kind, p in runs.items()}
 
 
 def _f(value, spec: str, suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}" if isinstance(value, (int, float)) else "-"
 
 
-def cell_table(kind: str, cells: list[dict]) -> list[str]:
+def cell_table(kind: str, cells: list[DistributedRecord]) -> list[str]:
     head = f"{'cell':44} {'device ms':>9} {'ref ms':>8} {'device speedup':>14} {'tolerance':>9} {'verdict':>11} " \
            f"{'eff device':>10} {'eff wall':>8}"
     lines = [f"== {kind} ({len(cells)} cells)", head]
-    for c in sorted(cells, key=lambda c: c["name"]):
-        lines.append(f"{c['name']:44} {_f(c.get('device_step_ms'), '.2f'):>9} {_f(c.get('device_step_ms_ref'), '.2f'):>8} "
-                     f"{_f(c.get('device_speedup'), '.4f', 'x'):>14} {_f(c.get('device_tolerance'), '.2%'):>9} "
-                     f"{str(c.get('device_verdict') or c.get('verdict')):>11} "
-                     f"{_f(c.get('device_scaling_efficiency'), '.1%'):>10} {_f(c.get('scaling_efficiency'), '.1%'):>8}")
+    for c in sorted(cells, key=lambda c: c.test_id):
+        device = c.ratio(DIST_DEVICE)
+        lines.append(f"{c.test_id:44} {_f(device.step_ms, '.2f'):>9} {_f(device.step_ms_ref, '.2f'):>8} "
+                     f"{_f(device.speedup, '.4f', 'x'):>14} {_f(device.tolerance, '.2%'):>9} "
+                     f"{str(c.verdict_of(DIST_DEVICE)):>11} "
+                     f"{_f(c.ratio(DEVICE_SCALING).speedup, '.1%'):>10} {_f(c.ratio(SCALING).speedup, '.1%'):>8}")
     return lines
 
 
-def transport_table(sockets: list[dict], nvlink: list[dict]) -> list[str]:
+def transport_table(sockets: list[DistributedRecord], nvlink: list[DistributedRecord]) -> list[str]:
     """Device step times of each comm variant over sockets and over NVLink: does compression pay?"""
-    by = {(c["model"], c["mode"], c["comm"]): c for c in nvlink}
+    by = {(c.model, c.mode, c.comm): c for c in nvlink}
     lines = ["== device step ms, sockets (two nodes) against NVLink (one node)",
              f"{'model mode':24} {'comm':10} {'sockets':>9} {'NVLink':>9} {'sockets/NVLink':>14}"]
-    for c in sorted(sockets, key=lambda c: (c["model"], c["mode"], c["comm"])):
-        other = by.get((c["model"], c["mode"], c["comm"]), {})
-        s, n = c.get("device_step_ms"), other.get("device_step_ms")
+    for c in sorted(sockets, key=lambda c: (c.model, c.mode, c.comm)):
+        other = by.get((c.model, c.mode, c.comm))
+        s, n = c.ratio(DIST_DEVICE).step_ms, other.ratio(DIST_DEVICE).step_ms if other else None
         ratio = s / n if isinstance(s, (int, float)) and isinstance(n, (int, float)) and n else None
-        lines.append(f"{c['model'] + ' ' + c['mode']:24} {c['comm']:10} {_f(s, '.2f'):>9} {_f(n, '.2f'):>9} "
+        lines.append(f"{c.model + ' ' + c.mode:24} {c.comm:10} {_f(s, '.2f'):>9} {_f(n, '.2f'):>9} "
                      f"{_f(ratio, '.2f', 'x'):>14}")
     return lines
 

@@ -38,6 +38,7 @@ from ampbench.distributed.speed_worker import failed_comm
 from ampbench.plugin.nodes import launcher_of
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
+from ampbench.results.ratios import DIST_DEVICE, DIST_WALL
 from ampbench.baselines.entries import DistributedEntry
 from ampbench.baselines.spread import INJECTED_KEY
 from ampbench.plugin import summary
@@ -156,12 +157,11 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
 
     _tag_injected(request, benchmark, docs)
     problems = _problems(docs)
-    record = _record(identity, figs, docs, checks, settings, result, verdict=verdict, message=message,
-                     weights_moved=all(d["weights_moved"] for d in docs), gated=list(gates),
-                     **judging.device_record_fields(figs, checks, verdicts, docs))
+    record = _record(identity, figs, docs, settings, result, verdict=verdict, message=message, gated=list(gates),
+                     ratios=judging.ratio_figures(figs, checks, verdicts, docs))
     record_result(record)
     # pytest-benchmark's figures: the mode's time per step in each round, on the device where measured
-    record_step_times(benchmark, [ms / 1e3 for ms in record.device_round_ms or record.round_ms or ()])
+    record_step_times(benchmark, [ms / 1e3 for ms in record.ratio(DIST_DEVICE).round_ms or record.ratio(DIST_WALL).round_ms or ()])
     if settings.update_baselines and store is not None and not problems:
         _record_baseline(store, test_id, figs, docs, settings, software, previous=baseline)
 
@@ -223,29 +223,22 @@ def _problems(docs: list[dict]) -> list[str]:
     return problems
 
 
-def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], checks: judging.CellChecks, settings,
-            result: LaunchResult, **concluded) -> DistributedRecord:
-    """The cell's record: the launch's figures merged over its ranks, and what the cell concluded."""
-    eff, nproc = figs.efficiency, len(docs)
-    speed_check, eff_check = checks.speedup, checks.efficiency
+def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], settings, result: LaunchResult,
+            **concluded) -> DistributedRecord:
+    """The cell's record: the launch's figures merged over its ranks, and what the cell concluded (its
+    ratios among it)."""
+    nproc = len(docs)
     return replace(
-        identity, speedup=figs.speedup.speedup, speedup_low=figs.speedup.low, speedup_high=figs.speedup.high,
-        rounds=figs.speedup.rounds, confidence=0.99,
-        throughput_per_gpu=figs.throughput_per_gpu, throughput_per_gpu_ref=figs.throughput_per_gpu_ref,
+        identity, throughput_per_gpu=figs.throughput_per_gpu, throughput_per_gpu_ref=figs.throughput_per_gpu_ref,
         throughput=figs.throughput_per_gpu * nproc, batch_size_per_gpu=docs[0]["batch_size"],
-        scaling_efficiency=eff.speedup if eff else None, scaling_efficiency_low=eff.low if eff else None,
-        scaling_efficiency_high=eff.high if eff else None,
         comm_share=figs.comm_share, comm_overlap=figs.comm_overlap,
         comm_share_ref=mean_over_ranks(docs, "comm_share_ref"),
         comm_overlap_ref=mean_over_ranks(docs, "comm_overlap_ref"),
         idle_share=figs.idle_share, idle_share_ref=max_over_ranks(docs, "idle_share_ref"), host_bound=figs.host_bound,
-        baseline_speedup=speed_check.expected if speed_check else None,
-        baseline_scaling_efficiency=eff_check.expected if eff_check else None,
-        tolerance=speed_check.tolerance if speed_check else None, line=speed_check.line if speed_check else None,
-        recording=settings.update_baselines, loss_scale=docs[0].get("loss_scale"), backend=docs[0]["backend"],
+        device_queue=docs[0].get("device_queue"), recording=settings.update_baselines,
+        weights_moved=all(d["weights_moved"] for d in docs), loss_scale=docs[0].get("loss_scale"), backend=docs[0]["backend"],
         strategy=docs[0]["strategy"], steps_per_block=docs[0]["mode_steps"], ref_steps_per_block=docs[0]["ref_steps"],
         block_seconds=settings.block_seconds, cudnn_benchmark=settings.cudnn_benchmark, launch_s=result.seconds,
-        round_ms=[t * 1e3 for t in docs[0]["mode_times"]], ref_round_ms=[t * 1e3 for t in docs[0]["ref_times"]],
         **concluded)
 
 

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 from ampbench.history.ingest import session_run
 from ampbench.history.store import RunRow
 from ampbench.results import SpeedRecord, Verdict
+from tests import records
 
 H100 = "NVIDIA H100 80GB HBM3"
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -14,7 +15,7 @@ START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 def speed_record(model: str, mode: str, speedup: float, verdict: Verdict = Verdict.PASS, **more) -> SpeedRecord:
     """A speed cell's record with a device-time speedup and a 1% interval around it."""
-    return SpeedRecord(test_id=f"test_speed[{model}-{mode}]", model=model, mode=mode, device="cuda:0",
+    return records.speed(test_id=f"test_speed[{model}-{mode}]", model=model, mode=mode, device="cuda:0",
                        verdict=verdict, device_verdict=verdict, device_speedup=speedup,
                        device_speedup_low=speedup * 0.99, device_speedup_high=speedup * 1.01, speedup=speedup,
                        speedup_low=speedup * 0.98, speedup_high=speedup * 1.02, **more)

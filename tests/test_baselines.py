@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.baselines.store import (
     SCHEMA_VERSION,
     BaselineError,
@@ -354,9 +355,9 @@ def test_a_speed_entrys_ratios_read_by_their_prefix():
 
     entry = SpeedEntry.from_figures({"speedup": 2.0, "noise": 0.01, "device_speedup": 2.2, "device_method": "graph",
                                      "versus": "amp_bf16", "versus_speedup": 1.3, "step_ms": 4.0, "other": 1})
-    assert entry.wall.speedup == 2.0 and entry.wall.noise == 0.01 and entry.wall.step_ms == 4.0
-    assert entry.device.speedup == 2.2 and entry.device.method == "graph" and entry.device.noise is None
-    assert entry.versus == "amp_bf16" and entry.ratio("versus_").speedup == 1.3
+    assert entry.ratio(WALL).speedup == 2.0 and entry.ratio(WALL).noise == 0.01 and entry.ratio(WALL).step_ms == 4.0
+    assert entry.ratio(DEVICE).speedup == 2.2 and entry.ratio(DEVICE).method == "graph" and entry.ratio(DEVICE).noise is None
+    assert entry.versus == "amp_bf16" and entry.ratio(VERSUS).speedup == 1.3
     assert entry.detail == {"other": 1} and list(entry.to_figures()) == ["speedup", "noise", "device_speedup",
                                                                           "device_method", "versus", "versus_speedup",
                                                                           "step_ms", "other"]

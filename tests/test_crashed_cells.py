@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CELLS = '''
 import pytest
-from ampbench.results import SpeedRecord, Verdict
+from ampbench.results import RatioFigures, SpeedRecord, Verdict
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def broken_reference():
 
 def _speed(model_name, mode_name, perf_device):
     return SpeedRecord(model=model_name, mode=mode_name, device=str(perf_device), verdict=Verdict.PASS,
-                       device_speedup=1.5, device_speedup_low=1.4, device_speedup_high=1.6)
+                       ratios={"device": RatioFigures(speedup=1.5, speedup_low=1.4, speedup_high=1.6)})
 
 
 def test_memory(model_name, mode_name):

@@ -25,7 +25,8 @@ from ampbench.speed.devicetime import (
 )
 from ampbench.speed.hostload import HOST_BOUND_IDLE_SHARE, host_load
 from ampbench.speed.sides import SpeedPolicy, policy_for
-from ampbench.speed.judging import first_look
+from ampbench.results.ratios import DEVICE
+from ampbench.speed.ratio import Ratio
 from ampbench.stats import SpeedupEstimate
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import SpeedupCheck, Verdict, kernel_changes
@@ -266,6 +267,11 @@ def _timer() -> PairedTimer:
     return PairedTimer(*_blocks([2.00, 2.02, 1.98, 2.01], [1.00, 1.01, 0.99, 1.02, 0.98]), 1, 1)
 
 
+def first_look(check: SpeedupCheck | None, timer: PairedTimer, policy: SpeedPolicy) -> Ratio:
+    """A ratio timed by `timer` that does not gate its cell: its first look."""
+    return Ratio(DEVICE, check=check, clock=lambda _: timer).time(policy, gated=False)
+
+
 @pytest.mark.parametrize("confidence, rounds", [(0.95, 6), (0.99, 8)])
 def test_first_look_takes_the_fewest_rounds_of_its_confidence_and_no_baseline(confidence, rounds):
     timer = _timer()
@@ -273,7 +279,7 @@ def test_first_look_takes_the_fewest_rounds_of_its_confidence_and_no_baseline(co
     assert len(timer.mode_times) == rounds and outcome.estimate.rounds == rounds
     assert outcome.estimate.confidence == confidence
     assert outcome.verdict is Verdict.NO_BASELINE and outcome.confirmation is None
-    assert outcome.estimate.speedup == pytest.approx(2.0, rel=0.03) and "no baseline for this GPU" in outcome.message
+    assert outcome.estimate.speedup == pytest.approx(2.0, rel=0.03) and "no baseline for this GPU" in outcome.judgement
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
@@ -290,7 +296,7 @@ def test_first_look_classifies_without_extending_or_confirming():
         check = SpeedupCheck("gpt", "amp_bf16", expected, 0.05)
         outcome = first_look(check, timer, _policy())
         assert outcome.verdict is verdict and outcome.confirmation is None, expected
-        assert len(timer.mode_times) == rounds and outcome.message.startswith("gpt amp_bf16: speedup over fp32")
+        assert len(timer.mode_times) == rounds and outcome.judgement.startswith("gpt amp_bf16: speedup over fp32")
 
 
 def test_first_look_adds_no_rounds_to_a_timer_that_has_enough():

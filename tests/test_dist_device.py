@@ -14,8 +14,10 @@ from ampbench.compare import _speed_change
 from ampbench.distributed import judging
 from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE, merge_ranks, per_round_max, per_round_min
 from ampbench.results import DistributedRecord
+from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING
 from ampbench.stats import estimate_speedup
 from ampbench.verdict import Verdict, combined
+from tests import records
 
 N = 8
 
@@ -86,11 +88,11 @@ def _verdict(entry, figs, gate: str = "device") -> tuple[Verdict, tuple[str, ...
 def test_device_time_gates_the_cell_and_the_wall_clock_is_reported_beside_it():
     figs = merge_ranks(_docs(), 0.99)  # device ~3.0x, wall 2.0x
     verdict, gates, verdicts = _verdict(_entry(device=4.0, wall=2.0), figs)
-    assert gates == ("device",) and verdicts["device speedup"] is Verdict.REGRESSION
-    assert verdicts["speedup"] is Verdict.PASS and verdict is Verdict.REGRESSION
+    assert gates == ("device",) and verdicts[judging.DEVICE_SPEEDUP] is Verdict.REGRESSION
+    assert verdicts[judging.SPEEDUP] is Verdict.PASS and verdict is Verdict.REGRESSION
     # a wall-clock drop does not fail a cell that device time holds
     verdict, _, verdicts = _verdict(_entry(device=3.0, wall=3.0), figs)
-    assert verdicts["speedup"] is Verdict.REGRESSION and verdict is not Verdict.REGRESSION
+    assert verdicts[judging.SPEEDUP] is Verdict.REGRESSION and verdict is not Verdict.REGRESSION
     assert _verdict(_entry(device=3.0, wall=3.0), figs, gate="wall")[0] is Verdict.REGRESSION
     assert _verdict(_entry(device=4.0, wall=2.0), figs, gate="both")[1] == ("device", "wall")
 
@@ -99,19 +101,19 @@ def test_host_bound_softens_the_wall_clock_figures_only():
     figs = merge_ranks(_docs(idle=0.3), 0.99)
     assert figs.host_bound
     _, _, verdicts = _verdict(_entry(device=4.0, wall=3.0), figs, gate="both")
-    assert verdicts["device speedup"] is Verdict.REGRESSION and verdicts["speedup"] is Verdict.INCONCLUSIVE
+    assert verdicts[judging.DEVICE_SPEEDUP] is Verdict.REGRESSION and verdicts[judging.SPEEDUP] is Verdict.INCONCLUSIVE
 
 
 def test_an_entry_without_device_time_is_held_by_the_wall_clock():
     figs = merge_ranks(_docs(), 0.99)
     verdict, gates, verdicts = _verdict(_entry(device=None, wall=3.0), figs)
-    assert gates == ("wall",) and verdict is Verdict.REGRESSION and verdicts["device speedup"] is Verdict.NO_BASELINE
+    assert gates == ("wall",) and verdict is Verdict.REGRESSION and verdicts[judging.DEVICE_SPEEDUP] is Verdict.NO_BASELINE
     checks = judging.cell_checks(_entry(device=None), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
     assert "no device-time baseline" in checks.device_why
     # gloo ranks measure no device time: the wall clock holds the cell whatever the entry
     gloo = merge_ranks([_doc(0, [2.0] * N, [1.0] * N), _doc(1, [2.0] * N, [1.0] * N)], 0.99)
     verdict, gates, verdicts = _verdict(_entry(device=4.0, wall=3.0), gloo)
-    assert gates == ("wall",) and "device speedup" not in verdicts and verdict is Verdict.REGRESSION
+    assert gates == ("wall",) and judging.DEVICE_SPEEDUP not in verdicts and verdict is Verdict.REGRESSION
     assert _verdict(None, gloo)[1] == ("wall",)
 
 
@@ -128,8 +130,8 @@ def test_a_regression_the_confirming_launch_does_not_repeat_is_inconclusive():
     checks = judging.cell_checks(_entry(device=4.0), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
     verdicts = judging.verdicts_of(figs, checks)
     faster = merge_ranks(_docs(dev_mode_1=[0.37] * N), 0.99)  # ~4.1x
-    assert judging.confirmed(verdicts, checks, faster)["device speedup"] is Verdict.INCONCLUSIVE
-    assert judging.confirmed(verdicts, checks, figs)["device speedup"] is Verdict.REGRESSION
+    assert judging.confirmed(verdicts, checks, faster)[judging.DEVICE_SPEEDUP] is Verdict.INCONCLUSIVE
+    assert judging.confirmed(verdicts, checks, figs)[judging.DEVICE_SPEEDUP] is Verdict.REGRESSION
 
 
 def test_the_recorded_device_figures_round_trip_through_the_entry_and_its_schema(tmp_path: Path):
@@ -140,8 +142,8 @@ def test_the_recorded_device_figures_round_trip_through_the_entry_and_its_schema
     assert stored["device_speedup"] == figs.device.speedup and stored["device_tolerance"] >= 0.005
     entry = DistributedEntry.from_figures(json.loads(json.dumps(stored)))
     assert entry.to_figures() == stored and list(entry.to_figures()) == list(stored)
-    assert entry.device.speedup == figs.device.speedup and entry.ratio("device_").method == "kernels"
-    assert entry.speedup.speedup == 2.0 and "device_speedup" not in entry.detail
+    assert entry.ratio(DIST_DEVICE).speedup == figs.device.speedup and entry.ratio(DIST_DEVICE).method == "kernels"
+    assert entry.ratio(DIST_WALL).speedup == 2.0 and "device_speedup" not in entry.detail
     validate_entry("test_ddp_speed[gpt-amp_bf16-fp32]", {"figures": stored}, tmp_path / "b.json")
     with pytest.raises(BaselineError, match="device_speedup"):
         validate_entry("test_fsdp2_speed[gpt-amp_bf16-fsdp2_fp32]", {"figures": {**stored, "device_speedup": -1.0}},
@@ -152,20 +154,23 @@ def test_the_recorded_device_figures_round_trip_through_the_entry_and_its_schema
 
 def test_the_record_carries_device_time_and_compare_reads_it():
     docs = _docs()
+    docs[0]["single_times"] = [0.9] * N  # rank 0's 1-GPU side: the scaling efficiency
     figs = merge_ranks(docs, 0.99)
     checks = judging.cell_checks(_entry(device=3.0), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
     verdicts = judging.verdicts_of(figs, checks)
-    fields = judging.device_record_fields(figs, checks, verdicts, docs)
-    assert fields["device_round_ms"] == pytest.approx([500.0] * N)  # rank 1's, the less busy
-    assert fields["device_ref_round_ms"] == pytest.approx([1500.0 + 10 * i for i in range(N)])
-    record = DistributedRecord(model="gpt", mode="amp_bf16", comm="fp32", speedup=figs.speedup.speedup,
-                               speedup_low=figs.speedup.low, speedup_high=figs.speedup.high, rounds=N,
-                               confidence=0.99, verdict=Verdict.PASS, **fields)
-    assert record.estimate(device=True).speedup == pytest.approx(figs.device.speedup)
-    assert record.verdict_of(device=True) is verdicts["device speedup"] and record.tolerance_of(device=True) > 0
-    old = DistributedRecord(model="gpt", mode="amp_bf16", comm="fp32", speedup=2.0, speedup_low=1.9,
-                            speedup_high=2.1, rounds=N, confidence=0.99)
-    assert old.estimate(device=True) is None and old.verdict_of(device=True) is None
+    ratios = judging.ratio_figures(figs, checks, verdicts, docs)
+    assert list(ratios) == ["device", "wall", "scaling"]  # no device scaling efficiency without graphs
+    assert ratios["device"].round_ms == pytest.approx([500.0] * N)  # rank 1's, the less busy
+    assert ratios["device"].ref_round_ms == pytest.approx([1500.0 + 10 * i for i in range(N)])
+    assert ratios["wall"].round_ms == pytest.approx([1000.0] * N) and ratios["wall"].line == checks.speedup.line
+    assert ratios["scaling"].verdict is None  # the cell's is its verdict
+    record = DistributedRecord(model="gpt", mode="amp_bf16", comm="fp32", verdict=Verdict.PASS, ratios=ratios)
+    assert record.estimate(DIST_DEVICE).speedup == pytest.approx(figs.device.speedup)
+    assert record.verdict_of(DIST_DEVICE) is verdicts[judging.DEVICE_SPEEDUP] and record.ratio(DIST_DEVICE).tolerance > 0
+    assert record.verdict_of(SCALING) is Verdict.PASS and record.estimate(DEVICE_SCALING) is None
+    old = records.distributed(model="gpt", mode="amp_bf16", comm="fp32", speedup=2.0, speedup_low=1.9,
+                              speedup_high=2.1, rounds=N, confidence=0.99)
+    assert old.estimate(DIST_DEVICE) is None and old.verdict_of(DIST_DEVICE) is None
     assert _speed_change(record, record, 0.005).figure == "device speedup"
     assert _speed_change(old, record, 0.005).figure == "speedup"  # an old run has no device time
 
@@ -192,7 +197,7 @@ def test_a_re_recording_measured_alike_keeps_the_learned_spread_and_opens_a_leve
     assert kept["device_between_run_sd"] == 0.003 and kept["device_between_run_count"] == 8
     assert kept["device_speedup"] == figs.device.speedup
     assert kept["device_tolerance"] < UNLEARNED_TOLERANCE
-    assert kept["device_tolerance"] == entry_tolerance(0.005, DistributedEntry.from_figures(kept).device)
+    assert kept["device_tolerance"] == entry_tolerance(DIST_DEVICE, 0.005, DistributedEntry.from_figures(kept).ratio(DIST_DEVICE))
     # another method, another GPU count or other settings: nothing of the old spread is the new figure's
     for other, settings in ((dict(learned, device_method="held"), alike), (dict(learned, world_size=4), alike),
                             (learned, {"block_seconds": 0.2})):
@@ -224,15 +229,16 @@ def test_the_device_scaling_efficiency_gates_beside_the_device_speedup_and_round
                      "device_noise": 0.002, "device_tolerance": 0.02, "device_method": "graph"}
     held = {"device_scaling_speedup": 0.95, "device_scaling_noise": 0.002, "device_scaling_method": "graph"}
     verdict, gates, verdicts = _verdict(DistributedEntry.from_figures({**entry_figures, **held}), figs)
-    assert gates == ("device",) and verdicts["device speedup"] is Verdict.PASS
-    assert verdicts["device scaling efficiency"] is Verdict.REGRESSION and verdict is Verdict.REGRESSION
+    assert gates == ("device",) and verdicts[judging.DEVICE_SPEEDUP] is Verdict.PASS
+    assert verdicts[judging.DEVICE_SCALING] is Verdict.REGRESSION and verdict is Verdict.REGRESSION
     held["device_scaling_speedup"] = 0.9
     assert _verdict(DistributedEntry.from_figures({**entry_figures, **held}), figs)[0] is Verdict.PASS
     # recorded as it is held: its figures under device_scaling_, valid in a baseline file
     recorded = judging.device_baseline_figures(figs, 0.005)
     assert recorded["device_scaling_speedup"] == pytest.approx(0.9) and recorded["device_scaling_method"] == "graph"
     entry = DistributedEntry.from_figures({**entry_figures, **recorded})
-    assert entry.device_efficiency.speedup == pytest.approx(0.9) and entry.device.speedup == recorded["device_speedup"]
+    assert entry.ratio(DEVICE_SCALING).speedup == pytest.approx(0.9)
+    assert entry.ratio(DIST_DEVICE).speedup == recorded["device_speedup"]
     validate_entry("test_ddp_speed[gpt-amp_bf16-fp32]", {"figures": {**entry_figures, **recorded}}, tmp_path / "b.json")
     with pytest.raises(BaselineError, match="device_scaling_speedup"):
         validate_entry("test_ddp_speed[gpt-amp_bf16-fp32]", {"figures": {**entry_figures, "device_scaling_speedup": -1.0}},

@@ -141,7 +141,7 @@ def test_two_nodes_on_one_host_run_the_ddp_cells_and_node_0_holds_the_results(tm
     for b in cells:
         info = b["extra_info"]
         assert (info["world_size"], info["nodes"], info["backend"]) == (2, 2, "gloo"), info
-        assert info["weights_moved"] and info["speedup"] > 0, info
+        assert info["weights_moved"] and info["ratios"]["wall"]["speedup"] > 0, info
     assert not (tmp_path / "node1.json").exists(), "node 1 wrote results of its own"
     assert "node 1 of 2 ran its ranks in 1 of node 0's launches" in out[1] and "node 0 holds the results" in out[1]
     assert "launch 0: mlp amp_bf16 fp32: done" in out[1], out[1][-2000:]

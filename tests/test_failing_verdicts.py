@@ -22,16 +22,17 @@ from ampbench.results import (
     Verdict,
     load_run,
 )
+from tests import records
 
 INTERVAL = dict(rounds=12, confidence=0.99)
 PASSING: dict[str, Record] = {
-    "speed": SpeedRecord(model="mlp", mode="bf16", speedup=2.0, speedup_low=1.98, speedup_high=2.02,
+    "speed": records.speed(model="mlp", mode="bf16", speedup=2.0, speedup_low=1.98, speedup_high=2.02,
                          device_speedup=2.2, device_speedup_low=2.19, device_speedup_high=2.21, device_rounds=12,
                          device_method="graph", **INTERVAL),
     "memory": MemoryRecord(model="mlp", mode="bf16", memory_ratio=0.6, max_batch_ratio=1.7),
     "convergence": ConvergenceRecord(model="mnist_cnn", mode="bf16", accuracy=0.97, accuracy_ref=0.975),
     "input_pipeline": PipelineRecord(model="wide_resnet28_10", mode="bf16", input_bound=False),
-    "distributed": DistributedRecord(model="resnet50", mode="bf16", comm="bf16_hook", world_size=2, speedup=2.5,
+    "distributed": records.distributed(model="resnet50", mode="bf16", comm="bf16_hook", world_size=2, speedup=2.5,
                                      speedup_low=2.48, speedup_high=2.52, **INTERVAL),
 }
 FAILING = [v for v in Verdict if v.failing]

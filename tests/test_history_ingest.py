@@ -23,6 +23,7 @@ from ampbench.results import (
     UnderflowRecord,
     Verdict,
 )
+from tests import records
 from history_runs import H100
 
 pytest_plugins = ("history_stores",)
@@ -35,13 +36,13 @@ def _figures(record) -> dict:
 
 
 def test_a_speed_cell_gives_each_speedup_with_its_interval_and_own_verdict():
-    record = SpeedRecord(verdict=Verdict.REGRESSION, device_speedup=2.0, device_speedup_low=1.9,
+    record = records.speed(verdict=Verdict.REGRESSION, device_speedup=2.0, device_speedup_low=1.9,
                          device_speedup_high=2.1, device_verdict=Verdict.REGRESSION, speedup=1.5, speedup_low=1.4,
                          speedup_high=1.6, wall_verdict=Verdict.PASS, versus_speedup=1.2, versus_speedup_low=1.1,
                          versus_speedup_high=1.3)
     assert _figures(record) == {"device_speedup": (2.0, 1.9, 2.1, "regression"), "speedup": (1.5, 1.4, 1.6, "pass"),
                                 "versus_speedup": (1.2, 1.1, 1.3, "regression")}
-    assert list(_figures(SpeedRecord(speedup=1.5, verdict=Verdict.PASS))) == ["speedup"]
+    assert list(_figures(records.speed(speedup=1.5, verdict=Verdict.PASS))) == ["speedup"]
 
 
 def test_the_other_kinds_give_their_ratios():
@@ -50,11 +51,11 @@ def test_the_other_kinds_give_their_ratios():
     assert list(_figures(MemoryRecord(memory_ratio=0.6, max_batch_searched=False))) == ["memory_ratio"]
     delta = _figures(ConvergenceRecord(accuracy=0.95, accuracy_ref=0.97, verdict=Verdict.PASS))["accuracy_delta"]
     assert delta[0] == pytest.approx(-0.02)
-    assert _figures(DistributedRecord(speedup=1.7, speedup_low=1.6, speedup_high=1.8, scaling_efficiency=0.9,
+    assert _figures(records.distributed(speedup=1.7, speedup_low=1.6, speedup_high=1.8, scaling_efficiency=0.9,
                                       scaling_efficiency_low=0.85, scaling_efficiency_high=0.95)) == {
         "speedup": (1.7, 1.6, 1.8, None), "scaling_efficiency": (0.9, 0.85, 0.95, None)}
     # where device time was measured it is the distributed cell's first figure, with its own verdict
-    assert _figures(DistributedRecord(device_speedup=1.9, device_speedup_low=1.85, device_speedup_high=1.95,
+    assert _figures(records.distributed(device_speedup=1.9, device_speedup_low=1.85, device_speedup_high=1.95,
                                       device_verdict=Verdict.REGRESSION, speedup=1.7, speedup_low=1.6, speedup_high=1.8,
                                       wall_verdict=Verdict.PASS, verdict=Verdict.REGRESSION)) == {
         "device_speedup": (1.9, 1.85, 1.95, "regression"), "speedup": (1.7, 1.6, 1.8, "pass")}
@@ -63,9 +64,9 @@ def test_the_other_kinds_give_their_ratios():
 
 
 def test_a_slowed_cell_is_marked_whichever_kind_wrote_it():
-    assert cell_row(SpeedRecord(test_id="t", injected_slowdown=0.01)).injected
-    assert cell_row(DistributedRecord.build(test_id="t", injected_slowdown=0.03)).injected
-    assert not cell_row(SpeedRecord(test_id="t")).injected
+    assert cell_row(records.speed(test_id="t", injected_slowdown=0.01)).injected
+    assert cell_row(records.distributed(test_id="t", injected_slowdown=0.03)).injected
+    assert not cell_row(records.speed(test_id="t")).injected
 
 
 def test_a_run_is_known_by_the_plugins_id_or_by_its_content(tmp_path):

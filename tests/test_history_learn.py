@@ -10,7 +10,8 @@ import pytest
 
 from ampbench.history.learn import LEARNED, LEARNING, UNLEARNED, learn, percent, rule_for
 from ampbench.history.series import Point, Series
-from ampbench.baselines.spread import DEVICE, prior_of
+from ampbench.baselines.spread import prior_of
+from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL
 from ampbench.baselines.entries import RatioEntry, SpeedEntry
 from ampbench.verdict import UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns
 from ampbench.settings import DEFAULT_TOLERANCE
@@ -19,7 +20,8 @@ from ampbench.baselines.entries import learned_spread
 
 def _spread(figures, prefix=""):
     """The learned spread of the ratio `figures` (a baseline entry's) hold under `prefix`."""
-    return learned_spread(None if figures is None else RatioEntry.read(figures, prefix))
+    kind = next(k for k in SPEED_RATIOS.values() if k.prefix == prefix)
+    return learned_spread(None if figures is None else RatioEntry.read(figures, kind))
 
 
 # Student's t 99.9% quantiles (two-sided 99.8%, ``verdict.GATE_CONFIDENCE``), by degrees of freedom
@@ -94,9 +96,11 @@ def test_an_unlearned_cell_is_held_to_twice_its_widest_interval_where_that_is_wi
     assert cell.state == UNLEARNED and cell.noise == pytest.approx(0.02) and cell.tolerance == pytest.approx(0.04)
 
 
-def test_the_wall_speedup_is_held_to_its_own_floor_and_no_unlearned_one():
-    assert rule_for("speedup") == (WALL_TOLERANCE_FLOOR, 0.0)
-    assert rule_for("device_speedup", 0.01) == (0.01, UNLEARNED_TOLERANCE)
+def test_each_ratio_is_held_to_its_rule_as_its_verdicts_hold_it():
+    # one rule per kind of ratio, read off its row: the file's verdicts and the history's alike
+    assert rule_for("speedup") == WALL.rule(DEFAULT_TOLERANCE) == (WALL_TOLERANCE_FLOOR, UNLEARNED_TOLERANCE)
+    assert rule_for("device_speedup", 0.01) == DEVICE.rule(0.01) == (0.01, UNLEARNED_TOLERANCE)
+    assert rule_for("memory_ratio", 0.01) == (0.01, 0.0)  # no ratio of a timed cell: the user's floor alone
     assert learn(series(point(0.0), figure="speedup")).tolerance == WALL_TOLERANCE_FLOOR
 
 

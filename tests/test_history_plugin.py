@@ -29,12 +29,12 @@ CELLS = """
 import os
 import pytest
 from ampbench.plugin import summary
-from ampbench.results import SpeedRecord, Verdict
+from ampbench.results import RatioFigures, SpeedRecord, Verdict
 
 @pytest.mark.parametrize("mode", ["fp32", "amp_bf16"])
 def test_speed(request, benchmark, mode):
-    record = SpeedRecord(model="mlp", mode=mode, device="cpu", verdict=Verdict.PASS, device_speedup=1.5,
-                         device_speedup_low=1.4, device_speedup_high=1.6)
+    record = SpeedRecord(model="mlp", mode=mode, device="cpu", verdict=Verdict.PASS,
+                         ratios={"device": RatioFigures(speedup=1.5, speedup_low=1.4, speedup_high=1.6)})
     benchmark.extra_info.update(record.to_info())
     summary.keep(request.config, request.node.nodeid, record)
     benchmark.pedantic(lambda: None, rounds=1)

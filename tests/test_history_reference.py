@@ -13,8 +13,10 @@ from ampbench.history.reference import HistoryBaselines, overlay
 from ampbench.history.store import open_history
 from ampbench.results import Verdict
 from ampbench.baselines.entries import SpeedEntry
-from ampbench.speed.ratio import DEVICE, Ratio, ratio_check
+from ampbench.results.ratios import DEVICE
+from ampbench.speed.ratio import Ratio, ratio_check
 from ampbench.verdict import UNLEARNED_TOLERANCE
+from tests import records
 from history_runs import H100, speed_record, speed_run
 
 CELL = "test_speed[resnet50-amp_bf16]"
@@ -123,7 +125,7 @@ def test_baselines_export_writes_the_file_from_the_history_spread_included(histo
 def _ddp_record(speedup: float, world_size: int, verdict=Verdict.PASS):
     from ampbench.results import DistributedRecord
 
-    return DistributedRecord.build(
+    return records.distributed(
         test_id="test_ddp_speed[gpt-amp_bf16-fp32]", model="gpt", mode="amp_bf16", device="cuda:0", comm="fp32",
         world_size=world_size, verdict=verdict, device_verdict=verdict, device_method="profiler",
         device_speedup=speedup, device_speedup_low=speedup * 0.99, device_speedup_high=speedup * 1.01,
@@ -133,7 +135,7 @@ def _ddp_record(speedup: float, world_size: int, verdict=Verdict.PASS):
 def test_a_distributed_cell_learns_from_its_runs_on_as_many_gpus_and_no_others(history, tmp_path):
     from ampbench.baselines.entries import DistributedEntry
     from ampbench.history.reference import DISTRIBUTED_CELLS
-    from ampbench.speed.ratio import DIST_DEVICE
+    from ampbench.results.ratios import DIST_DEVICE
 
     cell = "test_ddp_speed[gpt-amp_bf16-fp32]"
     for i, v in enumerate((5.50, 5.52, 5.49, 5.51, 5.50)):
@@ -144,8 +146,8 @@ def test_a_distributed_cell_learns_from_its_runs_on_as_many_gpus_and_no_others(h
     two = BaselineStore(path=tmp_path / "nvidia-h100-x2.json", gpu=f"{H100} x2", entries={}, exists=False)
     learned = HistoryBaselines(two, history, cells=DISTRIBUTED_CELLS)
     entry = DistributedEntry.of(learned.figures(cell))
-    assert entry.device.speedup == pytest.approx(math.exp(sum(map(math.log, (5.50, 5.52, 5.49, 5.51, 5.50))) / 5))
-    assert entry.device.between_run_count == 5 and entry.world_size == 2 and entry.device.method == "profiler"
+    assert entry.ratio(DIST_DEVICE).speedup == pytest.approx(math.exp(sum(map(math.log, (5.50, 5.52, 5.49, 5.51, 5.50))) / 5))
+    assert entry.ratio(DIST_DEVICE).between_run_count == 5 and entry.world_size == 2 and entry.ratio(DIST_DEVICE).method == "profiler"
     check, why = ratio_check(Ratio(DIST_DEVICE, method="profiler"), "gpt", "amp_bf16 fp32 x2", entry, 0.005)
     assert check is not None, why
     assert check.tolerance < 0.02  # five runs within 0.5%: learned well under the unlearned 3%

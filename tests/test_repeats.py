@@ -10,12 +10,13 @@ import pytest
 
 from ampbench.cli import EXIT_BAD_INPUT, main
 from ampbench.results import DistributedRecord, Record, RunError, SpeedRecord, load_run
+from tests import records
 
 DATA = Path(__file__).parent / "data"
 
 
 def _speed(model: str, mode: str, speedup: float = 2.0) -> SpeedRecord:
-    return SpeedRecord(model=model, mode=mode, device="cpu", speedup=speedup, speedup_low=0.9 * speedup,
+    return records.speed(model=model, mode=mode, device="cpu", speedup=speedup, speedup_low=0.9 * speedup,
                        speedup_high=1.1 * speedup, rounds=8, confidence=0.99)
 
 
@@ -49,7 +50,7 @@ NUMBERED = [
     ("gpt-fp8_tensorwise", "gpt-fp8_tensorwise0", "gpt-fp8_tensorwise1", _speed("gpt", "fp8_tensorwise")),
     ("gpt-amp_bf16-compiled", "gpt-amp_bf16-compiled0", "gpt-amp_bf16-compiled1", _speed("gpt", "amp_bf16 compiled")),
     ("mlp-amp_bf16-bf16_hook", "mlp-amp_bf16-bf16_hook0", "mlp-amp_bf16-bf16_hook1",
-     DistributedRecord(model="mlp", mode="amp_bf16", device="cpu", comm="bf16_hook", world_size=2, speedup=1.5,
+     records.distributed(model="mlp", mode="amp_bf16", device="cpu", comm="bf16_hook", world_size=2, speedup=1.5,
                        speedup_low=1.4, speedup_high=1.6, rounds=8, confidence=0.99)),
 ]
 

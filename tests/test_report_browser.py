@@ -24,7 +24,8 @@ import pytest
 
 from ampbench.report import MODE_COLORS, build_report, load_run
 from ampbench.report.needs_look import needs_a_look
-from ampbench.report.speed_cells import DEVICE, WALL, has_figure, matrix
+from ampbench.report.speed_cells import has_figure, matrix
+from ampbench.results.ratios import DEVICE, WALL
 
 pytestmark = pytest.mark.browser
 

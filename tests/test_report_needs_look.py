@@ -13,6 +13,7 @@ import pytest
 from ampbench.report import build_report, load_run
 from ampbench.report.needs_look import Kernel, flag, needs_a_look, parse_changes, short_kernel
 from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord, Verdict
+from tests import records
 
 RUN = Path(__file__).parent / "data" / "h100_speed_device.json"  # resnet50 amp_fp16 made slower on the GPU: a regression
 
@@ -53,7 +54,7 @@ def test_the_regression_of_a_real_run_is_one_short_line():
 
 def test_the_deciding_figure_is_the_one_whose_verdict_needs_a_look():
     """A compiled cell that held over fp32 but fell against its versus side: the line shows the versus ratio."""
-    cell = SpeedRecord(test_id="test_speed[gpt-amp_bf16-compiled]", model="gpt", mode="amp_bf16 compiled",
+    cell = records.speed(test_id="test_speed[gpt-amp_bf16-compiled]", model="gpt", mode="amp_bf16 compiled",
                        verdict=Verdict.REGRESSION, device_speedup=6.1, device_speedup_low=6.0, device_speedup_high=6.2,
                        device_verdict=Verdict.PASS, versus="amp_bf16", versus_speedup=1.05, versus_speedup_low=1.04,
                        versus_speedup_high=1.06, versus_baseline_speedup=1.10, versus_line=1.089,
@@ -68,7 +69,7 @@ def test_memory_convergence_and_other_cells_get_their_own_line():
     conv = ConvergenceRecord(test_id="test_convergence[mnist_cnn-bf16]", model="mnist_cnn", mode="bf16",
                              verdict=Verdict.REGRESSION, accuracy=0.14, accuracy_ref=0.92, margin=0.08, message="m")
     assert flag(conv).summary == "accuracy 14.0% (-78.0 pts vs fp32's 92.0%), line 84.0%"
-    crashed = SpeedRecord(test_id="test_speed[mlp-fp16]", model="mlp", mode="fp16", verdict=Verdict.NON_FINITE,
+    crashed = records.speed(test_id="test_speed[mlp-fp16]", model="mlp", mode="fp16", verdict=Verdict.NON_FINITE,
                           message="x" * 300)
     assert flag(crashed).figure is None and len(flag(crashed).summary) == 140
 

@@ -21,6 +21,7 @@ from ampbench.compare import compare_runs
 from ampbench import command_progress as progress
 from ampbench.report import build_report, charts, load_run, parse_run, write_report
 from ampbench.results import DistributedRecord
+from tests import records
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +73,7 @@ def _distributed_run(path: Path, scale: float) -> Path:
     benchmarks = []
     for comm, speedup in (("fp32", 0.8), ("bf16_hook", 0.65), ("fp16_hook", 0.78)):
         s = speedup * scale
-        cell = DistributedRecord(model="mlp", mode="amp_bf16", device="cpu", comm=comm, world_size=2, speedup=s,
+        cell = records.distributed(model="mlp", mode="amp_bf16", device="cpu", comm=comm, world_size=2, speedup=s,
                                  speedup_low=0.9 * s, speedup_high=1.1 * s, rounds=8, confidence=0.99)
         benchmarks.append({"name": f"test_ddp_speed[mlp-amp_bf16-{comm}]", "extra_info": cell.to_info()})
     path.write_text(json.dumps({"machine_info": {"ampbench": {"device": "cpu"}}, "benchmarks": benchmarks}))

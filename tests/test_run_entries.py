@@ -23,7 +23,7 @@ DATA = Path(__file__).parent / "data"
 
 CELLS = '''
 import pytest
-from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord, UnderflowRecord, Verdict
+from ampbench.results import ConvergenceRecord, MemoryRecord, RatioFigures, SpeedRecord, UnderflowRecord, Verdict
 from ampbench.suite.outcome import STEP_TIMES, record_step_times
 
 TIMES = {"bf16": [0.010, 0.011, 0.0125], "fp16": [0.020, 0.021, 0.019, 0.022]}
@@ -33,8 +33,8 @@ CELLS = pytest.mark.parametrize("model_name, mode_name", [("mlp", "bf16"), ("mlp
 @CELLS
 @pytest.mark.benchmark(group="speed", **STEP_TIMES)
 def test_speed(benchmark, record_result, model_name, mode_name):
-    record_result(SpeedRecord(model=model_name, mode=mode_name, device="cpu", speedup=2.0, speedup_low=1.9,
-                              speedup_high=2.1, rounds=3, confidence=0.99, verdict=Verdict.PASS))
+    wall = RatioFigures(speedup=2.0, speedup_low=1.9, speedup_high=2.1, rounds=3, confidence=0.99)
+    record_result(SpeedRecord(model=model_name, mode=mode_name, device="cpu", ratios={"wall": wall}, verdict=Verdict.PASS))
     record_step_times(benchmark, TIMES[mode_name])
 
 

@@ -336,7 +336,7 @@ def test_spread_counts_no_emulated_cell_as_a_sample_of_noise():
     from ampbench.baselines import spread
     from ampbench.results import SpeedRecord
 
-    record = SpeedRecord.from_info({"model": "gpt", "mode": "fp8_tensorwise", "speedup": 1.4,
+    record = SpeedRecord.from_info({"ampbench_schema": 1, "model": "gpt", "mode": "fp8_tensorwise", "speedup": 1.4,
                                     "injected_slowdown": slowdown.EMULATED})
     assert record.injected_slowdown == slowdown.EMULATED
     assert "a slowdown of torchao's emulated fp8 matmul was injected" in spread._why_not({}, None, record)

@@ -20,18 +20,19 @@ from ampbench.results import (
     UnderflowRecord,
     Verdict,
 )
-from ampbench.plugin.summary import SMOKE_NOTE, TABLES, summary_lines, table
+from ampbench.plugin.summary import SMOKE_NOTE, summary_lines, table, tables
+from tests import records
 
 ROOT = Path(__file__).parent.parent
 INTERVAL = dict(rounds=12, confidence=0.99)
-GPT = SpeedRecord(model="gpt", mode="amp_bf16", device="cuda:0", device_speedup=2.412, device_speedup_low=2.405,
+GPT = records.speed(model="gpt", mode="amp_bf16", device="cuda:0", device_speedup=2.412, device_speedup_low=2.405,
                   device_speedup_high=2.419, device_rounds=12, device_verdict=Verdict.PASS, speedup=1.873,
                   speedup_low=1.851, speedup_high=1.902, wall_verdict=Verdict.REGRESSION, idle_share=0.2345,
                   host_bound=True, device_method="graph", verdict=Verdict.PASS, **INTERVAL)
-LSTM = SpeedRecord(model="lstm_lm", mode="fp16", device="cuda:0", speedup=2.95, speedup_low=2.9, speedup_high=3.0,
+LSTM = records.speed(model="lstm_lm", mode="fp16", device="cuda:0", speedup=2.95, speedup_low=2.9, speedup_high=3.0,
                    device_verdict=Verdict.NO_BASELINE, idle_share=0.031, host_bound=False, device_method="kernels",
                    **INTERVAL)
-FP32 = SpeedRecord(model="gpt", mode="fp32", device="cuda:0", speedup=1.0, speedup_low=0.99, speedup_high=1.01,
+FP32 = records.speed(model="gpt", mode="fp32", device="cuda:0", speedup=1.0, speedup_low=0.99, speedup_high=1.01,
                    device_speedup=1.0, device_speedup_low=0.999, device_speedup_high=1.001, device_rounds=12, **INTERVAL)
 MEMORY = MemoryRecord(model="gpt", mode="amp_bf16", device="cuda:0", memory_ratio=0.734, max_batch=24,
                       max_batch_ratio=1.5, verdict=Verdict.PASS)
@@ -42,7 +43,7 @@ NONFINITE = ConvergenceRecord(model="mnist_cnn", mode="bf16", device="cuda:0", a
 PIPELINE = PipelineRecord(model="dpn26", mode="amp_fp16", device="cuda:0", throughput_loader=900.0,
                           throughput_resident=2000.0, throughput_loader_only=1000.0, loader_ratio=0.45,
                           input_bound=True, verdict=Verdict.INPUT_BOUND, message="the loader caps the step")
-DISTRIBUTED = DistributedRecord(model="resnet50", mode="amp_bf16", device="cuda:0", comm="bf16_hook", world_size=2,
+DISTRIBUTED = records.distributed(model="resnet50", mode="amp_bf16", device="cuda:0", comm="bf16_hook", world_size=2,
                                 speedup=2.5, speedup_low=2.4, speedup_high=2.6, scaling_efficiency=0.93,
                                 scaling_efficiency_low=0.92, scaling_efficiency_high=0.94, comm_share=0.12,
                                 verdict=Verdict.PASS, **INTERVAL)
@@ -68,13 +69,13 @@ def test_one_row_per_speed_cell_under_a_header_of_every_column():
 def test_columns_line_up():
     header, rule, *rows = table(SpeedRecord, [GPT, LSTM, FP32])[1:]
     starts = [i for i, ch in enumerate(rule) if ch == "-" and (i == 0 or rule[i - 1] == " ")]
-    assert len(starts) == 2 + len(TABLES[SpeedRecord].columns)
+    assert len(starts) == 2 + len(tables()[SpeedRecord].columns)
     for line in (header, *rows):
         assert all(line[i] != " " and (i == 0 or line[i - 2:i] == "  ") for i in starts), line
 
 
 def test_missing_values_show_as_a_dash_and_fp32_as_the_reference():
-    [row] = table(SpeedRecord, [SpeedRecord(model="mlp", mode="tf32")])[3:]
+    [row] = table(SpeedRecord, [records.speed(model="mlp", mode="tf32")])[3:]
     assert row.split() == ["mlp", "tf32", "-", "-", "-", "-", "-", "-", "-"]
     [fp32] = table(SpeedRecord, [FP32])[3:]
     assert fp32.split()[2] == "reference" and "1.000x" not in fp32  # fp32 over itself is no finding
@@ -110,17 +111,17 @@ def test_one_table_per_kind_then_the_cells_that_need_a_look():
 
 
 def test_a_distributed_cell_shows_its_device_speedup_beside_the_wall_clock():
-    record = DistributedRecord(model="gpt", mode="amp_bf16", comm="fp32", world_size=2, device_speedup=5.2,
+    record = records.distributed(model="gpt", mode="amp_bf16", comm="fp32", world_size=2, device_speedup=5.2,
                                device_speedup_low=5.1, device_speedup_high=5.3, speedup=4.5, speedup_low=4.2,
                                speedup_high=4.7, verdict=Verdict.PASS)
     header, row = table(DistributedRecord, [record])[1], table(DistributedRecord, [record])[3]
     assert header.index("device speedup") < header.index("wall speedup")
     assert "5.200x [5.100, 5.300]" in row and "4.500x [4.200, 4.700]" in row
-    assert "-" in table(DistributedRecord, [DistributedRecord(model="gpt", mode="amp_bf16", speedup=4.5)])[3]
+    assert "-" in table(DistributedRecord, [records.distributed(model="gpt", mode="amp_bf16", speedup=4.5)])[3]
 
 
 def test_a_cpu_run_leads_with_the_smoke_note():
-    lines = summary_lines([("n", SpeedRecord(model="mlp", mode="bf16", device="cpu"))], {})
+    lines = summary_lines([("n", records.speed(model="mlp", mode="bf16", device="cpu"))], {})
     assert lines[0] == f"ampbench: {SMOKE_NOTE}" and "figures are not comparable" in lines[0]
 
 
@@ -143,13 +144,13 @@ def record_result(request, benchmark):
     return write
 '''
 TESTS = '''
-from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord, Verdict
+from ampbench.results import ConvergenceRecord, MemoryRecord, RatioFigures, SpeedRecord, Verdict
 
 
 def test_speed(benchmark, record_result):
     benchmark.pedantic(lambda: None, rounds=3, iterations=1)
-    record_result(SpeedRecord(model="mlp", mode="bf16", device="cuda:0", speedup=2.0, speedup_low=1.9,
-                              speedup_high=2.1, rounds=12, confidence=0.99, verdict=Verdict.PASS))
+    wall = RatioFigures(speedup=2.0, speedup_low=1.9, speedup_high=2.1, rounds=12, confidence=0.99)
+    record_result(SpeedRecord(model="mlp", mode="bf16", device="cuda:0", ratios={"wall": wall}, verdict=Verdict.PASS))
 
 
 def test_convergence(benchmark, record_result):

@@ -7,11 +7,12 @@ import pytest
 
 from ampbench.speed.sides import SpeedPolicy
 
-from ampbench.speed.judging import comparable_recording, judge, recorded_noise
+from ampbench.speed.judging import comparable_recording, recorded_noise
 from ampbench.stats import SpeedupEstimate, estimate_speedup
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.baselines.entries import RatioEntry, SpeedEntry
-from ampbench.speed.ratio import DEVICE, WALL, Ratio, ratio_check
+from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL
+from ampbench.speed.ratio import Ratio, ratio_check
 from ampbench.verdict import GATE_CONFIDENCE, UNLEARNED_TOLERANCE, BetweenRuns, RatioCheck, SpeedupCheck, Verdict, tolerance_for
 from ampbench.baselines.entries import entry_tolerance, learned_spread
 
@@ -23,14 +24,18 @@ def est(s, lo, hi, n=12):
 CHECK = SpeedupCheck("resnet50", "amp_bf16", expected=2.0, tolerance=0.05)  # line 1.9
 
 
+def _kind(prefix: str):
+    return next(kind for kind in SPEED_RATIOS.values() if kind.prefix == prefix)
+
+
 def _spread(figures, prefix=""):
     """The learned spread of the ratio `figures` (a baseline entry's) hold under `prefix`."""
-    return learned_spread(None if figures is None else RatioEntry.read(figures, prefix))
+    return learned_spread(None if figures is None else RatioEntry.read(figures, _kind(prefix)))
 
 
 def _tolerance(floor, figures, prefix, noise=None):
     """The tolerance of the ratio `figures` hold under `prefix`."""
-    return entry_tolerance(floor, RatioEntry.read(figures, prefix), noise)
+    return entry_tolerance(_kind(prefix), floor, RatioEntry.read(figures, _kind(prefix)), noise)
 
 
 @pytest.mark.parametrize(
@@ -155,6 +160,17 @@ def rounds_of(*ratios):
     return PairedTimer(lambda: 1.0, mode, 1, 1)
 
 
+def judge(check, first, policy, confirming=None) -> Ratio:
+    """A gated ratio timed by `first`, and by `confirming` where it asks for a second batch (none may be
+    asked for where it is None)."""
+    timers = iter([first, confirming])
+
+    def clock(_):
+        timer = next(timers)
+        return timer if timer is not None else pytest.fail("no confirming batch was to be asked for")
+    return Ratio(DEVICE, check=check, clock=clock).time(policy, gated=True)
+
+
 POLICY = SpeedPolicy(0, 0.0, 0.01, RoundsPolicy(12, 12, 1.0, 1.0), RoundsPolicy(8, 8, 1.0, 1.0), extend_to=24,
                      first_look=5, decide_seconds=60.0)
 ABOVE, BELOW = (2.0, 2.01, 1.99, 2.02, 1.98), (1.8, 1.81, 1.79, 1.82, 1.78)  # CHECK's line is 1.9
@@ -162,29 +178,29 @@ ABOVE, BELOW = (2.0, 2.01, 1.99, 2.02, 1.98), (1.8, 1.81, 1.79, 1.82, 1.78)  # C
 
 def test_a_clear_pass_stops_at_the_first_look_and_a_regression_needs_the_second_batch_to_agree():
     timer = rounds_of(*ABOVE)
-    assert judge(CHECK, timer, POLICY, lambda: pytest.fail("no confirmation of a pass")).verdict is Verdict.PASS
+    assert judge(CHECK, timer, POLICY).verdict is Verdict.PASS
     assert len(timer.mode_times) == 5, "all five rounds above the line: a pass at the first look"
-    low = est(1.5, 1.45, 1.55)
-    timer = rounds_of(*BELOW)
-    out = judge(CHECK, timer, POLICY, lambda: (low, Verdict.REGRESSION))
+    timer, again = rounds_of(*BELOW), rounds_of(1.5)
+    out = judge(CHECK, timer, POLICY, again)
     assert len(timer.mode_times) == 8, "no regression before 8 rounds: 2^-5 errs more than its side may spend"
-    assert out.verdict is Verdict.REGRESSION and out.confirmation is low
-    out = judge(CHECK, rounds_of(*BELOW), POLICY, lambda: (est(2.0, 1.98, 2.02), Verdict.PASS))
+    assert out.verdict is Verdict.REGRESSION and out.confirmation.speedup == pytest.approx(1.5)
+    assert "confirming batch 1.500x" in out.judgement
+    out = judge(CHECK, rounds_of(*BELOW), POLICY, rounds_of(*ABOVE))
     assert out.verdict is Verdict.INCONCLUSIVE
 
 
 def test_a_straddling_ratio_is_looked_at_again_until_it_leaves_its_line_or_its_rounds_run_out():
     # one round below the line among five: not yet a pass; twelve rounds with one below are (rank 2)
     timer = rounds_of(1.85, *ABOVE)
-    assert judge(CHECK, timer, POLICY, lambda: pytest.fail("passed")).verdict is Verdict.PASS
+    assert judge(CHECK, timer, POLICY).verdict is Verdict.PASS
     assert len(timer.mode_times) == 12
     # rounds on both sides of the line, to the end: inconclusive after every look, at the limit
     timer = rounds_of(*((1.85, 1.95, 1.95, 1.85) * 6))
-    assert judge(CHECK, timer, POLICY, lambda: pytest.fail("no confirmation")).verdict is Verdict.INCONCLUSIVE
+    assert judge(CHECK, timer, POLICY).verdict is Verdict.INCONCLUSIVE
     assert len(timer.mode_times) == POLICY.extend_to
     # out of seconds after the first look: inconclusive there
     timer = rounds_of(*((1.85, 1.95, 1.95, 1.85) * 6))
-    assert judge(CHECK, timer, replace(POLICY, decide_seconds=0.0), lambda: None).verdict is Verdict.INCONCLUSIVE
+    assert judge(CHECK, timer, replace(POLICY, decide_seconds=0.0)).verdict is Verdict.INCONCLUSIVE
     assert len(timer.mode_times) == 5
 
 
@@ -195,18 +211,18 @@ def test_a_run_that_passes_alone_fails_with_the_runs_its_history_held_back():
         said.append((speedup, tolerance))
         return "with the 2 runs held back before it it lies -6% below the level"
     check = replace(CHECK, held_back=held_back)
-    out = judge(check, rounds_of(*ABOVE), POLICY, lambda: None)
-    assert out.verdict is Verdict.REGRESSION and "held back before it" in out.message
+    out = judge(check, rounds_of(*ABOVE), POLICY)
+    assert out.verdict is Verdict.REGRESSION and "held back before it" in out.judgement
     assert said == [(pytest.approx(2.0, rel=0.01), 0.05)]
     # a run that fails on its own is not asked
     said.clear()
-    assert judge(check, rounds_of(*BELOW), POLICY, lambda: (est(1.5, 1.45, 1.55), Verdict.REGRESSION)).verdict is Verdict.REGRESSION
+    assert judge(check, rounds_of(*BELOW), POLICY, rounds_of(1.5)).verdict is Verdict.REGRESSION
     assert said == []
 
 
 def test_no_baseline_reports_without_judging():
-    out = judge(None, FakeTimer([est(2.0, 1.9, 2.1)]), POLICY, lambda: pytest.fail("no confirmation without a baseline"))
-    assert out.verdict is Verdict.NO_BASELINE and "no baseline" in out.message
+    out = judge(None, FakeTimer([est(2.0, 1.9, 2.1)]), POLICY)
+    assert out.verdict is Verdict.NO_BASELINE and "no baseline" in out.judgement
 
 
 def test_recorded_noise_learns_run_to_run_spread_only_from_a_comparable_recording():
@@ -275,18 +291,14 @@ def test_a_recording_tightens_the_interval_it_keeps_as_its_noise():
     wide_pass = est(2.0, 1.95, 2.05)  # half-width 2.5%, wholly above the line (1.9)
     loose = replace(POLICY, rounds=RoundsPolicy(12, 24, 0.001, 5.0), tighten_judged=True)
     timer = FakeTimer([wide_pass, est(2.0, 1.99, 2.01)])
-    out = judge(CHECK, timer, loose, lambda: (wide_pass, Verdict.PASS))
+    out = judge(CHECK, timer, loose)
     assert len(timer.mode_times) > 12 and out.estimate.half_width < 0.01 and out.verdict is Verdict.PASS
 
 
 def test_a_confirming_batch_on_the_line_is_looked_at_as_the_first_batch_is():
     """A 1% slowdown under a busy host: the first batch lay below the line and the confirming one
     straddled it by a hair at first; cut short there it would have called a real regression inconclusive."""
-    from ampbench.speed.judging import time_figure
-
-    timers = iter([rounds_of(*BELOW), rounds_of(1.95, *BELOW)])
-    figure = time_figure(CHECK, lambda: next(timers), POLICY, gated=True)
-    assert figure.outcome.verdict is Verdict.REGRESSION and figure.outcome.confirmation.rounds == 16
+    ratio = judge(CHECK, rounds_of(*BELOW), POLICY, rounds_of(1.95, *BELOW))
+    assert ratio.verdict is Verdict.REGRESSION and ratio.confirmation.rounds == 16
     # a confirming batch that more rounds leave above the line makes it inconclusive
-    timers = iter([rounds_of(*BELOW), rounds_of(1.85, *ABOVE)])
-    assert time_figure(CHECK, lambda: next(timers), POLICY, gated=True).outcome.verdict is Verdict.INCONCLUSIVE
+    assert judge(CHECK, rounds_of(*BELOW), POLICY, rounds_of(1.85, *ABOVE)).verdict is Verdict.INCONCLUSIVE

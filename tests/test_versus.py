@@ -17,7 +17,8 @@ from ampbench.baselines.store import BaselineError, validate_entry
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.speed.compiled import VersusSides, served
-from ampbench.speed.ratio import VERSUS, Ratio, ratio_check
+from ampbench.results.ratios import DEVICE, VERSUS
+from ampbench.speed.ratio import Ratio, ratio_check
 from ampbench.modes import compiled, get_mode, label, versus_figure, versus_of
 from ampbench.report import build_report, render_markdown
 from ampbench.report.speed_cells import COMPILE_GAIN_TITLE, versus_matrices
@@ -27,6 +28,7 @@ from ampbench.speed.cell import measure_speed, policy
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import UNLEARNED_TOLERANCE
 from ampbench.models import get_model
+from tests import records
 
 CPU = torch.device("cpu")
 AMP_BF16, FP8_T = get_mode("amp_bf16"), get_mode("fp8_tensorwise")
@@ -90,11 +92,11 @@ def _entry(speedup: float, versus: str = "amp_bf16", **more) -> dict:
 def test_without_a_baseline_the_ratio_is_measured_and_says_why_it_is_not_judged(monkeypatch):
     vs, _ = _versus(monkeypatch, compiled(AMP_BF16), 1.3, 1.0, None)
     assert vs.verdict is Verdict.NO_BASELINE and vs.check is None
-    assert vs.timed.outcome.estimate.speedup == pytest.approx(1.3, rel=0.01)
+    assert vs.estimate.speedup == pytest.approx(1.3, rel=0.01)
     assert vs.message.startswith("compile gain over amp_bf16 (graph): 1.30") and "no baseline for this GPU" in vs.message
-    fields = vs.record_fields()
-    assert fields["versus"] == "amp_bf16" and fields["versus_verdict"] is Verdict.NO_BASELINE
-    assert fields["versus_step_ms"] == pytest.approx(1300, rel=0.01) and fields["versus_baseline_speedup"] is None
+    figures = vs.figures()
+    assert vs.over == "amp_bf16" and figures.verdict is Verdict.NO_BASELINE
+    assert figures.step_ms_ref == pytest.approx(1300, rel=0.01) and figures.baseline_speedup is None
 
 
 @pytest.mark.parametrize("entry, why", [
@@ -111,7 +113,7 @@ def test_the_ratio_passes_at_its_baseline_with_a_tolerance_from_its_own_noise(mo
     # until its spread is learned, at least the unlearned floor; beyond it, twice its recorded noise
     vs, _ = _versus(monkeypatch, compiled(AMP_BF16), 1.3, 1.0, _entry(1.3, versus_noise=0.004))
     assert vs.verdict is Verdict.PASS and vs.check.tolerance == UNLEARNED_TOLERANCE
-    assert vs.check.figure == "compile gain over amp_bf16" and vs.record_fields()["versus_baseline_speedup"] == 1.3
+    assert vs.check.figure == "compile gain over amp_bf16" and vs.figures().baseline_speedup == 1.3
     vs, _ = _versus(monkeypatch, compiled(AMP_BF16), 1.3, 1.0, _entry(1.3, versus_noise=0.02))
     assert vs.check.tolerance == pytest.approx(0.04)
 
@@ -120,12 +122,12 @@ def test_an_fp8_cell_slower_than_its_baseline_over_compiled_bf16_is_a_confirmed_
     vs, timing = _versus(monkeypatch, FP8_T, 1.0, 1.0, _entry(1.2, versus="amp_bf16 compiled"))
     assert vs.verdict is Verdict.REGRESSION and timing.timers == 2  # a second, independent batch agreed
     assert "gpt fp8_tensorwise: speedup over amp_bf16 compiled 1.00" in vs.message
-    assert vs.record_fields()["versus_confirm_speedup"] == pytest.approx(1.0, rel=0.01)
+    assert vs.figures().confirm_speedup == pytest.approx(1.0, rel=0.01)
 
 
 def test_a_ratio_that_does_not_gate_gets_its_first_look_only(monkeypatch):
     vs, timing = _versus(monkeypatch, FP8_T, 1.0, 1.0, _entry(1.2, versus="amp_bf16 compiled"), gated=False)
-    assert vs.verdict is Verdict.REGRESSION and timing.timers == 1 and vs.timed.outcome.confirmation is None
+    assert vs.verdict is Verdict.REGRESSION and timing.timers == 1 and vs.confirmation is None
 
 
 def test_a_recording_stores_the_ratio_pooled_with_its_noise_and_tolerance(monkeypatch):
@@ -134,7 +136,7 @@ def test_a_recording_stores_the_ratio_pooled_with_its_noise_and_tolerance(monkey
     assert timing.timers == 2  # the recording's noise batch
     assert figures["versus"] == "amp_bf16" and figures["versus_method"] == "graph"
     assert figures["versus_speedup"] == pytest.approx(1.3, rel=0.01)
-    assert figures["versus_rounds"] == vs.timed.outcome.estimate.rounds + 8  # both batches pooled
+    assert figures["versus_rounds"] == vs.estimate.rounds + 8  # both batches pooled
     assert figures["versus_tolerance"] == max(0.005, 2 * figures["versus_noise"], UNLEARNED_TOLERANCE)
     validate_entry("test_speed[gpt-amp_bf16-compiled]", {"figures": {**figures, "speedup": 2.0}}, Path("b.json"))
 
@@ -211,19 +213,20 @@ def test_a_regressed_compile_gain_fails_the_cell_and_its_message_names_the_ratio
     cell, identities = _cell(FakeStore(entry), _settings())
     record = cell.record
     assert identities and identities[0].mode == "amp_bf16 compiled"
-    assert record.device_verdict in (Verdict.PASS, Verdict.IMPROVED) and record.versus_verdict is Verdict.REGRESSION
+    assert record.ratio(DEVICE).verdict in (Verdict.PASS, Verdict.IMPROVED) and record.ratio(VERSUS).verdict is Verdict.REGRESSION
     assert record.verdict is Verdict.REGRESSION and not cell.problems
     assert record.message.startswith("compile gain over amp_bf16 regression: device time (wall): ")
     assert "mlp amp_bf16 compiled: compile gain over amp_bf16" in record.message
-    assert record.versus == "amp_bf16" and record.versus_baseline_speedup == 100.0
-    assert record.versus_speedup_low <= record.versus_speedup <= record.versus_speedup_high
+    versus = record.ratio(VERSUS)
+    assert record.versus == "amp_bf16" and versus.baseline_speedup == 100.0
+    assert versus.speedup_low <= versus.speedup <= versus.speedup_high
 
 
 def test_under_the_wall_gate_the_ratio_is_reported_but_holds_nothing():
     entry = {"speedup": 0.01, "device_speedup": 0.01, "device_method": "wall", "versus": "amp_bf16",
              "versus_speedup": 100.0, "versus_method": "wall"}
     record = _cell(FakeStore(entry), _settings(gate="wall"))[0].record
-    assert record.versus_verdict is Verdict.REGRESSION and record.verdict is not Verdict.REGRESSION
+    assert record.ratio(VERSUS).verdict is Verdict.REGRESSION and record.verdict is not Verdict.REGRESSION
 
 
 def test_recording_a_compiled_cell_stores_its_second_ratio():
@@ -233,7 +236,7 @@ def test_recording_a_compiled_cell_stores_its_second_ratio():
     assert figures["versus"] == "amp_bf16" and figures["versus_method"] == "wall"
     assert figures["versus_speedup"] > 0 and figures["versus_noise"] >= 0
     assert figures["versus_tolerance"] >= 0.005 and figures["versus_rounds"] == 16
-    assert "compile_s" in figures and cell.record.versus_speedup is not None
+    assert "compile_s" in figures and cell.record.ratio(VERSUS).speedup is not None
 
 
 def test_an_eager_cell_has_no_versus_side():
@@ -276,7 +279,7 @@ def _record(model: str, mode: str, versus: str | None, value: float | None, verd
     ratio = {} if versus is None else dict(
         versus=versus, versus_method="graph", versus_speedup=value, versus_speedup_low=value * 0.99,
         versus_speedup_high=value * 1.01, versus_rounds=8, versus_verdict=verdict, versus_baseline_speedup=value)
-    return SpeedRecord(test_id=f"test_speed[{model}-{mode.replace(' compiled', '-compiled')}]", model=model, mode=mode,
+    return records.speed(test_id=f"test_speed[{model}-{mode.replace(' compiled', '-compiled')}]", model=model, mode=mode,
                        device="cuda:0", speedup=2.0, speedup_low=1.9, speedup_high=2.1, rounds=8, confidence=0.99,
                        device_speedup=2.0, device_speedup_low=1.98, device_speedup_high=2.02, device_rounds=8,
                        device_method="graph", device_verdict=Verdict.PASS, verdict=verdict, **ratio)
@@ -286,10 +289,10 @@ def test_a_record_keeps_its_second_ratio_through_json_and_checks_its_interval():
     record = _record("gpt", "fp8_rowwise", "amp_bf16 compiled", 0.92, Verdict.REGRESSION)
     info = json.loads(json.dumps(record.to_info()))
     back = SpeedRecord.from_info(info, record.test_id)
-    assert back == record and back.versus_estimate().speedup == 0.92 and back.versus_verdict is Verdict.REGRESSION
-    assert _record("gpt", "amp_bf16", None, None).versus_estimate() is None
-    info["versus_speedup_low"] = 0.95  # above its own estimate
-    assert any("versus_speedup_low" in p for p in SpeedRecord.problems(info, "benchmarks[0].extra_info"))
+    assert back == record and back.estimate(VERSUS).speedup == 0.92 and back.ratio(VERSUS).verdict is Verdict.REGRESSION
+    assert _record("gpt", "amp_bf16", None, None).estimate(VERSUS) is None
+    info["ratios"]["versus"]["speedup_low"] = 0.95  # above its own estimate
+    assert any("extra_info.ratios.versus.speedup_low" in p for p in SpeedRecord.problems(info, "benchmarks[0].extra_info"))
 
 
 def _run() -> Run:

@@ -1,10 +1,11 @@
 """A baseline entry's figures as typed records, as ``ampbench.results`` types a run's cells: one frozen
 dataclass per kind of entry, whose fields carry the `Rule` a file's value must meet
-(``ampbench.baselines.schema`` derives its checks from them). On disk an entry stays flat: a speed
-entry's three ratios share one block of names, told apart by a prefix ("" for the wall-clock speedup,
-"device_", "versus_"). ``from_figures`` maps the flat figures onto the records, ``to_figures`` back, in
-the order they were read, so a file loaded and saved again is the same file. Readers outside the store
-read attributes; only this module knows the keys.
+(``ampbench.baselines.schema`` derives its checks from them). On disk an entry stays flat: a timed
+entry's ratios (``ratios``, by the kinds of its table, ``ampbench.results.ratios``) share one block of
+names, told apart by their ratio's prefix ("" for the wall-clock speedup, "device_", "versus_"; a row
+names the figures that break the rule). ``from_figures`` maps the flat figures onto the records,
+``to_figures`` back, in the order they were read, so a file loaded and saved again is the same file.
+Readers outside the store read attributes; only this module knows the keys.
 """
 
 from __future__ import annotations
@@ -14,20 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 from ampbench.baselines.rules import BOOL, STR_OR_NULL, Rule, count, fraction_or_null, non_negative, positive
+from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, WALL, RatioKind
 from ampbench.stats import finite_number
-from ampbench.verdict import MIN_SPREAD_VALUES, UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
+from ampbench.verdict import MIN_SPREAD_VALUES, BetweenRuns, tolerance_for
 
 _RULE = "rule"  # field metadata: what a file's value must be
-_PREFIX = "prefix"  # field metadata: a ratio's prefix in the flat figures
+_HELD = "held"  # field metadata: what the entry holds beside its own figures (its ratios, detail, order)
 
 
 def figure(rule: Rule | None = None) -> Any:
     """A figure of an entry, None where the entry lacks it; `rule`: what a file's value must be."""
     return field(default=None, metadata={_RULE: rule} if rule is not None else {})
-
-
-def _ratio(prefix: str) -> Any:
-    return field(default_factory=lambda: RatioEntry(), metadata={_PREFIX: prefix})
 
 
 @dataclass(frozen=True)
@@ -63,13 +61,14 @@ class RatioEntry:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
-    def read(cls, figures: Mapping[str, Any], prefix: str) -> "RatioEntry":
-        """The ratio `figures` hold under `prefix`."""
-        return cls(**{name: figures[prefix + name] for name in cls.names() if prefix + name in figures})
+    def read(cls, figures: Mapping[str, Any], kind: RatioKind) -> "RatioEntry":
+        """The ratio of `kind` an entry's `figures` hold."""
+        return cls(**{name: figures[kind.entry_key(name)] for name in cls.names() if kind.entry_key(name) in figures})
 
-    def figures(self, prefix: str, nulls: tuple[str, ...] = ()) -> dict[str, Any]:
-        """The ratio's figures that are set (and those of `nulls`, set or not), under their names with `prefix`."""
-        return {prefix + name: value for name in self.names()
+    def figures(self, kind: RatioKind, nulls: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The ratio's figures that are set (and those of `nulls`, set or not), under the names an entry
+        gives them as a ratio of `kind`."""
+        return {kind.entry_key(name): value for name in self.names()
                 if (value := getattr(self, name)) is not None or name in nulls}
 
     def kept_spread(self) -> "RatioEntry":
@@ -77,11 +76,11 @@ class RatioEntry:
         return RatioEntry(**{name: getattr(self, name) for name in self.SPREAD})
 
     @classmethod
-    def rules(cls, prefix: str, required: bool = False) -> dict[str, Rule]:
-        """The rules of the ratio's figures under `prefix`; `required`: the entry must hold its speedup."""
-        rules = {prefix + f.name: f.metadata[_RULE] for f in dataclasses.fields(cls) if _RULE in f.metadata}
+    def rules(cls, kind: RatioKind, required: bool = False) -> dict[str, Rule]:
+        """The rules of the figures of a ratio of `kind`; `required`: the entry must hold its speedup."""
+        rules = {kind.entry_key(f.name): f.metadata[_RULE] for f in dataclasses.fields(cls) if _RULE in f.metadata}
         if required:
-            rules[prefix + "speedup"] = positive(required=True)
+            rules[kind.entry_key("speedup")] = positive(required=True)
         return rules
 
 
@@ -90,25 +89,37 @@ class RatioEntry:
 MEASURED_WITH = ("cudnn_benchmark", "block_seconds")
 
 
+def _held() -> Any:
+    return field(default_factory=dict, metadata={_HELD: True})
+
+
 @dataclass(frozen=True)
 class FlatEntry:
-    """An entry whose records map onto flat figures: its own fields, its ratios (each under a prefix),
-    figures no field names (`detail`, kept as read) and the order its figures were read in (`keys`)."""
+    """An entry whose records map onto flat figures: its own fields, its ratios (by name, of the kinds of
+    its table, `RATIOS`), figures no field names (`detail`, kept as read) and the order its figures were
+    read in (`keys`)."""
 
-    REQUIRED: ClassVar[str | None] = None  # the prefix whose speedup an entry of this kind must hold
+    RATIOS: ClassVar[Mapping[str, RatioKind]] = {}  # the kinds of ratio an entry of this kind holds
+    REQUIRED: ClassVar[RatioKind | None] = None  # the ratio whose speedup an entry of this kind must hold
 
-    detail: Mapping[str, Any] = field(default_factory=dict, metadata={_PREFIX: None})
-    keys: tuple[str, ...] = field(default=(), metadata={_PREFIX: None})
+    ratios: Mapping[str, RatioEntry] = _held()
+    detail: Mapping[str, Any] = _held()
+    keys: tuple[str, ...] = field(default=(), metadata={_HELD: True})
 
     @classmethod
     def _own(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls) if _PREFIX not in f.metadata)
+        return tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get(_HELD))
 
     @classmethod
-    def _ratios(cls) -> tuple[tuple[str, str], ...]:
-        """(field, prefix) of each ratio, longest prefix first, so "" takes only what no other does."""
-        pairs = [(f.name, f.metadata[_PREFIX]) for f in dataclasses.fields(cls) if f.metadata.get(_PREFIX) is not None]
-        return tuple(sorted(pairs, key=lambda p: -len(p[1])))
+    def _kinds(cls) -> list[RatioKind]:
+        """Its kinds of ratio, the longest prefix first, so "" takes only what no other does."""
+        return sorted(cls.RATIOS.values(), key=lambda k: -len(k.prefix))
+
+    @classmethod
+    def filed(cls) -> list[RatioKind]:
+        """Its kinds of ratio in the order its files gained them: the one without a prefix first (the
+        wall-clock speedup, in every entry), then as its table has them."""
+        return sorted(cls.RATIOS.values(), key=lambda k: k.prefix != "")
 
     @classmethod
     def from_figures(cls, figures: Mapping[str, Any]):
@@ -116,12 +127,13 @@ class FlatEntry:
         own = {name: figures[name] for name in cls._own() if name in figures}
         taken = set(own)
         ratios = {}
-        for name, prefix in cls._ratios():
-            keys = [prefix + n for n in RatioEntry.names() if prefix + n in figures and prefix + n not in taken]
-            ratios[name] = RatioEntry(**{k[len(prefix):]: figures[k] for k in keys})
-            taken.update(keys)
+        for kind in cls._kinds():
+            keys = {n: kind.entry_key(n) for n in RatioEntry.names()}
+            held = {n: figures[k] for n, k in keys.items() if k in figures and k not in taken}
+            ratios[kind.name] = RatioEntry(**held)
+            taken.update(keys[n] for n in held)
         detail = {k: v for k, v in figures.items() if k not in taken}
-        return cls(**own, **ratios, detail=detail, keys=tuple(figures))
+        return cls(**own, ratios=ratios, detail=detail, keys=tuple(figures))
 
     @classmethod
     def of(cls, figures: Mapping[str, Any] | None):
@@ -130,8 +142,8 @@ class FlatEntry:
 
     def _flat(self) -> dict[str, Any]:
         flat = {name: getattr(self, name) for name in self._own()}
-        for name, prefix in reversed(self._ratios()):
-            flat.update({prefix + n: getattr(getattr(self, name), n) for n in RatioEntry.names()})
+        for kind in reversed(self._kinds()):
+            flat.update(self.ratio(kind).figures(kind, nulls=RatioEntry.names()))
         return {**flat, **self.detail}
 
     def to_figures(self) -> dict[str, Any]:
@@ -141,19 +153,19 @@ class FlatEntry:
         out.update({k: v for k, v in flat.items() if k not in out and v is not None})
         return out
 
-    def ratio(self, prefix: str) -> RatioEntry:
-        """The ratio stored under `prefix`."""
-        return next(getattr(self, name) for name, p in self._ratios() if p == prefix)
+    def ratio(self, kind: RatioKind) -> RatioEntry:
+        """Its ratio of `kind`; one holding nothing where the entry has none."""
+        return self.ratios.get(kind.name) or RatioEntry()
 
-    def with_ratio(self, prefix: str, ratio: RatioEntry, order: tuple[str, ...] = (), moved: tuple[str, ...] = ()):
-        """The entry with `ratio` under `prefix`. Its figures keep their places; those of `moved` leave
-        theirs, and each figure of `order` (names of RatioEntry) that the entry lacked, `moved` among them,
-        follows every other figure, in that order, where `ratio` sets it."""
-        field_name = next(name for name, p in self._ratios() if p == prefix)
-        gone = {prefix + n for n in moved}
+    def with_ratio(self, kind: RatioKind, ratio: RatioEntry, order: tuple[str, ...] = (),
+                   moved: tuple[str, ...] = ()):
+        """The entry with `ratio` as its ratio of `kind`. Its figures keep their places; those of `moved`
+        leave theirs, and each figure of `order` (names of RatioEntry) that the entry lacked, `moved`
+        among them, follows every other figure, in that order, where `ratio` sets it."""
+        gone = {kind.entry_key(n) for n in moved}
         keys = [k for k in self.keys if k not in gone]
-        keys += [prefix + n for n in order if prefix + n not in keys and getattr(ratio, n) is not None]
-        return dataclasses.replace(self, **{field_name: ratio}, keys=tuple(keys))
+        keys += [kind.entry_key(n) for n in order if kind.entry_key(n) not in keys and getattr(ratio, n) is not None]
+        return dataclasses.replace(self, ratios={**self.ratios, kind.name: ratio}, keys=tuple(keys))
 
     def measured_with(self) -> dict[str, object]:
         """The measurement settings the entry names (``store.measurement_mismatch`` defaults the rest)."""
@@ -163,21 +175,19 @@ class FlatEntry:
     def rules(cls) -> dict[str, Rule]:
         """What each figure of a file's entry of this kind must be, as its fields say."""
         rules = {f.name: f.metadata[_RULE] for f in dataclasses.fields(cls) if _RULE in f.metadata}
-        for name, prefix in reversed(cls._ratios()):
-            rules.update(RatioEntry.rules(prefix, required=prefix == cls.REQUIRED))
+        for kind in reversed(cls._kinds()):
+            rules.update(RatioEntry.rules(kind, required=kind is cls.REQUIRED))
         return rules
 
 
 @dataclass(frozen=True)
 class SpeedEntry(FlatEntry):
-    """``test_speed[model-mode]``: the wall-clock, device-time and (compiled cells) versus ratios, and
-    the cell's own figures."""
+    """``test_speed[model-mode]``: its ratios (the wall-clock, device-time and, for a compiled cell, versus
+    ones) and the cell's own figures."""
 
-    REQUIRED: ClassVar[str | None] = ""  # the wall-clock speedup: every speed entry holds it
+    RATIOS: ClassVar[Mapping[str, RatioKind]] = SPEED_RATIOS
+    REQUIRED: ClassVar[RatioKind | None] = WALL  # every speed entry holds its wall-clock speedup
 
-    wall: RatioEntry = _ratio("")
-    device: RatioEntry = _ratio("device_")
-    versus_ratio: RatioEntry = _ratio("versus_")  # a compiled cell's second ratio, over `versus`
     versus: str | None = figure(STR_OR_NULL)  # the versus side's mode: "amp_bf16", "amp_bf16 compiled"
     batch_size: int | None = figure()
     memory_ratio: float | None = figure()
@@ -193,31 +203,18 @@ class SpeedEntry(FlatEntry):
 
 @dataclass(frozen=True)
 class DistributedEntry(FlatEntry):
-    """``test_ddp_speed`` / ``test_fsdp2_speed[...]``: the wall-clock speedup under the same parallelism
-    (flat names, no prefix), its device-time speedup ("device_"; absent from entries recorded without
-    one, whose cells the wall-clock speedup holds), the scaling efficiency (``scaling_efficiency``,
-    ``_low``, ``_high``, ``scaling_noise``) and the scaling efficiency in device time ("device_scaling_",
-    its figure ``device_scaling_speedup``)."""
+    """``test_ddp_speed`` / ``test_fsdp2_speed[...]``: its ratios: the wall-clock speedup under the same
+    parallelism (flat names, no prefix), its device-time speedup ("device_"; absent from entries
+    recorded without one, whose cells the wall-clock speedup holds), the scaling efficiency
+    (``scaling_efficiency``, ``_low``, ``_high``, ``scaling_noise``) and the scaling efficiency in device
+    time ("device_scaling_", its figure ``device_scaling_speedup``)."""
 
-    speedup: RatioEntry = _ratio("")
-    device: RatioEntry = _ratio("device_")
-    device_efficiency: RatioEntry = _ratio("device_scaling_")  # the scaling efficiency in device time
+    RATIOS: ClassVar[Mapping[str, RatioKind]] = DISTRIBUTED_RATIOS
+
     world_size: int | None = figure()
     batch_size: int | None = figure()
     block_seconds: float | None = figure()
     cudnn_benchmark: bool | None = figure()
-
-    # the efficiency's names predate the prefixes: mapped one by one
-    EFFICIENCY: ClassVar[dict[str, str]] = {"speedup": "scaling_efficiency", "ci_low": "scaling_efficiency_low",
-                                            "ci_high": "scaling_efficiency_high", "noise": "scaling_noise"}
-
-    @property
-    def efficiency(self) -> RatioEntry:
-        return RatioEntry(**{name: self.detail.get(key) for name, key in self.EFFICIENCY.items()})
-
-    def ratio(self, prefix: str) -> RatioEntry:
-        """The speedup under "", the scaling efficiency under "scaling_"."""
-        return self.efficiency if prefix == "scaling_" else super().ratio(prefix)
 
 
 @dataclass(frozen=True)
@@ -247,12 +244,13 @@ class ConvergenceEntry(FlatEntry):
 
 # -- the tolerance a ratio entry gives (the one rule of ``ampbench.verdict.tolerance_for``) --------------
 
-def entry_tolerance(floor: float, ratio: RatioEntry | None, noise: float | None = None) -> float:
-    """The tolerance of a ratio held against its baseline entry (``entries.RatioEntry``): its learned
-    spread's, else its recorded noise's (`noise` where the entry is being written), at least
-    UNLEARNED_TOLERANCE until a spread is learned, never below `floor`."""
-    return tolerance_for(floor, (ratio.noise if ratio is not None else None) if noise is None else noise,
-                         learned_spread(ratio), unlearned=UNLEARNED_TOLERANCE)
+def entry_tolerance(kind: RatioKind, floor: float, ratio: RatioEntry | None, noise: float | None = None) -> float:
+    """The tolerance of a ratio of `kind` held against its baseline entry (``entries.RatioEntry``): its
+    learned spread's, else its recorded noise's (`noise` where the entry is being written), at least the
+    kind's unlearned tolerance until a spread is learned, never below `floor` or the kind's own."""
+    low, unlearned = kind.rule(floor)
+    return tolerance_for(low, (ratio.noise if ratio is not None else None) if noise is None else noise,
+                         learned_spread(ratio), unlearned=unlearned)
 
 
 def _int(value: object) -> int | None:

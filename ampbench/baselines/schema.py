@@ -46,20 +46,22 @@ def is_stamp(value: Any) -> bool:
     return True
 
 
-# One schema per kind of entry, keyed by the test id's name before "[": the figures each test reads
-# back from its entry (ampbench.suite.speed: the fields of ``entries.SpeedEntry``; perf/test_distributed.py:
-# those of ``entries.DistributedEntry``; ampbench.suite.memory with
-# memory.judge and memory.search_start; ampbench.suite.convergence), so that a figure a test would
-# misread stops the run up front instead. Figures not named here are stored for the report only and
-# are free, so a test can add one without touching this table. perf/test_input_pipeline.py reads no
-# baseline; a kind not listed here gets the checks every entry gets.
-ENTRY_SCHEMAS: dict[str, dict[str, Rule]] = {
-    "test_speed": SpeedEntry.rules(),
-    "test_memory": {**MemoryEntry.rules(), "max_batch_recorded": Rule(is_stamp, STAMP_EXPECTED)},
-    "test_convergence": ConvergenceEntry.rules(),
-    "test_ddp_speed": DistributedEntry.rules(),
-    "test_fsdp2_speed": DistributedEntry.rules(),
-}
+def entry_schemas() -> dict[str, dict[str, Rule]]:
+    """One schema per kind of entry, keyed by the test id's name before "[": the figures each test reads
+    back from its entry (ampbench.suite.speed: the fields of ``entries.SpeedEntry``, its ratios' among them;
+    perf/test_distributed.py: those of ``entries.DistributedEntry``; ampbench.suite.memory with
+    memory.judge and memory.search_start; ampbench.suite.convergence), so that a figure a test would
+    misread stops the run up front instead. Figures not named here are stored for the report only and
+    are free, so a test can add one without touching this table. perf/test_input_pipeline.py reads no
+    baseline; a kind not listed here gets the checks every entry gets. Read off the entries' types when
+    asked: a new kind of ratio is a row of its table (``results.ratios``)."""
+    return {
+        "test_speed": SpeedEntry.rules(),
+        "test_memory": {**MemoryEntry.rules(), "max_batch_recorded": Rule(is_stamp, STAMP_EXPECTED)},
+        "test_convergence": ConvergenceEntry.rules(),
+        "test_ddp_speed": DistributedEntry.rules(),
+        "test_fsdp2_speed": DistributedEntry.rules(),
+    }
 
 
 def _describe(value: Any) -> str:
@@ -79,8 +81,8 @@ def _kernel_problem(value: Any) -> str | None:
     return None
 
 
-def figure_problem(kind: str, name: str, value: Any) -> str | None:
-    """Why `value` cannot be figure `name` of an entry of `kind` (the test id's name), or None."""
+def figure_problem(rules: dict[str, Rule], name: str, value: Any) -> str | None:
+    """Why `value` cannot be figure `name` of an entry whose kind has `rules` (``entry_schemas``), or None."""
     if name in ALLOWED_STRUCTURED:
         return _kernel_problem(value)
     if name.endswith(STRING_LIST_SUFFIX):
@@ -88,7 +90,7 @@ def figure_problem(kind: str, name: str, value: Any) -> str | None:
         return None if ok else f"{_describe(value)} is not a list of strings"
     if not isinstance(value, _SCALAR):
         return f"{_describe(value)} is not a number, string, boolean or null"
-    rule = ENTRY_SCHEMAS.get(kind, {}).get(name)
+    rule = rules.get(name)
     if isinstance(value, float) and not math.isfinite(value):
         return f"{_describe(value)} is not {rule.expected if rule else 'a finite number'}"
     if rule is not None and not rule.check(value):
@@ -110,11 +112,12 @@ def validate_entry(test_id: str, entry: Any, path: Path) -> None:
     if not isinstance(figures, dict):
         raise BaselineError(path, f"{where}.figures", "missing or not an object")
     kind = entry_kind(test_id)
-    for name, rule in ENTRY_SCHEMAS.get(kind, {}).items():
+    rules = entry_schemas().get(kind, {})
+    for name, rule in rules.items():
         if rule.required and name not in figures:
             raise BaselineError(path, f"{where}.figures.{name}", f"missing; a {kind} entry needs {rule.expected} here")
     for name, value in figures.items():
-        problem = figure_problem(kind, name, value)
+        problem = figure_problem(rules, name, value)
         if problem:
             raise BaselineError(path, f"{where}.figures.{name}", problem)
     software = entry.get("software", {})
@@ -132,7 +135,7 @@ def validate_entry(test_id: str, entry: Any, path: Path) -> None:
 
 def validate(document: Any, path: Path) -> None:
     """Raise BaselineError on anything but a schema-1 baseline document whose entries each meet their
-    kind's schema (ENTRY_SCHEMAS)."""
+    kind's schema (``entry_schemas``)."""
     if not isinstance(document, dict):
         raise BaselineError(path, "<top level>", f"expected a JSON object, got {type(document).__name__}")
     version = document.get("schema_version")

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 
 from ampbench.baselines.entries import FlatEntry, MemoryEntry, SpeedEntry
 from ampbench.baselines.store import entry_kind, load_document
+from ampbench.results.ratios import DEVICE, WALL
 
 MISSING = "-"
 # what the software dicts of the entries hold, in the order shown
@@ -60,15 +61,15 @@ def _fmt_gib(value: Any) -> str:
 
 # the fixed columns of the speed and memory tables
 SPEED_COLUMNS: tuple[Column, ...] = (
-    ("device speedup", lambda e: e.device.speedup, _fmt_number(".3f")),
-    ("device tolerance", lambda e: e.device.tolerance, _fmt_percent(1)),
-    ("device method", lambda e: e.device.method, _fmt_plain),
-    ("wall speedup", lambda e: e.wall.speedup, _fmt_number(".3f")),
+    ("device speedup", lambda e: e.ratio(DEVICE).speedup, _fmt_number(".3f")),
+    ("device tolerance", lambda e: e.ratio(DEVICE).tolerance, _fmt_percent(1)),
+    ("device method", lambda e: e.ratio(DEVICE).method, _fmt_plain),
+    ("wall speedup", lambda e: e.ratio(WALL).speedup, _fmt_number(".3f")),
     ("idle share", lambda e: e.idle_share, _fmt_percent(1)),
     ("host-bound", lambda e: e.host_bound, _fmt_plain),
     ("batch", lambda e: e.batch_size, _fmt_plain),
-    ("between-run runs (wall)", lambda e: e.wall.between_run_count, _fmt_plain),
-    ("between-run runs (device)", lambda e: e.device.between_run_count, _fmt_plain),
+    ("between-run runs (wall)", lambda e: e.ratio(WALL).between_run_count, _fmt_plain),
+    ("between-run runs (device)", lambda e: e.ratio(DEVICE).between_run_count, _fmt_plain),
 )
 MEMORY_COLUMNS: tuple[Column, ...] = (
     ("memory ratio", lambda e: e.memory_ratio, _fmt_number(".3f")),

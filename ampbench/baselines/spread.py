@@ -7,7 +7,7 @@ measured the same way, and ``with_spread`` stores their log standard deviation i
 ``between_run_sd`` (with ``between_run_count`` values behind it) and centres the entry's speedup on
 their geometric mean (the recording's own value kept as ``recorded_speedup``). The device-time speedup
 is learned in the same pass into the ``device_`` figures, and a compiled cell's ratio over its versus
-side into the ``versus_`` ones (``FIGURES``). The verdict's tolerance then
+side into the ``versus_`` ones (every ratio of a speed entry, ``spread_kinds``). The verdict's tolerance then
 allows for that spread (``verdict.BetweenRuns``), and the suite reports each speedup's interval across
 runs too (``stats.across_runs``).
 
@@ -30,12 +30,12 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Mapping, Sequence
 
-from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry
+from ampbench.baselines.entries import FlatEntry, SpeedEntry, entry_tolerance
 from ampbench.baselines.store import measurement_mismatch
-from ampbench.results import Run, SpeedRecord
+from ampbench.results import SPEED_RATIOS, RatioKind, Run, SpeedRecord
+from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.stats import finite_number, log_sd
 from ampbench.settings import DEFAULT_TOLERANCE
-from ampbench.baselines.entries import entry_tolerance
 
 # what must match between a baseline entry's `software` and a run's machine_info["ampbench"] for the
 # run to measure the same thing: the card model and every layer of software under test
@@ -45,56 +45,17 @@ SOFTWARE_KEYS = ("device", "capability", "driver", "torch", "cuda", "cudnn")
 COMPILE_KEYS = ("triton", "torchao")
 
 
-@dataclass(frozen=True)
-class Figure:
-    """A speedup whose between-run spread is learned: the ratio of a speed entry that keeps it and its
-    spread, and which of a speed record's speedups it is."""
-
-    prefix: str  # its ratio's prefix in a speed entry ("", "device_", "versus_"): ``SpeedEntry.ratio``
-    label: str  # what messages call it
-    # a run must have measured it the same way (graph, kernels) as the entry; False for the wall-clock speedup
-    same_method: bool = True
-    # a run must hold it over the same side as the entry ("versus": compiled amp_bf16 for fp8); False
-    # where it is always over fp32
-    over: bool = False
-
-    @property
-    def key(self) -> str:
-        """The speed record's field holding a run's value (the history's series of it too)."""
-        return self.prefix + "speedup"
-
-    @property
-    def method_key(self) -> str | None:
-        """The speed record's field naming how it was measured; None for the wall-clock speedup."""
-        return self.prefix + "method" if self.same_method else None
-
-    @property
-    def over_key(self) -> str | None:
-        """The speed record's field naming the side it is over; None where it is always fp32."""
-        return "versus" if self.over else None
-
-    def measured(self, cell: SpeedRecord) -> float | None:
-        """A run's value."""
-        return getattr(cell, self.key)
-
-    def method(self, cell: SpeedRecord) -> str | None:
-        return getattr(cell, self.method_key) if self.method_key else None
-
-    def ratio(self, entry: FlatEntry) -> RatioEntry:
-        """Its ratio in a baseline entry."""
-        return entry.ratio(self.prefix)
-
-    def recording(self, entry: FlatEntry) -> float | None:
-        """The value the recording measured: the speedup until a spread was learned, then the recorded one."""
-        ratio = self.ratio(entry)
-        return finite_number(ratio.speedup if ratio.recorded_speedup is None else ratio.recorded_speedup)
+def spread_kinds() -> list[RatioKind]:
+    """The ratios of a speed entry whose spread is learned, in the order its files gained them."""
+    return SpeedEntry.filed()
 
 
-WALL = Figure("", "wall-clock speedup", same_method=False)
-DEVICE = Figure("device_", "device-time speedup")
-# a compiled cell's second ratio (ampbench.speed.compiled), in device time
-VERSUS = Figure("versus_", "ratio over the versus side", over=True)
-FIGURES = (WALL, DEVICE, VERSUS)
+def recording(kind: RatioKind, entry: FlatEntry) -> float | None:
+    """The value the recording measured of `entry`'s ratio of `kind`: its speedup until a spread was
+    learned, then the recorded one."""
+    ratio = entry.ratio(kind)
+    return finite_number(ratio.speedup if ratio.recorded_speedup is None else ratio.recorded_speedup)
+
 
 # the figures with_spread writes into a ratio, in the order an entry that lacked them gains them; the
 # levels last, and only where there are several (one is the default)
@@ -120,10 +81,11 @@ class Prior:
         return self.count if self.level_count is None else self.level_count
 
 
-def prior_of(figure: Figure, entry: FlatEntry) -> Prior | None:
-    """The spread `entry` holds for `figure`, where ``with_spread`` wrote one (centred, with its count),
-    or a re-recording kept one (``speed.ratio.Ratio.recorded``): then the recording alone opens another level."""
-    ratio = figure.ratio(entry)
+def prior_of(kind: RatioKind, entry: FlatEntry) -> Prior | None:
+    """The spread `entry` holds for its ratio of `kind`, where ``with_spread`` wrote one (centred, with its
+    count), or a re-recording kept one (``speed.ratio.Ratio.recorded``): then the recording alone opens
+    another level."""
+    ratio = entry.ratio(kind)
     sd, count = finite_number(ratio.between_run_sd), ratio.between_run_count
     levels = 1 if ratio.between_run_levels is None else ratio.between_run_levels
     at_level, centre = ratio.between_run_level_count, finite_number(ratio.speedup)
@@ -188,24 +150,24 @@ class CellSpread:
 
 @dataclass
 class Learned:
-    # per figure key, the entries with at least one run beside the recording
-    figures: dict[str, dict[str, CellSpread]] = field(default_factory=lambda: {f.key: {} for f in FIGURES})
+    # per ratio's series name (``RatioKind.history``), the entries with at least one run beside the recording
+    figures: dict[str, dict[str, CellSpread]] = field(default_factory=lambda: {k.history: {} for k in spread_kinds()})
     left_out: list[tuple[str, str, str]] = field(default_factory=list)  # (run, test id, why) of run cells that do not count
 
     @property
     def cells(self) -> dict[str, CellSpread]:
         """The wall-clock speedup's spreads."""
-        return self.figures[WALL.key]
+        return self.figures[WALL.history]
 
     @property
     def device_cells(self) -> dict[str, CellSpread]:
         """The device-time speedup's spreads."""
-        return self.figures[DEVICE.key]
+        return self.figures[DEVICE.history]
 
     @property
     def versus_cells(self) -> dict[str, CellSpread]:
         """The spreads of compiled cells' ratios over their versus sides."""
-        return self.figures[VERSUS.key]
+        return self.figures[VERSUS.history]
 
 
 def software_difference(entry_software: Mapping, machine: Mapping) -> str | None:
@@ -219,7 +181,8 @@ def software_difference(entry_software: Mapping, machine: Mapping) -> str | None
 def _why_not(entry: Mapping, run: Run, cell: SpeedRecord) -> str | None:
     """Why `cell` of `run` is no sample of the cell that `entry` (of the document) recorded, or None if
     it is one."""
-    if cell.speedup is None or cell.speedup <= 0:
+    wall = cell.ratio(WALL).speedup
+    if wall is None or wall <= 0:
         return "no speedup (the test failed before measuring one)"
     if cell.injected_slowdown:
         return f"a slowdown of {cell.injected_slowdown} was injected into it: no sample of its run-to-run spread"
@@ -235,31 +198,31 @@ def _why_not(entry: Mapping, run: Run, cell: SpeedRecord) -> str | None:
     return measurement_mismatch(SpeedEntry.from_figures(entry["figures"]), measured_with)
 
 
-def _figure_why_not(figure: Figure, entry: SpeedEntry, cell: SpeedRecord) -> tuple[bool, str | None]:
-    """(whether `cell` gives `figure` a value, why not where that is worth saying). An entry or a cell
-    without the figure (recorded or run before device time was measured) silently gives nothing."""
-    recorded, measured = figure.recording(entry), figure.measured(cell)
+def _figure_why_not(kind: RatioKind, entry: SpeedEntry, cell: SpeedRecord) -> tuple[bool, str | None]:
+    """(whether `cell` gives its ratio of `kind` a value, why not where that is worth saying). An entry or
+    a cell without the ratio (recorded or run before device time was measured) silently gives nothing."""
+    recorded, measured = recording(kind, entry), cell.ratio(kind).speedup
     if recorded is None or recorded <= 0 or measured is None or measured <= 0:
         return False, None
-    if figure.over:
+    if kind.over:
         ours, theirs = cell.versus, entry.versus
         if ours != theirs:
-            return False, (f"{figure.label} over {ours} in the run and over {theirs} in the baseline: "
+            return False, (f"{kind.noun} over {ours} in the run and over {theirs} in the baseline: "
                            "another ratio, not a sample of its spread")
-    if figure.same_method:
-        ours, theirs = figure.method(cell), figure.ratio(entry).method
+    if kind.same_method:
+        ours, theirs = cell.ratio(kind).method, entry.ratio(kind).method
         if ours != theirs:
-            return False, (f"{figure.label} measured by {ours} in the run and by {theirs} in the baseline: "
+            return False, (f"{kind.noun} measured by {ours} in the run and by {theirs} in the baseline: "
                            "another measurement, not a sample of its spread")
     return True, None
 
 
 def _samples(entries: Mapping[str, Mapping], typed: dict[str, SpeedEntry], runs: Sequence[Run], add: bool,
              learned: Learned) -> tuple[dict, dict]:
-    """Per figure key and test id, the values of `runs` that count and the runs they came from; what
-    does not count goes to `learned`'s left_out, with why."""
-    samples: dict[str, dict[str, list[float]]] = {f.key: {} for f in FIGURES}
-    counted: dict[str, dict[str, list[str]]] = {f.key: {} for f in FIGURES}
+    """Per ratio's series name and test id, the values of `runs` that count and the runs they came from;
+    what does not count goes to `learned`'s left_out, with why."""
+    samples: dict[str, dict[str, list[float]]] = {k.history: {} for k in spread_kinds()}
+    counted: dict[str, dict[str, list[str]]] = {k.history: {} for k in spread_kinds()}
     seen: dict[str, str] = {}
     for run in runs:
         name = str(run.path)
@@ -270,45 +233,45 @@ def _samples(entries: Mapping[str, Mapping], typed: dict[str, SpeedEntry], runs:
             seen[run.datetime] = name
         for cell in run.of_kind(SpeedRecord):
             entry = typed.get(cell.test_id)
-            if entry is None or finite_number(entry.wall.speedup) is None:
+            if entry is None or finite_number(entry.ratio(WALL).speedup) is None:
                 learned.left_out.append((name, cell.test_id, "no speed entry in the baseline file"))
                 continue
             why = _why_not(entries[cell.test_id], run, cell)
             if why:
                 learned.left_out.append((name, cell.test_id, why))
                 continue
-            for figure in FIGURES:
-                counts, why = _figure_why_not(figure, entry, cell)
-                if counts and add and run.datetime in (figure.ratio(entry).between_run_runs or ()):
-                    counts, why = False, f"{figure.label}: counted in the entry's spread already"
+            for kind in spread_kinds():
+                counts, why = _figure_why_not(kind, entry, cell)
+                if counts and add and run.datetime in (entry.ratio(kind).between_run_runs or ()):
+                    counts, why = False, f"{kind.noun}: counted in the entry's spread already"
                 if why:
                     learned.left_out.append((name, cell.test_id, why))
                 if counts:
-                    samples[figure.key].setdefault(cell.test_id, []).append(figure.measured(cell))
-                    counted[figure.key].setdefault(cell.test_id, []).append(run.datetime or name)
+                    samples[kind.history].setdefault(cell.test_id, []).append(cell.ratio(kind).speedup)
+                    counted[kind.history].setdefault(cell.test_id, []).append(run.datetime or name)
     return samples, counted
 
 
 def learn(entries: Mapping[str, Mapping], runs: Sequence[Run], add: bool = False) -> Learned:
-    """Each speed entry's speedups (``FIGURES``) across the recording and `runs`, with why
+    """Each speed entry's ratios (``spread_kinds``) across the recording and `runs`, with why
     any run's cell does not count. A run given twice (the same pytest-benchmark datetime) counts once.
     With `add`, the runs are added to the spread each entry already holds (``prior_of``), and a run the
     entry lists as counted is left out."""
     learned = Learned()
     typed = {test_id: SpeedEntry.from_figures(entry["figures"]) for test_id, entry in entries.items()}
     samples, counted = _samples(entries, typed, runs, add, learned)
-    for figure in FIGURES:
+    for kind in spread_kinds():
         cells = {}
-        for test_id, values in sorted(samples[figure.key].items()):
+        for test_id, values in sorted(samples[kind.history].items()):
             entry = typed[test_id]
-            prior = prior_of(figure, entry) if add else None
-            runs = tuple(counted[figure.key][test_id])
+            prior = prior_of(kind, entry) if add else None
+            runs = tuple(counted[kind.history][test_id])
             if prior is None:
-                cells[test_id] = CellSpread(test_id, (figure.recording(entry), *values), runs=runs)
+                cells[test_id] = CellSpread(test_id, (recording(kind, entry), *values), runs=runs)
             else:
-                earlier = tuple(figure.ratio(entry).between_run_runs or ())
+                earlier = tuple(entry.ratio(kind).between_run_runs or ())
                 cells[test_id] = CellSpread(test_id, tuple(values), prior, earlier + runs)
-        learned.figures[figure.key] = cells
+        learned.figures[kind.history] = cells
     return learned
 
 
@@ -319,16 +282,16 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
     entries = {}
     for test_id, entry in document["entries"].items():
         typed = SpeedEntry.from_figures(entry["figures"])
-        for figure in FIGURES:
-            spread = learned.figures[figure.key].get(test_id)
+        for kind in spread_kinds():
+            spread = learned.figures[kind.history].get(test_id)
             if spread is not None:
-                typed = _learned_into(typed, figure, spread)
-        for figure in (DEVICE, VERSUS):
-            ratio = figure.ratio(typed)
+                typed = _learned_into(typed, kind, spread)
+        for kind in (k for k in SPEED_RATIOS.values() if k.stores_tolerance):
+            ratio = typed.ratio(kind)
             if finite_number(ratio.speedup) is not None:
                 # what the verdict will now use under the default floor, so the file says what is guarded
-                tolerance = entry_tolerance(DEFAULT_TOLERANCE, ratio)
-                typed = typed.with_ratio(figure.prefix, replace(ratio, tolerance=tolerance), ("tolerance",))
+                tolerance = entry_tolerance(kind, DEFAULT_TOLERANCE, ratio)
+                typed = typed.with_ratio(kind, replace(ratio, tolerance=tolerance), ("tolerance",))
         figures = typed.to_figures()
         if figures != entry["figures"]:
             entry = dict(entry, figures=figures)
@@ -336,14 +299,14 @@ def with_spread(document: Mapping, learned: Learned) -> dict:
     return dict(document, entries=entries)
 
 
-def _learned_into(entry: SpeedEntry, figure: Figure, spread: CellSpread) -> SpeedEntry:
-    """`entry` with `figure`'s spread learned: its speedup the centre of every value, the recording's own
+def _learned_into(entry: SpeedEntry, kind: RatioKind, spread: CellSpread) -> SpeedEntry:
+    """`entry` with its ratio of `kind`'s spread learned: its speedup the centre of every value, the recording's own
     value beside it (the mean is a better baseline than any one value, and learned_spread's bound
     assumes it; the next learning reads the recording). One level is the default: an entry learned
     afresh drops an earlier learning's levels."""
-    old, several = figure.ratio(entry), spread.levels > 1
-    ratio = replace(old, recorded_speedup=figure.recording(entry), speedup=spread.centre,
+    old, several = entry.ratio(kind), spread.levels > 1
+    ratio = replace(old, recorded_speedup=recording(kind, entry), speedup=spread.centre,
                     between_run_sd=spread.sd, between_run_count=spread.count, between_run_runs=list(spread.runs),
                     between_run_levels=spread.levels if several else None,
                     between_run_level_count=spread.level_count if several else None)
-    return entry.with_ratio(figure.prefix, ratio, _LEARNED, moved=_LEVELS)
+    return entry.with_ratio(kind, ratio, _LEARNED, moved=_LEVELS)

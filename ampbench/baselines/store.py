@@ -10,7 +10,7 @@ Layout (schema_version 1)::
          "recorded": "2026-11-21T17:02:11Z"}}}
 
 Each kind of entry (the test id's name before "[") has its figures checked by
-``baseline_schema.ENTRY_SCHEMAS`` on load and on record. Writes merge entry by entry (an update never
+``schema.entry_schemas`` on load and on record. Writes merge entry by entry (an update never
 drops another test's entry; CARRIED_FIGURES names the figures an update that did not measure them keeps
 from the entry it replaces) and are atomic: a temp file in the same folder, fsync, rename.
 """

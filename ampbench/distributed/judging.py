@@ -1,7 +1,8 @@
 """A distributed cell's judging: its four figures (the device-time speedup, the wall-clock speedup under
 the same parallelism, the scaling efficiency in device time and in wall clock) held against the cell's
 baseline entry by the single-GPU cells' tolerance rule (``speed.ratio.ratio_check``), which of them gate
-the cell (--perf-gate), and the cell's message and device-time record and baseline figures.
+the cell (--perf-gate), and the cell's message, its ratios as its record holds them and its device-time
+baseline figures. The kinds of ratio are the rows of ``results.ratios.DISTRIBUTED_RATIOS``.
 
 Device time (the speedup, and the scaling efficiency where rank 0's 1-GPU side was replayed as a graph
 too) gates by default, the wall-clock figures are reported beside it; under --perf-gate wall or both
@@ -12,22 +13,23 @@ cell's wall verdict holds it where its entry lacks device time. The host-bound r
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ampbench.baselines.entries import DistributedEntry, RatioEntry, entry_tolerance
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.distributed.figures import DistFigures, host_bound_verdict, per_round_min
+from ampbench.results import DISTRIBUTED_RATIOS, RatioFigures
+from ampbench.results.ratios import DEVICE_SCALING as DEVICE_SCALING_KIND
+from ampbench.results.ratios import DIST_DEVICE, DIST_WALL, SCALING as SCALING_KIND
 from ampbench.settings import GATES
-from ampbench.speed.ratio import DIST_DEVICE, DIST_DEVICE_EFFICIENCY, DISTRIBUTED, EFFICIENCY, Ratio, RatioKind, ratio_check
+from ampbench.speed.ratio import Ratio, ratio_check
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import SpeedupCheck, Verdict
 
-# the names of the cell's figures in its verdicts and messages, with the kind of ratio each is
-DEVICE_SPEEDUP, SPEEDUP, SCALING = "device speedup", "speedup", "scaling efficiency"
-DEVICE_SCALING = "device scaling efficiency"
-KINDS: dict[str, RatioKind] = {DEVICE_SPEEDUP: DIST_DEVICE, SPEEDUP: DISTRIBUTED, SCALING: EFFICIENCY,
-                               DEVICE_SCALING: DIST_DEVICE_EFFICIENCY}
+# the names of the cell's figures in its verdicts and messages: its kinds of ratio's names
+DEVICE_SPEEDUP, SPEEDUP, SCALING = DIST_DEVICE.name, DIST_WALL.name, SCALING_KIND.name
+DEVICE_SCALING = DEVICE_SCALING_KIND.name
 DEVICE_FIGURES = (DEVICE_SPEEDUP, DEVICE_SCALING)  # device time leaves the host out: no host-bound softening
 
 
@@ -51,12 +53,12 @@ def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str
                 floor: float) -> CellChecks:
     """The checks of the cell's figures; the device time's only where the run measured one, and only
     against a baseline measured by the same method."""
-    speed = ratio_check(Ratio(DISTRIBUTED), model, what, baseline, floor)[0]
-    eff = ratio_check(Ratio(EFFICIENCY), model, what, baseline, floor)[0]
+    speed = ratio_check(Ratio(DIST_WALL), model, what, baseline, floor)[0]
+    eff = ratio_check(Ratio(SCALING_KIND), model, what, baseline, floor)[0]
     if figs.device is None:
         return CellChecks(None, speed, eff)
     device, why = ratio_check(Ratio(DIST_DEVICE, method=figs.device_method), model, what, baseline, floor)
-    device_eff = (ratio_check(Ratio(DIST_DEVICE_EFFICIENCY, "scaling efficiency", method=figs.device_method), model,
+    device_eff = (ratio_check(Ratio(DEVICE_SCALING_KIND, "scaling efficiency", method=figs.device_method), model,
                               what, baseline, floor)[0] if figs.device_efficiency is not None else None)
     return CellChecks(device, speed, eff, why, device_eff)
 
@@ -68,7 +70,7 @@ def gated_figures(gate: str, checks: CellChecks, figs: DistFigures) -> tuple[str
     gates = GATES[gate]
     unchecked = figs.device is None or (checks.device is None and checks.speedup is not None)
     if DIST_DEVICE.gate in gates and unchecked:
-        return (DISTRIBUTED.gate,)
+        return (DIST_WALL.gate,)
     return gates
 
 
@@ -91,7 +93,7 @@ def verdicts_of(figs: DistFigures, checks: CellChecks) -> dict[str, Verdict]:
 
 def gated_verdicts(verdicts: dict[str, Verdict], gates: tuple[str, ...]) -> list[Verdict]:
     """The verdicts of the figures that gate the cell (``verdict.combined`` takes these)."""
-    return [v for name, v in verdicts.items() if KINDS[name].gate in gates]
+    return [v for name, v in verdicts.items() if DISTRIBUTED_RATIOS[name].gate in gates]
 
 
 def confirmed(verdicts: dict[str, Verdict], checks: CellChecks, second: DistFigures) -> dict[str, Verdict]:
@@ -106,34 +108,37 @@ def confirmed(verdicts: dict[str, Verdict], checks: CellChecks, second: DistFigu
     return out
 
 
-def device_record_fields(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Verdict],
-                         docs: list[dict]) -> dict[str, Any]:
-    """The device-time fields of the cell's ``DistributedRecord``: the method and why not a graph in
-    every run; where measured, the figures, with each round's device time per step (the least busy
-    rank's) in milliseconds."""
-    fields: dict[str, Any] = {"device_method": figs.device_method, "device_fallback": figs.device_fallback,
-                              "device_queue": docs[0].get("device_queue") if docs else None,
-                              "wall_verdict": verdicts.get(SPEEDUP)}
+def _figures(est: SpeedupEstimate, check: SpeedupCheck | None, verdict: Verdict | None, **more: Any) -> RatioFigures:
+    return RatioFigures(speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds,
+                        confidence=est.confidence, baseline_speedup=check.expected if check else None,
+                        tolerance=check.tolerance if check else None, verdict=verdict, **more)
+
+
+def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Verdict],
+                  docs: list[dict]) -> dict[str, RatioFigures]:
+    """The cell's ratios as its ``DistributedRecord`` holds them, by name: the wall-clock speedup with each
+    round's step time (rank 0's) and its line; the scaling efficiency (its verdict is the cell's); the
+    device time's method and why not a graph in every run, and, where measured, its speedup with each
+    round's device time per step (the least busy rank's) in milliseconds, and its scaling efficiency."""
+    speed, check = figs.speedup, checks.speedup
+    ratios = {SPEEDUP: _figures(speed, check, verdicts.get(SPEEDUP), line=check.line if check else None,
+                                round_ms=[t * 1e3 for t in docs[0]["mode_times"]],
+                                ref_round_ms=[t * 1e3 for t in docs[0]["ref_times"]])}
+    if figs.efficiency is not None:
+        ratios[SCALING] = replace(_figures(figs.efficiency, checks.efficiency, None), tolerance=None)
+    device = RatioFigures(method=figs.device_method, fallback=figs.device_fallback)
     est, check = figs.device, checks.device
-    if est is None:
-        return fields
-    mode_ms, ref_ms = ([t * 1e3 for t in per_round_min(docs, key)] for key in ("device_mode_times", "device_ref_times"))
-    return {**fields, "device_speedup": est.speedup, "device_speedup_low": est.low, "device_speedup_high": est.high,
-            "device_rounds": est.rounds, "device_verdict": verdicts.get(DEVICE_SPEEDUP),
-            "device_baseline_speedup": check.expected if check else None,
-            "device_tolerance": check.tolerance if check else None, "device_line": check.line if check else None,
-            "device_step_ms": figs.device_step_s * 1e3, "device_step_ms_ref": figs.device_step_s_ref * 1e3,
-            "device_round_ms": mode_ms, "device_ref_round_ms": ref_ms, **_device_efficiency_fields(figs, checks, verdicts)}
-
-
-def _device_efficiency_fields(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Verdict]) -> dict[str, Any]:
-    eff, check = figs.device_efficiency, checks.device_efficiency
-    if eff is None:
-        return {}
-    return {"device_scaling_efficiency": eff.speedup, "device_scaling_efficiency_low": eff.low,
-            "device_scaling_efficiency_high": eff.high, "device_scaling_verdict": verdicts.get(DEVICE_SCALING),
-            "baseline_device_scaling_efficiency": check.expected if check else None,
-            "device_scaling_tolerance": check.tolerance if check else None}
+    if est is not None:
+        mode_ms, ref_ms = ([t * 1e3 for t in per_round_min(docs, key)] for key in ("device_mode_times", "device_ref_times"))
+        device = _figures(est, check, verdicts.get(DEVICE_SPEEDUP), line=check.line if check else None,
+                          method=figs.device_method, fallback=figs.device_fallback,
+                          step_ms=figs.device_step_s * 1e3, step_ms_ref=figs.device_step_s_ref * 1e3,
+                          round_ms=mode_ms, ref_round_ms=ref_ms)
+    ratios[DEVICE_SPEEDUP] = device
+    if est is not None and figs.device_efficiency is not None:
+        ratios[DEVICE_SCALING] = _figures(figs.device_efficiency, checks.device_efficiency,
+                                          verdicts.get(DEVICE_SCALING))
+    return {name: ratios[name] for name in DISTRIBUTED_RATIOS if name in ratios}
 
 
 def device_baseline_figures(figs: DistFigures, floor: float, previous: DistributedEntry | None = None,
@@ -148,25 +153,24 @@ def device_baseline_figures(figs: DistFigures, floor: float, previous: Distribut
     if est is None:
         return {}
     noise = est.half_width
-    alike = (previous is not None and previous.device.method == figs.device_method
+    alike = (previous is not None and previous.ratio(DIST_DEVICE).method == figs.device_method
              and previous.world_size == figs.world_size
              and measurement_mismatch(previous, measured_with or {}) is None)
-    kept = previous.device.kept_spread() if alike else RatioEntry()
+    kept = previous.ratio(DIST_DEVICE).kept_spread() if alike else RatioEntry()
     ratio = RatioEntry(speedup=est.speedup, ci_low=est.low, ci_high=est.high, rounds=est.rounds, noise=noise,
-                       tolerance=entry_tolerance(max(floor, DIST_DEVICE.floor), kept, noise),
+                       tolerance=entry_tolerance(DIST_DEVICE, floor, kept, noise),
                        method=figs.device_method, fallback=figs.device_fallback,
                        step_ms=figs.device_step_s * 1e3, step_ms_ref=figs.device_step_s_ref * 1e3,
                        **{name: getattr(kept, name) for name in RatioEntry.SPREAD})
-    out = ratio.figures(DIST_DEVICE.prefix, nulls=("fallback",))
+    out = ratio.figures(DIST_DEVICE, nulls=("fallback",))
     eff = figs.device_efficiency
     if eff is not None:
-        kept_eff = previous.device_efficiency.kept_spread() if alike else RatioEntry()
+        kept_eff = previous.ratio(DEVICE_SCALING_KIND).kept_spread() if alike else RatioEntry()
         out.update(RatioEntry(speedup=eff.speedup, ci_low=eff.low, ci_high=eff.high, rounds=eff.rounds,
                               noise=eff.half_width, method=figs.device_method,
-                              tolerance=entry_tolerance(max(floor, DIST_DEVICE_EFFICIENCY.floor), kept_eff,
-                                                        eff.half_width),
+                              tolerance=entry_tolerance(DEVICE_SCALING_KIND, floor, kept_eff, eff.half_width),
                               **{name: getattr(kept_eff, name) for name in RatioEntry.SPREAD}
-                              ).figures(DIST_DEVICE_EFFICIENCY.prefix))
+                              ).figures(DEVICE_SCALING_KIND))
     return out
 
 

@@ -12,14 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ampbench.results import (
-    ConvergenceRecord,
-    DistributedRecord,
-    MemoryRecord,
-    Record,
-    Run,
-    SpeedRecord,
-)
+from ampbench.results import ConvergenceRecord, MemoryRecord, RatioKind, Run, TimedRecord
+from ampbench.results.ratios import DEVICE, WALL
 from ampbench.results.run import entry_group
 from ampbench.stats import SpeedupEstimate
 
@@ -62,40 +56,43 @@ class Figures:
     left_out: list[tuple[str, str]] = field(default_factory=list)  # (test id, why)
 
 
-SPEEDUPS = {"device": ("device-speedup", "device speedup"), "wall": ("wall-speedup", "wall-clock speedup")}
+def _speedup(cell: TimedRecord, gate: str) -> RatioKind | None:
+    """The cell's speedup over fp32 that the --perf-gate value `gate` names (its ratios over a versus side
+    and its scaling efficiencies are exported apart, or not at all)."""
+    return next((k for k in cell.RATIOS.values() if k.gate == gate and not k.over and not k.share), None)
 
 
-def _gated(cell: SpeedRecord | DistributedRecord) -> list[str]:
+def _gated(cell: TimedRecord) -> list[RatioKind]:
     """The speedups that held the cell: as it names them, else as a run of its time judged it."""
-    named = [g for g in (cell.gated or []) if g in SPEEDUPS]
+    named = [kind for gate in dict.fromkeys(cell.gated or []) if (kind := _speedup(cell, gate)) is not None]
     if named:
         return named
-    return ["device"] if cell.estimate(device=True) is not None else ["wall"]
+    device = _speedup(cell, DEVICE.gate)
+    return [device] if cell.estimate(device) is not None else [_speedup(cell, WALL.gate)]
 
 
-def _interval(cell: Record, group: str, measure: str, label: str, est: SpeedupEstimate, *,
-              tolerance: float | None, baseline: float | None, verdict: object) -> Figure:
-    return Figure(cell.test_id, group, measure, label, est.speedup, est.low, est.high, est.confidence,
-                  tolerance=tolerance, baseline=baseline, verdict=str(verdict) if verdict is not None else None)
+def _interval(cell: TimedRecord, group: str, kind: RatioKind, est: SpeedupEstimate, verdict: object) -> Figure:
+    """A ratio with its interval: measured by its kind's name ("device-speedup"), labelled by its kind."""
+    ratio = cell.ratio(kind)
+    return Figure(cell.test_id, group, f"{kind.name}-speedup", kind.label.format(over=getattr(cell, "versus", None)),
+                  est.speedup, est.low, est.high, est.confidence, tolerance=ratio.tolerance,
+                  baseline=ratio.baseline_speedup, verdict=str(verdict) if verdict is not None else None)
 
 
-def _speedups(cell: SpeedRecord | DistributedRecord, group: str) -> tuple[list[Figure], list[str]]:
+def _speedups(cell: TimedRecord, group: str) -> tuple[list[Figure], list[str]]:
+    """The speedups that held the cell, each with its interval and verdict, then its ratios over a versus
+    side (a compiled cell's), which gate it beside them."""
     figures, missing = [], []
-    for gate in _gated(cell):
-        device = gate == "device"
-        measure, label = SPEEDUPS[gate]
-        est = cell.estimate(device=device)
+    for kind in _gated(cell):
+        est = cell.estimate(kind)
         if est is None:
-            missing.append(label)
+            missing.append(kind.label)
             continue
-        baseline = cell.device_baseline_speedup if device else cell.baseline_speedup
-        figures.append(_interval(cell, group, measure, label, est, tolerance=cell.tolerance_of(device),
-                                 baseline=baseline, verdict=cell.verdict_of(device)))
-    versus = cell.versus_estimate() if isinstance(cell, SpeedRecord) else None
-    if versus is not None:
-        figures.append(_interval(cell, group, "versus-speedup", f"speedup over {cell.versus}", versus,
-                                 tolerance=cell.versus_tolerance, baseline=cell.versus_baseline_speedup,
-                                 verdict=cell.versus_verdict))
+        figures.append(_interval(cell, group, kind, est, cell.verdict_of(kind)))
+    for kind in (k for k in cell.RATIOS.values() if k.over):
+        est = cell.estimate(kind)
+        if est is not None:
+            figures.append(_interval(cell, group, kind, est, cell.ratio(kind).verdict))
     return figures, missing
 
 
@@ -134,7 +131,7 @@ def gated_figures(run: Run) -> Figures:
     out = Figures(run)
     for cell in run.cells:
         group = entry_group(cell.kind, cell.model)
-        if isinstance(cell, (SpeedRecord, DistributedRecord)):
+        if isinstance(cell, TimedRecord):
             figures, missing = _speedups(cell, group)
         elif isinstance(cell, MemoryRecord):
             figures, missing = _memory(cell, group)

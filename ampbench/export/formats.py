@@ -8,8 +8,9 @@
   is better: the memory figure is fp32's peak over the mode's, the accuracy one the mode's accuracy over
   its reference's (a ratio, where the action divides one run's value by the other's).
 - ``pytest-benchmark``: the run JSON itself in the current layout, for pytest-benchmark's ``compare`` and
-  the dashboards' pytest readers: each entry with its group, the cells that time no step (or whose
-  entries have no ``stats``: runs written before they were kept) moved to ``ampbench_untimed``.
+  the dashboards' pytest readers: each cell written by the current schema (a timed cell's ratios by
+  name), each entry with its group, the cells that time no step (or whose entries have no ``stats``:
+  runs written before they were kept) moved to ``ampbench_untimed``.
 - ``conbench``: refused. benchadapt (PyPI) installs beside torch and builds a ``BenchmarkResult``, but a
   Conbench server takes only the units B, B/s, s, ns and i/s (conbench.units.KNOWN_UNITS): a speedup, a
   memory ratio and an accuracy gap have none, and a time in their place is one side's figure again.
@@ -22,7 +23,7 @@ from typing import Any
 from ampbench.export.figures import Figure, Figures
 from ampbench.results import record_type
 from ampbench.results.run import entry_group, split_id, timed_entry
-from ampbench.results.schema import KIND_KEY, SCHEMA_KEY, UNTIMED_KEY
+from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY, UNTIMED_KEY
 
 CONBENCH_REFUSAL = (
     "--format conbench: a Conbench server accepts only the units B, B/s, s, ns and i/s "
@@ -86,12 +87,13 @@ def github(figures: Figures) -> list[dict[str, Any]]:
 
 
 def pytest_benchmark(document: dict) -> dict:
-    """The run JSON in the current layout: a group on every ampbench entry, and in ``benchmarks`` only the
-    entries whose stats are training-step times (the others, and entries without stats, beside them)."""
-    timed, untimed = [], list(document.get(UNTIMED_KEY) or ())
+    """The run JSON in the current layout: every cell as the current schema writes it, a group on every
+    ampbench entry, and in ``benchmarks`` only the entries whose stats are training-step times (the
+    others, and entries without stats, beside them)."""
+    timed, untimed = [], [_current(b) for b in document.get(UNTIMED_KEY) or ()]
     for bench in document["benchmarks"]:
+        bench = _current(bench)
         info = bench.get("extra_info") or {}
-        bench = dict(bench)
         if SCHEMA_KEY in info and not bench.get("group"):
             model = info.get("model") or split_id(bench.get("name", ""))[0]
             bench["group"] = entry_group(record_type(info.get(KIND_KEY)).KIND or str(info.get(KIND_KEY)), model)
@@ -102,7 +104,18 @@ def pytest_benchmark(document: dict) -> dict:
     out = {**document, "benchmarks": timed}
     if untimed:
         out[UNTIMED_KEY] = untimed
+    if document.get(ERRORS_KEY):
+        out[ERRORS_KEY] = [_current(b) for b in document[ERRORS_KEY]]
     return out
+
+
+def _current(bench: dict) -> dict:
+    """A benchmarks entry whose cell (its extra_info, of any schema this version reads) is written as the
+    current schema writes it; an entry that is no ampbench cell as it is."""
+    info = bench.get("extra_info") or {}
+    if SCHEMA_KEY not in info:
+        return dict(bench)
+    return {**bench, "extra_info": record_type(info.get(KIND_KEY)).from_info(info).to_info()}
 
 
 def conbench(figures: Figures) -> Any:

@@ -8,12 +8,20 @@ import sys
 from pathlib import Path
 
 from ampbench.history.connect import HistoryError, parse_url
+from ampbench.results.ratios import history_figures
 
 DEFAULT_HISTORY = str(Path(".ampbench") / "history.sqlite")  # where `pytest perf/` run from here writes
 DEFAULT_LIMIT = 20
-# --figure's choices of `history changes` (and, but for all, of `history explain`)
-FIGURE_CHOICES = ("all", "device_speedup", "versus_speedup", "speedup", "memory_ratio", "max_batch_ratio")
+# the series of a memory cell a history keeps (``history.ingest``), looked at after the ratios'
+MEMORY_FIGURES = ("memory_ratio", "max_batch_ratio")
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
+
+
+def figures() -> tuple[str, ...]:
+    """The series `--figure` names (`history changes` looks at all of them by default): each ratio's a
+    history learns (``results.ratios.history_figures``: the gated device-time ones first, then the
+    wall-clock speedup), then the memory cells'."""
+    return (*history_figures(), *MEMORY_FIGURES)
 
 
 def store_url(value: str) -> str:
@@ -85,7 +93,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     exp.add_argument("test_id", metavar="TEST_ID", help="the cell, e.g. 'test_speed[gpt-amp_fp16]'")
     exp.add_argument("--gpu", metavar="NAME", default=None,
                      help="the GPU model (or N of one) of its series (default: the only one it has runs on)")
-    exp.add_argument("--figure", metavar="NAME", default="device_speedup", choices=tuple(FIGURE_CHOICES[1:]),
+    exp.add_argument("--figure", metavar="NAME", default="device_speedup", choices=figures(),
                      help="the figure whose series is explained (default: device_speedup)")
     exp.add_argument("--baseline-dir", metavar="DIR", type=Path, default=Path("baselines"),
                      help="where the baseline file whose spread the gate pools in lives (default: baselines/)")
@@ -98,7 +106,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
         epilog="Exit status: 0 listed (with or without changes), 2 the store."))
     chg.add_argument("--gpu", metavar="NAME", default=None, help="only this GPU model (default: every one)")
     chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
-    chg.add_argument("--figure", metavar="NAME", default="device_speedup", choices=FIGURE_CHOICES,
+    chg.add_argument("--figure", metavar="NAME", default="device_speedup", choices=("all", *figures()),
                      help="the figure whose series are looked at, or all (default: device_speedup)")
     return actions
 
@@ -165,21 +173,21 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _changes(args: argparse.Namespace) -> int:
-    from ampbench.history.list_changes import FIGURES, changes_in, describe, gpus
+    from ampbench.history.list_changes import changes_in, describe, gpus
 
     history = _open(args, create=False, read_only=True)
-    figures = FIGURES if args.figure == "all" else (args.figure,)
+    looked_at = figures() if args.figure == "all" else (args.figure,)
     known = history.series_gpus()
     if args.gpu is not None and args.gpu not in known:  # a typo would read as "no change"
         print(f"ampbench: warning: --gpu {args.gpu!r}: {history.name} holds no series of it; it holds "
               f"{', '.join(repr(g) for g in known) or 'none'}", file=sys.stderr)
     found = 0
     for gpu in gpus(history, args.gpu):
-        for change in changes_in(history, gpu, figures, {args.cell} if args.cell else None):
+        for change in changes_in(history, gpu, looked_at, {args.cell} if args.cell else None):
             found += 1
             print("\n".join(describe(history, change)))
     where = f"{args.gpu}" if args.gpu else "every GPU model"
-    print(f"ampbench: {found} change{'s' * (found != 1)} in {', '.join(figures)} of {where} in {history.name}")
+    print(f"ampbench: {found} change{'s' * (found != 1)} in {', '.join(looked_at)} of {where} in {history.name}")
     return EXIT_OK
 
 

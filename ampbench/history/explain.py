@@ -18,10 +18,6 @@ from ampbench.history.replay import SUSPECT, Replay
 from ampbench.history.series import Series
 from ampbench.history.store import History
 
-# the ratios a speed or distributed entry holds, by the history's figure name, and their entry prefix
-PREFIXES = {"device_speedup": "device_", "speedup": "", "versus_speedup": "versus_"}
-
-
 def replay_of(history: History, gpu: str, test_id: str, figure: str, baseline_dir: Path | None) -> Replay:
     """The cell's series replayed as the gate replays it, the baseline file's spread pooled in, settled."""
     series = history.series(gpu, test_id, figure)
@@ -31,13 +27,12 @@ def replay_of(history: History, gpu: str, test_id: str, figure: str, baseline_di
 
 
 def _prior(history: History, gpu: str, test_id: str, figure: str, series: Series, baseline_dir: Path | None):
-    from ampbench.baselines import spread
     from ampbench.baselines.store import BaselineError, BaselineStore
     from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, prior_for
 
     cells = DISTRIBUTED_CELLS if DISTRIBUTED_CELLS.holds(test_id) else SPEED_CELLS
-    figures = {prefix: f for f, prefix in cells.ratios}
-    if baseline_dir is None or PREFIXES.get(figure) not in figures:
+    kinds = {kind.history: kind for kind in cells.ratios}  # the ratios its entry holds, by their series
+    if baseline_dir is None or figure not in kinds:
         return None
     slug = next((r.gpu_slug for r in history.runs(gpu=gpu, limit=1)), None)
     if slug is None:
@@ -46,7 +41,7 @@ def _prior(history: History, gpu: str, test_id: str, figure: str, series: Series
         store = BaselineStore.open(baseline_dir, gpu, slug)
     except BaselineError:
         return None
-    return prior_for(figures[PREFIXES[figure]], cells.entry.of(store.figures(test_id)), series)
+    return prior_for(kinds[figure], cells.entry.of(store.figures(test_id)), series)
 
 
 def gpu_of_cell(history: History, test_id: str, figure: str, gpu: str | None) -> str:

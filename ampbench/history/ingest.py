@@ -28,7 +28,7 @@ from ampbench.results import (
     Record,
     Run,
     RunError,
-    SpeedRecord,
+    TimedRecord,
     cluster_name,
     load_run,
 )
@@ -43,29 +43,18 @@ SOFTWARE_KEYS = ("torch", "cuda", "cudnn", "driver", "triton", "torchao", "capab
 
 @dataclass(frozen=True)
 class FigureSpec:
-    """Where a figure of a record lies: its value, its interval and its own verdict, by field name."""
+    """Where a figure of a record that is no ratio lies, by field name (its verdict is the cell's)."""
 
     name: str
     value: str
-    low: str | None = None
-    high: str | None = None
-    verdict: str | None = None  # None: the cell's verdict
 
 
-def _speedup(name: str, verdict: str | None) -> FigureSpec:
-    return FigureSpec(name, name, f"{name}_low", f"{name}_high", verdict)
-
-
+# each ratio of a timed record is a figure of its own, with its interval and verdict, named by its kind
+# (``RatioKind.history``); the other kinds' figures
 FIGURES: dict[type[Record], tuple[FigureSpec, ...]] = {
-    SpeedRecord: (_speedup("device_speedup", "device_verdict"), _speedup("speedup", "wall_verdict"),
-                  _speedup("versus_speedup", "versus_verdict")),
     MemoryRecord: (FigureSpec("memory_ratio", "memory_ratio"), FigureSpec("max_batch_ratio", "max_batch_ratio")),
     ConvergenceRecord: (FigureSpec("accuracy_delta", "accuracy_delta"),),  # the mode's accuracy minus fp32's
     PipelineRecord: (FigureSpec("loader_ratio", "loader_ratio"),),
-    # device time gates a distributed cell where it was measured; the wall figures beside it
-    DistributedRecord: (_speedup("device_speedup", "device_verdict"), _speedup("speedup", "wall_verdict"),
-                        _speedup("scaling_efficiency", None),
-                        _speedup("device_scaling_efficiency", "device_scaling_verdict")),
 }
 
 
@@ -75,17 +64,20 @@ def _finite(value: Any) -> float | None:
     return float(value)
 
 
+def _verdict(verdict: Any) -> str | None:
+    return None if verdict is None else str(verdict)
+
+
 def figures_of(record: Record) -> tuple[FigureRow, ...]:
-    """The figures a record measured, with their intervals and verdicts; none it left unmeasured."""
-    rows = []
-    for spec in FIGURES.get(type(record), ()):
-        value = _finite(getattr(record, spec.value))
-        if value is None:
-            continue
-        low, high = (_finite(getattr(record, k)) if k else None for k in (spec.low, spec.high))
-        verdict = (getattr(record, spec.verdict) if spec.verdict else None) or record.verdict
-        rows.append(FigureRow(spec.name, value, low, high, None if verdict is None else str(verdict)))
-    return tuple(rows)
+    """The figures a record measured, with their intervals and verdicts; none it left unmeasured. A timed
+    record's are its ratios (a device-time one first, as its table orders them), each with its own
+    verdict where the cell wrote one apart."""
+    if isinstance(record, TimedRecord):
+        ratios = [(kind.history, record.ratio(kind), record.verdict_of(kind)) for kind in record.RATIOS.values()]
+        return tuple(FigureRow(name, value, _finite(r.speedup_low), _finite(r.speedup_high), _verdict(verdict))
+                     for name, r, verdict in ratios if (value := _finite(r.speedup)) is not None)
+    rows = [(spec.name, _finite(getattr(record, spec.value))) for spec in FIGURES.get(type(record), ())]
+    return tuple(FigureRow(name, value, None, None, _verdict(record.verdict)) for name, value in rows if value is not None)
 
 
 def series_gpu(record: Record, gpu: str | None) -> str | None:

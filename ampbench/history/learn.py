@@ -25,28 +25,20 @@ from ampbench.history.series import Series
 from ampbench.baselines.entries import RatioEntry
 from ampbench.baselines.spread import Prior
 from ampbench.settings import DEFAULT_TOLERANCE
-from ampbench.verdict import (
-    GATE_CONFIDENCE,
-    MIN_SPREAD_VALUES,
-    UNLEARNED_TOLERANCE,
-    WALL_TOLERANCE_FLOOR,
-    BetweenRuns,
-    tolerance_for,
-)
+from ampbench.results.ratios import of_history
+from ampbench.verdict import GATE_CONFIDENCE, MIN_SPREAD_VALUES, BetweenRuns, tolerance_for
 
 LEARNING, UNLEARNED, LEARNED = "learning", "unlearned", "learned"
 # the run count the summary projects a young tolerance to
 PROJECT_TO = 10
-# the ratios judged against a baseline with the unlearned floor, as ``entries.entry_tolerance`` judges them;
-# the wall-clock speedup has a floor of its own and no unlearned one (``speed_cell._checks``)
-GATED_RATIOS = ("device_speedup", "versus_speedup")
 
 
 def rule_for(figure: str, floor: float = DEFAULT_TOLERANCE) -> tuple[float, float]:
-    """(floor, unlearned tolerance) of `figure` under the user's `floor`, as the speed verdicts hold it."""
-    if figure == "speedup":
-        return max(floor, WALL_TOLERANCE_FLOOR), 0.0
-    return floor, UNLEARNED_TOLERANCE if figure in GATED_RATIOS else 0.0
+    """(floor, unlearned tolerance) of the series `figure` under the user's `floor`: its ratio's, as the
+    verdicts hold it (``results.ratios``, ``entries.entry_tolerance``); the user's floor alone for a figure
+    that is no ratio."""
+    kind = of_history(figure)
+    return kind.rule(floor) if kind is not None else (floor, 0.0)
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,13 @@ from ampbench.history.changes import Change, find_changes
 from ampbench.history.report_changes import describe_change, segment_kernels
 from ampbench.history.store import History
 
-# the figures looked at, as the history names them: the gated device-time ratios first, then the wall-clock
-# speedup and the memory figures
-FIGURES = ("device_speedup", "versus_speedup", "speedup", "memory_ratio", "max_batch_ratio")
 NEAR = 5  # runs of each segment, nearest the change, whose kernel lists are compared
 
 
-def changes_in(history: History, gpu: str, figures: tuple[str, ...] = FIGURES,
+def changes_in(history: History, gpu: str, figures: tuple[str, ...],
                cells: set[str] | None = None) -> Iterator[Change]:
-    """The changes of every series of `gpu` in `figures` (only `cells`' where given), cell by cell."""
+    """The changes of every series of `gpu` in `figures` (as the history names them: ``cli.figures``; only
+    `cells`' where given), cell by cell."""
     for figure in figures:
         for test_id, series in sorted(history.series_of(gpu, figure).items()):
             if cells is None or test_id in cells:

@@ -22,13 +22,13 @@ from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
 from ampbench.history.replay import Status
 from ampbench.history.series import Series
 from ampbench.history.store import History
+from ampbench.results import RatioKind, Record, record_type
+from ampbench.results.ratios import DEVICE
 from ampbench.settings import DEFAULT_TOLERANCE
 
-# each ratio a speed entry holds, by its prefix
-RATIOS = ((spread.WALL, ""), (spread.DEVICE, "device_"), (spread.VERSUS, "versus_"))
 SPEED = "test_speed["
 # what an entry takes from the cell's latest counted run where the baseline file has no entry of it:
-# how its figures were measured, and what its messages compare (the kernels); names of a speed record
+# how its figures were measured, and what its messages compare (the kernels); names of an entry's figures
 FROM_RECORD = ("device_method", "device_fallback", "versus", "versus_method", "kernels", "batch_size",
                "cudnn_benchmark", "block_seconds", "idle_share", "host_bound", "memory_ratio", "peak_mem_bytes")
 # what a distributed entry takes from the cell's latest counted run where the file has none of it
@@ -38,34 +38,37 @@ FROM_DISTRIBUTED_RECORD = ("device_method", "device_fallback", "world_size", "ba
 
 @dataclass(frozen=True)
 class LearnedCells:
-    """The cells of one kind whose ratios the history learns: their tests, their baseline entry's kind,
-    the ratios learned (a spread figure and its prefix in the entry) and what an entry takes from the
-    latest counted run where the file has none."""
+    """The cells of one kind whose ratios the history learns: their tests, their baseline entry's kind
+    (whose table's rows say which ratios a history learns) and what an entry takes from the latest
+    counted run where the file has none."""
 
     tests: tuple[str, ...]  # test-id prefixes
     entry: type[FlatEntry]
-    ratios: tuple[tuple[spread.Figure, str], ...]
     from_record: tuple[str, ...]
 
     def holds(self, test_id: str) -> bool:
         return test_id.startswith(self.tests)
 
+    @property
+    def ratios(self) -> list[RatioKind]:
+        """The kinds of ratio the history learns of these cells, as their files gained them."""
+        return [kind for kind in self.entry.filed() if kind.learned]
 
-SPEED_CELLS = LearnedCells((SPEED,), SpeedEntry, RATIOS, FROM_RECORD)
+
+SPEED_CELLS = LearnedCells((SPEED,), SpeedEntry, FROM_RECORD)
 # gated by device time, and by the wall clock under --perf-gate wall; the scaling efficiency is reported
-DISTRIBUTED_CELLS = LearnedCells(("test_ddp_speed[", "test_fsdp2_speed["), DistributedEntry,
-                                 ((spread.WALL, ""), (spread.DEVICE, "device_")), FROM_DISTRIBUTED_RECORD)
+DISTRIBUTED_CELLS = LearnedCells(("test_ddp_speed[", "test_fsdp2_speed["), DistributedEntry, FROM_DISTRIBUTED_RECORD)
 # the figures an overlay sets in a ratio, in the order an entry that lacked them gains them
 _OVERLAID = ("speedup", "recorded_speedup", "between_run_sd", "between_run_count", "between_run_levels",
              "between_run_level_count", "between_card_sd", "tolerance", "between_run_runs")
 
 
-def prior_for(figure: spread.Figure, entry: FlatEntry | None, series: Series) -> spread.Prior | None:
-    """The file's spread of `figure`, less the runs of `series` it already counts: a file exported from
-    this history (or re-recorded over it) lists the history's runs among its own, by their times, and
-    counting them twice would shrink the noise for nothing."""
-    prior = spread.prior_of(figure, entry) if entry is not None else None
-    listed = figure.ratio(entry).between_run_runs if prior is not None else None
+def prior_for(kind: RatioKind, entry: FlatEntry | None, series: Series) -> spread.Prior | None:
+    """The file's spread of its ratio of `kind`, less the runs of `series` it already counts: a file
+    exported from this history (or re-recorded over it) lists the history's runs among its own, by their
+    times, and counting them twice would shrink the noise for nothing."""
+    prior = spread.prior_of(kind, entry) if entry is not None else None
+    listed = entry.ratio(kind).between_run_runs if prior is not None else None
     if prior is None or not isinstance(listed, list):
         return prior
     times = {str(r) for r in listed}
@@ -78,22 +81,40 @@ def prior_for(figure: spread.Figure, entry: FlatEntry | None, series: Series) ->
     return rest if rest.count - rest.levels >= 1 else None
 
 
+def _from_record(latest: Mapping | None, cells: LearnedCells) -> dict:
+    """What an entry takes from `latest`, the cell's latest counted record (its extra_info, of either
+    schema), where the file has no entry of it: ``cells.from_record``, each figure of a ratio read from
+    the record's ratio of that kind."""
+    if not latest:
+        return {}
+    record: Record = record_type(latest.get("kind")).from_info(latest)
+    kinds = cells.entry.RATIOS.values()
+    out = {}
+    for name in cells.from_record:
+        held = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback") if k.entry_key(f) == name), None)
+        value = getattr(record.ratio(held[0]), held[1]) if held else record.value(name)
+        if value is not None:
+            out[name] = value
+    return out
+
+
 def overlay(entry: Mapping | None, learned: Mapping[str, CellBaseline], latest: Mapping | None,
             counted: Mapping[str, list[str]], cells: LearnedCells = SPEED_CELLS) -> dict | None:
-    """`entry` (the file's figures, or None) with each ratio's level and spread from `learned` (by
-    prefix), its runs listed by their times as ``ampbench spread`` lists them; the measurement's description from `latest`, the latest counted record, where the file
-    has no entry. None where nothing is known: the cell is learning."""
-    known = {prefix: b for prefix, b in learned.items() if b.level is not None}
+    """`entry` (the file's figures, or None) with each ratio's level and spread from `learned` (by the
+    ratio's name), its runs listed by their times as ``ampbench spread`` lists them; the measurement's
+    description from `latest`, the latest counted record, where the file has no entry. None where
+    nothing is known: the cell is learning."""
+    known = {kind: learned[kind.name] for kind in cells.ratios
+             if kind.name in learned and learned[kind.name].level is not None}
     if not known:
         return dict(entry) if entry is not None else None
-    if entry is None and "" not in known:
-        return None  # an entry is held by its wall-clock figure too (speed_cell._checks)
-    typed = cells.entry.from_figures(
-        entry if entry is not None else {k: latest[k] for k in cells.from_record if latest and latest.get(k) is not None})
-    for prefix, b in known.items():
-        ratio = b.into(typed.ratio(prefix), stores_tolerance=bool(prefix))
-        ratio = replace(ratio, between_run_runs=list(counted.get(prefix, [])))
-        typed = typed.with_ratio(prefix, ratio, _OVERLAID)
+    if entry is None and not any(not kind.prefix for kind in known):
+        return None  # an entry is held by its wall-clock figure too (speed.cell's gates)
+    typed = cells.entry.from_figures(entry if entry is not None else _from_record(latest, cells))
+    for kind, b in known.items():
+        ratio = b.into(typed.ratio(kind), stores_tolerance=kind.stores_tolerance)
+        ratio = replace(ratio, between_run_runs=list(counted.get(kind.name, [])))
+        typed = typed.with_ratio(kind, ratio, _OVERLAID)
     return typed.to_figures()
 
 
@@ -110,7 +131,7 @@ class HistoryBaselines:
     card: Hashable = None  # this run's card (its UUID): the level and tolerance are that card's
     _learned: dict[str, dict[str, CellBaseline]] | None = field(default=None, repr=False)
     _latest: dict[str, str] = field(default_factory=dict, repr=False)  # test id: its latest counted run
-    _counted: dict[str, dict[str, list[str]]] = field(default_factory=dict, repr=False)  # their times, by prefix
+    _counted: dict[str, dict[str, list[str]]] = field(default_factory=dict, repr=False)  # their times, by ratio
 
     # the file's own face, for the callers that record and write
     @property
@@ -135,17 +156,18 @@ class HistoryBaselines:
         return self.store.software(test_id)
 
     def learned(self) -> dict[str, dict[str, CellBaseline]]:
-        """Every cell's ratios learned from the history (by test id, then prefix), read once."""
+        """Every cell's ratios learned from the history (by test id, then the ratio's name), read once."""
         if self._learned is None:
             self._learned = {}
-            for figure, prefix in self.cells.ratios:
-                for test_id, series in self.history.series_of(self.store.gpu, figure.key).items():
+            for kind in self.cells.ratios:
+                for test_id, series in self.history.series_of(self.store.gpu, kind.history).items():
                     if not self.cells.holds(test_id) or not series.points:
                         continue
-                    prior = prior_for(figure, self.cells.entry.of(self.store.figures(test_id)), series)
-                    b = self._learned.setdefault(test_id, {})[prefix] = learn(series, prior, self.floor, card=self.card)
+                    prior = prior_for(kind, self.cells.entry.of(self.store.figures(test_id)), series)
+                    b = self._learned.setdefault(test_id, {})[kind.name] = learn(series, prior, self.floor,
+                                                                                 card=self.card)
                     counted = [b.replay.points[s.index] for s in b.replay.statuses if s.counts]
-                    self._counted.setdefault(test_id, {})[prefix] = [p.when for p in counted]
+                    self._counted.setdefault(test_id, {})[kind.name] = [p.when for p in counted]
                     if counted:
                         self._latest[test_id] = counted[-1].run_id
         return self._learned
@@ -169,19 +191,19 @@ class HistoryBaselines:
         run = self._latest.get(test_id)
         return self.history.run(run).software if run else None
 
-    def group_failure(self, test_id: str, prefix: str, value: float, tolerance: float) -> str | None:
-        """Why a run of `test_id` whose ratio under `prefix` measured `value` fails with the runs held
-        back before it (``replay.Replay.group_failure``), or None."""
-        b = self.learned().get(test_id, {}).get(prefix)
+    def group_failure(self, test_id: str, kind: RatioKind, value: float, tolerance: float) -> str | None:
+        """Why a run of `test_id` whose ratio of `kind` measured `value` fails with the runs held back
+        before it (``replay.Replay.group_failure``), or None."""
+        b = self.learned().get(test_id, {}).get(kind.name)
         if b is None or b.replay is None:
             return None
         failure = b.replay.group_failure(value, self.card, tolerance)
         return failure.describe(b.replay.points) if failure is not None else None
 
-    def judged(self, test_id: str, prefix: str, value: float, verdict: str | None, counts: bool) -> Status | None:
-        """What the history makes of this run's `value` (its figure's `verdict`; `counts`: it did not
-        fail): counted, suspect and why, or failed; None where the cell has no history."""
-        b = self.learned().get(test_id, {}).get(prefix)
+    def judged(self, test_id: str, kind: RatioKind, value: float, verdict: str | None, counts: bool) -> Status | None:
+        """What the history makes of this run's `value` of its ratio of `kind` (its `verdict`; `counts`: it
+        did not fail): counted, suspect and why, or failed; None where the cell has no history."""
+        b = self.learned().get(test_id, {}).get(kind.name)
         if b is None or b.replay is None:
             return None
         return b.replay.preview(value, self.card, verdict, counts)
@@ -190,12 +212,12 @@ class HistoryBaselines:
         """Each learned cell's device-time state and sentence: 'learned: 0.9% from 4 runs; about 0.6% after 10'."""
         out = {}
         for test_id, learned in sorted(self.learned().items()):
-            b = learned.get("device_")
+            b = learned.get(DEVICE.name)
             if b is not None:
                 out[test_id] = b.sentence() if b.state != LEARNING else "learning: this run sets the level"
         return out
 
     def learned_share(self, at_most: float = 0.01) -> tuple[int, int]:
         """(cells whose device tolerance is learned and at most `at_most`, cells with a device figure)."""
-        cells = [b["device_"] for b in self.learned().values() if "device_" in b]
+        cells = [b[DEVICE.name] for b in self.learned().values() if DEVICE.name in b]
         return sum(1 for b in cells if b.state == LEARNED and b.tolerance <= at_most), len(cells)

@@ -1,5 +1,5 @@
 """Simulated run histories of one speed cell, judged by the suite's own code: the sequential verdict
-(``speed.judging.judge`` over simulated rounds), the history's replay and learning (``replay``, ``learn``)
+(``speed.ratio.Ratio`` timed over simulated rounds), the history's replay and learning (``replay``, ``learn``)
 and the change detection (``changes``), over the runs they will meet: run-to-run noise, cards of one
 model that lie apart, stray runs, and a step that persists.
 
@@ -28,7 +28,8 @@ from ampbench.history.model import NEW_CARD
 from ampbench.history.replay import Replay
 from ampbench.history.series import Point, Series
 from ampbench.settings import DEFAULT_TOLERANCE
-from ampbench.speed.judging import time_figure
+from ampbench.results.ratios import DEVICE
+from ampbench.speed.ratio import Ratio
 from ampbench.speed.sides import SpeedPolicy
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.stats import median_interval_ranks
@@ -140,8 +141,8 @@ def simulate(cell: CellNoise, scenario: Scenario, seed: int) -> SeriesOutcome:
         if learned.level is not None:
             held = lambda v, tol, c=card: _held_back(replay, v, c, tol)  # noqa: E731
             check = SpeedupCheck(cell.name, "simulated", learned.level, learned.tolerance, held_back=held)
-        figure = time_figure(check, lambda t=true, r=rng: _rounds(r, t, cell.round_sd), POLICY, gated=True)
-        est, verdict = figure.outcome.estimate, figure.outcome.verdict
+        ratio = Ratio(DEVICE, check=check, clock=lambda _, t=true, r=rng: _rounds(r, t, cell.round_sd)).time(POLICY, True)
+        est, verdict = ratio.estimate, ratio.verdict
         out.verdicts.append(verdict)
         replay.feed(Point(f"run{i}", f"t{i:04d}", est.speedup, est.low, est.high, not verdict.failing, False, card,
                           str(verdict)))

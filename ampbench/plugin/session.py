@@ -336,14 +336,17 @@ def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
     accepts the change."""
     from ampbench.history.replay import SUSPECT
     from ampbench.plugin import summary
+    from ampbench.results import TimedRecord
+    from ampbench.results.ratios import DEVICE
 
     held = []
     for nodeid, r in config.stash.get(summary.RECORDS_KEY, []):
-        test_id, value = r.test_id or nodeid.split("::")[-1], getattr(r, "device_speedup", None)
-        verdict = getattr(r, "device_verdict", None)
+        device = r.ratio(DEVICE) if isinstance(r, TimedRecord) else None  # a distributed cell's is named alike
+        test_id, value = r.test_id or nodeid.split("::")[-1], device.speedup if device else None
+        verdict = device.verdict if device else None
         if not store.cells.holds(test_id) or not isinstance(value, float) or value <= 0:
             continue
-        status = store.judged(test_id, "device_", value, None if verdict is None else str(verdict),
+        status = store.judged(test_id, DEVICE, value, None if verdict is None else str(verdict),
                               not (verdict is not None and verdict.failing))
         if status is not None and status.state == SUSPECT:
             held.append(f"  {test_id}: {status.reason}")

@@ -19,15 +19,19 @@ from typing import Any, Callable, Iterable, Sequence
 import pytest
 
 from ampbench.results import (
+    DISTRIBUTED_RATIOS,
     REFERENCE_MODE,
+    SPEED_RATIOS,
     ConvergenceRecord,
     DistributedRecord,
     MemoryRecord,
     PipelineRecord,
+    RatioKind,
     Record,
     SpeedRecord,
     Verdict,
 )
+from ampbench.results.ratios import DEVICE
 from ampbench.results.run import timed_entry
 from ampbench.stats import SpeedupEstimate
 
@@ -95,54 +99,62 @@ class Table:
     columns: tuple[Column, ...]
 
 
-def _speed_figure(r: SpeedRecord, device: bool) -> str:
+def _speed_figure(r: SpeedRecord, kind: RatioKind) -> str:
     # fp32 against itself checks the method; its "speedup" is no finding
-    return "reference" if r.mode == REFERENCE_MODE else _interval(r.estimate(device))
+    return "reference" if r.mode == REFERENCE_MODE else _interval(r.estimate(kind))
 
 
-TABLES: dict[type[Record], Table] = {
-    SpeedRecord: Table("speed cells ({n}), speedups over fp32 with their intervals", (
-        Column("device speedup", lambda r: _speed_figure(r, True)),
-        Column("device verdict", lambda r: _verdict(r.device_verdict)),
-        Column("wall speedup", lambda r: _speed_figure(r, False)),
-        Column("wall verdict", lambda r: _verdict(r.wall_verdict)),
-        Column("idle", lambda r: _num(r.idle_share, ".0%")),  # share of the eager step the device waited for the host
-        Column("host-bound", lambda r: _yes(r.host_bound)),
-        Column("method", lambda r: r.device_method or MISSING),
-    )),
-    MemoryRecord: Table("memory cells ({n}), against fp32", (
-        Column("memory ratio", lambda r: _num(r.memory_ratio, ".3f", "x")),
-        Column("largest batch", lambda r: _num(r.max_batch, "d") if isinstance(r.max_batch, int)
-               else MISSING if r.batch_searched else r.NOT_SEARCHED),
-        Column("largest-batch ratio", lambda r: _num(r.max_batch_ratio, ".2f", "x")),
-        Column("verdict", lambda r: _verdict(r.verdict)),
-    )),
-    ConvergenceRecord: Table("convergence cells ({n}), held-out accuracy against fp32's", (
-        Column("accuracy", lambda r: _num(r.accuracy, ".4f")),
-        Column("fp32", lambda r: _num(r.accuracy_ref, ".4f")),
-        Column("delta", lambda r: "reference" if r.mode == REFERENCE_MODE else _points(r.accuracy_delta, r.accuracy_ref)),
-        Column("verdict", lambda r: _verdict(r.verdict) + (f" ({r.reason})" if r.reason else "")),
-    )),
-    PipelineRecord: Table("input-pipeline cells ({n}), samples/s", (
-        Column("loader-fed", lambda r: _num(r.throughput_loader, ",.0f")),
-        Column("resident", lambda r: _num(r.throughput_resident, ",.0f")),
-        Column("loader alone", lambda r: _num(r.throughput_loader_only, ",.0f")),
-        Column("fed/resident", lambda r: _num(r.loader_ratio, ".0%")),
-        Column("verdict", lambda r: _verdict(r.verdict)),
-    )),
-    DistributedRecord: Table("distributed cells ({n}), against fp32 under the same parallelism", (
-        Column("comm", lambda r: r.comm or MISSING),
-        Column("ranks", lambda r: (_num(r.world_size, "d") if isinstance(r.world_size, int) else MISSING)
-               + (f" on {r.nodes} nodes" if isinstance(r.nodes, int) and r.nodes > 1 else "")),
-        Column("device speedup", lambda r: _interval(r.estimate(device=True))),
-        Column("wall speedup", lambda r: _interval(r.estimate())),
-        Column("scaling efficiency", lambda r: _interval(r.efficiency(), pct=True)),
-        Column("device scaling", lambda r: _interval(r.efficiency(device=True), pct=True)),
-        Column("comm share", lambda r: _num(r.comm_share, ".0%")),
-        Column("idle", lambda r: _num(r.idle_share, ".0%")),  # the most idle rank's, of the mode's step
-        Column("verdict", lambda r: _verdict(r.verdict)),
-    )),
-}
+def _speed_ratios() -> tuple[Column, ...]:
+    """A speed cell's ratios over fp32 (its table's rows with a matrix), each with its own verdict."""
+    return tuple(column for kind in SPEED_RATIOS.values() if kind.title for column in (
+        Column(kind.column, lambda r, k=kind: _speed_figure(r, k)),
+        Column(f"{kind.name} verdict", lambda r, k=kind: _verdict(r.ratio(k).verdict))))
+
+
+def _distributed_ratios() -> tuple[Column, ...]:
+    return tuple(Column(kind.column, lambda r, k=kind: _interval(r.estimate(k), pct=k.share))
+                 for kind in DISTRIBUTED_RATIOS.values())
+
+
+def tables() -> dict[type[Record], Table]:
+    """How each kind of cell is summarised, read off the tables of ratios when asked."""
+    return {
+        SpeedRecord: Table("speed cells ({n}), speedups over fp32 with their intervals", (
+            *_speed_ratios(),
+            Column("idle", lambda r: _num(r.idle_share, ".0%")),  # share of the eager step the device waited for the host
+            Column("host-bound", lambda r: _yes(r.host_bound)),
+            Column("method", lambda r: r.ratio(DEVICE).method or MISSING),
+        )),
+        MemoryRecord: Table("memory cells ({n}), against fp32", (
+            Column("memory ratio", lambda r: _num(r.memory_ratio, ".3f", "x")),
+            Column("largest batch", lambda r: _num(r.max_batch, "d") if isinstance(r.max_batch, int)
+                   else MISSING if r.batch_searched else r.NOT_SEARCHED),
+            Column("largest-batch ratio", lambda r: _num(r.max_batch_ratio, ".2f", "x")),
+            Column("verdict", lambda r: _verdict(r.verdict)),
+        )),
+        ConvergenceRecord: Table("convergence cells ({n}), held-out accuracy against fp32's", (
+            Column("accuracy", lambda r: _num(r.accuracy, ".4f")),
+            Column("fp32", lambda r: _num(r.accuracy_ref, ".4f")),
+            Column("delta", lambda r: "reference" if r.mode == REFERENCE_MODE else _points(r.accuracy_delta, r.accuracy_ref)),
+            Column("verdict", lambda r: _verdict(r.verdict) + (f" ({r.reason})" if r.reason else "")),
+        )),
+        PipelineRecord: Table("input-pipeline cells ({n}), samples/s", (
+            Column("loader-fed", lambda r: _num(r.throughput_loader, ",.0f")),
+            Column("resident", lambda r: _num(r.throughput_resident, ",.0f")),
+            Column("loader alone", lambda r: _num(r.throughput_loader_only, ",.0f")),
+            Column("fed/resident", lambda r: _num(r.loader_ratio, ".0%")),
+            Column("verdict", lambda r: _verdict(r.verdict)),
+        )),
+        DistributedRecord: Table("distributed cells ({n}), against fp32 under the same parallelism", (
+            Column("comm", lambda r: r.comm or MISSING),
+            Column("ranks", lambda r: (_num(r.world_size, "d") if isinstance(r.world_size, int) else MISSING)
+                   + (f" on {r.nodes} nodes" if isinstance(r.nodes, int) and r.nodes > 1 else "")),
+            *_distributed_ratios(),
+            Column("comm share", lambda r: _num(r.comm_share, ".0%")),
+            Column("idle", lambda r: _num(r.idle_share, ".0%")),  # the most idle rank's, of the mode's step
+            Column("verdict", lambda r: _verdict(r.verdict)),
+        )),
+    }
 
 
 def table(kind: type[Record], records: Sequence[Record]) -> list[str]:
@@ -150,7 +162,7 @@ def table(kind: type[Record], records: Sequence[Record]) -> list[str]:
     order given); no lines where none ran. A figure a cell did not measure shows as "-"."""
     if not records:
         return []
-    spec = TABLES[kind]
+    spec = tables()[kind]
     headers = ["model", "mode", *(c.header for c in spec.columns)]
     rows = [[r.model or MISSING, r.mode or MISSING, *(c.show(r) for c in spec.columns)] for r in records]
     widths = [max(len(text) for text in column) for column in zip(headers, *rows)]
@@ -185,7 +197,7 @@ def summary_lines(cells: Sequence[tuple[str, Record]], outcomes: dict[str, str])
     devices = {r.device for r in records if r.device}
     if devices and all(d.split(":")[0] == "cpu" for d in devices):
         lines.append(f"ampbench: {SMOKE_NOTE}")
-    for kind in TABLES:
+    for kind in tables():
         rows = table(kind, [r for r in records if type(r) is kind])
         lines += [*rows, ""] if rows else []
     return lines + needs_a_look(cells, outcomes)

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ampbench.report.junit import Run, order_modes
-from ampbench.report.speed_cells import DEVICE, METHODS, WALL, SpeedFigure, has_figure, used_methods
+from ampbench.report.speed_cells import METHODS, has_figure, used_methods
+from ampbench.results import RatioKind
+from ampbench.results.ratios import DEVICE, WALL
 from ampbench.results import MemoryRecord, Record, SpeedRecord
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
@@ -247,18 +249,19 @@ def _speedup_chart(run: Run) -> tuple[str, str, tuple[bytes, str] | None]:
     """(title, caption, PNG) of the speedup chart: device-time speedups where the run measured them (the
     gate's figure), each cell's wall-clock speedup where it did not; the title and caption say which."""
     device = has_figure(run, DEVICE)
-    mixed = device and any(c.device_speedup is None and c.speedup is not None for c in run.of_kind(SpeedRecord))
+    mixed = device and any(c.ratio(DEVICE).speedup is None and c.ratio(WALL).speedup is not None
+                           for c in run.of_kind(SpeedRecord))
 
-    def figure(c: SpeedRecord) -> SpeedFigure:
-        return DEVICE if device and c.device_speedup is not None else WALL
+    def figure(c: SpeedRecord) -> RatioKind:
+        return DEVICE if device and c.ratio(DEVICE).speedup is not None else WALL
 
     def interval(c: SpeedRecord) -> tuple[float, float] | None:
-        est = c.estimate(figure(c).device)
+        est = c.estimate(figure(c))
         return (est.low, est.high) if est else None
 
     shown = DEVICE if device else WALL
-    title = f"Speedup over fp32 in {shown.short}"
-    what = f"{WALL.short} time of eager training steps"
+    title = f"Speedup over fp32 in {shown.scope}"
+    what = f"{WALL.scope} time of eager training steps"
     if device:
         what = "device time, the figure the verdict gates"
         methods = used_methods(run)
@@ -268,9 +271,9 @@ def _speedup_chart(run: Run) -> tuple[str, str, tuple[bytes, str] | None]:
                "interval; black dash: the baseline it was held against. Above the dashed line at 1 the mode is faster.")
     if mixed:
         caption += " Hatched bars: wall-clock speedups of cells that measured no device time."
-    drawn = _grouped_bars(run, SpeedRecord, lambda c: c.speedup_of(figure(c).device), title=f"{title} — {run.gpu}",
+    drawn = _grouped_bars(run, SpeedRecord, lambda c: c.ratio(figure(c)).speedup, title=f"{title} — {run.gpu}",
                           ylabel="speedup (x)", interval=interval,
-                          marker=lambda c: c.device_baseline_speedup if figure(c).device else c.baseline_speedup,
+                          marker=lambda c: c.ratio(figure(c)).baseline_speedup,
                           marker_label="baseline", reference_line=1.0,
                           hatched=(lambda c: figure(c) is WALL) if mixed else None, hatched_label="wall clock")
     return title, caption, drawn

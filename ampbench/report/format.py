@@ -9,6 +9,7 @@ from typing import Callable, Iterable
 
 from ampbench.report.junit import Run, order_modes
 from ampbench.results import REFERENCE_MODE, VERDICT_ORDER, ConvergenceRecord, MemoryRecord, Record, SpeedRecord
+from ampbench.results.ratios import WALL
 from ampbench.stats import SpeedupEstimate
 from ampbench.text import DASH, fmt_accuracy, fmt_bytes, fmt_ms, fmt_number, fmt_rate, fmt_speedup, verdict_label
 from ampbench.verdict import Verdict
@@ -146,14 +147,15 @@ def _row(run: Run, model: str, mode: str) -> Row | None:
     if speed is None and mem is None and conv is None:
         return None
     messages = tuple(f"{c.kind}: {c.message}" for c in (speed, mem, conv) if c is not None and c.message)
+    wall = speed.ratio(WALL) if speed else None  # the table's speedup: the wall clock's, every run has one
     return Row(
         mode=mode,
-        step_ms=speed.step_ms if speed else None,
-        step_ms_ref=speed.step_ms_ref if speed and mode != REFERENCE_MODE else None,
+        step_ms=wall.step_ms if speed else None,
+        step_ms_ref=wall.step_ms_ref if speed and mode != REFERENCE_MODE else None,
         throughput=speed.throughput if speed else None,
-        speedup=speed.estimate() if speed else None,
-        speedup_value=speed.speedup if speed else None,
-        baseline=speed.baseline_speedup if speed else None,
+        speedup=speed.estimate(WALL) if speed else None,
+        speedup_value=wall.speedup if speed else None,
+        baseline=wall.baseline_speedup if speed else None,
         verdict=speed.verdict if speed else None,
         peak_mem=_first(mem and mem.peak_mem_bytes, speed and speed.peak_mem_bytes),
         memory_ratio=_first(mem and mem.memory_ratio, speed and speed.memory_ratio),
@@ -164,7 +166,7 @@ def _row(run: Run, model: str, mode: str) -> Row | None:
         memory_verdict=mem.verdict if mem else None,
         convergence=conv.verdict if conv else None,
         messages=messages,
-        across=speed.across_runs() if speed else None,
+        across=wall.across() if speed else None,
         max_batch_searched=mem.batch_searched if mem else True,
     )
 
@@ -181,9 +183,10 @@ def _reference_rows(run: Run) -> dict[str, Row]:
     for a model without an fp32 cell of its own (so its table still reads fp32 first)."""
     rows: dict[str, Row] = {}
     for c in run.of_kind(SpeedRecord):
-        if c.model not in rows and (c.step_ms_ref is not None or c.throughput_ref is not None):
+        step_ms_ref = c.ratio(WALL).step_ms_ref
+        if c.model not in rows and (step_ms_ref is not None or c.throughput_ref is not None):
             rows[c.model] = Row(
-                mode=REFERENCE_MODE, step_ms=c.step_ms_ref, step_ms_ref=None, throughput=c.throughput_ref,
+                mode=REFERENCE_MODE, step_ms=step_ms_ref, step_ms_ref=None, throughput=c.throughput_ref,
                 speedup=None, speedup_value=None, baseline=None, verdict=None,
                 peak_mem=c.peak_mem_ref_bytes, memory_ratio=None, max_batch=None, max_batch_ratio=None,
                 tflops=None, accuracy=None, reference_only=True,

@@ -20,19 +20,19 @@ from ampbench.report.junit import Run
 from ampbench.report.needs_look import Flagged, needs_a_look
 from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord
 from ampbench.report.speed_cells import (
-    DEVICE,
     METHODS,
-    WALL,
     MatrixEntry,
-    SpeedFigure,
     has_figure,
     host_bound_cells,
     kernel_change_cells,
     matrix,
     notable,
+    over_fp32,
     used_methods,
     versus_matrices,
 )
+from ampbench.results import RatioKind
+from ampbench.results.ratios import DEVICE, WALL
 from ampbench.text import DASH, fmt_ms, fmt_number
 from ampbench.verdict import Verdict
 
@@ -156,8 +156,18 @@ def _matrix_cell(entry: MatrixEntry | None) -> dict | None:
             "interval": interval, "method": entry.method}
 
 
-def _matrix(run: Run, figure: SpeedFigure, title: str, note: str) -> dict:
-    return _matrix_context(title, note, *matrix(run, figure))
+def _matrix(run: Run, kind: RatioKind, title: str, note: str) -> dict:
+    return _matrix_context(title, note, *matrix(run, kind))
+
+
+# what each matrix of a ratio over fp32 says of its cells, by the ratio's name
+MATRIX_NOTES = {
+    DEVICE.name: "Each cell: the speedup, its interval and how device time was measured; colour and sign: the "
+                 "device-time verdict against the baseline.",
+    WALL.name: "What eager training gets on this host: the same steps by the wall clock, launches and host "
+               "overhead included. Colour and sign: the wall-clock verdict.",
+}
+MATRIX_NOTE = "Each cell: the speedup and its interval; colour and sign: its verdict against the baseline."
 
 
 def _matrix_context(title: str, note: str, modes: list[str],
@@ -170,17 +180,11 @@ def _speed_context(run: Run) -> dict | None:
     """The speed section, as summary.md has it: the device-time matrix (the gate), the wall-clock one
     beside it, the host-bound cells and the kernel changes; a run from before device time gets its one
     wall-clock matrix."""
-    if not has_figure(run, DEVICE) and not has_figure(run, WALL):
+    shown = [kind for kind in over_fp32() if has_figure(run, kind)]
+    if not shown:
         return None
-    wall_note = ("What eager training gets on this host: the same steps by the wall clock, launches and host "
-                 "overhead included. Colour and sign: the wall-clock verdict.")
     if has_figure(run, DEVICE):
-        matrices = [
-            _matrix(run, DEVICE, DEVICE.title,
-                    "Each cell: the speedup, its interval and how device time was measured; colour and sign: the "
-                    "device-time verdict against the baseline."),
-            _matrix(run, WALL, WALL.title, wall_note),
-        ]
+        matrices = [_matrix(run, kind, kind.title, MATRIX_NOTES.get(kind.name, MATRIX_NOTE)) for kind in shown]
     else:
         matrices = [_matrix(run, WALL, "Speedup over fp32", "Wall-clock speedup of each mode's training step and "
                                                             "its interval; colour and sign: its verdict.")]
@@ -191,9 +195,9 @@ def _speed_context(run: Run) -> dict | None:
         ["model", "mode", f"{noun} idle", "host overhead per step", f"{noun} busy per step", "eager step"],
         ([HtmlCell(c.model), HtmlCell(c.mode),
           HtmlCell(fmt_number(None if c.idle_share is None else 100 * c.idle_share, ".0f", "%")),
-          HtmlCell(fmt_ms(c.host_overhead_ms)), HtmlCell(fmt_ms(c.busy_ms)), HtmlCell(fmt_ms(c.step_ms))] for c in host),
+          HtmlCell(fmt_ms(c.host_overhead_ms)), HtmlCell(fmt_ms(c.busy_ms)), HtmlCell(fmt_ms(c.ratio(WALL).step_ms))] for c in host),
     ) if host else None
-    changes = [{"notable": notable(c), "verdict": _verdict_span(c.device_verdict.value if c.device_verdict else None),
+    changes = [{"notable": notable(c), "verdict": _verdict_span(v.value if (v := c.ratio(DEVICE).verdict) else None),
                 "test_id": c.test_id,
                 "lines": text.split("; ")} for c, text in kernel_change_cells(run)]
     return {

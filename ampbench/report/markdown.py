@@ -17,15 +17,16 @@ from ampbench.report.format import (
 from ampbench.report.junit import Run
 from ampbench.report.needs_look import needs_a_look
 from ampbench.report.speed_cells import (
-    DEVICE,
-    WALL,
     MatrixEntry,
     host_bound_cells,
     kernel_change_cells,
     matrix,
     notable,
+    over_fp32,
     versus_matrices,
 )
+from ampbench.results import RatioKind
+from ampbench.results.ratios import DEVICE, WALL
 from ampbench.text import DASH, VERDICT_ICONS, plural, verdict_label
 from ampbench.verdict import Verdict
 
@@ -52,11 +53,11 @@ def _counts_line(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {verdict_label(v)}" for v, n in counts.items())
 
 
-def speedup_matrix(run: Run, device: bool = False) -> tuple[list[str], list[list[str]]]:
-    """Models down, modes across, each cell 'speedup icon': the whole run at one glance. `device` shows
-    device time (the gate's figure, with its verdict), else the wall-clock speedup of eager steps (with
-    the wall verdict where the cell has one). fp32 is the reference of every column, not a column."""
-    modes, entries = matrix(run, DEVICE if device else WALL)
+def speedup_matrix(run: Run, kind: RatioKind = WALL) -> tuple[list[str], list[list[str]]]:
+    """Models down, modes across, each cell 'speedup icon': the whole run at one glance, in one ratio over
+    fp32 (the wall-clock speedup of eager steps by default; DEVICE: device time, the gate's figure), each
+    with its verdict where the cell wrote one apart. fp32 is the reference of every column, not a column."""
+    modes, entries = matrix(run, kind)
     rows = []
     for model, row in entries:
         texts = [model]
@@ -64,6 +65,10 @@ def speedup_matrix(run: Run, device: bool = False) -> tuple[list[str], list[list
             texts.append(DASH if e is None else f"{e.value:.2f}x {_icon(e)}".strip())
         rows.append(texts)
     return ["model", *modes], rows
+
+
+def _has_values(rows: list[list[str]]) -> bool:
+    return any(cell != DASH for row in rows for cell in row[1:])
 
 
 def _icon(entry: MatrixEntry) -> str:
@@ -102,7 +107,7 @@ def host_bound_lines(run: Run) -> list[str]:
 
 def kernel_change_lines(run: Run) -> list[str]:
     """The kernel changes of every speed cell whose device verdict is not a plain pass."""
-    return [f"- `{c.test_id}` ({c.device_verdict.value if c.device_verdict else DASH}): {_md_escape(text)}"
+    return [f"- `{c.test_id}` ({v.value if (v := c.ratio(DEVICE).verdict) else DASH}): {_md_escape(text)}"
             for c, text in kernel_change_cells(run) if notable(c)]
 
 
@@ -132,11 +137,11 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
         out += ["### Needs a look", ""]
         out += [f"- {verdict_label(f.cell.verdict)} `{f.cell.test_id}`: {_md_escape(f.summary)}" for f in flagged]
         out.append("")
-    headers, rows = speedup_matrix(run, device=True)
-    if any(cell != DASH for row in rows for cell in row[1:]):
-        out += ["### Speedup over fp32 in device time (the gate)", "", _md_table(headers, rows), ""]
-        headers, rows = speedup_matrix(run)
-        out += ["### Wall-clock speedup of eager steps on this host", "", _md_table(headers, rows), ""]
+    if _has_values(speedup_matrix(run, DEVICE)[1]):
+        for kind in over_fp32():
+            headers, rows = speedup_matrix(run, kind)
+            if _has_values(rows):
+                out += [f"### {kind.title}", "", _md_table(headers, rows), ""]
     else:
         headers, rows = speedup_matrix(run)
         if rows:

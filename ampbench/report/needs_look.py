@@ -87,13 +87,10 @@ def _speedup_line(label: str, value: float, baseline: float | None, line: float 
 
 
 def _speed(cell: SpeedRecord | DistributedRecord) -> tuple[str, str | None, str | None] | None:
-    """The speedup that decided the cell: the first of device, wall and versus whose verdict needs a look
-    (else the first measured)."""
-    options = [("device speedup", cell.device_speedup, cell.device_baseline_speedup, cell.device_line, cell.verdict_of(True)),
-               ("wall-clock speedup", cell.speedup, cell.baseline_speedup, cell.line, cell.verdict_of(False))]
-    if isinstance(cell, SpeedRecord) and cell.versus_speedup is not None:
-        options.append((f"speedup over {cell.versus}", cell.versus_speedup, cell.versus_baseline_speedup,
-                        cell.versus_line, cell.versus_verdict))
+    """The speedup that decided the cell: the first of its speedups (its kinds of ratio but the scaling
+    efficiencies, device time first) whose verdict needs a look (else the first measured)."""
+    options = [(kind.label.format(over=getattr(cell, "versus", None)), r.speedup, r.baseline_speedup, r.line,
+                cell.verdict_of(kind)) for kind in cell.RATIOS.values() if not kind.share and (r := cell.ratio(kind))]
     measured = [o for o in options if o[1] is not None]
     if not measured:
         return None

@@ -1,7 +1,8 @@
-"""The speed figures that summary.md and index.html both show, as data: the device-time and wall-clock
-matrices, those of compiled cells' second ratios (compile gains, fp8 over compiled amp_bf16), the
-host-bound cells and the kernel changes. Each page only formats what is chosen here, so the two never
-disagree on which cells are listed or which verdict a figure carries."""
+"""The speed figures that summary.md and index.html both show, as data: a matrix per ratio over fp32 (the
+device-time and wall-clock speedups: the rows of ``results.ratios`` with a title), those of compiled
+cells' second ratios (compile gains, fp8 over compiled amp_bf16), the host-bound cells and the kernel
+changes. Each page only formats what is chosen here, so the two never disagree on which cells are
+listed or which verdict a figure carries."""
 
 from __future__ import annotations
 
@@ -11,24 +12,17 @@ from typing import Callable
 from ampbench.modes import MODES, compiled, label
 from ampbench.report.format import VERDICT_ORDER
 from ampbench.report.junit import Run, order_modes
-from ampbench.results import REFERENCE_MODE, SpeedRecord
+from ampbench.results import REFERENCE_MODE, SPEED_RATIOS, RatioKind, SpeedRecord
+from ampbench.results.ratios import DEVICE, VERSUS
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
 
 
-@dataclass(frozen=True)
-class SpeedFigure:
-    """One of a speed cell's two speedups, as its record reads it."""
+def over_fp32() -> list[RatioKind]:
+    """The speed cells' ratios over fp32 that have a matrix of their own (a row's `title`), in their
+    table's order: the device-time speedup (the gate), then the wall-clock one."""
+    return [kind for kind in SPEED_RATIOS.values() if kind.title]
 
-    name: str  # "device" or "wall"
-    device: bool  # the record's device-time speedup, else its wall-clock one
-    title: str  # a matrix's heading where both figures are shown
-    short: str  # what a chart or a legend calls it
-
-
-DEVICE = SpeedFigure("device", True, "Speedup over fp32 in device time (the gate)", "device time")
-WALL = SpeedFigure("wall", False, "Wall-clock speedup of eager steps on this host", "wall clock")
-FIGURES = (DEVICE, WALL)
 
 # how each device-time method measured, as ampbench.speed.devicetime.METHODS names them (that module needs torch)
 METHODS = {
@@ -50,22 +44,22 @@ class MatrixEntry:
     method: str | None  # the device-time method; None on the wall figure or where not written
 
 
-def has_figure(run: Run, figure: SpeedFigure) -> bool:
-    return any(c.speedup_of(figure.device) is not None for c in run.of_kind(SpeedRecord))
+def has_figure(run: Run, kind: RatioKind) -> bool:
+    return any(c.ratio(kind).speedup is not None for c in run.of_kind(SpeedRecord))
 
 
 def used_methods(run: Run) -> list[str]:
     """The device-time methods the run's speed cells were measured by, in METHODS' order (known ones only)."""
-    seen = {c.device_method for c in run.of_kind(SpeedRecord) if c.device_speedup is not None and c.device_method}
+    seen = {r.method for c in run.of_kind(SpeedRecord) if (r := c.ratio(DEVICE)).speedup is not None and r.method}
     return [m for m in METHODS if m in seen]
 
 
-def matrix(run: Run, figure: SpeedFigure) -> tuple[list[str], list[tuple[str, list[MatrixEntry | None]]]]:
+def matrix(run: Run, kind: RatioKind) -> tuple[list[str], list[tuple[str, list[MatrixEntry | None]]]]:
     """(modes, [(model, one entry or None per mode)]): models down, modes across, in the run's order.
     fp32 is every column's reference, not a column of its own."""
     cells = run.of_kind(SpeedRecord)
     modes = [m for m in order_modes(c.mode for c in cells) if m != REFERENCE_MODE]
-    return modes, _grid(cells, modes, lambda cell: _entry(cell, figure))
+    return modes, _grid(cells, modes, lambda cell: _entry(cell, kind))
 
 
 def _grid(cells: list[SpeedRecord], modes: list[str], entry: Callable[[SpeedRecord | None], MatrixEntry | None]
@@ -78,14 +72,14 @@ def _grid(cells: list[SpeedRecord], modes: list[str], entry: Callable[[SpeedReco
     return [(model, [entry(by_key.get((model, mode))) for mode in modes]) for model in dict.fromkeys(c.model for c in cells)]
 
 
-def _entry(cell: SpeedRecord | None, figure: SpeedFigure) -> MatrixEntry | None:
-    value = cell.speedup_of(figure.device) if cell is not None else None
-    if value is None:
+def _entry(cell: SpeedRecord | None, kind: RatioKind) -> MatrixEntry | None:
+    ratio = cell.ratio(kind) if cell is not None else None
+    if ratio is None or ratio.speedup is None:
         return None
     # a run from before the device-time gate has one speedup and its verdict under "verdict"
-    verdict = cell.verdict_of(figure.device)
-    return MatrixEntry(value, cell.estimate(figure.device), verdict.value if verdict is not None else None,
-                       cell.device_method if figure.device else None)
+    verdict = cell.verdict_of(kind)
+    return MatrixEntry(ratio.speedup, cell.estimate(kind), verdict.value if verdict is not None else None,
+                       ratio.method)
 
 
 @dataclass(frozen=True)
@@ -114,7 +108,7 @@ def versus_matrices(run: Run) -> list[VersusMatrix]:
     run has no compiled cells."""
     families: dict[str, list[SpeedRecord]] = {}
     for c in run.of_kind(SpeedRecord):
-        if c.versus and c.versus_speedup is not None:
+        if c.versus and c.ratio(VERSUS).speedup is not None:
             families.setdefault("" if _is_compile_gain(c) else c.versus, []).append(c)
     out = []
     for versus in sorted(families, key=bool):  # compile gains first
@@ -132,9 +126,10 @@ def versus_matrices(run: Run) -> list[VersusMatrix]:
 def _versus_entry(cell: SpeedRecord | None) -> MatrixEntry | None:
     if cell is None:
         return None
-    verdict = cell.versus_verdict
-    return MatrixEntry(cell.versus_speedup, cell.versus_estimate(), verdict.value if verdict is not None else None,
-                       cell.versus_method)
+    ratio = cell.ratio(VERSUS)
+    verdict = ratio.verdict
+    return MatrixEntry(ratio.speedup, cell.estimate(VERSUS), verdict.value if verdict is not None else None,
+                       ratio.method)
 
 
 def host_bound_cells(run: Run) -> list[SpeedRecord]:
@@ -149,7 +144,7 @@ def kernel_change_cells(run: Run) -> list[tuple[SpeedRecord, str]]:
     rank = {v: i for i, v in enumerate(VERDICT_ORDER)}
 
     def order(item: tuple[SpeedRecord, str]) -> tuple[bool, int]:
-        verdict = item[0].device_verdict
+        verdict = item[0].ratio(DEVICE).verdict
         return not notable(item[0]), rank.get(verdict, len(rank))
 
     return sorted(found, key=order)
@@ -157,5 +152,5 @@ def kernel_change_cells(run: Run) -> list[tuple[SpeedRecord, str]]:
 
 def notable(cell: SpeedRecord) -> bool:
     """Whether a cell's device verdict makes its kernel changes worth a line in a short summary."""
-    verdict = cell.device_verdict
+    verdict = cell.ratio(DEVICE).verdict
     return (verdict.value if verdict is not None else None) not in QUIET_DEVICE_VERDICTS

@@ -20,11 +20,12 @@ from ampbench.history.series import Series
 from ampbench.report.charts import Chart, _png, _pyplot
 from ampbench.report.junit import Run
 from ampbench.results import SpeedRecord
+from ampbench.results.ratios import DEVICE
 
 if TYPE_CHECKING:  # the store needs SQLAlchemy; a report without --history never imports it
     from ampbench.history.store import History, RunSummary
 
-FIGURE = "device_speedup"  # the gate's figure: the one whose trend the report draws
+FIGURE = DEVICE.history  # the gate's figure: the one whose trend the report draws
 # cells drawn: each chart costs ~90 ms and ~25 kB of the page, and a page of more tells nothing a table does not
 MAX_CELLS = 60
 SIZE_IN, DPI = (6.0, 2.5), 80  # 480 x 200 px: small enough for a page of many cells
@@ -106,7 +107,7 @@ def point_labels(series: Series, runs: dict[str, "RunSummary"]) -> tuple[str, ..
 
 def run_cells(run: Run) -> list[str]:
     """The test ids of the run's speed cells with a device-time speedup, in the run's order."""
-    return [c.test_id for c in run.of_kind(SpeedRecord) if c.device_speedup is not None]
+    return [c.test_id for c in run.of_kind(SpeedRecord) if c.ratio(DEVICE).speedup is not None]
 
 
 def read_trends(history: "History", run: Run, gpu: str | None = None) -> Trends:

@@ -8,7 +8,8 @@ same records back (``from_info``), never key strings. Every verdict is a ``Verdi
 whether they fail (``failing``) or deserve a look (``warns``). Nothing here imports torch or pytest.
 
 The modules, by job: `schema` (the version, the frame of a run JSON, the field specs), `base` (the
-record machinery), `timed` and `cells` (the records per kind), `run` (the reader).
+record machinery), `ratios` (the table of the kinds of ratio a timed cell holds, and every name of
+each), `timed` and `cells` (the records per kind), `run` (the reader).
 """
 
 from ampbench.modes import REFERENCE_MODE
@@ -16,12 +17,14 @@ from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
 from ampbench.results.run import KINDS, RECORD_TYPES, Run, RunError, load_run, order_modes, parse_run, record_type
 from ampbench.results.schema import READABLE_SCHEMAS, SCHEMA_VERSION
-from ampbench.results.timed import DistributedRecord, SpeedRecord, cluster_name, cluster_shape, cluster_size
+from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
+from ampbench.results.timed import (DistributedRecord, RatioFigures, SpeedRecord, TimedRecord, cluster_name,
+                                    cluster_shape, cluster_size)
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
 __all__ = [
-    "KINDS", "READABLE_SCHEMAS", "RECORD_TYPES", "REFERENCE_MODE", "SCHEMA_VERSION", "VERDICT_ORDER",
-    "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord", "Record", "Run",
-    "RunError", "SpeedRecord", "UnderflowRecord", "Verdict", "cluster_name", "cluster_shape", "cluster_size", "load_run",
+    "DISTRIBUTED_RATIOS", "KINDS", "READABLE_SCHEMAS", "RECORD_TYPES", "REFERENCE_MODE", "SCHEMA_VERSION", "SPEED_RATIOS",
+    "VERDICT_ORDER", "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord",
+    "RatioFigures", "RatioKind", "Record", "Run", "RunError", "SpeedRecord", "TimedRecord", "UnderflowRecord", "Verdict", "cluster_name", "cluster_shape", "cluster_size", "load_run",
     "order_modes", "parse_run", "record_type",
 ]

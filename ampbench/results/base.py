@@ -6,7 +6,9 @@ Each field says how it is read back (`checked`, `number`, `text`, `flag`, `raw`)
 a verdict is `checked` against its schema `Field` and a file holding a bad one is refused
 (``problems``); a figure that is only shown is taken where usable and None otherwise. Keys a record
 type does not name (figures of a newer writer, or a kind's open-ended breakdown) stay in `detail`, and
-are written back as they came.
+are written back as they came. A record may hold parts that are no key of their own (a timed record's
+ratios, ``timed``): it reads, checks and writes them through ``_parts``, ``_part_problems`` and
+``_part_info``, whose figures are declared and read as a record's are (``read_fields``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ def scalar() -> Any:
     return field(default=None, metadata={_READ: "scalar"})
 
 
+def part() -> Any:
+    """A part of the record that is no key of extra_info: read and written by the record's ``_parts``."""
+    return field(default_factory=dict, metadata={_OWN: True})
+
+
 def raw() -> Any:
     """A list or an object, kept as the JSON has it (round times, kernel lists, loss curves)."""
     return field(default=None, metadata={_READ: "raw"})
@@ -80,12 +87,46 @@ _READERS = {
 }
 
 
-def _encode(value: Any) -> Any:
+def encode(value: Any) -> Any:
     if isinstance(value, Verdict):
         return value.value
     if isinstance(value, tuple):
         return list(value)
     return value
+
+
+def reading(cls: type) -> tuple[tuple[str, str | None, Any], ...]:
+    """(name, how it is read, its schema Field) of each figure a dataclass declares with `checked`,
+    `number`, `text`, `flag`, `scalar` or `raw`."""
+    return tuple((f.name, f.metadata.get(_READ), f.metadata.get(_SPEC)) for f in dataclasses.fields(cls)
+                 if not f.metadata.get(_OWN))
+
+
+def read_fields(fields: tuple[tuple[str, str | None, Any], ...], info: Mapping[str, Any],
+                key: Any = None) -> tuple[dict[str, Any], str | None]:
+    """The values of `fields` (``reading``) in `info`, each under its name or ``key(name)`` (where that is
+    "", absent), and the reason a legacy verdict carried. Never raises: a checked value that does not fit
+    is read as None (``problems`` says why, where asked)."""
+    values: dict[str, Any] = {}
+    reason = None
+    for name, how, spec in fields:
+        at = key(name) if key else name
+        raw = info.get(at) if at else None
+        if how == "checked":
+            raw = raw if raw is not None and spec.problem(raw) is None else None
+            if spec is VERDICT:
+                raw, legacy = read_verdict(raw)
+                reason = reason or legacy
+            values[name] = raw
+        else:
+            values[name] = _READERS[how](raw) if how in _READERS else raw
+    return values, reason
+
+
+def field_specs(cls: type, key: Any = None) -> dict[str, Field]:
+    """The schema Field of each checked figure `cls` declares, by its name (or ``key(name)``)."""
+    return {key(f.name) if key else f.name: f.metadata[_SPEC] for f in dataclasses.fields(cls)
+            if _SPEC in f.metadata and (key is None or key(f.name))}
 
 
 _INFO_FIELDS: dict[type, tuple[dataclasses.Field, ...]] = {}  # Record.info_fields, per record type
@@ -149,9 +190,23 @@ class Record:
         for f in self.info_fields():
             value = getattr(self, f.name)
             if value is not None or not only_set:
-                info[f.name] = _encode(value)
+                info[f.name] = encode(value)
+        info.update(self._part_info(only_set))
         info.update(self.detail)
         return info
+
+    def _part_info(self, only_set: bool) -> dict[str, Any]:
+        """The keys of extra_info that hold the record's parts (none but a timed record's ratios)."""
+        return {}
+
+    @classmethod
+    def _parts(cls, info: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+        """The record's parts read from `info`, by field, and the keys of `info` they took."""
+        return {}, frozenset()
+
+    @classmethod
+    def _part_problems(cls, info: Mapping[str, Any], where: str) -> list[str]:
+        return []
 
     def value(self, name: str) -> Any:
         """A figure by its key: a field, or one kept in `detail`."""
@@ -165,6 +220,7 @@ class Record:
         if problems:
             return problems
         problems = check(info, {f.name: f.metadata[_SPEC] for f in cls.info_fields() if _SPEC in f.metadata}, where)
+        problems += cls._part_problems(info, where)
         if problems:
             return problems
         return [p for names in cls.ORDERED for p in check_order(info, names, where)]
@@ -173,29 +229,20 @@ class Record:
     def from_info(cls: type[R], info: Mapping[str, Any], test_id: str = "") -> R:
         """The record of a cell's extra_info. Never raises: a checked value that does not fit (see
         ``problems``, which the run reader asks first) is read as None."""
-        values: dict[str, Any] = {}
-        reason = None
         fields, known = cls._reading()
-        for name, how, spec in fields:
-            raw = info.get(name)
-            if how == "checked":
-                raw = raw if raw is not None and spec.problem(raw) is None else None
-                if spec is VERDICT:
-                    raw, legacy = read_verdict(raw)
-                    reason = reason or legacy
-                values[name] = raw
-            else:
-                values[name] = _READERS[how](raw) if how in _READERS else raw
+        values, reason = read_fields(fields, info)
         if reason and "reason" in values and values["reason"] is None:
             values["reason"] = reason
-        return cls(test_id=test_id, detail={k: v for k, v in info.items() if k not in known}, **values)
+        parts, taken = cls._parts(info)
+        detail = {k: v for k, v in info.items() if k not in known and k not in taken}
+        return cls(test_id=test_id, detail=detail, **values, **parts)
 
     @classmethod
     def _reading(cls) -> tuple[tuple[tuple[str, str | None, Any], ...], frozenset[str]]:
         """(name, how it is read, its schema Field) of each field, and every key the record reads itself:
         made once per record type, as from_info runs once per cell of a run."""
         if cls not in _READING:
-            fields = tuple((f.name, f.metadata.get(_READ), f.metadata.get(_SPEC)) for f in cls.info_fields())
+            fields = reading(cls)
             _READING[cls] = fields, frozenset({name for name, _, _ in fields} | {SCHEMA_KEY, KIND_KEY})
         return _READING[cls]
 

@@ -17,9 +17,11 @@ from typing import Any, Mapping
 
 from ampbench.verdict import Verdict
 
-# extra_info["ampbench_schema"] of every cell this version writes, and the versions it reads
-SCHEMA_VERSION = 1
-READABLE_SCHEMAS = (1,)
+# extra_info["ampbench_schema"] of every cell this version writes, and the versions it reads: schema 1 held a
+# timed cell's ratios flat, each figure under its ratio's prefix; schema 2 holds them by name under RATIOS_KEY
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
+FLAT_RATIOS_SCHEMA = 1
 
 # verdicts that cells of schema 1 wrote before the vocabulary was one: (verdict, reason)
 LEGACY_VERDICTS: dict[str, tuple[Verdict, str]] = {"below margin": (Verdict.REGRESSION, "below margin")}
@@ -116,6 +118,8 @@ ERRORS_KEY = "ampbench_errors"
 CELL = {"ampbench_schema": Field("integer", required=True), "kind": Field("string", required=True)}
 # the keys of those
 SCHEMA_KEY, KIND_KEY = "ampbench_schema", "kind"
+# where a timed cell's ratios lie, by name (``timed.TimedRecord``)
+RATIOS_KEY = "ratios"
 
 
 def check(mapping: Mapping[str, Any], table: Mapping[str, Field], where: str) -> list[str]:

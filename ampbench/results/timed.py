@@ -1,83 +1,186 @@
 """Records of the cells that time a mode against fp32 in interleaved rounds: speed (one GPU) and
-distributed (N ranks). Both carry a speedup with its interval, which compare and spread read through
-``estimate``."""
+distributed (N ranks). Each holds its ratios by name (``ratios``: one ``RatioFigures`` per kind of
+ratio the cell measured, ``ampbench.results.ratios``), as a baseline entry holds them:
+``{"ratios": {"device": {...}, "wall": {...}, "versus": {...}}, ...}``. A record of schema 1 held the
+same figures flat, each under its ratio's prefix; it reads into the same ratios, by the names its rows
+give (``RatioKind.flat``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from functools import lru_cache
+from typing import Any, ClassVar, Mapping
 
-from ampbench.results.base import Record, checked, flag, number, raw, scalar, text
-from ampbench.results.schema import CONFIDENCE, COUNT, NON_NEGATIVE, POSITIVE, VERDICT
+from ampbench.results.base import (Record, checked, encode, field_specs, flag, number, part, raw, read_fields, reading,
+                                   scalar, text)
+from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
+from ampbench.results.schema import (CONFIDENCE, COUNT, FLAT_RATIOS_SCHEMA, NON_NEGATIVE, OBJECT, POSITIVE, RATIOS_KEY,
+                                     SCHEMA_KEY, VERDICT, check, check_order)
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
 
 
-def _first(*values: Any) -> Any:
-    """The first of `values` that is not None: a figure's own confidence, else the record's `confidence`
-    (which a record that names no other holds for all its figures)."""
-    return next((v for v in values if v is not None), None)
+@dataclass(frozen=True)
+class RatioFigures:
+    """One ratio of a timed cell, as its record holds it: the estimate with its interval, what it was held
+    against and its verdict, how it was measured, its step and round times, and its interval across
+    runs where its baseline learned a between-run spread. A ratio holds the figures it measured."""
+
+    speedup: float | None = checked(POSITIVE)  # the ratio: a speedup, or a scaling efficiency
+    speedup_low: float | None = checked(POSITIVE)
+    speedup_high: float | None = checked(POSITIVE)
+    rounds: int | None = checked(COUNT)
+    # 99% where the figure gates the cell, speed.LOOK_CONFIDENCE where it is only reported
+    confidence: float | None = checked(CONFIDENCE)
+    baseline_speedup: float | None = checked(POSITIVE)
+    tolerance: float | None = checked(NON_NEGATIVE)
+    line: float | None = number()
+    drop: float | None = number()
+    confirm_speedup: float | None = number()  # the confirming batch's, where one ran
+    verdict: Verdict | None = checked(VERDICT)
+    method: str | None = text()  # how device time was measured: graph, kernels or wall
+    fallback: str | None = text()  # why not by graph replay, where that was wanted
+    # medians of each side's per-step times over the rounds (the ratio is the centre of the rounds' paired
+    # ratios, so the two need not agree exactly): the mode's, and the side it is over
+    step_ms: float | None = number()
+    step_ms_ref: float | None = number()
+    round_ms: list | None = raw()  # per-step milliseconds of every round, in order
+    ref_round_ms: list | None = raw()
+    speedup_across_low: float | None = checked(POSITIVE)  # the interval across runs, where a spread was learned
+    speedup_across_high: float | None = checked(POSITIVE)
+    between_run_sd: float | None = number()
+    between_run_count: int | None = number()
+
+    # checked figures that must be ascending where all are present (an interval holds its estimate)
+    ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (("speedup_low", "speedup", "speedup_high"),
+                                                      ("speedup_across_low", "speedup_across_high"))
+
+    @classmethod
+    def read(cls, info: Mapping[str, Any], key: Any = None) -> "RatioFigures":
+        """The ratio `info` holds, each figure under its name or ``key(name)``."""
+        return cls(**read_fields(_FIELDS, info, key)[0])
+
+    def to_info(self) -> dict[str, Any]:
+        """The figures it holds, under their names."""
+        return {name: encode(value) for name, _, _ in _FIELDS if (value := getattr(self, name)) is not None}
+
+    @property
+    def measured(self) -> bool:
+        return any(getattr(self, name) is not None for name, _, _ in _FIELDS)
+
+    def estimate(self, confidence: float | None = None) -> SpeedupEstimate | None:
+        """The ratio with its interval; None where incomplete. `confidence`: the record's, where the ratio
+        names none (a record of schema 1 named one for all its figures)."""
+        value, low, high = self.speedup, self.speedup_low, self.speedup_high
+        if value is None or low is None or high is None or min(value, low, high) <= 0:
+            return None
+        level = next((c for c in (self.confidence, confidence) if c is not None), 0.99)
+        return SpeedupEstimate(value, low, high, int(self.rounds) if self.rounds is not None else 0, level)
+
+    def across(self) -> tuple[float, float] | None:
+        """Its interval across runs (low, high), where the baseline had a between-run spread."""
+        lo, hi = self.speedup_across_low, self.speedup_across_high
+        return (lo, hi) if lo is not None and hi is not None else None
 
 
-def _estimate(speedup: Any, low: Any, high: Any, rounds: Any, confidence: Any) -> SpeedupEstimate | None:
-    if speedup is None or low is None or high is None or min(speedup, low, high) <= 0:
-        return None
-    return SpeedupEstimate(speedup, low, high, int(rounds) if rounds is not None else 0,
-                           confidence if confidence is not None else 0.99)
+_FIELDS = reading(RatioFigures)
+NOTHING = RatioFigures()
+
+
+@lru_cache(maxsize=None)
+def _flat(kind: RatioKind) -> tuple[tuple[str, str], ...]:
+    """(figure, its name in a record of schema 1) of each figure schema 1 held of `kind`."""
+    return tuple((name, kind.flat(name)) for name, _, _ in _FIELDS if kind.flat(name))
 
 
 @dataclass(frozen=True)
-class SpeedRecord(Record):
+class TimedRecord(Record):
+    """A cell timed in interleaved rounds: its ratios by name, of the kinds its table (``RATIOS``) rows."""
+
+    RATIOS: ClassVar[Mapping[str, RatioKind]] = {}
+    TIMED: ClassVar[bool] = True  # pytest-benchmark's figures: the mode's time per step in each round
+
+    ratios: Mapping[str, RatioFigures] = part()
+
+    def ratio(self, kind: RatioKind) -> RatioFigures:
+        """The ratio of `kind`; one holding nothing where the cell did not measure it."""
+        return self.ratios.get(kind.name, NOTHING)
+
+    def estimate(self, kind: RatioKind) -> SpeedupEstimate | None:
+        """The ratio of `kind` with its interval, as the suite measured it; None where incomplete."""
+        own = next((k for k in self.RATIOS.values() if not k.prefix), None)
+        return self.ratio(kind).estimate(self.ratio(own).confidence if own is not None else None)
+
+    def verdict_of(self, kind: RatioKind) -> Verdict | None:
+        """The verdict of one ratio, where the cell wrote it apart; the cell's otherwise."""
+        own = self.ratio(kind).verdict
+        return own if own is not None else self.verdict
+
+    def _part_info(self, only_set: bool) -> dict[str, Any]:
+        if only_set and not self.ratios:
+            return {}
+        order = [*self.RATIOS, *(name for name in self.ratios if name not in self.RATIOS)]
+        return {RATIOS_KEY: {name: self.ratios[name].to_info() for name in order if name in self.ratios}}
+
+    @classmethod
+    def _parts(cls, info: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+        if info.get(SCHEMA_KEY) != FLAT_RATIOS_SCHEMA:
+            held = info.get(RATIOS_KEY) if isinstance(info.get(RATIOS_KEY), dict) else {}
+            return {"ratios": {name: RatioFigures.read(figures) for name, figures in held.items()
+                               if isinstance(figures, dict)}}, frozenset({RATIOS_KEY})
+        names = [flat for kind in cls.RATIOS.values() for _, flat in _flat(kind)]
+        shared = {flat for flat in names if names.count(flat) > 1}  # the record's rounds or confidence, say
+        # a ratio was measured where a figure of its own was: not only one it shares with another
+        measured = [kind for kind in cls.RATIOS.values()
+                    if any(info.get(flat) is not None for _, flat in _flat(kind) if flat not in shared)]
+        ratios = {kind.name: RatioFigures.read(info, dict(_flat(kind)).get) for kind in measured}
+        return {"ratios": ratios}, frozenset(names)
+
+    @classmethod
+    def _held(cls, info: Mapping[str, Any], where: str) -> tuple[list[tuple[Mapping, Any, str]], list[str]]:
+        """(each ratio as `info` holds it: its figures, how they are named there (None: as RatioFigures names
+        them) and where it lies; why `info` holds no ratios at all)."""
+        if info.get(SCHEMA_KEY) == FLAT_RATIOS_SCHEMA:  # flat, each figure under the name its row gives it
+            return [(info, dict(_flat(kind)).get, where) for kind in cls.RATIOS.values()], []
+        problems = check(info, {RATIOS_KEY: OBJECT}, where)
+        ratios = (info.get(RATIOS_KEY) or {}) if not problems else {}
+        problems += check(ratios, {name: OBJECT for name in ratios}, f"{where}.{RATIOS_KEY}")
+        return [(figures, None, f"{where}.{RATIOS_KEY}.{name}") for name, figures in ratios.items()], problems
+
+    @classmethod
+    def _part_problems(cls, info: Mapping[str, Any], where: str) -> list[str]:
+        held, problems = cls._held(info, where)
+        if problems:
+            return problems
+        problems = [p for figures, named, at in held for p in check(figures, field_specs(RatioFigures, named), at)]
+        if problems:
+            return list(dict.fromkeys(problems))  # a figure two ratios of schema 1 share is named once
+        return list(dict.fromkeys(p for figures, named, at in held for order in _ordered(named)
+                                  for p in check_order(figures, order, at)))
+
+
+def _ordered(named: Any) -> list[tuple[str, ...]]:
+    """The figures of a ratio that must be ascending, as `named` names them (None: as RatioFigures does)."""
+    if named is None:
+        return list(RatioFigures.ORDERED)
+    return [tuple(named(n) for n in names) for names in RatioFigures.ORDERED if all(named(n) for n in names)]
+
+
+@dataclass(frozen=True)
+class SpeedRecord(TimedRecord):
     """``test_speed[model-mode]``: the device-time speedup (the gate by default) and the wall-clock
-    speedup of eager steps, each with its interval, baseline and verdict; how long the eager step waits
-    on the host; step times, throughput, memory and TFLOP/s of both sides."""
+    speedup of eager steps, each with its interval, baseline and verdict (``ratios``; a compiled cell's
+    ratio over its versus side beside them); how long the eager step waits on the host; throughput,
+    memory and TFLOP/s of both sides."""
 
     KIND: ClassVar[str] = "speed"
-    TIMED: ClassVar[bool] = True
-    ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (
-        ("speedup_low", "speedup", "speedup_high"), ("speedup_across_low", "speedup_across_high"),
-        ("device_speedup_low", "device_speedup", "device_speedup_high"),
-        ("versus_speedup_low", "versus_speedup", "versus_speedup_high"))
+    RATIOS: ClassVar[Mapping[str, RatioKind]] = SPEED_RATIOS
 
     batch_size: int | None = number()
     gate: str | None = text()  # --perf-gate
     gated: list | None = raw()  # the figures that held the cell: "device", "wall"
     steps_per_block: int | None = number()
     ref_steps_per_block: int | None = number()
-    # the wall-clock speedup of eager steps
-    speedup: float | None = checked(POSITIVE)
-    speedup_low: float | None = checked(POSITIVE)
-    speedup_high: float | None = checked(POSITIVE)
-    rounds: int | None = checked(COUNT)
-    confidence: float | None = checked(CONFIDENCE)
-    speedup_across_low: float | None = checked(POSITIVE)  # the interval across runs, where a spread was learned
-    speedup_across_high: float | None = checked(POSITIVE)
-    between_run_sd: float | None = number()
-    between_run_count: int | None = number()
-    baseline_speedup: float | None = checked(POSITIVE)
-    tolerance: float | None = checked(NON_NEGATIVE)
-    line: float | None = number()
-    drop: float | None = number()
-    confirm_speedup: float | None = number()
-    wall_verdict: Verdict | None = checked(VERDICT)
-    # the device-time speedup
-    device_method: str | None = text()  # graph, kernels or wall
-    device_fallback: str | None = text()
-    device_speedup: float | None = checked(POSITIVE)
-    device_speedup_low: float | None = checked(POSITIVE)
-    device_speedup_high: float | None = checked(POSITIVE)
-    device_rounds: int | None = checked(COUNT)
-    # 99% where the figure gates the cell, speed.LOOK_CONFIDENCE where it is only reported (``confidence``: the wall's)
-    device_confidence: float | None = checked(CONFIDENCE)
-    device_speedup_across_low: float | None = checked(POSITIVE)
-    device_speedup_across_high: float | None = checked(POSITIVE)
-    device_baseline_speedup: float | None = checked(POSITIVE)
-    device_tolerance: float | None = checked(NON_NEGATIVE)
-    device_line: float | None = number()
-    device_drop: float | None = number()
-    device_confirm_speedup: float | None = number()
-    device_verdict: Verdict | None = checked(VERDICT)
-    device_step_ms: float | None = number()
     # how the device blocks were queued ahead of the GPU (ampbench.speed.held) and the GPU's idle share inside
     # one profiled held block of each side: the check that no host entered the device time
     device_queue: str | None = text()
@@ -90,9 +193,6 @@ class SpeedRecord(Record):
     device_block_idle_share: float | None = number()
     device_block_idle_share_ref: float | None = number()
     device_block_longest_gap_us: float | None = number()
-    device_step_ms_ref: float | None = number()
-    device_round_ms: list | None = raw()
-    device_ref_round_ms: list | None = raw()
     kernel_ms: float | None = number()
     kernel_ms_ref: float | None = number()
     kernel_speedup: float | None = number()
@@ -107,12 +207,9 @@ class SpeedRecord(Record):
     host_overhead_ms_ref: float | None = number()
     idle_share_ref: float | None = number()
     host_bound_ref: bool | None = flag()
-    # medians of each side's per-step wall times, over the rounds (the speedup is the centre of the
-    # rounds' paired ratios, so the two need not agree exactly)
+    # samples per second of each side's eager step (the wall clock's median round), and of the mode's in device time
     throughput: float | None = number()
     throughput_ref: float | None = number()
-    step_ms: float | None = number()
-    step_ms_ref: float | None = number()
     device_throughput: float | None = number()
     peak_mem_bytes: int | None = number()
     peak_mem_ref_bytes: int | None = number()
@@ -133,58 +230,11 @@ class SpeedRecord(Record):
     compile_s: float | None = number()
     ref_compile_s: float | None = number()
     baseline_compile_s: float | None = number()
-    # a compiled cell's second ratio, in device time: the mode's speedup over its versus side
-    # (modes.versus_of): the mode eager (the compile gain), or compiled amp_bf16 for the fp8 modes
-    versus: str | None = text()  # the versus side's mode: "amp_bf16", "amp_bf16 compiled"
-    versus_method: str | None = text()  # graph, kernels or wall, as device_method
-    versus_fallback: str | None = text()
-    versus_speedup: float | None = checked(POSITIVE)
-    versus_speedup_low: float | None = checked(POSITIVE)
-    versus_speedup_high: float | None = checked(POSITIVE)
-    versus_rounds: int | None = checked(COUNT)
-    versus_confidence: float | None = checked(CONFIDENCE)
-    versus_baseline_speedup: float | None = checked(POSITIVE)
-    versus_tolerance: float | None = checked(NON_NEGATIVE)
-    versus_line: float | None = number()
-    versus_drop: float | None = number()
-    versus_confirm_speedup: float | None = number()
-    versus_verdict: Verdict | None = checked(VERDICT)
-    versus_step_ms: float | None = number()  # the versus side's device time per step
+    # the side a compiled cell's second ratio is over (modes.versus_of): the mode eager (the compile gain),
+    # or compiled amp_bf16 for the fp8 modes: "amp_bf16", "amp_bf16 compiled"
+    versus: str | None = text()
     cudnn_benchmark: bool | None = flag()
     block_seconds: float | None = number()
-    round_ms: list | None = raw()  # per-step milliseconds of every wall round, in order
-    ref_round_ms: list | None = raw()
-
-    def estimate(self, device: bool = False) -> SpeedupEstimate | None:
-        """The speedup with its interval, as the suite measured it; None when incomplete. `device`
-        reads the device-time speedup (the wall-clock one otherwise)."""
-        if device:
-            return _estimate(self.device_speedup, self.device_speedup_low, self.device_speedup_high,
-                             self.device_rounds, _first(self.device_confidence, self.confidence))
-        return _estimate(self.speedup, self.speedup_low, self.speedup_high, self.rounds, self.confidence)
-
-    def versus_estimate(self) -> SpeedupEstimate | None:
-        """A compiled cell's second ratio with its interval (``versus``); None for an eager cell."""
-        return _estimate(self.versus_speedup, self.versus_speedup_low, self.versus_speedup_high,
-                         self.versus_rounds, _first(self.versus_confidence, self.confidence))
-
-    def speedup_of(self, device: bool = False) -> float | None:
-        return self.device_speedup if device else self.speedup
-
-    def tolerance_of(self, device: bool = False) -> float | None:
-        """The tolerance the run held the figure to."""
-        return self.device_tolerance if device else self.tolerance
-
-    def verdict_of(self, device: bool = False) -> Verdict | None:
-        """The verdict of one figure, where the cell wrote it apart; the cell's otherwise."""
-        own = self.device_verdict if device else self.wall_verdict
-        return own if own is not None else self.verdict
-
-    def across_runs(self, device: bool = False) -> tuple[float, float] | None:
-        """The speedup's interval across runs (low, high), where the baseline had a between-run spread."""
-        lo, hi = ((self.device_speedup_across_low, self.device_speedup_across_high) if device
-                  else (self.speedup_across_low, self.speedup_across_high))
-        return (lo, hi) if lo is not None and hi is not None else None
 
 
 def cluster_name(gpu: str, world_size: int, nodes: int = 1) -> str:
@@ -209,34 +259,21 @@ def cluster_size(name: str, gpu: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class DistributedRecord(Record):
+class DistributedRecord(TimedRecord):
     """``test_ddp_speed`` / ``test_fsdp2_speed[model-mode-comm]``: a mode's speedup over fp32 under the same
     parallelism on N ranks, in device time (the gate by default, where measured) and in wall clock, its
-    scaling efficiency against one GPU, and the share of communication."""
+    scaling efficiency against one GPU in both (``ratios``), and the share of communication."""
 
     KIND: ClassVar[str] = "distributed"
-    TIMED: ClassVar[bool] = True  # pytest-benchmark's figures: the mode's time per step in each round
-    ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (
-        ("speedup_low", "speedup", "speedup_high"),
-        ("device_speedup_low", "device_speedup", "device_speedup_high"),
-        ("scaling_efficiency_low", "scaling_efficiency", "scaling_efficiency_high"),
-        ("device_scaling_efficiency_low", "device_scaling_efficiency", "device_scaling_efficiency_high"))
+    RATIOS: ClassVar[Mapping[str, RatioKind]] = DISTRIBUTED_RATIOS
 
     comm: str | None = text()  # the communication variant
     world_size: int | None = number()
     nodes: int | None = number()  # the hosts the ranks ran on (torchrun's nodes); absent: one
-    speedup: float | None = checked(POSITIVE)
-    speedup_low: float | None = checked(POSITIVE)
-    speedup_high: float | None = checked(POSITIVE)
-    rounds: int | None = checked(COUNT)
-    confidence: float | None = checked(CONFIDENCE)
     throughput_per_gpu: float | None = number()
     throughput_per_gpu_ref: float | None = number()
     throughput: float | None = number()
     batch_size_per_gpu: int | None = number()
-    scaling_efficiency: float | None = checked(POSITIVE)
-    scaling_efficiency_low: float | None = checked(POSITIVE)
-    scaling_efficiency_high: float | None = checked(POSITIVE)
     comm_share: float | None = number()
     comm_overlap: float | None = number()
     comm_share_ref: float | None = number()
@@ -244,36 +281,7 @@ class DistributedRecord(Record):
     idle_share: float | None = number()  # the most idle rank's share of the mode's step with no kernel running
     idle_share_ref: float | None = number()
     host_bound: bool | None = flag()  # idle_share above hostload.HOST_BOUND_IDLE_SHARE: a drop is not failed
-    baseline_speedup: float | None = checked(POSITIVE)
-    baseline_scaling_efficiency: float | None = checked(POSITIVE)
-    tolerance: float | None = checked(NON_NEGATIVE)
-    line: float | None = number()
-    wall_verdict: Verdict | None = checked(VERDICT)  # the wall-clock speedup's
-    # the device-time speedup: per round the least busy rank's device time per step
-    # "graph" (held replays of each rank's step captured as a CUDA graph) or "kernels" (the profiler's
-    # busy time of eager steps, where some rank could not capture them) on GPUs; "wall" on gloo ranks
-    device_method: str | None = text()
-    device_fallback: str | None = text()  # why not a CUDA graph's replay: each failing rank's reason
     device_queue: str | None = text()  # how rank 0's held blocks were queued (``ampbench.speed.held``)
-    device_speedup: float | None = checked(POSITIVE)
-    device_speedup_low: float | None = checked(POSITIVE)
-    device_speedup_high: float | None = checked(POSITIVE)
-    device_rounds: int | None = checked(COUNT)
-    device_baseline_speedup: float | None = checked(POSITIVE)
-    device_tolerance: float | None = checked(NON_NEGATIVE)
-    device_line: float | None = number()
-    device_verdict: Verdict | None = checked(VERDICT)
-    device_step_ms: float | None = number()
-    device_step_ms_ref: float | None = number()
-    device_round_ms: list | None = raw()
-    device_ref_round_ms: list | None = raw()
-    # the scaling efficiency in device time: rank 0's 1-GPU graph replays over the N-GPU ones (graph only)
-    device_scaling_efficiency: float | None = checked(POSITIVE)
-    device_scaling_efficiency_low: float | None = checked(POSITIVE)
-    device_scaling_efficiency_high: float | None = checked(POSITIVE)
-    device_scaling_verdict: Verdict | None = checked(VERDICT)
-    baseline_device_scaling_efficiency: float | None = checked(POSITIVE)
-    device_scaling_tolerance: float | None = checked(NON_NEGATIVE)
     gated: list | None = raw()  # the --perf-gate figures that held the cell: "device", "wall"
     recording: bool | None = flag()
     weights_moved: bool | None = flag()
@@ -285,32 +293,3 @@ class DistributedRecord(Record):
     block_seconds: float | None = number()
     cudnn_benchmark: bool | None = flag()
     launch_s: float | None = number()
-    round_ms: list | None = raw()
-    ref_round_ms: list | None = raw()
-
-    def estimate(self, device: bool = False) -> SpeedupEstimate | None:
-        """The speedup under the same parallelism with its interval; `device`: in device time (None where
-        the run measured none)."""
-        if device:
-            return _estimate(self.device_speedup, self.device_speedup_low, self.device_speedup_high,
-                             self.device_rounds, self.confidence)
-        return _estimate(self.speedup, self.speedup_low, self.speedup_high, self.rounds, self.confidence)
-
-    def efficiency(self, device: bool = False) -> SpeedupEstimate | None:
-        """The scaling efficiency with its interval; `device`: in device time (None where not measured)."""
-        if device:
-            return _estimate(self.device_scaling_efficiency, self.device_scaling_efficiency_low,
-                             self.device_scaling_efficiency_high, self.device_rounds, self.confidence)
-        return _estimate(self.scaling_efficiency, self.scaling_efficiency_low, self.scaling_efficiency_high,
-                         self.rounds, self.confidence)
-
-    def speedup_of(self, device: bool = False) -> float | None:
-        return self.device_speedup if device else self.speedup
-
-    def tolerance_of(self, device: bool = False) -> float | None:
-        return self.device_tolerance if device else self.tolerance
-
-    def verdict_of(self, device: bool = False) -> Verdict | None:
-        """The verdict of one figure, where the cell wrote it apart; the cell's otherwise."""
-        own = self.device_verdict if device else self.wall_verdict
-        return own if own is not None else self.verdict

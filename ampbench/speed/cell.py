@@ -1,7 +1,8 @@
-"""One speed cell from its prepared sides to its record: time each of its ratios (``ampbench.speed.ratio``:
-the device-time and the wall-clock speedup, and a compiled cell's ratio over its versus side) in
-interleaved rounds, judge each against this GPU's baseline entry, check the mode really trained, record a
-new baseline entry when asked, and say what the test must warn about or fail on.
+"""One speed cell from its prepared sides to its record: hold each of its ratios (the kinds of
+``ampbench.results.ratios.SPEED_RATIOS``: the device-time and the wall-clock speedup, and a compiled
+cell's ratio over its versus side) against this GPU's baseline entry and time it in interleaved rounds
+(``ampbench.speed.ratio``), check the mode really trained, record a new baseline entry when asked, and
+say what the test must warn about or fail on.
 
 ``measure_speed`` returns a ``SpeedCell``; ``ampbench.suite.speed`` only wires fixtures into it, writes the
 record and ends the test by it (``ampbench.suite.outcome.finish``). Nothing here imports pytest.
@@ -19,14 +20,15 @@ from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.store import BaselineStore, measurement_mismatch
 from ampbench.device import release
 from ampbench.modes import PrecisionMode, label, versus_figure, versus_of
-from ampbench.results import SpeedRecord
+from ampbench.results import SPEED_RATIOS, RatioKind, SpeedRecord
+from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.settings import GATES, PerfSettings
 from ampbench.speed import judging
 from ampbench.speed import sides
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
 from ampbench.speed.devicetime import IDLE_WARN_SHARE
 from ampbench.speed.hostload import host_load
-from ampbench.speed.ratio import DEVICE, VERSUS, WALL, Ratio
+from ampbench.speed.ratio import Ratio
 from ampbench.verdict import HostOverhead, Verdict, combined, kernel_changes
 from ampbench.models.spec import ModelSpec
 
@@ -85,35 +87,55 @@ def _prepare(mode: PrecisionMode, reference: sides.Side, prepare: Callable[[], s
     return prepared
 
 
-def _time_ratios(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, pair: _Prepared,
-                 baseline: SpeedEntry | None, settings: PerfSettings, pol: sides.SpeedPolicy,
-                 held_back: Callable[[str], Callable[[float, float], str | None]] | None = None) -> list[Ratio]:
-    """The cell's ratios, each held against `baseline` and timed: device time, wall clock, and a compiled
-    cell's ratio over its versus side; `held_back` gives, by a ratio's prefix, what fails a run of it with
-    the runs the history held back (a history's ``group_failure``)."""
-    model, floor = spec.name, settings.tolerance
-    device = Ratio.between(DEVICE, reference, pair.side).hold(model, label(mode), baseline, floor, held_back)
-    wall = Ratio.between(WALL, reference, pair.side).hold(model, label(mode), baseline, floor, held_back)
-    gated = GATES[settings.gate]
-    if DEVICE.gate in gated and device.check is None and wall.check is not None:
-        gated = (WALL.gate,)  # an entry from before device time: the wall verdict still holds it
-    ratios = [device.time(pol, DEVICE.gate in gated), wall.time(pol, WALL.gate in gated)]
-    if pair.versus is not None:
-        versus = Ratio.between(VERSUS, pair.versus, pair.side, versus_figure(mode), label(versus_of(mode)))
-        ratios.append(versus.hold(model, label(mode), baseline, floor, held_back).time(pol, VERSUS.gate in gated))
-    return ratios
+def _ratio(kind: RatioKind, mode: PrecisionMode, reference: sides.Side, pair: _Prepared) -> Ratio | None:
+    """The cell's ratio of `kind`: over fp32's side, or over its versus side where the kind is (only a
+    compiled cell has one)."""
+    if not kind.over:
+        return Ratio.between(kind, reference, pair.side)
+    if pair.versus is None:
+        return None
+    return Ratio.between(kind, pair.versus, pair.side, versus_figure(mode), label(versus_of(mode)))
+
+
+def _gates(gate: str, ratios: dict[str, Ratio]) -> tuple[str, ...]:
+    """The --perf-gate figures that hold the cell (settings.GATES): the wall clock's where device time
+    would, but the entry holds none (recorded before device time) while it holds the wall-clock speedup."""
+    gated = GATES[gate]
+    if DEVICE.gate in gated and ratios[DEVICE.name].check is None and ratios[WALL.name].check is not None:
+        return (WALL.gate,)
+    return gated
+
+
+def judged(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, pair: _Prepared, baseline: SpeedEntry | None,
+           settings: PerfSettings, pol: sides.SpeedPolicy,
+           held_back: Callable[[RatioKind], Callable[[float, float], str | None]] | None = None) -> list[Ratio]:
+    """The cell's ratios, in their table's order, each held against `baseline`, then timed: judged where
+    it gates the cell, else its first look; `held_back` gives, by a ratio's kind, what fails a run of it
+    with the runs the history held back (a history's ``group_failure``)."""
+    held = {kind.name: ratio.hold(spec.name, label(mode), baseline, settings.tolerance, held_back)
+            for kind in SPEED_RATIOS.values() if (ratio := _ratio(kind, mode, reference, pair)) is not None}
+    gates = _gates(settings.gate, held)
+    return [ratio.time(pol, ratio.kind.gate in gates) for ratio in held.values()]
+
+
+def _of(ratios: list[Ratio], kind: RatioKind) -> Ratio | None:
+    return next((r for r in ratios if r.kind is kind), None)
+
+
+def _over(ratios: list[Ratio]) -> str | None:
+    """The side the cell's ratio over its versus side is over (a compiled cell's), else None."""
+    return next((r.over for r in ratios if r.kind.over), None)
 
 
 def _message(verdict: Verdict, ratios: list[Ratio], baseline: SpeedEntry | None, changes: str | None) -> str:
-    device, wall = ratios[0], ratios[1]
     message = "; ".join(r.message for r in ratios)
-    across = wall.across_runs(baseline)
+    across = _of(ratios, WALL).across_runs(baseline)
     if across:
-        message += f"; wall across runs {judging.describe_across(across, baseline.wall.between_run_count)}"
+        message += f"; wall across runs {judging.describe_across(across, baseline.ratio(WALL).between_run_count)}"
     failing = _named_failures(verdict, ratios)
     if failing:
         message = f"{failing}: {message}"
-    if changes and device.verdict in (Verdict.REGRESSION, Verdict.IMPROVED):
+    if changes and _of(ratios, DEVICE).verdict in (Verdict.REGRESSION, Verdict.IMPROVED):
         message += f"; {changes}"
     return message
 
@@ -136,21 +158,16 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, p
     before = sides.parameters_fingerprint(pair.side.trainer)
     baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
     group = getattr(store, "group_failure", None)  # a history's: what fails a run with its held-back runs
-    held_back = (lambda prefix: lambda value, tol: group(test_id, prefix, value, tol)) if group else None
-    ratios = _time_ratios(spec, mode, reference, pair, baseline, settings, pol, held_back)
-    verdict = combined([r.gated_verdict for r in ratios])
-    kernels = pair.side.profile.top() if pair.side.profile else None  # what a baseline entry keeps
-    changes = kernel_changes(baseline.kernels if baseline else None, kernels)
+    held_back = (lambda kind: lambda value, tol: group(test_id, kind, value, tol)) if group else None
+    ratios = judged(spec, mode, reference, pair, baseline, settings, pol, held_back)
     trained = _Trained.of(pair.side, before)
-    cell = SpeedCell(_record(spec, mode, settings, device, reference, pair.side, ratios, baseline, peak_tflops,
-                             trained, verdict=verdict, message=_message(verdict, ratios, baseline, changes),
-                             kernels=kernels, changes=changes),
-                     list(ratios[0].timed.first.mode_times))
+    cell = SpeedCell(_record(spec, mode, settings, device, reference, pair.side, ratios, baseline, peak_tflops, trained),
+                     list(_of(ratios, DEVICE).first.mode_times))
     cell.problems += _problems(spec, mode, pair, ratios, baseline, trained)
     # only a cell that really trained may become a baseline
     if settings.update_baselines and store is not None and not cell.problems:
         _record_baseline(store, test_id, software, settings, pol, baseline, ratios, cell.record)
-    queued_badly = queue_problems(ratios[0].timing, pair.side, reference)
+    queued_badly = queue_problems(_of(ratios, DEVICE).timing, pair.side, reference)
     # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer
     pair = None
     for ratio in ratios:
@@ -183,26 +200,25 @@ class _Trained:
 
 def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device: torch.device,
             reference: sides.Side, side: sides.Side, ratios: list[Ratio], baseline: SpeedEntry | None,
-            peak_tflops: Callable[[str], float | None], trained: _Trained, **concluded) -> SpeedRecord:
-    """The cell's record: each ratio's fields, and the cell's own (`concluded`: verdict, message, kernels
-    and their changes)."""
-    dev, wall = ratios[0], ratios[1]
+            peak_tflops: Callable[[str], float | None], trained: _Trained) -> SpeedRecord:
+    """The cell's record: its ratios, what they conclude (the verdict of those that gate it, the message of
+    all), its mode's kernels and how they moved against its `baseline`, and its own figures."""
+    dev, wall = _of(ratios, DEVICE), _of(ratios, WALL)
+    verdict = combined([r.gated_verdict for r in ratios])
+    kernels = side.profile.top() if side.profile else None  # what a baseline entry keeps
+    changes = kernel_changes(baseline.kernels if baseline else None, kernels)
     batch = spec.batch_size_for(settings.smoke)
     (step_s, ref_step_s), (dev_step_s, dev_ref_step_s) = wall.step_seconds(), dev.step_seconds()
     load = host_load(side.profile.busy_ms / 1e3 if side.profile else dev_step_s, step_s)
     ref_load = host_load(reference.profile.busy_ms / 1e3 if reference.profile else dev_ref_step_s, ref_step_s)
     tflops = spec.flops_per_sample(side.trainer.config) * batch / dev_step_s / 1e12
     peak = peak_tflops(mode.peak_dtype)
-    across = wall.across_runs(baseline)
     compile_s = side.first_step_seconds if mode.compile else None
-    kernels, changes = concluded.pop("kernels"), concluded.pop("changes")
     return SpeedRecord(
         model=spec.name, mode=label(mode), device=str(device), batch_size=batch, gate=settings.gate,
         gated=list(dict.fromkeys(r.kind.gate for r in ratios if r.gated)),
-        steps_per_block=wall.timed.first.mode_steps, ref_steps_per_block=wall.timed.first.ref_steps,
-        **{k: v for r in ratios for k, v in r.record_fields(baseline).items()},
-        between_run_sd=across.between_run_sd if across else None,
-        between_run_count=baseline.wall.between_run_count if across else None,
+        steps_per_block=wall.first.mode_steps, ref_steps_per_block=wall.first.ref_steps,
+        ratios={r.kind.name: r.figures(baseline) for r in ratios}, versus=_over(ratios),
         **queue_fields(dev.timing, side, reference),
         kernel_ms=side.profile.kernel_ms if side.profile else None,
         kernel_ms_ref=reference.profile.kernel_ms if reference.profile else None,
@@ -219,7 +235,8 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
         recording=settings.update_baselines, weights_moved=trained.moved, final_loss_finite=trained.loss_finite,
         loss_scale=trained.scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds,
         compile_s=compile_s, ref_compile_s=reference.first_step_seconds if mode.compile else None,
-        baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), **concluded)
+        baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), verdict=verdict,
+        message=_message(verdict, ratios, baseline, changes))
 
 
 def _problems(spec: ModelSpec, mode: PrecisionMode, pair: _Prepared, ratios: list[Ratio],
@@ -265,7 +282,7 @@ def _record_baseline(store: BaselineStore, test_id: str, software: dict, setting
 def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: BaselineStore | None,
           baseline: SpeedEntry | None, ratios: list[Ratio], queued_badly: list[str], device: torch.device) -> None:
     """The cell's warnings: how it was measured (first), and what a cell that held should still say."""
-    dev, wall, versus = ratios[0], ratios[1], (ratios[2:] or [None])[0]
+    dev, wall, versus = _of(ratios, DEVICE), _of(ratios, WALL), _of(ratios, VERSUS)
     held = baseline is not None and not settings.update_baselines  # judged against an entry
     mismatch = measurement_mismatch(baseline, _measured_with(settings)) if held else None
     if mismatch:
@@ -281,7 +298,7 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Baseline
         cell.warn_first.append(UserWarning(f"{test_id}: {versus.figure}: {versus.why_unchecked}"))
     if not wall.gated and wall.verdict is Verdict.REGRESSION and dev.verdict in (Verdict.PASS, Verdict.IMPROVED):
         cell.warn_after.append(HostOverhead(f"{test_id}: wall-clock speedup below its line while device time held: "
-                                            f"{wall.timed.outcome.message}; the host that launches the steps is "
+                                            f"{wall.judgement}; the host that launches the steps is "
                                             "slower or busier"))
     if store is not None and not store.exists and not settings.update_baselines:
         cell.warn_after.append(UserWarning(

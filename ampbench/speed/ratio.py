@@ -1,128 +1,74 @@
-"""One gated ratio of a speed cell, as one object: the wall-clock speedup, the device-time speedup, a
-compiled cell's ratio over its versus side, and a distributed cell's speedup (wall clock and device time)
-and scaling efficiency.
-
-A `RatioKind` row says everything that differs between them (where its figures live, what messages call
-it, which --perf-gate value gates it, its tolerance's floor, whether it is held only against a baseline
-measured by the same device-time method); a `Ratio` holds one against the cell's baseline entry
-(``ratio_check``: one tolerance rule for every kind), times it (``time_figure``), and gives its record
-fields and what a recording stores of it.
+"""One ratio of a speed cell, judged: the timer's rounds of its two sides become an estimate with its
+verdict and message, held against the cell's baseline entry. Its kind (``ampbench.results.ratios``: the
+device-time or wall-clock speedup, a compiled cell's ratio over its versus side, a distributed cell's
+figures) says every name and rule it has; a `Ratio` holds it against the entry (``ratio_check``: one
+tolerance rule for every kind), times it (judged where it gates the cell: looked at until it leaves its
+line, a regression confirmed by a second batch; else its first look), and gives its figures for the
+record (``RatioFigures``) and what a recording stores of it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ampbench import progress
-from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry
+from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry, entry_tolerance
+from ampbench.results.ratios import RECORD_AGAIN, RatioKind
+from ampbench.results.timed import RatioFigures
 from ampbench.speed import judging
 from ampbench.speed import sides
-from ampbench.speed.timing import PairedTimer
+from ampbench.speed.sequential import Look
+from ampbench.speed.timing import PairedTimer, extend_until_tight
 from ampbench.stats import SpeedupEstimate, median
-from ampbench.verdict import WALL_TOLERANCE_FLOOR, SpeedupCheck, Verdict
-from ampbench.baselines.entries import entry_tolerance
+from ampbench.stats import min_rounds as fewest_rounds
+from ampbench.verdict import SpeedupCheck, Verdict
 
-RECORD_AGAIN = "record with --perf-update-baselines"
-
-
-@dataclass(frozen=True)
-class RatioKind:
-    """What one kind of ratio is: its names, its gate and its tolerance's floor."""
-
-    prefix: str  # of its figures in a speed record and a baseline entry: "", "device_", "versus_"
-    heading: str  # how a cell's message introduces it ({method}, {figure}: the ratio's)
-    failing: str  # what a failing cell's message calls it
-    short: str  # what a malformed estimate is called
-    gate: str  # the --perf-gate figure that gates it (settings.GATES)
-    scope: str  # the progress line while it is timed
-    same_method: bool  # held only against a baseline measured by the same device-time method
-    floor: float  # its tolerance's floor beside the user's --perf-tolerance
-    missing: str  # why it is unchecked where the entry lacks it ({over}: the versus side)
-    other_method: str  # what starts the sentence where the entry measured it by another method
-    no_entry: str  # why it is unchecked without an entry ("" where the cell says it once)
-    over: bool  # a ratio over the versus side (the entry names it under "versus"), not over fp32
-    verdict_key: str  # its verdict's name in a speed record
-    steps: bool  # its step and round times are recorded under its prefix, and its interval across runs
-    stores_tolerance: bool  # a recording stores the tolerance it gives (what the file guards)
-    stores_fallback: bool  # a recording stores why its device time fell back (null where none)
-    called: str = ""  # what a warning of its device time's fallback calls it
-
-
-# a wall-clock speedup on a shared host wanders more than device time (``verdict.WALL_TOLERANCE_FLOOR``)
-WALL = RatioKind(prefix="", heading="wall", failing="wall-clock speedup over fp32", short="wall-clock", gate="wall",
-                 scope="wall clock", same_method=False, floor=WALL_TOLERANCE_FLOOR,
-                 missing="no wall-clock baseline: " + RECORD_AGAIN, other_method="", no_entry="", over=False,
-                 verdict_key="wall_verdict", steps=True, stores_tolerance=False, stores_fallback=False)
-DEVICE = RatioKind(prefix="device_", heading="device time ({method})", failing="device-time speedup over fp32",
-                   short="device-time", gate="device", scope="device time", same_method=True, floor=0.0,
-                   missing="no device-time baseline: " + RECORD_AGAIN, other_method="device time ", no_entry="",
-                   over=False, verdict_key="device_verdict", steps=True, stores_tolerance=True,
-                   stores_fallback=True, called="device time")
-# a compiled cell's second ratio is a device-time figure: it holds the cell wherever device time does
-VERSUS = RatioKind(prefix="versus_", heading="{figure} ({method})", failing="{figure}", short="{figure}",
-                   gate="device", scope="over its versus side", same_method=True, floor=0.0,
-                   missing="no baseline of this ratio over {over}: " + RECORD_AGAIN, other_method="",
-                   no_entry="no baseline for this GPU", over=True, verdict_key="versus_verdict", steps=False,
-                   stores_tolerance=True, stores_fallback=False, called="{figure}")
-# a distributed cell's wall-clock figures, timed by its launch and judged there: reported beside its device
-# time, gating under --perf-gate wall or both, or where its entry holds no device time
-DISTRIBUTED = RatioKind(prefix="", heading="speedup", failing="speedup under the same parallelism", short="speedup",
-                        gate="wall", scope="", same_method=False, floor=0.0, missing="no baseline", other_method="",
-                        no_entry="", over=False, verdict_key="verdict", steps=False, stores_tolerance=False,
-                        stores_fallback=False)
-# its device time: the least busy rank's per round (``distributed.figures.per_round_min``), the gate by default
-DIST_DEVICE = RatioKind(prefix="device_", heading="device time ({method})",
-                        failing="device-time speedup under the same parallelism", short="device-time", gate="device",
-                        scope="", same_method=True, floor=0.0, missing="no device-time baseline: " + RECORD_AGAIN,
-                        other_method="device time ", no_entry="", over=False, verdict_key="device_verdict",
-                        steps=False, stores_tolerance=True, stores_fallback=True, called="device time")
-# its scaling efficiency in device time: rank 0's 1-GPU graph replays over the N-GPU ones, gating beside the
-# device-time speedup
-DIST_DEVICE_EFFICIENCY = RatioKind(prefix="device_scaling_", heading="scaling efficiency in device time ({method})",
-                                   failing="scaling efficiency in device time", short="device scaling efficiency",
-                                   gate="device", scope="", same_method=True, floor=0.0,
-                                   missing="no device-time scaling baseline: " + RECORD_AGAIN,
-                                   other_method="device time ", no_entry="", over=False,
-                                   verdict_key="device_scaling_verdict", steps=False, stores_tolerance=True,
-                                   stores_fallback=False, called="device scaling efficiency")
-EFFICIENCY = RatioKind(prefix="scaling_", heading="scaling efficiency", failing="scaling efficiency",
-                       short="scaling efficiency", gate="wall", scope="", same_method=False, floor=0.0,
-                       missing="no baseline", other_method="", no_entry="", over=False, verdict_key="verdict",
-                       steps=False, stores_tolerance=False, stores_fallback=False)
+NO_BASELINE = "no baseline for this GPU"
+# A reported figure held against a baseline is looked at after this many rounds first: all of them above
+# its line ([min, max] of 4 rounds, 87.5%) is a pass, and the rest of its rounds are not taken
+REPORTED_FIRST_LOOK = 4
 
 
 @dataclass
 class Ratio:
-    """One ratio of a cell: held against its baseline, then timed."""
+    """One ratio of a cell: held against its baseline, timed, judged."""
 
     kind: RatioKind
     figure: str = "speedup over fp32"  # what its check's messages call it
     over: str | None = None  # the versus side's label, for a ratio over it
     method: str | None = None  # how its device time is measured; None in wall clock
     fallback: str | None = None  # why not by graph replay, where that was wanted
+    # a fresh timer of its two sides under a policy, for each batch; None once released
+    clock: Callable[[sides.SpeedPolicy], PairedTimer] | None = None
+    timing: sides.DeviceTiming | None = None  # how its device time is measured; None in wall clock
     check: SpeedupCheck | None = None
     why_unchecked: str = ""
-    timed: judging.TimedFigure | None = None
     gated: bool = False
-    pair: tuple[sides.Side, sides.Side] | None = None  # (the side it is over, the mode's), until released
-    timing: sides.DeviceTiming | None = None  # how its device time is measured; None in wall clock
+    first: PairedTimer | None = None  # its first batch
+    extra: list[PairedTimer] = field(default_factory=list)  # a confirming batch, a recording's noise batch
+    estimate: SpeedupEstimate | None = None  # the first batch's, after any extension
+    verdict: Verdict | None = None
+    confirmation: SpeedupEstimate | None = None  # the second, independent batch, where one ran
+    judgement: str = ""  # how it compares with its baseline
 
     @classmethod
     def between(cls, kind: RatioKind, over: sides.Side, side: sides.Side, figure: str = "speedup over fp32",
                 over_label: str | None = None) -> "Ratio":
         """The ratio of `side` over `over`, in device time where its kind is (both sides measured alike)."""
-        timing = sides.device_timing(over, side) if kind.same_method else None
-        return cls(kind, figure, over_label, timing.method if timing else None, timing.fallback if timing else None,
-                   pair=(over, side), timing=timing)
+        if kind.same_method:
+            timing = sides.device_timing(over, side)
+            return cls(kind, figure, over_label, timing.method, timing.fallback, timing=timing,
+                       clock=lambda policy: timing.timer(over, side, policy))
+        return cls(kind, figure, over_label, clock=lambda policy: sides.fresh_timer(over, side, policy))
 
     def hold(self, model: str, mode: str, entry: FlatEntry | None, floor: float,
-             held_back: Callable[[str], Callable[[float, float], str | None]] | None = None) -> "Ratio":
+             held_back: Callable[[RatioKind], Callable[[float, float], str | None]] | None = None) -> "Ratio":
         """Build its check against `entry` (the cell's baseline entry) under the user's `floor`; where a
-        history judges it, `held_back` (by prefix) says what fails a run with the runs it held back."""
+        history judges it, `held_back` (by kind) says what fails a run with the runs it held back."""
         self.check, self.why_unchecked = ratio_check(self, model, mode, entry, floor)
         if self.check is not None and held_back is not None:
-            self.check = replace(self.check, held_back=held_back(self.kind.prefix))
+            self.check = replace(self.check, held_back=held_back(self.kind))
         return self
 
     def time(self, policy: sides.SpeedPolicy, gated: bool) -> "Ratio":
@@ -130,22 +76,65 @@ class Ratio:
         cell, else its first look."""
         self.gated = gated
         with progress.scope(self.kind.scope):
-            self.timed = judging.time_figure(self.check, self._timer(policy), policy, gated)
+            self.first = self.clock(policy)
+            self._judge(policy) if gated else self._look(policy)
         return self
 
-    def _timer(self, policy: sides.SpeedPolicy) -> Callable[[], PairedTimer]:
-        over, side = self.pair
-        if self.timing is not None:
-            return lambda: self.timing.timer(over, side, policy)
-        return lambda: sides.fresh_timer(over, side, policy)
+    def _concluded(self, est: SpeedupEstimate, verdict: Verdict, judgement: str | None = None) -> None:
+        self.estimate, self.verdict = est, verdict
+        self.judgement = judgement if judgement is not None else self.check.describe(est)
 
-    @property
-    def estimate(self) -> SpeedupEstimate:
-        return self.timed.outcome.estimate
+    def _judge(self, policy: sides.SpeedPolicy) -> None:
+        """A regression only when the interval at a look lies wholly below the line and a second,
+        independent batch, judged alike, agrees; an interval that straddles the line at every look is
+        inconclusive. A run its own batches pass fails where it lies, with the runs its history held back
+        before it, below the line together (``SpeedupCheck.held_back``).
 
-    @property
-    def verdict(self) -> Verdict:
-        return self.timed.outcome.verdict
+        Without a baseline, and in a recording (`policy.tighten_judged`), whose interval becomes the stored
+        noise, rounds are added until the interval is half as wide as the cell's own tolerance: a cell whose
+        runs spread further needs no tighter interval than its line allows."""
+        check, rounds = self.check, policy.rounds
+        if check is None:
+            est = extend_until_tight(self.first, rounds)
+            return self._concluded(est, Verdict.NO_BASELINE, f"speedup {est}; {NO_BASELINE}")
+        if policy.tighten_judged:
+            est = extend_until_tight(self.first, replace(rounds, target_half_width=max(rounds.target_half_width,
+                                                                                        check.tolerance / 2)))
+            verdict = check.classify(est)
+        else:
+            est, verdict = judging.decide(self.first, check, policy)
+        if verdict is Verdict.REGRESSION:
+            self.extra.append(self.clock(policy))  # judged as the first batch is: a batch cut short confirms nothing
+            self.confirmation, again = judging.decide(self.extra[-1], check, policy)
+            if again is not Verdict.REGRESSION:  # two batches disagree: not confirmed
+                verdict = Verdict.INCONCLUSIVE
+        judgement = check.describe(est) + (f"; confirming batch {self.confirmation}" if self.confirmation else "")
+        together = check.held_back(est.speedup, check.tolerance) if check.held_back and verdict is not Verdict.REGRESSION else None
+        if together:
+            verdict, judgement = Verdict.REGRESSION, f"{judgement}; {together}"
+        self._concluded(est, verdict, judgement)
+
+    def _look(self, policy: sides.SpeedPolicy) -> None:
+        """The estimate and how it compares, for a figure that is reported but does not gate the cell:
+        where it is held against a baseline, REPORTED_FIRST_LOOK rounds first, and no more where they all
+        lie above its line (a sequential look, as the judged figures take, spending 2^-4 on a missed
+        warning); else the fewest rounds of an interval of `policy.look_confidence`. No extension, no
+        confirming batch."""
+        check, timer = self.check, self.first
+        rounds = fewest_rounds(policy.look_confidence)
+        if check is not None and not policy.tighten_judged and REPORTED_FIRST_LOOK < rounds:
+            look = Look(REPORTED_FIRST_LOOK, 1, None, 2.0 ** -REPORTED_FIRST_LOOK, 0.0)
+            timer.rounds(max(0, REPORTED_FIRST_LOOK - len(timer.mode_times)))
+            if len(timer.mode_times) == REPORTED_FIRST_LOOK:
+                est = judging.at_look(timer, look)
+                if check.classify(est) is Verdict.PASS:
+                    return self._concluded(est, Verdict.PASS)
+        if len(timer.mode_times) < rounds:
+            timer.rounds(rounds - len(timer.mode_times))
+        est = timer.estimate(policy.look_confidence)
+        if check is None:
+            return self._concluded(est, Verdict.NO_BASELINE, f"speedup {est}; {NO_BASELINE}")
+        self._concluded(est, check.classify(est))
 
     @property
     def gated_verdict(self) -> Verdict | None:
@@ -157,46 +146,63 @@ class Ratio:
 
     @property
     def message(self) -> str:
-        outcome = self.timed.outcome
         if self.kind.over and self.check is None:
-            return f"{self.named(self.kind.heading)}: {outcome.estimate}; {self.why_unchecked}"
-        return f"{self.named(self.kind.heading)}: {outcome.message}"
+            return f"{self.named(self.kind.heading)}: {self.estimate}; {self.why_unchecked}"
+        return f"{self.named(self.kind.heading)}: {self.judgement}"
 
     def across_runs(self, entry: FlatEntry | None) -> SpeedupEstimate | None:
         """Its estimate widened by the between-run spread its baseline `entry` learned (None where none)."""
-        spread = entry.ratio(self.kind.prefix) if entry is not None else RatioEntry()
+        spread = entry.ratio(self.kind) if entry is not None else RatioEntry()
         return judging.across_runs_of(self.estimate, spread.between_run_sd)
 
     def step_seconds(self) -> tuple[float, float]:
         """The median per-step time of the mode and of the side it is over, across its first batch."""
-        return median(self.timed.first.mode_times), median(self.timed.first.ref_times)
+        return median(self.first.mode_times), median(self.first.ref_times)
 
-    def record_fields(self, entry: SpeedEntry | None = None) -> dict[str, Any]:
-        """Its figures under a speed record's names."""
-        kind, p = self.kind, self.kind.prefix
-        fields = self.timed.outcome.fields(p, self.check, kind.verdict_key)
-        if kind.same_method:
-            fields.update({f"{p}method": self.method, f"{p}fallback": self.fallback})
-        if kind.over:
-            fields.update(versus=self.over, versus_step_ms=self.step_seconds()[1] * 1e3)
+    def figures(self, entry: SpeedEntry | None = None) -> RatioFigures:
+        """Its figures as the cell's record holds them; its interval across runs where `entry`, the cell's
+        baseline entry, learned a between-run spread."""
+        est, check, kind = self.estimate, self.check, self.kind
+        steps: dict[str, Any] = {}
         if kind.steps:
-            first = self.timed.first
             step, ref = self.step_seconds()
             across = self.across_runs(entry)
-            fields.update({f"{p}step_ms": step * 1e3, f"{p}step_ms_ref": ref * 1e3,
-                           f"{p}round_ms": [t * 1e3 for t in first.mode_times],
-                           f"{p}ref_round_ms": [t * 1e3 for t in first.ref_times],
-                           f"{p}speedup_across_low": across.low if across else None,
-                           f"{p}speedup_across_high": across.high if across else None})
-        return fields
+            steps = dict(step_ms=step * 1e3, step_ms_ref=ref * 1e3, round_ms=[t * 1e3 for t in self.first.mode_times],
+                         ref_round_ms=[t * 1e3 for t in self.first.ref_times])
+            if across is not None:
+                steps.update(speedup_across_low=across.low, speedup_across_high=across.high,
+                             between_run_sd=across.between_run_sd,
+                             between_run_count=entry.ratio(kind).between_run_count)
+        elif kind.over:
+            steps = dict(step_ms_ref=self.step_seconds()[1] * 1e3)  # the versus side's step
+        return RatioFigures(
+            speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds,
+            confidence=est.confidence, baseline_speedup=check.expected if check else None,
+            tolerance=check.tolerance if check else None, line=check.line if check else None,
+            drop=check.drop(est) if check else None,
+            confirm_speedup=self.confirmation.speedup if self.confirmation else None, verdict=self.verdict,
+            method=self.method if kind.same_method else None, fallback=self.fallback if kind.same_method else None,
+            **steps)
 
     def same_figure(self, previous: SpeedEntry | None) -> bool:
         """Whether `previous` holds this very ratio: over the same side, by the same method."""
         if previous is None:
             return False
-        old = previous.ratio(self.kind.prefix)
+        old = previous.ratio(self.kind)
         return ((not self.kind.over or previous.versus == self.over)
                 and (not self.kind.same_method or old.method == self.method))
+
+    def _recording(self, policy: sides.SpeedPolicy, previous: float | None,
+                   comparable: bool) -> tuple[SpeedupEstimate, float]:
+        """Its batches pooled (a second one timed first where none ran), and its noise
+        (``judging.recorded_noise``, against `previous`, the entry's figure, where `comparable`)."""
+        if not self.extra:
+            self.extra.append(self.clock(policy))
+            extend_until_tight(self.extra[-1], policy.record_rounds)
+        conf = policy.rounds.confidence
+        second = self.extra[0]
+        return (judging.pooled_estimate(self.first, second, conf),
+                judging.recorded_noise(self.estimate, second.estimate(conf), previous, comparable))
 
     def recorded(self, previous: SpeedEntry | None, comparable: bool, measured_alike: bool,
                  policy: sides.SpeedPolicy, floor: float) -> dict[str, Any]:
@@ -204,40 +210,40 @@ class Ratio:
         where `comparable`: the same software, measured the same way), its step times, and the
         between-run spread it learned wherever it was measured alike (`measured_alike`: the same
         settings, on any software: ``RatioEntry.kept_spread``), which its stored tolerance allows for."""
+        kind = self.kind
         same = self.same_figure(previous)
-        old = previous.ratio(self.kind.prefix) if same else None
-        pooled, noise = self.timed.recording(policy, old.speedup if old else None, comparable and same)
+        old = previous.ratio(kind) if same else None
+        pooled, noise = self._recording(policy, old.speedup if old else None, comparable and same)
         kept = old.kept_spread() if old is not None and measured_alike else RatioEntry()
-        step, ref = self.step_seconds() if self.kind.steps else (None, None)
-        tolerance = entry_tolerance(floor, kept, noise) if self.kind.stores_tolerance else None
+        step, ref = self.step_seconds() if kind.steps else (None, None)
+        tolerance = entry_tolerance(kind, floor, kept, noise) if kind.stores_tolerance else None
         ratio = RatioEntry(speedup=pooled.speedup, ci_low=pooled.low, ci_high=pooled.high, rounds=pooled.rounds,
-                           noise=noise, tolerance=tolerance, method=self.method if self.kind.same_method else None,
-                           fallback=self.fallback if self.kind.stores_fallback else None,
+                           noise=noise, tolerance=tolerance, method=self.method if kind.same_method else None,
+                           fallback=self.fallback if kind.stores_fallback else None,
                            step_ms=step and step * 1e3, step_ms_ref=ref and ref * 1e3,
                            **{name: getattr(kept, name) for name in RatioEntry.SPREAD})
-        over = {"versus": self.over} if self.kind.over else {}
-        return {**over, **ratio.figures(self.kind.prefix, nulls=("fallback",) if self.kind.stores_fallback else ())}
+        over = {"versus": self.over} if kind.over else {}
+        return {**over, **ratio.figures(kind, nulls=("fallback",) if kind.stores_fallback else ())}
 
     def release(self) -> None:
-        """Drop its sides and timers, and with them the trainers they hold."""
-        self.pair = None
-        if self.timed is not None:
-            self.timed.release()
+        """Drop its timers and the clock that holds both sides' trainers."""
+        self.clock = self.first = None
+        self.extra.clear()
 
 
 def ratio_check(ratio: Ratio, model: str, mode: str, entry: FlatEntry | None,
                 floor: float) -> tuple[SpeedupCheck | None, str]:
     """The check of `ratio` against the cell's baseline `entry`, or None and why not. One tolerance rule
-    for every kind: the ratio's learned spread, else twice its recorded noise, at least
-    UNLEARNED_TOLERANCE until a spread is learned, never below the user's `floor` or the kind's."""
+    for every kind (``entries.entry_tolerance``): the ratio's learned spread, else twice its recorded
+    noise, at least its kind's unlearned tolerance until a spread is learned, never below the user's
+    `floor` or the kind's."""
     kind = ratio.kind
     if entry is None:
         return None, ratio.named(kind.no_entry)
-    held = entry.ratio(kind.prefix)
+    held = entry.ratio(kind)
     if (kind.over and getattr(entry, "versus", None) != ratio.over) or held.speedup is None:
         return None, ratio.named(kind.missing)
     if kind.same_method and held.method != ratio.method:
         return None, (f"{kind.other_method}measured by {held.method} in the baseline and by {ratio.method} here: "
                       + RECORD_AGAIN)
-    tolerance = entry_tolerance(max(floor, kind.floor), held)
-    return SpeedupCheck(model, mode, float(held.speedup), tolerance, ratio.figure), ""
+    return SpeedupCheck(model, mode, float(held.speedup), entry_tolerance(kind, floor, held), ratio.figure), ""
