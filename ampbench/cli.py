@@ -20,7 +20,7 @@ from ampbench.export import cli as export_cli
 from ampbench.history import cli as history_cli
 from ampbench.history.connect import HistoryError
 from ampbench.report import Run, RunError, build_report, failed_tests, load_run, render_comparison_markdown, write_report
-from ampbench.command_progress import Progress
+from ampbench.progress import Progress
 from ampbench.baselines.spread import learn, with_spread
 from ampbench.verdict import Verdict
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ampbench.command_progress import QUIET, Progress
+from ampbench.progress import QUIET, Progress
 from ampbench.results import (
     VERDICT_ORDER,
     ConvergenceRecord,

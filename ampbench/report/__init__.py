@@ -11,9 +11,9 @@ A run is read by ``ampbench.results`` into typed records; here `junit` adds a JU
 chooses the speed figures both pages show (the device-time and wall-clock matrices, host-bound cells,
 kernel changes); `charts`, `markdown` and `html` render them; `trends` reads a run history's series of
 the run's cells and draws them (``--history``); `build` makes every file of a report and writes the
-folder, saying how far it got on large runs through ``ampbench.command_progress``. Only the rendering
+folder, saying how far it got on large runs through ``ampbench.progress``. Only the rendering
 modules know of ampbench.compare (for its types), and compare needs nothing of this package: it takes
-its text from ``ampbench.text`` and its progress from ``ampbench.command_progress``, as the report
+its text from ``ampbench.text`` and its progress from ``ampbench.progress``, as the report
 does. The names below are re-exported for ``from ampbench.report import ...``.
 """
 

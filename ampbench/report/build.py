@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from ampbench.report.charts import comparison_chart, run_charts
 from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
-from ampbench.command_progress import QUIET, Progress
+from ampbench.progress import QUIET, Progress
 from ampbench.processes import alive
 from ampbench.report.junit import Run
 
