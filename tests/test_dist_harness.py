@@ -30,7 +30,7 @@ from ampbench.distributed.figures import host_bound_verdict, merge_ranks
 from ampbench import slowdown
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV, LaunchResult, load_worker_plugins, run_launch, torchrun_command
 from ampbench.modes import MODES
-from ampbench.processes import alive
+from ampbench.distributed.processes import alive
 from ampbench.verdict import Verdict
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)

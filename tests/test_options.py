@@ -11,7 +11,7 @@ import pytest
 import pytest_benchmark.plugin
 import torch
 
-from ampbench import outputs
+from ampbench.files import write as outputs
 from ampbench.plugin import checks as plugin_checks
 from ampbench.plugin import distributed as plugin_distributed
 from ampbench.plugin import options as plugin_options

@@ -12,7 +12,7 @@ import pytest
 from types import SimpleNamespace
 
 from ampbench.baselines.store import load_document, measurement_mismatch
-from ampbench.outputs import write_atomic
+from ampbench.files.write import write_atomic
 from ampbench.speed import ratio as ratios
 from ampbench.speed import sides
 from ampbench.speed.timing import PairedTimer, RoundsPolicy

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pytest
 
-from ampbench.outputs import unwritable_reason, write_text_atomic
+from ampbench.files.write import unwritable_reason, write_text_atomic
 from ampbench.plugin.activation import active
 
 # lines for the end of the session: where results went that could not go where they were asked to

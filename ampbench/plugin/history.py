@@ -29,15 +29,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 import ampbench
-from ampbench.outputs import write_atomic
+from ampbench.files import paths
+from ampbench.files.write import write_atomic
 from ampbench.plugin.activation import active
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where a history is opened: a run without ampbench's cells opens none
     from ampbench.history.store import History
 
 OFF = "off"
-DEFAULT_STORE = Path(".ampbench") / "history.sqlite"  # under pytest's rootdir
-UNAPPENDED = Path(".ampbench") / "unappended"  # runs a failing store did not take, under the rootdir
 # CI variables naming the commit under test, in the order they are read
 LABEL_VARIABLES = ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT")
 MAX_LABEL = 200
@@ -80,7 +79,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-history", metavar="URL|off", default=None, type=history_option,
                     help="the run history each run is appended to: an SQLite file (a path or sqlite:///PATH), "
                          "postgresql://USER:PASSWORD@HOST/DB for a fleet of runners, or off; a store that cannot be "
-                         "reached is a usage error (default: .ampbench/history.sqlite under the rootdir; off on "
+                         "reached is a usage error (default: " + str(paths.HISTORY) + " under the rootdir; off on "
                          "the CPU smoke pass)")
     group.addoption("--perf-label", metavar="TEXT", default=None, type=label_option,
                     help="what the history calls the stack under test in this run, e.g. a commit of your code or a "
@@ -131,7 +130,7 @@ def _open(config: pytest.Config) -> History | None:
     from ampbench.history.connect import HistoryError
     from ampbench.history.store import open_history
 
-    url = opt.perf_history or str(config.rootpath / DEFAULT_STORE)
+    url = opt.perf_history or str(config.rootpath / paths.HISTORY)
     try:
         history = open_history(url, create=True)
         history.check_writable()  # a store that takes no run would be found only at the end, hours on
@@ -219,7 +218,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def _save(config: pytest.Config, records: list, machine: dict, when: str) -> str:
     """Write the run where a later ``ampbench history import`` finds it; what to do, in words."""
-    path = config.rootpath / UNAPPENDED / f"run-{machine['run_id']}.json"
+    path = config.rootpath / paths.UNAPPENDED / f"run-{machine['run_id']}.json"
     document = {"machine_info": {"ampbench": machine}, "datetime": when, "commit_info": {},
                 "benchmarks": [{"name": r.test_id, "extra_info": r.to_info()} for r in records]}
     try:

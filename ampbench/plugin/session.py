@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ampbench.files import paths
 from ampbench.plugin import activation, profiles
 from ampbench.plugin.options import tier_models, zoo
 from ampbench.plugin.parametrize import cells_for, why_no_cells
@@ -45,7 +46,7 @@ def _check_baselines(directory: Path, update: bool, device) -> None:
     minutes of measuring, or never (off CUDA no file is read)."""
     from ampbench import device as devices
     from ampbench.baselines.store import BaselineError, validate_directory
-    from ampbench.outputs import unwritable_reason
+    from ampbench.files.write import unwritable_reason
 
     try:
         validate_directory(directory)
@@ -138,7 +139,7 @@ def configure(config: pytest.Config) -> None:
     zoo()  # the zoo, then the project's own models: a broken entry point of theirs is a usage error
     opt = config.option
     device = _resolve_device(opt)
-    baseline_dir = opt.perf_baseline_dir if opt.perf_baseline_dir is not None else config.rootpath / "baselines"
+    baseline_dir = opt.perf_baseline_dir if opt.perf_baseline_dir is not None else config.rootpath / paths.BASELINE_DIR
     if not getattr(opt, "help", False):
         _check_baselines(baseline_dir, opt.perf_update_baselines, device)
         _check_scaler(opt.perf_loss_scaler)

@@ -14,7 +14,7 @@ from ampbench.report.charts import comparison_chart, run_charts
 from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
 from ampbench.progress import QUIET, Progress
-from ampbench.processes import alive
+from ampbench.distributed.processes import alive
 from ampbench.report.junit import Run
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types

@@ -6,7 +6,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ampbench.inputs import UnreadableFile, read_text
+from ampbench.files.read import UnreadableFile, read_text
 from ampbench.results import Run, RunError, order_modes
 from ampbench.text import DASH
 
