@@ -15,7 +15,7 @@ from ampbench.baselines.show import render_file
 from ampbench.baselines.store import BaselineError, latest_entries, load_document
 from ampbench.files.write import write_atomic, write_text_atomic
 from ampbench.cli_args import build_parser
-from ampbench.compare import CompareError, compare_runs, format_text
+from ampbench.report.compare import CompareError, compare_runs, format_text
 from ampbench.export import cli as export_cli
 from ampbench.history import cli as history_cli
 from ampbench.history.connect import HistoryError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ampbench.compare import DEFAULT_ACCURACY_TOLERANCE, DEFAULT_MEMORY_TOLERANCE, DEFAULT_TOLERANCE
+from ampbench.report.compare import DEFAULT_ACCURACY_TOLERANCE, DEFAULT_MEMORY_TOLERANCE, DEFAULT_TOLERANCE
 from ampbench.export import cli as export_cli
 from ampbench.history import cli as history_cli
 

@@ -10,7 +10,7 @@ import pytest
 
 from ampbench.baselines.entries import DistributedEntry
 from ampbench.baselines.schema import BaselineError, validate_entry
-from ampbench.compare import _speed_change
+from ampbench.report.compare import _speed_change
 from ampbench.distributed import judging
 from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE, merge_ranks, per_round_max, per_round_min
 from ampbench.results import DistributedRecord

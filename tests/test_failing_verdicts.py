@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ampbench.cli import EXIT_OK, EXIT_REGRESSION, main
-from ampbench.compare import compare_runs
+from ampbench.report.compare import compare_runs
 from ampbench.results import (
     ConvergenceRecord,
     DistributedRecord,

@@ -1,4 +1,4 @@
-"""ampbench.report and ampbench.compare against the benchmark JSON files in tests/data/.
+"""ampbench.report and ampbench.report.compare against the benchmark JSON files in tests/data/.
 
 Every ``tests/data/*.json`` is a run the suite wrote (or could have written): the tests assert the
 structure of what is made from it, never its numbers, so a fresh capture can replace any of them.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.compare import MISSING, NEW, compare_runs
+from ampbench.report.compare import MISSING, NEW, compare_runs
 from ampbench.report import (
     REPORT_MARKER,
     ROW_HEADERS,
@@ -742,7 +742,7 @@ def test_compare_lists_tests_only_one_run_has(tmp_path):
 
 
 def test_compare_refuses_runs_from_different_devices_unless_asked(tmp_path):
-    from ampbench.compare import CompareError
+    from ampbench.report.compare import CompareError
 
     path = _gpu_run()
     doc = json.loads(path.read_text())
@@ -760,7 +760,7 @@ def test_compare_refuses_runs_from_different_devices_unless_asked(tmp_path):
 
 
 def test_a_device_is_told_by_machine_info_or_by_cells_that_name_hardware(tmp_path):
-    from ampbench.compare import device_of
+    from ampbench.report.compare import device_of
 
     def run(machine: dict, device: str) -> "object":
         return parse_run({"machine_info": {"ampbench": machine}, "benchmarks": [

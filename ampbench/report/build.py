@@ -18,7 +18,7 @@ from ampbench.distributed.processes import alive
 from ampbench.report.junit import Run
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
-    from ampbench.compare import Comparison
+    from ampbench.report.compare import Comparison
     from ampbench.report.trends import Trends
 
 

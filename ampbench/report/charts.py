@@ -13,7 +13,7 @@ from ampbench.results import MemoryRecord, Record, SpeedRecord
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
-    from ampbench.compare import Comparison
+    from ampbench.report.compare import Comparison
 
 MODE_COLORS = {
     "fp32": "#7f7f7f",

@@ -33,11 +33,11 @@ from ampbench.report.speed_cells import (
     used_methods,
     versus_matrices,
 )
-from ampbench.text import DASH, fmt_ms, fmt_number
+from ampbench.report.figure_text import DASH, fmt_ms, fmt_number
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
-    from ampbench.compare import Comparison
+    from ampbench.report.compare import Comparison
     from ampbench.report.trends import Trends
 
 # the same in HTML with symbols every sans-serif font has (browsers without an emoji font show boxes)

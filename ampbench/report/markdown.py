@@ -26,11 +26,11 @@ from ampbench.report.speed_cells import (
     notable,
     versus_matrices,
 )
-from ampbench.text import DASH, VERDICT_ICONS, plural, verdict_label
+from ampbench.report.figure_text import DASH, VERDICT_ICONS, plural, verdict_label
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
-    from ampbench.compare import Comparison
+    from ampbench.report.compare import Comparison
     from ampbench.report.trends import Trends
 
 

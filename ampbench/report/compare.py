@@ -18,7 +18,7 @@ from ampbench.results import (
     SpeedRecord,
 )
 from ampbench.stats import SpeedupEstimate
-from ampbench.text import fmt_number, fmt_pct, fmt_speedup, verdict_label
+from ampbench.report.figure_text import fmt_number, fmt_pct, fmt_speedup, verdict_label
 from ampbench.verdict import WALL_TOLERANCE_FLOOR, RatioCheck, SpeedupCheck, Verdict, tolerance_for
 from ampbench.settings import DEFAULT_TOLERANCE
 
