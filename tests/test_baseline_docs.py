@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from ampbench.baselines.show import render_file, render_markdown
-from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from ampbench.cli import main
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 
 ROOT = Path(__file__).parent.parent
 H100 = ROOT / "baselines" / "nvidia-h100-80gb-hbm3.json"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, main
+from ampbench.cli import main
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.report import load_run
 from ampbench.results import SpeedRecord
 
@@ -411,7 +412,7 @@ def _parsers(parser: argparse.ArgumentParser):
 
 def test_no_help_text_shows_a_doubled_percent_sign():
     """argparse halves '%%' in an option's help but prints a description or epilog as written."""
-    from ampbench.cli_args import build_parser
+    from ampbench.cli.args import build_parser
     from ampbench.plugin.options import add_options
 
     texts = {p.prog: p.format_help() for p in _parsers(build_parser())}

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.cli import EXIT_OK, EXIT_REGRESSION, main
+from ampbench.cli import main
+from ampbench.cli.exits import EXIT_OK, EXIT_REGRESSION
 from ampbench.report.compare import compare_runs
 from ampbench.results import (
     ConvergenceRecord,

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from ampbench import fp8_width
+from ampbench.cli import fp8_width
 
 from ampbench.speed import sides
 from ampbench.cli import main

@@ -16,7 +16,8 @@ from ampbench.files.write import write_atomic
 from ampbench.speed import ratio as ratios
 from ampbench.speed import sides
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
-from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from ampbench.cli import main
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.report import parse_run
 from ampbench.speed.judging import across_runs_of, describe_across
 from ampbench.baselines.spread import (

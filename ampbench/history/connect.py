@@ -12,6 +12,7 @@ URL uses it.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sqlite3
 from pathlib import Path
@@ -67,6 +68,15 @@ def parse_url(text: str) -> URL:
         raise HistoryError(f"history store {shown(url)}: an in-memory SQLite database keeps nothing; give a file, "
                            "sqlite:///PATH")
     return url
+
+
+def store_url(value: str) -> str:
+    """argparse's type of a --history URL: checked as a URL, the store opened later."""
+    try:
+        parse_url(value)
+    except HistoryError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
 
 
 def shown(url: URL) -> str:

@@ -62,7 +62,7 @@ def history_of(config: pytest.Config) -> History | None:
 
 def history_option(value: str) -> str:
     """--perf-history's type: off, a path or a database URL the history runs on (reached at configure)."""
-    from ampbench.history.cli import store_url
+    from ampbench.history.connect import store_url
 
     return OFF if value.strip().lower() == OFF else store_url(value)
 

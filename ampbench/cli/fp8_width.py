@@ -13,15 +13,20 @@ captured), rounds added until the interval is tight.
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 import torch
 
 from ampbench.speed import sides
-from ampbench.device import catch_oom, cell_unsupported_reason, release, unsupported_reason
-from ampbench.modes import PrecisionMode, label, versus_of
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
+from ampbench.device import catch_oom, cell_unsupported_reason, configure_backends, device_name, release, resolve, unsupported_reason
+from ampbench.files.write import write_atomic
+from ampbench.models import get_model
+from ampbench.modes import PrecisionMode, get_mode, label, versus_of
 from ampbench.stats import SpeedupEstimate
 from ampbench.speed.timing import extend_until_tight
 from ampbench.settings import DEFAULT_TOLERANCE
@@ -184,3 +189,31 @@ def format_point(model: str, mode: PrecisionMode, point: WidthPoint) -> str:
     if point.estimate is None:
         return f"{head} skipped: {point.skipped}"
     return f"{head} {point.estimate} by {point.method}: {point.outcome}"
+
+
+def command(args: argparse.Namespace) -> int:
+    def bad_input(exc: Exception) -> int:
+        print(f"ampbench fp8-width: error: {exc.args[0]}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    try:
+        spec, rule, mode = get_model(args.model), rule_for(args.model), get_mode(args.mode)
+        device = resolve(args.device, flag="--device")
+    except (KeyError, RuntimeError, WidthError) as exc:
+        return bad_input(exc)
+    configure_backends(device)
+    points = []
+    try:
+        # the sweep's WidthErrors come before anything is timed: a width, then the device's needs
+        for point in sweep(spec, args.widths or rule.widths, mode, device, smoke=device.type != "cuda"):
+            print(format_point(args.model, mode, point), flush=True)
+            points.append(point)
+    except WidthError as exc:
+        return bad_input(exc)
+    found = crossover(points)
+    print(f"{args.model} {args.mode}: {found or 'no measured width where it turns from a loss into a gain'}")
+    if args.json is not None:
+        write_atomic(args.json, {"model": args.model, "mode": args.mode, "device": device_name(device),
+                                 "points": [p.as_dict() for p in points],
+                                 "crossover_width": found.width if found else None})
+    return EXIT_OK

@@ -3,8 +3,12 @@ and what each mode needs of the device, read from the registry and the modes tab
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from typing import Any
 
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.modes import MODES, PrecisionMode
 from ampbench.settings import TIERS
 
@@ -65,3 +69,15 @@ def render_text() -> str:
 
 def as_json() -> dict[str, list[dict[str, Any]]]:
     return {"models": model_rows(), "modes": mode_rows()}
+
+
+def command(args: argparse.Namespace) -> int:
+    from ampbench import models  # imports torch, which the other file commands do without
+
+    try:
+        models.check_entry_points()
+    except models.ModelEntryPointError as exc:
+        print(f"ampbench: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    sys.stdout.write(json.dumps(as_json(), indent=1) + "\n" if args.json else render_text())
+    return EXIT_OK
