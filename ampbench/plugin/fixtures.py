@@ -12,6 +12,7 @@ from ampbench.plugin.session import baseline_store_of, perf_settings_of
 from ampbench.settings import PerfSettings
 
 if TYPE_CHECKING:  # the records, and the summary that keeps them, load where a cell runs
+    from ampbench.baselines.source import ReferenceSource
     from ampbench.results import Record
 
 
@@ -87,7 +88,7 @@ def model_spec(model_name: str):
 
 
 @pytest.fixture(scope="session")
-def baseline_store(pytestconfig: pytest.Config):
+def baseline_store(pytestconfig: pytest.Config) -> ReferenceSource | None:
     return baseline_store_of(pytestconfig)
 
 

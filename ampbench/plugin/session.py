@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,6 +17,10 @@ from ampbench.plugin import activation, profiles
 from ampbench.plugin.options import tier_models, zoo
 from ampbench.plugin.parametrize import cells_for, why_no_cells
 from ampbench.settings import COMPILE_CHOICES, TIERS, Nodes, PerfSettings
+
+if TYPE_CHECKING:  # the stores load where a GPU run opens them
+    from ampbench.baselines.source import ReferenceSource
+    from ampbench.baselines.store import BaselineStore
 
 SETTINGS_KEY = pytest.StashKey[PerfSettings]()
 STORE_KEY = pytest.StashKey[dict]()  # lazily opened BaselineStore, under "store"
@@ -235,7 +240,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
-def baseline_store_of(config: pytest.Config):
+def baseline_store_of(config: pytest.Config) -> ReferenceSource | None:
     """This GPU's baselines, opened once per session; None on the CPU (the smoke pass holds nothing
     against baselines). A malformed file ends the session with a message naming file and field, and
     is never overwritten."""
@@ -246,7 +251,7 @@ def baseline_store_of(config: pytest.Config):
     return cache["store"]
 
 
-def open_baselines(directory: Path, gpu: str, slug: str):
+def open_baselines(directory: Path, gpu: str, slug: str) -> BaselineStore:
     """The ``BaselineStore`` of `slug` in `directory`; a malformed file ends the session with a message
     naming file and field (exit status 4), and is never overwritten."""
     from ampbench.baselines.store import BaselineError, BaselineStore
@@ -257,7 +262,7 @@ def open_baselines(directory: Path, gpu: str, slug: str):
         pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)
 
 
-def _open_store(config: pytest.Config, s: PerfSettings):
+def _open_store(config: pytest.Config, s: PerfSettings) -> ReferenceSource:
     from ampbench import device as devices
     from ampbench.plugin.history import history_of
     from ampbench.history.reference import HistoryBaselines

@@ -40,6 +40,7 @@ from ampbench.plugin.nodes import launcher_of
 from ampbench.modes import get_mode
 from ampbench.results import DistributedRecord
 from ampbench.baselines.entries import DistributedEntry
+from ampbench.baselines.source import ReferenceSource
 from ampbench.baselines.spread import INJECTED_KEY
 from ampbench.plugin import summary
 from ampbench.verdict import Verdict, combined
@@ -257,7 +258,7 @@ def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], ch
         **concluded)
 
 
-def _record_entry(store, test_id: str, figs: DistFigures, docs: list[dict], settings, software: dict,
+def _record_entry(store: ReferenceSource, test_id: str, figs: DistFigures, docs: list[dict], settings, software: dict,
                      previous: DistributedEntry | None) -> None:
     """Record the cell's entry and write the file at once: a session cut short keeps every cell it finished.
     A re-recording measured alike keeps the device time's learned spread of `previous`, the entry the cell
