@@ -162,7 +162,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Wrap pytest-benchmark's writers, once its own configure (its last) has made them: hours of cells
     are never lost to a path that fails at the end."""
     config = session.config
-    bench = getattr(config, "_benchmarksession", None)
+    bench = config.pluginmanager.get_plugin("pytest-benchmark")  # the session, as registered
     if bench is None or not active(config):
         return
     tell = lambda line: config.stash.setdefault(FALLBACK_KEY, []).append(line)  # noqa: E731

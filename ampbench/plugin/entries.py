@@ -104,7 +104,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Where no cell handed pytest-benchmark a timing, it would write nothing ("no benchmarks have been
     run"): the cells' records are written all the same."""
     config = session.config
-    bench = getattr(config, "_benchmarksession", None)
+    bench = config.pluginmanager.get_plugin("pytest-benchmark")  # the session, as registered
     if bench is None or not active(config) or not hasattr(bench, "handle_saving"):
         return
     handle = bench.handle_saving

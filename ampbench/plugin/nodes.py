@@ -45,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not follows(config):
         return
     # node 0's files are the run's; on a shared file system a follower's empty ones would replace them
-    session = getattr(config, "_benchmarksession", None)
+    session = config.pluginmanager.get_plugin("pytest-benchmark")  # the session, as registered
     if session is not None:
         session.json = None
     from _pytest.junitxml import xml_key
