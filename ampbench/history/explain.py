@@ -31,7 +31,6 @@ def replay_of(history: History, gpu: str, test_id: str, figure: str, baseline_di
 
 
 def _prior(history: History, gpu: str, test_id: str, figure: str, series: Series, baseline_dir: Path | None):
-    from ampbench.baselines import spread
     from ampbench.baselines.store import BaselineError, BaselineStore
     from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, prior_for
 

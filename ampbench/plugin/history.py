@@ -32,6 +32,7 @@ import ampbench
 from ampbench.files import paths
 from ampbench.files.write import write_atomic
 from ampbench.plugin.activation import active
+from ampbench.plugin.options import follows
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where a history is opened: a run without ampbench's cells opens none
     from ampbench.history.store import History
@@ -145,8 +146,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # an xdist worker's cells are its controller's run; the help and a collection measure nothing
     if hasattr(config, "workerinput") or config.option.help or config.option.collectonly or not active(config):
         return
-    from ampbench.plugin.nodes import follows
-
     if follows(config):  # node 0 keeps the run's history; this node runs no cell of its own
         return
     config.stash[STATE_KEY] = HistorySession(

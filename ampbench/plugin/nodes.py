@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ampbench.plugin.options import follows
 from ampbench.plugin.session import SETTINGS_KEY
 
 LAUNCHER_KEY = pytest.StashKey[object]()
@@ -31,13 +32,6 @@ def launcher_of(config: pytest.Config):
 def _nodes(config: pytest.Config):
     settings = config.stash.get(SETTINGS_KEY, None)
     return settings.nodes if settings is not None else None
-
-
-def follows(config: pytest.Config) -> bool:
-    """Whether this node only follows node 0's launches (its rank is above 0)."""
-    # read off the options, which only a --perf-* argument sets: ampbench acts wherever they are
-    rank = getattr(config.option, "perf_node_rank", None)
-    return bool(rank) and getattr(config.option, "perf_nnodes", 1) > 1
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark and junitxml have read their options

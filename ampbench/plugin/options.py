@@ -150,3 +150,10 @@ def add_options(group: Any, detail: bool = True) -> None:
     group.addoption("--perf-rdzv-id", metavar="ID", default="ampbench", type=rdzv_id_validator(),
                     help="the run's rendezvous id, the same on every node; runs sharing an endpoint need their own, "
                          "e.g. the job's id (default: ampbench)")
+
+
+def follows(config: pytest.Config) -> bool:
+    """Whether this node only follows node 0's launches (its rank is above 0)."""
+    # read off the options, which only a --perf-* argument sets: ampbench acts wherever they are
+    rank = getattr(config.option, "perf_node_rank", None)
+    return bool(rank) and getattr(config.option, "perf_nnodes", 1) > 1

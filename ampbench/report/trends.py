@@ -121,7 +121,7 @@ def read_trends(history: "History", run: Run, gpu: str | None = None) -> Trends:
     for test_id in ids[:MAX_CELLS]:
         series = found[test_id]
         learned = learn(series)
-        cells.append(TrendCell(series, learned, tuple(find_changes(series, learned)), _annotations(series, runs),
+        cells.append(TrendCell(series, learned, tuple(find_changes(series, replay=learned.replay)), _annotations(series, runs),
                                point_labels(series, runs)))
     return Trends(history.name, gpu, tuple(cells), len(ids))
 
