@@ -7,8 +7,11 @@ The modules, by job:
   HistoryErrors;
 - `schema`: the tables, the schema version and the migrations between versions;
 - `store`: the History: append a run in one transaction, read a cell's series, list runs, accept a change;
+  `rows`: a run as it holds one, free of the database;
 - `ingest`: a run's records (from the plugin, or a saved run JSON) as the rows of the history;
 - `series`: a cell's figure over runs (Series of Points), what the analysis reads;
+- `replay`: which runs of a series count, which are held back as suspect and why (`statuses`), and
+  `model`: the level per card and the noise the counted runs give;
 - `learn`: a cell's reference level and learned tolerance from its series;
 - `changes`: change points in a cell's series;
 - `reference`: the history as the verdicts' baselines, over the committed file;

@@ -19,7 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ampbench.history.store import CellRow, FigureRow, History, RunRow, iso_utc
+from ampbench.history.rows import CellRow, FigureRow, RunRow, iso_utc
+from ampbench.history.store import History
 from ampbench.results import (
     ConvergenceRecord,
     DistributedRecord,

@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import shutil
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from difflib import get_close_matches
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator
 
 import sqlalchemy as sa
 from sqlalchemy import exc
@@ -30,6 +28,7 @@ from ampbench.history.connect import (
     shown,
     sqlite_path,
 )
+from ampbench.history.rows import Acceptance, CellRow, FigureRow, RunRow, RunSummary, now
 from ampbench.history.schema import (
     ACCEPTANCES,
     CELLS,
@@ -50,84 +49,6 @@ FAILING = tuple(v.value for v in Verdict if v.failing)
 # free disk an SQLite store needs before a run: a full tier's run with its kernel tables takes a few MB,
 # and a WAL checkpoint writes the pages again
 MIN_FREE_BYTES = 32 * 2**20
-
-
-def iso_utc(moment: datetime) -> str:
-    """A time as the history keeps it: ISO-8601 in UTC, to the microsecond, so that text sorts as time."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
-
-
-def now() -> str:
-    return iso_utc(datetime.now(timezone.utc))
-
-
-@dataclass(frozen=True)
-class FigureRow:
-    name: str  # "device_speedup", "speedup", "memory_ratio", ...
-    value: float
-    low: float | None
-    high: float | None
-    verdict: str | None  # the figure's own verdict where the cell wrote one apart, else the cell's
-
-
-@dataclass(frozen=True)
-class CellRow:
-    test_id: str
-    kind: str
-    model: str | None
-    mode: str | None
-    verdict: str | None
-    injected: bool  # slowed on purpose: never a sample of the cell's level or noise
-    record: Mapping[str, Any]  # the cell's extra_info
-    figures: tuple[FigureRow, ...]
-    # the GPU its figures' series are filed under where not the run's: a distributed cell's N GPUs
-    # ("NVIDIA H200 x2"), so that two world sizes never share a series
-    gpu: str | None = None
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    """What the history holds of a run besides its cells."""
-
-    id: str
-    when: str  # iso_utc
-    gpu: str
-    gpu_slug: str
-    card_uuid: str | None
-    world_size: int
-    smoke: bool
-    label: str | None
-    suite_revision: str | None
-    software: Mapping[str, Any]
-    host_load: Mapping[str, Any] | None
-    source: str
-
-
-@dataclass(frozen=True)
-class RunRow(RunFacts):
-    """A run as the history holds it (``ampbench.history.ingest`` makes one from records)."""
-
-    cells: tuple[CellRow, ...] = ()
-
-
-@dataclass(frozen=True)
-class RunSummary(RunFacts):
-    """A run as `runs` lists it: its facts, how many cells it holds and how many of them fail."""
-
-    cells: int = 0
-    failing: int = 0  # cells whose verdict fails
-
-
-@dataclass(frozen=True)
-class Acceptance:
-    id: int
-    gpu: str
-    test_id: str | None  # None: every cell of the run
-    run_id: str
-    reason: str
-    when: str
 
 
 class History:

@@ -340,7 +340,7 @@ def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
     """This run's cells the history holds back as suspect (their device time below their level by more
     than noise says, or inconclusive below it): not learned from until later runs clear them, or someone
     accepts the change."""
-    from ampbench.history.replay import SUSPECT
+    from ampbench.history.statuses import SUSPECT
     from ampbench.plugin import summary
 
     held = []

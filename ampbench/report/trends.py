@@ -22,7 +22,8 @@ from ampbench.report.junit import Run
 from ampbench.results import SpeedRecord
 
 if TYPE_CHECKING:  # the store needs SQLAlchemy; a report without --history never imports it
-    from ampbench.history.store import History, RunSummary
+    from ampbench.history.rows import RunSummary
+    from ampbench.history.store import History
 
 FIGURE = "device_speedup"  # the gate's figure: the one whose trend the report draws
 # cells drawn: each chart costs ~90 ms and ~25 kB of the page, and a page of more tells nothing a table does not
