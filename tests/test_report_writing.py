@@ -1,0 +1,236 @@
+"""Writing a report: every string of a run is text in the HTML, never markup, and the report folder is
+written all or nothing, never deleting what the report did not write."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ampbench.report.compare import compare_runs
+from ampbench.report import REPORT_MARKER, RunError, build_report, load_run, write_report
+from ampbench.verdict import Verdict
+from report_runs import gpu_report, write_run  # noqa: F401 - gpu_report is a fixture
+
+
+# ---------------------------------------------------------------------------------------------------
+# html from hostile data: every string of the JSON is text, never markup
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "\"><script>alert('x')</script>",
+    "x' onmouseover='alert(1)",
+    'y" onerror="alert(1)',
+    "javascript:alert(1)",
+]
+
+
+def _hostile_run(tmp_path: Path) -> Path:
+    h = HOSTILE
+    speed = {"ampbench_schema": 1, "kind": "speed", "speedup": 2.0, "speedup_low": 1.9, "speedup_high": 2.1,
+             "rounds": 12, "confidence": 0.99}
+    doc = {
+        "datetime": h[1],
+        "commit_info": {"id": h[0], "dirty": True},
+        "machine_info": {"ampbench": {"device": h[0], "torch": h[1], "driver": h[2], "cuda": h[4],
+                                      "clocks": {h[0]: h[3]}}},
+        "benchmarks": [
+            {"name": f"test_speed[{h[0]}-{h[2]}]", "extra_info": dict(
+                speed, model=h[0], mode=h[2], device=h[1], verdict="improved", message=h[4], device_speedup=2.5,
+                device_speedup_low=2.4, device_speedup_high=2.6, device_method=h[0], kernel_changes=f"{h[2]}; {h[3]}",
+                host_bound=True, idle_share=0.5, host_overhead_ms=1.0)},
+            {"name": f"test_speed[{h[3]}-{h[4]}]", "extra_info": dict(
+                speed, model=h[3], mode=h[4], verdict="regression", message=h[0])},
+            {"name": f"test_memory[{h[3]}-{h[4]}]", "extra_info": {
+                "ampbench_schema": 1, "kind": "memory", "model": h[3], "mode": h[4], "memory_ratio": 0.6,
+                "device": h[3], "verdict": "non-finite", "message": h[2]}},
+            {"name": f"test_x[{h[4]}-{h[1]}]", "extra_info": {
+                "ampbench_schema": 1, "kind": h[0], "verdict": "input-bound", "message": h[3]}},
+            {"name": h[0], "extra_info": {}},
+        ],
+    }
+    return write_run(tmp_path, h[0].replace("/", "_") + ".json", doc)
+
+
+class _Page(__import__("html.parser").parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, attrs))
+
+    handle_startendtag = handle_starttag
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_html_from_hostile_json_holds_only_the_templates_markup(tmp_path):
+    from ampbench.report import VERDICT_CLASSES
+
+    run = load_run(_hostile_run(tmp_path))
+    comparison = compare_runs(run, run)
+    html = build_report(run, comparison, failures=[(HOSTILE[0], HOSTILE[3])])["index.html"].decode()
+    page = _Page()
+    page.feed(html)
+    page.close()
+    allowed_tags = {"html", "head", "meta", "title", "style", "body", "main", "h1", "h2", "h3", "p", "code", "div",
+                    "span", "b", "ul", "li", "table", "thead", "tbody", "tr", "th", "td", "details", "summary",
+                    "figure", "img", "figcaption", "footer"}
+    allowed_classes = {"sub", "software", "chips", "chip", "kind", "msg", "reference", "v", "flag", "note", "wide",
+                       "matrix", "iv", "method", "changes", "look", "look-detail", "kernel", "kernels",
+                       *VERDICT_CLASSES.values(), "v-other"}
+    for tag, attrs in page.tags:
+        assert tag in allowed_tags, tag
+        for name, value in attrs:
+            assert not name.startswith("on"), (tag, name, value)
+            assert name in {"lang", "charset", "name", "content", "class", "title", "alt", "src"}, (tag, name)
+            assert not "".join((value or "").split()).lower().startswith("javascript:"), (tag, name, value)
+            if name == "class":
+                assert set((value or "").split()) <= allowed_classes, value
+            if name == "src":
+                assert (value or "").startswith("data:image/png;base64,")
+    text = "".join(page.text)
+    for s in HOSTILE:
+        assert s in text, f"{s!r} is not shown as text"
+    assert "<script" not in html.lower()
+
+
+def test_a_verdict_outside_the_vocabulary_is_refused_naming_file_and_field(tmp_path):
+    doc = json.loads(_hostile_run(tmp_path).read_text())
+    doc["benchmarks"][3]["extra_info"]["verdict"] = 'x" onclick="alert(1)'
+    path = write_run(tmp_path, "crafted.json", doc)
+    with pytest.raises(RunError, match=re.escape("benchmarks[3].extra_info.verdict is 'x\" onclick=")) as info:
+        load_run(path)
+    assert str(path) in str(info.value) and "expected one of 'pass'" in str(info.value)
+
+
+def test_verdicts_map_to_a_fixed_set_of_classes():
+    from ampbench.report import VERDICT_CLASSES, verdict_class
+
+    assert verdict_class("regression") == verdict_class(Verdict.NON_FINITE) == "v-regression"
+    assert verdict_class('x" onclick="alert(1)') == "v-other"
+    assert all(verdict_class(v) != "v-other" for v in Verdict), "every verdict of the vocabulary has its class"
+    assert {verdict_class(v) for v in Verdict if v.failing} == {"v-regression"} and "v-regression" in VERDICT_CLASSES.values()
+
+
+def test_the_template_and_css_ship_with_the_package():
+    from importlib.resources import files
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+
+    templates = files("ampbench") / "templates"
+    assert (templates / "report.html.j2").is_file() and (templates / "report.css").is_file()
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert any(d.replace(" ", "").startswith("jinja2>=3.1") for d in project["project"]["dependencies"])
+    shipped = project["tool"]["setuptools"]["package-data"]["ampbench"]
+    assert "templates/*.j2" in shipped and "templates/*.css" in shipped
+
+
+# ---------------------------------------------------------------------------------------------------
+# writing: all or nothing
+
+
+def test_write_report_replaces_an_earlier_report(tmp_path, gpu_report):
+    _, files = gpu_report
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"old", "summary.md": b"old", "stale.png": b"x"})
+    write_report(out, files)
+    assert (out / "index.html").read_bytes() == files["index.html"]
+    assert not (out / "stale.png").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no temp folders left
+
+
+def test_write_report_refuses_a_folder_that_is_not_a_report(tmp_path, gpu_report):
+    _, files = gpu_report
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "thesis.tex").write_text("keep me")
+    with pytest.raises(FileExistsError):
+        write_report(out, files)
+    assert (out / "thesis.tex").read_text() == "keep me"
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+    def boom(self, data):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(Path, "write_bytes", boom)
+    with pytest.raises(OSError, match="disk full"):
+        write_report(tmp_path / "report", {"index.html": b"x", "summary.md": b"y"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_report_lists_its_files_in_a_marker(tmp_path):
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"a", "summary.md": b"b", "speedup.png": b"c"})
+    marker = json.loads((out / REPORT_MARKER).read_text())
+    assert marker["files"] == ["index.html", "speedup.png", "summary.md"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([REPORT_MARKER, *marker["files"]])
+
+
+@pytest.mark.parametrize("extra", ["notes.txt", "sub/data.csv", "index.html/inside.txt"],
+                         ids=["file", "folder", "folder-under-a-report-name"])
+def test_write_report_never_deletes_what_it_did_not_write(tmp_path, extra):
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"old", "summary.md": b"old"})
+    if extra.startswith("index.html/"):
+        (out / "index.html").unlink()
+    (out / extra).parent.mkdir(parents=True, exist_ok=True)
+    (out / extra).write_text("mine")
+    with pytest.raises(FileExistsError, match=re.escape(extra.split("/")[0])) as info:
+        write_report(out, {"index.html": b"new", "summary.md": b"new"})
+    assert str(out) in str(info.value)
+    assert (out / extra).read_text() == "mine"
+
+
+def test_a_folder_without_a_marker_is_not_a_report(tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "index.html").write_text("someone's page")
+    (out / "summary.md").write_text("someone's notes")
+    with pytest.raises(FileExistsError, match="index.html"):
+        write_report(out, {"index.html": b"new", "summary.md": b"new"})
+    assert (out / "index.html").read_text() == "someone's page"
+
+
+def test_a_failed_write_keeps_the_previous_report(tmp_path, monkeypatch):
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"old", "summary.md": b"old"})
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = Path.write_bytes
+
+    def fail_on_summary(self, data):
+        if self.name == "summary.md":
+            raise OSError("disk full")
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", fail_on_summary)
+    with pytest.raises(OSError, match="disk full"):
+        write_report(out, {"index.html": b"new", "summary.md": b"new"})
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
+
+
+def test_a_failed_swap_puts_the_previous_report_back(tmp_path, monkeypatch):
+    import os
+
+    out = tmp_path / "report"
+    write_report(out, {"index.html": b"old", "summary.md": b"old"})
+    real = os.replace
+
+    def fail_into_place(src, dst):
+        if Path(src).name.endswith(".tmp"):  # the new report into place, after the old one moved aside
+            raise OSError("interrupted")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", fail_into_place)
+    with pytest.raises(OSError, match="interrupted"):
+        write_report(out, {"index.html": b"new", "summary.md": b"new"})
+    monkeypatch.undo()
+    assert (out / "index.html").read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
