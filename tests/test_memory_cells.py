@@ -3,7 +3,6 @@ largest-batch search, and where its memory goes (the tensor accounting runs on a
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
