@@ -1,6 +1,7 @@
-"""The saved runs the report's tests read (``tests/data/*.json``: runs the suite wrote, or could have
-written) and what they make of them. The tests assert the structure of what is made from a run, never
-its numbers, so a fresh capture can replace any of them."""
+"""The saved runs the report's and the ``ampbench`` command's tests read (``tests/data/*.json``: runs the
+suite wrote, or could have written), the report made of one, and runs changed from one (a speed cell
+made slower, an interval widened across its line). The tests assert the structure of what is made from
+a run, never its numbers, so a fresh capture can replace any of them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ampbench.report import build_report, load_run
+from ampbench.results import SpeedRecord
 
 DATA = Path(__file__).parent / "data"
 RUNS = sorted(DATA.glob("*.json"))
@@ -46,3 +48,32 @@ def gpu_report():
     """The GPU run and the files of its report, made once per module."""
     run = load_run(gpu_run())
     return run, build_report(run)
+
+
+def slower_run(tmp_path: Path, factor: float = 0.5, name: str = "new.json", verdict: str | None = None) -> Path:
+    """gpu_run() with the tightest speed cell's speedup scaled by `factor` (0.5: a clear regression)."""
+    doc = json.loads(gpu_run().read_text())
+    run = load_run(gpu_run())
+    target = min(run.of_kind(SpeedRecord), key=lambda c: c.estimate().half_width).test_id
+    for b in doc["benchmarks"]:
+        if b["name"] == target:
+            for k in ("speedup", "speedup_low", "speedup_high"):
+                b["extra_info"][k] *= factor
+            if verdict:
+                b["extra_info"]["verdict"] = verdict
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def straddling_run(tmp_path: Path) -> Path:
+    """gpu_run() with one speed interval widened across the regression line: inconclusive against gpu_run()."""
+    doc = json.loads(gpu_run().read_text())
+    for b in doc["benchmarks"]:
+        e = b["extra_info"]
+        if e.get("kind") == "speed":
+            e["speedup_low"], e["speedup_high"] = e["speedup"] * 0.5, e["speedup"] * 1.5
+            break
+    path = tmp_path / "wide.json"
+    path.write_text(json.dumps(doc))
+    return path
