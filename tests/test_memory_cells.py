@@ -136,7 +136,7 @@ def a_search(per_sample: float) -> memory.SearchResult:
 
 def test_a_cell_without_a_search_has_no_largest_batch_figures_not_zeros():
     cell, ref = cell_memory("amp_bf16", 5 * GIB, None), cell_memory("fp32", 10 * GIB, None)
-    f = memory.figures_of(cell, ref)
+    f = memory.memory_figures(cell, ref)
     assert f["memory_ratio"] == pytest.approx(0.5) and f["max_batch_searched"] is False
     assert not [k for k in f if k.startswith("max_batch") and k != "max_batch_searched"]
     assert not {"search_steps", "search_seconds", "cap_bytes", "alloc_conf"} & set(f)
@@ -182,7 +182,7 @@ def test_a_quick_recording_leaves_the_next_full_run_its_largest_batch(tmp_path, 
 
 def test_a_cell_and_its_reference_are_measured_alike():
     with pytest.raises(ValueError, match="resnet50 amp_bf16: the cell did not search its largest batch and fp32's reference did"):
-        memory.figures_of(cell_memory("amp_bf16", 6 * GIB, None), cell_memory("fp32", 10 * GIB, a_search(MIB)))
+        memory.memory_figures(cell_memory("amp_bf16", 6 * GIB, None), cell_memory("fp32", 10 * GIB, a_search(MIB)))
 
 
 # -- where the memory goes (tensor accounting runs on any device) ------------------------------------

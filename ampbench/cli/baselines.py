@@ -89,12 +89,12 @@ def merge(args: argparse.Namespace) -> int:
 
 def export(args: argparse.Namespace) -> int:
     """``ampbench baselines export``."""
-    from ampbench.history.export import export as write  # SQLAlchemy only where a history is asked for
+    from ampbench.history.export import write_baselines  # SQLAlchemy only where a history is asked for
     from ampbench.history.store import open_history
 
     try:
         history = open_history(args.history, create=False, read_only=True)
-        files = write(history, args.gpu, args.baseline_dir, args.kernels_only)
+        files = write_baselines(history, args.gpu, args.baseline_dir, args.kernels_only)
     except (HistoryError, BaselineError, OSError) as error:
         print(f"ampbench baselines export: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -103,8 +103,8 @@ def export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-ACTIONS = {"show": show, "merge": merge, "export": export}
+BASELINE_ACTIONS = {"show": show, "merge": merge, "export": export}
 
 
 def command(args: argparse.Namespace) -> int:
-    return ACTIONS[args.baselines_command](args)
+    return BASELINE_ACTIONS[args.baselines_command](args)

@@ -13,7 +13,7 @@ from ampbench.modes import MODES, PrecisionMode
 from ampbench.settings import TIERS
 
 
-def model_rows() -> list[dict[str, Any]]:
+def zoo_rows() -> list[dict[str, Any]]:
     """One row per model of the zoo, in test order."""
     from ampbench import models  # builds nothing, but imports torch
 
@@ -59,7 +59,7 @@ def render_text() -> str:
     models = _table(["model", "tier", "batch", "CPU batch", "CPU pass", "compile tier", "origin"],
                     [[r["name"], r["tier"], str(r["batch_size"]), str(r["smoke_batch_size"]),
                       "yes" if r["in_cpu_smoke"] else "when named", yes(r["in_compile_tier"]), r["origin"]]
-                     for r in model_rows()])
+                     for r in zoo_rows()])
     modes = _table(["mode", "parameters", "autocast", "loss scaling", "tiers", "CPU", "needs"],
                    [[r["name"], r["parameters"], r["autocast"] or "-", r["loss_scaling"], r["tiers"],
                      yes(r["on_cpu"]), "; ".join(r["needs"]) or "-"] for r in mode_rows()])
@@ -68,7 +68,7 @@ def render_text() -> str:
 
 
 def as_json() -> dict[str, list[dict[str, Any]]]:
-    return {"models": model_rows(), "modes": mode_rows()}
+    return {"models": zoo_rows(), "modes": mode_rows()}
 
 
 def command(args: argparse.Namespace) -> int:

@@ -163,7 +163,7 @@ def harness_speedup(spec: ModelSpec, mode: PrecisionMode, device: torch.device, 
     return estimate
 
 
-def check(cells: list[tuple[str, str]], device: torch.device, smoke: bool,
+def fidelity_rows(cells: list[tuple[str, str]], device: torch.device, smoke: bool,
           repeats: int = DEFAULT_REPEATS) -> Iterator[FidelityRow]:
     """One row per cell, as each is measured: the harness and the plain loop alternately, `repeats` times."""
     for model, mode_name in cells:
@@ -203,7 +203,7 @@ def command(args: argparse.Namespace) -> int:
         print(f"ampbench fidelity: no CUDA device ({device}): smoke shapes, the figures say nothing about a GPU "
               "and no difference fails the check")
     worst = 0.0
-    for row in check(cells, device, smoke, args.repeats):
+    for row in fidelity_rows(cells, device, smoke, args.repeats):
         print(format_row(row), flush=True)
         worst = max(worst, abs(row.difference))
     held = "not held on a smoke run" if smoke else f"target: within {args.target:.0%}"

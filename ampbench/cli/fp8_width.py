@@ -25,14 +25,13 @@ from ampbench.speed import sides
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.device import catch_oom, cell_unsupported_reason, configure_backends, device_name, release, resolve, unsupported_reason
 from ampbench.files.write import write_atomic
+from ampbench.fp8 import FP8_ALIGNMENT
 from ampbench.models import get_model
 from ampbench.modes import PrecisionMode, get_mode, label, versus_of
 from ampbench.stats import SpeedupEstimate
 from ampbench.speed.timing import extend_until_tight
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.models.spec import ModelSpec
-
-FP8_ALIGNMENT = 16  # torchao's float8 matmuls need both dimensions of a converted Linear divisible by this
 
 
 class WidthError(ValueError):
@@ -80,7 +79,7 @@ WIDTH_RULES: dict[str, WidthRule] = {
 }
 
 
-def rule_for(model: str) -> WidthRule:
+def width_rule(model: str) -> WidthRule:
     try:
         return WIDTH_RULES[model]
     except KeyError:
@@ -89,7 +88,7 @@ def rule_for(model: str) -> WidthRule:
 
 def widened(spec: ModelSpec, width: int, smoke: bool) -> ModelSpec:
     """`spec` with the config it trains with (`smoke`'s or the full one) at `width`."""
-    config = rule_for(spec.name).widen(spec.config_for(smoke), width)
+    config = width_rule(spec.name).widen(spec.config_for(smoke), width)
     return replace(spec, smoke_config=config) if smoke else replace(spec, config=config)
 
 
@@ -197,7 +196,7 @@ def command(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
 
     try:
-        spec, rule, mode = get_model(args.model), rule_for(args.model), get_mode(args.mode)
+        spec, rule, mode = get_model(args.model), width_rule(args.model), get_mode(args.mode)
         device = resolve(args.device, flag="--device")
     except (KeyError, RuntimeError, WidthError) as exc:
         return bad_input(exc)

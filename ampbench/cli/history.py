@@ -175,12 +175,12 @@ def _changes(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-ACTIONS = {"import": _import, "runs": _runs, "accept": _accept, "explain": _explain, "changes": _changes}
+HISTORY_ACTIONS = {"import": _import, "runs": _runs, "accept": _accept, "explain": _explain, "changes": _changes}
 
 
 def command(args: argparse.Namespace) -> int:
     try:
-        return ACTIONS[args.history_command](args)
+        return HISTORY_ACTIONS[args.history_command](args)
     except HistoryError as error:
         print(f"ampbench: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -19,7 +19,7 @@ WORLD_SIZE_KEY = pytest.StashKey[int]()
 
 @pytest.hookimpl(trylast=True)  # after ampbench.plugin.session has made the settings it reads
 def pytest_configure(config: pytest.Config) -> None:
-    if activation.active(config):
+    if activation.acts(config):
         configure_world_size(config)
 
 

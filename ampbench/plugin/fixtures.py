@@ -54,12 +54,12 @@ def record_result(request: pytest.FixtureRequest, benchmark):
 
     from ampbench.plugin import entries, summary
 
-    entries.keep(request.config, request.node, benchmark.extra_info)
+    entries.keep_entry(request.config, request.node, benchmark.extra_info)
 
     def write(record: Record, *, identity: bool = False) -> None:
         benchmark.extra_info.update(record.to_info(only_set=identity))
         if not identity:
-            summary.keep(request.config, request.node.nodeid, record)
+            summary.keep_record(request.config, request.node.nodeid, record)
 
     return write
 

@@ -3,7 +3,7 @@ the first cell, and the session's run appended at its end. Loaded by ``ampbench.
 ampbench does (``ampbench.plugin.activation``).
 
 The run goes in whole at the end of the session, after pytest-benchmark has written its JSON: the
-cells' records (``ampbench.plugin.summary.keep``), the machine's info, the host's load, the suite's revision
+cells' records (``ampbench.plugin.summary.keep_record``), the machine's info, the host's load, the suite's revision
 and the label. The same run id, label, revision and load go into ``machine_info["ampbench"]``, so that
 the JSON imported later is the same run. A store that fails at the end costs nothing else the run
 wrote: the run is saved beside the default store as a JSON that ``ampbench history import`` loads, the
@@ -31,7 +31,7 @@ import pytest
 import ampbench
 from ampbench.files import paths
 from ampbench.files.write import write_atomic
-from ampbench.plugin.activation import active
+from ampbench.plugin.activation import acts
 from ampbench.plugin.options import follows
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where a history is opened: a run without ampbench's cells opens none
@@ -108,7 +108,7 @@ def suite_revision() -> str:
     return f"ampbench {ampbench.__version__}"
 
 
-def host_load() -> dict:
+def load_averages() -> dict:
     """The host's load averages (1, 5 and 15 minutes, where the system has them) and CPU count."""
     try:
         one, five, fifteen = os.getloadavg()
@@ -144,7 +144,7 @@ def _open(config: pytest.Config) -> History | None:
 @pytest.hookimpl(trylast=True)  # after ampbench.plugin.session has refused a bad --perf-device
 def pytest_configure(config: pytest.Config) -> None:
     # an xdist worker's cells are its controller's run; the help and a collection measure nothing
-    if hasattr(config, "workerinput") or config.option.help or config.option.collectonly or not active(config):
+    if hasattr(config, "workerinput") or config.option.help or config.option.collectonly or not acts(config):
         return
     if follows(config):  # node 0 keeps the run's history; this node runs no cell of its own
         return
@@ -156,7 +156,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def run_fields(state: HistorySession) -> dict:
     """What the history adds to machine_info["ampbench"] (``ingest.RUN_KEYS``)."""
     return {"run_id": state.run_id, "label": state.label, "suite_revision": state.suite_revision,
-            "host_load": host_load()}
+            "host_load": load_averages()}
 
 
 @pytest.hookimpl(trylast=True, optionalhook=True)  # after ampbench.plugin.session has written the ampbench block

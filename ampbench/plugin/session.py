@@ -154,7 +154,7 @@ def configure(config: pytest.Config) -> None:
     config.stash[STORE_KEY] = {}
     from ampbench.plugin import summary  # its records' types: only in a run where ampbench acts
 
-    summary.register(config)
+    summary.register_summary(config)
 
 
 # the markers of the suite's cell tests (ampbench.suite, perf/), registered in every run: a project
@@ -173,7 +173,7 @@ MARKERS = (
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
-    if activation.active(config):
+    if activation.acts(config):
         configure(config)
 
 
