@@ -280,19 +280,20 @@ def _record_entry(store: ReferenceSource, test_id: str, figs: DistFigures, docs:
     store.write()
 
 
-@pytest.mark.strategy("ddp")
-@pytest.mark.benchmark(group="distributed", **STEP_TIMES)
-def test_ddp_speed(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
-                   distributed_baseline_store, software, _launches):
-    """A mode under DDP with this comm variant against fp32 under DDP with fp32 all-reduce."""
-    _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
-                distributed_baseline_store, software, _launches)
+def _strategy_test(strategy: str, doc: str):
+    """The distributed speed test of one strategy (its cells: ``pytest_generate_tests``)."""
+
+    @pytest.mark.strategy(strategy)
+    @pytest.mark.benchmark(group="distributed", **STEP_TIMES)
+    def test(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
+             distributed_baseline_store, software, _launches):
+        _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
+                    distributed_baseline_store, software, _launches)
+
+    test.__doc__ = doc
+    return test
 
 
-@pytest.mark.strategy("fsdp2")
-@pytest.mark.benchmark(group="distributed", **STEP_TIMES)
-def test_fsdp2_speed(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
-                     distributed_baseline_store, software, _launches):
-    """A mode under FSDP2 with this mixed-precision policy against fp32 under FSDP2 without one."""
-    _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
-                distributed_baseline_store, software, _launches)
+test_ddp_speed = _strategy_test("ddp", "A mode under DDP with this comm variant against fp32 under DDP with fp32 all-reduce.")
+test_fsdp2_speed = _strategy_test(
+    "fsdp2", "A mode under FSDP2 with this mixed-precision policy against fp32 under FSDP2 without one.")
