@@ -3,16 +3,16 @@
 The package, by job (``models/`` is the model zoo, ``ampbench.models``):
 
 - what is measured: ``modes`` (the precision modes' table), ``train`` (one training step), ``fp8``,
-  ``loss_scaler``, ``device`` (the device under test), ``data`` and ``inputs`` (files read);
-- the cells: ``speed/``, ``memory/``, ``distributed/``, ``convergence``, ``pipeline`` (the input
-  pipeline), ``underflow``, with ``stats`` and ``verdict`` to judge them and ``progress`` for their
-  one-line progress;
+  ``loss_scaler``, ``device`` (the device under test);
+- the cells: ``speed/``, ``memory/``, ``distributed/``, ``convergence/``, ``pipeline/`` (the input
+  pipeline), with ``stats`` and ``verdict`` to judge them and ``progress`` for the lines that say how
+  far a cell or a command has got;
 - the run: ``settings`` (the ``--perf-*`` options), ``plugin/`` (the pytest plugin, entry point
-  ``pytest11``), ``suite/`` (the cell tests a project collects), ``slowdown`` (the speed gate's own
-  check), ``results/`` (the records), ``baselines/`` and ``history/``;
-- the ``ampbench`` command: ``cli`` and ``cli_args``, ``report/`` and ``compare`` (``text`` writes
-  figures for both, ``command_progress`` tells how far they got), ``catalog``, ``fidelity``,
-  ``fp8_width``.
+  ``pytest11``; ``slowdown``, the speed gate's own check, loads its plugin.slowdown), ``suite/`` (the
+  cell tests a project collects), ``results/`` (the records), ``baselines/`` and ``history/``;
+- the ``ampbench`` command: ``cli/`` (its subcommands, arguments and exit statuses), ``report/`` (pages
+  and comparisons of saved runs), ``export/``;
+- ``files/``: reading a file a user named, writing atomically, and the default paths.
 """
 
 __version__ = "0.1.0"

@@ -1,10 +1,11 @@
 """Small pure statistics for paired timings: log ratios, medians and their order-statistic intervals,
-and the spread of a figure between independent runs."""
+the spread of a figure between independent runs, and Student's t quantiles."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from statistics import NormalDist, stdev
 from typing import Any, Sequence
 
@@ -194,3 +195,11 @@ def across_runs(est: SpeedupEstimate, between_run_sd: float) -> SpeedupEstimate:
     below = math.hypot(centre - math.log(est.low), extra)
     above = math.hypot(math.log(est.high) - centre, extra)
     return replace(est, low=math.exp(centre - below), high=math.exp(centre + above), between_run_sd=between_run_sd)
+
+
+@lru_cache(maxsize=512)
+def t_quantile(share: float, dof: int) -> float:
+    """The one-sided quantile of Student's t that `share` of values lie beyond."""
+    from scipy.stats import t  # scipy is slow to import; only the callers that need it pay for it
+
+    return float(t.ppf(1.0 - share, dof))

@@ -142,7 +142,7 @@ def flatten_rnn_weights(model: nn.Module) -> None:
     leaves them as separate tensors, and cuDNN then warns at every call and compacts them at every
     step: a pessimised path that a speed cell would time as if it were the mode's cost.
 
-    ``flatten_parameters`` does nothing for bfloat16 weights, because ``cudnn.is_acceptable`` lists
+    ``flatten_parameters`` does nothing for bfloat16 weights, because ``torch.backends.cudnn.is_acceptable`` lists
     only half, float and double, although cuDNN runs bf16 RNNs (and then warns); so the check is
     widened for the call."""
     rnns = [m for m in model.modules() if isinstance(m, nn.RNNBase)]

@@ -64,7 +64,7 @@ def product(shape: tuple[float, float] | None = None) -> Callable[..., list[int]
     """The detector as `history changes` runs it: the series' learned noise, then find_changes."""
     def detect(z: np.ndarray, failing_from: int | None = None) -> list[int]:
         series = as_series(z, failing_from)
-        return [c.index for c in changes.find_changes(series, learn(series), shape)]
+        return [c.index for c in changes.find_changes(series, shape, replay=learn(series).replay)]
     return detect
 
 

@@ -15,8 +15,8 @@ import warnings
 
 import pytest
 
-from ampbench import convergence as conv
-from ampbench import pipeline
+from ampbench.convergence import training
+from ampbench.pipeline import measure as pipeline
 from ampbench.device import release
 
 SEED = 0
@@ -30,7 +30,7 @@ def _pipeline_config(model_spec, smoke: bool):
     """The model's own config with a 10-class head for CIFAR-10 or digits (on the CPU, the convergence
     test's shrunken smoke config: CPU fp16 convolutions are slow)."""
     try:
-        config, _, _ = conv.image_config(model_spec, smoke, num_classes=10)
+        config, _, _ = training.image_config(model_spec, smoke, num_classes=10)
     except ValueError as exc:
         pytest.fail(f"{model_spec.name}: its ModelSpec.input_pipeline says CIFAR-shaped, but {exc}", pytrace=False)
     return config

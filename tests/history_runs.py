@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from ampbench.history.ingest import session_run
-from ampbench.history.store import RunRow
+from ampbench.history.rows import RunRow
 from ampbench.results import SpeedRecord, Verdict
 from tests import records
 

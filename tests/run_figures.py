@@ -120,10 +120,12 @@ def figures(path: Path) -> dict:
 
 
 def comparison(old: Path, new: Path) -> list[str]:
-    from ampbench.compare import compare_runs, format_text
+    from ampbench.report.compare import compare_runs, format_text
     from ampbench.results import load_run
 
-    return format_text(compare_runs(load_run(old), load_run(new), cross_device=True)).splitlines()
+    # the runs' paths as the repository names them, so the figures read the same from any checkout
+    text = format_text(compare_runs(load_run(old), load_run(new), cross_device=True))
+    return text.replace(str(DATA), "tests/data").splitlines()
 
 
 def write_before() -> None:

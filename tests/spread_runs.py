@@ -5,7 +5,7 @@ cell's wall-clock (and device-time) speedup, as the runs `ampbench spread` is gi
 from __future__ import annotations
 
 from ampbench.baselines.entries import RatioEntry, entry_tolerance, learned_spread
-from ampbench.baselines.spread import learn
+from ampbench.baselines.spread import learn_spread
 from ampbench.report import parse_run
 from ampbench.results.ratios import SPEED_RATIOS
 
@@ -49,7 +49,7 @@ def run_doc(speedups: dict[str, float], when: str, software: dict | None = None,
 
 def learn_from(*documents: dict, baseline: dict | None = None):
     entries = (baseline or baseline_doc())["entries"]
-    return learn(entries, [parse_run(d, f"run{i}.json") for i, d in enumerate(documents)])
+    return learn_spread(entries, [parse_run(d, f"run{i}.json") for i, d in enumerate(documents)])
 
 
 def device_baseline(method: str = "graph") -> dict:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines.show import render_file, render_markdown
-from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from ampbench.baselines.show import render_file, render_document
+from ampbench.cli import main
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 
 ROOT = Path(__file__).parent.parent
 H100 = ROOT / "baselines" / "nvidia-h100-80gb-hbm3.json"
@@ -61,7 +62,7 @@ def test_tiny_baseline_renders_every_kind(tmp_path):
 
 
 def test_missing_figures_show_as_dash_and_modes_keep_registry_order(tmp_path):
-    text = render_markdown(_tiny())
+    text = render_document(_tiny())
     fp32 = _row(text, "mlp", "fp32", "Speed")
     assert fp32[2] == "-" and fp32[5] == "1.000"
     speed = text.split("## Speed", 1)[1]
@@ -97,7 +98,7 @@ def test_a_cell_of_three_parts_keeps_its_model_first(tmp_path):
     doc = _tiny()
     doc["entries"]["test_speed[gpt-amp_bf16-compiled]"] = {"figures": {"device_speedup": 6.4}, "software": SOFTWARE}
     doc["entries"]["test_ddp_speed[gpt-amp_bf16-bf16_hook]"] = {"figures": {"speedup": 4.5}, "software": SOFTWARE}
-    text = render_markdown(doc)
+    text = render_document(doc)
     assert _row(text, "gpt", "amp_bf16-compiled", "Speed")[2] == "6.400"
     assert _row(text, "gpt", "amp_bf16-bf16_hook", "Distributed: DDP")
     assert "| model | mode-comm |" in text.split("## Distributed: DDP", 1)[1]
@@ -117,6 +118,6 @@ def test_real_h100_baseline_has_resnet50_amp_bf16():
 def test_committed_results_page_is_current(slug):
     """docs/results/ is generated: the committed page matches what the command makes of the baseline file."""
     page = ROOT / "docs" / "results" / f"{slug}.md"
-    from ampbench.baselines.show import render_markdown as render
+    from ampbench.baselines.show import render_document as render
     from ampbench.baselines.store import load_document
     assert page.read_text() == render(load_document(ROOT / "baselines" / f"{slug}.json"), source=f"baselines/{slug}.json")

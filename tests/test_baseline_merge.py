@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ampbench.baselines.store import SCHEMA_VERSION, latest_entries, load_document
-from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from ampbench.cli import main
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -15,8 +15,8 @@ from ampbench.baselines.store import (
     load_document,
     validate_directory,
 )
-from ampbench import outputs
-from ampbench.outputs import unwritable_reason, write_atomic
+from ampbench.files import write as outputs
+from ampbench.files.write import unwritable_reason, write_atomic
 from ampbench.device import gpu_slug
 
 ROOT = Path(__file__).parent.parent
@@ -333,7 +333,7 @@ def test_the_committed_baseline_files_read_as_typed_entries_and_save_back_byte_i
 
     from ampbench.baselines.entries import DistributedEntry, SpeedEntry
     from ampbench.baselines.store import load_document
-    from ampbench.outputs import write_atomic
+    from ampbench.files.write import write_atomic
 
     root = Path(__file__).resolve().parents[1] / "baselines"
     paths = sorted(root.glob("*.json"))

@@ -3,51 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, main
-from ampbench.report import load_run
-from ampbench.results import SpeedRecord
-from ampbench.results.ratios import WALL
+from ampbench.cli import main
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
+from report_runs import gpu_run, slower_run, straddling_run
 
-DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).parent.parent
-REAL_H100 = DATA / "h100_run.json"
-GPU_RUN = REAL_H100 if REAL_H100.exists() else DATA / "synthetic_h100_quick.json"
-
-
-def _slower(tmp_path: Path, factor: float = 0.5, name: str = "new.json", verdict: str | None = None) -> Path:
-    """GPU_RUN with the tightest speed cell's speedup scaled by `factor` (0.5: a clear regression)."""
-    doc = json.loads(GPU_RUN.read_text())
-    run = load_run(GPU_RUN)
-    target = min(run.of_kind(SpeedRecord), key=lambda c: c.estimate(WALL).half_width).test_id
-    for b in doc["benchmarks"]:
-        if b["name"] == target:
-            for k in ("speedup", "speedup_low", "speedup_high"):
-                b["extra_info"][k] *= factor
-            if verdict:
-                b["extra_info"]["verdict"] = verdict
-    path = tmp_path / name
-    path.write_text(json.dumps(doc))
-    return path
-
-
-def _straddling(tmp_path: Path) -> Path:
-    """GPU_RUN with one speed interval widened across the regression line: inconclusive against GPU_RUN."""
-    doc = json.loads(GPU_RUN.read_text())
-    for b in doc["benchmarks"]:
-        e = b["extra_info"]
-        if e.get("kind") == "speed":
-            e["speedup_low"], e["speedup_high"] = e["speedup"] * 0.5, e["speedup"] * 1.5
-            break
-    path = tmp_path / "wide.json"
-    path.write_text(json.dumps(doc))
-    return path
+GPU_RUN = gpu_run()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -65,7 +30,7 @@ def test_report_writes_html_summary_and_charts(tmp_path, capsys):
 
 def test_report_with_compare_adds_the_change_per_test(tmp_path):
     out = tmp_path / "report"
-    assert main(["report", str(_slower(tmp_path)), "--compare", str(GPU_RUN), "-o", str(out)]) == EXIT_OK
+    assert main(["report", str(slower_run(tmp_path)), "--compare", str(GPU_RUN), "-o", str(out)]) == EXIT_OK
     assert (out / "compare.png").exists()
     assert "Compared with" in (out / "summary.md").read_text()
 
@@ -76,7 +41,7 @@ def test_report_fails_on_regression_only_when_asked(tmp_path):
     for b in doc["benchmarks"]:
         b["extra_info"]["verdict"] = "pass"
     clean.write_text(json.dumps(doc))
-    new = _slower(tmp_path, verdict="pass")
+    new = slower_run(tmp_path, verdict="pass")
     args = ["report", str(new), "--compare", str(clean), "-o", str(tmp_path / "r")]
     assert main(args) == EXIT_OK
     assert main([*args, "--fail-on-regression"]) == EXIT_REGRESSION
@@ -150,20 +115,20 @@ def test_compare_a_run_with_itself_exits_zero(capsys):
 
 
 def test_compare_exits_non_zero_on_a_regression_and_names_it(tmp_path, capsys):
-    new = _slower(tmp_path)
+    new = slower_run(tmp_path)
     assert main(["compare", str(GPU_RUN), str(new)]) == EXIT_REGRESSION
     out = capsys.readouterr().out
     assert "REGRESSION:" in out and "against baseline" in out
 
 
 def test_compare_strict_fails_an_inconclusive_verdict(tmp_path):
-    wide = _straddling(tmp_path)
+    wide = straddling_run(tmp_path)
     assert main(["compare", str(GPU_RUN), str(wide)]) == EXIT_OK
     assert main(["compare", str(GPU_RUN), str(wide), "--strict"]) == EXIT_REGRESSION
 
 
 def test_compare_tolerance_moves_the_line(tmp_path):
-    new = _slower(tmp_path, factor=0.8)
+    new = slower_run(tmp_path, factor=0.8)
     assert main(["compare", str(GPU_RUN), str(new)]) == EXIT_REGRESSION
     assert main(["compare", str(GPU_RUN), str(new), "--tolerance", "0.5"]) == EXIT_OK
 
@@ -171,7 +136,7 @@ def test_compare_tolerance_moves_the_line(tmp_path):
 def test_compare_appends_markdown(tmp_path):
     summary = tmp_path / "summary.md"
     summary.write_text("# earlier step\n")
-    main(["compare", str(GPU_RUN), str(_slower(tmp_path)), "--markdown", str(summary), "--changes-only"])
+    main(["compare", str(GPU_RUN), str(slower_run(tmp_path)), "--markdown", str(summary), "--changes-only"])
     text = summary.read_text()
     assert text.startswith("# earlier step\n") and "Compared with" in text
 
@@ -241,130 +206,3 @@ def test_an_output_file_that_is_a_directory_is_a_one_line_error_naming_it(tmp_pa
     err = capsys.readouterr().err
     assert err == f"ampbench: error: {folder}: Is a directory\n", err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"] and not any(folder.iterdir())
-
-
-# ---------------------------------------------------------------------------------------------------
-# the entry points
-
-
-def _run_module(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "ampbench", *args], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=120)
-
-
-def test_python_dash_m_ampbench_has_help_for_each_command():
-    top = _run_module("--help")
-    assert top.returncode == 0 and all(c in top.stdout for c in ("report", "compare", "spread"))
-    for command in ("report", "compare"):
-        sub = _run_module(command, "--help")
-        assert sub.returncode == 0 and "--tolerance" in sub.stdout
-    spread = _run_module("spread", "--help")
-    assert spread.returncode == 0 and "--dry-run" in spread.stdout and "between_run_sd" in spread.stdout
-
-
-def test_python_dash_m_ampbench_compare_exit_status(tmp_path):
-    assert _run_module("compare", str(GPU_RUN), str(GPU_RUN)).returncode == EXIT_OK
-    result = _run_module("compare", str(GPU_RUN), str(_slower(tmp_path)))
-    assert result.returncode == EXIT_REGRESSION, result.stderr
-
-
-def test_no_command_is_a_usage_error():
-    result = _run_module()
-    assert result.returncode == 2 and "usage" in result.stderr
-
-
-def test_example_ci_workflow_runs_the_suite_and_keeps_what_matters():
-    workflow = (ROOT / "examples" / "github-actions-gpu.yml").read_text()
-    for needed in ("self-hosted", "pytest perf/", "--benchmark-json", "--junitxml", "ampbench report",
-                   "GITHUB_STEP_SUMMARY", "upload-artifact"):
-        assert needed in workflow, needed
-    assert "--perf-history" in workflow and "history.sqlite" in workflow  # a history kept on the runner
-    fleet = (ROOT / "examples" / "github-actions-gpu-fleet.yml").read_text()
-    for needed in ("services:", "postgres", "--perf-history", "ampbench history changes", "--history"):
-        assert needed in fleet, needed
-
-
-def test_report_refuses_a_folder_with_an_index_and_a_summary_among_other_files(tmp_path, capsys):
-    """index.html and summary.md do not make a folder a report: only the report's own marker does."""
-    out = tmp_path / "mine"
-    (out / "sub").mkdir(parents=True)
-    for name in ("index.html", "summary.md", "notes.txt"):
-        (out / name).write_text("keep " + name)
-    (out / "sub" / "data.csv").write_text("1,2\n")
-    assert main(["report", str(GPU_RUN), "-o", str(out)]) == EXIT_BAD_INPUT
-    err = capsys.readouterr().err
-    assert str(out) in err and "notes.txt" in err and "sub/" in err
-    assert (out / "notes.txt").read_text() == "keep notes.txt" and (out / "index.html").read_text() == "keep index.html"
-    assert (out / "sub" / "data.csv").read_text() == "1,2\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
-
-
-def test_report_written_twice_to_one_folder_replaces_the_first(tmp_path):
-    out = tmp_path / "report"
-    assert main(["report", str(GPU_RUN), "-o", str(out)]) == EXIT_OK
-    (out / "speedup.png").unlink()  # a reader deleted one of the report's files: still only ours
-    assert main(["report", str(DATA / "cpu_smoke.json"), "-o", str(out)]) == EXIT_OK
-    assert "cpu" in (out / "summary.md").read_text()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]
-
-
-def test_report_of_a_run_with_a_nan_speedup_exits_two_and_names_the_field(tmp_path, capsys):
-    doc = json.loads(GPU_RUN.read_text())
-    i = next(i for i, b in enumerate(doc["benchmarks"]) if b["extra_info"].get("kind") == "speed")
-    doc["benchmarks"][i]["extra_info"]["speedup"] = float("nan")
-    bad = tmp_path / "nan.json"
-    bad.write_text(json.dumps(doc))
-    assert main(["report", str(bad), "-o", str(tmp_path / "report")]) == EXIT_BAD_INPUT
-    err = capsys.readouterr().err
-    assert str(bad) in err and f"benchmarks[{i}].extra_info.speedup is nan" in err and "Traceback" not in err
-    assert main(["compare", str(GPU_RUN), str(bad)]) == EXIT_BAD_INPUT
-    assert not (tmp_path / "report").exists()
-
-
-def test_report_of_a_directory_says_so(tmp_path, capsys):
-    assert main(["report", str(tmp_path), "-o", str(tmp_path / "report")]) == EXIT_BAD_INPUT
-    err = capsys.readouterr().err
-    assert f"{tmp_path}: is a directory" in err and "Errno" not in err
-
-
-def _without_speed(tmp_path: Path) -> Path:
-    """The synthetic run after losing every speed cell (say the speed tests crashed or were deselected)."""
-    doc = json.loads((DATA / "synthetic_h100_quick.json").read_text())
-    doc["benchmarks"] = [b for b in doc["benchmarks"] if b["extra_info"].get("kind") != "speed"]
-    path = tmp_path / "lost.json"
-    path.write_text(json.dumps(doc))
-    return path
-
-
-def test_compare_fails_when_the_new_run_lost_tests(tmp_path, capsys):
-    old, new = DATA / "synthetic_h100_quick.json", _without_speed(tmp_path)
-    assert main(["compare", str(old), str(new)]) == EXIT_REGRESSION
-    out = capsys.readouterr().out
-    assert "35 missing" in out and "MISSING: test_speed[" in out
-    assert main(["compare", str(old), str(new), "--allow-missing"]) == EXIT_OK
-    args = ["report", str(new), "--compare", str(old), "-o", str(tmp_path / "r"), "--fail-on-regression"]
-    # the new run's own convergence regression fails it as well: judge the comparison alone
-    doc = json.loads(new.read_text())
-    for b in doc["benchmarks"]:
-        b["extra_info"]["verdict"] = "pass"
-    new.write_text(json.dumps(doc))
-    assert main(args) == EXIT_REGRESSION
-    assert "MISSING against" in capsys.readouterr().out
-    assert main([*args, "--allow-missing"]) == EXIT_OK
-
-
-def test_compare_refuses_runs_from_different_devices(tmp_path, capsys):
-    cpu, gpu = DATA / "cpu_smoke.json", DATA / "h100_run.json"
-    assert main(["compare", str(cpu), str(gpu)]) == EXIT_BAD_INPUT
-    err = capsys.readouterr().err
-    assert str(cpu) in err and str(gpu) in err and "--cross-device" in err
-    assert main(["report", str(gpu), "--compare", str(cpu), "-o", str(tmp_path / "r")]) == EXIT_BAD_INPUT
-    assert "--cross-device" in capsys.readouterr().err and not (tmp_path / "r").exists()
-    main(["compare", str(cpu), str(gpu), "--cross-device", "--allow-missing"])
-    out = capsys.readouterr().out
-    assert out.startswith("CROSS-DEVICE (cpu against NVIDIA H100 80GB HBM3") and "ratios over fp32 only" in out
-    assert main(["report", str(gpu), "--compare", str(cpu), "-o", str(tmp_path / "r"), "--cross-device"]) == EXIT_OK
-    assert "CROSS-DEVICE" in capsys.readouterr().out and "CROSS-DEVICE" in (tmp_path / "r" / "summary.md").read_text()
-
-

@@ -10,7 +10,7 @@ import pytest
 
 from ampbench.baselines.entries import DistributedEntry
 from ampbench.baselines.schema import BaselineError, validate_entry
-from ampbench.compare import _speed_change
+from ampbench.report.compare import _speed_change
 from ampbench.distributed import judging
 from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE, merge_ranks, per_round_max, per_round_min
 from ampbench.results import DistributedRecord
@@ -80,7 +80,7 @@ def _entry(device: float | None, wall: float = 2.0) -> DistributedEntry:
 
 def _verdict(entry, figs, gate: str = "device") -> tuple[Verdict, tuple[str, ...], dict]:
     checks = judging.cell_checks(entry, figs, "gpt", "amp_bf16 fp32 x2", 0.005)
-    gates = judging.gated_figures(gate, checks, figs)
+    gates = judging.gates_of(gate, checks, figs)
     verdicts = judging.verdicts_of(figs, checks)
     return combined(judging.gated_verdicts(verdicts, gates)), gates, verdicts
 
@@ -122,7 +122,7 @@ def test_a_baseline_measured_by_another_method_does_not_check_device_time():
     entry = DistributedEntry.from_figures({**_entry(device=3.0).to_figures(), "device_method": "graph"})
     checks = judging.cell_checks(entry, figs, "gpt", "amp_bf16 fp32 x2", 0.005)
     assert checks.device is None and "measured by graph in the baseline and by kernels here" in checks.device_why
-    assert judging.gated_figures("device", checks, figs) == ("wall",)
+    assert judging.gates_of("device", checks, figs) == ("wall",)
 
 
 def test_a_regression_the_confirming_launch_does_not_repeat_is_inconclusive():
@@ -230,7 +230,7 @@ def test_the_device_scaling_efficiency_gates_beside_the_device_speedup_and_round
     held = {"device_scaling_speedup": 0.95, "device_scaling_noise": 0.002, "device_scaling_method": "graph"}
     verdict, gates, verdicts = _verdict(DistributedEntry.from_figures({**entry_figures, **held}), figs)
     assert gates == ("device",) and verdicts[judging.DEVICE_SPEEDUP] is Verdict.PASS
-    assert verdicts[judging.DEVICE_SCALING] is Verdict.REGRESSION and verdict is Verdict.REGRESSION
+    assert verdicts[judging.DEVICE_EFFICIENCY] is Verdict.REGRESSION and verdict is Verdict.REGRESSION
     held["device_scaling_speedup"] = 0.9
     assert _verdict(DistributedEntry.from_figures({**entry_figures, **held}), figs)[0] is Verdict.PASS
     # recorded as it is held: its figures under device_scaling_, valid in a baseline file

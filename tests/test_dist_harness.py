@@ -27,10 +27,10 @@ from ampbench.distributed.variants import (
     world_size_skip_reason,
 )
 from ampbench.distributed.figures import host_bound_verdict, merge_ranks
-from ampbench import slowdown
+from ampbench.plugin import slowdown
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV, LaunchResult, load_worker_plugins, run_launch, torchrun_command
 from ampbench.modes import MODES
-from ampbench.processes import alive
+from ampbench.distributed.processes import alive
 from ampbench.verdict import Verdict
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -242,8 +242,8 @@ def test_worker_plugins_are_the_modules_the_environment_names(monkeypatch):
     assert load_worker_plugins() == []
     called = []
     monkeypatch.setattr(slowdown, "worker_configure", lambda: called.append("slowdown"))
-    monkeypatch.setenv(WORKER_PLUGINS_ENV, " ampbench.slowdown, ")
-    assert load_worker_plugins() == ["ampbench.slowdown"] and called == ["slowdown"]
+    monkeypatch.setenv(WORKER_PLUGINS_ENV, " ampbench.plugin.slowdown, ")
+    assert load_worker_plugins() == ["ampbench.plugin.slowdown"] and called == ["slowdown"]
 
 
 def test_a_slowdown_reaches_every_rank_of_a_launch(tmp_path, monkeypatch):
@@ -253,7 +253,7 @@ def test_a_slowdown_reaches_every_rank_of_a_launch(tmp_path, monkeypatch):
     multiple of the plain step: the calibration's few steps on a loaded CPU ran up to 3x slower than the
     timed ones.)"""
     monkeypatch.setenv(slowdown.ENV, "mlp:bf16:3.0")
-    monkeypatch.setenv(WORKER_PLUGINS_ENV, "ampbench.slowdown")
+    monkeypatch.setenv(WORKER_PLUGINS_ENV, "ampbench.plugin.slowdown")
     args = ["--model", "mlp", "--mode", "bf16", "--comm", "fp32", "--out", str(tmp_path), "--device", "cpu", "--no-single"]
     root = Path(__file__).resolve().parents[1]
     result = run_launch(torchrun_command("ampbench.distributed.speed_worker", args, 2), timeout=120.0, cwd=root)

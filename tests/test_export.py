@@ -173,6 +173,6 @@ def test_the_example_dashboard_workflow_exports_a_format_and_charts_the_gpu_work
     assert args[args.index("--format") + 1] == "github" and "tool: customBiggerIsBetter" in workflow
     artifact = workflow.split("--name ")[1].split()[0]
     assert f"name: {artifact}\n" in gpu and "out.json" in gpu  # the artifact the GPU workflow uploads
-    from ampbench.cli_args import build_parser
+    from ampbench.cli.args import build_parser
     parsed = build_parser().parse_args(args)
     assert parsed.command == "export" and parsed.format == "github"

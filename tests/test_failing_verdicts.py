@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.cli import EXIT_OK, EXIT_REGRESSION, main
-from ampbench.compare import compare_runs
+from ampbench.cli import main
+from ampbench.cli.exits import EXIT_OK, EXIT_REGRESSION
+from ampbench.report.compare import compare_runs
 from ampbench.results import (
     ConvergenceRecord,
     DistributedRecord,

@@ -7,8 +7,9 @@ import re
 import pytest
 import torch
 
-from ampbench import fidelity
-from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, main
+from ampbench.cli import fidelity
+from ampbench.cli import main
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.stats import SpeedupEstimate
 from ampbench.models import get_model
 
@@ -51,12 +52,10 @@ def _row(difference: float) -> fidelity.FidelityRow:
 @pytest.mark.parametrize("difference, target, status", [(0.02, 0.03, EXIT_OK), (-0.05, 0.03, EXIT_REGRESSION),
                                                         (0.05, 0.1, EXIT_OK)])
 def test_exit_status_on_a_gpu_follows_the_worst_difference(monkeypatch, capsys, difference, target, status):
-    from ampbench import device
-
     # the check's figures are made up; the device is a GPU by name only, so that the target is held
-    monkeypatch.setattr(device, "resolve", lambda name, flag: torch.device("cuda"))
-    monkeypatch.setattr(device, "configure_backends", lambda dev, cudnn_benchmark=False: None)
-    monkeypatch.setattr(fidelity, "check", lambda cells, device, smoke, repeats: iter([_row(difference)]))
+    monkeypatch.setattr(fidelity, "resolve", lambda name, flag: torch.device("cuda"))
+    monkeypatch.setattr(fidelity, "configure_backends", lambda dev, cudnn_benchmark=False: None)
+    monkeypatch.setattr(fidelity, "fidelity_rows", lambda cells, device, smoke, repeats: iter([_row(difference)]))
     assert main(["fidelity", "--target", str(target)]) == status
     out = capsys.readouterr().out
     assert f"difference {difference:+.2%}" in out and f"worst |difference| {abs(difference):.2%}" in out
@@ -64,7 +63,7 @@ def test_exit_status_on_a_gpu_follows_the_worst_difference(monkeypatch, capsys, 
 
 
 def test_a_smoke_run_says_its_differences_are_no_finding_and_exits_0(monkeypatch, capsys):
-    monkeypatch.setattr(fidelity, "check", lambda cells, device, smoke, repeats: iter([_row(-0.25)]))
+    monkeypatch.setattr(fidelity, "fidelity_rows", lambda cells, device, smoke, repeats: iter([_row(-0.25)]))
     assert main(["fidelity", "--device", "cpu"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "say nothing about a GPU and no difference fails the check" in out

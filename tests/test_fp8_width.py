@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from ampbench import fp8_width
+from ampbench.cli import fp8_width
 
 from ampbench.speed import sides
 from ampbench.cli import main
@@ -20,7 +20,7 @@ from ampbench.models import get_model
 @pytest.mark.parametrize("model", ["llama", "gpt"])
 def test_widening_to_its_own_width_is_the_model(model):
     spec = get_model(model)
-    rule = fp8_width.rule_for(model)
+    rule = fp8_width.width_rule(model)
     assert fp8_width.widened(spec, rule.width_of(spec.config), smoke=False).config == spec.config
     assert rule.width_of(spec.config) in rule.widths
 
@@ -44,7 +44,7 @@ def test_a_width_the_model_cannot_take_is_refused(model, width):
 
 def test_a_model_without_a_width_rule_is_refused():
     with pytest.raises(fp8_width.WidthError, match="no width rule for model 'resnet50'"):
-        fp8_width.rule_for("resnet50")
+        fp8_width.width_rule("resnet50")
 
 
 def point(width: int, speedup: float, half: float = 0.005) -> fp8_width.WidthPoint:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from ampbench.history.schema import CELLS, FIGURES, RUNS
+from ampbench.history.schema import CELLS_TABLE, FIGURES_TABLE, RUNS_TABLE
 from ampbench.history.store import open_history
 from history_runs import cells_of, speed_run
 
@@ -54,10 +54,10 @@ def _stall_then_append(url: str, cells: int, stalled) -> None:
 
 def incomplete_runs(history) -> list[str]:
     """Runs whose cells or figures are not all there."""
-    cells = sa.select(CELLS.c.run_id, sa.func.count().label("n")).group_by(CELLS.c.run_id).subquery()
-    query = (sa.select(RUNS.c.id).outerjoin(cells, cells.c.run_id == RUNS.c.id)
-             .where(sa.func.coalesce(cells.c.n, 0) != RUNS.c.cell_count))
-    orphans = sa.select(FIGURES.c.run_id).where(FIGURES.c.run_id.not_in(sa.select(RUNS.c.id)))
+    cells = sa.select(CELLS_TABLE.c.run_id, sa.func.count().label("n")).group_by(CELLS_TABLE.c.run_id).subquery()
+    query = (sa.select(RUNS_TABLE.c.id).outerjoin(cells, cells.c.run_id == RUNS_TABLE.c.id)
+             .where(sa.func.coalesce(cells.c.n, 0) != RUNS_TABLE.c.cell_count))
+    orphans = sa.select(FIGURES_TABLE.c.run_id).where(FIGURES_TABLE.c.run_id.not_in(sa.select(RUNS_TABLE.c.id)))
     with history.transaction() as conn:
         return list(conn.execute(query).scalars()) + list(conn.execute(orphans).scalars())
 
@@ -77,7 +77,7 @@ def test_concurrent_writers_lose_nothing_and_double_nothing(store_url, tmp_path)
     history = open_history(store_url)
     assert history.counts() == (len(expected), len(expected) * CELLS_EACH)
     with history.transaction() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(FIGURES)).scalar() == len(expected) * CELLS_EACH * 2
+        assert conn.execute(sa.select(sa.func.count()).select_from(FIGURES_TABLE)).scalar() == len(expected) * CELLS_EACH * 2
     assert incomplete_runs(history) == []
 
 

@@ -12,7 +12,8 @@ import pytest
 from ampbench.history.changes import find_changes, settle
 from ampbench.history.learn import learn, learned_from
 from ampbench.history.model import NEW_CARD, Moments, fit
-from ampbench.history.replay import COUNTED, FAILED, SUSPECT, Replay
+from ampbench.history.replay import Replay
+from ampbench.history.statuses import COUNTED, FAILED, SUSPECT
 from ampbench.history.series import Point, Series
 
 SD = 0.002  # a device-time speedup's between-run spread, in ln units

@@ -1,31 +1,16 @@
-"""Bad input on the command line: usage errors that name the flag and list what is valid."""
+"""Bad input on the command line: usage errors that name the flag and list what is valid, the cells a
+run collects, and each option's validator."""
 
 import argparse
-import json
 import subprocess
 import sys
 import weakref
-from pathlib import Path
 
 import pytest
-import pytest_benchmark.plugin
 import torch
 
-from ampbench import outputs
-from ampbench.plugin import checks as plugin_checks
-from ampbench.plugin import distributed as plugin_distributed
-from ampbench.plugin import options as plugin_options
-from ampbench.plugin import session as plugin_session
 from ampbench.device import catch_oom
-
-ROOT = Path(__file__).parent.parent
-
-
-def run_pytest(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "perf/test_speed.py", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
+from perf_options import ROOT, option_parser, run_pytest, usage_error
 
 
 @pytest.mark.parametrize(
@@ -193,23 +178,6 @@ def test_out_of_memory_is_described_and_its_tensors_freed():
 # the option group in-process: the plugin's own options on a bare argparse parser, each bad value at once
 
 
-def option_parser() -> tuple[argparse.ArgumentParser, dict[str, dict]]:
-    parser = argparse.ArgumentParser(exit_on_error=False)
-    options: dict[str, dict] = {}
-
-    class Group:
-        @staticmethod
-        def addoption(*names, **kwargs):
-            options[names[0]] = kwargs
-            parser.add_argument(*names, **kwargs)
-
-    class Parser:
-        @staticmethod
-        def getgroup(*args, **kwargs):
-            return Group
-
-    plugin_options.pytest_addoption(Parser, None)
-    return parser, options
 
 
 def parse_error(*args: str) -> str:
@@ -289,205 +257,3 @@ def test_every_option_has_a_metavar_or_is_a_switch_and_tells_its_default():
     for flag, kw in options.items():
         assert kw.get("action") == "store_true" or kw.get("metavar"), flag
         assert kw["help"].rstrip(")").split("(default: ")[-1] != kw["help"], f"{flag}: help tells no default"
-
-
-# ---------------------------------------------------------------------------------------------------
-# configure time, in-process: pytest_configure on a stand-in config, with CUDA faked where it matters
-
-
-class FakeConfig:
-    def __init__(self, *args: str, **extra):
-        parser, _ = option_parser()
-        self.option = parser.parse_args(list(args))
-        self.option.help = False
-        self.option.benchmark_disable = extra.get("benchmark_disable", False)
-        self.option.benchmark_json = extra.get("benchmark_json")
-        self.stash = pytest.Stash()
-        self.pluginmanager = pytest.PytestPluginManager()  # where the summary plugin registers
-        self.pluginmanager.register(pytest_benchmark.plugin, "benchmark")  # as its entry point loads it
-        self.rootpath = ROOT  # where the default baselines/ is
-
-
-def configure(*args: str, **extra) -> FakeConfig:
-    config = FakeConfig(*args, **extra)
-    plugin_checks.check_run(config)  # first, as pytest calls it (tryfirst)
-    plugin_session.configure(config)
-    plugin_distributed.configure_world_size(config)  # its own pytest_configure, after the settings (trylast)
-    return config
-
-
-@pytest.fixture
-def fake_gpus(monkeypatch):
-    """torch sees two CUDA devices, named as an H100 (nothing reaches a real device)."""
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-
-
-def test_a_device_index_past_the_last_gpu_is_a_usage_error(fake_gpus):
-    with pytest.raises(pytest.UsageError) as info:
-        configure("--perf-device", "cuda:7")
-    assert str(info.value).startswith("--perf-device cuda:7: there is no CUDA device 7; torch sees 2")
-    assert plugin_session.perf_settings_of(configure("--perf-device", "cuda:1")).device == torch.device("cuda", 1)
-
-
-def test_quick_tier_is_the_default_on_a_gpu_and_the_cpu_leaves_out_the_resnets(fake_gpus):
-    quick = ("mlp", "wide_resnet28_10", "resnet50", "lstm_lm", "gpt")
-    assert plugin_session.perf_settings_of(configure("--perf-device", "cuda:0")).models == quick
-    assert plugin_session.perf_settings_of(configure("--perf-device", "cpu")).models == tuple(m for m in quick if m != "resnet50")
-    full = plugin_session.perf_settings_of(configure("--perf-device", "cpu", "--perf-tier", "full")).models
-    assert "dpn92" in full and not any(m.startswith("resnet") for m in full)
-    assert plugin_session.perf_settings_of(configure("--perf-device", "cpu", "--perf-models", "resnet152")).models == ("resnet152",)
-
-
-def test_the_compile_tier_selects_its_models_modes_and_compiled_cells_from_its_row(fake_gpus):
-    from ampbench import models
-    from ampbench.settings import TIERS
-
-    s = plugin_session.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile"))
-    assert s.models == ("resnet50", "gpt", "llama") == tuple(models.model_names("compile")) and TIERS["compile"].models is None
-    assert s.precisions == ("amp_bf16", "fp8_tensorwise", "fp8_rowwise") and s.compile == (True,)
-    s = plugin_session.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile", "--perf-compile", "both",
-                                            "--perf-models", "gpt", "--perf-precisions", "fp8_rowwise"))
-    assert (s.models, s.precisions, s.compile) == (("gpt",), ("fp8_rowwise",), (False, True))
-    # the other tiers still run eager cells unless told
-    assert plugin_session.perf_settings_of(configure("--perf-device", "cuda:0")).compile == (False,)
-
-
-def usage_error(*args: str) -> str:
-    """What pytest reports for these arguments, found in-process: argparse's message for a bad value of
-    one of the suite's options, else the UsageError that pytest_configure raises."""
-    parser, _ = option_parser()
-    try:
-        _, unknown = parser.parse_known_args(list(args))
-    except argparse.ArgumentError as exc:
-        return str(exc)
-    benchmark = argparse.ArgumentParser(exit_on_error=False)  # the two pytest-benchmark options checked here
-    benchmark.add_argument("--benchmark-disable", action="store_true")
-    benchmark.add_argument("--benchmark-json", type=Path)
-    with pytest.raises(pytest.UsageError) as info:
-        configure(*[a for a in args if a not in unknown], **vars(benchmark.parse_args(unknown)))
-    return str(info.value)
-
-
-def test_cuda_without_a_gpu_is_still_a_usage_error():
-    with pytest.raises(pytest.UsageError, match="--perf-device cuda: no CUDA device is visible"):
-        configure("--perf-device", "cuda")
-
-
-def test_require_gpu(fake_gpus, monkeypatch):
-    assert configure("--perf-device", "cuda:0", "--perf-require-gpu")
-    with pytest.raises(pytest.UsageError, match="--perf-require-gpu: --perf-device cpu"):
-        configure("--perf-device", "cpu", "--perf-require-gpu")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(pytest.UsageError, match="--perf-require-gpu: no CUDA device is visible"):
-        configure("--perf-require-gpu")
-
-
-def test_benchmark_disable_with_json_is_a_usage_error():
-    with pytest.raises(pytest.UsageError, match="--benchmark-disable with --benchmark-json out.json"):
-        configure(benchmark_disable=True, benchmark_json=Path("out.json"))
-    configure(benchmark_disable=True)
-    configure(benchmark_json=Path("out.json"))
-
-
-def _doc(entries) -> str:
-    return json.dumps({"schema_version": 1, "gpu": "NVIDIA H100 80GB HBM3", "entries": entries})
-
-
-BROKEN_FILES = {
-    "malformed": ('[1, 2]', "<top level>"),
-    "truncated": ('{"schema_version": 1, "gpu": "g", "entr', "<file>"),
-    "schema 2": ('{"schema_version": 2, "gpu": "g", "entries": {}}', "schema_version"),
-    "schema 99": ('{"schema_version": 99, "gpu": "g", "entries": {}}', "schema_version"),
-    "empty": ("", "<file>"),
-    "nan speedup": (_doc({"test_speed[mlp-fp16]": {"figures": {"speedup": float("nan")}}}),
-                    "entries.test_speed[mlp-fp16].figures.speedup"),
-    "missing speedup": (_doc({"test_speed[mlp-fp16]": {"figures": {"noise": 0.01}}}),
-                        "entries.test_speed[mlp-fp16].figures.speedup"),
-    "null recorded": (_doc({"test_speed[mlp-fp16]": {"figures": {"speedup": 2.0}, "recorded": None}}),
-                      "entries.test_speed[mlp-fp16].recorded"),
-    "key twice": ('{"schema_version": 1, "gpu": "g", "entries": {}, "entries": {}}', "entries"),
-}
-
-
-@pytest.mark.parametrize("kind", list(BROKEN_FILES))
-@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "cuda"])
-def test_a_broken_baseline_file_stops_the_run_on_every_device(tmp_path, kind, gpu, request):
-    if gpu:
-        request.getfixturevalue("fake_gpus")
-    text, field = BROKEN_FILES[kind]
-    # on CUDA another GPU's file too: no file may sit broken until a card of its kind comes along
-    path = tmp_path / "tesla-t4.json"
-    path.write_text(text)
-    with pytest.raises(pytest.UsageError) as info:
-        configure("--perf-baseline-dir", str(tmp_path))
-    assert f"baseline file {path}: field {field!r}" in str(info.value)
-    assert path.read_text() == text, "a broken file must never be rewritten"
-
-
-def test_the_committed_baselines_pass_the_configure_check(fake_gpus):
-    configure()
-    configure("--perf-device", "cpu")
-
-
-def test_recording_on_the_cpu_is_a_usage_error(tmp_path):
-    with pytest.raises(pytest.UsageError, match="--perf-update-baselines: the CPU smoke pass records nothing"):
-        configure("--perf-update-baselines", "--perf-baseline-dir", str(tmp_path))
-
-
-def test_recording_into_a_folder_that_cannot_be_written_fails_before_measuring(tmp_path, fake_gpus, monkeypatch):
-    configure("--perf-device", "cuda:0", "--perf-update-baselines", "--perf-baseline-dir", str(tmp_path / "new"))
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    monkeypatch.setattr(outputs, "unwritable_reason",
-                        lambda path: f"cannot create a file in {path.parent}: Permission denied")
-    with pytest.raises(pytest.UsageError) as info:
-        configure("--perf-device", "cuda:0", "--perf-update-baselines", "--perf-baseline-dir", str(locked))
-    assert str(info.value) == (f"--perf-update-baselines: cannot create a file in {locked}: Permission denied; "
-                               "nothing was measured")
-
-
-def test_the_cpu_smoke_pass_says_so(fake_gpus, monkeypatch):
-    class Reporter:
-        def __init__(self):
-            self.lines: list[str] = []
-
-        def write_line(self, line, **markup):
-            self.lines.append(line)
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    config = configure()
-    expected = "ampbench: CPU smoke pass: nothing is held against baselines (no CUDA device visible)"
-    assert plugin_session.pytest_report_header(config) == [expected]
-    reporter = Reporter()
-    plugin_session.pytest_terminal_summary(reporter, 0, config)
-    assert reporter.lines == [expected]
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    config = configure("--perf-device", "cuda:0")
-    assert plugin_session.pytest_report_header(config) == []
-    reporter = Reporter()
-    plugin_session.pytest_terminal_summary(reporter, 0, config)
-    assert reporter.lines == []
-
-
-def test_the_smoke_pass_is_announced_in_a_real_run():
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "perf/test_speed.py", "--collect-only", "-p", "no:cacheprovider",
-         "--perf-models", "mlp", "--perf-precisions", "fp32"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    # once in the header, once in the summary
-    assert result.stdout.count("CPU smoke pass: nothing is held against baselines") == 2, result.stdout
-
-
-def test_a_broken_baseline_stops_a_real_cpu_run(tmp_path):
-    (tmp_path / "nvidia-h100-80gb-hbm3.json").write_text(
-        _doc({"test_speed[mlp-amp_fp16]": {"figures": {"speedup": float("nan")}}}))
-    result = run_pytest("--perf-baseline-dir", str(tmp_path))
-    assert result.returncode == 4, result.stdout + result.stderr
-    assert ("field 'entries.test_speed[mlp-amp_fp16].figures.speedup': NaN is not a finite positive number"
-            in result.stderr), result.stderr

@@ -15,8 +15,8 @@ import torch
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.schema import BaselineError, validate_entry
 from ampbench.baselines.spread import spread_kinds
-from ampbench.cli_args import build_parser
-from ampbench.history import cli as history_cli
+from ampbench.cli.args import build_parser
+from ampbench.cli import history as history_cli
 from ampbench.history.ingest import figures_of
 from ampbench.history.learn import rule_for
 from ampbench.history.reference import SPEED_CELLS
@@ -27,7 +27,7 @@ from ampbench.results import SPEED_RATIOS, RatioFigures, Run, SpeedRecord, Verdi
 from ampbench.results.ratios import DEVICE, DISTRIBUTED_RATIOS, WALL, history_figures, of_history
 from ampbench.speed.ratio import Ratio, ratio_check
 from ampbench.verdict import UNLEARNED_TOLERANCE
-from tests.run_figures import page_text
+from run_figures import page_text
 
 # a speedup over fp32 in some other clock, timed and judged as the wall clock's is, with a floor of its own
 HOST = replace(WALL, name="host", prefix="host_", heading="host", label="host-time speedup", column="host speedup",

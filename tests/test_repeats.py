@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.cli import EXIT_BAD_INPUT, main
+from ampbench.cli import main
+from ampbench.cli.exits import EXIT_BAD_INPUT
 from ampbench.results import DistributedRecord, Record, RunError, SpeedRecord, load_run
 from tests import records
 

@@ -1,4 +1,4 @@
-"""ampbench.report and ampbench.compare against the benchmark JSON files in tests/data/.
+"""ampbench.report and ampbench.report.compare against the benchmark JSON files in tests/data/.
 
 Every ``tests/data/*.json`` is a run the suite wrote (or could have written): the tests assert the
 structure of what is made from it, never its numbers, so a fresh capture can replace any of them.
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.compare import compare_runs
+from ampbench.report.compare import compare_runs
 from ampbench.report import ROW_HEADERS, RunError, build_report, load_run, model_rows, parse_run
 from ampbench.results import MemoryRecord, SpeedRecord
 from ampbench.verdict import Verdict
 from ampbench.results.ratios import WALL
-from tests.report_data import DATA, REAL_H100, RUNS, gpu_report_of, gpu_run, png_ok, write_run
+from report_runs import DATA, REAL_H100, RUNS, gpu_report_of, gpu_run, png_ok, write_run
 
 
 @pytest.fixture(scope="module")

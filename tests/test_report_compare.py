@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from ampbench.compare import MISSING, NEW, compare_runs
+from ampbench.report.compare import MISSING, NEW, compare_runs
 from ampbench.report import build_report, load_run, parse_run, render_comparison_markdown, render_markdown
 from ampbench.results import SpeedRecord
 from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
 from ampbench.results.ratios import WALL
-from tests.report_data import gpu_run, png_ok
+from report_runs import gpu_run, png_ok
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -96,7 +96,7 @@ def test_compare_lists_tests_only_one_run_has(tmp_path):
 
 
 def test_compare_refuses_runs_from_different_devices_unless_asked(tmp_path):
-    from ampbench.compare import CompareError
+    from ampbench.report.compare import CompareError
 
     path = gpu_run()
     doc = json.loads(path.read_text())
@@ -114,7 +114,7 @@ def test_compare_refuses_runs_from_different_devices_unless_asked(tmp_path):
 
 
 def test_a_device_is_told_by_machine_info_or_by_cells_that_name_hardware(tmp_path):
-    from ampbench.compare import device_of
+    from ampbench.report.compare import device_of
 
     def run(machine: dict, device: str) -> "object":
         return parse_run({"machine_info": {"ampbench": machine}, "benchmarks": [

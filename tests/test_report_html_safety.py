@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.compare import compare_runs
+from ampbench.report.compare import compare_runs
 from ampbench.report import RunError, build_report, load_run
 from ampbench.verdict import Verdict
-from tests.report_data import write_run
+from report_runs import write_run
 
 
 # ---------------------------------------------------------------------------------------------------

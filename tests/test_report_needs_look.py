@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ampbench.report import build_report, load_run
-from ampbench.report.needs_look import Kernel, flag, needs_a_look, parse_changes, short_kernel
+from ampbench.report.needs_look import MovedKernel, flag_cell, needs_a_look, parse_changes, short_kernel
 from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord, Verdict
 from tests import records
 
@@ -36,9 +36,9 @@ def test_the_kernel_that_moved_most_is_read_from_the_cells_changes():
             "cutlass::Kernel2 0.746 ms; changed: (other kernels) 3.614->4.226 ms (+0.612), "
             "cudnn::batchnorm_fwtr_nhwc_semiPersist 3.565->3.580 ms (+0.014)")
     kernels = parse_changes(text)
-    assert Kernel("at::cuda::spin_kernel", 1.335, "new") in kernels
-    assert Kernel("cutlass::Kernel2", -0.746, "vanished") in kernels
-    assert Kernel("cudnn::batchnorm_fwtr_nhwc_semiPersist", 0.014, "changed") in kernels
+    assert MovedKernel("at::cuda::spin_kernel", 1.335, "new") in kernels
+    assert MovedKernel("cutlass::Kernel2", -0.746, "vanished") in kernels
+    assert MovedKernel("cudnn::batchnorm_fwtr_nhwc_semiPersist", 0.014, "changed") in kernels
     assert not any(k.name.startswith("(") for k in kernels)  # the lump below the profile's cut is no kernel
     assert parse_changes(None) == [] and parse_changes("kernels per step +0.1 ms against the baseline") == []
 
@@ -59,19 +59,19 @@ def test_the_deciding_figure_is_the_one_whose_verdict_needs_a_look():
                        device_verdict=Verdict.PASS, versus="amp_bf16", versus_speedup=1.05, versus_speedup_low=1.04,
                        versus_speedup_high=1.06, versus_baseline_speedup=1.10, versus_line=1.089,
                        versus_tolerance=0.01, versus_verdict=Verdict.REGRESSION, message="m")
-    assert flag(cell).summary == "speedup over amp_bf16 1.050x (-4.5% vs 1.100x), line 1.089x"
+    assert flag_cell(cell).summary == "speedup over amp_bf16 1.050x (-4.5% vs 1.100x), line 1.089x"
 
 
 def test_memory_convergence_and_other_cells_get_their_own_line():
     memory = MemoryRecord(test_id="test_memory[gpt-bf16]", model="gpt", mode="bf16", verdict=Verdict.REGRESSION,
                           memory_ratio=0.63, baseline_memory_ratio=0.55, tolerance=0.05, message="m")
-    assert flag(memory).summary == "memory ratio 0.630x (+14.5% vs 0.550x), line 0.578x"
+    assert flag_cell(memory).summary == "memory ratio 0.630x (+14.5% vs 0.550x), line 0.578x"
     conv = ConvergenceRecord(test_id="test_convergence[mnist_cnn-bf16]", model="mnist_cnn", mode="bf16",
                              verdict=Verdict.REGRESSION, accuracy=0.14, accuracy_ref=0.92, margin=0.08, message="m")
-    assert flag(conv).summary == "accuracy 14.0% (-78.0 pts vs fp32's 92.0%), line 84.0%"
+    assert flag_cell(conv).summary == "accuracy 14.0% (-78.0 pts vs fp32's 92.0%), line 84.0%"
     crashed = records.speed(test_id="test_speed[mlp-fp16]", model="mlp", mode="fp16", verdict=Verdict.NON_FINITE,
                           message="x" * 300)
-    assert flag(crashed).figure is None and len(flag(crashed).summary) == 140
+    assert flag_cell(crashed).figure is None and len(flag_cell(crashed).summary) == 140
 
 
 def test_the_page_folds_each_cells_details_and_summary_md_keeps_the_line(tmp_path):

@@ -17,8 +17,8 @@ import matplotlib.axes
 import pytest
 
 from ampbench.cli import main
-from ampbench.compare import compare_runs
-from ampbench import command_progress as progress
+from ampbench.report.compare import compare_runs
+from ampbench import progress
 from ampbench.report import build_report, charts, load_run, parse_run, write_report
 from ampbench.results import DistributedRecord
 from tests import records

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 
-from ampbench.compare import compare_runs
+from ampbench.report.compare import compare_runs
 from ampbench.report import (
     ROW_HEADERS,
     build_report,
@@ -21,7 +21,7 @@ from ampbench.report import (
 from ampbench.results import MemoryRecord, SpeedRecord
 from ampbench.verdict import Verdict
 from ampbench.results.ratios import DEVICE, WALL
-from tests.report_data import DATA, REAL_H100, fixtures_module, write_run
+from report_runs import DATA, REAL_H100, fixtures_module, write_run
 
 
 # ---------------------------------------------------------------------------------------------------

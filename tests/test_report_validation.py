@@ -9,7 +9,7 @@ import re
 import pytest
 
 from ampbench.report import RunError, load_run
-from tests.report_data import DATA, write_run
+from report_runs import DATA, write_run
 
 
 def _first_of_kind(doc: dict, kind: str) -> tuple[int, dict]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ampbench.report import REPORT_MARKER, write_report
-from tests.report_data import gpu_report_of
+from report_runs import gpu_report_of
 
 
 @pytest.fixture(scope="module")

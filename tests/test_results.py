@@ -15,7 +15,7 @@ from ampbench.results import (RECORD_TYPES, SCHEMA_VERSION, RatioFigures, Record
                               record_type)
 from ampbench.results.ratios import DEVICE, DIST_DEVICE, SCALING, VERSUS, WALL
 from tests import records
-from tests.run_figures import flat_names
+from run_figures import flat_names
 
 DATA = Path(__file__).parent / "data"
 RUNS = sorted(DATA.glob("*.json"))
@@ -139,7 +139,7 @@ def test_every_kind_has_a_record_type_of_its_own():
 
 
 def test_the_format_the_report_and_compare_import_no_torch():
-    code = ("import sys; import ampbench.results, ampbench.report, ampbench.compare, ampbench.baselines.spread, ampbench.cli; "
+    code = ("import sys; import ampbench.results, ampbench.report, ampbench.report.compare, ampbench.baselines.spread, ampbench.cli; "
             "assert 'torch' not in sys.modules, 'torch imported'; "
             "from ampbench.results import order_modes; print(order_modes(['bf16', 'new_mode', 'fp32', 'tf32']))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -15,7 +15,7 @@ import pytest
 from ampbench.export.formats import pytest_benchmark
 from ampbench.results import SCHEMA_VERSION
 from ampbench.results.schema import ERRORS_KEY, SCHEMA_KEY, UNTIMED_KEY
-from tests.run_figures import BEFORE, COMPARED, DATA, RUNS, comparison, figures, flat_names
+from run_figures import BEFORE, COMPARED, DATA, RUNS, comparison, figures, flat_names
 
 
 def _before(name: str):

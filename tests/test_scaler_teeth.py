@@ -58,7 +58,7 @@ def _drive(runs: list[tuple[str, str]]) -> dict[str, dict]:
 
     from ampbench.plugin import profiles
 
-    profiles.register()
+    profiles.register_profiles()
     settings.register_profile(
         "teeth", settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None
     )

@@ -1,5 +1,6 @@
-"""ampbench.slowdown on the CPU: the spec it reads, the steps it slows (and only those), and its
-wiring as a pytest plugin (-p ampbench.slowdown), where a bad spec is a usage error."""
+"""The slowdown plugin (``ampbench.plugin.slowdown``, loaded as ``-p ampbench.slowdown``) on the CPU: the
+spec it reads, the steps it slows (and only those, ``ampbench.plugin.slowed_steps``), and its wiring as a
+pytest plugin, where a bad spec is a usage error."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from ampbench import fp8, slowdown, train
+from ampbench import fp8, train
+from ampbench.plugin import slowdown, slowed_steps
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV
 from ampbench.modes import MODES
 from ampbench.models import get_model
@@ -23,8 +25,8 @@ CPU = torch.device("cpu")
 
 
 def test_parse_reads_several_cells():
-    assert slowdown.parse(" mlp:fp32:0.5, gpt:amp_bf16:0.01 ,") == {("mlp", "fp32"): 0.5, ("gpt", "amp_bf16"): 0.01}
-    assert slowdown.parse("") == {}
+    assert slowed_steps.parse(" mlp:fp32:0.5, gpt:amp_bf16:0.01 ,") == {("mlp", "fp32"): 0.5, ("gpt", "amp_bf16"): 0.01}
+    assert slowed_steps.parse("") == {}
 
 
 @pytest.mark.parametrize("spec, expected", [
@@ -37,7 +39,7 @@ def test_parse_reads_several_cells():
 ])
 def test_parse_says_what_is_wrong(spec, expected):
     with pytest.raises(ValueError, match=expected.replace("(", r"\(")):
-        slowdown.parse(spec)
+        slowed_steps.parse(spec)
 
 
 def _median_step(fn, trainer: train.Trainer, n: int = 15) -> float:
@@ -52,7 +54,7 @@ def _median_step(fn, trainer: train.Trainer, n: int = 15) -> float:
 
 def test_a_named_cell_is_slowed_by_its_fraction_and_others_are_not(capsys):
     plain_step = train.Trainer.step
-    sd = slowdown.Slowdown({("mlp", "fp32"): 3.0})
+    sd = slowed_steps.Slowdown({("mlp", "fp32"): 3.0})
     sd.install()
     try:
         slowed = train.Trainer(get_model("mlp"), MODES["fp32"], CPU, smoke=True)
@@ -89,7 +91,7 @@ def test_steps():
 def test_plugin_reads_the_environment_and_restores_the_step(pytester, monkeypatch):
     plain_step = train.Trainer.step
     pytester.makepyfile(INNER_TEST)
-    monkeypatch.setenv(slowdown.ENV, "mlp:fp32:0.2")
+    monkeypatch.setenv(slowed_steps.ENV, "mlp:fp32:0.2")
     result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["ampbench.slowdown: steps slowed on purpose: mlp fp32 +20.0%"])
@@ -101,28 +103,28 @@ import os
 
 def test_env():
     assert os.environ["AMPBENCH_SLOWDOWN"] == "mlp:fp32:0.1,gpt:amp_bf16:0.03"
-    assert os.environ["AMPBENCH_WORKER_PLUGINS"].split(",") == ["other.plugin", "ampbench.slowdown"]
+    assert os.environ["AMPBENCH_WORKER_PLUGINS"].split(",") == ["other.plugin", "ampbench.plugin.slowdown"]
 """
 
 
 def test_plugin_passes_its_spec_on_to_worker_processes_and_restores_the_environment(pytester, monkeypatch):
     """Distributed cells train in torchrun's ranks, which inherit the environment: the plugin names its
     cells and itself there for the session (beside plugins named already), and puts it back afterwards."""
-    monkeypatch.delenv(slowdown.ENV, raising=False)
+    monkeypatch.delenv(slowed_steps.ENV, raising=False)
     monkeypatch.setenv(WORKER_PLUGINS_ENV, "other.plugin")
     pytester.makepyfile(PASSED_ON_TEST)
     result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown", "mlp:fp32:0.1,gpt:amp_bf16:0.03")
     result.assert_outcomes(passed=1)
-    assert slowdown.ENV not in os.environ and os.environ[WORKER_PLUGINS_ENV] == "other.plugin"
+    assert slowed_steps.ENV not in os.environ and os.environ[WORKER_PLUGINS_ENV] == "other.plugin"
 
 
 def test_a_worker_slows_the_cells_its_environment_names_by_their_wall_step(monkeypatch, capsys):
     """worker_configure, as a rank runs it: the cells of $AMPBENCH_SLOWDOWN slowed, sized on the wall
     time of its own first steps, timed as they run (no step of its own: a rank's peers would wait in a
     collective for it); nothing installed where it names no cell."""
-    monkeypatch.delenv(slowdown.ENV, raising=False)
+    monkeypatch.delenv(slowed_steps.ENV, raising=False)
     assert slowdown.worker_configure() is None
-    monkeypatch.setenv(slowdown.ENV, "mlp:fp32:3.0")
+    monkeypatch.setenv(slowed_steps.ENV, "mlp:fp32:3.0")
     plain_step = train.Trainer.step
     sd = slowdown.worker_configure()
     try:
@@ -130,7 +132,7 @@ def test_a_worker_slows_the_cells_its_environment_names_by_their_wall_step(monke
         slowed = train.Trainer(get_model("mlp"), MODES["fp32"], CPU, smoke=True)
         calls = []
         sd.original = lambda trainer, *a, **k: calls.append(1) or plain_step(trainer, *a, **k)
-        steps = slowdown.IN_PLACE_SETTLE + slowdown.IN_PLACE_TIMED
+        steps = slowed_steps.IN_PLACE_SETTLE + slowed_steps.IN_PLACE_TIMED
         slowed.run(steps)  # settles, then calibrates on its own steps
         assert len(calls) == steps, "the calibration ran steps of its own"
         sd.original = plain_step
@@ -144,13 +146,13 @@ def test_a_worker_slows_the_cells_its_environment_names_by_their_wall_step(monke
 
 
 def test_spec_of_reads_back_as_its_targets():
-    targets = {("mlp", "fp32"): 0.5, ("gpt", "fp8_tensorwise"): slowdown.EMULATE}
-    assert slowdown.parse(slowdown.spec_of(targets)) == targets
+    targets = {("mlp", "fp32"): 0.5, ("gpt", "fp8_tensorwise"): slowed_steps.EMULATE}
+    assert slowed_steps.parse(slowdown.spec_of(targets)) == targets
 
 
 def test_flag_overrides_the_environment(pytester, monkeypatch):
     pytester.makepyfile(INNER_TEST)
-    monkeypatch.setenv(slowdown.ENV, "mlp:bf16:0.2")
+    monkeypatch.setenv(slowed_steps.ENV, "mlp:bf16:0.2")
     result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown", "mlp:fp32:0.1")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*steps slowed on purpose: mlp fp32 +10.0%"])
@@ -161,13 +163,13 @@ def test_a_bad_spec_is_a_usage_error_naming_its_source_once(pytester, monkeypatc
     pytester.makepyfile(INNER_TEST)
     args = ["-p", "ampbench.slowdown"]
     if where == "env":
-        monkeypatch.setenv(slowdown.ENV, "mlp:fp32")
+        monkeypatch.setenv(slowed_steps.ENV, "mlp:fp32")
     else:
         args += ["--perf-slowdown", "mlp:fp32"]
     result = pytester.runpytest_inprocess(*args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     err = result.stderr.str()
-    source = slowdown.ENV if where == "env" else "--perf-slowdown"
+    source = slowed_steps.ENV if where == "env" else "--perf-slowdown"
     assert f"{source}: 'mlp:fp32' is not MODEL:MODE:FRACTION" in err
     assert err.count(source) == 1, err
 
@@ -188,7 +190,7 @@ def test_ddp(dist_cell):
 @pytest.mark.parametrize("spec", ["mlp:amp_bf16:0.1", "mlp:fp32:0.1", "gpt:amp_bf16:0.1", "resnet50:bf16:0.1"],
                          ids=["the cell", "its fp32 reference", "fp8's parity reference", "a distributed cell"])
 def test_a_slowed_cell_that_the_run_trains_is_taken(pytester, monkeypatch, spec):
-    monkeypatch.delenv(slowdown.ENV, raising=False)
+    monkeypatch.delenv(slowed_steps.ENV, raising=False)
     pytester.makepyfile(CELLS_TEST)
     result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "-p", "no:cacheprovider", "--perf-slowdown", spec)
     result.assert_outcomes(passed=3)
@@ -199,14 +201,14 @@ def test_a_slowed_cell_that_no_cell_of_the_run_trains_is_a_usage_error(pytester,
     """Else the header announces it, nothing is slowed, and the run passes: a check that shows nothing."""
     pytester.makepyfile(CELLS_TEST)
     args = ["-p", "ampbench.slowdown", "-p", "no:cacheprovider"]
-    monkeypatch.delenv(slowdown.ENV, raising=False)
+    monkeypatch.delenv(slowed_steps.ENV, raising=False)
     if where == "env":
-        monkeypatch.setenv(slowdown.ENV, "gpt:amp_bf16:0.5,lstm_lm:bf16:0.5,mlp:amp_bf16:0.5")
+        monkeypatch.setenv(slowed_steps.ENV, "gpt:amp_bf16:0.5,lstm_lm:bf16:0.5,mlp:amp_bf16:0.5")
     else:
         args += ["--perf-slowdown", "gpt:amp_bf16:0.5,lstm_lm:bf16:0.5,mlp:amp_bf16:0.5"]
     result = pytester.runpytest_inprocess(*args, "-k", "not fp8")  # gpt's only cell deselected
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
-    source = slowdown.ENV if where == "env" else "--perf-slowdown"
+    source = slowed_steps.ENV if where == "env" else "--perf-slowdown"
     assert (f"ERROR: {source}: no cell of this run trains gpt:amp_bf16, lstm_lm:bf16; run it (--perf-models, "
             "--perf-precisions) or leave it out") in result.stderr.lines
 
@@ -246,13 +248,13 @@ def test_a_slowed_cell_is_left_untagged_where_asked(pytester, tmp_path):
 # -- emulate: an fp8 cell's matmuls in torchao's emulation ---------------------------------------------
 
 def test_parse_reads_emulate_for_an_fp8_mode_only():
-    assert slowdown.parse("gpt:fp8_tensorwise:emulate,gpt:amp_bf16:0.01") == {
-        ("gpt", "fp8_tensorwise"): slowdown.EMULATE, ("gpt", "amp_bf16"): 0.01}
+    assert slowed_steps.parse("gpt:fp8_tensorwise:emulate,gpt:amp_bf16:0.01") == {
+        ("gpt", "fp8_tensorwise"): slowed_steps.EMULATE, ("gpt", "amp_bf16"): 0.01}
     with pytest.raises(ValueError, match="'gpt:amp_bf16:emulate': emulate slows an fp8 mode's matmuls "
                                          r"\(fp8_tensorwise, fp8_rowwise\); amp_bf16 has none"):
-        slowdown.parse("gpt:amp_bf16:emulate")
+        slowed_steps.parse("gpt:amp_bf16:emulate")
     with pytest.raises(ValueError, match="nor emulate, for an fp8 mode"):
-        slowdown.parse("gpt:fp8_rowwise:emulated")
+        slowed_steps.parse("gpt:fp8_rowwise:emulated")
 
 
 @dataclass(frozen=True)
@@ -285,7 +287,7 @@ def test_emulate_turns_torchaos_emulation_on_for_the_named_cells_trainers_only(m
 
     monkeypatch.setattr(fp8, "convert", fake_convert)
     plain_init, plain_config = train.Trainer.__init__, fp8.float8_config
-    sd = slowdown.Slowdown({("mlp", "fp8_tensorwise"): slowdown.EMULATE})
+    sd = slowed_steps.Slowdown({("mlp", "fp8_tensorwise"): slowed_steps.EMULATE})
     sd.install()
     try:
         named = train.Trainer(get_model("mlp"), MODES["fp8_tensorwise"], CPU, smoke=True)
@@ -327,9 +329,9 @@ def test_versus(benchmark):
 def test_an_emulated_cell_and_a_cell_its_trainers_took_part_in_are_tagged(pytester, tmp_path):
     result, infos = _run_slowed(pytester, tmp_path, EMULATED_TEST, "gpt:fp8_tensorwise:emulate", passed=3)
     result.stdout.fnmatch_lines(["*steps slowed on purpose: gpt fp8_tensorwise torchao's emulated fp8 matmul"])
-    assert infos["test_cell[fp8_tensorwise]"]["injected_slowdown"] == slowdown.EMULATED
+    assert infos["test_cell[fp8_tensorwise]"]["injected_slowdown"] == slowed_steps.EMULATED
     assert "injected_slowdown" not in infos["test_cell[amp_bf16]"]
-    assert infos["test_versus"]["injected_slowdown"] == slowdown.EMULATED
+    assert infos["test_versus"]["injected_slowdown"] == slowed_steps.EMULATED
 
 
 def test_spread_counts_no_emulated_cell_as_a_sample_of_noise():
@@ -337,6 +339,6 @@ def test_spread_counts_no_emulated_cell_as_a_sample_of_noise():
     from ampbench.results import SpeedRecord
 
     record = SpeedRecord.from_info({"ampbench_schema": 1, "model": "gpt", "mode": "fp8_tensorwise", "speedup": 1.4,
-                                    "injected_slowdown": slowdown.EMULATED})
-    assert record.injected_slowdown == slowdown.EMULATED
+                                    "injected_slowdown": slowed_steps.EMULATED})
+    assert record.injected_slowdown == slowed_steps.EMULATED
     assert "a slowdown of torchao's emulated fp8 matmul was injected" in spread._why_not({}, None, record)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ampbench.cli import main
-from ampbench.compare import compare_runs, format_text
+from ampbench.report.compare import compare_runs, format_text
 from ampbench.report import build_report, load_run, parse_run, render_markdown
 
 DATA = Path(__file__).parent / "data"

@@ -15,13 +15,13 @@ from ampbench.speed.ratio import Ratio
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.report import parse_run
 from ampbench.speed.judging import across_runs_of, describe_across
-from ampbench.baselines.spread import learn, software_difference, spread_kinds, with_spread
+from ampbench.baselines.spread import learn_spread, software_difference, spread_kinds, with_spread
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.stats import SpeedupEstimate, log_sd
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.verdict import UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
 from ampbench.settings import DEFAULT_TOLERANCE
-from tests.spread_runs import (
+from spread_runs import (
     GPT,
     SOFTWARE,
     WRN,
@@ -142,7 +142,7 @@ def test_a_compiled_cells_ratio_over_its_versus_side_learns_its_spread_and_toler
     # a run of the ratio over another side is another ratio
     runs.append(device_run({WRN: (8.5, 3.1)}, "2026-11-25T10:00:00", versus="amp_fp16", versus_speedup=1.3,
                             versus_method="graph"))
-    learned = learn(document["entries"], [parse_run(d, f"run{i}.json") for i, d in enumerate(runs)])
+    learned = learn_spread(document["entries"], [parse_run(d, f"run{i}.json") for i, d in enumerate(runs)])
     assert learned.versus_cells[WRN].speedups == (1.15, 1.16, 1.14, 1.17)
     assert any("over amp_fp16 in the run and over amp_bf16 in the baseline" in why for _, _, why in learned.left_out)
     figures = with_spread(document, learned)["entries"][WRN]["figures"]

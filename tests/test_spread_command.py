@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 
 from ampbench.baselines.store import load_document
-from ampbench.outputs import write_atomic
-from ampbench.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from ampbench.files.write import write_atomic
+from ampbench.cli import main
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.report import parse_run
-from ampbench.baselines.spread import learn, with_spread
+from ampbench.baselines.spread import learn_spread, with_spread
 from ampbench.results.ratios import DEVICE, WALL
 from ampbench.stats import log_sd
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.verdict import BetweenRuns
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.baselines.entries import entry_tolerance
-from tests.spread_runs import (
+from spread_runs import (
     GPT,
     MEASURED,
     SOFTWARE,
@@ -105,7 +106,7 @@ def test_spread_command_prints_and_writes_the_device_spread(tmp_path, capsys):
 
 
 def _learn_adding(*documents: dict, baseline: dict):
-    return learn(baseline["entries"], [parse_run(d, f"more{i}.json") for i, d in enumerate(documents)], add=True)
+    return learn_spread(baseline["entries"], [parse_run(d, f"more{i}.json") for i, d in enumerate(documents)], add=True)
 
 
 def test_adding_runs_to_a_learned_spread_pools_exactly_as_learning_them_all_at_once():

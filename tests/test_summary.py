@@ -20,8 +20,8 @@ from ampbench.results import (
     UnderflowRecord,
     Verdict,
 )
-from ampbench.plugin.summary import SMOKE_NOTE, summary_lines, table, tables
-from tests import records
+from ampbench.plugin.summary import SMOKE_SUMMARY, summary_lines, table, tables
+import records
 
 ROOT = Path(__file__).parent.parent
 INTERVAL = dict(rounds=12, confidence=0.99)
@@ -98,7 +98,7 @@ def test_one_table_per_kind_then_the_cells_that_need_a_look():
         "ampbench: speed cells", "ampbench: memory cells", "ampbench: convergence cells",
         "ampbench: input-pipeline cells", "ampbench: distributed cells", "ampbench: cells that need a look"]
     text = "\n".join(lines)
-    assert SMOKE_NOTE not in text  # a GPU run
+    assert SMOKE_SUMMARY not in text  # a GPU run
     for figure in ("0.734x", "1.50x", "-36.5 pts", "expected lag (below margin)", "45%", "93.0% [92.0%, 94.0%]",
                    "bf16_hook", "12%"):
         assert figure in text, figure
@@ -122,7 +122,7 @@ def test_a_distributed_cell_shows_its_device_speedup_beside_the_wall_clock():
 
 def test_a_cpu_run_leads_with_the_smoke_note():
     lines = summary_lines([("n", records.speed(model="mlp", mode="bf16", device="cpu"))], {})
-    assert lines[0] == f"ampbench: {SMOKE_NOTE}" and "figures are not comparable" in lines[0]
+    assert lines[0] == f"ampbench: {SMOKE_SUMMARY}" and "figures are not comparable" in lines[0]
 
 
 # -- as a plugin, in a pytest run of its own -------------------------------------------------------
@@ -133,14 +133,14 @@ from ampbench.plugin import summary
 
 
 def pytest_configure(config):
-    summary.register(config)
+    summary.register_summary(config)
 
 
 @pytest.fixture
 def record_result(request, benchmark):
     def write(record):
         benchmark.extra_info.update(record.to_info())
-        summary.keep(request.config, request.node.nodeid, record)
+        summary.keep_record(request.config, request.node.nodeid, record)
     return write
 '''
 TESTS = '''

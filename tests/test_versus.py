@@ -344,7 +344,7 @@ def test_the_fixtures_of_eager_runs_show_no_versus_matrix():
 
 
 def test_compare_holds_the_ratio_over_the_versus_side_against_the_old_run():
-    from ampbench.compare import compare_cells
+    from ampbench.report.compare import compare_cells
 
     old = _record("gpt", "fp8_tensorwise", "amp_bf16 compiled", 0.86)
     rows = compare_cells(old, _record("gpt", "fp8_tensorwise", "amp_bf16 compiled", 0.80))

@@ -6,5 +6,6 @@ Its modules, by job: `store` opens, validates, merges and writes a file atomical
 convergence and distributed entries) and is the only reader of an entry's keys; `rules` and `schema`
 say what each figure must be, derived from the entries' fields; `spread` learns each speed cell's
 between-run spread from saved runs (``ampbench spread``); `show` renders a file as Markdown
-(``ampbench baselines show``).
+(``ampbench baselines show``); `source` declares what a cell reads and records through
+(``ReferenceSource``), which the file's store and the run history over it both are.
 """

@@ -15,20 +15,20 @@ from ampbench.baselines.entries import FlatEntry, MemoryEntry, SpeedEntry
 from ampbench.baselines.store import entry_kind, load_document
 from ampbench.results.ratios import DEVICE, WALL
 
-MISSING = "-"
+NOT_RECORDED = "-"
 # what the software dicts of the entries hold, in the order shown
 SOFTWARE_FIELDS = ("device", "capability", "driver", "torch", "cuda", "cudnn", "triton", "torchao")
 
 Formatter = Callable[[Any], str]
 # (heading, the figure it shows of a cell: a typed entry's attribute in the fixed tables, a figure named
 # in the others, formatter)
-Column = tuple[str, Callable[[Any], Any], Formatter]
+EntryColumn = tuple[str, Callable[[Any], Any], Formatter]
 
 
 def _fmt_number(spec: str) -> Formatter:
     def fmt(value: Any) -> str:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return MISSING
+            return NOT_RECORDED
         return format(value, spec)
 
     return fmt
@@ -37,7 +37,7 @@ def _fmt_number(spec: str) -> Formatter:
 def _fmt_percent(digits: int) -> Formatter:
     def fmt(value: Any) -> str:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return MISSING
+            return NOT_RECORDED
         return f"{value * 100:.{digits}f}%"
 
     return fmt
@@ -45,7 +45,7 @@ def _fmt_percent(digits: int) -> Formatter:
 
 def _fmt_plain(value: Any) -> str:
     if value is None or isinstance(value, (list, dict)):
-        return MISSING
+        return NOT_RECORDED
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
@@ -55,12 +55,12 @@ def _fmt_plain(value: Any) -> str:
 
 def _fmt_gib(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return MISSING
+        return NOT_RECORDED
     return f"{value / 2**30:.2f}"
 
 
 # the fixed columns of the speed and memory tables
-SPEED_COLUMNS: tuple[Column, ...] = (
+SPEED_COLUMNS: tuple[EntryColumn, ...] = (
     ("device speedup", lambda e: e.ratio(DEVICE).speedup, _fmt_number(".3f")),
     ("device tolerance", lambda e: e.ratio(DEVICE).tolerance, _fmt_percent(1)),
     ("device method", lambda e: e.ratio(DEVICE).method, _fmt_plain),
@@ -71,7 +71,7 @@ SPEED_COLUMNS: tuple[Column, ...] = (
     ("between-run runs (wall)", lambda e: e.ratio(WALL).between_run_count, _fmt_plain),
     ("between-run runs (device)", lambda e: e.ratio(DEVICE).between_run_count, _fmt_plain),
 )
-MEMORY_COLUMNS: tuple[Column, ...] = (
+MEMORY_COLUMNS: tuple[EntryColumn, ...] = (
     ("memory ratio", lambda e: e.memory_ratio, _fmt_number(".3f")),
     ("peak GiB", lambda e: e.peak_mem_bytes, _fmt_gib),
     ("max batch", lambda e: e.max_batch, _fmt_plain),
@@ -87,16 +87,16 @@ DISTRIBUTED_FIRST = ("speedup", "ci_low", "ci_high", "scaling_efficiency", "scal
 
 @dataclass(frozen=True)
 class KindTable:
-    """How one kind of entry (``baselines.entry_kind``) is tabled."""
+    """How one kind of entry (``store.entry_kind``) is tabled."""
 
     title: str
     note: str | None = None  # a paragraph above the table
-    columns: tuple[Column, ...] = ()  # fixed columns; none: every figure the entries hold, `first` leading
+    columns: tuple[EntryColumn, ...] = ()  # fixed columns; none: every figure the entries hold, `first` leading
     entry: type[FlatEntry] | None = None  # the typed entry the fixed columns read a cell's figures as
     first: tuple[str, ...] = CONVERGENCE_FIRST
     cell_header: str = "mode"  # what the second column holds
 
-    def columns_for(self, figures: list[dict]) -> tuple[Column, ...]:
+    def columns_for(self, figures: list[dict]) -> tuple[EntryColumn, ...]:
         if self.columns:
             return self.columns
         # a table of whatever the entries hold lists the figures by the names they are stored under
@@ -113,7 +113,7 @@ _DISTRIBUTED_NOTE = ("Wall-clock figures of N ranks: speedup over fp32 under the
                      "reduction, scaling efficiency against the same mode on one GPU, and the share of a step "
                      "NCCL kernels ran (comm_share) and how much of it overlapped compute (comm_overlap).")
 # in the order the page shows them; a kind not named here gets a table of its own after them, by its name
-KINDS: dict[str, KindTable] = {
+KIND_TABLES: dict[str, KindTable] = {
     "test_speed": KindTable(
         "Speed", "Speedups are over fp32 in the same process. The device speedup is the gated figure; its "
         "method is `graph` (CUDA-graph replay), `kernels` (the profiler's kernel sum, the fallback) or `wall` (CPU). Idle share is "
@@ -190,22 +190,22 @@ def _software_lines(entries: dict[str, dict]) -> list[str]:
     return lines
 
 
-def render_markdown(document: dict, source: str | None = None) -> str:
+def render_document(document: dict, source: str | None = None) -> str:
     """The Markdown page of one validated baseline document; `source` names the file in the first line."""
     entries: dict[str, dict] = document.get("entries", {})
     model_order, mode_order = _registry_orders()
     command = f"ampbench baselines show {source or 'BASELINE.json'} --format md"
     lines = [f"Generated by `{command}` from the baseline file; do not edit by hand.", "",
-             f"# Baselines: {document.get('gpu', MISSING)}", ""]
+             f"# Baselines: {document.get('gpu', NOT_RECORDED)}", ""]
     lines += _software_lines(entries)
 
     by_kind: dict[str, dict[tuple[str, str], dict]] = {}
     for test_id, entry in entries.items():
         kind, model, mode = _split(test_id)
         by_kind.setdefault(kind, {})[(model, mode)] = entry.get("figures") or {}
-    kinds = [k for k in KINDS if k in by_kind] + sorted(k for k in by_kind if k not in KINDS)
+    kinds = [k for k in KIND_TABLES if k in by_kind] + sorted(k for k in by_kind if k not in KIND_TABLES)
     for kind in kinds:
-        table = KINDS.get(kind) or KindTable(kind)
+        table = KIND_TABLES.get(kind) or KindTable(kind)
         cells = by_kind[kind]
         models = _ordered((m for m, _ in cells), model_order)
         modes = _ordered((m for _, m in cells), mode_order)
@@ -214,7 +214,7 @@ def render_markdown(document: dict, source: str | None = None) -> str:
         lines += ["", f"## {table.title} ({len(keys)} cells)", ""]
         if table.note:
             lines += [table.note, ""]
-        rows = [[f"`{m}`", f"`{md}`" if md else MISSING] + [fmt(shown(cell)) for _, shown, fmt in columns]
+        rows = [[f"`{m}`", f"`{md}`" if md else NOT_RECORDED] + [fmt(shown(cell)) for _, shown, fmt in columns]
                 for m, md in keys for cell in (table.cell(cells[(m, md)]),)]
         lines += _table(["model", table.cell_header] + [c[0] for c in columns], rows)
     return "\n".join(lines) + "\n"
@@ -224,6 +224,6 @@ def render_file(path: Path, fmt: str = "md") -> str:
     """Load and validate `path` (BaselineError naming it when unusable) and render it."""
     if fmt != "md":
         raise ValueError(f"unknown format {fmt!r}; only 'md' is supported")
-    return render_markdown(load_document(path), source=path.as_posix())
+    return render_document(load_document(path), source=path.as_posix())
 
 

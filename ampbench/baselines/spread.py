@@ -1,7 +1,7 @@
 """Each speed cell's spread between independent runs, learned from saved runs into its baseline entry.
 
 A run's own 99% interval covers its rounds, which share one process and one card; between processes
-and cards the same cell moves further (docs/design.md, "Where the constants come from"). ``learn``
+and cards the same cell moves further (docs/design.md, "Where the constants come from"). ``learn_spread``
 gathers, per speed entry of a baseline file, the recording's speedup and the speedup of every saved run of the same software,
 measured the same way, and ``with_spread`` stores their log standard deviation in the entry as
 ``between_run_sd`` (with ``between_run_count`` values behind it) and centres the entry's speedup on
@@ -11,7 +11,7 @@ side into the ``versus_`` ones (every ratio of a speed entry, ``spread_kinds``).
 allows for that spread (``verdict.BetweenRuns``), and the suite reports each speedup's interval across
 runs too (``stats.across_runs``).
 
-``--add`` (``learn(..., add=True)``) adds runs to the spread an entry already holds instead: its
+``--add`` (``learn_spread(..., add=True)``) adds runs to the spread an entry already holds instead: its
 count, centre and sd are the sufficient statistics of the values behind it, so runs made since are
 pooled with them exactly, without the earlier runs' JSON. Each entry lists the datetimes of the runs it
 counted, so a run is never counted twice. A re-recording keeps the spread and starts another level
@@ -252,7 +252,7 @@ def _samples(entries: Mapping[str, Mapping], typed: dict[str, SpeedEntry], runs:
     return samples, counted
 
 
-def learn(entries: Mapping[str, Mapping], runs: Sequence[Run], add: bool = False) -> Learned:
+def learn_spread(entries: Mapping[str, Mapping], runs: Sequence[Run], add: bool = False) -> Learned:
     """Each speed entry's ratios (``spread_kinds``) across the recording and `runs`, with why
     any run's cell does not count. A run given twice (the same pytest-benchmark datetime) counts once.
     With `add`, the runs are added to the spread each entry already holds (``prior_of``), and a run the

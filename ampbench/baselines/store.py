@@ -32,8 +32,8 @@ from ampbench.baselines.schema import (  # noqa: F401 - the file format's names,
     validate_entry,
 )
 from ampbench.baselines.entries import FlatEntry
-from ampbench.inputs import DuplicateKey, UnreadableFile, read_text, unique_keys
-from ampbench.outputs import write_atomic
+from ampbench.files.read import DuplicateKey, UnreadableFile, read_text, unique_keys
+from ampbench.files.write import write_atomic
 
 
 # Figures an update of an entry keeps from the entry it replaces, by kind of entry: where the update has

@@ -20,17 +20,17 @@ from ampbench.baselines.entries import DistributedEntry, RatioEntry, entry_toler
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.distributed.figures import DistFigures, host_bound_verdict, per_round_min
 from ampbench.results import DISTRIBUTED_RATIOS, RatioFigures
-from ampbench.results.ratios import DEVICE_SCALING as DEVICE_SCALING_KIND
-from ampbench.results.ratios import DIST_DEVICE, DIST_WALL, SCALING as SCALING_KIND
+from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING
 from ampbench.settings import GATES
 from ampbench.speed.ratio import Ratio, ratio_check
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import SpeedupCheck, Verdict
 
 # the names of the cell's figures in its verdicts and messages: its kinds of ratio's names
-DEVICE_SPEEDUP, SPEEDUP, SCALING = DIST_DEVICE.name, DIST_WALL.name, SCALING_KIND.name
-DEVICE_SCALING = DEVICE_SCALING_KIND.name
-DEVICE_FIGURES = (DEVICE_SPEEDUP, DEVICE_SCALING)  # device time leaves the host out: no host-bound softening
+# the figures' names, as the record's ratios and the gates name them
+DEVICE_SPEEDUP, SPEEDUP = DIST_DEVICE.name, DIST_WALL.name
+EFFICIENCY, DEVICE_EFFICIENCY = SCALING.name, DEVICE_SCALING.name
+DEVICE_FIGURES = (DEVICE_SPEEDUP, DEVICE_EFFICIENCY)  # device time leaves the host out: no host-bound softening
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ class CellChecks:
     device_efficiency: SpeedupCheck | None = None
 
     def of(self, name: str) -> SpeedupCheck | None:
-        return {DEVICE_SPEEDUP: self.device, SPEEDUP: self.speedup, SCALING: self.efficiency,
-                DEVICE_SCALING: self.device_efficiency}[name]
+        return {DEVICE_SPEEDUP: self.device, SPEEDUP: self.speedup, EFFICIENCY: self.efficiency,
+                DEVICE_EFFICIENCY: self.device_efficiency}[name]
 
 
 def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str, what: str,
@@ -54,16 +54,16 @@ def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str
     """The checks of the cell's figures; the device time's only where the run measured one, and only
     against a baseline measured by the same method."""
     speed = ratio_check(Ratio(DIST_WALL), model, what, baseline, floor)[0]
-    eff = ratio_check(Ratio(SCALING_KIND), model, what, baseline, floor)[0]
+    eff = ratio_check(Ratio(SCALING), model, what, baseline, floor)[0]
     if figs.device is None:
         return CellChecks(None, speed, eff)
     device, why = ratio_check(Ratio(DIST_DEVICE, method=figs.device_method), model, what, baseline, floor)
-    device_eff = (ratio_check(Ratio(DEVICE_SCALING_KIND, "scaling efficiency", method=figs.device_method), model,
+    device_eff = (ratio_check(Ratio(DEVICE_SCALING, "scaling efficiency", method=figs.device_method), model,
                               what, baseline, floor)[0] if figs.device_efficiency is not None else None)
     return CellChecks(device, speed, eff, why, device_eff)
 
 
-def gated_figures(gate: str, checks: CellChecks, figs: DistFigures) -> tuple[str, ...]:
+def gates_of(gate: str, checks: CellChecks, figs: DistFigures) -> tuple[str, ...]:
     """The --perf-gate figures (settings.GATES) that hold the cell: the wall clock's alone where device
     time would gate but the run measured none (gloo ranks), or its entry holds none (recorded before
     device time) while it holds the wall-clock speedup."""
@@ -80,8 +80,8 @@ def _judge(check: SpeedupCheck | None, est: SpeedupEstimate) -> Verdict:
 
 def estimates(figs: DistFigures) -> dict[str, SpeedupEstimate]:
     """The cell's figures that were measured, by name."""
-    named = {DEVICE_SPEEDUP: figs.device, SPEEDUP: figs.speedup, SCALING: figs.efficiency,
-             DEVICE_SCALING: figs.device_efficiency}
+    named = {DEVICE_SPEEDUP: figs.device, SPEEDUP: figs.speedup, EFFICIENCY: figs.efficiency,
+             DEVICE_EFFICIENCY: figs.device_efficiency}
     return {name: est for name, est in named.items() if est is not None}
 
 
@@ -125,7 +125,7 @@ def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Ver
                                 round_ms=[t * 1e3 for t in docs[0]["mode_times"]],
                                 ref_round_ms=[t * 1e3 for t in docs[0]["ref_times"]])}
     if figs.efficiency is not None:
-        ratios[SCALING] = replace(_figures(figs.efficiency, checks.efficiency, None), tolerance=None)
+        ratios[EFFICIENCY] = replace(_figures(figs.efficiency, checks.efficiency, None), tolerance=None)
     device = RatioFigures(method=figs.device_method, fallback=figs.device_fallback)
     est, check = figs.device, checks.device
     if est is not None:
@@ -136,8 +136,8 @@ def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Ver
                           round_ms=mode_ms, ref_round_ms=ref_ms)
     ratios[DEVICE_SPEEDUP] = device
     if est is not None and figs.device_efficiency is not None:
-        ratios[DEVICE_SCALING] = _figures(figs.device_efficiency, checks.device_efficiency,
-                                          verdicts.get(DEVICE_SCALING))
+        ratios[DEVICE_EFFICIENCY] = _figures(figs.device_efficiency, checks.device_efficiency,
+                                             verdicts.get(DEVICE_EFFICIENCY))
     return {name: ratios[name] for name in DISTRIBUTED_RATIOS if name in ratios}
 
 
@@ -165,12 +165,12 @@ def device_baseline_figures(figs: DistFigures, floor: float, previous: Distribut
     out = ratio.figures(DIST_DEVICE, nulls=("fallback",))
     eff = figs.device_efficiency
     if eff is not None:
-        kept_eff = previous.ratio(DEVICE_SCALING_KIND).kept_spread() if alike else RatioEntry()
+        kept_eff = previous.ratio(DEVICE_SCALING).kept_spread() if alike else RatioEntry()
         out.update(RatioEntry(speedup=eff.speedup, ci_low=eff.low, ci_high=eff.high, rounds=eff.rounds,
                               noise=eff.half_width, method=figs.device_method,
-                              tolerance=entry_tolerance(DEVICE_SCALING_KIND, floor, kept_eff, eff.half_width),
+                              tolerance=entry_tolerance(DEVICE_SCALING, floor, kept_eff, eff.half_width),
                               **{name: getattr(kept_eff, name) for name in RatioEntry.SPREAD}
-                              ).figures(DEVICE_SCALING_KIND))
+                              ).figures(DEVICE_SCALING))
     return out
 
 
@@ -198,12 +198,12 @@ def cell_message(what: str, figs: DistFigures, checks: CellChecks, verdicts: dic
     if figs.device_efficiency is not None:
         e = figs.device_efficiency
         parts.append(f"scaling efficiency in device time {e.speedup:.1%} [{e.low:.1%}, {e.high:.1%}]")
-        parts += _against(checks.device_efficiency, verdicts.get(DEVICE_SCALING), pct=True)
+        parts += _against(checks.device_efficiency, verdicts.get(DEVICE_EFFICIENCY), pct=True)
     if figs.efficiency is not None:
         e = figs.efficiency
         parts.append(f"{'wall-clock ' if figs.device_efficiency is not None else ''}scaling efficiency "
                      f"{e.speedup:.1%} [{e.low:.1%}, {e.high:.1%}]")
-        parts += _against(checks.efficiency, verdicts.get(SCALING), pct=True)
+        parts += _against(checks.efficiency, verdicts.get(EFFICIENCY), pct=True)
     parts.append(f"{figs.throughput_per_gpu:.1f} samples/s per {rank}")
     if figs.comm_share is not None:
         overlap = f", {figs.comm_overlap:.0%} of it overlapped" if figs.comm_overlap is not None else ""

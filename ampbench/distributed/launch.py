@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ampbench.processes import alive, stat_fields
+from ampbench.distributed.processes import alive, stat_fields
 
 # torchrun's --tee prefixes each line a worker prints with "[default<local rank>]:"
 _RANK_LINE = re.compile(r"^\[default(\d+)\]:(.*)$")

@@ -77,7 +77,7 @@ def _sharded_grad_scaler(device: torch.device, **kw):
     return ShardedGradScaler(device.type, **kw)
 
 
-OPTIMIZERS: dict[str, Callable[[list], torch.optim.Optimizer]] = {
+SCALER_OPTIMIZERS: dict[str, Callable[[list], torch.optim.Optimizer]] = {
     "sgd_foreach": lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, foreach=True),
     # fused: the optimizer takes the scaler's scale and inf flag itself (GradScaler.step's other path)
     "adamw_fused": lambda ps: torch.optim.AdamW(ps, lr=1e-2, fused=True),
@@ -89,7 +89,7 @@ class Setup:
     name: str
     wrap: Callable[[nn.Module, torch.device], nn.Module]
     scaler: Callable[..., object]
-    optimizer: str  # key of OPTIMIZERS
+    optimizer: str  # key of SCALER_OPTIMIZERS
     sharded: bool  # each rank holds a shard of the reduced gradients (FSDP2), not all of them
     agrees: bool = True  # False: a control the properties must catch
 
@@ -129,7 +129,7 @@ def run_scenario(setup: Setup, scenario: dict, device: torch.device, rank: int) 
     torch.manual_seed(0)  # the same initial weights on every rank
     net = PoisonableNet().to(device)
     model = setup.wrap(net, device)
-    opt = OPTIMIZERS[setup.optimizer](list(model.parameters()))
+    opt = SCALER_OPTIMIZERS[setup.optimizer](list(model.parameters()))
     scaler = setup.scaler(device, **scenario["scaler"])
     # each rank its own data, so the gradients really differ between ranks before they are reduced
     x = torch.randn(4, WIDTH, generator=torch.Generator().manual_seed(1 + rank)).to(device)

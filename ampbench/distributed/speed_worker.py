@@ -210,7 +210,7 @@ def profiled_trace(trainer: Trainer, steps: int, activities: list) -> dict:
 
 def profile_comm(trainer: Trainer, steps: int) -> dict:
     """NCCL's share of `steps` untimed steps, its overlap with compute and the share of the steps the
-    GPU sat idle, from torch.profiler (``distributed.comm_figures``); None figures off CUDA (gloo works
+    GPU sat idle, from torch.profiler (``variants.comm_figures``); None figures off CUDA (gloo works
     on the host, there are no kernels to read)."""
     device = trainer.device
     if device.type != "cuda" or steps <= 0:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ampbench.export.figures import gated_figures
 from ampbench.export.formats import ExportError, bmf, conbench, github, pytest_benchmark
-from ampbench.outputs import write_text_atomic
+from ampbench.files.write import write_text_atomic
 from ampbench.results import load_run
 from ampbench.results.run import RunError
 

@@ -29,7 +29,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ampbench.history.learn import CellBaseline, learn
 from ampbench.history.replay import Replay
 from ampbench.history.series import Point, Series
 from ampbench.stats import median, robust_sd
@@ -108,14 +107,14 @@ def change_points(logs: Sequence[float], scale: float, shape: tuple[float, float
     return [int(b) for b in detector.predict(pen=penalty(n, shape))[:-1]]
 
 
-def find_changes(series: Series, learned: CellBaseline | None = None,
-                 shape: tuple[float, float] | None = None, replay: Replay | None = None) -> list[Change]:
-    """The changes in `series`, oldest first; `replay` (or `learned`'s, ``learn.learn`` of the series,
-    computed where neither is given) supplies the runs held back and the learned noise; `shape`
-    overrides the penalty (calibration)."""
+def find_changes(series: Series, shape: tuple[float, float] | None = None, replay: Replay | None = None) -> list[Change]:
+    """The changes in `series`, oldest first; `replay` (a ``learn.CellBaseline``'s, say) supplies the runs
+    held back and the learned noise, else the series' own replay, settled as ``learn.learn`` settles it.
+    `shape` overrides the penalty (calibration)."""
     logs = series.log_values()
     if replay is None:
-        replay = (learned if learned is not None else learn(series)).replay or Replay(series)
+        replay = Replay(series)
+        settle(replay)
     offsets = replay.card_offsets()
     adjusted = [y - offsets.get(p.card, 0.0) for y, p in zip(logs, series.points)]
     sd = replay.model.sigma

@@ -12,6 +12,7 @@ URL uses it.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sqlite3
 from pathlib import Path
@@ -69,6 +70,15 @@ def parse_url(text: str) -> URL:
     return url
 
 
+def store_url(value: str) -> str:
+    """argparse's type of a --history URL: checked as a URL, the store opened later."""
+    try:
+        parse_url(value)
+    except HistoryError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
+
+
 def shown(url: URL) -> str:
     """How a store is named in messages: an SQLite file by its path, a server by its URL, password masked."""
     if url.get_backend_name() == "sqlite" and url.database:
@@ -88,7 +98,7 @@ def make_engine(url: URL, busy_timeout: float) -> Engine:
         return sa.create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT})
     except (ImportError, exc.NoSuchModuleError) as error:
         raise HistoryError(f"history store {shown(url)}: its driver {url.get_driver_name()!r} is not installed "
-                           f"({first_line(error)}); PostgreSQL runs on psycopg: postgresql://...") from None
+                           f"({_first_line(error)}); PostgreSQL runs on psycopg: postgresql://...") from None
 
 
 def _sqlite_engine(url: URL, busy_timeout: float) -> Engine:
@@ -114,7 +124,7 @@ def _sqlite_engine(url: URL, busy_timeout: float) -> Engine:
     return engine
 
 
-def first_line(error: BaseException) -> str:
+def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0].strip() if text else type(error).__name__
 
@@ -122,7 +132,7 @@ def first_line(error: BaseException) -> str:
 def problem(error: BaseException, url: URL, busy_timeout: float) -> str:
     """What a database failure says about the store, in a few words."""
     cause = getattr(error, "orig", None) or error
-    text = first_line(cause)
+    text = _first_line(cause)
     if url.password:
         text = text.replace(str(url.password), "***")
     if isinstance(cause, sqlite3.Error):

@@ -14,7 +14,8 @@ from typing import Hashable
 from ampbench.history.changes import find_changes, settle
 from ampbench.history.learn import learned_from, percent
 from ampbench.history.model import NEW_CARD
-from ampbench.history.replay import SUSPECT, Replay
+from ampbench.history.replay import Replay
+from ampbench.history.statuses import SUSPECT
 from ampbench.history.series import Series
 from ampbench.history.store import History
 

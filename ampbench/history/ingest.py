@@ -19,7 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ampbench.history.store import CellRow, FigureRow, History, RunRow, iso_utc
+from ampbench.history.rows import CellRow, FigureRow, RunRow, iso_utc
+from ampbench.history.store import History
 from ampbench.results import (
     ConvergenceRecord,
     DistributedRecord,
@@ -38,7 +39,7 @@ from ampbench.baselines.spread import INJECTED_KEY
 RUN_KEYS = ("run_id", "label", "suite_revision", "host_load")
 # the software fingerprint of a run: what tells two runs' stacks apart; with the GPU's compute capability,
 # which a baseline entry exported from the history carries for `ampbench spread`
-SOFTWARE_KEYS = ("torch", "cuda", "cudnn", "driver", "triton", "torchao", "capability")
+RUN_SOFTWARE = ("torch", "cuda", "cudnn", "driver", "triton", "torchao", "capability")
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def run_row(run: Run, *, run_id: str, when: str, source: str) -> RunRow:
     return RunRow(id=run_id, when=when, gpu=gpu, gpu_slug="cpu" if run.smoke else _slug(gpu, machine),
                   card_uuid=_text(machine.get("uuid")), world_size=max(ranks, default=1), smoke=run.smoke,
                   label=_text(machine.get("label")), suite_revision=_revision(run),
-                  software={k: machine.get(k) for k in SOFTWARE_KEYS},
+                  software={k: machine.get(k) for k in RUN_SOFTWARE},
                   host_load=host_load if isinstance(host_load, dict) else None, source=source,
                   cells=tuple(cell_row(c, gpu) for c in run.cells))
 

@@ -15,7 +15,7 @@ NEAR = 5  # runs of each segment, nearest the change, whose kernel lists are com
 
 def changes_in(history: History, gpu: str, figures: tuple[str, ...],
                cells: set[str] | None = None) -> Iterator[Change]:
-    """The changes of every series of `gpu` in `figures` (as the history names them: ``cli.figures``; only
+    """The changes of every series of `gpu` in `figures` (as the history names them: ``cli.history.figures``; only
     `cells`' where given), cell by cell."""
     for figure in figures:
         for test_id, series in sorted(history.series_of(gpu, figure).items()):

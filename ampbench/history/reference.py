@@ -19,7 +19,7 @@ from ampbench.baselines import spread
 from ampbench.baselines.entries import DistributedEntry, FlatEntry, SpeedEntry
 from ampbench.baselines.store import BaselineStore
 from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
-from ampbench.history.replay import Status
+from ampbench.history.statuses import Status
 from ampbench.history.series import Series
 from ampbench.history.store import History
 from ampbench.results import RatioKind, Record, record_type

@@ -22,8 +22,7 @@ which the runs lie together below the level, two runs or more, is where the gate
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from functools import lru_cache
+from dataclasses import replace
 from typing import Hashable
 
 import numpy as np
@@ -31,6 +30,8 @@ import numpy as np
 from ampbench.baselines.spread import Prior
 from ampbench.history.model import Fit, Moments, Prediction, fit
 from ampbench.history.series import Point, Series
+from ampbench.history.statuses import ACCEPTED, COUNTED, EXCLUDED, FAILED, SUSPECT, GroupFailure, Status
+from ampbench.stats import t_quantile
 
 # the share of clean runs held back as suspect of a drop by their own value, and of a rise (a stray, an
 # improvement): they wait for CLEAR_AFTER more runs. The drop's side is the looser: a step near the
@@ -53,53 +54,6 @@ WITHIN_SHARE = 0.05
 # verdict's own false alarms are 1 in 1,000 runs, and the group's add a fraction of that
 FAIL_RUN_SHARE, FAIL_SHARE = 0.05, 0.001
 INCONCLUSIVE = "inconclusive"
-
-COUNTED, ACCEPTED, SUSPECT, FAILED, EXCLUDED = "counted", "accepted", "suspect", "failed", "excluded"
-
-
-@lru_cache(maxsize=512)
-def t_quantile(share: float, dof: int) -> float:
-    """The one-sided quantile of Student's t that `share` of values lie beyond."""
-    from scipy.stats import t  # scipy is slow to import; only a learned history needs it
-
-    return float(t.ppf(1.0 - share, dof))
-
-
-@dataclass
-class Status:
-    """What the replay made of one run of the series."""
-
-    index: int
-    segment: int  # the level segment it lies in (accepted changes cut them)
-    state: str  # COUNTED, ACCEPTED, SUSPECT, FAILED or EXCLUDED
-    reason: str  # why, in words
-    deviation: float | None = None  # ln(value / its card's level) when it came; None while learning
-    sd: float | None = None  # the predictive sd it was held against
-    alone: bool = False  # held back by itself (its verdict, or its value beyond its noise), not by others
-
-    @property
-    def counts(self) -> bool:
-        return self.state in (COUNTED, ACCEPTED)
-
-    @property
-    def held_back(self) -> bool:
-        return self.state in (SUSPECT, FAILED)
-
-
-@dataclass(frozen=True)
-class GroupFailure:
-    """A run that fails with the runs held back before it: together they lie below the line."""
-
-    runs: tuple[int, ...]  # indices of the held-back runs, then the new one (-1)
-    drop: float  # their mean relative drop against the level (negative)
-    line: float  # the relative drop the tolerance allows (negative)
-
-    def describe(self, points: list[Point]) -> str:
-        held = [points[i].run_id for i in self.runs if i >= 0]
-        return (f"with the {len(held)} run{'s' * (len(held) != 1)} held back before it ({', '.join(held)}) it lies "
-                f"{self.drop:+.2%} below the level, a drop not shown within the tolerance ({self.line:+.2%}): "
-                "the level moved")
-
 
 class Replay:
     """The series' runs replayed in order (``feed``); `prior` a baseline file's spread of other runs."""

@@ -6,24 +6,15 @@ segments. Pure: the caller reads the runs and kernel lists from the store.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from ampbench.history.changes import Change
+from ampbench.history.rows import RunFacts
 from ampbench.stats import median
 from ampbench.verdict import kernel_changes
 
 # the software layers in the order a reader looks for them; others a run records follow, sorted
 SOFTWARE_ORDER = ("torch", "cuda", "cudnn", "driver", "triton", "torchao")
-
-
-class RunFacts(Protocol):
-    """What the history holds of a run that a change report names (``store.RunSummary`` is one)."""
-
-    id: str
-    when: str  # ISO-8601 UTC
-    label: str | None  # the stack under test (--perf-label)
-    suite_revision: str | None
-    software: Mapping[str, Any]  # torch, CUDA, cuDNN, driver, Triton, torchao
 
 
 def segment_kernels(per_run: Sequence[Sequence[Mapping[str, Any]] | None]) -> list[dict]:

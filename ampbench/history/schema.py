@@ -92,7 +92,7 @@ def build_metadata(version: int = SCHEMA_VERSION) -> sa.MetaData:
 
 
 METADATA = build_metadata()
-META, RUNS, CELLS, FIGURES, ACCEPTANCES = (METADATA.tables[n] for n in
+META_TABLE, RUNS_TABLE, CELLS_TABLE, FIGURES_TABLE, ACCEPTANCES_TABLE = (METADATA.tables[n] for n in
                                            ("meta", "runs", "cells", "figures", "acceptances"))
 
 
@@ -100,21 +100,21 @@ def _figures_know_their_gpu(conn: Connection) -> None:
     """v1 -> v2: a figure carries its run's GPU model, and a cell's series is read from one index on
     (gpu, test_id, figure) where v1 joined every run of the test id."""
     conn.execute(sa.text("ALTER TABLE figures ADD COLUMN gpu VARCHAR(200)"))
-    conn.execute(FIGURES.update().values(
-        gpu=sa.select(RUNS.c.gpu).where(RUNS.c.id == FIGURES.c.run_id).scalar_subquery()))
+    conn.execute(FIGURES_TABLE.update().values(
+        gpu=sa.select(RUNS_TABLE.c.gpu).where(RUNS_TABLE.c.id == FIGURES_TABLE.c.run_id).scalar_subquery()))
     conn.execute(sa.text("DROP INDEX figures_by_test"))
-    next(i for i in FIGURES.indexes if i.name == "figures_by_cell").create(conn)
+    next(i for i in FIGURES_TABLE.indexes if i.name == "figures_by_cell").create(conn)
 
 
 def _distributed_series_by_cluster(conn: Connection) -> None:
     """v2 -> v3: a distributed cell's figures are filed under its run's N GPUs ('NVIDIA H200 x2',
     ``results.cluster_name``), so that two world sizes never share a series."""
-    distributed = sa.exists().where(CELLS.c.run_id == FIGURES.c.run_id, CELLS.c.test_id == FIGURES.c.test_id,
-                                    CELLS.c.kind == "distributed")
-    several = sa.exists().where(RUNS.c.id == FIGURES.c.run_id, RUNS.c.world_size > 1)
-    cluster = (sa.select(RUNS.c.gpu + " x" + sa.cast(RUNS.c.world_size, String))
-               .where(RUNS.c.id == FIGURES.c.run_id).scalar_subquery())
-    conn.execute(FIGURES.update().where(distributed, several).values(gpu=cluster))
+    distributed = sa.exists().where(CELLS_TABLE.c.run_id == FIGURES_TABLE.c.run_id, CELLS_TABLE.c.test_id == FIGURES_TABLE.c.test_id,
+                                    CELLS_TABLE.c.kind == "distributed")
+    several = sa.exists().where(RUNS_TABLE.c.id == FIGURES_TABLE.c.run_id, RUNS_TABLE.c.world_size > 1)
+    cluster = (sa.select(RUNS_TABLE.c.gpu + " x" + sa.cast(RUNS_TABLE.c.world_size, String))
+               .where(RUNS_TABLE.c.id == FIGURES_TABLE.c.run_id).scalar_subquery())
+    conn.execute(FIGURES_TABLE.update().where(distributed, several).values(gpu=cluster))
 
 
 # the step from each version to the next
@@ -134,7 +134,7 @@ def read_version(conn: Connection) -> int | None:
             raise SchemaProblem(f"holds other tables ({', '.join(sorted(tables)[:3])}) and no ampbench schema "
                                 "version: not an ampbench history")
         return None
-    value = conn.execute(sa.select(META.c.value).where(META.c.key == VERSION_KEY)).scalar()
+    value = conn.execute(sa.select(META_TABLE.c.value).where(META_TABLE.c.key == VERSION_KEY)).scalar()
     try:
         return int(value)
     except (TypeError, ValueError):
@@ -161,10 +161,10 @@ def bring_up_to_date(conn: Connection) -> int | None:
     check_version(found)
     if found is None:
         METADATA.create_all(conn)
-        conn.execute(META.insert().values(key=VERSION_KEY, value=str(SCHEMA_VERSION)))
+        conn.execute(META_TABLE.insert().values(key=VERSION_KEY, value=str(SCHEMA_VERSION)))
         return None
     for version in range(found, SCHEMA_VERSION):
         MIGRATIONS[version](conn)
     if found < SCHEMA_VERSION:
-        conn.execute(META.update().where(META.c.key == VERSION_KEY).values(value=str(SCHEMA_VERSION)))
+        conn.execute(META_TABLE.update().where(META_TABLE.c.key == VERSION_KEY).values(value=str(SCHEMA_VERSION)))
     return found

@@ -2,8 +2,8 @@
 transaction, reads a cell's figure over runs as a Series, lists runs, and records accepted changes.
 
 A run is all of it or nothing: its row, its cells and their figures are written in one transaction, so
-a writer killed half-way leaves nothing of the run behind, and ``runs.cell_count`` says what a complete
-run holds. A run id already in the store is not written again (``append`` says so), whoever wrote it.
+a writer killed half-way leaves nothing of the run behind, and the runs table's ``cell_count`` says what a
+complete run holds. A run id already in the store is not written again (``append`` says so), whoever wrote it.
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import shutil
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from difflib import get_close_matches
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator
 
 import sqlalchemy as sa
 from sqlalchemy import exc
@@ -30,12 +28,13 @@ from ampbench.history.connect import (
     shown,
     sqlite_path,
 )
+from ampbench.history.rows import Acceptance, CellRow, FigureRow, RunRow, RunSummary, now
 from ampbench.history.schema import (
-    ACCEPTANCES,
-    CELLS,
-    FIGURES,
-    META,
-    RUNS,
+    ACCEPTANCES_TABLE,
+    CELLS_TABLE,
+    FIGURES_TABLE,
+    META_TABLE,
+    RUNS_TABLE,
     VERSION_KEY,
     SchemaProblem,
     bring_up_to_date,
@@ -50,84 +49,6 @@ FAILING = tuple(v.value for v in Verdict if v.failing)
 # free disk an SQLite store needs before a run: a full tier's run with its kernel tables takes a few MB,
 # and a WAL checkpoint writes the pages again
 MIN_FREE_BYTES = 32 * 2**20
-
-
-def iso_utc(moment: datetime) -> str:
-    """A time as the history keeps it: ISO-8601 in UTC, to the microsecond, so that text sorts as time."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
-
-
-def now() -> str:
-    return iso_utc(datetime.now(timezone.utc))
-
-
-@dataclass(frozen=True)
-class FigureRow:
-    name: str  # "device_speedup", "speedup", "memory_ratio", ...
-    value: float
-    low: float | None
-    high: float | None
-    verdict: str | None  # the figure's own verdict where the cell wrote one apart, else the cell's
-
-
-@dataclass(frozen=True)
-class CellRow:
-    test_id: str
-    kind: str
-    model: str | None
-    mode: str | None
-    verdict: str | None
-    injected: bool  # slowed on purpose: never a sample of the cell's level or noise
-    record: Mapping[str, Any]  # the cell's extra_info
-    figures: tuple[FigureRow, ...]
-    # the GPU its figures' series are filed under where not the run's: a distributed cell's N GPUs
-    # ("NVIDIA H200 x2"), so that two world sizes never share a series
-    gpu: str | None = None
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    """What the history holds of a run besides its cells."""
-
-    id: str
-    when: str  # iso_utc
-    gpu: str
-    gpu_slug: str
-    card_uuid: str | None
-    world_size: int
-    smoke: bool
-    label: str | None
-    suite_revision: str | None
-    software: Mapping[str, Any]
-    host_load: Mapping[str, Any] | None
-    source: str
-
-
-@dataclass(frozen=True)
-class RunRow(RunFacts):
-    """A run as the history holds it (``ampbench.history.ingest`` makes one from records)."""
-
-    cells: tuple[CellRow, ...] = ()
-
-
-@dataclass(frozen=True)
-class RunSummary(RunFacts):
-    """A run as `runs` lists it: its facts, how many cells it holds and how many of them fail."""
-
-    cells: int = 0
-    failing: int = 0  # cells whose verdict fails
-
-
-@dataclass(frozen=True)
-class Acceptance:
-    id: int
-    gpu: str
-    test_id: str | None  # None: every cell of the run
-    run_id: str
-    reason: str
-    when: str
 
 
 class History:
@@ -189,7 +110,7 @@ class History:
             raise self.fail(f"its disk is full ({free / 2**20:.1f} MiB free, and a run may need "
                             f"{MIN_FREE_BYTES / 2**20:.0f} MiB): the run could not be appended")
         with self.transaction(write=True) as conn:
-            conn.execute(META.update().where(META.c.key == VERSION_KEY).values(value=META.c.value))
+            conn.execute(META_TABLE.update().where(META_TABLE.c.key == VERSION_KEY).values(value=META_TABLE.c.value))
 
     def release(self) -> None:
         """Close pooled connections: none is held open between the session's start and its end."""
@@ -201,14 +122,14 @@ class History:
         """Write `run` in one transaction; False where a run of its id is in the store already."""
         try:
             with self.transaction(write=True) as conn:
-                if conn.execute(sa.select(RUNS.c.id).where(RUNS.c.id == run.id)).first() is not None:
+                if conn.execute(sa.select(RUNS_TABLE.c.id).where(RUNS_TABLE.c.id == run.id)).first() is not None:
                     return False
-                conn.execute(RUNS.insert(), [_run_values(run)])
+                conn.execute(RUNS_TABLE.insert(), [_run_values(run)])
                 if run.cells:
-                    conn.execute(CELLS.insert(), [_cell_values(run.id, c) for c in run.cells])
+                    conn.execute(CELLS_TABLE.insert(), [_cell_values(run.id, c) for c in run.cells])
                 figures = [_figure_values(run, c, f) for c in run.cells for f in c.figures]
                 if figures:
-                    conn.execute(FIGURES.insert(), figures)
+                    conn.execute(FIGURES_TABLE.insert(), figures)
         except HistoryError as error:
             # a writer beside this one may have appended the same run between the check and the insert
             try:
@@ -231,7 +152,7 @@ class History:
                 self._check_cell(conn, run_id, test_id)
             self._check_acceptable(conn, run_id, test_id)
             values = dict(gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, accepted_at=now())
-            key = conn.execute(ACCEPTANCES.insert().values(**values)).inserted_primary_key[0]
+            key = conn.execute(ACCEPTANCES_TABLE.insert().values(**values)).inserted_primary_key[0]
         return Acceptance(id=key, gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, when=values["accepted_at"])
 
     # -- reading ------------------------------------------------------------------------------------
@@ -244,21 +165,21 @@ class History:
     def series_of(self, gpu: str, figure: str, test_ids: Iterable[str] | None = None) -> dict[str, Series]:
         """`figure`'s series of every cell with one on `gpu` (of `test_ids`, where given), read at once:
         a session's references in one transaction, not a round trip to a server per cell."""
-        query = (sa.select(FIGURES.c.test_id, FIGURES.c.run_id, RUNS.c.run_at, FIGURES.c.value, FIGURES.c.low,
-                           FIGURES.c.high, FIGURES.c.verdict, CELLS.c.injected, RUNS.c.smoke, RUNS.c.card_uuid)
-                 .join(RUNS, RUNS.c.id == FIGURES.c.run_id)
-                 .join(CELLS, sa.and_(CELLS.c.run_id == FIGURES.c.run_id, CELLS.c.test_id == FIGURES.c.test_id))
-                 .where(FIGURES.c.gpu == gpu, FIGURES.c.figure == figure)
-                 .order_by(FIGURES.c.test_id, RUNS.c.run_at, RUNS.c.id))
+        query = (sa.select(FIGURES_TABLE.c.test_id, FIGURES_TABLE.c.run_id, RUNS_TABLE.c.run_at, FIGURES_TABLE.c.value, FIGURES_TABLE.c.low,
+                           FIGURES_TABLE.c.high, FIGURES_TABLE.c.verdict, CELLS_TABLE.c.injected, RUNS_TABLE.c.smoke, RUNS_TABLE.c.card_uuid)
+                 .join(RUNS_TABLE, RUNS_TABLE.c.id == FIGURES_TABLE.c.run_id)
+                 .join(CELLS_TABLE, sa.and_(CELLS_TABLE.c.run_id == FIGURES_TABLE.c.run_id, CELLS_TABLE.c.test_id == FIGURES_TABLE.c.test_id))
+                 .where(FIGURES_TABLE.c.gpu == gpu, FIGURES_TABLE.c.figure == figure)
+                 .order_by(FIGURES_TABLE.c.test_id, RUNS_TABLE.c.run_at, RUNS_TABLE.c.id))
         # an acceptance names its run (and cell): the series' GPU (a cluster's, for a distributed cell) is
         # not always the run's, which the acceptance keeps
-        accepted_query = (sa.select(ACCEPTANCES.c.run_id, ACCEPTANCES.c.test_id, ACCEPTANCES.c.accepted_at)
-                          .where(ACCEPTANCES.c.run_id.in_(sa.select(FIGURES.c.run_id).where(FIGURES.c.gpu == gpu))))
+        accepted_query = (sa.select(ACCEPTANCES_TABLE.c.run_id, ACCEPTANCES_TABLE.c.test_id, ACCEPTANCES_TABLE.c.accepted_at)
+                          .where(ACCEPTANCES_TABLE.c.run_id.in_(sa.select(FIGURES_TABLE.c.run_id).where(FIGURES_TABLE.c.gpu == gpu))))
         if test_ids is not None:
             wanted = list(test_ids)
-            query = query.where(FIGURES.c.test_id.in_(wanted))
-            accepted_query = accepted_query.where(sa.or_(ACCEPTANCES.c.test_id.in_(wanted),
-                                                         ACCEPTANCES.c.test_id.is_(None)))
+            query = query.where(FIGURES_TABLE.c.test_id.in_(wanted))
+            accepted_query = accepted_query.where(sa.or_(ACCEPTANCES_TABLE.c.test_id.in_(wanted),
+                                                         ACCEPTANCES_TABLE.c.test_id.is_(None)))
         with self.transaction() as conn:
             rows = conn.execute(query).all()
             accepted = {(r.run_id, r.test_id): r.accepted_at for r in conn.execute(accepted_query)}
@@ -282,35 +203,35 @@ class History:
         """The GPUs (a GPU model, or N of one for distributed cells) that series are filed under, smoke
         runs left out, sorted."""
         with self.transaction() as conn:
-            query = (sa.select(FIGURES.c.gpu).join(RUNS, RUNS.c.id == FIGURES.c.run_id)
-                     .where(RUNS.c.smoke.is_(False)).distinct().order_by(FIGURES.c.gpu))
+            query = (sa.select(FIGURES_TABLE.c.gpu).join(RUNS_TABLE, RUNS_TABLE.c.id == FIGURES_TABLE.c.run_id)
+                     .where(RUNS_TABLE.c.smoke.is_(False)).distinct().order_by(FIGURES_TABLE.c.gpu))
             return list(conn.execute(query).scalars())
 
     def cells(self, gpu: str) -> list[str]:
         """The test ids with figures on GPU model `gpu`, sorted."""
         with self.transaction() as conn:
-            return list(conn.execute(sa.select(FIGURES.c.test_id).where(FIGURES.c.gpu == gpu).distinct()
-                                     .order_by(FIGURES.c.test_id)).scalars())
+            return list(conn.execute(sa.select(FIGURES_TABLE.c.test_id).where(FIGURES_TABLE.c.gpu == gpu).distinct()
+                                     .order_by(FIGURES_TABLE.c.test_id)).scalars())
 
     def runs(self, gpu: str | None = None, limit: int | None = None) -> list[RunSummary]:
         """Summaries of the runs (on GPU model `gpu`, where given), newest first, at most `limit`."""
-        query = sa.select(RUNS).order_by(RUNS.c.run_at.desc(), RUNS.c.id.desc()).limit(limit)
+        query = sa.select(RUNS_TABLE).order_by(RUNS_TABLE.c.run_at.desc(), RUNS_TABLE.c.id.desc()).limit(limit)
         if gpu is not None:
-            query = query.where(RUNS.c.gpu == gpu)
-        failing = (sa.select(CELLS.c.run_id, sa.func.count()).where(CELLS.c.verdict.in_(FAILING))
-                   .group_by(CELLS.c.run_id))
+            query = query.where(RUNS_TABLE.c.gpu == gpu)
+        failing = (sa.select(CELLS_TABLE.c.run_id, sa.func.count()).where(CELLS_TABLE.c.verdict.in_(FAILING))
+                   .group_by(CELLS_TABLE.c.run_id))
         with self.transaction() as conn:
             rows = conn.execute(query).all()
-            counts = dict(conn.execute(failing.where(CELLS.c.run_id.in_([r.id for r in rows]))).all())
+            counts = dict(conn.execute(failing.where(CELLS_TABLE.c.run_id.in_([r.id for r in rows]))).all())
         return [_summary(r, counts.get(r.id, 0)) for r in rows]
 
     def run(self, run_id: str) -> RunSummary:
         with self.transaction() as conn:
-            row = conn.execute(sa.select(RUNS).where(RUNS.c.id == run_id)).first()
+            row = conn.execute(sa.select(RUNS_TABLE).where(RUNS_TABLE.c.id == run_id)).first()
             if row is None:
                 raise self._no_run(conn, run_id)
-            failing = conn.execute(sa.select(sa.func.count()).where(CELLS.c.run_id == run_id,
-                                                                    CELLS.c.verdict.in_(FAILING))).scalar()
+            failing = conn.execute(sa.select(sa.func.count()).where(CELLS_TABLE.c.run_id == run_id,
+                                                                    CELLS_TABLE.c.verdict.in_(FAILING))).scalar()
         return _summary(row, failing)
 
     def record(self, run_id: str, test_id: str) -> dict:
@@ -327,8 +248,8 @@ class History:
     def counts(self) -> tuple[int, int]:
         """(runs, cells) in the store."""
         with self.transaction() as conn:
-            return (conn.execute(sa.select(sa.func.count()).select_from(RUNS)).scalar(),
-                    conn.execute(sa.select(sa.func.count()).select_from(CELLS)).scalar())
+            return (conn.execute(sa.select(sa.func.count()).select_from(RUNS_TABLE)).scalar(),
+                    conn.execute(sa.select(sa.func.count()).select_from(CELLS_TABLE)).scalar())
 
     def has_run(self, run_id: str) -> bool:
         return self._has_run(run_id)
@@ -337,37 +258,37 @@ class History:
 
     def _has_run(self, run_id: str) -> bool:
         with self.transaction() as conn:
-            return conn.execute(sa.select(RUNS.c.id).where(RUNS.c.id == run_id)).first() is not None
+            return conn.execute(sa.select(RUNS_TABLE.c.id).where(RUNS_TABLE.c.id == run_id)).first() is not None
 
     def _gpu_of(self, conn: Connection, run_id: str) -> str:
-        gpu = conn.execute(sa.select(RUNS.c.gpu).where(RUNS.c.id == run_id)).scalar()
+        gpu = conn.execute(sa.select(RUNS_TABLE.c.gpu).where(RUNS_TABLE.c.id == run_id)).scalar()
         if gpu is None:
             raise self._no_run(conn, run_id)
         return gpu
 
     def _no_run(self, conn: Connection, run_id: str) -> HistoryError:
-        near = get_close_matches(run_id, conn.execute(sa.select(RUNS.c.id)).scalars().all(), n=1)
+        near = get_close_matches(run_id, conn.execute(sa.select(RUNS_TABLE.c.id)).scalars().all(), n=1)
         hint = f" (did you mean {near[0]}?)" if near else "; `ampbench history runs` lists the runs"
         return self.fail(f"no run {run_id!r}{hint}")
 
     def _check_acceptable(self, conn: Connection, run_id: str, test_id: str | None) -> None:
         """Refuse an acceptance that would change nothing: of a smoke run, whose figures count for nothing,
         or of a run (and cell) accepted already, by itself or with every cell of its run."""
-        if conn.execute(sa.select(RUNS.c.smoke).where(RUNS.c.id == run_id)).scalar():
+        if conn.execute(sa.select(RUNS_TABLE.c.smoke).where(RUNS_TABLE.c.id == run_id)).scalar():
             raise self.fail(f"run {run_id} is a CPU smoke run: its figures count for nothing, so there is no level to "
                             "accept")
-        done = conn.execute(sa.select(ACCEPTANCES.c.test_id, ACCEPTANCES.c.reason)
-                            .where(ACCEPTANCES.c.run_id == run_id,
-                                   sa.or_(ACCEPTANCES.c.test_id.is_(None), ACCEPTANCES.c.test_id == test_id))).first()
+        done = conn.execute(sa.select(ACCEPTANCES_TABLE.c.test_id, ACCEPTANCES_TABLE.c.reason)
+                            .where(ACCEPTANCES_TABLE.c.run_id == run_id,
+                                   sa.or_(ACCEPTANCES_TABLE.c.test_id.is_(None), ACCEPTANCES_TABLE.c.test_id == test_id))).first()
         if done is not None:
             what = "every cell of it" if done.test_id is None else f"its cell {done.test_id}"
             raise self.fail(f"run {run_id} is accepted already ({what}: {done.reason!r}); nothing to add")
 
     def _check_cell(self, conn: Connection, run_id: str, test_id: str) -> str:
-        record = conn.execute(sa.select(CELLS.c.record).where(CELLS.c.run_id == run_id,
-                                                               CELLS.c.test_id == test_id)).scalar()
+        record = conn.execute(sa.select(CELLS_TABLE.c.record).where(CELLS_TABLE.c.run_id == run_id,
+                                                               CELLS_TABLE.c.test_id == test_id)).scalar()
         if record is None:
-            ids = conn.execute(sa.select(CELLS.c.test_id).where(CELLS.c.run_id == run_id)).scalars().all()
+            ids = conn.execute(sa.select(CELLS_TABLE.c.test_id).where(CELLS_TABLE.c.run_id == run_id)).scalars().all()
             near = get_close_matches(test_id, ids, n=1)
             hint = f" (did you mean {near[0]}?)" if near else f" (it holds {len(ids)} cells)"
             raise self.fail(f"run {run_id} has no cell {test_id!r}{hint}")

@@ -62,7 +62,7 @@ from ampbench.memory.judging import (
     MemoryJudgement,
     allocator_config,
     baseline_figures,
-    figures_of,
+    memory_figures,
     judge,
     memory_record,
     same_budget,
@@ -78,7 +78,7 @@ from ampbench.memory.probe import (
     MAX_TIMED_ROUNDS,
     MAX_WARMUP_STEPS,
     NO_CUDA_REASON,
-    PROBE_STEPS,
+    STEPS_PER_PROBE,
     TIMED_SECONDS,
     CellMemory,
     MemoryMeasurementError,
@@ -90,7 +90,7 @@ from ampbench.memory.probe import (
     nominal_cap_for,
     process_memory_limit,
     step_breakdown,
-    warm_up,
+    warm_up_optimizer,
 )
 from ampbench.memory.recovery import OomRecovery, demonstrate_oom_recovery
 from ampbench.memory.search import (
@@ -111,11 +111,11 @@ from ampbench.memory.search import (
 __all__ = [
     "BASELINE_FIGURES", "BATCH_RESOLUTION", "CAP_MATCH", "DEFAULT_BATCH_FIGURES", "DEFAULT_CAP_CEILING",
     "DEFAULT_CAP_FRACTION", "FIRST_PEAK_TRUST", "FREE_SHARE", "GIB", "LINE_SPACING", "MAX_BATCH_FACTOR",
-    "MAX_TIMED_ROUNDS", "MAX_WARMUP_STEPS", "NOT_SEARCHED", "NO_CUDA_REASON", "PROBE_STEPS", "SEARCH_FIGURES",
+    "MAX_TIMED_ROUNDS", "MAX_WARMUP_STEPS", "NOT_SEARCHED", "NO_CUDA_REASON", "STEPS_PER_PROBE", "SEARCH_FIGURES",
     "TIMED_SECONDS", "Breakdown", "CapTooSmall",
     "CellMemory", "MemoryJudgement", "MemoryMeasurementError", "OomRecovery", "Probe", "SearchError",
     "SearchResult", "allocator_config", "baseline_figures", "batch_limit", "cap_bytes_for", "default_cap_bytes",
-    "demonstrate_oom_recovery", "figures_of", "find_largest_batch", "gib", "granule", "held_bytes",
+    "demonstrate_oom_recovery", "memory_figures", "find_largest_batch", "gib", "granule", "held_bytes",
     "is_out_of_memory", "judge", "measure_memory", "memory_record", "nominal_cap_bytes", "nominal_cap_for",
-    "process_memory_limit", "same_budget", "search_start", "searched", "step_breakdown", "summary", "try_step", "warm_up",
+    "process_memory_limit", "same_budget", "search_start", "searched", "step_breakdown", "summary", "try_step", "warm_up_optimizer",
 ]

@@ -1,4 +1,4 @@
-"""The verdict of a memory cell: its figures (``figures_of``), where the search starts from a baseline
+"""The verdict of a memory cell: its figures (``memory_figures``), where the search starts from a baseline
 (``search_start``), and ``judge``, which holds the figures against the baseline entry. A cell that did
 not search its largest batch (the quick tier) has the default batch's figures only, and is held on
 those."""
@@ -135,7 +135,7 @@ def judge(model: str, mode: str, figures: dict, baseline: MemoryEntry | None, to
     return MemoryJudgement(verdict, "; ".join(parts), failures)
 
 
-def figures_of(cell: CellMemory, reference: CellMemory) -> dict:
+def memory_figures(cell: CellMemory, reference: CellMemory) -> dict:
     """The figures of a memory cell, as test_memory's extra_info carries them and baselines store them
     (scalars only; the probe log is added by the test). Without a search the largest batch's figures
     are left out, not zeroed: ``max_batch_searched`` says why they are missing."""
@@ -203,7 +203,7 @@ def memory_record(cell: CellMemory, reference: CellMemory, device: str, baseline
                   tolerance: float) -> tuple[MemoryRecord, MemoryJudgement]:
     """The record of a memory cell, held against its baseline entry, and the judgement it carries
     (whose failures name each figure beyond its tolerance)."""
-    figures = figures_of(cell, reference)
+    figures = memory_figures(cell, reference)
     judgement = judge(cell.model, cell.mode, figures, baseline, tolerance)
     record = MemoryRecord.build(
         model=cell.model, mode=cell.mode, device=device, **figures,

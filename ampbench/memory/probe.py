@@ -38,7 +38,7 @@ FREE_SHARE = 0.95
 MAX_BATCH_FACTOR = 256
 # Training steps per probe. One decides "fits" for the first step from an empty cache; the timed steps
 # that follow reuse its cached blocks. Set 2 if a largest batch ever fits once and then not again.
-PROBE_STEPS = 1
+STEPS_PER_PROBE = 1
 # Timed steps at the largest batch: about this many seconds, between 1 and 3 steps (the throughput
 # there is reported, not held, so a few steps do).
 TIMED_SECONDS = 0.25
@@ -132,8 +132,8 @@ class _Prober:
         sync(self.device)
         retries = _alloc_retries(self.device)
         t0 = time.perf_counter()
-        entry["peak_bytes"] = peak_memory_bytes(self.trainer, self.base_allocated, PROBE_STEPS)
-        entry["seconds"] = (time.perf_counter() - t0) / PROBE_STEPS
+        entry["peak_bytes"] = peak_memory_bytes(self.trainer, self.base_allocated, STEPS_PER_PROBE)
+        entry["seconds"] = (time.perf_counter() - t0) / STEPS_PER_PROBE
         entry["alloc_retries"] = _alloc_retries(self.device) - retries
         entry["reserved_peak_bytes"] = torch.cuda.max_memory_reserved(self.device) - self.base_reserved
         self.warm_batch = batch
@@ -141,8 +141,8 @@ class _Prober:
 
     def recover(self) -> None:
         """After an out-of-memory step: drop the batch and the half-made gradients, forget the loss
-        scaler's per-step bookkeeping (a step that died inside ``scaler.step`` would make the next one
-        refuse to unscale), collect and empty the cache."""
+        scaler's per-step bookkeeping (a step that died inside ``torch.amp.GradScaler.step`` would make the
+        next one refuse to unscale), collect and empty the cache."""
         self.warm_batch = None
         self.set_batch(None)
         self.trainer.model.zero_grad(set_to_none=True)
@@ -154,7 +154,7 @@ class _Prober:
         torch.cuda.reset_peak_memory_stats(self.device)
 
 
-def warm_up(trainer: Trainer) -> int:
+def warm_up_optimizer(trainer: Trainer) -> int:
     """Steps until the optimizer holds its state; returns how many ran. The first step also makes
     the library handles and workspaces that persist, so the measured step does not count them."""
     steps = 0
@@ -334,7 +334,7 @@ def measure_memory(
         with cudnn_heuristics():
             run.trainer = Trainer(spec, mode, device, smoke=smoke)
             run.stage = "warm-up"
-            run.warmup_steps = warm_up(run.trainer)
+            run.warmup_steps = warm_up_optimizer(run.trainer)
             run.stage = "the peak at the default batch"
             run.prober = _Prober(run.trainer, base_allocated, base_reserved)
             run.breakdown = step_breakdown(run.prober, run.batch)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from ampbench.device import cudnn_heuristics, prime_libraries, release
-from ampbench.memory.probe import _Prober, process_memory_limit, warm_up
+from ampbench.memory.probe import _Prober, process_memory_limit, warm_up_optimizer
 from ampbench.memory.search import try_step
 from ampbench.modes import PrecisionMode
 from ampbench.train import Trainer
@@ -41,7 +41,7 @@ def demonstrate_oom_recovery(spec: ModelSpec, mode: PrecisionMode, device: torch
     try:
         with cudnn_heuristics():
             prober = _Prober(Trainer(spec, mode, device, smoke=smoke), start, reserved)
-            warm_up(prober.trainer)
+            warm_up_optimizer(prober.trainer)
             batch = prober.trainer.batch_size
             before = prober.peak(batch)
             steady_before = torch.cuda.memory_allocated(device) - start

@@ -28,7 +28,7 @@ class Config:
     in_channels: int = 3  # RGB; torchvision's stem is fixed at 3
 
 
-def build(config: Config) -> nn.Module:
+def torchvision_resnet(config: Config) -> nn.Module:
     assert config.depth in CONSTRUCTORS, f"resnet depth must be one of {sorted(CONSTRUCTORS)}, got {config.depth}"
     assert config.in_channels == 3, f"torchvision's ResNet stem takes 3 channels, got {config.in_channels}"
     # torchvision already ends in adaptive average pooling, so any image_size >= 32 works.
@@ -44,7 +44,7 @@ def build(config: Config) -> nn.Module:
 make_batch = image_batch
 
 
-flops_per_sample = counted_training_flops(build, make_batch)
+flops_per_sample = counted_training_flops(torchvision_resnet, make_batch)
 
 
 def _spec(depth: int, batch_size: int, tier: str, **runs: tuple[str, ...] | bool) -> ModelSpec:
@@ -56,7 +56,7 @@ def _spec(depth: int, batch_size: int, tier: str, **runs: tuple[str, ...] | bool
         # full width (torchvision has no knob for it) but a small image and head keep the CPU pass fast;
         # 64 leaves a 2x2 map at the last stage, as batch norm over a 1x1 map of two samples diverges
         smoke_config=Config(depth=depth, num_classes=4, image_size=64),
-        build=build,
+        build=torchvision_resnet,
         make_batch=make_batch,
         loss=F.cross_entropy,
         flops_per_sample=flops_per_sample,

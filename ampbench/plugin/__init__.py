@@ -13,7 +13,9 @@ distributed cells; `nodes` the hosts their launches span (node 0 runs the tests,
 `entries` gives each cell's JSON entry its group and keeps the untimed cells beside the timed ones;
 `progress` draws the progress line; `summary` writes the end-of-run tables; `history` checks the run
 history's store before the first cell and appends the run at the end; `errors` keeps the cells whose test
-stopped with an error as failing records. The cell tests themselves are ``ampbench.suite``.
+stopped with an error as failing records. Not loaded with them: `slowdown`, the speed gate's own check,
+which slows chosen cells on purpose (`slowed_steps`) where a run asks for it with ``-p ampbench.slowdown``.
+The cell tests themselves are ``ampbench.suite``.
 
 This module only names the plugin's modules: importing it (or any of them for its functions) costs
 nothing more.

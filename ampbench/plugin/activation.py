@@ -33,7 +33,7 @@ def asked(args: tuple[str, ...] | list[str]) -> bool:
     return any(arg.startswith(OPTION_PREFIXES) for arg in args)
 
 
-def active(config: pytest.Config) -> bool:
+def acts(config: pytest.Config) -> bool:
     """Whether ampbench acts in this run (decided once, at the first question)."""
     if _ACTIVE not in config.stash:
         config.stash[_ACTIVE] = declared(config.getini("required_plugins")) or asked(config.invocation_params.args)

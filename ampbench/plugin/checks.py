@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import pytest
 
-from ampbench.outputs import unwritable_reason, write_text_atomic
-from ampbench.plugin.activation import active
+from ampbench.files.write import unwritable_reason, write_text_atomic
+from ampbench.plugin.activation import acts
 
 # lines for the end of the session: where results went that could not go where they were asked to
 FALLBACK_KEY = pytest.StashKey[list]()
@@ -74,7 +74,7 @@ def output_problems(opt: argparse.Namespace) -> list[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if active(config):
+    if acts(config):
         check_run(config)
 
 
@@ -162,8 +162,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Wrap pytest-benchmark's writers, once its own configure (its last) has made them: hours of cells
     are never lost to a path that fails at the end."""
     config = session.config
-    bench = getattr(config, "_benchmarksession", None)
-    if bench is None or not active(config):
+    bench = config.pluginmanager.get_plugin("pytest-benchmark")  # the session, as registered
+    if bench is None or not acts(config):
         return
     tell = lambda line: config.stash.setdefault(FALLBACK_KEY, []).append(line)  # noqa: E731
     if hasattr(bench, "save_json") and isinstance(bench.json, (str, os.PathLike)):  # version 4 opens a file

@@ -4,18 +4,22 @@ at configure time, and the baselines of N GPUs."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ampbench.plugin import activation
 from ampbench.plugin.session import DISTRIBUTED_STORE_KEY, open_baselines, perf_settings_of
 
+if TYPE_CHECKING:  # the stores load where a GPU run opens them
+    from ampbench.baselines.source import ReferenceSource
+
 WORLD_SIZE_KEY = pytest.StashKey[int]()
 
 
 @pytest.hookimpl(trylast=True)  # after ampbench.plugin.session has made the settings it reads
 def pytest_configure(config: pytest.Config) -> None:
-    if activation.active(config):
+    if activation.acts(config):
         configure_world_size(config)
 
 
@@ -56,7 +60,7 @@ def perf_world_size(pytestconfig: pytest.Config, perf_device) -> int:
 
 
 @pytest.fixture(scope="session")
-def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_world_size):
+def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_world_size) -> ReferenceSource | None:
     """Baselines of N GPUs of this model, baselines/<gpu-slug>-x<N>.json (-x<N>-<M>nodes.json over M
     hosts, whose collectives cross a network), with each cell's speedups
     learned from its runs on N GPUs where a history is kept; None on the CPU. The tests write what they

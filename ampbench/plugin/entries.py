@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ampbench.plugin.activation import active
+from ampbench.plugin.activation import acts
 from ampbench.results.run import entry_group, timed_entry
 from ampbench.results.schema import SCHEMA_KEY, UNTIMED_KEY
 
@@ -37,7 +37,7 @@ def cell_model(item: pytest.Item) -> str | None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A cell's group: the kind its test's ``benchmark`` marker names, and the cell's model."""
-    if not active(config):
+    if not acts(config):
         return
     for item in items:
         marker, model = item.get_closest_marker("benchmark"), cell_model(item)
@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.benchmark(**{**marker.kwargs, "group": entry_group(kind, model)}), append=False)
 
 
-def keep(config: pytest.Config, node: pytest.Item, extra_info: dict) -> None:
+def keep_entry(config: pytest.Config, node: pytest.Item, extra_info: dict) -> None:
     """Keep a cell's entry (its extra_info by reference: what the cell and the plugins write into it later
     is kept too), for the JSON's ``ampbench_untimed`` list should pytest-benchmark list none of it."""
     marker = node.get_closest_marker("benchmark")
@@ -74,7 +74,7 @@ def _untimed(config: pytest.Config, benchmarks: list[dict]) -> list[dict]:
 
 @pytest.hookimpl(optionalhook=True)  # pytest-benchmark's hook: a run without its plugin knows no such hook
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
-    if not active(config):
+    if not acts(config):
         return
     untimed = _untimed(config, output_json["benchmarks"])
     output_json["benchmarks"] = [b for b in output_json["benchmarks"] if timed_entry(b)]
@@ -104,8 +104,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Where no cell handed pytest-benchmark a timing, it would write nothing ("no benchmarks have been
     run"): the cells' records are written all the same."""
     config = session.config
-    bench = getattr(config, "_benchmarksession", None)
-    if bench is None or not active(config) or not hasattr(bench, "handle_saving"):
+    bench = config.pluginmanager.get_plugin("pytest-benchmark")  # the session, as registered
+    if bench is None or not acts(config) or not hasattr(bench, "handle_saving"):
         return
     handle = bench.handle_saving
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ampbench.plugin.activation import active
+from ampbench.plugin.activation import acts
 from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY
 
 
@@ -70,14 +70,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if kept:  # its record was kept, then the test stopped: its figures reached no verdict that holds
         summary.annotate(item.config, item.nodeid, verdict=Verdict.ERROR, message=message)
     else:
-        summary.keep(item.config, item.nodeid, error_record(item, params, message, str(settings.device)))
+        summary.keep_record(item.config, item.nodeid, error_record(item, params, message, str(settings.device)))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
     """The cells whose test stopped with an error into the JSON: on their entry where pytest-benchmark
     wrote one, else under ERRORS_KEY."""
-    if not active(config):
+    if not acts(config):
         return
     from ampbench.plugin import summary
     from ampbench.results import Verdict

@@ -12,6 +12,7 @@ from ampbench.plugin.session import baseline_store_of, perf_settings_of
 from ampbench.settings import PerfSettings
 
 if TYPE_CHECKING:  # the records, and the summary that keeps them, load where a cell runs
+    from ampbench.baselines.source import ReferenceSource
     from ampbench.results import Record
 
 
@@ -53,12 +54,12 @@ def record_result(request: pytest.FixtureRequest, benchmark):
 
     from ampbench.plugin import entries, summary
 
-    entries.keep(request.config, request.node, benchmark.extra_info)
+    entries.keep_entry(request.config, request.node, benchmark.extra_info)
 
     def write(record: Record, *, identity: bool = False) -> None:
         benchmark.extra_info.update(record.to_info(only_set=identity))
         if not identity:
-            summary.keep(request.config, request.node.nodeid, record)
+            summary.keep_record(request.config, request.node.nodeid, record)
 
     return write
 
@@ -87,7 +88,7 @@ def model_spec(model_name: str):
 
 
 @pytest.fixture(scope="session")
-def baseline_store(pytestconfig: pytest.Config):
+def baseline_store(pytestconfig: pytest.Config) -> ReferenceSource | None:
     return baseline_store_of(pytestconfig)
 
 

@@ -3,7 +3,7 @@ the first cell, and the session's run appended at its end. Loaded by ``ampbench.
 ampbench does (``ampbench.plugin.activation``).
 
 The run goes in whole at the end of the session, after pytest-benchmark has written its JSON: the
-cells' records (``ampbench.plugin.summary.keep``), the machine's info, the host's load, the suite's revision
+cells' records (``ampbench.plugin.summary.keep_record``), the machine's info, the host's load, the suite's revision
 and the label. The same run id, label, revision and load go into ``machine_info["ampbench"]``, so that
 the JSON imported later is the same run. A store that fails at the end costs nothing else the run
 wrote: the run is saved beside the default store as a JSON that ``ampbench history import`` loads, the
@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING
 import pytest
 
 import ampbench
-from ampbench.outputs import write_atomic
-from ampbench.plugin.activation import active
+from ampbench.files import paths
+from ampbench.files.write import write_atomic
+from ampbench.plugin.activation import acts
+from ampbench.plugin.options import follows
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where a history is opened: a run without ampbench's cells opens none
     from ampbench.history.store import History
 
 OFF = "off"
-DEFAULT_STORE = Path(".ampbench") / "history.sqlite"  # under pytest's rootdir
-UNAPPENDED = Path(".ampbench") / "unappended"  # runs a failing store did not take, under the rootdir
 # CI variables naming the commit under test, in the order they are read
 LABEL_VARIABLES = ("GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT")
 MAX_LABEL = 200
@@ -63,7 +63,7 @@ def history_of(config: pytest.Config) -> History | None:
 
 def history_option(value: str) -> str:
     """--perf-history's type: off, a path or a database URL the history runs on (reached at configure)."""
-    from ampbench.history.cli import store_url
+    from ampbench.history.connect import store_url
 
     return OFF if value.strip().lower() == OFF else store_url(value)
 
@@ -80,7 +80,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-history", metavar="URL|off", default=None, type=history_option,
                     help="the run history each run is appended to: an SQLite file (a path or sqlite:///PATH), "
                          "postgresql://USER:PASSWORD@HOST/DB for a fleet of runners, or off; a store that cannot be "
-                         "reached is a usage error (default: .ampbench/history.sqlite under the rootdir; off on "
+                         "reached is a usage error (default: " + str(paths.HISTORY) + " under the rootdir; off on "
                          "the CPU smoke pass)")
     group.addoption("--perf-label", metavar="TEXT", default=None, type=label_option,
                     help="what the history calls the stack under test in this run, e.g. a commit of your code or a "
@@ -108,7 +108,7 @@ def suite_revision() -> str:
     return f"ampbench {ampbench.__version__}"
 
 
-def host_load() -> dict:
+def load_averages() -> dict:
     """The host's load averages (1, 5 and 15 minutes, where the system has them) and CPU count."""
     try:
         one, five, fifteen = os.getloadavg()
@@ -131,7 +131,7 @@ def _open(config: pytest.Config) -> History | None:
     from ampbench.history.connect import HistoryError
     from ampbench.history.store import open_history
 
-    url = opt.perf_history or str(config.rootpath / DEFAULT_STORE)
+    url = opt.perf_history or str(config.rootpath / paths.HISTORY)
     try:
         history = open_history(url, create=True)
         history.check_writable()  # a store that takes no run would be found only at the end, hours on
@@ -144,10 +144,8 @@ def _open(config: pytest.Config) -> History | None:
 @pytest.hookimpl(trylast=True)  # after ampbench.plugin.session has refused a bad --perf-device
 def pytest_configure(config: pytest.Config) -> None:
     # an xdist worker's cells are its controller's run; the help and a collection measure nothing
-    if hasattr(config, "workerinput") or config.option.help or config.option.collectonly or not active(config):
+    if hasattr(config, "workerinput") or config.option.help or config.option.collectonly or not acts(config):
         return
-    from ampbench.plugin.nodes import follows
-
     if follows(config):  # node 0 keeps the run's history; this node runs no cell of its own
         return
     config.stash[STATE_KEY] = HistorySession(
@@ -158,7 +156,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def run_fields(state: HistorySession) -> dict:
     """What the history adds to machine_info["ampbench"] (``ingest.RUN_KEYS``)."""
     return {"run_id": state.run_id, "label": state.label, "suite_revision": state.suite_revision,
-            "host_load": host_load()}
+            "host_load": load_averages()}
 
 
 @pytest.hookimpl(trylast=True, optionalhook=True)  # after ampbench.plugin.session has written the ampbench block
@@ -219,7 +217,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def _save(config: pytest.Config, records: list, machine: dict, when: str) -> str:
     """Write the run where a later ``ampbench history import`` finds it; what to do, in words."""
-    path = config.rootpath / UNAPPENDED / f"run-{machine['run_id']}.json"
+    path = config.rootpath / paths.UNAPPENDED / f"run-{machine['run_id']}.json"
     document = {"machine_info": {"ampbench": machine}, "datetime": when, "commit_info": {},
                 "benchmarks": [{"name": r.test_id, "extra_info": r.to_info()} for r in records]}
     try:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ampbench.plugin.options import follows
 from ampbench.plugin.session import SETTINGS_KEY
 
 LAUNCHER_KEY = pytest.StashKey[object]()
@@ -33,19 +34,12 @@ def _nodes(config: pytest.Config):
     return settings.nodes if settings is not None else None
 
 
-def follows(config: pytest.Config) -> bool:
-    """Whether this node only follows node 0's launches (its rank is above 0)."""
-    # read off the options, which only a --perf-* argument sets: ampbench acts wherever they are
-    rank = getattr(config.option, "perf_node_rank", None)
-    return bool(rank) and getattr(config.option, "perf_nnodes", 1) > 1
-
-
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark and junitxml have read their options
 def pytest_configure(config: pytest.Config) -> None:
     if not follows(config):
         return
     # node 0's files are the run's; on a shared file system a follower's empty ones would replace them
-    session = getattr(config, "_benchmarksession", None)
+    session = config.pluginmanager.get_plugin("pytest-benchmark")  # the session, as registered
     if session is not None:
         session.json = None
     from _pytest.junitxml import xml_key

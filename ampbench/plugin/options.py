@@ -79,7 +79,16 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 
 
 def add_options(group: Any, detail: bool = True) -> None:
-    """Every --perf-* option on `group` (a pytest option group, or anything with its ``addoption``)."""
+    """Every --perf-* option on `group` (a pytest option group, or anything with its ``addoption``), in the
+    order --help lists them."""
+    _add_selection(group, detail)
+    _add_judging(group)
+    _add_memory_and_inputs(group)
+    _add_distributed(group)
+
+
+def _add_selection(group: Any, detail: bool) -> None:
+    """What runs, on which device, and the baseline files it is held against."""
     models_help, tier_help_text = _model_help(detail)
     group.addoption("--perf-device", metavar="DEVICE", default="auto", type=device_validator(),
                     help="device to train on: auto, cpu, cuda or cuda:N; cpu runs the smoke pass on tiny shapes (default: auto, CUDA if present)")
@@ -99,6 +108,10 @@ def add_options(group: Any, detail: bool = True) -> None:
                     help="folder of per-GPU baseline files <gpu-slug>.json (default: baselines/ under the rootdir)")
     group.addoption("--perf-update-baselines", action="store_true", default=False,
                     help="record this run's figures into the GPU's baseline file, merging with what is there; a usage error on the CPU (default: off)")
+
+
+def _add_judging(group: Any) -> None:
+    """How a speed cell is timed and judged."""
     group.addoption("--perf-tolerance", metavar="FRACTION", default=DEFAULT_TOLERANCE,
                     type=number_validator(float, 0.0, 0.9, low_open=True),
                     help=f"smallest relative speedup drop that fails a test; noisier cells get more (default: {DEFAULT_TOLERANCE})")
@@ -118,6 +131,10 @@ def add_options(group: Any, detail: bool = True) -> None:
                     help=f"target length of each side's timed block in a speed round on CUDA; a block holds whole steps, at least one (default: {DEFAULT_BLOCK_SECONDS})")
     group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="off", type=str.lower, choices=("on", "off"),
                     help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per convnet and dtype on an H100, off uses cuDNN's heuristics as PyTorch does by default; baselines record which (default: off)")
+
+
+def _add_memory_and_inputs(group: Any) -> None:
+    """The memory search's budget, the input pipeline's data and loader, the loss scaler under test."""
     group.addoption("--perf-memory-cap", metavar="GIB", default=None,
                     type=number_validator(float, 0.0, low_open=True),
                     help="GPU memory the largest-batch search (full tier) may use, in GiB, on top of what the session already holds (default: 90%% of the card's total memory, at most 24 GiB, or 95%% of its free memory where less is free)")
@@ -132,6 +149,10 @@ def add_options(group: Any, detail: bool = True) -> None:
     group.addoption("--perf-loss-scaler", "--loss-scaler", dest="perf_loss_scaler", metavar="MODULE:CALLABLE",
                     default="torch.amp:GradScaler", type=scaler_validator(),
                     help="loss scaler the loss-scaling properties test; called with GradScaler's keyword arguments (default: torch.amp:GradScaler)")
+
+
+def _add_distributed(group: Any) -> None:
+    """The distributed tests' ranks and the hosts they span."""
     group.addoption("--perf-world-size", metavar="N", default=None,
                     type=number_validator(int, 1, 1024),
                     help="ranks of the distributed tests in all, one GPU each (NCCL), or CPU processes (gloo) on "
@@ -150,3 +171,10 @@ def add_options(group: Any, detail: bool = True) -> None:
     group.addoption("--perf-rdzv-id", metavar="ID", default="ampbench", type=rdzv_id_validator(),
                     help="the run's rendezvous id, the same on every node; runs sharing an endpoint need their own, "
                          "e.g. the job's id (default: ampbench)")
+
+
+def follows(config: pytest.Config) -> bool:
+    """Whether this node only follows node 0's launches (its rank is above 0)."""
+    # read off the options, which only a --perf-* argument sets: ampbench acts wherever they are
+    rank = getattr(config.option, "perf_node_rank", None)
+    return bool(rank) and getattr(config.option, "perf_nnodes", 1) > 1

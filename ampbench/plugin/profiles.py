@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 
-def register() -> None:
+def register_profiles() -> None:
     from hypothesis import HealthCheck, settings  # a second or more to import: only where ampbench acts
 
     settings.register_profile("dev", max_examples=50, deadline=None)
@@ -24,7 +24,7 @@ def load() -> None:
     """Register the profiles and load the one $HYPOTHESIS_PROFILE names."""
     from hypothesis import settings
 
-    register()
+    register_profiles()
     # CI runners set CI=true; there the run must be reproducible
     default = "ci" if os.environ.get("CI") else "dev"
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", default))

@@ -11,7 +11,7 @@ from typing import Iterator
 import pytest
 
 from ampbench import progress
-from ampbench.plugin.activation import active
+from ampbench.plugin.activation import acts
 
 CHOICES = ("auto", "on", "off")
 _BEFORE = pytest.StashKey["progress.Line | None"]()  # the display this pytest run replaced
@@ -38,7 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     capture = config.pluginmanager.get_plugin("capturemanager")
     stream = sys.stdout  # the terminal's, as the reporter took it: capturing is suspended here
-    if reporter is None or capture is None or hasattr(config, "workerinput") or not active(config):
+    if reporter is None or capture is None or hasattr(config, "workerinput") or not acts(config):
         return
     if not wanted(config.getoption("perf_progress"), stream.isatty(), config.get_verbosity(),
                   config.getoption("capture", "fd"), bool(os.environ.get("CI"))):

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from ampbench.files import paths
 from ampbench.plugin import activation, profiles
 from ampbench.plugin.options import tier_models, zoo
 from ampbench.plugin.parametrize import cells_for, why_no_cells
 from ampbench.settings import COMPILE_CHOICES, TIERS, Nodes, PerfSettings
+
+if TYPE_CHECKING:  # the stores load where a GPU run opens them
+    from ampbench.baselines.source import ReferenceSource
+    from ampbench.baselines.store import BaselineStore
 
 SETTINGS_KEY = pytest.StashKey[PerfSettings]()
 STORE_KEY = pytest.StashKey[dict]()  # lazily opened BaselineStore, under "store"
@@ -45,7 +51,7 @@ def _check_baselines(directory: Path, update: bool, device) -> None:
     minutes of measuring, or never (off CUDA no file is read)."""
     from ampbench import device as devices
     from ampbench.baselines.store import BaselineError, validate_directory
-    from ampbench.outputs import unwritable_reason
+    from ampbench.files.write import unwritable_reason
 
     try:
         validate_directory(directory)
@@ -138,7 +144,7 @@ def configure(config: pytest.Config) -> None:
     zoo()  # the zoo, then the project's own models: a broken entry point of theirs is a usage error
     opt = config.option
     device = _resolve_device(opt)
-    baseline_dir = opt.perf_baseline_dir if opt.perf_baseline_dir is not None else config.rootpath / "baselines"
+    baseline_dir = opt.perf_baseline_dir if opt.perf_baseline_dir is not None else config.rootpath / paths.BASELINE_DIR
     if not getattr(opt, "help", False):
         _check_baselines(baseline_dir, opt.perf_update_baselines, device)
         _check_scaler(opt.perf_loss_scaler)
@@ -148,7 +154,7 @@ def configure(config: pytest.Config) -> None:
     config.stash[STORE_KEY] = {}
     from ampbench.plugin import summary  # its records' types: only in a run where ampbench acts
 
-    summary.register(config)
+    summary.register_summary(config)
 
 
 # the markers of the suite's cell tests (ampbench.suite, perf/), registered in every run: a project
@@ -167,7 +173,7 @@ MARKERS = (
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
-    if activation.active(config):
+    if activation.acts(config):
         configure(config)
 
 
@@ -234,7 +240,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
-def baseline_store_of(config: pytest.Config):
+def baseline_store_of(config: pytest.Config) -> ReferenceSource | None:
     """This GPU's baselines, opened once per session; None on the CPU (the smoke pass holds nothing
     against baselines). A malformed file ends the session with a message naming file and field, and
     is never overwritten."""
@@ -245,7 +251,7 @@ def baseline_store_of(config: pytest.Config):
     return cache["store"]
 
 
-def open_baselines(directory: Path, gpu: str, slug: str):
+def open_baselines(directory: Path, gpu: str, slug: str) -> BaselineStore:
     """The ``BaselineStore`` of `slug` in `directory`; a malformed file ends the session with a message
     naming file and field (exit status 4), and is never overwritten."""
     from ampbench.baselines.store import BaselineError, BaselineStore
@@ -256,7 +262,7 @@ def open_baselines(directory: Path, gpu: str, slug: str):
         pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)
 
 
-def _open_store(config: pytest.Config, s: PerfSettings):
+def _open_store(config: pytest.Config, s: PerfSettings) -> ReferenceSource:
     from ampbench import device as devices
     from ampbench.plugin.history import history_of
     from ampbench.history.reference import HistoryBaselines
@@ -334,7 +340,7 @@ def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
     """This run's cells the history holds back as suspect (their device time below their level by more
     than noise says, or inconclusive below it): not learned from until later runs clear them, or someone
     accepts the change."""
-    from ampbench.history.replay import SUSPECT
+    from ampbench.history.statuses import SUSPECT
     from ampbench.plugin import summary
     from ampbench.results import TimedRecord
     from ampbench.results.ratios import DEVICE

@@ -7,7 +7,7 @@ It also trims pytest-benchmark's own table to the benchmarks whose figures are t
 ``ampbench.plugin.entries`` trims the JSON: a test that hands pytest-benchmark a round of something else
 (a project's own cell of an untimed kind) says nothing as a wall time.
 
-Tests hand their records over with ``keep`` (the ``record_result`` fixture does), into ``config.stash``.
+Tests hand their records over with ``keep_record`` (the ``record_result`` fixture does), into ``config.stash``.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ from ampbench.stats import SpeedupEstimate
 PLUGIN_NAME = "ampbench-summary"
 RECORDS_KEY = pytest.StashKey[list]()  # (node id, record) of every cell, in the order they were kept
 FAILED_KEY = pytest.StashKey[dict]()  # node id -> "failed" or "xfailed", for the cells' own tests
-SMOKE_NOTE = "smoke run: figures are not comparable (a CPU pass on tiny shapes checks the code path; nothing is held against baselines)"
-MISSING = "-"
+SMOKE_SUMMARY = "smoke run: figures are not comparable (a CPU pass on tiny shapes checks the code path; nothing is held against baselines)"
+NOT_MEASURED = "-"
 
 
-def keep(config: pytest.Config, nodeid: str, record: Record) -> None:
+def keep_record(config: pytest.Config, nodeid: str, record: Record) -> None:
     """Keep a cell's record for the summary at the end of the session."""
     config.stash.setdefault(RECORDS_KEY, []).append((nodeid, record))
 
@@ -59,28 +59,28 @@ def annotate(config: pytest.Config, nodeid: str, **values: Any) -> None:
 # -- formatting ------------------------------------------------------------------------------------
 
 def _num(value: float | None, spec: str, suffix: str = "") -> str:
-    return MISSING if value is None or not math.isfinite(value) else f"{value:{spec}}{suffix}"
+    return NOT_MEASURED if value is None or not math.isfinite(value) else f"{value:{spec}}{suffix}"
 
 
 def _interval(est: SpeedupEstimate | None, pct: bool = False) -> str:
     if est is None:
-        return MISSING
+        return NOT_MEASURED
     if pct:
         return f"{est.speedup:.1%} [{est.low:.1%}, {est.high:.1%}]"
     return f"{est.speedup:.3f}x [{est.low:.3f}, {est.high:.3f}]"
 
 
 def _verdict(v: Verdict | None) -> str:
-    return MISSING if v is None else str(v)
+    return NOT_MEASURED if v is None else str(v)
 
 
 def _yes(value: bool | None) -> str:
-    return MISSING if value is None else ("yes" if value else "no")
+    return NOT_MEASURED if value is None else ("yes" if value else "no")
 
 
 def _points(delta: float | None, scale_of: float | None) -> str:
     if delta is None:
-        return MISSING
+        return NOT_MEASURED
     # accuracies are written as fractions (or, by older writers, percentages)
     return f"{delta * (100 if (scale_of or 0) <= 1 else 1):+.1f} pts"
 
@@ -123,12 +123,12 @@ def tables() -> dict[type[Record], Table]:
             *_speed_ratios(),
             Column("idle", lambda r: _num(r.idle_share, ".0%")),  # share of the eager step the device waited for the host
             Column("host-bound", lambda r: _yes(r.host_bound)),
-            Column("method", lambda r: r.ratio(DEVICE).method or MISSING),
+            Column("method", lambda r: r.ratio(DEVICE).method or NOT_MEASURED),
         )),
         MemoryRecord: Table("memory cells ({n}), against fp32", (
             Column("memory ratio", lambda r: _num(r.memory_ratio, ".3f", "x")),
             Column("largest batch", lambda r: _num(r.max_batch, "d") if isinstance(r.max_batch, int)
-                   else MISSING if r.batch_searched else r.NOT_SEARCHED),
+                   else NOT_MEASURED if r.batch_searched else r.NOT_SEARCHED),
             Column("largest-batch ratio", lambda r: _num(r.max_batch_ratio, ".2f", "x")),
             Column("verdict", lambda r: _verdict(r.verdict)),
         )),
@@ -146,8 +146,8 @@ def tables() -> dict[type[Record], Table]:
             Column("verdict", lambda r: _verdict(r.verdict)),
         )),
         DistributedRecord: Table("distributed cells ({n}), against fp32 under the same parallelism", (
-            Column("comm", lambda r: r.comm or MISSING),
-            Column("ranks", lambda r: (_num(r.world_size, "d") if isinstance(r.world_size, int) else MISSING)
+            Column("comm", lambda r: r.comm or NOT_MEASURED),
+            Column("ranks", lambda r: (_num(r.world_size, "d") if isinstance(r.world_size, int) else NOT_MEASURED)
                    + (f" on {r.nodes} nodes" if isinstance(r.nodes, int) and r.nodes > 1 else "")),
             *_distributed_ratios(),
             Column("comm share", lambda r: _num(r.comm_share, ".0%")),
@@ -164,7 +164,7 @@ def table(kind: type[Record], records: Sequence[Record]) -> list[str]:
         return []
     spec = tables()[kind]
     headers = ["model", "mode", *(c.header for c in spec.columns)]
-    rows = [[r.model or MISSING, r.mode or MISSING, *(c.show(r) for c in spec.columns)] for r in records]
+    rows = [[r.model or NOT_MEASURED, r.mode or NOT_MEASURED, *(c.show(r) for c in spec.columns)] for r in records]
     widths = [max(len(text) for text in column) for column in zip(headers, *rows)]
 
     def line(texts: Sequence[str]) -> str:
@@ -174,7 +174,7 @@ def table(kind: type[Record], records: Sequence[Record]) -> list[str]:
             *map(line, rows)]
 
 
-def needs_a_look(cells: Iterable[tuple[str, Record]], outcomes: dict[str, str]) -> list[str]:
+def needs_a_look_lines(cells: Iterable[tuple[str, Record]], outcomes: dict[str, str]) -> list[str]:
     """One line per cell whose verdict fails or warns, or whose test failed or failed as expected, with
     its message."""
     lines = []
@@ -196,11 +196,11 @@ def summary_lines(cells: Sequence[tuple[str, Record]], outcomes: dict[str, str])
     lines = []
     devices = {r.device for r in records if r.device}
     if devices and all(d.split(":")[0] == "cpu" for d in devices):
-        lines.append(f"ampbench: {SMOKE_NOTE}")
+        lines.append(f"ampbench: {SMOKE_SUMMARY}")
     for kind in tables():
         rows = table(kind, [r for r in records if type(r) is kind])
         lines += [*rows, ""] if rows else []
-    return lines + needs_a_look(cells, outcomes)
+    return lines + needs_a_look_lines(cells, outcomes)
 
 
 # -- the plugin ------------------------------------------------------------------------------------
@@ -231,7 +231,7 @@ class SummaryPlugin:
         return group_stats(config=config, benchmarks=[b for b in benchmarks if timed_entry(b)], group_by=group_by)
 
 
-def register(config: pytest.Config) -> None:
+def register_summary(config: pytest.Config) -> None:
     """Register the summary as ``ampbench-summary``, unless ``-p no:ampbench-summary`` blocked the name."""
     if not config.pluginmanager.is_blocked(PLUGIN_NAME):
         config.pluginmanager.register(SummaryPlugin(config), PLUGIN_NAME)

@@ -7,14 +7,15 @@ matplotlib is imported inside the chart functions, with the Agg backend, so impo
 has no side effects.
 
 A run is read by ``ampbench.results`` into typed records; here `junit` adds a JUnit XML's failures;
-`format` makes the per-model tables from figures that ``ampbench.text`` writes as text; `speed_cells`
-chooses the speed figures both pages show (the device-time and wall-clock matrices, host-bound cells,
-kernel changes); `charts`, `markdown` and `html` render them; `trends` reads a run history's series of
-the run's cells and draws them (``--history``); `build` makes every file of a report and writes the
-folder, saying how far it got on large runs through ``ampbench.command_progress``. Only the rendering
-modules know of ampbench.compare (for its types), and compare needs nothing of this package: it takes
-its text from ``ampbench.text`` and its progress from ``ampbench.command_progress``, as the report
-does. The names below are re-exported for ``from ampbench.report import ...``.
+`compare` holds two runs' cells against each other (``ampbench compare``, the report's ``--compare``);
+`format` makes the per-model tables from figures that `figure_text` writes as text (for the pages and
+for compare's table); `speed_cells` chooses the speed figures both pages show (the device-time and
+wall-clock matrices, host-bound cells, kernel changes); `charts`, `markdown` and `html` render them;
+`trends` reads a run history's series of the run's cells and draws them (``--history``); `build` makes
+every file of a report and writes the folder, saying how far it got on large runs through
+``ampbench.progress``. Only the rendering modules know of `compare` (for its types), and `compare`
+needs nothing of them: it takes its text from `figure_text` and its progress from ``ampbench.progress``,
+as the report does. The names below are re-exported for ``from ampbench.report import ...``.
 """
 
 from ampbench.report.build import REPORT_MARKER, build_report, write_report
@@ -34,7 +35,7 @@ from ampbench.results import (
     order_modes,
     parse_run,
 )
-from ampbench.text import (
+from ampbench.report.figure_text import (
     DASH,
     VERDICT_ICONS,
     fmt_accuracy,

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from ampbench.report.charts import comparison_chart, run_charts
 from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
-from ampbench.command_progress import QUIET, Progress
-from ampbench.processes import alive
+from ampbench.progress import QUIET, Progress
+from ampbench.distributed.processes import alive
 from ampbench.report.junit import Run
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
-    from ampbench.compare import Comparison
+    from ampbench.report.compare import Comparison
     from ampbench.report.trends import Trends
 
 

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ampbench.report.junit import Run, order_modes
-from ampbench.report.speed_cells import METHODS, has_figure, used_methods
+from ampbench.report.speed_cells import METHOD_LABELS, has_figure, used_methods
 from ampbench.results import RatioKind
 from ampbench.results.ratios import DEVICE, WALL
 from ampbench.results import MemoryRecord, Record, SpeedRecord
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
-    from ampbench.compare import Comparison
+    from ampbench.report.compare import Comparison
 
 MODE_COLORS = {
     "fp32": "#7f7f7f",
@@ -266,7 +266,7 @@ def _speedup_chart(run: Run) -> tuple[str, str, tuple[bytes, str] | None]:
         what = "device time, the figure the verdict gates"
         methods = used_methods(run)
         if methods:
-            what += f" (by {'; '.join(METHODS[m] for m in methods)})"
+            what += f" (by {'; '.join(METHOD_LABELS[m] for m in methods)})"
     caption = (f"Bars: each mode's speedup over fp32 in {what} (centre of interleaved rounds); whiskers: its "
                "interval; black dash: the baseline it was held against. Above the dashed line at 1 the mode is faster.")
     if mixed:

@@ -20,7 +20,7 @@ from ampbench.report.junit import Run
 from ampbench.report.needs_look import Flagged, needs_a_look
 from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord
 from ampbench.report.speed_cells import (
-    METHODS,
+    METHOD_LABELS,
     MatrixEntry,
     has_figure,
     host_bound_cells,
@@ -33,11 +33,11 @@ from ampbench.report.speed_cells import (
 )
 from ampbench.results import RatioKind
 from ampbench.results.ratios import DEVICE, WALL
-from ampbench.text import DASH, fmt_ms, fmt_number
+from ampbench.report.figure_text import DASH, fmt_ms, fmt_number
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
-    from ampbench.compare import Comparison
+    from ampbench.report.compare import Comparison
     from ampbench.report.trends import Trends
 
 # the same in HTML with symbols every sans-serif font has (browsers without an emoji font show boxes)
@@ -148,7 +148,7 @@ def _matrix_cell(entry: MatrixEntry | None) -> dict | None:
         return None
     verdict = entry.verdict
     interval = f"[{entry.estimate.low:.2f}, {entry.estimate.high:.2f}]" if entry.estimate else None
-    tip = [t for t in (verdict, METHODS.get(entry.method or "")) if t]
+    tip = [t for t in (verdict, METHOD_LABELS.get(entry.method or "")) if t]
     # as in summary.md: "no baseline" on every cell of a fresh GPU is told by the colour alone
     icon = "" if verdict == Verdict.NO_BASELINE.value else HTML_ICONS.get(verdict or "", "")
     return {"value": f"{fmt_number(entry.value, '.2f', 'x')} {icon}".strip(),
@@ -202,7 +202,7 @@ def _speed_context(run: Run) -> dict | None:
                 "lines": text.split("; ")} for c, text in kernel_change_cells(run)]
     return {
         "matrices": matrices,
-        "methods": [(m, METHODS[m]) for m in used_methods(run)],
+        "methods": [(m, METHOD_LABELS[m]) for m in used_methods(run)],
         "host_bound": host_table,
         "host_bound_count": len(host),
         "device_noun": noun,

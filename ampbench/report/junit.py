@@ -6,9 +6,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from ampbench.inputs import UnreadableFile, read_text
+from ampbench.files.read import UnreadableFile, read_text
 from ampbench.results import Run, RunError, order_modes
-from ampbench.text import DASH
+from ampbench.report.figure_text import DASH
 
 __all__ = ["DASH", "Run", "RunError", "failed_tests", "order_modes"]
 

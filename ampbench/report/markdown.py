@@ -27,11 +27,11 @@ from ampbench.report.speed_cells import (
 )
 from ampbench.results import RatioKind
 from ampbench.results.ratios import DEVICE, WALL
-from ampbench.text import DASH, VERDICT_ICONS, plural, verdict_label
+from ampbench.report.figure_text import DASH, VERDICT_ICONS, plural, verdict_label
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
-    from ampbench.compare import Comparison
+    from ampbench.report.compare import Comparison
     from ampbench.report.trends import Trends
 
 

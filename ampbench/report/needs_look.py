@@ -17,7 +17,7 @@ OTHER_CHARS = 140  # the line of a cell without a figure: the start of its messa
 
 
 @dataclass(frozen=True)
-class Kernel:
+class MovedKernel:
     """The kernel whose device time per step moved most against the baseline."""
 
     name: str  # as the run records it
@@ -35,7 +35,7 @@ class Flagged:
     figure: str | None  # "device speedup 5.226x" (its interval is in the message)
     change: str | None  # "-4.7% vs 5.483x": against the baseline
     line: str | None  # "line 5.455x": below it (a speedup), above it (a memory ratio) the cell fails
-    kernel: Kernel | None
+    kernel: MovedKernel | None
     kernel_changes: list[str] = field(default_factory=list)  # the run's own list, one change per item
     kernels: list[tuple[str, float]] = field(default_factory=list)  # the mode's kernels: (name, ms per step)
 
@@ -63,7 +63,7 @@ _ITEM = re.compile(r"(?P<name>.+?) (?P<ms>-?\d+(?:\.\d+)?) ms$")
 _MOVED = re.compile(r"(?P<name>.+?) (?P<a>\d+(?:\.\d+)?)->(?P<b>\d+(?:\.\d+)?) ms \((?P<d>[+-]\d+(?:\.\d+)?)\)$")
 
 
-def parse_changes(text: str | None) -> list[Kernel]:
+def parse_changes(text: str | None) -> list[MovedKernel]:
     """The kernels of a cell's ``kernel_changes`` (``verdict.kernel_changes``' text: 'new: A 1.3 ms, ...;
     vanished: ...; changed: B 3.6->4.2 ms (+0.6)'; normalised names hold no ', ' nor '; '); the lump of
     kernels below the profile's cut, '(other kernels)', is none of them."""
@@ -77,7 +77,7 @@ def parse_changes(text: str | None) -> list[Kernel]:
             if m is None or m["name"].startswith("("):
                 continue
             delta = float(m["d"]) if how == "changed" else float(m["ms"]) * (-1 if how == "vanished" else 1)
-            found.append(Kernel(m["name"], delta, how))
+            found.append(MovedKernel(m["name"], delta, how))
     return found
 
 
@@ -117,7 +117,7 @@ def _convergence(cell: ConvergenceRecord) -> tuple[str, str | None, str | None] 
     return f"accuracy {cell.accuracy * scale:.1f}%", change, line
 
 
-def flag(cell: Record) -> Flagged:
+def flag_cell(cell: Record) -> Flagged:
     """The line of one cell that needs a look, and its details."""
     if isinstance(cell, (SpeedRecord, DistributedRecord)):
         shown = _speed(cell)
@@ -138,4 +138,4 @@ def flag(cell: Record) -> Flagged:
 
 def needs_a_look(run: Run) -> list[Flagged]:
     """Every cell of `run` whose own verdict fails or warns: failures first."""
-    return [flag(c) for c in attention(run)]
+    return [flag_cell(c) for c in attention(run)]

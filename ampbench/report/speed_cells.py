@@ -25,7 +25,7 @@ def over_fp32() -> list[RatioKind]:
 
 
 # how each device-time method measured, as ampbench.speed.devicetime.METHODS names them (that module needs torch)
-METHODS = {
+METHOD_LABELS = {
     "graph": "CUDA-graph replay of the whole step",
     "kernels": "the profiler's kernel durations summed, where the step could not be captured",
     "wall": "the wall clock, on a device without CUDA",
@@ -49,9 +49,9 @@ def has_figure(run: Run, kind: RatioKind) -> bool:
 
 
 def used_methods(run: Run) -> list[str]:
-    """The device-time methods the run's speed cells were measured by, in METHODS' order (known ones only)."""
+    """The device-time methods the run's speed cells were measured by, in METHOD_LABELS' order (known ones only)."""
     seen = {r.method for c in run.of_kind(SpeedRecord) if (r := c.ratio(DEVICE)).speedup is not None and r.method}
-    return [m for m in METHODS if m in seen]
+    return [m for m in METHOD_LABELS if m in seen]
 
 
 def matrix(run: Run, kind: RatioKind) -> tuple[list[str], list[tuple[str, list[MatrixEntry | None]]]]:

@@ -23,18 +23,19 @@ from ampbench.results import SpeedRecord
 from ampbench.results.ratios import DEVICE
 
 if TYPE_CHECKING:  # the store needs SQLAlchemy; a report without --history never imports it
-    from ampbench.history.store import History, RunSummary
+    from ampbench.history.rows import RunSummary
+    from ampbench.history.store import History
 
 FIGURE = DEVICE.history  # the gate's figure: the one whose trend the report draws
 # cells drawn: each chart costs ~90 ms and ~25 kB of the page, and a page of more tells nothing a table does not
 MAX_CELLS = 60
 SIZE_IN, DPI = (6.0, 2.5), 80  # 480 x 200 px: small enough for a page of many cells
 NOTE_CHARS = 28  # a software annotation past this is cut, its full text is in the caption
-LINE, BAND, COUNTED, CHANGE, SOFTWARE = "#1f77b4", "#1f77b4", "#1f77b4", "#c62828", "#6a1b9a"
-SUSPECT, FAILED = "#ef6c00", "#c62828"
+LINE_COLOR, BAND_COLOR, COUNTED_COLOR, CHANGE_COLOR, SOFTWARE_COLOR = "#1f77b4", "#1f77b4", "#1f77b4", "#c62828", "#6a1b9a"
+SUSPECT_COLOR, FAILED_COLOR = "#ef6c00", "#c62828"
 # how each state of a run (``history.replay``) is drawn: its colour, whether filled, its legend label
-POINT_STYLES = (("counted", COUNTED, True, "run"), ("accepted", COUNTED, True, None),
-                ("suspect", SUSPECT, False, "held back as suspect"), ("failed", FAILED, False, "failed"),
+POINT_STYLES = (("counted", COUNTED_COLOR, True, "run"), ("accepted", COUNTED_COLOR, True, None),
+                ("suspect", SUSPECT_COLOR, False, "held back as suspect"), ("failed", FAILED_COLOR, False, "failed"),
                 ("excluded", "#9e9e9e", False, "slowed on purpose"))
 
 
@@ -122,7 +123,7 @@ def read_trends(history: "History", run: Run, gpu: str | None = None) -> Trends:
     for test_id in ids[:MAX_CELLS]:
         series = found[test_id]
         learned = learn(series)
-        cells.append(TrendCell(series, learned, tuple(find_changes(series, learned)), _annotations(series, runs),
+        cells.append(TrendCell(series, learned, tuple(find_changes(series, replay=learned.replay)), _annotations(series, runs),
                                point_labels(series, runs)))
     return Trends(history.name, gpu, tuple(cells), len(ids))
 
@@ -177,11 +178,11 @@ def _points(ax, cell: TrendCell) -> None:
 def _levels(ax, cell: TrendCell) -> None:
     """Each segment's level, and the tolerance band around the current one."""
     for seg, level in segment_levels(cell.series):
-        ax.hlines(level, seg.start - 0.4, seg.stop - 0.6, colors=LINE, linewidth=1.2, zorder=2)
+        ax.hlines(level, seg.start - 0.4, seg.stop - 0.6, colors=LINE_COLOR, linewidth=1.2, zorder=2)
     learned, last = cell.learned, cell.series.segments()[-1]
     if learned.level is not None:
         low, high = learned.level * (1 - learned.tolerance), learned.level * (1 + learned.tolerance)
-        ax.fill_between([last.start - 0.4, last.stop - 0.6], low, high, color=BAND, alpha=0.12, linewidth=0,
+        ax.fill_between([last.start - 0.4, last.stop - 0.6], low, high, color=BAND_COLOR, alpha=0.12, linewidth=0,
                         zorder=1, label=f"±{learned.tolerance:.2%} tolerance")
 
 
@@ -189,15 +190,15 @@ def _marks(ax, cell: TrendCell) -> None:
     """The change points (dashed, with the step) and the software changes (a marker and its text)."""
     for change in cell.changes:
         x = change.index - 0.5
-        ax.axvline(x, color=CHANGE, linestyle="--", linewidth=1, zorder=2)
+        ax.axvline(x, color=CHANGE_COLOR, linestyle="--", linewidth=1, zorder=2)
         ax.annotate(f"{change.step:+.1%}", (x, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -2),
-                    textcoords="offset points", va="top", fontsize=7, color=CHANGE)
+                    textcoords="offset points", va="top", fontsize=7, color=CHANGE_COLOR)
     for i, text in cell.software:
         shown = text if len(text) <= NOTE_CHARS else text[:NOTE_CHARS - 1] + "…"
-        ax.plot([i], [0.0], marker="^", ms=6, color=SOFTWARE, transform=ax.get_xaxis_transform(), clip_on=False,
+        ax.plot([i], [0.0], marker="^", ms=6, color=SOFTWARE_COLOR, transform=ax.get_xaxis_transform(), clip_on=False,
                 zorder=4)
         ax.annotate(shown, (i, 0.0), xycoords=("data", "axes fraction"), xytext=(3, 3), textcoords="offset points",
-                    fontsize=6, color=SOFTWARE, rotation=90, va="bottom")
+                    fontsize=6, color=SOFTWARE_COLOR, rotation=90, va="bottom")
 
 
 def _axes(ax, series: Series, labels: Sequence[str] = ()) -> None:

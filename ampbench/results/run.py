@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
-from ampbench.inputs import DuplicateKey, UnreadableFile, read_text, unique_keys
+from ampbench.files.read import DuplicateKey, UnreadableFile, read_text, unique_keys
 from ampbench.modes import MODES
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord

@@ -3,7 +3,7 @@
 ratio, the mode against its versus side (``modes.versus_of``): the compile gain of a mode compiled
 where its row is eager, fp8's speedup over compiled amp_bf16 for a row that always compiles.
 
-The second ratio is timed as the first is (``ratio.VERSUS``): interleaved rounds of the two sides in
+The second ratio is timed as the first is (``results.ratios.VERSUS``): interleaved rounds of the two sides in
 device time, judged against the baseline entry's own figure of it. Nothing here imports pytest;
 ``cell.measure_speed`` calls it.
 """

@@ -2,7 +2,7 @@
 
 ``test_convergence[model-mode]``: each mode trains from the fp32 cell's seed, on the same real digits in
 the same order, for the same budget, and must reach fp32's held-out accuracy within a margin (held in
-this GPU's baseline file as ``margin``; ``ampbench.convergence`` has the defaults), with a finite loss
+this GPU's baseline file as ``margin``; ``ampbench.convergence.training`` has the budgets), with a finite loss
 throughout. The fp8 modes are held against compiled amp_bf16 instead (their ``parity_reference``):
 fp8 changes only the converted Linear layers of a model that otherwise trains in bf16, and mnist_cnn's
 hidden layer (9216 x 128) is one torchao converts; WRN-28-10's only Linear layer is its head, so its fp8
@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import pytest
 
-from ampbench import convergence as conv
-from ampbench import underflow
+from ampbench.convergence import parity, training, underflow
 from ampbench.baselines.entries import ConvergenceEntry
-from ampbench.data import load_digits
+from ampbench.convergence.images import load_digits
 from ampbench.modes import label, parity_reference_of
 from ampbench.device import release
 
@@ -33,15 +32,15 @@ def _results() -> dict:
     return {}
 
 
-def _remember(results: dict, key: tuple, result: conv.ConvergenceResult) -> None:
+def _remember(results: dict, key: tuple, result: training.ConvergenceResult) -> None:
     if any(k[0] != key[0] for k in results):
         results.clear()  # one model's results at a time
     results[key] = result
 
 
 def _train(model_spec, mode, device, smoke, budget):
-    config, _, _ = conv.image_config(model_spec, smoke, num_classes=10)
-    return conv.train_to_accuracy(model_spec, mode, device, load_digits(), config=config, budget=budget, seed=SEED)
+    config, _, _ = training.image_config(model_spec, smoke, num_classes=10)
+    return training.train_to_accuracy(model_spec, mode, device, load_digits(), config=config, budget=budget, seed=SEED)
 
 
 # the zoo models that take images and train in seconds (ModelSpec.convergence), in the runs each names
@@ -51,7 +50,7 @@ def test_convergence(record_result, model_spec, mode, perf_settings, perf_device
                      fail_on_oom):
     smoke = perf_settings.smoke
     test_id = f"test_convergence[{model_spec.name}-{mode.name}]"
-    budget = conv.budget_for(model_spec.name, perf_device)
+    budget = training.budget_for(model_spec.name, perf_device)
     what = f"{model_spec.name} {mode.name}"
 
     # fp32 for most modes; compiled amp_bf16 for fp8, which keeps the rest of the model in bf16
@@ -66,19 +65,19 @@ def test_convergence(record_result, model_spec, mode, perf_settings, perf_device
         _remember(_results, ref_key, ref)
         release(perf_device)
 
-    result: conv.ConvergenceResult = fail_on_oom(lambda: _train(model_spec, mode, perf_device, smoke, budget),
+    result: training.ConvergenceResult = fail_on_oom(lambda: _train(model_spec, mode, perf_device, smoke, budget),
                                                  what, budget.batch_size)
     _remember(_results, (model_spec.name, mode.name, mode.compile), result)
     ref = ref if ref is not None else result
     release(perf_device)
 
     baseline = ConvergenceEntry.of(baseline_store.figures(test_id)) if baseline_store is not None else None
-    cell = conv.parity_cell(result, ref, budget, baseline, str(perf_device), SEED, label(ref_mode))
+    cell = parity.parity_cell(result, ref, budget, baseline, str(perf_device), SEED, label(ref_mode))
     record_result(cell.record)
     if perf_settings.update_baselines and baseline_store is not None:
         baseline_store.record(test_id, cell.baseline_figures(), software)
 
-    if cell.outcome is conv.Outcome.PASS:
+    if cell.outcome is parity.Outcome.PASS:
         return
     if cell.expected_lag:
         pytest.xfail(f"expected: {cell.record.message}. Why: {cell.lag_reason}")

@@ -17,6 +17,7 @@ import pytest
 
 from ampbench import memory
 from ampbench.baselines.entries import MemoryEntry
+from ampbench.baselines.source import ReferenceSource
 from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
 from ampbench.modes import REFERENCE_MODE, get_mode
@@ -76,7 +77,7 @@ def _test_id(model: str, mode: str) -> str:
     return f"test_memory[{model}-{mode}]"
 
 
-def _baseline(baseline_store, model: str, mode: str) -> MemoryEntry | None:
+def _baseline(baseline_store: ReferenceSource | None, model: str, mode: str) -> MemoryEntry | None:
     return MemoryEntry.of(baseline_store.figures(_test_id(model, mode))) if baseline_store is not None else None
 
 

@@ -40,7 +40,7 @@ class StepClock:
     """pytest-benchmark's timer for the cells whose step times are measured elsewhere (on the device, in
     interleaved rounds): each step of the benchmarked target advances it by the next measured time, so
     that ``benchmark.pedantic`` records exactly those times, through pytest-benchmark's public API (a
-    ``timer`` named by the ``benchmark`` marker). Its name is what the JSON's ``options.timer`` says."""
+    ``timer`` named by the ``benchmark`` marker). Its name is the timer the JSON's ``options`` name."""
 
     __name__ = "step_clock"
 

@@ -1,7 +1,6 @@
 """Why loss scaling exists: ``underflow_demo`` multiplies a loss by a tiny factor, which puts the true
 gradients below fp16's smallest subnormal; an fp16 backward then flushes them to zero and the model never
-moves, while the same run with a loss scale keeps them in range and learns. Re-exported by
-ampbench.convergence."""
+moves, while the same run with a loss scale keeps them in range and learns."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ampbench.data import ImageData, fit_images, load_digits, shuffled_batches
+from ampbench.convergence.images import ImageData, fit_images, load_digits, shuffled_batches
 from ampbench.results import UnderflowRecord
 from ampbench.train import MasterWeights
 

@@ -13,21 +13,25 @@ captured), rounds added until the interval is tight.
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 import torch
 
 from ampbench.speed import sides
-from ampbench.device import catch_oom, cell_unsupported_reason, release, unsupported_reason
-from ampbench.modes import PrecisionMode, label, versus_of
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
+from ampbench.device import catch_oom, cell_unsupported_reason, configure_backends, device_name, release, resolve, unsupported_reason
+from ampbench.files.write import write_atomic
+from ampbench.fp8 import FP8_ALIGNMENT
+from ampbench.models import get_model
+from ampbench.modes import PrecisionMode, get_mode, label, versus_of
 from ampbench.stats import SpeedupEstimate
 from ampbench.speed.timing import extend_until_tight
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.models.spec import ModelSpec
-
-FP8_ALIGNMENT = 16  # torchao's float8 matmuls need both dimensions of a converted Linear divisible by this
 
 
 class WidthError(ValueError):
@@ -75,7 +79,7 @@ WIDTH_RULES: dict[str, WidthRule] = {
 }
 
 
-def rule_for(model: str) -> WidthRule:
+def width_rule(model: str) -> WidthRule:
     try:
         return WIDTH_RULES[model]
     except KeyError:
@@ -84,7 +88,7 @@ def rule_for(model: str) -> WidthRule:
 
 def widened(spec: ModelSpec, width: int, smoke: bool) -> ModelSpec:
     """`spec` with the config it trains with (`smoke`'s or the full one) at `width`."""
-    config = rule_for(spec.name).widen(spec.config_for(smoke), width)
+    config = width_rule(spec.name).widen(spec.config_for(smoke), width)
     return replace(spec, smoke_config=config) if smoke else replace(spec, config=config)
 
 
@@ -184,3 +188,31 @@ def format_point(model: str, mode: PrecisionMode, point: WidthPoint) -> str:
     if point.estimate is None:
         return f"{head} skipped: {point.skipped}"
     return f"{head} {point.estimate} by {point.method}: {point.outcome}"
+
+
+def command(args: argparse.Namespace) -> int:
+    def bad_input(exc: Exception) -> int:
+        print(f"ampbench fp8-width: error: {exc.args[0]}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    try:
+        spec, rule, mode = get_model(args.model), width_rule(args.model), get_mode(args.mode)
+        device = resolve(args.device, flag="--device")
+    except (KeyError, RuntimeError, WidthError) as exc:
+        return bad_input(exc)
+    configure_backends(device)
+    points = []
+    try:
+        # the sweep's WidthErrors come before anything is timed: a width, then the device's needs
+        for point in sweep(spec, args.widths or rule.widths, mode, device, smoke=device.type != "cuda"):
+            print(format_point(args.model, mode, point), flush=True)
+            points.append(point)
+    except WidthError as exc:
+        return bad_input(exc)
+    found = crossover(points)
+    print(f"{args.model} {args.mode}: {found or 'no measured width where it turns from a loss into a gain'}")
+    if args.json is not None:
+        write_atomic(args.json, {"model": args.model, "mode": args.mode, "device": device_name(device),
+                                 "points": [p.as_dict() for p in points],
+                                 "crossover_width": found.width if found else None})
+    return EXIT_OK

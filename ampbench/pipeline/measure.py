@@ -1,6 +1,6 @@
 """The input pipeline: ``measure_input_pipeline`` times a training step fed by a real DataLoader
 (workers, pin_memory, non_blocking copies, per-sample augmentation) against the same step on
-device-resident batches. Re-exported by ampbench.convergence."""
+device-resident batches."""
 
 from __future__ import annotations
 
@@ -10,14 +10,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ampbench.data import (
-    ArrayImageDataset,
-    channel_stats,
-    cifar10_dataset,
-    cifar_train_transform,
-    load_digits,
-    resized_uint8,
-)
+from ampbench.convergence.images import channel_stats, load_digits, resized_uint8
+from ampbench.pipeline.cifar import ArrayImageDataset, cifar10_dataset, cifar_train_transform
 from ampbench.device import cudnn_heuristics
 from ampbench.modes import PrecisionMode
 from ampbench.results import PipelineRecord

@@ -1,6 +1,6 @@
 """Writing a file the suite or the ``ampbench`` command produces: atomically (a temp file in the same
 folder, fsync, rename), through a symlink to its real file, keeping an existing file's mode; and, before
-minutes of measuring, why a path could not be written. Reading a file a user named is ``inputs``."""
+minutes of measuring, why a path could not be written. Reading a file a user named is ``files.read``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from ampbench.inputs import special_kind
+from ampbench.files.read import special_kind
 
 
 def _default_mode() -> int:

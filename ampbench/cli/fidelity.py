@@ -11,14 +11,17 @@ implementation) against the same plain fp32 loop: what good practice itself is w
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 from dataclasses import dataclass
 from typing import Iterator
 
 import torch
 
 from ampbench.speed import sides
-from ampbench.device import release
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
+from ampbench.device import configure_backends, release, resolve
 from ampbench.modes import MODES, REFERENCE_MODE, PrecisionMode, get_mode
 from ampbench.stats import SpeedupEstimate
 from ampbench.speed.timing import extend_until_tight, sync, time_block
@@ -160,7 +163,7 @@ def harness_speedup(spec: ModelSpec, mode: PrecisionMode, device: torch.device, 
     return estimate
 
 
-def check(cells: list[tuple[str, str]], device: torch.device, smoke: bool,
+def fidelity_rows(cells: list[tuple[str, str]], device: torch.device, smoke: bool,
           repeats: int = DEFAULT_REPEATS) -> Iterator[FidelityRow]:
     """One row per cell, as each is measured: the harness and the plain loop alternately, `repeats` times."""
     for model, mode_name in cells:
@@ -185,3 +188,29 @@ def format_row(row: FidelityRow) -> str:
     plain = ", ".join(f"{p:.3f}" for p in row.plain)
     return (f"fidelity {row.model:9s} {row.mode:9s} harness {row.harness_speedup:.3f}x ({each}; intervals "
             f"{intervals}) plain {row.plain_speedup:.3f}x ({plain}) difference {row.difference:+.2%}")
+
+
+def command(args: argparse.Namespace) -> int:
+    try:
+        cells = [parse_cell(c) for c in args.cells] or list(DEFAULT_CELLS)
+        device = resolve(args.device, flag="--device")
+    except (FidelityError, RuntimeError) as exc:
+        print(f"ampbench fidelity: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    smoke = device.type != "cuda"
+    configure_backends(device, cudnn_benchmark=args.cudnn_benchmark)
+    if smoke:
+        print(f"ampbench fidelity: no CUDA device ({device}): smoke shapes, the figures say nothing about a GPU "
+              "and no difference fails the check")
+    worst = 0.0
+    for row in fidelity_rows(cells, device, smoke, args.repeats):
+        print(format_row(row), flush=True)
+        worst = max(worst, abs(row.difference))
+    held = "not held on a smoke run" if smoke else f"target: within {args.target:.0%}"
+    print(f"fidelity worst |difference| {worst:.2%} ({held})", flush=True)
+    for model, mode in cells if args.naive else ():
+        good, naive = practice_gap(model, mode, device, smoke)
+        print(f"practice {model:9s} {mode:9s} good practice {good:.3f}x, naive loop {naive:.3f}x: good practice "
+              f"is worth {good / naive - 1:+.1%} (both against the same plain fp32 loop)", flush=True)
+    # a smoke run only shows the check works: a difference of tiny shapes on a CPU is no finding
+    return EXIT_REGRESSION if worst > args.target and not smoke else EXIT_OK

@@ -1,14 +1,16 @@
 """The ``ampbench`` command's arguments: every subcommand, its options, their validators and help. The
-commands themselves are in ``ampbench.cli``."""
+commands themselves are in the other modules of ``ampbench.cli``."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ampbench.compare import DEFAULT_ACCURACY_TOLERANCE, DEFAULT_MEMORY_TOLERANCE, DEFAULT_TOLERANCE
+from ampbench.cli import history as history_cli
 from ampbench.export import cli as export_cli
-from ampbench.history import cli as history_cli
+from ampbench.files import paths
+from ampbench.history.connect import store_url
+from ampbench.report.compare import DEFAULT_ACCURACY_TOLERANCE, DEFAULT_MEMORY_TOLERANCE, DEFAULT_TOLERANCE
 
 
 # argparse prefixes a type= function's error with "argument --flag: ", so the messages leave the flag out
@@ -99,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "the report did not write is refused (default: report)")
     rep.add_argument("--junit", type=Path, metavar="JUNIT.xml", default=None,
                      help="pytest's --junitxml file of the same run: its failed tests are listed at the top")
-    rep.add_argument("--history", type=history_cli.store_url, metavar="URL", default=None,
+    rep.add_argument("--history", type=store_url, metavar="URL", default=None,
                      help="a run history (an SQLite file, sqlite:///PATH or postgresql://...): add a trend chart of "
                           "each speed cell's device-time speedup over its runs and the tolerance learned "
                           "(default: none, no trends)")
@@ -186,8 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 written, 2 the store, an unknown GPU or a file that cannot be written."))
     export.add_argument("--gpu", metavar="NAME", default=None,
                         help="the GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: the history's only one)")
-    export.add_argument("--baseline-dir", type=Path, metavar="DIR", default=Path("baselines"),
-                        help="folder of the baseline files (default: baselines)")
+    export.add_argument("--baseline-dir", type=Path, metavar="DIR", default=paths.BASELINE_DIR,
+                        help=f"folder of the baseline files (default: {paths.BASELINE_DIR})")
     export.add_argument("--kernels-only", action="store_true",
                         help="change nothing but the entries' kernel lists: each takes its latest counted run's, where "
                              "that run ran the software the entry names (default: the whole entry from the history)")

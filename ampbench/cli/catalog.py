@@ -3,13 +3,17 @@ and what each mode needs of the device, read from the registry and the modes tab
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 from typing import Any
 
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.modes import MODES, PrecisionMode
 from ampbench.settings import TIERS
 
 
-def model_rows() -> list[dict[str, Any]]:
+def zoo_rows() -> list[dict[str, Any]]:
     """One row per model of the zoo, in test order."""
     from ampbench import models  # builds nothing, but imports torch
 
@@ -55,7 +59,7 @@ def render_text() -> str:
     models = _table(["model", "tier", "batch", "CPU batch", "CPU pass", "compile tier", "origin"],
                     [[r["name"], r["tier"], str(r["batch_size"]), str(r["smoke_batch_size"]),
                       "yes" if r["in_cpu_smoke"] else "when named", yes(r["in_compile_tier"]), r["origin"]]
-                     for r in model_rows()])
+                     for r in zoo_rows()])
     modes = _table(["mode", "parameters", "autocast", "loss scaling", "tiers", "CPU", "needs"],
                    [[r["name"], r["parameters"], r["autocast"] or "-", r["loss_scaling"], r["tiers"],
                      yes(r["on_cpu"]), "; ".join(r["needs"]) or "-"] for r in mode_rows()])
@@ -64,4 +68,16 @@ def render_text() -> str:
 
 
 def as_json() -> dict[str, list[dict[str, Any]]]:
-    return {"models": model_rows(), "modes": mode_rows()}
+    return {"models": zoo_rows(), "modes": mode_rows()}
+
+
+def command(args: argparse.Namespace) -> int:
+    from ampbench import models  # imports torch, which the other file commands do without
+
+    try:
+        models.check_entry_points()
+    except models.ModelEntryPointError as exc:
+        print(f"ampbench: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    sys.stdout.write(json.dumps(as_json(), indent=1) + "\n" if args.json else render_text())
+    return EXIT_OK

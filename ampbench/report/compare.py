@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ampbench.command_progress import QUIET, Progress
+from ampbench.progress import QUIET, Progress
 from ampbench.results import (
     VERDICT_ORDER,
     ConvergenceRecord,
@@ -19,7 +19,7 @@ from ampbench.results import (
 )
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.stats import SpeedupEstimate
-from ampbench.text import fmt_number, fmt_pct, fmt_speedup, verdict_label
+from ampbench.report.figure_text import fmt_number, fmt_pct, fmt_speedup, verdict_label
 from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, tolerance_for
 from ampbench.settings import DEFAULT_TOLERANCE
 
@@ -48,7 +48,7 @@ def device_of(run: Run) -> str | None:
 
 
 @dataclass(frozen=True)
-class Change:
+class FigureChange:
     """One figure of one test, old against new, and what that means."""
 
     test_id: str
@@ -83,7 +83,7 @@ class Change:
 class Comparison:
     old: Run
     new: Run
-    rows: list[Change]
+    rows: list[FigureChange]
     notes: list[str] = field(default_factory=list)  # e.g. the software changed between the runs
     cross_device: bool = False  # judged across devices on request: the verdicts are about ratios only
     headlines: int = 0  # how many of `notes`, from the first, a reader must see before any verdict
@@ -96,16 +96,16 @@ class Comparison:
         return {v: counts[v] for v in sorted(counts, key=lambda v: order.index(v) if v in order else len(order))}
 
     @property
-    def failures(self) -> list[Change]:
+    def failures(self) -> list[FigureChange]:
         """Rows whose verdict fails: a regression of a figure, or a cell whose own verdict now fails."""
         return [r for r in self.rows if r.failing]
 
     @property
-    def inconclusive(self) -> list[Change]:
+    def inconclusive(self) -> list[FigureChange]:
         return [r for r in self.rows if r.verdict == Verdict.INCONCLUSIVE]
 
     @property
-    def missing(self) -> list[Change]:
+    def missing(self) -> list[FigureChange]:
         return [r for r in self.rows if r.verdict == MISSING]
 
     def failed(self, strict: bool = False, allow_missing: bool = False) -> bool:
@@ -119,7 +119,7 @@ def _base(cell: Record, figure: str) -> dict:
     return dict(test_id=cell.test_id, kind=cell.kind, model=cell.model, mode=cell.mode, figure=figure)
 
 
-def _speed_change(old: SpeedRecord | DistributedRecord, new: SpeedRecord | DistributedRecord, floor: float) -> Change:
+def _speed_change(old: SpeedRecord | DistributedRecord, new: SpeedRecord | DistributedRecord, floor: float) -> FigureChange:
     # the device-time speedup where both runs measured it the same way: it is what the suite gates on;
     # the wall-clock speedup of eager steps otherwise, with the wall's own floor
     old_est, new_est = old.estimate(DEVICE), new.estimate(DEVICE)
@@ -132,7 +132,7 @@ def _speed_change(old: SpeedRecord | DistributedRecord, new: SpeedRecord | Distr
                             new.ratio(kind).speedup, floor, old.ratio(kind).tolerance)
 
 
-def _versus_change(old: SpeedRecord, new: SpeedRecord, floor: float) -> Change | None:
+def _versus_change(old: SpeedRecord, new: SpeedRecord, floor: float) -> FigureChange | None:
     """A compiled cell's ratio over its versus side (compile gain; fp8 over compiled amp_bf16), where the
     new run has one: held only against an old ratio over the same side, measured the same way."""
     new_est = new.estimate(VERSUS)
@@ -146,15 +146,15 @@ def _versus_change(old: SpeedRecord, new: SpeedRecord, floor: float) -> Change |
 
 def _interval_change(new: Record, figure: str, old_est: SpeedupEstimate | None, new_est: SpeedupEstimate | None,
                      new_value: float | None, floor: float, recorded: float | None,
-                     check_figure: str = "speedup over fp32") -> Change:
+                     check_figure: str = "speedup over fp32") -> FigureChange:
     """One ratio with an interval, new against old: the old value is the baseline, and the old interval's
     width stands for the noise it was recorded with."""
     base = _base(new, figure)
     if old_est is None:
-        return Change(**base, old="-", new=fmt_speedup(new_est, new_value), change=None,
+        return FigureChange(**base, old="-", new=fmt_speedup(new_est, new_value), change=None,
                       verdict=Verdict.NO_BASELINE, message=f"the old run has no {figure} with an interval for this test")
     if new_est is None:
-        return Change(**base, old=fmt_speedup(old_est), new="-", change=None, verdict=Verdict.INCONCLUSIVE,
+        return FigureChange(**base, old=fmt_speedup(old_est), new="-", change=None, verdict=Verdict.INCONCLUSIVE,
                       message=f"the new run has no {figure} with an interval for this test")
     # the tolerance the old run itself was held to already folds in its baseline's recorded noise, so
     # never go below it
@@ -162,7 +162,7 @@ def _interval_change(new: Record, figure: str, old_est: SpeedupEstimate | None, 
     if recorded is not None and 0 < recorded < 1:
         tolerance = max(tolerance, recorded)
     check = SpeedupCheck(new.model, new.mode, expected=old_est.speedup, tolerance=tolerance, figure=check_figure)
-    return Change(
+    return FigureChange(
         **base,
         old=fmt_speedup(old_est),
         new=fmt_speedup(new_est),
@@ -176,21 +176,21 @@ def _interval_change(new: Record, figure: str, old_est: SpeedupEstimate | None, 
 
 
 def _ratio_change(new: Record, before: float | None, after: float | None, figure: str, worse: str, tolerance: float,
-                  fmt: Callable[[float | None], str]) -> Change | None:
+                  fmt: Callable[[float | None], str]) -> FigureChange | None:
     if before is None and after is None:
         return None
     base = dict(_base(new, figure), old=fmt(before), new=fmt(after))
     if before is None or before <= 0:
-        return Change(**base, change=None, verdict=Verdict.NO_BASELINE, message=f"the old run has no {figure}")
+        return FigureChange(**base, change=None, verdict=Verdict.NO_BASELINE, message=f"the old run has no {figure}")
     if after is None:
-        return Change(**base, change=None, verdict=Verdict.INCONCLUSIVE, message=f"the new run has no {figure}")
+        return FigureChange(**base, change=None, verdict=Verdict.INCONCLUSIVE, message=f"the new run has no {figure}")
     check = RatioCheck(new.model, new.mode, figure, expected=before, tolerance=tolerance, worse=worse)
     change = after / before - 1.0
     failure = check.failure(after)
     if failure is not None:
-        return Change(**base, change=change, verdict=Verdict.REGRESSION, message=failure)
+        return FigureChange(**base, change=change, verdict=Verdict.REGRESSION, message=failure)
     verdict = Verdict.IMPROVED if check.improved(after) else Verdict.PASS
-    return Change(**base, change=change, verdict=verdict,
+    return FigureChange(**base, change=change, verdict=verdict,
                   message=f"{new.model} {new.mode}: {figure} {fmt(after)} against {fmt(before)} ({change:+.1%})")
 
 
@@ -199,7 +199,7 @@ def _ratio(value: float | None) -> str:
 
 
 def _figure_changes(old: Record, new: Record, tolerance: float, memory_tolerance: float,
-                    accuracy_tolerance: float) -> list[Change | None]:
+                    accuracy_tolerance: float) -> list[FigureChange | None]:
     """The figures of one kind of cell, old against new (none for kinds without a figure to hold)."""
     if isinstance(new, SpeedRecord) and isinstance(old, SpeedRecord):
         return [_speed_change(old, new, tolerance), _versus_change(old, new, tolerance)]
@@ -221,14 +221,14 @@ def _figure_changes(old: Record, new: Record, tolerance: float, memory_tolerance
 
 def compare_cells(old: Record, new: Record, *, tolerance: float = DEFAULT_TOLERANCE,
                   memory_tolerance: float = DEFAULT_MEMORY_TOLERANCE,
-                  accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE) -> list[Change]:
+                  accuracy_tolerance: float = DEFAULT_ACCURACY_TOLERANCE) -> list[FigureChange]:
     """The changes of one test between two runs: its figures, and its own verdict where that now fails
     while it did not before and no figure says so already (a cell whose training went non-finite may
     have no figure worth comparing; its verdict says so)."""
     rows = [r for r in _figure_changes(old, new, tolerance, memory_tolerance, accuracy_tolerance) if r is not None]
     newly_failing = new.verdict is not None and new.verdict.failing and not (old.verdict and old.verdict.failing)
     if newly_failing and not any(r.failing for r in rows):
-        rows.append(Change(**_base(new, "verdict"), old=verdict_label(old.verdict), new=verdict_label(new.verdict),
+        rows.append(FigureChange(**_base(new, "verdict"), old=verdict_label(old.verdict), new=verdict_label(new.verdict),
                            change=None, verdict=new.verdict, message=new.message or f"{new.kind} cell now {new.verdict}"))
     return rows
 
@@ -250,19 +250,19 @@ def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
         )
     old_by_id = {c.test_id: c for c in old.cells}
     new_ids = {c.test_id for c in new.cells}
-    rows: list[Change] = []
+    rows: list[FigureChange] = []
     for done, cell in enumerate(new.cells):
         progress("comparing", done, len(new.cells))
         before = old_by_id.get(cell.test_id)
         if before is None:
-            rows.append(Change(**_base(cell, "-"), old="-", new="present", change=None, verdict=NEW,
+            rows.append(FigureChange(**_base(cell, "-"), old="-", new="present", change=None, verdict=NEW,
                                message="not in the old run"))
             continue
         rows += compare_cells(before, cell, tolerance=tolerance, memory_tolerance=memory_tolerance,
                               accuracy_tolerance=accuracy_tolerance)
     for cell in old.cells:
         if cell.test_id not in new_ids:
-            rows.append(Change(**_base(cell, "-"), old="present", new="-", change=None, verdict=MISSING,
+            rows.append(FigureChange(**_base(cell, "-"), old="present", new="-", change=None, verdict=MISSING,
                                message="not in the new run (deselected, skipped or crashed)"))
     notes = _notes(old, new, different)
     headlines = int(different) + int(old.smoke or new.smoke)

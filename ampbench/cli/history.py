@@ -1,5 +1,6 @@
-"""``ampbench history``: import saved runs into the history, list its runs, accept a moved cell's new
-level. The arguments (``add_parser``, called by ``ampbench.cli_args``) and the actions (``run``)."""
+"""``ampbench history``: import saved runs into the history, list its runs, explain a cell, list its
+changes, accept a moved cell's new level. The arguments (``add_parser``, called by ``ampbench.cli.args``)
+and the actions (``command``)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from ampbench.history.connect import HistoryError, parse_url
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
+from ampbench.files import paths
+from ampbench.history.connect import HistoryError, store_url
 from ampbench.results.ratios import history_figures
 
-DEFAULT_HISTORY = str(Path(".ampbench") / "history.sqlite")  # where `pytest perf/` run from here writes
 DEFAULT_LIMIT = 20
 # the series of a memory cell a history keeps (``history.ingest``), looked at after the ratios'
 MEMORY_FIGURES = ("memory_ratio", "max_batch_ratio")
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
 
 def figures() -> tuple[str, ...]:
@@ -22,15 +23,6 @@ def figures() -> tuple[str, ...]:
     history learns (``results.ratios.history_figures``: the gated device-time ones first, then the
     wall-clock speedup), then the memory cells'."""
     return (*history_figures(), *MEMORY_FIGURES)
-
-
-def store_url(value: str) -> str:
-    """argparse's type of a --history URL: checked as a URL, the store opened later."""
-    try:
-        parse_url(value)
-    except HistoryError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return value
 
 
 def _limit(value: str) -> int:
@@ -44,9 +36,9 @@ def _limit(value: str) -> int:
 
 
 def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--history", type=store_url, default=DEFAULT_HISTORY, metavar="URL",
+    p.add_argument("--history", type=store_url, default=str(paths.HISTORY), metavar="URL",
                    help="the history: an SQLite file (a path or sqlite:///PATH) or postgresql://USER:PASSWORD@HOST/DB "
-                        f"(default: {DEFAULT_HISTORY}, where `pytest perf/` run from this folder appends)")
+                        f"(default: {paths.HISTORY}, where `pytest perf/` run from this folder appends)")
     return p
 
 
@@ -95,8 +87,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                      help="the GPU model (or N of one) of its series (default: the only one it has runs on)")
     exp.add_argument("--figure", metavar="NAME", default="device_speedup", choices=figures(),
                      help="the figure whose series is explained (default: device_speedup)")
-    exp.add_argument("--baseline-dir", metavar="DIR", type=Path, default=Path("baselines"),
-                     help="where the baseline file whose spread the gate pools in lives (default: baselines/)")
+    exp.add_argument("--baseline-dir", metavar="DIR", type=Path, default=paths.BASELINE_DIR,
+                     help=f"where the baseline file whose spread the gate pools in lives (default: {paths.BASELINE_DIR}/)")
     chg = with_store(actions.add_parser(
         "changes", help="list where each cell's figures moved to another level, and across what",
         description="Find the change points in each cell's series (ruptures' PELT, its penalty fitted to the "
@@ -111,7 +103,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     return actions
 
 
-def _open(args: argparse.Namespace, create: bool, read_only: bool = False):
+def _open_store(args: argparse.Namespace, create: bool, read_only: bool = False):
     from ampbench.history.store import open_history  # SQLAlchemy only for the history's own commands
 
     return open_history(args.history, create=create, read_only=read_only)
@@ -120,7 +112,7 @@ def _open(args: argparse.Namespace, create: bool, read_only: bool = False):
 def _import(args: argparse.Namespace) -> int:
     from ampbench.history.ingest import import_runs
 
-    history = _open(args, create=True)
+    history = _open_store(args, create=True)
     outcomes = import_runs(history, args.runs)
     for o in outcomes:
         if o.error:
@@ -137,7 +129,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    history = _open(args, create=False, read_only=True)
+    history = _open_store(args, create=False, read_only=True)
     runs = history.runs(gpu=args.gpu, limit=args.limit)
     if not runs:
         print(f"ampbench: no runs in {history.name}" + (f" on {args.gpu}" if args.gpu else ""))
@@ -156,7 +148,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _accept(args: argparse.Namespace) -> int:
-    history = _open(args, create=False)
+    history = _open_store(args, create=False)
     done = history.accept(args.run_id, args.cell, args.reason)
     what = done.test_id or "every cell"
     print(f"ampbench: accepted {what} of run {done.run_id} on {done.gpu}: the level restarts there "
@@ -167,7 +159,7 @@ def _accept(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     from ampbench.history.explain import explain
 
-    history = _open(args, create=False)
+    history = _open_store(args, create=False)
     print("\n".join(explain(history, args.test_id, args.gpu, args.figure, args.baseline_dir)))
     return EXIT_OK
 
@@ -175,7 +167,7 @@ def _explain(args: argparse.Namespace) -> int:
 def _changes(args: argparse.Namespace) -> int:
     from ampbench.history.list_changes import changes_in, describe, gpus
 
-    history = _open(args, create=False, read_only=True)
+    history = _open_store(args, create=False, read_only=True)
     looked_at = figures() if args.figure == "all" else (args.figure,)
     known = history.series_gpus()
     if args.gpu is not None and args.gpu not in known:  # a typo would read as "no change"
@@ -191,27 +183,13 @@ def _changes(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-ACTIONS = {"import": _import, "runs": _runs, "accept": _accept, "explain": _explain, "changes": _changes}
+HISTORY_ACTIONS = {"import": _import, "runs": _runs, "accept": _accept, "explain": _explain, "changes": _changes}
 
 
-def run(args: argparse.Namespace) -> int:
+def command(args: argparse.Namespace) -> int:
     try:
-        return ACTIONS[args.history_command](args)
+        return HISTORY_ACTIONS[args.history_command](args)
     except HistoryError as error:
         print(f"ampbench: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-
-def export(args: argparse.Namespace) -> int:
-    """``ampbench baselines export``."""
-    from ampbench.baselines.store import BaselineError
-    from ampbench.history.export import export as write
-
-    try:
-        files = write(_open(args, create=False, read_only=True), args.gpu, args.baseline_dir, args.kernels_only)
-    except (HistoryError, BaselineError, OSError) as error:
-        print(f"ampbench baselines export: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    for path, written in files:
-        print(f"ampbench: {written} {'entry' if written == 1 else 'entries'} written from the history {args.history} to {path}")
-    return EXIT_OK

@@ -1,0 +1,63 @@
+"""The ``ampbench`` command's entry point: its arguments parsed (``args``), the subcommand run, and what
+ends a command early (an unusable file, a closed pipe, a path that cannot be written) turned into its
+exit status (``exits``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from ampbench.baselines.store import BaselineError
+from ampbench.cli import baselines, catalog, history, runs
+from ampbench.cli.args import build_parser
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_PIPE_CLOSED
+from ampbench.export import cli as export_cli
+from ampbench.history.connect import HistoryError
+from ampbench.report import RunError
+from ampbench.report.compare import CompareError
+
+
+def _fidelity(args: argparse.Namespace) -> int:
+    from ampbench.cli import fidelity  # imports torch, which the file commands do without
+
+    return fidelity.command(args)
+
+
+def _fp8_width(args: argparse.Namespace) -> int:
+    from ampbench.cli import fp8_width  # imports torch, which the file commands do without
+
+    return fp8_width.command(args)
+
+
+COMMANDS = {"list": catalog.command, "report": runs.report, "compare": runs.compare, "spread": baselines.spread,
+            "fidelity": _fidelity, "fp8-width": _fp8_width, "baselines": baselines.command,
+            "history": history.command, "export": export_cli.command}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        status = COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback-like complaint
+        return status
+    except BrokenPipeError:
+        # the rest of the output has no reader: quietly, and nothing more written to the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE_CLOSED
+    # a file that cannot be read, two runs that must not be compared, an output folder in the way
+    except (RunError, CompareError, BaselineError, HistoryError) as exc:
+        print(f"ampbench: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        # an output path that cannot be written: name the path the user gave (a failed rename's target,
+        # not the temp file beside it), without errno's numbering
+        path = exc.filename2 or exc.filename
+        print(f"ampbench: error: {path}: {exc.strerror}" if path and exc.strerror else f"ampbench: error: {exc}",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Steps slowed on purpose, for the speed gate's own check (``ampbench.plugin.slowdown``, the pytest plugin
+that names the cells): ``Slowdown`` replaces ``Trainer.step`` by one that appends extra work worth a
+fraction of the step to the named cells' steps, calibrated once per trainer on the figure the speed gate
+reads (device time on CUDA, wall time on the CPU, a distributed rank's own first steps), and, for an fp8
+cell named with EMULATE, turns torchao's emulated matmul on while its trainers are built."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ampbench import fp8, train
+from ampbench.models import get_model
+from ampbench.modes import MODES, get_mode
+from ampbench.speed import devicetime, held
+from ampbench.speed.timing import time_block
+
+ENV = "AMPBENCH_SLOWDOWN"
+CALIBRATION_STEPS = 5  # plain steps to settle, then as many timed: the step's own time
+
+Cell = tuple[str, str]  # (model, precision mode)
+# the slowdown of an fp8 cell that runs its matmuls in torchao's emulation, as a spec names it
+EMULATE = "emulate"
+# how extra_info and the header name it
+EMULATED = "torchao's emulated fp8 matmul"
+
+
+def parse(spec: str) -> dict[Cell, float | str]:
+    """'MODEL:MODE:FRACTION|emulate[,...]' -> {(model, mode): fraction or EMULATE}; ValueError saying
+    what is wrong."""
+    targets: dict[Cell, float | str] = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        parts = item.split(":")
+        if len(parts) != 3:
+            raise ValueError(f"{item!r} is not MODEL:MODE:FRACTION, e.g. resnet50:amp_fp16:0.01")
+        model, mode, fraction = parts
+        try:
+            get_model(model), get_mode(mode)
+        except KeyError as exc:
+            raise ValueError(f"{item!r}: {exc.args[0]}") from None
+        if fraction == EMULATE:
+            if get_mode(mode).fp8_recipe is None:
+                fp8_modes = ", ".join(m.name for m in MODES.values() if m.fp8_recipe)
+                raise ValueError(f"{item!r}: {EMULATE} slows an fp8 mode's matmuls ({fp8_modes}); {mode} has none")
+            targets[(model, mode)] = EMULATE
+            continue
+        try:
+            value = float(fraction)
+        except ValueError:
+            raise ValueError(f"{item!r}: the fraction {fraction!r} is not a number (nor {EMULATE}, "
+                             "for an fp8 mode)") from None
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{item!r}: the fraction must be a finite number above 0, e.g. 0.01 for 1%")
+        targets[(model, mode)] = value
+    return targets
+
+
+def _device_ms_per_step(trainer: train.Trainer) -> tuple[float, str]:
+    """The trainer's device time per step as the speed gate measures it: graph replay, else kernel time."""
+    try:
+        graph = devicetime.capture(trainer)
+    except devicetime.CaptureError:
+        return devicetime.profile_steps(trainer, CALIBRATION_STEPS).kernel_ms, "profiler kernel time"
+    graph.replay(CALIBRATION_STEPS)
+    steps = 4 * CALIBRATION_STEPS
+    return time_block(trainer.device, lambda: graph.replay(steps)) / steps * 1e3, "graph replay"
+
+
+def _spin_cycles(device: torch.device, seconds: float) -> int:
+    """How many cycles of ``torch.cuda._sleep`` take `seconds` on `device` (the rate the held blocks'
+    spin is sized by, measured once per device)."""
+    return int(seconds * held.spin_cycles_per_second(device))
+
+
+def _wall_ms_per_step(trainer: train.Trainer) -> tuple[float, str]:
+    """The trainer's wall-clock time per step, from an idle device to the end of a few plain steps."""
+    return time_block(trainer.device, lambda: trainer.run(CALIBRATION_STEPS)) / CALIBRATION_STEPS * 1e3, "wall clock"
+
+
+MsPerStep = Callable[[train.Trainer], tuple[float, str]]  # a step's time in ms, and how it was measured
+# the extra work of one step of a trainer for a fraction of its step, and how it was sized, in words
+Calibrator = Callable[[train.Trainer, float], tuple[Callable[[], None], str]]
+
+
+def _cuda_spin_on(measure: MsPerStep) -> Calibrator:
+    """A spin kernel worth the fraction of the step as `measure` times it."""
+
+    def calibrate(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
+        work_ms, how = measure(trainer)
+        cycles = _spin_cycles(trainer.device, fraction * work_ms / 1e3)
+        return (lambda: torch.cuda._sleep(cycles)), f"{work_ms:.3f} ms per step ({how}), {cycles} spin cycles added"
+
+    return calibrate
+
+
+def _cpu_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
+    step_ms, _ = _wall_ms_per_step(trainer)
+    extra = fraction * step_ms / 1e3
+
+    # a busy wait, not a sleep: the core stays occupied, as the step's own work would keep it
+    return _busy_wait(extra), f"step {step_ms:.3f} ms, {extra * 1e3:.3f} ms of busy wait added"
+
+
+# per device type: how a step's extra work is sized
+CALIBRATE: dict[str, Calibrator] = {"cuda": _cuda_spin_on(_device_ms_per_step), "cpu": _cpu_spin}
+
+
+def _busy_wait(seconds: float) -> Callable[[], None]:
+    def spin() -> None:
+        until = time.perf_counter() + seconds
+        while time.perf_counter() < until:
+            pass
+
+    return spin
+
+
+def _worker_spin(device: torch.device, step_ms: float, fraction: float) -> tuple[Callable[[], None], str]:
+    """A distributed rank's extra work, sized on its wall-clock step as timed in place: a spin kernel on
+    CUDA, a busy wait on the CPU."""
+    extra = fraction * step_ms / 1e3
+    if device.type == "cuda":
+        cycles = _spin_cycles(device, extra)
+        return (lambda: torch.cuda._sleep(cycles)), f"{step_ms:.3f} ms per step (wall clock), {cycles} spin cycles added"
+    return _busy_wait(extra), f"step {step_ms:.3f} ms, {extra * 1e3:.3f} ms of busy wait added"
+
+
+# a rank's calibration on its own steps: so many to settle, then so many timed. Five in all: a worker's
+# warm-up takes at least that many steps before its first timed block (two and a probe of three in the
+# smoke pass; on CUDA eleven or more come before its step is captured as a graph, which no host sync
+# of the calibration may meet)
+IN_PLACE_SETTLE, IN_PLACE_TIMED = 2, 3
+
+
+@dataclass
+class _InPlace:
+    """A rank's calibration on its own steps as they run: IN_PLACE_SETTLE to settle, IN_PLACE_TIMED timed."""
+
+    settled: int = 0
+    times: list[float] = field(default_factory=list)
+
+
+_CALIBRATING = object()  # a trainer's marker while its calibration steps run plain
+
+
+@dataclass
+class Slowdown:
+    """Trainer.step replaced by one that appends extra work to the named cells' steps, and, for cells
+    named with EMULATE, fp8.float8_config by one that turns torchao's emulation on while their
+    trainers are built."""
+
+    targets: dict[Cell, float | str]
+    calibrate: dict[str, Calibrator] = field(default_factory=lambda: CALIBRATE)  # per device type
+    source: str = ENV  # where the targets were named: the flag or the environment
+    # a distributed rank's: calibrated on its own first steps as they run, never on steps of its own. A
+    # rank that ran steps its peers did not would leave them in a collective: a slowdown on one node's
+    # ranks alone (the others have none) must add no step
+    in_place: bool = False
+    original: Callable | None = None  # Trainer.step as it was before install()
+    original_init: Callable | None = None  # Trainer.__init__
+    original_config: Callable | None = None  # fp8.float8_config
+    building: Cell | None = None  # the cell whose trainer is being built
+    applied: float | str | None = None  # what first slowed a step since the last clear, as extra_info tags it
+
+    # split once: step() runs inside every timed block, of every cell, slowed or not
+    spins: dict[Cell, float] = field(init=False)  # the cells given extra work, and its fraction
+    emulated: set[Cell] = field(init=False)  # the cells whose fp8 matmuls are emulated
+
+    def __post_init__(self) -> None:
+        self.spins = {cell: how for cell, how in self.targets.items() if not isinstance(how, str)}
+        self.emulated = {cell for cell, how in self.targets.items() if how == EMULATE}
+
+    def install(self) -> None:
+        self.original = train.Trainer.step
+        train.Trainer.step = lambda trainer, *args, **kwargs: self.step(trainer, *args, **kwargs)
+        if self.emulated:
+            self.original_init, self.original_config = train.Trainer.__init__, fp8.float8_config
+            train.Trainer.__init__ = lambda trainer, spec, mode, *args, **kwargs: self.init(
+                trainer, spec, mode, *args, **kwargs)
+            fp8.float8_config = self.float8_config
+
+    def uninstall(self) -> None:
+        train.Trainer.step = self.original
+        if self.original_init is not None:
+            train.Trainer.__init__, fp8.float8_config = self.original_init, self.original_config
+
+    def init(self, trainer: train.Trainer, spec, mode, *args, **kwargs) -> None:
+        self.building = (spec.name, mode.name)
+        try:
+            self.original_init(trainer, spec, mode, *args, **kwargs)
+        finally:
+            self.building = None
+        if (spec.name, mode.name) in self.emulated:
+            trainer._slowdown_emulated = True
+            print(f"\nampbench.slowdown: {spec.name} {mode.name}: {EMULATED} (Float8LinearConfig emulate=True)",
+                  flush=True)
+
+    def float8_config(self, mode) -> object:
+        config = self.original_config(mode)
+        if self.building is not None and self.building in self.emulated:
+            return dataclasses.replace(config, emulate=True)
+        return config
+
+    def step(self, trainer: train.Trainer, *args, **kwargs) -> torch.Tensor:
+        if getattr(trainer, "_slowdown_emulated", False) and self.applied is None:
+            self.applied = EMULATED
+        fraction = self.spins.get((trainer.spec.name, trainer.mode.name))
+        spin = getattr(trainer, "_slowdown_spin", None)
+        if fraction is None or trainer.device.type not in self.calibrate or spin is _CALIBRATING:
+            return self.original(trainer, *args, **kwargs)
+        if self.in_place and (spin is None or isinstance(spin, _InPlace)):
+            return self._step_in_place(trainer, spin or _InPlace(), fraction, args, kwargs)
+        if spin is None:
+            trainer._slowdown_spin = _CALIBRATING
+            for _ in range(CALIBRATION_STEPS):  # settle before calibrating
+                self.original(trainer, *args, **kwargs)
+            spin, how = self.calibrate[trainer.device.type](trainer, fraction)
+            trainer._slowdown_spin = spin
+            print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} "
+                  f"({fraction:.1%} of the step)", flush=True)
+        loss = self.original(trainer, *args, **kwargs)
+        spin()
+        self.applied = fraction if self.applied is None else self.applied
+        return loss
+
+    def _step_in_place(self, trainer: train.Trainer, state: _InPlace, fraction: float, args, kwargs) -> torch.Tensor:
+        """One of a rank's first steps: plain while it settles, then timed one by one (each from an idle
+        device) until the spin can be sized on them."""
+        trainer._slowdown_spin = state
+        if state.settled < IN_PLACE_SETTLE:
+            state.settled += 1
+            return self.original(trainer, *args, **kwargs)
+        loss = None
+
+        def one() -> None:
+            nonlocal loss
+            loss = self.original(trainer, *args, **kwargs)
+
+        state.times.append(time_block(trainer.device, one))
+        if len(state.times) == IN_PLACE_TIMED:
+            spin, how = _worker_spin(trainer.device, sum(state.times) / len(state.times) * 1e3, fraction)
+            trainer._slowdown_spin = spin
+            print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} ({fraction:.1%} of the step)",
+                  flush=True)
+        return loss

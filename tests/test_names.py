@@ -1,0 +1,211 @@
+"""One name, one meaning. A public module-level name (a function, a class, a constant) is defined in one
+module of the package, unless it is listed below with the reason it means the same in each; and a
+dotted name that a comment or a docstring puts in backquotes (``replay.Replay``, ``ampbench.fp8``) names
+something that exists.
+
+A name a module only re-exports (``X = other.X``) or imports is no definition; a name with a leading
+underscore is its module's own, and a pytest hook's name is pytest's."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import io
+import re
+import tokenize
+from collections import defaultdict
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "ampbench"
+MODELS = ("ampbench.models.",)
+
+# names defined in several modules on purpose, with one meaning: the modules they may stand in (a prefix
+# ending in "." admits a whole wing), and why
+SAME_MEANING = {
+    # README.md, "Add a model": every model file defines these, and the registry reads them so
+    "Config": (MODELS, "a model's frozen config"),
+    "SPEC": (MODELS, "a model's ModelSpec, which the registry lists"),
+    "make_batch": (MODELS, "a model's batch maker"),
+    "flops_per_sample": (MODELS, "a model's FLOP count"),
+    "loss": (MODELS, "a model's loss, where not cross-entropy on logits"),
+    "Block": (MODELS, "a transformer's block"),
+    "FeedForward": (MODELS, "a transformer block's feed-forward layers"),
+    "main": (("ampbench.cli.command", "ampbench.distributed."), "the entry point of `python -m` that module"),
+    "command": (("ampbench.cli.", "ampbench.export.cli"), "a subcommand module's entry, which cli.command runs"),
+    "add_parser": (("ampbench.cli.history", "ampbench.export.cli"), "a subcommand's arguments on the command's parser"),
+    "SCHEMA_VERSION": (("ampbench.baselines.schema", "ampbench.history.schema", "ampbench.results.schema"),
+                       "the version of that module's format: a baseline file, the run history, a run's JSON"),
+    "R": (("ampbench.results.base", "ampbench.results.run"), "a TypeVar bound to Record, for a kind of cell asked for"),
+}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        found[name] = path
+    return found
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    """The public names a module's top level defines."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                pairs = (zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple)
+                         and isinstance(node.value, ast.Tuple) else [(target, node.value)])
+                for name, value in pairs:
+                    alias = isinstance(value, ast.Attribute) and isinstance(name, ast.Name) and value.attr == name.id
+                    if isinstance(name, ast.Name) and not alias:
+                        names.add(name.id)
+    return {n for n in names if not n.startswith("_") and not n.startswith("pytest_")}
+
+
+def _definitions() -> dict[str, set[str]]:
+    where = defaultdict(set)
+    for module, path in _modules().items():
+        for name in _defined(ast.parse(path.read_text(encoding="utf-8"))):
+            where[name].add(module)
+    return where
+
+
+def _allowed(name: str, modules: set[str]) -> bool:
+    if name in SAME_MEANING:
+        prefixes = SAME_MEANING[name][0]
+        return all(m in prefixes or any(p.endswith(".") and m.startswith(p) for p in prefixes) for m in modules)
+    return False
+
+
+def test_the_scan_finds_definitions_and_leaves_re_exports_and_private_names():
+    tree = ast.parse("A = 1\nB, C = 2, other.C\n_D = 3\ndef e(): pass\nclass F: pass\nimport g\nfrom h import I\n"
+                     "def pytest_configure(config): pass\n")
+    assert _defined(tree) == {"A", "B", "e", "F"}
+    assert _definitions()["build_report"] == {"ampbench.report.build"}
+
+
+def test_a_public_name_has_one_meaning():
+    twice = {n: m for n, m in _definitions().items() if len(m) > 1}
+    unexplained = {n: sorted(m) for n, m in twice.items() if not _allowed(n, m)}
+    assert unexplained == {}, "a name defined in several modules: rename one, or list it in SAME_MEANING with why"
+    stale = sorted(n for n, (prefixes, _) in SAME_MEANING.items() if n not in twice)
+    assert stale == [], "SAME_MEANING lists a name no longer defined twice: drop its entry"
+
+
+# -- names in comments and docstrings -------------------------------------------------------------
+
+TOKEN = re.compile(r"`{1,2}([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(\))?`{1,2}")
+FILE_ENDINGS = {"json", "py", "md", "html", "sqlite", "yml", "yaml", "xml", "png", "j2", "css", "txt", "sh", "toml",
+                "gz"}
+# what a conventional parameter name stands for in prose, where no signature is at hand
+INSTANCES = {"benchmark": "pytest_benchmark.fixture.BenchmarkFixture", "record": "ampbench.results.Record"}
+OPTIONAL = {"torchao"}  # the fp8 extra (pyproject.toml): its names are checked where it is installed
+# (file, name): why it stands although the scan cannot resolve it
+UNRESOLVED = {
+    ("ampbench/plugin/session.py", "config.stash"): "pytest.Config's stash, an attribute of each instance",
+    ("ampbench/plugin/summary.py", "config.stash"): "pytest.Config's stash, an attribute of each instance",
+    # for the ratio table's work (issue 40): these comments name modules that no longer exist
+    ("ampbench/baselines/store.py", "baseline_schema.ENTRY_SCHEMAS"): "to fix: baselines.schema's entry tables",
+    ("ampbench/history/learn.py", "speed_cell._checks"): "to fix: the speed cell's checks, speed.cell",
+}
+
+
+def _texts(path: Path) -> list[tuple[int, str, set[str]]]:
+    """(line, text, parameter names in scope) of every comment and docstring of a file."""
+    source = path.read_text(encoding="utf-8")
+    found = [(t.start[0], t.string, set()) for t in tokenize.generate_tokens(io.StringIO(source).readline)
+             if t.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                args = node.args if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+                params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} if args else set()
+                found.append((node.body[0].lineno, doc, params))
+    return found
+
+
+def _follow(obj: object, parts: list[str]) -> bool:
+    for part in parts:
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+        elif isinstance(obj, type) and any(part in getattr(k, "__annotations__", {}) for k in obj.__mro__):
+            return True  # a dataclass field without a default, or an annotated attribute
+        elif isinstance(obj, ModuleType) and hasattr(obj, "__path__"):
+            try:
+                obj = importlib.import_module(f"{obj.__name__}.{part}")
+            except ImportError:
+                return False
+        else:
+            return False
+    return True
+
+
+def _module(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+def _resolves(token: str, own: ModuleType, modules: list[str]) -> bool:
+    parts = token.split(".")
+    if parts[0] in vars(own) and _follow(vars(own)[parts[0]], parts[1:]):
+        return True  # the file's own names, imports and aliases
+    if parts[0] in INSTANCES:
+        module, _, cls = INSTANCES[parts[0]].rpartition(".")
+        return _follow(getattr(importlib.import_module(module), cls), parts[1:])
+    if parts[0] in OPTIONAL and importlib.util.find_spec(parts[0]) is None:
+        return True  # an optional package that is not installed here: nothing to hold the name against
+    for i in range(len(parts), 0, -1):  # a module, from the top or by the tail of an ampbench module's path
+        head = ".".join(parts[:i])
+        for name in [head, *(m for m in modules if m.endswith("." + head))]:
+            module = _module(name)
+            if module is not None and _follow(module, parts[i:]):
+                return True
+    # a name some module of the package defines
+    return any(parts[0] in vars(m) and _follow(vars(m)[parts[0]], parts[1:]) for m in map(importlib.import_module, modules))
+
+
+def test_every_dotted_name_a_comment_gives_exists():
+    modules = [m for m, p in _modules().items() if p.name != "__main__.py"]
+    names, wrong = 0, []
+    for module in modules:
+        path = _modules()[module]
+        own = importlib.import_module(module)
+        where = path.relative_to(ROOT).as_posix()
+        for line, text, params in _texts(path):
+            for token in TOKEN.findall(text):
+                if token.rsplit(".", 1)[1].lower() in FILE_ENDINGS or token.split(".")[0] in params:
+                    continue
+                names += 1
+                if (where, token) not in UNRESOLVED and not _resolves(token, own, modules):
+                    wrong.append(f"{where}:{line}: {token}")
+    assert names > 200, "the scan reads the comments"
+    assert wrong == [], "a comment names what does not exist: correct it, or list it in UNRESOLVED with why"
+
+
+@pytest.mark.parametrize("text, found", [
+    ("held by ``speed_cell._checks`` and `baseline_schema.ENTRY_SCHEMAS`", ["speed_cell._checks",
+                                                                           "baseline_schema.ENTRY_SCHEMAS"]),
+    ("a file ``baselines/x.json``, a call ``run()``, a bare `name`", []),
+])
+def test_the_scan_reads_backquoted_dotted_names(text, found):
+    assert TOKEN.findall(text) == found
+
+
+def test_a_name_that_does_not_exist_is_found():
+    own = importlib.import_module("ampbench.history.changes")
+    modules = [m for m, p in _modules().items() if p.name != "__main__.py"]
+    assert _resolves("replay.Replay.moved_from", own, modules)
+    assert _resolves("ampbench.fp8.FP8_ALIGNMENT", own, modules)
+    assert not _resolves("speed_cell._checks", own, modules)
+    assert not _resolves("replay.Replay.no_such_method", own, modules)
