@@ -53,6 +53,20 @@ def test_a_suspect_run_is_cleared_once_later_runs_that_count_show_the_level_held
     assert [s.state for s in replay.statuses[10:]] == [SUSPECT] * 4 and replay.pending == [10, 11, 12, 13]
 
 
+def test_before_its_noise_is_learned_runs_held_back_below_a_level_of_one_run_outvote_it():
+    # two GPUs over a network: a first run that lay high, every later run inconclusive below it
+    values = [1.434, 1.43, 1.425, 1.407, 1.386, 1.428]
+    verdicts = ["pass"] + ["inconclusive"] * 5
+    replay = Replay(series([math.log(v) for v in values], verdicts=verdicts))
+    assert replay.statuses[0].reason.startswith("above the 3 runs after it")
+    assert "3 runs outvote a level of one run" in replay.statuses[1].reason
+    assert learned_from(replay).between_runs is not None, "the cell learns its noise: no run is held back for good"
+    assert sum(s.counts for s in replay.statuses) >= 4
+    # two runs held back are not enough: the level of one run stands
+    replay = Replay(series([math.log(v) for v in values[:3]], verdicts=verdicts[:3]))
+    assert [s.state for s in replay.statuses] == [COUNTED, SUSPECT, SUSPECT]
+
+
 def test_a_failed_run_never_counts_and_a_step_it_begins_is_where_the_gate_saw_the_level_move():
     logs = [*CLEAN, -0.008, -0.0078, -0.0083]
     verdicts = ["pass"] * 10 + ["regression", "pass", "regression"]

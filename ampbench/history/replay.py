@@ -10,6 +10,8 @@ on its own card:
   (GROUP_SHARE, one-sided): a suspect run enters neither the level nor the noise;
 - a suspect run is cleared, and counts from then on, once CLEAR_AFTER later runs have come and the runs
   from it on no longer lie together below the level: the level did not move;
+- before any noise is learned the level is one run: where YOUNG_OUTVOTE runs after it were held back
+  below it, that run is the stray (held back above them) and they count;
 - an accepted change restarts the level at its run; what was held back before it stays out.
 
 So a step that the gate sees never teaches the history its new level, whether its runs fail, straddle
@@ -44,6 +46,10 @@ YOUNG_LIMIT = 0.015
 # runs that lie together below their level with less chance than this by noise alone have moved
 GROUP_SHARE = 0.005
 CLEAR_AFTER = 2
+# before its noise is learned, this many runs held back below a level of one run outvote it: a first run
+# that lay high (a wide interval over a network: every later run inconclusive below it) would otherwise
+# hold back every run after it for good, and the cell would never learn a tolerance
+YOUNG_OUTVOTE = 1 + CLEAR_AFTER
 # the fewest runs of a segment whose successive differences give a robust scale (``Replay.robust_scale``)
 ROBUST_RUNS = 5
 MAD_TO_SD = 1.482602218505602  # a normal's sd over its median absolute deviation, 1 / Phi^-1(3/4)
@@ -163,6 +169,7 @@ class Replay:
         else:
             self.pending.append(index)
         self._clear()
+        self._outvote()
         return status
 
     def _add(self, status: Status) -> Status:
@@ -268,6 +275,28 @@ class Replay:
             status.reason += f"; cleared by the {len(members) - 1} runs after it, which show the level held"
             self.pending.remove(index)
             self._count(index)
+
+    def _outvote(self) -> None:
+        """Hold back a level of one run, before any noise is learned, that YOUNG_OUTVOTE runs held back
+        below it outvote, and count them: one run is no level against them. A step after a single run
+        is then learned as the level; one run of the old level is no evidence against it."""
+        counted = [s for s in self.statuses if s.segment == self.segment and s.counts]
+        young = [i for i in self.pending if self.statuses[i].state == SUSPECT and self.statuses[i].sd is None]
+        if len(counted) != 1 or counted[0].state != COUNTED or len(young) < YOUNG_OUTVOTE:
+            return
+        first = counted[0]
+        key = (first.segment, self.points[first.index].card)
+        self._groups[key].remove(self._logs[first.index] - self._shift)
+        first.state, first.alone = SUSPECT, True
+        first.reason = f"above the {len(young)} runs after it, held back before its noise was learned: outvoted"
+        for index in young:
+            status = self.statuses[index]
+            status.state = COUNTED
+            status.reason += f"; counted: {len(young)} runs outvote a level of one run"
+            self.pending.remove(index)
+            self._count(index)
+        self.pending = sorted({*self.pending, first.index})
+        self._fit = None
 
     # -- what the held-back runs say --------------------------------------------------------------------
 
