@@ -235,6 +235,47 @@ def _refuse(path: Path, problems: list[str]) -> None:
         raise RunError(path, "; ".join(problems[:3]) + more)
 
 
+def _entries(document: dict, path: Path) -> list[tuple[str, Any]]:
+    """(where, entry) of every cell: those pytest-benchmark timed, those that time nothing, then those
+    whose test stopped with an error."""
+    errors = document.get(ERRORS_KEY)
+    if errors is not None and not isinstance(errors, list):
+        raise RunError(path, f"{ERRORS_KEY} is not a list; ampbench writes one entry per cell whose test stopped")
+    entries = [(f"benchmarks[{i}]", b) for i, b in enumerate(document["benchmarks"])]
+    entries += [(f"{UNTIMED_KEY}[{i}]", b) for i, b in enumerate(document.get(UNTIMED_KEY) or ())]
+    return entries + [(f"{ERRORS_KEY}[{i}]", b) for i, b in enumerate(errors or [])]
+
+
+def _read_cell(bench: Any, where: str, path: Path, foreign: list[str], problems: list[str]) -> Record | None:
+    """One entry's record; None where it is no ampbench cell (its name added to `foreign`) or is wrong
+    (what is wrong added to `problems`)."""
+    if not isinstance(bench, dict):
+        raise RunError(path, f"{where} is not an object; pytest-benchmark writes one per test")
+    _refuse(path, check(bench, BENCHMARK, where))
+    info = bench.get("extra_info") or {}
+    name = bench["name"]
+    if SCHEMA_KEY not in info:
+        foreign.append(name)
+        return None
+    if info[SCHEMA_KEY] not in READABLE_SCHEMAS:
+        raise RunError(
+            path,
+            f"{where}.extra_info.{SCHEMA_KEY} of {name} is {info[SCHEMA_KEY]!r}: written with ampbench schema "
+            f"{info[SCHEMA_KEY]!r}; this ampbench reads schema {', '.join(map(str, READABLE_SCHEMAS))} (report it "
+            "with the ampbench version that wrote it, or rerun the suite)",
+        )
+    kind = record_type(info.get(KIND_KEY))
+    cell_problems = kind.problems(info, f"{where}.extra_info")
+    problems += [f"{p} ({name})" for p in cell_problems]
+    if cell_problems:
+        return None
+    record = kind.from_info(info, name)
+    if not record.model or not record.mode:
+        id_model, id_mode = split_id(name)
+        record = replace(record, model=record.model or id_model, mode=record.mode or id_mode)
+    return record
+
+
 def parse_run(document: Any, path: Path | str) -> Run:
     """Validate a decoded benchmark JSON document (see load_run) and read its cells as records."""
     path = Path(path)
@@ -253,40 +294,11 @@ def parse_run(document: Any, path: Path | str) -> Run:
     positions: list[str] = []  # where each cell is: "benchmarks[3]", "ampbench_untimed[0]", "ampbench_errors[0]"
     foreign: list[str] = []
     problems: list[str] = []  # of every cell, so one message lists what is wrong across the file
-    errors = document.get(ERRORS_KEY)
-    if errors is not None and not isinstance(errors, list):
-        raise RunError(path, f"{ERRORS_KEY} is not a list; ampbench writes one entry per cell whose test stopped")
-    # the cells pytest-benchmark timed, those that time nothing, then those whose test stopped with an error
-    entries = [(f"benchmarks[{i}]", b) for i, b in enumerate(document["benchmarks"])]
-    entries += [(f"{UNTIMED_KEY}[{i}]", b) for i, b in enumerate(document.get(UNTIMED_KEY) or ())]
-    entries += [(f"{ERRORS_KEY}[{i}]", b) for i, b in enumerate(errors or [])]
-    for where, bench in entries:
-        if not isinstance(bench, dict):
-            raise RunError(path, f"{where} is not an object; pytest-benchmark writes one per test")
-        _refuse(path, check(bench, BENCHMARK, where))
-        info = bench.get("extra_info") or {}
-        name = bench["name"]
-        if SCHEMA_KEY not in info:
-            foreign.append(name)
-            continue
-        if info[SCHEMA_KEY] not in READABLE_SCHEMAS:
-            raise RunError(
-                path,
-                f"{where}.extra_info.{SCHEMA_KEY} of {name} is {info[SCHEMA_KEY]!r}: written with ampbench schema "
-                f"{info[SCHEMA_KEY]!r}; this ampbench reads schema {', '.join(map(str, READABLE_SCHEMAS))} (report it "
-                "with the ampbench version that wrote it, or rerun the suite)",
-            )
-        kind = record_type(info.get(KIND_KEY))
-        cell_problems = kind.problems(info, f"{where}.extra_info")
-        problems += [f"{p} ({name})" for p in cell_problems]
-        if cell_problems:
-            continue
-        record = kind.from_info(info, name)
-        if not record.model or not record.mode:
-            id_model, id_mode = split_id(name)
-            record = replace(record, model=record.model or id_model, mode=record.mode or id_mode)
-        cells.append(record)
-        positions.append(where)
+    for where, bench in _entries(document, path):
+        record = _read_cell(bench, where, path, foreign, problems)
+        if record is not None:
+            cells.append(record)
+            positions.append(where)
     _refuse(path, problems + _repeat_problems(cells, positions))
     if not cells and not machine:
         problem = (
