@@ -12,8 +12,8 @@
 #   changes       ampbench history changes, and history explain of each slowed cell
 #   kernels       ampbench baselines export --kernels-only of the history into $OUT/baselines (copies of
 #                 baselines/ whose entries take the kernel lists of their latest counted runs)
-# Runs are labelled run-1, run-2, ... across calls (the history's run count), so a series longer than one
-# sitting goes on: HISTORY (default $OUT/history.sqlite) is kept, or SEED=path/history.sqlite copied there first.
+# Runs are labelled run-1, run-2, ... across invocations (the history's run count), so a series goes on
+# from one invocation to the next: HISTORY (default $OUT/history.sqlite) is kept, or SEED=path/history.sqlite copied there first.
 #   MODELS=mlp,gpt,lstm_lm PRECISIONS=amp_fp16,amp_bf16 SLOWDOWN=gpt:amp_fp16:0.007 UNTAGGED=1 dev/history_series.sh ...
 # Each run's benchmark JSON and log go to $OUT; the last lines are one per run: label, exit status, seconds,
 # and pytest's outcome line.

@@ -19,16 +19,16 @@
 # the empty baseline folder $STATE/baselines, so each cell's level and tolerance come from its runs alone.
 # PYTEST_ARGS adds arguments to every pytest (PYTEST_ARGS="--perf-device cpu --perf-world-size 2" CELLS=mlp-amp_bf16
 # SLOWDOWN_CELLS=mlp:amp_bf16 tries the script on the CPU).
-# $STATE (default gpu-run-out/two-nodes) persists between calls on one machine; each call copies the table,
-# the history, the last runs' JSONs and a log to $OUT (default: $STATE/out), at most 8 files. On a fresh
-# machine, SEED=path/history.sqlite goes on from a history brought back (the table then lacks earlier JSONs).
+# $STATE (default gpu-run-out/two-nodes) persists between invocations on one machine; each invocation copies
+# the table, the history, the last runs' JSONs and a log to $OUT (default: $STATE/out). On another machine,
+# SEED=path/history.sqlite goes on from a history copied from the first (the table then lacks earlier JSONs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STATE=${STATE:-gpu-run-out/two-nodes}; OUT=${OUT:-$STATE/out}
 CELLS=${CELLS:-gpt-amp_bf16 resnet50-amp_fp16}; STRATEGIES=${STRATEGIES:-ddp}
 SLOWDOWN_CELLS=${SLOWDOWN_CELLS:-gpt:amp_bf16 resnet50:amp_fp16}
 mkdir -p "$STATE/baselines" "$STATE/runs" "$OUT"
-# a series goes on on a fresh machine from the history an earlier call brought back: SEED=path/history.sqlite
+# a series goes on on another machine from a history copied from the first: SEED=path/history.sqlite
 if [ -n "${SEED:-}" ] && [ ! -f "$STATE/history.sqlite" ]; then cp "$SEED" "$STATE/history.sqlite" || exit 2; fi
 LOG="$STATE/runs.log"
 export PYTHONUNBUFFERED=1
@@ -92,7 +92,7 @@ for s in "$@"; do
   esac
 done
 
-# what comes back: the table, the history, the last JSON of each kind, the log (at most 8 files)
+# what $OUT gets: the table, the history, the last JSON of each kind, the log
 cp "$STATE/history.sqlite" "$LOG" "$OUT/" 2>/dev/null
 [ -f "$STATE/table.txt" ] && cp "$STATE/table.txt" "$OUT/"
 for kind in sockets slowed nvlink standalone; do

@@ -1,5 +1,5 @@
 """The nodes of the distributed launches (``--perf-nnodes``, ``ampbench.distributed.nodes``): node 0 runs
-the session's tests and starts every launch, and after its last test that launches (the ``torchrun``
+the run's tests and starts every launch, and after its last test that launches (the ``torchrun``
 marker) the one that ends the others' following; every other node runs no test, follows node 0's
 launches, and writes neither results nor history, so that node 0's are the run's."""
 
@@ -21,7 +21,7 @@ MARKER = "torchrun"
 
 
 def launcher_of(config: pytest.Config):
-    """The session's ``NodeLauncher``."""
+    """This pytest run's ``NodeLauncher``."""
     from ampbench.distributed.nodes import NodeLauncher
 
     if LAUNCHER_KEY not in config.stash:
@@ -39,9 +39,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not follows(config):
         return
     # node 0's files are the run's; on a shared file system a follower's empty ones would replace them
-    session = config.pluginmanager.get_plugin("pytest-benchmark")  # the session, as registered
-    if session is not None:
-        session.json = None
+    benchmarks = config.pluginmanager.get_plugin("pytest-benchmark")  # its run object, as registered
+    if benchmarks is not None:
+        benchmarks.json = None
     from _pytest.junitxml import xml_key
 
     xml = config.stash.get(xml_key, None)
@@ -72,7 +72,7 @@ def _world_per_node(config: pytest.Config) -> int:
 
 
 def _end(config: pytest.Config) -> None:
-    """Node 0's last launch, once, where the session has tests that launch."""
+    """Node 0's last launch, once, where the run has tests that launch."""
     nodes = _nodes(config)
     if nodes is None or nodes.standalone or not nodes.leads or LAST_KEY not in config.stash:
         return
@@ -93,13 +93,13 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """A session stopped short of its last launching test (-x, an interrupt) still ends the following."""
+    """A run stopped short of its last launching test (-x, an interrupt) still ends the following."""
     _end(session.config)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> bool | None:
-    """A follower's session: node 0's launches instead of tests."""
+    """A follower's run: node 0's launches instead of tests."""
     config = session.config
     if not follows(config) or session.config.option.collectonly:
         return None
@@ -113,7 +113,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
             reporter.write_line(f"ampbench: node {nodes.rank}: {line}")
 
     if LAST_KEY not in config.stash:
-        say("no test of this session launches: nothing to follow")
+        say("no test of this run launches: nothing to follow")
         return True
     say(f"following node 0's launches at {nodes.endpoint} with {_world_per_node(config)} rank(s); node 0 runs "
         "the tests and holds the results")
