@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
 
-from ampbench.stats import SpeedupEstimate, finite_number
+from ampbench.stats import SpeedupEstimate, finite_number, t_quantile
 
 # Until its between-run spread is learned, a cell's tolerance is at least this many times the noise
 # recorded with its baseline, so cells whose speedup wanders between runs (host-bound steps) do not
@@ -104,10 +104,8 @@ class BetweenRuns:
         t with `dof` degrees of freedom, because `sd` itself comes from few values: from 3 values
         the 99% quantile is 9.9, not the normal 2.58 (docs/design.md). A new value differs from the mean of n values by
         sd x sqrt(1 + 1/n), from one of them (an uncentred recording) by sd x sqrt(2)."""
-        from scipy.stats import t  # scipy is slow to import; only verdicts with a learned spread need it
-
         factor = math.sqrt(1 + 1 / (self.level_count or self.count)) if self.centred else math.sqrt(2)
-        return float(t.ppf(0.5 + confidence / 2, self.dof)) * math.hypot(factor * self.sd, self.card_sd)
+        return t_quantile((1 - confidence) / 2, self.dof) * math.hypot(factor * self.sd, self.card_sd)
 
 
 def tolerance_for(floor: float, recorded_noise: float | None, between_runs: BetweenRuns | None = None,

@@ -103,7 +103,7 @@ def entry_kind(test_id: str) -> str:
     return test_id.split("[", 1)[0]
 
 
-def validate_entry(test_id: str, entry: Any, path: Path) -> None:
+def validate_entry(test_id: str, entry: Any, path: Path, schemas: dict | None = None) -> None:
     """Raise BaselineError naming `path` and the field where `entry` breaks its kind's schema."""
     where = f"entries.{test_id}"
     if not isinstance(entry, dict):
@@ -112,7 +112,7 @@ def validate_entry(test_id: str, entry: Any, path: Path) -> None:
     if not isinstance(figures, dict):
         raise BaselineError(path, f"{where}.figures", "missing or not an object")
     kind = entry_kind(test_id)
-    rules = entry_schemas().get(kind, {})
+    rules = (schemas or entry_schemas()).get(kind, {})
     for name, rule in rules.items():
         if rule.required and name not in figures:
             raise BaselineError(path, f"{where}.figures.{name}", f"missing; a {kind} entry needs {rule.expected} here")
@@ -148,5 +148,6 @@ def validate(document: Any, path: Path) -> None:
     entries = document.get("entries")
     if not isinstance(entries, dict):
         raise BaselineError(path, "entries", "missing or not an object")
+    schemas = entry_schemas()  # the rules of every kind, read off the entry types once per file
     for test_id, entry in entries.items():
-        validate_entry(test_id, entry, path)
+        validate_entry(test_id, entry, path, schemas)

@@ -35,7 +35,6 @@ AUTOCAST_MODES = tuple(name for name, mode in MODES.items()
                        if mode.autocast_dtype_name is not None and mode.fp8_recipe is None and not mode.compile)
 DEFAULT_CELLS = (("resnet50", "amp_bf16"), ("resnet50", "amp_fp16"), ("gpt", "amp_bf16"), ("gpt", "amp_fp16"))
 DEFAULT_REPEATS = 2
-DEFAULT_TARGET = 0.03  # the largest |harness / plain - 1| that passes
 PLAIN_WARMUP = 10  # steps of each side before the first timed block
 PLAIN_ROUNDS = 10  # interleaved rounds; the speedup is their median ratio
 PLAIN_STEPS = 6  # steps per timed block

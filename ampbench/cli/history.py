@@ -11,7 +11,7 @@ from pathlib import Path
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.files import paths
 from ampbench.history.connect import HistoryError, store_url
-from ampbench.results.ratios import history_figures
+from ampbench.results.ratios import DEVICE, history_figures
 
 DEFAULT_LIMIT = 20
 # the series of a memory cell a history keeps (``history.ingest``), looked at after the ratios'
@@ -85,7 +85,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     exp.add_argument("test_id", metavar="TEST_ID", help="the cell, e.g. 'test_speed[gpt-amp_fp16]'")
     exp.add_argument("--gpu", metavar="NAME", default=None,
                      help="the GPU model (or N of one) of its series (default: the only one it has runs on)")
-    exp.add_argument("--figure", metavar="NAME", default="device_speedup", choices=figures(),
+    exp.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=figures(),
                      help="the figure whose series is explained (default: device_speedup)")
     exp.add_argument("--baseline-dir", metavar="DIR", type=Path, default=paths.BASELINE_DIR,
                      help=f"where the baseline file whose spread the gate pools in lives (default: {paths.BASELINE_DIR}/)")
@@ -98,7 +98,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
         epilog="Exit status: 0 listed (with or without changes), 2 the store."))
     chg.add_argument("--gpu", metavar="NAME", default=None, help="only this GPU model (default: every one)")
     chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
-    chg.add_argument("--figure", metavar="NAME", default="device_speedup", choices=("all", *figures()),
+    chg.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=("all", *figures()),
                      help="the figure whose series are looked at, or all (default: device_speedup)")
     return actions
 
@@ -165,7 +165,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _changes(args: argparse.Namespace) -> int:
-    from ampbench.history.list_changes import changes_in, describe, gpus
+    from ampbench.history.list_changes import changes_in, describe
 
     history = _open_store(args, create=False, read_only=True)
     looked_at = figures() if args.figure == "all" else (args.figure,)
@@ -174,7 +174,7 @@ def _changes(args: argparse.Namespace) -> int:
         print(f"ampbench: warning: --gpu {args.gpu!r}: {history.name} holds no series of it; it holds "
               f"{', '.join(repr(g) for g in known) or 'none'}", file=sys.stderr)
     found = 0
-    for gpu in gpus(history, args.gpu):
+    for gpu in [args.gpu] if args.gpu is not None else known:
         for change in changes_in(history, gpu, looked_at, {args.cell} if args.cell else None):
             found += 1
             print("\n".join(describe(history, change)))

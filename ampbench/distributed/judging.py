@@ -26,7 +26,6 @@ from ampbench.speed.ratio import Ratio, ratio_check
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import SpeedupCheck, Verdict
 
-# the names of the cell's figures in its verdicts and messages: its kinds of ratio's names
 # the figures' names, as the record's ratios and the gates name them
 DEVICE_SPEEDUP, SPEEDUP = DIST_DEVICE.name, DIST_WALL.name
 EFFICIENCY, DEVICE_EFFICIENCY = SCALING.name, DEVICE_SCALING.name

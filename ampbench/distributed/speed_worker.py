@@ -238,7 +238,10 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
     on_device = device_timer(ref, trainer, timer.ref_steps, timer.mode_steps, before_block=lambda: together(device))
     single_steps = steps_per_block(single.step_seconds, policy.block_seconds) if single else 0
     single_times: list[float] = []
-    single_device, single_why = single_device_block(single, single_steps)
+    # its replays are held only against N-GPU graph replays (``figures.device_efficiency``): none are taken
+    # where the N-GPU side fell back to another clock
+    single_device, single_why = (single_device_block(single, single_steps) if on_device.method == "graph"
+                                 else (None, None))
     single_device_times: list[float] = []
     before = fingerprint(trainer)
     for _ in range(args.rounds):

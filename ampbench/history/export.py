@@ -61,14 +61,14 @@ def _export_one(history: History, name: str, slug: str, cells: LearnedCells, dir
         figures = learned.figures(test_id)
         if figures is None:
             continue
-        ran_on = learned.latest_software(test_id) or store.software(test_id) or {}
+        on_file = store.software(test_id) or {}
+        ran_on = learned.latest_software(test_id) or on_file
         software = {k: v for k, v in ran_on.items() if k in SOFTWARE and v is not None}
         # `ampbench spread` holds a run to the GPU its entry names: the history files runs by GPU model, and
         # a run appended before it kept the compute capability takes the file's where it recorded one
         software.setdefault("device", device)
-        known = (store.software(test_id) or {}).get("capability")
-        if known is not None and (store.software(test_id) or {}).get("device") == device:
-            software.setdefault("capability", known)
+        if on_file.get("capability") is not None and on_file.get("device") == device:
+            software.setdefault("capability", on_file["capability"])
         store.record(test_id, figures, software)
         written += 1
     return (store.write(), written) if written else None
@@ -84,10 +84,12 @@ def _kernels_of(history: History, name: str, slug: str, cells: LearnedCells, dir
     learned = HistoryBaselines(store, history, cells=cells, card=NEW_CARD)
     written = 0
     for test_id in sorted(learned.learned()):
-        entry, software, latest = store.figures(test_id), store.software(test_id), learned.latest_record(test_id)
-        kernels = (latest or {}).get("kernels")
+        entry = store.figures(test_id)
+        if entry is None:
+            continue
+        software, kernels = store.software(test_id), (learned.latest_record(test_id) or {}).get("kernels")
         ran_on = {"device": device, **(learned.latest_software(test_id) or {})}  # the history files runs by model
-        if entry is None or not kernels or software_difference(software or {}, ran_on) is not None:
+        if not kernels or software_difference(software or {}, ran_on) is not None:
             continue
         store.record(test_id, {**entry, "kernels": kernels}, software or {})
         written += 1

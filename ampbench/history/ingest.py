@@ -42,20 +42,13 @@ RUN_KEYS = ("run_id", "label", "suite_revision", "host_load")
 RUN_SOFTWARE = ("torch", "cuda", "cudnn", "driver", "triton", "torchao", "capability")
 
 
-@dataclass(frozen=True)
-class FigureSpec:
-    """Where a figure of a record that is no ratio lies, by field name (its verdict is the cell's)."""
-
-    name: str
-    value: str
-
-
 # each ratio of a timed record is a figure of its own, with its interval and verdict, named by its kind
 # (``RatioKind.history``); the other kinds' figures
-FIGURES: dict[type[Record], tuple[FigureSpec, ...]] = {
-    MemoryRecord: (FigureSpec("memory_ratio", "memory_ratio"), FigureSpec("max_batch_ratio", "max_batch_ratio")),
-    ConvergenceRecord: (FigureSpec("accuracy_delta", "accuracy_delta"),),  # the mode's accuracy minus fp32's
-    PipelineRecord: (FigureSpec("loader_ratio", "loader_ratio"),),
+# (each the record's field of that name; its verdict is the cell's)
+FIGURES: dict[type[Record], tuple[str, ...]] = {
+    MemoryRecord: ("memory_ratio", "max_batch_ratio"),
+    ConvergenceRecord: ("accuracy_delta",),  # the mode's accuracy minus fp32's
+    PipelineRecord: ("loader_ratio",),
 }
 
 
@@ -77,7 +70,7 @@ def figures_of(record: Record) -> tuple[FigureRow, ...]:
         ratios = [(kind.history, record.ratio(kind), record.verdict_of(kind)) for kind in record.RATIOS.values()]
         return tuple(FigureRow(name, value, _finite(r.speedup_low), _finite(r.speedup_high), _verdict(verdict))
                      for name, r, verdict in ratios if (value := _finite(r.speedup)) is not None)
-    rows = [(spec.name, _finite(getattr(record, spec.value))) for spec in FIGURES.get(type(record), ())]
+    rows = [(name, _finite(getattr(record, name))) for name in FIGURES.get(type(record), ())]
     return tuple(FigureRow(name, value, None, None, _verdict(record.verdict)) for name, value in rows if value is not None)
 
 

@@ -31,10 +31,3 @@ def describe(history: History, change: Change) -> list[str]:
     return describe_change(change, history.run(change.run_before.run_id), history.run(change.run_after.run_id),
                            segment_kernels(kernels[0]), segment_kernels(kernels[1]))
 
-
-def gpus(history: History, gpu: str | None) -> list[str]:
-    """`gpu`, or every GPU (a model, or N of one for distributed cells) with a series in the history
-    (smoke runs left out), by name."""
-    if gpu is not None:
-        return [gpu]
-    return history.series_gpus()

@@ -166,7 +166,7 @@ class HistoryBaselines:
                     prior = prior_for(kind, self.cells.entry.of(self.store.figures(test_id)), series)
                     b = self._learned.setdefault(test_id, {})[kind.name] = learn(series, prior, self.floor,
                                                                                  card=self.card)
-                    counted = [b.replay.points[s.index] for s in b.replay.statuses if s.counts]
+                    counted = [b.replay.points[i] for i in b.replay.counted_runs()]
                     self._counted.setdefault(test_id, {})[kind.name] = [p.when for p in counted]
                     if counted:
                         self._latest[test_id] = counted[-1].run_id
@@ -177,7 +177,7 @@ class HistoryBaselines:
         learned = self.learned().get(test_id)
         if not learned or not self.cells.holds(test_id):
             return entry
-        latest = self.history.record(self._latest[test_id], test_id) if test_id in self._latest else None
+        latest = self.latest_record(test_id)
         return overlay(entry, learned, latest, self._counted.get(test_id, {}), self.cells)
 
     def latest_record(self, test_id: str) -> dict | None:

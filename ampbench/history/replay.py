@@ -138,6 +138,11 @@ class Replay:
         self._groups.setdefault(key, Moments()).add(self._logs[index] - self._shift)
         self._fit = None
 
+    def _uncount(self, index: int) -> None:
+        key = (self.statuses[index].segment, self.points[index].card)
+        self._groups[key].remove(self._logs[index] - self._shift)
+        self._fit = None
+
     # -- feeding runs -----------------------------------------------------------------------------------
 
     def feed(self, point: Point) -> Status:
@@ -280,13 +285,14 @@ class Replay:
         """Hold back a level of one run, before any noise is learned, that YOUNG_OUTVOTE runs held back
         below it outvote, and count them: one run is no level against them. A step after a single run
         is then learned as the level; one run of the old level is no evidence against it."""
+        if len(self.pending) < YOUNG_OUTVOTE:
+            return
         counted = [s for s in self.statuses if s.segment == self.segment and s.counts]
         young = [i for i in self.pending if self.statuses[i].state == SUSPECT and self.statuses[i].sd is None]
         if len(counted) != 1 or counted[0].state != COUNTED or len(young) < YOUNG_OUTVOTE:
             return
         first = counted[0]
-        key = (first.segment, self.points[first.index].card)
-        self._groups[key].remove(self._logs[first.index] - self._shift)
+        self._uncount(first.index)
         first.state, first.alone = SUSPECT, True
         first.reason = f"above the {len(young)} runs after it, held back before its noise was learned: outvoted"
         for index in young:
@@ -296,7 +302,6 @@ class Replay:
             self.pending.remove(index)
             self._count(index)
         self.pending = sorted({*self.pending, first.index})
-        self._fit = None
 
     # -- what the held-back runs say --------------------------------------------------------------------
 
@@ -356,8 +361,7 @@ class Replay:
         for status in self.statuses[index:]:
             if status.segment != self.segment or status.state != COUNTED:
                 continue
-            key = (status.segment, self.points[status.index].card)
-            self._groups[key].remove(self._logs[status.index] - self._shift)
+            self._uncount(status.index)
             status.state, status.reason = SUSPECT, why
             held += 1
         if held:

@@ -133,7 +133,7 @@ class History:
         except HistoryError as error:
             # a writer beside this one may have appended the same run between the check and the insert
             try:
-                there = self._has_run(run.id)
+                there = self.has_run(run.id)
             except HistoryError:
                 raise error from None
             if there:
@@ -251,12 +251,9 @@ class History:
             return (conn.execute(sa.select(sa.func.count()).select_from(RUNS_TABLE)).scalar(),
                     conn.execute(sa.select(sa.func.count()).select_from(CELLS_TABLE)).scalar())
 
-    def has_run(self, run_id: str) -> bool:
-        return self._has_run(run_id)
-
     # -- helpers ------------------------------------------------------------------------------------
 
-    def _has_run(self, run_id: str) -> bool:
+    def has_run(self, run_id: str) -> bool:
         with self.transaction() as conn:
             return conn.execute(sa.select(RUNS_TABLE.c.id).where(RUNS_TABLE.c.id == run_id)).first() is not None
 

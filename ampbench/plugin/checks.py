@@ -89,7 +89,7 @@ def check_run(config: pytest.Config) -> None:
             "without -p pytest_benchmark.plugin): ampbench's cells are its benchmarks and keep their results in "
             "its JSON; run with it on")
     _refuse_lost_results(config.option)
-    from ampbench.plugin.nodes import follows
+    from ampbench.plugin.options import follows
 
     # a node that only follows node 0's launches writes none of the run's files: node 0's are the run's
     problems = [] if follows(config) else output_problems(config.option)

@@ -183,7 +183,7 @@ def _speed_context(run: Run) -> dict | None:
     shown = [kind for kind in over_fp32() if has_figure(run, kind)]
     if not shown:
         return None
-    if has_figure(run, DEVICE):
+    if DEVICE in shown:
         matrices = [_matrix(run, kind, kind.title, MATRIX_NOTES.get(kind.name, MATRIX_NOTE)) for kind in shown]
     else:
         matrices = [_matrix(run, WALL, "Speedup over fp32", "Wall-clock speedup of each mode's training step and "

@@ -137,9 +137,10 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
         out += ["### Needs a look", ""]
         out += [f"- {verdict_label(f.cell.verdict)} `{f.cell.test_id}`: {_md_escape(f.summary)}" for f in flagged]
         out.append("")
-    if _has_values(speedup_matrix(run, DEVICE)[1]):
+    device = speedup_matrix(run, DEVICE)
+    if _has_values(device[1]):
         for kind in over_fp32():
-            headers, rows = speedup_matrix(run, kind)
+            headers, rows = device if kind is DEVICE else speedup_matrix(run, kind)
             if _has_values(rows):
                 out += [f"### {kind.title}", "", _md_table(headers, rows), ""]
     else:

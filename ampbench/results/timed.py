@@ -64,10 +64,6 @@ class RatioFigures:
         """The figures it holds, under their names."""
         return {name: encode(value) for name, _, _ in _FIELDS if (value := getattr(self, name)) is not None}
 
-    @property
-    def measured(self) -> bool:
-        return any(getattr(self, name) is not None for name, _, _ in _FIELDS)
-
     def estimate(self, confidence: float | None = None) -> SpeedupEstimate | None:
         """The ratio with its interval; None where incomplete. `confidence`: the record's, where the ratio
         names none (a record of schema 1 named one for all its figures)."""
