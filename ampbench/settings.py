@@ -108,6 +108,10 @@ class Nodes:
         """Whether this node runs the cells and writes the results (node 0, and a standalone run's one)."""
         return self.rank == 0
 
+    def per_node(self, world_size: int) -> int:
+        """The ranks each node runs of `world_size` (every node runs as many)."""
+        return world_size // self.count
+
     def describe(self) -> str:
         return "one node" if self.standalone else f"node {self.rank} of {self.count} (rendezvous {self.endpoint})"
 

@@ -70,8 +70,8 @@ def scaling_run(pytestconfig, perf_settings, perf_world_size, perf_device, tmp_p
     path = out / "scenarios.json"
     path.write_text(json.dumps([s.to_json() for s in scenarios]))
     args = ["--scenarios", str(path), "--out", str(out), "--device", perf_device.type]
-    nodes = perf_settings.nodes.count
-    result = launcher_of(pytestconfig).run("ampbench.distributed.loss_scaling_worker", args, perf_world_size // nodes,
+    per_node = perf_settings.nodes.per_node(perf_world_size)
+    result = launcher_of(pytestconfig).run("ampbench.distributed.loss_scaling_worker", args, per_node,
                                            LAUNCH_SECONDS[perf_device.type], out, ship=(path,),
                                            what=f"loss scaling across ranks, {len(scenarios)} scenarios")
     return scenarios, result, out
@@ -100,7 +100,7 @@ def test_one_rank_overflow_skips_on_every_rank(setup: str, scaling_run, perf_wor
     paths = [out / setup / f"rank{r}.json" for r in range(perf_world_size)]
     if not all(p.exists() for p in paths):
         pytest.fail(f"loss scaling across ranks, setup {setup}: no result from every rank; torchrun launch "
-                    f"{result.explain(perf_world_size // perf_settings.nodes.count)}", pytrace=False)
+                    f"{result.explain(perf_settings.nodes.per_node(perf_world_size))}", pytrace=False)
     per_rank = [json.loads(p.read_text())["results"] for p in paths]
     assert all(len(r) == len(scenarios) for r in per_rank), f"{setup}: ranks returned {[len(r) for r in per_rank]} scenarios"
 

@@ -68,7 +68,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def _world_per_node(config: pytest.Config) -> int:
     from ampbench.plugin.distributed import world_size_of
 
-    return world_size_of(config) // config.stash[SETTINGS_KEY].nodes.count
+    return config.stash[SETTINGS_KEY].nodes.per_node(world_size_of(config))
 
 
 def _end(config: pytest.Config) -> None:

@@ -29,10 +29,7 @@ MODE_COLORS = {
 VERDICT_COLORS = {
     Verdict.PASS: "#2e7d32",
     Verdict.IMPROVED: "#1565c0",
-    Verdict.REGRESSION: "#c62828",
-    Verdict.NON_FINITE: "#c62828",
-    Verdict.REFERENCE_FAILED: "#c62828",
-    Verdict.ERROR: "#c62828",
+    **{v: "#c62828" for v in Verdict if v.failing},
     Verdict.INCONCLUSIVE: "#ef6c00",
     Verdict.INPUT_BOUND: "#ef6c00",
     Verdict.EXPECTED_LAG: "#757575",

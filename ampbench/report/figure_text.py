@@ -10,10 +10,7 @@ DASH = "-"  # a figure the cell did not measure
 VERDICT_ICONS = {
     Verdict.PASS: "✅",
     Verdict.IMPROVED: "🚀",
-    Verdict.REGRESSION: "❌",
-    Verdict.NON_FINITE: "❌",
-    Verdict.REFERENCE_FAILED: "❌",
-    Verdict.ERROR: "❌",
+    **{v: "❌" for v in Verdict if v.failing},
     Verdict.INCONCLUSIVE: "⚠️",
     Verdict.INPUT_BOUND: "⏳",
     Verdict.EXPECTED_LAG: "🐢",

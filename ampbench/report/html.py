@@ -44,10 +44,7 @@ if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its ty
 HTML_ICONS = {
     Verdict.PASS.value: "✓",
     Verdict.IMPROVED.value: "▲",
-    Verdict.REGRESSION.value: "✗",
-    Verdict.NON_FINITE.value: "✗",
-    Verdict.REFERENCE_FAILED.value: "✗",
-    Verdict.ERROR.value: "✗",
+    **{v.value: "✗" for v in Verdict if v.failing},
     Verdict.INCONCLUSIVE.value: "⚠",
     Verdict.INPUT_BOUND.value: "⚠",
     Verdict.EXPECTED_LAG.value: "–",
@@ -63,10 +60,7 @@ HTML_ICONS = {
 VERDICT_CLASSES = {
     Verdict.PASS.value: "v-pass",
     Verdict.IMPROVED.value: "v-improved",
-    Verdict.REGRESSION.value: "v-regression",
-    Verdict.NON_FINITE.value: "v-regression",
-    Verdict.REFERENCE_FAILED.value: "v-regression",
-    Verdict.ERROR.value: "v-regression",
+    **{v.value: "v-regression" for v in Verdict if v.failing},
     Verdict.INCONCLUSIVE.value: "v-inconclusive",
     Verdict.INPUT_BOUND.value: "v-inconclusive",
     Verdict.EXPECTED_LAG.value: "v-no-baseline",

@@ -17,6 +17,7 @@ from ampbench.history.changes import Change, find_changes
 from ampbench.history.learn import CellBaseline, learn
 from ampbench.history.report_changes import SOFTWARE_ORDER
 from ampbench.history.series import Series
+from ampbench.history.statuses import ACCEPTED, COUNTED, EXCLUDED, FAILED, SUSPECT
 from ampbench.report.charts import Chart, _png, _pyplot
 from ampbench.report.junit import Run
 from ampbench.results import SpeedRecord
@@ -34,9 +35,9 @@ NOTE_CHARS = 28  # a software annotation past this is cut, its full text is in t
 LINE_COLOR, BAND_COLOR, COUNTED_COLOR, CHANGE_COLOR, SOFTWARE_COLOR = "#1f77b4", "#1f77b4", "#1f77b4", "#c62828", "#6a1b9a"
 SUSPECT_COLOR, FAILED_COLOR = "#ef6c00", "#c62828"
 # how each state of a run (``history.replay``) is drawn: its colour, whether filled, its legend label
-POINT_STYLES = (("counted", COUNTED_COLOR, True, "run"), ("accepted", COUNTED_COLOR, True, None),
-                ("suspect", SUSPECT_COLOR, False, "held back as suspect"), ("failed", FAILED_COLOR, False, "failed"),
-                ("excluded", "#9e9e9e", False, "slowed on purpose"))
+POINT_STYLES = ((COUNTED, COUNTED_COLOR, True, "run"), (ACCEPTED, COUNTED_COLOR, True, None),
+                (SUSPECT, SUSPECT_COLOR, False, "held back as suspect"), (FAILED, FAILED_COLOR, False, "failed"),
+                (EXCLUDED, "#9e9e9e", False, "slowed on purpose"))
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def states(cell: TrendCell) -> list[str]:
     """Each run's state in the history's replay: counted, accepted, suspect, failed or excluded."""
     replay = cell.learned.replay
     if replay is None:
-        return ["counted" if p.counts else "failed" for p in cell.series.points]
+        return [COUNTED if p.counts else FAILED for p in cell.series.points]
     return [s.state for s in replay.statuses]
 
 
@@ -256,8 +257,8 @@ def changes_text(cell: TrendCell) -> str:
 
 def caption(cell: TrendCell) -> str:
     of = states(cell)
-    counted = sum(st in ("counted", "accepted") for st in of)
-    held = sum(st == "suspect" for st in of)
+    counted = sum(st in (COUNTED, ACCEPTED) for st in of)
+    held = sum(st == SUSPECT for st in of)
     suspect = f", {held} held back as suspect" if held else ""
     text = (f"{len(of)} runs ({counted} counted{suspect}): tolerance {cell.learned.sentence()}; {changes_text(cell)}.")
     if cell.software:

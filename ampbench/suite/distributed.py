@@ -87,7 +87,7 @@ def _launch(config: pytest.Config, settings, nproc: int, model: str, mode: str, 
             "--rounds", str(policy.rounds.min_rounds), "--block-seconds", str(settings.block_seconds),
             "--collective-timeout", str(limit / 2),
             "--device", settings.device.type, *(["--cudnn-benchmark"] if settings.cudnn_benchmark else [])]
-    return launcher_of(config).run("ampbench.distributed.speed_worker", args, nproc // settings.nodes.count, limit,
+    return launcher_of(config).run("ampbench.distributed.speed_worker", args, settings.nodes.per_node(nproc), limit,
                                    out, what=f"{model} {mode} {','.join(comms)}")
 
 
@@ -134,7 +134,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
         pytest.fail(message, pytrace=False)
 
     if docs is None:
-        fail(f"{what}: no result from every rank; torchrun launch {result.explain(nproc // nodes)}")
+        fail(f"{what}: no result from every rank; torchrun launch {result.explain(settings.nodes.per_node(nproc))}")
     unsupported = next((d["unsupported"] for d in docs if d.get("unsupported")), None)
     if unsupported:
         pytest.skip(f"{what}: {unsupported}")
@@ -177,7 +177,7 @@ def _confirmation(request, settings, nproc: int, dist_cell: tuple[str, str, str]
     model, mode_name, comm = dist_cell
     again, again_docs = _launch_again(request, settings, nproc, model, mode_name, comm)
     if again_docs is None:
-        fail(f"{what}: confirming launch failed: {again.explain(nproc // settings.nodes.count)}")
+        fail(f"{what}: confirming launch failed: {again.explain(settings.nodes.per_node(nproc))}")
     return merge_ranks(again_docs, confidence)
 
 
