@@ -10,7 +10,10 @@ variants (their MixedPrecisionPolicy). Per variant:
 
 1. Step time: CUDA events ("step ms") and perf_counter ("wall ms") around --steps steps, --rounds
    rounds after --warmup, all ranks starting each round together; the slowest rank's median round.
-   "eff" = single's step time / the variant's (the same per-rank batch: weak scaling).
+   "eff" = single's step time / the variant's (the same per-rank batch: weak scaling). With --graph,
+   also "graph ms": CUDA events around --steps replays of one step captured as a CUDA graph (plain
+   ``torch.cuda.graph``, none of the suite's holds), the GPU's time with the host taken out, and "g eff",
+   its efficiency: what the suite's device-time scaling efficiency is checked against.
 2. The optimizer step alone, over tensors or FSDP2's DTensors, between synchronizes: "host" until
    ``opt.step()`` returns, "total" until the device is done; the suite's optimizer and torch's
    default, foreach, fused and for-loop ones (failures as text).
@@ -118,10 +121,10 @@ def build(spec: models.ModelSpec, mode: PrecisionMode, variant: str, device: tor
     return Run(spec, mode, device, model, opt, scaler, x.to(mode.param_dtype) if x.is_floating_point() else x, y)
 
 
-def step(run: Run) -> None:
+def step(run: Run, cache: bool = True) -> None:
     with record_function("probe.zero_grad"):
         run.opt.zero_grad(set_to_none=True)
-    with record_function("probe.forward"), run.mode.autocast(run.device):
+    with record_function("probe.forward"), run.mode.autocast(run.device, cache_enabled=cache):
         loss = run.spec.loss(run.model(run.x).float(), run.y)
     with record_function("probe.backward"):
         (run.scaler.scale(loss) if run.scaler else loss).backward()
@@ -153,6 +156,42 @@ def time_steps(run: Run, args, alone: bool) -> dict:
         walls.append((time.perf_counter() - t0) * 1e3 / args.steps)
         events.append(start.elapsed_time(end) / args.steps if cuda else walls[-1])
     return {"step_ms": events, "wall_ms": walls}
+
+
+def time_graph(run: Run, args, alone: bool, taken: int) -> dict:
+    """Per-step ms of each round of replays of one step captured as a CUDA graph (CUDA events around
+    --steps replays): the GPU's time with the host taken out, as the suite's device time. Plain
+    torch.cuda.graph: warm-up on the capturing stream, capturable optimizer, autocast without its cache,
+    "thread_local" capture (NCCL's watchdog thread queries events meanwhile). DDP checks its runtime
+    statistics with host syncs on every hundredth iteration, which no capture may hold."""
+    if run.device.type != "cuda":
+        return {"graph_ms": None, "graph_error": "no CUDA device"}
+    stream = torch.cuda.current_stream(run.device)  # not the legacy default one: see main()
+    warm = 3 + (1 if (taken + 3 + 1) % 100 == 0 else 0)
+    for _ in range(warm):
+        step(run, cache=False)
+    for group in run.opt.param_groups:
+        if "capturable" in group:
+            group["capturable"] = True
+    together(run.device, alone)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+            step(run, cache=False)
+    except Exception as exc:  # the text is the finding; every rank fails alike or hangs in a collective
+        return {"graph_ms": None, "graph_error": f"{type(exc).__name__}: {str(exc).strip()[:200]}"}
+    graph.replay()  # the first replay uploads the graph
+    times = []
+    for _ in range(args.rounds):
+        together(run.device, alone)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(args.steps):
+            graph.replay()
+        end.record()
+        sync(run.device)
+        times.append(start.elapsed_time(end) / args.steps)
+    return {"graph_ms": times, "graph_error": None}
 
 
 def _optimizer(run: Run, kwargs: dict | None) -> torch.optim.Optimizer:
@@ -262,6 +301,8 @@ def run_variant(spec: models.ModelSpec, mode: PrecisionMode, variant: str, devic
     run = build(spec, mode, variant, device, args)
     with mode.math_flags():
         doc: dict = time_steps(run, args, alone)
+        if args.graph:
+            doc.update(time_graph(run, args, alone, args.warmup + args.rounds * args.steps))
         doc["optimizer"] = time_optimizer(run, args.opt_reps)
         together(device, alone)
         doc["after_barrier_ns"] = time.time_ns()  # how far apart the ranks' clocks read the same moment
@@ -281,7 +322,10 @@ def figures(docs: list[dict]) -> dict:
         return sum(vs) / len(vs) if vs else None
     suite_opt = [d["optimizer"]["suite"] for d in ran if isinstance(d["optimizer"].get("suite"), dict)]
     starts = [p["start_us"] for p in prof]
+    graphed = [d["graph_ms"] for d in ran if d.get("graph_ms")]
     return {"step_ms": max(statistics.median(d["step_ms"]) for d in ran),
+            "graph_ms": max(statistics.median(g) for g in graphed) if len(graphed) == len(ran) else None,
+            "graph_error": next((d["graph_error"] for d in ran if d.get("graph_error")), None),
             "wall_ms": max(statistics.median(d["wall_ms"]) for d in ran),
             "profiled_ms": mean("wall_ms"), "launch_ms": mean("launch_ms"),
             "nccl_ms": mean("nccl_ms"), "nccl_exposed_ms": mean("nccl_exposed_ms"),
@@ -296,22 +340,27 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-COLUMNS = (("step ms", "step_ms", ".2f"), ("wall ms", "wall_ms", ".2f"), ("profiled", "profiled_ms", ".1f"),
+COLUMNS = (("step ms", "step_ms", ".2f"), ("graph ms", "graph_ms", ".2f"), ("wall ms", "wall_ms", ".2f"), ("profiled", "profiled_ms", ".1f"),
            ("launch", "launch_ms", ".1f"),
            ("NCCL ms", "nccl_ms", ".1f"), ("exposed", "nccl_exposed_ms", ".1f"),
            ("GPU busy%", "gpu_busy_pct", ".0f"), ("opt host", "opt_host_ms", ".2f"), ("in step", "opt_in_step_ms", ".2f"))
 
 
 def report(results: dict) -> str:
-    lines = [f"{'variant':<18} {'eff':>5} " + " ".join(f"{c:>9}" for c, _, _ in COLUMNS) + "  start offsets ms"]
-    single = (results["variants"].get("single", {}).get("figures") or {}).get("step_ms")
+    lines = [f"{'variant':<18} {'eff':>5} {'g eff':>5} " + " ".join(f"{c:>9}" for c, _, _ in COLUMNS)
+             + "  start offsets ms"]
+    alone = results["variants"].get("single", {}).get("figures") or {}
+    single, single_graph = alone.get("step_ms"), alone.get("graph_ms")
     for name, v in results["variants"].items():
         if (f := v["figures"]) is None:
             lines.append(f"{name:<18} failed: {'; '.join(sorted(set(v['errors'])))}")
             continue
         eff = _fmt(100 * single / f["step_ms"], ".0f") + "%" if single else "-"
-        lines.append(f"{name:<18} {eff:>5} " + " ".join(f"{_fmt(f[k], fmt):>9}" for _, k, fmt in COLUMNS)
+        g_eff = _fmt(100 * single_graph / f["graph_ms"], ".1f") + "%" if single_graph and f["graph_ms"] else "-"
+        lines.append(f"{name:<18} {eff:>5} {g_eff:>5} " + " ".join(f"{_fmt(f[k], fmt):>9}" for _, k, fmt in COLUMNS)
                      + "  " + ", ".join(_fmt(o, ".2f") for o in f["start_offsets_ms"]))
+    lines += [f"  {name}: no graph ms: {v['figures']['graph_error']}" for name, v in results["variants"].items()
+              if v["figures"] and v["figures"]["graph_error"]]
     lines.append("\noptimizer step alone, host/total ms (rank 0):")
     for name, v in results["variants"].items():
         if (opt := next((d["optimizer"] for d in v["ranks"] if "optimizer" in d), None)) is not None:
@@ -332,6 +381,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=None, help="per rank; default: the spec's")
     for name, default in (("warmup", 10), ("steps", 20), ("rounds", 3), ("opt-reps", 10), ("profile-steps", 1)):
         p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--graph", action="store_true",
+                   help="also replay each variant's step as a CUDA graph: 'graph ms' and its efficiency 'g eff'")
     p.add_argument("--timeout", type=int, default=600, help="collective timeout, seconds")
     p.add_argument("--out", default="fsdp2-probe-out")
     args = p.parse_args()
@@ -345,6 +396,8 @@ def main() -> None:
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+        if args.graph:  # DDP's gradient accumulators run on the stream it was built on; capture bars the legacy one
+            torch.cuda.set_stream(torch.cuda.Stream(device))
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=args.timeout),
                             device_id=device if cuda else None)
     rank, world = dist.get_rank(), dist.get_world_size()
