@@ -97,11 +97,36 @@ def test_device_time_gates_the_cell_and_the_wall_clock_is_reported_beside_it():
     assert _verdict(_entry(device=4.0, wall=2.0), figs, gate="both")[1] == ("device", "wall")
 
 
-def test_host_bound_softens_the_wall_clock_figures_only():
-    figs = merge_ranks(_docs(idle=0.3), 0.99)
-    assert figs.host_bound
-    _, _, verdicts = _verdict(_entry(device=4.0, wall=3.0), figs, gate="both")
+def _graphed(docs: list[dict]) -> list[dict]:
+    return [{**d, "device_method": "graph", "device_fallback": None} for d in docs]
+
+
+def _graph_entry(device: float, wall: float) -> DistributedEntry:
+    return DistributedEntry.from_figures({**_entry(device, wall).to_figures(), "device_method": "graph",
+                                          "device_fallback": None})
+
+
+def test_host_bound_softens_the_wall_clock_but_not_graph_replays():
+    figs = merge_ranks(_graphed(_docs(idle=0.3)), 0.99)
+    assert figs.host_bound and figs.device_method == "graph"
+    _, _, verdicts = _verdict(_graph_entry(device=4.0, wall=3.0), figs, gate="both")
     assert verdicts[judging.DEVICE_SPEEDUP] is Verdict.REGRESSION and verdicts[judging.SPEEDUP] is Verdict.INCONCLUSIVE
+
+
+def test_host_bound_softens_device_time_from_the_profiler_too():
+    """The profiler's busy time carries a rank's NCCL spinning while a peer's host lags: in a host-bound
+    step a drop there is the hosts' as much as a wall-clock one, and the message says which figures."""
+    figs = merge_ranks(_docs(idle=0.3), 0.99)
+    assert figs.host_bound and figs.device_method == "kernels"
+    verdict, gates, verdicts = _verdict(_entry(device=4.0, wall=3.0), figs, gate="both")
+    assert verdicts[judging.DEVICE_SPEEDUP] is Verdict.INCONCLUSIVE and verdict is Verdict.INCONCLUSIVE
+    checks = judging.cell_checks(_entry(device=4.0, wall=3.0), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    message = judging.cell_message("gpt amp_bf16 fp32 (x2)", figs, checks, verdicts, None, gpu=True)
+    assert "wall-clock or profiled device-time drop is the host's and is not failed" in message
+    # not host-bound: the profiler's drop fails as before
+    quiet = merge_ranks(_docs(), 0.99)
+    assert _verdict(_entry(device=4.0, wall=2.0), quiet)[1] == ("device",)
+    assert _verdict(_entry(device=4.0, wall=2.0), quiet)[0] is Verdict.REGRESSION
 
 
 def test_an_entry_without_device_time_is_held_by_the_wall_clock():
