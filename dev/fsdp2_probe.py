@@ -108,8 +108,10 @@ def build(spec: models.ModelSpec, mode: PrecisionMode, variant: str, device: tor
         raise ValueError(f"mode {mode.name}: this loop has no {', '.join(unsupported) or 'static loss scale'}")
     config = spec.config_for(args.smoke)
     torch.manual_seed(0)  # the same weights on every rank: FSDP2 shards each rank's own copy
+    # the suite's layout: channels_last where the spec asks for it on a GPU (tensor cores read convolutions in NHWC)
+    layout = torch.channels_last if spec.channels_last and device.type == "cuda" else torch.contiguous_format
     with torch.device(device):
-        model = spec.build(config).to(mode.param_dtype).train()
+        model = spec.build(config).to(dtype=mode.param_dtype, memory_format=layout).train()
     model = wrap(model, variant, device)
     opt = OPTIMIZERS[spec.optimizer](list(model.parameters()), spec.lr, mode.param_dtype)
     scaler = None
@@ -118,7 +120,9 @@ def build(spec: models.ModelSpec, mode: PrecisionMode, variant: str, device: tor
         scaler = (ShardedGradScaler if variant.startswith("fsdp2") else torch.amp.GradScaler)(device.type)
     gen = torch.Generator(device=device).manual_seed(dist.get_rank())
     x, y = spec.make_batch(config, args.batch_size or spec.batch_size_for(args.smoke), device, gen)
-    return Run(spec, mode, device, model, opt, scaler, x.to(mode.param_dtype) if x.is_floating_point() else x, y)
+    if x.is_floating_point():
+        x = x.to(mode.param_dtype).contiguous(memory_format=layout) if x.dim() == 4 else x.to(mode.param_dtype)
+    return Run(spec, mode, device, model, opt, scaler, x, y)
 
 
 def step(run: Run, cache: bool = True) -> None:
