@@ -295,6 +295,15 @@ def test_a_slowed_distributed_cell_is_left_untagged_where_asked(tmp_path):
     assert info.get("injected_slowdown") is None and not injected
 
 
+def test_a_distributed_cell_slowed_on_its_ranks_alone_reaches_the_history_as_injected(tmp_path):
+    """A slowdown given to another node's pytest reaches only the ranks (here: the environment that
+    pytest would leave them, this one without the plugin): the record node 0 keeps names it in the
+    history as in the JSON, or the history would count a slowed run as a sample of the cell's noise."""
+    info, injected = _slowed_ddp_cell(tmp_path, env={slowed_steps.ENV: "mlp:amp_bf16:0.05",
+                                                     WORKER_PLUGINS_ENV: "ampbench.plugin.slowdown"})
+    assert info["injected_slowdown"] == 0.05 and injected
+
+
 # -- emulate: an fp8 cell's matmuls in torchao's emulation ---------------------------------------------
 
 def test_parse_reads_emulate_for_an_fp8_mode_only():
