@@ -49,6 +49,7 @@ from ampbench.baselines.spread import INJECTED_KEY
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV, worker_plugins
 from ampbench.modes import MODES, REFERENCE_MODE
 from ampbench.plugin import summary
+from ampbench.plugin.entries import cell_of
 from ampbench.plugin.slowed_steps import EMULATE, EMULATED, ENV, UNTAGGED_ENV, Cell, Slowdown, parse
 
 SLOWDOWN = pytest.StashKey[Slowdown]()
@@ -133,13 +134,10 @@ def trained_by(item: pytest.Item) -> set[Cell]:
     """The (model, mode)s an ampbench cell trains, from its parameters: its own, and the sides it is
     held against (fp32, the parity reference: a compiled fp8 cell's amp_bf16); none for a test that
     is no cell."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    model, mode = params.get("model_name"), params.get("mode_name")
-    dist = params.get("dist_cell")  # (model, mode, comm variant)
-    if isinstance(dist, tuple) and len(dist) >= 2:
-        model, mode = dist[0], dist[1]
-    if not (isinstance(model, str) and mode in MODES):
+    cell = cell_of(item)
+    if cell is None or cell[1] not in MODES:
         return set()
+    model, mode = cell
     return {(model, mode), (model, REFERENCE_MODE), (model, MODES[mode].parity_reference)}
 
 

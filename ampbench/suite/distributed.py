@@ -123,8 +123,8 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     test_id = f"{request.node.originalname}[{model}-{mode_name}-{comm}]"
     nodes = settings.nodes.count
     what = f"{model} {mode_name} {comm} (x{nproc}" + (f" on {nodes} nodes)" if nodes > 1 else ")")
-    identity = DistributedRecord(model=model, mode=mode_name, device=str(perf_device), comm=comm, world_size=nproc,
-                                 nodes=nodes)
+    identity = DistributedRecord(test_id=test_id, model=model, mode=mode_name, device=str(perf_device), comm=comm,
+                                 world_size=nproc, nodes=nodes)
     record_result(identity, identity=True)
 
     result, docs = _cell_launch(request, _launches, settings, nproc, model, mode_name, comm)
