@@ -16,6 +16,7 @@ import torch
 from ampbench import fp8
 from ampbench.modes import PrecisionMode
 from ampbench.models.spec import ModelSpec
+from ampbench.results import cluster_stem
 
 
 def resolve(name: str, flag: str = "--perf-device") -> torch.device:
@@ -125,7 +126,7 @@ def cluster_slug(name: str, count: int, nodes: int = 1) -> str:
     'nvidia-h200-x2-2nodes' for two on two hosts."""
     if count < 1 or nodes < 1:
         raise ValueError(f"a GPU count and a node count must be at least 1, got {count} and {nodes}")
-    return gpu_slug(name) + (f"-x{count}" if count > 1 else "") + (f"-{nodes}nodes" if nodes > 1 else "")
+    return cluster_stem(gpu_slug(name), count, nodes)
 
 
 def configure_backends(device: torch.device, cudnn_benchmark: bool = False) -> None:

@@ -48,15 +48,24 @@ def test_the_failed_variant_is_read_from_the_ranks_output():
     assert failed_comm("[default0]:Watchdog caught collective operation timeout") is None
 
 
-def test_a_crashing_variant_fails_alone_and_an_unsupported_one_skips():
+@pytest.fixture(scope="module")
+def crashing_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """The DDP cells of mlp amp_bf16 on CPU ranks, bf16_hook crashing and fp16_hook unsupported: the run,
+    and the folder of its run JSON (out.json) and history (h.sqlite)."""
+    folder = tmp_path_factory.mktemp("crashing")
+    cmd = [sys.executable, "-m", "pytest", "perf/test_distributed.py", "-k", "ddp", "-p", "no:cacheprovider",
+           "-q", "-rfs", "--perf-device", "cpu", "--perf-models", "mlp", "--perf-precisions", "amp_bf16",
+           "--perf-history", str(folder / "h.sqlite"), "--benchmark-json", str(folder / "out.json")]
+    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env=faulty_env("bf16_hook:crash,fp16_hook:unsupported"))
+    return run, folder
+
+
+def test_a_crashing_variant_fails_alone_and_an_unsupported_one_skips(crashing_run):
     """bf16_hook crashes in the launch its siblings share: it fails with its own error, and fp16_hook,
     which that launch never reached, gets a launch of its own, where it is unsupported: it skips, with
     the reason. (fp32 runs first and is the others' reference: no fault there.)"""
-    cmd = [sys.executable, "-m", "pytest", "perf/test_distributed.py", "-k", "ddp", "-p", "no:cacheprovider",
-           "-q", "-rfs", "--perf-device", "cpu", "--perf-models", "mlp", "--perf-precisions", "amp_bf16",
-           "--perf-history", "off"]
-    run = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env=faulty_env("bf16_hook:crash,fp16_hook:unsupported"))
+    run, _ = crashing_run
     out = run.stdout + run.stderr
     assert run.returncode == 1, out[-4000:]
     assert "1 failed, 1 passed, 1 skipped" in out, out[-4000:]
@@ -66,6 +75,25 @@ def test_a_crashing_variant_fails_alone_and_an_unsupported_one_skips():
     skipped = [ln for ln in out.splitlines() if ln.startswith("SKIPPED ")]
     assert len(skipped) == 1 and "mlp amp_bf16 fp16_hook (x2): injected: this build lacks what fp16_hook needs" \
         in skipped[0], skipped
+
+
+def test_a_crashed_variant_is_an_error_in_the_json_and_the_history(crashing_run):
+    """A cell that fails through its launch (no result from every rank) is a failing cell wherever the
+    run is read, as a single-GPU cell that stops with an error is (``ampbench.plugin.errors``)."""
+    run, folder = crashing_run
+    document = json.loads((folder / "out.json").read_text())
+    errors = {e["name"]: e["extra_info"] for e in document.get("ampbench_errors", [])}
+    crashed = errors.get("test_ddp_speed[mlp-amp_bf16-bf16_hook]")
+    assert crashed is not None, (list(errors), run.stdout[-3000:])
+    assert (crashed["kind"], crashed["verdict"], crashed["comm"]) == ("distributed", "error", "bf16_hook"), crashed
+    assert crashed["message"].startswith("the test failed: Failed: mlp amp_bf16 bf16_hook (x2): no result from every rank")
+    held = {b["name"]: b["extra_info"]["verdict"] for b in document["benchmarks"]}
+    assert held == {"test_ddp_speed[mlp-amp_bf16-fp32]": "no baseline"}  # the CPU ranks' cell that ran
+    import sqlite3
+
+    with sqlite3.connect(folder / "h.sqlite") as db:
+        verdicts = dict(db.execute("SELECT test_id, verdict FROM cells"))
+    assert verdicts["test_ddp_speed[mlp-amp_bf16-bf16_hook]"] == "error", verdicts
 
 
 def _one_rank_group():

@@ -231,3 +231,23 @@ def test_history_explain_and_runs_say_what_the_replay_held_back(history, tmp_pat
     assert listing[1][at:].split()[0] == "1"
     assert main(["history", "explain", "test_speed[nothing-fp32]", *store]) == 2
     assert "no run in the history" in capsys.readouterr().err
+
+
+def test_history_explain_of_a_distributed_cell_pools_in_the_file_of_its_n_gpus(history, tmp_path, capsys):
+    """The series of a distributed cell is filed under its N GPUs (``results.cluster_name``); the file
+    whose spread the gate pools in is theirs, <gpu-slug>-x<N>.json, as the plugin opens it."""
+    from ampbench.cli import main
+
+    cell = "test_ddp_speed[gpt-amp_bf16-fp32]"
+    for i, v in enumerate((5.50, 5.52, 5.49)):
+        history.append(speed_run(f"x2-{i}", [_ddp_record(v, 2)], at=i))
+    two = BaselineStore.open(tmp_path, f"{H100} x2", "nvidia-h100-80gb-hbm3-x2")
+    two.record(cell, {"speedup": 5.0, "world_size": 2, "device_speedup": 5.5, "device_method": "profiler",
+                      "device_between_run_sd": 0.003, "device_between_run_count": 20, "device_between_run_runs": []},
+               {"torch": "2.11.0"})
+    two.write()
+    store = ["--history", str(history.url.database), "--baseline-dir", str(tmp_path)]
+    assert main(["history", "explain", cell, *store]) == 0
+    out = capsys.readouterr().out
+    assert f"{cell} device_speedup on {H100} x2: 3 runs" in out
+    assert "of them from the baseline file" in out  # the file's 20 runs' spread pooled in

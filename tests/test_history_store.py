@@ -183,9 +183,10 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(store_url):
     engine.dispose()
 
 
-@pytest.mark.parametrize("command", [["history", "runs"], ["history", "changes"], ["baselines", "export"],
+@pytest.mark.parametrize("command", [["history", "runs"], ["history", "changes"],
+                                     ["history", "explain", "test_speed[gpt-fp16]"], ["baselines", "export"],
                                      ["report", str(DATA / "h100_speed_device.json")]],
-                         ids=["runs", "changes", "export", "report"])
+                         ids=["runs", "changes", "explain", "export", "report"])
 def test_a_command_that_only_reads_leaves_an_older_store_as_it_is(store_url, command, tmp_path, capsys):
     engine = sa.create_engine(parse_url(store_url))
     with engine.begin() as conn:

@@ -118,6 +118,24 @@ def test_plugin_passes_its_spec_on_to_worker_processes_and_restores_the_environm
     assert slowed_steps.ENV not in os.environ and os.environ[WORKER_PLUGINS_ENV] == "other.plugin"
 
 
+def test_untagged_reaches_the_workers_and_is_put_back(monkeypatch):
+    """The ranks are told whether to tag as this session is, whatever the environment held before."""
+    monkeypatch.delenv(slowed_steps.ENV, raising=False)
+    tagged = []
+    for given, before in ((True, "1"), (False, None)):
+        if before is None:
+            monkeypatch.delenv(slowed_steps.UNTAGGED_ENV, raising=False)
+        else:
+            monkeypatch.setenv(slowed_steps.UNTAGGED_ENV, before)
+        env = slowdown._pass_on_to_workers({("mlp", "fp32"): 0.1}, tagged=given)
+        sd = slowdown.worker_configure()
+        sd.uninstall()
+        env.undo()
+        tagged.append(sd.tagged)
+        assert os.environ.get(slowed_steps.UNTAGGED_ENV) == before and slowed_steps.ENV not in os.environ
+    assert tagged == [True, False]
+
+
 def test_a_worker_slows_the_cells_its_environment_names_by_their_wall_step(monkeypatch, capsys):
     """worker_configure, as a rank runs it: the cells of $AMPBENCH_SLOWDOWN slowed, sized on the wall
     time of its own first steps, timed as they run (no step of its own: a rank's peers would wait in a
@@ -243,6 +261,47 @@ def test_a_slowed_cell_is_tagged_in_its_extra_info_so_spread_never_counts_it(pyt
 def test_a_slowed_cell_is_left_untagged_where_asked(pytester, tmp_path):
     _, by_name = _run_slowed(pytester, tmp_path, TAGGED_TEST, "mlp:fp32:0.05", 2, "--perf-slowdown-untagged")
     assert all("injected_slowdown" not in info for info in by_name.values())
+
+
+def _slowed_ddp_cell(tmp_path, *args: str, env: dict[str, str] | None = None) -> tuple[dict, bool]:
+    """Run perf/test_distributed.py's DDP cell of mlp amp_bf16 on two CPU ranks, history kept: (its entry's
+    extra_info in the run JSON, whether the history holds its record as injected)."""
+    import sqlite3
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out, store = tmp_path / "run.json", tmp_path / "h.sqlite"
+    # a slowdown only where the test names one
+    outer = {k: v for k, v in os.environ.items() if k not in (slowed_steps.ENV, WORKER_PLUGINS_ENV)}
+    env = {**outer, "PYTHONPATH": str(root), **(env or {})}
+    run = subprocess.run([sys.executable, "-m", "pytest", "perf/test_distributed.py", "-q", "-p", "no:cacheprovider",
+                          "--perf-device", "cpu", "--perf-models", "mlp", "--perf-precisions", "amp_bf16",
+                          "-k", "test_ddp_speed and fp32", "--perf-history", str(store), "--benchmark-json", str(out),
+                          *args], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (entry,) = json.loads(out.read_text())["benchmarks"]
+    with sqlite3.connect(store) as db:
+        (injected,) = db.execute("SELECT injected FROM cells").fetchone()
+    return entry["extra_info"], bool(injected)
+
+
+def test_a_slowed_distributed_cell_is_left_untagged_where_asked(tmp_path):
+    """Its ranks are slowed, yet neither the JSON nor the history marks it: the history judges and learns
+    from it as from a real regression, as of a single-GPU cell."""
+    info, injected = _slowed_ddp_cell(tmp_path, "-p", "ampbench.slowdown", "--perf-slowdown", "mlp:amp_bf16:0.05",
+                                      "--perf-slowdown-untagged")
+    assert info.get("injected_slowdown") is None and not injected
+
+
+def test_a_distributed_cell_slowed_on_its_ranks_alone_reaches_the_history_as_injected(tmp_path):
+    """A slowdown given to another node's pytest reaches only the ranks (here: the environment that
+    pytest would leave them, this one without the plugin): the record node 0 keeps names it in the
+    history as in the JSON, or the history would count a slowed run as a sample of the cell's noise."""
+    info, injected = _slowed_ddp_cell(tmp_path, env={slowed_steps.ENV: "mlp:amp_bf16:0.05",
+                                                     WORKER_PLUGINS_ENV: "ampbench.plugin.slowdown"})
+    assert info["injected_slowdown"] == 0.05 and injected
 
 
 # -- emulate: an fp8 cell's matmuls in torchao's emulation ---------------------------------------------

@@ -159,7 +159,7 @@ def _accept(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     from ampbench.history.explain import explain
 
-    history = _open_store(args, create=False)
+    history = _open_store(args, create=False, read_only=True)
     print("\n".join(explain(history, args.test_id, args.gpu, args.figure, args.baseline_dir)))
     return EXIT_OK
 

@@ -35,7 +35,7 @@ def _prior(history: History, gpu: str, test_id: str, figure: str, series: Series
     kinds = {kind.history: kind for kind in cells.ratios}  # the ratios its entry holds, by their series
     if baseline_dir is None or figure not in kinds:
         return None
-    slug = next((r.gpu_slug for r in history.runs(gpu=gpu, limit=1)), None)
+    slug = _file_stem(history, gpu)
     if slug is None:
         return None
     try:
@@ -43,6 +43,24 @@ def _prior(history: History, gpu: str, test_id: str, figure: str, series: Series
     except BaselineError:
         return None
     return prior_for(kinds[figure], cells.entry.of(store.figures(test_id)), series)
+
+
+def _file_stem(history: History, gpu: str) -> str | None:
+    """The stem of the baseline file the plugin holds `gpu`'s series to: its GPU model's, from the runs'
+    slug, or, for N GPUs of one model (``results.cluster_name``), theirs: <slug>-x<N>. None where the
+    history holds no run of the model."""
+    from ampbench.results import cluster_shape, cluster_stem
+
+    # the runs are filed by their GPU model, a distributed cell's series by the N GPUs it ran on
+    for run in history.runs():
+        if run.smoke:
+            continue
+        if run.gpu == gpu:
+            return run.gpu_slug
+        shape = cluster_shape(gpu, run.gpu)
+        if shape is not None:
+            return cluster_stem(run.gpu_slug, *shape)
+    return None
 
 
 def gpu_of_cell(history: History, test_id: str, figure: str, gpu: str | None) -> str:

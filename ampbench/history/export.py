@@ -15,7 +15,7 @@ from ampbench.baselines.store import BaselineStore
 from ampbench.history.model import NEW_CARD
 from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, HistoryBaselines, LearnedCells
 from ampbench.history.store import History
-from ampbench.results import cluster_name, cluster_shape
+from ampbench.results import cluster_name, cluster_shape, cluster_stem
 
 # what a baseline entry's software names (the plugin's `software` fixture keeps the same)
 SOFTWARE = ("torch", "cuda", "cudnn", "driver", "device", "capability", "inductor", "triton", "torchao")
@@ -43,7 +43,7 @@ def write_baselines(history: History, gpu: str | None, directory: Path, kernels_
     by entry); each file written with the number of entries it got."""
     model, slug = gpu_of(history, gpu)
     files = [(model, slug, SPEED_CELLS)] + [
-        (cluster_name(model, n, nodes), f"{slug}-x{n}" + (f"-{nodes}nodes" if nodes > 1 else ""), DISTRIBUTED_CELLS)
+        (cluster_name(model, n, nodes), cluster_stem(slug, n, nodes), DISTRIBUTED_CELLS)
         for n, nodes in gpu_counts(history, model)]
     one = _kernels_of if kernels_only else _export_one
     written = [out for name, stem, cells in files if (out := one(history, name, stem, cells, directory, model))]

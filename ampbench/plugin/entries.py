@@ -25,6 +25,17 @@ from ampbench.results.schema import SCHEMA_KEY, UNTIMED_KEY
 _KEPT = pytest.StashKey[list]()  # the entry of every cell that wrote a record, in run order
 
 
+def cell_of(item: pytest.Item) -> tuple[str, str] | None:
+    """(model, mode) of a cell test's item: its ``model_name`` and ``mode_name``, or the first two of a
+    distributed ``dist_cell`` (model, mode, comm variant); None for a test that is no cell."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    model, mode = params.get("model_name"), params.get("mode_name")
+    dist = params.get("dist_cell")
+    if isinstance(dist, (tuple, list)) and len(dist) >= 2:
+        model, mode = dist[0], dist[1]
+    return (model, mode) if isinstance(model, str) and isinstance(mode, str) else None
+
+
 def cell_model(item: pytest.Item) -> str | None:
     """The model of a cell test's item (its ``model_name``, or the first of a distributed ``dist_cell``)."""
     params = getattr(getattr(item, "callspec", None), "params", {})

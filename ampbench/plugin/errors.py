@@ -13,13 +13,8 @@ from typing import Any
 import pytest
 
 from ampbench.plugin.activation import acts
+from ampbench.plugin.entries import cell_of
 from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY
-
-
-def _cell_params(item: pytest.Item) -> dict | None:
-    """The parameters of a cell test (one of model and mode); None for any other test."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    return params if isinstance(params.get("model_name"), str) and isinstance(params.get("mode_name"), str) else None
 
 
 def _first_line(report: pytest.TestReport, call: pytest.CallInfo) -> str:
@@ -34,7 +29,7 @@ def _identity(item: pytest.Item) -> dict[str, Any]:
     return dict(info) if isinstance(info, dict) and SCHEMA_KEY in info else {}
 
 
-def error_record(item: pytest.Item, params: dict, message: str, device: str):
+def error_record(item: pytest.Item, cell: tuple[str, str], message: str, device: str):
     """The record of a cell whose test stopped with `message`: the kind it wrote of itself, else the one
     its test's name says (``test_memory``: memory), else a kind of its own named after the test."""
     from ampbench.results import OtherRecord, Verdict, record_type
@@ -44,7 +39,8 @@ def error_record(item: pytest.Item, params: dict, message: str, device: str):
     record = record_type(kind).from_info(info, item.nodeid.split("::")[-1])
     if isinstance(record, OtherRecord):
         record = record.with_values(other_kind=kind)
-    return record.with_values(model=record.model or params["model_name"], mode=record.mode or params["mode_name"],
+    model, mode = cell
+    return record.with_values(model=record.model or model, mode=record.mode or mode,
                               device=record.device or device, verdict=Verdict.ERROR, message=message)
 
 
@@ -56,8 +52,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     from ampbench.plugin.session import SETTINGS_KEY
 
     settings = item.config.stash.get(SETTINGS_KEY, None)
-    params = _cell_params(item)
-    if settings is None or params is None:
+    cell = cell_of(item)
+    if settings is None or cell is None:
         return  # a run where ampbench does not act, or a test that is no cell
     from ampbench.plugin import summary
     from ampbench.results import Verdict
@@ -70,7 +66,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if kept:  # its record was kept, then the test stopped: its figures reached no verdict that holds
         summary.annotate(item.config, item.nodeid, verdict=Verdict.ERROR, message=message)
     else:
-        summary.keep_record(item.config, item.nodeid, error_record(item, params, message, str(settings.device)))
+        summary.keep_record(item.config, item.nodeid, error_record(item, cell, message, str(settings.device)))
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -33,7 +33,9 @@ Each slowed cell says so in its extra_info (``injected_slowdown``: the fraction,
 matmul), so that ``ampbench spread`` never takes it for a sample of its noise; so does every other
 cell a slowed trainer took part in (a versus side of a compiled cell). ``--perf-slowdown-untagged``
 leaves them untagged, as a real regression would come: the run history then judges and learns from
-them as from any run, which is how to check that it never learns a slowdown as noise.
+them as from any run, which is how to check that it never learns a slowdown as noise. The ranks of a
+distributed cell take it from the environment too (``slowed_steps.UNTAGGED_ENV``), since their
+documents are where that cell's record takes its tag.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ from ampbench.baselines.spread import INJECTED_KEY
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV, worker_plugins
 from ampbench.modes import MODES, REFERENCE_MODE
 from ampbench.plugin import summary
-from ampbench.plugin.slowed_steps import EMULATE, EMULATED, ENV, Cell, Slowdown, parse
+from ampbench.plugin.entries import cell_of
+from ampbench.plugin.slowed_steps import EMULATE, EMULATED, ENV, UNTAGGED_ENV, Cell, Slowdown, parse
 
 SLOWDOWN = pytest.StashKey[Slowdown]()
 # the environment pytest_configure set for worker processes, undone at unconfigure
@@ -59,10 +62,15 @@ def spec_of(targets: dict[Cell, float | str]) -> str:
     return ",".join(f"{model}:{mode}:{how}" for (model, mode), how in targets.items())
 
 
-def _pass_on_to_workers(targets: dict[Cell, float | str]) -> pytest.MonkeyPatch:
-    """Name the targets and this plugin in the environment torchrun's ranks inherit; undo() puts it back."""
+def _pass_on_to_workers(targets: dict[Cell, float | str], tagged: bool) -> pytest.MonkeyPatch:
+    """Name the targets, whether they are tagged, and this plugin in the environment torchrun's ranks
+    inherit; undo() puts it back."""
     env = pytest.MonkeyPatch()
     env.setenv(ENV, spec_of(targets))
+    if tagged:
+        env.delenv(UNTAGGED_ENV, raising=False)
+    else:
+        env.setenv(UNTAGGED_ENV, "1")
     plugins = worker_plugins()
     if __name__ not in plugins:
         env.setenv(WORKER_PLUGINS_ENV, ",".join([*plugins, __name__]))
@@ -76,7 +84,7 @@ def worker_configure() -> Slowdown | None:
     targets = parse(os.environ.get(ENV, ""))
     if not targets:
         return None
-    slowdown = Slowdown(targets, in_place=True)
+    slowdown = Slowdown(targets, in_place=True, tagged=os.environ.get(UNTAGGED_ENV) != "1")
     slowdown.install()
     return slowdown
 
@@ -108,10 +116,11 @@ def pytest_configure(config: pytest.Config) -> None:
         except ValueError as exc:
             raise pytest.UsageError(f"{ENV}: {exc}") from None
     if targets:
-        slowdown = Slowdown(targets, source="--perf-slowdown" if config.getoption("perf_slowdown") else ENV)
+        slowdown = Slowdown(targets, source="--perf-slowdown" if config.getoption("perf_slowdown") else ENV,
+                            tagged=not config.getoption("perf_slowdown_untagged"))
         slowdown.install()
         config.stash[SLOWDOWN] = slowdown
-        config.stash[_WORKER_ENV] = _pass_on_to_workers(targets)
+        config.stash[_WORKER_ENV] = _pass_on_to_workers(targets, slowdown.tagged)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -125,13 +134,10 @@ def trained_by(item: pytest.Item) -> set[Cell]:
     """The (model, mode)s an ampbench cell trains, from its parameters: its own, and the sides it is
     held against (fp32, the parity reference: a compiled fp8 cell's amp_bf16); none for a test that
     is no cell."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    model, mode = params.get("model_name"), params.get("mode_name")
-    dist = params.get("dist_cell")  # (model, mode, comm variant)
-    if isinstance(dist, tuple) and len(dist) >= 2:
-        model, mode = dist[0], dist[1]
-    if not (isinstance(model, str) and mode in MODES):
+    cell = cell_of(item)
+    if cell is None or cell[1] not in MODES:
         return set()
+    model, mode = cell
     return {(model, mode), (model, REFERENCE_MODE), (model, MODES[mode].parity_reference)}
 
 
@@ -159,7 +165,7 @@ def pytest_runtest_call(item: pytest.Item):
         slowdown.applied = None
     yield
     info = getattr((getattr(item, "funcargs", None) or {}).get("benchmark"), "extra_info", None)
-    if slowdown is not None and info is not None and not item.config.getoption("perf_slowdown_untagged"):
+    if slowdown is not None and info is not None and slowdown.tagged:
         # the cell named, or any cell one of whose trainers was slowed (a compiled cell's versus side)
         how = slowdown.targets.get((info.get("model"), info.get("mode")))
         if how is not None:

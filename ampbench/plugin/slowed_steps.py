@@ -21,6 +21,9 @@ from ampbench.speed import devicetime, held
 from ampbench.speed.timing import time_block
 
 ENV = "AMPBENCH_SLOWDOWN"
+# set (to 1) where the slowed cells are to be left untagged (--perf-slowdown-untagged): the ranks of a
+# distributed cell then name no slowdown in their documents, which is where its record takes its tag
+UNTAGGED_ENV = "AMPBENCH_SLOWDOWN_UNTAGGED"
 CALIBRATION_STEPS = 5  # plain steps to settle, then as many timed: the step's own time
 
 Cell = tuple[str, str]  # (model, precision mode)
@@ -160,6 +163,9 @@ class Slowdown:
     # rank that ran steps its peers did not would leave them in a collective: a slowdown on one node's
     # ranks alone (the others have none) must add no step
     in_place: bool = False
+    # whether what slowed a step is kept in `applied`, to be named in the cell's record; not where the
+    # slowed cells are to come as a real regression (--perf-slowdown-untagged)
+    tagged: bool = True
     original: Callable | None = None  # Trainer.step as it was before install()
     original_init: Callable | None = None  # Trainer.__init__
     original_config: Callable | None = None  # fp8.float8_config
@@ -206,8 +212,8 @@ class Slowdown:
         return config
 
     def step(self, trainer: train.Trainer, *args, **kwargs) -> torch.Tensor:
-        if getattr(trainer, "_slowdown_emulated", False) and self.applied is None:
-            self.applied = EMULATED
+        if getattr(trainer, "_slowdown_emulated", False):
+            self._applies(EMULATED)
         fraction = self.spins.get((trainer.spec.name, trainer.mode.name))
         spin = getattr(trainer, "_slowdown_spin", None)
         if fraction is None or trainer.device.type not in self.calibrate or spin is _CALIBRATING:
@@ -224,8 +230,12 @@ class Slowdown:
                   f"({fraction:.1%} of the step)", flush=True)
         loss = self.original(trainer, *args, **kwargs)
         spin()
-        self.applied = fraction if self.applied is None else self.applied
+        self._applies(fraction)
         return loss
+
+    def _applies(self, how: float | str) -> None:
+        if self.tagged and self.applied is None:
+            self.applied = how
 
     def _step_in_place(self, trainer: train.Trainer, state: _InPlace, fraction: float, args, kwargs) -> torch.Tensor:
         """One of a rank's first steps: plain while it settles, then timed one by one (each from an idle

@@ -240,6 +240,13 @@ def cluster_name(gpu: str, world_size: int, nodes: int = 1) -> str:
     return f"{gpu} x{world_size}" + (f" on {nodes} nodes" if nodes > 1 else "")
 
 
+def cluster_stem(slug: str, world_size: int, nodes: int = 1) -> str:
+    """The baseline file stem of the GPUs ``cluster_name`` names, from their model's stem `slug`:
+    'nvidia-h200' for one, 'nvidia-h200-x2' for two, 'nvidia-h200-x2-2nodes' for two on two hosts. Here,
+    not beside ``device.gpu_slug``, so that the history's commands find a file without importing torch."""
+    return slug + (f"-x{world_size}" if world_size > 1 else "") + (f"-{nodes}nodes" if nodes > 1 else "")
+
+
 def cluster_shape(name: str, gpu: str) -> tuple[int, int] | None:
     """(N, nodes) where `name` is ``cluster_name(gpu, N, nodes)``; None where it names no GPUs of model `gpu`."""
     head, _, count = name.rpartition(" x")

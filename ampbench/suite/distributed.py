@@ -123,8 +123,8 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     test_id = f"{request.node.originalname}[{model}-{mode_name}-{comm}]"
     nodes = settings.nodes.count
     what = f"{model} {mode_name} {comm} (x{nproc}" + (f" on {nodes} nodes)" if nodes > 1 else ")")
-    identity = DistributedRecord(model=model, mode=mode_name, device=str(perf_device), comm=comm, world_size=nproc,
-                                 nodes=nodes)
+    identity = DistributedRecord(test_id=test_id, model=model, mode=mode_name, device=str(perf_device), comm=comm,
+                                 world_size=nproc, nodes=nodes)
     record_result(identity, identity=True)
 
     result, docs = _cell_launch(request, _launches, settings, nproc, model, mode_name, comm)
@@ -153,11 +153,11 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     message = judging.cell_message(what, figs, checks, verdicts, confirmation, gpu=perf_device.type == "cuda",
                                    note=STRATEGIES[get_comm(comm).strategy].host_bound_note)
 
-    _tag_injected(request, benchmark, docs)
     problems = _problems(docs)
     record = _record(identity, figs, docs, settings, result, verdict=verdict, message=message, gated=list(gates),
                      ratios=judging.ratio_figures(figs, checks, verdicts, docs))
     record_result(record)
+    _tag_injected(request, benchmark, docs)  # on the record just kept, which the run history appends
     # pytest-benchmark's figures: the mode's time per step in each round, on the device where measured
     record_step_times(benchmark, [ms / 1e3 for ms in record.ratio(DIST_DEVICE).round_ms or record.ratio(DIST_WALL).round_ms or ()])
     if settings.update_baselines and store is not None and not problems:
