@@ -155,6 +155,33 @@ def test_a_distributed_cell_learns_from_its_runs_on_as_many_gpus_and_no_others(h
     assert HistoryBaselines(two, history).figures(cell) is None
 
 
+def test_a_distributed_cell_learns_its_device_scaling_efficiency_and_its_method(history, tmp_path):
+    """The scaling efficiency in device time gates beside the device speedup, so the history learns it
+    as it learns the speedup; a record that named its method on the device speedup alone still gives it."""
+    from ampbench.baselines.entries import DistributedEntry
+    from ampbench.history.reference import DISTRIBUTED_CELLS
+    from ampbench.results.ratios import DEVICE_SCALING
+
+    cell, effs = "test_ddp_speed[gpt-amp_bf16-fp32]", (0.891, 0.893, 0.890, 0.892, 0.891)
+    for i, (v, e) in enumerate(zip((5.50, 5.52, 5.49, 5.51, 5.50), effs)):
+        rec = records.distributed(
+            test_id=cell, model="gpt", mode="amp_bf16", device="cuda:0", comm="fp32", world_size=4,
+            verdict=Verdict.PASS, device_verdict=Verdict.PASS, device_method="graph", device_speedup=v,
+            device_speedup_low=v * 0.999, device_speedup_high=v * 1.001, speedup=v * 0.8,
+            speedup_low=v * 0.7, speedup_high=v * 0.9, device_scaling_efficiency=e,
+            device_scaling_efficiency_low=e - 0.001, device_scaling_efficiency_high=e + 0.001)
+        history.append(speed_run(f"x4-{i}", [rec], at=i))
+    four = BaselineStore(path=tmp_path / "nvidia-h100-x4.json", gpu=f"{H100} x4", entries={}, exists=False)
+    entry = DistributedEntry.of(HistoryBaselines(four, history, cells=DISTRIBUTED_CELLS).figures(cell))
+    held = entry.ratio(DEVICE_SCALING)
+    assert held.speedup == pytest.approx(math.exp(sum(map(math.log, effs)) / len(effs)))
+    assert held.between_run_count == 5 and held.method == "graph"
+    check, why = ratio_check(Ratio(DEVICE_SCALING, "scaling efficiency", method="graph"), "gpt", "amp_bf16 fp32 x4",
+                             entry, 0.005)
+    assert check is not None, why
+    assert check.tolerance < 0.02  # five runs within 0.3%: learned well under the unlearned 3%
+
+
 def test_baselines_export_writes_the_file_of_each_gpu_count_the_history_holds(history, tmp_path, capsys):
     """A runner of two GPUs runs the speed cells and the distributed ones in one session: both files."""
     from ampbench.baselines.store import load_document

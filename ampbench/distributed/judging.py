@@ -147,7 +147,7 @@ def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Ver
     ratios[DEVICE_SPEEDUP] = device
     if est is not None and figs.device_efficiency is not None:
         ratios[DEVICE_EFFICIENCY] = _figures(figs.device_efficiency, checks.device_efficiency,
-                                             verdicts.get(DEVICE_EFFICIENCY))
+                                             verdicts.get(DEVICE_EFFICIENCY), method=figs.device_method)
     return {name: ratios[name] for name in DISTRIBUTED_RATIOS if name in ratios}
 
 

@@ -128,7 +128,7 @@ SCALING = RatioKind(name="scaling", prefix="scaling_", label="scaling efficiency
                                    ("ci_high", "scaling_efficiency_high"), ("noise", "scaling_noise")))
 # in device time: rank 0's 1-GPU graph replays over the N-GPU ones, gating beside the device-time speedup
 DEVICE_SCALING = RatioKind(name="device_scaling", prefix="device_scaling_", label="device scaling efficiency",
-                           column="device scaling", gate="device", learned=False, share=True,
+                           column="device scaling", gate="device", share=True,
                            heading="scaling efficiency in device time ({method})",
                            failing="scaling efficiency in device time", short="device scaling efficiency",
                            noun="device scaling efficiency", called="device scaling efficiency",
@@ -154,5 +154,6 @@ def of_history(figure: str) -> RatioKind | None:
 def history_figures() -> tuple[str, ...]:
     """The series of ratios a history learns, the gated device-time ones first, as `history changes`
     looks at them and `--figure` names them."""
-    learned = [k for k in SPEED_RATIOS.values() if k.learned]
-    return tuple(k.history for k in sorted(learned, key=lambda k: k.gate != "device"))
+    learned = [k for table in (SPEED_RATIOS, DISTRIBUTED_RATIOS) for k in table.values() if k.learned]
+    names = [k.history for k in sorted(learned, key=lambda k: k.gate != "device")]
+    return tuple(dict.fromkeys(names))  # a distributed ratio may share a speed ratio's series name
