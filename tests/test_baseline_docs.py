@@ -104,6 +104,22 @@ def test_a_cell_of_three_parts_keeps_its_model_first(tmp_path):
     assert "| model | mode-comm |" in text.split("## Distributed: DDP", 1)[1]
 
 
+def test_a_distributed_cell_shows_its_gated_device_figures_first():
+    """The device speedup and scaling efficiency gate a distributed cell: its row leads with them, their
+    tolerances and method, and puts the wall-clock figures after them, not every stored figure by name."""
+    doc = _tiny()
+    doc["entries"]["test_fsdp2_speed[gpt-amp_bf16-fsdp2_fp32]"] = {"figures": {
+        "speedup": 1.8, "scaling_efficiency": 0.284, "comm_share": 0.71, "world_size": 4,
+        "device_speedup": 5.414, "device_tolerance": 0.01, "device_method": "graph",
+        "device_scaling_speedup": 0.85, "device_scaling_tolerance": 0.0144, "device_scaling_method": "graph",
+        "device_between_run_count": 5}, "software": SOFTWARE}
+    text = render_document(doc)
+    assert ("| model | mode-comm | ranks | device speedup | device tolerance | device method | device scaling | "
+            "device scaling tolerance | wall speedup | wall scaling |") in text
+    assert _row(text, "gpt", "amp_bf16-fsdp2_fp32", "Distributed: FSDP2")[2:] == [
+        "4", "5.414", "1.0%", "graph", "85.0%", "1.4%", "1.800", "28.4%", "71%", "5"]
+
+
 def test_real_h100_baseline_has_resnet50_amp_bf16():
     text = render_file(H100)
     assert "# Baselines: NVIDIA H100 80GB HBM3" in text

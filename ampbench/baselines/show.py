@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ampbench.baselines.entries import FlatEntry, MemoryEntry, SpeedEntry
+from ampbench.baselines.entries import DistributedEntry, FlatEntry, MemoryEntry, SpeedEntry
 from ampbench.baselines.store import entry_kind, load_document
-from ampbench.results.ratios import DEVICE, WALL
+from ampbench.results.ratios import DEVICE, DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, WALL
 
 NOT_RECORDED = "-"
 # what the software dicts of the entries hold, in the order shown
@@ -79,10 +79,20 @@ MEMORY_COLUMNS: tuple[EntryColumn, ...] = (
     ("limited", lambda e: e.max_batch_limited, _fmt_plain),
     ("cap GiB", lambda e: e.cap_bytes, _fmt_gib),
 )
-# convergence and distributed entries: whatever figures they hold, these first
+DISTRIBUTED_COLUMNS: tuple[EntryColumn, ...] = (
+    ("ranks", lambda e: e.world_size, _fmt_plain),
+    ("device speedup", lambda e: e.ratio(DIST_DEVICE).speedup, _fmt_number(".3f")),
+    ("device tolerance", lambda e: e.ratio(DIST_DEVICE).tolerance, _fmt_percent(1)),
+    ("device method", lambda e: e.ratio(DIST_DEVICE).method, _fmt_plain),
+    ("device scaling", lambda e: e.ratio(DEVICE_SCALING).speedup, _fmt_percent(1)),
+    ("device scaling tolerance", lambda e: e.ratio(DEVICE_SCALING).tolerance, _fmt_percent(1)),
+    ("wall speedup", lambda e: e.ratio(DIST_WALL).speedup, _fmt_number(".3f")),
+    ("wall scaling", lambda e: e.ratio(SCALING).speedup, _fmt_percent(1)),
+    ("comm share", lambda e: e.detail.get("comm_share"), _fmt_percent(0)),
+    ("between-run runs (device)", lambda e: e.ratio(DIST_DEVICE).between_run_count, _fmt_plain),
+)
+# convergence entries: whatever figures they hold, these first
 CONVERGENCE_FIRST = ("accuracy", "accuracy_ref", "margin", "within_margin", "finite", "steps", "batch_size", "data")
-DISTRIBUTED_FIRST = ("speedup", "ci_low", "ci_high", "scaling_efficiency", "scaling_efficiency_low",
-                     "scaling_efficiency_high", "comm_share", "comm_overlap", "idle_share", "throughput_per_gpu")
 
 
 @dataclass(frozen=True)
@@ -109,9 +119,11 @@ class KindTable:
         return self.entry.from_figures(figures) if self.entry is not None else figures
 
 
-_DISTRIBUTED_NOTE = ("Wall-clock figures of N ranks: speedup over fp32 under the same parallelism and comm "
-                     "reduction, scaling efficiency against the same mode on one GPU, and the share of a step "
-                     "NCCL kernels ran (comm_share) and how much of it overlapped compute (comm_overlap).")
+_DISTRIBUTED_NOTE = ("N ranks: the mode's speedup over fp32 under the same parallelism and comm variant, and its "
+                     "scaling efficiency (N ranks' samples/s over N times one GPU's), in device time (each rank's "
+                     "step replayed as a CUDA graph, `graph`; the profiler's busy time, `kernels`, where no graph "
+                     "captures it) and in wall clock. The device figures gate, the wall ones are reported. Comm "
+                     "share is the part of a step NCCL kernels ran.")
 # in the order the page shows them; a kind not named here gets a table of its own after them, by its name
 KIND_TABLES: dict[str, KindTable] = {
     "test_speed": KindTable(
@@ -126,9 +138,10 @@ KIND_TABLES: dict[str, KindTable] = {
     "test_convergence": KindTable(
         "Convergence", "Accuracy after training on real data, beside fp32's (accuracy_ref) and the margin it "
         "must stay within."),
-    "test_ddp_speed": KindTable("Distributed: DDP", _DISTRIBUTED_NOTE, first=DISTRIBUTED_FIRST, cell_header="mode-comm"),
-    "test_fsdp2_speed": KindTable("Distributed: FSDP2", _DISTRIBUTED_NOTE, first=DISTRIBUTED_FIRST,
-                                  cell_header="mode-comm"),
+    "test_ddp_speed": KindTable("Distributed: DDP", _DISTRIBUTED_NOTE, DISTRIBUTED_COLUMNS, entry=DistributedEntry,
+                                cell_header="mode-comm"),
+    "test_fsdp2_speed": KindTable("Distributed: FSDP2", _DISTRIBUTED_NOTE, DISTRIBUTED_COLUMNS,
+                                  entry=DistributedEntry, cell_header="mode-comm"),
 }
 
 
