@@ -153,7 +153,16 @@ class SpeedupCheck:
     def line(self) -> float:
         return self.expected * (1.0 - self.tolerance)
 
+    @property
+    def holds(self) -> bool:
+        """Whether a run could fall below the line at all. Runs that spread by more than the figure itself
+        (a host-bound wall clock, the profiler's busy time of one) learn a tolerance of 100% or more, whose
+        line lies at or below zero: such a check would pass anything, so it judges nothing."""
+        return self.line > 0.0
+
     def classify(self, est: SpeedupEstimate) -> Verdict:
+        if not self.holds:
+            return Verdict.INCONCLUSIVE
         if est.high < self.line:
             return Verdict.REGRESSION
         if est.low < self.line:
@@ -169,8 +178,14 @@ class SpeedupCheck:
     def describe(self, est: SpeedupEstimate) -> str:
         return (
             f"{self.model} {self.mode}: {self.figure} {est} against baseline {self.expected:.3f}x "
-            f"({self.drop(est):+.1%}); regression line {self.line:.3f}x (tolerance {self.tolerance:.1%})"
+            f"({self.drop(est):+.1%}); {self.line_text()}"
         )
+
+    def line_text(self) -> str:
+        """The regression line and its tolerance, or why there is none (``holds``)."""
+        if not self.holds:
+            return f"no regression line: its runs vary by more than the figure (tolerance {self.tolerance:.0%})"
+        return f"regression line {self.line:.3f}x (tolerance {self.tolerance:.1%})"
 
 
 @dataclass(frozen=True)

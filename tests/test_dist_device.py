@@ -129,6 +129,20 @@ def test_host_bound_softens_device_time_from_the_profiler_too():
     assert _verdict(_entry(device=4.0, wall=2.0), quiet)[0] is Verdict.REGRESSION
 
 
+def test_a_figure_whose_tolerance_leaves_no_line_is_inconclusive_and_says_why():
+    """resnet50 amp_fp16 under FSDP2 on four H200s learned a 192% device tolerance from the profiler's busy
+    time: a line of -3.4x, which every run would pass."""
+    figs = merge_ranks(_docs(), 0.99)
+    wide = DistributedEntry.from_figures({**_entry(device=3.0).to_figures(), "device_between_run_sd": 0.2,
+                                          "device_between_run_count": 5})  # 18% sd as learned there
+    verdict, _, verdicts = _verdict(wide, figs)
+    assert verdicts[judging.DEVICE_SPEEDUP] is Verdict.INCONCLUSIVE and verdict is Verdict.INCONCLUSIVE
+    checks = judging.cell_checks(wide, figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    message = judging.cell_message("gpt amp_bf16 fp32 (x2)", figs, checks, verdicts, None, gpu=True)
+    assert checks.device.tolerance > 1.0
+    assert f"no line: its runs vary by more than the figure (tolerance {checks.device.tolerance:.0%}) (inconclusive)" in message
+
+
 def test_an_entry_without_device_time_is_held_by_the_wall_clock():
     figs = merge_ranks(_docs(), 0.99)
     verdict, gates, verdicts = _verdict(_entry(device=None, wall=3.0), figs)

@@ -204,6 +204,20 @@ def test_a_straddling_ratio_is_looked_at_again_until_it_leaves_its_line_or_its_r
     assert len(timer.mode_times) == 5
 
 
+def test_a_check_whose_line_is_at_or_below_zero_judges_nothing():
+    """Runs that vary by more than the figure learn a tolerance of 100% or more: its line cannot be crossed,
+    so every run would pass. It says so instead, is inconclusive, and spends no rounds past the first look."""
+    wide = replace(CHECK, tolerance=1.9)  # a host-bound wall clock's, from four runs
+    assert not wide.holds and CHECK.holds
+    for estimate in (est(2.0, 1.98, 2.02), est(0.5, 0.4, 0.6), est(3.0, 2.9, 3.1)):
+        assert wide.classify(estimate) is Verdict.INCONCLUSIVE
+    assert "no regression line" in wide.describe(est(2.0, 1.98, 2.02))
+    timer = rounds_of(*((1.85, 1.95, 1.95, 1.85) * 6))
+    out = judge(wide, timer, POLICY)
+    assert out.verdict is Verdict.INCONCLUSIVE and len(timer.mode_times) == POLICY.first_look
+    assert "its runs vary by more than the figure (tolerance 190%)" in out.judgement
+
+
 def test_a_run_that_passes_alone_fails_with_the_runs_its_history_held_back():
     said = []
 

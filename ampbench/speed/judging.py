@@ -41,7 +41,8 @@ def decide(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> tupl
         taken = len(timer.mode_times)
         if taken > look.rounds:
             continue
-        if est is not None and time.perf_counter() - t0 > policy.decide_seconds:
+        # out of seconds, or held to a line at or below zero, which no look can decide against
+        if est is not None and (time.perf_counter() - t0 > policy.decide_seconds or not check.holds):
             break
         timer.rounds(look.rounds - taken)
         est = at_look(timer, look)
