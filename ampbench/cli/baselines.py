@@ -11,6 +11,7 @@ from ampbench.baselines.show import render_file
 from ampbench.baselines.spread import learn_spread, with_spread
 from ampbench.baselines.store import BaselineError, latest_entries, load_document
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
+from ampbench.cli.history import history_store
 from ampbench.files.write import write_atomic, write_text_atomic
 from ampbench.history.connect import HistoryError
 from ampbench.report import load_run
@@ -90,10 +91,9 @@ def merge(args: argparse.Namespace) -> int:
 def export(args: argparse.Namespace) -> int:
     """``ampbench baselines export``."""
     from ampbench.history.export import write_baselines  # SQLAlchemy only where a history is asked for
-    from ampbench.history.store import open_history
 
     try:
-        history = open_history(args.history, create=False, read_only=True)
+        history = history_store(args, create=False, read_only=True)
         files = write_baselines(history, args.gpu, args.baseline_dir, args.kernels_only)
     except (HistoryError, BaselineError, OSError) as error:
         print(f"ampbench baselines export: {error}", file=sys.stderr)

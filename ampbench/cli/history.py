@@ -7,11 +7,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.files import paths
 from ampbench.history.connect import HistoryError, store_url
 from ampbench.results.ratios import DEVICE, history_figures
+
+if TYPE_CHECKING:  # SQLAlchemy only where a command opens a history
+    from ampbench.history.store import History
 
 DEFAULT_LIMIT = 20
 # the series of a memory cell a history keeps (``history.ingest``), looked at after the ratios'
@@ -40,6 +44,14 @@ def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="the history: an SQLite file (a path or sqlite:///PATH) or postgresql://USER:PASSWORD@HOST/DB "
                         f"(default: {paths.HISTORY}, where `pytest perf/` run from this folder appends)")
     return p
+
+
+def history_store(args: argparse.Namespace, *, create: bool, read_only: bool) -> History:
+    """The history --history names, opened (``history.store.open_history``); every command that opens
+    one comes here, so that SQLAlchemy is imported only where a history is asked for."""
+    from ampbench.history.store import open_history
+
+    return open_history(args.history, create=create, read_only=read_only)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
@@ -103,16 +115,10 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     return actions
 
 
-def _open_store(args: argparse.Namespace, create: bool, read_only: bool = False):
-    from ampbench.history.store import open_history  # SQLAlchemy only for the history's own commands
-
-    return open_history(args.history, create=create, read_only=read_only)
-
-
 def _import(args: argparse.Namespace) -> int:
     from ampbench.history.ingest import import_runs
 
-    history = _open_store(args, create=True)
+    history = history_store(args, create=True, read_only=False)
     outcomes = import_runs(history, args.runs)
     for o in outcomes:
         if o.error:
@@ -129,7 +135,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    history = _open_store(args, create=False, read_only=True)
+    history = history_store(args, create=False, read_only=True)
     runs = history.runs(gpu=args.gpu, limit=args.limit)
     if not runs:
         print(f"ampbench: no runs in {history.name}" + (f" on {args.gpu}" if args.gpu else ""))
@@ -148,7 +154,7 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _accept(args: argparse.Namespace) -> int:
-    history = _open_store(args, create=False)
+    history = history_store(args, create=False, read_only=False)
     done = history.accept(args.run_id, args.cell, args.reason)
     what = done.test_id or "every cell"
     print(f"ampbench: accepted {what} of run {done.run_id} on {done.gpu}: the level restarts there "
@@ -159,7 +165,7 @@ def _accept(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     from ampbench.history.explain import explain
 
-    history = _open_store(args, create=False, read_only=True)
+    history = history_store(args, create=False, read_only=True)
     print("\n".join(explain(history, args.test_id, args.gpu, args.figure, args.baseline_dir)))
     return EXIT_OK
 
@@ -167,7 +173,7 @@ def _explain(args: argparse.Namespace) -> int:
 def _changes(args: argparse.Namespace) -> int:
     from ampbench.history.list_changes import changes_in, describe
 
-    history = _open_store(args, create=False, read_only=True)
+    history = history_store(args, create=False, read_only=True)
     looked_at = figures() if args.figure == "all" else (args.figure,)
     known = history.series_gpus()
     if args.gpu is not None and args.gpu not in known:  # a typo would read as "no change"

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
+from ampbench.cli.history import history_store
 from ampbench.history.connect import HistoryError
 from ampbench.progress import Progress
 from ampbench.report import Run, build_report, failed_tests, load_run, render_comparison_markdown, write_report
@@ -26,22 +27,13 @@ def _read(path: Path, progress: Progress) -> Run:
     return load_run(path)
 
 
-def _open_history(args: argparse.Namespace):
-    """The store --history names, opened before anything is read or written; None without --history."""
-    if args.history is None:
-        return None
-    from ampbench.history.store import open_history  # SQLAlchemy only where a history is asked for
-
-    return open_history(args.history, create=False, read_only=True)
-
-
 def report(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.gpu is not None and args.history is None:
         print("ampbench: error: report --gpu names the GPU model of --history's runs; give --history", file=sys.stderr)
         return EXIT_BAD_INPUT
-    try:
-        history = _open_history(args)
+    try:  # the history first: a store it cannot use ends the report before any run is read
+        history = None if args.history is None else history_store(args, create=False, read_only=True)
     except HistoryError as error:
         print(f"ampbench: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT

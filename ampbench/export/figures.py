@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ampbench.results import ConvergenceRecord, MemoryRecord, RatioKind, Run, TimedRecord
-from ampbench.results.ratios import DEVICE, WALL
+from ampbench.results.ratios import DEVICE, WALL, ratio_label
 from ampbench.results.run import entry_group
 from ampbench.stats import SpeedupEstimate
 
@@ -74,7 +74,7 @@ def _gated(cell: TimedRecord) -> list[RatioKind]:
 def _interval(cell: TimedRecord, group: str, kind: RatioKind, est: SpeedupEstimate, verdict: object) -> Figure:
     """A ratio with its interval: measured by its kind's name ("device-speedup"), labelled by its kind."""
     ratio = cell.ratio(kind)
-    return Figure(cell.test_id, group, f"{kind.name}-speedup", kind.label.format(over=getattr(cell, "versus", None)),
+    return Figure(cell.test_id, group, f"{kind.name}-speedup", ratio_label(kind, cell),
                   est.speedup, est.low, est.high, est.confidence, tolerance=ratio.tolerance,
                   baseline=ratio.baseline_speedup, verdict=str(verdict) if verdict is not None else None)
 

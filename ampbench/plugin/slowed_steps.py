@@ -90,27 +90,15 @@ MsPerStep = Callable[[train.Trainer], tuple[float, str]]  # a step's time in ms,
 Calibrator = Callable[[train.Trainer, float], tuple[Callable[[], None], str]]
 
 
-def _cuda_spin_on(measure: MsPerStep) -> Calibrator:
-    """A spin kernel worth the fraction of the step as `measure` times it."""
-
-    def calibrate(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
-        work_ms, how = measure(trainer)
-        cycles = _spin_cycles(trainer.device, fraction * work_ms / 1e3)
-        return (lambda: torch.cuda._sleep(cycles)), f"{work_ms:.3f} ms per step ({how}), {cycles} spin cycles added"
-
-    return calibrate
-
-
-def _cpu_spin(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
-    step_ms, _ = _wall_ms_per_step(trainer)
+def _extra_work(device: torch.device, step_ms: float, how: str, fraction: float) -> tuple[Callable[[], None], str]:
+    """Extra work worth `fraction` of a step of `step_ms` (timed as `how` says), and how it was sized, in
+    words: a spin kernel on CUDA, a busy wait on the CPU."""
     extra = fraction * step_ms / 1e3
-
+    if device.type == "cuda":
+        cycles = _spin_cycles(device, extra)
+        return (lambda: torch.cuda._sleep(cycles)), f"{step_ms:.3f} ms per step ({how}), {cycles} spin cycles added"
     # a busy wait, not a sleep: the core stays occupied, as the step's own work would keep it
     return _busy_wait(extra), f"step {step_ms:.3f} ms, {extra * 1e3:.3f} ms of busy wait added"
-
-
-# per device type: how a step's extra work is sized
-CALIBRATE: dict[str, Calibrator] = {"cuda": _cuda_spin_on(_device_ms_per_step), "cpu": _cpu_spin}
 
 
 def _busy_wait(seconds: float) -> Callable[[], None]:
@@ -122,14 +110,18 @@ def _busy_wait(seconds: float) -> Callable[[], None]:
     return spin
 
 
-def _worker_spin(device: torch.device, step_ms: float, fraction: float) -> tuple[Callable[[], None], str]:
-    """A distributed rank's extra work, sized on its wall-clock step as timed in place: a spin kernel on
-    CUDA, a busy wait on the CPU."""
-    extra = fraction * step_ms / 1e3
-    if device.type == "cuda":
-        cycles = _spin_cycles(device, extra)
-        return (lambda: torch.cuda._sleep(cycles)), f"{step_ms:.3f} ms per step (wall clock), {cycles} spin cycles added"
-    return _busy_wait(extra), f"step {step_ms:.3f} ms, {extra * 1e3:.3f} ms of busy wait added"
+def _sized_on(measure: MsPerStep) -> Calibrator:
+    """Extra work worth the fraction of the step as `measure` times it."""
+
+    def calibrate(trainer: train.Trainer, fraction: float) -> tuple[Callable[[], None], str]:
+        step_ms, how = measure(trainer)
+        return _extra_work(trainer.device, step_ms, how, fraction)
+
+    return calibrate
+
+
+# per device type: how a step's extra work is sized
+CALIBRATE: dict[str, Calibrator] = {"cuda": _sized_on(_device_ms_per_step), "cpu": _sized_on(_wall_ms_per_step)}
 
 
 # a rank's calibration on its own steps: so many to settle, then so many timed. Five in all: a worker's
@@ -252,7 +244,8 @@ class Slowdown:
 
         state.times.append(time_block(trainer.device, one))
         if len(state.times) == IN_PLACE_TIMED:
-            spin, how = _worker_spin(trainer.device, sum(state.times) / len(state.times) * 1e3, fraction)
+            step_ms = sum(state.times) / len(state.times) * 1e3  # wall clock, as timed in place
+            spin, how = _extra_work(trainer.device, step_ms, "wall clock", fraction)
             trainer._slowdown_spin = spin
             print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} ({fraction:.1%} of the step)",
                   flush=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ampbench.report.format import attention
 from ampbench.results import ConvergenceRecord, DistributedRecord, MemoryRecord, Record, Run, SpeedRecord
+from ampbench.results.ratios import ratio_label
 from ampbench.verdict import Verdict
 
 SHORT_CHARS = 40  # a kernel's short name past this is cut; its full name is in the details
@@ -89,8 +90,8 @@ def _speedup_line(label: str, value: float, baseline: float | None, line: float 
 def _speed(cell: SpeedRecord | DistributedRecord) -> tuple[str, str | None, str | None] | None:
     """The speedup that decided the cell: the first of its speedups (its kinds of ratio but the scaling
     efficiencies, device time first) whose verdict needs a look (else the first measured)."""
-    options = [(kind.label.format(over=getattr(cell, "versus", None)), r.speedup, r.baseline_speedup, r.line,
-                cell.verdict_of(kind)) for kind in cell.RATIOS.values() if not kind.share and (r := cell.ratio(kind))]
+    options = [(ratio_label(kind, cell), r.speedup, r.baseline_speedup, r.line, cell.verdict_of(kind))
+               for kind in cell.RATIOS.values() if not kind.share and (r := cell.ratio(kind))]
     measured = [o for o in options if o[1] is not None]
     if not measured:
         return None

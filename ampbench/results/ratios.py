@@ -81,6 +81,12 @@ def _named(figure: str, prefix: str, renamed: dict[str, str]) -> str:
     return "" if name in renamed.values() else name
 
 
+def ratio_label(kind: RatioKind, cell: object) -> str:
+    """What the gated figures of a run call `cell`'s ratio of `kind` (its label, over the cell's versus
+    side where it is over one); a distributed cell has no versus side."""
+    return kind.label.format(over=getattr(cell, "versus", None))
+
+
 _DEVICE_METHOD = dict(same_method=True, missing="no device-time baseline: " + RECORD_AGAIN,
                       other_method="device time ", stores_tolerance=True)
 
