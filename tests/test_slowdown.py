@@ -119,7 +119,7 @@ def test_plugin_passes_its_spec_on_to_worker_processes_and_restores_the_environm
 
 
 def test_untagged_reaches_the_workers_and_is_put_back(monkeypatch):
-    """The ranks are told whether to tag as this session is, whatever the environment held before."""
+    """The ranks are told whether to tag as this pytest run is, whatever the environment held before."""
     monkeypatch.delenv(slowed_steps.ENV, raising=False)
     tagged = []
     for given, before in ((True, "1"), (False, None)):
