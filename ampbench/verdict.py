@@ -184,8 +184,12 @@ class SpeedupCheck:
     def line_text(self) -> str:
         """The regression line and its tolerance, or why there is none (``holds``)."""
         if not self.holds:
-            return f"no regression line: its runs vary by more than the figure (tolerance {self.tolerance:.0%})"
+            return f"no regression line: {self.why_no_line()}"
         return f"regression line {self.line:.3f}x (tolerance {self.tolerance:.1%})"
+
+    def why_no_line(self) -> str:
+        """Why a check that does not hold has no line."""
+        return f"its runs vary by more than the figure (tolerance {self.tolerance:.0%})"
 
 
 @dataclass(frozen=True)

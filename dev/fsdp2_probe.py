@@ -163,7 +163,7 @@ def time_steps(run: Run, args, alone: bool) -> dict:
     return {"step_ms": events, "wall_ms": walls}
 
 
-def time_graph(run: Run, args, alone: bool, taken: int) -> dict:
+def time_graph(run: Run, args, alone: bool) -> dict:
     """Per-step ms of each round of replays of one step captured as a CUDA graph (CUDA events around
     --steps replays): the GPU's time with the host taken out, as the suite's device time. Plain
     torch.cuda.graph: warm-up on the capturing stream, capturable optimizer, autocast without its cache,
@@ -172,6 +172,7 @@ def time_graph(run: Run, args, alone: bool, taken: int) -> dict:
     if run.device.type != "cuda":
         return {"graph_ms": None, "graph_error": "no CUDA device"}
     stream = torch.cuda.current_stream(run.device)  # not the legacy default one: see main()
+    taken = args.warmup + args.rounds * args.steps  # the eager steps time_steps took before
     warm = 3 + (1 if (taken + 3 + 1) % 100 == 0 else 0)
     for _ in range(warm):
         step(run, cache=False)
@@ -262,7 +263,7 @@ def run_variant(spec: models.ModelSpec, mode: PrecisionMode, variant: str, devic
     with mode.math_flags():
         doc: dict = time_steps(run, args, alone)
         if args.graph:
-            doc.update(time_graph(run, args, alone, args.warmup + args.rounds * args.steps))
+            doc.update(time_graph(run, args, alone))
         doc["optimizer"] = time_optimizer(run, args.opt_reps)
         together(device, alone)
         doc["after_barrier_ns"] = time.time_ns()  # how far apart the ranks' clocks read the same moment

@@ -297,6 +297,10 @@ def test_first_look_classifies_without_extending_or_confirming():
         outcome = first_look(check, timer, _policy())
         assert outcome.verdict is verdict and outcome.confirmation is None, expected
         assert len(timer.mode_times) == rounds and outcome.judgement.startswith("gpt amp_bf16: speedup over fp32")
+    # a check with no line decides nothing at any size: its first look's 4 rounds are all it takes
+    timer = _timer()
+    outcome = first_look(SpeedupCheck("gpt", "amp_bf16", 2.0, 1.5), timer, _policy())
+    assert outcome.verdict is Verdict.INCONCLUSIVE and len(timer.mode_times) == 4
 
 
 def test_first_look_adds_no_rounds_to_a_timer_that_has_enough():

@@ -189,8 +189,7 @@ def _against(check: SpeedupCheck | None, verdict: Verdict | None, pct: bool = Fa
         return []
     fmt = (lambda x: f"{x:.1%}") if pct else (lambda x: f"{x:.3f}x")
     if not check.holds:
-        return [f"against baseline {fmt(check.expected)}, no line: its runs vary by more than the figure "
-                f"(tolerance {check.tolerance:.0%}) ({verdict.value})"]
+        return [f"against baseline {fmt(check.expected)}, no line: {check.why_no_line()} ({verdict.value})"]
     return [f"against baseline {fmt(check.expected)}, line {fmt(check.line)} ({verdict.value})"]
 
 

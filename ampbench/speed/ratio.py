@@ -127,8 +127,9 @@ class Ratio:
             timer.rounds(max(0, REPORTED_FIRST_LOOK - len(timer.mode_times)))
             if len(timer.mode_times) == REPORTED_FIRST_LOOK:
                 est = judging.at_look(timer, look)
-                if check.classify(est) is Verdict.PASS:
-                    return self._concluded(est, Verdict.PASS)
+                verdict = check.classify(est)
+                if verdict is Verdict.PASS or not check.holds:  # no more rounds could decide against no line
+                    return self._concluded(est, verdict)
         if len(timer.mode_times) < rounds:
             timer.rounds(rounds - len(timer.mode_times))
         est = timer.estimate(policy.look_confidence)
