@@ -98,7 +98,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     exp.add_argument("--gpu", metavar="NAME", default=None,
                      help="the GPU model (or N of one) of its series (default: the only one it has runs on)")
     exp.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=figures(),
-                     help="the figure whose series is explained (default: device_speedup)")
+                     help=f"the figure whose series is explained (default: {DEVICE.history})")
     exp.add_argument("--baseline-dir", metavar="DIR", type=Path, default=paths.BASELINE_DIR,
                      help=f"where the baseline file whose spread the gate pools in lives (default: {paths.BASELINE_DIR}/)")
     chg = with_store(actions.add_parser(
@@ -111,7 +111,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     chg.add_argument("--gpu", metavar="NAME", default=None, help="only this GPU model (default: every one)")
     chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
     chg.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=("all", *figures()),
-                     help="the figure whose series are looked at, or all (default: device_speedup)")
+                     help=f"the figure whose series are looked at, or all (default: {DEVICE.history})")
     return actions
 
 

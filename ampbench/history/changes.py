@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ampbench.baselines.spread import Prior
 from ampbench.history.replay import Replay
 from ampbench.history.series import Point, Series
 from ampbench.stats import median, robust_sd
@@ -113,8 +114,7 @@ def find_changes(series: Series, shape: tuple[float, float] | None = None, repla
     `shape` overrides the penalty (calibration)."""
     logs = series.log_values()
     if replay is None:
-        replay = Replay(series)
-        settle(replay)
+        replay = settled(series)
     offsets = replay.card_offsets()
     adjusted = [y - offsets.get(p.card, 0.0) for y, p in zip(logs, series.points)]
     sd = replay.model.sigma
@@ -129,6 +129,14 @@ def find_changes(series: Series, shape: tuple[float, float] | None = None, repla
     return [Change(series, cut, segments[k], segments[k + 1], levels[k], levels[k + 1],
                    bool(restarts & {cut - 1, cut, cut + 1}))
             for k, cut in enumerate(cuts)]
+
+
+def settled(series: Series, prior: Prior | None = None) -> Replay:
+    """`series` replayed, with what follows an unaccepted change held back (``settle``): what the gate
+    judges a cell's next run against."""
+    replay = Replay(series, prior)
+    settle(replay)
+    return replay
 
 
 def settle(replay: Replay) -> Change | None:

@@ -11,20 +11,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Hashable
 
-from ampbench.history.changes import find_changes, settle
+from ampbench.history.changes import find_changes, settled
 from ampbench.history.learn import learned_from, percent
 from ampbench.history.model import NEW_CARD
 from ampbench.history.replay import Replay
 from ampbench.history.statuses import SUSPECT
 from ampbench.history.series import Series
 from ampbench.history.store import History
+from ampbench.results.ratios import DEVICE
 
 def replay_of(history: History, gpu: str, test_id: str, figure: str, baseline_dir: Path | None) -> Replay:
     """The cell's series replayed as the gate replays it, the baseline file's spread pooled in, settled."""
     series = history.series(gpu, test_id, figure)
-    replay = Replay(series, _prior(history, gpu, test_id, figure, series, baseline_dir))
-    settle(replay)
-    return replay
+    return settled(series, _prior(history, gpu, test_id, figure, series, baseline_dir))
 
 
 def _prior(history: History, gpu: str, test_id: str, figure: str, series: Series, baseline_dir: Path | None):
@@ -46,20 +45,18 @@ def _prior(history: History, gpu: str, test_id: str, figure: str, series: Series
 
 
 def _file_stem(history: History, gpu: str) -> str | None:
-    """The stem of the baseline file the plugin holds `gpu`'s series to: its GPU model's, from the runs'
-    slug, or, for N GPUs of one model (``results.cluster_name``), theirs: <slug>-x<N>. None where the
-    history holds no run of the model."""
+    """The stem of the baseline file the plugin holds `gpu`'s series to: its GPU model's slug, or, for N
+    GPUs of one model (``results.cluster_name``), theirs: <slug>-x<N>. None where the history holds no
+    run of the model."""
+    from ampbench.history.export import model_slugs
     from ampbench.results import cluster_shape, cluster_stem
 
     # the runs are filed by their GPU model, a distributed cell's series by the N GPUs it ran on
-    for run in history.runs():
-        if run.smoke:
-            continue
-        if run.gpu == gpu:
-            return run.gpu_slug
-        shape = cluster_shape(gpu, run.gpu)
-        if shape is not None:
-            return cluster_stem(run.gpu_slug, *shape)
+    for model, slug in model_slugs(history).items():
+        if model == gpu:
+            return slug
+        if (shape := cluster_shape(gpu, model)) is not None:
+            return cluster_stem(slug, *shape)
     return None
 
 
@@ -80,7 +77,7 @@ def _short(card: Hashable) -> str:
     return "no card recorded" if card is None else str(card).replace("GPU-", "")[:8]
 
 
-def explain(history: History, test_id: str, gpu: str | None = None, figure: str = "device_speedup",
+def explain(history: History, test_id: str, gpu: str | None = None, figure: str = DEVICE.history,
             baseline_dir: Path | None = None, floor: float | None = None) -> list[str]:
     """The lines ``history explain`` prints of `test_id`'s `figure` on `gpu`."""
     from ampbench.settings import DEFAULT_TOLERANCE
@@ -141,12 +138,11 @@ def _level_lines(replay: Replay, floor: float) -> list[str]:
     return lines
 
 
-def suspect_runs(history: History, gpus: list[str], figure: str = "device_speedup") -> Counter:
+def suspect_runs(history: History, gpus: list[str], figure: str = DEVICE.history) -> Counter:
     """How many cells of each run (by id) the history holds back as suspect, over the series of `gpus`."""
     held: Counter = Counter()
     for gpu in gpus:
         for series in history.series_of(gpu, figure).values():
-            replay = Replay(series)
-            settle(replay)
+            replay = settled(series)
             held.update(series.points[s.index].run_id for s in replay.statuses if s.state == SUSPECT)
     return held

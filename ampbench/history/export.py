@@ -21,9 +21,14 @@ from ampbench.results import cluster_name, cluster_shape, cluster_stem
 SOFTWARE = ("torch", "cuda", "cudnn", "driver", "device", "capability", "inductor", "triton", "torchao")
 
 
+def model_slugs(history: History) -> dict[str, str]:
+    """The GPU models the history holds GPU runs of, with their slugs."""
+    return {r.gpu: r.gpu_slug for r in history.runs() if not r.smoke}
+
+
 def gpu_of(history: History, gpu: str | None) -> tuple[str, str]:
     """(GPU model, its slug): `gpu`, or the history's only GPU model; a HistoryError names the choices."""
-    models = {r.gpu: r.gpu_slug for r in history.runs() if not r.smoke}
+    models = model_slugs(history)
     if gpu is not None:
         if gpu not in models:
             raise history.fail(f"no run on {gpu!r}; it holds {', '.join(sorted(models)) or 'none'}")

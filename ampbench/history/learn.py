@@ -166,11 +166,9 @@ def learn(series: Series, prior: Prior | None = None, floor: float = DEFAULT_TOL
     pooled with `prior` (a baseline file's spread, ``spread.prior_of``) where given; pass a prior only
     where its runs are not in the series. What follows a change the history found and nobody accepted
     waits with the suspect runs (``changes.settle``)."""
-    from ampbench.history.changes import settle  # the detector learns from this module's runs
+    from ampbench.history.changes import settled  # the detector learns from this module's runs
 
-    replay = Replay(series, prior)
-    settle(replay)
-    return learned_from(replay, floor, confidence, card)
+    return learned_from(settled(series, prior), floor, confidence, card)
 
 
 def learned_from(replay: Replay, floor: float = DEFAULT_TOLERANCE, confidence: float = GATE_CONFIDENCE,

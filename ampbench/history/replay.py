@@ -287,9 +287,11 @@ class Replay:
         is then learned as the level; one run of the old level is no evidence against it."""
         if len(self.pending) < YOUNG_OUTVOTE:
             return
-        counted = [s for s in self.statuses if s.segment == self.segment and s.counts]
         young = [i for i in self.pending if self.statuses[i].state == SUSPECT and self.statuses[i].sd is None]
-        if len(counted) != 1 or counted[0].state != COUNTED or len(young) < YOUNG_OUTVOTE:
+        if len(young) < YOUNG_OUTVOTE:  # once noise is learned, always: no scan of every run
+            return
+        counted = [s for s in self.statuses if s.segment == self.segment and s.counts]
+        if len(counted) != 1 or counted[0].state != COUNTED:
             return
         first = counted[0]
         self._uncount(first.index)
