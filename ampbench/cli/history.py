@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.files import paths
-from ampbench.history.connect import HistoryError, store_url
+from ampbench.history.connect import store_url
 from ampbench.results.ratios import DEVICE, history_figures
 
 if TYPE_CHECKING:  # SQLAlchemy only where a command opens a history
@@ -193,9 +193,5 @@ HISTORY_ACTIONS = {"import": _import, "runs": _runs, "accept": _accept, "explain
 
 
 def command(args: argparse.Namespace) -> int:
-    try:
-        return HISTORY_ACTIONS[args.history_command](args)
-    except HistoryError as error:
-        print(f"ampbench: error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return HISTORY_ACTIONS[args.history_command](args)  # a store's HistoryError: ``command.main`` says it
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.cli.history import history_store
-from ampbench.history.connect import HistoryError
 from ampbench.progress import Progress
 from ampbench.report import Run, build_report, failed_tests, load_run, render_comparison_markdown, write_report
 from ampbench.report.compare import compare_runs, format_text
@@ -32,11 +31,8 @@ def report(args: argparse.Namespace) -> int:
     if args.gpu is not None and args.history is None:
         print("ampbench: error: report --gpu names the GPU model of --history's runs; give --history", file=sys.stderr)
         return EXIT_BAD_INPUT
-    try:  # the history first: a store it cannot use ends the report before any run is read
-        history = None if args.history is None else history_store(args, create=False, read_only=True)
-    except HistoryError as error:
-        print(f"ampbench: error: {error}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    # the history first: a store it cannot use ends the report (``command.main``) before any run is read
+    history = None if args.history is None else history_store(args, create=False, read_only=True)
     with Progress.for_files("report", [args.run, args.compare]) as progress:
         run, old = (_read(path, progress) if path else None for path in (args.run, args.compare))
         progress.cells(max(len(run.cells), len(old.cells) if old else 0))
