@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 
 from ampbench.baselines.entries import DistributedEntry, FlatEntry, MemoryEntry, SpeedEntry
 from ampbench.baselines.store import entry_kind, load_document
-from ampbench.results.ratios import DEVICE, DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, WALL
+from ampbench.results.ratios import DEVICE, DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, WALL, RatioKind
 
 NOT_RECORDED = "-"
 # what the software dicts of the entries hold, in the order shown
@@ -59,11 +59,16 @@ def _fmt_gib(value: Any) -> str:
     return f"{value / 2**30:.2f}"
 
 
-# the fixed columns of the speed and memory tables
+def _device_columns(kind: RatioKind) -> tuple[EntryColumn, ...]:
+    """The gated device-time speedup of `kind`, its tolerance and how it was measured."""
+    return (("device speedup", lambda e: e.ratio(kind).speedup, _fmt_number(".3f")),
+            ("device tolerance", lambda e: e.ratio(kind).tolerance, _fmt_percent(1)),
+            ("device method", lambda e: e.ratio(kind).method, _fmt_plain))
+
+
+# the fixed columns of the speed, memory and distributed tables
 SPEED_COLUMNS: tuple[EntryColumn, ...] = (
-    ("device speedup", lambda e: e.ratio(DEVICE).speedup, _fmt_number(".3f")),
-    ("device tolerance", lambda e: e.ratio(DEVICE).tolerance, _fmt_percent(1)),
-    ("device method", lambda e: e.ratio(DEVICE).method, _fmt_plain),
+    *_device_columns(DEVICE),
     ("wall speedup", lambda e: e.ratio(WALL).speedup, _fmt_number(".3f")),
     ("idle share", lambda e: e.idle_share, _fmt_percent(1)),
     ("host-bound", lambda e: e.host_bound, _fmt_plain),
@@ -81,9 +86,7 @@ MEMORY_COLUMNS: tuple[EntryColumn, ...] = (
 )
 DISTRIBUTED_COLUMNS: tuple[EntryColumn, ...] = (
     ("ranks", lambda e: e.world_size, _fmt_plain),
-    ("device speedup", lambda e: e.ratio(DIST_DEVICE).speedup, _fmt_number(".3f")),
-    ("device tolerance", lambda e: e.ratio(DIST_DEVICE).tolerance, _fmt_percent(1)),
-    ("device method", lambda e: e.ratio(DIST_DEVICE).method, _fmt_plain),
+    *_device_columns(DIST_DEVICE),
     ("device scaling", lambda e: e.ratio(DEVICE_SCALING).speedup, _fmt_percent(1)),
     ("device scaling tolerance", lambda e: e.ratio(DEVICE_SCALING).tolerance, _fmt_percent(1)),
     ("wall speedup", lambda e: e.ratio(DIST_WALL).speedup, _fmt_number(".3f")),
@@ -91,7 +94,7 @@ DISTRIBUTED_COLUMNS: tuple[EntryColumn, ...] = (
     ("comm share", lambda e: e.detail.get("comm_share"), _fmt_percent(0)),
     ("between-run runs (device)", lambda e: e.ratio(DIST_DEVICE).between_run_count, _fmt_plain),
 )
-# convergence entries: whatever figures they hold, these first
+# convergence entries (and a kind no table names): whatever figures they hold, these first
 CONVERGENCE_FIRST = ("accuracy", "accuracy_ref", "margin", "within_margin", "finite", "steps", "batch_size", "data")
 
 
@@ -101,16 +104,15 @@ class KindTable:
 
     title: str
     note: str | None = None  # a paragraph above the table
-    columns: tuple[EntryColumn, ...] = ()  # fixed columns; none: every figure the entries hold, `first` leading
+    columns: tuple[EntryColumn, ...] = ()  # fixed columns; none: every figure the entries hold, CONVERGENCE_FIRST leading
     entry: type[FlatEntry] | None = None  # the typed entry the fixed columns read a cell's figures as
-    first: tuple[str, ...] = CONVERGENCE_FIRST
     cell_header: str = "mode"  # what the second column holds
 
     def columns_for(self, figures: list[dict]) -> tuple[EntryColumn, ...]:
         if self.columns:
             return self.columns
         # a table of whatever the entries hold lists the figures by the names they are stored under
-        names = [n for n in self.first if any(n in f for f in figures)]
+        names = [n for n in CONVERGENCE_FIRST if any(n in f for f in figures)]
         names += sorted({n for f in figures for n in f} - set(names) - {"kernels"})
         return tuple((n, lambda f, n=n: f.get(n), _fmt_plain) for n in names)
 
