@@ -56,7 +56,8 @@ def host_bound_verdict(verdict: Verdict, host_bound: bool) -> Verdict:
     line is inconclusive, not a regression: the GPU had idle time to absorb more work, and the host that
     launches the steps sets the pace (docs/design.md, "Device time, wall time, and the gate"). As in the
     single-GPU suite, where a wall-only drop is a ``HostOverhead`` warning, a slower host is reported,
-    never failed. The device-time figure leaves the host out and is judged as it is."""
+    never failed. Device time replayed as graphs leaves the host out and is judged as it is; the profiler's
+    busy time does not, and is softened too (``judging.leaves_host_out``)."""
     return Verdict.INCONCLUSIVE if host_bound and verdict is Verdict.REGRESSION else verdict
 
 

@@ -30,7 +30,7 @@ from ampbench.verdict import SpeedupCheck, Verdict
 # the figures' names, as the record's ratios and the gates name them
 DEVICE_SPEEDUP, SPEEDUP = DIST_DEVICE.name, DIST_WALL.name
 EFFICIENCY, DEVICE_EFFICIENCY = SCALING.name, DEVICE_SCALING.name
-DEVICE_FIGURES = (DEVICE_SPEEDUP, DEVICE_EFFICIENCY)  # device time leaves the host out: no host-bound softening
+DEVICE_FIGURES = (DEVICE_SPEEDUP, DEVICE_EFFICIENCY)  # by graph replays they leave the host out (``leaves_host_out``)
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,8 @@ def cell_message(what: str, figs: DistFigures, checks: CellChecks, verdicts: dic
         overlap = f", {figs.comm_overlap:.0%} of it overlapped" if figs.comm_overlap is not None else ""
         parts.append(f"NCCL kernels {figs.comm_share:.0%} of a step{overlap}")
     if figs.host_bound:
-        carried = "wall-clock" if figs.device_method == "graph" or figs.device is None else "wall-clock or profiled device-time"
+        carried = ("wall-clock" if figs.device is None or leaves_host_out(DEVICE_SPEEDUP, figs)
+                   else "wall-clock or profiled device-time")
         parts.append(f"host-bound: a {rank} sat idle {figs.idle_share:.0%} of the mode's step waiting for its host, "
                      f"so a {carried} drop is the host's and is not failed" + (f" ({note})" if note else ""))
     if confirmation is not None:

@@ -16,6 +16,7 @@ import pytest
 
 from ampbench.files.write import unwritable_reason, write_text_atomic
 from ampbench.plugin.activation import acts
+from ampbench.plugin.options import follows
 
 # lines for the end of the session: where results went that could not go where they were asked to
 FALLBACK_KEY = pytest.StashKey[list]()
@@ -89,8 +90,6 @@ def check_run(config: pytest.Config) -> None:
             "without -p pytest_benchmark.plugin): ampbench's cells are its benchmarks and keep their results in "
             "its JSON; run with it on")
     _refuse_lost_results(config.option)
-    from ampbench.plugin.options import follows
-
     # a node that only follows node 0's launches writes none of the run's files: node 0's are the run's
     problems = [] if follows(config) else output_problems(config.option)
     if problems:

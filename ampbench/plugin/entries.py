@@ -36,22 +36,14 @@ def cell_of(item: pytest.Item) -> tuple[str, str] | None:
     return (model, mode) if isinstance(model, str) and isinstance(mode, str) else None
 
 
-def cell_model(item: pytest.Item) -> str | None:
-    """The model of a cell test's item (its ``model_name``, or the first of a distributed ``dist_cell``)."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    model = params.get("model_name")
-    if model is None and isinstance(params.get("dist_cell"), (tuple, list)):
-        model = params["dist_cell"][0]
-    return model if isinstance(model, str) else None
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A cell's group: the kind its test's ``benchmark`` marker names, and the cell's model."""
     if not acts(config):
         return
     for item in items:
-        marker, model = item.get_closest_marker("benchmark"), cell_model(item)
+        marker, cell = item.get_closest_marker("benchmark"), cell_of(item)
+        model = cell[0] if cell else None
         kind = marker.kwargs.get("group") if marker is not None else None
         if isinstance(kind, str) and model is not None:
             item.add_marker(pytest.mark.benchmark(**{**marker.kwargs, "group": entry_group(kind, model)}), append=False)
