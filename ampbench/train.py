@@ -88,6 +88,12 @@ LOSS_SCALERS: dict[str, Callable[[torch.device], object]] = {
 }
 
 
+def memory_format_for(spec: ModelSpec, device: torch.device) -> torch.memory_format:
+    """The layout `spec`'s model and batches train in on `device`: channels_last only helps where tensor
+    cores read NHWC; on the CPU it would only add copies."""
+    return torch.channels_last if spec.channels_last and device.type == "cuda" else torch.contiguous_format
+
+
 class MasterWeights:
     """fp32 master copies of a low-precision model's parameters (Apex O2, fastai ``to_fp16``).
 
@@ -194,10 +200,7 @@ class Trainer:
         self.spec, self.mode, self.device = spec, mode, device
         self.config = config if config is not None else spec.config_for(smoke)
         self.batch_size = batch_size if batch_size is not None else spec.batch_size_for(smoke)
-        # channels_last only helps where tensor cores read NHWC; on the CPU it would only add copies
-        self.memory_format = (
-            torch.channels_last if spec.channels_last and device.type == "cuda" else torch.contiguous_format
-        )
+        self.memory_format = memory_format_for(spec, device)
         torch.manual_seed(seed)  # the same initial weights in every mode
         # built where it trains: initialising GPT-2's 124M parameters on the CPU and copying them over
         # costs about a second per trainer, and a model has eight trainers in a run

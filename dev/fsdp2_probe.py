@@ -49,9 +49,10 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 from ampbench import models
+from ampbench.distributed.graphed import DDP_STATS_EVERY, EAGER_BEFORE_CAPTURE, own_stream
 from ampbench.distributed.variants import device_mesh, fsdp2_units, get_comm
 from ampbench.modes import PrecisionMode, get_mode
-from ampbench.train import OPTIMIZERS
+from ampbench.train import OPTIMIZERS, memory_format_for
 from probe_traces import merge_traces, summarise
 
 # the optimizers of (2): keyword arguments over the suite's optimizer's; None: the suite's own
@@ -109,8 +110,7 @@ def build(spec: models.ModelSpec, mode: PrecisionMode, variant: str, device: tor
         raise ValueError(f"mode {mode.name}: this loop has no {', '.join(unsupported) or 'static loss scale'}")
     config = spec.config_for(args.smoke)
     torch.manual_seed(0)  # the same weights on every rank: FSDP2 shards each rank's own copy
-    # the suite's layout: channels_last where the spec asks for it on a GPU (tensor cores read convolutions in NHWC)
-    layout = torch.channels_last if spec.channels_last and device.type == "cuda" else torch.contiguous_format
+    layout = memory_format_for(spec, device)  # the suite's
     with torch.device(device):
         model = spec.build(config).to(dtype=mode.param_dtype, memory_format=layout).train()
     model = wrap(model, variant, device)
@@ -173,7 +173,8 @@ def time_graph(run: Run, args, alone: bool) -> dict:
         return {"graph_ms": None, "graph_error": "no CUDA device"}
     stream = torch.cuda.current_stream(run.device)  # not the legacy default one: see main()
     taken = args.warmup + args.rounds * args.steps  # the eager steps time_steps took before
-    warm = 3 + (1 if (taken + 3 + 1) % 100 == 0 else 0)
+    warm = max(3, EAGER_BEFORE_CAPTURE - taken)  # as the suite's ranks (``graphed``): DDP's first steps eager
+    warm += (taken + warm + 1) % DDP_STATS_EVERY == 0
     for _ in range(warm):
         step(run, cache=False)
     for group in run.opt.param_groups:
@@ -358,7 +359,7 @@ def main() -> None:
     if cuda:
         torch.cuda.set_device(device)
         if args.graph:  # DDP's gradient accumulators run on the stream it was built on; capture bars the legacy one
-            torch.cuda.set_stream(torch.cuda.Stream(device))
+            own_stream(device)
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=args.timeout),
                             device_id=device if cuda else None)
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -28,6 +28,7 @@ from ampbench.speed.timing import extend_until_tight, sync, time_block
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.models import get_model
 from ampbench.models.spec import ModelSpec
+from ampbench.train import memory_format_for
 
 # the plain loop is written the way people write mixed precision: torch.autocast around forward and loss,
 # eager (the fp8 rows also convert layers and compile, which a plain loop does not)
@@ -86,8 +87,7 @@ class _PlainLoop:
     def __init__(self, spec: ModelSpec, device: torch.device, smoke: bool, autocast: torch.dtype | None,
                  good_practice: bool):
         config, batch = spec.config_for(smoke), spec.batch_size_for(smoke)
-        fmt = (torch.channels_last if good_practice and spec.channels_last and device.type == "cuda"
-               else torch.contiguous_format)
+        fmt = memory_format_for(spec, device) if good_practice else torch.contiguous_format
         torch.manual_seed(0)
         self.spec, self.device, self.autocast = spec, device, autocast
         self.model = spec.build(config).to(device, memory_format=fmt)
