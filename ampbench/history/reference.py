@@ -93,10 +93,6 @@ def _from_record(latest: Mapping | None, cells: LearnedCells) -> dict:
     for name in cells.from_record:
         held = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback") if k.entry_key(f) == name), None)
         value = getattr(record.ratio(held[0]), held[1]) if held else record.value(name)
-        if value is None and held and held[1] == "method" and record.ratio(held[0]).speedup is not None:
-            # every ratio on the device clock is measured by the device time's method; a record that names it
-            # on the device-time ratio alone (written before the others carried it) still says it
-            value = next((m for k in kinds if k.same_method and (m := record.ratio(k).method)), None)
         if value is not None:
             out[name] = value
     return out

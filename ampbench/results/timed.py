@@ -7,13 +7,13 @@ give (``RatioKind.flat``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, ClassVar, Mapping
 
 from ampbench.results.base import (Record, checked, encode, field_specs, flag, number, part, raw, read_fields, reading,
                                    scalar, text)
-from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
+from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
 from ampbench.results.schema import (CONFIDENCE, COUNT, FLAT_RATIOS_SCHEMA, NON_NEGATIVE, OBJECT, POSITIVE, RATIOS_KEY,
                                      SCHEMA_KEY, VERDICT, check, check_order)
 from ampbench.stats import SpeedupEstimate
@@ -296,3 +296,14 @@ class DistributedRecord(TimedRecord):
     block_seconds: float | None = number()
     cudnn_benchmark: bool | None = flag()
     launch_s: float | None = number()
+
+    @classmethod
+    def _parts(cls, info: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+        parts, names = super()._parts(info)
+        # the scaling efficiency in device time is timed on the device-time speedup's clock: a record that
+        # named the method on the speedup alone (written before the efficiency carried it) still says it
+        ratios = parts["ratios"]
+        eff, device = ratios.get(DEVICE_SCALING.name), ratios.get(DIST_DEVICE.name)
+        if eff is not None and eff.method is None and eff.speedup is not None and device is not None:
+            ratios[DEVICE_SCALING.name] = replace(eff, method=device.method)
+        return parts, names
