@@ -5,9 +5,10 @@ exit status (``exits``)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ampbench.baselines.store import BaselineError
 from ampbench.cli import baselines, catalog, history, runs
@@ -19,20 +20,13 @@ from ampbench.report import RunError
 from ampbench.report.compare import CompareError
 
 
-def _fidelity(args: argparse.Namespace) -> int:
-    from ampbench.cli import fidelity  # imports torch, which the file commands do without
-
-    return fidelity.command(args)
-
-
-def _fp8_width(args: argparse.Namespace) -> int:
-    from ampbench.cli import fp8_width  # imports torch, which the file commands do without
-
-    return fp8_width.command(args)
+def _lazy(module: str) -> Callable[[argparse.Namespace], int]:
+    """The command of `module`, imported when it runs: it imports torch, which the file commands do without."""
+    return lambda args: importlib.import_module(f"ampbench.cli.{module}").command(args)
 
 
 COMMANDS = {"list": catalog.command, "report": runs.report, "compare": runs.compare, "spread": baselines.spread,
-            "fidelity": _fidelity, "fp8-width": _fp8_width, "baselines": baselines.command,
+            "fidelity": _lazy("fidelity"), "fp8-width": _lazy("fp8_width"), "baselines": baselines.command,
             "history": history.command, "export": export_cli.command}
 
 

@@ -12,21 +12,21 @@ from typing import TYPE_CHECKING
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.files import paths
 from ampbench.history.connect import store_url
+from ampbench.history.ingest import FIGURES
+from ampbench.results import MemoryRecord
 from ampbench.results.ratios import DEVICE, history_figures
 
 if TYPE_CHECKING:  # SQLAlchemy only where a command opens a history
     from ampbench.history.store import History
 
 DEFAULT_LIMIT = 20
-# the series of a memory cell a history keeps (``history.ingest``), looked at after the ratios'
-MEMORY_FIGURES = ("memory_ratio", "max_batch_ratio")
 
 
 def figures() -> tuple[str, ...]:
     """The series `--figure` names (`history changes` looks at all of them by default): each ratio's a
     history learns (``results.ratios.history_figures``: the gated device-time ones first, then the
     wall-clock speedup), then the memory cells'."""
-    return (*history_figures(), *MEMORY_FIGURES)
+    return (*history_figures(), *FIGURES[MemoryRecord])
 
 
 def _limit(value: str) -> int:

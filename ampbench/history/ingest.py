@@ -17,10 +17,9 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from ampbench.history.rows import CellRow, FigureRow, RunRow, iso_utc
-from ampbench.history.store import History
 from ampbench.results import (
     ConvergenceRecord,
     DistributedRecord,
@@ -40,6 +39,9 @@ RUN_KEYS = ("run_id", "label", "suite_revision", "host_load")
 # the software fingerprint of a run: what tells two runs' stacks apart; with the GPU's compute capability,
 # which a baseline entry exported from the history carries for `ampbench spread`
 RUN_SOFTWARE = ("torch", "cuda", "cudnn", "driver", "triton", "torchao", "capability")
+
+if TYPE_CHECKING:  # SQLAlchemy only where runs are imported: the series' names are read without it
+    from ampbench.history.store import History
 
 
 # each ratio of a timed record is a figure of its own, with its interval and verdict, named by its kind
