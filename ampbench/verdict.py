@@ -160,6 +160,12 @@ class SpeedupCheck:
         line lies at or below zero: such a check would pass anything, so it judges nothing."""
         return self.line > 0.0
 
+    @property
+    def regression_line(self) -> float | None:
+        """The line a record stores: none where the check does not hold, so that no report quotes a line
+        at or below zero as if a run were held to it."""
+        return self.line if self.holds else None
+
     def classify(self, est: SpeedupEstimate) -> Verdict:
         if not self.holds:
             return Verdict.INCONCLUSIVE

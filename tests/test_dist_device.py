@@ -141,6 +141,9 @@ def test_a_figure_whose_tolerance_leaves_no_line_is_inconclusive_and_says_why():
     message = judging.cell_message("gpt amp_bf16 fp32 (x2)", figs, checks, verdicts, None, gpu=True)
     assert checks.device.tolerance > 1.0
     assert f"no line: its runs vary by more than the figure (tolerance {checks.device.tolerance:.0%}) (inconclusive)" in message
+    # its record stores no line, so that no report quotes one below zero
+    ratios = judging.ratio_figures(figs, checks, verdicts, _docs())
+    assert ratios["device"].line is None and ratios["device"].tolerance == checks.device.tolerance
 
 
 def test_an_entry_without_device_time_is_held_by_the_wall_clock():

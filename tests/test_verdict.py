@@ -209,6 +209,7 @@ def test_a_check_whose_line_is_at_or_below_zero_judges_nothing():
     so every run would pass. It says so instead, is inconclusive, and spends no rounds past the first look."""
     wide = replace(CHECK, tolerance=1.9)  # a host-bound wall clock's, from four runs
     assert not wide.holds and CHECK.holds
+    assert wide.regression_line is None and CHECK.regression_line == CHECK.line  # what a record stores
     for estimate in (est(2.0, 1.98, 2.02), est(0.5, 0.4, 0.6), est(3.0, 2.9, 3.1)):
         assert wide.classify(estimate) is Verdict.INCONCLUSIVE
     assert "no regression line" in wide.describe(est(2.0, 1.98, 2.02))

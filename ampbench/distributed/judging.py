@@ -131,7 +131,7 @@ def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Ver
     device time's method and why not a graph in every run, and, where measured, its speedup with each
     round's device time per step (the least busy rank's) in milliseconds, and its scaling efficiency."""
     speed, check = figs.speedup, checks.speedup
-    ratios = {SPEEDUP: _figures(speed, check, verdicts.get(SPEEDUP), line=check.line if check else None,
+    ratios = {SPEEDUP: _figures(speed, check, verdicts.get(SPEEDUP), line=check.regression_line if check else None,
                                 round_ms=[t * 1e3 for t in docs[0]["mode_times"]],
                                 ref_round_ms=[t * 1e3 for t in docs[0]["ref_times"]])}
     if figs.efficiency is not None:
@@ -140,7 +140,7 @@ def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Ver
     est, check = figs.device, checks.device
     if est is not None:
         mode_ms, ref_ms = ([t * 1e3 for t in per_round_min(docs, key)] for key in ("device_mode_times", "device_ref_times"))
-        device = _figures(est, check, verdicts.get(DEVICE_SPEEDUP), line=check.line if check else None,
+        device = _figures(est, check, verdicts.get(DEVICE_SPEEDUP), line=check.regression_line if check else None,
                           method=figs.device_method, fallback=figs.device_fallback,
                           step_ms=figs.device_step_s * 1e3, step_ms_ref=figs.device_step_s_ref * 1e3,
                           round_ms=mode_ms, ref_round_ms=ref_ms)

@@ -179,7 +179,7 @@ class Ratio:
         return RatioFigures(
             speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds,
             confidence=est.confidence, baseline_speedup=check.expected if check else None,
-            tolerance=check.tolerance if check else None, line=check.line if check else None,
+            tolerance=check.tolerance if check else None, line=check.regression_line if check else None,
             drop=check.drop(est) if check else None,
             confirm_speedup=self.confirmation.speedup if self.confirmation else None, verdict=self.verdict,
             method=self.method if kind.same_method else None, fallback=self.fallback if kind.same_method else None,
