@@ -218,8 +218,7 @@ class Slowdown:
                 self.original(trainer, *args, **kwargs)
             spin, how = self.calibrate[trainer.device.type](trainer, fraction)
             trainer._slowdown_spin = spin
-            print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} "
-                  f"({fraction:.1%} of the step)", flush=True)
+            _announce(trainer, how, fraction)
         loss = self.original(trainer, *args, **kwargs)
         spin()
         self._applies(fraction)
@@ -247,6 +246,10 @@ class Slowdown:
             step_ms = sum(state.times) / len(state.times) * 1e3  # wall clock, as timed in place
             spin, how = _extra_work(trainer.device, step_ms, "wall clock", fraction)
             trainer._slowdown_spin = spin
-            print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} ({fraction:.1%} of the step)",
-                  flush=True)
+            _announce(trainer, how, fraction)
         return loss
+
+
+def _announce(trainer: train.Trainer, how: str, fraction: float) -> None:
+    """Once per cell, where its extra work is sized: the log shows what a slowed run added."""
+    print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} ({fraction:.1%} of the step)", flush=True)
