@@ -4,7 +4,7 @@ Two detectors, each as keen as it can be. The gate's own: where the history's re
 back runs that lie together below the level, two runs or more, the level moved at the first of them
 (``Replay.moved_from``), as the verdicts that failed or held them back said; no penalty could find a step
 the gate already failed sooner. And ruptures' PELT with an RBF kernel cost (``KernelCPD``, implemented
-in C) on the ln values, each less its card's offset (``Replay.card_offsets``: moving to another card is
+in C) on the ln values, each less its card's offset (``card_offsets``: moving to another card is
 no step), scaled by the cell's noise, for every other step: an improvement, a step that came and went. The kernel bounds what one run can cost a segment, so a stray run (a
 throttled card, a busy host) cannot pay for a change of its own, as it can under the squared-error
 (l2) cost; the l1 cost is as robust but ruptures computes it in Python, ~400 times slower. The noise
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import numpy as np
 
@@ -115,7 +115,7 @@ def find_changes(series: Series, shape: tuple[float, float] | None = None, repla
     logs = series.log_values()
     if replay is None:
         replay = settled(series)
-    offsets = replay.card_offsets()
+    offsets = card_offsets(replay)
     adjusted = [y - offsets.get(p.card, 0.0) for y, p in zip(logs, series.points)]
     sd = replay.model.sigma
     cuts = change_points(adjusted, noise_scale(adjusted, sd), shape or (PENALTY if sd is not None else PENALTY_OWN_SCALE))
@@ -129,6 +129,26 @@ def find_changes(series: Series, shape: tuple[float, float] | None = None, repla
     return [Change(series, cut, segments[k], segments[k + 1], levels[k], levels[k + 1],
                    bool(restarts & {cut - 1, cut, cut + 1}))
             for k, cut in enumerate(cuts)]
+
+
+def card_offsets(replay: Replay) -> dict[Hashable, float]:
+    """Each card's offset (ln) from the level of the segments it ran in, over `replay`'s counted runs,
+    pulled toward 0 as the model pulls a card's level (tau^2 against sigma^2 / n): what to take out of a
+    run's value so that moving to another card is no step."""
+    model = replay.model
+    if model.sigma_w is None or model.tau == 0.0:
+        return {}
+    counted = [(s.segment, replay.points[s.index].card, math.log(replay.points[s.index].value))
+               for s in replay.statuses if s.counts]
+    by_segment: dict[int, list[float]] = {}
+    for segment, _, y in counted:
+        by_segment.setdefault(segment, []).append(y)
+    level = {seg: sum(ys) / len(ys) for seg, ys in by_segment.items()}
+    residuals: dict[Hashable, list[float]] = {}
+    for segment, card, y in counted:
+        residuals.setdefault(card, []).append(y - level[segment])
+    ratio = model.sigma_w ** 2 / model.tau ** 2
+    return {card: sum(r) / (len(r) + ratio) for card, r in residuals.items()}
 
 
 def settled(series: Series, prior: Prior | None = None) -> Replay:

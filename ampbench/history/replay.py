@@ -372,26 +372,6 @@ class Replay:
             self._fit = None
         return held
 
-    def card_offsets(self) -> dict[Hashable, float]:
-        """Each card's offset (ln) from the level of the segments it ran in, over the counted runs, pulled
-        toward 0 as the model pulls a card's level (tau^2 against sigma^2 / n): what to take out of a
-        run's value so that moving to another card is no step."""
-        model = self.model
-        if model.sigma_w is None or model.tau == 0.0:
-            return {}
-        means: dict[int, list[float]] = {}
-        for status in self.statuses:
-            if status.counts:
-                means.setdefault(status.segment, []).append(self._logs[status.index])
-        level = {seg: sum(ys) / len(ys) for seg, ys in means.items()}
-        residuals: dict[Hashable, list[float]] = {}
-        for status in self.statuses:
-            if status.counts:
-                residuals.setdefault(self.points[status.index].card, []).append(
-                    self._logs[status.index] - level[status.segment])
-        ratio = model.sigma_w ** 2 / model.tau ** 2
-        return {card: sum(r) / (len(r) + ratio) for card, r in residuals.items()}
-
     def counted_runs(self) -> list[int]:
         """The runs that count, in order."""
         return [s.index for s in self.statuses if s.counts]
