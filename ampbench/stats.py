@@ -198,7 +198,7 @@ def across_runs(est: SpeedupEstimate, between_run_sd: float) -> SpeedupEstimate:
 
 
 @lru_cache(maxsize=None)  # a replay asks for a few shares at every dof it passes
-def t_quantile(share: float, dof: int) -> float:
+def t_quantile(share: float, dof: float) -> float:
     """The one-sided quantile of Student's t that `share` of values lie beyond."""
     from scipy.stats import t  # scipy is slow to import; only the callers that need it pay for it
 

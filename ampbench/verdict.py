@@ -92,11 +92,17 @@ class BetweenRuns:
     # how far the run's card may lie from the baseline figure beyond sd^2 / level_count (its level's error
     # from cards, ``history.model``): 0 where every value came from one card or the cards' share is in `sd`
     card_sd: float = 0.0
+    # degrees of freedom `sd` borrowed from the GPU model's other cells: it is the posterior of the runs'
+    # own spread and a prior learned over every cell (``history.pooling``), held with the moderated t
+    pooled_dof: int = 0
+    # offsets of cards behind `card_sd` where it was pooled over cells (``history.pooling.card_spread``):
+    # the bound's degrees of freedom then combine both terms' (Welch-Satterthwaite); None: `sd`'s alone
+    card_dof: int | None = None
 
     @property
     def dof(self) -> int:
-        """Degrees of freedom of `sd`."""
-        return self.count - self.levels
+        """Degrees of freedom of `sd`: its own values' and those it borrowed."""
+        return self.count - self.levels + self.pooled_dof
 
     def bound(self, confidence: float) -> float:
         """How far another run's speedup may lie from the baseline figure through run-to-run spread
@@ -105,7 +111,11 @@ class BetweenRuns:
         the 99% quantile is 9.9, not the normal 2.58 (docs/design.md). A new value differs from the mean of n values by
         sd x sqrt(1 + 1/n), from one of them (an uncentred recording) by sd x sqrt(2)."""
         factor = math.sqrt(1 + 1 / (self.level_count or self.count)) if self.centred else math.sqrt(2)
-        return t_quantile((1 - confidence) / 2, self.dof) * math.hypot(factor * self.sd, self.card_sd)
+        runs, cards = (factor * self.sd) ** 2, self.card_sd ** 2
+        dof: float = self.dof
+        if self.card_dof and cards > 0:
+            dof = (runs + cards) ** 2 / (runs ** 2 / max(self.dof, 1) + cards ** 2 / self.card_dof)
+        return t_quantile((1 - confidence) / 2, dof) * math.sqrt(runs + cards)
 
 
 def tolerance_for(floor: float, recorded_noise: float | None, between_runs: BetweenRuns | None = None,

@@ -130,7 +130,7 @@ def test_real_h100_baseline_has_resnet50_amp_bf16():
     assert _row(text, "mnist_cnn", "amp_bf16", "Convergence")
 
 
-@pytest.mark.parametrize("slug", ["nvidia-h100-80gb-hbm3", "nvidia-h200-x2", "nvidia-h100-80gb-hbm3-x2"])
+@pytest.mark.parametrize("slug", ["nvidia-h100-80gb-hbm3", "nvidia-h200", "nvidia-h200-x2", "nvidia-h100-80gb-hbm3-x2"])
 def test_committed_results_page_is_current(slug):
     """docs/results/ is generated: the committed page matches what the command makes of the baseline file."""
     page = ROOT / "docs" / "results" / f"{slug}.md"

@@ -35,7 +35,8 @@ class RatioEntry:
 
     # the figures a re-recording keeps from the entry it replaces (``speed.ratio.Ratio.recorded``)
     SPREAD: ClassVar[tuple[str, ...]] = ("between_run_sd", "between_run_count", "between_run_runs",
-                                         "between_run_levels", "between_card_sd")
+                                         "between_run_levels", "between_card_sd", "between_run_pooled_dof",
+                                         "between_run_pooled_sd", "between_card_dof")
 
     speedup: float | None = figure(positive())
     ci_low: float | None = figure()
@@ -55,6 +56,12 @@ class RatioEntry:
     between_run_runs: list | None = figure()  # the datetimes of the runs counted (schema: by its suffix)
     # how far another card of the model lies from the figure beyond the run-to-run spread (``history.model``)
     between_card_sd: float | None = figure(non_negative())
+    # the degrees of freedom and the sd of the prior the noise was pooled with across the GPU model's cells
+    # (``history.pooling``): `between_run_sd` is the posterior, on the runs' own degrees of freedom and these
+    between_run_pooled_dof: int | None = figure(count(1))
+    between_run_pooled_sd: float | None = figure(non_negative())
+    # card offsets behind `between_card_sd` where it was pooled over the GPU model's cells
+    between_card_dof: int | None = figure(count(1))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -273,4 +280,10 @@ def learned_spread(ratio: RatioEntry | None) -> BetweenRuns | None:
     if at_level is not None and not 1 <= at_level <= count - levels + 1:
         return None  # more values at one level than the levels leave room for: no spread to trust
     return BetweenRuns(sd, count, finite_number(ratio.recorded_speedup) is not None, levels, at_level,
-                       finite_number(ratio.between_card_sd) or 0.0)
+                       finite_number(ratio.between_card_sd) or 0.0, pooled_dof(ratio), _int(ratio.between_card_dof))
+
+
+def pooled_dof(ratio: RatioEntry) -> int:
+    """The degrees of freedom a ratio's spread borrowed from the GPU model's other cells (0: none)."""
+    lent, s0 = _int(ratio.between_run_pooled_dof), finite_number(ratio.between_run_pooled_sd)
+    return lent if lent is not None and lent >= 1 and s0 is not None else 0

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Mapping, Sequence
 
-from ampbench.baselines.entries import FlatEntry, SpeedEntry, entry_tolerance
+from ampbench.baselines.entries import FlatEntry, SpeedEntry, entry_tolerance, pooled_dof
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.results import SPEED_RATIOS, RatioKind, Run, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
@@ -93,6 +93,9 @@ def prior_of(kind: RatioKind, entry: FlatEntry) -> Prior | None:
             or count - levels < 1 or centre is None or centre <= 0):
         return None
     m2 = sd * sd * (count - levels)
+    lent = pooled_dof(ratio)
+    if lent:  # the posterior's own part: what the cell's runs gave, without the prior they were pooled with
+        m2 = max(0.0, sd * sd * (count - levels + lent) - lent * float(ratio.between_run_pooled_sd) ** 2)
     if finite_number(ratio.recorded_speedup) is None:
         return Prior(count + 1, math.log(centre), m2, levels + 1, 1)
     return Prior(count, math.log(centre), m2, levels, at_level if isinstance(at_level, int) else None)
@@ -306,7 +309,7 @@ def _learned_into(entry: SpeedEntry, kind: RatioKind, spread: CellSpread) -> Spe
     afresh drops an earlier learning's levels."""
     old, several = entry.ratio(kind), spread.levels > 1
     ratio = replace(old, recorded_speedup=recording(kind, entry), speedup=spread.centre,
-                    between_run_sd=spread.sd, between_run_count=spread.count, between_run_runs=list(spread.runs),
+                    between_run_pooled_dof=None, between_run_pooled_sd=None, between_run_sd=spread.sd, between_run_count=spread.count, between_run_runs=list(spread.runs),
                     between_run_levels=spread.levels if several else None,
                     between_run_level_count=spread.level_count if several else None)
     return entry.with_ratio(kind, ratio, _LEARNED, moved=_LEVELS)

@@ -29,6 +29,7 @@ from ampbench.results.ratios import of_history
 from ampbench.verdict import GATE_CONFIDENCE, MIN_SPREAD_VALUES, BetweenRuns, tolerance_for
 
 LEARNING, UNLEARNED, LEARNED = "learning", "unlearned", "learned"
+Lent = tuple[int, float]  # a pooled prior a cell borrows: its degrees of freedom d0 and its sd s0
 # the run count the summary projects a young tolerance to
 PROJECT_TO = 10
 
@@ -78,10 +79,33 @@ class CellBaseline:
     confidence: float
     card_sd: float = 0.0  # the run's card's share of its level's error beyond sd^2 / level runs (``model``)
     replay: Replay | None = field(default=None, compare=False, repr=False)  # the runs, as the replay held them
+    # the prior the noise was pooled with across the GPU model's cells (``pooling``): its degrees of freedom
+    # (0: none) and sd; the verdict holds a run to the posterior sd on the pooled degrees of freedom
+    lent_dof: int = 0
+    lent_sd: float | None = None
+    card_dof: int | None = None  # card offsets behind `card_sd` where it was pooled over cells
 
     @property
     def level_count(self) -> int:
         return len(self.level_runs)
+
+    def lent(self, prior: Lent | None) -> "CellBaseline":
+        """The cell with its noise pooled with `prior` (d0, s0: ``pooling``), where its own runs learned a
+        spread. The replay's decisions (which runs count, which are held back) stay on the runs' own noise:
+        held to a prior learned mostly from quieter cells, a noisier cell's young runs were held back as
+        suspect until it fell back to the unlearned tolerance."""
+        if prior is None or self.pooled.sd is None or self.pooled.dof + 1 < MIN_SPREAD_VALUES:
+            return self
+        return replace(self, lent_dof=prior[0], lent_sd=prior[1])
+
+    @property
+    def sd(self) -> float | None:
+        """The noise a run is held to: the runs' own, shrunk toward the pooled prior where one is lent."""
+        if self.pooled.sd is None:
+            return None
+        if not self.lent_dof or self.lent_sd is None:
+            return self.pooled.sd
+        return math.sqrt((self.pooled.m2 + self.lent_dof * self.lent_sd ** 2) / (self.pooled.dof + self.lent_dof))
 
     @property
     def between_runs(self) -> BetweenRuns | None:
@@ -89,10 +113,14 @@ class CellBaseline:
         return self._between(self.pooled.count, self.level_count)
 
     def _between(self, count: int, level_count: int) -> BetweenRuns | None:
-        sd, dof = self.pooled.sd, count - self.pooled.levels
+        # the runs' own degrees of freedom decide whether a spread is learned: a prior lends a young cell
+        # precision, never a noise it has not shown (two runs of a cell held to the prior alone failed 1.2-2.8
+        # runs in 1,000 of the noisiest cells' in simulation)
+        sd, dof = self.sd, count - self.pooled.levels
         if sd is None or level_count == 0 or dof + 1 < MIN_SPREAD_VALUES:
             return None
-        return BetweenRuns(sd, count, True, self.pooled.levels, level_count, self.card_sd)
+        return BetweenRuns(sd, count, True, self.pooled.levels, level_count, self.card_sd, self.lent_dof,
+                           self.card_dof)
 
     @property
     def state(self) -> str:
@@ -118,6 +146,8 @@ class CellBaseline:
         """How far the tolerance has been learned, for the summary: '0.9% from 4 runs; about 0.6% after 10'."""
         own = self.pooled.count - self.prior_count
         from_file = f", {self.prior_count} of them from the baseline file" if self.prior_count else ""
+        if self.lent_dof and self.state == LEARNED:
+            from_file += f"; pooled with the GPU model's other cells ({self.lent_dof} degrees of freedom)"
         if self.state == LEARNING:
             kept = (f"; noise {percent(self.pooled.sd)} from {self.pooled.count} runs kept{from_file}"
                     if self.pooled.sd is not None else "")
@@ -148,9 +178,12 @@ class CellBaseline:
             return ratio
         ratio = replace(ratio, speedup=self.level, recorded_speedup=self.first)
         if self.pooled.sd is not None:
-            ratio = replace(ratio, between_run_sd=self.pooled.sd, between_run_count=self.pooled.count,
+            lent = self.lent_dof and self.between_runs is not None
+            ratio = replace(ratio, between_run_sd=self.sd, between_run_count=self.pooled.count,
                             between_run_levels=self.pooled.levels, between_run_level_count=self.level_count,
-                            between_card_sd=self.card_sd or None)
+                            between_card_sd=self.card_sd or None, between_card_dof=self.card_dof,
+                            between_run_pooled_dof=self.lent_dof if lent else None,
+                            between_run_pooled_sd=self.lent_sd if lent else None)
         return replace(ratio, tolerance=self.tolerance) if stores_tolerance else ratio
 
 

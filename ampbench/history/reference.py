@@ -11,13 +11,15 @@ makes ``ampbench baselines export``: the reviewable file written from the histor
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Hashable, Mapping
 
 from ampbench.baselines import spread
 from ampbench.baselines.entries import DistributedEntry, FlatEntry, SpeedEntry
-from ampbench.baselines.store import BaselineStore
+from ampbench.baselines.store import BaselineError, BaselineStore, load_document
+from ampbench.history import pooling
 from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
 from ampbench.history.statuses import Status
 from ampbench.history.series import Series
@@ -25,6 +27,7 @@ from ampbench.history.store import History
 from ampbench.results import RatioKind, Record, record_type
 from ampbench.results.ratios import DEVICE
 from ampbench.settings import DEFAULT_TOLERANCE
+from ampbench.verdict import MIN_SPREAD_VALUES
 
 SPEED = "test_speed["
 # what an entry takes from the cell's latest counted run where the baseline file has no entry of it:
@@ -60,7 +63,8 @@ SPEED_CELLS = LearnedCells((SPEED,), SpeedEntry, FROM_RECORD)
 DISTRIBUTED_CELLS = LearnedCells(("test_ddp_speed[", "test_fsdp2_speed["), DistributedEntry, FROM_DISTRIBUTED_RECORD)
 # the figures an overlay sets in a ratio, in the order an entry that lacked them gains them
 _OVERLAID = ("speedup", "recorded_speedup", "between_run_sd", "between_run_count", "between_run_levels",
-             "between_run_level_count", "between_card_sd", "tolerance", "between_run_runs")
+             "between_run_level_count", "between_card_sd", "between_card_dof", "between_run_pooled_dof",
+             "between_run_pooled_sd", "tolerance", "between_run_runs")
 
 
 def prior_for(kind: RatioKind, entry: FlatEntry | None, series: Series) -> spread.Prior | None:
@@ -156,21 +160,61 @@ class HistoryBaselines:
         return self.store.software(test_id)
 
     def learned(self) -> dict[str, dict[str, CellBaseline]]:
-        """Every cell's ratios learned from the history (by test id, then the ratio's name), read once."""
+        """Every cell's ratios learned from the history (by test id, then the ratio's name), read once: each
+        ratio's noise learned from the cell's own runs, then pooled with the GPU model's other cells of the
+        ratio (``pooling``)."""
         if self._learned is None:
             self._learned = {}
             for kind in self.cells.ratios:
-                for test_id, series in self.history.series_of(self.store.gpu, kind.history).items():
-                    if not self.cells.holds(test_id) or not series.points:
-                        continue
-                    prior = prior_for(kind, self.cells.entry.of(self.store.figures(test_id)), series)
-                    b = self._learned.setdefault(test_id, {})[kind.name] = learn(series, prior, self.floor,
-                                                                                 card=self.card)
+                serieses = {test_id: series for test_id, series in
+                            self.history.series_of(self.store.gpu, kind.history).items()
+                            if self.cells.holds(test_id) and series.points}
+                priors = {test_id: prior_for(kind, self.cells.entry.of(self.store.figures(test_id)), series)
+                          for test_id, series in serieses.items()}
+                own = {test_id: learn(series, priors[test_id], self.floor, card=self.card)
+                       for test_id, series in serieses.items()}
+                pool = self.pool(kind, own)
+                cards = pooling.card_spread(b.replay for b in own.values() if b.replay is not None)
+                for test_id in serieses:
+                    b = own[test_id].lent((pool.dof, pool.scale[test_id]) if pool and test_id in pool.scale else None)
+                    if cards is not None and cards[0] > b.card_sd and not self._seen(b):  # a card it never ran on
+                        b = replace(b, card_sd=cards[0], card_dof=cards[1])
+                    self._learned.setdefault(test_id, {})[kind.name] = b
                     counted = [b.replay.points[i] for i in b.replay.counted_runs()]
                     self._counted.setdefault(test_id, {})[kind.name] = [p.when for p in counted]
                     if counted:
                         self._latest[test_id] = counted[-1].run_id
         return self._learned
+
+    def _seen(self, b: CellBaseline) -> bool:
+        """Whether this run's card is one the cell's counted runs ran on."""
+        return b.replay is not None and any(b.replay.points[i].card == self.card for i in b.replay.counted_runs())
+
+    def pool(self, kind: RatioKind, own: Mapping[str, CellBaseline]) -> pooling.NoisePrior | None:
+        """The prior of the cells' noise of ratio `kind`, fitted over the cells whose own runs learned a
+        spread (``pooling.fit_prior``), by model, or else on the other GPU models' files."""
+        variances = {test_id: (b.pooled.sd ** 2, b.pooled.dof) for test_id, b in own.items()
+                     if b.pooled.sd is not None and b.pooled.dof + 1 >= MIN_SPREAD_VALUES}
+        return pooling.fit_prior(variances, {test_id: pooling.group_of(test_id) for test_id in own},
+                                 self._elsewhere(kind, list(own)))
+
+    def _elsewhere(self, kind: RatioKind, test_ids: list[str]) -> dict[str, float]:
+        """ln of each cell's noise variance of ratio `kind` on the other GPU models' files beside this one
+        (the geometric mean over the files that learned it)."""
+        logs: dict[str, list[float]] = {}
+        for path in sorted(self.store.path.parent.glob("*.json")) if self.store.path.parent.is_dir() else ():
+            if path.resolve() == self.store.path.resolve():
+                continue
+            try:
+                entries = load_document(path)["entries"]
+            except BaselineError:
+                continue  # another GPU's file that does not load is no concern of this GPU's runs
+            for test_id in test_ids:
+                entry = self.cells.entry.of((entries.get(test_id) or {}).get("figures"))
+                sd = entry.ratio(kind).between_run_sd if entry is not None else None
+                if isinstance(sd, (int, float)) and sd > 0:
+                    logs.setdefault(test_id, []).append(2.0 * math.log(sd))
+        return {test_id: sum(v) / len(v) for test_id, v in logs.items()}
 
     def figures(self, test_id: str) -> dict | None:
         entry = self.store.figures(test_id)
