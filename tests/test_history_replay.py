@@ -141,3 +141,18 @@ def test_the_model_reduces_to_the_single_level_rule_on_one_card():
     model = fit(groups, 0)
     sd = float(np.std(CLEAN, ddof=1))
     assert model.sigma == pytest.approx(sd) and model.predict(None).sd == pytest.approx(sd * math.sqrt(1.1))
+
+
+@pytest.mark.parametrize("card", ["a", "b"])
+def test_once_two_runs_failed_at_a_level_a_third_at_that_level_fails_with_them(card):
+    """Four clean runs (sd 0.06%, tolerance about 0.7%), two runs the gate failed 0.8% down, then a third
+    at that level whose own interval straddles its line: it fails with the failed runs, on their card or
+    another; a run back at the level does not."""
+    four = list(0.0006 * np.array([0.5, -1.0, 0.8, -0.3]))
+    logs = [*four, -0.0080, -0.0081]
+    s = series(logs, cards=["a"] * 6, verdicts=["pass"] * 4 + ["regression"] * 2)
+    b = learn(s)
+    assert [st.state for st in b.replay.statuses[4:]] == [FAILED, FAILED]
+    failure = b.replay.group_failure(math.exp(-0.0081), card, 0.0069)
+    assert failure is not None and failure.runs == (4, 5, -1), failure
+    assert b.replay.group_failure(math.exp(0.0001), card, 0.0069) is None
