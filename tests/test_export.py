@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ampbench.cli import main
-from ampbench.export import CONBENCH_REFUSAL, bmf, gated_figures, github, pytest_benchmark
+from ampbench.export import (CONBENCH_REFUSAL, MARGIN_MEASURE, bmf, cell_margins, gated_figures, github, github_margin,
+                             pytest_benchmark)
 from ampbench.results import parse_run
 from ampbench.results.schema import UNTIMED_KEY
 
@@ -46,6 +47,8 @@ def test_each_format_fits_its_consumers_schema(path):
     figures = figures_of(document(path), path.name)
     assert problems(bmf(figures), "bencher_bmf") == []
     assert problems(github(figures), "github_custom") == []
+    if cell_margins(figures):  # a run held to no baseline has no margin, and the export refuses it
+        assert problems(github_margin(figures), "github_custom") == []
     migrated = pytest_benchmark(document(path))
     assert problems(migrated, "github_pytest") == [] and problems(migrated, "bencher_pytest") == []
 
@@ -79,7 +82,9 @@ def test_bmf_carries_each_gated_figure_with_its_interval():
     info = next(b["extra_info"] for b in doc["benchmarks"] if b["name"] == "test_speed[gpt-amp_fp16]")
     assert exported["test_speed[gpt-amp_fp16]"] == {"device-speedup": {
         "value": info["device_speedup"], "lower_value": info["device_speedup_low"],
-        "upper_value": info["device_speedup_high"]}}
+        "upper_value": info["device_speedup_high"]},
+        MARGIN_MEASURE: {"value": pytest.approx((1 - info["device_speedup_high"] / info["device_baseline_speedup"])
+                                                / info["device_tolerance"])}}
     assert len(exported) == len(doc["benchmarks"])  # every speed cell of the run
 
 
@@ -107,7 +112,7 @@ def test_an_older_run_without_stats_is_exported_whole(tmp_path, capsys):
     assert main(["export", str(path), "--format", "bmf", "-o", str(out)]) == 0
     exported, err = json.loads(out.read_text()), capsys.readouterr().err
     figures = figures_of(doc)
-    assert sum(len(m) for m in exported.values()) == len(figures.figures)
+    assert sum(len(m) for m in exported.values()) == len(figures.figures) + len(cell_margins(figures))
     for test_id, why in figures.left_out:  # the cells without a gated figure, each named
         assert f"{test_id} left out: {why}" in err
 

@@ -192,3 +192,41 @@ def test_trend_points_over_several_days_carry_the_date_and_the_time(tmp_path):
         history.append(speed_run(f"r{i}", [speed_record("gpt", "amp_bf16", 5.6)], at=30 * i))
     (cell,) = read_trends(history, load_run(RUN)).cells
     assert cell.labels == ("01-01 00:00", "01-02 06:00", "01-03 12:00")
+
+
+def test_the_summary_draws_the_last_runs_of_each_cell_that_moved_or_fails(store, tmp_path):
+    out = tmp_path / "report"
+    assert main(["report", str(RUN), "--history", store, "-o", str(out)]) == 0
+    summary = (out / "summary.md").read_text(encoding="utf-8")
+    section = summary[summary.index("### Movement over the last runs"):summary.index("### Tolerance learned")]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    # resnet50 amp_fp16 stepped down in the history and fails in the run; gpt amp_bf16 held steady, and
+    # mlp amp_fp16 passes without a change: neither is listed
+    assert len(rows) == 1 and rows[0].startswith(f"| `{STEPPED}` | regression | `")
+    line = rows[0].split("`")[3]
+    assert len(line) == RUNS and set(line) <= set(sparkline_bars())
+    assert min(line[:K - 1]) > max(line[K - 1:])  # the slowed runs' bars lie below the earlier ones', oldest first
+
+
+def sparkline_bars() -> str:
+    from ampbench.report.sparklines import BARS
+    return BARS
+
+
+@pytest.mark.parametrize("values, drawn", [([1.0, 2.0, 3.0], "▁▅█"), ([2.0, 2.0], "▄▄"), ([], ""),
+                                           ([3.0, 1.0, 2.0, 3.0], "█▁▅█")])
+def test_a_sparkline_spans_its_values_from_the_least_to_the_greatest(values, drawn):
+    from ampbench.report.sparklines import sparkline
+    assert sparkline(values) == drawn
+
+
+def test_without_a_moved_cell_the_summary_has_no_movement(tmp_path):
+    url = f"sqlite:///{tmp_path / 'steady.sqlite'}"
+    history = open_history(url)
+    rng = random.Random(3)
+    for i in range(4):
+        history.append(speed_run(f"run{i}", [speed_record("gpt", "amp_bf16", 5.6 * (1 + rng.gauss(0.0, 0.001)))],
+                                 at=24 * i, label=f"commit{i}"))
+    out = tmp_path / "report"
+    assert main(["report", str(RUN), "--history", url, "-o", str(out)]) == 0
+    assert "### Movement" not in (out / "summary.md").read_text(encoding="utf-8")

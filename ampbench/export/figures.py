@@ -40,6 +40,33 @@ class Figure:
     relative: tuple[str, float] | None = None
 
     @property
+    def margin(self) -> float | None:
+        """How far the figure lies beyond its regression line, in tolerances: 0 on its baseline, 1 on the
+        line, above 1 past it, smaller is better. None where it is held to no line (no baseline, a
+        tolerance of 0, or one of 100% or more, whose line lies at or below zero).
+
+        - a speedup: ``(1 - high / baseline) / tolerance``, `high` its interval's upper end. Above 1
+          exactly where the whole interval lies below ``baseline x (1 - tolerance)``: the gate's own test
+          (``SpeedupCheck.classify``), so a point estimate below the line whose interval still reaches it
+          stays at or under 1, as its verdict stays short of a regression.
+        - a memory ratio (larger is worse): ``(value / baseline - 1) / tolerance``, ``RatioCheck``'s
+          worsening over its tolerance.
+        - an accuracy gap in points: ``-gap / tolerance``, the points lost against the reference over
+          the points the cell may lose (its parity margin)."""
+        tol = self.tolerance
+        if tol is None or tol <= 0:
+            return None
+        if self.unit == "pts":
+            return -self.value / tol
+        if self.baseline is None or self.baseline <= 0:
+            return None
+        if not self.bigger_is_better:
+            return (self.value / self.baseline - 1.0) / tol
+        if tol >= 1.0 or self.high is None:
+            return None
+        return (1.0 - self.high / self.baseline) / tol
+
+    @property
     def half_width(self) -> float | None:
         """The larger distance from the value to an end of its interval (dashboards show one ± figure)."""
         if self.low is None or self.high is None:
@@ -143,4 +170,19 @@ def gated_figures(run: Run) -> Figures:
         out.figures += figures
         if missing:
             out.left_out.append((cell.test_id, f"the run holds no {' or '.join(missing)} of it"))
+    return out
+
+
+def cell_margins(figures: Figures) -> dict[str, Figure]:
+    """Each cell's figure with the largest margin (``Figure.margin``), by test id, in run order: a cell
+    fails where any figure that holds it does, so its margin is its worst figure's. Cells none of whose
+    figures is held to a line are absent."""
+    out: dict[str, Figure] = {}
+    for f in figures.figures:
+        m = f.margin
+        if m is None:
+            continue
+        held = out.get(f.test_id)
+        if held is None or m > float(held.margin or 0.0):
+            out[f.test_id] = f
     return out

@@ -2,11 +2,19 @@
 
 - ``bmf``: Bencher Metric Format (https://bencher.dev/docs/reference/bencher-metric-format/), one
   benchmark per test id, one measure per gated figure, with the interval as ``lower_value`` and
-  ``upper_value``; for ``bencher run --adapter json``.
+  ``upper_value``, and the cell's gate margin as the measure ``gate-margin`` (above 1 exactly where it
+  fails: one static threshold with an upper boundary of 1 alerts on the failing cells); for
+  ``bencher run --adapter json``.
 - ``github``: github-action-benchmark's ``customBiggerIsBetter`` list (name, value, unit, range, extra),
   ``range`` the interval's half-width as "± x", which the action reads. Every value is one where bigger
   is better: the memory figure is fp32's peak over the mode's, the accuracy one the mode's accuracy over
   its reference's (a ratio, where the action divides one run's value by the other's).
+- ``github-margin``: github-action-benchmark's ``customSmallerIsBetter`` list of each cell's gate margin
+  (``Figure.margin``, the cell's worst figure's), floored at 1. The action alerts where a value exceeds
+  the previous run's by more than ``alert-threshold``; it knows no absolute limit. Floored, every cell at
+  or inside its line charts at 1, so at ``alert-threshold: 100%`` the ratio to the previous point passes
+  1 exactly where a cell crosses its line, or, failing already, sinks further past it; the margin itself
+  is in each entry's ``extra``.
 - ``pytest-benchmark``: the run JSON itself in the current layout, for pytest-benchmark's ``compare`` and
   the dashboards' pytest readers: each cell written by the current schema (a timed cell's ratios by
   name), each entry with its group, the cells that time no step (or whose entries have no ``stats``:
@@ -20,16 +28,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ampbench.export.figures import Figure, Figures
+from ampbench.export.figures import Figure, Figures, cell_margins
 from ampbench.results import record_type
 from ampbench.results.run import entry_group, split_id, timed_entry
 from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY, UNTIMED_KEY
+from ampbench.stats import percent
 
 CONBENCH_REFUSAL = (
     "--format conbench: a Conbench server accepts only the units B, B/s, s, ns and i/s "
     "(conbench.units.KNOWN_UNITS), and a speedup, a memory ratio or an accuracy gap has none; publishing "
     "one side's time instead would chart what the suite does not judge. Use --format bmf (Bencher) or "
     "--format github (github-action-benchmark)")
+
+
+# the measure of a cell's gate margin in BMF, and what its entry is called in github-margin
+MARGIN_MEASURE = "gate-margin"
 
 
 class ExportError(ValueError):
@@ -44,6 +57,8 @@ def bmf(figures: Figures) -> dict[str, dict[str, dict[str, float]]]:
         if f.low is not None and f.high is not None:
             metric.update(lower_value=f.low, upper_value=f.high)
         out.setdefault(f.test_id, {})[f.measure] = metric
+    for test_id, worst in cell_margins(figures).items():
+        out[test_id][MARGIN_MEASURE] = {"value": float(worst.margin or 0.0)}
     return out
 
 
@@ -59,7 +74,7 @@ def _extra(f: Figure) -> str:
     shown = f"{f.value:+.2f} pts" if f.unit == "pts" else f"{f.value:.4f}x"
     lines = [f"group: {f.group}", f"gated figure: {f.label} {shown}"]
     if f.low is not None and f.high is not None:
-        lines.append(f"interval: {f.low:.4g}-{f.high:.4g}" + (f" ({f.confidence:.0%})" if f.confidence else ""))
+        lines.append(f"interval: {f.low:.4g}-{f.high:.4g}" + (f" ({percent(f.confidence)} coverage)" if f.confidence else ""))
     if f.baseline is not None:
         lines.append(f"baseline: {f.baseline:.4g}")
     if f.tolerance is not None:
@@ -83,6 +98,21 @@ def github(figures: Figures) -> list[dict[str, Any]]:
             entry["range"] = f"± {half:.6g}"
         entry["extra"] = _extra(f)
         out.append(entry)
+    return out
+
+
+def github_margin(figures: Figures) -> list[dict[str, Any]]:
+    """github-action-benchmark's customSmallerIsBetter: one entry per cell held to a line, its gate margin
+    floored at 1 (the module's docstring says why)."""
+    worst = cell_margins(figures)
+    for test_id in dict.fromkeys(f.test_id for f in figures.figures if f.test_id not in worst):
+        figures.left_out.append((test_id, "no gate margin: none of its figures is held to a line (no baseline)"))
+    out = []
+    for test_id, f in worst.items():
+        margin = float(f.margin or 0.0)
+        out.append({"name": f"{test_id} {MARGIN_MEASURE}", "value": max(margin, 1.0), "unit": "tolerances",
+                    "extra": f"gate margin: {margin:.3f} of its {f.label} (0: on its baseline, 1: on its line, "
+                             f"above 1: it fails)\n{_extra(f)}"})
     return out
 
 

@@ -114,7 +114,8 @@ def kernel_change_lines(run: Run) -> list[str]:
 def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: Sequence[tuple[str, str]] = (),
                     trends: "Trends | None" = None) -> str:
     """summary.md: the verdicts and the speedup matrix, short enough for $GITHUB_STEP_SUMMARY; with
-    `trends`, how far each cell's tolerance has been learned."""
+    `trends`, a sparkline of the last runs of each cell that moved or fails, and how far each cell's
+    tolerance has been learned."""
     out = [f"## ampbench: {run.gpu}", ""]
     if run.smoke:
         out += [f"> **{SMOKE_NOTE}**", ""]
@@ -157,8 +158,10 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
     if comparison is not None:
         out += render_comparison_markdown(comparison)
     if trends is not None:
+        from ampbench.report.sparklines import movement_lines
         from ampbench.report.trends import markdown_lines
 
+        out += movement_lines(run, trends, comparison)
         out += markdown_lines(trends)
     tables = model_rows(run)
     if tables:
