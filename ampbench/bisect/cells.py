@@ -14,7 +14,7 @@ _PAIR = re.compile(r"^(?P<model>[A-Za-z0-9_.]+):(?P<mode>[A-Za-z0-9_]+)(?P<compi
 
 
 @dataclass(frozen=True)
-class Cell:
+class BisectCell:
     model: str
     mode: str
     compiled: bool = False
@@ -35,7 +35,7 @@ class Cell:
         return self.test_id
 
 
-def parse_cell(text: str) -> Cell:
+def named_cell(text: str) -> BisectCell:
     """A cell from its test id or its ``model:mode`` pair; ValueError naming what is wrong."""
     text = text.strip()
     found = _TEST_ID.match(text) or _PAIR.match(text)
@@ -45,10 +45,10 @@ def parse_cell(text: str) -> Cell:
     mode = found["mode"]
     if mode not in MODES:
         raise ValueError(f"cell {text!r}: unknown precision mode {mode!r}; valid modes: {', '.join(MODES)}")
-    return Cell(found["model"], mode, bool(found["compiled"]) or MODES[mode].compile)
+    return BisectCell(found["model"], mode, bool(found["compiled"]) or MODES[mode].compile)
 
 
-def pytest_args(cells: list[Cell], test_file: str) -> list[str]:
+def pytest_args(cells: list[BisectCell], test_file: str) -> list[str]:
     """The arguments that make pytest run these cells and nothing else: their node ids in `test_file`
     (the module that collects the suite's speed test), with the models and modes that parametrize them."""
     models = ",".join(dict.fromkeys(c.model for c in cells))

@@ -17,10 +17,10 @@ from typing import Any
 import ampbench
 from ampbench.bisect import levels as good_side
 from ampbench.bisect.judge import BAD, Level
-from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, describe, stop
+from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec, stop
 from ampbench.bisect.outcome import step_rows
 from ampbench.bisect.step import SCRIPT, progress, run_step, steps_taken
-from ampbench.bisect.worktree import GitError, Worktree, git, resolve, subject
+from ampbench.bisect.worktree import GitError, Worktree, git, commit_sha, subject
 
 _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.MULTILINE)
 _CANDIDATES = re.compile(r"first bad commit could be any of:\n((?:[0-9a-f]{40}\n?)+)")
@@ -35,6 +35,14 @@ class Plan:
     check_bad: bool = True  # measure the bad side first: a bad side that holds its level names no commit
     history: str | None = None  # a run history to take the levels from instead of measuring
     gpu: str | None = None  # the history's GPU model
+    # on a GPU, the good side's baselines recorded for the suite's gate to judge each step by as well
+    suite_baseline: bool = False
+
+
+def tighten(measurer: SuiteMeasurer | CommandMeasurer, levels: dict[str, Level]) -> None:
+    """The suite measures each step's cells until their intervals are as tight as the levels' lines ask."""
+    if isinstance(measurer, SuiteMeasurer) and levels:
+        measurer.tolerance = min(level.tolerance for level in levels.values())
 
 
 def _levels(plan: Plan, measurer: SuiteMeasurer | CommandMeasurer, wt: Worktree, good: str) -> tuple[dict, list]:
@@ -45,7 +53,7 @@ def _levels(plan: Plan, measurer: SuiteMeasurer | CommandMeasurer, wt: Worktree,
             progress(str(level))
         return found, []
     found, runs = good_side.measured_levels(measurer, wt.path, good, plan.repeats, plan.tolerance,
-                                            wt.scratch / "baselines", progress)
+                                            wt.scratch / "baselines" if plan.suite_baseline else None, progress)
     for level in found.values():
         progress(str(level))
     return found, runs
@@ -75,7 +83,7 @@ def bisect_commits(repo: Path, good_rev: str, bad_rev: str, measurer: SuiteMeasu
     """Bisect `repo` between `good_rev` and `bad_rev`: (the record of every step and the outcome, the
     levels). GitError where the revisions do not make a bisect."""
     t0 = time.perf_counter()
-    good, bad = resolve(repo, good_rev), resolve(repo, bad_rev)
+    good, bad = commit_sha(repo, good_rev), commit_sha(repo, bad_rev)
     if good == bad:
         raise GitError(f"--good {good_rev} and --bad {bad_rev} name the same commit {good[:12]}")
     if subprocess.run(["git", "merge-base", "--is-ancestor", good, bad], cwd=repo).returncode != 0:
@@ -86,8 +94,11 @@ def bisect_commits(repo: Path, good_rev: str, bad_rev: str, measurer: SuiteMeasu
     record: dict[str, Any] = {"unit": "commit", "good": good, "bad": bad, "cells": list(measurer.cells)}
     with Worktree(repo, good) as wt:
         measurer.log_dir = str(wt.scratch / "logs")
+        if isinstance(measurer, SuiteMeasurer):
+            measurer.tolerance = plan.tolerance
         levels, good_runs = _levels(plan, measurer, wt, good)
-        config = {"measurer": describe(measurer), "levels": {c: lv.to_json() for c, lv in levels.items()},
+        tighten(measurer, levels)
+        config = {"measurer": measurer_spec(measurer), "levels": {c: lv.to_json() for c, lv in levels.items()},
                   "steps_file": str(wt.scratch / "steps.jsonl")}
         config_path = wt.scratch / "config.json"
         config_path.write_text(json.dumps(config), encoding="utf-8")

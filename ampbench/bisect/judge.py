@@ -1,12 +1,12 @@
-"""How a bisect step is judged: each cell's figure held against the good side's level (`Level`), in the
+"""How a bisect step is judge_step: each cell's figure held against the good side's level (`Level`), in the
 suite's one vocabulary (``ampbench.verdict.Verdict``), and the cells' verdicts turned into the step's
 answer to ``git bisect run``: good (0), bad (1) or skip (125).
 
 The level is the geometric mean of the good side's speedups, and its line lies below it by the
 tolerance: the user's floor, or the spread of the good side's own values where that is wider, since a
 step at an unchanged commit lands as far from the level as the good runs land from each other. A step's
-cell regresses where the suite's gate says so (the suite held it against the good side's recorded
-baseline) or where its whole interval lies below the line (``SpeedupCheck.classify``); it holds where
+cell regresses where its whole interval lies below the line (``SpeedupCheck.classify``) or where the
+suite's gate says so (where it held the cell against a baseline the good side recorded); it holds where
 its interval lies wholly above the line; between, it is inconclusive.
 """
 
@@ -16,7 +16,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from ampbench.bisect.measure import Figure, Measurement
+from ampbench.bisect.measure import StepFigure, Measurement
 from ampbench.verdict import SpeedupCheck, Verdict
 
 GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's exit statuses
@@ -55,7 +55,7 @@ class Level:
                 f"(tolerance {self.tolerance:.1%})")
 
 
-def level_of(cell: str, figures: Sequence[Figure], floor: float, source: str) -> Level:
+def level_of(cell: str, figures: Sequence[StepFigure], floor: float, source: str) -> Level:
     """The level of `cell` from the good side's figures of it; ValueError where there are none."""
     values = tuple(f.speedup for f in figures)
     if not values:
@@ -66,7 +66,7 @@ def level_of(cell: str, figures: Sequence[Figure], floor: float, source: str) ->
     return Level(cell, speedup, min(max(floor, spread), 0.9), values, source, kernels)
 
 
-def judge_cell(figure: Figure | None, level: Level) -> Verdict:
+def judge_cell(figure: StepFigure | None, level: Level) -> Verdict:
     """One cell of a step: ERROR where it has no figure."""
     if figure is None:
         return Verdict.ERROR
@@ -84,7 +84,7 @@ def answer(verdicts: Mapping[str, Verdict]) -> int:
     return SKIP
 
 
-def judged(measurement: Measurement, levels: Mapping[str, Level]) -> tuple[int, dict[str, Verdict]]:
+def judge_step(measurement: Measurement, levels: Mapping[str, Level]) -> tuple[int, dict[str, Verdict]]:
     verdicts = {cell: judge_cell(measurement.figures.get(cell), level) for cell, level in levels.items()}
     return answer(verdicts), verdicts
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Callable
 
 from ampbench.bisect.judge import Level, level_of
-from ampbench.bisect.measure import COMMAND_CELL, CommandMeasurer, Figure, Measurement, SuiteMeasurer
-from ampbench.bisect.cells import parse_cell
+from ampbench.bisect.measure import COMMAND_CELL, CommandMeasurer, StepFigure, Measurement, SuiteMeasurer
+from ampbench.bisect.cells import named_cell
 from ampbench.results.ratios import SPEED_RATIOS
 
 HISTORY_RUNS = 10  # the latest counted runs of the history's level a bisect's level takes
@@ -22,7 +22,7 @@ class LevelError(ValueError):
 def keys_of(measurer: SuiteMeasurer | CommandMeasurer) -> list[str]:
     """The cells the measurer's figures are named by: the speed cells' test ids, or the step command's."""
     if isinstance(measurer, SuiteMeasurer):
-        return [parse_cell(c).test_id for c in measurer.cells]
+        return [named_cell(c).test_id for c in measurer.cells]
     return [COMMAND_CELL]
 
 
@@ -31,12 +31,13 @@ def on_gpu(measurement: Measurement) -> bool:
 
 
 def measured_levels(measurer: SuiteMeasurer | CommandMeasurer, tree: Path, revision: str, repeats: int,
-                    floor: float, baseline_dir: Path, say: Callable[[str], None]) -> tuple[dict[str, Level], list[dict]]:
+                    floor: float, baseline_dir: Path | None,
+                    say: Callable[[str], None]) -> tuple[dict[str, Level], list[dict]]:
     """Each cell's level from `repeats` measurements at the good side (checked out in `tree`), and a record
-    of each. On a GPU the second measurement also records the good side's baselines into `baseline_dir`,
-    which the suite's gate then holds every step against; the CPU smoke pass records none. A measurement
-    that left no figure is taken again, `repeats` times at most."""
-    figures: dict[str, list[Figure]] = {}
+    of each. Given `baseline_dir`, on a GPU the second measurement also records the good side's baselines
+    there, which the suite's gate then holds every step against; the CPU smoke pass records none. A
+    measurement that left no figure is taken again, `repeats` times at most."""
+    figures: dict[str, list[StepFigure]] = {}
     runs: list[dict] = []
     failures = 0
     while len(runs) < repeats:
@@ -50,7 +51,8 @@ def measured_levels(measurer: SuiteMeasurer | CommandMeasurer, tree: Path, revis
                 raise LevelError(f"the good side {revision[:12]} gave no figure in {failures} measurements: "
                                  f"{measurement.problem}")
             continue
-        if isinstance(measurer, SuiteMeasurer) and measurer.baseline_dir is None and on_gpu(measurement):
+        if (isinstance(measurer, SuiteMeasurer) and baseline_dir is not None and measurer.baseline_dir is None
+                and on_gpu(measurement)):
             measurer.baseline_dir = str(baseline_dir)  # the next measurement records the good side's baselines
         for cell, figure in measurement.figures.items():
             figures.setdefault(cell, []).append(figure)
@@ -94,7 +96,7 @@ def history_levels(url: str, gpu: str | None, keys: list[str], floor: float, gat
             raise LevelError(f"history {url}: no counted run of {key} {figure} on {gpu} to set its level")
         latest = counted[-runs:]
         kernels = history.kernels(latest[-1].run_id, key) or None
-        found = [Figure(p.value, p.low or p.value, p.high or p.value) for p in latest]
+        found = [StepFigure(p.value, p.low or p.value, p.high or p.value) for p in latest]
         level = level_of(key, found, floor, f"history: {len(latest)} runs on {gpu}")
         levels[key] = Level(level.cell, level.speedup, level.tolerance, level.values, level.source, kernels)
     return levels

@@ -1,5 +1,5 @@
 """One measurement of a bisect's cells in a tree: the suite's cells run by pytest (`SuiteMeasurer`), or a
-step command of the user's (`CommandMeasurer`), each read back as one `Figure` per cell.
+step command of the user's (`CommandMeasurer`), each read back as one `StepFigure` per cell.
 
 The suite runs as the tree's own code: the tree leads PYTHONPATH, so the ampbench a commit holds is the
 one measured, and pytest runs with ``--perf-history off`` (a bisect's runs are no sample of the cell's
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ampbench.bisect.cells import Cell, parse_cell, pytest_args
+from ampbench.bisect.cells import BisectCell, named_cell, pytest_args
 from ampbench.results.ratios import SPEED_RATIOS
 from ampbench.stats import SpeedupEstimate
 
@@ -28,7 +28,7 @@ TAIL_LINES = 15  # of a failed run's output, quoted where it left no figure
 
 
 @dataclass(frozen=True)
-class Figure:
+class StepFigure:
     """One cell's speedup in one measurement, with its interval, the suite's verdict of it (where the suite
     held it against a baseline) and the mode's top kernels, {"name", "ms"} per step (where measured)."""
 
@@ -49,7 +49,7 @@ class Figure:
 
 @dataclass(frozen=True)
 class Measurement:
-    figures: dict[str, Figure]  # by cell (its test id, or COMMAND_CELL)
+    figures: dict[str, StepFigure]  # by cell (its test id, or COMMAND_CELL)
     seconds: float
     problem: str | None = None  # why a cell has no figure: a crash, a usage error, a record missing
     device: str | None = None  # the suite's device ("cpu", "NVIDIA H200"), where the run names it
@@ -107,7 +107,8 @@ def _tail(text: str) -> str:
 @dataclass
 class SuiteMeasurer:
     """The suite's speed cells run by pytest in the tree; `baseline_dir`, where set, is the folder of
-    baselines the suite's gate holds them against (the good side's, recorded by the bisect)."""
+    baselines the suite's gate holds them against (the good side's, recorded by the bisect). Without one
+    the suite judges nothing and measures each cell until its interval is as tight as `tolerance` asks."""
 
     cells: list[str]
     python: str
@@ -115,17 +116,21 @@ class SuiteMeasurer:
     gate: str = "device"
     pytest_args: list[str] = field(default_factory=list)
     baseline_dir: str | None = None
+    # --perf-tolerance: a cell without a baseline takes rounds until its interval is half this wide
+    tolerance: float | None = None
     log_dir: str = "."
     own_session: bool = True
 
-    def parsed(self) -> list[Cell]:
-        return [parse_cell(c) for c in self.cells]
+    def parsed(self) -> list[BisectCell]:
+        return [named_cell(c) for c in self.cells]
 
     def __call__(self, tree: Path, label: str, record_baseline: bool = False) -> Measurement:
         run_json = Path(self.log_dir) / f"{label}.json"
         run_json.unlink(missing_ok=True)
         argv = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args(self.parsed(), self.test_file),
                 "--perf-gate", self.gate, "--perf-history", "off", "--benchmark-json", str(run_json), *self.pytest_args]
+        if self.tolerance is not None:
+            argv += ["--perf-tolerance", f"{min(self.tolerance, 0.9):.6g}"]
         if self.baseline_dir is not None:
             argv += ["--perf-baseline-dir", self.baseline_dir] + (["--perf-update-baselines"] if record_baseline else [])
         t0 = time.perf_counter()
@@ -155,7 +160,7 @@ class SuiteMeasurer:
                 missing.append(cell.test_id)
                 continue
             verdict = record.verdict_of(kind)
-            figures[cell.test_id] = Figure(est.speedup, est.low, est.high, est.confidence, est.rounds,
+            figures[cell.test_id] = StepFigure(est.speedup, est.low, est.high, est.confidence, est.rounds,
                                            None if verdict is None else str(verdict), record.kernels)
         problem = f"the run holds no {kind.noun} of {', '.join(missing)}" if missing else None
         return Measurement(figures, seconds, problem, run.machine.get("device") or run.gpu)
@@ -193,22 +198,22 @@ class CommandMeasurer:
         return Measurement({str(printed.get("cell") or COMMAND_CELL): figure}, seconds)
 
 
-def _figure(printed: Any) -> Figure:
+def _figure(printed: Any) -> StepFigure:
     if not isinstance(printed, dict):
         raise ValueError("not a JSON object")
     values = [float(printed[k]) for k in ("speedup", "low", "high")]
     if not 0 < values[1] <= values[0] <= values[2]:
         raise ValueError(f"speedup {values[0]} must lie in [low {values[1]}, high {values[2]}], all above 0")
     kernels = printed.get("kernels")
-    return Figure(*values, kernels=kernels if isinstance(kernels, list) else None)
+    return StepFigure(*values, kernels=kernels if isinstance(kernels, list) else None)
 
 
 def measurer_of(config: Mapping[str, Any]) -> SuiteMeasurer | CommandMeasurer:
-    """The measurer a step's configuration describes (`describe` wrote it)."""
+    """The measurer a step's configuration describes (`measurer_spec` wrote it)."""
     spec = dict(config["measurer"])
     kind = spec.pop("kind")
     return SuiteMeasurer(**spec) if kind == "suite" else CommandMeasurer(**spec)
 
 
-def describe(measurer: SuiteMeasurer | CommandMeasurer) -> dict[str, Any]:
+def measurer_spec(measurer: SuiteMeasurer | CommandMeasurer) -> dict[str, Any]:
     return {"kind": "suite" if isinstance(measurer, SuiteMeasurer) else "command", **asdict(measurer)}

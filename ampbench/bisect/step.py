@@ -1,4 +1,4 @@
-"""One bisect step: the cells measured at a commit (or in a package version's environment), judged against
+"""One bisect step: the cells measured at a commit (or in a package version's environment), judge_step against
 the good side's levels, measured once more where inconclusive, and answered as ``git bisect run`` reads
 an exit status: 0 good, 1 bad, 125 skip (inconclusive twice, or no figure twice). Each step appends its
 record to the bisect's steps file (one JSON object a line), which the driver reads back.
@@ -15,15 +15,20 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from ampbench.bisect.judge import ANSWERS, BAD, GOOD, SKIP, Level, describe_cells, judged
+from ampbench.bisect.judge import ANSWERS, BAD, GOOD, SKIP, Level, describe_cells, judge_step
 from ampbench.bisect.measure import Measurement, measurer_of
 from ampbench.verdict import Verdict
 
 ABORT = 128  # git bisect run stops at a status above 127: a fault of the step itself, not of the commit
+# a step that cannot even start must stop the bisect: Python's own exit status for it, 1, reads as bad
 SCRIPT = """import sys
 sys.path.insert(0, {root!r})
-from ampbench.bisect.step import main
-sys.exit(main(sys.argv[1]))
+try:
+    from ampbench.bisect.step import step_main
+except BaseException as exc:
+    print(f"ampbench bisect: the step could not start, stopping the bisect: {{exc!r}}", file=sys.stderr)
+    sys.exit(128)
+sys.exit(step_main(sys.argv[1]))
 """
 
 
@@ -79,7 +84,7 @@ def run_step(config: Mapping[str, Any], tree: Path, revision: str, subject: str,
     code, seconds, attempts = SKIP, 0.0, []
     for attempt in (1, 2):
         measurement = measurer(tree, f"{kind}{number}-{revision[:12]}-{attempt}")
-        code, verdicts = judged(measurement, levels)
+        code, verdicts = judge_step(measurement, levels)
         seconds += measurement.seconds
         attempts.append({"cells": _cells(measurement, verdicts, levels), "seconds": measurement.seconds,
                          "problem": measurement.problem})
@@ -98,7 +103,7 @@ def run_step(config: Mapping[str, Any], tree: Path, revision: str, subject: str,
     return code, record
 
 
-def main(config_path: str) -> int:
+def step_main(config_path: str) -> int:
     """The step ``git bisect run`` calls, in the worktree at the commit under test."""
     try:
         config = json.loads(Path(config_path).read_text(encoding="utf-8"))

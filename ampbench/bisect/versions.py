@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from ampbench.bisect import levels as good_side
-from ampbench.bisect.commits import Plan
+from ampbench.bisect.commits import Plan, tighten
 from ampbench.bisect.judge import BAD, GOOD, Level
-from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, describe
+from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec
 from ampbench.bisect.outcome import step_rows
 from ampbench.bisect.step import progress, run_step, steps_taken
-from ampbench.bisect.worktree import Worktree, resolve
+from ampbench.bisect.worktree import Worktree, commit_sha
 
 INHERIT_PTH = "ampbench-bisect-inherited.pth"
 
@@ -72,7 +72,7 @@ class Environments:
 def _use(config: dict, measurer: SuiteMeasurer | CommandMeasurer, python: str) -> None:
     """Point the measurer, and the steps' copy of it, at `python`'s environment."""
     measurer.python = python
-    config["measurer"] = describe(measurer)
+    config["measurer"] = measurer_spec(measurer)
     Path(config["path"]).write_text(json.dumps(config), encoding="utf-8")
 
 
@@ -102,7 +102,7 @@ def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
     """Bisect `versions` of `package` (oldest first: the first good, the last bad) with the project at
     `rev` of `repo`: (the record of every step and the outcome, the levels)."""
     t0 = time.perf_counter()
-    sha = resolve(repo, rev)
+    sha = commit_sha(repo, rev)
     progress(f"{len(versions)} versions of {package}, {versions[0]} (good) to {versions[-1]} (bad); the project at "
              f"{sha[:12]} in a temporary worktree")
     record: dict[str, Any] = {"unit": "version", "package": package, "versions": versions, "project": sha,
@@ -111,11 +111,16 @@ def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
         envs = Environments(wt.scratch / "envs", package, wt.path, pip_args)
         measurer.log_dir = str(wt.scratch / "logs")
         measurer.python = envs.python(versions[0])
+        if isinstance(measurer, SuiteMeasurer):
+            measurer.tolerance = plan.tolerance
         levels, good_runs = good_side.measured_levels(measurer, wt.path, f"{package}=={versions[0]}", plan.repeats,
-                                                      plan.tolerance, wt.scratch / "baselines", progress)
+                                                      plan.tolerance,
+                                                      wt.scratch / "baselines" if plan.suite_baseline else None,
+                                                      progress)
+        tighten(measurer, levels)
         for level in levels.values():
             progress(str(level))
-        config = {"measurer": describe(measurer), "levels": {c: lv.to_json() for c, lv in levels.items()},
+        config = {"measurer": measurer_spec(measurer), "levels": {c: lv.to_json() for c, lv in levels.items()},
                   "steps_file": str(wt.scratch / "steps.jsonl"), "path": str(wt.scratch / "config.json")}
         record.update(levels=config["levels"], good_runs=good_runs)
         low, high, skipped = 0, len(versions) - 1, set()

@@ -25,7 +25,7 @@ def git(repo: Path, *args: str, check: bool = True) -> str:
     return done.stdout.strip()
 
 
-def resolve(repo: Path, rev: str) -> str:
+def commit_sha(repo: Path, rev: str) -> str:
     """The commit `rev` names in `repo`, as a full sha; GitError naming it where it names none."""
     sha = git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
     if not sha:

@@ -47,8 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "--history), check that --bad regresses against it, then run `git bisect run` in a git "
                     "worktree in a temporary folder (your checkout is never touched) with a step that runs the "
                     "cells at each commit, as pytest with --benchmark-json and --perf-history off, and answers "
-                    "good, bad (the suite's gate says regression, or the speedup's interval lies below the good "
-                    "level's line) or skip (inconclusive, measured again and still inconclusive). With "
+                    "good, bad (the speedup's interval lies below the good level's line, or, with --suite-baseline, "
+                    "the suite's gate says regression) or skip (inconclusive, measured again and still "
+                    "inconclusive). With "
                     "--package, the versions of a package are bisected instead, each in a virtual environment "
                     "of its own. Prints the first bad commit with each cell's drop, its interval and the kernels "
                     "that moved, and writes every step to --record.",
@@ -73,6 +74,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="take each cell's level from this run history (read only) instead of measuring the good "
                         "side: its latest counted runs on --gpu")
     p.add_argument("--gpu", metavar="NAME", default=None, help="with --history: the GPU model (default: its only one)")
+    p.add_argument("--suite-baseline", action="store_true",
+                   help="on a GPU, record the good side's baseline into a temporary folder and let the suite's gate "
+                        "judge each step against it as well; its tolerance is at least 3%% until a spread is learned, "
+                        "and a cell it judges stops at its first decisive look (default: off, the suite measures "
+                        "each cell until its interval is half the level's tolerance wide and the bisect judges it)")
     p.add_argument("--no-check-bad", dest="check_bad", action="store_false",
                    help="do not measure the bad side before bisecting (default: measured, and a bad side that "
                         "holds its level stops the bisect)")
@@ -82,7 +88,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the module, in the repository, that collects the suite's speed test (default: "
                         "perf/test_speed.py; a project of its own: its module with `from ampbench.suite import *`)")
     p.add_argument("--gate", choices=("device", "wall"), default="device",
-                   help="the speedup judged, as --perf-gate (default: device)")
+                   help="the speedup judge_step, as --perf-gate (default: device)")
     p.add_argument("--pytest-args", default="", metavar="ARGS",
                    help="more arguments for each pytest run, e.g. '-p ampbench.slowdown --perf-device cuda:1'")
     p.add_argument("--step-command", default=None, metavar="CMD",
@@ -115,7 +121,7 @@ def _usage(args: argparse.Namespace) -> str | None:
 def command(args: argparse.Namespace) -> int:
     import shlex
 
-    from ampbench.bisect.cells import parse_cell
+    from ampbench.bisect.cells import named_cell
     from ampbench.bisect.commits import Plan, bisect_commits
     from ampbench.bisect.levels import LevelError
     from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer
@@ -126,7 +132,7 @@ def command(args: argparse.Namespace) -> int:
     problem = _usage(args)
     if problem is None:
         try:
-            [parse_cell(c) for c in args.cells]
+            [named_cell(c) for c in args.cells]
         except ValueError as exc:
             problem = str(exc)
     if problem is not None:
@@ -134,7 +140,7 @@ def command(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     measurer = (CommandMeasurer(args.step_command) if args.step_command is not None else
                 SuiteMeasurer(list(args.cells), sys.executable, args.test_file, args.gate, shlex.split(args.pytest_args)))
-    plan = Plan(args.repeats, args.tolerance, args.check_bad, args.history, args.gpu)
+    plan = Plan(args.repeats, args.tolerance, args.check_bad, args.history, args.gpu, args.suite_baseline)
     try:
         if args.package is not None:
             record, levels = bisect_versions(args.repo, args.rev, args.package, args.versions, measurer, plan,
