@@ -33,7 +33,8 @@ if pathlib.Path("broken").exists():
 def timed(extra):
     t = time.perf_counter(); time.sleep(0.002 + extra); return time.perf_counter() - t
 ratios = sorted(timed(0) / timed(DELAY) for _ in range(7))
-print(json.dumps({{"speedup": statistics.median(ratios), "low": ratios[1], "high": ratios[-2]}}))
+kernels = [{{"name": "sleep", "ms": 2.0}}] + ([{{"name": "planted_delay", "ms": DELAY * 1e3}}] if DELAY else [])
+print(json.dumps({{"speedup": statistics.median(ratios), "low": ratios[1], "high": ratios[-2], "kernels": kernels}}))
 '''
 FROM_FILE = 'DELAY = float(pathlib.Path("delay.txt").read_text())'
 STEP = f"{sys.executable} measure.py"
@@ -117,6 +118,7 @@ def test_the_planted_commit_is_named_and_every_step_recorded(delay_repo, tmp_pat
     assert status == 0, out
     assert f"first bad commit: {shas[4]} 'change 4 (the slow one)'" in out
     assert "ampbench bisect: step 1:" in out and "against line" in out
+    assert "kernels: kernels per step +4.000 ms against the good side; new: planted_delay 4.000 ms" in out
     record = json.loads(record_path.read_text())
     assert record["first_bad"] == {"commit": shas[4], "subject": "change 4 (the slow one)"}
     steps = [s for s in record["steps"] if s["kind"] == "step"]
@@ -259,3 +261,26 @@ def test_package_versions_are_bisected_each_in_its_own_environment(tmp_path, cap
     assert record["first_bad"]["commit"] == "tinypkg==1.2"
     assert {s["commit"]: s["answer"] for s in record["steps"]} == {
         "tinypkg==1.4": "bad", "tinypkg==1.2": "bad", "tinypkg==1.1": "good"}
+
+
+def test_the_level_is_taken_from_the_history_reading_only(tmp_path):
+    from ampbench.bisect.levels import LevelError, history_levels
+    from ampbench.history.store import open_history
+    from tests.history_runs import H100, speed_record, speed_run
+
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    history = open_history(url)
+    kernels = [{"name": "gemm", "ms": 1.5}]
+    for i, value in enumerate((2.0, 2.02, 1.98, 2.0)):
+        history.append(speed_run(f"run{i}", [speed_record("gpt", "amp_fp16", value, kernels=kernels)], at=i))
+    history.release()
+    stored = (tmp_path / "history.sqlite").read_bytes()
+    levels = history_levels(url, None, ["test_speed[gpt-amp_fp16]"], 0.005)
+    level = levels["test_speed[gpt-amp_fp16]"]
+    assert level.speedup == pytest.approx(2.0, rel=1e-3)
+    assert level.tolerance == pytest.approx(0.02, rel=1e-2)  # the runs' own spread, wider than the floor
+    assert level.values == (2.0, 2.02, 1.98, 2.0) and level.kernels == kernels
+    assert level.source == f"history: 4 runs on {H100}"
+    assert (tmp_path / "history.sqlite").read_bytes() == stored
+    with pytest.raises(LevelError, match=r"no counted run of test_speed\[mlp-bf16\] device_speedup"):
+        history_levels(url, H100, ["test_speed[mlp-bf16]"], 0.005)

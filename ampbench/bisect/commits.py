@@ -20,7 +20,7 @@ from ampbench.bisect.judge import BAD, Level
 from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec, stop
 from ampbench.bisect.outcome import step_rows
 from ampbench.bisect.step import SCRIPT, progress, run_step, steps_taken
-from ampbench.bisect.worktree import GitError, Worktree, git, commit_sha, subject
+from ampbench.bisect.worktree import GitError, Worktree, commit_sha, git, subject
 
 _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.MULTILINE)
 _CANDIDATES = re.compile(r"first bad commit could be any of:\n((?:[0-9a-f]{40}\n?)+)")

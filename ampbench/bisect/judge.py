@@ -16,7 +16,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from ampbench.bisect.measure import StepFigure, Measurement
+from ampbench.bisect.measure import Measurement, StepFigure
 from ampbench.verdict import SpeedupCheck, Verdict
 
 GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's exit statuses

@@ -7,9 +7,15 @@ import math
 from pathlib import Path
 from typing import Callable
 
-from ampbench.bisect.judge import Level, level_of
-from ampbench.bisect.measure import COMMAND_CELL, CommandMeasurer, StepFigure, Measurement, SuiteMeasurer
 from ampbench.bisect.cells import named_cell
+from ampbench.bisect.judge import Level, level_of
+from ampbench.bisect.measure import (
+    COMMAND_CELL,
+    CommandMeasurer,
+    Measurement,
+    StepFigure,
+    SuiteMeasurer,
+)
 from ampbench.results.ratios import SPEED_RATIOS
 
 HISTORY_RUNS = 10  # the latest counted runs of the history's level a bisect's level takes

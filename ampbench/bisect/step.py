@@ -15,7 +15,15 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from ampbench.bisect.judge import ANSWERS, BAD, GOOD, SKIP, Level, describe_cells, judge_step
+from ampbench.bisect.judge import (
+    ANSWERS,
+    BAD,
+    GOOD,
+    SKIP,
+    Level,
+    describe_cells,
+    judge_step,
+)
 from ampbench.bisect.measure import Measurement, measurer_of
 from ampbench.verdict import Verdict
 
