@@ -149,6 +149,10 @@ def test_revisions_that_make_no_bisect_are_refused(delay_repo, capsys):
     assert "revision 'nosuchrev' names no commit" in capsys.readouterr().err
     assert main(["bisect", "--repo", str(repo), "--good", shas[0]]) == 2
     assert "name one or more CELLs" in capsys.readouterr().err
+    assert main(["bisect", "--repo", str(repo), "--good", shas[0], "--step-command", STEP, "--history", "h.db"]) == 2
+    assert "--history and --suite-baseline hold the suite's cells" in capsys.readouterr().err
+    assert main(["bisect", "gpt:fp9", "--repo", str(repo), "--good", shas[0]]) == 2
+    assert "unknown precision mode 'fp9'" in capsys.readouterr().err
 
 
 def test_steps_without_a_figure_are_skipped_and_no_commit_is_named(tmp_path, capsys):
@@ -284,3 +288,25 @@ def test_the_level_is_taken_from_the_history_reading_only(tmp_path):
     assert (tmp_path / "history.sqlite").read_bytes() == stored
     with pytest.raises(LevelError, match=r"no counted run of test_speed\[mlp-bf16\] device_speedup"):
         history_levels(url, H100, ["test_speed[mlp-bf16]"], 0.005)
+
+
+def test_the_suite_runs_the_named_cells_with_the_bisects_options(tmp_path):
+    from ampbench.bisect.measure import SuiteMeasurer
+
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path / "argv"}\necho "PYTHONPATH=$PYTHONPATH"\nexit 4\n')
+    fake.chmod(0o755)
+    measurer = SuiteMeasurer(["gpt:amp_fp16"], str(fake), pytest_args=["-p", "ampbench.slowdown"],
+                             baseline_dir=str(tmp_path / "baselines"), tolerance=0.01, log_dir=str(tmp_path / "logs"))
+    measurement = measurer(tmp_path, "good2-abc", record_baseline=True)
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[:6] == ["-m", "pytest", "-q", "-p", "no:cacheprovider", "perf/test_speed.py::test_speed[gpt-amp_fp16]"]
+    joined = " ".join(argv)
+    for part in ("--perf-models gpt --perf-precisions amp_fp16 --perf-compile off", "--perf-gate device",
+                 "--perf-history off", f"--benchmark-json {tmp_path / 'logs' / 'good2-abc.json'}",
+                 "-p ampbench.slowdown", "--perf-tolerance 0.01",
+                 f"--perf-baseline-dir {tmp_path / 'baselines'} --perf-update-baselines"):
+        assert part in joined
+    assert measurement.figures == {}
+    assert measurement.problem.startswith("pytest exited with status 4 and wrote no run")
+    assert f"PYTHONPATH={tmp_path}" in measurement.problem  # the tree's own code first

@@ -115,6 +115,8 @@ def _usage(args: argparse.Namespace) -> str | None:
         return "name one or more CELLs (test_speed[gpt-amp_fp16] or gpt:amp_fp16), or give --step-command"
     if args.step_command is not None and args.cells:
         return "--step-command measures its own figure: name no CELL with it"
+    if args.step_command is not None and (args.history is not None or args.suite_baseline):
+        return "--history and --suite-baseline hold the suite's cells: name CELLs instead of --step-command"
     return None
 
 
