@@ -1,4 +1,4 @@
-"""How a bisect step is judge_step: each cell's figure held against the good side's level (`Level`), in the
+"""How a bisect step is judged: each cell's figure held against the good side's level (`Level`), in the
 suite's one vocabulary (``ampbench.verdict.Verdict``), and the cells' verdicts turned into the step's
 answer to ``git bisect run``: good (0), bad (1) or skip (125).
 

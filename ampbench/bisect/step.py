@@ -1,4 +1,4 @@
-"""One bisect step: the cells measured at a commit (or in a package version's environment), judge_step against
+"""One bisect step: the cells measured at a commit (or in a package version's environment), judged against
 the good side's levels, measured once more where inconclusive, and answered as ``git bisect run`` reads
 an exit status: 0 good, 1 bad, 125 skip (inconclusive twice, or no figure twice). Each step appends its
 record to the bisect's steps file (one JSON object a line), which the driver reads back.
@@ -10,7 +10,6 @@ driver's ampbench: the tree under test may hold another, or none.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,6 +24,7 @@ from ampbench.bisect.judge import (
     judge_step,
 )
 from ampbench.bisect.measure import Measurement, measurer_of
+from ampbench.bisect.worktree import git
 from ampbench.verdict import Verdict
 
 ABORT = 128  # git bisect run stops at a status above 127: a fault of the step itself, not of the commit
@@ -44,13 +44,9 @@ def progress(line: str) -> None:
     print(f"ampbench bisect: {line}", flush=True)
 
 
-def _git(tree: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=tree, check=True, capture_output=True, text=True).stdout.strip()
-
-
 def commit_of(tree: Path) -> tuple[str, str]:
     """(sha, subject) of the tree's HEAD."""
-    sha, _, subject = _git(tree, "log", "-1", "--format=%H %s").partition(" ")
+    sha, _, subject = git(tree, "log", "-1", "--format=%H %s").partition(" ")
     return sha, subject
 
 
@@ -91,7 +87,7 @@ def run_step(config: Mapping[str, Any], tree: Path, revision: str, subject: str,
     number = sum(1 for s in steps_taken(config) if s["kind"] == kind) + 1
     code, seconds, attempts = SKIP, 0.0, []
     for attempt in (1, 2):
-        measurement = measurer(tree, f"{kind}{number}-{revision[:12]}-{attempt}")
+        measurement = measurer(tree, f"{kind.replace(' ', '-')}{number}-{revision[:12]}-{attempt}")
         code, verdicts = judge_step(measurement, levels)
         seconds += measurement.seconds
         attempts.append({"cells": _cells(measurement, verdicts, levels), "seconds": measurement.seconds,
