@@ -12,7 +12,7 @@
 # (default OUT: bisect-check-out/ in the checkout).
 set -euo pipefail
 
-ROOT=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CELL=${CELL:-gpt:amp_fp16}
 FRACTION=${FRACTION:-0.01}
 PYTHON=${PYTHON:-python}
@@ -27,8 +27,13 @@ trap 'rm -rf "$WORK"' EXIT
 # the checkout as it is, uncommitted files included (ignored ones left out), as the base commit of a
 # history of its own
 mkdir "$WORK/repo"
-git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
-  | tar -C "$ROOT" --null --ignore-failed-read -T - -cf - | tar -C "$WORK/repo" -xf -
+if git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+  git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
+    | tar -C "$ROOT" --null --ignore-failed-read -T - -cf - | tar -C "$WORK/repo" -xf -
+else  # a copy of the files without git's folder
+  tar -C "$ROOT" --exclude=.git --exclude=.venv --exclude=__pycache__ --exclude=bisect-check-out -cf - . \
+    | tar -C "$WORK/repo" -xf -
+fi
 cd "$WORK/repo"
 grep -q '^addopts = "-ra"$' pyproject.toml || { echo "pyproject.toml: no line addopts = \"-ra\" to plant the stall in" >&2; exit 2; }
 git init -q -b main
