@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -241,6 +242,10 @@ PROJECT_PKG = '[project]\nname = "bisected"\nversion = "0"\n[tool.setuptools]\np
 
 
 def test_package_versions_are_bisected_each_in_its_own_environment(tmp_path, capsys):
+    from importlib.metadata import version
+
+    if tuple(map(int, re.match(r"(\d+)\.(\d+)", version("pip")).groups())) < (22, 3):
+        pytest.skip(f"pip {version('pip')} installs into another environment only from 22.3 (--python)")
     wheels = tmp_path / "wheels"
     for version, delay in (("1.0", 0), ("1.1", 0), ("1.2", 0.004), ("1.3", 0.004), ("1.4", 0.004)):
         src = tmp_path / f"src-{version}"
