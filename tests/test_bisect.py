@@ -203,7 +203,9 @@ def test_an_interrupt_leaves_the_repository_as_it_was(tmp_path, how):
     assert repo_state(repo) == before
     assert (repo / "note.txt").read_text() == "an edit of the user's, not committed\n"
     assert list(scratch.iterdir()) == [], "the temporary worktree must be removed"
-    assert not (tmp_path / "b.json").exists()
+    record = json.loads((tmp_path / "b.json").read_text())
+    assert record["interrupted"] is True and record["first_bad"] is None and record["steps"] == []
+    assert len(record["good_runs"]) == 3
 
 
 def _suite_env(monkeypatch) -> None:

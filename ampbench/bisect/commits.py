@@ -18,7 +18,7 @@ import ampbench
 from ampbench.bisect import levels as good_side
 from ampbench.bisect.judge import BAD, Level
 from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec, stop
-from ampbench.bisect.outcome import step_rows
+from ampbench.bisect.outcome import kept_on_interrupt, step_rows
 from ampbench.bisect.step import SCRIPT, progress, run_step, steps_taken
 from ampbench.bisect.worktree import GitError, Worktree, commit_sha, git, subject
 
@@ -92,7 +92,7 @@ def bisect_commits(repo: Path, good_rev: str, bad_rev: str, measurer: SuiteMeasu
     progress(f"{count} commits after the good side {good[:12]}, up to the bad side {bad[:12]}; worktree in a "
              "temporary folder")
     record: dict[str, Any] = {"unit": "commit", "good": good, "bad": bad, "cells": list(measurer.cells)}
-    with Worktree(repo, good) as wt:
+    with Worktree(repo, good) as wt, kept_on_interrupt(record, wt.scratch / "steps.jsonl", t0):
         measurer.log_dir = str(wt.scratch / "logs")
         if isinstance(measurer, SuiteMeasurer):
             measurer.tolerance = plan.tolerance

@@ -4,10 +4,12 @@ step written to a JSON file."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from ampbench.bisect.judge import Level
+from ampbench.bisect.step import steps_taken
 from ampbench.files.write import write_atomic
 from ampbench.verdict import kernel_changes
 
@@ -62,3 +64,26 @@ def step_rows(steps: list[dict]) -> list[dict]:
     kept once, in the step's cells)."""
     return [{key: step[key] for key in ("step", "kind", "commit", "subject", "verdict", "answer", "cells", "seconds",
                                         "attempts")} for step in steps]
+
+
+class BisectInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a bisect, with the record of the steps taken until then."""
+
+    def __init__(self, record: dict[str, Any]):
+        super().__init__("interrupted")
+        self.record = record
+
+
+@contextmanager
+def kept_on_interrupt(record: dict[str, Any], steps_file: Path, started: float) -> Iterator[None]:
+    """Turn an interrupt into BisectInterrupted holding `record` with the steps `steps_file` holds so far:
+    read here, before the worktree's temporary folder that holds the file is removed."""
+    import time
+
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        record.update(first_bad=None, why="interrupted", interrupted=True,
+                      steps=step_rows(steps_taken({"steps_file": str(steps_file)})),
+                      seconds=time.perf_counter() - started)
+        raise BisectInterrupted(record) from exc

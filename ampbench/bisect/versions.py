@@ -24,7 +24,7 @@ from ampbench.bisect import levels as good_side
 from ampbench.bisect.commits import Plan, tighten
 from ampbench.bisect.judge import BAD, GOOD, Level
 from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec
-from ampbench.bisect.outcome import step_rows
+from ampbench.bisect.outcome import kept_on_interrupt, step_rows
 from ampbench.bisect.step import progress, run_step, steps_taken
 from ampbench.bisect.worktree import Worktree, commit_sha
 
@@ -107,7 +107,7 @@ def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
              f"{sha[:12]} in a temporary worktree")
     record: dict[str, Any] = {"unit": "version", "package": package, "versions": versions, "project": sha,
                               "cells": list(measurer.cells)}
-    with Worktree(repo, sha) as wt:
+    with Worktree(repo, sha) as wt, kept_on_interrupt(record, wt.scratch / "steps.jsonl", t0):
         envs = Environments(wt.scratch / "envs", package, wt.path, pip_args)
         measurer.log_dir = str(wt.scratch / "logs")
         measurer.python = envs.python(versions[0])

@@ -55,7 +55,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "that moved, and writes every step to --record.",
         epilog="Exit status: 0 a first bad commit or version named, 1 none named (the bad side holds its level, "
                "or only skipped steps are left), 2 bad usage, revisions or a git command that failed, 130 "
-               "interrupted (the worktree removed, the repository as it was).",
+               "interrupted (the worktree removed, the repository as it was, the steps taken until then written "
+               "to --record).",
     )
     p.add_argument("cells", nargs="*", metavar="CELL",
                    help="speed cells, as test ids (test_speed[gpt-amp_fp16], test_speed[gpt-amp_bf16-compiled]) or "
@@ -127,7 +128,7 @@ def command(args: argparse.Namespace) -> int:
     from ampbench.bisect.commits import Plan, bisect_commits
     from ampbench.bisect.levels import LevelError
     from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer
-    from ampbench.bisect.outcome import report_lines, write_record
+    from ampbench.bisect.outcome import BisectInterrupted, report_lines, write_record
     from ampbench.bisect.versions import InstallError, bisect_versions
     from ampbench.bisect.worktree import GitError
 
@@ -149,6 +150,11 @@ def command(args: argparse.Namespace) -> int:
                                              shlex.split(args.pip_args))
         else:
             record, levels = bisect_commits(args.repo, args.good, args.bad, measurer, plan)
+    except BisectInterrupted as exc:
+        write_record(args.record, exc.record)
+        print(f"ampbench bisect: interrupted; the worktree is removed and the repository is as it was; the "
+              f"{len(exc.record['steps'])} steps taken written to {args.record}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("ampbench bisect: interrupted; the worktree is removed and the repository is as it was",
               file=sys.stderr)
