@@ -6,7 +6,8 @@ it early into its exit status; `args` declares every subcommand's arguments; `ex
 statuses; one module per group of subcommands: `runs` (report, compare), `baselines` (spread, baselines
 show|merge|export), `history` (history import|runs|accept|explain|changes), `catalog` (list),
 `fidelity` (the harness against a plain loop) and `fp8_width` (where fp8 starts to pay); the last two
-measure, and import torch only when run. ``ampbench export`` is ``ampbench.export.cli``'s.
+measure, and import torch only when run. ``ampbench export`` is ``ampbench.export.cli``'s; `bisect`
+declares its own arguments and runs ``ampbench.bisect``.
 """
 
 from ampbench.cli.command import main

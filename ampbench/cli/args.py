@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ampbench.cli import bisect as bisect_cli
 from ampbench.cli import history as history_cli
 from ampbench.export import cli as export_cli
 from ampbench.files import paths
@@ -240,4 +241,5 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also write every width's figures and the crossover to PATH (default: none)")
     history_cli.add_parser(sub)
     export_cli.add_parser(sub)
+    bisect_cli.add_parser(sub)
     return parser

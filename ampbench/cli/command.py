@@ -27,7 +27,7 @@ def _lazy(module: str) -> Callable[[argparse.Namespace], int]:
 
 COMMANDS = {"list": catalog.command, "report": runs.report, "compare": runs.compare, "spread": baselines.spread,
             "fidelity": _lazy("fidelity"), "fp8-width": _lazy("fp8_width"), "baselines": baselines.command,
-            "history": history.command, "export": export_cli.command}
+            "history": history.command, "export": export_cli.command, "bisect": _lazy("bisect")}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,100 @@
+"""How a bisect step is judged: each cell's figure held against the good side's level (`Level`), in the
+suite's one vocabulary (``ampbench.verdict.Verdict``), and the cells' verdicts turned into the step's
+answer to ``git bisect run``: good (0), bad (1) or skip (125).
+
+The level is the geometric mean of the good side's speedups, and its line lies below it by the
+tolerance: the user's floor, or the spread of the good side's own values where that is wider, since a
+step at an unchanged commit lands as far from the level as the good runs land from each other. A step's
+cell regresses where its whole interval lies below the line (``SpeedupCheck.classify``) or where the
+suite's gate says so (where it held the cell against a baseline the good side recorded); it holds where
+its interval lies wholly above the line; between, it is inconclusive.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+from ampbench.bisect.measure import Measurement, StepFigure
+from ampbench.verdict import SpeedupCheck, Verdict
+
+GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's exit statuses
+ANSWERS = {GOOD: "good", BAD: "bad", SKIP: "skip"}
+
+
+@dataclass(frozen=True)
+class Level:
+    """A cell's level on the good side: its speedup, the tolerance of its line, the values behind it
+    and where they came from, and the good side's kernels (where measured)."""
+
+    cell: str
+    speedup: float
+    tolerance: float
+    values: tuple[float, ...]
+    source: str  # "measured 3 times at 1a2b3c4", "history sqlite:///...: 8 runs"
+    kernels: list | None = None
+
+    @property
+    def line(self) -> float:
+        return self.speedup * (1.0 - self.tolerance)
+
+    def check(self) -> SpeedupCheck:
+        return SpeedupCheck(self.cell, "", self.speedup, self.tolerance, figure="speedup against the good side")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "values": list(self.values), "line": self.line}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Level":
+        fields = {k: v for k, v in data.items() if k != "line"}
+        return cls(**{**fields, "values": tuple(fields["values"])})
+
+    def __str__(self) -> str:
+        return (f"{self.cell}: level {self.speedup:.3f}x ({self.source}), line {self.line:.3f}x "
+                f"(tolerance {self.tolerance:.1%})")
+
+
+def level_of(cell: str, figures: Sequence[StepFigure], floor: float, source: str) -> Level:
+    """The level of `cell` from the good side's figures of it; ValueError where there are none."""
+    values = tuple(f.speedup for f in figures)
+    if not values:
+        raise ValueError(f"{cell}: no figure of the good side to set its level")
+    speedup = math.exp(sum(math.log(v) for v in values) / len(values))
+    spread = (max(values) - min(values)) / speedup
+    kernels = next((f.kernels for f in figures if f.kernels), None)
+    return Level(cell, speedup, min(max(floor, spread), 0.9), values, source, kernels)
+
+
+def judge_cell(figure: StepFigure | None, level: Level) -> Verdict:
+    """One cell of a step: ERROR where it has no figure."""
+    if figure is None:
+        return Verdict.ERROR
+    if figure.verdict == Verdict.REGRESSION.value:
+        return Verdict.REGRESSION
+    return level.check().classify(figure.estimate())
+
+
+def answer(verdicts: Mapping[str, Verdict]) -> int:
+    """The step's answer: bad where any cell regressed, good where every cell held, skip otherwise."""
+    if any(v is Verdict.REGRESSION for v in verdicts.values()):
+        return BAD
+    if verdicts and all(v in (Verdict.PASS, Verdict.IMPROVED) for v in verdicts.values()):
+        return GOOD
+    return SKIP
+
+
+def judge_step(measurement: Measurement, levels: Mapping[str, Level]) -> tuple[int, dict[str, Verdict]]:
+    verdicts = {cell: judge_cell(measurement.figures.get(cell), level) for cell, level in levels.items()}
+    return answer(verdicts), verdicts
+
+
+def describe_cells(measurement: Measurement, verdicts: Mapping[str, Verdict], levels: Mapping[str, Level]) -> str:
+    """One progress line's cells: 'test_speed[gpt-amp_fp16] 0.982x [0.979, 0.985] (-1.8%) against line 0.995x:
+    regression'."""
+    parts = []
+    for cell, verdict in verdicts.items():
+        figure, level = measurement.figures.get(cell), levels[cell]
+        shown = f"{figure} ({figure.speedup / level.speedup - 1:+.1%})" if figure is not None else "no figure"
+        parts.append(f"{cell} {shown} against line {level.line:.3f}x: {verdict}")
+    return "; ".join(parts)

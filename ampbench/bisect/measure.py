@@ -1,0 +1,219 @@
+"""One measurement of a bisect's cells in a tree: the suite's cells run by pytest (`SuiteMeasurer`), or a
+step command of the user's (`CommandMeasurer`), each read back as one `StepFigure` per cell.
+
+The suite runs as the tree's own code: the tree leads PYTHONPATH, so the ampbench a commit holds is the
+one measured, and pytest runs with ``--perf-history off`` (a bisect's runs are no sample of the cell's
+history) and writes its run with ``--benchmark-json``, whose speed records this reads
+(``ampbench.results``). A step command prints its figures as the last line of its standard output, a
+JSON object: ``{"speedup": 1.62, "low": 1.60, "high": 1.64}`` (optionally "cell", "kernels").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ampbench.bisect.cells import BisectCell, named_cell, pytest_args
+from ampbench.results.ratios import SPEED_RATIOS
+from ampbench.stats import SpeedupEstimate
+
+COMMAND_CELL = "command"  # the figure a step command prints, where it names no cell
+TAIL_LINES = 15  # of a failed run's output, quoted where it left no figure
+
+
+@dataclass(frozen=True)
+class StepFigure:
+    """One cell's speedup in one measurement, with its interval, the suite's verdict of it (where the suite
+    held it against a baseline) and the mode's top kernels, {"name", "ms"} per step (where measured)."""
+
+    speedup: float
+    low: float
+    high: float
+    confidence: float = 0.99
+    rounds: int = 0
+    verdict: str | None = None
+    kernels: list | None = None
+
+    def estimate(self) -> SpeedupEstimate:
+        return SpeedupEstimate(self.speedup, self.low, self.high, self.rounds, self.confidence)
+
+    def __str__(self) -> str:
+        return f"{self.speedup:.3f}x [{self.low:.3f}, {self.high:.3f}]"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    figures: dict[str, StepFigure]  # by cell (its test id, or COMMAND_CELL)
+    seconds: float
+    problem: str | None = None  # why a cell has no figure: a crash, a usage error, a record missing
+    device: str | None = None  # the suite's device ("cpu", "NVIDIA H200"), where the run names it
+
+
+@dataclass(frozen=True)
+class Child:
+    """A process a measurement starts; with `own_session`, in a session of its own, so that an interrupt
+    ends it with all of its children (the bisect's driver); without, in its parent's, which the driver
+    ends as a whole (the step that ``git bisect run`` starts)."""
+
+    own_session: bool = True
+
+    def run(self, argv: Sequence[str] | str, cwd: Path, env: Mapping[str, str], log: Path,
+            shell: bool = False) -> tuple[int, str]:
+        """(exit status, its output) of `argv` run in `cwd`; the output is written to `log` as well."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "w", encoding="utf-8") as out:
+            proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT,
+                                    shell=shell, start_new_session=self.own_session)
+            try:
+                status = proc.wait()
+            except BaseException:
+                stop(proc, self.own_session)
+                raise
+        return status, log.read_text(encoding="utf-8", errors="replace")
+
+
+def stop(proc: subprocess.Popen, own_session: bool) -> None:
+    """End `proc` (and its session, where it has its own): SIGTERM, then SIGKILL after 10 s."""
+    if proc.poll() is not None:
+        return
+    try:
+        (os.killpg(proc.pid, signal.SIGTERM) if own_session else proc.terminate())
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        (os.killpg(proc.pid, signal.SIGKILL) if own_session else proc.kill())
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def tree_env(tree: Path, extra_path: Sequence[str] = ()) -> dict[str, str]:
+    """The environment a measurement runs in: the tree's code first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *extra_path, *filter(None, [env.get("PYTHONPATH")])])
+    env.pop("PYTEST_ADDOPTS", None)  # the bisect names every option a step needs
+    return env
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
+
+
+@dataclass
+class SuiteMeasurer:
+    """The suite's speed cells run by pytest in the tree; `baseline_dir`, where set, is the folder of
+    baselines the suite's gate holds them against (the good side's, recorded by the bisect). Without one
+    the suite judges nothing and measures each cell until its interval is as tight as `tolerance` asks."""
+
+    cells: list[str]
+    python: str
+    test_file: str = "perf/test_speed.py"
+    gate: str = "device"
+    pytest_args: list[str] = field(default_factory=list)
+    baseline_dir: str | None = None
+    # --perf-tolerance: a cell without a baseline takes rounds until its interval is half this wide
+    tolerance: float | None = None
+    log_dir: str = "."
+    own_session: bool = True
+
+    def parsed(self) -> list[BisectCell]:
+        return [named_cell(c) for c in self.cells]
+
+    def __call__(self, tree: Path, label: str, record_baseline: bool = False) -> Measurement:
+        run_json = Path(self.log_dir) / f"{label}.json"
+        run_json.unlink(missing_ok=True)
+        argv = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args(self.parsed(), self.test_file),
+                "--perf-gate", self.gate, "--perf-history", "off", "--benchmark-json", str(run_json), *self.pytest_args]
+        if self.tolerance is not None:
+            argv += ["--perf-tolerance", f"{min(self.tolerance, 0.9):.6g}"]
+        if self.baseline_dir is not None:
+            argv += ["--perf-baseline-dir", self.baseline_dir] + (["--perf-update-baselines"] if record_baseline else [])
+        t0 = time.perf_counter()
+        status, output = Child(self.own_session).run(argv, tree, tree_env(tree), Path(self.log_dir) / f"{label}.log")
+        seconds = time.perf_counter() - t0
+        if not run_json.exists():
+            return Measurement({}, seconds, f"pytest exited with status {status} and wrote no run "
+                                            f"({Path(self.log_dir) / f'{label}.log'}):\n{_tail(output)}")
+        return self.read(run_json, seconds)
+
+    def read(self, run_json: Path, seconds: float) -> Measurement:
+        """The figures of the run's speed records of these cells: the ratio the gate reads."""
+        from ampbench.results import SpeedRecord
+        from ampbench.results.run import RunError, load_run
+
+        try:
+            run = load_run(run_json)
+        except RunError as exc:
+            return Measurement({}, seconds, str(exc))
+        kind = SPEED_RATIOS["wall" if self.gate == "wall" else "device"]
+        records = {r.test_id: r for r in run.of_kind(SpeedRecord)}
+        figures, missing = {}, []
+        for cell in self.parsed():
+            record = records.get(cell.test_id)
+            est = record.estimate(kind) if record is not None else None
+            if est is None:
+                missing.append(cell.test_id)
+                continue
+            verdict = record.verdict_of(kind)
+            figures[cell.test_id] = StepFigure(est.speedup, est.low, est.high, est.confidence, est.rounds,
+                                           None if verdict is None else str(verdict), record.kernels)
+        problem = f"the run holds no {kind.noun} of {', '.join(missing)}" if missing else None
+        return Measurement(figures, seconds, problem, run.machine.get("device") or run.gpu)
+
+
+@dataclass
+class CommandMeasurer:
+    """A step command of the user's, run by the shell in the tree; its last line of output is its figure."""
+
+    command: str
+    log_dir: str = "."
+    own_session: bool = True
+    python: str | None = None  # the interpreter a package bisect installed into: first on PATH
+
+    @property
+    def cells(self) -> list[str]:
+        return [COMMAND_CELL]
+
+    def __call__(self, tree: Path, label: str, record_baseline: bool = False) -> Measurement:
+        env = tree_env(tree)
+        if self.python is not None:
+            env["PATH"] = os.pathsep.join([str(Path(self.python).parent), env.get("PATH", "")])
+        t0 = time.perf_counter()
+        status, output = Child(self.own_session).run(self.command, tree, env, Path(self.log_dir) / f"{label}.log",
+                                                     shell=True)
+        seconds = time.perf_counter() - t0
+        lines = output.strip().splitlines()
+        try:
+            printed = json.loads(lines[-1]) if lines else None
+            figure = _figure(printed)
+        except (ValueError, TypeError, KeyError) as exc:
+            return Measurement({}, seconds, f"step command exited with status {status}; its last line is no "
+                                            f"figure ({exc}), expected {{\"speedup\": S, \"low\": L, \"high\": H}}:\n"
+                                            f"{_tail(output)}")
+        return Measurement({str(printed.get("cell") or COMMAND_CELL): figure}, seconds)
+
+
+def _figure(printed: Any) -> StepFigure:
+    if not isinstance(printed, dict):
+        raise ValueError("not a JSON object")
+    values = [float(printed[k]) for k in ("speedup", "low", "high")]
+    if not 0 < values[1] <= values[0] <= values[2]:
+        raise ValueError(f"speedup {values[0]} must lie in [low {values[1]}, high {values[2]}], all above 0")
+    kernels = printed.get("kernels")
+    return StepFigure(*values, kernels=kernels if isinstance(kernels, list) else None)
+
+
+def measurer_of(config: Mapping[str, Any]) -> SuiteMeasurer | CommandMeasurer:
+    """The measurer a step's configuration describes (`measurer_spec` wrote it)."""
+    spec = dict(config["measurer"])
+    kind = spec.pop("kind")
+    return SuiteMeasurer(**spec) if kind == "suite" else CommandMeasurer(**spec)
+
+
+def measurer_spec(measurer: SuiteMeasurer | CommandMeasurer) -> dict[str, Any]:
+    return {"kind": "suite" if isinstance(measurer, SuiteMeasurer) else "command", **asdict(measurer)}

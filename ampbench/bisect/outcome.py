@@ -1,0 +1,89 @@
+"""What a bisect ends with: the first bad step (a commit or a package version) with each cell's drop, its
+interval and the kernels that moved against the good side, as lines to print, and the record of every
+step written to a JSON file."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from ampbench.bisect.judge import Level
+from ampbench.bisect.step import steps_taken
+from ampbench.files.write import write_atomic
+from ampbench.verdict import kernel_changes
+
+RECORD_SCHEMA = 1
+
+
+def first_bad_step(steps: list[dict], revision: str) -> dict | None:
+    """The latest step that found `revision` bad: the figures its report quotes."""
+    return next((s for s in reversed(steps) if s["commit"] == revision and s["answer"] == "bad"), None)
+
+
+def moved(level: Level, cell: Mapping[str, Any]) -> str:
+    """The kernels that moved between the good side's list and the step's, or why none is named."""
+    if not level.kernels or not cell.get("kernels"):
+        return "no kernel lists to compare (the CPU smoke pass lists none, a step command lists them where it prints them)"
+    return kernel_changes(level.kernels, cell["kernels"], against="the good side") or "no kernel moved"
+
+
+def cell_lines(step: dict, levels: Mapping[str, Level]) -> list[str]:
+    lines = []
+    for name, cell in step["cells"].items():
+        level = levels[name]
+        if "speedup" not in cell:
+            lines.append(f"  {name}: no figure ({cell['verdict']})")
+            continue
+        lines.append(f"  {name}: {cell['speedup']:.3f}x [{cell['low']:.3f}, {cell['high']:.3f}] against the good "
+                     f"side's {level.speedup:.3f}x: {cell['drop']:+.1%} (line {level.line:.3f}x), {cell['verdict']}")
+        lines.append(f"    kernels: {moved(level, cell)}")
+    return lines
+
+
+def report_lines(record: Mapping[str, Any], levels: Mapping[str, Level]) -> list[str]:
+    """The bisect's outcome in words: the first bad step and its cells, or why none was named."""
+    bisect_steps = [s for s in record["steps"] if s["kind"] == "step"]
+    spent = f"{len(bisect_steps)} bisect steps, {record['seconds']:.0f} s in all"
+    first = record.get("first_bad")
+    if first is None:
+        return [f"no first bad {record['unit']} named: {record['why']} ({spent})"]
+    lines = [f"first bad {record['unit']}: {first['commit']} {first['subject']!r} ({spent})"]
+    step = first_bad_step(record["steps"], first["commit"])
+    if step is not None:
+        lines += cell_lines(step, levels)
+    return lines
+
+
+def write_record(path: Path, record: Mapping[str, Any]) -> None:
+    write_atomic(Path(path), {"schema_version": RECORD_SCHEMA, **record})
+
+
+def step_rows(steps: list[dict]) -> list[dict]:
+    """Each step as the record keeps it: its commit, verdict, figures and seconds (the kernel lists are
+    kept once, in the step's cells)."""
+    return [{key: step[key] for key in ("step", "kind", "commit", "subject", "verdict", "answer", "cells", "seconds",
+                                        "attempts")} for step in steps]
+
+
+class BisectInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM during a bisect, with the record of the steps taken until then."""
+
+    def __init__(self, record: dict[str, Any]):
+        super().__init__("interrupted")
+        self.record = record
+
+
+@contextmanager
+def kept_on_interrupt(record: dict[str, Any], steps_file: Path, started: float) -> Iterator[None]:
+    """Turn an interrupt into BisectInterrupted holding `record` with the steps `steps_file` holds so far:
+    read here, before the worktree's temporary folder that holds the file is removed."""
+    import time
+
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        record.update(first_bad=None, why="interrupted", interrupted=True,
+                      steps=step_rows(steps_taken({"steps_file": str(steps_file)})),
+                      seconds=time.perf_counter() - started)
+        raise BisectInterrupted(record) from exc

@@ -1,0 +1,120 @@
+"""One bisect step: the cells measured at a commit (or in a package version's environment), judged against
+the good side's levels, measured once more where inconclusive, and answered as ``git bisect run`` reads
+an exit status: 0 good, 1 bad, 125 skip (inconclusive twice, or no figure twice). Each step appends its
+record to the bisect's steps file (one JSON object a line), which the driver reads back.
+
+``git bisect run`` starts it as a script (`SCRIPT`, written beside the configuration), which imports the
+driver's ampbench: the tree under test may hold another, or none.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from ampbench.bisect.judge import (
+    ANSWERS,
+    BAD,
+    GOOD,
+    SKIP,
+    Level,
+    describe_cells,
+    judge_step,
+)
+from ampbench.bisect.measure import Measurement, measurer_of
+from ampbench.bisect.worktree import git
+from ampbench.verdict import Verdict
+
+ABORT = 128  # git bisect run stops at a status above 127: a fault of the step itself, not of the commit
+# a step that cannot even start must stop the bisect: Python's own exit status for it, 1, reads as bad
+SCRIPT = """import sys
+sys.path.insert(0, {root!r})
+try:
+    from ampbench.bisect.step import step_main
+except BaseException as exc:
+    print(f"ampbench bisect: the step could not start, stopping the bisect: {{exc!r}}", file=sys.stderr)
+    sys.exit(128)
+sys.exit(step_main(sys.argv[1]))
+"""
+
+
+def progress(line: str) -> None:
+    print(f"ampbench bisect: {line}", flush=True)
+
+
+def commit_of(tree: Path) -> tuple[str, str]:
+    """(sha, subject) of the tree's HEAD."""
+    sha, _, subject = git(tree, "log", "-1", "--format=%H %s").partition(" ")
+    return sha, subject
+
+
+def steps_taken(config: Mapping[str, Any]) -> list[dict]:
+    path = Path(config["steps_file"])
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _cells(measurement: Measurement, verdicts: Mapping[str, Verdict], levels: Mapping[str, Level]) -> dict:
+    out = {}
+    for cell, verdict in verdicts.items():
+        figure = measurement.figures.get(cell)
+        out[cell] = {"verdict": str(verdict), "line": levels[cell].line}
+        if figure is not None:
+            out[cell].update(speedup=figure.speedup, low=figure.low, high=figure.high,
+                             drop=figure.speedup / levels[cell].speedup - 1, suite_verdict=figure.verdict,
+                             kernels=figure.kernels)
+    return out
+
+
+def step_verdict(code: int, verdicts: Mapping[str, Verdict]) -> Verdict:
+    if code == BAD:
+        return Verdict.REGRESSION
+    if code == GOOD:
+        return Verdict.PASS
+    return Verdict.ERROR if all(v is Verdict.ERROR for v in verdicts.values()) else Verdict.INCONCLUSIVE
+
+
+def run_step(config: Mapping[str, Any], tree: Path, revision: str, subject: str, own_session: bool = True,
+             kind: str = "step") -> tuple[int, dict]:
+    """Measure `revision` (checked out in `tree`, or installed where the configuration's measurer runs),
+    judge it, and append its record to the steps file: (its answer, the record)."""
+    levels = {cell: Level.from_json(data) for cell, data in config["levels"].items()}
+    measurer = measurer_of(config)
+    measurer.own_session = own_session
+    number = sum(1 for s in steps_taken(config) if s["kind"] == kind) + 1
+    code, seconds, attempts = SKIP, 0.0, []
+    for attempt in (1, 2):
+        measurement = measurer(tree, f"{kind.replace(' ', '-')}{number}-{revision[:12]}-{attempt}")
+        code, verdicts = judge_step(measurement, levels)
+        seconds += measurement.seconds
+        attempts.append({"cells": _cells(measurement, verdicts, levels), "seconds": measurement.seconds,
+                         "problem": measurement.problem})
+        again = " (measured again)" if attempt == 2 else ""
+        progress(f"{kind} {number}: {revision[:12]} {subject!r}: {describe_cells(measurement, verdicts, levels)}"
+                 f"{again} -> {ANSWERS[code]} ({measurement.seconds:.1f} s)")
+        if measurement.problem:
+            progress(f"  {measurement.problem}")
+        if code != SKIP:
+            break
+    record = {"step": number, "kind": kind, "commit": revision, "subject": subject,
+              "verdict": str(step_verdict(code, verdicts)), "answer": ANSWERS[code],
+              "cells": attempts[-1]["cells"], "seconds": seconds, "attempts": attempts}
+    with open(config["steps_file"], "a", encoding="utf-8") as out:
+        out.write(json.dumps(record) + "\n")
+    return code, record
+
+
+def step_main(config_path: str) -> int:
+    """The step ``git bisect run`` calls, in the worktree at the commit under test."""
+    try:
+        config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+        tree = Path.cwd()
+        sha, subject = commit_of(tree)
+        code, _ = run_step(config, tree, sha, subject, own_session=False)
+        return code
+    except Exception as exc:  # noqa: BLE001 - any fault of the step stops the bisect, never reads as a bad commit
+        print(f"ampbench bisect: the step failed, stopping the bisect: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return ABORT

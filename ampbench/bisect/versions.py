@@ -1,0 +1,146 @@
+"""The package bisect: the same cells measured with each version of a package (torch, torchvision,
+torchao, ...) that pip installs, each in a virtual environment of its own, the project (a worktree of
+the repository at one revision) installed there with --no-deps. The first version is the good side,
+the last the bad side; the versions between are bisected in Python, the way ``git bisect`` goes
+through commits: halving, and stepping past a version whose step is skipped.
+
+An environment inherits the packages of the bisect's own interpreter (a ``.pth`` file naming its
+site-packages, read after the environment's own), so that only the package under test is installed
+into it; pip installs the version asked for into the environment, which comes first.
+"""
+
+from __future__ import annotations
+
+import json
+import site
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ampbench.bisect import levels as good_side
+from ampbench.bisect.commits import Plan, tighten
+from ampbench.bisect.judge import BAD, GOOD, Level
+from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec
+from ampbench.bisect.outcome import kept_on_interrupt, step_rows
+from ampbench.bisect.step import progress, run_step, steps_taken
+from ampbench.bisect.worktree import Worktree, commit_sha
+
+INHERIT_PTH = "ampbench-bisect-inherited.pth"
+
+
+class InstallError(RuntimeError):
+    """pip could not make a version's environment: the message names the version and what pip said."""
+
+
+@dataclass
+class Environments:
+    """One virtual environment per version of `package` under `root`, made on first use."""
+
+    root: Path
+    package: str
+    project: Path
+    pip_args: list[str] = field(default_factory=list)  # --find-links DIR, --no-index, --index-url URL
+    made: dict[str, str] = field(default_factory=dict)
+
+    def _pip(self, python: str, *args: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
+                               "--disable-pip-version-check", *args], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise InstallError(f"pip install {' '.join(args)}: exit status {done.returncode}: "
+                               + "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:]))
+
+    def python(self, version: str) -> str:
+        """The interpreter of `version`'s environment, which holds it and the project."""
+        if version in self.made:
+            return self.made[version]
+        folder = self.root / f"{self.package}-{version}"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, capture_output=True)
+        python = str(folder / "bin" / "python")
+        own = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+        inherited = [p for p in [*site.getsitepackages(), site.getusersitepackages()] if Path(p).is_dir()]
+        Path(own, INHERIT_PTH).write_text("".join(f"{p}\n" for p in inherited), encoding="utf-8")
+        self._pip(python, *self.pip_args, f"{self.package}=={version}")
+        self._pip(python, "--no-deps", "--no-build-isolation", str(self.project))
+        self.made[version] = python
+        return python
+
+
+def _use(config: dict, measurer: SuiteMeasurer | CommandMeasurer, python: str) -> None:
+    """Point the measurer, and the steps' copy of it, at `python`'s environment."""
+    measurer.python = python
+    config["measurer"] = measurer_spec(measurer)
+    Path(config["path"]).write_text(json.dumps(config), encoding="utf-8")
+
+
+def _step(config: dict, measurer, envs: Environments, tree: Path, version: str, kind: str = "step") -> int:
+    label = f"{envs.package}=={version}"
+    try:
+        _use(config, measurer, envs.python(version))
+    except InstallError as exc:
+        progress(f"{kind}: {label}: skipped, its environment could not be made: {exc}")
+        with open(config["steps_file"], "a", encoding="utf-8") as out:
+            out.write(json.dumps({"step": 0, "kind": kind, "commit": label, "subject": "", "verdict": "error",
+                                  "answer": "skip", "cells": {}, "seconds": 0.0,
+                                  "attempts": [{"problem": str(exc)}]}) + "\n")
+        return 125
+    return run_step(config, tree, label, "", kind=kind)[0]
+
+
+def _next(low: int, high: int, skipped: set[int]) -> int | None:
+    """The untested version nearest the middle of (low, high), as git bisect picks past skipped commits."""
+    inside = [i for i in range(low + 1, high) if i not in skipped]
+    return min(inside, key=lambda i: abs(i - (low + high) / 2)) if inside else None
+
+
+def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
+                    measurer: SuiteMeasurer | CommandMeasurer, plan: Plan,
+                    pip_args: list[str]) -> tuple[dict[str, Any], dict[str, Level]]:
+    """Bisect `versions` of `package` (oldest first: the first good, the last bad) with the project at
+    `rev` of `repo`: (the record of every step and the outcome, the levels)."""
+    t0 = time.perf_counter()
+    sha = commit_sha(repo, rev)
+    progress(f"{len(versions)} versions of {package}, {versions[0]} (good) to {versions[-1]} (bad); the project at "
+             f"{sha[:12]} in a temporary worktree")
+    record: dict[str, Any] = {"unit": "version", "package": package, "versions": versions, "project": sha,
+                              "cells": list(measurer.cells)}
+    with Worktree(repo, sha) as wt, kept_on_interrupt(record, wt.scratch / "steps.jsonl", t0):
+        envs = Environments(wt.scratch / "envs", package, wt.path, pip_args)
+        measurer.log_dir = str(wt.scratch / "logs")
+        measurer.python = envs.python(versions[0])
+        if isinstance(measurer, SuiteMeasurer):
+            measurer.tolerance = plan.tolerance
+        levels, good_runs = good_side.measured_levels(measurer, wt.path, f"{package}=={versions[0]}", plan.repeats,
+                                                      plan.tolerance,
+                                                      wt.scratch / "baselines" if plan.suite_baseline else None,
+                                                      progress)
+        tighten(measurer, levels)
+        for level in levels.values():
+            progress(str(level))
+        config = {"measurer": measurer_spec(measurer), "levels": {c: lv.to_json() for c, lv in levels.items()},
+                  "steps_file": str(wt.scratch / "steps.jsonl"), "path": str(wt.scratch / "config.json")}
+        record.update(levels=config["levels"], good_runs=good_runs)
+        low, high, skipped = 0, len(versions) - 1, set()
+        why = None
+        if plan.check_bad and _step(config, measurer, envs, wt.path, versions[-1], "bad side") != BAD:
+            why = f"the bad side {package}=={versions[-1]} does not regress against the good side's level"
+        while why is None and (index := _next(low, high, skipped)) is not None:
+            code = _step(config, measurer, envs, wt.path, versions[index])
+            if code == GOOD:
+                low = index
+            elif code == BAD:
+                high = index
+            else:
+                skipped.add(index)
+        first = None
+        if why is None and all(i in skipped for i in range(low + 1, high)) and high - low > 1:
+            why = (f"only skipped versions are left; the first bad one is one of "
+                   f"{', '.join(versions[low + 1:high + 1])}")
+        elif why is None:
+            first = {"commit": f"{package}=={versions[high]}", "subject": ""}
+        record.update(first_bad=first, why=why, steps=step_rows(steps_taken(config)),
+                      seconds=time.perf_counter() - t0)
+    return record, levels

@@ -1,0 +1,169 @@
+"""``ampbench bisect``: its arguments (declared here, added to the command by ``args``) and the command,
+which runs ``ampbench.bisect``'s commit or package bisect, prints the outcome and writes the record."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
+from ampbench.settings import DEFAULT_TOLERANCE
+
+EXIT_INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C
+
+
+def _repeats(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a whole number, got {value!r}") from None
+    if not 1 <= number <= 20:
+        raise argparse.ArgumentTypeError(f"must lie in [1, 20], got {value}")
+    return number
+
+
+def _tolerance(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a number, got {value!r}") from None
+    if not 0 < number < 0.9:
+        raise argparse.ArgumentTypeError(f"must lie in (0, 0.9), e.g. 0.005 for 0.5%, got {value}")
+    return number
+
+
+def _versions(value: str) -> list[str]:
+    versions = [v.strip() for v in value.split(",") if v.strip()]
+    if len(versions) < 2 or len(set(versions)) != len(versions):
+        raise argparse.ArgumentTypeError(f"expects two or more distinct versions, oldest first, got {value!r}")
+    return versions
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bisect", help="find the commit (or package version) that made speed cells slower",
+        description="Measure the CELLs at --good until their level is known (--repeats times, or take it from "
+                    "--history), check that --bad regresses against it, then run `git bisect run` in a git "
+                    "worktree in a temporary folder (your checkout is never touched) with a step that runs the "
+                    "cells at each commit, as pytest with --benchmark-json and --perf-history off, and answers "
+                    "good, bad (the speedup's interval lies below the good level's line, or, with --suite-baseline, "
+                    "the suite's gate says regression) or skip (inconclusive, measured again and still "
+                    "inconclusive). With "
+                    "--package, the versions of a package are bisected instead, each in a virtual environment "
+                    "of its own. Prints the first bad commit with each cell's drop, its interval and the kernels "
+                    "that moved, and writes every step to --record.",
+        epilog="Exit status: 0 a first bad commit or version named, 1 none named (the bad side holds its level, "
+               "or only skipped steps are left), 2 bad usage, revisions or a git command that failed, 130 "
+               "interrupted (the worktree removed, the repository as it was, the steps taken until then written "
+               "to --record).",
+    )
+    p.add_argument("cells", nargs="*", metavar="CELL",
+                   help="speed cells, as test ids (test_speed[gpt-amp_fp16], test_speed[gpt-amp_bf16-compiled]) or "
+                        "MODEL:MODE (gpt:amp_fp16); none with --step-command")
+    p.add_argument("--good", metavar="REV", help="a revision where the cells are fast (with --package: the "
+                                                 "project's revision is --rev)")
+    p.add_argument("--bad", metavar="REV", default="HEAD", help="a later revision where they are slow (default: HEAD)")
+    p.add_argument("--repo", type=Path, default=Path("."), metavar="DIR",
+                   help="the git repository (default: the current folder's)")
+    p.add_argument("--repeats", type=_repeats, default=3, metavar="N",
+                   help="measurements of the good side that set each cell's level (default: 3)")
+    p.add_argument("--tolerance", type=_tolerance, default=DEFAULT_TOLERANCE, metavar="FRACTION",
+                   help="the least relative drop below the good level that is bad; the good side's own spread "
+                        f"widens it (default: {DEFAULT_TOLERANCE})")
+    p.add_argument("--history", metavar="URL", default=None,
+                   help="take each cell's level from this run history (read only) instead of measuring the good "
+                        "side: its latest counted runs on --gpu")
+    p.add_argument("--gpu", metavar="NAME", default=None, help="with --history: the GPU model (default: its only one)")
+    p.add_argument("--suite-baseline", action="store_true",
+                   help="on a GPU, record the good side's baseline into a temporary folder and let the suite's gate "
+                        "judge each step against it as well; its tolerance is at least 3%% until a spread is learned, "
+                        "and a cell it judges stops at its first decisive look (default: off, the suite measures "
+                        "each cell until its interval is half the level's tolerance wide and the bisect judges it)")
+    p.add_argument("--no-check-bad", dest="check_bad", action="store_false",
+                   help="do not measure the bad side before bisecting (default: measured, and a bad side that "
+                        "holds its level stops the bisect)")
+    p.add_argument("--record", type=Path, default=Path("bisect.json"), metavar="PATH",
+                   help="the JSON record of every step (default: bisect.json)")
+    p.add_argument("--test-file", default="perf/test_speed.py", metavar="PATH",
+                   help="the module, in the repository, that collects the suite's speed test (default: "
+                        "perf/test_speed.py; a project of its own: its module with `from ampbench.suite import *`)")
+    p.add_argument("--gate", choices=("device", "wall"), default="device",
+                   help="the speedup judge_step, as --perf-gate (default: device)")
+    p.add_argument("--pytest-args", default="", metavar="ARGS",
+                   help="more arguments for each pytest run, e.g. '-p ampbench.slowdown --perf-device cuda:1'")
+    p.add_argument("--step-command", default=None, metavar="CMD",
+                   help="measure with this shell command, run in the tree at each step, instead of the suite: "
+                        "its last line of output is {\"speedup\": S, \"low\": L, \"high\": H}")
+    p.add_argument("--package", default=None, metavar="NAME",
+                   help="bisect the versions of this package instead of commits (pip install NAME==V)")
+    p.add_argument("--versions", type=_versions, default=None, metavar="V1,V2,...",
+                   help="with --package: its versions, oldest (good) first, newest (bad) last")
+    p.add_argument("--rev", default="HEAD", metavar="REV", help="with --package: the project's revision (default: HEAD)")
+    p.add_argument("--pip-args", default="", metavar="ARGS",
+                   help="with --package: more arguments for pip install, e.g. '--find-links DIR --no-index' or "
+                        "'--index-url https://download.pytorch.org/whl/cu130'")
+
+
+def _usage(args: argparse.Namespace) -> str | None:
+    if args.package is None and args.good is None:
+        return "--good REV is needed (or --package with --versions)"
+    if args.package is not None and args.versions is None:
+        return "--package needs --versions V1,V2,... (oldest first)"
+    if args.versions is not None and args.package is None:
+        return "--versions needs --package NAME"
+    if args.step_command is None and not args.cells:
+        return "name one or more CELLs (test_speed[gpt-amp_fp16] or gpt:amp_fp16), or give --step-command"
+    if args.step_command is not None and args.cells:
+        return "--step-command measures its own figure: name no CELL with it"
+    if args.step_command is not None and (args.history is not None or args.suite_baseline):
+        return "--history and --suite-baseline hold the suite's cells: name CELLs instead of --step-command"
+    return None
+
+
+def command(args: argparse.Namespace) -> int:
+    import shlex
+
+    from ampbench.bisect.cells import named_cell
+    from ampbench.bisect.commits import Plan, bisect_commits
+    from ampbench.bisect.levels import LevelError
+    from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer
+    from ampbench.bisect.outcome import BisectInterrupted, report_lines, write_record
+    from ampbench.bisect.versions import InstallError, bisect_versions
+    from ampbench.bisect.worktree import GitError
+
+    problem = _usage(args)
+    if problem is None:
+        try:
+            [named_cell(c) for c in args.cells]
+        except ValueError as exc:
+            problem = str(exc)
+    if problem is not None:
+        print(f"ampbench bisect: error: {problem}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    measurer = (CommandMeasurer(args.step_command) if args.step_command is not None else
+                SuiteMeasurer(list(args.cells), sys.executable, args.test_file, args.gate, shlex.split(args.pytest_args)))
+    plan = Plan(args.repeats, args.tolerance, args.check_bad, args.history, args.gpu, args.suite_baseline)
+    try:
+        if args.package is not None:
+            record, levels = bisect_versions(args.repo, args.rev, args.package, args.versions, measurer, plan,
+                                             shlex.split(args.pip_args))
+        else:
+            record, levels = bisect_commits(args.repo, args.good, args.bad, measurer, plan)
+    except BisectInterrupted as exc:
+        write_record(args.record, exc.record)
+        print(f"ampbench bisect: interrupted; the worktree is removed and the repository is as it was; the "
+              f"{len(exc.record['steps'])} steps taken written to {args.record}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print("ampbench bisect: interrupted; the worktree is removed and the repository is as it was",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (GitError, LevelError, InstallError) as exc:
+        print(f"ampbench bisect: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for line in report_lines(record, levels):
+        print(f"ampbench bisect: {line}")
+    write_record(args.record, record)
+    print(f"ampbench bisect: every step written to {args.record}")
+    return EXIT_OK if record.get("first_bad") else EXIT_REGRESSION
