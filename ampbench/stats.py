@@ -45,7 +45,7 @@ def _binom_cdf(k: int, n: int) -> float:
     return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
 
 
-def percent(confidence: float) -> str:
+def coverage_percent(confidence: float) -> str:
     """A coverage as people read it: whole percent where that is exact to a tenth ("99%"), else one
     decimal ("99.8%", "97.5%"), so that a coverage of 99.6% never reads as 100% nor 97.5% as 98%."""
     tenths = round(confidence * 1000)
@@ -64,7 +64,7 @@ def median_interval_ranks(n: int, confidence: float) -> tuple[int, int]:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     alpha = 1 - confidence
     if 2 * 0.5**n > alpha:
-        raise ValueError(f"{n} values cannot give a {percent(confidence)} interval for the median; need {min_rounds(confidence)}")
+        raise ValueError(f"{n} values cannot give a {coverage_percent(confidence)} interval for the median; need {min_rounds(confidence)}")
     # x_(j) (0-based) lies above the median iff at most j values lie below it: P = cdf(j); so the
     # widest-coverage-enough interval uses the largest j with cdf(j) <= alpha / 2, on both sides
     j = 0
@@ -109,7 +109,7 @@ class SpeedupEstimate:
     def __str__(self) -> str:
         between = f", between-run sd {self.between_run_sd:.1%}" if self.between_run_sd else ""
         return (f"{self.speedup:.3f}x [{self.low:.3f}, {self.high:.3f}] "
-                f"({percent(self.confidence)}, {self.rounds} rounds{between})")
+                f"({coverage_percent(self.confidence)}, {self.rounds} rounds{between})")
 
 
 def order_aligned(r: Sequence[float], ref_first: Sequence[bool]) -> tuple[float, list[float]]:

@@ -14,7 +14,7 @@ import pytest
 from ampbench.cli import main
 from ampbench.export import MARGIN_MEASURE, bmf, cell_margins, gated_figures, github_margin
 from ampbench.results import parse_run
-from ampbench.stats import SpeedupEstimate, percent
+from ampbench.stats import SpeedupEstimate, coverage_percent
 from ampbench.verdict import SpeedupCheck, Verdict
 
 DATA = Path(__file__).parent / "data"
@@ -153,6 +153,6 @@ def test_the_github_export_says_which_coverage_its_interval_has():
 @pytest.mark.parametrize("confidence, shown", [(0.99, "99%"), (0.996, "99.6%"), (0.998, "99.8%"), (0.975, "97.5%"),
                                                (0.95, "95%"), (0.9995, "99.95%"), (1.0, "100%")])
 def test_a_coverage_prints_with_a_decimal_where_whole_percent_would_round_it(confidence, shown):
-    assert percent(confidence) == shown
+    assert coverage_percent(confidence) == shown
     est = SpeedupEstimate(2.0, 1.9, 2.1, 12, confidence)
     assert f"({shown}, 12 rounds)" in str(est)

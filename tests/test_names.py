@@ -37,7 +37,7 @@ SAME_MEANING = {
     "FeedForward": (MODELS, "a transformer block's feed-forward layers"),
     "main": (("ampbench.cli.command", "ampbench.distributed."), "the entry point of `python -m` that module"),
     "command": (("ampbench.cli.", "ampbench.export.cli"), "a subcommand module's entry, which cli.command runs"),
-    "add_parser": (("ampbench.cli.bisect", "ampbench.cli.history", "ampbench.export.cli"), "a subcommand's arguments on the command's parser"),
+    "add_parser": (("ampbench.cli.bisect", "ampbench.cli.history", "ampbench.cli.record", "ampbench.export.cli"), "a subcommand's arguments on the command's parser"),
     "SCHEMA_VERSION": (("ampbench.baselines.schema", "ampbench.history.schema", "ampbench.results.schema"),
                        "the version of that module's format: a baseline file, the run history, a run's JSON"),
     "R": (("ampbench.results.base", "ampbench.results.run"), "a TypeVar bound to Record, for a kind of cell asked for"),

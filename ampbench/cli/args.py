@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ampbench.cli import bisect as bisect_cli
 from ampbench.cli import history as history_cli
+from ampbench.cli import record as record_cli
 from ampbench.export import cli as export_cli
 from ampbench.files import paths
 from ampbench.history.connect import store_url
@@ -194,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--kernels-only", action="store_true",
                         help="change nothing but the entries' kernel lists: each takes its latest counted run's, where "
                              "that run ran the software the entry names (default: the whole entry from the history)")
+    record_cli.add_parser(bas_sub)
 
     fid = sub.add_parser(
         "fidelity", help="check that the harness measures the speedup a plain training loop gets",

@@ -11,6 +11,7 @@ from ampbench.baselines.show import render_file
 from ampbench.baselines.spread import learn_spread, with_spread
 from ampbench.baselines.store import BaselineError, latest_entries, load_document
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
+from ampbench.cli import record as record_cli
 from ampbench.cli.history import history_store
 from ampbench.files.write import write_atomic, write_text_atomic
 from ampbench.history.connect import HistoryError
@@ -103,7 +104,7 @@ def export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-BASELINE_ACTIONS = {"show": show, "merge": merge, "export": export}
+BASELINE_ACTIONS = {"show": show, "merge": merge, "export": export, "record": record_cli.command}
 
 
 def command(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ from ampbench.export.figures import Figure, Figures, cell_margins
 from ampbench.results import record_type
 from ampbench.results.run import entry_group, split_id, timed_entry
 from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY, UNTIMED_KEY
-from ampbench.stats import percent
+from ampbench.stats import coverage_percent
 
 CONBENCH_REFUSAL = (
     "--format conbench: a Conbench server accepts only the units B, B/s, s, ns and i/s "
@@ -74,7 +74,7 @@ def _extra(f: Figure) -> str:
     shown = f"{f.value:+.2f} pts" if f.unit == "pts" else f"{f.value:.4f}x"
     lines = [f"group: {f.group}", f"gated figure: {f.label} {shown}"]
     if f.low is not None and f.high is not None:
-        lines.append(f"interval: {f.low:.4g}-{f.high:.4g}" + (f" ({percent(f.confidence)} coverage)" if f.confidence else ""))
+        lines.append(f"interval: {f.low:.4g}-{f.high:.4g}" + (f" ({coverage_percent(f.confidence)} coverage)" if f.confidence else ""))
     if f.baseline is not None:
         lines.append(f"baseline: {f.baseline:.4g}")
     if f.tolerance is not None:
