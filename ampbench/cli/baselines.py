@@ -12,7 +12,7 @@ from ampbench.baselines.spread import learn_spread, with_spread
 from ampbench.baselines.store import BaselineError, latest_entries, load_document
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.cli.history import history_store
-from ampbench.files.write import write_atomic, write_text_atomic
+from ampbench.files.write import same_file, write_atomic, write_text_atomic
 from ampbench.history.connect import HistoryError
 from ampbench.report import load_run
 
@@ -61,6 +61,10 @@ def spread(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
+    if args.output is not None and same_file(args.output, args.baseline):
+        print(f"ampbench: error: -o {args.output} is BASELINE.json itself, which the Markdown would replace; "
+              "give another output file", file=sys.stderr)
+        return EXIT_BAD_INPUT
     text = render_file(args.baseline, args.format)
     if args.output is None:
         sys.stdout.write(text)

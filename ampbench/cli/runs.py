@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.cli.history import history_store
+from ampbench.files.write import same_file
 from ampbench.progress import Progress
 from ampbench.report import Run, build_report, failed_tests, load_run, render_comparison_markdown, write_report
 from ampbench.report.compare import compare_runs, format_text
@@ -75,6 +76,11 @@ def _trends(history, run: Run, gpu: str | None, progress: Progress):
 
 
 def compare(args: argparse.Namespace) -> int:
+    for run in (args.old, args.new):
+        if args.markdown is not None and same_file(args.markdown, run):
+            print(f"ampbench: error: --markdown {args.markdown} is {run} itself, which the Markdown would be "
+                  "appended to; give another file", file=sys.stderr)
+            return EXIT_BAD_INPUT
     with Progress.for_files("compare", [args.old, args.new]) as progress:
         old, new = (_read(path, progress) for path in (args.old, args.new))
         progress.cells(max(len(old.cells), len(new.cells)))

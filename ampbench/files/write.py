@@ -86,3 +86,12 @@ def unwritable_reason(path: Path, make_parents: bool = True) -> str | None:
     os.close(fd)
     os.unlink(probe)
     return None
+
+
+def same_file(output: Path, source: Path) -> bool:
+    """Whether writing `output` would replace `source`: the same path, a link to it, or a hard link (the
+    same inode); a missing file is compared by its real path."""
+    try:
+        return os.path.samefile(output, source)
+    except OSError:
+        return os.path.realpath(output) == os.path.realpath(source)
