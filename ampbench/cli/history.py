@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # SQLAlchemy only where a command opens a history
     from ampbench.history.store import History
 
 DEFAULT_LIMIT = 20
+MAX_LIMIT = 10**9  # more runs than any history holds, and within the databases' integers
 
 
 def figures() -> tuple[str, ...]:
@@ -34,8 +35,8 @@ def _limit(value: str) -> int:
         number = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expects a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if not 1 <= number <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must lie in [1, {MAX_LIMIT}], got {value}")
     return number
 
 
@@ -179,6 +180,8 @@ def _changes(args: argparse.Namespace) -> int:
     if args.gpu is not None and args.gpu not in known:  # a typo would read as "no change"
         print(f"ampbench: warning: --gpu {args.gpu!r}: {history.name} holds no series of it; it holds "
               f"{', '.join(repr(g) for g in known) or 'none'}", file=sys.stderr)
+    if args.cell is not None:
+        _check_cell(history, args.cell, [args.gpu] if args.gpu is not None else known)
     found = 0
     for gpu in [args.gpu] if args.gpu is not None else known:
         for change in changes_in(history, gpu, looked_at, {args.cell} if args.cell else None):
@@ -187,6 +190,20 @@ def _changes(args: argparse.Namespace) -> int:
     where = f"{args.gpu}" if args.gpu else "every GPU model"
     print(f"ampbench: {found} change{'s' * (found != 1)} in {', '.join(looked_at)} of {where} in {history.name}")
     return EXIT_OK
+
+
+def _check_cell(history: History, test_id: str, gpus: list[str]) -> None:
+    """HistoryError where no series of `gpus` is of `test_id`: a misspelt cell would read as "no change"."""
+    from difflib import get_close_matches
+
+    cells = sorted({c for gpu in gpus for c in history.cells(gpu)})
+    if test_id in cells:
+        return
+    near = get_close_matches(test_id, cells, n=1)
+    shown = ", ".join(cells[:3]) + (f" and {len(cells) - 3} more" if len(cells) > 3 else "")
+    hint = f"did you mean {near[0]}?" if near else f"it holds {shown}" if cells else "it holds none"
+    raise history.fail(f"--cell {test_id!r}: no series of that cell" + (f" on {gpus[0]}" if len(gpus) == 1 else "")
+                       + f" ({hint})")
 
 
 HISTORY_ACTIONS = {"import": _import, "runs": _runs, "accept": _accept, "explain": _explain, "changes": _changes}

@@ -61,10 +61,15 @@ def _file_stem(history: History, gpu: str) -> str | None:
 
 
 def gpu_of_cell(history: History, test_id: str, figure: str, gpu: str | None) -> str:
-    """`gpu`, or the only GPU (a model, or N of one) the history holds `test_id`'s series on."""
-    if gpu is not None:
+    """`gpu`, or the only GPU (a model, or N of one) the history holds `test_id`'s series on; HistoryError
+    where `gpu` is given and holds no run of it (a misspelt GPU would explain an empty series)."""
+    if gpu is not None and history.series(gpu, test_id, figure).points:
         return gpu
     gpus = [g for g in history.series_gpus() if history.series(g, test_id, figure).points]
+    if gpu is not None:
+        raise history.fail(f"{test_id} {figure}: no run on --gpu {gpu!r}; " + (
+            f"it has runs on {', '.join(repr(g) for g in gpus)}" if gpus
+            else "it has no run in the history; `ampbench history runs` lists the runs"))
     if len(gpus) != 1:
         raise history.fail(f"{test_id} {figure}: " + (f"--gpu is needed: it has runs on {', '.join(gpus)}" if gpus
                                                        else "no run in the history; `ampbench history runs` lists them"))
