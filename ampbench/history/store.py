@@ -38,6 +38,7 @@ from ampbench.history.schema import (
     VERSION_KEY,
     SchemaProblem,
     bring_up_to_date,
+    check_sound,
     check_version,
     read_version,
     SCHEMA_VERSION,
@@ -89,6 +90,8 @@ class History:
         with self.transaction() as conn:
             version = read_version(conn)
             check_version(version)
+            if version is not None:
+                check_sound(conn)
         if version == SCHEMA_VERSION:
             return
         if version is None and not create:
