@@ -97,3 +97,61 @@ def test_a_limit_out_of_range_is_a_usage_error(history_file, capsys, value):
         main(["history", "runs", "--limit", value, "--history", history_file])
     assert info.value.code == EXIT_BAD_INPUT
     assert "argument --limit: " in capsys.readouterr().err.splitlines()[-1]
+
+
+# ---------------------------------------------------------------------------------------------------
+# what a run's file or a user's option carries reaches the terminal escaped, never acted on
+
+TITLE = "\x1b]0;owned\x07"  # sets a terminal's title
+DATA = ROOT / "tests" / "data"
+
+
+def test_a_label_with_terminal_escapes_is_printed_escaped(tmp_path, capsys):
+    import json
+
+    doc = json.loads((DATA / "h100_speed_device.json").read_text())
+    doc["machine_info"]["ampbench"]["label"] = f"v1{TITLE}\u202etxt.exe"
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(doc))
+    store = str(tmp_path / "history.sqlite")
+    assert main(["history", "import", str(run), "--history", store]) == 0
+    capsys.readouterr()
+    assert main(["history", "runs", "--history", store]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "v1\\x1b]0;owned\\x07\\u202etxt.exe" in out
+
+
+@pytest.mark.parametrize("reason", ["line one\nline two", f"moved{TITLE}", "x" * 10_000, "  "],
+                         ids=["newline", "escape", "10000 characters", "blank"])
+def test_an_acceptance_reason_is_one_short_line(history_file, capsys, reason):
+    with pytest.raises(SystemExit) as info:
+        main(["history", "accept", "run3", "--reason", reason, "--history", history_file])
+    assert info.value.code == EXIT_BAD_INPUT
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --reason: expects one line of 1 to 500 characters without control characters" in error
+    assert "\x1b" not in error and len(error) < 300, error
+
+
+def test_a_plain_reason_is_accepted(history_file, capsys):
+    assert main(["history", "accept", "run3", "--reason", "cuDNN 9.10: a faster kernel", "--history", history_file]) == 0
+    assert "(cuDNN 9.10: a faster kernel)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("label", [f"v1{TITLE}", "a\nb", "x" * 201])
+def test_a_perf_label_with_control_characters_is_refused(label):
+    import argparse
+
+    from ampbench.plugin.history import label_option
+
+    with pytest.raises(argparse.ArgumentTypeError, match="without control characters"):
+        label_option(label)
+
+
+def test_a_label_from_the_environment_is_kept_escaped(monkeypatch):
+    from ampbench.plugin.history import LABEL_VARIABLES, default_label
+
+    for name in LABEL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(LABEL_VARIABLES[0], f"tag{TITLE}")
+    assert default_label() == "tag\\x1b]0;owned\\x07"
