@@ -45,6 +45,9 @@ def report(args: argparse.Namespace) -> int:
         written = write_report(args.output, files)
     print(f"ampbench: report of {args.run} ({len(run.cells)} results, {run.gpu}) written to "
           f"{written}/index.html in {time.perf_counter() - t0:.1f} s")
+    if not run.cells:
+        print(f"ampbench: {args.run} holds no cell: every test of its run was skipped or deselected (on the CPU, "
+              "the memory and GPU-only cells skip), so there is nothing to judge")
     if trends is not None:
         print(f"ampbench: trends of {len(trends.cells)} cells on {trends.gpu} from the history {trends.store}")
     own = [c for c in run.cells if c.verdict is not None and c.verdict.failing]

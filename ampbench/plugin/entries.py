@@ -85,9 +85,11 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
         output_json[UNTIMED_KEY] = untimed
 
 
-def _save_untimed_only(bench: Any, config: pytest.Config) -> None:
-    """pytest-benchmark's saving, through its own hooks, of a run none of whose cells it timed."""
-    save = bench.save or bench.autosave
+def _save_untimed_only(bench: Any, config: pytest.Config, cells: bool) -> None:
+    """pytest-benchmark's saving, through its own hooks, of a run none of whose cells it timed. A run of no
+    cell at all (every test skipped: memory cells on the CPU) still writes the --benchmark-json it was
+    asked for, so that the step reading it says what the run did; it is not saved as a run."""
+    save = (bench.save or bench.autosave) if cells else False
     if not (save or bench.json):
         return
     machine_info = bench.get_machine_info()
@@ -113,8 +115,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     handle = bench.handle_saving
 
     def handle_saving() -> None:
-        if bench.benchmarks or bench.disabled or not any(SCHEMA_KEY in e["extra_info"] for e in config.stash.get(_KEPT, [])):
+        if bench.benchmarks or bench.disabled:
             return handle()
-        _save_untimed_only(bench, config)
+        _save_untimed_only(bench, config, any(SCHEMA_KEY in e["extra_info"] for e in config.stash.get(_KEPT, [])))
 
     bench.handle_saving = handle_saving
