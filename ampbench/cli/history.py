@@ -128,10 +128,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from ampbench.history.ingest import import_runs
+    from ampbench.history.ingest import Imported, append_runs, read_runs
 
+    read = read_runs(args.runs)
+    if all(isinstance(row, str) for _, row in read):  # no store is made, or opened, for nothing to import
+        for _, error in read:
+            print(printable(f"ampbench: error: {error}"), file=sys.stderr)
+        print(f"ampbench: nothing imported into {args.history}: no file given is a usable run")
+        return EXIT_BAD_INPUT
     history = history_store(args, create=True, read_only=False)
-    outcomes = import_runs(history, args.runs)
+    outcomes: list[Imported] = append_runs(history, read)
     for o in outcomes:
         if o.error:
             print(printable(f"ampbench: error: {o.error}"), file=sys.stderr)

@@ -188,15 +188,25 @@ class Imported:
     error: str | None = None  # one line naming the file
 
 
-def import_runs(history: History, paths: Iterable[Path]) -> list[Imported]:
-    """Append each run JSON of `paths`, each in its own transaction: a malformed file is reported and
-    nothing of it written, the others are imported; a run already in the history is left as it is."""
-    outcomes = []
-    for path in dict.fromkeys(Path(p) for p in paths):  # a file named twice is read once
+def read_runs(paths: Iterable[Path]) -> list[tuple[Path, RunRow | str]]:
+    """Each run JSON of `paths` read as the history would hold it, or the one line saying why it is no
+    usable run; a file named twice is read once. Nothing touches a store, so bad input alone makes none."""
+    read: list[tuple[Path, RunRow | str]] = []
+    for path in dict.fromkeys(Path(p) for p in paths):
         try:
-            row = file_run(path)
+            read.append((path, file_run(path)))
         except (RunError, OSError) as error:
-            outcomes.append(Imported(path, None, False, error=str(error).splitlines()[0]))
+            read.append((path, str(error).splitlines()[0]))
+    return read
+
+
+def append_runs(history: History, read: list[tuple[Path, RunRow | str]]) -> list[Imported]:
+    """Append each run ``read_runs`` read, each in its own transaction; a run already in the history is
+    left as it is, a file that was no usable run is reported."""
+    outcomes = []
+    for path, row in read:
+        if isinstance(row, str):
+            outcomes.append(Imported(path, None, False, error=row))
             continue
         # a store an older ampbench filled knows a file without a run id by the hash of its bytes
         there = row.id.startswith(CONTENT_PREFIX) and history.has_run(bytes_id(path))
@@ -204,3 +214,8 @@ def import_runs(history: History, paths: Iterable[Path]) -> list[Imported]:
         outcomes.append(Imported(path, row.id, appended, cells=len(row.cells)))
     return outcomes
 
+
+def import_runs(history: History, paths: Iterable[Path]) -> list[Imported]:
+    """Append each run JSON of `paths`, each in its own transaction: a malformed file is reported and
+    nothing of it written, the others are imported; a run already in the history is left as it is."""
+    return append_runs(history, read_runs(paths))

@@ -346,6 +346,6 @@ def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
                 raise HistoryError(f"history {path}: its folder cannot be made ({error.strerror})") from None
-    history = History(make_engine(parsed, busy_timeout), parsed, busy_timeout)
+    history = History(make_engine(parsed, busy_timeout, read_only), parsed, busy_timeout)
     history.prepare(create, read_only)
     return history
