@@ -155,3 +155,78 @@ def test_a_label_from_the_environment_is_kept_escaped(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(LABEL_VARIABLES[0], f"tag{TITLE}")
     assert default_label() == "tag\\x1b]0;owned\\x07"
+
+
+# ---------------------------------------------------------------------------------------------------
+# messages that say what is the matter, in the user's words
+
+
+def test_baselines_show_of_a_run_says_it_is_a_run(capsys):
+    run = DATA / "h100_speed_device.json"
+    assert main(["baselines", "show", str(run)]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == (f"ampbench: error: baseline file {run}: is a run JSON (pytest --benchmark-json), "
+                                       "not a baseline file (baselines/<gpu-slug>.json); `ampbench report` reads a run\n")
+
+
+def test_baselines_export_of_smoke_runs_only_says_there_is_no_gpu_run(tmp_path, capsys):
+    store = str(tmp_path / "history.sqlite")
+    assert main(["history", "import", str(DATA / "cpu_smoke.json"), "--history", store]) == 0
+    capsys.readouterr()
+    assert main(["baselines", "export", "--history", store, "--baseline-dir", str(tmp_path / "b")]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "holds no GPU run, only 1 CPU smoke run, whose figures no baseline takes: nothing to export" in err, err
+    assert "--gpu" not in err and not (tmp_path / "b").exists()
+
+
+def test_kernels_only_without_kernel_lists_says_so(history_file, tmp_path, capsys):
+    out = str(tmp_path / "b")
+    assert main(["baselines", "export", "--history", history_file, "--baseline-dir", out]) == 0
+    capsys.readouterr()
+    assert main(["baselines", "export", "--history", history_file, "--baseline-dir", out, "--kernels-only"]) == 2
+    err = capsys.readouterr().err
+    assert "no kernel list to write: no entry of NVIDIA H100 80GB HBM3's baseline files has a latest counted run " \
+           "that lists kernels" in err and "no counted" not in err, err
+
+
+def test_explain_shows_an_absurd_value_as_its_factor(history_file, capsys):
+    from ampbench.history.store import open_history
+    from history_runs import speed_record, speed_run
+
+    open_history(history_file).append(speed_run("huge", [speed_record("gpt", "amp_bf16", 1e308)], at=9))
+    assert main(["history", "explain", "test_speed[gpt-amp_bf16]", "--history", history_file]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if " huge " in l)
+    assert "x1.8e+307" in line and "%" not in line.split("(sd")[0] and "70746" not in line, line
+
+
+@pytest.mark.parametrize("argv", [
+    lambda out: ["baselines", "show", str(BASELINE), "-o", out],
+    lambda out: ["export", str(gpu_run()), "--format", "bmf", "-o", out],
+    lambda out: ["report", str(gpu_run()), "-o", out],
+    lambda out: ["compare", str(gpu_run()), str(gpu_run()), "--markdown", out],
+], ids=["baselines show", "export", "report", "compare --markdown"])
+def test_a_file_in_the_way_of_an_output_is_named_in_plain_words(tmp_path, capsys, argv):
+    blocker = tmp_path / "afile"
+    blocker.write_text("mine")
+    out = blocker / "out"
+    assert main(argv(str(out))) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err == f"ampbench: error: {out}: cannot be written: {blocker} is a file, where a folder is needed\n", err
+    assert blocker.read_text() == "mine"
+
+
+@pytest.mark.parametrize("code, words", [
+    ("EROFS", "cannot be written: it is on a read-only file system"),
+    ("EACCES", "cannot be written: this user may not write there"),
+    ("ENOSPC", "cannot be written: the disk is full"),
+])
+def test_a_write_error_is_told_in_plain_words_naming_the_path_given(tmp_path, monkeypatch, capsys, code, words):
+    import errno
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), str(tmp_path / ".out.md.x1y2.tmp"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    out = tmp_path / "out.md"
+    assert main(["baselines", "show", str(BASELINE), "-o", str(out)]) == EXIT_BAD_INPUT
+    assert capsys.readouterr().err == f"ampbench: error: {out}: {words}\n"

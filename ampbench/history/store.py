@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, Engine
 
+from ampbench.files.write import plain_problem
 from ampbench.history.connect import (
     DEFAULT_BUSY_TIMEOUT,
     WRITE,
@@ -345,7 +346,7 @@ def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
-                raise HistoryError(f"history {path}: its folder cannot be made ({error.strerror})") from None
+                raise HistoryError(f"history {path}: {plain_problem(error, path)}") from None
     history = History(make_engine(parsed, busy_timeout, read_only), parsed, busy_timeout)
     history.prepare(create, read_only)
     return history
