@@ -23,6 +23,7 @@ from ampbench.results.run import entry_group, timed_entry
 from ampbench.results.schema import SCHEMA_KEY, UNTIMED_KEY
 
 _KEPT = pytest.StashKey[list]()  # the entry of every cell that wrote a record, in run order
+_OWN_INFO = pytest.StashKey[dict]()  # the extra_info of a cell that times no step (no benchmark fixture)
 
 
 def cell_of(item: pytest.Item) -> tuple[str, str] | None:
@@ -47,6 +48,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kind = marker.kwargs.get("group") if marker is not None else None
         if isinstance(kind, str) and model is not None:
             item.add_marker(pytest.mark.benchmark(**{**marker.kwargs, "group": entry_group(kind, model)}), append=False)
+
+
+def cell_entry(request: pytest.FixtureRequest) -> dict:
+    """The extra_info a cell writes its record into, kept (``keep_entry``): its benchmark's, where the
+    test itself takes pytest-benchmark's fixture to time steps; else a dict of its own on the item. A cell
+    that times nothing does not take the fixture: an unused one warns, an error under ``-W error``."""
+    if "benchmark" in request.fixturenames:
+        info = request.getfixturevalue("benchmark").extra_info
+    else:
+        info = request.node.stash.setdefault(_OWN_INFO, {})
+    keep_entry(request.config, request.node, info)
+    return info
+
+
+def item_entry(item: pytest.Item) -> dict | None:
+    """The extra_info the cell of `item` writes into (``cell_entry``); None before it has one."""
+    bench = (getattr(item, "funcargs", None) or {}).get("benchmark")
+    info = getattr(bench, "extra_info", None)
+    return info if isinstance(info, dict) else item.stash.get(_OWN_INFO, None)
 
 
 def keep_entry(config: pytest.Config, node: pytest.Item, extra_info: dict) -> None:
