@@ -230,3 +230,15 @@ def test_a_write_error_is_told_in_plain_words_naming_the_path_given(tmp_path, mo
     out = tmp_path / "out.md"
     assert main(["baselines", "show", str(BASELINE), "-o", str(out)]) == EXIT_BAD_INPUT
     assert capsys.readouterr().err == f"ampbench: error: {out}: {words}\n"
+
+
+def test_a_run_files_message_reaches_the_terminal_escaped(tmp_path, capsys):
+    import json
+
+    doc = json.loads(gpu_run().read_text())
+    doc["benchmarks"][0]["extra_info"].update(verdict="regression", message=f"slower{TITLE}")
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(doc))
+    main(["report", str(run), "-o", str(tmp_path / "report")])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "slower\\x1b]0;owned\\x07" in out, out
