@@ -119,7 +119,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                     "cell's noise) and list each with the runs around it, what differs between them (label, "
                     "suite revision, torch, CUDA, cuDNN, driver, Triton, torchao, card) and the kernels whose "
                     "time moved most between the two segments.",
-        epilog="Exit status: 0 listed (with or without changes), 2 the store."))
+        epilog="Exit status: 0 listed (with or without changes), 2 a cell the history holds no series of, or the store."))
     chg.add_argument("--gpu", metavar="NAME", default=None, help="only this GPU model (default: every one)")
     chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
     chg.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=("all", *figures()),
