@@ -204,5 +204,5 @@ def test_an_output_file_that_is_a_directory_is_a_one_line_error_naming_it(tmp_pa
     folder.mkdir()
     assert main(argv(str(folder))) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
-    assert err == f"ampbench: error: {folder}: Is a directory\n", err
+    assert err == f"ampbench: error: {folder}: is a directory; give a file's path\n", err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"] and not any(folder.iterdir())

@@ -64,14 +64,14 @@ def test_exit_status_on_a_gpu_follows_the_worst_difference(monkeypatch, capsys, 
 
 def test_a_smoke_run_says_its_differences_are_no_finding_and_exits_0(monkeypatch, capsys):
     monkeypatch.setattr(fidelity, "fidelity_rows", lambda cells, device, smoke, repeats: iter([_row(-0.25)]))
-    assert main(["fidelity", "--device", "cpu"]) == EXIT_OK
+    assert main(["fidelity", "--device", "cpu", "--force"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "say nothing about a GPU and no difference fails the check" in out
     assert "worst |difference| 25.00% (not held on a smoke run)" in out
 
 
 def test_a_real_check_on_the_cpu(capsys):
-    status = main(["fidelity", "--device", "cpu", "--repeats", "1", "--naive", "mlp:amp_bf16"])
+    status = main(["fidelity", "--device", "cpu", "--force", "--repeats", "1", "--naive", "mlp:amp_bf16"])
     out = capsys.readouterr().out
     assert "smoke shapes" in out
     row = re.search(r"fidelity mlp +amp_bf16 +harness ([\d.]+)x \(.*intervals \[([\d.]+), ([\d.]+)\]\) "
@@ -87,10 +87,22 @@ def test_a_real_check_on_the_cpu(capsys):
 
 
 
+def test_without_cuda_it_stops_at_once_unless_forced(monkeypatch, capsys):
+    def measured(*args):
+        raise AssertionError("nothing is measured without --force")
+
+    monkeypatch.setattr(fidelity, "fidelity_rows", measured)
+    assert main(["fidelity", "--device", "cpu"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out.startswith("ampbench fidelity: no CUDA device (cpu): on it the models run their smoke shapes, whose "
+                          "figures say nothing about the harness on a GPU; nothing measured. --force runs")
+    assert out.count("\n") == 1
+
+
 def test_help_describes_the_check_and_its_exit_status(capsys):
     with pytest.raises(SystemExit) as info:
         main(["fidelity", "--help"])
     out = capsys.readouterr().out
     assert info.value.code == 0 and "plain, hand-written training loop" in out and "--naive" in out
     assert "Exit status: 0 every difference within --target, 1 one beyond it" in " ".join(out.split())
-    assert "0 on the CPU" in " ".join(out.split())
+    assert "0 without a CUDA device, where nothing is measured" in " ".join(out.split())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ampbench.cli import main
-from ampbench.history.ingest import bytes_id, cell_row, content_id, figures_of, file_run, import_runs
+from ampbench.history.ingest import bytes_id, cell_row, content_id, figures_of, file_run, import_runs, run_content_id
 from ampbench.history.store import open_history
 from ampbench.results import (
     ConvergenceRecord,
@@ -72,7 +72,7 @@ def test_a_slowed_cell_is_marked_whichever_kind_wrote_it():
 def test_a_run_is_known_by_the_plugins_id_or_by_its_content(tmp_path):
     copy = tmp_path / "copy.json"
     shutil.copy(DATA / "h100_run.json", copy)
-    assert file_run(copy).id == file_run(DATA / "h100_run.json").id == content_id(json.loads(copy.read_text()))
+    assert file_run(copy).id == file_run(DATA / "h100_run.json").id == run_content_id(file_run(copy))
     document = json.loads(copy.read_text())
     document["machine_info"]["ampbench"].update(run_id="3f1c", label="app@1", suite_revision="v2")
     copy.write_text(json.dumps(document))
@@ -105,6 +105,29 @@ def test_a_file_an_older_version_imported_by_its_bytes_is_not_imported_again(sto
     history.append(dataclasses.replace(file_run(DATA / "h100_run.json"), id=bytes_id(DATA / "h100_run.json")))
     (again,) = import_runs(history, [DATA / "h100_run.json"])
     assert (again.appended, again.error) == (False, None) and history.counts() == (1, 42)
+
+
+def test_a_file_an_older_version_imported_by_its_document_is_not_imported_again(store_url):
+    history = open_history(store_url)
+    document = json.loads((DATA / "h100_run.json").read_text())
+    history.append(dataclasses.replace(file_run(DATA / "h100_run.json"), id=content_id(document)))
+    (again,) = import_runs(history, [DATA / "h100_run.json"])
+    assert (again.appended, again.error) == (False, None) and history.counts() == (1, 42)
+
+
+def test_a_run_and_its_pytest_benchmark_export_import_as_one_run(store_url, tmp_path, capsys):
+    from ampbench.cli import main
+
+    for name in ("h100_run.json", "cpu_smoke.json"):
+        assert "run_id" not in json.loads((DATA / name).read_text())["machine_info"]["ampbench"]
+        exported = tmp_path / f"exported-{name}"
+        assert main(["export", str(DATA / name), "--format", "pytest-benchmark", "-o", str(exported)]) == 0
+        assert exported.read_bytes() != (DATA / name).read_bytes()
+    history = open_history(store_url)
+    first = import_runs(history, [DATA / "h100_run.json", DATA / "cpu_smoke.json"])
+    second = import_runs(history, [tmp_path / "exported-h100_run.json", tmp_path / "exported-cpu_smoke.json"])
+    assert all(o.appended for o in first) and not any(o.appended or o.error for o in second)
+    assert [o.run_id for o in second] == [o.run_id for o in first] and history.counts() == (2, 42 + 12)
 
 
 def test_import_takes_the_good_files_and_names_each_bad_one(store_url, tmp_path):

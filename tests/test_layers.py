@@ -10,11 +10,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# the package's source folders: the zoo lies at the top level and installs as ampbench.models
+SOURCES = {ROOT / "ampbench": "ampbench", ROOT / "models": "ampbench.models"}
+
+
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in (ROOT / "ampbench").rglob("*.py"):
-        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-        found[name.removesuffix(".__init__")] = path
+    for folder, package in SOURCES.items():
+        for path in folder.rglob("*.py"):
+            name = ".".join((package, *path.relative_to(folder).with_suffix("").parts))
+            found[name.removesuffix(".__init__")] = path
     return found
 
 

@@ -84,3 +84,24 @@ def test_what_an_entry_point_must_name(name, load, words):
 def test_a_name_the_zoo_holds_is_refused():
     with pytest.raises(ModelEntryPointError, match="model 'gpt' is already registered"):
         register(replace(models.get_model("mlp"), name="gpt"), "entry point ampbench.models gpt")
+
+
+@pytest.mark.parametrize("name", ["lenet_ü模型", "le net[5],x", "le-net", "5net", ""])
+def test_a_name_run_options_and_test_ids_cannot_hold_is_refused(name):
+    with pytest.raises(ModelEntryPointError) as info:
+        register(replace(models.get_model("mlp"), name=name), f"entry point ampbench.models {name}")
+    assert (f"model name {name!r} cannot be named by --perf-models or in a test id; a model name is ASCII "
+            "letters, digits and '_', beginning with a letter") in str(info.value)
+    assert name not in models.REGISTRY
+
+
+def test_an_entry_point_of_a_name_perf_models_cannot_hold_is_a_usage_error(tmp_path):
+    _fake_distribution(tmp_path, "tiny_mlp = own_pkg:SPEC")
+    (tmp_path / "own_pkg" / "__init__.py").write_text(
+        "from dataclasses import replace\nfrom ampbench.models.mlp import SPEC as MLP\n"
+        "SPEC = replace(MLP, name='tiny mlp,x')\n")
+    (tmp_path / "own_pkg-0.1.dist-info" / "entry_points.txt").write_text(
+        "[ampbench.models]\ntiny mlp,x = own_pkg:SPEC\n")
+    result = _pytest(tmp_path)
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "model name 'tiny mlp,x' cannot be named by --perf-models" in result.stderr, result.stderr

@@ -22,6 +22,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ampbench"
+# the package's source folders: the zoo lies at the top level and installs as ampbench.models
+SOURCES = {PACKAGE: "ampbench", ROOT / "models": "ampbench.models"}
 MODELS = ("ampbench.models.",)
 
 # names defined in several modules on purpose, with one meaning: the modules they may stand in (a prefix
@@ -46,9 +48,9 @@ SAME_MEANING = {
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        found[name] = path
+    for folder, package in SOURCES.items():
+        for path in sorted(folder.rglob("*.py")):
+            found[".".join((package, *path.relative_to(folder).with_suffix("").parts)).removesuffix(".__init__")] = path
     return found
 
 

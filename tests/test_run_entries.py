@@ -57,6 +57,11 @@ def test_underflow(record_result):
     record_result(UnderflowRecord(model="mlp_64_64_10", device="cpu", accuracy_ref=0.9, verdict=Verdict.PASS))
 
 
+@pytest.mark.benchmark(group="memory")
+def test_skipped_on_this_device(benchmark, record_result):
+    pytest.skip("needs a device this run lacks")
+
+
 @pytest.mark.benchmark(group="speed")
 def test_unmarked_clock(benchmark, record_result):
     """A test whose timer is not the step clock: handing it step times fails rather than records a no-op."""
@@ -115,6 +120,17 @@ def test_a_run_of_untimed_cells_only_is_written(tmp_path):
     assert doc["benchmarks"] == [] and len(doc[UNTIMED_KEY]) == 2
     assert doc["machine_info"]["ampbench"]["device"]  # written through pytest-benchmark's own hooks
     assert len(load_run(tmp_path / "out.json").cells) == 2
+
+
+def test_a_run_whose_every_cell_skipped_is_written_and_reported(tmp_path, capsys):
+    from ampbench.cli import main
+
+    doc = _run(tmp_path, "out.json", "-k", "skipped_on_this_device")
+    assert doc["benchmarks"] == [] and UNTIMED_KEY not in doc and doc["machine_info"]["ampbench"]["device"]
+    assert load_run(tmp_path / "out.json").cells == []
+    assert main(["report", str(tmp_path / "out.json"), "-o", str(tmp_path / "report")]) == 0
+    assert "holds no cell: every test of its run was skipped or deselected" in capsys.readouterr().out
+    assert (tmp_path / "report" / "index.html").exists()
 
 
 def test_handing_step_times_without_the_step_clock_fails(tmp_path):

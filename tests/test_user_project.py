@@ -83,3 +83,19 @@ def test_the_wheel_installs_no_top_level_package_but_ampbench(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert sorted({n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}) == ["ampbench"]
     assert "ampbench/models/__init__.py" in names and "ampbench/models/mlp.py" in names
+    # pyproject.toml lists the packages: each folder of the tree that holds a module is in the wheel
+    folders = {("ampbench", *p.parent.relative_to(ROOT / "ampbench").parts) for p in (ROOT / "ampbench").rglob("*.py")}
+    folders |= {("ampbench", "models", *p.parent.relative_to(ROOT / "models").parts) for p in (ROOT / "models").rglob("*.py")}
+    assert folders <= {tuple(n.split("/")[:-1]) for n in names}, sorted(folders - {tuple(n.split("/")[:-1]) for n in names})
+    # installed (a wheel is importable as it is unpacked), the zoo is ampbench.models and nothing is `models`
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    probe = ("import importlib.util, ampbench.models, ampbench.models.resnet; "
+             "print(ampbench.models.__file__, len(ampbench.models.REGISTRY), importlib.util.find_spec('models'))")
+    imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(site)})
+    assert imported.returncode == 0, imported.stderr
+    from ampbench import models
+
+    assert imported.stdout.split() == [str(site / "ampbench" / "models" / "__init__.py"), str(len(models.REGISTRY)),
+                                       "None"], imported.stdout

@@ -29,9 +29,10 @@ STRING_LIST_SUFFIX = "between_run_runs"
 class BaselineError(ValueError):
     """A baseline file that cannot be used; the message names the file and the field."""
 
-    def __init__(self, path: Path, field_name: str, problem: str):
+    def __init__(self, path: Path, field_name: str | None, problem: str):
+        """`field_name` None: the file as a whole is another kind of file."""
         self.path, self.field = path, field_name
-        super().__init__(f"baseline file {path}: field {field_name!r}: {problem}")
+        super().__init__(f"baseline file {path}: " + (f"field {field_name!r}: " if field_name else "") + problem)
 
 
 def is_stamp(value: Any) -> bool:
@@ -139,6 +140,11 @@ def validate(document: Any, path: Path) -> None:
     if not isinstance(document, dict):
         raise BaselineError(path, "<top level>", f"expected a JSON object, got {type(document).__name__}")
     version = document.get("schema_version")
+    if "schema_version" not in document and isinstance(document.get("benchmarks"), list):
+        raise BaselineError(path, None, "is a run JSON (pytest --benchmark-json), not a baseline file "
+                                        "(baselines/<gpu-slug>.json); `ampbench report` reads a run")
+    if "schema_version" not in document:
+        raise BaselineError(path, "schema_version", f"missing; a baseline file holds schema {SCHEMA_VERSION}")
     if version != SCHEMA_VERSION:
         raise BaselineError(
             path, "schema_version", f"is {version!r}; this ampbench reads schema {SCHEMA_VERSION} only"

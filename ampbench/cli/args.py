@@ -203,10 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "do and the way a plain, hand-written training loop with the same good practice does "
                     "(channels_last for convnets on CUDA, the fused optimizer), alternating in one process, "
                     "--repeats times each, and print both and their difference. Only the autocast modes have a "
-                    "plain loop. On the CPU the models run their smoke shapes, and the figures only show that the "
-                    "check works.",
-        epilog="Exit status: 0 every difference within --target, 1 one beyond it, 2 bad usage; 0 on the CPU, "
-               "where the smoke shapes' differences are no finding.",
+                    "plain loop. Without a CUDA device it stops at once, saying so: the models would run their "
+                    "smoke shapes, whose figures only show that the check works (--force runs them).",
+        epilog="Exit status: 0 every difference within --target, 1 one beyond it, 2 bad usage; 0 without a CUDA "
+               "device, where nothing is measured, or with --force the smoke shapes' differences are no finding.",
     )
     fid.add_argument("cells", nargs="*", metavar="MODEL:MODE",
                      help="cells to check (default: resnet50 and gpt, each in amp_bf16 and amp_fp16)")
@@ -219,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     fid.add_argument("--cudnn-benchmark", action="store_true",
                      help="cuDNN autotuning on for both sides, like --perf-cudnn-benchmark on (default: off, "
                           "cuDNN's heuristics)")
+    fid.add_argument("--force", action="store_true",
+                     help="without a CUDA device, run the check all the same on the smoke shapes: minutes, for "
+                          "figures that only show the check works (default: stop at once, saying so)")
     fid.add_argument("--naive", action="store_true",
                      help="also time a naive loop (contiguous tensors, the optimizer's default implementation) "
                           "against the same plain fp32 loop: what good practice is worth (default: off)")

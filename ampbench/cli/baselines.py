@@ -13,7 +13,7 @@ from ampbench.baselines.store import BaselineError, latest_entries, load_documen
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.cli import record as record_cli
 from ampbench.cli.history import history_store
-from ampbench.files.write import write_atomic, write_text_atomic
+from ampbench.files.write import described, same_file, write_atomic, write_text_atomic
 from ampbench.history.connect import HistoryError
 from ampbench.report import load_run
 
@@ -62,6 +62,10 @@ def spread(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
+    if args.output is not None and same_file(args.output, args.baseline):
+        print(f"ampbench: error: -o {args.output} is BASELINE.json itself, which the Markdown would replace; "
+              "give another output file", file=sys.stderr)
+        return EXIT_BAD_INPUT
     text = render_file(args.baseline, args.format)
     if args.output is None:
         sys.stdout.write(text)
@@ -97,7 +101,8 @@ def export(args: argparse.Namespace) -> int:
         history = history_store(args, create=False, read_only=True)
         files = write_baselines(history, args.gpu, args.baseline_dir, args.kernels_only)
     except (HistoryError, BaselineError, OSError) as error:
-        print(f"ampbench baselines export: {error}", file=sys.stderr)
+        shown = described(error) if isinstance(error, OSError) else error
+        print(f"ampbench baselines export: {shown}", file=sys.stderr)
         return EXIT_BAD_INPUT
     for path, written in files:
         print(f"ampbench: {written} {'entry' if written == 1 else 'entries'} written from the history {args.history} to {path}")

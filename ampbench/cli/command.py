@@ -15,6 +15,7 @@ from ampbench.cli import baselines, catalog, history, runs
 from ampbench.cli.args import build_parser
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_PIPE_CLOSED
 from ampbench.export import cli as export_cli
+from ampbench.files.write import described
 from ampbench.history.connect import HistoryError
 from ampbench.report import RunError
 from ampbench.report.compare import CompareError
@@ -45,11 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ampbench: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except OSError as exc:
-        # an output path that cannot be written: name the path the user gave (a failed rename's target,
-        # not the temp file beside it), without errno's numbering
-        path = exc.filename2 or exc.filename
-        print(f"ampbench: error: {path}: {exc.strerror}" if path and exc.strerror else f"ampbench: error: {exc}",
-              file=sys.stderr)
+        # an output path that cannot be written: the path the user gave, in plain words (files.write)
+        print(f"ampbench: error: {described(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

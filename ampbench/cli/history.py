@@ -13,6 +13,7 @@ from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.files import paths
 from ampbench.history.connect import store_url
 from ampbench.history.ingest import FIGURES
+from ampbench.printable import hidden, printable
 from ampbench.results import MemoryRecord
 from ampbench.results.ratios import DEVICE, history_figures
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:  # SQLAlchemy only where a command opens a history
     from ampbench.history.store import History
 
 DEFAULT_LIMIT = 20
+MAX_REASON = 500  # characters of an acceptance's reason: a sentence or two, one line
+MAX_LIMIT = 10**9  # more runs than any history holds, and within the databases' integers
 
 
 def figures() -> tuple[str, ...]:
@@ -34,9 +37,17 @@ def _limit(value: str) -> int:
         number = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expects a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if not 1 <= number <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must lie in [1, {MAX_LIMIT}], got {value}")
     return number
+
+
+def _reason(value: str) -> str:
+    text = value.strip()
+    if not text or len(text) > MAX_REASON or hidden(text):
+        raise argparse.ArgumentTypeError(f"expects one line of 1 to {MAX_REASON} characters without control "
+                                         f"characters, got {len(value)} characters: {printable(value[:40])!r}")
+    return text
 
 
 def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -87,7 +98,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     acc.add_argument("run_id", metavar="RUN_ID", help="the run the new level starts from (`ampbench history runs`)")
     acc.add_argument("--cell", metavar="TEST_ID", default=None,
                      help="the cell, e.g. 'test_speed[resnet50-amp_bf16]' (default: every cell of the run)")
-    acc.add_argument("--reason", metavar="TEXT", required=True, help="why the new level is intended")
+    acc.add_argument("--reason", metavar="TEXT", required=True, type=_reason,
+                     help=f"why the new level is intended: one line of at most {MAX_REASON} characters")
     exp = with_store(actions.add_parser(
         "explain", help="what the history decided of one cell, with its numbers",
         description="List every run of a cell's series as the gate replays it (counted, held back as suspect, "
@@ -107,7 +119,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                     "cell's noise) and list each with the runs around it, what differs between them (label, "
                     "suite revision, torch, CUDA, cuDNN, driver, Triton, torchao, card) and the kernels whose "
                     "time moved most between the two segments.",
-        epilog="Exit status: 0 listed (with or without changes), 2 the store."))
+        epilog="Exit status: 0 listed (with or without changes), 2 a cell the history holds no series of, or the store."))
     chg.add_argument("--gpu", metavar="NAME", default=None, help="only this GPU model (default: every one)")
     chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
     chg.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=("all", *figures()),
@@ -116,16 +128,22 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from ampbench.history.ingest import import_runs
+    from ampbench.history.ingest import Imported, append_runs, read_runs
 
+    read = read_runs(args.runs)
+    if all(isinstance(row, str) for _, row in read):  # no store is made, or opened, for nothing to import
+        for _, error in read:
+            print(printable(f"ampbench: error: {error}"), file=sys.stderr)
+        print(f"ampbench: nothing imported into {args.history}: no file given is a usable run")
+        return EXIT_BAD_INPUT
     history = history_store(args, create=True, read_only=False)
-    outcomes = import_runs(history, args.runs)
+    outcomes: list[Imported] = append_runs(history, read)
     for o in outcomes:
         if o.error:
-            print(f"ampbench: error: {o.error}", file=sys.stderr)
+            print(printable(f"ampbench: error: {o.error}"), file=sys.stderr)
         else:
             done = "imported" if o.appended else "already in the history"
-            print(f"{o.path}: run {o.run_id} ({o.cells} cells) {done}")
+            print(printable(f"{o.path}: run {o.run_id} ({o.cells} cells) {done}"))
     added = sum(o.appended for o in outcomes)
     bad = sum(o.error is not None for o in outcomes)
     there = len(outcomes) - added - bad
@@ -145,8 +163,11 @@ def _runs(args: argparse.Namespace) -> int:
     gpus = sorted({g for g in history.series_gpus() for r in runs if not r.smoke and g.startswith(r.gpu)})
     held = suspect_runs(history, gpus)
     header = ("run", "time (UTC)", "gpu", "cells", "failing", "suspect", "label", "revision", "source")
-    rows = [(r.id, r.when[:16].replace("T", " "), f"{r.gpu} (smoke)" if r.smoke else r.gpu, str(r.cells),
-             str(r.failing), str(held.get(r.id, 0)), r.label or "-", r.suite_revision or "-", r.source) for r in runs]
+    # a label, a revision, even a GPU name comes from a run's file: printed, never acted on by the terminal
+    rows = [tuple(printable(t) for t in (
+                r.id, r.when[:16].replace("T", " "), f"{r.gpu} (smoke)" if r.smoke else r.gpu, str(r.cells),
+                str(r.failing), str(held.get(r.id, 0)), r.label or "-", r.suite_revision or "-", r.source))
+            for r in runs]
     widths = [max(len(t) for t in column) for column in zip(header, *rows)]
     for row in (header, *rows):
         print("  ".join(t.ljust(w) for t, w in zip(row, widths)).rstrip())
@@ -157,8 +178,8 @@ def _accept(args: argparse.Namespace) -> int:
     history = history_store(args, create=False, read_only=False)
     done = history.accept(args.run_id, args.cell, args.reason)
     what = done.test_id or "every cell"
-    print(f"ampbench: accepted {what} of run {done.run_id} on {done.gpu}: the level restarts there "
-          f"({done.reason})")
+    print(printable(f"ampbench: accepted {what} of run {done.run_id} on {done.gpu}: the level restarts there "
+                    f"({done.reason})"))
     return EXIT_OK
 
 
@@ -166,7 +187,7 @@ def _explain(args: argparse.Namespace) -> int:
     from ampbench.history.explain import explain
 
     history = history_store(args, create=False, read_only=True)
-    print("\n".join(explain(history, args.test_id, args.gpu, args.figure, args.baseline_dir)))
+    print("\n".join(printable(line) for line in explain(history, args.test_id, args.gpu, args.figure, args.baseline_dir)))
     return EXIT_OK
 
 
@@ -179,14 +200,30 @@ def _changes(args: argparse.Namespace) -> int:
     if args.gpu is not None and args.gpu not in known:  # a typo would read as "no change"
         print(f"ampbench: warning: --gpu {args.gpu!r}: {history.name} holds no series of it; it holds "
               f"{', '.join(repr(g) for g in known) or 'none'}", file=sys.stderr)
+    if args.cell is not None:
+        _check_cell(history, args.cell, [args.gpu] if args.gpu is not None else known)
     found = 0
     for gpu in [args.gpu] if args.gpu is not None else known:
         for change in changes_in(history, gpu, looked_at, {args.cell} if args.cell else None):
             found += 1
-            print("\n".join(describe(history, change)))
+            print("\n".join(printable(line) for line in describe(history, change)))
     where = f"{args.gpu}" if args.gpu else "every GPU model"
     print(f"ampbench: {found} change{'s' * (found != 1)} in {', '.join(looked_at)} of {where} in {history.name}")
     return EXIT_OK
+
+
+def _check_cell(history: History, test_id: str, gpus: list[str]) -> None:
+    """HistoryError where no series of `gpus` is of `test_id`: a misspelt cell would read as "no change"."""
+    from difflib import get_close_matches
+
+    cells = sorted({c for gpu in gpus for c in history.cells(gpu)})
+    if test_id in cells:
+        return
+    near = get_close_matches(test_id, cells, n=1)
+    shown = ", ".join(cells[:3]) + (f" and {len(cells) - 3} more" if len(cells) > 3 else "")
+    hint = f"did you mean {near[0]}?" if near else f"it holds {shown}" if cells else "it holds none"
+    raise history.fail(f"--cell {test_id!r}: no series of that cell" + (f" on {gpus[0]}" if len(gpus) == 1 else "")
+                       + f" ({hint})")
 
 
 HISTORY_ACTIONS = {"import": _import, "runs": _runs, "accept": _accept, "explain": _explain, "changes": _changes}

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.cli.history import history_store
+from ampbench.files.write import same_file
+from ampbench.printable import printable
 from ampbench.progress import Progress
 from ampbench.report import Run, build_report, failed_tests, load_run, render_comparison_markdown, write_report
 from ampbench.report.compare import compare_runs, format_text
@@ -42,20 +44,23 @@ def report(args: argparse.Namespace) -> int:
         files = build_report(run, comparison, failures, progress, trends)
         progress("writing the report")
         written = write_report(args.output, files)
-    print(f"ampbench: report of {args.run} ({len(run.cells)} results, {run.gpu}) written to "
+    print(f"ampbench: report of {args.run} ({len(run.cells)} results, {printable(run.gpu)}) written to "
           f"{written}/index.html in {time.perf_counter() - t0:.1f} s")
+    if not run.cells:
+        print(f"ampbench: {args.run} holds no cell: every test of its run was skipped or deselected (on the CPU, "
+              "the memory and GPU-only cells skip), so there is nothing to judge")
     if trends is not None:
-        print(f"ampbench: trends of {len(trends.cells)} cells on {trends.gpu} from the history {trends.store}")
+        print(printable(f"ampbench: trends of {len(trends.cells)} cells on {trends.gpu} from the history {trends.store}"))
     own = [c for c in run.cells if c.verdict is not None and c.verdict.failing]
     for c in own:
-        print(f"{str(c.verdict).upper()}: {c.test_id}: {c.message or ''}")
+        print(printable(f"{str(c.verdict).upper()}: {c.test_id}: {c.message or ''}"))
     if comparison is not None:
         for note in comparison.notes[:comparison.headlines]:
-            print(f"ampbench: {note}")
+            print(printable(f"ampbench: {note}"))
         for r in comparison.failures:
-            print(f"{str(r.verdict).upper()} against {args.compare.name}: {r.message}")
+            print(printable(f"{str(r.verdict).upper()} against {args.compare.name}: {r.message}"))
         for r in comparison.missing:
-            print(f"MISSING against {args.compare.name}: {r.test_id}: {r.message}")
+            print(printable(f"MISSING against {args.compare.name}: {r.test_id}: {r.message}"))
     failed = bool(own) or (comparison is not None and comparison.failed(args.strict, args.allow_missing))
     if args.strict:
         failed = failed or any(c.verdict == Verdict.INCONCLUSIVE for c in run.cells)
@@ -75,13 +80,18 @@ def _trends(history, run: Run, gpu: str | None, progress: Progress):
 
 
 def compare(args: argparse.Namespace) -> int:
+    for run in (args.old, args.new):
+        if args.markdown is not None and same_file(args.markdown, run):
+            print(f"ampbench: error: --markdown {args.markdown} is {run} itself, which the Markdown would be "
+                  "appended to; give another file", file=sys.stderr)
+            return EXIT_BAD_INPUT
     with Progress.for_files("compare", [args.old, args.new]) as progress:
         old, new = (_read(path, progress) for path in (args.old, args.new))
         progress.cells(max(len(old.cells), len(new.cells)))
         comparison = compare_runs(old, new, **_tolerances(args), progress=progress)
         progress("writing the table")
         text = format_text(comparison, all_rows=not args.changes_only)
-    sys.stdout.write(text)
+    sys.stdout.write("\n".join(printable(line) for line in text.split("\n")))  # a run file's text, never acted on
     if args.markdown is not None:
         with open(args.markdown, "a", encoding="utf-8") as f:
             f.write("\n".join(render_comparison_markdown(comparison)) + "\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ampbench.export.figures import gated_figures
 from ampbench.export.formats import ExportError, bmf, conbench, github, github_margin, pytest_benchmark
-from ampbench.files.write import write_text_atomic
+from ampbench.files.write import same_file, write_text_atomic
 from ampbench.results import load_run
 from ampbench.results.run import RunError
 
@@ -61,6 +61,10 @@ def _document(args: argparse.Namespace):
 
 
 def command(args: argparse.Namespace) -> int:
+    if args.output is not None and same_file(args.output, args.run):
+        print(f"ampbench export: error: -o {args.output} is RUN.json itself, which the export would replace; "
+              "give another output file", file=sys.stderr)
+        return 2
     try:
         document = _document(args)
     except (ExportError, RunError) as exc:

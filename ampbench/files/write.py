@@ -26,7 +26,56 @@ def write_atomic(path: Path, document: dict) -> None:
     write_text_atomic(path, json.dumps(document, indent=1, sort_keys=False) + "\n")
 
 
+class PlainOSError(OSError):
+    """An OSError whose text is a plain sentence already, completing "<path> ..."."""
+
+
+# what stops a path from being written, by errno, completing "<path> ..."
+_PLAIN = {errno.EROFS: "cannot be written: it is on a read-only file system",
+          errno.EACCES: "cannot be written: this user may not write there",
+          errno.EPERM: "cannot be written: this user may not write there",
+          errno.EISDIR: "is a directory; give a file's path",
+          errno.ENOSPC: "cannot be written: the disk is full",
+          errno.EDQUOT: "cannot be written: the disk quota is used up",
+          errno.ENAMETOOLONG: "cannot be written: its name is too long for its file system",
+          errno.ENOENT: "cannot be written: its folder does not exist"}
+
+
+def plain_problem(exc: OSError, path: Path | str) -> str:
+    """Why `path` could not be written, in a sentence completing "<path> ...", from `exc`, raised writing it,
+    a temp file beside it or a folder above it: never errno's own wording."""
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        blocker = next((p for p in Path(path).absolute().parents if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            return f"cannot be written: {blocker} is a file, where a folder is needed"
+    return _PLAIN.get(exc.errno, f"cannot be written ({(exc.strerror or str(exc)).lower()})")
+
+
+def write_error(exc: OSError, path: Path | str) -> OSError:
+    """`exc` as the OSError of writing `path` itself (not of a temp file beside it), in plain words
+    (``plain_problem``); an error that carries no errno is already a sentence, and is kept."""
+    if exc.errno is None or isinstance(exc, PlainOSError):
+        return exc
+    return PlainOSError(exc.errno, plain_problem(exc, path), str(path))
+
+
+def described(exc: OSError) -> str:
+    """One line of an OSError of writing: '<path>: <plain problem>'."""
+    path = exc.filename2 or exc.filename
+    if path is None or exc.errno is None:
+        return str(exc)
+    return f"{path}: {exc.strerror if isinstance(exc, PlainOSError) else plain_problem(exc, path)}"
+
+
 def write_text_atomic(path: Path, text: str) -> None:
+    """``_write_text_atomic``; an OSError names `path` as given, in plain words (``write_error``)."""
+    try:
+        _write_text_atomic(path, text)
+    except OSError as exc:
+        raise write_error(exc, path) from None
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` through a temp file in the same folder, fsync and rename, keeping an
     existing file's mode and, where permitted, its owner and group (mkstemp makes the temp file 0600);
     a new file gets the mode open() would give it under the umask. A symlink is followed to its real
@@ -40,8 +89,9 @@ def write_text_atomic(path: Path, text: str) -> None:
         before = None
     kind = special_kind(before.st_mode) if before is not None else None
     if kind is not None:  # a rename would put a file in its place: a device node, a FIFO someone reads
-        raise OSError(errno.EISDIR if kind == "a directory" else errno.EEXIST,
-                      "Is a directory" if kind == "a directory" else f"is {kind}, not a regular file", str(path))
+        raise PlainOSError(errno.EISDIR if kind == "a directory" else errno.EEXIST,
+                           _PLAIN[errno.EISDIR] if kind == "a directory" else f"is {kind}, not a regular file",
+                           str(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -86,3 +136,12 @@ def unwritable_reason(path: Path, make_parents: bool = True) -> str | None:
     os.close(fd)
     os.unlink(probe)
     return None
+
+
+def same_file(output: Path, source: Path) -> bool:
+    """Whether writing `output` would replace `source`: the same path, a link to it, or a hard link (the
+    same inode); a missing file is compared by its real path."""
+    try:
+        return os.path.samefile(output, source)
+    except OSError:
+        return os.path.realpath(output) == os.path.realpath(source)

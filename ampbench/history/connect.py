@@ -13,6 +13,7 @@ URL uses it.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -90,19 +91,38 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(url.database) if url.get_backend_name() == "sqlite" else None
 
 
-def make_engine(url: URL, busy_timeout: float) -> Engine:
-    """An engine for `url`; HistoryError where its driver is not installed."""
+def make_engine(url: URL, busy_timeout: float, read_only: bool = False) -> Engine:
+    """An engine for `url`; HistoryError where its driver is not installed. `read_only`: its connections
+    write nothing, not even SQLite's journal mode into an empty file, and read a file on a read-only
+    folder or mount."""
     try:
         if url.get_backend_name() == "sqlite":
-            return _sqlite_engine(url, busy_timeout)
+            return _sqlite_engine(url, busy_timeout, read_only)
         return sa.create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT})
     except (ImportError, exc.NoSuchModuleError) as error:
         raise HistoryError(f"history store {shown(url)}: its driver {url.get_driver_name()!r} is not installed "
                            f"({_first_line(error)}); PostgreSQL runs on psycopg: postgresql://...") from None
 
 
-def _sqlite_engine(url: URL, busy_timeout: float) -> Engine:
-    engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
+def _read_only_connection(path: Path, busy_timeout: float) -> sqlite3.Connection:
+    uri = path.absolute().as_uri()
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=busy_timeout, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.OperationalError:
+        conn.close()
+        # a WAL store where SQLite cannot make the shared-memory file readers meet in (a read-only
+        # folder or mount): nothing can write there either, so the file is read as it lies
+        conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=busy_timeout, check_same_thread=False)
+    return conn
+
+
+def _sqlite_engine(url: URL, busy_timeout: float, read_only: bool = False) -> Engine:
+    path = Path(url.database)
+    if read_only and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        engine = sa.create_engine(url, creator=lambda: _read_only_connection(path, busy_timeout))
+    else:
+        engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection, _record) -> None:
@@ -111,8 +131,9 @@ def _sqlite_engine(url: URL, busy_timeout: float) -> Engine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
+        if not read_only:  # a store's first writer sets WAL, which the file keeps
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -15,6 +15,7 @@ from ampbench.history.changes import find_changes, settled
 from ampbench.history.learn import learned_from, percent
 from ampbench.history.model import NEW_CARD
 from ampbench.history.replay import Replay
+from ampbench.history.report_changes import shown_change
 from ampbench.history.statuses import SUSPECT
 from ampbench.history.series import Series
 from ampbench.history.store import History
@@ -61,10 +62,15 @@ def _file_stem(history: History, gpu: str) -> str | None:
 
 
 def gpu_of_cell(history: History, test_id: str, figure: str, gpu: str | None) -> str:
-    """`gpu`, or the only GPU (a model, or N of one) the history holds `test_id`'s series on."""
-    if gpu is not None:
+    """`gpu`, or the only GPU (a model, or N of one) the history holds `test_id`'s series on; HistoryError
+    where `gpu` is given and holds no run of it (a misspelt GPU would explain an empty series)."""
+    if gpu is not None and history.series(gpu, test_id, figure).points:
         return gpu
     gpus = [g for g in history.series_gpus() if history.series(g, test_id, figure).points]
+    if gpu is not None:
+        raise history.fail(f"{test_id} {figure}: no run on --gpu {gpu!r}; " + (
+            f"it has runs on {', '.join(repr(g) for g in gpus)}" if gpus
+            else "it has no run in the history; `ampbench history runs` lists the runs"))
     if len(gpus) != 1:
         raise history.fail(f"{test_id} {figure}: " + (f"--gpu is needed: it has runs on {', '.join(gpus)}" if gpus
                                                        else "no run in the history; `ampbench history runs` lists them"))
@@ -90,15 +96,19 @@ def explain(history: History, test_id: str, gpu: str | None = None, figure: str 
              + ", ".join(f"{n} {state}" for state, n in states.most_common())]
     lines += ["", "runs (oldest first):"]
     for s, p in zip(statuses, points):
-        dev = f"{s.deviation:+.2%}" if s.deviation is not None else "-"
+        dev = shown_change(s.deviation) if s.deviation is not None else "-"
         sd = f"{s.sd:.2%}" if s.sd is not None else "-"
+        reason = s.reason
+        if s.deviation is not None and reason.startswith(f"{s.deviation:+.2%} "):
+            # the replay words a deviation as its ln step, which beyond tenfold reads as an absurd percentage
+            reason = dev + reason[len(f"{s.deviation:+.2%}"):]
         lines.append(f"  #{s.index + 1:<3} {p.run_id[:12]:12} {p.when[:16].replace('T', ' ')}  {_short(p.card):16} "
-                     f"{p.value:.4g}  {dev:>7} (sd {sd:>5})  seg {s.segment + 1}  {s.state}: {s.reason}")
+                     f"{p.value:.4g}  {dev:>7} (sd {sd:>5})  seg {s.segment + 1}  {s.state}: {reason}")
     lines += ["", *_noise_lines(replay), "", *_level_lines(replay, floor or DEFAULT_TOLERANCE)]
     changes = find_changes(replay.as_series(), replay=replay)
     moved = replay.moved_from()
     lines += ["", "changes: " + ("none" if not changes else "; ".join(
-        f"{c.step:+.2%} at run #{c.index + 1} ({c.run_after.run_id})" + (" (accepted)" if c.accepted else "")
+        f"{shown_change(c.step)} at run #{c.index + 1} ({c.run_after.run_id})" + (" (accepted)" if c.accepted else "")
         + (" (the gate's: its runs failed or were held back)" if c.index == moved else "") for c in changes))]
     return lines
 

@@ -33,8 +33,13 @@ def gpu_of(history: History, gpu: str | None) -> tuple[str, str]:
         if gpu not in models:
             raise history.fail(f"no run on {gpu!r}; it holds {', '.join(sorted(models)) or 'none'}")
         return gpu, models[gpu]
+    if not models:
+        smoke = len(history.runs())
+        only = (f"only {smoke} CPU smoke run{'s' * (smoke != 1)}, whose figures no baseline takes" if smoke
+                else "nor any other")
+        raise history.fail(f"holds no GPU run, {only}: nothing to export")
     if len(models) != 1:
-        raise history.fail(f"--gpu is needed: the history holds runs on {', '.join(sorted(models)) or 'no GPU'}")
+        raise history.fail(f"--gpu is needed: the history holds runs on {', '.join(sorted(models))}")
     return next(iter(models.items()))
 
 
@@ -52,6 +57,9 @@ def write_baselines(history: History, gpu: str | None, directory: Path, kernels_
         for n, nodes in gpu_counts(history, model)]
     one = _kernels_of if kernels_only else _export_one
     written = [out for name, stem, cells in files if (out := one(history, name, stem, cells, directory, model))]
+    if not written and kernels_only:
+        raise history.fail(f"no kernel list to write: no entry of {model}'s baseline files has a latest counted run "
+                           "that lists kernels and ran the software the entry names")
     if not written:
         raise history.fail(f"no counted speed or distributed run on {model}: nothing to export")
     return written

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
@@ -170,11 +170,28 @@ def bytes_id(path: Path) -> str:
     return CONTENT_PREFIX + hashlib.sha256(path.read_bytes()).hexdigest()[:32]
 
 
+def run_content_id(row: RunRow) -> str:
+    """The id of a run without the plugin's run id: a hash of what the history holds of it (its time,
+    machine, software and each cell's record as the current schema writes it), so that the file, a copy
+    another tool wrote again, and its ``ampbench export --format pytest-benchmark`` (the same cells in
+    another layout) are one run."""
+    return content_id({"when": row.when, "gpu": row.gpu, "card": row.card_uuid, "smoke": row.smoke,
+                       "label": row.label, "revision": row.suite_revision, "software": dict(row.software),
+                       "cells": {c.test_id: dict(c.record) for c in row.cells}})
+
+
+def former_ids(path: Path) -> tuple[str, ...]:
+    """The ids older versions gave the run JSON at `path` where it had no run id: by its bytes, then by
+    its whole document."""
+    return bytes_id(path), content_id(json.loads(path.read_bytes()))
+
+
 def file_run(path: Path) -> RunRow:
     """A saved run JSON as the history holds it; RunError naming the file where it is no usable run."""
     run = load_run(path)  # the file is valid JSON from here on
-    run_id = _text(run.machine.get("run_id")) or content_id(json.loads(path.read_bytes()))
-    return run_row(run, run_id=run_id, when=_when(run, path), source=path.name)
+    own = _text(run.machine.get("run_id"))
+    row = run_row(run, run_id=own or "", when=_when(run, path), source=path.name)
+    return row if own else replace(row, id=run_content_id(row))
 
 
 @dataclass(frozen=True)
@@ -188,19 +205,34 @@ class Imported:
     error: str | None = None  # one line naming the file
 
 
-def import_runs(history: History, paths: Iterable[Path]) -> list[Imported]:
-    """Append each run JSON of `paths`, each in its own transaction: a malformed file is reported and
-    nothing of it written, the others are imported; a run already in the history is left as it is."""
-    outcomes = []
-    for path in dict.fromkeys(Path(p) for p in paths):  # a file named twice is read once
+def read_runs(paths: Iterable[Path]) -> list[tuple[Path, RunRow | str]]:
+    """Each run JSON of `paths` read as the history would hold it, or the one line saying why it is no
+    usable run; a file named twice is read once. Nothing touches a store, so bad input alone makes none."""
+    read: list[tuple[Path, RunRow | str]] = []
+    for path in dict.fromkeys(Path(p) for p in paths):
         try:
-            row = file_run(path)
+            read.append((path, file_run(path)))
         except (RunError, OSError) as error:
-            outcomes.append(Imported(path, None, False, error=str(error).splitlines()[0]))
+            read.append((path, str(error).splitlines()[0]))
+    return read
+
+
+def append_runs(history: History, read: list[tuple[Path, RunRow | str]]) -> list[Imported]:
+    """Append each run ``read_runs`` read, each in its own transaction; a run already in the history is
+    left as it is, a file that was no usable run is reported."""
+    outcomes = []
+    for path, row in read:
+        if isinstance(row, str):
+            outcomes.append(Imported(path, None, False, error=row))
             continue
-        # a store an older ampbench filled knows a file without a run id by the hash of its bytes
-        there = row.id.startswith(CONTENT_PREFIX) and history.has_run(bytes_id(path))
+        # a store an older ampbench filled knows a file without a run id by another hash of it
+        there = row.id.startswith(CONTENT_PREFIX) and any(history.has_run(i) for i in former_ids(path))
         appended = not there and history.append(row)
         outcomes.append(Imported(path, row.id, appended, cells=len(row.cells)))
     return outcomes
 
+
+def import_runs(history: History, paths: Iterable[Path]) -> list[Imported]:
+    """Append each run JSON of `paths`, each in its own transaction: a malformed file is reported and
+    nothing of it written, the others are imported; a run already in the history is left as it is."""
+    return append_runs(history, read_runs(paths))

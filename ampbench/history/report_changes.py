@@ -5,6 +5,8 @@ segments. Pure: the caller reads the runs and kernel lists from the store.
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +17,8 @@ from ampbench.verdict import kernel_changes
 
 # the software layers in the order a reader looks for them; others a run records follow, sorted
 SOFTWARE_ORDER = ("torch", "cuda", "cudnn", "driver", "triton", "torchao")
+_TENFOLD = math.log(10)
+_LARGEST_LN = math.log(sys.float_info.max)
 
 
 def segment_kernels(per_run: Sequence[Sequence[Mapping[str, Any]] | None]) -> list[dict]:
@@ -29,6 +33,15 @@ def segment_kernels(per_run: Sequence[Sequence[Mapping[str, Any]] | None]) -> li
                 times.setdefault(k["name"], []).append(float(k["ms"]))
     kept = [{"name": name, "ms": median(ms)} for name, ms in times.items() if 2 * len(ms) >= len(lists)]
     return sorted(kept, key=lambda k: -k["ms"])
+
+
+def shown_change(step: float) -> str:
+    """A move in ln units as a reader takes it: '+1.50%' within ten times either way (the ln step, as the
+    tolerances are given), beyond that the factor it is ('x1e+307', 'x1/2.5e+04'), not '+70746%'."""
+    if abs(step) <= _TENFOLD:
+        return f"{step:+.2%}"
+    factor = math.exp(min(abs(step), _LARGEST_LN))
+    return f"x{factor:.2g}" if step > 0 else f"x1/{factor:.2g}"
 
 
 def _shown(value: Any) -> str:
@@ -68,7 +81,7 @@ def describe_change(change: Change, before: RunFacts, after: RunFacts,
     series = change.series
     accepted = " (accepted)" if change.accepted else ""
     lines = [f"{series.test_id} {series.figure} on {series.gpu}: {change.level_before:.4g} -> "
-             f"{change.level_after:.4g} ({change.step:+.2%}) from run #{change.index + 1} of {len(series.points)}, "
+             f"{change.level_after:.4g} ({shown_change(change.step)}) from run #{change.index + 1} of {len(series.points)}, "
              f"{len(change.before)} runs before and {len(change.after)} after{accepted}",
              _run_line("before", before, change.index - 1), _run_line("after", after, change.index)]
     differ = differences(before, after)

@@ -147,6 +147,29 @@ def check_version(version: int | None) -> None:
                             "and older: upgrade ampbench to use it")
 
 
+# figures that are differences, not ratios: the only ones a run may write as zero or below
+SIGNED_FIGURES = ("accuracy_delta",)
+_LARGEST_FLOAT = 1.7976931348623157e308
+
+
+def check_sound(conn: Connection) -> None:
+    """SchemaProblem where the database opens the store but it cannot be trusted: an SQLite file that fails
+    its integrity check (it reads rows wrongly or fails half-way through a command), or a ratio no run
+    writes (not finite and positive), which every reader would take the logarithm of."""
+    if conn.dialect.name == "sqlite":
+        first = conn.exec_driver_sql("PRAGMA integrity_check(1)").scalar()
+        if first != "ok":
+            raise SchemaProblem(f"the file fails SQLite's integrity check ({first}): it is damaged; move it aside "
+                                "(`sqlite3 FILE .recover` may save its runs into a new file)")
+    figures = METADATA.tables["figures"]
+    bad = conn.execute(sa.select(figures.c.run_id, figures.c.test_id, figures.c.figure, figures.c.value)
+                       .where(figures.c.figure.not_in(SIGNED_FIGURES),
+                              sa.or_(figures.c.value <= 0, figures.c.value > _LARGEST_FLOAT)).limit(1)).first()
+    if bad is not None:
+        raise SchemaProblem(f"run {bad.run_id} holds {bad.figure} {bad.value!r} of {bad.test_id}, where a run "
+                            "writes a finite positive ratio: the store was edited or damaged; move it aside")
+
+
 def lock(conn: Connection) -> None:
     """Serialise creating and migrating across writers (SQLite's write transaction is serial already)."""
     if conn.dialect.name == "postgresql":

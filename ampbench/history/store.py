@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, Engine
 
+from ampbench.files.write import plain_problem
 from ampbench.history.connect import (
     DEFAULT_BUSY_TIMEOUT,
     WRITE,
@@ -38,6 +39,7 @@ from ampbench.history.schema import (
     VERSION_KEY,
     SchemaProblem,
     bring_up_to_date,
+    check_sound,
     check_version,
     read_version,
     SCHEMA_VERSION,
@@ -89,6 +91,8 @@ class History:
         with self.transaction() as conn:
             version = read_version(conn)
             check_version(version)
+            if version is not None:
+                check_sound(conn)
         if version == SCHEMA_VERSION:
             return
         if version is None and not create:
@@ -342,7 +346,7 @@ def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
-                raise HistoryError(f"history {path}: its folder cannot be made ({error.strerror})") from None
-    history = History(make_engine(parsed, busy_timeout), parsed, busy_timeout)
+                raise HistoryError(f"history {path}: {plain_problem(error, path)}") from None
+    history = History(make_engine(parsed, busy_timeout, read_only), parsed, busy_timeout)
     history.prepare(create, read_only)
     return history

@@ -7,8 +7,11 @@ cannot be written. A pytest plugin, loaded by ``ampbench.plugin``; it acts where
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
+import sys
 import tempfile
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,6 +19,7 @@ import pytest
 
 from ampbench.files.write import unwritable_reason, write_text_atomic
 from ampbench.plugin.activation import acts
+from ampbench.plugin.entries import cell_of
 from ampbench.plugin.options import follows
 
 # lines for the end of the session: where results went that could not go where they were asked to
@@ -73,10 +77,67 @@ def output_problems(opt: argparse.Namespace) -> list[str]:
     return problems
 
 
+CPU_WHEELS = "https://download.pytorch.org/whl/cpu"
+_PAIR_CHECKED = pytest.StashKey[bool]()
+
+
+def torch_pair_problem(load: Callable[[str], Any] = importlib.import_module) -> str | None:
+    """Why torch and torchvision do not work together, or None. A torchvision built against another torch
+    build (pip falling back to another index for one of them) has no operators: importing it fails, and
+    every cell that builds a torchvision model or loads data fails the same way, one traceback each."""
+    try:
+        load("torchvision.ops")
+    except ModuleNotFoundError:
+        return None  # not installed at all: the cells that need it say so
+    except (RuntimeError, ImportError, AttributeError) as exc:
+        versions = {}
+        for name in ("torch", "torchvision"):
+            try:
+                versions[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                versions[name] = "(not installed)"
+        cause = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        return (f"torch {versions['torch']} and torchvision {versions['torchvision']} do not work together "
+                f"({cause}): torchvision was built against another torch. Install the pair from one index in one "
+                f"command: pip install --force-reinstall torch torchvision --index-url {CPU_WHEELS} (CPU only), "
+                "or pip install --force-reinstall torch torchvision (PyPI's builds, CUDA included); to pin, pin "
+                "both, e.g. \"torch==2.11.*\" \"torchvision==0.26.*\"")
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     if acts(config):
         check_run(config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A broken torch/torchvision pair as one usage error before the first test, not a traceback per test.
+    Checked where the run needs torchvision (it collected cells, or a test module failed to import), so
+    that a run of neither pays for importing it."""
+    if not acts(config) or "torchvision.ops" in sys.modules:
+        return
+    if session.testsfailed or any(cell_of(item) is not None for item in items):
+        config.stash[_PAIR_CHECKED] = True
+        problem = torch_pair_problem()
+        if problem:
+            raise pytest.UsageError(problem + "; nothing was measured")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: no other wrapper sees the run end
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test that imports torchvision as it runs finds a broken pair only then: at the first failure the
+    pair is checked, and a broken one ends the run with its usage error instead of a traceback a test."""
+    result = yield
+    config = item.config
+    if not item.session.testsfailed or config.stash.get(_PAIR_CHECKED, False) or not acts(config):
+        return result
+    config.stash[_PAIR_CHECKED] = True
+    problem = None if "torchvision.ops" in sys.modules else torch_pair_problem()
+    if problem:
+        pytest.exit(problem + "; the run stops here", returncode=pytest.ExitCode.USAGE_ERROR)
+    return result
 
 
 def check_run(config: pytest.Config) -> None:

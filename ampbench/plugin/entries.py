@@ -23,6 +23,7 @@ from ampbench.results.run import entry_group, timed_entry
 from ampbench.results.schema import SCHEMA_KEY, UNTIMED_KEY
 
 _KEPT = pytest.StashKey[list]()  # the entry of every cell that wrote a record, in run order
+_OWN_INFO = pytest.StashKey[dict]()  # the extra_info of a cell that times no step (no benchmark fixture)
 
 
 def cell_of(item: pytest.Item) -> tuple[str, str] | None:
@@ -47,6 +48,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         kind = marker.kwargs.get("group") if marker is not None else None
         if isinstance(kind, str) and model is not None:
             item.add_marker(pytest.mark.benchmark(**{**marker.kwargs, "group": entry_group(kind, model)}), append=False)
+
+
+def cell_entry(request: pytest.FixtureRequest) -> dict:
+    """The extra_info a cell writes its record into, kept (``keep_entry``): its benchmark's, where the
+    test itself takes pytest-benchmark's fixture to time steps; else a dict of its own on the item. A cell
+    that times nothing does not take the fixture: an unused one warns, an error under ``-W error``."""
+    if "benchmark" in request.fixturenames:
+        info = request.getfixturevalue("benchmark").extra_info
+    else:
+        info = request.node.stash.setdefault(_OWN_INFO, {})
+    keep_entry(request.config, request.node, info)
+    return info
+
+
+def item_entry(item: pytest.Item) -> dict | None:
+    """The extra_info the cell of `item` writes into (``cell_entry``); None before it has one."""
+    bench = (getattr(item, "funcargs", None) or {}).get("benchmark")
+    info = getattr(bench, "extra_info", None)
+    return info if isinstance(info, dict) else item.stash.get(_OWN_INFO, None)
 
 
 def keep_entry(config: pytest.Config, node: pytest.Item, extra_info: dict) -> None:
@@ -85,9 +105,11 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
         output_json[UNTIMED_KEY] = untimed
 
 
-def _save_untimed_only(bench: Any, config: pytest.Config) -> None:
-    """pytest-benchmark's saving, through its own hooks, of a run none of whose cells it timed."""
-    save = bench.save or bench.autosave
+def _save_untimed_only(bench: Any, config: pytest.Config, cells: bool) -> None:
+    """pytest-benchmark's saving, through its own hooks, of a run none of whose cells it timed. A run of no
+    cell at all (every test skipped: memory cells on the CPU) still writes the --benchmark-json it was
+    asked for, so that the step reading it says what the run did; it is not saved as a run."""
+    save = (bench.save or bench.autosave) if cells else False
     if not (save or bench.json):
         return
     machine_info = bench.get_machine_info()
@@ -113,8 +135,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     handle = bench.handle_saving
 
     def handle_saving() -> None:
-        if bench.benchmarks or bench.disabled or not any(SCHEMA_KEY in e["extra_info"] for e in config.stash.get(_KEPT, [])):
+        if bench.benchmarks or bench.disabled:
             return handle()
-        _save_untimed_only(bench, config)
+        _save_untimed_only(bench, config, any(SCHEMA_KEY in e["extra_info"] for e in config.stash.get(_KEPT, [])))
 
     bench.handle_saving = handle_saving

@@ -1,10 +1,10 @@
-"""Cells whose test stopped with an error (in its setup, or failing for another reason than its verdict)
-are failing cells too: each is kept as a record of verdict ``error`` with the error's first line, so
-that the terminal summary, the run history and ``ampbench report`` count it where pytest does. A cell
-pytest-benchmark timed keeps its entry, its verdict set to ``error``; one it did not (a crash before or
-inside the timing) goes under the run JSON's ``ampbench_errors`` list, with the fields of an entry but no
-timing, which dashboards reading ``benchmarks`` never see. A pytest plugin, loaded by ``ampbench.plugin``;
-it acts where ampbench does."""
+"""Cells whose test stopped with an error (in its setup or teardown, or failing for another reason than
+its verdict) are failing cells too: each is kept as a record of verdict ``error`` with the error's first
+line, so that the terminal summary, the run history and ``ampbench report`` count it where pytest does. A
+cell whose entry the run JSON holds (timed among the benchmarks, or untimed beside them) keeps it, its
+verdict set to ``error``; one without (a crash before it wrote a record) goes under the run JSON's
+``ampbench_errors`` list, with the fields of an entry but no timing, which dashboards reading
+``benchmarks`` never see. A pytest plugin, loaded by ``ampbench.plugin``; it acts where ampbench does."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ampbench.plugin.activation import acts
-from ampbench.plugin.entries import cell_of
-from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY
+from ampbench.plugin.entries import cell_of, item_entry
+from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY, UNTIMED_KEY
 
 
 def _first_line(report: pytest.TestReport, call: pytest.CallInfo) -> str:
@@ -24,8 +24,7 @@ def _first_line(report: pytest.TestReport, call: pytest.CallInfo) -> str:
 
 def _identity(item: pytest.Item) -> dict[str, Any]:
     """What the cell wrote of itself into its benchmark's extra_info before it stopped (kind, model, mode)."""
-    bench = getattr(item, "funcargs", {}).get("benchmark")
-    info = getattr(bench, "extra_info", None)
+    info = item_entry(item)
     return dict(info) if isinstance(info, dict) and SCHEMA_KEY in info else {}
 
 
@@ -47,7 +46,7 @@ def error_record(item: pytest.Item, cell: tuple[str, str], message: str, device:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = (yield).get_result()
-    if call.when not in ("setup", "call") or not report.failed or hasattr(report, "wasxfail"):
+    if not report.failed or hasattr(report, "wasxfail"):
         return
     from ampbench.plugin.session import SETTINGS_KEY
 
@@ -61,7 +60,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     kept = [r for nodeid, r in item.config.stash.get(summary.RECORDS_KEY, []) if nodeid == item.nodeid]
     if kept and kept[-1].verdict is not None and kept[-1].verdict.needs_a_look:
         return  # the test failed on its verdict (or warned, under --perf-strict), which says why
-    where = "error in setup" if call.when == "setup" else "the test failed"
+    # a teardown's error (a warning under -W error, a fixture that failed to clean up) fails the cell too
+    where = {"setup": "error in setup", "call": "the test failed"}.get(call.when, f"error in {call.when}")
     message = f"{where}: {_first_line(report, call)}"
     if kept:  # its record was kept, then the test stopped: its figures reached no verdict that holds
         summary.annotate(item.config, item.nodeid, verdict=Verdict.ERROR, message=message)
@@ -69,7 +69,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         summary.keep_record(item.config, item.nodeid, error_record(item, cell, message, str(settings.device)))
 
 
-@pytest.hookimpl(optionalhook=True)
+@pytest.hookimpl(trylast=True, optionalhook=True)  # after entries has moved the untimed cells beside the benchmarks
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
     """The cells whose test stopped with an error into the JSON: on their entry where pytest-benchmark
     wrote one, else under ERRORS_KEY."""
@@ -78,7 +78,8 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
     from ampbench.plugin import summary
     from ampbench.results import Verdict
 
-    entries = {b.get("fullname"): b for b in output_json.get("benchmarks", []) if isinstance(b, dict)}
+    entries = {b.get("fullname"): b for key in ("benchmarks", UNTIMED_KEY) for b in output_json.get(key, [])
+               if isinstance(b, dict)}
     for nodeid, record in config.stash.get(summary.RECORDS_KEY, []):
         if record.verdict is not Verdict.ERROR:
             continue
@@ -87,4 +88,5 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
             entry["extra_info"] = {**(entry.get("extra_info") or {}), **record.to_info(only_set=True)}
         else:
             output_json.setdefault(ERRORS_KEY, []).append(
-                {"name": record.test_id, "fullname": nodeid, "extra_info": record.to_info(only_set=True)})
+                {"name": record.test_id or nodeid.split("::")[-1], "fullname": nodeid,
+                 "extra_info": record.to_info(only_set=True)})

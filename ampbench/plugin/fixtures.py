@@ -47,17 +47,18 @@ def fail_on_oom(perf_device):
 
 
 @pytest.fixture
-def record_result(request: pytest.FixtureRequest, benchmark):
-    """``record_result(record)``: a cell's record into its benchmark's extra_info (what --benchmark-json
-    keeps) and to the terminal summary; ``identity=True`` writes only what is set, before the cell
-    measures, so that a cell failing later is still recognisable in the JSON."""
+def record_result(request: pytest.FixtureRequest):
+    """``record_result(record)``: a cell's record into its entry (what --benchmark-json keeps: its
+    benchmark's extra_info where the cell times steps, else an entry of its own) and to the terminal
+    summary; ``identity=True`` writes only what is set, before the cell measures, so that a cell failing
+    later is still recognisable in the JSON."""
 
     from ampbench.plugin import entries, summary
 
-    entries.keep_entry(request.config, request.node, benchmark.extra_info)
+    info = entries.cell_entry(request)
 
     def write(record: Record, *, identity: bool = False) -> None:
-        benchmark.extra_info.update(record.to_info(only_set=identity))
+        info.update(record.to_info(only_set=identity))
         if not identity:
             summary.keep_record(request.config, request.node.nodeid, record)
 

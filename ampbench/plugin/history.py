@@ -69,9 +69,12 @@ def history_option(value: str) -> str:
 
 
 def label_option(value: str) -> str:
+    from ampbench.printable import hidden, printable
+
     text = value.strip()
-    if not text or len(text) > MAX_LABEL or "\n" in text:
-        raise argparse.ArgumentTypeError(f"expects one line of 1 to {MAX_LABEL} characters, got {value[:40]!r}")
+    if not text or len(text) > MAX_LABEL or hidden(text):
+        raise argparse.ArgumentTypeError(f"expects one line of 1 to {MAX_LABEL} characters without control "
+                                         f"characters, got {printable(value[:40])!r}")
     return text
 
 
@@ -89,7 +92,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def default_label() -> str | None:
-    return next((os.environ[v].strip() for v in LABEL_VARIABLES if os.environ.get(v, "").strip()), None)
+    from ampbench.printable import printable
+
+    # the environment is not checked as --perf-label is: what a terminal would act on is stored escaped
+    return next((printable(os.environ[v].strip()) for v in LABEL_VARIABLES if os.environ.get(v, "").strip()), None)
 
 
 def suite_revision() -> str:

@@ -49,7 +49,7 @@ from ampbench.baselines.spread import INJECTED_KEY
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV, worker_plugins
 from ampbench.modes import MODES, REFERENCE_MODE
 from ampbench.plugin import summary
-from ampbench.plugin.entries import cell_of
+from ampbench.plugin.entries import cell_of, item_entry
 from ampbench.plugin.slowed_steps import EMULATE, EMULATED, ENV, UNTAGGED_ENV, Cell, Slowdown, parse
 
 SLOWDOWN = pytest.StashKey[Slowdown]()
@@ -164,7 +164,7 @@ def pytest_runtest_call(item: pytest.Item):
     if slowdown is not None:
         slowdown.applied = None
     yield
-    info = getattr((getattr(item, "funcargs", None) or {}).get("benchmark"), "extra_info", None)
+    info = item_entry(item)
     if slowdown is not None and info is not None and slowdown.tagged:
         # the cell named, or any cell one of whose trainers was slowed (a compiled cell's versus side)
         how = slowdown.targets.get((info.get("model"), info.get("mode")))

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from ampbench.files.write import write_error
 from ampbench.report.charts import comparison_chart, run_charts
 from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
@@ -124,8 +125,15 @@ def write_report(directory: Path | str, files: Mapping[str, bytes]) -> Path:
                 "those away"
             )
     parent = directory.absolute().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    _clean_leftovers(directory, parent)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        _clean_leftovers(directory, parent)
+        return _swap_in(directory, parent, files)
+    except OSError as exc:
+        raise write_error(exc, directory) from None  # the folder asked for, not a temp folder beside it
+
+
+def _swap_in(directory: Path, parent: Path, files: Mapping[str, bytes]) -> Path:
     # the writer's pid in the temp folders' names tells a later report which ones were left by a kill
     prefix = f".{directory.name}.{os.getpid()}."
     tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=parent))

@@ -6,6 +6,7 @@ registry, so that the message names the entry point and its cause instead of a t
 
 from __future__ import annotations
 
+import re
 from importlib.metadata import entry_points
 
 from ampbench.models import dpn, gpt, llama, lstm_lm, mlp, mnist_cnn, resnet, wide_resnet
@@ -52,8 +53,18 @@ def spec_of_entry_point(name: str, value: str, load) -> ModelSpec:
     return spec
 
 
+# what --perf-models, a test id (test_speed[MODEL-MODE]) and every export can name: ASCII, no '-', ',', space
+# or bracket, which split those
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
 def register(spec: ModelSpec, where: str) -> None:
-    """Add a project's own model after the zoo; ModelEntryPointError where the name is taken."""
+    """Add a project's own model after the zoo; ModelEntryPointError where the name is taken or is one
+    that --perf-models and the test ids cannot name."""
+    if not isinstance(spec.name, str) or not _NAME.fullmatch(spec.name):
+        raise ModelEntryPointError(
+            f"{where}: model name {spec.name!r} cannot be named by --perf-models or in a test id; a model name is "
+            "ASCII letters, digits and '_', beginning with a letter (e.g. 'lenet_5')")
     if spec.name in REGISTRY:
         raise ModelEntryPointError(f"{where}: model {spec.name!r} is already registered; choose another name")
     REGISTRY[spec.name] = spec

@@ -1,0 +1,22 @@
+"""Text that came from a file, a store or the environment (a run's label, an acceptance's reason), made
+safe to print: a terminal acts on control characters (an escape sequence can set its title or hide what
+follows) and bidirectional overrides reorder what it shows, so those are printed as their escapes."""
+
+from __future__ import annotations
+
+import unicodedata
+
+# control, format (bidi overrides, zero-width marks), line and paragraph separators, lone surrogates
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def hidden(text: str) -> list[str]:
+    """The characters of `text` a terminal would act on or hide, in order."""
+    return [ch for ch in text if unicodedata.category(ch) in _HIDDEN]
+
+
+def printable(text: str) -> str:
+    """`text` with each character ``hidden`` names written as its escape (ESC as '\\x1b', a newline as
+    '\\n'); the rest, non-ASCII letters included, as it is."""
+    return "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   if unicodedata.category(ch) in _HIDDEN else ch for ch in text)
