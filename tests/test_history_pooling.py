@@ -163,3 +163,23 @@ def test_export_writes_what_the_history_judges_with(tmp_path):
         ratio = b.into(SpeedEntry().ratio(DEVICE), stores_tolerance=True)
         assert entry_tolerance(DEVICE, FLOOR, ratio) == pytest.approx(b.tolerance, rel=1e-9)
     assert learn(serieses["test_speed[m0-mode0]"]).lent_dof == 0  # a cell learned alone borrows nothing
+
+
+def test_the_distributed_cells_pool_their_noise_the_same_way(tmp_path):
+    from ampbench.history.reference import DISTRIBUTED_CELLS, HistoryBaselines
+
+    kinds = {kind.history: kind for kind in DISTRIBUTED_CELLS.ratios}
+    assert DEVICE.history in kinds
+
+    class Runs:
+        def series_of(self, gpu, figure):
+            if figure != DEVICE.history:
+                return {}
+            rng = np.random.default_rng(8)
+            return {t: _series(t, list(math.log(4.0) + 0.001 * rng.standard_normal(4)), ["a"] * 4)
+                    for t in (f"test_ddp_speed[{m}-{mode}-fp32]" for m in ("gpt", "resnet50")
+                              for mode in ("amp_bf16", "amp_fp16", "bf16", "fp16"))}
+
+    store = BaselineStore(tmp_path / "x-x2.json", "simulated GPU x2")
+    learned = HistoryBaselines(store, Runs(), cells=DISTRIBUTED_CELLS, card=NEW_CARD).learned()
+    assert len(learned) == 8 and all(b[DEVICE.name].lent_dof >= 1 for b in learned.values())
