@@ -82,7 +82,9 @@ def test_a_crashed_variant_is_an_error_in_the_json_and_the_history(crashing_run)
     run is read, as a single-GPU cell that stops with an error is (``ampbench.plugin.errors``)."""
     run, folder = crashing_run
     document = json.loads((folder / "out.json").read_text())
-    errors = {e["name"]: e["extra_info"] for e in document.get("ampbench_errors", [])}
+    # its entry where the cell kept one before the launch failed (beside the benchmarks), else an error's own
+    errors = {e["name"]: e["extra_info"] for key in ("ampbench_errors", "ampbench_untimed")
+              for e in document.get(key, []) if e["extra_info"].get("verdict") == "error"}
     crashed = errors.get("test_ddp_speed[mlp-amp_bf16-bf16_hook]")
     assert crashed is not None, (list(errors), run.stdout[-3000:])
     assert (crashed["kind"], crashed["verdict"], crashed["comm"]) == ("distributed", "error", "bf16_hook"), crashed

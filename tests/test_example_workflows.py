@@ -146,7 +146,8 @@ def test_the_export_step_runs_in_a_fresh_venv_without_torch(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "ampbench", src / "ampbench", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("ampbench", "models"):  # models/ installs as ampbench.models (pyproject's package-dir)
+        shutil.copytree(ROOT / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
     (src / "run").mkdir()
     shutil.copy(ROOT / "tests" / "data" / "h100_speed_device.json", src / "run" / "out.json")
     venv = tmp_path / "venv"

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from ampbench.plugin.activation import acts
+from ampbench.plugin.options import follows
 from ampbench.results.run import entry_group, timed_entry
 from ampbench.results.schema import SCHEMA_KEY, UNTIMED_KEY
 
@@ -110,8 +111,8 @@ def _save_untimed_only(bench: Any, config: pytest.Config, cells: bool) -> None:
     cell at all (every test skipped: memory cells on the CPU) still writes the --benchmark-json it was
     asked for, so that the step reading it says what the run did; it is not saved as a run."""
     save = (bench.save or bench.autosave) if cells else False
-    if not (save or bench.json):
-        return
+    if not (save or bench.json) or (not cells and follows(config)):
+        return  # a following node's run holds no cell: node 0's JSON is the run's, even on a shared disk
     machine_info = bench.get_machine_info()
     commit_info = config.hook.pytest_benchmark_generate_commit_info(config=config)
     config.hook.pytest_benchmark_update_commit_info(config=config, commit_info=commit_info)
