@@ -88,7 +88,7 @@ def test_a_run_that_does_not_reach_the_history_stops_the_recording_and_keeps_the
 def test_the_runs_are_checked_and_each_run_is_a_gpu_run_of_its_own(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["baselines", "record", "--runs", "2"])
-    assert "a spread needs three runs" in capsys.readouterr().err
+    assert "must lie in [3, 100] (a spread needs three runs), got 2" in capsys.readouterr().err
     from ampbench.cli.args import build_parser
 
     args = build_parser().parse_args(["baselines", "record", "--dir", str(tmp_path), "--", "--perf-models", "gpt"])

@@ -9,6 +9,7 @@ from pathlib import Path
 from ampbench.cli import bisect as bisect_cli
 from ampbench.cli import history as history_cli
 from ampbench.cli import record as record_cli
+from ampbench.cli.values import whole_number
 from ampbench.export import cli as export_cli
 from ampbench.files import paths
 from ampbench.history.connect import store_url
@@ -28,14 +29,7 @@ def _fraction(value: str) -> float:
     return number
 
 
-def _count(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expects a whole number, got {value!r}") from None
-    if not 1 <= number <= 100:
-        raise argparse.ArgumentTypeError(f"must lie in [1, 100], got {value}")
-    return number
+_count = whole_number(1, 100)
 
 
 def _add_tolerances(p: argparse.ArgumentParser) -> None:

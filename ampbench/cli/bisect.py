@@ -8,19 +8,13 @@ import sys
 from pathlib import Path
 
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
+from ampbench.cli.values import whole_number
 from ampbench.settings import DEFAULT_TOLERANCE
 
 EXIT_INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C
 
 
-def _repeats(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expects a whole number, got {value!r}") from None
-    if not 1 <= number <= 20:
-        raise argparse.ArgumentTypeError(f"must lie in [1, 20], got {value}")
-    return number
+_repeats = whole_number(1, 20)
 
 
 def _tolerance(value: str) -> float:

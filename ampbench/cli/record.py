@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
+from ampbench.cli.values import whole_number
 from ampbench.files import paths
 
 DEFAULT_RUNS = 5
@@ -29,14 +30,7 @@ DEFAULT_TESTS = "perf/test_speed.py"
 STOPPING = {2: "interrupted", 3: "an internal error", 4: "a usage error", 5: "no test collected"}
 
 
-def _runs(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expects a whole number, got {value!r}") from None
-    if not 3 <= number <= 100:
-        raise argparse.ArgumentTypeError(f"must lie in [3, 100]: a spread needs three runs, got {value}")
-    return number
+_runs = whole_number(3, 100, " (a spread needs three runs)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

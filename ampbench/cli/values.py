@@ -1,0 +1,22 @@
+"""Argument types the commands share: argparse calls each on an option's text, and its error names what
+the option expects (argparse puts the option's name before it)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable
+
+
+def whole_number(low: int, high: int, why: str = "") -> Callable[[str], int]:
+    """A type for a whole number in [low, high]; `why` says why the bounds are what they are."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expects a whole number, got {value!r}") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"must lie in [{low}, {high}]{why}, got {value}")
+        return number
+
+    return parse
