@@ -15,6 +15,16 @@ def hidden(text: str) -> list[str]:
     return [ch for ch in text if unicodedata.category(ch) in _HIDDEN]
 
 
+def one_line(value: str, limit: int) -> str:
+    """`value` stripped, where it is one line of 1 to `limit` characters with none ``hidden`` (a label, a
+    reason: what the history stores and prints); else a ValueError saying so."""
+    text = value.strip()
+    if not text or len(text) > limit or hidden(text):
+        raise ValueError(f"expects one line of 1 to {limit} characters without control characters, got "
+                         f"{len(value)} characters: {printable(value[:40])!r}")
+    return text
+
+
 def printable(text: str) -> str:
     """`text` with each character ``hidden`` names written as its escape (ESC as '\\x1b', a newline as
     '\\n'); the rest, non-ASCII letters included, as it is."""

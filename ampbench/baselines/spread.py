@@ -309,7 +309,8 @@ def _learned_into(entry: SpeedEntry, kind: RatioKind, spread: CellSpread) -> Spe
     afresh drops an earlier learning's levels."""
     old, several = entry.ratio(kind), spread.levels > 1
     ratio = replace(old, recorded_speedup=recording(kind, entry), speedup=spread.centre,
-                    between_run_pooled_dof=None, between_run_pooled_sd=None, between_run_sd=spread.sd, between_run_count=spread.count, between_run_runs=list(spread.runs),
+                    between_run_pooled_dof=None, between_run_pooled_sd=None,  # learned afresh: no prior pooled in
+                    between_run_sd=spread.sd, between_run_count=spread.count, between_run_runs=list(spread.runs),
                     between_run_levels=spread.levels if several else None,
                     between_run_level_count=spread.level_count if several else None)
     return entry.with_ratio(kind, ratio, _LEARNED, moved=_LEVELS)

@@ -9,7 +9,7 @@ from pathlib import Path
 from ampbench.cli import bisect as bisect_cli
 from ampbench.cli import history as history_cli
 from ampbench.cli import record as record_cli
-from ampbench.cli.values import whole_number
+from ampbench.cli.values import fraction, whole_number
 from ampbench.export import cli as export_cli
 from ampbench.files import paths
 from ampbench.history.connect import store_url
@@ -19,16 +19,7 @@ from ampbench.report.compare import DEFAULT_ACCURACY_TOLERANCE, DEFAULT_MEMORY_T
 # argparse prefixes a type= function's error with "argument --flag: ", so the messages leave the flag out
 
 
-def _fraction(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expects a number, got {value!r}") from None
-    if not 0 < number < 1:
-        raise argparse.ArgumentTypeError(f"must lie in (0, 1), e.g. 0.03 for 3%, got {value}")
-    return number
-
-
+_fraction = fraction(1, "0.03 for 3%")
 _count = whole_number(1, 100)
 
 

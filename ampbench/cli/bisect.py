@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
-from ampbench.cli.values import whole_number
+from ampbench.cli.values import fraction, whole_number
 from ampbench.settings import DEFAULT_TOLERANCE
 
 EXIT_INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C
@@ -17,14 +17,7 @@ EXIT_INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C
 _repeats = whole_number(1, 20)
 
 
-def _tolerance(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expects a number, got {value!r}") from None
-    if not 0 < number < 0.9:
-        raise argparse.ArgumentTypeError(f"must lie in (0, 0.9), e.g. 0.005 for 0.5%, got {value}")
-    return number
+_tolerance = fraction(0.9, "0.005 for 0.5%")
 
 
 def _versions(value: str) -> list[str]:

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
+from ampbench.cli.values import whole_number
 from ampbench.files import paths
 from ampbench.history.connect import store_url
 from ampbench.history.ingest import FIGURES
-from ampbench.printable import hidden, printable
+from ampbench.printable import one_line, printable
 from ampbench.results import MemoryRecord
 from ampbench.results.ratios import DEVICE, history_figures
 
@@ -32,22 +33,14 @@ def figures() -> tuple[str, ...]:
     return (*history_figures(), *FIGURES[MemoryRecord])
 
 
-def _limit(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expects a whole number, got {value!r}") from None
-    if not 1 <= number <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"must lie in [1, {MAX_LIMIT}], got {value}")
-    return number
+_limit = whole_number(1, MAX_LIMIT)
 
 
 def _reason(value: str) -> str:
-    text = value.strip()
-    if not text or len(text) > MAX_REASON or hidden(text):
-        raise argparse.ArgumentTypeError(f"expects one line of 1 to {MAX_REASON} characters without control "
-                                         f"characters, got {len(value)} characters: {printable(value[:40])!r}")
-    return text
+    try:
+        return one_line(value, MAX_REASON)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

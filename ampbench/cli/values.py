@@ -20,3 +20,18 @@ def whole_number(low: int, high: int, why: str = "") -> Callable[[str], int]:
         return number
 
     return parse
+
+
+def fraction(high: float, example: str) -> Callable[[str], float]:
+    """A type for a number in (0, high); `example` shows one ("0.03 for 3%")."""
+
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expects a number, got {value!r}") from None
+        if not 0 < number < high:
+            raise argparse.ArgumentTypeError(f"must lie in (0, {high:g}), e.g. {example}, got {value}")
+        return number
+
+    return parse

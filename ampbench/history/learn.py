@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Hashable
 
+from ampbench.history.pooling import posterior_sd
 from ampbench.history.replay import Replay
 from ampbench.history.series import Series
 from ampbench.baselines.entries import RatioEntry
@@ -94,9 +95,15 @@ class CellBaseline:
         spread. The replay's decisions (which runs count, which are held back) stay on the runs' own noise:
         held to a prior learned mostly from quieter cells, a noisier cell's young runs were held back as
         suspect until it fell back to the unlearned tolerance."""
-        if prior is None or self.pooled.sd is None or self.pooled.dof + 1 < MIN_SPREAD_VALUES:
+        if prior is None or not self.spread_shown:
             return self
         return replace(self, lent_dof=prior[0], lent_sd=prior[1])
+
+    @property
+    def spread_shown(self) -> bool:
+        """Whether the cell's own runs give a spread (MIN_SPREAD_VALUES values at a level): what a cell must
+        show before the verdict learns from it, and before a pooled prior lends it anything."""
+        return self.pooled.sd is not None and self.pooled.dof + 1 >= MIN_SPREAD_VALUES
 
     @property
     def sd(self) -> float | None:
@@ -105,7 +112,7 @@ class CellBaseline:
             return None
         if not self.lent_dof or self.lent_sd is None:
             return self.pooled.sd
-        return math.sqrt((self.pooled.m2 + self.lent_dof * self.lent_sd ** 2) / (self.pooled.dof + self.lent_dof))
+        return posterior_sd(self.pooled.m2, self.pooled.dof, self.lent_dof, self.lent_sd)
 
     @property
     def between_runs(self) -> BetweenRuns | None:
@@ -178,12 +185,11 @@ class CellBaseline:
             return ratio
         ratio = replace(ratio, speedup=self.level, recorded_speedup=self.first)
         if self.pooled.sd is not None:
-            lent = self.lent_dof and self.between_runs is not None
             ratio = replace(ratio, between_run_sd=self.sd, between_run_count=self.pooled.count,
                             between_run_levels=self.pooled.levels, between_run_level_count=self.level_count,
                             between_card_sd=self.card_sd or None, between_card_dof=self.card_dof,
-                            between_run_pooled_dof=self.lent_dof if lent else None,
-                            between_run_pooled_sd=self.lent_sd if lent else None)
+                            between_run_pooled_dof=self.lent_dof or None,
+                            between_run_pooled_sd=self.lent_sd if self.lent_dof else None)
         return replace(ratio, tolerance=self.tolerance) if stores_tolerance else ratio
 
 

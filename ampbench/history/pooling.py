@@ -64,11 +64,16 @@ class NoisePrior:
 
     def posterior_sd(self, cell: str, sd: float, dof: int) -> float:
         """The shrunk sd of `cell` whose own runs give `sd` on `dof` degrees of freedom."""
-        s0 = self.scale[cell]
-        return math.sqrt((dof * sd * sd + self.dof * s0 * s0) / (dof + self.dof))
+        return posterior_sd(sd * sd * dof, dof, self.dof, self.scale[cell])
 
     def describe(self) -> str:
         return f"pooled over {self.cells} cells ({self.trend}, {self.dof} degrees of freedom)"
+
+
+def posterior_sd(m2: float, dof: int, prior_dof: int, prior_sd: float) -> float:
+    """sqrt((d s^2 + d0 s0^2) / (d + d0)) of runs whose squared deviations sum to `m2` on `dof` degrees of
+    freedom, pooled with a prior of `prior_dof` degrees of freedom about `prior_sd`."""
+    return math.sqrt((m2 + prior_dof * prior_sd * prior_sd) / (dof + prior_dof))
 
 
 def _trigamma_inverse(x: float) -> float:

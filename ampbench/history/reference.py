@@ -27,7 +27,6 @@ from ampbench.history.store import History
 from ampbench.results import RatioKind, Record, record_type
 from ampbench.results.ratios import DEVICE
 from ampbench.settings import DEFAULT_TOLERANCE
-from ampbench.verdict import MIN_SPREAD_VALUES
 
 SPEED = "test_speed["
 # what an entry takes from the cell's latest counted run where the baseline file has no entry of it:
@@ -136,6 +135,7 @@ class HistoryBaselines:
     _learned: dict[str, dict[str, CellBaseline]] | None = field(default=None, repr=False)
     _latest: dict[str, str] = field(default_factory=dict, repr=False)  # test id: its latest counted run
     _counted: dict[str, dict[str, list[str]]] = field(default_factory=dict, repr=False)  # their times, by ratio
+    _others: list[Mapping[str, dict]] | None = field(default=None, repr=False)  # the other GPU models' entries
 
     # the file's own face, for the callers that record and write
     @property
@@ -193,22 +193,29 @@ class HistoryBaselines:
     def pool(self, kind: RatioKind, own: Mapping[str, CellBaseline]) -> pooling.NoisePrior | None:
         """The prior of the cells' noise of ratio `kind`, fitted over the cells whose own runs learned a
         spread (``pooling.fit_prior``), by model, or else on the other GPU models' files."""
-        variances = {test_id: (b.pooled.sd ** 2, b.pooled.dof) for test_id, b in own.items()
-                     if b.pooled.sd is not None and b.pooled.dof + 1 >= MIN_SPREAD_VALUES}
+        variances = {test_id: (b.pooled.sd ** 2, b.pooled.dof) for test_id, b in own.items() if b.spread_shown}
         return pooling.fit_prior(variances, {test_id: pooling.group_of(test_id) for test_id in own},
                                  self._elsewhere(kind, list(own)))
+
+    def _other_files(self) -> list[Mapping[str, dict]]:
+        """The entries of the other GPU models' baseline files beside this one, read once."""
+        if self._others is None:
+            self._others = []
+            folder = self.store.path.parent
+            for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+                if path.resolve() == self.store.path.resolve():
+                    continue
+                try:
+                    self._others.append(load_document(path)["entries"])
+                except BaselineError:
+                    continue  # another GPU's file that does not load is no concern of this GPU's runs
+        return self._others
 
     def _elsewhere(self, kind: RatioKind, test_ids: list[str]) -> dict[str, float]:
         """ln of each cell's noise variance of ratio `kind` on the other GPU models' files beside this one
         (the geometric mean over the files that learned it)."""
         logs: dict[str, list[float]] = {}
-        for path in sorted(self.store.path.parent.glob("*.json")) if self.store.path.parent.is_dir() else ():
-            if path.resolve() == self.store.path.resolve():
-                continue
-            try:
-                entries = load_document(path)["entries"]
-            except BaselineError:
-                continue  # another GPU's file that does not load is no concern of this GPU's runs
+        for entries in self._other_files():
             for test_id in test_ids:
                 entry = self.cells.entry.of((entries.get(test_id) or {}).get("figures"))
                 sd = entry.ratio(kind).between_run_sd if entry is not None else None

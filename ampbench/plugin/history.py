@@ -69,13 +69,12 @@ def history_option(value: str) -> str:
 
 
 def label_option(value: str) -> str:
-    from ampbench.printable import hidden, printable
+    from ampbench.printable import one_line
 
-    text = value.strip()
-    if not text or len(text) > MAX_LABEL or hidden(text):
-        raise argparse.ArgumentTypeError(f"expects one line of 1 to {MAX_LABEL} characters without control "
-                                         f"characters, got {printable(value[:40])!r}")
-    return text
+    try:
+        return one_line(value, MAX_LABEL)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
