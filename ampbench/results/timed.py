@@ -220,6 +220,9 @@ class SpeedRecord(TimedRecord):
     weights_moved: bool | None = flag()
     final_loss_finite: bool | None = flag()
     loss_scale: float | None = number()
+    # seconds the cell spent in each phase: preparing its mode's (and versus) side, each ratio's timing and
+    # judging, by its kind's name, and the check that the mode trained (fp32's side: ref_prepare_s)
+    phase_seconds: dict | None = raw()
     prepare_s: float | None = number()
     ref_prepare_s: float | None = number()
     # a compiled cell's first step: dynamo and Inductor compiling it, caches cold (--perf-compile)

@@ -11,6 +11,7 @@ record and ends the test by it (``ampbench.suite.outcome.finish``). Nothing here
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -151,18 +152,23 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, p
     against its versus side. Every tensor of the cell is released before it returns, but for sides the
     callables keep elsewhere: a failing test keeps its frames, and with them whatever they hold."""
     pol = policy(device, settings)
+    t0 = time.perf_counter()
     if (versus is None) != (versus_of(mode) is None):
         raise ValueError(f"{spec.name} {label(mode)}: a versus side is needed exactly where the cell is compiled")
     pair = _prepare(mode, reference, prepare, versus)
+    prepared_s = time.perf_counter() - t0
     prepared(identity(spec, mode, device, settings.smoke))
     before = sides.parameters_fingerprint(pair.side.trainer)
     baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
     group = getattr(store, "group_failure", None)  # a history's: what fails a run with its held-back runs
     held_back = (lambda kind: lambda value, tol: group(test_id, kind, value, tol)) if group else None
     ratios = judged(spec, mode, reference, pair, baseline, settings, pol, held_back)
+    t1 = time.perf_counter()
     trained = _Trained.of(pair.side, before)
-    cell = SpeedCell(_record(spec, mode, settings, device, reference, pair.side, ratios, baseline, peak_tflops, trained),
-                     list(_of(ratios, DEVICE).first.mode_times))
+    phases = {"prepare": prepared_s, **{r.kind.name: r.seconds for r in ratios},
+              "trained": time.perf_counter() - t1}
+    cell = SpeedCell(_record(spec, mode, settings, device, reference, pair.side, ratios, baseline, peak_tflops, trained,
+                             phases), list(_of(ratios, DEVICE).first.mode_times))
     cell.problems += _problems(spec, mode, pair, ratios, baseline, trained)
     # only a cell that really trained may become a baseline
     if settings.update_baselines and store is not None and not cell.problems:
@@ -200,7 +206,7 @@ class _Trained:
 
 def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device: torch.device,
             reference: sides.Side, side: sides.Side, ratios: list[Ratio], baseline: SpeedEntry | None,
-            peak_tflops: Callable[[str], float | None], trained: _Trained) -> SpeedRecord:
+            peak_tflops: Callable[[str], float | None], trained: _Trained, phases: dict[str, float]) -> SpeedRecord:
     """The cell's record: its ratios, what they conclude (the verdict of those that gate it, the message of
     all), its mode's kernels and how they moved against its `baseline`, and its own figures."""
     dev, wall = _of(ratios, DEVICE), _of(ratios, WALL)
@@ -233,7 +239,7 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
         memory_ratio=(side.peak_bytes / reference.peak_bytes) if side.peak_bytes and reference.peak_bytes else None,
         tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
         recording=settings.update_baselines, weights_moved=trained.moved, final_loss_finite=trained.loss_finite,
-        loss_scale=trained.scale, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds,
+        loss_scale=trained.scale, phase_seconds=phases, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds,
         compile_s=compile_s, ref_compile_s=reference.first_step_seconds if mode.compile else None,
         baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), verdict=verdict,
         message=_message(verdict, ratios, baseline, changes))

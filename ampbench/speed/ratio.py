@@ -9,6 +9,7 @@ record (``RatioFigures``) and what a recording stores of it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -51,6 +52,7 @@ class Ratio:
     verdict: Verdict | None = None
     confirmation: SpeedupEstimate | None = None  # the second, independent batch, where one ran
     judgement: str = ""  # how it compares with its baseline
+    seconds: float = 0.0  # spent timing and judging it: the cell's phase_seconds
 
     @classmethod
     def between(cls, kind: RatioKind, over: sides.Side, side: sides.Side, figure: str = "speedup over fp32",
@@ -75,9 +77,11 @@ class Ratio:
         """Time it in interleaved rounds of its two sides: judged (extended, confirmed) where it gates the
         cell, else its first look."""
         self.gated = gated
+        t0 = time.perf_counter()
         with progress.scope(self.kind.scope):
             self.first = self.clock(policy)
             self._judge(policy) if gated else self._look(policy)
+        self.seconds = time.perf_counter() - t0
         return self
 
     def _concluded(self, est: SpeedupEstimate, verdict: Verdict, judgement: str | None = None) -> None:
