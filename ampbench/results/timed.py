@@ -220,8 +220,9 @@ class SpeedRecord(TimedRecord):
     weights_moved: bool | None = flag()
     final_loss_finite: bool | None = flag()
     loss_scale: float | None = number()
-    # seconds the cell spent in each phase: preparing its mode's (and versus) side, each ratio's timing and
-    # judging, by its kind's name, and the check that the mode trained (fp32's side: ref_prepare_s)
+    # seconds the cell spent in each phase: preparing its mode's (and versus) side, and that side's
+    # preparation by step (prepare_build, ..._warm_up, ..._capture, ..._profile, ..._idle), each ratio's
+    # timing and judging by its kind's name, and the check that the mode trained (fp32's side: ref_prepare_s)
     phase_seconds: dict | None = raw()
     prepare_s: float | None = number()
     ref_prepare_s: float | None = number()

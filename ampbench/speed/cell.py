@@ -165,7 +165,8 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, p
     ratios = judged(spec, mode, reference, pair, baseline, settings, pol, held_back)
     t1 = time.perf_counter()
     trained = _Trained.of(pair.side, before)
-    phases = {"prepare": prepared_s, **{r.kind.name: r.seconds for r in ratios},
+    phases = {"prepare": prepared_s, **{f"prepare_{k}": v for k, v in pair.side.prepare_phases.items()},
+              **{r.kind.name: r.seconds for r in ratios},
               "trained": time.perf_counter() - t1}
     cell = SpeedCell(_record(spec, mode, settings, device, reference, pair.side, ratios, baseline, peak_tflops, trained,
                              phases), list(_of(ratios, DEVICE).first.mode_times))

@@ -79,7 +79,7 @@ class Ratio:
         self.gated = gated
         t0 = time.perf_counter()
         with progress.scope(self.kind.scope):
-            self.first = self.clock(policy)
+            self.first = self.clock(policy if gated else policy.for_look())
             self._judge(policy) if gated else self._look(policy)
         self.seconds = time.perf_counter() - t0
         return self

@@ -6,7 +6,7 @@ How a ratio of them is judged is ``ampbench.speed.judging``."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -22,8 +22,9 @@ from ampbench.models.spec import ModelSpec
 
 
 # A figure reported beside the gate (the wall-clock speedup under --perf-gate device) is read, not judged:
-# it gets the fewest rounds of a 95% interval (six; a 99% one needs eight), a quarter off its blocks,
-# which are a third of a full tier's time. A recording keeps 99%: its interval becomes the stored noise.
+# without a baseline it gets the fewest rounds of a 95% interval (six; a 99% one needs eight), in blocks
+# half as long (SpeedPolicy.for_look). A recording keeps 99% and whole blocks: its interval becomes the
+# stored noise.
 LOOK_CONFIDENCE = 0.95
 
 
@@ -42,6 +43,14 @@ class SpeedPolicy:
     # rounds added to a judged figure until its interval is tight (`rounds`' target), where off only a
     # straddling interval gets more: on where the interval is kept (a recording's noise is its half-width)
     tighten_judged: bool = False
+    # share of `block_seconds` in the blocks of a reported figure's first look (``Ratio.time``): it is
+    # read, not judged, and a half-length block still holds a fast step many times over
+    look_block_share: float = 0.5
+
+    def for_look(self) -> "SpeedPolicy":
+        """The policy of a reported figure's timer: shorter blocks; a recording keeps its own, since its
+        look becomes the stored figure."""
+        return self if self.tighten_judged else replace(self, block_seconds=self.block_seconds * self.look_block_share)
 
 
 # --perf-rounds' and --perf-block-seconds' defaults (ampbench.settings says why), read here as speed.DEFAULT_*
@@ -102,6 +111,7 @@ class Side:
     idle: BlockIdle | None = None  # one profiled held block of graph replays: the GPU's idle time inside it
     # the first training step, synchronised: for a compiled mode, dynamo and Inductor compiling the step
     first_step_seconds: float | None = None
+    prepare_phases: dict[str, float] = field(default_factory=dict)  # prepare_seconds by phase, in order
 
 
 def allocated_bytes(device: torch.device) -> int:
@@ -109,28 +119,49 @@ def allocated_bytes(device: torch.device) -> int:
 
 
 def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smoke: bool, policy: SpeedPolicy) -> Side:
-    t0 = time.perf_counter()
+    phases = _Phases()
     prime_libraries(device)
     before = allocated_bytes(device)
     trainer = Trainer(spec, mode, device, smoke=smoke)
-    t1 = time.perf_counter()
+    phases.end("build")
     trainer.run(1)
     sync(device)
-    first = time.perf_counter() - t1
+    first = phases.end("first_step")
     step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
     side = Side(trainer, step_seconds, peak_memory_bytes(trainer, before), 0.0, first_step_seconds=first)
+    phases.end("warm_up")
     if device.type == "cuda":
         # after the peak was taken: the graph's private memory pool is no part of the mode's step
         try:
             side.graph = capture(trainer)
         except CaptureError as exc:
             side.capture_failure = str(exc)
+        phases.end("capture")
         side.profile = profile_steps(trainer, steps_per_block(step_seconds, policy.block_seconds, max_steps=PROFILE_STEPS))
+        phases.end("profile")
         if side.graph is not None:
             block = steps_per_block(step_seconds, policy.block_seconds)
             side.idle = block_idle(side.graph, block, BlockQueue(device))
-    side.prepare_seconds = time.perf_counter() - t0
+            phases.end("idle")
+    side.prepare_seconds, side.prepare_phases = phases.total, phases.seconds
     return side
+
+
+class _Phases:
+    """Seconds between the marks of a side's preparation, by the name of the phase each mark ends."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def end(self, name: str) -> float:
+        now = time.perf_counter()
+        self.seconds[name], self.last = now - self.last, now
+        return self.seconds[name]
+
+    @property
+    def total(self) -> float:
+        return self.last - self.start
 
 
 def uses_rnn_dropout_state(model: torch.nn.Module) -> bool:
