@@ -2,7 +2,7 @@
 """What the run history makes of steps, noise, stray runs and card changes, simulated with the suite's own
 code (``ampbench.history.simulation``) on the noise of the committed H100 file's quick speed cells:
 
-    python dev/bench_history.py                    # the tables of docs/design.md (~20 min on one core)
+    python dev/bench_history.py                    # the tables of docs/results/history.md (~20 min on one core)
     python dev/bench_history.py --series 100       # a quicker look
     python dev/bench_history.py --ablate           # holding back after detected changes, the robust floor: each off
 

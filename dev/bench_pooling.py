@@ -3,7 +3,7 @@
 simulated on the run-to-run noise of the H200's quick speed cells (tests/test_history_pooling.py H200_SD),
 scaled by a noise level and repeated to a number of cells, against each cell standing on its own runs:
 
-    python dev/bench_pooling.py            # the table of docs/design.md, "Noise pooled across cells"
+    python dev/bench_pooling.py            # the table of docs/results/history.md, "Noise pooled across cells"
 
 For n runs a cell, each cell's sample variance is drawn from its true noise; the tolerance is the
 verdict's (t at 99.8% two-sided on the degrees of freedom, the 0.5% floor), and a new unchanged run

@@ -1,7 +1,7 @@
 """The run history's goals, asserted on a seeded sample of simulated series (ampbench.history.simulation): the
 sequential verdict, the replay, the learning and the change detection, the suite's own code, over the noise
 of the committed H100 file's quick speed cells with cards that lie apart. dev/bench_history.py prints the
-full tables of docs/design.md from larger samples of the same simulation."""
+full tables of docs/results/history.md from larger samples of the same simulation."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_a_step_of_one_and_a_half_tolerances_or_more_is_never_learned_and_found_
 
 def test_a_step_at_the_tolerance_passes_few_runs_and_lets_few_in(cells):
     # at the tolerance itself half of a run's true values lie above its line: over 4,000 moved runs 10.8%
-    # passed and 1.4% counted (docs/design.md); this sample of 500 is allowed its spread about that
+    # passed and 1.4% counted (docs/results/history.md); this sample of 500 is allowed its spread about that
     got = _steps(cells, 1.0)
     assert got["pass"] <= 0.2 and got["counted"] <= 25, got
 
