@@ -39,6 +39,9 @@ TRIES = 5
 HOLD_CEILING_S = 0.25  # longer than any preemption a loaded host showed; a longer wait means a full queue
 # The hold behind which the launch queue's depth is probed: longer than a block's launches take.
 PROBE_HOLD_S = 0.05
+# The first hold of a block profiled for its idle time: under the profiler every launch is slower, a
+# floor-length hold missed, and each miss cost one more profiler session (up to TRIES of them per side).
+PROFILED_HOLD_S = PROBE_HOLD_S
 # A launch call that returns after the GPU left the hold and took this long waited for room in the queue.
 BLOCKED_S = 0.005
 
@@ -96,9 +99,9 @@ class BlockQueue:
     """Times blocks of one cell's device work behind a hold (both sides share one, so both are timed
     the same way); `stats` says how they were queued."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, hold_s: float = HOLD_FLOOR_S):
         self.device = device
-        self.stats = QueueStats()
+        self.stats = QueueStats(hold_s=hold_s)
         self.fallen_back = False
 
     def time(self, launch: Callable[[], object]) -> tuple[float, bool]:

@@ -15,7 +15,7 @@ from ampbench.device import prime_libraries
 from ampbench.modes import PrecisionMode
 from ampbench.speed.devicetime import (BlockIdle, CaptureError, CapturedStep, KernelProfile, block_idle, capture, clock_for,
                                        paired_blocks, profile_steps)
-from ampbench.speed.held import BlockQueue
+from ampbench.speed.held import PROFILED_HOLD_S, BlockQueue
 from ampbench.speed.timing import PairedTimer, RoundsPolicy, peak_memory_bytes, steps_per_block, sync, wall_block, warm_up
 from ampbench.train import Trainer
 from ampbench.models.spec import ModelSpec
@@ -85,7 +85,7 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
         # seconds keep a fast step warming up longer, and six to ten more eager steps (probe, peak,
         # capture, profile) come before the first timed block
         warmup_steps=3,
-        warmup_seconds=0.3,
+        warmup_seconds=0.15,
         block_seconds=block_seconds,
         rounds=RoundsPolicy(min_rounds, max_rounds=max(20, min_rounds), target_half_width=tolerance / 2, budget_seconds=8.0),
         # the fewest rounds for a 99% interval: the noise it yields is, if anything, too high
@@ -141,7 +141,7 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
         phases.end("profile")
         if side.graph is not None:
             block = steps_per_block(step_seconds, policy.block_seconds)
-            side.idle = block_idle(side.graph, block, BlockQueue(device))
+            side.idle = block_idle(side.graph, block, BlockQueue(device, hold_s=PROFILED_HOLD_S))
             phases.end("idle")
     side.prepare_seconds, side.prepare_phases = phases.total, phases.seconds
     return side
