@@ -38,8 +38,9 @@ SAME_MEANING = {
     "Block": (MODELS, "a transformer's block"),
     "FeedForward": (MODELS, "a transformer block's feed-forward layers"),
     "main": (("ampbench.cli.command", "ampbench.distributed."), "the entry point of `python -m` that module"),
-    "command": (("ampbench.cli.", "ampbench.export.cli"), "a subcommand module's entry, which cli.command runs"),
-    "add_parser": (("ampbench.cli.bisect", "ampbench.cli.history", "ampbench.cli.record", "ampbench.export.cli"), "a subcommand's arguments on the command's parser"),
+    "command": (("ampbench.cli.", "ampbench.export.cli"), "a subcommand module's entry, its parser's handler"),
+    "add_parser": (("ampbench.cli.", "ampbench.export.cli"), "a command module's subcommands, their arguments and handlers, "
+                   "on the command's parser (cli.args.COMMAND_MODULES)"),
     "SCHEMA_VERSION": (("ampbench.baselines.schema", "ampbench.history.schema", "ampbench.results.schema"),
                        "the version of that module's format: a baseline file, the run history, a run's JSON"),
     "R": (("ampbench.results.base", "ampbench.results.run"), "a TypeVar bound to Record, for a kind of cell asked for"),

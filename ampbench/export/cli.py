@@ -66,6 +66,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help=", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0])
     exp.add_argument("-o", "--output", type=Path, metavar="FILE", default=None,
                      help="write to FILE (default: standard output)")
+    exp.set_defaults(handler=command)
 
 
 def _document(args: argparse.Namespace) -> Any:
