@@ -86,7 +86,8 @@ def test_the_parser_and_its_help_import_no_torch():
     """fidelity and fp8-width are declared apart from their work (cli.measuring): --help starts without torch."""
     code = ("import sys; from ampbench.cli.args import build_parser; build_parser().format_help(); "
             "assert 'torch' not in sys.modules, 'torch imported'")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         check=False)
     assert run.returncode == 0, run.stderr
 
 

@@ -39,8 +39,8 @@ SAME_MEANING = {
     "FeedForward": (MODELS, "a transformer block's feed-forward layers"),
     "main": (("ampbench.cli.command", "ampbench.distributed."), "the entry point of `python -m` that module"),
     "command": (("ampbench.cli.", "ampbench.export.cli"), "a subcommand module's entry, its parser's handler"),
-    "add_parser": (("ampbench.cli.", "ampbench.export.cli"), "a command module's subcommands, their arguments and handlers, "
-                   "on the command's parser (cli.args.COMMAND_MODULES)"),
+    "add_parser": (("ampbench.cli.", "ampbench.export.cli"),
+                   "a command module's subcommands, their arguments and handlers (cli.args.COMMAND_MODULES)"),
     "SCHEMA_VERSION": (("ampbench.baselines.schema", "ampbench.history.schema", "ampbench.results.schema"),
                        "the version of that module's format: a baseline file, the run history, a run's JSON"),
     "R": (("ampbench.results.base", "ampbench.results.run"), "a TypeVar bound to Record, for a kind of cell asked for"),

@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ampbench.export.figures import gated_figures
 from ampbench.export.formats import ExportError, bmf, conbench, github, github_margin, pytest_benchmark
