@@ -1,21 +1,100 @@
 """``ampbench spread`` and ``ampbench baselines show|merge|export``: the per-GPU baseline files taught
 their between-run spread from saved runs, rendered as Markdown, merged from parts, and written from the
-run history."""
+run history. The arguments (``add_parser``, which adds ``baselines record``'s from ``record``) and the
+actions, each its parser's handler."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ampbench.baselines.show import render_file
 from ampbench.baselines.spread import learn_spread, with_spread
 from ampbench.baselines.store import BaselineError, latest_entries, load_document
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.cli import record as record_cli
-from ampbench.cli.history import history_store
+from ampbench.cli.history import history_store, with_store
+from ampbench.files.paths import BASELINE_DIR
 from ampbench.files.write import described, same_file, write_atomic, write_text_atomic
 from ampbench.history.connect import HistoryError
 from ampbench.report import load_run
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    spr = sub.add_parser(
+        "spread", help="learn each speed cell's run-to-run spread from saved runs into a baseline file",
+        description="For every speed entry of BASELINE.json, gather the recorded speedup and the speedup of each "
+                    "RUN.json made on the same GPU and software (driver, torch, CUDA, cuDNN) and measured the same "
+                    "way, and store the standard deviation of their logarithms as the entry's between_run_sd (with "
+                    "between_run_count values behind it); the entry's speedup becomes the geometric mean of those "
+                    "values, the recording's own kept as recorded_speedup. Each run is one value. The device-time "
+                    "speedup's spread is learned the same way into the device_ figures, from runs whose device time "
+                    "was measured by the entry's method (device_method), and device_tolerance is refreshed. A "
+                    "cell's tolerance then allows for that spread (Student's t with count - 1 degrees of freedom), "
+                    "and the suite reports each speedup's 99% interval across runs as well as within its own run. "
+                    "Pass every run to count, all of unchanged software and code: the figures are replaced, not "
+                    "accumulated (unless --add), and a cell that failed in such a run counts (it was a false "
+                    "alarm). Cells with an injected slowdown and the run that recorded the baseline do not count. "
+                    "The file is rewritten atomically; other figures and entries are kept.",
+    )
+    spr.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to add the spread to")
+    spr.add_argument("runs", type=Path, nargs="+", metavar="RUN.json",
+                     help="benchmark JSON of independent runs of the suite on that GPU, unchanged software")
+    spr.add_argument("--add", action="store_true",
+                     help="add these runs to the spread each entry already holds (its count, centre and sd, which "
+                          "pool exactly with new values) instead of learning it from these runs alone: for runs made "
+                          "since, when the earlier runs' JSON is gone. A run the entry lists as counted is not "
+                          "counted again (default: off)")
+    spr.add_argument("--dry-run", action="store_true", help="print what would be stored, write nothing")
+    spr.set_defaults(handler=spread)
+
+    bas = sub.add_parser("baselines", help="show or merge baseline files (baselines/<gpu-slug>.json)",
+                         description="Show or merge the per-GPU baseline files that pytest --perf-update-baselines "
+                                     "writes.")
+    bas_sub = bas.add_subparsers(dest="baselines_command", required=True, metavar="ACTION")
+    shw = bas_sub.add_parser(
+        "show", help="render a baseline file as Markdown",
+        description="Render BASELINE.json as Markdown: the GPU and the software it was recorded on, then a table "
+                    "per kind of test (speed, memory, convergence) with one row per model and precision mode. "
+                    "A figure an entry lacks shows as '-'. The pages under docs/results/ are made with this.",
+    )
+    shw.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to render")
+    shw.add_argument("--format", choices=("md",), default="md", help="output format (default: md)")
+    shw.add_argument("-o", "--output", type=Path, metavar="FILE", default=None,
+                     help="write to FILE (atomically) instead of standard output")
+    shw.set_defaults(handler=show)
+    mrg = bas_sub.add_parser(
+        "merge", help="merge baseline files of one GPU, recorded by separate runs, test by test",
+        description="Merge RECORDED.json files into BASELINE.json test by test: where several files hold the "
+                    "same test, the entry recorded last wins; a test only one file holds is kept. For baselines "
+                    "recorded in parts (by model, on several runners) by runs that each started from the "
+                    "committed file, so that each part's file also holds the other parts' older entries. Every "
+                    "file must be of the same GPU. BASELINE.json is rewritten atomically; it is created where it "
+                    "does not exist yet.",
+    )
+    mrg.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to merge into")
+    mrg.add_argument("recorded", type=Path, nargs="+", metavar="RECORDED.json",
+                     help="baseline files written by --perf-update-baselines on other runs")
+    mrg.add_argument("--dry-run", action="store_true", help="print what would be merged, write nothing")
+    mrg.set_defaults(handler=merge)
+    exp = with_store(bas_sub.add_parser(
+        "export", help="write a GPU's baseline files from the run history",
+        description="Write DIR/<gpu-slug>.json from the history: each speed cell with counted runs gets the level "
+                    "of its runs since its last accepted change and the between-run spread of all of them, pooled "
+                    "with the file's own spread from other runs; the file's other entries are kept. The "
+                    "distributed cells go the same way into DIR/<gpu-slug>-x<N>.json, one per GPU count the "
+                    "history holds. The files stay what CI without a history reads and what a review sees.",
+        epilog="Exit status: 0 written, 2 the store, an unknown GPU or a file that cannot be written."))
+    exp.add_argument("--gpu", metavar="NAME", default=None,
+                     help="the GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: the history's only one)")
+    exp.add_argument("--baseline-dir", type=Path, metavar="DIR", default=BASELINE_DIR,
+                     help=f"folder of the baseline files (default: {BASELINE_DIR})")
+    exp.add_argument("--kernels-only", action="store_true",
+                     help="change nothing but the entries' kernel lists: each takes its latest counted run's, where "
+                          "that run ran the software the entry names (default: the whole entry from the history)")
+    exp.set_defaults(handler=export)
+    record_cli.add_parser(bas_sub)
 
 
 def _spread_values(cell) -> str:
@@ -107,10 +186,3 @@ def export(args: argparse.Namespace) -> int:
     for path, written in files:
         print(f"ampbench: {written} {'entry' if written == 1 else 'entries'} written from the history {args.history} to {path}")
     return EXIT_OK
-
-
-BASELINE_ACTIONS = {"show": show, "merge": merge, "export": export, "record": record_cli.command}
-
-
-def command(args: argparse.Namespace) -> int:
-    return BASELINE_ACTIONS[args.baselines_command](args)

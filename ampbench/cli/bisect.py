@@ -90,6 +90,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pip-args", default="", metavar="ARGS",
                    help="with --package: more arguments for pip install, e.g. '--find-links DIR --no-index' or "
                         "'--index-url https://download.pytorch.org/whl/cu130'")
+    p.set_defaults(handler=command)
 
 
 def _usage(args: argparse.Namespace) -> str | None:

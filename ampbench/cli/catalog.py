@@ -1,5 +1,6 @@
 """``ampbench list``: the models and the precision modes a run can name, with the tiers that run them
-and what each mode needs of the device, read from the registry and the modes table themselves."""
+and what each mode needs of the device, read from the registry and the modes table themselves: its
+arguments (``add_parser``) and the command."""
 
 from __future__ import annotations
 
@@ -11,6 +12,16 @@ from typing import Any
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.modes import MODES, PrecisionMode
 from ampbench.settings import TIERS
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    lst = sub.add_parser("list", help="the models and precision modes a run can name",
+                         description="List the models (tier, batch on a GPU and on the CPU, whether the CPU smoke "
+                                     "pass and the compile tier run them, the published benchmark each reproduces) "
+                                     "and the precision modes (dtypes, loss scaling, tiers, what each needs of the "
+                                     "device: compute capability, torchao, torch.compile).")
+    lst.add_argument("--json", action="store_true", help="print them as JSON (default: two tables)")
+    lst.set_defaults(handler=command)
 
 
 def zoo_rows() -> list[dict[str, Any]]:

@@ -1,40 +1,26 @@
-"""The ``ampbench`` command's entry point: its arguments parsed (``args``), the subcommand run, and what
-ends a command early (an unusable file, a closed pipe, a path that cannot be written) turned into its
-exit status (``exits``)."""
+"""The ``ampbench`` command's entry point: its arguments parsed (``args``), the subcommand run by the
+handler its parser set, and what ends a command early (an unusable file, a closed pipe, a path that
+cannot be written) turned into its exit status (``exits``)."""
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ampbench.baselines.store import BaselineError
-from ampbench.cli import baselines, catalog, history, runs
 from ampbench.cli.args import build_parser
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_PIPE_CLOSED
-from ampbench.export import cli as export_cli
 from ampbench.files.write import described
 from ampbench.history.connect import HistoryError
 from ampbench.report import RunError
 from ampbench.report.compare import CompareError
 
 
-def _lazy(module: str) -> Callable[[argparse.Namespace], int]:
-    """The command of `module`, imported when it runs: it imports torch, which the file commands do without."""
-    return lambda args: importlib.import_module(f"ampbench.cli.{module}").command(args)
-
-
-COMMANDS = {"list": catalog.command, "report": runs.report, "compare": runs.compare, "spread": baselines.spread,
-            "fidelity": _lazy("fidelity"), "fp8-width": _lazy("fp8_width"), "baselines": baselines.command,
-            "history": history.command, "export": export_cli.command, "bisect": _lazy("bisect")}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        status = COMMANDS[args.command](args)
+        status = args.handler(args)  # set by the subcommand's parser (``args.COMMAND_MODULES``)
         sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback-like complaint
         return status
     except BrokenPipeError:

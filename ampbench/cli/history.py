@@ -1,6 +1,6 @@
 """``ampbench history``: import saved runs into the history, list its runs, explain a cell, list its
 changes, accept a moved cell's new level. The arguments (``add_parser``, called by ``ampbench.cli.args``)
-and the actions (``command``)."""
+and the actions, each its parser's handler; a store's HistoryError ends them in ``command.main``."""
 
 from __future__ import annotations
 
@@ -72,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                     "usable run is reported and nothing of it is written, the others are imported.",
         epilog="Exit status: 0 every file imported or already there, 2 a file unusable or the store."))
     imp.add_argument("runs", type=Path, nargs="+", metavar="RUN.json", help="benchmark JSON of saved runs")
+    imp.set_defaults(handler=_import)
     runs = with_store(actions.add_parser(
         "runs", help="list the history's runs, newest first",
         description="List the runs in the history, newest first: id, time (UTC), GPU, cells, failing cells, "
@@ -82,6 +83,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                       help="only runs on this GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: every GPU)")
     runs.add_argument("--limit", type=_limit, metavar="N", default=DEFAULT_LIMIT,
                       help=f"at most N runs (default: {DEFAULT_LIMIT})")
+    runs.set_defaults(handler=_runs)
     acc = with_store(actions.add_parser(
         "accept", help="accept a moved cell's new level from a run on",
         description="Record that a cell's new level, from RUN_ID on, is intended (an upgrade, a deliberate "
@@ -93,6 +95,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                      help="the cell, e.g. 'test_speed[resnet50-amp_bf16]' (default: every cell of the run)")
     acc.add_argument("--reason", metavar="TEXT", required=True, type=_reason,
                      help=f"why the new level is intended: one line of at most {MAX_REASON} characters")
+    acc.set_defaults(handler=_accept)
     exp = with_store(actions.add_parser(
         "explain", help="what the history decided of one cell, with its numbers",
         description="List every run of a cell's series as the gate replays it (counted, held back as suspect, "
@@ -106,6 +109,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                      help=f"the figure whose series is explained (default: {DEVICE.history})")
     exp.add_argument("--baseline-dir", metavar="DIR", type=Path, default=paths.BASELINE_DIR,
                      help=f"where the baseline file whose spread the gate pools in lives (default: {paths.BASELINE_DIR}/)")
+    exp.set_defaults(handler=_explain)
     chg = with_store(actions.add_parser(
         "changes", help="list where each cell's figures moved to another level, and across what",
         description="Find the change points in each cell's series (ruptures' PELT, its penalty fitted to the "
@@ -117,6 +121,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
     chg.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=("all", *figures()),
                      help=f"the figure whose series are looked at, or all (default: {DEVICE.history})")
+    chg.set_defaults(handler=_changes)
     return actions
 
 
@@ -217,11 +222,3 @@ def _check_cell(history: History, test_id: str, gpus: list[str]) -> None:
     hint = f"did you mean {near[0]}?" if near else f"it holds {shown}" if cells else "it holds none"
     raise history.fail(f"--cell {test_id!r}: no series of that cell" + (f" on {gpus[0]}" if len(gpus) == 1 else "")
                        + f" ({hint})")
-
-
-HISTORY_ACTIONS = {"import": _import, "runs": _runs, "accept": _accept, "explain": _explain, "changes": _changes}
-
-
-def command(args: argparse.Namespace) -> int:
-    return HISTORY_ACTIONS[args.history_command](args)  # a store's HistoryError: ``command.main`` says it
-

@@ -53,6 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"the pytest target of each run (default: {DEFAULT_TESTS})")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="-- PYTEST_ARGS",
                    help="arguments added to every pytest run, after --")
+    p.set_defaults(handler=command)
 
 
 def _pytest_command(args: argparse.Namespace, run: int, empty: Path) -> list[str]:

@@ -1,5 +1,6 @@
 """``ampbench report`` and ``ampbench compare``: a saved run made into a report (with an older run to
-compare with, a JUnit file's failures and a history's trends), and two runs held against each other."""
+compare with, a JUnit file's failures and a history's trends), and two runs held against each other: their
+arguments (``add_parser``) and the commands (``report``, ``compare``)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,79 @@ from pathlib import Path
 
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.cli.history import history_store
+from ampbench.cli.values import relative
 from ampbench.files.write import same_file
+from ampbench.history.connect import store_url
 from ampbench.printable import printable
 from ampbench.progress import Progress
 from ampbench.report import Run, build_report, failed_tests, load_run, render_comparison_markdown, write_report
-from ampbench.report.compare import compare_runs, format_text
+from ampbench.report.compare import (DEFAULT_ACCURACY_TOLERANCE, DEFAULT_MEMORY_TOLERANCE, DEFAULT_TOLERANCE,
+                                     compare_runs, format_text)
 from ampbench.verdict import Verdict
+
+
+def _add_tolerances(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tolerance", type=relative, default=DEFAULT_TOLERANCE, metavar="FRACTION",
+                   help="smallest relative drop of a speedup that counts as a regression; cells measured with "
+                        f"more noise get more, as in the suite (default: {DEFAULT_TOLERANCE})")
+    p.add_argument("--memory-tolerance", type=relative, default=DEFAULT_MEMORY_TOLERANCE,
+                   metavar="FRACTION", help="relative growth of a memory ratio, or shrinkage of the largest batch, "
+                                            f"that counts as a regression (default: {DEFAULT_MEMORY_TOLERANCE})")
+    p.add_argument("--accuracy-tolerance", type=relative, default=DEFAULT_ACCURACY_TOLERANCE,
+                   metavar="FRACTION", help="relative drop of a convergence test's accuracy that counts as a "
+                                            f"regression (default: {DEFAULT_ACCURACY_TOLERANCE})")
+    p.add_argument("--strict", action="store_true",
+                   help="an inconclusive verdict fails too (exit status 1), like pytest's --perf-strict")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="a test the old run had and the new one lacks (deselected, skipped, crashed) does not fail; "
+                        "without it, it does (exit status 1)")
+    p.add_argument("--cross-device", action="store_true",
+                   help="judge runs from different devices (e.g. a CPU smoke run against a GPU run) by their ratios "
+                        "over fp32; without it, such a pair is refused (exit status 2)")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    rep = sub.add_parser(
+        "report", help="turn a run into DIR/index.html, DIR/summary.md and PNG charts",
+        description="Write DIR/index.html (one self-contained file: open it in a browser), DIR/summary.md (for a CI "
+                    "job summary, e.g. >> $GITHUB_STEP_SUMMARY) and PNG charts of speedup, memory, largest batch and "
+                    "throughput. With --compare, also the change of every test against an older run, with its verdict. "
+                    "The report is written to a temporary folder and moved into place at the end, so a failure leaves "
+                    "no partial report.",
+    )
+    rep.add_argument("run", type=Path, metavar="RUN.json", help="benchmark JSON of the run to report on")
+    rep.add_argument("--compare", type=Path, metavar="OLD.json", default=None,
+                     help="an older run of the same suite to compare with (e.g. the last run on main)")
+    rep.add_argument("-o", "--output", type=Path, metavar="DIR", default=Path("report"),
+                     help="folder for the report; an earlier report there is replaced, a folder holding anything "
+                          "the report did not write is refused (default: report)")
+    rep.add_argument("--junit", type=Path, metavar="JUNIT.xml", default=None,
+                     help="pytest's --junitxml file of the same run: its failed tests are listed at the top")
+    rep.add_argument("--history", type=store_url, metavar="URL", default=None,
+                     help="a run history (an SQLite file, sqlite:///PATH or postgresql://...): add a trend chart of "
+                          "each speed cell's device-time speedup over its runs and the tolerance learned "
+                          "(default: none, no trends)")
+    rep.add_argument("--gpu", metavar="NAME", default=None,
+                     help="with --history: the GPU model whose runs are drawn (default: the run's own)")
+    rep.add_argument("--fail-on-regression", action="store_true",
+                     help="exit with status 1 when a verdict fails (a regression, non-finite training, an fp32 reference "
+                          "that did not learn), by the run's own verdicts or against --compare")
+    _add_tolerances(rep)
+    rep.set_defaults(handler=report)
+
+    cmp_ = sub.add_parser(
+        "compare", help="per-test verdicts of NEW.json against OLD.json; exit status 1 on a regression",
+        description="Hold every test of NEW.json against the same test in OLD.json with the suite's statistics: "
+                    "OLD's speedup is the baseline, NEW's 99% interval must not lie wholly below baseline x "
+                    "(1 - tolerance). Memory ratio, largest batch and accuracy are held to relative tolerances.",
+    )
+    cmp_.add_argument("old", type=Path, metavar="OLD.json", help="the earlier run (the baseline)")
+    cmp_.add_argument("new", type=Path, metavar="NEW.json", help="the run to judge")
+    cmp_.add_argument("--changes-only", action="store_true", help="list only tests whose verdict is not pass")
+    cmp_.add_argument("--markdown", type=Path, metavar="FILE", default=None,
+                      help="also write the comparison as markdown to FILE (e.g. $GITHUB_STEP_SUMMARY is appended to)")
+    _add_tolerances(cmp_)
+    cmp_.set_defaults(handler=compare)
 
 
 def _tolerances(args: argparse.Namespace) -> dict:

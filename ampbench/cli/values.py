@@ -35,3 +35,7 @@ def fraction(high: float, example: str) -> Callable[[str], float]:
         return number
 
     return parse
+
+
+# a relative difference, as report's and compare's tolerances and fidelity's --target take it
+relative = fraction(1, "0.03 for 3%")

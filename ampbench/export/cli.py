@@ -1,11 +1,15 @@
-"""The ``ampbench export`` command: its arguments and what it does with them."""
+"""The ``ampbench export`` command: its arguments and what it does with them. The formats are one table
+(``FORMATS``): the option's choices, its help, the epilog and the dispatch all read it."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ampbench.export.figures import gated_figures
 from ampbench.export.formats import ExportError, bmf, conbench, github, github_margin, pytest_benchmark
@@ -13,20 +17,41 @@ from ampbench.files.write import same_file, write_text_atomic
 from ampbench.results import load_run
 from ampbench.results.run import RunError
 
-# format: (what it is, what writes it from the run)
-FORMATS = {
-    "bmf": "Bencher Metric Format (bencher run --adapter json): per test id, one measure per gated figure, "
-           "with its interval as lower_value and upper_value, and the cell's gate-margin (above 1: it fails)",
-    "github": "github-action-benchmark's customBiggerIsBetter list, the interval's half-width in range",
-    "github-margin": "github-action-benchmark's customSmallerIsBetter list of each cell's gate margin, floored "
-                     "at 1 (1: at or inside its regression line); alert-threshold 100% alerts as a cell crosses it",
-    "pytest-benchmark": "the run JSON in the current layout (a group on every entry, the untimed cells beside "
-                        "the benchmarks), for pytest-benchmark compare and the dashboards' pytest readers",
-    "conbench": "refused: Conbench takes only the units B, B/s, s, ns and i/s, none of which a ratio has",
+
+@dataclass(frozen=True)
+class Format:
+    """A format ``--format`` names: what it is (the epilog says it) and what writes it."""
+
+    what: str
+    # from the run's gated figures (``figures.gated_figures``), or with whole_run from the run's JSON itself
+    write: Callable[[Any], Any]
+    whole_run: bool = False
+    # named so that asking for it says why it is not written, rather than argparse's bare "invalid choice"
+    refused: bool = False
+
+
+FORMATS: dict[str, Format] = {
+    "bmf": Format("Bencher Metric Format (bencher run --adapter json): per test id, one measure per gated figure, "
+                  "with its interval as lower_value and upper_value, and the cell's gate-margin (above 1: it fails)",
+                  bmf),
+    "github": Format("github-action-benchmark's customBiggerIsBetter list, the interval's half-width in range", github),
+    "github-margin": Format("github-action-benchmark's customSmallerIsBetter list of each cell's gate margin, floored "
+                            "at 1 (1: at or inside its regression line); alert-threshold 100% alerts as a cell "
+                            "crosses it", github_margin),
+    "pytest-benchmark": Format("the run JSON in the current layout (a group on every entry, the untimed cells beside "
+                               "the benchmarks), for pytest-benchmark compare and the dashboards' pytest readers",
+                               pytest_benchmark, whole_run=True),
+    "conbench": Format("Conbench takes only the units B, B/s, s, ns and i/s, none of which a ratio has", conbench,
+                       refused=True),
 }
 
 
+def _named(name: str, fmt: Format) -> str:
+    return f"{name} (refused, saying why)" if fmt.refused else name
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    names = [_named(name, fmt) for name, fmt in FORMATS.items()]
     exp = sub.add_parser(
         "export", help="the run's gated figures for a dashboard: Bencher (bmf), github-action-benchmark (github)",
         description="Write the figures that hold each cell of RUN.json (each gating speedup with its interval, a "
@@ -34,22 +59,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "reference) in a dashboard's format. Cells without such a figure are named on stderr. Runs "
                     "written by older versions are read as they are (entries without stats, untimed cells "
                     "among the benchmarks).",
-        epilog="Formats: " + "; ".join(f"{name}: {what}" for name, what in FORMATS.items())
+        epilog="Formats: " + "; ".join(f"{name}: {'refused: ' * fmt.refused}{fmt.what}" for name, fmt in FORMATS.items())
                + ". Exit status: 0 written, 2 bad usage, an unusable file or a refused format.",
     )
     exp.add_argument("run", type=Path, metavar="RUN.json", help="benchmark JSON of the run to export")
     exp.add_argument("--format", required=True, choices=tuple(FORMATS), metavar="FORMAT",
-                     help="bmf, github, github-margin, pytest-benchmark or conbench (refused, saying why)")
+                     help=", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0])
     exp.add_argument("-o", "--output", type=Path, metavar="FILE", default=None,
                      help="write to FILE (default: standard output)")
+    exp.set_defaults(handler=command)
 
 
-def _document(args: argparse.Namespace):
-    if args.format == "pytest-benchmark":
+def _document(args: argparse.Namespace) -> Any:
+    fmt = FORMATS[args.format]
+    if fmt.whole_run:
         load_run(args.run)  # a file that is no ampbench run is refused, naming the field
-        return pytest_benchmark(json.loads(args.run.read_text(encoding="utf-8")))
+        return fmt.write(json.loads(args.run.read_text(encoding="utf-8")))
     figures = gated_figures(load_run(args.run))
-    document = {"bmf": bmf, "github": github, "github-margin": github_margin, "conbench": conbench}[args.format](figures)
+    document = fmt.write(figures)
     for test_id, why in figures.left_out:
         print(f"ampbench export: {test_id} left out: {why}", file=sys.stderr)
     if not figures.figures:
