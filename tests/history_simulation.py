@@ -10,6 +10,9 @@ history (the hardest case: every tolerance learned from the series' own runs), r
 runs, each on a card of the fleet drawn at random, then `moved` runs whose true speedup is lower by
 `step` times the tolerance the gate held the first moved run to. ``dev/bench_history.py`` prints the
 tables of docs/design.md; ``tests/test_history_simulation.py`` asserts the goals on a seeded sample.
+
+It lives with its users, not in the package: it drives the speed harness (torch), which the run history
+itself never needs.
 """
 
 from __future__ import annotations
