@@ -18,8 +18,11 @@ import json
 import sys
 from pathlib import Path
 
-from ampbench.export import bmf, gated_figures, github
-from ampbench.results import load_run
+# this checkout's package, not an installed copy of another checkout's
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ampbench.export import bmf, gated_figures, github  # noqa: E402
+from ampbench.results import load_run  # noqa: E402
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "tests" / "data" / "consumers"
 
