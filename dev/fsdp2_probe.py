@@ -306,10 +306,11 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-COLUMNS = (("step ms", "step_ms", ".2f"), ("graph ms", "graph_ms", ".2f"), ("wall ms", "wall_ms", ".2f"), ("profiled", "profiled_ms", ".1f"),
-           ("launch", "launch_ms", ".1f"),
+COLUMNS = (("step ms", "step_ms", ".2f"), ("graph ms", "graph_ms", ".2f"), ("wall ms", "wall_ms", ".2f"),
+           ("profiled", "profiled_ms", ".1f"), ("launch", "launch_ms", ".1f"),
            ("NCCL ms", "nccl_ms", ".1f"), ("exposed", "nccl_exposed_ms", ".1f"),
-           ("GPU busy%", "gpu_busy_pct", ".0f"), ("opt host", "opt_host_ms", ".2f"), ("in step", "opt_in_step_ms", ".2f"))
+           ("GPU busy%", "gpu_busy_pct", ".0f"), ("opt host", "opt_host_ms", ".2f"),
+           ("in step", "opt_in_step_ms", ".2f"))
 
 
 def report(results: dict) -> str:

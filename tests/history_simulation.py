@@ -30,8 +30,8 @@ from ampbench.history.learn import learned_from
 from ampbench.history.model import NEW_CARD
 from ampbench.history.replay import Replay
 from ampbench.history.series import Point, Series
-from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.results.ratios import DEVICE
+from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.sides import SpeedPolicy
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
@@ -144,7 +144,8 @@ def simulate(cell: CellNoise, scenario: Scenario, seed: int) -> SeriesOutcome:
         if learned.level is not None:
             held = lambda v, tol, c=card: _held_back(replay, v, c, tol)  # noqa: E731
             check = SpeedupCheck(cell.name, "simulated", learned.level, learned.tolerance, held_back=held)
-        ratio = Ratio(DEVICE, check=check, clock=lambda _, t=true, r=rng: _rounds(r, t, cell.round_sd)).time(POLICY, True)
+        clock = lambda _, t=true, r=rng: _rounds(r, t, cell.round_sd)  # noqa: E731
+        ratio = Ratio(DEVICE, check=check, clock=clock).time(POLICY, True)
         est, verdict = ratio.estimate, ratio.verdict
         out.verdicts.append(verdict)
         replay.feed(Point(f"run{i}", f"t{i:04d}", est.speedup, est.low, est.high, not verdict.failing, False, card,
