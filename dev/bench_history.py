@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What the run history makes of steps, noise, stray runs and card changes, simulated with the suite's own
-code (``ampbench.history.simulation``) on the noise of the committed H100 file's quick speed cells:
+code (``tests/history_simulation.py``) on the noise of the committed H100 file's quick speed cells:
 
     python dev/bench_history.py                    # the tables of docs/results/history.md (~20 min on one core)
     python dev/bench_history.py --series 100       # a quicker look
@@ -29,8 +29,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ampbench.history.simulation import Scenario, noise_of, simulate, widening  # noqa: E402
 from ampbench.verdict import Verdict  # noqa: E402
+from tests.history_simulation import Scenario, noise_of, simulate, widening  # noqa: E402
 
 STEPS = (1.0, 1.5, 2.0, 3.0)
 PASSING = (Verdict.PASS, Verdict.IMPROVED)

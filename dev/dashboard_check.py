@@ -18,8 +18,11 @@ import json
 import sys
 from pathlib import Path
 
-from ampbench.export import bmf, gated_figures, github
-from ampbench.results import load_run
+# this checkout's package, not an installed copy of another checkout's
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ampbench.export import bmf, gated_figures, github  # noqa: E402
+from ampbench.results import load_run  # noqa: E402
 
 SCHEMAS = Path(__file__).resolve().parents[1] / "tests" / "data" / "consumers"
 
@@ -30,7 +33,8 @@ def _check(document, name: str) -> None:
     except ImportError:
         print(f"  (jsonschema not installed: {name} not checked)")
         return
-    errors = list(jsonschema.Draft7Validator(json.loads((SCHEMAS / f"{name}.schema.json").read_text())).iter_errors(document))
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    errors = list(jsonschema.Draft7Validator(schema).iter_errors(document))
     print(f"  {name}: {'fits' if not errors else f'{len(errors)} problems, first: {errors[0].message}'}")
 
 
@@ -96,7 +100,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("old", type=Path)
     p.add_argument("new", type=Path)
-    p.add_argument("--slowed", default="", help="model:mode,... (speed cells) or test ids of the cells slowed on purpose")
+    p.add_argument("--slowed", default="",
+                   help="model:mode,... (speed cells) or test ids of the cells slowed on purpose")
     p.add_argument("--alert-threshold", type=float, default=1.005, help="github-action-benchmark's, as a ratio")
     args = p.parse_args()
     before, after = gated_figures(load_run(args.old)), gated_figures(load_run(args.new))

@@ -14,8 +14,11 @@ import re
 import sys
 from pathlib import Path
 
-from ampbench.results import DistributedRecord, load_run
-from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, SCALING
+# this checkout's package, not an installed copy of another checkout's
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ampbench.results import DistributedRecord, load_run  # noqa: E402
+from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, SCALING  # noqa: E402
 
 
 def last_runs(folder: Path) -> dict[str, list[DistributedRecord]]:

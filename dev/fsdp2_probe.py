@@ -37,6 +37,7 @@ import inspect
 import json
 import os
 import statistics
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -48,12 +49,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from ampbench import models
-from ampbench.distributed.graphed import DDP_STATS_EVERY, EAGER_BEFORE_CAPTURE, own_stream
-from ampbench.distributed.variants import device_mesh, fsdp2_units, get_comm
-from ampbench.modes import PrecisionMode, get_mode
-from ampbench.train import OPTIMIZERS, memory_format_for
-from probe_traces import merge_traces, summarise
+# this checkout's package, not an installed copy of another checkout's
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ampbench import models  # noqa: E402
+from ampbench.distributed.graphed import DDP_STATS_EVERY, EAGER_BEFORE_CAPTURE, own_stream  # noqa: E402
+from ampbench.distributed.variants import device_mesh, fsdp2_units, get_comm  # noqa: E402
+from ampbench.modes import PrecisionMode, get_mode  # noqa: E402
+from ampbench.train import OPTIMIZERS, memory_format_for  # noqa: E402
+from probe_traces import merge_traces, summarise  # noqa: E402  (dev/, first on the path of a script run from it)
 
 # the optimizers of (2): keyword arguments over the suite's optimizer's; None: the suite's own
 OPT_IMPLS: dict[str, dict | None] = {
@@ -302,10 +306,11 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-COLUMNS = (("step ms", "step_ms", ".2f"), ("graph ms", "graph_ms", ".2f"), ("wall ms", "wall_ms", ".2f"), ("profiled", "profiled_ms", ".1f"),
-           ("launch", "launch_ms", ".1f"),
+COLUMNS = (("step ms", "step_ms", ".2f"), ("graph ms", "graph_ms", ".2f"), ("wall ms", "wall_ms", ".2f"),
+           ("profiled", "profiled_ms", ".1f"), ("launch", "launch_ms", ".1f"),
            ("NCCL ms", "nccl_ms", ".1f"), ("exposed", "nccl_exposed_ms", ".1f"),
-           ("GPU busy%", "gpu_busy_pct", ".0f"), ("opt host", "opt_host_ms", ".2f"), ("in step", "opt_in_step_ms", ".2f"))
+           ("GPU busy%", "gpu_busy_pct", ".0f"), ("opt host", "opt_host_ms", ".2f"),
+           ("in step", "opt_in_step_ms", ".2f"))
 
 
 def report(results: dict) -> str:

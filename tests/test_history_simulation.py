@@ -1,4 +1,4 @@
-"""The run history's goals, asserted on a seeded sample of simulated series (ampbench.history.simulation): the
+"""The run history's goals, asserted on a seeded sample of simulated series (tests/history_simulation.py): the
 sequential verdict, the replay, the learning and the change detection, the suite's own code, over the noise
 of the committed H100 file's quick speed cells with cards that lie apart. dev/bench_history.py prints the
 full tables of docs/results/history.md from larger samples of the same simulation."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.history.simulation import Scenario, noise_of, simulate, widening
 from ampbench.verdict import Verdict
+from tests.history_simulation import Scenario, noise_of, simulate, widening
 
 FILE = Path(__file__).resolve().parent.parent / "baselines" / "nvidia-h100-80gb-hbm3.json"
 SERIES = 50  # a step size's series: two per quick speed cell of the file

@@ -16,7 +16,7 @@ The modules, by job:
 - `changes`: change points in a cell's series;
 - `reference`: the history as the verdicts' baselines, over the committed file;
 - `export`, `list_changes`, `report_changes`: a baseline file, and the changes listed, from the history;
-- `explain`, `simulation`: what the history decided of one cell, and simulated histories of the gate.
+- `explain`: what the history decided of one cell (simulated histories of the gate are tests/history_simulation.py).
 Its commands (``ampbench history import|runs|accept|explain|changes``) are ``ampbench.cli.history``.
 Its pytest side (``--perf-history``, ``--perf-label``: the store checked before the first cell, the run
 appended at the session's end) is ``ampbench.plugin.history``.

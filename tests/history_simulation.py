@@ -10,6 +10,9 @@ history (the hardest case: every tolerance learned from the series' own runs), r
 runs, each on a card of the fleet drawn at random, then `moved` runs whose true speedup is lower by
 `step` times the tolerance the gate held the first moved run to. ``dev/bench_history.py`` prints the
 tables of docs/design.md; ``tests/test_history_simulation.py`` asserts the goals on a seeded sample.
+
+It lives with its users, not in the package: it drives the speed harness (torch), which the run history
+itself never needs.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from ampbench.history.learn import learned_from
 from ampbench.history.model import NEW_CARD
 from ampbench.history.replay import Replay
 from ampbench.history.series import Point, Series
-from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.results.ratios import DEVICE
+from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.sides import SpeedPolicy
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
@@ -141,7 +144,8 @@ def simulate(cell: CellNoise, scenario: Scenario, seed: int) -> SeriesOutcome:
         if learned.level is not None:
             held = lambda v, tol, c=card: _held_back(replay, v, c, tol)  # noqa: E731
             check = SpeedupCheck(cell.name, "simulated", learned.level, learned.tolerance, held_back=held)
-        ratio = Ratio(DEVICE, check=check, clock=lambda _, t=true, r=rng: _rounds(r, t, cell.round_sd)).time(POLICY, True)
+        clock = lambda _, t=true, r=rng: _rounds(r, t, cell.round_sd)  # noqa: E731
+        ratio = Ratio(DEVICE, check=check, clock=clock).time(POLICY, True)
         est, verdict = ratio.estimate, ratio.verdict
         out.verdicts.append(verdict)
         replay.feed(Point(f"run{i}", f"t{i:04d}", est.speedup, est.low, est.high, not verdict.failing, False, card,
