@@ -118,10 +118,17 @@ class BetweenRuns:
         return t_quantile((1 - confidence) / 2, dof) * math.sqrt(runs + cards)
 
 
-def tolerance_for(floor: float, recorded_noise: float | None, between_runs: BetweenRuns | None = None,
-                  confidence: float = GATE_CONFIDENCE, unlearned: float = 0.0) -> float:
-    """The relative drop that counts as a regression for one cell: the user's floor, or more where
-    the cell's own recorded noise demands it, or where its speedup moves between runs.
+# What set a tolerance (``Reference.rule``): the learned between-run spread's bound, twice the recorded
+# noise, the unlearned tolerance of a figure no spread is learned for yet, the user's floor, or, in
+# ``ampbench compare``, the tolerance the old run was itself judged with
+BY_SPREAD, BY_NOISE, BY_UNLEARNED, BY_FLOOR, BY_OLD_RUN = (
+    "learned spread", "recorded noise", "unlearned", "floor", "the old run's tolerance")
+
+
+def tolerance_rule(floor: float, recorded_noise: float | None, between_runs: BetweenRuns | None = None,
+                   confidence: float = GATE_CONFIDENCE, unlearned: float = 0.0) -> tuple[float, str]:
+    """The relative drop that counts as a regression for one cell, and what set it (BY_*): the user's
+    floor, or more where the cell's own recorded noise demands it, or where its speedup moves between runs.
 
     The baseline was measured in one run and this run is another: `between_runs` (``learned_spread``)
     says how far apart two runs land, measured, and then replaces the recorded noise, which only
@@ -131,10 +138,56 @@ def tolerance_for(floor: float, recorded_noise: float | None, between_runs: Betw
     tolerance is then at least `unlearned` (``UNLEARNED_TOLERANCE`` for a figure held against a baseline).
     """
     if between_runs is not None:
-        return max(floor, between_runs.bound(confidence))
-    if finite_number(recorded_noise) is not None:
-        return max(floor, NOISE_MULTIPLIER * recorded_noise, unlearned)
-    return max(floor, unlearned)
+        candidates = [(between_runs.bound(confidence), BY_SPREAD)]
+    else:
+        noise = finite_number(recorded_noise)
+        candidates = [(unlearned, BY_UNLEARNED)] + ([(NOISE_MULTIPLIER * noise, BY_NOISE)] if noise is not None else [])
+    # the floor wins a tie: a user's floor is the reason a tolerance is what it is when nothing exceeds it
+    return max([(floor, BY_FLOOR)] + candidates, key=lambda c: (c[0], c[1] == BY_FLOOR))
+
+
+def tolerance_for(floor: float, recorded_noise: float | None, between_runs: BetweenRuns | None = None,
+                  confidence: float = GATE_CONFIDENCE, unlearned: float = 0.0) -> float:
+    """`tolerance_rule`'s tolerance alone."""
+    return tolerance_rule(floor, recorded_noise, between_runs, confidence, unlearned)[0]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What one figure of a cell is judged against, as its baseline source gives it: a baseline file's
+    entry (``baselines.entries.entry_reference``), the run history's learning of the cell
+    (``history.reference.HistoryBaselines.reference``), or an older run (``ampbench compare``). Its
+    tolerance is computed once, here (`of`), and every check of the figure reads it (`check`)."""
+
+    level: float  # the baseline figure: a speedup over fp32 or a versus side, a scaling efficiency
+    tolerance: float  # relative; the line is level x (1 - tolerance)
+    rule: str  # what set the tolerance (BY_*)
+    source: str  # where the level comes from: the baseline file, the history over it, the old run
+    method: str | None = None  # how its device time was measured, for a figure in device time
+    noise: float | None = None  # the recording's relative half-width, which stands in for a spread
+    spread: BetweenRuns | None = None  # the learned between-run (and between-card) spread, its dof
+    # why a run of this figure fails with the runs its history held back before it (value, tolerance): a
+    # text, or None where it does not; only a history gives one (``replay.Replay.group_failure``)
+    group_failure: Callable[[float, float], str | None] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, level: float, floor: float, noise: float | None, spread: BetweenRuns | None, *, source: str,
+           method: str | None = None, confidence: float = GATE_CONFIDENCE, unlearned: float = 0.0,
+           group_failure: Callable[[float, float], str | None] | None = None) -> "Reference":
+        tolerance, rule = tolerance_rule(floor, noise, spread, confidence, unlearned)
+        return cls(level, tolerance, rule, source, method, finite_number(noise), spread, group_failure)
+
+    @property
+    def line(self) -> float:
+        return self.level * (1.0 - self.tolerance)
+
+    @property
+    def dof(self) -> float | None:
+        """Degrees of freedom of the learned spread's sd, borrowed ones included; None where none is learned."""
+        return self.spread.dof if self.spread is not None else None
+
+    def check(self, model: str, mode: str, figure: str = "speedup over fp32") -> "SpeedupCheck":
+        return SpeedupCheck(model, mode, self.level, self.tolerance, figure, held_back=self.group_failure)
 
 
 # What needs a look first decides a cell of several ratios: a confirmed regression of any ratio fails it

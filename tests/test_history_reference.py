@@ -14,9 +14,10 @@ from ampbench.history.store import open_history
 from ampbench.results import Verdict
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.results.ratios import DEVICE
-from ampbench.speed.ratio import Ratio, ratio_check
+from ampbench.speed.ratio import Ratio
 from ampbench.verdict import UNLEARNED_TOLERANCE
 from tests import records
+from tests.references import entry_check
 from history_runs import H100, speed_record, speed_run
 
 CELL = "test_speed[resnet50-amp_bf16]"
@@ -42,7 +43,7 @@ def _baselines(history, tmp_path, entries=None) -> HistoryBaselines:
 
 
 def _check(figures):
-    check, why = ratio_check(Ratio(DEVICE, method="graph"), "resnet50", "amp_bf16", SpeedEntry.from_figures(figures), 0.005)
+    check, why = entry_check(Ratio(DEVICE, method="graph"), "resnet50", "amp_bf16", SpeedEntry.from_figures(figures), 0.005)
     assert check is not None, why
     return check
 
@@ -148,7 +149,7 @@ def test_a_distributed_cell_learns_from_its_runs_on_as_many_gpus_and_no_others(h
     entry = DistributedEntry.of(learned.figures(cell))
     assert entry.ratio(DIST_DEVICE).speedup == pytest.approx(math.exp(sum(map(math.log, (5.50, 5.52, 5.49, 5.51, 5.50))) / 5))
     assert entry.ratio(DIST_DEVICE).between_run_count == 5 and entry.world_size == 2 and entry.ratio(DIST_DEVICE).method == "profiler"
-    check, why = ratio_check(Ratio(DIST_DEVICE, method="profiler"), "gpt", "amp_bf16 fp32 x2", entry, 0.005)
+    check, why = entry_check(Ratio(DIST_DEVICE, method="profiler"), "gpt", "amp_bf16 fp32 x2", entry, 0.005)
     assert check is not None, why
     assert check.tolerance < 0.02  # five runs within 0.5%: learned well under the unlearned 3%
     # the speed cells' overlay leaves distributed cells to the file
@@ -176,7 +177,7 @@ def test_a_distributed_cell_learns_its_device_scaling_efficiency_and_its_method(
     held = entry.ratio(DEVICE_SCALING)
     assert held.speedup == pytest.approx(math.exp(sum(map(math.log, effs)) / len(effs)))
     assert held.between_run_count == 5 and held.method == "graph"
-    check, why = ratio_check(Ratio(DEVICE_SCALING, "scaling efficiency", method="graph"), "gpt", "amp_bf16 fp32 x4",
+    check, why = entry_check(Ratio(DEVICE_SCALING, "scaling efficiency", method="graph"), "gpt", "amp_bf16 fp32 x4",
                              entry, 0.005)
     assert check is not None, why
     assert check.tolerance < 0.02  # five runs within 0.3%: learned well under the unlearned 3%

@@ -25,8 +25,9 @@ from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
 from ampbench.results import SPEED_RATIOS, RatioFigures, Run, SpeedRecord, Verdict
 from ampbench.results.ratios import DEVICE, DISTRIBUTED_RATIOS, WALL, history_figures, of_history
-from ampbench.speed.ratio import Ratio, ratio_check
+from ampbench.speed.ratio import Ratio
 from ampbench.verdict import UNLEARNED_TOLERANCE
+from tests.references import entry_check
 from run_figures import page_text
 
 # a speedup over fp32 in some other clock, timed and judged as the wall clock's is, with a floor of its own
@@ -67,7 +68,7 @@ def test_a_baseline_entry_holds_a_new_kind_under_its_prefix_and_checks_it_by_its
     validate_entry("test_speed[gpt-amp_bf16]", {"figures": figures}, tmp_path / "b.json")
     with pytest.raises(BaselineError, match="host_speedup"):
         validate_entry("test_speed[gpt-amp_bf16]", {"figures": {**figures, "host_speedup": -1.0}}, tmp_path / "b.json")
-    check, why = ratio_check(Ratio(HOST), "gpt", "amp_bf16", entry, 0.005)
+    check, why = entry_check(Ratio(HOST), "gpt", "amp_bf16", entry, 0.005)
     assert why == "" and check.expected == 1.7 and check.tolerance == max(HOST.floor, UNLEARNED_TOLERANCE)
     assert HOST in spread_kinds() and HOST.history == "host_speedup"
 

@@ -12,9 +12,10 @@ from ampbench.stats import SpeedupEstimate, estimate_speedup
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.baselines.entries import RatioEntry, SpeedEntry
 from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL
-from ampbench.speed.ratio import Ratio, ratio_check
+from ampbench.speed.ratio import Ratio
 from ampbench.verdict import GATE_CONFIDENCE, UNLEARNED_TOLERANCE, BetweenRuns, RatioCheck, SpeedupCheck, Verdict, tolerance_for
 from ampbench.baselines.entries import entry_tolerance, learned_spread
+from tests.references import entry_check
 
 
 def est(s, lo, hi, n=12):
@@ -101,7 +102,7 @@ def test_a_cell_held_against_a_baseline_is_not_held_tighter_than_the_unlearned_f
     young = {"device_speedup": 10.996, "device_noise": 0.0025, "device_between_run_sd": 0.0031,
              "device_between_run_count": 2}
     assert _tolerance(0.005, young, "device_") == UNLEARNED_TOLERANCE
-    check, _ = ratio_check(Ratio(DEVICE, method="graph"), "wide_resnet28_10", "amp_bf16 compiled",
+    check, _ = entry_check(Ratio(DEVICE, method="graph"), "wide_resnet28_10", "amp_bf16 compiled",
                            SpeedEntry.from_figures(dict(young, speedup=10.0, device_method="graph")), 0.005)
     assert check.tolerance == UNLEARNED_TOLERANCE
     assert check.classify(est(10.877, 10.856, 10.910)) is Verdict.PASS
@@ -287,8 +288,8 @@ def test_a_baseline_measured_another_way_is_named():
 def test_an_entry_without_device_time_or_measured_another_way_leaves_the_wall_verdict():
     def _checks(figures, method):
         entry = SpeedEntry.from_figures(figures)
-        device = ratio_check(Ratio(DEVICE, method=method), "gpt", "amp_bf16", entry, 0.005)
-        wall, _ = ratio_check(Ratio(WALL), "gpt", "amp_bf16", entry, 0.005)
+        device = entry_check(Ratio(DEVICE, method=method), "gpt", "amp_bf16", entry, 0.005)
+        wall, _ = entry_check(Ratio(WALL), "gpt", "amp_bf16", entry, 0.005)
         return device[0], wall, device[1]
 
     device, wall, why = _checks({"speedup": 2.0}, "graph")

@@ -18,7 +18,7 @@ from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.speed.compiled import VersusSides, served
 from ampbench.results.ratios import DEVICE, VERSUS
-from ampbench.speed.ratio import Ratio, ratio_check
+from ampbench.speed.ratio import Ratio
 from ampbench.modes import compiled, get_mode, label, versus_figure, versus_of
 from ampbench.report import build_report, render_markdown
 from ampbench.report.speed_cells import COMPILE_GAIN_TITLE, versus_matrices
@@ -29,6 +29,7 @@ from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import UNLEARNED_TOLERANCE
 from ampbench.models import get_model
 from tests import records
+from tests.references import entry_check, file_reference, held
 
 CPU = torch.device("cpu")
 AMP_BF16, FP8_T = get_mode("amp_bf16"), get_mode("fp8_tensorwise")
@@ -71,12 +72,12 @@ def _versus(monkeypatch, mode, versus_s, mode_s, baseline, gated=True):
     timing = FakeTiming(versus_s, mode_s)
     monkeypatch.setattr(sides, "device_timing", lambda versus, side: timing)
     ratio = Ratio.between(VERSUS, object(), object(), versus_figure(mode), label(versus_of(mode)))
-    return ratio.hold("gpt", label(mode), SpeedEntry.of(baseline), 0.005).time(POLICY, gated), timing
+    return held(ratio, "gpt", label(mode), SpeedEntry.of(baseline), 0.005).time(POLICY, gated), timing
 
 
 def versus_check(model, mode, baseline, method, floor):
     ratio = Ratio(VERSUS, versus_figure(mode), label(versus_of(mode)), method)
-    return ratio_check(ratio, model, label(mode), SpeedEntry.of(baseline), floor)
+    return entry_check(ratio, model, label(mode), SpeedEntry.of(baseline), floor)
 
 
 def _recorded(vs, previous, comparable, measured_with):
@@ -180,6 +181,9 @@ class FakeStore:
 
     def software(self, test_id):
         return None
+
+    def reference(self, test_id, kind, floor, entry):
+        return file_reference(kind, floor, entry)
 
     def record(self, test_id, figures, software):
         self.recorded[test_id] = figures

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Mapping
 from ampbench.baselines.rules import BOOL, STR_OR_NULL, Rule, count, fraction_or_null, non_negative, positive
 from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, WALL, RatioKind
 from ampbench.stats import finite_number
-from ampbench.verdict import MIN_SPREAD_VALUES, BetweenRuns, tolerance_for
+from ampbench.verdict import MIN_SPREAD_VALUES, BetweenRuns, Reference, tolerance_for
 
 _RULE = "rule"  # field metadata: what a file's value must be
 _HELD = "held"  # field metadata: what the entry holds beside its own figures (its ratios, detail, order)
@@ -258,6 +258,17 @@ def entry_tolerance(kind: RatioKind, floor: float, ratio: RatioEntry | None, noi
     low, unlearned = kind.rule(floor)
     return tolerance_for(low, (ratio.noise if ratio is not None else None) if noise is None else noise,
                          learned_spread(ratio), unlearned=unlearned)
+
+
+def entry_reference(kind: RatioKind, floor: float, ratio: RatioEntry | None, source: str) -> Reference | None:
+    """What a ratio of `kind` is judged against where its baseline entry (``entries.RatioEntry``) is the
+    source: its figure, and the tolerance ``entry_tolerance`` gives it; None where the entry holds no figure."""
+    level = finite_number(ratio.speedup) if ratio is not None else None
+    if level is None:
+        return None
+    low, unlearned = kind.rule(floor)
+    return Reference.of(level, low, ratio.noise, learned_spread(ratio), source=source, method=ratio.method,
+                        unlearned=unlearned)
 
 
 def _int(value: object) -> int | None:

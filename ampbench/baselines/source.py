@@ -3,13 +3,17 @@ harness and the plugin read and record through. Two stores show it: the committe
 (or of N GPUs), ``baselines.store.BaselineStore``, and the run history over that file,
 ``history.reference.HistoryBaselines``, which learns each speed or distributed cell's level and tolerance
 from its runs and records and writes to the file it wraps. A cell annotated with ``ReferenceSource``
-takes either; what only the history can answer (``group_failure``: a run failing with the runs held back
-before it) is asked of it where present."""
+takes either. Both give a cell's figure its ``verdict.Reference``: the level, the tolerance computed once,
+and, from the history alone, the rule that fails a run with the runs held back before it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from ampbench.baselines.entries import FlatEntry
+from ampbench.results.ratios import RatioKind
+from ampbench.verdict import Reference
 
 
 @runtime_checkable
@@ -31,6 +35,11 @@ class ReferenceSource(Protocol):
 
     def figures(self, test_id: str) -> dict | None:
         """The entry's figures a cell is held against; None where the store has no entry."""
+
+    def reference(self, test_id: str, kind: RatioKind, floor: float, entry: FlatEntry | None) -> Reference | None:
+        """What the cell's ratio of `kind` is judged against under the user's `floor`: its level and its
+        tolerance, computed once; `entry` is the cell's entry as `figures` gives it, read by its type.
+        None where there is no such figure."""
 
     def software(self, test_id: str) -> dict | None:
         """The software the entry was measured on; None where it has no entry."""

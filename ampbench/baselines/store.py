@@ -31,9 +31,11 @@ from ampbench.baselines.schema import (  # noqa: F401 - the file format's names,
     validate,
     validate_entry,
 )
-from ampbench.baselines.entries import FlatEntry
+from ampbench.baselines.entries import FlatEntry, entry_reference
 from ampbench.files.read import DuplicateKey, UnreadableFile, read_text, unique_keys
 from ampbench.files.write import write_atomic
+from ampbench.results.ratios import RatioKind
+from ampbench.verdict import Reference
 
 
 # Figures an update of an entry keeps from the entry it replaces, by kind of entry: where the update has
@@ -112,6 +114,11 @@ class BaselineStore:
     def figures(self, test_id: str) -> dict | None:
         entry = self.entries.get(test_id)
         return entry["figures"] if entry else None
+
+    def reference(self, test_id: str, kind: RatioKind, floor: float, entry: FlatEntry | None) -> Reference | None:
+        """What the cell's ratio of `kind` is judged against: `entry` (its entry in this file, read by the
+        cell's entry type) under the user's `floor`; None where the entry holds no such figure."""
+        return entry_reference(kind, floor, entry.ratio(kind) if entry is not None else None, str(self.path))
 
     def software(self, test_id: str) -> dict | None:
         entry = self.entries.get(test_id)

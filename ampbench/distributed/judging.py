@@ -1,6 +1,6 @@
 """A distributed cell's judging: its four figures (the device-time speedup, the wall-clock speedup under
 the same parallelism, the scaling efficiency in device time and in wall clock) held against the cell's
-baseline entry by the single-GPU cells' tolerance rule (``speed.ratio.ratio_check``), which of them gate
+baseline source's ``verdict.Reference`` of each, as the single-GPU cells' are (``speed.ratio.ratio_check``), which of them gate
 the cell (--perf-gate), and the cell's message, its ratios as its record holds them and its device-time
 baseline figures. The kinds of ratio are the rows of ``results.ratios.DISTRIBUTED_RATIOS``.
 
@@ -15,17 +15,17 @@ and device time where it is the profiler's busy time rather than graph replays (
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ampbench.baselines.entries import DistributedEntry, RatioEntry, entry_tolerance
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.distributed.figures import DistFigures, host_bound_verdict, per_round_min
 from ampbench.results import DISTRIBUTED_RATIOS, RatioFigures
-from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING
+from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, RatioKind
 from ampbench.settings import GATES
-from ampbench.speed.ratio import Ratio, ratio_check
+from ampbench.speed.ratio import ratio_check
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import SpeedupCheck, Verdict
+from ampbench.verdict import Reference, SpeedupCheck, Verdict
 
 # the figures' names, as the record's ratios and the gates name them
 DEVICE_SPEEDUP, SPEEDUP = DIST_DEVICE.name, DIST_WALL.name
@@ -50,16 +50,19 @@ class CellChecks:
 
 
 def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str, what: str,
-                floor: float) -> CellChecks:
-    """The checks of the cell's figures; the device time's only where the run measured one, and only
-    against a baseline measured by the same method."""
-    speed = ratio_check(Ratio(DIST_WALL), model, what, baseline, floor)[0]
-    eff = ratio_check(Ratio(SCALING), model, what, baseline, floor)[0]
+                against: Callable[[RatioKind], Reference | None]) -> CellChecks:
+    """The checks of the cell's figures against what its baseline source gives each (`against`, by the
+    figure's kind: ``ReferenceSource.reference``); the device time's only where the run measured one, and
+    only against a baseline measured by the same method."""
+    def check(kind: RatioKind, figure: str = "speedup over fp32", method: str | None = None) -> tuple:
+        return ratio_check(kind, model, what, baseline, against(kind), figure=figure, method=method)
+
+    speed, eff = check(DIST_WALL)[0], check(SCALING)[0]
     if figs.device is None:
         return CellChecks(None, speed, eff)
-    device, why = ratio_check(Ratio(DIST_DEVICE, method=figs.device_method), model, what, baseline, floor)
-    device_eff = (ratio_check(Ratio(DEVICE_SCALING, "scaling efficiency", method=figs.device_method), model,
-                              what, baseline, floor)[0] if figs.device_efficiency is not None else None)
+    device, why = check(DIST_DEVICE, method=figs.device_method)
+    device_eff = (check(DEVICE_SCALING, "scaling efficiency", figs.device_method)[0]
+                  if figs.device_efficiency is not None else None)
     return CellChecks(device, speed, eff, why, device_eff)
 
 
@@ -116,6 +119,25 @@ def confirmed(verdicts: dict[str, Verdict], checks: CellChecks, second: DistFigu
         if v is Verdict.REGRESSION and (est is None or _judge(checks.of(name), est) is not Verdict.REGRESSION):
             out[name] = Verdict.INCONCLUSIVE
     return out
+
+
+def held_back(verdicts: dict[str, Verdict], checks: CellChecks, figs: DistFigures) -> tuple[dict[str, Verdict], str]:
+    """`verdicts` with the history's group rule applied as a single-GPU cell's ratio applies it
+    (``speed.ratio.Ratio``): a figure its own launches did not fail fails where it lies below the line
+    together with the runs the history held back before it (``verdict.Reference.group_failure``); and the
+    reasons, for the message. A figure that carries a host-bound step's pace is left as it is."""
+    out, why = dict(verdicts), []
+    for name, est in estimates(figs).items():
+        check = checks.of(name)
+        if check is None or check.held_back is None or verdicts.get(name) is Verdict.REGRESSION:
+            continue
+        if figs.host_bound and not leaves_host_out(name, figs):
+            continue
+        text = check.held_back(est.speedup, check.tolerance)
+        if text:
+            out[name] = Verdict.REGRESSION
+            why.append(f"{DISTRIBUTED_RATIOS[name].label}: {text}")
+    return out, "; ".join(why)
 
 
 def _figures(est: SpeedupEstimate, check: SpeedupCheck | None, verdict: Verdict | None, **more: Any) -> RatioFigures:

@@ -27,6 +27,7 @@ from ampbench.history.store import History
 from ampbench.results import RatioKind, Record, record_type
 from ampbench.results.ratios import DEVICE
 from ampbench.settings import DEFAULT_TOLERANCE
+from ampbench.verdict import Reference
 
 SPEED = "test_speed["
 # what an entry takes from the cell's latest counted run where the baseline file has no entry of it:
@@ -241,6 +242,21 @@ class HistoryBaselines:
         """The software of the cell's latest counted run: what an exported entry was measured on."""
         run = self._latest.get(test_id)
         return self.history.run(run).software if run else None
+
+    def reference(self, test_id: str, kind: RatioKind, floor: float, entry: FlatEntry | None) -> Reference | None:
+        """What the cell's ratio of `kind` is judged against: the level and spread its runs taught the
+        history (learned under the history's own floor), else its entry in the file (`entry`, as `figures`
+        gives it, under `floor`); with the rule that fails a run with the runs held back before it."""
+        b = self.learned().get(test_id, {}).get(kind.name) if self.cells.holds(test_id) else None
+        group = (lambda value, tolerance: self.group_failure(test_id, kind, value, tolerance)) \
+            if b is not None and b.replay is not None else None
+        ratio = entry.ratio(kind) if entry is not None else None
+        if b is None or b.level is None:
+            ref = self.store.reference(test_id, kind, floor, entry)
+            return replace(ref, group_failure=group) if ref is not None else None
+        return Reference.of(b.level, b.floor, b.noise, b.between_runs, source=f"{self.history} over {self.store.path}",
+                            method=ratio.method if ratio is not None else None, confidence=b.confidence,
+                            unlearned=b.unlearned, group_failure=group)
 
     def group_failure(self, test_id: str, kind: RatioKind, value: float, tolerance: float) -> str | None:
         """Why a run of `test_id` whose ratio of `kind` measured `value` fails with the runs held back

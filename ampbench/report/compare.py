@@ -1,10 +1,10 @@
 """Per-test verdicts between two runs, with the statistics the suite's own tests use: the old run's
-speedup plays the baseline, the new run's interval is classified by `SpeedupCheck`, and the cell's
-tolerance follows from the noise the old run was measured with (`tolerance_for`)."""
+speedup plays the baseline, the new run's interval is classified against the old run as its
+`Reference`, whose tolerance follows from the noise the old run was measured with."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ampbench.progress import QUIET, Progress
@@ -20,7 +20,7 @@ from ampbench.results import (
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.stats import SpeedupEstimate
 from ampbench.report.figure_text import fmt_number, fmt_pct, fmt_speedup, verdict_label
-from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict, tolerance_for
+from ampbench.verdict import BY_OLD_RUN, RatioCheck, Reference, Verdict
 from ampbench.settings import DEFAULT_TOLERANCE
 
 DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little
@@ -156,12 +156,13 @@ def _interval_change(new: Record, figure: str, old_est: SpeedupEstimate | None, 
     if new_est is None:
         return FigureChange(**base, old=fmt_speedup(old_est), new="-", change=None, verdict=Verdict.INCONCLUSIVE,
                       message=f"the new run has no {figure} with an interval for this test")
-    # the tolerance the old run itself was held to already folds in its baseline's recorded noise, so
-    # never go below it
-    tolerance = tolerance_for(floor, old_est.half_width)
-    if recorded is not None and 0 < recorded < 1:
-        tolerance = max(tolerance, recorded)
-    check = SpeedupCheck(new.model, new.mode, expected=old_est.speedup, tolerance=tolerance, figure=check_figure)
+    # the old run is the baseline source: its interval's width stands for its noise; the tolerance the old
+    # run itself was held to already folds in its baseline's recorded noise, so never go below it
+    reference = Reference.of(old_est.speedup, floor, old_est.half_width, None, source="the old run")
+    if recorded is not None and 0 < recorded < 1 and recorded > reference.tolerance:
+        reference = replace(reference, tolerance=recorded, rule=BY_OLD_RUN)
+    tolerance = reference.tolerance
+    check = reference.check(new.model, new.mode, check_figure)
     return FigureChange(
         **base,
         old=fmt_speedup(old_est),

@@ -18,7 +18,8 @@ from typing import Callable
 import torch
 
 from ampbench.baselines.entries import SpeedEntry
-from ampbench.baselines.store import BaselineStore, measurement_mismatch
+from ampbench.baselines.source import ReferenceSource
+from ampbench.baselines.store import measurement_mismatch
 from ampbench.device import release
 from ampbench.modes import PrecisionMode, label, versus_figure, versus_of
 from ampbench.results import SPEED_RATIOS, RatioKind, SpeedRecord
@@ -30,7 +31,7 @@ from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_
 from ampbench.speed.devicetime import IDLE_WARN_SHARE
 from ampbench.speed.hostload import host_load
 from ampbench.speed.ratio import Ratio
-from ampbench.verdict import HostOverhead, Verdict, combined, kernel_changes
+from ampbench.verdict import HostOverhead, Reference, Verdict, combined, kernel_changes
 from ampbench.models.spec import ModelSpec
 
 
@@ -109,11 +110,11 @@ def _gates(gate: str, ratios: dict[str, Ratio]) -> tuple[str, ...]:
 
 def judged(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, pair: _Prepared, baseline: SpeedEntry | None,
            settings: PerfSettings, pol: sides.SpeedPolicy,
-           held_back: Callable[[RatioKind], Callable[[float, float], str | None]] | None = None) -> list[Ratio]:
-    """The cell's ratios, in their table's order, each held against `baseline`, then timed: judged where
-    it gates the cell, else its first look; `held_back` gives, by a ratio's kind, what fails a run of it
-    with the runs the history held back (a history's ``group_failure``)."""
-    held = {kind.name: ratio.hold(spec.name, label(mode), baseline, settings.tolerance, held_back)
+           against: Callable[[RatioKind], Reference | None] = lambda kind: None) -> list[Ratio]:
+    """The cell's ratios, in their table's order, each checked against what its baseline source gives it
+    (`against`, by the ratio's kind: ``ReferenceSource.reference``), then timed: judged where it gates the
+    cell, else its first look."""
+    held = {kind.name: ratio.hold(spec.name, label(mode), baseline, against(kind))
             for kind in SPEED_RATIOS.values() if (ratio := _ratio(kind, mode, reference, pair)) is not None}
     gates = _gates(settings.gate, held)
     return [ratio.time(pol, ratio.kind.gate in gates) for ratio in held.values()]
@@ -142,7 +143,7 @@ def _message(verdict: Verdict, ratios: list[Ratio], baseline: SpeedEntry | None,
 
 
 def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, prepare: Callable[[], sides.Side], *,
-                  settings: PerfSettings, device: torch.device, test_id: str, store: BaselineStore | None,
+                  settings: PerfSettings, device: torch.device, test_id: str, store: ReferenceSource | None,
                   software: dict, peak_tflops: Callable[[str], float | None],
                   prepared: Callable[[SpeedRecord], None],
                   versus: Callable[[], sides.Side] | None = None) -> SpeedCell:
@@ -160,9 +161,9 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, p
     prepared(identity(spec, mode, device, settings.smoke))
     before = sides.parameters_fingerprint(pair.side.trainer)
     baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
-    group = getattr(store, "group_failure", None)  # a history's: what fails a run with its held-back runs
-    held_back = (lambda kind: lambda value, tol: group(test_id, kind, value, tol)) if group else None
-    ratios = judged(spec, mode, reference, pair, baseline, settings, pol, held_back)
+    against = (lambda kind: store.reference(test_id, kind, settings.tolerance, baseline)) if store is not None \
+        else (lambda kind: None)
+    ratios = judged(spec, mode, reference, pair, baseline, settings, pol, against)
     t1 = time.perf_counter()
     trained = _Trained.of(pair.side, before)
     phases = {"prepare": prepared_s, **{f"prepare_{k}": v for k, v in pair.side.prepare_phases.items()},
@@ -267,7 +268,7 @@ def _problems(spec: ModelSpec, mode: PrecisionMode, pair: _Prepared, ratios: lis
     return problems
 
 
-def _record_baseline(store: BaselineStore, test_id: str, software: dict, settings: PerfSettings,
+def _record_baseline(store: ReferenceSource, test_id: str, software: dict, settings: PerfSettings,
                      pol: sides.SpeedPolicy, baseline: SpeedEntry | None, ratios: list[Ratio],
                      record: SpeedRecord) -> None:
     """Queue the cell's new entry; `baseline` is still the one it replaces (record() only queues)."""
@@ -286,7 +287,7 @@ def _record_baseline(store: BaselineStore, test_id: str, software: dict, setting
     }, software)
 
 
-def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: BaselineStore | None,
+def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: ReferenceSource | None,
           baseline: SpeedEntry | None, ratios: list[Ratio], queued_badly: list[str], device: torch.device) -> None:
     """The cell's warnings: how it was measured (first), and what a cell that held should still say."""
     dev, wall, versus = _of(ratios, DEVICE), _of(ratios, WALL), _of(ratios, VERSUS)

@@ -23,7 +23,7 @@ from ampbench.speed.sequential import Look
 from ampbench.speed.timing import PairedTimer, extend_until_tight
 from ampbench.stats import SpeedupEstimate, median
 from ampbench.stats import min_rounds as fewest_rounds
-from ampbench.verdict import SpeedupCheck, Verdict
+from ampbench.verdict import Reference, SpeedupCheck, Verdict
 
 NO_BASELINE = "no baseline for this GPU"
 # A reported figure held against a baseline is looked at after this many rounds first: all of them above
@@ -64,13 +64,11 @@ class Ratio:
                        clock=lambda policy: timing.timer(over, side, policy))
         return cls(kind, figure, over_label, clock=lambda policy: sides.fresh_timer(over, side, policy))
 
-    def hold(self, model: str, mode: str, entry: FlatEntry | None, floor: float,
-             held_back: Callable[[RatioKind], Callable[[float, float], str | None]] | None = None) -> "Ratio":
-        """Build its check against `entry` (the cell's baseline entry) under the user's `floor`; where a
-        history judges it, `held_back` (by kind) says what fails a run with the runs it held back."""
-        self.check, self.why_unchecked = ratio_check(self, model, mode, entry, floor)
-        if self.check is not None and held_back is not None:
-            self.check = replace(self.check, held_back=held_back(self.kind))
+    def hold(self, model: str, mode: str, entry: FlatEntry | None, reference: Reference | None) -> "Ratio":
+        """Build its check against `reference`, what its baseline source gives the ratio (``ReferenceSource``),
+        where `entry`, the cell's baseline entry, was measured as this run measures it."""
+        self.check, self.why_unchecked = ratio_check(self.kind, model, mode, entry, reference, figure=self.figure,
+                                                     over=self.over, method=self.method)
         return self
 
     def time(self, policy: sides.SpeedPolicy, gated: bool) -> "Ratio":
@@ -236,19 +234,20 @@ class Ratio:
         self.extra.clear()
 
 
-def ratio_check(ratio: Ratio, model: str, mode: str, entry: FlatEntry | None,
-                floor: float) -> tuple[SpeedupCheck | None, str]:
-    """The check of `ratio` against the cell's baseline `entry`, or None and why not. One tolerance rule
-    for every kind (``entries.entry_tolerance``): the ratio's learned spread, else twice its recorded
-    noise, at least its kind's unlearned tolerance until a spread is learned, never below the user's
-    `floor` or the kind's."""
-    kind = ratio.kind
+def ratio_check(kind: RatioKind, model: str, mode: str, entry: FlatEntry | None, reference: Reference | None, *,
+                figure: str = "speedup over fp32", over: str | None = None,
+                method: str | None = None) -> tuple[SpeedupCheck | None, str]:
+    """The check of a ratio of `kind` (of `figure`, over the side `over`, its device time measured by
+    `method`) against `reference`, or None and why not: the cell's baseline `entry` is missing, holds no
+    such figure, was over another side, or measured it otherwise. The tolerance is the reference's."""
+    def named(template: str) -> str:
+        return template.format(method=method, figure=figure, over=over)
+
     if entry is None:
-        return None, ratio.named(kind.no_entry)
-    held = entry.ratio(kind)
-    if (kind.over and getattr(entry, "versus", None) != ratio.over) or held.speedup is None:
-        return None, ratio.named(kind.missing)
-    if kind.same_method and held.method != ratio.method:
-        return None, (f"{kind.other_method}measured by {held.method} in the baseline and by {ratio.method} here: "
+        return None, named(kind.no_entry)
+    if (kind.over and getattr(entry, "versus", None) != over) or reference is None:
+        return None, named(kind.missing)
+    if kind.same_method and reference.method != method:
+        return None, (f"{kind.other_method}measured by {reference.method} in the baseline and by {method} here: "
                       + RECORD_AGAIN)
-    return SpeedupCheck(model, mode, float(held.speedup), entry_tolerance(kind, floor, held), ratio.figure), ""
+    return reference.check(model, mode, figure), ""

@@ -142,16 +142,20 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     confidence = 0.99
     figs = merge_ranks(docs, confidence)
     baseline = DistributedEntry.of(store.figures(test_id)) if store is not None else None
-    checks = judging.cell_checks(baseline, figs, model, f"{mode_name} {comm} x{nproc}", settings.tolerance)
+    checks = judging.cell_checks(baseline, figs, model, f"{mode_name} {comm} x{nproc}",
+                                 lambda kind: store.reference(test_id, kind, settings.tolerance, baseline)
+                                 if store is not None else None)
     gates = judging.gates_of(settings.gate, checks, figs)
     verdicts = judging.verdicts_of(figs, checks)
     confirmation = None
     if Verdict.REGRESSION in judging.gated_verdicts(verdicts, gates):
         confirmation = _confirmation(request, settings, nproc, dist_cell, fail, what, confidence)
         verdicts = judging.confirmed(verdicts, checks, confirmation)
+    verdicts, together = judging.held_back(verdicts, checks, figs)
     verdict = combined(judging.gated_verdicts(verdicts, gates))
     message = judging.cell_message(what, figs, checks, verdicts, confirmation, gpu=perf_device.type == "cuda",
                                    note=STRATEGIES[get_comm(comm).strategy].host_bound_note)
+    message += f"; {together}" if together else ""
 
     problems = _problems(docs)
     record = _record(identity, figs, docs, settings, result, verdict=verdict, message=message, gated=list(gates),

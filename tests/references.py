@@ -1,0 +1,27 @@
+"""What a cell's figure is judged against where a baseline file's entry alone is the source, for the tests
+that check a ratio without a store."""
+
+from __future__ import annotations
+
+from ampbench.baselines.entries import FlatEntry, entry_reference
+from ampbench.results import RatioKind
+from ampbench.speed.ratio import Ratio, ratio_check
+from ampbench.verdict import Reference, SpeedupCheck
+
+SOURCE = "the baseline file"
+
+
+def file_reference(kind: RatioKind, floor: float, entry: FlatEntry | None) -> Reference | None:
+    return entry_reference(kind, floor, entry.ratio(kind) if entry is not None else None, SOURCE)
+
+
+def entry_check(ratio: Ratio, model: str, mode: str, entry: FlatEntry | None,
+                floor: float) -> tuple[SpeedupCheck | None, str]:
+    """`ratio`'s check against `entry` under `floor`, its kind, figure, side and method read from it."""
+    return ratio_check(ratio.kind, model, mode, entry, file_reference(ratio.kind, floor, entry), figure=ratio.figure,
+                       over=ratio.over, method=ratio.method)
+
+
+def held(ratio: Ratio, model: str, mode: str, entry: FlatEntry | None, floor: float) -> Ratio:
+    """`ratio` checked against `entry` under `floor`, as a cell without a history holds it."""
+    return ratio.hold(model, mode, entry, file_reference(ratio.kind, floor, entry))
