@@ -18,6 +18,12 @@ from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCAL
 from ampbench.stats import estimate_speedup
 from ampbench.verdict import Verdict, combined
 from tests import records
+from tests.references import file_reference
+
+
+def checks_of(entry, figs, floor=0.005):
+    """The cell's checks against `entry`, the baseline file its source (``ReferenceSource.reference``)."""
+    return judging.cell_checks(entry, figs, "gpt", "amp_bf16 fp32 x2", lambda kind: file_reference(kind, floor, entry))
 
 N = 8
 
@@ -79,7 +85,7 @@ def _entry(device: float | None, wall: float = 2.0) -> DistributedEntry:
 
 
 def _verdict(entry, figs, gate: str = "device") -> tuple[Verdict, tuple[str, ...], dict]:
-    checks = judging.cell_checks(entry, figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    checks = checks_of(entry, figs)
     gates = judging.gates_of(gate, checks, figs)
     verdicts = judging.verdicts_of(figs, checks)
     return combined(judging.gated_verdicts(verdicts, gates)), gates, verdicts
@@ -120,7 +126,7 @@ def test_host_bound_softens_device_time_from_the_profiler_too():
     assert figs.host_bound and figs.device_method == "kernels"
     verdict, gates, verdicts = _verdict(_entry(device=4.0, wall=3.0), figs, gate="both")
     assert verdicts[judging.DEVICE_SPEEDUP] is Verdict.INCONCLUSIVE and verdict is Verdict.INCONCLUSIVE
-    checks = judging.cell_checks(_entry(device=4.0, wall=3.0), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    checks = checks_of(_entry(device=4.0, wall=3.0), figs)
     message = judging.cell_message("gpt amp_bf16 fp32 (x2)", figs, checks, verdicts, None, gpu=True)
     assert "wall-clock or profiled device-time drop is the host's and is not failed" in message
     # not host-bound: the profiler's drop fails as before
@@ -137,7 +143,7 @@ def test_a_figure_whose_tolerance_leaves_no_line_is_inconclusive_and_says_why():
                                           "device_between_run_count": 5})  # 18% sd as learned there
     verdict, _, verdicts = _verdict(wide, figs)
     assert verdicts[judging.DEVICE_SPEEDUP] is Verdict.INCONCLUSIVE and verdict is Verdict.INCONCLUSIVE
-    checks = judging.cell_checks(wide, figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    checks = checks_of(wide, figs)
     message = judging.cell_message("gpt amp_bf16 fp32 (x2)", figs, checks, verdicts, None, gpu=True)
     assert checks.device.tolerance > 1.0
     assert f"no line: its runs vary by more than the figure (tolerance {checks.device.tolerance:.0%}) (inconclusive)" in message
@@ -150,7 +156,7 @@ def test_an_entry_without_device_time_is_held_by_the_wall_clock():
     figs = merge_ranks(_docs(), 0.99)
     verdict, gates, verdicts = _verdict(_entry(device=None, wall=3.0), figs)
     assert gates == ("wall",) and verdict is Verdict.REGRESSION and verdicts[judging.DEVICE_SPEEDUP] is Verdict.NO_BASELINE
-    checks = judging.cell_checks(_entry(device=None), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    checks = checks_of(_entry(device=None), figs)
     assert "no device-time baseline" in checks.device_why
     # gloo ranks measure no device time: the wall clock holds the cell whatever the entry
     gloo = merge_ranks([_doc(0, [2.0] * N, [1.0] * N), _doc(1, [2.0] * N, [1.0] * N)], 0.99)
@@ -162,14 +168,14 @@ def test_an_entry_without_device_time_is_held_by_the_wall_clock():
 def test_a_baseline_measured_by_another_method_does_not_check_device_time():
     figs = merge_ranks(_docs(), 0.99)
     entry = DistributedEntry.from_figures({**_entry(device=3.0).to_figures(), "device_method": "graph"})
-    checks = judging.cell_checks(entry, figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    checks = checks_of(entry, figs)
     assert checks.device is None and "measured by graph in the baseline and by kernels here" in checks.device_why
     assert judging.gates_of("device", checks, figs) == ("wall",)
 
 
 def test_a_regression_the_confirming_launch_does_not_repeat_is_inconclusive():
     figs = merge_ranks(_docs(), 0.99)
-    checks = judging.cell_checks(_entry(device=4.0), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    checks = checks_of(_entry(device=4.0), figs)
     verdicts = judging.verdicts_of(figs, checks)
     faster = merge_ranks(_docs(dev_mode_1=[0.37] * N), 0.99)  # ~4.1x
     assert judging.confirmed(verdicts, checks, faster)[judging.DEVICE_SPEEDUP] is Verdict.INCONCLUSIVE
@@ -198,7 +204,7 @@ def test_the_record_carries_device_time_and_compare_reads_it():
     docs = _docs()
     docs[0]["single_times"] = [0.9] * N  # rank 0's 1-GPU side: the scaling efficiency
     figs = merge_ranks(docs, 0.99)
-    checks = judging.cell_checks(_entry(device=3.0), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    checks = checks_of(_entry(device=3.0), figs)
     verdicts = judging.verdicts_of(figs, checks)
     ratios = judging.ratio_figures(figs, checks, verdicts, docs)
     assert list(ratios) == ["device", "wall", "scaling"]  # no device scaling efficiency without graphs
@@ -219,7 +225,7 @@ def test_the_record_carries_device_time_and_compare_reads_it():
 
 def test_the_message_leads_with_device_time_where_measured():
     figs = merge_ranks(_docs(), 0.99)
-    checks = judging.cell_checks(_entry(device=4.0), figs, "gpt", "amp_bf16 fp32 x2", 0.005)
+    checks = checks_of(_entry(device=4.0), figs)
     verdicts = judging.verdicts_of(figs, checks)
     text = judging.cell_message("gpt amp_bf16 fp32 (x2)", figs, checks, verdicts, None, gpu=True)
     assert text.startswith("gpt amp_bf16 fp32 (x2): device-time speedup over fp32 under the same parallelism (kernels)")

@@ -13,7 +13,7 @@ from ampbench.baselines.store import BaselineStore
 from ampbench.history.reference import HistoryBaselines
 from ampbench.history.store import open_history
 
-MEMBERS = ("path", "exists", "pending", "figures", "software", "record", "write")
+MEMBERS = ("path", "exists", "pending", "figures", "reference", "software", "record", "write")
 
 
 def _stores(tmp_path):
