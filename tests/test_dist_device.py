@@ -25,6 +25,7 @@ def checks_of(entry, figs, floor=0.005):
     """The cell's checks against `entry`, the baseline file its source (``ReferenceSource.reference``)."""
     return judging.cell_checks(entry, figs, "gpt", "amp_bf16 fp32 x2", lambda kind: file_reference(kind, floor, entry))
 
+
 N = 8
 
 
