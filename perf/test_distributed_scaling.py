@@ -17,7 +17,6 @@ each scenario is judged on the returned JSON; a failure prints the scenario to r
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -25,8 +24,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from ampbench.distributed.loss_scaling_worker import SETUPS, WIDTH
 from ampbench.plugin.nodes import launcher_of
 from perf import strategies as S
-from perf.strategies import DistScenario, RankPoison, ScalerConfig
 from perf.scalers import reference_trajectory
+from perf.strategies import DistScenario, RankPoison, ScalerConfig
 
 pytestmark = pytest.mark.torchrun
 INF, NAN = float("inf"), float("nan")

@@ -16,8 +16,8 @@ import warnings
 import pytest
 
 from ampbench.convergence import training
-from ampbench.pipeline import measure as pipeline
 from ampbench.device import release
+from ampbench.pipeline import measure as pipeline
 
 SEED = 0
 

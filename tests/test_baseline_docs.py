@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines.show import render_file, render_document
+from ampbench.baselines.show import render_document, render_file
 from ampbench.cli import main
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 

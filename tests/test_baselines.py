@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.baselines.store import (
     SCHEMA_VERSION,
     BaselineError,
@@ -15,9 +14,10 @@ from ampbench.baselines.store import (
     load_document,
     validate_directory,
 )
+from ampbench.device import gpu_slug
 from ampbench.files import write as outputs
 from ampbench.files.write import unwritable_reason, write_atomic
-from ampbench.device import gpu_slug
+from ampbench.results.ratios import DEVICE, VERSUS, WALL
 
 ROOT = Path(__file__).parent.parent
 NAN, INF = float("nan"), float("inf")

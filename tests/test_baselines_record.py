@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.cli import main
-from ampbench.cli import record
+from ampbench.cli import main, record
 
 ROOT = Path(__file__).resolve().parent.parent
 SAVED = ROOT / "tests" / "data" / "h100_speed_device.json"

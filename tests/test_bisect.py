@@ -249,10 +249,10 @@ def test_package_versions_are_bisected_each_in_its_own_environment(tmp_path, cap
     if tuple(map(int, re.match(r"(\d+)\.(\d+)", version("pip")).groups())) < (22, 3):
         pytest.skip(f"pip {version('pip')} installs into another environment only from 22.3 (--python)")
     wheels = tmp_path / "wheels"
-    for version, delay in (("1.0", 0), ("1.1", 0), ("1.2", 0.004), ("1.3", 0.004), ("1.4", 0.004)):
-        src = tmp_path / f"src-{version}"
+    for ver, delay in (("1.0", 0), ("1.1", 0), ("1.2", 0.004), ("1.3", 0.004), ("1.4", 0.004)):
+        src = tmp_path / f"src-{ver}"
         (src / "tinypkg").mkdir(parents=True)
-        (src / "pyproject.toml").write_text(WHEEL.format(version=version))
+        (src / "pyproject.toml").write_text(WHEEL.format(version=ver))
         (src / "tinypkg" / "__init__.py").write_text(f"DELAY = {delay}\n")
         built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                                 "-w", str(wheels), str(src)], capture_output=True, text=True)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
+from ampbench.modes import MODES
 from ampbench.plugin.options import tier_models
 from ampbench.plugin.parametrize import cells_for
-from ampbench.modes import MODES
 from ampbench.settings import PerfSettings
 
 GPU = PerfSettings(
@@ -73,8 +73,9 @@ def test_the_kinds_select_the_models_of_each_tier_and_device():
 
 
 def test_a_model_registered_from_outside_joins_the_tests_of_its_kinds(monkeypatch):
-    from ampbench import models
     from dataclasses import replace as copy
+
+    from ampbench import models
 
     extra = copy(models.get_model("wide_resnet28_10"), name="wrn_extra", tier="full", convergence=("full", "cpu_smoke"),
                  input_pipeline=("full",), in_compile_tier=True)
@@ -90,12 +91,13 @@ def test_a_model_registered_from_outside_joins_the_tests_of_its_kinds(monkeypatc
 
 
 def test_a_kind_names_only_known_runs_and_fields():
-    import pytest
-    from ampbench import models
     from dataclasses import replace as copy
 
-    from ampbench.settings import TIERS
+    import pytest
+
+    from ampbench import models
     from ampbench.models.spec import RUNS
+    from ampbench.settings import TIERS
 
     assert RUNS == (*TIERS, "cpu_smoke"), "a run per tier, and the CPU smoke pass"
     with pytest.raises(ValueError, match="convergence names unknown runs \\['nightly'\\]"):

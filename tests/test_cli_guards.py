@@ -194,7 +194,7 @@ def test_explain_shows_an_absurd_value_as_its_factor(history_file, capsys):
 
     open_history(history_file).append(speed_run("huge", [speed_record("gpt", "amp_bf16", 1e308)], at=9))
     assert main(["history", "explain", "test_speed[gpt-amp_bf16]", "--history", history_file]) == 0
-    line = next(l for l in capsys.readouterr().out.splitlines() if " huge " in l)
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if " huge " in ln)
     assert "x1.8e+307" in line and "%" not in line.split("(sd")[0] and "70746" not in line, line
 
 

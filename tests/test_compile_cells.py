@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ampbench.modes import compiled, get_mode, label
 from ampbench.baselines.entries import SpeedEntry
+from ampbench.modes import compiled, get_mode, label
 from ampbench.speed.compiled import DynamoState, compile_problems
 
 AMP_BF16 = get_mode("amp_bf16")

@@ -15,7 +15,6 @@ from ampbench.plugin import session as plugin_session
 from perf_options import ROOT, configure, run_pytest
 
 
-
 @pytest.fixture
 def fake_gpus(monkeypatch):
     """torch sees two CUDA devices, named as an H100 (nothing reaches a real device)."""

@@ -11,9 +11,10 @@ from dataclasses import replace
 import pytest
 import torch
 
+from ampbench.results.ratios import DEVICE
 from ampbench.speed.devicetime import (
-    METHODS,
     MAX_KERNELS,
+    METHODS,
     REST,
     TOP_KERNELS,
     DeviceClock,
@@ -24,11 +25,10 @@ from ampbench.speed.devicetime import (
     paired_blocks,
 )
 from ampbench.speed.hostload import HOST_BOUND_IDLE_SHARE, host_load
-from ampbench.speed.sides import SpeedPolicy, policy_for
-from ampbench.results.ratios import DEVICE
 from ampbench.speed.ratio import Ratio
-from ampbench.stats import SpeedupEstimate
+from ampbench.speed.sides import SpeedPolicy, policy_for
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
+from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import SpeedupCheck, Verdict, kernel_changes
 
 # ---------------------------------------------------------------------------------------------------

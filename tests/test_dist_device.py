@@ -10,9 +10,9 @@ import pytest
 
 from ampbench.baselines.entries import DistributedEntry
 from ampbench.baselines.schema import BaselineError, validate_entry
-from ampbench.report.compare import _speed_change
 from ampbench.distributed import judging
 from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE, merge_ranks, per_round_max, per_round_min
+from ampbench.report.compare import _speed_change
 from ampbench.results import DistributedRecord
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING
 from ampbench.stats import estimate_speedup

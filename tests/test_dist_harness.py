@@ -14,7 +14,15 @@ import torch
 
 from ampbench import models
 from ampbench.device import cluster_slug
-from ampbench.stats import estimate_speedup
+from ampbench.distributed.figures import host_bound_verdict, merge_ranks
+from ampbench.distributed.launch import (
+    WORKER_PLUGINS_ENV,
+    LaunchResult,
+    load_worker_plugins,
+    run_launch,
+    torchrun_command,
+)
+from ampbench.distributed.processes import alive
 from ampbench.distributed.variants import (
     COMM_VARIANTS,
     Kernel,
@@ -26,11 +34,9 @@ from ampbench.distributed.variants import (
     variants_for,
     world_size_skip_reason,
 )
-from ampbench.distributed.figures import host_bound_verdict, merge_ranks
-from ampbench.plugin import slowdown
-from ampbench.distributed.launch import WORKER_PLUGINS_ENV, LaunchResult, load_worker_plugins, run_launch, torchrun_command
 from ampbench.modes import MODES
-from ampbench.distributed.processes import alive
+from ampbench.plugin import slowdown
+from ampbench.stats import estimate_speedup
 from ampbench.verdict import Verdict
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)

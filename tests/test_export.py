@@ -11,8 +11,16 @@ from pathlib import Path
 import pytest
 
 from ampbench.cli import main
-from ampbench.export import (CONBENCH_REFUSAL, MARGIN_MEASURE, bmf, cell_margins, gated_figures, github, github_margin,
-                             pytest_benchmark)
+from ampbench.export import (
+    CONBENCH_REFUSAL,
+    MARGIN_MEASURE,
+    bmf,
+    cell_margins,
+    gated_figures,
+    github,
+    github_margin,
+    pytest_benchmark,
+)
 from ampbench.results import parse_run
 from ampbench.results.schema import UNTIMED_KEY
 

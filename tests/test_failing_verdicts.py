@@ -15,11 +15,9 @@ from ampbench.cli.exits import EXIT_OK, EXIT_REGRESSION
 from ampbench.report.compare import compare_runs
 from ampbench.results import (
     ConvergenceRecord,
-    DistributedRecord,
     MemoryRecord,
     PipelineRecord,
     Record,
-    SpeedRecord,
     Verdict,
     load_run,
 )

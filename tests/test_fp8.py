@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 from torch import nn
 
-from ampbench import models
 from ampbench import device as devices
-from ampbench import fp8
+from ampbench import fp8, models
 from ampbench.modes import MODES, compiled, get_mode, label, parity_reference_of
 from ampbench.train import Trainer
 

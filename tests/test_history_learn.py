@@ -8,14 +8,13 @@ import math
 
 import pytest
 
+from ampbench.baselines.entries import RatioEntry, SpeedEntry, learned_spread
+from ampbench.baselines.spread import prior_of
 from ampbench.history.learn import LEARNED, LEARNING, UNLEARNED, learn, percent, rule_for
 from ampbench.history.series import Point, Series
-from ampbench.baselines.spread import prior_of
 from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL
-from ampbench.baselines.entries import RatioEntry, SpeedEntry
-from ampbench.verdict import UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns
 from ampbench.settings import DEFAULT_TOLERANCE
-from ampbench.baselines.entries import learned_spread
+from ampbench.verdict import UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns
 
 
 def _spread(figures, prefix=""):

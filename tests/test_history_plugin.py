@@ -18,10 +18,10 @@ import sqlalchemy as sa
 import torch
 from sqlalchemy.engine import make_url
 
-from ampbench.plugin import history as plugin
 from ampbench.history.ingest import import_runs
 from ampbench.history.schema import SCHEMA_VERSION
 from ampbench.history.store import open_history
+from ampbench.plugin import history as plugin
 
 pytest_plugins = ("pytester", "history_stores")
 

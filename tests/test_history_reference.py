@@ -8,16 +8,16 @@ import math
 
 import pytest
 
+from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.store import BaselineStore
 from ampbench.history.reference import HistoryBaselines, overlay
 from ampbench.history.store import open_history
 from ampbench.results import Verdict
-from ampbench.baselines.entries import SpeedEntry
 from ampbench.results.ratios import DEVICE
 from ampbench.speed.ratio import Ratio, ratio_check
 from ampbench.verdict import UNLEARNED_TOLERANCE
-from tests import records
 from history_runs import H100, speed_record, speed_run
+from tests import records
 
 CELL = "test_speed[resnet50-amp_bf16]"
 # a device-time speedup that moves 0.2% between runs
@@ -123,7 +123,6 @@ def test_baselines_export_writes_the_file_from_the_history_spread_included(histo
 
 
 def _ddp_record(speedup: float, world_size: int, verdict=Verdict.PASS):
-    from ampbench.results import DistributedRecord
 
     return records.distributed(
         test_id="test_ddp_speed[gpt-amp_bf16-fp32]", model="gpt", mode="amp_bf16", device="cuda:0", comm="fp32",

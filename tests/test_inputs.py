@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from ampbench.baselines.store import BaselineError, load_document, validate_directory
-
-from ampbench.files.write import unwritable_reason, write_text_atomic
 from ampbench.cli import main
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.files.read import UnreadableFile, read_text
+from ampbench.files.write import unwritable_reason, write_text_atomic
 from ampbench.results import RunError, load_run
 
 H100 = "NVIDIA H100 80GB HBM3"

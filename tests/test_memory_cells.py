@@ -6,15 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ampbench import models
-from ampbench import memory
+from ampbench import memory, models
 from ampbench.baselines.entries import MemoryEntry
 from ampbench.memory import find_largest_batch, judge
 from ampbench.modes import get_mode
 from ampbench.train import Trainer
 from ampbench.verdict import Verdict
 from memory_steps import GIB, MIB, FakeStep, linear
-
 
 # -- the verdict ---------------------------------------------------------------------------------
 

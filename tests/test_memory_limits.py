@@ -13,7 +13,6 @@ from ampbench import memory
 from ampbench.memory import CapTooSmall, SearchError, find_largest_batch
 from memory_steps import GIB, MIB, FakeStep, assert_confirmed, linear
 
-
 # -- the limit, the smallest batch, errors ------------------------------------------------------------
 
 

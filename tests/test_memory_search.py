@@ -16,7 +16,6 @@ from ampbench.baselines.entries import MemoryEntry
 from ampbench.memory import find_largest_batch, granule
 from memory_steps import GIB, MIB, FakeStep, assert_confirmed, linear
 
-
 # -- the grid ----------------------------------------------------------------------------------------
 
 

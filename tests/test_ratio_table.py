@@ -15,8 +15,8 @@ import torch
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.schema import BaselineError, validate_entry
 from ampbench.baselines.spread import spread_kinds
-from ampbench.cli.args import build_parser
 from ampbench.cli import history as history_cli
+from ampbench.cli.args import build_parser
 from ampbench.history.ingest import figures_of
 from ampbench.history.learn import rule_for
 from ampbench.history.reference import SPEED_CELLS
@@ -126,12 +126,12 @@ def test_each_name_a_row_gives_is_its_own():
     from ampbench.baselines.entries import RatioEntry
     from ampbench.results.timed import _FIELDS
 
-    for table in (SPEED_RATIOS, DISTRIBUTED_RATIOS):
-        kinds = list(table.values())
+    for ratios in (SPEED_RATIOS, DISTRIBUTED_RATIOS):
+        kinds = list(ratios.values())
         for attribute in ("name", "prefix", "history"):
             values = [getattr(k, attribute) for k in kinds]
             assert len(set(values)) == len(values), attribute
-        assert all(name == kind.name for name, kind in table.items())
+        assert all(name == kind.name for name, kind in ratios.items())
         for kind in kinds:
             flat = [kind.flat(f) for f, _, _ in _FIELDS if kind.flat(f)]
             keys = [kind.entry_key(f) for f in RatioEntry.names() if kind.entry_key(f)]

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.report.compare import compare_runs
 from ampbench.report import ROW_HEADERS, RunError, build_report, load_run, model_rows, parse_run
+from ampbench.report.compare import compare_runs
 from ampbench.results import MemoryRecord, SpeedRecord
-from ampbench.verdict import Verdict
 from ampbench.results.ratios import WALL
+from ampbench.verdict import Verdict
 from report_runs import DATA, REAL_H100, RUNS, gpu_report_of, gpu_run, png_ok, write_run
 
 

@@ -8,13 +8,12 @@ import json
 
 import pytest
 
-from ampbench.report.compare import MISSING, NEW, compare_runs
 from ampbench.report import build_report, load_run, parse_run, render_comparison_markdown, render_markdown
+from ampbench.report.compare import MISSING, NEW, compare_runs
 from ampbench.results import SpeedRecord
-from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
 from ampbench.results.ratios import WALL
+from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
 from report_runs import gpu_run, png_ok
-
 
 # ---------------------------------------------------------------------------------------------------
 # compare

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.report.compare import compare_runs
 from ampbench.report import RunError, build_report, load_run
+from ampbench.report.compare import compare_runs
 from ampbench.verdict import Verdict
 from report_runs import write_run
-
 
 # ---------------------------------------------------------------------------------------------------
 # html from hostile data: every string of the JSON is text, never markup

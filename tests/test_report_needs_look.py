@@ -4,7 +4,6 @@ summary.md."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 
 from ampbench.report import build_report, load_run
 from ampbench.report.needs_look import MovedKernel, flag_cell, needs_a_look, parse_changes, short_kernel
-from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord, Verdict
+from ampbench.results import ConvergenceRecord, MemoryRecord, Verdict
 from tests import records
 
 RUN = Path(__file__).parent / "data" / "h100_speed_device.json"  # resnet50 amp_fp16 made slower on the GPU: a regression

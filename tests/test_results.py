@@ -11,11 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.results import (RECORD_TYPES, SCHEMA_VERSION, RatioFigures, Record, RunError, SpeedRecord, Verdict, load_run,
-                              record_type)
+from ampbench.results import (
+    RECORD_TYPES,
+    SCHEMA_VERSION,
+    RatioFigures,
+    Record,
+    RunError,
+    SpeedRecord,
+    Verdict,
+    load_run,
+    record_type,
+)
 from ampbench.results.ratios import DEVICE, DIST_DEVICE, SCALING, VERSUS, WALL
-from tests import records
 from run_figures import flat_names
+from tests import records
 
 DATA = Path(__file__).parent / "data"
 RUNS = sorted(DATA.glob("*.json"))

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from ampbench import train
-from ampbench.plugin import slowdown, slowed_steps
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV
-from ampbench.modes import MODES
 from ampbench.models import get_model
+from ampbench.modes import MODES
+from ampbench.plugin import slowdown, slowed_steps
 
 pytest_plugins = ("pytester",)
 

@@ -4,23 +4,22 @@ each of its ratios, and what a re-recording keeps of it (`ampbench spread` itsel
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
-from types import SimpleNamespace
-
+from ampbench.baselines.entries import SpeedEntry
+from ampbench.baselines.spread import learn_spread, software_difference, spread_kinds, with_spread
 from ampbench.baselines.store import measurement_mismatch
+from ampbench.report import parse_run
+from ampbench.results.ratios import DEVICE, VERSUS, WALL
+from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.speed import sides
+from ampbench.speed.judging import across_runs_of, describe_across
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
-from ampbench.report import parse_run
-from ampbench.speed.judging import across_runs_of, describe_across
-from ampbench.baselines.spread import learn_spread, software_difference, spread_kinds, with_spread
-from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.stats import SpeedupEstimate, log_sd
-from ampbench.baselines.entries import SpeedEntry
 from ampbench.verdict import UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
-from ampbench.settings import DEFAULT_TOLERANCE
 from spread_runs import (
     GPT,
     SOFTWARE,
@@ -66,7 +65,9 @@ def test_the_same_run_given_twice_counts_once():
 
 
 def test_each_run_is_one_sample_also_where_several_ran_on_one_card():
-    card = lambda uuid: dict(SOFTWARE, uuid=uuid)
+    def card(uuid):
+        return dict(SOFTWARE, uuid=uuid)
+
     learned = learn_from(run_doc({WRN: 8.5}, "a", software=card("88b4")), run_doc({WRN: 8.7}, "b", software=card("88b4")),
                      run_doc({WRN: 8.3}, "c", software=card("1f0e")))
     assert learned.cells[WRN].speedups == (8.402, 8.5, 8.7, 8.3)

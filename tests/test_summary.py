@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import records
+from ampbench.plugin.summary import SMOKE_SUMMARY, summary_lines, table, tables
 from ampbench.results import (
     ConvergenceRecord,
     DistributedRecord,
@@ -20,8 +22,6 @@ from ampbench.results import (
     UnderflowRecord,
     Verdict,
 )
-from ampbench.plugin.summary import SMOKE_SUMMARY, summary_lines, table, tables
-import records
 
 ROOT = Path(__file__).parent.parent
 INTERVAL = dict(rounds=12, confidence=0.99)

@@ -5,16 +5,22 @@ from dataclasses import replace
 
 import pytest
 
-from ampbench.speed.sides import SpeedPolicy
-
-from ampbench.speed.judging import comparable_recording, recorded_noise
-from ampbench.stats import SpeedupEstimate, estimate_speedup
-from ampbench.speed.timing import PairedTimer, RoundsPolicy
-from ampbench.baselines.entries import RatioEntry, SpeedEntry
+from ampbench.baselines.entries import RatioEntry, SpeedEntry, entry_tolerance, learned_spread
 from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL
+from ampbench.speed.judging import comparable_recording, recorded_noise
 from ampbench.speed.ratio import Ratio, ratio_check
-from ampbench.verdict import GATE_CONFIDENCE, UNLEARNED_TOLERANCE, BetweenRuns, RatioCheck, SpeedupCheck, Verdict, tolerance_for
-from ampbench.baselines.entries import entry_tolerance, learned_spread
+from ampbench.speed.sides import SpeedPolicy
+from ampbench.speed.timing import PairedTimer, RoundsPolicy
+from ampbench.stats import SpeedupEstimate
+from ampbench.verdict import (
+    GATE_CONFIDENCE,
+    UNLEARNED_TOLERANCE,
+    BetweenRuns,
+    RatioCheck,
+    SpeedupCheck,
+    Verdict,
+    tolerance_for,
+)
 
 
 def est(s, lo, hi, n=12):

@@ -12,22 +12,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench.speed import sides
-from ampbench.baselines.store import BaselineError, validate_entry
 from ampbench.baselines.entries import SpeedEntry
-from ampbench.baselines.store import measurement_mismatch
-from ampbench.speed.compiled import VersusSides, served
-from ampbench.results.ratios import DEVICE, VERSUS
-from ampbench.speed.ratio import Ratio, ratio_check
+from ampbench.baselines.store import BaselineError, measurement_mismatch, validate_entry
+from ampbench.models import get_model
 from ampbench.modes import compiled, get_mode, label, versus_figure, versus_of
 from ampbench.report import build_report, render_markdown
 from ampbench.report.speed_cells import COMPILE_GAIN_TITLE, versus_matrices
 from ampbench.results import Run, SpeedRecord, Verdict
+from ampbench.results.ratios import DEVICE, VERSUS
 from ampbench.settings import PerfSettings
+from ampbench.speed import sides
 from ampbench.speed.cell import measure_speed, policy
+from ampbench.speed.compiled import VersusSides, served
+from ampbench.speed.ratio import Ratio, ratio_check
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import UNLEARNED_TOLERANCE
-from ampbench.models import get_model
 from tests import records
 
 CPU = torch.device("cpu")

@@ -34,8 +34,8 @@ from ampbench.baselines.entries import FlatEntry, SpeedEntry, entry_tolerance, p
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.results import SPEED_RATIOS, RatioKind, Run, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
-from ampbench.stats import finite_number, log_sd
 from ampbench.settings import DEFAULT_TOLERANCE
+from ampbench.stats import finite_number, log_sd
 
 # what must match between a baseline entry's `software` and a run's machine_info["ampbench"] for the
 # run to measure the same thing: the card model and every layer of software under test

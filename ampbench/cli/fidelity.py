@@ -19,15 +19,15 @@ from typing import Iterator
 
 import torch
 
-from ampbench.speed import sides
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.device import configure_backends, release, resolve
-from ampbench.modes import MODES, REFERENCE_MODE, PrecisionMode, get_mode
-from ampbench.stats import SpeedupEstimate
-from ampbench.speed.timing import extend_until_tight, sync, time_block
-from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.models import get_model
 from ampbench.models.spec import ModelSpec
+from ampbench.modes import MODES, REFERENCE_MODE, PrecisionMode, get_mode
+from ampbench.settings import DEFAULT_TOLERANCE
+from ampbench.speed import sides
+from ampbench.speed.timing import extend_until_tight, sync, time_block
+from ampbench.stats import SpeedupEstimate
 from ampbench.train import memory_format_for
 
 # the plain loop is written the way people write mixed precision: torch.autocast around forward and loss,

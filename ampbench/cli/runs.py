@@ -17,8 +17,13 @@ from ampbench.history.connect import store_url
 from ampbench.printable import printable
 from ampbench.progress import Progress
 from ampbench.report import Run, build_report, failed_tests, load_run, render_comparison_markdown, write_report
-from ampbench.report.compare import (DEFAULT_ACCURACY_TOLERANCE, DEFAULT_MEMORY_TOLERANCE, DEFAULT_TOLERANCE,
-                                     compare_runs, format_text)
+from ampbench.report.compare import (
+    DEFAULT_ACCURACY_TOLERANCE,
+    DEFAULT_MEMORY_TOLERANCE,
+    DEFAULT_TOLERANCE,
+    compare_runs,
+    format_text,
+)
 from ampbench.verdict import Verdict
 
 

@@ -37,8 +37,11 @@ import torch
 import torch.distributed as dist
 
 from ampbench import models
-from ampbench.speed import sides
 from ampbench.device import configure_backends, device_name, prime_libraries, release
+from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE
+from ampbench.distributed.graphed import CAPTURE_ERROR_MODE, RankedReplays, capture_sides, own_stream
+from ampbench.distributed.launch import injected, load_worker_plugins
+from ampbench.distributed.ranks import agree_max, together
 from ampbench.distributed.variants import (
     STRATEGIES,
     CommVariant,
@@ -48,12 +51,9 @@ from ampbench.distributed.variants import (
     get_comm,
     kernels_from_trace,
 )
-from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE
-from ampbench.distributed.graphed import CAPTURE_ERROR_MODE, RankedReplays, capture_sides, own_stream
-from ampbench.distributed.launch import injected, load_worker_plugins
-from ampbench.distributed.ranks import agree_max, together
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
-from ampbench.speed.devicetime import CaptureError, CapturedStep, DeviceClock, profile_steps
+from ampbench.speed import sides
+from ampbench.speed.devicetime import CapturedStep, CaptureError, DeviceClock, profile_steps
 from ampbench.speed.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
 from ampbench.train import Trainer
 

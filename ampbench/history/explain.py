@@ -16,10 +16,11 @@ from ampbench.history.learn import learned_from, percent
 from ampbench.history.model import NEW_CARD
 from ampbench.history.replay import Replay
 from ampbench.history.report_changes import shown_change
-from ampbench.history.statuses import SUSPECT
 from ampbench.history.series import Series
+from ampbench.history.statuses import SUSPECT
 from ampbench.history.store import History
 from ampbench.results.ratios import DEVICE
+
 
 def replay_of(history: History, gpu: str, test_id: str, figure: str, baseline_dir: Path | None) -> Replay:
     """The cell's series replayed as the gate replays it, the baseline file's spread pooled in, settled."""

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from ampbench.baselines.spread import INJECTED_KEY
 from ampbench.history.rows import CellRow, FigureRow, RunRow, iso_utc
 from ampbench.results import (
     ConvergenceRecord,
@@ -32,7 +33,6 @@ from ampbench.results import (
     cluster_name,
     load_run,
 )
-from ampbench.baselines.spread import INJECTED_KEY
 
 # what the plugin adds to machine_info["ampbench"] for the history
 RUN_KEYS = ("run_id", "label", "suite_revision", "host_load")

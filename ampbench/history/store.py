@@ -36,13 +36,13 @@ from ampbench.history.schema import (
     FIGURES_TABLE,
     META_TABLE,
     RUNS_TABLE,
+    SCHEMA_VERSION,
     VERSION_KEY,
     SchemaProblem,
     bring_up_to_date,
     check_sound,
     check_version,
     read_version,
-    SCHEMA_VERSION,
 )
 from ampbench.history.series import Point, Series
 from ampbench.verdict import Verdict

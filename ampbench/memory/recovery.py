@@ -10,9 +10,9 @@ import torch
 from ampbench.device import cudnn_heuristics, prime_libraries, release
 from ampbench.memory.probe import _Prober, process_memory_limit, warm_up_optimizer
 from ampbench.memory.search import try_step
+from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode
 from ampbench.train import Trainer
-from ampbench.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -264,8 +264,8 @@ def open_baselines(directory: Path, gpu: str, slug: str) -> BaselineStore:
 
 def _open_store(config: pytest.Config, s: PerfSettings) -> ReferenceSource:
     from ampbench import device as devices
-    from ampbench.plugin.history import history_of
     from ampbench.history.reference import HistoryBaselines
+    from ampbench.plugin.history import history_of
 
     name = devices.device_name(s.device)
     store = open_baselines(s.baseline_dir, name, devices.gpu_slug(name))

@@ -7,11 +7,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ampbench.report.figure_text import (
+    DASH,
+    fmt_accuracy,
+    fmt_bytes,
+    fmt_ms,
+    fmt_number,
+    fmt_rate,
+    fmt_speedup,
+    verdict_label,
+)
 from ampbench.report.junit import Run, order_modes
 from ampbench.results import REFERENCE_MODE, VERDICT_ORDER, ConvergenceRecord, MemoryRecord, Record, SpeedRecord
 from ampbench.results.ratios import WALL
 from ampbench.stats import SpeedupEstimate
-from ampbench.report.figure_text import DASH, fmt_accuracy, fmt_bytes, fmt_ms, fmt_number, fmt_rate, fmt_speedup, verdict_label
 from ampbench.verdict import Verdict
 
 NEEDS_A_LOOK = tuple(v for v in VERDICT_ORDER if v.needs_a_look)  # failing first, then warnings

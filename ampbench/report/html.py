@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from ampbench.report.charts import Chart
+from ampbench.report.figure_text import DASH, fmt_ms, fmt_number
 from ampbench.report.format import (
     NEEDS_A_LOOK,
     ROW_HEADERS,
@@ -18,7 +19,6 @@ from ampbench.report.format import (
 )
 from ampbench.report.junit import Run
 from ampbench.report.needs_look import Flagged, needs_a_look
-from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord
 from ampbench.report.speed_cells import (
     METHOD_LABELS,
     MatrixEntry,
@@ -31,9 +31,8 @@ from ampbench.report.speed_cells import (
     used_methods,
     versus_matrices,
 )
-from ampbench.results import RatioKind
+from ampbench.results import ConvergenceRecord, MemoryRecord, RatioKind, SpeedRecord
 from ampbench.results.ratios import DEVICE, WALL
-from ampbench.report.figure_text import DASH, fmt_ms, fmt_number
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types

@@ -12,14 +12,30 @@ import torch
 
 from ampbench import settings as options
 from ampbench.device import prime_libraries
-from ampbench.modes import PrecisionMode
-from ampbench.speed.devicetime import (BlockIdle, CaptureError, CapturedStep, KernelProfile, block_idle, capture, clock_for,
-                                       paired_blocks, profile_steps)
-from ampbench.speed.held import PROFILED_HOLD_S, BlockQueue
-from ampbench.speed.timing import PairedTimer, RoundsPolicy, peak_memory_bytes, steps_per_block, sync, wall_block, warm_up
-from ampbench.train import Trainer
 from ampbench.models.spec import ModelSpec
-
+from ampbench.modes import PrecisionMode
+from ampbench.speed.devicetime import (
+    BlockIdle,
+    CapturedStep,
+    CaptureError,
+    KernelProfile,
+    block_idle,
+    capture,
+    clock_for,
+    paired_blocks,
+    profile_steps,
+)
+from ampbench.speed.held import PROFILED_HOLD_S, BlockQueue
+from ampbench.speed.timing import (
+    PairedTimer,
+    RoundsPolicy,
+    peak_memory_bytes,
+    steps_per_block,
+    sync,
+    wall_block,
+    warm_up,
+)
+from ampbench.train import Trainer
 
 # A figure reported beside the gate (the wall-clock speedup under --perf-gate device) is read, not judged:
 # without a baseline it gets the fewest rounds of a 95% interval (six; a 99% one needs eight), in blocks

@@ -11,7 +11,15 @@ from typing import Callable
 import torch
 
 from ampbench import progress
-from ampbench.stats import SpeedupEstimate, alternating, estimate_speedup, median, min_rounds, coverage_percent, reference_first
+from ampbench.stats import (
+    SpeedupEstimate,
+    alternating,
+    coverage_percent,
+    estimate_speedup,
+    median,
+    min_rounds,
+    reference_first,
+)
 from ampbench.train import Trainer
 
 PROBE_STEPS = 3  # the most steps warm_up's closing probe times

@@ -12,7 +12,14 @@ among its attributes.
 """
 
 from ampbench.suite.convergence import _results, test_convergence, test_underflow_without_loss_scaling
-from ampbench.suite.memory import _memory_references, memory_cap_bytes, memory_reference, needs_cuda, test_memory, test_oom_recovery
+from ampbench.suite.memory import (
+    _memory_references,
+    memory_cap_bytes,
+    memory_reference,
+    needs_cuda,
+    test_memory,
+    test_oom_recovery,
+)
 from ampbench.suite.speed import _reference_cache, _versus_cache, reference, test_speed, versus_sides
 
 __all__ = [

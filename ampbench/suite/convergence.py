@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import pytest
 
-from ampbench.convergence import parity, training, underflow
 from ampbench.baselines.entries import ConvergenceEntry
+from ampbench.convergence import parity, training, underflow
 from ampbench.convergence.images import load_digits
-from ampbench.modes import label, parity_reference_of
 from ampbench.device import release
+from ampbench.modes import label, parity_reference_of
 
 SEED = 0
 

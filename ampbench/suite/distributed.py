@@ -26,24 +26,23 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.plugin import session
 from ampbench import models
-from ampbench.suite.outcome import STEP_TIMES, conclude, record_step_times
-from ampbench.speed import sides
-from ampbench.device import cell_unsupported_reason
-from ampbench.distributed import judging
-from ampbench.distributed.figures import DistFigures, max_over_ranks, mean_over_ranks, merge_ranks
-from ampbench.distributed.variants import STRATEGIES, default_cells, get_comm, variants_for
-from ampbench.distributed.launch import LaunchResult
-from ampbench.distributed.speed_worker import failed_comm
-from ampbench.plugin.nodes import launcher_of
-from ampbench.modes import get_mode
-from ampbench.results import DistributedRecord
-from ampbench.results.ratios import DIST_DEVICE, DIST_WALL
 from ampbench.baselines.entries import DistributedEntry
 from ampbench.baselines.source import ReferenceSource
 from ampbench.baselines.spread import INJECTED_KEY
-from ampbench.plugin import summary
+from ampbench.device import cell_unsupported_reason
+from ampbench.distributed import judging
+from ampbench.distributed.figures import DistFigures, max_over_ranks, mean_over_ranks, merge_ranks
+from ampbench.distributed.launch import LaunchResult
+from ampbench.distributed.speed_worker import failed_comm
+from ampbench.distributed.variants import STRATEGIES, default_cells, get_comm, variants_for
+from ampbench.modes import get_mode
+from ampbench.plugin import session, summary
+from ampbench.plugin.nodes import launcher_of
+from ampbench.results import DistributedRecord
+from ampbench.results.ratios import DIST_DEVICE, DIST_WALL
+from ampbench.speed import sides
+from ampbench.suite.outcome import STEP_TIMES, conclude, record_step_times
 from ampbench.verdict import Verdict, combined
 
 pytestmark = pytest.mark.torchrun

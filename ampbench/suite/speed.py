@@ -15,13 +15,11 @@ from typing import Iterator
 import pytest
 
 from ampbench import progress
-
-from ampbench.speed import sides
-
-from ampbench.speed import cell as speed_cell
-from ampbench.speed.compiled import VersusSides, served
 from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, compiled, get_mode, label, versus_of
+from ampbench.speed import cell as speed_cell
+from ampbench.speed import sides
+from ampbench.speed.compiled import VersusSides, served
 from ampbench.suite.outcome import STEP_TIMES, finish, record_step_times
 
 
