@@ -10,7 +10,8 @@ A control setup whose ranks never communicate must fail the same checks, so they
 
 Starting torchrun per hypothesis example would take ~10 s each, so hypothesis draws the scenarios here
 in the parent (``perf/strategies.py`` ``dist_scenarios``; the profile's max_examples of them, a quarter
-on the CPU, plus the explicit ones below), one launch runs them all in every setup of ``ampbench.distributed.loss_scaling_worker.SETUPS``, and
+on the CPU, plus the explicit ones below), one launch runs them all in every setup of
+``ampbench.distributed.loss_scaling_worker.SETUPS``, and
 each scenario is judged on the returned JSON; a failure prints the scenario to replay.
 """
 
@@ -101,7 +102,8 @@ def test_one_rank_overflow_skips_on_every_rank(setup: str, scaling_run, perf_wor
         pytest.fail(f"loss scaling across ranks, setup {setup}: no result from every rank; torchrun launch "
                     f"{result.explain(perf_settings.nodes.per_node(perf_world_size))}", pytrace=False)
     per_rank = [json.loads(p.read_text())["results"] for p in paths]
-    assert all(len(r) == len(scenarios) for r in per_rank), f"{setup}: ranks returned {[len(r) for r in per_rank]} scenarios"
+    assert all(len(r) == len(scenarios) for r in per_rank), (f"{setup}: ranks returned {[len(r) for r in per_rank]} "
+                                                             "scenarios")
 
     failures, lone_overflows = [], 0
     for i, scenario in enumerate(scenarios):

@@ -9,4 +9,5 @@ from ampbench.suite.memory import (
     test_oom_recovery,
 )
 
-__all__ = ["test_memory", "test_oom_recovery", "memory_reference", "memory_cap_bytes", "needs_cuda", "_memory_references"]
+__all__ = ["test_memory", "test_oom_recovery", "memory_reference", "memory_cap_bytes",
+           "needs_cuda", "_memory_references"]

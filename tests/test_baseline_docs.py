@@ -136,4 +136,5 @@ def test_committed_results_page_is_current(slug):
     page = ROOT / "docs" / "results" / f"{slug}.md"
     from ampbench.baselines.show import render_document as render
     from ampbench.baselines.store import load_document
-    assert page.read_text() == render(load_document(ROOT / "baselines" / f"{slug}.json"), source=f"baselines/{slug}.json")
+    assert page.read_text() == render(load_document(ROOT / "baselines" / f"{slug}.json"),
+                                      source=f"baselines/{slug}.json")

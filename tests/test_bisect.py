@@ -130,7 +130,8 @@ def test_the_planted_commit_is_named_and_every_step_recorded(delay_repo, tmp_pat
         assert step["answer"] == ("bad" if shas.index(step["commit"]) >= 4 else "good")
         assert step["verdict"] in ("regression", "pass") and step["seconds"] > 0
         assert cell["low"] <= cell["speedup"] <= cell["high"]
-    assert len(record["good_runs"]) == 3 and record["levels"]["command"]["line"] < record["levels"]["command"]["speedup"]
+    assert (len(record["good_runs"]) == 3
+            and record["levels"]["command"]["line"] < record["levels"]["command"]["speedup"])
     assert repo_state(repo) == before
 
 

@@ -84,7 +84,8 @@ def test_a_model_registered_from_outside_joins_the_tests_of_its_kinds(monkeypatc
     assert own_models({"kind": "convergence"}, "quick", "cuda") == ["mnist_cnn"]
     assert own_models({"kind": "input_pipeline", "tiered": True}, "full", "cuda") == [
         "wide_resnet28_10", "dpn26", "dpn92", "wrn_extra"]
-    assert own_models({"kind": "input_pipeline", "tiered": True}, "full", "cpu") == ["wide_resnet28_10", "dpn26", "dpn92"]
+    assert (own_models({"kind": "input_pipeline", "tiered": True}, "full", "cpu")
+            == ["wide_resnet28_10", "dpn26", "dpn92"])
     assert own_models({}, "compile", "cuda") == []  # no compile axis: speed's cells are test_speed's
     assert models.model_names("compile") == ["resnet50", "gpt", "llama", "wrn_extra"]  # the registry's order
     assert "wrn_extra" not in models.model_names("quick")
@@ -153,4 +154,5 @@ def test_a_new_always_compiled_row_joins_the_compile_tier_by_its_fields(monkeypa
 
     assert settings.TIERS["compile"].modes == ("amp_bf16", "fp8_tensorwise", "fp8_rowwise")
     monkeypatch.setitem(ROWS, "fp8_blockwise", changed(ROWS["fp8_rowwise"], name="fp8_blockwise"))
-    assert settings._always_compiled_and_their_versus() == ("amp_bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise")
+    assert settings._always_compiled_and_their_versus() == ("amp_bf16", "fp8_tensorwise",
+                                                            "fp8_rowwise", "fp8_blockwise")

@@ -42,7 +42,8 @@ def _baselines(history, tmp_path, entries=None) -> HistoryBaselines:
 
 
 def _check(figures):
-    check, why = ratio_check(Ratio(DEVICE, method="graph"), "resnet50", "amp_bf16", SpeedEntry.from_figures(figures), 0.005)
+    check, why = ratio_check(Ratio(DEVICE, method="graph"), "resnet50", "amp_bf16",
+                             SpeedEntry.from_figures(figures), 0.005)
     assert check is not None, why
     return check
 
@@ -145,8 +146,10 @@ def test_a_distributed_cell_learns_from_its_runs_on_as_many_gpus_and_no_others(h
     two = BaselineStore(path=tmp_path / "nvidia-h100-x2.json", gpu=f"{H100} x2", entries={}, exists=False)
     learned = HistoryBaselines(two, history, cells=DISTRIBUTED_CELLS)
     entry = DistributedEntry.of(learned.figures(cell))
-    assert entry.ratio(DIST_DEVICE).speedup == pytest.approx(math.exp(sum(map(math.log, (5.50, 5.52, 5.49, 5.51, 5.50))) / 5))
-    assert entry.ratio(DIST_DEVICE).between_run_count == 5 and entry.world_size == 2 and entry.ratio(DIST_DEVICE).method == "profiler"
+    assert entry.ratio(DIST_DEVICE).speedup == pytest.approx(math.exp(sum(map(math.log,
+                                                                              (5.50, 5.52, 5.49, 5.51, 5.50))) / 5))
+    assert (entry.ratio(DIST_DEVICE).between_run_count == 5 and entry.world_size == 2
+            and entry.ratio(DIST_DEVICE).method == "profiler")
     check, why = ratio_check(Ratio(DIST_DEVICE, method="profiler"), "gpt", "amp_bf16 fp32 x2", entry, 0.005)
     assert check is not None, why
     assert check.tolerance < 0.02  # five runs within 0.5%: learned well under the unlearned 3%

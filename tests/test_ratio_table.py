@@ -78,7 +78,8 @@ def test_a_history_keeps_a_new_kinds_series_learns_it_and_names_it_to_figure(hos
     assert of_history("host_speedup") is HOST and rule_for("host_speedup", 0.005) == (0.02, UNLEARNED_TOLERANCE)
     assert HOST in SPEED_CELLS.ratios
     # the gated device-time series first, then the wall clock's and this one, then the memory cells'
-    assert history_figures() == ("device_speedup", "versus_speedup", "device_scaling_efficiency", "speedup", "host_speedup")
+    assert history_figures() == ("device_speedup", "versus_speedup",
+                                 "device_scaling_efficiency", "speedup", "host_speedup")
     assert history_cli.figures()[-3:] == ("host_speedup", "memory_ratio", "max_batch_ratio")
     args = build_parser().parse_args(["history", "changes", "--figure", "host_speedup"])
     assert args.figure == "host_speedup"

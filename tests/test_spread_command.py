@@ -157,7 +157,8 @@ def _re_recorded(document: dict, device: float, wall: float) -> dict:
     old = SpeedEntry.from_figures(document["entries"][WRN]["figures"])
     kept = {**old.ratio(WALL).kept_spread().figures(WALL), **old.ratio(DEVICE).kept_spread().figures(DEVICE),
             "device_tolerance": entry_tolerance(DEVICE, DEFAULT_TOLERANCE, old.ratio(DEVICE).kept_spread(), 0.004)}
-    figures = {"speedup": wall, "noise": 0.01, "device_speedup": device, "device_noise": 0.004, "device_method": "graph",
+    figures = {"speedup": wall, "noise": 0.01, "device_speedup": device, "device_noise": 0.004,
+               "device_method": "graph",
                **MEASURED, **kept}
     entries = dict(document["entries"], **{WRN: dict(document["entries"][WRN], figures=figures)})
     return dict(document, entries=entries)

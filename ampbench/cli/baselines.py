@@ -184,5 +184,6 @@ def export(args: argparse.Namespace) -> int:
         print(f"ampbench baselines export: {shown}", file=sys.stderr)
         return EXIT_BAD_INPUT
     for path, written in files:
-        print(f"ampbench: {written} {'entry' if written == 1 else 'entries'} written from the history {args.history} to {path}")
+        print(f"ampbench: {written} {'entry' if written == 1 else 'entries'} written from the history {args.history} "
+              f"to {path}")
     return EXIT_OK

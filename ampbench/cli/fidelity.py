@@ -93,7 +93,8 @@ class _PlainLoop:
         self.model = spec.build(config).to(device, memory_format=fmt)
         fused = good_practice or None  # None: the optimizer's default (foreach) implementation
         if spec.optimizer == "sgd":
-            self.opt = torch.optim.SGD(self.model.parameters(), lr=spec.lr, momentum=0.9, weight_decay=5e-4, fused=fused)
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=spec.lr, momentum=0.9,
+                                       weight_decay=5e-4, fused=fused)
         else:
             self.opt = torch.optim.AdamW(self.model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.1,
                                          fused=fused)

@@ -7,7 +7,8 @@ Per comm variant, the fp32 reference (the same parallelism, fp32 reduction) and 
 rounds as in ``PairedTimer``, every rank starting each block together; rank 0 also times, between
 rounds, the same mode on its GPU alone (a plain ``Trainer``), the 1-GPU side of the scaling
 efficiency, in wall clock and, on CUDA, as held replays of its step captured as a CUDA graph
-(``single_device_block``), the device time the efficiency is held to. On CUDA each round also times one block of each side on the device (``device_timer``):
+(``single_device_block``), the device time the efficiency is held to. On CUDA each round also times one block of each
+side on the device (``device_timer``):
 replays of the rank's step captured as a CUDA graph, held and started on every rank together
 (``graphed``), or where a rank cannot capture it, the profiler's busy time of the rank's GPU per step;
 beside the wall-clock blocks. Each rank writes ``DIR/<comm>/rank{R}.json``, or, for a variant this
@@ -293,7 +294,8 @@ def failed_comm(output: str) -> str | None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m ampbench.distributed.speed_worker", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m ampbench.distributed.speed_worker",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, choices=list(models.REGISTRY))
     p.add_argument("--mode", required=True)
     p.add_argument("--comm", required=True, help="comma-separated comm variants, run one after the other")

@@ -12,5 +12,6 @@ from ampbench.export.formats import (
                                      pytest_benchmark,
 )
 
-__all__ = ["CONBENCH_REFUSAL", "MARGIN_MEASURE", "ExportError", "Figure", "Figures", "bmf", "cell_margins", "gated_figures",
+__all__ = ["CONBENCH_REFUSAL", "MARGIN_MEASURE", "ExportError", "Figure", "Figures", "bmf", "cell_margins",
+           "gated_figures",
            "github", "github_margin", "pytest_benchmark"]

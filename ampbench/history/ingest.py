@@ -73,7 +73,8 @@ def figures_of(record: Record) -> tuple[FigureRow, ...]:
         return tuple(FigureRow(name, value, _finite(r.speedup_low), _finite(r.speedup_high), _verdict(verdict))
                      for name, r, verdict in ratios if (value := _finite(r.speedup)) is not None)
     rows = [(name, _finite(getattr(record, name))) for name in FIGURES.get(type(record), ())]
-    return tuple(FigureRow(name, value, None, None, _verdict(record.verdict)) for name, value in rows if value is not None)
+    return tuple(FigureRow(name, value, None, None, _verdict(record.verdict))
+                 for name, value in rows if value is not None)
 
 
 def series_gpu(record: Record, gpu: str | None) -> str | None:

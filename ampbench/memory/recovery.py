@@ -30,7 +30,8 @@ class OomRecovery:
     allocated_after_recovery: int
 
 
-def demonstrate_oom_recovery(spec: ModelSpec, mode: PrecisionMode, device: torch.device, *, smoke: bool = False) -> OomRecovery:
+def demonstrate_oom_recovery(spec: ModelSpec, mode: PrecisionMode,
+                             device: torch.device, *, smoke: bool = False) -> OomRecovery:
     """A step at the default batch, then a real training step at 4x the batch under a cap it cannot
     fit, recovery, and the default step again: the allocator must be back where it was."""
     prime_libraries(device)

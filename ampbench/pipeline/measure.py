@@ -127,7 +127,8 @@ def _finding(where: str, workers: int, pin: bool, resident: float, fed: float, a
                        f"hidden on this host (more --perf-loader-workers, or a faster CPU)")
     if slower:
         return bound, (f"{head}: not input-bound, the loader alone has {alone / resident:.1f}x the step's need; "
-                       f"the fed step lost its time elsewhere (copies, workers competing with it for cores, host noise)")
+                       f"the fed step lost its time elsewhere (copies, workers competing with it for cores, "
+                       f"host noise)")
     return bound, f"{head}: not input-bound (the loader keeps up within {100 * (1 - INPUT_BOUND_RATIO):.0f}%)"
 
 

@@ -79,7 +79,8 @@ class Row:
             speed += f"; across runs [{self.across[0]:.2f}, {self.across[1]:.2f}]"
         memory = fmt_bytes(self.peak_mem)
         if self.memory_ratio is not None:
-            memory = f"{memory} ({self.memory_ratio:.2f}x)" if self.peak_mem is not None else f"{self.memory_ratio:.2f}x"
+            memory = (f"{memory} ({self.memory_ratio:.2f}x)" if self.peak_mem is not None
+                      else f"{self.memory_ratio:.2f}x")
         batch = fmt_number(self.max_batch, ".0f")
         if self.max_batch_ratio is not None and self.max_batch is not None:
             batch = f"{batch} ({self.max_batch_ratio:.2f}x)"

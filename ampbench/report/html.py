@@ -107,7 +107,8 @@ def _chips(counts: Mapping[str, int]) -> list[dict]:
 def _table(headers: Sequence[str], rows: Iterable[Sequence[HtmlCell]], reference: Iterable[bool] = ()) -> dict:
     flags = list(reference)
     return {"headers": list(headers),
-            "rows": [{"cells": list(r), "reference": flags[i] if i < len(flags) else False} for i, r in enumerate(rows)]}
+            "rows": [{"cells": list(r),
+                      "reference": flags[i] if i < len(flags) else False} for i, r in enumerate(rows)]}
 
 
 def _figure(chart: Chart) -> dict:
@@ -188,7 +189,8 @@ def _speed_context(run: Run) -> dict | None:
         ["model", "mode", f"{noun} idle", "host overhead per step", f"{noun} busy per step", "eager step"],
         ([HtmlCell(c.model), HtmlCell(c.mode),
           HtmlCell(fmt_number(None if c.idle_share is None else 100 * c.idle_share, ".0f", "%")),
-          HtmlCell(fmt_ms(c.host_overhead_ms)), HtmlCell(fmt_ms(c.busy_ms)), HtmlCell(fmt_ms(c.ratio(WALL).step_ms))] for c in host),
+          HtmlCell(fmt_ms(c.host_overhead_ms)), HtmlCell(fmt_ms(c.busy_ms)),
+          HtmlCell(fmt_ms(c.ratio(WALL).step_ms))] for c in host),
     ) if host else None
     changes = [{"notable": notable(c), "verdict": _verdict_span(v.value if (v := c.ratio(DEVICE).verdict) else None),
                 "test_id": c.test_id,

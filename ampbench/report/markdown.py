@@ -182,6 +182,7 @@ def render_comparison_markdown(comparison: "Comparison") -> list[str]:
     headers = ["test", "figure", "old", "new", "change", "verdict"]
     if changed:
         out += [_md_table(headers, (r.cells() for r in changed)), ""]
-    out += ["<details><summary>Every compared test</summary>", "", _md_table(headers, (r.cells() for r in comparison.rows)),
+    out += ["<details><summary>Every compared test</summary>", "",
+            _md_table(headers, (r.cells() for r in comparison.rows)),
             "", "</details>", ""]
     return out

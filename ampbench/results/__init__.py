@@ -31,8 +31,10 @@ from ampbench.results.timed import (
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
 __all__ = [
-    "DISTRIBUTED_RATIOS", "KINDS", "READABLE_SCHEMAS", "RECORD_TYPES", "REFERENCE_MODE", "SCHEMA_VERSION", "SPEED_RATIOS",
+    "DISTRIBUTED_RATIOS", "KINDS", "READABLE_SCHEMAS", "RECORD_TYPES", "REFERENCE_MODE", "SCHEMA_VERSION",
+    "SPEED_RATIOS",
     "VERDICT_ORDER", "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord",
-    "RatioFigures", "RatioKind", "Record", "Run", "RunError", "SpeedRecord", "TimedRecord", "UnderflowRecord", "Verdict", "cluster_name", "cluster_shape", "cluster_size", "cluster_stem", "load_run",
+    "RatioFigures", "RatioKind", "Record", "Run", "RunError", "SpeedRecord", "TimedRecord", "UnderflowRecord",
+    "Verdict", "cluster_name", "cluster_shape", "cluster_size", "cluster_stem", "load_run",
     "order_modes", "parse_run", "record_type",
 ]

@@ -132,7 +132,8 @@ class Run:
             ("cuDNN", m.get("cudnn")),
         ]
         clocks = [
-            f"{name} {m[key]:g} MHz" for name, key in (("SM", "sm_clock_mhz"), ("max SM", "max_sm_clock_mhz"), ("mem", "mem_clock_mhz"))
+            f"{name} {m[key]:g} MHz"
+            for name, key in (("SM", "sm_clock_mhz"), ("max SM", "max_sm_clock_mhz"), ("mem", "mem_clock_mhz"))
             if finite_number(m.get(key)) is not None
         ]
         if clocks:

@@ -125,7 +125,8 @@ class RoundsPolicy:
     def __post_init__(self) -> None:
         need = min_rounds(self.confidence)
         if self.min_rounds < need:
-            raise ValueError(f"min_rounds={self.min_rounds} cannot give a {coverage_percent(self.confidence)} interval; need {need}")
+            raise ValueError(f"min_rounds={self.min_rounds} cannot give a {coverage_percent(self.confidence)} "
+                             f"interval; need {need}")
         if self.max_rounds < self.min_rounds:
             raise ValueError(f"max_rounds={self.max_rounds} < min_rounds={self.min_rounds}")
 
