@@ -92,6 +92,7 @@ class _PlainLoop:
         self.spec, self.device, self.autocast = spec, device, autocast
         self.model = spec.build(config).to(device, memory_format=fmt)
         fused = good_practice or None  # None: the optimizer's default (foreach) implementation
+        self.opt: torch.optim.Optimizer
         if spec.optimizer == "sgd":
             self.opt = torch.optim.SGD(self.model.parameters(), lr=spec.lr, momentum=0.9,
                                        weight_decay=5e-4, fused=fused)

@@ -38,7 +38,7 @@ def plan_document(module: str, argv: list[str], files: dict[str, str] | None = N
     return {"module": module, "argv": argv, "files": files or {}, "what": what, "end": False}
 
 
-END = {"module": None, "argv": [], "files": {}, "what": "the end of node 0's launches", "end": True}
+END: dict[str, object] = {"module": None, "argv": [], "files": {}, "what": "the end of node 0's launches", "end": True}
 
 
 def _store(timeout: float):

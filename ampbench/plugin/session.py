@@ -232,7 +232,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None or not TIERS[settings.tier].compiled_only:
         return
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         (kept if isinstance(params.get("model_name"), str) else dropped).append(item)
