@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ampbench import fp8
-from ampbench.modes import PrecisionMode
 from ampbench.models.spec import ModelSpec
+from ampbench.modes import PrecisionMode
 from ampbench.results import cluster_stem
 
 

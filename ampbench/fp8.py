@@ -17,8 +17,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ampbench.modes import PrecisionMode
 from ampbench.models.spec import ModelSpec
+from ampbench.modes import PrecisionMode
 
 # torch._scaled_mm wants both dimensions of an fp8 operand divisible by 16
 FP8_ALIGNMENT = 16

@@ -80,7 +80,8 @@ def tier_help(tiers: dict[str, Tier], model_names: Callable[[str], list[str]], m
                                   and (t.name == "full" or not row.full_tier_only))
         what = "compiled cells only (as under --perf-compile on), " if t.compiled_only else ""
         what += "every model" if every_model else ", ".join(names)
-        what += " in every mode" if len(chosen) == len(modes) or (every_model and t.modes is None) else f" in {', '.join(chosen)}"
+        what += (" in every mode" if len(chosen) == len(modes) or (every_model and t.modes is None)
+                 else f" in {', '.join(chosen)}")
         if not t.compiled_only:
             what += "; memory with each cell's largest batch" if t.memory_search else "; memory at the default batch"
         parts.append(f"{t.name}: {what}")
@@ -176,13 +177,15 @@ def number_validator(kind: type, low: float, high: float | None = None, *,
         try:
             number = kind(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expects {'an' if kind is int else 'a'} {kind.__name__}, got {value!r}") from None
+            raise argparse.ArgumentTypeError(
+                f"expects {'an' if kind is int else 'a'} {kind.__name__}, got {value!r}") from None
         # NaN fails every comparison, so the range check below would let it through
         if not math.isfinite(number):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {value}")
         too_low = number <= low if low_open else number < low
         if too_low or (high is not None and number > high):
-            bounds = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'}{']' if high is not None else ')'}"
+            bounds = (f"{'(' if low_open else '['}{low}, "
+                      f"{high if high is not None else 'inf'}{']' if high is not None else ')'}")
             raise argparse.ArgumentTypeError(f"must lie in {bounds}, got {value}")
         return number
 

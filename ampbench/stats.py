@@ -64,7 +64,8 @@ def median_interval_ranks(n: int, confidence: float) -> tuple[int, int]:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     alpha = 1 - confidence
     if 2 * 0.5**n > alpha:
-        raise ValueError(f"{n} values cannot give a {coverage_percent(confidence)} interval for the median; need {min_rounds(confidence)}")
+        raise ValueError(f"{n} values cannot give a {coverage_percent(confidence)} interval for the median; need "
+                         f"{min_rounds(confidence)}")
     # x_(j) (0-based) lies above the median iff at most j values lie below it: P = cdf(j); so the
     # widest-coverage-enough interval uses the largest j with cdf(j) <= alpha / 2, on both sides
     j = 0
@@ -161,7 +162,8 @@ def estimate_speedup(reference: Sequence[float], mode: Sequence[float], confiden
     r = log_ratios(reference, mode)
     centre, aligned = order_aligned(r, alternating(len(r)) if ref_first is None else ref_first)
     lo, hi = median_interval(aligned, confidence)
-    return SpeedupEstimate(math.exp(centre), math.exp(lo), math.exp(hi), len(r), confidence, round_sd=robust_sd(aligned))
+    return SpeedupEstimate(math.exp(centre), math.exp(lo), math.exp(hi), len(r),
+                           confidence, round_sd=robust_sd(aligned))
 
 
 def relative_spread(a: float, b: float) -> float:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import contextlib
 import inspect
 import sys
-from unittest import mock
 from typing import Callable, Iterable, Iterator
+from unittest import mock
 
 import torch
 from torch import nn
 
 from ampbench import fp8
-from ampbench.modes import STATIC_LOSS_SCALE, PrecisionMode
 from ampbench.models.spec import Batch, ModelSpec
+from ampbench.modes import STATIC_LOSS_SCALE, PrecisionMode
 
 NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.RMSNorm,
                nn.modules.instancenorm._InstanceNorm)

@@ -331,7 +331,8 @@ def _cut(kernels: dict[str, float]) -> float | None:
     return min(named) if OTHER_KERNELS in kernels and named else None
 
 
-def kernel_changes(baseline: list | None, measured: list | None, top: int = 5, against: str = "the baseline") -> str | None:
+def kernel_changes(baseline: list | None, measured: list | None, top: int = 5,
+                   against: str = "the baseline") -> str | None:
     """The kernels whose device time per step moved most against a baseline's kernel list (each list of
     {"name", "ms"}, names normalised by ``devicetime.normalise_kernel_name``), largest move first; None
     where either side has no list. A kernel one list names and the other does not is new (or vanished)
@@ -352,7 +353,8 @@ def kernel_changes(baseline: list | None, measured: list | None, top: int = 5, a
     for n in names:
         if n in new and n in old:
             if new[n] != old[n]:
-                moves.append((new[n] - old[n], "changed", f"{n} {old[n]:.3f}->{new[n]:.3f} ms ({new[n] - old[n]:+.3f})"))
+                moves.append((new[n] - old[n], "changed",
+                              f"{n} {old[n]:.3f}->{new[n]:.3f} ms ({new[n] - old[n]:+.3f})"))
         elif n in new:
             if old_cut is None or new[n] > old_cut:
                 moves.append((new[n], "new", f"{n} {new[n]:.3f} ms"))

@@ -76,7 +76,8 @@ def ruptures_detector(kind: str, c: float) -> Callable[[np.ndarray], list[int]]:
             "pelt-l1": lambda: ruptures.Pelt(model="l1", min_size=2, jump=1),
             "binseg-l2": lambda: ruptures.Binseg(model="l2", min_size=2, jump=1),
             "binseg-l1": lambda: ruptures.Binseg(model="l1", min_size=2, jump=1),
-            "pelt-rbf": lambda: ruptures.KernelCPD(kernel="rbf", params={"gamma": changes.GAMMA}, min_size=2, jump=1)}[kind]
+            "pelt-rbf": lambda: ruptures.KernelCPD(kernel="rbf",
+                                                   params={"gamma": changes.GAMMA}, min_size=2, jump=1)}[kind]
     return lambda z: [int(b) for b in make().fit(z).predict(pen=c * math.log(len(z)))[:-1]]
 
 
@@ -130,7 +131,8 @@ def table(detect: Callable[..., list[int]], cases, nulls, plain: bool = False) -
         precision = f"{right / reported:.2f}" if reported else "-"
         lines.append(f"| {step:g} | {n} | {exact / n:.2f} | {near / n:.2f} | {exact4 / n4:.2f} | {precision} |")
     false = sum(bool(detect(z)) for z in nulls)
-    lines.append(f"false changes: {false} of {len(nulls)} pure-noise series ({false / len(nulls) * 1000:.2f} per 1,000)")
+    lines.append(f"false changes: {false} of {len(nulls)} pure-noise series "
+                 f"({false / len(nulls) * 1000:.2f} per 1,000)")
     return lines
 
 
@@ -197,7 +199,8 @@ def main() -> None:
         return
     detect = product()
     nulls = null_set(args.series, seed=404)
-    print(f"pelt-rbf as `history changes` runs it; noise sd {SD:.2%}, stray runs {STRAY:.0%}, {LENGTHS[0]}-{LENGTHS[1]} runs\n")
+    print(f"pelt-rbf as `history changes` runs it; noise sd {SD:.2%}, stray runs {STRAY:.0%}, "
+          f"{LENGTHS[0]}-{LENGTHS[1]} runs\n")
     print("\n".join(table(detect, change_set(5000, seed=505), nulls)))
     clean = table(detect, change_set(5000, seed=606, stray=0.0), null_set(args.series, seed=707, stray=0.0))
     print("\nwithout stray runs\n" + "\n".join(clean))

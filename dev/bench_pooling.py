@@ -29,7 +29,8 @@ from tests.test_history_pooling import H200_SD  # noqa: E402
 FLOOR, SHARE, DRAWS = 0.005, 0.001, 300
 
 
-def simulate(runs: int, level: float, copies: int, pooled: bool, rng: np.random.Generator) -> tuple[float, float, float]:
+def simulate(runs: int, level: float, copies: int,
+             pooled: bool, rng: np.random.Generator) -> tuple[float, float, float]:
     """(false failures per 1,000 cell-runs, median tolerance of the quiet models' cells, of lstm_lm's)."""
     sigma = np.tile(np.array([v for m in H200_SD for v in H200_SD[m]]) * level / 100, copies)
     groups = [f"{m}{k}" for k in range(copies) for m in H200_SD for _ in range(5)]

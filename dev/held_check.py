@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from ampbench import models  # noqa: E402
+from ampbench.modes import get_mode  # noqa: E402
 from ampbench.speed.devicetime import block_idle, capture  # noqa: E402
 from ampbench.speed.held import BlockQueue  # noqa: E402
-from ampbench.modes import get_mode  # noqa: E402
 from ampbench.speed.timing import steps_per_block, time_block, warm_up  # noqa: E402
 from ampbench.train import Trainer  # noqa: E402
 

@@ -25,7 +25,9 @@ def summarise(trace: dict) -> list[dict]:
     out = []
     for s in sorted((e for e in user if e["name"] == "probe.step"), key=lambda e: e["ts"]):
         a, b = s["ts"], s["ts"] + s["dur"]
-        within = lambda name: sum(e["dur"] for e in user if e["name"] == name and a <= e["ts"] < b) / 1e3
+        def within(name):
+            return sum(e["dur"] for e in user if e["name"] == name and a <= e["ts"] < b) / 1e3
+
         ks = [k for k in kernels if a <= k.start < b]
         nccl = [(k.start, k.end) for k in ks if "nccl" in k.name.lower()]
         compute = [(k.start, k.end) for k in ks if "nccl" not in k.name.lower()]

@@ -1,4 +1,5 @@
-"""Dual Path Networks (Chen et al. 2017) in the CIFAR form of kuangliu/pytorch-cifar, which "RTX Titan FP16 comparison" (2019) timed.
+"""Dual Path Networks (Chen et al. 2017) in the CIFAR form of kuangliu/pytorch-cifar, which "RTX Titan FP16 comparison"
+(2019) timed.
 
 Each bottleneck is a ResNeXt block (1x1, grouped 3x3, 1x1) whose output splits in two: the first
 ``out_planes`` channels are added to the block's input (the residual path), the last ``dense_depth``

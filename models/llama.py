@@ -37,7 +37,8 @@ class Config:
     rope_theta: float = 500000.0  # rotary base frequency (Llama 3's)
 
 
-def rotary_cos_sin(seq_len: int, head_dim: int, theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_cos_sin(seq_len: int, head_dim: int,
+                   theta: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of every position's rotation angles, (seq_len, head_dim / 2) each, in fp32. Made
     per forward rather than held as buffers, which a cast to fp16 or bf16 would round."""
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)

@@ -1,4 +1,5 @@
-"""The word-level LSTM language model of the PyTorch/Apex ``word_language_model`` example, as "When life gives you tensor cores, you run mixed precision benchmarks" (2019) trained it.
+"""The word-level LSTM language model of the PyTorch/Apex ``word_language_model`` example, as "When life gives you
+tensor cores, you run mixed precision benchmarks" (2019) trained it.
 
 Embedding -> dropout -> 2-layer LSTM (dropout between layers) -> dropout -> Linear decoder over the
 vocabulary, with the decoder's weight tied to the embedding. The full config is the example's largest
@@ -87,7 +88,8 @@ def flops_per_sample(config: Config) -> float:
 
 SPEC = ModelSpec(
     name="lstm_lm",
-    origin='"When life gives you tensor cores, you run mixed precision benchmarks" (2019): Apex/PyTorch word_language_model, 2-layer tied LSTM 1500 on wikitext-2',
+    origin='"When life gives you tensor cores, you run mixed precision benchmarks" (2019): Apex/PyTorch '
+           'word_language_model, 2-layer tied LSTM 1500 on wikitext-2',
     config=Config(),
     smoke_config=Config(vocab_size=500, emsize=64, nhid=64, bptt=8),
     build=RNNModel,

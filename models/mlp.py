@@ -1,4 +1,5 @@
-"""The MLP of PyTorch's AMP recipe (the sample code of "Comparison for training CNN models using Tensor Cores with PyTorch"): Linear layers of width 4096 with ReLU,
+"""The MLP of PyTorch's AMP recipe (the sample code of "Comparison for training CNN models using Tensor Cores with
+PyTorch"): Linear layers of width 4096 with ReLU,
 trained with MSE on random data. Tiny per-step work, so it shows how host overheads eat AMP's gains."""
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def flops_per_sample(config: Config) -> float:
 
 SPEC = ModelSpec(
     name="mlp",
-    origin='"Comparison for training CNN models using Tensor Cores with PyTorch" (undated): the PyTorch AMP recipe\'s sample network',
+    origin='"Comparison for training CNN models using Tensor Cores with PyTorch" (undated): the PyTorch AMP recipe\'s '
+           'sample network',
     config=Config(),
     smoke_config=Config(in_size=64, hidden=64, out_size=64),
     build=MLP,

@@ -1,4 +1,5 @@
-"""The MNIST CNN of the PyTorch examples, which "Comparison for training CNN models using Tensor Cores with PyTorch" timed with and without AMP at batch 512.
+"""The MNIST CNN of the PyTorch examples, which "Comparison for training CNN models using Tensor Cores with PyTorch"
+timed with and without AMP at batch 512.
 
 Two 3x3 convolutions, a 2x2 max pool, dropout, a 128-wide hidden layer and the classifier. The example
 ends in log_softmax + nll_loss; this model returns logits and is scored with cross entropy, which is the
@@ -64,7 +65,8 @@ flops_per_sample = counted_training_flops(MnistCNN, make_batch)
 
 SPEC = ModelSpec(
     name="mnist_cnn",
-    origin='"Comparison for training CNN models using Tensor Cores with PyTorch" (undated): the PyTorch examples MNIST CNN, batch 512',
+    origin='"Comparison for training CNN models using Tensor Cores with PyTorch" (undated): the PyTorch examples MNIST '
+           'CNN, batch 512',
     config=Config(),
     smoke_config=Config(image_size=12, channels1=8, channels2=16, pooled_size=4, hidden=32),
     build=MnistCNN,

@@ -1,4 +1,5 @@
-"""torchvision's ResNet-18/34/50/101/152, as "When life gives you tensor cores, you run mixed precision benchmarks" (2019) trained them on CIFAR-100 resized to 224x224.
+"""torchvision's ResNet-18/34/50/101/152, as "When life gives you tensor cores, you run mixed precision benchmarks"
+(2019) trained them on CIFAR-100 resized to 224x224.
 
 The architectures are torchvision's own (``torchvision.models.resnetXX(num_classes=...)``), so speed
 numbers compare with everyone else's; only the classifier is sized for 100 classes.
@@ -51,7 +52,8 @@ def _spec(depth: int, batch_size: int, tier: str, **runs: tuple[str, ...] | bool
     """resnet`depth`'s spec; `runs`: the ModelSpec fields of the tests and tiers beyond its own tier."""
     return ModelSpec(
         name=f"resnet{depth}",
-        origin=f'"When life gives you tensor cores, you run mixed precision benchmarks" (2019): torchvision resnet{depth} on CIFAR-100 resized to 224x224',
+        origin='"When life gives you tensor cores, you run mixed precision benchmarks" (2019): torchvision '
+               f'resnet{depth} on CIFAR-100 resized to 224x224',
         config=Config(depth=depth),
         # full width (torchvision has no knob for it) but a small image and head keep the CPU pass fast;
         # 64 leaves a 2x2 map at the last stage, as batch norm over a 1x1 map of two samples diverges

@@ -1,4 +1,5 @@
-"""WRN-28-10 (Zagoruyko & Komodakis, "Wide Residual Networks") for CIFAR-10, as "Mixed Precision Training on Tesla T4 and P100" (2019) trained it.
+"""WRN-28-10 (Zagoruyko & Komodakis, "Wide Residual Networks") for CIFAR-10, as "Mixed Precision Training on Tesla T4
+and P100" (2019) trained it.
 
 Seed 000's repository (ceshine/apex_pytorch_cifar_experiment) builds ``Wide_ResNet(28, 10, 0.3, 10)``
 from meliketoy/wide-resnet.pytorch, and this file follows that variant so the timings compare:
@@ -89,7 +90,8 @@ flops_per_sample = counted_training_flops(WideResNet, make_batch)
 
 SPEC = ModelSpec(
     name="wide_resnet28_10",
-    origin='"Mixed Precision Training on Tesla T4 and P100" (2019): WRN-28-10 (meliketoy variant, dropout 0.3) on CIFAR-10, batch 128',
+    origin='"Mixed Precision Training on Tesla T4 and P100" (2019): WRN-28-10 (meliketoy variant, dropout 0.3) on '
+           'CIFAR-10, batch 128',
     config=Config(),
     smoke_config=Config(depth=10, widen_factor=2, num_classes=4, image_size=16),
     build=WideResNet,

@@ -143,7 +143,8 @@ def optimizer_specs() -> st.SearchStrategy[tuple[str, str]]:
 def fp32_normals(min_exp: int, max_exp: int) -> st.SearchStrategy[float]:
     """Signed normal fp32 numbers m * 2**e, 1 <= m < 2, e in [min_exp, max_exp]."""
     mantissas = st.integers(0, 2**23 - 1).map(lambda m: 1.0 + m / 2**23)
-    return st.builds(lambda m, e, s: s * math.ldexp(m, e), mantissas, st.integers(min_exp, max_exp), st.sampled_from([1.0, -1.0]))
+    return st.builds(lambda m, e, s: s * math.ldexp(m, e), mantissas,
+                     st.integers(min_exp, max_exp), st.sampled_from([1.0, -1.0]))
 
 
 def fp16_vanishing_gradients() -> st.SearchStrategy[float]:

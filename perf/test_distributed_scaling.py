@@ -10,14 +10,14 @@ A control setup whose ranks never communicate must fail the same checks, so they
 
 Starting torchrun per hypothesis example would take ~10 s each, so hypothesis draws the scenarios here
 in the parent (``perf/strategies.py`` ``dist_scenarios``; the profile's max_examples of them, a quarter
-on the CPU, plus the explicit ones below), one launch runs them all in every setup of ``ampbench.distributed.loss_scaling_worker.SETUPS``, and
+on the CPU, plus the explicit ones below), one launch runs them all in every setup of
+``ampbench.distributed.loss_scaling_worker.SETUPS``, and
 each scenario is judged on the returned JSON; a failure prints the scenario to replay.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from ampbench.distributed.loss_scaling_worker import SETUPS, WIDTH
 from ampbench.plugin.nodes import launcher_of
 from perf import strategies as S
-from perf.strategies import DistScenario, RankPoison, ScalerConfig
 from perf.scalers import reference_trajectory
+from perf.strategies import DistScenario, RankPoison, ScalerConfig
 
 pytestmark = pytest.mark.torchrun
 INF, NAN = float("inf"), float("nan")
@@ -102,7 +102,8 @@ def test_one_rank_overflow_skips_on_every_rank(setup: str, scaling_run, perf_wor
         pytest.fail(f"loss scaling across ranks, setup {setup}: no result from every rank; torchrun launch "
                     f"{result.explain(perf_settings.nodes.per_node(perf_world_size))}", pytrace=False)
     per_rank = [json.loads(p.read_text())["results"] for p in paths]
-    assert all(len(r) == len(scenarios) for r in per_rank), f"{setup}: ranks returned {[len(r) for r in per_rank]} scenarios"
+    assert all(len(r) == len(scenarios) for r in per_rank), (f"{setup}: ranks returned {[len(r) for r in per_rank]} "
+                                                             "scenarios")
 
     failures, lone_overflows = [], 0
     for i, scenario in enumerate(scenarios):

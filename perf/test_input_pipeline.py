@@ -1,9 +1,11 @@
 """The input pipeline: does the host keep up with the GPU?
 
 Two weak vCPUs can hide every AMP gain behind data loading: in "Mixed Precision Training on Tesla T4 and
-P100" (2019), O0, O1 and O2 took the same time at batch 512. For each CIFAR-shaped model and mode this test measures the samples/s of the
+P100" (2019), O0, O1 and O2 took the same time at batch 512. For each CIFAR-shaped model and mode this test measures the
+samples/s of the
 training step fed by a real DataLoader (``--perf-loader-workers``, ``--perf-pin-memory``, non_blocking
-copies, the per-sample augmentation of "Mixed Precision Training on Tesla T4 and P100" (2019)) against the same step on device-resident batches, and
+copies, the per-sample augmentation of "Mixed Precision Training on Tesla T4 and P100" (2019)) against the same step on
+device-resident batches, and
 reports the mode as input-bound when the loader caps its step rate. Being input-bound is a finding
 about this host, not a regression, so it is a warning, never a failure.
 """
@@ -16,8 +18,8 @@ import warnings
 import pytest
 
 from ampbench.convergence import training
-from ampbench.pipeline import measure as pipeline
 from ampbench.device import release
+from ampbench.pipeline import measure as pipeline
 
 SEED = 0
 

@@ -47,9 +47,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @given(cfg=S.scaler_configs(), overflows=S.overflow_sequences())
-@example(cfg=ScalerConfig(2.0**127, 2.0, 0.5, 1), overflows=[False] * 3).via("growth at the fp32 cap must not reach inf")
+@example(cfg=ScalerConfig(2.0**127, 2.0, 0.5, 1), overflows=[False] * 3).via(
+    "growth at the fp32 cap must not reach inf")
 @example(cfg=ScalerConfig(1.0, 2.0, 2.0**-100, 3), overflows=[True] * 3 + [False] * 3).via("backoff underflowing fp32")
-def test_trajectory_matches_reference(case: Case, perf_device: torch.device, cfg: ScalerConfig, overflows: list[bool]) -> None:
+def test_trajectory_matches_reference(case: Case, perf_device: torch.device,
+                                      cfg: ScalerConfig, overflows: list[bool]) -> None:
     """For any sequence of clean and overflowing steps and any valid factors and growth interval, the
     scale and growth tracker after every update() equal reference_trajectory() exactly (fp32 arithmetic,
     the scaler's own floor if it has one); the scale is never inf or NaN."""
@@ -58,12 +60,15 @@ def test_trajectory_matches_reference(case: Case, perf_device: torch.device, cfg
     for i, overflow in enumerate(overflows):
         drive(scaler, opt, param, overflow)
         got = scale_and_tracker(scaler)
-        assert got == expected[i], f"after step {i} ({'overflow' if overflow else 'clean'}): {got} != reference {expected[i]}"
+        assert got == expected[i], (f"after step {i} ({'overflow' if overflow else 'clean'}): {got} != reference "
+                                    f"{expected[i]}")
         assert math.isfinite(got[0]), f"scale became {got[0]} after step {i}"
 
 
-@given(init=st.sampled_from([2.0**127, S.F32_MAX, 1.5 * 2.0**126, 2.0**120]), growth=S.growth_factors(), steps=st.integers(1, 8))
-def test_scale_stays_put_at_growth_cap(case: Case, perf_device: torch.device, init: float, growth: float, steps: int) -> None:
+@given(init=st.sampled_from([2.0**127, S.F32_MAX, 1.5 * 2.0**126, 2.0**120]),
+       growth=S.growth_factors(), steps=st.integers(1, 8))
+def test_scale_stays_put_at_growth_cap(case: Case, perf_device: torch.device,
+                                       init: float, growth: float, steps: int) -> None:
     """With growth interval 1 and only clean steps from a scale where scale * growth_factor overflows
     fp32, the scale stays exactly where it is (never inf) and the tracker restarts at 0."""
     cfg = case.adapt(ScalerConfig(init, growth, 0.5, 1))
@@ -84,7 +89,8 @@ def test_scale_stays_put_at_growth_cap(case: Case, perf_device: torch.device, in
     "GradScaler: scale 2**-200 rounds to 0 in fp32, then NaN weights with no overflow reported")
 @example(cfg=ScalerConfig(1.0, 2.0, 2.0**-64, 1000), overflows=[True, True, False]).via(
     "GradScaler: scale 2**-128 is subnormal, 1/scale overflows to inf, gradients become inf unnoticed")
-def test_scale_stays_positive_and_unscaling_stays_finite(case: Case, perf_device: torch.device, cfg: ScalerConfig, overflows: list[bool]) -> None:
+def test_scale_stays_positive_and_unscaling_stays_finite(case: Case, perf_device: torch.device,
+                                                         cfg: ScalerConfig, overflows: list[bool]) -> None:
     """Under any sequence of clean and overflowing steps the scale stays positive and finite, and a
     clean step (finite gradients) never puts inf/NaN into the weights: unscaling never turns finite
     gradients into non-finite ones without reporting an overflow."""
@@ -103,7 +109,8 @@ def test_growth_tracker_in_range_under_updates_and_load(
     """0 <= growth tracker < growth interval after every update(), and after load_state_dict() of a
     state taken from another scaler mid-training."""
     scaler, opt, param = one_param_setup(case, cfg, perf_device)
-    other, other_opt, other_param = one_param_setup(case, replace(cfg, growth_interval=cfg.growth_interval + 3), perf_device)
+    other, other_opt, other_param = one_param_setup(case,
+                                                    replace(cfg, growth_interval=cfg.growth_interval + 3), perf_device)
     for overflow in donor:
         drive(other, other_opt, other_param, overflow)
     for i, overflow in enumerate(overflows):
@@ -142,7 +149,8 @@ def test_growth_tracker_in_range_after_set_growth_interval(
 
 
 @given(cfg=S.scaler_configs(), before=S.overflow_sequences(20), after=S.overflow_sequences(20))
-def test_state_dict_round_trip(case: Case, perf_device: torch.device, cfg: ScalerConfig, before: list[bool], after: list[bool]) -> None:
+def test_state_dict_round_trip(case: Case, perf_device: torch.device, cfg: ScalerConfig,
+                               before: list[bool], after: list[bool]) -> None:
     """A fresh scaler (other initial arguments) that loads a state_dict() taken mid-training follows the
     identical (scale, tracker) trajectory afterwards; the state dict itself is not changed by loading."""
     scaler, opt, param = one_param_setup(case, cfg, perf_device)
@@ -169,7 +177,8 @@ def _layout_params(layout: list[tuple], device: torch.device, gen: torch.Generat
 
 
 @given(data=st.data(), inj=S.injections(), seed=S.seeds(), k=st.integers(1, 10))
-def test_overflow_detected_iff_nonfinite(case: Case, perf_device: torch.device, data, inj: Injection | None, seed: int, k: int) -> None:
+def test_overflow_detected_iff_nonfinite(case: Case, perf_device: torch.device, data,
+                                         inj: Injection | None, seed: int, k: int) -> None:
     """An overflow is reported (the step is skipped and the scale backs off) if and only if some
     gradient element is +inf, -inf or NaN, at any position of any parameter of any dtype the scaler
     accepts; parameters without gradients are ignored."""
@@ -194,9 +203,11 @@ def test_overflow_detected_iff_nonfinite(case: Case, perf_device: torch.device, 
     changed = all(not torch.equal(b, p.detach()) for b, p in zip(before, with_grad))
     backed_off = scale_and_tracker(scaler)[0] < scale0 or (case.static and inj is not None)
     if inj is None:
-        assert changed and not backed_off, f"clean gradients: step taken {changed}, scale {scale0} -> {scale_and_tracker(scaler)[0]}"
+        assert changed and not backed_off, (f"clean gradients: step taken {changed}, scale {scale0} -> "
+                                            f"{scale_and_tracker(scaler)[0]}")
     else:
-        assert skipped and backed_off, f"{inj} missed: step skipped {skipped}, scale {scale0} -> {scale_and_tracker(scaler)[0]}"
+        assert skipped and backed_off, (f"{inj} missed: step skipped {skipped}, scale {scale0} -> "
+                                        f"{scale_and_tracker(scaler)[0]}")
 
 
 @given(spec=S.optimizer_specs(), seed=S.seeds(), inj=S.injections().filter(lambda i: i is not None),
@@ -244,7 +255,8 @@ def test_skipped_step_leaves_state_bit_identical(
 
 
 @given(inj_a=st.booleans(), inj_b=st.booleans(), seed=S.seeds(), impl=st.sampled_from(["forloop", "foreach", "fused"]))
-def test_only_the_overflowing_optimizer_skips(case: Case, perf_device: torch.device, inj_a: bool, inj_b: bool, seed: int, impl: str) -> None:
+def test_only_the_overflowing_optimizer_skips(case: Case, perf_device: torch.device, inj_a: bool,
+                                              inj_b: bool, seed: int, impl: str) -> None:
     """With two optimizers and one scaler, an optimizer steps if and only if its own gradients are
     finite; the scale backs off once (by backoff_factor) if either overflowed, and is unchanged otherwise
     (growth interval not reached)."""

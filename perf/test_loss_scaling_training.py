@@ -39,7 +39,8 @@ def _tiny_regression(seed: int, device: torch.device, batch: int = 8):
     return model, x, y
 
 
-def _train(model, x, y, opt_name: str, steps: int, scaler: Any | None, micro: int = 1, clip: float | None = None) -> list[torch.Tensor]:
+def _train(model, x, y, opt_name: str, steps: int, scaler: Any | None,
+           micro: int = 1, clip: float | None = None) -> list[torch.Tensor]:
     opt = make_optimizer(opt_name, "foreach", list(model.parameters()), lr=1e-2)
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
@@ -81,8 +82,10 @@ def test_clean_training_equals_fp32(
             torch.testing.assert_close(s, r, rtol=1e-4, atol=1e-6)
 
 
-@given(cfg=S.pow2_scaler_configs(0, 24), seed=S.seeds(), micro=st.sampled_from([2, 4, 8]), opt_name=st.sampled_from(["sgd", "adamw"]))
-def test_accumulation_equals_large_batch(case: Case, perf_device: torch.device, cfg: ScalerConfig, seed: int, micro: int, opt_name: str) -> None:
+@given(cfg=S.pow2_scaler_configs(0, 24), seed=S.seeds(), micro=st.sampled_from([2, 4, 8]),
+       opt_name=st.sampled_from(["sgd", "adamw"]))
+def test_accumulation_equals_large_batch(case: Case, perf_device: torch.device, cfg: ScalerConfig,
+                                         seed: int, micro: int, opt_name: str) -> None:
     """Accumulating scaled gradients over `micro` micro-batches (each loss divided by `micro`) gives
     bit-identically the weights of the same unscaled accumulation (power-of-two scales), and the weights
     of one large batch within rtol 1e-5 + atol 1e-6 (the summation order differs)."""
@@ -100,7 +103,8 @@ def test_accumulation_equals_large_batch(case: Case, perf_device: torch.device, 
 
 
 @given(g=S.fp16_vanishing_gradients(), extra=st.integers(0, 30))
-def test_fp16_vanishing_gradient_recovered_by_scale(case: Case, perf_device: torch.device, g: float, extra: int) -> None:
+def test_fp16_vanishing_gradient_recovered_by_scale(case: Case,
+                                                    perf_device: torch.device, g: float, extra: int) -> None:
     """A gradient with |g| <= 2**-25 rounds to 0 in fp16. Scaled by 2**k with |g|*2**k >= 2**-24 (and
     below 65504) it is a nonzero fp16 of g's sign, and the fp16_master path (fp16 grad -> fp32 master ->
     unscale_) recovers g within fp16's rounding: |r - g| <= max(2**-25, |g|*2**k * 2**-11) / 2**k."""
@@ -143,7 +147,8 @@ def test_fp16_overflow_exactly_above_65504(case: Case, perf_device: torch.device
 
 
 @given(w=S.fp16_weights(), ratio=S.update_ratios(), sign=st.sampled_from([1.0, -1.0]))
-def test_fp16_small_updates_lost_but_kept_by_master_weights(case: Case, perf_device: torch.device, w: float, ratio: float, sign: float) -> None:
+def test_fp16_small_updates_lost_but_kept_by_master_weights(case: Case, perf_device: torch.device,
+                                                            w: float, ratio: float, sign: float) -> None:
     """An update u with |u| < 2**-12 |w| (under half an fp16 ulp of w; the paper's "2**-11 ratio" in
     ulp terms) is lost on an fp16 weight: w + u rounds to w, on every step. With fp32 master weights
     (the fp16_master step) each update is kept in the master (|u| >= 2**-22 |w|), and after

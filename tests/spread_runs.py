@@ -36,7 +36,8 @@ def baseline_doc() -> dict:
                              "recorded": "2026-11-21T18:58:39Z"}
     return {"schema_version": 1, "gpu": SOFTWARE["device"], "entries": {
         WRN: entry(8.402), GPT: entry(6.422),
-        "test_memory[gpt-bf16]": {"figures": {"memory_ratio": 0.5, "peak_mem_bytes": 2**30}, "software": dict(SOFTWARE), "recorded": "2026-11-21T18:58:39Z"}}}
+        "test_memory[gpt-bf16]": {"figures": {"memory_ratio": 0.5, "peak_mem_bytes": 2**30}, "software": dict(SOFTWARE),
+                                  "recorded": "2026-11-21T18:58:39Z"}}}
 
 
 def run_doc(speedups: dict[str, float], when: str, software: dict | None = None, **info) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines.show import render_file, render_document
+from ampbench.baselines.show import render_document, render_file
 from ampbench.cli import main
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 
@@ -136,4 +136,5 @@ def test_committed_results_page_is_current(slug):
     page = ROOT / "docs" / "results" / f"{slug}.md"
     from ampbench.baselines.show import render_document as render
     from ampbench.baselines.store import load_document
-    assert page.read_text() == render(load_document(ROOT / "baselines" / f"{slug}.json"), source=f"baselines/{slug}.json")
+    assert page.read_text() == render(load_document(ROOT / "baselines" / f"{slug}.json"),
+                                      source=f"baselines/{slug}.json")

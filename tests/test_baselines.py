@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.baselines.store import (
     SCHEMA_VERSION,
     BaselineError,
@@ -15,9 +14,10 @@ from ampbench.baselines.store import (
     load_document,
     validate_directory,
 )
+from ampbench.device import gpu_slug
 from ampbench.files import write as outputs
 from ampbench.files.write import unwritable_reason, write_atomic
-from ampbench.device import gpu_slug
+from ampbench.results.ratios import DEVICE, VERSUS, WALL
 
 ROOT = Path(__file__).parent.parent
 NAN, INF = float("nan"), float("inf")
@@ -51,7 +51,8 @@ def test_record_merges_and_keeps_other_entries(tmp_path):
     store.record("test_speed[a-bf16]", {"speedup": 2.5, "noise": 0.01}, {"torch": "2.11"})
     # someone else wrote the file meanwhile: their entry must survive our write too
     on_disk = json.loads(path.read_text())
-    on_disk["entries"]["test_memory[a-bf16]"] = {"figures": {"max_batch": 512, "peak_mem_bytes": 2**30, "memory_ratio": 0.6},
+    on_disk["entries"]["test_memory[a-bf16]"] = {"figures": {"max_batch": 512,
+                                                             "peak_mem_bytes": 2**30, "memory_ratio": 0.6},
                                                  "software": {}}
     path.write_text(json.dumps(on_disk))
     store.write()
@@ -341,7 +342,8 @@ def test_the_committed_baseline_files_read_as_typed_entries_and_save_back_byte_i
     for path in paths:
         document = load_document(path)
         for test_id, entry in document["entries"].items():
-            kind = SpeedEntry if test_id.startswith("test_speed[") else DistributedEntry if "_speed[" in test_id else None
+            kind = (SpeedEntry if test_id.startswith("test_speed[") else DistributedEntry if "_speed[" in test_id
+                    else None)
             if kind is not None:
                 entry["figures"] = kind.from_figures(entry["figures"]).to_figures()
         out = tmp_path / path.name
@@ -356,7 +358,8 @@ def test_a_speed_entrys_ratios_read_by_their_prefix():
     entry = SpeedEntry.from_figures({"speedup": 2.0, "noise": 0.01, "device_speedup": 2.2, "device_method": "graph",
                                      "versus": "amp_bf16", "versus_speedup": 1.3, "step_ms": 4.0, "other": 1})
     assert entry.ratio(WALL).speedup == 2.0 and entry.ratio(WALL).noise == 0.01 and entry.ratio(WALL).step_ms == 4.0
-    assert entry.ratio(DEVICE).speedup == 2.2 and entry.ratio(DEVICE).method == "graph" and entry.ratio(DEVICE).noise is None
+    assert (entry.ratio(DEVICE).speedup == 2.2 and entry.ratio(DEVICE).method == "graph"
+            and entry.ratio(DEVICE).noise is None)
     assert entry.versus == "amp_bf16" and entry.ratio(VERSUS).speedup == 1.3
     assert entry.detail == {"other": 1} and list(entry.to_figures()) == ["speedup", "noise", "device_speedup",
                                                                           "device_method", "versus", "versus_speedup",

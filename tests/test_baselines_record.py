@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.cli import main
-from ampbench.cli import record
+from ampbench.cli import main, record
 
 ROOT = Path(__file__).resolve().parent.parent
 SAVED = ROOT / "tests" / "data" / "h100_speed_device.json"
@@ -35,7 +34,8 @@ for b in doc["benchmarks"]:
             info[key] *= f
 out.write_text(json.dumps(doc))
 print("== 35 passed in 1.00s ==", flush=True)
-sys.exit(subprocess.run([sys.executable, "-m", "ampbench", "history", "import", str(out), "--history", history]).returncode)
+sys.exit(subprocess.run([sys.executable, "-m", "ampbench", "history", "import", str(out),
+                        "--history", history]).returncode)
 """
 
 
@@ -61,7 +61,8 @@ def test_record_runs_n_processes_then_writes_learned_tolerances(tmp_path, fake_r
     text = capsys.readouterr().out
     assert "run 3 of 3: 35 passed" in text and "learned from 3 runs written to" in text
     entries = json.loads((out / "nvidia-h100-80gb-hbm3.json").read_text())["entries"]
-    device = [e["figures"] for t, e in entries.items() if t.startswith("test_speed[") and "device_tolerance" in e["figures"]]
+    device = [e["figures"]
+              for t, e in entries.items() if t.startswith("test_speed[") and "device_tolerance" in e["figures"]]
     assert device and all(f["device_between_run_count"] == 3 for f in device)
     assert all(f["device_tolerance"] < 0.03 for f in device)  # learned, not the unlearned 3%
 

@@ -130,7 +130,8 @@ def test_the_planted_commit_is_named_and_every_step_recorded(delay_repo, tmp_pat
         assert step["answer"] == ("bad" if shas.index(step["commit"]) >= 4 else "good")
         assert step["verdict"] in ("regression", "pass") and step["seconds"] > 0
         assert cell["low"] <= cell["speedup"] <= cell["high"]
-    assert len(record["good_runs"]) == 3 and record["levels"]["command"]["line"] < record["levels"]["command"]["speedup"]
+    assert (len(record["good_runs"]) == 3
+            and record["levels"]["command"]["line"] < record["levels"]["command"]["speedup"])
     assert repo_state(repo) == before
 
 
@@ -249,10 +250,10 @@ def test_package_versions_are_bisected_each_in_its_own_environment(tmp_path, cap
     if tuple(map(int, re.match(r"(\d+)\.(\d+)", version("pip")).groups())) < (22, 3):
         pytest.skip(f"pip {version('pip')} installs into another environment only from 22.3 (--python)")
     wheels = tmp_path / "wheels"
-    for version, delay in (("1.0", 0), ("1.1", 0), ("1.2", 0.004), ("1.3", 0.004), ("1.4", 0.004)):
-        src = tmp_path / f"src-{version}"
+    for ver, delay in (("1.0", 0), ("1.1", 0), ("1.2", 0.004), ("1.3", 0.004), ("1.4", 0.004)):
+        src = tmp_path / f"src-{ver}"
         (src / "tinypkg").mkdir(parents=True)
-        (src / "pyproject.toml").write_text(WHEEL.format(version=version))
+        (src / "pyproject.toml").write_text(WHEEL.format(version=ver))
         (src / "tinypkg" / "__init__.py").write_text(f"DELAY = {delay}\n")
         built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                                 "-w", str(wheels), str(src)], capture_output=True, text=True)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
+from ampbench.modes import MODES
 from ampbench.plugin.options import tier_models
 from ampbench.plugin.parametrize import cells_for
-from ampbench.modes import MODES
 from ampbench.settings import PerfSettings
 
 GPU = PerfSettings(
@@ -73,8 +73,9 @@ def test_the_kinds_select_the_models_of_each_tier_and_device():
 
 
 def test_a_model_registered_from_outside_joins_the_tests_of_its_kinds(monkeypatch):
-    from ampbench import models
     from dataclasses import replace as copy
+
+    from ampbench import models
 
     extra = copy(models.get_model("wide_resnet28_10"), name="wrn_extra", tier="full", convergence=("full", "cpu_smoke"),
                  input_pipeline=("full",), in_compile_tier=True)
@@ -83,19 +84,21 @@ def test_a_model_registered_from_outside_joins_the_tests_of_its_kinds(monkeypatc
     assert own_models({"kind": "convergence"}, "quick", "cuda") == ["mnist_cnn"]
     assert own_models({"kind": "input_pipeline", "tiered": True}, "full", "cuda") == [
         "wide_resnet28_10", "dpn26", "dpn92", "wrn_extra"]
-    assert own_models({"kind": "input_pipeline", "tiered": True}, "full", "cpu") == ["wide_resnet28_10", "dpn26", "dpn92"]
+    assert (own_models({"kind": "input_pipeline", "tiered": True}, "full", "cpu")
+            == ["wide_resnet28_10", "dpn26", "dpn92"])
     assert own_models({}, "compile", "cuda") == []  # no compile axis: speed's cells are test_speed's
     assert models.model_names("compile") == ["resnet50", "gpt", "llama", "wrn_extra"]  # the registry's order
     assert "wrn_extra" not in models.model_names("quick")
 
 
 def test_a_kind_names_only_known_runs_and_fields():
-    import pytest
-    from ampbench import models
     from dataclasses import replace as copy
 
-    from ampbench.settings import TIERS
+    import pytest
+
+    from ampbench import models
     from ampbench.models.spec import RUNS
+    from ampbench.settings import TIERS
 
     assert RUNS == (*TIERS, "cpu_smoke"), "a run per tier, and the CPU smoke pass"
     with pytest.raises(ValueError, match="convergence names unknown runs \\['nightly'\\]"):
@@ -151,4 +154,5 @@ def test_a_new_always_compiled_row_joins_the_compile_tier_by_its_fields(monkeypa
 
     assert settings.TIERS["compile"].modes == ("amp_bf16", "fp8_tensorwise", "fp8_rowwise")
     monkeypatch.setitem(ROWS, "fp8_blockwise", changed(ROWS["fp8_rowwise"], name="fp8_blockwise"))
-    assert settings._always_compiled_and_their_versus() == ("amp_bf16", "fp8_tensorwise", "fp8_rowwise", "fp8_blockwise")
+    assert settings._always_compiled_and_their_versus() == ("amp_bf16", "fp8_tensorwise",
+                                                            "fp8_rowwise", "fp8_blockwise")

@@ -45,7 +45,8 @@ def test_report_fails_on_regression_only_when_asked(tmp_path):
     args = ["report", str(new), "--compare", str(clean), "-o", str(tmp_path / "r")]
     assert main(args) == EXIT_OK
     assert main([*args, "--fail-on-regression"]) == EXIT_REGRESSION
-    assert main(["report", str(clean), "--compare", str(clean), "-o", str(tmp_path / "r"), "--fail-on-regression"]) == EXIT_OK
+    assert main(["report", str(clean), "--compare", str(clean), "-o",
+                 str(tmp_path / "r"), "--fail-on-regression"]) == EXIT_OK
 
 
 def test_report_lists_failed_tests_from_junit(tmp_path):
@@ -66,7 +67,8 @@ def test_report_lists_failed_tests_from_junit(tmp_path):
 @pytest.mark.parametrize(
     "content, words",
     [
-        ('{"machine_info": {}, "benchmarks": [{"name": "test_x", "stats": {}, "extra_info": {}}]}', "not ampbench output"),
+        ('{"machine_info": {}, "benchmarks": [{"name": "test_x", "stats": {}, "extra_info": {}}]}', "not ampbench "
+                                                                                                    "output"),
         ('{"machine_info": {"ampbench": {}}, "benchmarks": [{"name": "t[a-b]", "extra_info": {"ampbench_schema": 7}}]}',
          "schema 7"),
         (None, "truncated"),

@@ -19,7 +19,8 @@ BASELINE = ROOT / "baselines" / "nvidia-h100-80gb-hbm3.json"
 # command line of a command whose output is given as its input; `{out}` is the output's spelling
 OVERWRITES = {
     "export -o RUN": ("run", lambda src, out: ["export", src, "--format", "bmf", "-o", out]),
-    "export pytest-benchmark -o RUN": ("run", lambda src, out: ["export", src, "--format", "pytest-benchmark", "-o", out]),
+    "export pytest-benchmark -o RUN": ("run",
+                                       lambda src, out: ["export", src, "--format", "pytest-benchmark", "-o", out]),
     "baselines show -o BASELINE": ("baseline", lambda src, out: ["baselines", "show", src, "-o", out]),
     "compare --markdown OLD": ("run", lambda src, out: ["compare", src, str(gpu_run()), "--markdown", out]),
 }
@@ -134,7 +135,8 @@ def test_an_acceptance_reason_is_one_short_line(history_file, capsys, reason):
 
 
 def test_a_plain_reason_is_accepted(history_file, capsys):
-    assert main(["history", "accept", "run3", "--reason", "cuDNN 9.10: a faster kernel", "--history", history_file]) == 0
+    assert main(["history", "accept", "run3", "--reason",
+                 "cuDNN 9.10: a faster kernel", "--history", history_file]) == 0
     assert "(cuDNN 9.10: a faster kernel)" in capsys.readouterr().out
 
 
@@ -164,8 +166,10 @@ def test_a_label_from_the_environment_is_kept_escaped(monkeypatch):
 def test_baselines_show_of_a_run_says_it_is_a_run(capsys):
     run = DATA / "h100_speed_device.json"
     assert main(["baselines", "show", str(run)]) == EXIT_BAD_INPUT
-    assert capsys.readouterr().err == (f"ampbench: error: baseline file {run}: is a run JSON (pytest --benchmark-json), "
-                                       "not a baseline file (baselines/<gpu-slug>.json); `ampbench report` reads a run\n")
+    assert capsys.readouterr().err == (f"ampbench: error: baseline file {run}: is a run JSON (pytest "
+                                       "--benchmark-json), "
+                                       "not a baseline file (baselines/<gpu-slug>.json); `ampbench report` reads a "
+                                       "run\n")
 
 
 def test_baselines_export_of_smoke_runs_only_says_there_is_no_gpu_run(tmp_path, capsys):
@@ -194,7 +198,7 @@ def test_explain_shows_an_absurd_value_as_its_factor(history_file, capsys):
 
     open_history(history_file).append(speed_run("huge", [speed_record("gpt", "amp_bf16", 1e308)], at=9))
     assert main(["history", "explain", "test_speed[gpt-amp_bf16]", "--history", history_file]) == 0
-    line = next(l for l in capsys.readouterr().out.splitlines() if " huge " in l)
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if " huge " in ln)
     assert "x1.8e+307" in line and "%" not in line.split("(sd")[0] and "70746" not in line, line
 
 

@@ -173,7 +173,8 @@ def test_list_as_json(capsys):
     assert [m["name"] for m in listed["models"]] == list(models.REGISTRY)
     assert [m["name"] for m in listed["modes"]] == list(MODES)
     tf32 = next(m for m in listed["modes"] if m["name"] == "tf32")
-    assert tf32["on_cpu"] is False and tf32["needs"] == ["TF32 needs an NVIDIA GPU of compute capability 8.0 (Ampere) or newer"]
+    assert tf32["on_cpu"] is False and tf32["needs"] == ["TF32 needs an NVIDIA GPU of compute capability 8.0 (Ampere) "
+                                                         "or newer"]
     assert next(m for m in listed["models"] if m["name"] == "gpt")["in_compile_tier"] is True
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ampbench.modes import compiled, get_mode, label
 from ampbench.baselines.entries import SpeedEntry
+from ampbench.modes import compiled, get_mode, label
 from ampbench.speed.compiled import DynamoState, compile_problems
 
 AMP_BF16 = get_mode("amp_bf16")
@@ -51,7 +51,8 @@ def test_a_compiled_cell_names_itself_and_a_row_that_always_compiles_keeps_its_n
 def test_compile_time_is_held_loosely_against_its_baseline():
     from ampbench.speed.compiled import COMPILE_TIME_TOLERANCE, compile_time_check
 
-    assert compile_time_check("gpt", "amp_bf16 compiled", SpeedEntry.from_figures({"compile_s": 30.0}), 30.0 * (1 + COMPILE_TIME_TOLERANCE)) is None
+    assert compile_time_check("gpt", "amp_bf16 compiled", SpeedEntry.from_figures({"compile_s": 30.0}),
+                              30.0 * (1 + COMPILE_TIME_TOLERANCE)) is None
     failure = compile_time_check("gpt", "amp_bf16 compiled", SpeedEntry.from_figures({"compile_s": 30.0}), 105.0)
     assert "gpt amp_bf16 compiled: compile time (s, caches cold) 105 against baseline 30 (+250.0%)" in failure
     # nothing to hold it to: an eager cell, or an entry recorded before compile time was

@@ -15,7 +15,6 @@ from ampbench.plugin import session as plugin_session
 from perf_options import ROOT, configure, run_pytest
 
 
-
 @pytest.fixture
 def fake_gpus(monkeypatch):
     """torch sees two CUDA devices, named as an H100 (nothing reaches a real device)."""
@@ -35,10 +34,12 @@ def test_a_device_index_past_the_last_gpu_is_a_usage_error(fake_gpus):
 def test_quick_tier_is_the_default_on_a_gpu_and_the_cpu_leaves_out_the_resnets(fake_gpus):
     quick = ("mlp", "wide_resnet28_10", "resnet50", "lstm_lm", "gpt")
     assert plugin_session.perf_settings_of(configure("--perf-device", "cuda:0")).models == quick
-    assert plugin_session.perf_settings_of(configure("--perf-device", "cpu")).models == tuple(m for m in quick if m != "resnet50")
+    assert (plugin_session.perf_settings_of(configure("--perf-device", "cpu")).models
+            == tuple(m for m in quick if m != "resnet50"))
     full = plugin_session.perf_settings_of(configure("--perf-device", "cpu", "--perf-tier", "full")).models
     assert "dpn92" in full and not any(m.startswith("resnet") for m in full)
-    assert plugin_session.perf_settings_of(configure("--perf-device", "cpu", "--perf-models", "resnet152")).models == ("resnet152",)
+    assert plugin_session.perf_settings_of(configure("--perf-device",
+                                                     "cpu", "--perf-models", "resnet152")).models == ("resnet152",)
 
 
 def test_the_compile_tier_selects_its_models_modes_and_compiled_cells_from_its_row(fake_gpus):
@@ -46,9 +47,11 @@ def test_the_compile_tier_selects_its_models_modes_and_compiled_cells_from_its_r
     from ampbench.settings import TIERS
 
     s = plugin_session.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile"))
-    assert s.models == ("resnet50", "gpt", "llama") == tuple(models.model_names("compile")) and TIERS["compile"].models is None
+    assert (s.models == ("resnet50", "gpt", "llama") == tuple(models.model_names("compile"))
+            and TIERS["compile"].models is None)
     assert s.precisions == ("amp_bf16", "fp8_tensorwise", "fp8_rowwise") and s.compile == (True,)
-    s = plugin_session.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile", "--perf-compile", "both",
+    s = plugin_session.perf_settings_of(configure("--perf-device", "cuda:0", "--perf-tier", "compile", "--perf-compile",
+                                                  "both",
                                             "--perf-models", "gpt", "--perf-precisions", "fp8_rowwise"))
     assert (s.models, s.precisions, s.compile) == (("gpt",), ("fp8_rowwise",), (False, True))
     # the other tiers still run eager cells unless told

@@ -87,7 +87,8 @@ def test_the_json_keeps_them_where_dashboards_do_not_read(crashed_run):
     document = json.loads((folder / "out.json").read_text())
     timed = {b["name"]: b["extra_info"] for b in document["benchmarks"]}
     assert set(timed) == {"test_speed[mlp-bf16]", "test_speed_holds[mlp-bf16]"} and "stats" in document["benchmarks"][0]
-    assert (timed["test_speed[mlp-bf16]"]["verdict"], timed["test_speed_holds[mlp-bf16]"]["verdict"]) == ("error", "pass")
+    assert (timed["test_speed[mlp-bf16]"]["verdict"],
+            timed["test_speed_holds[mlp-bf16]"]["verdict"]) == ("error", "pass")
     errors = {e["name"]: e["extra_info"] for e in document["ampbench_errors"]}
     assert {name: (info["kind"], info["verdict"], info["message"]) for name, info in errors.items()} == {
         "test_memory[mlp-bf16]": ("memory", "error", ERRORS["test_memory[mlp-bf16]"]),

@@ -146,7 +146,8 @@ def test_corrupt_cifar_names_the_folder(tmp_path, damage):
 
 # -- the convergence verdicts (pure logic, no training) ---------------------------------------------
 
-def _result(accuracy: float, curve: list[float] | None = None, finite_params: bool = True) -> training.ConvergenceResult:
+def _result(accuracy: float,
+            curve: list[float] | None = None, finite_params: bool = True) -> training.ConvergenceResult:
     curve = curve if curve is not None else [2.3, 1.0, 0.5]
     bad = [i for i, v in enumerate(curve) if not np.isfinite(v)]
     return training.ConvergenceResult("wide_resnet28_10", "amp_fp16", "digits", accuracy, curve, bad, finite_params,

@@ -11,9 +11,10 @@ from dataclasses import replace
 import pytest
 import torch
 
+from ampbench.results.ratios import DEVICE
 from ampbench.speed.devicetime import (
-    METHODS,
     MAX_KERNELS,
+    METHODS,
     REST,
     TOP_KERNELS,
     DeviceClock,
@@ -24,11 +25,10 @@ from ampbench.speed.devicetime import (
     paired_blocks,
 )
 from ampbench.speed.hostload import HOST_BOUND_IDLE_SHARE, host_load
-from ampbench.speed.sides import SpeedPolicy, policy_for
-from ampbench.results.ratios import DEVICE
 from ampbench.speed.ratio import Ratio
-from ampbench.stats import SpeedupEstimate
+from ampbench.speed.sides import SpeedPolicy, policy_for
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
+from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import SpeedupCheck, Verdict, kernel_changes
 
 # ---------------------------------------------------------------------------------------------------
@@ -37,7 +37,8 @@ from ampbench.verdict import SpeedupCheck, Verdict, kernel_changes
 MUL = ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
        "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul> >(int, at::native::AUnaryFunctor"
        "<float, float, float, at::native::binary_internal::MulFunctor<float> >, std::array<char*, 2ul>)")
-SM90 = "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+SM90 = ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel"
+        "__5x_cublas")
 
 
 @pytest.mark.parametrize("raw, short", [
@@ -148,7 +149,8 @@ def test_a_device_clock_checks_its_method():
 
 
 def test_two_sides_measured_the_same_way_keep_their_own_clocks():
-    ref, mode = DeviceClock(FakeTrainer("cuda"), "graph", 2, object()), DeviceClock(FakeTrainer("cuda"), "graph", 5, object())
+    ref = DeviceClock(FakeTrainer("cuda"), "graph", 2, object())
+    mode = DeviceClock(FakeTrainer("cuda"), "graph", 5, object())
     ref_block, mode_block, method, fallback = paired_blocks(ref, mode)
     assert (ref_block, mode_block, method, fallback) == (ref.block, mode.block, "graph", None)
     cpu = clock_for(FakeTrainer(), 1, None, None)
@@ -160,7 +162,8 @@ def test_a_side_without_a_graph_makes_both_sides_sum_kernels_and_says_why(ref_gr
     import ampbench.speed.devicetime as devicetime
 
     profiled = []
-    monkeypatch.setattr(devicetime, "profile_steps", lambda trainer, steps, queue=None: profiled.append((trainer, steps)) or
+    monkeypatch.setattr(devicetime, "profile_steps", lambda trainer, steps,
+                        queue=None: profiled.append((trainer, steps)) or
                         KernelProfile(steps, 2.0, 1.5, ()))
     ref_t, mode_t = FakeTrainer("cuda"), FakeTrainer("cuda")
     ref = clock_for(ref_t, 2, object() if ref_graph else None, None if ref_graph else "capture failed: ref")
@@ -336,7 +339,9 @@ def test_a_kernel_under_an_older_shorter_lists_cut_is_unknown_not_new():
     text = kernel_changes(today, new)
     assert text.split("; ")[1] == "new: spin 0.157 ms" and "layer_norm" not in text
     # a kernel a cut list does not name but was larger than its cut did vanish
-    assert "vanished: layer_norm 0.530 ms" in kernel_changes(today, _kernels(gemm=2.0, softmax=0.558, relu=0.1, **{"(other kernels)": 1.4}))
+    assert "vanished: layer_norm 0.530 ms" in kernel_changes(today,
+                                                             _kernels(gemm=2.0, softmax=0.558,
+                                                                      relu=0.1, **{"(other kernels)": 1.4}))
 
 
 def test_kernel_changes_match_a_wrapper_kept_whole_to_its_short_form_in_an_older_list():

@@ -10,9 +10,9 @@ import pytest
 
 from ampbench.baselines.entries import DistributedEntry
 from ampbench.baselines.schema import BaselineError, validate_entry
-from ampbench.report.compare import _speed_change
 from ampbench.distributed import judging
 from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE, merge_ranks, per_round_max, per_round_min
+from ampbench.report.compare import _speed_change
 from ampbench.results import DistributedRecord
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING
 from ampbench.stats import estimate_speedup
@@ -147,7 +147,8 @@ def test_a_figure_whose_tolerance_leaves_no_line_is_inconclusive_and_says_why():
     checks = checks_of(wide, figs)
     message = judging.cell_message("gpt amp_bf16 fp32 (x2)", figs, checks, verdicts, None, gpu=True)
     assert checks.device.tolerance > 1.0
-    assert f"no line: its runs vary by more than the figure (tolerance {checks.device.tolerance:.0%}) (inconclusive)" in message
+    assert (f"no line: its runs vary by more than the figure (tolerance {checks.device.tolerance:.0%}) (inconclusive)"
+            in message)
     # its record stores no line, so that no report quotes one below zero
     ratios = judging.ratio_figures(figs, checks, verdicts, _docs())
     assert ratios["device"].line is None and ratios["device"].tolerance == checks.device.tolerance
@@ -156,7 +157,8 @@ def test_a_figure_whose_tolerance_leaves_no_line_is_inconclusive_and_says_why():
 def test_an_entry_without_device_time_is_held_by_the_wall_clock():
     figs = merge_ranks(_docs(), 0.99)
     verdict, gates, verdicts = _verdict(_entry(device=None, wall=3.0), figs)
-    assert gates == ("wall",) and verdict is Verdict.REGRESSION and verdicts[judging.DEVICE_SPEEDUP] is Verdict.NO_BASELINE
+    assert (gates == ("wall",) and verdict is Verdict.REGRESSION
+            and verdicts[judging.DEVICE_SPEEDUP] is Verdict.NO_BASELINE)
     checks = checks_of(_entry(device=None), figs)
     assert "no device-time baseline" in checks.device_why
     # gloo ranks measure no device time: the wall clock holds the cell whatever the entry
@@ -215,7 +217,8 @@ def test_the_record_carries_device_time_and_compare_reads_it():
     assert ratios["scaling"].verdict is None  # the cell's is its verdict
     record = DistributedRecord(model="gpt", mode="amp_bf16", comm="fp32", verdict=Verdict.PASS, ratios=ratios)
     assert record.estimate(DIST_DEVICE).speedup == pytest.approx(figs.device.speedup)
-    assert record.verdict_of(DIST_DEVICE) is verdicts[judging.DEVICE_SPEEDUP] and record.ratio(DIST_DEVICE).tolerance > 0
+    assert (record.verdict_of(DIST_DEVICE) is verdicts[judging.DEVICE_SPEEDUP]
+            and record.ratio(DIST_DEVICE).tolerance > 0)
     assert record.verdict_of(SCALING) is Verdict.PASS and record.estimate(DEVICE_SCALING) is None
     old = records.distributed(model="gpt", mode="amp_bf16", comm="fp32", speedup=2.0, speedup_low=1.9,
                               speedup_high=2.1, rounds=N, confidence=0.99)
@@ -246,7 +249,8 @@ def test_a_re_recording_measured_alike_keeps_the_learned_spread_and_opens_a_leve
     assert kept["device_between_run_sd"] == 0.003 and kept["device_between_run_count"] == 8
     assert kept["device_speedup"] == figs.device.speedup
     assert kept["device_tolerance"] < UNLEARNED_TOLERANCE
-    assert kept["device_tolerance"] == entry_tolerance(DIST_DEVICE, 0.005, DistributedEntry.from_figures(kept).ratio(DIST_DEVICE))
+    assert kept["device_tolerance"] == entry_tolerance(DIST_DEVICE, 0.005,
+                                                       DistributedEntry.from_figures(kept).ratio(DIST_DEVICE))
     # another method, another GPU count or other settings: nothing of the old spread is the new figure's
     for other, settings in ((dict(learned, device_method="held"), alike), (dict(learned, world_size=4), alike),
                             (learned, {"block_seconds": 0.2})):
@@ -265,7 +269,8 @@ def _graph_docs(single_device) -> list[dict]:
 
 def test_the_scaling_efficiency_in_device_time_is_the_1_gpu_replays_over_the_n_gpu_ones():
     figs = merge_ranks(_graph_docs([0.45] * N), 0.99)
-    assert figs.device_efficiency == estimate_speedup([0.45] * N, per_round_min(_graph_docs(None), "device_mode_times"), 0.99)
+    assert figs.device_efficiency == estimate_speedup([0.45] * N,
+                                                      per_round_min(_graph_docs(None), "device_mode_times"), 0.99)
     assert figs.device_efficiency.speedup == pytest.approx(0.9)
     # none without rank 0's replays, or where the N-GPU side fell back to the profiler (two clocks)
     assert merge_ranks(_graph_docs(None), 0.99).device_efficiency is None
@@ -290,5 +295,6 @@ def test_the_device_scaling_efficiency_gates_beside_the_device_speedup_and_round
     assert entry.ratio(DIST_DEVICE).speedup == recorded["device_speedup"]
     validate_entry("test_ddp_speed[gpt-amp_bf16-fp32]", {"figures": {**entry_figures, **recorded}}, tmp_path / "b.json")
     with pytest.raises(BaselineError, match="device_scaling_speedup"):
-        validate_entry("test_ddp_speed[gpt-amp_bf16-fp32]", {"figures": {**entry_figures, "device_scaling_speedup": -1.0}},
+        validate_entry("test_ddp_speed[gpt-amp_bf16-fp32]",
+                       {"figures": {**entry_figures, "device_scaling_speedup": -1.0}},
                        tmp_path / "b.json")

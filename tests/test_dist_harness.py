@@ -14,7 +14,15 @@ import torch
 
 from ampbench import models
 from ampbench.device import cluster_slug
-from ampbench.stats import estimate_speedup
+from ampbench.distributed.figures import host_bound_verdict, merge_ranks
+from ampbench.distributed.launch import (
+    WORKER_PLUGINS_ENV,
+    LaunchResult,
+    load_worker_plugins,
+    run_launch,
+    torchrun_command,
+)
+from ampbench.distributed.processes import alive
 from ampbench.distributed.variants import (
     COMM_VARIANTS,
     Kernel,
@@ -26,11 +34,9 @@ from ampbench.distributed.variants import (
     variants_for,
     world_size_skip_reason,
 )
-from ampbench.distributed.figures import host_bound_verdict, merge_ranks
-from ampbench.plugin import slowdown
-from ampbench.distributed.launch import WORKER_PLUGINS_ENV, LaunchResult, load_worker_plugins, run_launch, torchrun_command
 from ampbench.modes import MODES
-from ampbench.distributed.processes import alive
+from ampbench.plugin import slowdown
+from ampbench.stats import estimate_speedup
 from ampbench.verdict import Verdict
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
@@ -38,7 +44,8 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
 
 def test_variants_apply_by_fields():
     names = {m: [v.name for v in variants_for(MODES[m])] for m in MODES}
-    assert names["amp_bf16"] == ["fp32", "bf16_hook", "fp16_hook", "fsdp2_fp32", "fsdp2_fp32_reduce", "fsdp2_bf16_reduce"]
+    assert names["amp_bf16"] == ["fp32", "bf16_hook", "fp16_hook", "fsdp2_fp32",
+                                 "fsdp2_fp32_reduce", "fsdp2_bf16_reduce"]
     assert names["amp_fp16"] == ["fp32", "bf16_hook", "fp16_hook", "fsdp2_fp32"]
     for low in ("fp16_master", "fp16", "bf16"):  # low-precision parameters: only DDP in their own dtype
         assert names[low] == ["fp32"], low
@@ -213,7 +220,8 @@ def test_a_hanging_launch_is_killed_with_its_children(tmp_path):
     it printed."""
     pidfile = tmp_path / "child.pid"
     child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
-    script = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True); "
+    script = (f"import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', {child!r}], "
+              "start_new_session=True); "
               f"open({str(pidfile)!r}, 'w').write(str(p.pid)); print('[default1]:started', flush=True); p.wait()")
     t0 = time.monotonic()
     result = run_launch([sys.executable, "-c", script], timeout=3.0, cwd=tmp_path)
@@ -254,7 +262,8 @@ def test_a_slowdown_reaches_every_rank_of_a_launch(tmp_path, monkeypatch):
     timed ones.)"""
     monkeypatch.setenv(slowdown.ENV, "mlp:bf16:3.0")
     monkeypatch.setenv(WORKER_PLUGINS_ENV, "ampbench.plugin.slowdown")
-    args = ["--model", "mlp", "--mode", "bf16", "--comm", "fp32", "--out", str(tmp_path), "--device", "cpu", "--no-single"]
+    args = ["--model", "mlp", "--mode", "bf16", "--comm", "fp32", "--out", str(tmp_path),
+            "--device", "cpu", "--no-single"]
     root = Path(__file__).resolve().parents[1]
     result = run_launch(torchrun_command("ampbench.distributed.speed_worker", args, 2), timeout=120.0, cwd=root)
     assert result.ok, result.explain(2)
@@ -278,7 +287,8 @@ def test_a_failing_rank_ends_the_launch_with_its_error(tmp_path):
     result = run_launch(torchrun_command("ampbench.distributed.speed_worker", args, 2), timeout=120.0, cwd=root)
     assert not result.ok and not result.timed_out, result.output[-3000:]
     text = result.explain(2)
-    assert "Traceback" in text and "ValueError: comm variant fsdp2_fp32_reduce does not apply to mode fp16" in text, text
+    assert ("Traceback" in text
+            and "ValueError: comm variant fsdp2_fp32_reduce does not apply to mode fp16" in text), text
 
 
 def test_failure_names_the_root_cause_rank():
@@ -291,7 +301,8 @@ def test_failure_names_the_root_cause_rank():
 
 def test_failure_lines_leave_out_cpp_frames():
     """NCCL's watchdog prints its message, then a C++ stack trace: the message stays in the last lines."""
-    message = "[default0]:  what():  [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE)"
+    message = ("[default0]:  what():  [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
+               "OpType=ALLREDUCE)")
     frames = [f"[default0]:frame #{i}: c10::Error::Error() + 0x96 (0x7f in libc10.so)" for i in range(20)]
     text = LaunchResult(None, "\n".join([message, *frames]), 60.0, 60.0).explain(1)
     assert "Watchdog caught collective operation timeout" in text and "frame #" not in text
@@ -323,7 +334,8 @@ def test_fsdp2_wraps_a_channels_last_convnet():
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3), torch.nn.ReLU()))
+        conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3),
+                                   torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3), torch.nn.ReLU()))
         model = conv.to(memory_format=torch.channels_last)
         assert not model[0].weight.is_contiguous()
         wrapped = STRATEGIES["fsdp2"].wrap(model, get_comm("fsdp2_fp32"), CPU)

@@ -1,5 +1,6 @@
 """The example workflows (examples/*.yml) as GitHub's current runners run them: actionlint and
-action-validator find nothing (each where it is installed), each job installs into a Python of its own (actions/setup-python or a venv: the
+action-validator find nothing (each where it is installed), each job installs into a Python of its own
+(actions/setup-python or a venv: the
 runners' system Python is externally managed, PEP 668), the dashboard installs only what `ampbench export`
 imports and charts the commit the suite measured, and the dashboard's own shell steps run here as far as
 they can without GitHub: the gh-pages step against a local origin, the export step in a fresh venv."""
@@ -134,7 +135,8 @@ def test_the_gh_pages_step_creates_the_branch_once_and_leaves_the_checkout_alone
         assert done.returncode == 0, done.stderr
     pages = subprocess.run(["git", "-C", str(origin), "ls-tree", "-r", "gh-pages"], capture_output=True, text=True)
     assert pages.returncode == 0 and pages.stdout == ""  # an empty tree, none of main's history
-    count = subprocess.run(["git", "-C", str(origin), "rev-list", "--count", "gh-pages"], capture_output=True, text=True)
+    count = subprocess.run(["git", "-C", str(origin), "rev-list", "--count", "gh-pages"],
+                           capture_output=True, text=True)
     assert count.stdout.strip() == "1"
     assert subprocess.run(["git", "-C", str(work), "rev-parse", "HEAD"], capture_output=True, text=True).stdout == head
 

@@ -11,8 +11,16 @@ from pathlib import Path
 import pytest
 
 from ampbench.cli import main
-from ampbench.export import (CONBENCH_REFUSAL, MARGIN_MEASURE, bmf, cell_margins, gated_figures, github, github_margin,
-                             pytest_benchmark)
+from ampbench.export import (
+    CONBENCH_REFUSAL,
+    MARGIN_MEASURE,
+    bmf,
+    cell_margins,
+    gated_figures,
+    github,
+    github_margin,
+    pytest_benchmark,
+)
 from ampbench.results import parse_run
 from ampbench.results.schema import UNTIMED_KEY
 
@@ -160,7 +168,8 @@ def test_the_slowed_cells_and_only_they_move_beyond_their_tolerance_in_both_dash
     # github-action-benchmark, customBiggerIsBetter: a bench alerts where previous / current value
     # exceeds the threshold; each cell's own tolerance stands for it here
     old = {e["name"]: e for e in github(before)}
-    alerts = {e["name"].split(" ")[0] for e in github(after) if old[e["name"]]["value"] / e["value"] > 1 + _tolerance(e)}
+    alerts = {e["name"].split(" ")[0] for e in github(after)
+              if old[e["name"]]["value"] / e["value"] > 1 + _tolerance(e)}
     assert alerts == set(SLOWED)
     # Bencher: the metric of each benchmark and measure, against the previous one
     prev, new = bmf(before), bmf(after)

@@ -63,7 +63,8 @@ def test_the_slowed_copy_fails_the_slowed_cells_and_the_one_the_real_run_fails()
     assert failing(slowed_run()) == SLOWED | FAILING_BEFORE
 
 
-@pytest.mark.parametrize("doc", [document(H100), document(SYNTHETIC), slowed_run()], ids=["h100", "synthetic", "slowed"])
+@pytest.mark.parametrize("doc", [document(H100), document(SYNTHETIC), slowed_run()],
+                         ids=["h100", "synthetic", "slowed"])
 def test_a_cells_margin_passes_1_exactly_where_its_verdict_fails(doc):
     margins = cell_margins(figures_of(doc))
     assert margins, "a run held to baselines has margins"

@@ -15,11 +15,9 @@ from ampbench.cli.exits import EXIT_OK, EXIT_REGRESSION
 from ampbench.report.compare import compare_runs
 from ampbench.results import (
     ConvergenceRecord,
-    DistributedRecord,
     MemoryRecord,
     PipelineRecord,
     Record,
-    SpeedRecord,
     Verdict,
     load_run,
 )
@@ -38,7 +36,8 @@ PASSING: dict[str, Record] = {
 }
 FAILING = [v for v in Verdict if v.failing]
 NAMES = {"speed": "test_speed[mlp-bf16]", "memory": "test_memory[mlp-bf16]",
-         "convergence": "test_convergence[mnist_cnn-bf16]", "input_pipeline": "test_input_pipeline[wide_resnet28_10-bf16]",
+         "convergence": "test_convergence[mnist_cnn-bf16]",
+         "input_pipeline": "test_input_pipeline[wide_resnet28_10-bf16]",
          "distributed": "test_ddp_speed[resnet50-bf16-bf16_hook]"}
 
 
@@ -50,7 +49,8 @@ def _write(path: Path, cells: dict[str, Record]) -> Path:
 
 
 def _runs(tmp_path: Path, kind: str, verdict: Verdict) -> tuple[Path, Path]:
-    old = {k: dataclasses.replace(c, device="cuda:0", verdict=Verdict.PASS, message=f"{k} holds") for k, c in PASSING.items()}
+    old = {k: dataclasses.replace(c, device="cuda:0",
+                                  verdict=Verdict.PASS, message=f"{k} holds") for k, c in PASSING.items()}
     new = dict(old, **{kind: dataclasses.replace(old[kind], verdict=verdict, message=f"{kind} went {verdict}")})
     return _write(tmp_path / "old.json", old), _write(tmp_path / "new.json", new)
 
@@ -87,7 +87,8 @@ def test_unchanged_passing_cells_fail_nothing(tmp_path):
     old, new = _runs(tmp_path, "convergence", Verdict.PASS)
     assert not compare_runs(load_run(old), load_run(new)).failed()
     assert main(["compare", str(old), str(new)]) == EXIT_OK
-    assert main(["report", str(new), "--compare", str(old), "-o", str(tmp_path / "r"), "--fail-on-regression"]) == EXIT_OK
+    assert main(["report", str(new), "--compare", str(old), "-o",
+                 str(tmp_path / "r"), "--fail-on-regression"]) == EXIT_OK
 
 
 @pytest.mark.parametrize("verdict", [Verdict.INCONCLUSIVE, Verdict.INPUT_BOUND, Verdict.EXPECTED_LAG, Verdict.IMPROVED],
@@ -95,7 +96,8 @@ def test_unchanged_passing_cells_fail_nothing(tmp_path):
 def test_verdicts_that_do_not_fail_do_not_fail(tmp_path, verdict):
     old, new = _runs(tmp_path, "convergence", verdict)
     assert not compare_runs(load_run(old), load_run(new)).failed()
-    assert main(["report", str(new), "--compare", str(old), "-o", str(tmp_path / "r"), "--fail-on-regression"]) == EXIT_OK
+    assert main(["report", str(new), "--compare", str(old), "-o",
+                 str(tmp_path / "r"), "--fail-on-regression"]) == EXIT_OK
 
 
 def test_a_legacy_below_margin_reads_as_a_regression_with_its_reason(tmp_path):

@@ -7,11 +7,10 @@ import re
 import pytest
 import torch
 
-from ampbench.cli import fidelity
-from ampbench.cli import main
+from ampbench.cli import fidelity, main
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
-from ampbench.stats import SpeedupEstimate
 from ampbench.models import get_model
+from ampbench.stats import SpeedupEstimate
 
 CPU = torch.device("cpu")
 

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import torch
 from torch import nn
 
-from ampbench import models
 from ampbench import device as devices
-from ampbench import fp8
+from ampbench import fp8, models
 from ampbench.modes import MODES, compiled, get_mode, label, parity_reference_of
 from ampbench.train import Trainer
 
@@ -133,7 +132,8 @@ class Odd(nn.Module):
 def test_layers_not_divisible_by_16_stay_and_are_named():
     keep = fp8.inner_linears(Odd())
     assert not keep(Odd().proj, "proj") and not keep(Odd().head, "head")
-    with pytest.raises(fp8.Unconvertible, match=r"head is the output head, kept in bf16; proj \(24x64\) not divisible by 16"):
+    with pytest.raises(fp8.Unconvertible,
+                       match=r"head is the output head, kept in bf16; proj \(24x64\) not divisible by 16"):
         fp8.convert(Odd(), get_mode("fp8_tensorwise"))
 
 
@@ -163,7 +163,8 @@ def test_a_model_without_linear_layers_says_so():
 
 def test_trainer_refuses_a_model_with_nothing_to_convert():
     spec = models.get_model("resnet18")
-    with pytest.raises(fp8.Unconvertible, match=r"fp8_tensorwise: no Linear layer to train in fp8 \(fc is the output head"):
+    with pytest.raises(fp8.Unconvertible,
+                       match=r"fp8_tensorwise: no Linear layer to train in fp8 \(fc is the output head"):
         Trainer(spec, compiled(get_mode("fp8_tensorwise"), False), torch.device("cpu"), smoke=True)
 
 
@@ -204,7 +205,8 @@ def test_fp8_skip_names_the_capability_found(fake_cuda, monkeypatch):
 
 
 def test_fp8_skip_names_the_torchao_installed_and_needed(fake_cuda, monkeypatch):
-    monkeypatch.setattr(fp8, "torchao_problem", lambda: "torchao 0.16.0 installed, torch 2.14.1 needs torchao 0.18 or newer")
+    monkeypatch.setattr(fp8, "torchao_problem",
+                        lambda: "torchao 0.16.0 installed, torch 2.14.1 needs torchao 0.18 or newer")
     reason = devices.unsupported_reason(get_mode("fp8_tensorwise"), fake_cuda((9, 0)))
     assert reason == ("fp8_tensorwise on Fake GPU: fp8 training runs through torchao's float8: torchao 0.16.0 "
                       "installed, torch 2.14.1 needs torchao 0.18 or newer")
@@ -234,7 +236,8 @@ def cpu_matmul_problem(recipe: str) -> str | None:
     recipe scales per row."""
     from torchao.float8 import Float8LinearConfig, ScalingGranularity
 
-    if Float8LinearConfig.from_recipe_name(recipe).cast_config_input.scaling_granularity is ScalingGranularity.TENSORWISE:
+    if (Float8LinearConfig.from_recipe_name(recipe).cast_config_input.scaling_granularity
+        is ScalingGranularity.TENSORWISE):
         return None
     a = torch.ones(16, 16).to(torch.float8_e4m3fn)
     try:
@@ -255,7 +258,8 @@ def test_trainer_converts_the_filtered_layers(mode_name: str):
     assert swapped == trainer.fp8_layers == fp8.converted_names(meta_model("llama", smoke=True), get_mode(mode_name))
     assert type(trainer.model.output) is nn.Linear, "the output head must stay a plain Linear"
     optimized = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
-    assert all(id(p) in optimized for p in trainer.model.parameters()), "a converted layer's weight escaped the optimizer"
+    assert all(id(p) in optimized for p in trainer.model.parameters()), ("a converted layer's weight escaped the "
+                                                                         "optimizer")
 
 
 @needs_torchao

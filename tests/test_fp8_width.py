@@ -8,13 +8,11 @@ import json
 import pytest
 import torch
 
-from ampbench.cli import fp8_width
-
-from ampbench.speed import sides
-from ampbench.cli import main
-from ampbench.modes import get_mode
-from ampbench.stats import SpeedupEstimate
+from ampbench.cli import fp8_width, main
 from ampbench.models import get_model
+from ampbench.modes import get_mode
+from ampbench.speed import sides
+from ampbench.stats import SpeedupEstimate
 
 
 @pytest.mark.parametrize("model", ["llama", "gpt"])

@@ -127,7 +127,8 @@ class FakeHold:
 
 
 @pytest.mark.parametrize("blocked_s, expected", [(0.02, 5), (0.0001, None)])
-def test_the_launch_queue_depth_is_where_a_launch_waited_for_the_gpu_to_leave_the_hold(fake_gpu, monkeypatch, blocked_s, expected):
+def test_the_launch_queue_depth_is_where_a_launch_waited_for_the_gpu_to_leave_the_hold(
+        fake_gpu, monkeypatch, blocked_s, expected):
     hold = FakeHold(after=6)
     monkeypatch.setattr(torch.cuda, "Event", lambda *a, **k: hold)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)

@@ -143,7 +143,8 @@ def _change() -> Change:
 
 def test_differences_name_the_label_revision_each_software_layer_and_the_card():
     a = Run("r5", "2026-02-06T10:00:00Z", "v1.2", "abc123", dict(SOFTWARE), "GPU-1")
-    b = Run("r6", "2026-02-07T10:00:00Z", "v1.3", "abc123", {**SOFTWARE, "torch": "2.12.0+cu130", "torchao": "0.18"}, "GPU-2")
+    b = Run("r6", "2026-02-07T10:00:00Z", "v1.3", "abc123",
+            {**SOFTWARE, "torch": "2.12.0+cu130", "torchao": "0.18"}, "GPU-2")
     assert differences(a, b) == ["label v1.2 -> v1.3", "torch 2.11.0+cu130 -> 2.12.0+cu130", "torchao - -> 0.18",
                                  "card GPU-1 -> GPU-2"]
     assert differences(a, a) == []

@@ -36,7 +36,8 @@ def test_a_slowdown_from_run_k_is_listed_at_k_and_nothing_else(tmp_path, capsys)
     # the cell's device-time and wall-clock series both moved (this record's two speedups are one figure)
     assert out.count("test_speed[gpt-amp_bf16] ") == 2 and "test_speed[gpt-amp_bf16] speedup" in out
     last = out.rstrip().splitlines()[-1]
-    assert last.startswith("ampbench: 2 changes in device_speedup, versus_speedup, device_scaling_efficiency, speedup") and "history.sqlite" in last
+    assert last.startswith("ampbench: 2 changes in device_speedup, versus_speedup, device_scaling_efficiency, "
+                           "speedup") and "history.sqlite" in last
 
 
 def test_changes_of_a_store_that_is_not_there_is_an_error_naming_it(tmp_path, capsys):

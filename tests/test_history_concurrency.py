@@ -34,7 +34,8 @@ def _write(url: str, worker: int, start, folder: Path) -> None:
     for k in range(SHARED):  # runs every writer appends, spread among its own
         ids.insert(k * 5, f"shared-{k}")
     start.wait(timeout=60)
-    appended = [i for n, i in enumerate(ids) if history.append(speed_run(i, cells_of(CELLS_EACH), at=worker * 1000 + n))]
+    appended = [i
+                for n, i in enumerate(ids) if history.append(speed_run(i, cells_of(CELLS_EACH), at=worker * 1000 + n))]
     (folder / f"appended-{worker}").write_text("\n".join(appended))
 
 
@@ -77,7 +78,8 @@ def test_concurrent_writers_lose_nothing_and_double_nothing(store_url, tmp_path)
     history = open_history(store_url)
     assert history.counts() == (len(expected), len(expected) * CELLS_EACH)
     with history.transaction() as conn:
-        assert conn.execute(sa.select(sa.func.count()).select_from(FIGURES_TABLE)).scalar() == len(expected) * CELLS_EACH * 2
+        assert (conn.execute(sa.select(sa.func.count()).select_from(FIGURES_TABLE)).scalar()
+                == len(expected) * CELLS_EACH * 2)
     assert incomplete_runs(history) == []
 
 

@@ -57,7 +57,7 @@ def test_a_ratio_no_run_writes_is_a_one_line_error_naming_the_store(store_url, c
     assert main([*READERS[command], "--history", store_url]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("ampbench: error: history "), err
-    assert f"run run2 holds device_speedup " in err and f"of {CELL}, where a run writes a finite positive ratio" in err
+    assert "run run2 holds device_speedup " in err and f"of {CELL}, where a run writes a finite positive ratio" in err
     assert _runs(store_url) == 4  # the import appended nothing
 
 

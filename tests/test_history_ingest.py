@@ -16,15 +16,13 @@ from ampbench.history.ingest import bytes_id, cell_row, content_id, figures_of, 
 from ampbench.history.store import open_history
 from ampbench.results import (
     ConvergenceRecord,
-    DistributedRecord,
     MemoryRecord,
     PipelineRecord,
-    SpeedRecord,
     UnderflowRecord,
     Verdict,
 )
-from tests import records
 from history_runs import H100
+from tests import records
 
 pytest_plugins = ("history_stores",)
 

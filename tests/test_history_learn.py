@@ -8,14 +8,13 @@ import math
 
 import pytest
 
+from ampbench.baselines.entries import RatioEntry, SpeedEntry, learned_spread
+from ampbench.baselines.spread import prior_of
 from ampbench.history.learn import LEARNED, LEARNING, UNLEARNED, learn, percent, rule_for
 from ampbench.history.series import Point, Series
-from ampbench.baselines.spread import prior_of
 from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL
-from ampbench.baselines.entries import RatioEntry, SpeedEntry
-from ampbench.verdict import UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns
 from ampbench.settings import DEFAULT_TOLERANCE
-from ampbench.baselines.entries import learned_spread
+from ampbench.verdict import UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns
 
 
 def _spread(figures, prefix=""):
@@ -113,7 +112,8 @@ def test_the_sentence_says_how_far_the_tolerance_is_learned_and_where_more_runs_
     assert cell.tolerance_after(10) == pytest.approx(T999[9] * math.sqrt(1.1) * 0.0014, rel=1e-6)
     assert cell.sentence() == "1.6% from 4 runs; about 0.63% after 10"
     young = learn(series(point(0.0), point(0.004)))
-    assert young.sentence() == f"3% (unlearned) from 2 runs; learned from 3; about {percent(young.tolerance_after(10))} after 10"
+    assert young.sentence() == ("3% (unlearned) from 2 runs; learned from 3; about "
+                                f"{percent(young.tolerance_after(10))} after 10")
     assert learn(series(point(0.0))).sentence() == "3% (unlearned) from 1 run; learned from 3"
 
 

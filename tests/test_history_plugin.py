@@ -18,10 +18,10 @@ import sqlalchemy as sa
 import torch
 from sqlalchemy.engine import make_url
 
-from ampbench.plugin import history as plugin
 from ampbench.history.ingest import import_runs
 from ampbench.history.schema import SCHEMA_VERSION
 from ampbench.history.store import open_history
+from ampbench.plugin import history as plugin
 
 pytest_plugins = ("pytester", "history_stores")
 
@@ -74,7 +74,8 @@ def test_a_session_is_appended_under_the_id_its_json_carries(session, pytester, 
     assert run.suite_revision == machine["suite_revision"] and run.host_load["cpus"] >= 1
     assert machine["label"] == "0123abcd" and run.software["torch"] == torch.__version__
     (point,) = history.series("cpu", "test_speed[amp_bf16]", "device_speedup").points
-    assert (point.value, point.low, point.high, point.counts) == (1.5, 1.4, 1.6, False)  # a smoke run counts for nothing
+    # a smoke run counts for nothing
+    assert (point.value, point.low, point.high, point.counts) == (1.5, 1.4, 1.6, False)
     (again,) = import_runs(history, [pytester.path / "run.json"])
     assert not again.appended and again.run_id == run.id
 
@@ -209,7 +210,8 @@ def test_a_cell_slowed_on_purpose_reaches_the_history_as_injected(session, tmp_p
     """ampbench.slowdown tags a cell once its test has run, after the cell kept its record: the history
     must hold the tag too, or a slowed run would count as a sample of the cell's level and noise."""
     store = tmp_path / "h.sqlite"
-    result, document = session("--perf-history", str(store), "-p", "ampbench.slowdown", "--perf-slowdown", "mlp:fp32:0.05")
+    result, document = session("--perf-history", str(store), "-p", "ampbench.slowdown",
+                               "--perf-slowdown", "mlp:fp32:0.05")
     result.assert_outcomes(passed=2)
     assert {b["name"]: b["extra_info"].get("injected_slowdown") for b in document["benchmarks"]} == {
         "test_speed[fp32]": 0.05, "test_speed[amp_bf16]": None}

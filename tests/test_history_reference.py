@@ -8,17 +8,17 @@ import math
 
 import pytest
 
+from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.store import BaselineStore
 from ampbench.history.reference import HistoryBaselines, overlay
 from ampbench.history.store import open_history
 from ampbench.results import Verdict
-from ampbench.baselines.entries import SpeedEntry
 from ampbench.results.ratios import DEVICE
 from ampbench.speed.ratio import Ratio
 from ampbench.verdict import UNLEARNED_TOLERANCE
+from history_runs import H100, speed_record, speed_run
 from tests import records
 from tests.references import entry_check
-from history_runs import H100, speed_record, speed_run
 
 CELL = "test_speed[resnet50-amp_bf16]"
 # a device-time speedup that moves 0.2% between runs
@@ -43,7 +43,8 @@ def _baselines(history, tmp_path, entries=None) -> HistoryBaselines:
 
 
 def _check(figures):
-    check, why = entry_check(Ratio(DEVICE, method="graph"), "resnet50", "amp_bf16", SpeedEntry.from_figures(figures), 0.005)
+    check, why = entry_check(Ratio(DEVICE, method="graph"), "resnet50", "amp_bf16",
+                             SpeedEntry.from_figures(figures), 0.005)
     assert check is not None, why
     return check
 
@@ -124,7 +125,6 @@ def test_baselines_export_writes_the_file_from_the_history_spread_included(histo
 
 
 def _ddp_record(speedup: float, world_size: int, verdict=Verdict.PASS):
-    from ampbench.results import DistributedRecord
 
     return records.distributed(
         test_id="test_ddp_speed[gpt-amp_bf16-fp32]", model="gpt", mode="amp_bf16", device="cuda:0", comm="fp32",
@@ -147,8 +147,10 @@ def test_a_distributed_cell_learns_from_its_runs_on_as_many_gpus_and_no_others(h
     two = BaselineStore(path=tmp_path / "nvidia-h100-x2.json", gpu=f"{H100} x2", entries={}, exists=False)
     learned = HistoryBaselines(two, history, cells=DISTRIBUTED_CELLS)
     entry = DistributedEntry.of(learned.figures(cell))
-    assert entry.ratio(DIST_DEVICE).speedup == pytest.approx(math.exp(sum(map(math.log, (5.50, 5.52, 5.49, 5.51, 5.50))) / 5))
-    assert entry.ratio(DIST_DEVICE).between_run_count == 5 and entry.world_size == 2 and entry.ratio(DIST_DEVICE).method == "profiler"
+    assert entry.ratio(DIST_DEVICE).speedup == pytest.approx(math.exp(sum(map(math.log,
+                                                                              (5.50, 5.52, 5.49, 5.51, 5.50))) / 5))
+    assert (entry.ratio(DIST_DEVICE).between_run_count == 5 and entry.world_size == 2
+            and entry.ratio(DIST_DEVICE).method == "profiler")
     check, why = entry_check(Ratio(DIST_DEVICE, method="profiler"), "gpt", "amp_bf16 fp32 x2", entry, 0.005)
     assert check is not None, why
     assert check.tolerance < 0.02  # five runs within 0.5%: learned well under the unlearned 3%

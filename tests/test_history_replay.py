@@ -13,8 +13,8 @@ from ampbench.history.changes import find_changes, settle
 from ampbench.history.learn import learn, learned_from
 from ampbench.history.model import NEW_CARD, Moments, fit
 from ampbench.history.replay import Replay
-from ampbench.history.statuses import COUNTED, FAILED, SUSPECT
 from ampbench.history.series import Point, Series
+from ampbench.history.statuses import COUNTED, FAILED, SUSPECT
 
 SD = 0.002  # a device-time speedup's between-run spread, in ln units
 

@@ -242,7 +242,8 @@ def test_a_bad_url_is_one_line_naming_the_store_without_its_password(url, expect
 @pytest.mark.parametrize("url, hint", [
     ("postgresql:/x", "'postgresql:/x': a database URL needs '://' after its scheme: did you mean "
                       "postgresql://USER:PASSWORD@HOST/DATABASE?"),
-    ("sqlite:/x", "'sqlite:/x': a database URL needs '://' after its scheme: did you mean sqlite:///PATH (three slashes)?"),
+    ("sqlite:/x",
+     "'sqlite:/x': a database URL needs '://' after its scheme: did you mean sqlite:///PATH (three slashes)?"),
     ("postgres://", "postgres://: the scheme is spelt 'postgresql', not 'postgres': did you mean "
                     "postgresql://USER:PASSWORD@HOST/DATABASE?"),
 ])
@@ -289,7 +290,8 @@ def test_run_summaries_hold_the_runs_software_and_where_it_came_from(store_url):
     history.append(speed_run("a", cells_of(2) + [speed_record("x", "fp16", 1.0, Verdict.REGRESSION)],
                              label="app@abc123", triton="3.5.0", uuid="GPU-1"))
     run = history.run("a")
-    assert (run.label, run.suite_revision, run.card_uuid, run.cells, run.failing) == ("app@abc123", "v0.1", "GPU-1", 3, 1)
+    assert (run.label, run.suite_revision,
+            run.card_uuid, run.cells, run.failing) == ("app@abc123", "v0.1", "GPU-1", 3, 1)
     assert run.software == {"torch": "2.11.0", "cuda": "13.0", "cudnn": None, "driver": "580.1", "triton": "3.5.0",
                             "torchao": None, "capability": None}
     assert run.host_load == {"cpus": 2} and json.dumps(run.software)

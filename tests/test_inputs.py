@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from ampbench.baselines.store import BaselineError, load_document, validate_directory
-
-from ampbench.files.write import unwritable_reason, write_text_atomic
 from ampbench.cli import main
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.files.read import UnreadableFile, read_text
+from ampbench.files.write import unwritable_reason, write_text_atomic
 from ampbench.results import RunError, load_run
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -173,6 +172,7 @@ def test_an_atomic_write_never_replaces_a_special_file(tmp_path, never_hangs):
 
 
 def test_a_write_checked_without_making_folders_names_the_missing_folder(tmp_path):
-    assert unwritable_reason(tmp_path / "no" / "x.json", make_parents=False) == f"folder {tmp_path / 'no'} does not exist"
+    assert unwritable_reason(tmp_path / "no" / "x.json", make_parents=False) == (f"folder {tmp_path / 'no'} does not "
+                                                                                 "exist")
     assert unwritable_reason(tmp_path / "no" / "x.json") is None
     assert unwritable_reason(tmp_path, make_parents=False) == f"{tmp_path} is a directory, not a file"

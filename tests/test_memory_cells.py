@@ -6,15 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ampbench import models
-from ampbench import memory
+from ampbench import memory, models
 from ampbench.baselines.entries import MemoryEntry
 from ampbench.memory import find_largest_batch, judge
 from ampbench.modes import get_mode
 from ampbench.train import Trainer
 from ampbench.verdict import Verdict
 from memory_steps import GIB, MIB, FakeStep, linear
-
 
 # -- the verdict ---------------------------------------------------------------------------------
 
@@ -79,7 +77,8 @@ def test_less_memory_than_the_baseline_is_an_improvement():
 
 def unsearched(**overrides) -> dict:
     """figures() as a cell that did not search its largest batch has them."""
-    f = {k: v for k, v in figures(**overrides).items() if k in memory.DEFAULT_BATCH_FIGURES or k == "peak_mem_ref_bytes"}
+    f = {k: v
+         for k, v in figures(**overrides).items() if k in memory.DEFAULT_BATCH_FIGURES or k == "peak_mem_ref_bytes"}
     return dict(f, max_batch_searched=False)
 
 
@@ -170,7 +169,8 @@ def test_a_quick_recording_leaves_the_next_full_run_its_largest_batch(tmp_path, 
     store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
     store.record(test_id, baseline_of(full).to_figures(), {})
     store.write()
-    quick, _ = memory.memory_record(cell_memory("amp_bf16", 5 * GIB, None), quick_ref, "cuda:0", MemoryEntry.of(store.figures(test_id)), 0.03)
+    quick, _ = memory.memory_record(cell_memory("amp_bf16", 5 * GIB, None), quick_ref, "cuda:0",
+                                    MemoryEntry.of(store.figures(test_id)), 0.03)
     store.record(test_id, memory.baseline_figures(quick), {})
     store.write()
     entry = MemoryEntry.of(BaselineStore.open(tmp_path, "GPU X", "gpu-x").figures(test_id))
@@ -181,7 +181,8 @@ def test_a_quick_recording_leaves_the_next_full_run_its_largest_batch(tmp_path, 
 
 
 def test_a_cell_and_its_reference_are_measured_alike():
-    with pytest.raises(ValueError, match="resnet50 amp_bf16: the cell did not search its largest batch and fp32's reference did"):
+    with pytest.raises(ValueError,
+                       match="resnet50 amp_bf16: the cell did not search its largest batch and fp32's reference did"):
         memory.memory_figures(cell_memory("amp_bf16", 6 * GIB, None), cell_memory("fp32", 10 * GIB, a_search(MIB)))
 
 

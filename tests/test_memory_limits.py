@@ -13,7 +13,6 @@ from ampbench import memory
 from ampbench.memory import CapTooSmall, SearchError, find_largest_batch
 from memory_steps import GIB, MIB, FakeStep, assert_confirmed, linear
 
-
 # -- the limit, the smallest batch, errors ------------------------------------------------------------
 
 
@@ -63,7 +62,8 @@ def test_too_many_steps_is_an_error_with_the_trail():
         find_largest_batch(step, 60 * GIB, 8, granularity=1, max_steps=3)
 
 
-@pytest.mark.parametrize("total_gb, cap_gib", [(80, 24.0), (141, 24.0), (24, 0.9 * 24e9 / 2**30), (16, 0.9 * 16e9 / 2**30)])
+@pytest.mark.parametrize("total_gb, cap_gib",
+                         [(80, 24.0), (141, 24.0), (24, 0.9 * 24e9 / 2**30), (16, 0.9 * 16e9 / 2**30)])
 def test_the_default_cap_is_90_percent_of_the_card_up_to_24_gib(total_gb, cap_gib):
     assert memory.nominal_cap_for(int(total_gb * 1e9)) / memory.GIB == pytest.approx(cap_gib, rel=1e-6)
 

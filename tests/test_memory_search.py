@@ -16,11 +16,11 @@ from ampbench.baselines.entries import MemoryEntry
 from ampbench.memory import find_largest_batch, granule
 from memory_steps import GIB, MIB, FakeStep, assert_confirmed, linear
 
-
 # -- the grid ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("predicted, step", [(1, 1), (100, 1), (127, 1), (128, 2), (1000, 8), (2000, 16), (131072, 2048)])
+@pytest.mark.parametrize("predicted, step",
+                         [(1, 1), (100, 1), (127, 1), (128, 2), (1000, 8), (2000, 16), (131072, 2048)])
 def test_granule_is_a_power_of_two_near_one_64th(predicted, step):
     assert granule(predicted) == step
 
@@ -243,7 +243,8 @@ def test_h100_cells_searched_blind_take_fewer_steps_than_on_the_h100():
     for name in H100_CELLS:
         cell, result = _replay(name)
         grid = max(result.granularity, cell["max_batch_step"])
-        assert cell["max_batch"] - grid < result.max_batch <= cell["max_batch"] or result.limited, (name, result.describe())
+        assert (cell["max_batch"] - grid < result.max_batch <= cell["max_batch"]
+                or result.limited), (name, result.describe())
         assert result.steps <= 9, (name, result.describe())
         steps += result.steps
     recorded = sum(len(c["probes"]) - 1 for c in H100_CELLS.values())  # the first entry is the default batch

@@ -21,7 +21,8 @@ def _fake_distribution(site: Path, entry_points: str) -> None:
     """An installed distribution on `site` (a dist-info folder, as pip writes one) with these entry points."""
     (site / "own_pkg").mkdir(parents=True)
     (site / "own_pkg" / "__init__.py").write_text(
-        "from dataclasses import replace\nfrom ampbench.models.mlp import SPEC as MLP\nSPEC = replace(MLP, name='tiny_mlp')\n")
+        "from dataclasses import replace\nfrom ampbench.models.mlp import SPEC as MLP\nSPEC = replace(MLP, "
+        "name='tiny_mlp')\n")
     info = site / "own_pkg-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: own-pkg\nVersion: 0.1\n")
@@ -71,7 +72,8 @@ def _raise():
 
 
 @pytest.mark.parametrize("name, load, words", [
-    ("own", _raise, "entry point ampbench.models own = 'own.spec:SPEC': cannot be loaded: ImportError: no module named own"),
+    ("own", _raise,
+     "entry point ampbench.models own = 'own.spec:SPEC': cannot be loaded: ImportError: no module named own"),
     ("own", lambda: object(), "names a object, not an ampbench.models.spec.ModelSpec"),
     ("own", lambda: models.get_model("mlp"), "its ModelSpec is named 'mlp'; name the entry point after it"),
 ])

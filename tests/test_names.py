@@ -175,7 +175,8 @@ def _resolves(token: str, own: ModuleType, modules: list[str]) -> bool:
             if module is not None and _follow(module, parts[i:]):
                 return True
     # a name some module of the package defines
-    return any(parts[0] in vars(m) and _follow(vars(m)[parts[0]], parts[1:]) for m in map(importlib.import_module, modules))
+    return any(parts[0] in vars(m) and _follow(vars(m)[parts[0]], parts[1:])
+               for m in map(importlib.import_module, modules))
 
 
 def test_every_dotted_name_a_comment_gives_exists():

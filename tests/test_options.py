@@ -30,7 +30,8 @@ from perf_options import ROOT, option_parser, run_pytest, usage_error
         (["--perf-cudnn-benchmark", "maybe"], ["--perf-cudnn-benchmark", "invalid choice", "'on'"]),
         (["--perf-require-gpu"], ["--perf-require-gpu: no CUDA device is visible"]),
         (["--perf-update-baselines"], ["--perf-update-baselines: the CPU smoke pass records nothing"]),
-        (["--benchmark-disable", "--benchmark-json", "out.json"], ["--benchmark-disable with --benchmark-json out.json"]),
+        (["--benchmark-disable", "--benchmark-json", "out.json"],
+         ["--benchmark-disable with --benchmark-json out.json"]),
         (["--perf-world-size", "0"], ["--perf-world-size: must lie in [1, 1024]"]),
         (["--perf-world-size", "two"], ["--perf-world-size: expects an int"]),
         # on the CPU no more gloo processes than cores: more take turns on them and time out
@@ -39,8 +40,10 @@ from perf_options import ROOT, option_parser, run_pytest, usage_error
         (["--perf-models", "mlp,gpt,mlp"], ["--perf-models: model 'mlp' named more than once"]),
         (["--perf-precisions", "fp32,bf16,bf16"], ["--perf-precisions: precision mode 'bf16' named more than once"]),
         # found when the run starts, not as a collection error of the loss-scaling tests
-        (["--loss-scaler", "nosuch.module:Foo"], ["--loss-scaler: loss scaler 'nosuch.module:Foo': cannot import module"]),
-        (["--loss-scaler", "torch.amp:NoSuchScaler"], ["--loss-scaler: loss scaler", "has no attribute 'NoSuchScaler'"]),
+        (["--loss-scaler", "nosuch.module:Foo"],
+         ["--loss-scaler: loss scaler 'nosuch.module:Foo': cannot import module"]),
+        (["--loss-scaler", "torch.amp:NoSuchScaler"],
+         ["--loss-scaler: loss scaler", "has no attribute 'NoSuchScaler'"]),
     ],
 )
 def test_usage_errors(args, expected):
@@ -72,7 +75,8 @@ def test_cells_are_model_major_with_readable_ids():
     assert result.returncode == 0, result.stdout + result.stderr
     ids = [line.split("::")[1] for line in result.stdout.splitlines() if "::" in line]
     assert ids == [
-        "test_speed[mlp-fp32]", "test_speed[mlp-amp_bf16]", "test_speed[resnet50-fp32]", "test_speed[resnet50-amp_bf16]",
+        "test_speed[mlp-fp32]", "test_speed[mlp-amp_bf16]", "test_speed[resnet50-fp32]",
+        "test_speed[resnet50-amp_bf16]",
     ]
 
 

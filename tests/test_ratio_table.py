@@ -15,8 +15,8 @@ import torch
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.schema import BaselineError, validate_entry
 from ampbench.baselines.spread import spread_kinds
-from ampbench.cli.args import build_parser
 from ampbench.cli import history as history_cli
+from ampbench.cli.args import build_parser
 from ampbench.history.ingest import figures_of
 from ampbench.history.learn import rule_for
 from ampbench.history.reference import SPEED_CELLS
@@ -27,8 +27,8 @@ from ampbench.results import SPEED_RATIOS, RatioFigures, Run, SpeedRecord, Verdi
 from ampbench.results.ratios import DEVICE, DISTRIBUTED_RATIOS, WALL, history_figures, of_history
 from ampbench.speed.ratio import Ratio
 from ampbench.verdict import UNLEARNED_TOLERANCE
-from tests.references import entry_check
 from run_figures import page_text
+from tests.references import entry_check
 
 # a speedup over fp32 in some other clock, timed and judged as the wall clock's is, with a floor of its own
 HOST = replace(WALL, name="host", prefix="host_", heading="host", label="host-time speedup", column="host speedup",
@@ -79,7 +79,8 @@ def test_a_history_keeps_a_new_kinds_series_learns_it_and_names_it_to_figure(hos
     assert of_history("host_speedup") is HOST and rule_for("host_speedup", 0.005) == (0.02, UNLEARNED_TOLERANCE)
     assert HOST in SPEED_CELLS.ratios
     # the gated device-time series first, then the wall clock's and this one, then the memory cells'
-    assert history_figures() == ("device_speedup", "versus_speedup", "device_scaling_efficiency", "speedup", "host_speedup")
+    assert history_figures() == ("device_speedup", "versus_speedup",
+                                 "device_scaling_efficiency", "speedup", "host_speedup")
     assert history_cli.figures()[-3:] == ("host_speedup", "memory_ratio", "max_batch_ratio")
     args = build_parser().parse_args(["history", "changes", "--figure", "host_speedup"])
     assert args.figure == "host_speedup"
@@ -127,12 +128,12 @@ def test_each_name_a_row_gives_is_its_own():
     from ampbench.baselines.entries import RatioEntry
     from ampbench.results.timed import _FIELDS
 
-    for table in (SPEED_RATIOS, DISTRIBUTED_RATIOS):
-        kinds = list(table.values())
+    for ratios in (SPEED_RATIOS, DISTRIBUTED_RATIOS):
+        kinds = list(ratios.values())
         for attribute in ("name", "prefix", "history"):
             values = [getattr(k, attribute) for k in kinds]
             assert len(set(values)) == len(values), attribute
-        assert all(name == kind.name for name, kind in table.items())
+        assert all(name == kind.name for name, kind in ratios.items())
         for kind in kinds:
             flat = [kind.flat(f) for f, _, _ in _FIELDS if kind.flat(f)]
             keys = [kind.entry_key(f) for f in RatioEntry.names() if kind.entry_key(f)]

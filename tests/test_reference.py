@@ -15,8 +15,17 @@ from ampbench.history.store import open_history
 from ampbench.results import Verdict
 from ampbench.results.ratios import DEVICE, DIST_DEVICE, WALL
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import (BY_FLOOR, BY_NOISE, BY_SPREAD, BY_UNLEARNED, UNLEARNED_TOLERANCE, BetweenRuns,
-                              Reference, tolerance_for, tolerance_rule)
+from ampbench.verdict import (
+    BY_FLOOR,
+    BY_NOISE,
+    BY_SPREAD,
+    BY_UNLEARNED,
+    UNLEARNED_TOLERANCE,
+    BetweenRuns,
+    Reference,
+    tolerance_for,
+    tolerance_rule,
+)
 from history_runs import H100, speed_record, speed_run
 
 CELL = "test_speed[resnet50-amp_bf16]"
@@ -48,8 +57,9 @@ def test_a_check_is_built_from_its_reference_alone():
 
 
 def _entry(speedup=2.4, noise=0.004):
-    return {"device_speedup": speedup, "device_ci_low": speedup * (1 - noise), "device_ci_high": speedup * (1 + noise),
-            "device_rounds": 12, "device_method": "graph", "speedup": 1.5, "ci_low": 1.45, "ci_high": 1.55, "rounds": 12}
+    return {"device_speedup": speedup, "device_ci_low": speedup * (1 - noise),
+            "device_ci_high": speedup * (1 + noise), "device_rounds": 12, "device_method": "graph",
+            "speedup": 1.5, "ci_low": 1.45, "ci_high": 1.55, "rounds": 12}
 
 
 def test_the_file_gives_its_entry_as_a_reference(tmp_path):

@@ -22,7 +22,8 @@ def _stores(tmp_path):
 
 
 def test_the_protocol_names_what_the_cells_read_and_record():
-    members = {n for n, v in vars(ReferenceSource).items() if not n.startswith("_") and (callable(v) or isinstance(v, property))}
+    members = {n for n, v in vars(ReferenceSource).items()
+               if not n.startswith("_") and (callable(v) or isinstance(v, property))}
     assert members == set(MEMBERS)
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.report.compare import compare_runs
 from ampbench.report import ROW_HEADERS, RunError, build_report, load_run, model_rows, parse_run
+from ampbench.report.compare import compare_runs
 from ampbench.results import MemoryRecord, SpeedRecord
-from ampbench.verdict import Verdict
 from ampbench.results.ratios import WALL
+from ampbench.verdict import Verdict
 from report_runs import DATA, REAL_H100, RUNS, gpu_report_of, gpu_run, png_ok, write_run
 
 
@@ -95,9 +95,11 @@ def test_truncated_json_is_called_truncated(tmp_path):
         ("not json at all", "not valid JSON"),
         ("[1, 2, 3]", "not ampbench output"),
         ('{"benchmarks": "nope"}', "not ampbench output"),
-        ('{"machine_info": {}, "benchmarks": [{"name": "test_x", "extra_info": {}, "stats": {}}]}', "not ampbench output"),
+        ('{"machine_info": {}, "benchmarks": [{"name": "test_x", "extra_info": {}, "stats": {}}]}',
+         "not ampbench output"),
         ('{"machine_info": {}, "benchmarks": []}', "not ampbench output"),
-        ('{"machine_info": {"ampbench": {}}, "benchmarks": [{"name": "t[a-b]", "extra_info": {"ampbench_schema": 99}}]}',
+        ('{"machine_info": {"ampbench": {}}, "benchmarks": [{"name": "t[a-b]", "extra_info": '
+         '{"ampbench_schema": 99}}]}',
          "schema 99"),
         ('{"machine_info": {"ampbench": {}}, "benchmarks": [3]}', r"benchmarks\[0\]"),
     ],
@@ -205,7 +207,8 @@ def test_a_run_without_the_search_compares_its_memory_and_not_its_largest_batch(
     assert not comparison.failed(strict=True), [r.message for r in comparison.rows if r.failing]
     # the other way the old run has no largest batch to hold the new one to
     back = compare_runs(quick, full)
-    assert {r.verdict for r in back.rows if r.test_id in memory_ids and r.figure == "largest batch"} == {Verdict.NO_BASELINE}
+    assert ({r.verdict for r in back.rows if r.test_id in memory_ids and r.figure == "largest batch"}
+            == {Verdict.NO_BASELINE})
     assert "Compared with" in build_report(quick, comparison)["index.html"].decode()
 
 

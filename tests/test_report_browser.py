@@ -136,7 +136,8 @@ def screenshot_problems(png: Path, min_ink: float = 0.03, min_bar_pixels: int = 
     problems = []
     ink = 1 - counts.max() / len(pixels)
     if ink < min_ink:
-        problems.append(f"{png.name}: only {ink:.1%} of the pixels differ from the background; expected at least {min_ink:.0%}")
+        problems.append(f"{png.name}: only {ink:.1%} of the pixels differ from the background; expected at least "
+                        f"{min_ink:.0%}")
     channels = np.stack([colours >> 16, colours >> 8 & 255, colours & 255], axis=1)
     bars = {}
     for mode, hex_colour in MODE_COLORS.items():
@@ -206,7 +207,8 @@ def test_the_speed_matrices_render_every_cell_in_chromium(browsed):
             assert len(texts) == 1 + len(modes), (model, texts)
             for mode, entry, text in zip(modes, entries, texts[1:]):
                 expected = "-" if entry is None else f"{entry.value:.2f}x"
-                assert text.startswith(expected), f"{figure.name} matrix, {model} {mode}: shows {text!r}, expected {expected}"
+                assert text.startswith(expected), (f"{figure.name} matrix, {model} {mode}: shows {text!r}, expected "
+                                                   f"{expected}")
                 if entry is not None and entry.estimate is not None:
                     assert f"[{entry.estimate.low:.2f}, {entry.estimate.high:.2f}]" in text, (model, mode, text)
                 if entry is not None and entry.method:
@@ -261,7 +263,8 @@ def test_needs_a_look_is_one_line_per_cell_with_the_details_folded(tmp_path):
     found = probe(folder / "index.html", tmp_path)
     assert len(found["look"]) == len(flagged) >= 10, found["look"]
     for line, f in zip(found["look"], flagged):
-        assert line["height"] <= 1.5 * line["lineHeight"], f"{f.cell.test_id}: its line takes {line['height']:.0f} px: {line['summary']!r}"
+        assert line["height"] <= 1.5 * line["lineHeight"], (f"{f.cell.test_id}: its line takes {line['height']:.0f} "
+                                                            f"px: {line['summary']!r}")
         assert not line["open"] and line["detailShown"] is False, line  # folded: the details not shown
         assert f.figure in line["summary"] and f.kernel.short in line["summary"] and "<" not in line["summary"], line
         assert len(line["summary"]) < 250 and line["kernelRows"] == len(f.kernels) > 0, line
@@ -293,5 +296,6 @@ def test_the_trend_charts_load_in_chromium(tmp_path):
     charts = sum(name.endswith(".png") for name in files)
     assert not page_problems(found, charts), page_problems(found, charts)
     trends = [img for img in found["images"] if img["alt"].startswith("Trend of ")]
-    assert [img["alt"] for img in trends] == ["Trend of test_speed[resnet50-amp_fp16]", "Trend of test_speed[gpt-amp_bf16]"]
+    assert [img["alt"] for img in trends] == ["Trend of test_speed[resnet50-amp_fp16]",
+                                              "Trend of test_speed[gpt-amp_bf16]"]
     assert all(img["naturalWidth"] > 0 for img in trends) and "Trends" in found["headings"]

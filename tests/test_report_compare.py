@@ -8,13 +8,12 @@ import json
 
 import pytest
 
-from ampbench.report.compare import MISSING, NEW, compare_runs
 from ampbench.report import build_report, load_run, parse_run, render_comparison_markdown, render_markdown
+from ampbench.report.compare import MISSING, NEW, compare_runs
 from ampbench.results import SpeedRecord
-from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
 from ampbench.results.ratios import WALL
+from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
 from report_runs import gpu_run, png_ok
-
 
 # ---------------------------------------------------------------------------------------------------
 # compare
@@ -53,7 +52,8 @@ def test_compare_uses_the_suites_statistics(tmp_path):
     new = parse_run(_scaled(doc, cell.test_id, factor), tmp_path / "new.json")
     comparison = compare_runs(old, new)
     (row,) = [r for r in comparison.rows if r.test_id == cell.test_id]
-    expected = SpeedupCheck(cell.model, cell.mode, est.speedup, tolerance).classify(new.cell(SpeedRecord, cell.model, cell.mode).estimate(WALL))
+    expected = SpeedupCheck(cell.model, cell.mode, est.speedup, tolerance).classify(
+        new.cell(SpeedRecord, cell.model, cell.mode).estimate(WALL))
     assert row.verdict == expected.value == Verdict.REGRESSION.value
     assert row.change == pytest.approx(factor - 1)
     assert cell.model in row.message and cell.mode in row.message
@@ -85,7 +85,8 @@ def test_compare_lists_tests_only_one_run_has(tmp_path):
     old = load_run(path)
     gone = doc["benchmarks"].pop(0)["name"]
     doc["benchmarks"].append({"name": "test_speed[newmodel-bf16]",
-                              "extra_info": {"ampbench_schema": 1, "kind": "speed", "model": "newmodel", "mode": "bf16"}})
+                              "extra_info": {"ampbench_schema": 1, "kind": "speed",
+                                             "model": "newmodel", "mode": "bf16"}})
     comparison = compare_runs(old, parse_run(doc, tmp_path / "new.json"))
     verdicts = {r.test_id: r.verdict for r in comparison.rows}
     assert verdicts[gone] == MISSING
@@ -124,7 +125,8 @@ def test_a_device_is_told_by_machine_info_or_by_cells_that_name_hardware(tmp_pat
     assert device_of(run({"device": "NVIDIA H100 80GB HBM3"}, "cuda")) == "NVIDIA H100 80GB HBM3"
     assert device_of(run({"torch": "2.11"}, "cpu")) == "cpu"
     assert device_of(run({"torch": "2.11"}, "cuda:0")) is None  # which card, it does not say
-    assert not compare_runs(run({"torch": "2.11"}, "cuda:0"), run({"device": "NVIDIA H100 80GB HBM3"}, "cuda")).cross_device
+    assert not compare_runs(run({"torch": "2.11"}, "cuda:0"),
+                            run({"device": "NVIDIA H100 80GB HBM3"}, "cuda")).cross_device
 
 
 def test_comparison_goes_into_html_markdown_and_a_chart(tmp_path):

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.report.compare import compare_runs
 from ampbench.report import RunError, build_report, load_run
+from ampbench.report.compare import compare_runs
 from ampbench.verdict import Verdict
 from report_runs import write_run
-
 
 # ---------------------------------------------------------------------------------------------------
 # html from hostile data: every string of the JSON is text, never markup
@@ -115,7 +114,8 @@ def test_verdicts_map_to_a_fixed_set_of_classes():
     assert verdict_class("regression") == verdict_class(Verdict.NON_FINITE) == "v-regression"
     assert verdict_class('x" onclick="alert(1)') == "v-other"
     assert all(verdict_class(v) != "v-other" for v in Verdict), "every verdict of the vocabulary has its class"
-    assert {verdict_class(v) for v in Verdict if v.failing} == {"v-regression"} and "v-regression" in VERDICT_CLASSES.values()
+    assert ({verdict_class(v) for v in Verdict if v.failing} == {"v-regression"}
+            and "v-regression" in VERDICT_CLASSES.values())
 
 
 def test_the_template_and_css_ship_with_the_package():

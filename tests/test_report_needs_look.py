@@ -4,7 +4,6 @@ summary.md."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,10 +11,11 @@ import pytest
 
 from ampbench.report import build_report, load_run
 from ampbench.report.needs_look import MovedKernel, flag_cell, needs_a_look, parse_changes, short_kernel
-from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord, Verdict
+from ampbench.results import ConvergenceRecord, MemoryRecord, Verdict
 from tests import records
 
-RUN = Path(__file__).parent / "data" / "h100_speed_device.json"  # resnet50 amp_fp16 made slower on the GPU: a regression
+# resnet50 amp_fp16 made slower on the GPU: a regression
+RUN = Path(__file__).parent / "data" / "h100_speed_device.json"
 
 
 @pytest.mark.parametrize("name, short", [
@@ -23,7 +23,8 @@ RUN = Path(__file__).parent / "data" / "h100_speed_device.json"  # resnet50 amp_
     ("cudnn::batchnorm_fwtr_nhwc_semiPersist", "batchnorm_fwtr_nhwc_semiPersist"),
     ("cutlass::Kernel2<cutlass_80_tensorop_s16816gemm_f16_64x128_64x3_nt_align8>",
      "cutlass_80_tensorop_s16816gemm_f16_64x1…"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float>>", "vectorized_elementwise_kernel"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float>>",
+     "vectorized_elementwise_kernel"),
     ("nvjet_sm90_hsh_64x512_64x2_1x2_h_ssched_bz_coopB_TNT", "nvjet_sm90_hsh_64x512_64x2_1x2_h_ssched…"),  # cut at 40
 ])
 def test_a_kernels_short_name_drops_namespaces_and_template_arguments(name, short):

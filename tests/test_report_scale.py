@@ -16,11 +16,10 @@ from pathlib import Path
 import matplotlib.axes
 import pytest
 
-from ampbench.cli import main
-from ampbench.report.compare import compare_runs
 from ampbench import progress
+from ampbench.cli import main
 from ampbench.report import build_report, charts, load_run, parse_run, write_report
-from ampbench.results import DistributedRecord
+from ampbench.report.compare import compare_runs
 from tests import records
 
 DATA = Path(__file__).parent / "data"

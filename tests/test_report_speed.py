@@ -5,24 +5,22 @@ from __future__ import annotations
 
 import json
 
-
-from ampbench.report.compare import compare_runs
 from ampbench.report import (
     ROW_HEADERS,
     build_report,
     fmt_ms,
     load_run,
     model_rows,
-    speedup_matrix,
     parse_run,
     render_markdown,
+    speedup_matrix,
     write_report,
 )
+from ampbench.report.compare import compare_runs
 from ampbench.results import MemoryRecord, SpeedRecord
-from ampbench.verdict import Verdict
 from ampbench.results.ratios import DEVICE, WALL
+from ampbench.verdict import Verdict
 from report_runs import DATA, REAL_H100, fixtures_module, write_run
-
 
 # ---------------------------------------------------------------------------------------------------
 # a full-tier run (its render time is not asserted: a timed unit test fails on a loaded runner, which
@@ -41,7 +39,7 @@ def test_full_tier_report_is_complete(tmp_path):
 
 
 def test_summary_shows_device_time_as_the_gate_the_wall_beside_it_host_bound_cells_and_kernel_changes():
-    from ampbench.report import parse_run, render_markdown
+    from ampbench.report import parse_run
 
     doc = json.loads((DATA / "synthetic_h100_quick.json").read_text())
     speed = [b for b in doc["benchmarks"] if b["extra_info"].get("kind") == "speed"

@@ -11,11 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.results import (RECORD_TYPES, SCHEMA_VERSION, RatioFigures, Record, RunError, SpeedRecord, Verdict, load_run,
-                              record_type)
+from ampbench.results import (
+    RECORD_TYPES,
+    SCHEMA_VERSION,
+    RatioFigures,
+    Record,
+    RunError,
+    SpeedRecord,
+    Verdict,
+    load_run,
+    record_type,
+)
 from ampbench.results.ratios import DEVICE, DIST_DEVICE, SCALING, VERSUS, WALL
-from tests import records
 from run_figures import flat_names
+from tests import records
 
 DATA = Path(__file__).parent / "data"
 RUNS = sorted(DATA.glob("*.json"))
@@ -49,7 +58,8 @@ def test_a_record_writes_plain_json_and_reads_back_equal():
     # a ratio holds what it measured, by name, as a baseline entry does
     assert info["ratios"] == {"wall": {"speedup": 2.0, "speedup_low": 1.9, "speedup_high": 2.1, "rounds": 12,
                                        "confidence": 0.99, "verdict": "pass", "round_ms": [1.0, 1.1]}}
-    assert SpeedRecord.from_info(info, "test_speed[gpt-bf16]") == record.__class__(**{**vars(record), "test_id": "test_speed[gpt-bf16]"})
+    assert SpeedRecord.from_info(info, "test_speed[gpt-bf16]") == record.__class__(
+        **{**vars(record), "test_id": "test_speed[gpt-bf16]"})
     assert record.to_info(only_set=True) == {"ampbench_schema": SCHEMA_VERSION, "kind": "speed", **{
         k: v for k, v in info.items() if v is not None and k not in ("ampbench_schema", "kind")}}
 
@@ -84,7 +94,8 @@ def test_a_run_of_the_first_schema_reads_each_figure_into_its_ratio():
 
 def test_a_ratio_that_breaks_its_schema_is_named_where_it_lies():
     def problems(ratios):
-        return SpeedRecord.problems({"ampbench_schema": 2, "kind": "speed", "ratios": ratios}, "benchmarks[0].extra_info")
+        return SpeedRecord.problems({"ampbench_schema": 2,
+                                     "kind": "speed", "ratios": ratios}, "benchmarks[0].extra_info")
 
     assert problems({"device": {"speedup": 2.0, "speedup_low": 1.9, "speedup_high": 2.1}}) == []
     assert problems([]) == ["benchmarks[0].extra_info.ratios is a list; expected an object"]
@@ -139,7 +150,8 @@ def test_every_kind_has_a_record_type_of_its_own():
 
 
 def test_the_format_the_report_and_compare_import_no_torch():
-    code = ("import sys; import ampbench.results, ampbench.report, ampbench.report.compare, ampbench.baselines.spread, ampbench.cli; "
+    code = ("import sys; import ampbench.results, ampbench.report, ampbench.report.compare, ampbench.baselines.spread, "
+            "ampbench.cli; "
             "assert 'torch' not in sys.modules, 'torch imported'; "
             "from ampbench.results import order_modes; print(order_modes(['bf16', 'new_mode', 'fp32', 'tf32']))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

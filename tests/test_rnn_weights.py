@@ -10,9 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from ampbench import models
 from ampbench import device as devices
-from ampbench import train
+from ampbench import models, train
 from ampbench.modes import MODES
 from ampbench.train import Trainer, flatten_rnn_weights
 

@@ -34,7 +34,8 @@ CELLS = pytest.mark.parametrize("model_name, mode_name", [("mlp", "bf16"), ("mlp
 @pytest.mark.benchmark(group="speed", **STEP_TIMES)
 def test_speed(benchmark, record_result, model_name, mode_name):
     wall = RatioFigures(speedup=2.0, speedup_low=1.9, speedup_high=2.1, rounds=3, confidence=0.99)
-    record_result(SpeedRecord(model=model_name, mode=mode_name, device="cpu", ratios={"wall": wall}, verdict=Verdict.PASS))
+    record_result(SpeedRecord(model=model_name, mode=mode_name, device="cpu", ratios={"wall": wall},
+                              verdict=Verdict.PASS))
     record_step_times(benchmark, TIMES[mode_name])
 
 

@@ -121,5 +121,6 @@ def test_the_json_is_written_through_a_symlink_to_its_real_file(pytester):
 
 def test_fallbacks_go_beside_the_file_then_to_the_working_and_the_temporary_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert fallback_paths(tmp_path / "out.json", pid=7)[:2] == [tmp_path / "out-7.json", tmp_path / "ampbench-results-7.json"]
+    assert fallback_paths(tmp_path / "out.json", pid=7)[:2] == [tmp_path / "out-7.json",
+                                                                tmp_path / "ampbench-results-7.json"]
     assert fallback_paths(tmp_path / "gone" / "out.json", pid=7)[0] == tmp_path / "ampbench-results-7.json"

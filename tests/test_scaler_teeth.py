@@ -22,13 +22,15 @@ REFERENCE = "torch.amp:GradScaler"
 
 def _run_suites(runs: list[tuple[str, str]], storage: Path) -> dict[str, dict]:
     """Run (scaler spec, -k expression) pairs in one child process; per spec its exit code and failed ids."""
-    env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "HYPOTHESIS_STORAGE_DIRECTORY": str(storage), "PYTHONHASHSEED": "0"}
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "ci",
+           "HYPOTHESIS_STORAGE_DIRECTORY": str(storage), "PYTHONHASHSEED": "0"}
     proc = subprocess.run(
         [sys.executable, __file__, json.dumps(runs)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    assert proc.returncode == 0 and last.startswith("{"), f"driver failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    assert (proc.returncode == 0
+            and last.startswith("{")), f"driver failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return json.loads(last)
 
 
@@ -75,7 +77,8 @@ def _drive(runs: list[tuple[str, str]]) -> dict[str, dict]:
     results = {}
     for spec, select in runs:
         rec = FailedIds()
-        args = [SUITE, "--loss-scaler", spec, "-k", select, "-q", "-x", "-p", "no:cacheprovider", "--no-header", "-W", "ignore::DeprecationWarning"]
+        args = [SUITE, "--loss-scaler", spec, "-k", select, "-q", "-x", "-p", "no:cacheprovider", "--no-header",
+                "-W", "ignore::DeprecationWarning"]
         code = pytest.main(args, plugins=[rec])
         results[spec] = {"exit": int(code), "failed": rec.failed}
     return results

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from ampbench import train
-from ampbench.plugin import slowdown, slowed_steps
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV
-from ampbench.modes import MODES
 from ampbench.models import get_model
+from ampbench.modes import MODES
+from ampbench.plugin import slowdown, slowed_steps
 
 pytest_plugins = ("pytester",)
 
@@ -111,7 +111,8 @@ def test_plugin_passes_its_spec_on_to_worker_processes_and_restores_the_environm
     monkeypatch.delenv(slowed_steps.ENV, raising=False)
     monkeypatch.setenv(WORKER_PLUGINS_ENV, "other.plugin")
     pytester.makepyfile(PASSED_ON_TEST)
-    result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown", "mlp:fp32:0.1,gpt:amp_bf16:0.03")
+    result = pytester.runpytest_inprocess("-p", "ampbench.slowdown", "--perf-slowdown",
+                                          "mlp:fp32:0.1,gpt:amp_bf16:0.03")
     result.assert_outcomes(passed=1)
     assert slowed_steps.ENV not in os.environ and os.environ[WORKER_PLUGINS_ENV] == "other.plugin"
 

@@ -13,8 +13,8 @@ import torch
 
 from ampbench import fp8, train
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV
-from ampbench.modes import MODES
 from ampbench.models import get_model
+from ampbench.modes import MODES
 from ampbench.plugin import slowed_steps
 
 pytest_plugins = ("pytester",)

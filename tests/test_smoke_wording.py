@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from ampbench.cli import main
-from ampbench.report.compare import compare_runs, format_text
 from ampbench.report import build_report, load_run, parse_run, render_markdown
+from ampbench.report.compare import compare_runs, format_text
 
 DATA = Path(__file__).parent / "data"
 ROOT = Path(__file__).resolve().parents[1]

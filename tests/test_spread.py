@@ -4,24 +4,22 @@ each of its ratios, and what a re-recording keeps of it (`ampbench spread` itsel
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 
-from types import SimpleNamespace
-
+from ampbench.baselines.entries import SpeedEntry
+from ampbench.baselines.spread import learn_spread, software_difference, spread_kinds, with_spread
 from ampbench.baselines.store import measurement_mismatch
+from ampbench.report import parse_run
+from ampbench.results.ratios import DEVICE, VERSUS, WALL
+from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.speed import sides
+from ampbench.speed.judging import across_runs_of, describe_across
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
-from ampbench.report import parse_run
-from ampbench.speed.judging import across_runs_of, describe_across
-from ampbench.baselines.spread import learn_spread, software_difference, spread_kinds, with_spread
-from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.stats import SpeedupEstimate, log_sd
-from ampbench.baselines.entries import SpeedEntry
 from ampbench.verdict import UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
-from ampbench.settings import DEFAULT_TOLERANCE
-from tests.references import held
 from spread_runs import (
     GPT,
     SOFTWARE,
@@ -35,10 +33,12 @@ from spread_runs import (
     spread_of,
     tolerance_of,
 )
+from tests.references import held
 
 
 def test_the_recording_and_each_matching_run_are_one_sample_each():
-    learned = learn_from(run_doc({WRN: 8.583, GPT: 6.35}, "2026-11-21T19:00:00"), run_doc({WRN: 8.381}, "2026-11-21T20:00:00"))
+    learned = learn_from(run_doc({WRN: 8.583, GPT: 6.35}, "2026-11-21T19:00:00"),
+                         run_doc({WRN: 8.381}, "2026-11-21T20:00:00"))
     assert learned.left_out == []
     assert learned.cells[WRN].speedups == (8.402, 8.583, 8.381)
     assert learned.cells[WRN].sd == pytest.approx(log_sd([8.402, 8.583, 8.381]))
@@ -46,7 +46,8 @@ def test_the_recording_and_each_matching_run_are_one_sample_each():
 
 
 @pytest.mark.parametrize("run, why", [
-    (run_doc({WRN: 8.0}, "t", software=dict(SOFTWARE, torch="2.12.0+cu130")), "torch 2.11.0+cu130 in the baseline, 2.12.0+cu130 in the run"),
+    (run_doc({WRN: 8.0}, "t", software=dict(SOFTWARE, torch="2.12.0+cu130")),
+     "torch 2.11.0+cu130 in the baseline, 2.12.0+cu130 in the run"),
     (run_doc({WRN: 8.0}, "t", cudnn_benchmark=True), "cudnn_benchmark False in the baseline, True here"),
     (run_doc({WRN: 8.0}, "t", recording=True), "recorded the baseline"),
     (run_doc({WRN: None}, "t"), "no speedup"),
@@ -67,8 +68,11 @@ def test_the_same_run_given_twice_counts_once():
 
 
 def test_each_run_is_one_sample_also_where_several_ran_on_one_card():
-    card = lambda uuid: dict(SOFTWARE, uuid=uuid)
-    learned = learn_from(run_doc({WRN: 8.5}, "a", software=card("88b4")), run_doc({WRN: 8.7}, "b", software=card("88b4")),
+    def card(uuid):
+        return dict(SOFTWARE, uuid=uuid)
+
+    learned = learn_from(run_doc({WRN: 8.5}, "a", software=card("88b4")),
+                         run_doc({WRN: 8.7}, "b", software=card("88b4")),
                      run_doc({WRN: 8.3}, "c", software=card("1f0e")))
     assert learned.cells[WRN].speedups == (8.402, 8.5, 8.7, 8.3)
 
@@ -92,8 +96,10 @@ def test_software_difference_holds_triton_and_torchao_where_the_entry_names_them
     recorded = dict(SOFTWARE, triton="3.6.0", torchao="0.17.0")
     assert software_difference(recorded, run) is None
     text = software_difference(recorded, dict(run, torchao="0.18.0", triton="3.7.0"))
-    assert text == "other software: triton 3.6.0 in the baseline, 3.7.0 in the run; torchao 0.17.0 in the baseline, 0.18.0 in the run"
-    assert "torchao 0.17.0 in the baseline, None in the run" in software_difference(recorded, dict(SOFTWARE, triton="3.6.0"))
+    assert text == ("other software: triton 3.6.0 in the baseline, 3.7.0 in the run; torchao 0.17.0 in the baseline, "
+                    "0.18.0 in the run")
+    assert "torchao 0.17.0 in the baseline, None in the run" in software_difference(recorded,
+                                                                                    dict(SOFTWARE, triton="3.6.0"))
 
 
 def test_with_spread_adds_the_figures_and_keeps_everything_else():
@@ -103,16 +109,19 @@ def test_with_spread_adds_the_figures_and_keeps_everything_else():
     figures = new["entries"][WRN]["figures"]
     assert figures["between_run_sd"] == pytest.approx(learned.cells[WRN].sd) and figures["between_run_count"] == 3
     # centred on the mean of the recording and the runs; the recording's own value kept beside it
-    assert figures["speedup"] == pytest.approx((8.402 * 8.583 * 8.381) ** (1 / 3)) and figures["recorded_speedup"] == 8.402
+    assert (figures["speedup"] == pytest.approx((8.402 * 8.583 * 8.381) ** (1 / 3))
+            and figures["recorded_speedup"] == 8.402)
     assert new["entries"][WRN]["recorded"] == document["entries"][WRN]["recorded"]
-    assert new["entries"][GPT] == document["entries"][GPT] and "between_run_sd" not in document["entries"][WRN]["figures"]
+    assert (new["entries"][GPT] == document["entries"][GPT]
+            and "between_run_sd" not in document["entries"][WRN]["figures"])
 
 
 def test_the_suite_reports_an_interval_across_runs_only_where_the_baseline_has_a_spread():
     est = SpeedupEstimate(8.5, 8.45, 8.55, 20, 0.99)
     assert across_runs_of(est, None) is None
     assert across_runs_of(est, SpeedEntry.from_figures({"speedup": 8.4}).ratio(WALL).between_run_sd) is None
-    assert across_runs_of(est, SpeedEntry.from_figures({"speedup": 8.4, "between_run_sd": None}).ratio(WALL).between_run_sd) is None
+    unlearned = SpeedEntry.from_figures({"speedup": 8.4, "between_run_sd": None}).ratio(WALL).between_run_sd
+    assert across_runs_of(est, unlearned) is None
     baseline = SpeedEntry.from_figures({"speedup": 8.4, "between_run_sd": 0.012, "between_run_count": 5}).ratio(WALL)
     across = across_runs_of(est, baseline.between_run_sd)
     assert across.low < est.low and across.high > est.high and across.between_run_sd == 0.012
@@ -129,7 +138,8 @@ def test_the_table_names_every_figure_and_where_each_is_stored():
                                      "device_method": "graph", "versus_between_run_sd": 0.03, "versus": "amp_bf16"})
     assert (entry.ratio(WALL).between_run_sd, entry.ratio(WALL).between_run_count) == (0.01, 3)
     assert (entry.ratio(DEVICE).between_run_sd, entry.ratio(DEVICE).between_run_count) == (0.02, 4)
-    assert (DEVICE.entry_key("method"), entry.ratio(DEVICE).method, WALL.same_method) == ("device_method", "graph", False)
+    assert (DEVICE.entry_key("method"),
+            entry.ratio(DEVICE).method, WALL.same_method) == ("device_method", "graph", False)
     assert (entry.ratio(VERSUS).between_run_sd, VERSUS.entry_key("method"), VERSUS.over, VERSUS.prefix) == (
         0.03, "versus_method", True, "versus_")
 
@@ -154,7 +164,8 @@ def test_a_compiled_cells_ratio_over_its_versus_side_learns_its_spread_and_toler
 
 
 def test_the_device_speedup_is_learned_in_the_same_pass_as_the_wall_speedup():
-    learned = learn_from(device_run({WRN: (8.583, 3.121), GPT: (6.35, 2.2)}, "a"), device_run({WRN: (8.381, 3.087)}, "b"),
+    learned = learn_from(device_run({WRN: (8.583, 3.121), GPT: (6.35, 2.2)}, "a"),
+                         device_run({WRN: (8.381, 3.087)}, "b"),
                      baseline=device_baseline())
     assert learned.left_out == []
     assert learned.cells[WRN].speedups == (8.402, 8.583, 8.381)
@@ -207,7 +218,8 @@ def test_a_failed_cell_of_an_unchanged_run_counts_since_it_was_a_false_alarm():
 
 def test_with_spread_stores_the_device_figures_beside_the_wall_ones():
     document = device_baseline()
-    learned = learn_from(device_run({WRN: (8.583, 3.121), GPT: (6.2, None)}, "a"), device_run({WRN: (8.381, 3.087)}, "b"),
+    learned = learn_from(device_run({WRN: (8.583, 3.121), GPT: (6.2, None)}, "a"),
+                         device_run({WRN: (8.381, 3.087)}, "b"),
                      baseline=document)
     new = with_spread(document, learned)
     wrn, gpt = new["entries"][WRN]["figures"], new["entries"][GPT]["figures"]
@@ -223,9 +235,11 @@ def test_with_spread_stores_the_device_figures_beside_the_wall_ones():
 
 def test_with_spread_stores_the_device_tolerance_the_verdict_will_now_use():
     document = device_baseline()
-    learned = learn_from(device_run({WRN: (8.583, 3.121)}, "a"), device_run({WRN: (8.381, 3.087)}, "b"), baseline=document)
+    learned = learn_from(device_run({WRN: (8.583, 3.121)}, "a"),
+                         device_run({WRN: (8.381, 3.087)}, "b"), baseline=document)
     wrn = with_spread(document, learned)["entries"][WRN]["figures"]
-    expected = tolerance_for(DEFAULT_TOLERANCE, wrn.get("device_noise"), BetweenRuns(learned.device_cells[WRN].sd, 3, True))
+    expected = tolerance_for(DEFAULT_TOLERANCE, wrn.get("device_noise"),
+                             BetweenRuns(learned.device_cells[WRN].sd, 3, True))
     assert wrn["device_tolerance"] == pytest.approx(expected)
     assert wrn["device_tolerance"] >= DEFAULT_TOLERANCE
 
@@ -250,7 +264,8 @@ def _rerecorded(monkeypatch, previous: dict | None, method: str = "graph", measu
         wobble = iter([1.0, 1.001, 0.999] * 100)
         return PairedTimer(lambda: 0.0055 * next(wobble), lambda: 0.001 * next(wobble), 1, 1)
 
-    monkeypatch.setattr(sides, "device_timing", lambda over, side: SimpleNamespace(method=method, fallback=None, timer=timer))
+    monkeypatch.setattr(sides, "device_timing",
+                        lambda over, side: SimpleNamespace(method=method, fallback=None, timer=timer))
     monkeypatch.setattr(sides, "fresh_timer", timer)
     entry = SpeedEntry.of(previous)
     alike = entry is not None and measurement_mismatch(entry, measured_with) is None

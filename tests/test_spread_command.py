@@ -9,18 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from ampbench.baselines.entries import SpeedEntry, entry_tolerance
+from ampbench.baselines.spread import learn_spread, with_spread
 from ampbench.baselines.store import load_document
-from ampbench.files.write import write_atomic
 from ampbench.cli import main
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
+from ampbench.files.write import write_atomic
 from ampbench.report import parse_run
-from ampbench.baselines.spread import learn_spread, with_spread
 from ampbench.results.ratios import DEVICE, WALL
-from ampbench.stats import log_sd
-from ampbench.baselines.entries import SpeedEntry
-from ampbench.verdict import BetweenRuns
 from ampbench.settings import DEFAULT_TOLERANCE
-from ampbench.baselines.entries import entry_tolerance
+from ampbench.stats import log_sd
+from ampbench.verdict import BetweenRuns
 from spread_runs import (
     GPT,
     MEASURED,
@@ -34,7 +33,6 @@ from spread_runs import (
     run_doc,
     spread_of,
 )
-
 
 # ---------------------------------------------------------------------------------------------------
 # the command
@@ -159,7 +157,8 @@ def _re_recorded(document: dict, device: float, wall: float) -> dict:
     old = SpeedEntry.from_figures(document["entries"][WRN]["figures"])
     kept = {**old.ratio(WALL).kept_spread().figures(WALL), **old.ratio(DEVICE).kept_spread().figures(DEVICE),
             "device_tolerance": entry_tolerance(DEVICE, DEFAULT_TOLERANCE, old.ratio(DEVICE).kept_spread(), 0.004)}
-    figures = {"speedup": wall, "noise": 0.01, "device_speedup": device, "device_noise": 0.004, "device_method": "graph",
+    figures = {"speedup": wall, "noise": 0.01, "device_speedup": device, "device_noise": 0.004,
+               "device_method": "graph",
                **MEASURED, **kept}
     entries = dict(document["entries"], **{WRN: dict(document["entries"][WRN], figures=figures)})
     return dict(document, entries=entries)

@@ -4,7 +4,8 @@ import math
 import random
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ampbench.stats import (
     SpeedupEstimate,
@@ -13,10 +14,10 @@ from ampbench.stats import (
     alternating,
     estimate_speedup,
     log_ratios,
+    log_sd,
     median,
     median_interval,
     median_interval_ranks,
-    log_sd,
     min_rounds,
     order_aligned,
     relative_spread,

@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import records
+from ampbench.plugin.summary import SMOKE_SUMMARY, summary_lines, table, tables
 from ampbench.results import (
     ConvergenceRecord,
     DistributedRecord,
@@ -20,8 +22,6 @@ from ampbench.results import (
     UnderflowRecord,
     Verdict,
 )
-from ampbench.plugin.summary import SMOKE_SUMMARY, summary_lines, table, tables
-import records
 
 ROOT = Path(__file__).parent.parent
 INTERVAL = dict(rounds=12, confidence=0.99)
@@ -33,7 +33,8 @@ LSTM = records.speed(model="lstm_lm", mode="fp16", device="cuda:0", speedup=2.95
                    device_verdict=Verdict.NO_BASELINE, idle_share=0.031, host_bound=False, device_method="kernels",
                    **INTERVAL)
 FP32 = records.speed(model="gpt", mode="fp32", device="cuda:0", speedup=1.0, speedup_low=0.99, speedup_high=1.01,
-                   device_speedup=1.0, device_speedup_low=0.999, device_speedup_high=1.001, device_rounds=12, **INTERVAL)
+                   device_speedup=1.0, device_speedup_low=0.999,
+                     device_speedup_high=1.001, device_rounds=12, **INTERVAL)
 MEMORY = MemoryRecord(model="gpt", mode="amp_bf16", device="cuda:0", memory_ratio=0.734, max_batch=24,
                       max_batch_ratio=1.5, verdict=Verdict.PASS)
 CONVERGENCE = ConvergenceRecord(model="mnist_cnn", mode="fp16", device="cuda:0", accuracy=0.61, accuracy_ref=0.975,

@@ -57,9 +57,11 @@ def test_the_run_stops_with_one_usage_error(tmp_path, selected, status_line):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(f"raise RuntimeError({BROKEN!r})\n")
     (tmp_path / "test_cells.py").write_text(textwrap.dedent(CELLS))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
-                          "--perf-device", "cpu", "--perf-history", "off", "-k", selected, str(tmp_path / "test_cells.py")],
+                          "--perf-device", "cpu", "--perf-history", "off", "-k", selected,
+                          str(tmp_path / "test_cells.py")],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
     output = run.stdout + run.stderr
     assert run.returncode == pytest.ExitCode.USAGE_ERROR, output

@@ -85,8 +85,10 @@ def test_the_wheel_installs_no_top_level_package_but_ampbench(tmp_path):
     assert "ampbench/models/__init__.py" in names and "ampbench/models/mlp.py" in names
     # pyproject.toml lists the packages: each folder of the tree that holds a module is in the wheel
     folders = {("ampbench", *p.parent.relative_to(ROOT / "ampbench").parts) for p in (ROOT / "ampbench").rglob("*.py")}
-    folders |= {("ampbench", "models", *p.parent.relative_to(ROOT / "models").parts) for p in (ROOT / "models").rglob("*.py")}
-    assert folders <= {tuple(n.split("/")[:-1]) for n in names}, sorted(folders - {tuple(n.split("/")[:-1]) for n in names})
+    folders |= {("ampbench", "models",
+                 *p.parent.relative_to(ROOT / "models").parts) for p in (ROOT / "models").rglob("*.py")}
+    assert (folders
+            <= {tuple(n.split("/")[:-1]) for n in names}), sorted(folders - {tuple(n.split("/")[:-1]) for n in names})
     # installed (a wheel is importable as it is unpacked), the zoo is ampbench.models and nothing is `models`
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

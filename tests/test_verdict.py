@@ -5,16 +5,22 @@ from dataclasses import replace
 
 import pytest
 
-from ampbench.speed.sides import SpeedPolicy
-
-from ampbench.speed.judging import comparable_recording, recorded_noise
-from ampbench.stats import SpeedupEstimate, estimate_speedup
-from ampbench.speed.timing import PairedTimer, RoundsPolicy
-from ampbench.baselines.entries import RatioEntry, SpeedEntry
+from ampbench.baselines.entries import RatioEntry, SpeedEntry, entry_tolerance, learned_spread
 from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL
+from ampbench.speed.judging import comparable_recording, recorded_noise
 from ampbench.speed.ratio import Ratio
-from ampbench.verdict import GATE_CONFIDENCE, UNLEARNED_TOLERANCE, BetweenRuns, RatioCheck, SpeedupCheck, Verdict, tolerance_for
-from ampbench.baselines.entries import entry_tolerance, learned_spread
+from ampbench.speed.sides import SpeedPolicy
+from ampbench.speed.timing import PairedTimer, RoundsPolicy
+from ampbench.stats import SpeedupEstimate
+from ampbench.verdict import (
+    GATE_CONFIDENCE,
+    UNLEARNED_TOLERANCE,
+    BetweenRuns,
+    RatioCheck,
+    SpeedupCheck,
+    Verdict,
+    tolerance_for,
+)
 from tests.references import entry_check
 
 
@@ -71,7 +77,8 @@ def test_tolerance_allows_for_two_runs_with_a_t_quantile_from_few_values():
     # few values, a wide quantile: from 3 values t is 9.92, not z = 2.58
     assert BetweenRuns(0.001, 3, centred=True).bound(0.99) == pytest.approx(9.9248 * (4 / 3) ** 0.5 * 0.001, rel=1e-4)
     # a learned spread replaces the recorded noise, which only stood in for it
-    assert tolerance_for(0.005, 0.0159, BetweenRuns(0.002, 8, True)) == pytest.approx(BetweenRuns(0.002, 8, True).bound(GATE_CONFIDENCE))
+    assert tolerance_for(0.005, 0.0159, BetweenRuns(0.002, 8, True)) == pytest.approx(
+        BetweenRuns(0.002, 8, True).bound(GATE_CONFIDENCE))
     # another card's share of the level's error adds in quadrature to the run-to-run term
     assert BetweenRuns(0.002, 8, True, card_sd=0.003).bound(0.99) == pytest.approx(
         BetweenRuns(0.002, 8, True).bound(0.99) * math.hypot(0.002 * (9 / 8) ** 0.5, 0.003) / (0.002 * (9 / 8) ** 0.5))
@@ -261,8 +268,10 @@ def test_a_recording_is_comparable_only_on_the_same_software_measured_the_same_w
     assert not comparable_recording(SpeedEntry.from_figures({"speedup": 3.2}), sw, sw, now)
     assert not comparable_recording(SpeedEntry.from_figures({**same, "block_seconds": 0.25}), sw, sw, now)
     # an entry recorded before the compiler's versions were stored names no Triton to hold a run to
-    assert comparable_recording(SpeedEntry.from_figures(same), sw, {**sw, "triton": "3.6.0", "inductor": "2.11.0+cu130"}, now)
-    assert not comparable_recording(SpeedEntry.from_figures(same), {**sw, "triton": "3.5.0"}, {**sw, "triton": "3.6.0"}, now)
+    assert comparable_recording(SpeedEntry.from_figures(same), sw,
+                                {**sw, "triton": "3.6.0", "inductor": "2.11.0+cu130"}, now)
+    assert not comparable_recording(SpeedEntry.from_figures(same), {**sw, "triton": "3.5.0"},
+                                    {**sw, "triton": "3.6.0"}, now)
 
 
 def test_one_stray_round_in_the_short_batch_does_not_set_the_noise():
@@ -279,7 +288,8 @@ def test_a_baseline_measured_another_way_is_named():
     # entries recorded before the settings were stored count as the defaults they were measured with
     assert measurement_mismatch(SpeedEntry.from_figures({"speedup": 4.0}), same) is None
     assert measurement_mismatch(SpeedEntry.from_figures({"speedup": 4.0, **same}), same) is None
-    msg = measurement_mismatch(SpeedEntry.from_figures({"speedup": 4.0}), {"cudnn_benchmark": False, "block_seconds": 0.1})
+    msg = measurement_mismatch(SpeedEntry.from_figures({"speedup": 4.0}),
+                               {"cudnn_benchmark": False, "block_seconds": 0.1})
     assert msg is not None and "cudnn_benchmark True in the baseline, False here" in msg
     msg = measurement_mismatch(SpeedEntry.from_figures({"speedup": 4.0, "block_seconds": 0.25}), same)
     assert msg is not None and "block_seconds 0.25 in the baseline, 0.1 here" in msg

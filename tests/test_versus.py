@@ -12,22 +12,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from ampbench.speed import sides
-from ampbench.baselines.store import BaselineError, validate_entry
 from ampbench.baselines.entries import SpeedEntry
-from ampbench.baselines.store import measurement_mismatch
-from ampbench.speed.compiled import VersusSides, served
-from ampbench.results.ratios import DEVICE, VERSUS
-from ampbench.speed.ratio import Ratio
+from ampbench.baselines.store import BaselineError, measurement_mismatch, validate_entry
+from ampbench.models import get_model
 from ampbench.modes import compiled, get_mode, label, versus_figure, versus_of
 from ampbench.report import build_report, render_markdown
 from ampbench.report.speed_cells import COMPILE_GAIN_TITLE, versus_matrices
 from ampbench.results import Run, SpeedRecord, Verdict
+from ampbench.results.ratios import DEVICE, VERSUS
 from ampbench.settings import PerfSettings
+from ampbench.speed import sides
 from ampbench.speed.cell import measure_speed, policy
+from ampbench.speed.compiled import VersusSides, served
+from ampbench.speed.ratio import Ratio
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import UNLEARNED_TOLERANCE
-from ampbench.models import get_model
 from tests import records
 from tests.references import entry_check, file_reference, held
 
@@ -94,7 +93,8 @@ def test_without_a_baseline_the_ratio_is_measured_and_says_why_it_is_not_judged(
     vs, _ = _versus(monkeypatch, compiled(AMP_BF16), 1.3, 1.0, None)
     assert vs.verdict is Verdict.NO_BASELINE and vs.check is None
     assert vs.estimate.speedup == pytest.approx(1.3, rel=0.01)
-    assert vs.message.startswith("compile gain over amp_bf16 (graph): 1.30") and "no baseline for this GPU" in vs.message
+    assert (vs.message.startswith("compile gain over amp_bf16 (graph): 1.30")
+            and "no baseline for this GPU" in vs.message)
     figures = vs.figures()
     assert vs.over == "amp_bf16" and figures.verdict is Verdict.NO_BASELINE
     assert figures.step_ms_ref == pytest.approx(1300, rel=0.01) and figures.baseline_speedup is None
@@ -143,7 +143,8 @@ def test_a_recording_stores_the_ratio_pooled_with_its_noise_and_tolerance(monkey
 
 
 MEASURED_WITH = {"cudnn_benchmark": True, "block_seconds": 0.1}
-LEARNED_VERSUS = {"versus": "amp_bf16", "versus_method": "graph", "versus_speedup": 1.25, "versus_between_run_sd": 0.002,
+LEARNED_VERSUS = {"versus": "amp_bf16", "versus_method": "graph", "versus_speedup": 1.25,
+                  "versus_between_run_sd": 0.002,
                   "versus_between_run_count": 12, "versus_between_run_runs": ["a", "b"], **MEASURED_WITH}
 
 
@@ -217,7 +218,8 @@ def test_a_regressed_compile_gain_fails_the_cell_and_its_message_names_the_ratio
     cell, identities = _cell(FakeStore(entry), _settings())
     record = cell.record
     assert identities and identities[0].mode == "amp_bf16 compiled"
-    assert record.ratio(DEVICE).verdict in (Verdict.PASS, Verdict.IMPROVED) and record.ratio(VERSUS).verdict is Verdict.REGRESSION
+    assert (record.ratio(DEVICE).verdict in (Verdict.PASS, Verdict.IMPROVED)
+            and record.ratio(VERSUS).verdict is Verdict.REGRESSION)
     assert record.verdict is Verdict.REGRESSION and not cell.problems
     assert record.message.startswith("compile gain over amp_bf16 regression: device time (wall): ")
     assert "mlp amp_bf16 compiled: compile gain over amp_bf16" in record.message
@@ -283,7 +285,8 @@ def _record(model: str, mode: str, versus: str | None, value: float | None, verd
     ratio = {} if versus is None else dict(
         versus=versus, versus_method="graph", versus_speedup=value, versus_speedup_low=value * 0.99,
         versus_speedup_high=value * 1.01, versus_rounds=8, versus_verdict=verdict, versus_baseline_speedup=value)
-    return records.speed(test_id=f"test_speed[{model}-{mode.replace(' compiled', '-compiled')}]", model=model, mode=mode,
+    return records.speed(test_id=f"test_speed[{model}-{mode.replace(' compiled', '-compiled')}]", model=model,
+                         mode=mode,
                        device="cuda:0", speedup=2.0, speedup_low=1.9, speedup_high=2.1, rounds=8, confidence=0.99,
                        device_speedup=2.0, device_speedup_low=1.98, device_speedup_high=2.02, device_rounds=8,
                        device_method="graph", device_verdict=Verdict.PASS, verdict=verdict, **ratio)
@@ -296,7 +299,8 @@ def test_a_record_keeps_its_second_ratio_through_json_and_checks_its_interval():
     assert back == record and back.estimate(VERSUS).speedup == 0.92 and back.ratio(VERSUS).verdict is Verdict.REGRESSION
     assert _record("gpt", "amp_bf16", None, None).estimate(VERSUS) is None
     info["ratios"]["versus"]["speedup_low"] = 0.95  # above its own estimate
-    assert any("extra_info.ratios.versus.speedup_low" in p for p in SpeedRecord.problems(info, "benchmarks[0].extra_info"))
+    assert any("extra_info.ratios.versus.speedup_low" in p
+               for p in SpeedRecord.problems(info, "benchmarks[0].extra_info"))
 
 
 def _run() -> Run:

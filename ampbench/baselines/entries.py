@@ -264,7 +264,7 @@ def entry_reference(kind: RatioKind, floor: float, ratio: RatioEntry | None, sou
     """What a ratio of `kind` is judged against where its baseline entry (``entries.RatioEntry``) is the
     source: its figure, and the tolerance ``entry_tolerance`` gives it; None where the entry holds no figure."""
     level = finite_number(ratio.speedup) if ratio is not None else None
-    if level is None:
+    if ratio is None or level is None:
         return None
     low, unlearned = kind.rule(floor)
     return Reference.of(level, low, ratio.noise, learned_spread(ratio), source=source, method=ratio.method,

@@ -126,12 +126,14 @@ def validate_entry(test_id: str, entry: Any, path: Path, schemas: dict | None = 
         raise BaselineError(path, f"{where}.software", "not an object")
     for name, value in software.items():
         if not (value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))):
-            raise BaselineError(path, f"{where}.software.{name}", f"{_describe(value)} is not a string, an integer or null")
+            raise BaselineError(path, f"{where}.software.{name}",
+                                f"{_describe(value)} is not a string, an integer or null")
     if "recorded" in entry and not is_stamp(entry["recorded"]):
         raise BaselineError(path, f"{where}.recorded", f"{_describe(entry['recorded'])} is not {STAMP_EXPECTED}")
     unknown = sorted(set(entry) - ENTRY_FIELDS)
     if unknown:
-        raise BaselineError(path, f"{where}.{unknown[0]}", f"not a field of an entry ({', '.join(sorted(ENTRY_FIELDS))})")
+        raise BaselineError(path, f"{where}.{unknown[0]}",
+                            f"not a field of an entry ({', '.join(sorted(ENTRY_FIELDS))})")
 
 
 def validate(document: Any, path: Path) -> None:

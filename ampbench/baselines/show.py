@@ -104,7 +104,8 @@ class KindTable:
 
     title: str
     note: str | None = None  # a paragraph above the table
-    columns: tuple[EntryColumn, ...] = ()  # fixed columns; none: every figure the entries hold, CONVERGENCE_FIRST leading
+    # fixed columns; none: every figure the entries hold, CONVERGENCE_FIRST leading
+    columns: tuple[EntryColumn, ...] = ()
     entry: type[FlatEntry] | None = None  # the typed entry the fixed columns read a cell's figures as
     cell_header: str = "mode"  # what the second column holds
 
@@ -130,7 +131,8 @@ _DISTRIBUTED_NOTE = ("N ranks: the mode's speedup over fp32 under the same paral
 KIND_TABLES: dict[str, KindTable] = {
     "test_speed": KindTable(
         "Speed", "Speedups are over fp32 in the same process. The device speedup is the gated figure; its "
-        "method is `graph` (CUDA-graph replay), `kernels` (the profiler's kernel sum, the fallback) or `wall` (CPU). Idle share is "
+        "method is `graph` (CUDA-graph replay), `kernels` (the profiler's kernel sum, the fallback) or `wall` (CPU). "
+        "Idle share is "
         "the share of a step's wall time the GPU sat idle (wall time minus busy time); host-bound means above 10%.",
         SPEED_COLUMNS, entry=SpeedEntry),
     "test_memory": KindTable(

@@ -2,7 +2,8 @@
 
 A run's own 99% interval covers its rounds, which share one process and one card; between processes
 and cards the same cell moves further (docs/design.md, "Where the constants come from"). ``learn_spread``
-gathers, per speed entry of a baseline file, the recording's speedup and the speedup of every saved run of the same software,
+gathers, per speed entry of a baseline file, the recording's speedup and the speedup of every saved run of the same
+software,
 measured the same way, and ``with_spread`` stores their log standard deviation in the entry as
 ``between_run_sd`` (with ``between_run_count`` values behind it) and centres the entry's speedup on
 their geometric mean (the recording's own value kept as ``recorded_speedup``). The device-time speedup
@@ -34,8 +35,8 @@ from ampbench.baselines.entries import FlatEntry, SpeedEntry, entry_tolerance, p
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.results import SPEED_RATIOS, RatioKind, Run, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
-from ampbench.stats import finite_number, log_sd
 from ampbench.settings import DEFAULT_TOLERANCE
+from ampbench.stats import finite_number, log_sd
 
 # what must match between a baseline entry's `software` and a run's machine_info["ampbench"] for the
 # run to measure the same thing: the card model and every layer of software under test
@@ -155,7 +156,8 @@ class CellSpread:
 class Learned:
     # per ratio's series name (``RatioKind.history``), the entries with at least one run beside the recording
     figures: dict[str, dict[str, CellSpread]] = field(default_factory=lambda: {k.history: {} for k in spread_kinds()})
-    left_out: list[tuple[str, str, str]] = field(default_factory=list)  # (run, test id, why) of run cells that do not count
+    # (run, test id, why) of run cells that do not count
+    left_out: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def cells(self) -> dict[str, CellSpread]:

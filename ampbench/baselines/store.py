@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
 
+from ampbench.baselines.entries import FlatEntry, entry_reference
 from ampbench.baselines.schema import (  # noqa: F401 - the file format's names, read from here too
     SCHEMA_VERSION,
     STAMP_FORMAT,
@@ -31,12 +32,10 @@ from ampbench.baselines.schema import (  # noqa: F401 - the file format's names,
     validate,
     validate_entry,
 )
-from ampbench.baselines.entries import FlatEntry, entry_reference
 from ampbench.files.read import DuplicateKey, UnreadableFile, read_text, unique_keys
 from ampbench.files.write import write_atomic
 from ampbench.results.ratios import RatioKind
 from ampbench.verdict import Reference
-
 
 # Figures an update of an entry keeps from the entry it replaces, by kind of entry: where the update has
 # none of a group's figures, the old entry's are carried over whole, stamped `<first name>_recorded` with

@@ -127,12 +127,14 @@ class SuiteMeasurer:
     def __call__(self, tree: Path, label: str, record_baseline: bool = False) -> Measurement:
         run_json = Path(self.log_dir) / f"{label}.json"
         run_json.unlink(missing_ok=True)
-        argv = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args(self.parsed(), self.test_file),
+        argv = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                *pytest_args(self.parsed(), self.test_file),
                 "--perf-gate", self.gate, "--perf-history", "off", "--benchmark-json", str(run_json), *self.pytest_args]
         if self.tolerance is not None:
             argv += ["--perf-tolerance", f"{min(self.tolerance, 0.9):.6g}"]
         if self.baseline_dir is not None:
-            argv += ["--perf-baseline-dir", self.baseline_dir] + (["--perf-update-baselines"] if record_baseline else [])
+            argv += (["--perf-baseline-dir", self.baseline_dir]
+                     + (["--perf-update-baselines"] if record_baseline else []))
         t0 = time.perf_counter()
         status, output = Child(self.own_session).run(argv, tree, tree_env(tree), Path(self.log_dir) / f"{label}.log")
         seconds = time.perf_counter() - t0

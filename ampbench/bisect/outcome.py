@@ -24,7 +24,8 @@ def first_bad_step(steps: list[dict], revision: str) -> dict | None:
 def moved(level: Level, cell: Mapping[str, Any]) -> str:
     """The kernels that moved between the good side's list and the step's, or why none is named."""
     if not level.kernels or not cell.get("kernels"):
-        return "no kernel lists to compare (the CPU smoke pass lists none, a step command lists them where it prints them)"
+        return ("no kernel lists to compare (the CPU smoke pass lists none, a step command lists them where it prints "
+                "them)")
     return kernel_changes(level.kernels, cell["kernels"], against="the good side") or "no kernel moved"
 
 

@@ -123,7 +123,8 @@ def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
         config = {"measurer": measurer_spec(measurer), "levels": {c: lv.to_json() for c, lv in levels.items()},
                   "steps_file": str(wt.scratch / "steps.jsonl"), "path": str(wt.scratch / "config.json")}
         record.update(levels=config["levels"], good_runs=good_runs)
-        low, high, skipped = 0, len(versions) - 1, set()
+        skipped: set[int] = set()
+        low, high = 0, len(versions) - 1
         why = None
         if plan.check_bad and _step(config, measurer, envs, wt.path, versions[-1], "bad side") != BAD:
             why = f"the bad side {package}=={versions[-1]} does not regress against the good side's level"

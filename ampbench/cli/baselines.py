@@ -12,8 +12,8 @@ from pathlib import Path
 from ampbench.baselines.show import render_file
 from ampbench.baselines.spread import learn_spread, with_spread
 from ampbench.baselines.store import BaselineError, latest_entries, load_document
-from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.cli import record as record_cli
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.cli.history import history_store, with_store
 from ampbench.files.paths import BASELINE_DIR
 from ampbench.files.write import described, same_file, write_atomic, write_text_atomic
@@ -184,5 +184,6 @@ def export(args: argparse.Namespace) -> int:
         print(f"ampbench baselines export: {shown}", file=sys.stderr)
         return EXIT_BAD_INPUT
     for path, written in files:
-        print(f"ampbench: {written} {'entry' if written == 1 else 'entries'} written from the history {args.history} to {path}")
+        print(f"ampbench: {written} {'entry' if written == 1 else 'entries'} written from the history {args.history} "
+              f"to {path}")
     return EXIT_OK

@@ -86,7 +86,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="bisect the versions of this package instead of commits (pip install NAME==V)")
     p.add_argument("--versions", type=_versions, default=None, metavar="V1,V2,...",
                    help="with --package: its versions, oldest (good) first, newest (bad) last")
-    p.add_argument("--rev", default="HEAD", metavar="REV", help="with --package: the project's revision (default: HEAD)")
+    p.add_argument("--rev", default="HEAD", metavar="REV",
+                   help="with --package: the project's revision (default: HEAD)")
     p.add_argument("--pip-args", default="", metavar="ARGS",
                    help="with --package: more arguments for pip install, e.g. '--find-links DIR --no-index' or "
                         "'--index-url https://download.pytorch.org/whl/cu130'")
@@ -130,7 +131,8 @@ def command(args: argparse.Namespace) -> int:
         print(f"ampbench bisect: error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     measurer = (CommandMeasurer(args.step_command) if args.step_command is not None else
-                SuiteMeasurer(list(args.cells), sys.executable, args.test_file, args.gate, shlex.split(args.pytest_args)))
+                SuiteMeasurer(list(args.cells), sys.executable, args.test_file, args.gate,
+                              shlex.split(args.pytest_args)))
     plan = Plan(args.repeats, args.tolerance, args.check_bad, args.history, args.gpu, args.suite_baseline)
     try:
         if args.package is not None:

@@ -74,7 +74,8 @@ def render_text() -> str:
     modes = _table(["mode", "parameters", "autocast", "loss scaling", "tiers", "CPU", "needs"],
                    [[r["name"], r["parameters"], r["autocast"] or "-", r["loss_scaling"], r["tiers"],
                      yes(r["on_cpu"]), "; ".join(r["needs"]) or "-"] for r in mode_rows()])
-    return "\n".join(["Models (--perf-models; tier quick runs by default, full only under --perf-tier full):", *models, "",
+    return "\n".join(["Models (--perf-models; tier quick runs by default, full only under --perf-tier full):", *models,
+                      "",
                       "Precision modes (--perf-precisions; each timed against fp32):", *modes]) + "\n"
 
 

@@ -19,15 +19,15 @@ from typing import Iterator
 
 import torch
 
-from ampbench.speed import sides
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.device import configure_backends, release, resolve
-from ampbench.modes import MODES, REFERENCE_MODE, PrecisionMode, get_mode
-from ampbench.stats import SpeedupEstimate
-from ampbench.speed.timing import extend_until_tight, sync, time_block
-from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.models import get_model
 from ampbench.models.spec import ModelSpec
+from ampbench.modes import MODES, REFERENCE_MODE, PrecisionMode, get_mode
+from ampbench.settings import DEFAULT_TOLERANCE
+from ampbench.speed import sides
+from ampbench.speed.timing import extend_until_tight, sync, time_block
+from ampbench.stats import SpeedupEstimate
 from ampbench.train import memory_format_for
 
 # the plain loop is written the way people write mixed precision: torch.autocast around forward and loss,
@@ -92,8 +92,10 @@ class _PlainLoop:
         self.spec, self.device, self.autocast = spec, device, autocast
         self.model = spec.build(config).to(device, memory_format=fmt)
         fused = good_practice or None  # None: the optimizer's default (foreach) implementation
+        self.opt: torch.optim.Optimizer
         if spec.optimizer == "sgd":
-            self.opt = torch.optim.SGD(self.model.parameters(), lr=spec.lr, momentum=0.9, weight_decay=5e-4, fused=fused)
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=spec.lr, momentum=0.9,
+                                       weight_decay=5e-4, fused=fused)
         else:
             self.opt = torch.optim.AdamW(self.model.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.1,
                                          fused=fused)

@@ -21,17 +21,25 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ampbench.speed import sides
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
-from ampbench.device import catch_oom, cell_unsupported_reason, configure_backends, device_name, release, resolve, unsupported_reason
+from ampbench.device import (
+    catch_oom,
+    cell_unsupported_reason,
+    configure_backends,
+    device_name,
+    release,
+    resolve,
+    unsupported_reason,
+)
 from ampbench.files.write import write_atomic
 from ampbench.fp8 import FP8_ALIGNMENT
 from ampbench.models import get_model
-from ampbench.modes import PrecisionMode, get_mode, label, versus_of
-from ampbench.stats import SpeedupEstimate
-from ampbench.speed.timing import extend_until_tight
-from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.models.spec import ModelSpec
+from ampbench.modes import PrecisionMode, get_mode, label, versus_of
+from ampbench.settings import DEFAULT_TOLERANCE
+from ampbench.speed import sides
+from ampbench.speed.timing import extend_until_tight
+from ampbench.stats import SpeedupEstimate
 
 
 class WidthError(ValueError):

@@ -60,7 +60,8 @@ def history_store(args: argparse.Namespace, *, create: bool, read_only: bool) ->
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     """`ampbench history` and its actions; the actions' subparsers, for more actions."""
-    his = sub.add_parser("history", help="the run history: import saved runs, list runs, explain a cell, accept a change",
+    his = sub.add_parser("history",
+                         help="the run history: import saved runs, list runs, explain a cell, accept a change",
                          description="The history every `pytest perf/` run appends to (--perf-history): import "
                                      "saved run JSONs into it, list its runs, explain what it decided of a cell, list "
                                      "its changes, accept a moved cell's new level.")
@@ -108,7 +109,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     exp.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=figures(),
                      help=f"the figure whose series is explained (default: {DEVICE.history})")
     exp.add_argument("--baseline-dir", metavar="DIR", type=Path, default=paths.BASELINE_DIR,
-                     help=f"where the baseline file whose spread the gate pools in lives (default: {paths.BASELINE_DIR}/)")
+                     help="where the baseline file whose spread the gate pools in lives (default: "
+                          f"{paths.BASELINE_DIR}/)")
     exp.set_defaults(handler=_explain)
     chg = with_store(actions.add_parser(
         "changes", help="list where each cell's figures moved to another level, and across what",
@@ -116,7 +118,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                     "cell's noise) and list each with the runs around it, what differs between them (label, "
                     "suite revision, torch, CUDA, cuDNN, driver, Triton, torchao, card) and the kernels whose "
                     "time moved most between the two segments.",
-        epilog="Exit status: 0 listed (with or without changes), 2 a cell the history holds no series of, or the store."))
+        epilog="Exit status: 0 listed (with or without changes), 2 a cell the history holds no series of, or the "
+               "store."))
     chg.add_argument("--gpu", metavar="NAME", default=None, help="only this GPU model (default: every one)")
     chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
     chg.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=("all", *figures()),
@@ -185,7 +188,8 @@ def _explain(args: argparse.Namespace) -> int:
     from ampbench.history.explain import explain
 
     history = history_store(args, create=False, read_only=True)
-    print("\n".join(printable(line) for line in explain(history, args.test_id, args.gpu, args.figure, args.baseline_dir)))
+    print("\n".join(printable(line) for line in explain(history, args.test_id, args.gpu,
+                                                        args.figure, args.baseline_dir)))
     return EXIT_OK
 
 

@@ -17,8 +17,13 @@ from ampbench.history.connect import store_url
 from ampbench.printable import printable
 from ampbench.progress import Progress
 from ampbench.report import Run, build_report, failed_tests, load_run, render_comparison_markdown, write_report
-from ampbench.report.compare import (DEFAULT_ACCURACY_TOLERANCE, DEFAULT_MEMORY_TOLERANCE, DEFAULT_TOLERANCE,
-                                     compare_runs, format_text)
+from ampbench.report.compare import (
+    DEFAULT_ACCURACY_TOLERANCE,
+    DEFAULT_MEMORY_TOLERANCE,
+    DEFAULT_TOLERANCE,
+    compare_runs,
+    format_text,
+)
 from ampbench.verdict import Verdict
 
 
@@ -66,7 +71,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     rep.add_argument("--gpu", metavar="NAME", default=None,
                      help="with --history: the GPU model whose runs are drawn (default: the run's own)")
     rep.add_argument("--fail-on-regression", action="store_true",
-                     help="exit with status 1 when a verdict fails (a regression, non-finite training, an fp32 reference "
+                     help="exit with status 1 when a verdict fails (a regression, non-finite training, an fp32 "
+                          "reference "
                           "that did not learn), by the run's own verdicts or against --compare")
     _add_tolerances(rep)
     rep.set_defaults(handler=report)
@@ -118,7 +124,8 @@ def report(args: argparse.Namespace) -> int:
         print(f"ampbench: {args.run} holds no cell: every test of its run was skipped or deselected (on the CPU, "
               "the memory and GPU-only cells skip), so there is nothing to judge")
     if trends is not None:
-        print(printable(f"ampbench: trends of {len(trends.cells)} cells on {trends.gpu} from the history {trends.store}"))
+        print(printable(f"ampbench: trends of {len(trends.cells)} cells on {trends.gpu} "
+                        f"from the history {trends.store}"))
     own = [c for c in run.cells if c.verdict is not None and c.verdict.failing]
     for c in own:
         print(printable(f"{str(c.verdict).upper()}: {c.test_id}: {c.message or ''}"))

@@ -98,7 +98,8 @@ class ParityCell:
                 "within_margin": self.outcome is Outcome.PASS}
 
 
-def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget: Budget, baseline: ConvergenceEntry | None,
+def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget: Budget,
+                baseline: ConvergenceEntry | None,
                 device: str, seed: int, reference_label: str = "fp32") -> ParityCell:
     """Hold a mode's training against its reference's (fp32's, or the mode's parity_reference, named
     `reference_label`), with the margin of its baseline entry (the budget's default where it holds none)."""

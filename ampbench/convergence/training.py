@@ -14,11 +14,10 @@ import torch
 
 from ampbench.convergence.images import ImageData, fit_images, shuffled_batches
 from ampbench.device import cudnn_heuristics
+from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode
 from ampbench.speed.timing import sync
 from ampbench.train import Trainer
-from ampbench.models.spec import ModelSpec
-
 
 # -- budgets ---------------------------------------------------------------------------------------
 

@@ -103,13 +103,15 @@ def _train_underflow(
     start = [p.detach().clone() for p in model.parameters()]
     underflow = grad_median = None
     if fp16:
-        underflow, grad_median = _first_step_underflow(model, x_train[:batch_size], y_train[:batch_size], factor * loss_scale)
+        underflow, grad_median = _first_step_underflow(model, x_train[:batch_size],
+                                                       y_train[:batch_size], factor * loss_scale)
     # fp32 master weights in both fp16 runs, so that the loss scale is the only difference between them;
     # the learning rate undoes the loss factor, so fp32 takes ordinary steps
     master = MasterWeights(model.parameters()) if fp16 else None
     params = master.master_params if master else list(model.parameters())
     optimizer = torch.optim.SGD(params, lr=lr / factor, momentum=0.9)
-    scaler = LossScaler(device=device.type, init_scale=loss_scale, growth_factor=1.0, backoff_factor=1.0) if fp16 else None
+    scaler = LossScaler(device=device.type, init_scale=loss_scale,
+                        growth_factor=1.0, backoff_factor=1.0) if fp16 else None
     losses = []
     for _, idx in zip(range(steps), shuffled_batches(len(y_train), batch_size, seed, device)):
         x = x_train[idx].half() if fp16 else x_train[idx]
@@ -130,7 +132,8 @@ def _train_underflow(
         x = x_test.half() if fp16 else x_test
         accuracy = float((model(x).float().argmax(1) == y_test).float().mean())
     moved = any(bool((p.detach() != s).any()) for p, s in zip(model.parameters(), start))
-    return UnderflowRun(label, loss_scale, accuracy, underflow, grad_median, moved, torch.stack(losses).float().cpu().tolist())
+    return UnderflowRun(label, loss_scale, accuracy, underflow, grad_median, moved,
+                        torch.stack(losses).float().cpu().tolist())
 
 
 def underflow_demo(

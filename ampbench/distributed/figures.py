@@ -117,7 +117,8 @@ def device_figures(docs: Sequence[dict], confidence: float) -> dict:
             "device_step_s_ref": median(ref), "device_efficiency": device_efficiency(docs, method, mode, confidence)}
 
 
-def device_efficiency(docs: Sequence[dict], method: str, mode: list[float], confidence: float) -> SpeedupEstimate | None:
+def device_efficiency(docs: Sequence[dict], method: str,
+                      mode: list[float], confidence: float) -> SpeedupEstimate | None:
     """The scaling efficiency in device time, per round the 1-GPU side's graph replays (rank 0's, between
     the rounds) over the N-GPU mode's (``per_round_min``): t_1 / t_N, as the wall-clock efficiency. Only
     where the N-GPU side was replayed as a graph too: a graph against the profiler's busy time would

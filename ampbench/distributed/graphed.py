@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 
 from ampbench.distributed.ranks import agree_max, gather_text, together
-from ampbench.speed.devicetime import SIDE_STREAM_WARMUP, CaptureError, CapturedStep
+from ampbench.speed.devicetime import SIDE_STREAM_WARMUP, CapturedStep, CaptureError
 from ampbench.speed.held import TRIES, BlockQueue, launch_queue_depth
 from ampbench.train import Trainer
 

@@ -1,8 +1,9 @@
 """A distributed cell's judging: its four figures (the device-time speedup, the wall-clock speedup under
 the same parallelism, the scaling efficiency in device time and in wall clock) held against the cell's
-baseline source's ``verdict.Reference`` of each, as the single-GPU cells' are (``speed.ratio.ratio_check``), which of them gate
-the cell (--perf-gate), and the cell's message, its ratios as its record holds them and its device-time
-baseline figures. The kinds of ratio are the rows of ``results.ratios.DISTRIBUTED_RATIOS``.
+baseline source's ``verdict.Reference`` of each, as the single-GPU cells' are
+(``speed.ratio.ratio_check``), which of them gate the cell (--perf-gate), and the cell's message, its
+ratios as its record holds them and its device-time baseline figures. The kinds of ratio are the rows of
+``results.ratios.DISTRIBUTED_RATIOS``.
 
 Device time (the speedup, and the scaling efficiency where rank 0's 1-GPU side was replayed as a graph
 too) gates by default, the wall-clock figures are reported beside it; under --perf-gate wall or both
@@ -161,7 +162,8 @@ def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Ver
     device = RatioFigures(method=figs.device_method, fallback=figs.device_fallback)
     est, check = figs.device, checks.device
     if est is not None:
-        mode_ms, ref_ms = ([t * 1e3 for t in per_round_min(docs, key)] for key in ("device_mode_times", "device_ref_times"))
+        mode_ms, ref_ms = ([t * 1e3 for t in per_round_min(docs, key)]
+                           for key in ("device_mode_times", "device_ref_times"))
         device = _figures(est, check, verdicts.get(DEVICE_SPEEDUP), line=check.regression_line if check else None,
                           method=figs.device_method, fallback=figs.device_fallback,
                           step_ms=figs.device_step_s * 1e3, step_ms_ref=figs.device_step_s_ref * 1e3,
@@ -224,7 +226,8 @@ def cell_message(what: str, figs: DistFigures, checks: CellChecks, verdicts: dic
     parts = [f"{what}: "]
     if figs.device is not None:
         parts[0] += f"device-time speedup over fp32 under the same parallelism ({figs.device_method}) {figs.device}"
-        parts += _against(checks.device, verdicts.get(DEVICE_SPEEDUP)) or ([checks.device_why] if checks.device_why else [])
+        parts += (_against(checks.device, verdicts.get(DEVICE_SPEEDUP))
+                  or ([checks.device_why] if checks.device_why else []))
         parts.append(f"wall clock {figs.speedup}")
     else:
         parts[0] += f"speedup over fp32 under the same parallelism {figs.speedup}"

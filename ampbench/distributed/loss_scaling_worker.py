@@ -105,7 +105,8 @@ SETUPS: dict[str, Setup] = {
         # over the mesh by DTensor's own handler of _amp_foreach_non_finite_check_and_unscale_
         Setup("fsdp2-gradscaler-sgd", _fsdp2, _grad_scaler, "sgd_foreach", True),
         # the control: ranks that never communicate skip on their own and drift apart
-        Setup("unsynchronized-gradscaler-sgd", lambda net, device: net, _grad_scaler, "sgd_foreach", False, agrees=False),
+        Setup("unsynchronized-gradscaler-sgd", lambda net, device: net, _grad_scaler,
+              "sgd_foreach", False, agrees=False),
     )
 }
 

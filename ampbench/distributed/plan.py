@@ -38,7 +38,7 @@ def plan_document(module: str, argv: list[str], files: dict[str, str] | None = N
     return {"module": module, "argv": argv, "files": files or {}, "what": what, "end": False}
 
 
-END = {"module": None, "argv": [], "files": {}, "what": "the end of node 0's launches", "end": True}
+END: dict[str, object] = {"module": None, "argv": [], "files": {}, "what": "the end of node 0's launches", "end": True}
 
 
 def _store(timeout: float):
@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m ampbench.distributed.plan", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, type=Path, help="this node's folder for the launch's documents")
-    p.add_argument("--plan", type=Path, default=None, help="node 0's plan (JSON); the other nodes take it from the store")
+    p.add_argument("--plan", type=Path, default=None,
+                   help="node 0's plan (JSON); the other nodes take it from the store")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds a rank waits for the plan, and node 0 for every rank's documents")
     args = p.parse_args(argv)

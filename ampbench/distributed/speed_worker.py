@@ -7,7 +7,8 @@ Per comm variant, the fp32 reference (the same parallelism, fp32 reduction) and 
 rounds as in ``PairedTimer``, every rank starting each block together; rank 0 also times, between
 rounds, the same mode on its GPU alone (a plain ``Trainer``), the 1-GPU side of the scaling
 efficiency, in wall clock and, on CUDA, as held replays of its step captured as a CUDA graph
-(``single_device_block``), the device time the efficiency is held to. On CUDA each round also times one block of each side on the device (``device_timer``):
+(``single_device_block``), the device time the efficiency is held to. On CUDA each round also times one block of each
+side on the device (``device_timer``):
 replays of the rank's step captured as a CUDA graph, held and started on every rank together
 (``graphed``), or where a rank cannot capture it, the profiler's busy time of the rank's GPU per step;
 beside the wall-clock blocks. Each rank writes ``DIR/<comm>/rank{R}.json``, or, for a variant this
@@ -37,8 +38,11 @@ import torch
 import torch.distributed as dist
 
 from ampbench import models
-from ampbench.speed import sides
 from ampbench.device import configure_backends, device_name, prime_libraries, release
+from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE
+from ampbench.distributed.graphed import CAPTURE_ERROR_MODE, RankedReplays, capture_sides, own_stream
+from ampbench.distributed.launch import injected, load_worker_plugins
+from ampbench.distributed.ranks import agree_max, together
 from ampbench.distributed.variants import (
     STRATEGIES,
     CommVariant,
@@ -48,12 +52,9 @@ from ampbench.distributed.variants import (
     get_comm,
     kernels_from_trace,
 )
-from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE
-from ampbench.distributed.graphed import CAPTURE_ERROR_MODE, RankedReplays, capture_sides, own_stream
-from ampbench.distributed.launch import injected, load_worker_plugins
-from ampbench.distributed.ranks import agree_max, together
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
-from ampbench.speed.devicetime import CaptureError, CapturedStep, DeviceClock, profile_steps
+from ampbench.speed import sides
+from ampbench.speed.devicetime import CapturedStep, CaptureError, DeviceClock, profile_steps
 from ampbench.speed.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
 from ampbench.train import Trainer
 
@@ -293,7 +294,8 @@ def failed_comm(output: str) -> str | None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m ampbench.distributed.speed_worker", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m ampbench.distributed.speed_worker",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, choices=list(models.REGISTRY))
     p.add_argument("--mode", required=True)
     p.add_argument("--comm", required=True, help="comma-separated comm variants, run one after the other")

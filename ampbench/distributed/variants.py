@@ -2,7 +2,8 @@
 NCCL's share of a step read from a profiler trace (``ampbench.distributed.figures`` merges the ranks'
 documents into a cell's figures).
 
-The per-rank program is ``ampbench.distributed.speed_worker`` (run by torchrun); ``ampbench.distributed.launch`` starts it.
+The per-rank program is ``ampbench.distributed.speed_worker`` (run by torchrun); ``ampbench.distributed.launch`` starts
+it.
 """
 
 from __future__ import annotations

@@ -2,8 +2,16 @@
 the one the suite judges (``figures``), never one side's time."""
 
 from ampbench.export.figures import Figure, Figures, cell_margins, gated_figures
-from ampbench.export.formats import (CONBENCH_REFUSAL, MARGIN_MEASURE, ExportError, bmf, github, github_margin,
-                                     pytest_benchmark)
+from ampbench.export.formats import (
+                                     CONBENCH_REFUSAL,
+                                     MARGIN_MEASURE,
+                                     ExportError,
+                                     bmf,
+                                     github,
+                                     github_margin,
+                                     pytest_benchmark,
+)
 
-__all__ = ["CONBENCH_REFUSAL", "MARGIN_MEASURE", "ExportError", "Figure", "Figures", "bmf", "cell_margins", "gated_figures",
+__all__ = ["CONBENCH_REFUSAL", "MARGIN_MEASURE", "ExportError", "Figure", "Figures", "bmf", "cell_margins",
+           "gated_figures",
            "github", "github_margin", "pytest_benchmark"]

@@ -59,7 +59,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "reference) in a dashboard's format. Cells without such a figure are named on stderr. Runs "
                     "written by older versions are read as they are (entries without stats, untimed cells "
                     "among the benchmarks).",
-        epilog="Formats: " + "; ".join(f"{name}: {'refused: ' * fmt.refused}{fmt.what}" for name, fmt in FORMATS.items())
+        epilog="Formats: " + "; ".join(f"{name}: {'refused: ' * fmt.refused}{fmt.what}"
+                                       for name, fmt in FORMATS.items())
                + ". Exit status: 0 written, 2 bad usage, an unusable file or a refused format.",
     )
     exp.add_argument("run", type=Path, metavar="RUN.json", help="benchmark JSON of the run to export")

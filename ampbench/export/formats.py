@@ -74,7 +74,8 @@ def _extra(f: Figure) -> str:
     shown = f"{f.value:+.2f} pts" if f.unit == "pts" else f"{f.value:.4f}x"
     lines = [f"group: {f.group}", f"gated figure: {f.label} {shown}"]
     if f.low is not None and f.high is not None:
-        lines.append(f"interval: {f.low:.4g}-{f.high:.4g}" + (f" ({coverage_percent(f.confidence)} coverage)" if f.confidence else ""))
+        lines.append(f"interval: {f.low:.4g}-{f.high:.4g}"
+                     + (f" ({coverage_percent(f.confidence)} coverage)" if f.confidence else ""))
     if f.baseline is not None:
         lines.append(f"baseline: {f.baseline:.4g}")
     if f.tolerance is not None:
@@ -90,7 +91,8 @@ def github(figures: Figures) -> list[dict[str, Any]]:
     for f in figures.figures:
         shown = _bigger_is_better(f)
         if shown is None:
-            figures.left_out.append((f.test_id, f"{f.label}: no ratio where bigger is better (its reference's accuracy is 0)"))
+            figures.left_out.append((f.test_id,
+                                     f"{f.label}: no ratio where bigger is better (its reference's accuracy is 0)"))
             continue
         label, value, half = shown
         entry = {"name": f"{f.test_id} {label}", "value": value, "unit": "x"}

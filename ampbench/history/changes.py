@@ -5,11 +5,13 @@ back runs that lie together below the level, two runs or more, the level moved a
 (``Replay.moved_from``), as the verdicts that failed or held them back said; no penalty could find a step
 the gate already failed sooner. And ruptures' PELT with an RBF kernel cost (``KernelCPD``, implemented
 in C) on the ln values, each less its card's offset (``card_offsets``: moving to another card is
-no step), scaled by the cell's noise, for every other step: an improvement, a step that came and went. The kernel bounds what one run can cost a segment, so a stray run (a
+no step), scaled by the cell's noise, for every other step: an improvement, a step that came and went. The kernel bounds
+what one run can cost a segment, so a stray run (a
 throttled card, a busy host) cannot pay for a change of its own, as it can under the squared-error
 (l2) cost; the l1 cost is as robust but ruptures computes it in Python, ~400 times slower. The noise
 scale joins the learned spread (``learn``: the counted runs, each from its own level and card, none of
-them held back by the step itself) with a robust scale of the series itself (the median absolute deviation of run-to-run differences, which neither a
+them held back by the step itself) with a robust scale of the series itself (the median absolute deviation of run-to-run
+differences, which neither a
 step nor a stray run sets), as the root mean square of the two. The learned spread swells with any
 step among runs that count (an improvement passes its verdict): scaled by the larger of the two, +2% at
 run 7 of 12 was missed 29 times in 100. The robust scale alone is so unsure in short series that its
@@ -108,7 +110,8 @@ def change_points(logs: Sequence[float], scale: float, shape: tuple[float, float
     return [int(b) for b in detector.predict(pen=penalty(n, shape))[:-1]]
 
 
-def find_changes(series: Series, shape: tuple[float, float] | None = None, replay: Replay | None = None) -> list[Change]:
+def find_changes(series: Series,
+                 shape: tuple[float, float] | None = None, replay: Replay | None = None) -> list[Change]:
     """The changes in `series`, oldest first; `replay` (a ``learn.CellBaseline``'s, say) supplies the runs
     held back and the learned noise, else the series' own replay, settled as ``learn.learn`` settles it.
     `shape` overrides the penalty (calibration)."""
@@ -118,7 +121,8 @@ def find_changes(series: Series, shape: tuple[float, float] | None = None, repla
     offsets = card_offsets(replay)
     adjusted = [y - offsets.get(p.card, 0.0) for y, p in zip(logs, series.points)]
     sd = replay.model.sigma
-    cuts = change_points(adjusted, noise_scale(adjusted, sd), shape or (PENALTY if sd is not None else PENALTY_OWN_SCALE))
+    cuts = change_points(adjusted, noise_scale(adjusted, sd),
+                         shape or (PENALTY if sd is not None else PENALTY_OWN_SCALE))
     moved = replay.moved_from()
     if moved is not None:  # the gate's step, at its first moved run: it replaces a cut ruptures put beside it
         cuts = sorted({c for c in cuts if abs(c - moved) > 1} | {moved})

@@ -16,10 +16,11 @@ from ampbench.history.learn import learned_from, percent
 from ampbench.history.model import NEW_CARD
 from ampbench.history.replay import Replay
 from ampbench.history.report_changes import shown_change
-from ampbench.history.statuses import SUSPECT
 from ampbench.history.series import Series
+from ampbench.history.statuses import SUSPECT
 from ampbench.history.store import History
 from ampbench.results.ratios import DEVICE
+
 
 def replay_of(history: History, gpu: str, test_id: str, figure: str, baseline_dir: Path | None) -> Replay:
     """The cell's series replayed as the gate replays it, the baseline file's spread pooled in, settled."""
@@ -72,8 +73,9 @@ def gpu_of_cell(history: History, test_id: str, figure: str, gpu: str | None) ->
             f"it has runs on {', '.join(repr(g) for g in gpus)}" if gpus
             else "it has no run in the history; `ampbench history runs` lists the runs"))
     if len(gpus) != 1:
-        raise history.fail(f"{test_id} {figure}: " + (f"--gpu is needed: it has runs on {', '.join(gpus)}" if gpus
-                                                       else "no run in the history; `ampbench history runs` lists them"))
+        raise history.fail(f"{test_id} {figure}: "
+                           + (f"--gpu is needed: it has runs on {', '.join(gpus)}" if gpus
+                              else "no run in the history; `ampbench history runs` lists them"))
     return gpus[0]
 
 
@@ -125,7 +127,8 @@ def _noise_lines(replay: Replay) -> list[str]:
     if m.sigma_w is not None:
         lines.append(f"  within a card: {percent(m.sigma_w)}, {m.dof_w} degrees of freedom in {m.groups} "
                      f"(segment, card) groups; between cards: {percent(m.tau)}")
-    lines.append(f"  run to run, every run of the segment (robust, the replay's floor): {percent(replay.robust_scale())}")
+    lines.append("  run to run, every run of the segment (robust, the replay's floor): "
+                 f"{percent(replay.robust_scale())}")
     return lines
 
 

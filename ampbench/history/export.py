@@ -48,7 +48,8 @@ def gpu_counts(history: History, model: str) -> list[tuple[int, int]]:
     return sorted(shape for g in history.series_gpus() if (shape := cluster_shape(g, model)) is not None)
 
 
-def write_baselines(history: History, gpu: str | None, directory: Path, kernels_only: bool = False) -> list[tuple[Path, int]]:
+def write_baselines(history: History, gpu: str | None,
+                    directory: Path, kernels_only: bool = False) -> list[tuple[Path, int]]:
     """Write `directory`/<slug>.json and each <slug>-x<N>.json from the history (atomically, merged entry
     by entry); each file written with the number of entries it got."""
     model, slug = gpu_of(history, gpu)

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from ampbench.baselines.spread import INJECTED_KEY
 from ampbench.history.rows import CellRow, FigureRow, RunRow, iso_utc
 from ampbench.results import (
     ConvergenceRecord,
@@ -32,7 +33,6 @@ from ampbench.results import (
     cluster_name,
     load_run,
 )
-from ampbench.baselines.spread import INJECTED_KEY
 
 # what the plugin adds to machine_info["ampbench"] for the history
 RUN_KEYS = ("run_id", "label", "suite_revision", "host_load")
@@ -73,7 +73,8 @@ def figures_of(record: Record) -> tuple[FigureRow, ...]:
         return tuple(FigureRow(name, value, _finite(r.speedup_low), _finite(r.speedup_high), _verdict(verdict))
                      for name, r, verdict in ratios if (value := _finite(r.speedup)) is not None)
     rows = [(name, _finite(getattr(record, name))) for name in FIGURES.get(type(record), ())]
-    return tuple(FigureRow(name, value, None, None, _verdict(record.verdict)) for name, value in rows if value is not None)
+    return tuple(FigureRow(name, value, None, None, _verdict(record.verdict))
+                 for name, value in rows if value is not None)
 
 
 def series_gpu(record: Record, gpu: str | None) -> str | None:

@@ -20,13 +20,13 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Hashable
 
+from ampbench.baselines.entries import RatioEntry
+from ampbench.baselines.spread import Prior
 from ampbench.history.pooling import posterior_sd
 from ampbench.history.replay import Replay
 from ampbench.history.series import Series
-from ampbench.baselines.entries import RatioEntry
-from ampbench.baselines.spread import Prior
-from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.results.ratios import of_history
+from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.verdict import GATE_CONFIDENCE, MIN_SPREAD_VALUES, BetweenRuns, tolerance_for
 
 LEARNING, UNLEARNED, LEARNED = "learning", "unlearned", "learned"

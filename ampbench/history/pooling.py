@@ -166,7 +166,8 @@ def card_spread(replays: Iterable[Replay]) -> tuple[float, int] | None:
         by_card: dict[Hashable, list[float]] = {}
         for status in replay.statuses:
             if status.segment == replay.segment and status.state not in (FAILED, EXCLUDED):
-                by_card.setdefault(replay.points[status.index].card, []).append(math.log(replay.points[status.index].value))
+                by_card.setdefault(replay.points[status.index].card, []).append(
+                    math.log(replay.points[status.index].value))
         if len(by_card) < 2:
             continue
         noise = replay.model.sigma_w if replay.model.sigma_w is not None else replay.model.sigma

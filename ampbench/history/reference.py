@@ -21,8 +21,8 @@ from ampbench.baselines.entries import DistributedEntry, FlatEntry, SpeedEntry
 from ampbench.baselines.store import BaselineError, BaselineStore, load_document
 from ampbench.history import pooling
 from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
-from ampbench.history.statuses import Status
 from ampbench.history.series import Series
+from ampbench.history.statuses import Status
 from ampbench.history.store import History
 from ampbench.results import RatioKind, Record, record_type
 from ampbench.results.ratios import DEVICE

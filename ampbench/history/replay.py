@@ -206,7 +206,8 @@ class Replay:
             if verdict == INCONCLUSIVE and deviation < 0:
                 return f"inconclusive, {deviation:+.2%} below its level, before its noise is learned", True
             if deviation < -YOUNG_LIMIT:
-                return f"{deviation:+.2%} below its level, more than {YOUNG_LIMIT:.1%} before its noise is learned", True
+                return (f"{deviation:+.2%} below its level, more than {YOUNG_LIMIT:.1%} before its noise is "
+                        "learned"), True
             return None, False
         # a young noise, of few degrees of freedom, lies too low now and then: held to it at 5%, a cell whose
         # first runs agreed by chance held back every run after them for good
@@ -352,7 +353,8 @@ class Replay:
         if group is None:
             return None
         mean, sd, dof = group
-        if mean > -t_quantile(FAIL_SHARE, dof) * sd or mean - t_quantile(WITHIN_SHARE, dof) * sd > math.log(1 - tolerance):
+        if (mean > -t_quantile(FAIL_SHARE, dof) * sd
+            or mean - t_quantile(WITHIN_SHARE, dof) * sd > math.log(1 - tolerance)):
             return None
         return GroupFailure((*held, -1), math.exp(mean) - 1.0, -tolerance)
 

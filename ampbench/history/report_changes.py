@@ -81,7 +81,8 @@ def describe_change(change: Change, before: RunFacts, after: RunFacts,
     series = change.series
     accepted = " (accepted)" if change.accepted else ""
     lines = [f"{series.test_id} {series.figure} on {series.gpu}: {change.level_before:.4g} -> "
-             f"{change.level_after:.4g} ({shown_change(change.step)}) from run #{change.index + 1} of {len(series.points)}, "
+             f"{change.level_after:.4g} ({shown_change(change.step)}) from run #{change.index + 1} of "
+             f"{len(series.points)}, "
              f"{len(change.before)} runs before and {len(change.after)} after{accepted}",
              _run_line("before", before, change.index - 1), _run_line("after", after, change.index)]
     differ = differences(before, after)

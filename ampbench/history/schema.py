@@ -109,7 +109,8 @@ def _figures_know_their_gpu(conn: Connection) -> None:
 def _distributed_series_by_cluster(conn: Connection) -> None:
     """v2 -> v3: a distributed cell's figures are filed under its run's N GPUs ('NVIDIA H200 x2',
     ``results.cluster_name``), so that two world sizes never share a series."""
-    distributed = sa.exists().where(CELLS_TABLE.c.run_id == FIGURES_TABLE.c.run_id, CELLS_TABLE.c.test_id == FIGURES_TABLE.c.test_id,
+    distributed = sa.exists().where(CELLS_TABLE.c.run_id == FIGURES_TABLE.c.run_id,
+                                    CELLS_TABLE.c.test_id == FIGURES_TABLE.c.test_id,
                                     CELLS_TABLE.c.kind == "distributed")
     several = sa.exists().where(RUNS_TABLE.c.id == FIGURES_TABLE.c.run_id, RUNS_TABLE.c.world_size > 1)
     cluster = (sa.select(RUNS_TABLE.c.gpu + " x" + sa.cast(RUNS_TABLE.c.world_size, String))

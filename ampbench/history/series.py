@@ -20,7 +20,8 @@ class Point:
     value: float           # the figure, e.g. the device-time speedup
     low: float | None      # its interval, where measured
     high: float | None
-    counts: bool           # may count: its verdict did not fail, or it was accepted; not a smoke or slowed (injected) run
+    # may count: its verdict did not fail, or it was accepted; not a smoke or slowed (injected) run
+    counts: bool
     restart: bool          # an accepted change: the level restarts at this run
     card: str | None = None     # the card's UUID, where the run recorded one
     verdict: str | None = None  # the figure's verdict in its run

@@ -36,13 +36,13 @@ from ampbench.history.schema import (
     FIGURES_TABLE,
     META_TABLE,
     RUNS_TABLE,
+    SCHEMA_VERSION,
     VERSION_KEY,
     SchemaProblem,
     bring_up_to_date,
     check_sound,
     check_version,
     read_version,
-    SCHEMA_VERSION,
 )
 from ampbench.history.series import Point, Series
 from ampbench.verdict import Verdict
@@ -169,16 +169,22 @@ class History:
     def series_of(self, gpu: str, figure: str, test_ids: Iterable[str] | None = None) -> dict[str, Series]:
         """`figure`'s series of every cell with one on `gpu` (of `test_ids`, where given), read at once:
         a session's references in one transaction, not a round trip to a server per cell."""
-        query = (sa.select(FIGURES_TABLE.c.test_id, FIGURES_TABLE.c.run_id, RUNS_TABLE.c.run_at, FIGURES_TABLE.c.value, FIGURES_TABLE.c.low,
-                           FIGURES_TABLE.c.high, FIGURES_TABLE.c.verdict, CELLS_TABLE.c.injected, RUNS_TABLE.c.smoke, RUNS_TABLE.c.card_uuid)
+        query = (sa.select(FIGURES_TABLE.c.test_id, FIGURES_TABLE.c.run_id, RUNS_TABLE.c.run_at, FIGURES_TABLE.c.value,
+                           FIGURES_TABLE.c.low,
+                           FIGURES_TABLE.c.high, FIGURES_TABLE.c.verdict, CELLS_TABLE.c.injected,
+                           RUNS_TABLE.c.smoke, RUNS_TABLE.c.card_uuid)
                  .join(RUNS_TABLE, RUNS_TABLE.c.id == FIGURES_TABLE.c.run_id)
-                 .join(CELLS_TABLE, sa.and_(CELLS_TABLE.c.run_id == FIGURES_TABLE.c.run_id, CELLS_TABLE.c.test_id == FIGURES_TABLE.c.test_id))
+                 .join(CELLS_TABLE,
+                       sa.and_(CELLS_TABLE.c.run_id == FIGURES_TABLE.c.run_id,
+                               CELLS_TABLE.c.test_id == FIGURES_TABLE.c.test_id))
                  .where(FIGURES_TABLE.c.gpu == gpu, FIGURES_TABLE.c.figure == figure)
                  .order_by(FIGURES_TABLE.c.test_id, RUNS_TABLE.c.run_at, RUNS_TABLE.c.id))
         # an acceptance names its run (and cell): the series' GPU (a cluster's, for a distributed cell) is
         # not always the run's, which the acceptance keeps
-        accepted_query = (sa.select(ACCEPTANCES_TABLE.c.run_id, ACCEPTANCES_TABLE.c.test_id, ACCEPTANCES_TABLE.c.accepted_at)
-                          .where(ACCEPTANCES_TABLE.c.run_id.in_(sa.select(FIGURES_TABLE.c.run_id).where(FIGURES_TABLE.c.gpu == gpu))))
+        accepted_query = (sa.select(ACCEPTANCES_TABLE.c.run_id, ACCEPTANCES_TABLE.c.test_id,
+                                    ACCEPTANCES_TABLE.c.accepted_at)
+                          .where(ACCEPTANCES_TABLE.c.run_id.in_(
+                              sa.select(FIGURES_TABLE.c.run_id).where(FIGURES_TABLE.c.gpu == gpu))))
         if test_ids is not None:
             wanted = list(test_ids)
             query = query.where(FIGURES_TABLE.c.test_id.in_(wanted))
@@ -280,7 +286,8 @@ class History:
                             "accept")
         done = conn.execute(sa.select(ACCEPTANCES_TABLE.c.test_id, ACCEPTANCES_TABLE.c.reason)
                             .where(ACCEPTANCES_TABLE.c.run_id == run_id,
-                                   sa.or_(ACCEPTANCES_TABLE.c.test_id.is_(None), ACCEPTANCES_TABLE.c.test_id == test_id))).first()
+                                   sa.or_(ACCEPTANCES_TABLE.c.test_id.is_(None),
+                                          ACCEPTANCES_TABLE.c.test_id == test_id))).first()
         if done is not None:
             what = "every cell of it" if done.test_id is None else f"its cell {done.test_id}"
             raise self.fail(f"run {run_id} is accepted already ({what}: {done.reason!r}); nothing to add")

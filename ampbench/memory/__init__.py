@@ -47,7 +47,8 @@ and the allocator's cache is emptied, so the next step starts from the state the
 
 The modules, by job: `search` is the largest-batch search (pure logic, tested on the CPU); `breakdown`
 says where a step's memory goes; `probe` is the device side (the cap, real steps and their
-out-of-memory recovery, ``measure_memory``); `recovery` shows that recovery on its own; `judging` turns a cell's figures into a verdict against its baseline.
+out-of-memory recovery, ``measure_memory``); `recovery` shows that recovery on its own; `judging` turns a cell's figures
+into a verdict against its baseline.
 The names below are re-exported for ``from ampbench.memory import ...``.
 """
 
@@ -62,8 +63,8 @@ from ampbench.memory.judging import (
     MemoryJudgement,
     allocator_config,
     baseline_figures,
-    memory_figures,
     judge,
+    memory_figures,
     memory_record,
     same_budget,
     search_start,
@@ -117,5 +118,6 @@ __all__ = [
     "SearchResult", "allocator_config", "baseline_figures", "batch_limit", "cap_bytes_for", "default_cap_bytes",
     "demonstrate_oom_recovery", "memory_figures", "find_largest_batch", "gib", "granule", "held_bytes",
     "is_out_of_memory", "judge", "measure_memory", "memory_record", "nominal_cap_bytes", "nominal_cap_for",
-    "process_memory_limit", "same_budget", "search_start", "searched", "step_breakdown", "summary", "try_step", "warm_up_optimizer",
+    "process_memory_limit", "same_budget", "search_start", "searched", "step_breakdown", "summary", "try_step",
+    "warm_up_optimizer",
 ]

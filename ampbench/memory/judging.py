@@ -31,7 +31,8 @@ def allocator_config() -> str | None:
 
 
 # What a cell says in place of its largest batch where it did not search it.
-NOT_SEARCHED = "largest batch not searched (the quick tier measures the default batch only; --perf-tier full searches it)"
+NOT_SEARCHED = ("largest batch not searched (the quick tier measures the default batch only; "
+                "--perf-tier full searches it)")
 
 
 def searched(figures: dict) -> bool:
@@ -97,7 +98,8 @@ def judge(model: str, mode: str, figures: dict, baseline: MemoryEntry | None, to
     def hold(expected: object, name: str, figure: str, worse: str, slack: float = 0.0) -> None:
         """Hold the cell's figure `name` against the entry's `expected` value of it."""
         if isinstance(expected, (int, float)) and not isinstance(expected, bool) and expected > 0:
-            checks.append((RatioCheck(model, mode, figure, float(expected), tolerance + slack, worse), float(figures[name])))
+            checks.append((RatioCheck(model, mode, figure,
+                                      float(expected), tolerance + slack, worse), float(figures[name])))
 
     hold(baseline.peak_mem_bytes, "peak_mem_bytes", "peak memory (bytes)", "higher")
     hold(baseline.memory_ratio, "memory_ratio", "memory ratio to fp32", "higher")
@@ -106,8 +108,10 @@ def judge(model: str, mode: str, figures: dict, baseline: MemoryEntry | None, to
         pass  # the head says so; a baseline's largest batch waits for a run that searches
     elif not same_budget(baseline, figures["cap_bytes"], figures.get("alloc_conf")):
         notes.append(
-            f"largest batch not compared: baseline recorded under a cap of {gib(base_cap) if isinstance(base_cap, (int, float)) else 'n/a'} "
-            f"and allocator settings {baseline.alloc_conf!r}, this run {gib(figures['cap_bytes'])} and {figures.get('alloc_conf')!r}"
+            "largest batch not compared: baseline recorded under a cap of "
+            f"{gib(base_cap) if isinstance(base_cap, (int, float)) else 'n/a'} "
+            f"and allocator settings {baseline.alloc_conf!r}, this run {gib(figures['cap_bytes'])} and "
+            f"{figures.get('alloc_conf')!r}"
         )
     elif figures.get("max_batch_limited") or baseline.max_batch_limited:
         notes.append("largest batch not compared: the search stopped at the batch limit")
@@ -120,7 +124,8 @@ def judge(model: str, mode: str, figures: dict, baseline: MemoryEntry | None, to
 
     failures = tuple(msg for check, value in checks if (msg := check.failure(value)) is not None)
     improved = [c for c, v in checks if c.improved(v)]
-    compared = "; ".join(f"{c.figure} {v:.4g} vs baseline {c.expected:.4g} ({v / c.expected - 1:+.1%})" for c, v in checks)
+    compared = "; ".join(f"{c.figure} {v:.4g} vs baseline {c.expected:.4g} ({v / c.expected - 1:+.1%})"
+                         for c, v in checks)
     expected_tput = baseline.max_batch_throughput_ratio
     if isinstance(expected_tput, (int, float)) and expected_tput > 0 and figures.get("max_batch_throughput_ratio"):
         notes.append(f"max-batch throughput ratio {figures['max_batch_throughput_ratio']:.3f}x vs baseline "

@@ -16,11 +16,11 @@ import torch
 from ampbench.device import cudnn_heuristics, first_line, is_out_of_memory, prime_libraries, release
 from ampbench.memory.breakdown import _EVENTS, Breakdown, _alloc_retries, _allocator_stats, held_bytes
 from ampbench.memory.search import GIB, SearchError, SearchResult, find_largest_batch, gib
-from ampbench.modes import PrecisionMode
-from ampbench.stats import median
-from ampbench.speed.timing import peak_memory_bytes, sync, time_block
-from ampbench.train import Trainer
 from ampbench.models.spec import ModelSpec
+from ampbench.modes import PrecisionMode
+from ampbench.speed.timing import peak_memory_bytes, sync, time_block
+from ampbench.stats import median
+from ampbench.train import Trainer
 
 # Default cap: this fraction of the card's total memory, at most DEFAULT_CAP_CEILING. Total, not free:
 # a baseline recorded on one H100 80GB must mean the same budget on every other, whatever size of

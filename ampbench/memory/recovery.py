@@ -10,9 +10,9 @@ import torch
 from ampbench.device import cudnn_heuristics, prime_libraries, release
 from ampbench.memory.probe import _Prober, process_memory_limit, warm_up_optimizer
 from ampbench.memory.search import try_step
+from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode
 from ampbench.train import Trainer
-from ampbench.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class OomRecovery:
     allocated_after_recovery: int
 
 
-def demonstrate_oom_recovery(spec: ModelSpec, mode: PrecisionMode, device: torch.device, *, smoke: bool = False) -> OomRecovery:
+def demonstrate_oom_recovery(spec: ModelSpec, mode: PrecisionMode,
+                             device: torch.device, *, smoke: bool = False) -> OomRecovery:
     """A step at the default batch, then a real training step at 4x the batch under a cap it cannot
     fit, recovery, and the default step again: the allocator must be back where it was."""
     prime_libraries(device)

@@ -81,7 +81,8 @@ class SearchResult:
         return None
 
     def describe(self) -> str:
-        head = f"largest batch {self.max_batch} ({gib(self.peak_at(self.max_batch))} under a cap of {gib(self.cap_bytes)})"
+        head = (f"largest batch {self.max_batch} ({gib(self.peak_at(self.max_batch))} under a cap of "
+                f"{gib(self.cap_bytes)})")
         if self.limited:
             tail = f"stopped at the limit {self.limit}"
         elif self.next_failing is not None:
@@ -182,7 +183,8 @@ class _Search:
         """The start while it is untried and inside the bracket; else the largest batch on the grid whose
         peak the line through the two largest fits keeps under the cap."""
         s = self.start
-        if s is not None and self.lo < s and (self.hi is None or s < self.hi) and all(p.batch != s for p in self.probes):
+        if (s is not None and self.lo < s and (self.hi is None or s < self.hi)
+            and all(p.batch != s for p in self.probes)):
             return s
         raw = self.raw_aim()
         return None if raw is None else int(raw // self.g) * self.g

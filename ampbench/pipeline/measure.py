@@ -11,14 +11,14 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ampbench.convergence.images import channel_stats, load_digits, resized_uint8
-from ampbench.pipeline.cifar import ArrayImageDataset, cifar10_dataset, cifar_train_transform
 from ampbench.device import cudnn_heuristics
+from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode
+from ampbench.pipeline.cifar import ArrayImageDataset, cifar10_dataset, cifar_train_transform
 from ampbench.results import PipelineRecord
 from ampbench.speed.timing import sync
 from ampbench.train import Trainer
 from ampbench.verdict import Verdict
-from ampbench.models.spec import ModelSpec
 
 INPUT_BOUND_RATIO = 0.9  # the loader-fed step runs below 90% of the resident rate ...
 LOADER_HEADROOM = 1.5  # ... and the loader alone delivers under 1.5x the resident rate: the loader caps it
@@ -127,7 +127,8 @@ def _finding(where: str, workers: int, pin: bool, resident: float, fed: float, a
                        f"hidden on this host (more --perf-loader-workers, or a faster CPU)")
     if slower:
         return bound, (f"{head}: not input-bound, the loader alone has {alone / resident:.1f}x the step's need; "
-                       f"the fed step lost its time elsewhere (copies, workers competing with it for cores, host noise)")
+                       f"the fed step lost its time elsewhere (copies, workers competing with it for cores, "
+                       f"host noise)")
     return bound, f"{head}: not input-bound (the loader keeps up within {100 * (1 - INPUT_BOUND_RATIO):.0f}%)"
 
 

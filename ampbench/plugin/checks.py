@@ -34,7 +34,8 @@ def _refuse_lost_results(opt: argparse.Namespace) -> None:
             f"-n {workers}: pytest-xdist's workers keep their results to themselves, so pytest-benchmark writes "
             "no JSON and the ampbench summary sees no cell; run without -n (cells are timed one at a time anyway)")
     if getattr(opt, "tx", None):
-        raise pytest.UsageError(f"--tx {opt.tx[0]}: pytest-xdist's workers keep their results to themselves; run without it")
+        raise pytest.UsageError(f"--tx {opt.tx[0]}: pytest-xdist's workers keep their results to themselves; run "
+                                "without it")
     if getattr(opt, "benchmark_disable", False) and getattr(opt, "benchmark_json", None) is not None:
         raise pytest.UsageError(
             f"--benchmark-disable with --benchmark-json {opt.benchmark_json}: a disabled benchmark writes no JSON; "
@@ -163,7 +164,8 @@ def fallback_paths(requested: Path, pid: int | None = None) -> list[Path]:
     pid = os.getpid() if pid is None else pid
     requested = Path(os.path.abspath(requested))
     name = f"ampbench-results-{pid}.json"
-    beside = [requested.with_name(f"{requested.stem}-{pid}{requested.suffix or '.json'}")] if requested.parent.is_dir() else []
+    beside = ([requested.with_name(f"{requested.stem}-{pid}{requested.suffix or '.json'}")]
+              if requested.parent.is_dir() else [])
     return [*beside, Path.cwd() / name, Path(tempfile.gettempdir()) / name]
 
 

@@ -10,7 +10,8 @@ wrote: the run is saved beside the default store as a JSON that ``ampbench histo
 terminal says so in red, and the session's exit status is 1.
 
 ``off`` turns the history off; an unreachable store, or one that takes no write (read-only, its disk
-full), is a usage error before the first cell, never the history silently off. On the CPU smoke pass the history is off unless ``--perf-history`` names a store:
+full), is a usage error before the first cell, never the history silently off. On the CPU smoke pass the history is off
+unless ``--perf-history`` names a store:
 smoke figures compare with nothing.
 """
 
@@ -23,7 +24,6 @@ import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import pytest

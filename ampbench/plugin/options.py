@@ -91,9 +91,11 @@ def _add_selection(group: Any, detail: bool) -> None:
     """What runs, on which device, and the baseline files it is held against."""
     models_help, tier_help_text = _model_help(detail)
     group.addoption("--perf-device", metavar="DEVICE", default="auto", type=device_validator(),
-                    help="device to train on: auto, cpu, cuda or cuda:N; cpu runs the smoke pass on tiny shapes (default: auto, CUDA if present)")
+                    help="device to train on: auto, cpu, cuda or cuda:N; cpu runs the smoke pass on tiny shapes "
+                         "(default: auto, CUDA if present)")
     group.addoption("--perf-require-gpu", action="store_true", default=False,
-                    help="fail at start-up, instead of running the CPU smoke pass, when torch sees no CUDA device (default: off)")
+                    help="fail at start-up, instead of running the CPU smoke pass, when torch sees no CUDA device "
+                         "(default: off)")
     group.addoption("--perf-models", metavar="NAMES", default=None, type=names_validator(_model_names, "model"),
                     help=models_help)
     group.addoption("--perf-precisions", metavar="NAMES", default=None,
@@ -107,48 +109,62 @@ def _add_selection(group: Any, detail: bool) -> None:
                     type=directory_validator(must_exist=False),
                     help="folder of per-GPU baseline files <gpu-slug>.json (default: baselines/ under the rootdir)")
     group.addoption("--perf-update-baselines", action="store_true", default=False,
-                    help="record this run's figures into the GPU's baseline file, merging with what is there; a usage error on the CPU (default: off)")
+                    help="record this run's figures into the GPU's baseline file, merging with what is there; a usage "
+                         "error on the CPU (default: off)")
 
 
 def _add_judging(group: Any) -> None:
     """How a speed cell is timed and judged."""
     group.addoption("--perf-tolerance", metavar="FRACTION", default=DEFAULT_TOLERANCE,
                     type=number_validator(float, 0.0, 0.9, low_open=True),
-                    help=f"smallest relative speedup drop that fails a test; noisier cells get more (default: {DEFAULT_TOLERANCE})")
+                    help="smallest relative speedup drop that fails a test; noisier cells get more (default: "
+                         f"{DEFAULT_TOLERANCE})")
     group.addoption("--perf-strict", action="store_true", default=False,
                     help="fail, rather than warn, when a speed verdict stays inconclusive (default: off)")
     group.addoption("--perf-gate", metavar="DEVICE|WALL|BOTH", default="device", type=str.lower, choices=tuple(GATES),
-                    help="which speedup fails a speed cell: device (GPU time per step, host overhead excluded), wall (eager wall-clock time on this host) or both (default: device)")
-    group.addoption("--perf-compile", metavar="OFF|ON|BOTH", default=None, type=str.lower, choices=tuple(COMPILE_CHOICES),
+                    help="which speedup fails a speed cell: device (GPU time per step, host overhead excluded), wall "
+                         "(eager wall-clock time on this host) or both (default: device)")
+    group.addoption("--perf-compile", metavar="OFF|ON|BOTH", default=None, type=str.lower,
+                    choices=tuple(COMPILE_CHOICES),
                     help="speed cells of torch.compile'd training: off (eager only), on (compiled only: the "
                          "fp8 modes and each mode against compiled fp32 and against itself eager, ids ending "
                          "-compiled) or both (default: off; on in the compile tier)")
     group.addoption("--perf-rounds", metavar="N", default=DEFAULT_MIN_ROUNDS,
                     type=number_validator(int, 5, 1000),
-                    help=f"interleaved rounds before the first look at a judged speedup (more follow while its interval straddles its line); a speedup without a baseline and a recording take at least 8, the fewest for a 99%% interval (default: {DEFAULT_MIN_ROUNDS})")
+                    help="interleaved rounds before the first look at a judged speedup (more follow while its "
+                         "interval straddles its line); a speedup without a baseline and a recording take at least 8, "
+                         f"the fewest for a 99%% interval (default: {DEFAULT_MIN_ROUNDS})")
     group.addoption("--perf-block-seconds", metavar="SECONDS", default=DEFAULT_BLOCK_SECONDS,
                     type=number_validator(float, 0.0, 10.0, low_open=True),
-                    help=f"target length of each side's timed block in a speed round on CUDA; a block holds whole steps, at least one (default: {DEFAULT_BLOCK_SECONDS})")
+                    help="target length of each side's timed block in a speed round on CUDA; a block holds whole "
+                         f"steps, at least one (default: {DEFAULT_BLOCK_SECONDS})")
     group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="off", type=str.lower, choices=("on", "off"),
-                    help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per convnet and dtype on an H100, off uses cuDNN's heuristics as PyTorch does by default; baselines record which (default: off)")
+                    help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per "
+                         "convnet and dtype on an H100, off uses cuDNN's heuristics as PyTorch does by default; "
+                         "baselines record which (default: off)")
 
 
 def _add_memory_and_inputs(group: Any) -> None:
     """The memory search's budget, the input pipeline's data and loader, the loss scaler under test."""
     group.addoption("--perf-memory-cap", metavar="GIB", default=None,
                     type=number_validator(float, 0.0, low_open=True),
-                    help="GPU memory the largest-batch search (full tier) may use, in GiB, on top of what the session already holds (default: 90%% of the card's total memory, at most 24 GiB, or 95%% of its free memory where less is free)")
+                    help="GPU memory the largest-batch search (full tier) may use, in GiB, on top of what the session "
+                         "already holds (default: 90%% of the card's total memory, at most 24 GiB, or 95%% of its free "
+                         "memory where less is free)")
     group.addoption("--perf-data-root", metavar="DIR", default=None,
                     type=directory_validator(must_exist=True),
-                    help="folder holding CIFAR-10 (cifar-10-batches-py, python pickles) for the input-pipeline test (default: none; scikit-learn's digits as 3x32x32 images)")
+                    help="folder holding CIFAR-10 (cifar-10-batches-py, python pickles) for the input-pipeline test "
+                         "(default: none; scikit-learn's digits as 3x32x32 images)")
     group.addoption("--perf-loader-workers", metavar="N", default=None,
                     type=number_validator(int, 0, 256),
-                    help="DataLoader worker processes for the input-pipeline tests (default: 4, or the CPU count if lower)")
+                    help="DataLoader worker processes for the input-pipeline tests (default: 4, or the CPU count if "
+                         "lower)")
     group.addoption("--perf-pin-memory", metavar="ON|OFF", default="on", type=str.lower, choices=("on", "off"),
                     help="DataLoader pin_memory for the input-pipeline tests (default: on)")
     group.addoption("--perf-loss-scaler", "--loss-scaler", dest="perf_loss_scaler", metavar="MODULE:CALLABLE",
                     default="torch.amp:GradScaler", type=scaler_validator(),
-                    help="loss scaler the loss-scaling properties test; called with GradScaler's keyword arguments (default: torch.amp:GradScaler)")
+                    help="loss scaler the loss-scaling properties test; called with GradScaler's keyword arguments "
+                         "(default: torch.amp:GradScaler)")
 
 
 def _add_distributed(group: Any) -> None:
@@ -164,7 +180,8 @@ def _add_distributed(group: Any) -> None:
                          "results, the others run their ranks of node 0's launches (default: 1, torchrun --standalone)")
     group.addoption("--perf-node-rank", metavar="R", default=None, type=number_validator(int, 0, 1023),
                     help="this node's rank, 0 to --perf-nnodes - 1; node 0 hosts the rendezvous at "
-                         "--perf-rdzv-endpoint and holds the results (default: none; needed with --perf-nnodes 2 or more)")
+                         "--perf-rdzv-endpoint and holds the results (default: none; needed with --perf-nnodes 2 or "
+                         "more)")
     group.addoption("--perf-rdzv-endpoint", metavar="HOST:PORT", default=None, type=endpoint_validator(),
                     help="node 0's address and a free port, the same on every node (default: none; needed with "
                          "--perf-nnodes 2 or more)")

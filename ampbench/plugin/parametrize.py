@@ -112,5 +112,6 @@ def why_no_cells(s: PerfSettings, marker: Mapping, named_models: Sequence[str] |
                     f"part in {label} tests (those that do: {takers})")
         return (f"no {label} cell: none of the models of {_RUN_NAMES[_run(s)]} ({', '.join(s.models)}) takes part "
                 f"in {label} tests there (name one of {takers} with --perf-models)")
-    named = f" --perf-precisions names ({', '.join(named_precisions)})" if named_precisions else f" {_RUN_NAMES[_run(s)]} runs"
+    named = (f" --perf-precisions names ({', '.join(named_precisions)})" if named_precisions
+             else f" {_RUN_NAMES[_run(s)]} runs")
     return f"no cell: none of the precision modes{named} runs in this test"

@@ -50,7 +50,8 @@ def pytest_configure(config: pytest.Config) -> None:
             stream.write(text)
             stream.flush()
 
-    config.stash[_BEFORE] = progress.install(progress.Line(write, lambda: writer.fullwidth - writer.width_of_current_line - 1))
+    config.stash[_BEFORE] = progress.install(progress.Line(write,
+                                                           lambda: writer.fullwidth - writer.width_of_current_line - 1))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -210,7 +210,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     found = cells_for(settings, keywords, opt.perf_models, opt.perf_precisions, has_axis=has_axis)
     if not found.values:  # one skipped placeholder whose reason says why, where pytest would say "empty parameter set"
         why = why_no_cells(settings, keywords, opt.perf_models, opt.perf_precisions, has_axis)
-        metafunc.parametrize(found.argnames, [pytest.param(*(None,) * len(found.argnames), marks=pytest.mark.skip(why))],
+        metafunc.parametrize(found.argnames,
+                             [pytest.param(*(None,) * len(found.argnames), marks=pytest.mark.skip(why))],
                              ids=["no-cells"])
         return
     metafunc.parametrize(found.argnames, found.values, ids=found.ids)
@@ -231,7 +232,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None or not TIERS[settings.tier].compiled_only:
         return
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         (kept if isinstance(params.get("model_name"), str) else dropped).append(item)
@@ -264,14 +266,15 @@ def open_baselines(directory: Path, gpu: str, slug: str) -> BaselineStore:
 
 def _open_store(config: pytest.Config, s: PerfSettings) -> ReferenceSource:
     from ampbench import device as devices
-    from ampbench.plugin.history import history_of
     from ampbench.history.reference import HistoryBaselines
+    from ampbench.plugin.history import history_of
 
     name = devices.device_name(s.device)
     store = open_baselines(s.baseline_dir, name, devices.gpu_slug(name))
     history = history_of(config)
     # with a history, a speed cell's level and noise are learned from its runs on this GPU model, for this card
-    return HistoryBaselines(store, history, s.tolerance, card=devices.card_uuid(s.device)) if history is not None else store
+    return HistoryBaselines(store, history, s.tolerance,
+                            card=devices.card_uuid(s.device)) if history is not None else store
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-benchmark's hook: a run without its plugin knows no such hook

@@ -252,4 +252,5 @@ class Slowdown:
 
 def _announce(trainer: train.Trainer, how: str, fraction: float) -> None:
     """Once per cell, where its extra work is sized: the log shows what a slowed run added."""
-    print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} ({fraction:.1%} of the step)", flush=True)
+    print(f"\nampbench.slowdown: {trainer.spec.name} {trainer.mode.name}: {how} ({fraction:.1%} of the step)",
+          flush=True)

@@ -38,7 +38,8 @@ from ampbench.stats import SpeedupEstimate
 PLUGIN_NAME = "ampbench-summary"
 RECORDS_KEY = pytest.StashKey[list]()  # (node id, record) of every cell, in the order they were kept
 FAILED_KEY = pytest.StashKey[dict]()  # node id -> "failed" or "xfailed", for the cells' own tests
-SMOKE_SUMMARY = "smoke run: figures are not comparable (a CPU pass on tiny shapes checks the code path; nothing is held against baselines)"
+SMOKE_SUMMARY = ("smoke run: figures are not comparable (a CPU pass on tiny shapes checks the code path; nothing is "
+                 "held against baselines)")
 NOT_MEASURED = "-"
 
 
@@ -121,7 +122,8 @@ def tables() -> dict[type[Record], Table]:
     return {
         SpeedRecord: Table("speed cells ({n}), speedups over fp32 with their intervals", (
             *_speed_ratios(),
-            Column("idle", lambda r: _num(r.idle_share, ".0%")),  # share of the eager step the device waited for the host
+            # share of the eager step the device waited for the host
+            Column("idle", lambda r: _num(r.idle_share, ".0%")),
             Column("host-bound", lambda r: _yes(r.host_bound)),
             Column("method", lambda r: r.ratio(DEVICE).method or NOT_MEASURED),
         )),
@@ -135,7 +137,8 @@ def tables() -> dict[type[Record], Table]:
         ConvergenceRecord: Table("convergence cells ({n}), held-out accuracy against fp32's", (
             Column("accuracy", lambda r: _num(r.accuracy, ".4f")),
             Column("fp32", lambda r: _num(r.accuracy_ref, ".4f")),
-            Column("delta", lambda r: "reference" if r.mode == REFERENCE_MODE else _points(r.accuracy_delta, r.accuracy_ref)),
+            Column("delta",
+                   lambda r: "reference" if r.mode == REFERENCE_MODE else _points(r.accuracy_delta, r.accuracy_ref)),
             Column("verdict", lambda r: _verdict(r.verdict) + (f" ({r.reason})" if r.reason else "")),
         )),
         PipelineRecord: Table("input-pipeline cells ({n}), samples/s", (

@@ -20,21 +20,6 @@ as the report does. The names below are re-exported for ``from ampbench.report i
 
 from ampbench.report.build import REPORT_MARKER, build_report, write_report
 from ampbench.report.charts import MODE_COLORS, VERDICT_COLORS, Chart, comparison_chart, run_charts
-from ampbench.report.format import NEEDS_A_LOOK, ROW_HEADERS, SMOKE_NOTE, Row, attention, foreign_note, model_rows, verdict_counts
-from ampbench.report.html import HTML_ICONS, OTHER_VERDICT_CLASS, VERDICT_CLASSES, HtmlCell, render_html, verdict_class
-from ampbench.report.markdown import render_comparison_markdown, render_markdown, speedup_matrix
-from ampbench.report.junit import failed_tests
-from ampbench.results import (
-    KINDS,
-    REFERENCE_MODE,
-    SCHEMA_VERSION,
-    VERDICT_ORDER,
-    Run,
-    RunError,
-    load_run,
-    order_modes,
-    parse_run,
-)
 from ampbench.report.figure_text import (
     DASH,
     VERDICT_ICONS,
@@ -46,6 +31,30 @@ from ampbench.report.figure_text import (
     fmt_rate,
     fmt_speedup,
     verdict_label,
+)
+from ampbench.report.format import (
+    NEEDS_A_LOOK,
+    ROW_HEADERS,
+    SMOKE_NOTE,
+    Row,
+    attention,
+    foreign_note,
+    model_rows,
+    verdict_counts,
+)
+from ampbench.report.html import HTML_ICONS, OTHER_VERDICT_CLASS, VERDICT_CLASSES, HtmlCell, render_html, verdict_class
+from ampbench.report.junit import failed_tests
+from ampbench.report.markdown import render_comparison_markdown, render_markdown, speedup_matrix
+from ampbench.results import (
+    KINDS,
+    REFERENCE_MODE,
+    SCHEMA_VERSION,
+    VERDICT_ORDER,
+    Run,
+    RunError,
+    load_run,
+    order_modes,
+    parse_run,
 )
 
 __all__ = [

@@ -10,13 +10,13 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from ampbench.distributed.processes import alive
 from ampbench.files.write import write_error
+from ampbench.progress import QUIET, Progress
 from ampbench.report.charts import comparison_chart, run_charts
 from ampbench.report.html import render_html
-from ampbench.report.markdown import render_markdown
-from ampbench.progress import QUIET, Progress
-from ampbench.distributed.processes import alive
 from ampbench.report.junit import Run
+from ampbench.report.markdown import render_markdown
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
     from ampbench.report.compare import Comparison

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ampbench.report.junit import Run, order_modes
 from ampbench.report.speed_cells import METHOD_LABELS, has_figure, used_methods
-from ampbench.results import RatioKind
+from ampbench.results import MemoryRecord, RatioKind, Record, SpeedRecord
 from ampbench.results.ratios import DEVICE, WALL
-from ampbench.results import MemoryRecord, Record, SpeedRecord
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ampbench.progress import QUIET, Progress
+from ampbench.report.figure_text import fmt_number, fmt_pct, fmt_speedup, verdict_label
 from ampbench.results import (
     VERDICT_ORDER,
     ConvergenceRecord,
@@ -18,10 +19,9 @@ from ampbench.results import (
     SpeedRecord,
 )
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
-from ampbench.stats import SpeedupEstimate
-from ampbench.report.figure_text import fmt_number, fmt_pct, fmt_speedup, verdict_label
-from ampbench.verdict import BY_OLD_RUN, RatioCheck, Reference, Verdict
 from ampbench.settings import DEFAULT_TOLERANCE
+from ampbench.stats import SpeedupEstimate
+from ampbench.verdict import BY_OLD_RUN, RatioCheck, Reference, Verdict
 
 DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little
 DEFAULT_ACCURACY_TOLERANCE = 0.02  # relative; short convergence runs wander this much between seeds
@@ -119,7 +119,8 @@ def _base(cell: Record, figure: str) -> dict:
     return dict(test_id=cell.test_id, kind=cell.kind, model=cell.model, mode=cell.mode, figure=figure)
 
 
-def _speed_change(old: SpeedRecord | DistributedRecord, new: SpeedRecord | DistributedRecord, floor: float) -> FigureChange:
+def _speed_change(old: SpeedRecord | DistributedRecord, new: SpeedRecord | DistributedRecord,
+                  floor: float) -> FigureChange:
     # the device-time speedup where both runs measured it the same way: it is what the suite gates on;
     # the wall-clock speedup of eager steps otherwise, with the wall's own floor
     old_est, new_est = old.estimate(DEVICE), new.estimate(DEVICE)
@@ -152,7 +153,8 @@ def _interval_change(new: Record, figure: str, old_est: SpeedupEstimate | None, 
     base = _base(new, figure)
     if old_est is None:
         return FigureChange(**base, old="-", new=fmt_speedup(new_est, new_value), change=None,
-                      verdict=Verdict.NO_BASELINE, message=f"the old run has no {figure} with an interval for this test")
+                      verdict=Verdict.NO_BASELINE,
+                      message=f"the old run has no {figure} with an interval for this test")
     if new_est is None:
         return FigureChange(**base, old=fmt_speedup(old_est), new="-", change=None, verdict=Verdict.INCONCLUSIVE,
                       message=f"the new run has no {figure} with an interval for this test")
@@ -207,7 +209,8 @@ def _figure_changes(old: Record, new: Record, tolerance: float, memory_tolerance
     if isinstance(new, DistributedRecord) and isinstance(old, DistributedRecord):
         return [_speed_change(old, new, tolerance)]
     if isinstance(new, MemoryRecord) and isinstance(old, MemoryRecord):
-        rows = [_ratio_change(new, old.memory_ratio, new.memory_ratio, "memory ratio", "higher", memory_tolerance, _ratio)]
+        rows = [_ratio_change(new, old.memory_ratio, new.memory_ratio, "memory ratio", "higher", memory_tolerance,
+                              _ratio)]
         # a new run that did not search (the quick tier) chose not to measure the largest batch: no row,
         # rather than an inconclusive one that --strict would fail
         if new.batch_searched:
@@ -229,8 +232,9 @@ def compare_cells(old: Record, new: Record, *, tolerance: float = DEFAULT_TOLERA
     rows = [r for r in _figure_changes(old, new, tolerance, memory_tolerance, accuracy_tolerance) if r is not None]
     newly_failing = new.verdict is not None and new.verdict.failing and not (old.verdict and old.verdict.failing)
     if newly_failing and not any(r.failing for r in rows):
-        rows.append(FigureChange(**_base(new, "verdict"), old=verdict_label(old.verdict), new=verdict_label(new.verdict),
-                           change=None, verdict=new.verdict, message=new.message or f"{new.kind} cell now {new.verdict}"))
+        rows.append(FigureChange(**_base(new, "verdict"), old=verdict_label(old.verdict),
+                                 new=verdict_label(new.verdict), change=None, verdict=new.verdict,
+                                 message=new.message or f"{new.kind} cell now {new.verdict}"))
     return rows
 
 
@@ -311,7 +315,8 @@ def format_text(comparison: Comparison, *, all_rows: bool = True) -> str:
     # a smoke run or a cross-device judgement says so first, before anyone reads a verdict
     first = comparison.headlines
     lines = [*comparison.notes[:first], ""] if first else []
-    lines += [f"old: {comparison.old.path} ({comparison.old.gpu})", f"new: {comparison.new.path} ({comparison.new.gpu})"]
+    lines += [f"old: {comparison.old.path} ({comparison.old.gpu})",
+              f"new: {comparison.new.path} ({comparison.new.gpu})"]
     lines += [f"note: {n}" for n in comparison.notes[first:]]
     lines.append("")
     for i, row in enumerate(table):

@@ -7,11 +7,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from ampbench.report.figure_text import (
+    DASH,
+    fmt_accuracy,
+    fmt_bytes,
+    fmt_ms,
+    fmt_number,
+    fmt_rate,
+    fmt_speedup,
+    verdict_label,
+)
 from ampbench.report.junit import Run, order_modes
 from ampbench.results import REFERENCE_MODE, VERDICT_ORDER, ConvergenceRecord, MemoryRecord, Record, SpeedRecord
 from ampbench.results.ratios import WALL
 from ampbench.stats import SpeedupEstimate
-from ampbench.report.figure_text import DASH, fmt_accuracy, fmt_bytes, fmt_ms, fmt_number, fmt_rate, fmt_speedup, verdict_label
 from ampbench.verdict import Verdict
 
 NEEDS_A_LOOK = tuple(v for v in VERDICT_ORDER if v.needs_a_look)  # failing first, then warnings
@@ -70,7 +79,8 @@ class Row:
             speed += f"; across runs [{self.across[0]:.2f}, {self.across[1]:.2f}]"
         memory = fmt_bytes(self.peak_mem)
         if self.memory_ratio is not None:
-            memory = f"{memory} ({self.memory_ratio:.2f}x)" if self.peak_mem is not None else f"{self.memory_ratio:.2f}x"
+            memory = (f"{memory} ({self.memory_ratio:.2f}x)" if self.peak_mem is not None
+                      else f"{self.memory_ratio:.2f}x")
         batch = fmt_number(self.max_batch, ".0f")
         if self.max_batch_ratio is not None and self.max_batch is not None:
             batch = f"{batch} ({self.max_batch_ratio:.2f}x)"

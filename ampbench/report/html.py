@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from ampbench.report.charts import Chart
+from ampbench.report.figure_text import DASH, fmt_ms, fmt_number
 from ampbench.report.format import (
     NEEDS_A_LOOK,
     ROW_HEADERS,
@@ -18,7 +19,6 @@ from ampbench.report.format import (
 )
 from ampbench.report.junit import Run
 from ampbench.report.needs_look import Flagged, needs_a_look
-from ampbench.results import ConvergenceRecord, MemoryRecord, SpeedRecord
 from ampbench.report.speed_cells import (
     METHOD_LABELS,
     MatrixEntry,
@@ -31,9 +31,8 @@ from ampbench.report.speed_cells import (
     used_methods,
     versus_matrices,
 )
-from ampbench.results import RatioKind
+from ampbench.results import ConvergenceRecord, MemoryRecord, RatioKind, SpeedRecord
 from ampbench.results.ratios import DEVICE, WALL
-from ampbench.report.figure_text import DASH, fmt_ms, fmt_number
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -108,7 +107,8 @@ def _chips(counts: Mapping[str, int]) -> list[dict]:
 def _table(headers: Sequence[str], rows: Iterable[Sequence[HtmlCell]], reference: Iterable[bool] = ()) -> dict:
     flags = list(reference)
     return {"headers": list(headers),
-            "rows": [{"cells": list(r), "reference": flags[i] if i < len(flags) else False} for i, r in enumerate(rows)]}
+            "rows": [{"cells": list(r),
+                      "reference": flags[i] if i < len(flags) else False} for i, r in enumerate(rows)]}
 
 
 def _figure(chart: Chart) -> dict:
@@ -189,7 +189,8 @@ def _speed_context(run: Run) -> dict | None:
         ["model", "mode", f"{noun} idle", "host overhead per step", f"{noun} busy per step", "eager step"],
         ([HtmlCell(c.model), HtmlCell(c.mode),
           HtmlCell(fmt_number(None if c.idle_share is None else 100 * c.idle_share, ".0f", "%")),
-          HtmlCell(fmt_ms(c.host_overhead_ms)), HtmlCell(fmt_ms(c.busy_ms)), HtmlCell(fmt_ms(c.ratio(WALL).step_ms))] for c in host),
+          HtmlCell(fmt_ms(c.host_overhead_ms)), HtmlCell(fmt_ms(c.busy_ms)),
+          HtmlCell(fmt_ms(c.ratio(WALL).step_ms))] for c in host),
     ) if host else None
     changes = [{"notable": notable(c), "verdict": _verdict_span(v.value if (v := c.ratio(DEVICE).verdict) else None),
                 "test_id": c.test_id,

@@ -7,8 +7,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ampbench.files.read import UnreadableFile, read_text
-from ampbench.results import Run, RunError, order_modes
 from ampbench.report.figure_text import DASH
+from ampbench.results import Run, RunError, order_modes
 
 __all__ = ["DASH", "Run", "RunError", "failed_tests", "order_modes"]
 

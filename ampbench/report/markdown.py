@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from ampbench.report.figure_text import DASH, VERDICT_ICONS, plural, verdict_label
 from ampbench.report.format import (
     NEEDS_A_LOOK,
     ROW_HEADERS,
@@ -27,7 +28,6 @@ from ampbench.report.speed_cells import (
 )
 from ampbench.results import RatioKind
 from ampbench.results.ratios import DEVICE, WALL
-from ampbench.report.figure_text import DASH, VERDICT_ICONS, plural, verdict_label
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -182,6 +182,7 @@ def render_comparison_markdown(comparison: "Comparison") -> list[str]:
     headers = ["test", "figure", "old", "new", "change", "verdict"]
     if changed:
         out += [_md_table(headers, (r.cells() for r in changed)), ""]
-    out += ["<details><summary>Every compared test</summary>", "", _md_table(headers, (r.cells() for r in comparison.rows)),
+    out += ["<details><summary>Every compared test</summary>", "",
+            _md_table(headers, (r.cells() for r in comparison.rows)),
             "", "</details>", ""]
     return out

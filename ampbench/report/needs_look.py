@@ -82,7 +82,8 @@ def parse_changes(text: str | None) -> list[MovedKernel]:
     return found
 
 
-def _speedup_line(label: str, value: float, baseline: float | None, line: float | None) -> tuple[str, str | None, str | None]:
+def _speedup_line(label: str, value: float,
+                  baseline: float | None, line: float | None) -> tuple[str, str | None, str | None]:
     change = f"{value / baseline - 1:+.1%} vs {baseline:.3f}x" if baseline else None
     return f"{label} {value:.3f}x", change, f"line {line:.3f}x" if line else None
 

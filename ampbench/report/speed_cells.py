@@ -69,7 +69,8 @@ def _grid(cells: list[SpeedRecord], modes: list[str], entry: Callable[[SpeedReco
     by_key: dict[tuple[str, str], SpeedRecord] = {}
     for c in cells:
         by_key.setdefault((c.model, c.mode), c)
-    return [(model, [entry(by_key.get((model, mode))) for mode in modes]) for model in dict.fromkeys(c.model for c in cells)]
+    return [(model,
+             [entry(by_key.get((model, mode))) for mode in modes]) for model in dict.fromkeys(c.model for c in cells)]
 
 
 def _entry(cell: SpeedRecord | None, kind: RatioKind) -> MatrixEntry | None:

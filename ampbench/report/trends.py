@@ -32,7 +32,8 @@ FIGURE = DEVICE.history  # the gate's figure: the one whose trend the report dra
 MAX_CELLS = 60
 SIZE_IN, DPI = (6.0, 2.5), 80  # 480 x 200 px: small enough for a page of many cells
 NOTE_CHARS = 28  # a software annotation past this is cut, its full text is in the caption
-LINE_COLOR, BAND_COLOR, COUNTED_COLOR, CHANGE_COLOR, SOFTWARE_COLOR = "#1f77b4", "#1f77b4", "#1f77b4", "#c62828", "#6a1b9a"
+LINE_COLOR, BAND_COLOR, COUNTED_COLOR, CHANGE_COLOR, SOFTWARE_COLOR = (
+    "#1f77b4", "#1f77b4", "#1f77b4", "#c62828", "#6a1b9a")
 SUSPECT_COLOR, FAILED_COLOR = "#ef6c00", "#c62828"
 # how each state of a run (``history.replay``) is drawn: its colour, whether filled, its legend label
 POINT_STYLES = ((COUNTED, COUNTED_COLOR, True, "run"), (ACCEPTED, COUNTED_COLOR, True, None),
@@ -124,7 +125,8 @@ def read_trends(history: "History", run: Run, gpu: str | None = None) -> Trends:
     for test_id in ids[:MAX_CELLS]:
         series = found[test_id]
         learned = learn(series)
-        cells.append(TrendCell(series, learned, tuple(find_changes(series, replay=learned.replay)), _annotations(series, runs),
+        cells.append(TrendCell(series, learned, tuple(find_changes(series, replay=learned.replay)),
+                               _annotations(series, runs),
                                point_labels(series, runs)))
     return Trends(history.name, gpu, tuple(cells), len(ids))
 

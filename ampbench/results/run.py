@@ -12,8 +12,17 @@ from ampbench.files.read import DuplicateKey, UnreadableFile, read_text, unique_
 from ampbench.modes import MODES
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
-from ampbench.results.schema import (BENCHMARK, DOCUMENT, ERRORS_KEY, KIND_KEY, MACHINE, READABLE_SCHEMAS, SCHEMA_KEY,
-                                     UNTIMED_KEY, check)
+from ampbench.results.schema import (
+    BENCHMARK,
+    DOCUMENT,
+    ERRORS_KEY,
+    KIND_KEY,
+    MACHINE,
+    READABLE_SCHEMAS,
+    SCHEMA_KEY,
+    UNTIMED_KEY,
+    check,
+)
 from ampbench.results.timed import DistributedRecord, SpeedRecord
 from ampbench.stats import finite_number
 
@@ -123,7 +132,8 @@ class Run:
             ("cuDNN", m.get("cudnn")),
         ]
         clocks = [
-            f"{name} {m[key]:g} MHz" for name, key in (("SM", "sm_clock_mhz"), ("max SM", "max_sm_clock_mhz"), ("mem", "mem_clock_mhz"))
+            f"{name} {m[key]:g} MHz"
+            for name, key in (("SM", "sm_clock_mhz"), ("max SM", "max_sm_clock_mhz"), ("mem", "mem_clock_mhz"))
             if finite_number(m.get(key)) is not None
         ]
         if clocks:

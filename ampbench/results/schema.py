@@ -56,24 +56,29 @@ class Field:
             return "one of " + ", ".join(repr(v.value) for v in Verdict)
         what = {"string": "a string", "integer": "an integer", "number": "a finite number", "boolean": "true or false",
                 "object": "an object", "array": "a list"}[self.type]
-        bounds = [f">= {self.low:g}" if self.low is not None else "", f"> {self.above:g}" if self.above is not None else "",
-                  f"< {self.below:g}" if self.below is not None else "", f"<= {self.high:g}" if self.high is not None else ""]
+        bounds = [f">= {self.low:g}" if self.low is not None else "",
+                  f"> {self.above:g}" if self.above is not None else "",
+                  f"< {self.below:g}" if self.below is not None else "",
+                  f"<= {self.high:g}" if self.high is not None else ""]
         bounds = [b for b in bounds if b]
         return f"{what} {' and '.join(bounds)}" if bounds else what
 
     def problem(self, value: Any) -> str | None:
         """Why `value` does not fit, or None."""
         if self.type in ("number", "integer"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (self.type == "integer" and not isinstance(value, int)):
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or (self.type == "integer" and not isinstance(value, int))):
                 return f"is {_shown(value)}"
             if not math.isfinite(value):
                 return f"is {value}"
             if ((self.low is not None and value < self.low) or (self.above is not None and value <= self.above)
-                    or (self.below is not None and value >= self.below) or (self.high is not None and value > self.high)):
+                    or (self.below is not None and value >= self.below)
+                    or (self.high is not None and value > self.high)):
                 return f"is {value:g}"
             return None
         if self.type == "verdict":
-            return None if isinstance(value, str) and (value in _VALUES or value in LEGACY_VERDICTS) else f"is {_shown(value)}"
+            return (None if isinstance(value, str) and (value in _VALUES or value in LEGACY_VERDICTS)
+                    else f"is {_shown(value)}")
         python = {"string": str, "boolean": bool, "object": dict, "array": list}[self.type]
         return None if isinstance(value, python) else f"is {_shown(value)}"
 

@@ -11,11 +11,34 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, ClassVar, Mapping
 
-from ampbench.results.base import (Record, checked, encode, field_specs, flag, number, part, raw, read_fields, reading,
-                                   scalar, text)
+from ampbench.results.base import (
+    Record,
+    checked,
+    encode,
+    field_specs,
+    flag,
+    number,
+    part,
+    raw,
+    read_fields,
+    reading,
+    scalar,
+    text,
+)
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
-from ampbench.results.schema import (CONFIDENCE, COUNT, FLAT_RATIOS_SCHEMA, NON_NEGATIVE, OBJECT, POSITIVE, RATIOS_KEY,
-                                     SCHEMA_KEY, VERDICT, check, check_order)
+from ampbench.results.schema import (
+    CONFIDENCE,
+    COUNT,
+    FLAT_RATIOS_SCHEMA,
+    NON_NEGATIVE,
+    OBJECT,
+    POSITIVE,
+    RATIOS_KEY,
+    SCHEMA_KEY,
+    VERDICT,
+    check,
+    check_order,
+)
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
 

@@ -21,18 +21,17 @@ from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.source import ReferenceSource
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.device import release
+from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode, label, versus_figure, versus_of
 from ampbench.results import SPEED_RATIOS, RatioKind, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.settings import GATES, PerfSettings
-from ampbench.speed import judging
-from ampbench.speed import sides
+from ampbench.speed import judging, sides
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
 from ampbench.speed.devicetime import IDLE_WARN_SHARE
 from ampbench.speed.hostload import host_load
 from ampbench.speed.ratio import Ratio
 from ampbench.verdict import HostOverhead, Reference, Verdict, combined, kernel_changes
-from ampbench.models.spec import ModelSpec
 
 
 @dataclass
@@ -230,7 +229,8 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
         **queue_fields(dev.timing, side, reference),
         kernel_ms=side.profile.kernel_ms if side.profile else None,
         kernel_ms_ref=reference.profile.kernel_ms if reference.profile else None,
-        kernel_speedup=(reference.profile.kernel_ms / side.profile.kernel_ms) if side.profile and reference.profile else None,
+        kernel_speedup=((reference.profile.kernel_ms / side.profile.kernel_ms)
+                        if side.profile and reference.profile else None),
         kernels=kernels, kernel_changes=changes,
         # how far the eager step waits on the host
         busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
@@ -241,7 +241,8 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
         memory_ratio=(side.peak_bytes / reference.peak_bytes) if side.peak_bytes and reference.peak_bytes else None,
         tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
         recording=settings.update_baselines, weights_moved=trained.moved, final_loss_finite=trained.loss_finite,
-        loss_scale=trained.scale, phase_seconds=phases, prepare_s=side.prepare_seconds, ref_prepare_s=reference.prepare_seconds,
+        loss_scale=trained.scale, phase_seconds=phases, prepare_s=side.prepare_seconds,
+        ref_prepare_s=reference.prepare_seconds,
         compile_s=compile_s, ref_compile_s=reference.first_step_seconds if mode.compile else None,
         baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), verdict=verdict,
         message=_message(verdict, ratios, baseline, changes))
@@ -336,7 +337,8 @@ def queue_problems(timing: sides.DeviceTiming, side: sides.Side, reference: side
         problems.append(f"device time: {timing.queue.stats.describe()}")
     for name, s in (("the mode", side), ("fp32", reference)):
         if s.graph is not None and s.idle is None:
-            problems.append(f"device time: the profiler saw no kernel of a held block of {name}: its idle time is unchecked")
+            problems.append(f"device time: the profiler saw no kernel of a held block of {name}: "
+                            "its idle time is unchecked")
         elif s.idle is not None and s.idle.share > IDLE_WARN_SHARE:
             problems.append(f"device time: the GPU sat idle {s.idle.share:.2%} of a profiled held block of {name} "
                             f"({s.idle.idle_ms:.3f} of {s.idle.span_ms:.1f} ms; queued whole: {s.idle.queued})")

@@ -370,7 +370,8 @@ def clock_for(trainer: Trainer, steps: int, graph: CapturedStep | None, fallback
     return DeviceClock(trainer, "kernels", steps, fallback=fallback, queue=queue)
 
 
-def paired_blocks(ref: DeviceClock, mode: DeviceClock) -> tuple[Callable[[], float], Callable[[], float], str, str | None]:
+def paired_blocks(ref: DeviceClock, mode: DeviceClock) -> tuple[Callable[[], float],
+                                                                Callable[[], float], str, str | None]:
     """The two sides' block functions measured the same way (a graph on one side and a kernel sum
     on the other would compare two different things), the method and why it is not a graph."""
     if ref.method == mode.method:

@@ -137,7 +137,8 @@ class BlockQueue:
             if seconds is None:
                 self.fallen_back = True
                 self.stats.why = (f"a block could not be queued whole behind holds of up to "
-                                  f"{self.stats.hold_s * 1e3:.0f} ms (the launch queue fills, or the host is away longer)")
+                                  f"{self.stats.hold_s * 1e3:.0f} ms (the launch queue fills, or the host is away "
+                                  "longer)")
                 break
             total, done = total + seconds, done + n
         if done == steps:

@@ -15,8 +15,16 @@ from ampbench.baselines.store import measurement_mismatch
 from ampbench.speed.sequential import Look, schedule
 from ampbench.speed.sides import SpeedPolicy
 from ampbench.speed.timing import PairedTimer
-from ampbench.stats import (SpeedupEstimate, across_runs, estimate_speedup, finite_number, log_ratios, order_aligned,
-                            relative_spread, robust_sd)
+from ampbench.stats import (
+    SpeedupEstimate,
+    across_runs,
+    estimate_speedup,
+    finite_number,
+    log_ratios,
+    order_aligned,
+    relative_spread,
+    robust_sd,
+)
 from ampbench.verdict import SpeedupCheck, Verdict
 
 

@@ -17,8 +17,7 @@ from ampbench import progress
 from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry, entry_tolerance
 from ampbench.results.ratios import RECORD_AGAIN, RatioKind
 from ampbench.results.timed import RatioFigures
-from ampbench.speed import judging
-from ampbench.speed import sides
+from ampbench.speed import judging, sides
 from ampbench.speed.sequential import Look
 from ampbench.speed.timing import PairedTimer, extend_until_tight
 from ampbench.stats import SpeedupEstimate, median
@@ -111,7 +110,8 @@ class Ratio:
             if again is not Verdict.REGRESSION:  # two batches disagree: not confirmed
                 verdict = Verdict.INCONCLUSIVE
         judgement = check.describe(est) + (f"; confirming batch {self.confirmation}" if self.confirmation else "")
-        together = check.held_back(est.speedup, check.tolerance) if check.held_back and verdict is not Verdict.REGRESSION else None
+        together = (check.held_back(est.speedup, check.tolerance)
+                    if check.held_back and verdict is not Verdict.REGRESSION else None)
         if together:
             verdict, judgement = Verdict.REGRESSION, f"{judgement}; {together}"
         self._concluded(est, verdict, judgement)

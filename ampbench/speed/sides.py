@@ -12,14 +12,30 @@ import torch
 
 from ampbench import settings as options
 from ampbench.device import prime_libraries
-from ampbench.modes import PrecisionMode
-from ampbench.speed.devicetime import (BlockIdle, CaptureError, CapturedStep, KernelProfile, block_idle, capture, clock_for,
-                                       paired_blocks, profile_steps)
-from ampbench.speed.held import PROFILED_HOLD_S, BlockQueue
-from ampbench.speed.timing import PairedTimer, RoundsPolicy, peak_memory_bytes, steps_per_block, sync, wall_block, warm_up
-from ampbench.train import Trainer
 from ampbench.models.spec import ModelSpec
-
+from ampbench.modes import PrecisionMode
+from ampbench.speed.devicetime import (
+    BlockIdle,
+    CapturedStep,
+    CaptureError,
+    KernelProfile,
+    block_idle,
+    capture,
+    clock_for,
+    paired_blocks,
+    profile_steps,
+)
+from ampbench.speed.held import PROFILED_HOLD_S, BlockQueue
+from ampbench.speed.timing import (
+    PairedTimer,
+    RoundsPolicy,
+    peak_memory_bytes,
+    steps_per_block,
+    sync,
+    wall_block,
+    warm_up,
+)
+from ampbench.train import Trainer
 
 # A figure reported beside the gate (the wall-clock speedup under --perf-gate device) is read, not judged:
 # without a baseline it gets the fewest rounds of a 95% interval (six; a 99% one needs eight), in blocks
@@ -87,7 +103,8 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
         warmup_steps=3,
         warmup_seconds=0.15,
         block_seconds=block_seconds,
-        rounds=RoundsPolicy(min_rounds, max_rounds=max(20, min_rounds), target_half_width=tolerance / 2, budget_seconds=8.0),
+        rounds=RoundsPolicy(min_rounds, max_rounds=max(20, min_rounds),
+                            target_half_width=tolerance / 2, budget_seconds=8.0),
         # the fewest rounds for a 99% interval: the noise it yields is, if anything, too high
         record_rounds=RoundsPolicy(8, 8, 1.0, 8.0),
         extend_to=max(48, min_rounds),
@@ -137,7 +154,8 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
         except CaptureError as exc:
             side.capture_failure = str(exc)
         phases.end("capture")
-        side.profile = profile_steps(trainer, steps_per_block(step_seconds, policy.block_seconds, max_steps=PROFILE_STEPS))
+        side.profile = profile_steps(trainer,
+                                     steps_per_block(step_seconds, policy.block_seconds, max_steps=PROFILE_STEPS))
         phases.end("profile")
         if side.graph is not None:
             block = steps_per_block(step_seconds, policy.block_seconds)

@@ -11,7 +11,15 @@ from typing import Callable
 import torch
 
 from ampbench import progress
-from ampbench.stats import SpeedupEstimate, alternating, estimate_speedup, median, min_rounds, coverage_percent, reference_first
+from ampbench.stats import (
+    SpeedupEstimate,
+    alternating,
+    coverage_percent,
+    estimate_speedup,
+    median,
+    min_rounds,
+    reference_first,
+)
 from ampbench.train import Trainer
 
 PROBE_STEPS = 3  # the most steps warm_up's closing probe times
@@ -117,7 +125,8 @@ class RoundsPolicy:
     def __post_init__(self) -> None:
         need = min_rounds(self.confidence)
         if self.min_rounds < need:
-            raise ValueError(f"min_rounds={self.min_rounds} cannot give a {coverage_percent(self.confidence)} interval; need {need}")
+            raise ValueError(f"min_rounds={self.min_rounds} cannot give a {coverage_percent(self.confidence)} "
+                             f"interval; need {need}")
         if self.max_rounds < self.min_rounds:
             raise ValueError(f"max_rounds={self.max_rounds} < min_rounds={self.min_rounds}")
 

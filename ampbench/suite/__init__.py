@@ -2,7 +2,8 @@
 models: `speed` (each mode timed against fp32), `memory` (peak memory and the largest batch, on a GPU)
 and `convergence` (held-out accuracy on real digits against fp32's); `distributed` (DDP and FSDP2
 across ranks, collected by this repository's perf/test_distributed.py only, not by the star import below);
-`outcome` ends a timed cell's test by its verdict. This repository's perf/test_speed.py, test_memory.py and test_convergence.py re-export
+`outcome` ends a timed cell's test by its verdict. This repository's perf/test_speed.py, test_memory.py and
+test_convergence.py re-export
 them, and so does a project's own test module::
 
     from ampbench.suite import *  # noqa: F403 - pytest collects the tests and fixtures named in __all__
@@ -12,7 +13,14 @@ among its attributes.
 """
 
 from ampbench.suite.convergence import _results, test_convergence, test_underflow_without_loss_scaling
-from ampbench.suite.memory import _memory_references, memory_cap_bytes, memory_reference, needs_cuda, test_memory, test_oom_recovery
+from ampbench.suite.memory import (
+    _memory_references,
+    memory_cap_bytes,
+    memory_reference,
+    needs_cuda,
+    test_memory,
+    test_oom_recovery,
+)
 from ampbench.suite.speed import _reference_cache, _versus_cache, reference, test_speed, versus_sides
 
 __all__ = [

@@ -6,7 +6,8 @@ this GPU's baseline file as ``margin``; ``ampbench.convergence.training`` has th
 throughout. The fp8 modes are held against compiled amp_bf16 instead (their ``parity_reference``):
 fp8 changes only the converted Linear layers of a model that otherwise trains in bf16, and mnist_cnn's
 hidden layer (9216 x 128) is one torchao converts; WRN-28-10's only Linear layer is its head, so its fp8
-cells skip. Pure fp16 (``fp16``, Apex O3) may lag as it did in "Mixed Precision Training on Tesla T4 and P100" (2019): then the cell is an expected
+cells skip. Pure fp16 (``fp16``, Apex O3) may lag as it did in "Mixed Precision Training on Tesla T4 and P100" (2019):
+then the cell is an expected
 failure (xfail) whose reason gives the figures.
 
 ``test_underflow_without_loss_scaling``: gradients below fp16's range flush to zero unless the loss is
@@ -17,11 +18,11 @@ from __future__ import annotations
 
 import pytest
 
-from ampbench.convergence import parity, training, underflow
 from ampbench.baselines.entries import ConvergenceEntry
+from ampbench.convergence import parity, training, underflow
 from ampbench.convergence.images import load_digits
-from ampbench.modes import label, parity_reference_of
 from ampbench.device import release
+from ampbench.modes import label, parity_reference_of
 
 SEED = 0
 

@@ -26,24 +26,23 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.plugin import session
 from ampbench import models
-from ampbench.suite.outcome import STEP_TIMES, conclude, record_step_times
-from ampbench.speed import sides
-from ampbench.device import cell_unsupported_reason
-from ampbench.distributed import judging
-from ampbench.distributed.figures import DistFigures, max_over_ranks, mean_over_ranks, merge_ranks
-from ampbench.distributed.variants import STRATEGIES, default_cells, get_comm, variants_for
-from ampbench.distributed.launch import LaunchResult
-from ampbench.distributed.speed_worker import failed_comm
-from ampbench.plugin.nodes import launcher_of
-from ampbench.modes import get_mode
-from ampbench.results import DistributedRecord
-from ampbench.results.ratios import DIST_DEVICE, DIST_WALL
 from ampbench.baselines.entries import DistributedEntry
 from ampbench.baselines.source import ReferenceSource
 from ampbench.baselines.spread import INJECTED_KEY
-from ampbench.plugin import summary
+from ampbench.device import cell_unsupported_reason
+from ampbench.distributed import judging
+from ampbench.distributed.figures import DistFigures, max_over_ranks, mean_over_ranks, merge_ranks
+from ampbench.distributed.launch import LaunchResult
+from ampbench.distributed.speed_worker import failed_comm
+from ampbench.distributed.variants import STRATEGIES, default_cells, get_comm, variants_for
+from ampbench.modes import get_mode
+from ampbench.plugin import session, summary
+from ampbench.plugin.nodes import launcher_of
+from ampbench.results import DistributedRecord
+from ampbench.results.ratios import DIST_DEVICE, DIST_WALL
+from ampbench.speed import sides
+from ampbench.suite.outcome import STEP_TIMES, conclude, record_step_times
 from ampbench.verdict import Verdict, combined
 
 pytestmark = pytest.mark.torchrun
@@ -163,7 +162,8 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     record_result(record)
     _tag_injected(request, benchmark, docs)  # on the record just kept, which the run history appends
     # pytest-benchmark's figures: the mode's time per step in each round, on the device where measured
-    record_step_times(benchmark, [ms / 1e3 for ms in record.ratio(DIST_DEVICE).round_ms or record.ratio(DIST_WALL).round_ms or ()])
+    record_step_times(benchmark,
+                      [ms / 1e3 for ms in record.ratio(DIST_DEVICE).round_ms or record.ratio(DIST_WALL).round_ms or ()])
     if settings.update_baselines and store is not None and not problems:
         _record_entry(store, test_id, figs, docs, settings, software, previous=baseline)
 
@@ -249,7 +249,8 @@ def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], se
         comm_overlap_ref=mean_over_ranks(docs, "comm_overlap_ref"),
         idle_share=figs.idle_share, idle_share_ref=max_over_ranks(docs, "idle_share_ref"), host_bound=figs.host_bound,
         device_queue=docs[0].get("device_queue"), recording=settings.update_baselines,
-        weights_moved=all(d["weights_moved"] for d in docs), loss_scale=docs[0].get("loss_scale"), backend=docs[0]["backend"],
+        weights_moved=all(d["weights_moved"] for d in docs), loss_scale=docs[0].get("loss_scale"),
+        backend=docs[0]["backend"],
         strategy=docs[0]["strategy"], steps_per_block=docs[0]["mode_steps"], ref_steps_per_block=docs[0]["ref_steps"],
         block_seconds=settings.block_seconds, cudnn_benchmark=settings.cudnn_benchmark, launch_s=result.seconds,
         **concluded)
@@ -291,6 +292,7 @@ def _strategy_test(strategy: str, doc: str):
     return test
 
 
-test_ddp_speed = _strategy_test("ddp", "A mode under DDP with this comm variant against fp32 under DDP with fp32 all-reduce.")
+test_ddp_speed = _strategy_test("ddp",
+                                "A mode under DDP with this comm variant against fp32 under DDP with fp32 all-reduce.")
 test_fsdp2_speed = _strategy_test(
     "fsdp2", "A mode under FSDP2 with this mixed-precision policy against fp32 under FSDP2 without one.")

@@ -20,10 +20,10 @@ from ampbench.baselines.entries import MemoryEntry
 from ampbench.baselines.source import ReferenceSource
 from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
+from ampbench.models import get_model
 from ampbench.modes import REFERENCE_MODE, get_mode
 from ampbench.settings import TIERS
 from ampbench.verdict import Verdict
-from ampbench.models import get_model
 
 
 def _searches(settings) -> bool:

@@ -5,6 +5,7 @@ pytest-benchmark is handed of a cell."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 import pytest
 
@@ -26,7 +27,7 @@ def conclude(verdict: Verdict, problems: list[str], what: str, message: str, *, 
 
 
 def finish(verdict: Verdict, problems: list[str], what: str, message: str, *, strict: bool, kind: str,
-           inconclusive: type[Warning], warn_first: list[Warning] = (), warn_after: list[Warning] = ()) -> None:
+           inconclusive: type[Warning], warn_first: Sequence[Warning] = (), warn_after: Sequence[Warning] = ()) -> None:
     """`conclude`, with the cell's own warnings around it: those about how it was measured first, those
     about a cell that held (a slower host, no baseline file) once it did."""
     for warning in warn_first:

@@ -15,13 +15,11 @@ from typing import Iterator
 import pytest
 
 from ampbench import progress
-
-from ampbench.speed import sides
-
-from ampbench.speed import cell as speed_cell
-from ampbench.speed.compiled import VersusSides, served
 from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, compiled, get_mode, label, versus_of
+from ampbench.speed import cell as speed_cell
+from ampbench.speed import sides
+from ampbench.speed.compiled import VersusSides, served
 from ampbench.suite.outcome import STEP_TIMES, finish, record_step_times
 
 
@@ -80,7 +78,8 @@ def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> sid
 # speedup must be 1.0) and TF32 run in the full tier (the rows' full_tier_only)
 @pytest.mark.cells(modes_tiered=True)
 @pytest.mark.benchmark(group="speed", **STEP_TIMES)
-def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cell, reference, versus_sides, perf_settings,
+def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cell, reference, versus_sides,
+               perf_settings,
                perf_device, baseline_store, software, peak_tflops, fail_on_oom):
     # compiled amp_bf16's own side is kept: the fp8 cells after it are timed against it
     prepare = lambda: versus_sides.offer(  # noqa: E731
@@ -88,7 +87,8 @@ def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cel
     versus_mode = versus_of(mode)
     versus = None if versus_mode is None else lambda: versus_sides.get(
         model_spec.name, versus_mode,
-        lambda: _prepare(model_spec, versus_mode, perf_device, perf_settings, fail_on_oom, f"{label(versus_mode)} versus"))
+        lambda: _prepare(model_spec, versus_mode, perf_device, perf_settings, fail_on_oom,
+                         f"{label(versus_mode)} versus"))
     cell = speed_cell.measure_speed(
         model_spec, mode, reference, prepare, versus=versus,
         settings=perf_settings, device=perf_device, test_id=request.node.name,

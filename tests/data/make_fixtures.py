@@ -2,7 +2,8 @@
 
 `python tests/data/make_fixtures.py` rewrites ``synthetic_h100_quick.json`` (the quick tier, with a
 regression and an inconclusive cell so every part of a report shows) and ``synthetic_h100_device.json``
-(the quick tier with device time, host load and kernel changes, as test_speed writes them now). The tests call `full_tier_run()`
+(the quick tier with device time, host load and kernel changes, as test_speed writes them now). The tests call
+`full_tier_run()`
 for a full-tier-sized run (12 models x 7 modes, speed and memory, plus convergence) when timing a report.
 The numbers are plausible for an H100 but invented; ``h100_run.json`` beside this file is a real run.
 """
@@ -32,9 +33,11 @@ MODELS = {
     "gpt": (8, 420.0, 6 * 1024 * 1.24e8, (2.7, 4.6, 4.8, 5.4, 5.7, 5.6), 0.015),
 }
 QUICK = ("mlp", "wide_resnet28_10", "resnet50", "lstm_lm", "gpt")
-MEMORY_RATIO = {"fp32": 1.0, "tf32": 1.0, "amp_fp16": 0.72, "amp_bf16": 0.72, "fp16_master": 0.66, "fp16": 0.52, "bf16": 0.52}
+MEMORY_RATIO = {"fp32": 1.0, "tf32": 1.0, "amp_fp16": 0.72, "amp_bf16": 0.72,
+                "fp16_master": 0.66, "fp16": 0.52, "bf16": 0.52}
 PEAK_TFLOPS = {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0, "bf16": 756.0}
-PEAK_DTYPE = {"fp32": "fp32", "tf32": "tf32", "amp_fp16": "fp16", "amp_bf16": "bf16", "fp16_master": "fp16", "fp16": "fp16", "bf16": "bf16"}
+PEAK_DTYPE = {"fp32": "fp32", "tf32": "tf32", "amp_fp16": "fp16", "amp_bf16": "bf16", "fp16_master": "fp16",
+              "fp16": "fp16", "bf16": "bf16"}
 
 MACHINE = {
     "node": "gpu-runner-01", "machine": "x86_64", "system": "Linux", "python_version": "3.11.7",
@@ -105,7 +108,8 @@ def speed_cell(rng: random.Random, model: str, mode: str, *, verdict: str | None
     msg = (f"{model} {mode}: speedup over fp32 {speedup:.3f}x [{low:.3f}, {high:.3f}] (99%, {rounds} rounds) against "
            f"baseline {baseline:.3f}x ({drop:+.1%}); regression line {line:.3f}x (tolerance {tolerance:.1%})")
     info = {
-        "kind": "speed", "model": model, "mode": mode, "device": "cuda:0", "batch_size": batch, "steps_per_block": steps,
+        "kind": "speed", "model": model, "mode": mode, "device": "cuda:0", "batch_size": batch,
+        "steps_per_block": steps,
         "speedup": speedup, "speedup_low": low, "speedup_high": high, "rounds": rounds, "confidence": 0.99,
         "throughput": batch / (step_ms / 1e3), "throughput_ref": batch / (step_ms_ref / 1e3),
         "step_ms": step_ms, "step_ms_ref": step_ms_ref, "peak_mem_bytes": peak, "peak_mem_ref_bytes": peak_ref,
@@ -126,7 +130,8 @@ def memory_cell(rng: random.Random, model: str, mode: str) -> dict:
     info = {
         "kind": "memory", "model": model, "mode": mode, "peak_mem_bytes": peak, "memory_ratio": ratio,
         "max_batch": max_batch, "max_batch_ratio": max_batch_ratio,
-        "max_batch_throughput": max_batch / (ref_ms / 1e3) * 2.5, "max_batch_throughput_ratio": 2.5 * rng.uniform(0.9, 1.1),
+        "max_batch_throughput": max_batch / (ref_ms / 1e3) * 2.5,
+        "max_batch_throughput_ratio": 2.5 * rng.uniform(0.9, 1.1),
         "verdict": "no baseline", "message": f"{model} {mode}: memory ratio {ratio:.3f}, largest batch {max_batch}",
     }
     return _bench("test_memory", model, mode, info, [0.05 * rng.uniform(0.98, 1.02) for _ in range(3)])
@@ -148,7 +153,8 @@ def convergence_cell(rng: random.Random, model: str, mode: str) -> dict:
     return _bench("test_convergence", model, mode, info, [1.2 * rng.uniform(0.98, 1.02) for _ in range(3)])
 
 
-def make_run(models: tuple[str, ...], *, seed: int = 0, special: dict | None = None, convergence: tuple[str, ...] = ()) -> dict:
+def make_run(models: tuple[str, ...], *, seed: int = 0, special: dict | None = None,
+             convergence: tuple[str, ...] = ()) -> dict:
     """A whole benchmark JSON. `special` maps test ids to (verdict, baseline) forced onto speed cells."""
     rng = random.Random(seed)
     special = special or {}
@@ -170,7 +176,8 @@ def make_run(models: tuple[str, ...], *, seed: int = 0, special: dict | None = N
     return {
         "machine_info": MACHINE,
         "commit_info": {"id": "3f9c2b1e7a4d5c6b8e9f0a1b2c3d4e5f60718293", "time": "2026-05-10T09:12:44+00:00",
-                        "author_time": "2026-05-10T09:12:44+00:00", "dirty": False, "project": "ampbench", "branch": "main"},
+                        "author_time": "2026-05-10T09:12:44+00:00", "dirty": False,
+                        "project": "ampbench", "branch": "main"},
         "benchmarks": benches,
         "datetime": "2026-05-10T09:41:07.512318+00:00",
         "version": "5.2.3",
@@ -180,8 +187,10 @@ def make_run(models: tuple[str, ...], *, seed: int = 0, special: dict | None = N
 # device-time speedup against the wall-clock one per model: the more the eager step waits on the host, the more
 DEVICE_GAIN = {"mlp": 1.6, "wide_resnet28_10": 1.1, "resnet50": 1.2, "lstm_lm": 1.35, "gpt": 1.05}
 HOST_BOUND = ("mlp", "lstm_lm")
-KERNELS = ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_cublas", "at::native::vectorized_elementwise_kernel",
-           "cudnn::batchnorm_fwtr_nhwc_semiPersist", "at::native::reduce_kernel", "at::native::multi_tensor_apply_kernel")
+KERNELS = ("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_cublas",
+           "at::native::vectorized_elementwise_kernel",
+           "cudnn::batchnorm_fwtr_nhwc_semiPersist", "at::native::reduce_kernel",
+           "at::native::multi_tensor_apply_kernel")
 SPIN = "at::cuda::(anonymous namespace)::spin_kernel"
 
 
@@ -207,7 +216,8 @@ def add_device_time(rng: random.Random, info: dict, *, slowed: bool = False) -> 
                    f"{busy * 0.45 - drift:.3f}->{busy * 0.45:.3f} ms ({drift:+.3f})")
     else:
         changes = None
-    method, fallback = ("kernels", "the optimizer's step cannot be captured in a CUDA graph") if model == "gpt" else ("graph", None)
+    method, fallback = (("kernels", "the optimizer's step cannot be captured in a CUDA graph") if model == "gpt"
+                        else ("graph", None))
     wall_message = info["message"].split(": ", 1)[1]
     device_message = (f"speedup over fp32 {speedup:.3f}x [{low:.3f}, {high:.3f}] (99%, 16 rounds) against baseline "
                       f"{true:.3f}x ({speedup / true - 1:+.1%}); regression line {true * (1 - tolerance):.3f}x "

@@ -36,7 +36,8 @@ class LeNet5(nn.Module):
     def __init__(self, config: Config):
         super().__init__()
         side = _pooled_size(config)
-        assert side >= 1, f"image_size {config.image_size} is too small for two {config.kernel}x{config.kernel} convolutions"
+        assert side >= 1, (f"image_size {config.image_size} is too small for two {config.kernel}x{config.kernel} "
+                           "convolutions")
         self.c1 = nn.Conv2d(config.in_channels, config.c1, config.kernel)
         self.c3 = nn.Conv2d(config.c1, config.c3, config.kernel)
         self.f5 = nn.Linear(config.c3 * side * side, config.f5)
