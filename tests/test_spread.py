@@ -21,7 +21,7 @@ from ampbench.stats import SpeedupEstimate, log_sd
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.verdict import UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
 from ampbench.settings import DEFAULT_TOLERANCE
-from tests.references import held
+from tests.references import against_entry
 from spread_runs import (
     GPT,
     SOFTWARE,
@@ -256,7 +256,7 @@ def _rerecorded(monkeypatch, previous: dict | None, method: str = "graph", measu
     alike = entry is not None and measurement_mismatch(entry, measured_with) is None
     stored = {}
     for kind in (DEVICE, WALL):
-        ratio = held(Ratio.between(kind, object(), object()), "resnet50", "amp_fp16", entry, DEFAULT_TOLERANCE)
+        ratio = against_entry(Ratio.between(kind, object(), object()), "resnet50", "amp_fp16", entry, DEFAULT_TOLERANCE)
         stored.update(ratio.time(POLICY, gated=True).recorded(entry, False, alike, POLICY, DEFAULT_TOLERANCE))
     return stored
 

@@ -1,4 +1,4 @@
-"""One speed cell from its prepared sides to its record: hold each of its ratios (the kinds of
+"""One speed cell from its prepared sides to its record: check each of its ratios (the kinds of
 ``ampbench.results.ratios.SPEED_RATIOS``: the device-time and the wall-clock speedup, and a compiled
 cell's ratio over its versus side) against this GPU's baseline entry and time it in interleaved rounds
 (``ampbench.speed.ratio``), check the mode really trained, record a new baseline entry when asked, and
@@ -114,10 +114,10 @@ def judged(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, pair: _P
     """The cell's ratios, in their table's order, each checked against what its baseline source gives it
     (`against`, by the ratio's kind: ``ReferenceSource.reference``), then timed: judged where it gates the
     cell, else its first look."""
-    held = {kind.name: ratio.hold(spec.name, label(mode), baseline, against(kind))
-            for kind in SPEED_RATIOS.values() if (ratio := _ratio(kind, mode, reference, pair)) is not None}
-    gates = _gates(settings.gate, held)
-    return [ratio.time(pol, ratio.kind.gate in gates) for ratio in held.values()]
+    checked = {kind.name: ratio.judge_against(spec.name, label(mode), baseline, against(kind))
+               for kind in SPEED_RATIOS.values() if (ratio := _ratio(kind, mode, reference, pair)) is not None}
+    gates = _gates(settings.gate, checked)
+    return [ratio.time(pol, ratio.kind.gate in gates) for ratio in checked.values()]
 
 
 def _of(ratios: list[Ratio], kind: RatioKind) -> Ratio | None:
