@@ -318,7 +318,7 @@ def _write_learned(terminalreporter, store, config: pytest.Config, what: str) ->
     from ampbench.plugin import summary
 
     ran = {t for t in (r.test_id or nodeid.split("::")[-1] for nodeid, r in config.stash.get(summary.RECORDS_KEY, []))
-           if store.cells.holds(t)}
+           if store.cells.covers(t)}
     if not ran:
         return
     states = {t: line for t, line in store.states().items() if t in ran}
@@ -350,7 +350,7 @@ def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
         device = r.ratio(DEVICE) if isinstance(r, TimedRecord) else None  # a distributed cell's is named alike
         test_id, value = r.test_id or nodeid.split("::")[-1], device.speedup if device else None
         verdict = device.verdict if device else None
-        if not store.cells.holds(test_id) or not isinstance(value, float) or value <= 0:
+        if not store.cells.covers(test_id) or not isinstance(value, float) or value <= 0:
             continue
         status = store.judged(test_id, DEVICE, value, None if verdict is None else str(verdict),
                               not (verdict is not None and verdict.failing))

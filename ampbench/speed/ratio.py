@@ -130,7 +130,7 @@ class Ratio:
             if len(timer.mode_times) == REPORTED_FIRST_LOOK:
                 est = judging.at_look(timer, look)
                 verdict = check.classify(est)
-                if verdict is Verdict.PASS or not check.holds:  # no more rounds could decide against no line
+                if verdict is Verdict.PASS or not check.has_line:  # no more rounds could decide against no line
                     return self._concluded(est, verdict)
         if len(timer.mode_times) < rounds:
             timer.rounds(rounds - len(timer.mode_times))
