@@ -325,8 +325,8 @@ def _write_learned(terminalreporter, store, config: pytest.Config, what: str) ->
     learned, cells = store.learned_share()
     if not cells:
         others = sorted({r.gpu for r in store.history.runs() if not r.smoke} - {store.store.gpu})
-        held = f" (it holds runs of {', '.join(others)}, never used for this one)" if others else ""
-        terminalreporter.write_line(f"ampbench history: no earlier run of {store.store.gpu}{held}: this run's "
+        elsewhere = f" (it holds runs of {', '.join(others)}, never used for this one)" if others else ""
+        terminalreporter.write_line(f"ampbench history: no earlier run of {store.store.gpu}{elsewhere}: this run's "
                                     f"{what} are learning")
         return
     terminalreporter.write_line(f"ampbench history: device tolerance learned and at most 1% in {learned} of {cells} "

@@ -291,18 +291,18 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Referenc
           baseline: SpeedEntry | None, ratios: list[Ratio], queued_badly: list[str], device: torch.device) -> None:
     """The cell's warnings: how it was measured (first), and what a cell that held should still say."""
     dev, wall, versus = _of(ratios, DEVICE), _of(ratios, WALL), _of(ratios, VERSUS)
-    held = baseline is not None and not settings.update_baselines  # judged against an entry
-    mismatch = measurement_mismatch(baseline, _measured_with(settings)) if held else None
+    judged = baseline is not None and not settings.update_baselines  # judged against an entry
+    mismatch = measurement_mismatch(baseline, _measured_with(settings)) if judged else None
     if mismatch:
         cell.warn_first.append(UserWarning(f"{test_id}: {mismatch}"))
-    if dev.why_unchecked and held:
+    if dev.why_unchecked and judged:
         cell.warn_first.append(UserWarning(f"{test_id}: {dev.why_unchecked}; the wall verdict holds the cell"))
     cell.warn_after += [UserWarning(f"{test_id}: {problem}") for problem in queued_badly]
     for ratio in ratios:
         if ratio.fallback and device.type == "cuda":
             cell.warn_first.append(UserWarning(
                 f"{test_id}: {ratio.named(ratio.kind.called)} from the profiler's kernel sum: {ratio.fallback}"))
-    if versus is not None and versus.check is None and held:
+    if versus is not None and versus.check is None and judged:
         cell.warn_first.append(UserWarning(f"{test_id}: {versus.figure}: {versus.why_unchecked}"))
     if not wall.gated and wall.verdict is Verdict.REGRESSION and dev.verdict in (Verdict.PASS, Verdict.IMPROVED):
         cell.warn_after.append(HostOverhead(f"{test_id}: wall-clock speedup below its line while device time held: "
