@@ -96,8 +96,8 @@ def _from_record(latest: Mapping | None, cells: LearnedCells) -> dict:
     kinds = cells.entry.RATIOS.values()
     out = {}
     for name in cells.from_record:
-        held = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback") if k.entry_key(f) == name), None)
-        value = getattr(record.ratio(held[0]), held[1]) if held else record.value(name)
+        pair = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback") if k.entry_key(f) == name), None)
+        value = getattr(record.ratio(pair[0]), pair[1]) if pair else record.value(name)
         if value is not None:
             out[name] = value
     return out
