@@ -217,7 +217,7 @@ class SpeedupCheck:
         return self.expected * (1.0 - self.tolerance)
 
     @property
-    def holds(self) -> bool:
+    def has_line(self) -> bool:
         """Whether a run could fall below the line at all. Runs that spread by more than the figure itself
         (a host-bound wall clock, the profiler's busy time of one) learn a tolerance of 100% or more, whose
         line lies at or below zero: such a check would pass anything, so it judges nothing."""
@@ -225,12 +225,12 @@ class SpeedupCheck:
 
     @property
     def regression_line(self) -> float | None:
-        """The line a record stores: none where the check does not hold, so that no report quotes a line
-        at or below zero as if a run were held to it."""
-        return self.line if self.holds else None
+        """The line a record stores: none where the check has no line, so that no report quotes a line
+        at or below zero as if a run were judged against it."""
+        return self.line if self.has_line else None
 
     def classify(self, est: SpeedupEstimate) -> Verdict:
-        if not self.holds:
+        if not self.has_line:
             return Verdict.INCONCLUSIVE
         if est.high < self.line:
             return Verdict.REGRESSION
@@ -251,13 +251,13 @@ class SpeedupCheck:
         )
 
     def line_text(self) -> str:
-        """The regression line and its tolerance, or why there is none (``holds``)."""
-        if not self.holds:
+        """The regression line and its tolerance, or why there is none (``has_line``)."""
+        if not self.has_line:
             return f"no regression line: {self.why_no_line()}"
         return f"regression line {self.line:.3f}x (tolerance {self.tolerance:.1%})"
 
     def why_no_line(self) -> str:
-        """Why a check that does not hold has no line."""
+        """Why a check has no line (``has_line``)."""
         return f"its runs vary by more than the figure (tolerance {self.tolerance:.0%})"
 
 

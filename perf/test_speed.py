@@ -1,5 +1,5 @@
 """Speed cells: the suite's ``ampbench.suite.speed``, collected here."""
 
-from ampbench.suite.speed import _reference_cache, _versus_cache, reference, test_speed, versus_sides
+from ampbench.suite.speed import _fp32_cache, _versus_cache, fp32_side, test_speed, versus_sides
 
-__all__ = ["test_speed", "reference", "versus_sides", "_reference_cache", "_versus_cache"]
+__all__ = ["test_speed", "fp32_side", "versus_sides", "_fp32_cache", "_versus_cache"]

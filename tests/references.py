@@ -22,6 +22,6 @@ def entry_check(ratio: Ratio, model: str, mode: str, entry: FlatEntry | None,
                        over=ratio.over, method=ratio.method)
 
 
-def held(ratio: Ratio, model: str, mode: str, entry: FlatEntry | None, floor: float) -> Ratio:
-    """`ratio` checked against `entry` under `floor`, as a cell without a history holds it."""
-    return ratio.hold(model, mode, entry, file_reference(ratio.kind, floor, entry))
+def against_entry(ratio: Ratio, model: str, mode: str, entry: FlatEntry | None, floor: float) -> Ratio:
+    """`ratio` checked against `entry` under `floor`, as a cell without a history judges it."""
+    return ratio.judge_against(model, mode, entry, file_reference(ratio.kind, floor, entry))

@@ -73,7 +73,7 @@ def test_an_interrupted_recording_resumes_from_the_runs_its_history_holds(tmp_pa
     fake_runs.clear()
     assert main(["baselines", "record", "--runs", "4", "--dir", str(work), "--baseline-dir", str(out)]) == 0
     assert fake_runs == [4]
-    assert "3 runs held already" in capsys.readouterr().out
+    assert "3 runs recorded already" in capsys.readouterr().out
 
 
 def test_a_run_that_does_not_reach_the_history_stops_the_recording_and_keeps_the_runs_before(tmp_path, monkeypatch,

@@ -66,7 +66,7 @@ def test_a_smoke_run_says_its_differences_are_no_finding_and_exits_0(monkeypatch
     assert main(["fidelity", "--device", "cpu", "--force"]) == EXIT_OK
     out = capsys.readouterr().out
     assert "say nothing about a GPU and no difference fails the check" in out
-    assert "worst |difference| 25.00% (not held on a smoke run)" in out
+    assert "worst |difference| 25.00% (not checked on a smoke run)" in out
 
 
 def test_a_real_check_on_the_cpu(capsys):

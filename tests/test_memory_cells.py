@@ -119,7 +119,7 @@ def cell_memory(mode: str, peak: int, search: memory.SearchResult | None) -> mem
     """A CellMemory as measure_memory returns it, without a device: figures only."""
     breakdown = memory.Breakdown(
         batch_size=128, peak_bytes=peak, steady_bytes=peak // 4,
-        held={"weights": peak // 8, "grads": peak // 8, "master": 0, "optimizer_state": 0, "batch": 0},
+        resident={"weights": peak // 8, "grads": peak // 8, "master": 0, "optimizer_state": 0, "batch": 0},
         reserved_peak_bytes=peak + MIB, allocator={"large_pool_peak_bytes": peak})
     return memory.CellMemory(
         model="resnet50", mode=mode, breakdown=breakdown, search=search, cap_bytes=24 * GIB,
@@ -194,25 +194,25 @@ def bytes_of(tensors) -> int:
 
 
 def mlp_after_one_step(mode: str) -> tuple[Trainer, dict[str, int], list[torch.nn.Parameter]]:
-    """The smoke MLP after one CPU training step in `mode`: the trainer, its held bytes, its parameters."""
+    """The smoke MLP after one CPU training step in `mode`: the trainer, its resident bytes, its parameters."""
     trainer = Trainer(models.get_model("mlp"), get_mode(mode), torch.device("cpu"), smoke=True)
     trainer.run(1)
-    return trainer, memory.held_bytes(trainer), list(trainer.model.parameters())
+    return trainer, memory.resident_bytes(trainer), list(trainer.model.parameters())
 
 
-def test_held_bytes_splits_weights_grads_and_optimizer_state():
-    trainer, held, params = mlp_after_one_step("fp32")
-    assert held["weights"] == bytes_of(params)
-    assert held["grads"] == bytes_of(p.grad for p in params)
-    assert held["optimizer_state"] == bytes_of(params)  # SGD momentum: one buffer per parameter
-    assert held["master"] == 0
-    assert held["batch"] == bytes_of((trainer.inputs, trainer.targets))
+def test_resident_bytes_splits_weights_grads_and_optimizer_state():
+    trainer, resident, params = mlp_after_one_step("fp32")
+    assert resident["weights"] == bytes_of(params)
+    assert resident["grads"] == bytes_of(p.grad for p in params)
+    assert resident["optimizer_state"] == bytes_of(params)  # SGD momentum: one buffer per parameter
+    assert resident["master"] == 0
+    assert resident["batch"] == bytes_of((trainer.inputs, trainer.targets))
 
 
-def test_held_bytes_counts_fp16_masters_once():
-    _, held, params = mlp_after_one_step("fp16_master")
-    assert held["weights"] == bytes_of(params)  # fp16
-    assert held["master"] == 2 * 2 * bytes_of(params)  # fp32 copies and their fp32 gradients
+def test_resident_bytes_counts_fp16_masters_once():
+    _, resident, params = mlp_after_one_step("fp16_master")
+    assert resident["weights"] == bytes_of(params)  # fp16
+    assert resident["master"] == 2 * 2 * bytes_of(params)  # fp32 copies and their fp32 gradients
 
 
 def test_probes_switch_the_trainers_batch():
@@ -223,6 +223,6 @@ def test_probes_switch_the_trainers_batch():
     prober.set_batch(5)
     assert trainer.inputs.shape[0] == 5 and trainer.targets.shape[0] == 5 and trainer.batch_size == 5
     trainer.run(2)
-    assert memory.held_bytes(trainer)["batch"] == 2 * 5 * 64 * 4  # inputs and targets, fp32
+    assert memory.resident_bytes(trainer)["batch"] == 2 * 5 * 64 * 4  # inputs and targets, fp32
     prober.set_batch(None)
     assert trainer.input_pool == [] and trainer.target_pool == []

@@ -33,7 +33,7 @@ from spread_runs import (
     spread_of,
     tolerance_of,
 )
-from tests.references import held
+from tests.references import against_entry
 
 
 def test_the_recording_and_each_matching_run_are_one_sample_each():
@@ -271,7 +271,7 @@ def _rerecorded(monkeypatch, previous: dict | None, method: str = "graph", measu
     alike = entry is not None and measurement_mismatch(entry, measured_with) is None
     stored = {}
     for kind in (DEVICE, WALL):
-        ratio = held(Ratio.between(kind, object(), object()), "resnet50", "amp_fp16", entry, DEFAULT_TOLERANCE)
+        ratio = against_entry(Ratio.between(kind, object(), object()), "resnet50", "amp_fp16", entry, DEFAULT_TOLERANCE)
         stored.update(ratio.time(POLICY, gated=True).recorded(entry, False, alike, POLICY, DEFAULT_TOLERANCE))
     return stored
 

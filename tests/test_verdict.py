@@ -216,7 +216,7 @@ def test_a_check_whose_line_is_at_or_below_zero_judges_nothing():
     """Runs that vary by more than the figure learn a tolerance of 100% or more: its line cannot be crossed,
     so every run would pass. It says so instead, is inconclusive, and spends no rounds past the first look."""
     wide = replace(CHECK, tolerance=1.9)  # a host-bound wall clock's, from four runs
-    assert not wide.holds and CHECK.holds
+    assert not wide.has_line and CHECK.has_line
     assert wide.regression_line is None and CHECK.regression_line == CHECK.line  # what a record stores
     for estimate in (est(2.0, 1.98, 2.02), est(0.5, 0.4, 0.6), est(3.0, 2.9, 3.1)):
         assert wide.classify(estimate) is Verdict.INCONCLUSIVE

@@ -28,7 +28,7 @@ from ampbench.speed.ratio import Ratio
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.verdict import UNLEARNED_TOLERANCE
 from tests import records
-from tests.references import entry_check, file_reference, held
+from tests.references import against_entry, entry_check, file_reference
 
 CPU = torch.device("cpu")
 AMP_BF16, FP8_T = get_mode("amp_bf16"), get_mode("fp8_tensorwise")
@@ -71,7 +71,7 @@ def _versus(monkeypatch, mode, versus_s, mode_s, baseline, gated=True):
     timing = FakeTiming(versus_s, mode_s)
     monkeypatch.setattr(sides, "device_timing", lambda versus, side: timing)
     ratio = Ratio.between(VERSUS, object(), object(), versus_figure(mode), label(versus_of(mode)))
-    return held(ratio, "gpt", label(mode), SpeedEntry.of(baseline), 0.005).time(POLICY, gated), timing
+    return against_entry(ratio, "gpt", label(mode), SpeedEntry.of(baseline), 0.005).time(POLICY, gated), timing
 
 
 def versus_check(model, mode, baseline, method, floor):

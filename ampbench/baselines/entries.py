@@ -20,7 +20,7 @@ from ampbench.stats import finite_number
 from ampbench.verdict import MIN_SPREAD_VALUES, BetweenRuns, Reference, tolerance_for
 
 _RULE = "rule"  # field metadata: what a file's value must be
-_HELD = "held"  # field metadata: what the entry holds beside its own figures (its ratios, detail, order)
+_APART = "apart"  # field metadata: what the entry keeps apart from its own figures (its ratios, detail, order)
 
 
 def figure(rule: Rule | None = None) -> Any:
@@ -96,8 +96,8 @@ class RatioEntry:
 MEASURED_WITH = ("cudnn_benchmark", "block_seconds")
 
 
-def _held() -> Any:
-    return field(default_factory=dict, metadata={_HELD: True})
+def _apart() -> Any:
+    return field(default_factory=dict, metadata={_APART: True})
 
 
 @dataclass(frozen=True)
@@ -109,13 +109,13 @@ class FlatEntry:
     RATIOS: ClassVar[Mapping[str, RatioKind]] = {}  # the kinds of ratio an entry of this kind holds
     REQUIRED: ClassVar[RatioKind | None] = None  # the ratio whose speedup an entry of this kind must hold
 
-    ratios: Mapping[str, RatioEntry] = _held()
-    detail: Mapping[str, Any] = _held()
-    keys: tuple[str, ...] = field(default=(), metadata={_HELD: True})
+    ratios: Mapping[str, RatioEntry] = _apart()
+    detail: Mapping[str, Any] = _apart()
+    keys: tuple[str, ...] = field(default=(), metadata={_APART: True})
 
     @classmethod
     def _own(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get(_HELD))
+        return tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get(_APART))
 
     @classmethod
     def _kinds(cls) -> list[RatioKind]:
@@ -136,9 +136,9 @@ class FlatEntry:
         ratios = {}
         for kind in cls._kinds():
             keys = {n: kind.entry_key(n) for n in RatioEntry.names()}
-            held = {n: figures[k] for n, k in keys.items() if k in figures and k not in taken}
-            ratios[kind.name] = RatioEntry(**held)
-            taken.update(keys[n] for n in held)
+            found = {n: figures[k] for n, k in keys.items() if k in figures and k not in taken}
+            ratios[kind.name] = RatioEntry(**found)
+            taken.update(keys[n] for n in found)
         detail = {k: v for k, v in figures.items() if k not in taken}
         return cls(**own, ratios=ratios, detail=detail, keys=tuple(figures))
 

@@ -212,8 +212,8 @@ def command(args: argparse.Namespace) -> int:
     for row in fidelity_rows(cells, device, smoke, args.repeats):
         print(format_row(row), flush=True)
         worst = max(worst, abs(row.difference))
-    held = "not held on a smoke run" if smoke else f"target: within {args.target:.0%}"
-    print(f"fidelity worst |difference| {worst:.2%} ({held})", flush=True)
+    goal = "not checked on a smoke run" if smoke else f"target: within {args.target:.0%}"
+    print(f"fidelity worst |difference| {worst:.2%} ({goal})", flush=True)
     for model, mode in cells if args.naive else ():
         good, naive = practice_gap(model, mode, device, smoke)
         print(f"practice {model:9s} {mode:9s} good practice {good:.3f}x, naive loop {naive:.3f}x: good practice "

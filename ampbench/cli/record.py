@@ -65,8 +65,8 @@ def _pytest_command(args: argparse.Namespace, run: int, empty: Path) -> list[str
             "--perf-label", f"record-{run}", "--benchmark-json", str(args.dir / f"run-{run}.json"), *extra]
 
 
-def _held(args: argparse.Namespace) -> int:
-    """The runs the recording's history holds already (0 without one)."""
+def _recorded(args: argparse.Namespace) -> int:
+    """The runs the recording's history has already (0 without one)."""
     store = args.dir / "history.sqlite"
     if not store.exists():
         return 0
@@ -86,9 +86,9 @@ def command(args: argparse.Namespace) -> int:
     args.dir.mkdir(parents=True, exist_ok=True)
     empty = args.dir / "no-baselines"
     empty.mkdir(exist_ok=True)
-    done = _held(args)
+    done = _recorded(args)
     if done:
-        print(f"ampbench: resuming the recording in {args.dir}: {done} run{'s' * (done != 1)} held already")
+        print(f"ampbench: resuming the recording in {args.dir}: {done} run{'s' * (done != 1)} recorded already")
     for run in range(done + 1, args.runs + 1):
         cmd = _pytest_command(args, run, empty)
         print(f"ampbench: run {run} of {args.runs}: {shlex.join(cmd[1:])}", flush=True)
@@ -97,7 +97,7 @@ def command(args: argparse.Namespace) -> int:
         with log.open("w") as out:
             status = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ)).returncode
         print(f"ampbench: run {run} of {args.runs}: {_outcome(log)} ({time.monotonic() - start:.0f} s)", flush=True)
-        if status in STOPPING or _held(args) < run:
+        if status in STOPPING or _recorded(args) < run:
             why = STOPPING.get(status, "its run did not reach the history")
             print(f"ampbench: error: run {run} stopped the recording ({why}, pytest exit {status}); see {log}. "
                   f"The {run - 1} run{'s' * (run != 2)} before it stay in {args.dir}: the same command resumes",

@@ -103,8 +103,8 @@ def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget:
                 device: str, seed: int, reference_label: str = "fp32") -> ParityCell:
     """Hold a mode's training against its reference's (fp32's, or the mode's parity_reference, named
     `reference_label`), with the margin of its baseline entry (the budget's default where it holds none)."""
-    held = baseline.margin if baseline is not None else None
-    margin = float(held) if held is not None else budget.margin
+    baseline_margin = baseline.margin if baseline is not None else None
+    margin = float(baseline_margin) if baseline_margin is not None else budget.margin
     check = ParityCheck(result.model, result.mode, reference.accuracy, margin, budget.min_accuracy, reference_label)
     outcome, message = check.judge(result)
     lag_reason = EXPECTED_TO_LAG.get(result.mode)
@@ -117,7 +117,7 @@ def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget:
         accuracy_ref=reference.accuracy, reference=reference_label, margin=margin, min_accuracy=budget.min_accuracy,
         loss_curve=result.loss_curve,
         nonfinite_steps=result.nonfinite_steps, train_seconds=result.seconds,
-        baseline_margin=held, expected_to_lag=bool(lag_reason),
+        baseline_margin=baseline_margin, expected_to_lag=bool(lag_reason),
         verdict=verdict, message=message, reason=reason,
     )
     return ParityCell(record, outcome, lag_reason)

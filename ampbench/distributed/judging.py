@@ -212,7 +212,7 @@ def _against(check: SpeedupCheck | None, verdict: Verdict | None, pct: bool = Fa
     if check is None:
         return []
     fmt = (lambda x: f"{x:.1%}") if pct else (lambda x: f"{x:.3f}x")
-    if not check.holds:
+    if not check.has_line:
         return [f"against baseline {fmt(check.expected)}, no line: {check.why_no_line()} ({verdict.value})"]
     return [f"against baseline {fmt(check.expected)}, line {fmt(check.line)} ({verdict.value})"]
 

@@ -182,7 +182,7 @@ def cell_margins(figures: Figures) -> dict[str, Figure]:
         m = f.margin
         if m is None:
             continue
-        held = out.get(f.test_id)
-        if held is None or m > float(held.margin or 0.0):
+        kept = out.get(f.test_id)
+        if kept is None or m > float(kept.margin or 0.0):
             out[f.test_id] = f
     return out

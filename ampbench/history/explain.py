@@ -32,7 +32,7 @@ def _prior(history: History, gpu: str, test_id: str, figure: str, series: Series
     from ampbench.baselines.store import BaselineError, BaselineStore
     from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, prior_for
 
-    cells = DISTRIBUTED_CELLS if DISTRIBUTED_CELLS.holds(test_id) else SPEED_CELLS
+    cells = DISTRIBUTED_CELLS if DISTRIBUTED_CELLS.covers(test_id) else SPEED_CELLS
     kinds = {kind.history: kind for kind in cells.ratios}  # the ratios its entry holds, by their series
     if baseline_dir is None or figure not in kinds:
         return None

@@ -49,7 +49,8 @@ class LearnedCells:
     entry: type[FlatEntry]
     from_record: tuple[str, ...]
 
-    def holds(self, test_id: str) -> bool:
+    def covers(self, test_id: str) -> bool:
+        """Whether `test_id` is one of these cells."""
         return test_id.startswith(self.tests)
 
     @property
@@ -95,8 +96,8 @@ def _from_record(latest: Mapping | None, cells: LearnedCells) -> dict:
     kinds = cells.entry.RATIOS.values()
     out = {}
     for name in cells.from_record:
-        held = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback") if k.entry_key(f) == name), None)
-        value = getattr(record.ratio(held[0]), held[1]) if held else record.value(name)
+        pair = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback") if k.entry_key(f) == name), None)
+        value = getattr(record.ratio(pair[0]), pair[1]) if pair else record.value(name)
         if value is not None:
             out[name] = value
     return out
@@ -169,7 +170,7 @@ class HistoryBaselines:
             for kind in self.cells.ratios:
                 serieses = {test_id: series for test_id, series in
                             self.history.series_of(self.store.gpu, kind.history).items()
-                            if self.cells.holds(test_id) and series.points}
+                            if self.cells.covers(test_id) and series.points}
                 priors = {test_id: prior_for(kind, self.cells.entry.of(self.store.figures(test_id)), series)
                           for test_id, series in serieses.items()}
                 own = {test_id: learn(series, priors[test_id], self.floor, card=self.card)
@@ -227,7 +228,7 @@ class HistoryBaselines:
     def figures(self, test_id: str) -> dict | None:
         entry = self.store.figures(test_id)
         learned = self.learned().get(test_id)
-        if not learned or not self.cells.holds(test_id):
+        if not learned or not self.cells.covers(test_id):
             return entry
         latest = self.latest_record(test_id)
         return overlay(entry, learned, latest, self._counted.get(test_id, {}), self.cells)
@@ -247,7 +248,7 @@ class HistoryBaselines:
         """What the cell's ratio of `kind` is judged against: the level and spread its runs taught the
         history (learned under the history's own floor), else its entry in the file (`entry`, as `figures`
         gives it, under `floor`); with the rule that fails a run with the runs held back before it."""
-        b = self.learned().get(test_id, {}).get(kind.name) if self.cells.holds(test_id) else None
+        b = self.learned().get(test_id, {}).get(kind.name) if self.cells.covers(test_id) else None
         group = (lambda value, tolerance: self.group_failure(test_id, kind, value, tolerance)) \
             if b is not None and b.replay is not None else None
         ratio = entry.ratio(kind) if entry is not None else None

@@ -53,7 +53,7 @@ The names below are re-exported for ``from ampbench.memory import ...``.
 """
 
 from ampbench.device import is_out_of_memory
-from ampbench.memory.breakdown import Breakdown, held_bytes
+from ampbench.memory.breakdown import Breakdown, resident_bytes
 from ampbench.memory.judging import (
     BASELINE_FIGURES,
     CAP_MATCH,
@@ -116,7 +116,7 @@ __all__ = [
     "TIMED_SECONDS", "Breakdown", "CapTooSmall",
     "CellMemory", "MemoryJudgement", "MemoryMeasurementError", "OomRecovery", "Probe", "SearchError",
     "SearchResult", "allocator_config", "baseline_figures", "batch_limit", "cap_bytes_for", "default_cap_bytes",
-    "demonstrate_oom_recovery", "memory_figures", "find_largest_batch", "gib", "granule", "held_bytes",
+    "demonstrate_oom_recovery", "memory_figures", "find_largest_batch", "gib", "granule", "resident_bytes",
     "is_out_of_memory", "judge", "measure_memory", "memory_record", "nominal_cap_bytes", "nominal_cap_for",
     "process_memory_limit", "same_budget", "search_start", "searched", "step_breakdown", "summary", "try_step",
     "warm_up_optimizer",

@@ -10,8 +10,8 @@ import torch
 from ampbench.train import Trainer
 
 
-def held_bytes(trainer: Trainer) -> dict[str, int]:
-    """Bytes the trainer holds between steps, by kind; each storage counted once (tied weights,
+def resident_bytes(trainer: Trainer) -> dict[str, int]:
+    """Bytes the trainer keeps resident between steps, by kind; each storage counted once (tied weights,
     fp32 norm layers that are their own masters)."""
     seen: set[tuple[str, int]] = set()
 
@@ -46,14 +46,14 @@ class Breakdown:
     batch_size: int
     peak_bytes: int  # the allocator's peak of allocated bytes during the step
     steady_bytes: int  # allocated after the step: what the trainer holds between steps
-    held: dict[str, int]  # held_bytes(): weights, grads, master, optimizer_state, batch
+    resident: dict[str, int]  # resident_bytes(): weights, grads, master, optimizer_state, batch
     reserved_peak_bytes: int | None  # the allocator's reserved peak (caching and fragmentation on top)
     allocator: dict[str, int]  # selected torch.cuda.memory_stats figures
 
     @property
     def other_steady_bytes(self) -> int:
         """Held between steps but none of the kinds above: library workspaces, scaler state, rounding."""
-        return self.steady_bytes - sum(self.held.values())
+        return self.steady_bytes - sum(self.resident.values())
 
     @property
     def activation_bytes(self) -> int:
@@ -61,7 +61,7 @@ class Breakdown:
         return self.peak_bytes - self.steady_bytes
 
     def figures(self) -> dict[str, int | None]:
-        out: dict[str, int | None] = {f"{k}_bytes": v for k, v in self.held.items()}
+        out: dict[str, int | None] = {f"{k}_bytes": v for k, v in self.resident.items()}
         out.update(
             steady_bytes=self.steady_bytes,
             other_steady_bytes=self.other_steady_bytes,

@@ -1,6 +1,6 @@
 """The verdict of a memory cell: its figures (``memory_figures``), where the search starts from a baseline
-(``search_start``), and ``judge``, which holds the figures against the baseline entry. A cell that did
-not search its largest batch (the quick tier) has the default batch's figures only, and is held on
+(``search_start``), and ``judge``, which judges the figures against the baseline entry. A cell that did
+not search its largest batch (the quick tier) has the default batch's figures only, and is judged on
 those."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ampbench.memory.probe import CellMemory
 
 
-# Two caps this close (relative) give comparable largest batches; farther apart the batch is not held
+# Two caps this close (relative) give comparable largest batches; farther apart the batch is not judged
 # against the baseline (the ratios still are).
 CAP_MATCH = 0.01
 
@@ -80,13 +80,13 @@ def search_start(baseline: MemoryEntry | None, cap_bytes: float) -> tuple[int, i
 
 
 def judge(model: str, mode: str, figures: dict, baseline: MemoryEntry | None, tolerance: float) -> MemoryJudgement:
-    """Hold a memory cell's figures against its baseline entry.
+    """Judge a memory cell's figures against its baseline entry.
 
     Peak memory and its ratio to fp32 must not grow by more than `tolerance`; the largest batch and its
     ratio must not shrink by more than `tolerance` plus the search's grid step, and are compared only
     when this cell searched it, the baseline was recorded under the same cap and allocator settings and
     neither side stopped at the batch limit. Throughput at the largest batch is reported against the
-    baseline, not held: it is timed in one to three steps.
+    baseline, not judged: it is timed in one to three steps.
     """
     head = summary(model, mode, figures)
     if baseline is None:
@@ -95,14 +95,14 @@ def judge(model: str, mode: str, figures: dict, baseline: MemoryEntry | None, to
     checks: list[tuple[RatioCheck, float]] = []
     notes: list[str] = []
 
-    def hold(expected: object, name: str, figure: str, worse: str, slack: float = 0.0) -> None:
-        """Hold the cell's figure `name` against the entry's `expected` value of it."""
+    def check_figure(expected: object, name: str, figure: str, worse: str, slack: float = 0.0) -> None:
+        """Check the cell's figure `name` against the entry's `expected` value of it."""
         if isinstance(expected, (int, float)) and not isinstance(expected, bool) and expected > 0:
             checks.append((RatioCheck(model, mode, figure,
                                       float(expected), tolerance + slack, worse), float(figures[name])))
 
-    hold(baseline.peak_mem_bytes, "peak_mem_bytes", "peak memory (bytes)", "higher")
-    hold(baseline.memory_ratio, "memory_ratio", "memory ratio to fp32", "higher")
+    check_figure(baseline.peak_mem_bytes, "peak_mem_bytes", "peak memory (bytes)", "higher")
+    check_figure(baseline.memory_ratio, "memory_ratio", "memory ratio to fp32", "higher")
     base_cap = baseline.cap_bytes
     if not searched(figures):
         pass  # the head says so; a baseline's largest batch waits for a run that searches
@@ -117,10 +117,10 @@ def judge(model: str, mode: str, figures: dict, baseline: MemoryEntry | None, to
         notes.append("largest batch not compared: the search stopped at the batch limit")
     else:
         own = figures["max_batch_step"] / figures["max_batch"]
-        hold(baseline.max_batch, "max_batch", "largest batch", "lower", own)
+        check_figure(baseline.max_batch, "max_batch", "largest batch", "lower", own)
         if not figures.get("max_batch_ref_limited"):
-            hold(baseline.max_batch_ratio, "max_batch_ratio", "largest batch ratio to fp32", "lower",
-                 own + figures["max_batch_ref_step"] / figures["max_batch_ref"])
+            check_figure(baseline.max_batch_ratio, "max_batch_ratio", "largest batch ratio to fp32", "lower",
+                         own + figures["max_batch_ref_step"] / figures["max_batch_ref"])
 
     failures = tuple(msg for check, value in checks if (msg := check.failure(value)) is not None)
     improved = [c for c, v in checks if c.improved(v)]
@@ -206,7 +206,7 @@ BASELINE_FIGURES = DEFAULT_BATCH_FIGURES + SEARCH_FIGURES
 
 def memory_record(cell: CellMemory, reference: CellMemory, device: str, baseline: MemoryEntry | None,
                   tolerance: float) -> tuple[MemoryRecord, MemoryJudgement]:
-    """The record of a memory cell, held against its baseline entry, and the judgement it carries
+    """The record of a memory cell, judged against its baseline entry, and the judgement it carries
     (whose failures name each figure beyond its tolerance)."""
     figures = memory_figures(cell, reference)
     judgement = judge(cell.model, cell.mode, figures, baseline, tolerance)

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 import torch
 
 from ampbench.device import cudnn_heuristics, first_line, is_out_of_memory, prime_libraries, release
-from ampbench.memory.breakdown import _EVENTS, Breakdown, _alloc_retries, _allocator_stats, held_bytes
+from ampbench.memory.breakdown import _EVENTS, Breakdown, _alloc_retries, _allocator_stats, resident_bytes
 from ampbench.memory.search import GIB, SearchError, SearchResult, find_largest_batch, gib
 from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode
@@ -175,7 +175,7 @@ def step_breakdown(prober: _Prober, batch: int) -> Breakdown:
         batch_size=batch,
         peak_bytes=int(peak),
         steady_bytes=torch.cuda.memory_allocated(device) - prober.base_allocated,
-        held=held_bytes(prober.trainer),
+        resident=resident_bytes(prober.trainer),
         reserved_peak_bytes=prober.log[-1]["reserved_peak_bytes"],
         allocator=_allocator_stats(device),
     )
@@ -263,8 +263,8 @@ def _base_memory(where: str, device: torch.device, cap_bytes: int, search: bool)
 def _search(run: _CellRun, device: torch.device, cap_bytes: int, base_reserved: int, limit: int,
             start: tuple[int, int] | None) -> None:
     """The largest-batch search from the default batch's breakdown, under the cap."""
-    held = run.breakdown.held
-    fixed = held["weights"] + held["master"] + held["optimizer_state"]
+    resident = run.breakdown.resident
+    fixed = resident["weights"] + resident["master"] + resident["optimizer_state"]
     with process_memory_limit(device, base_reserved + cap_bytes):
         run.stage = "the largest-batch search"
         t0 = time.perf_counter()

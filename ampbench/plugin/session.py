@@ -321,15 +321,15 @@ def _write_learned(terminalreporter, store, config: pytest.Config, what: str) ->
     from ampbench.plugin import summary
 
     ran = {t for t in (r.test_id or nodeid.split("::")[-1] for nodeid, r in config.stash.get(summary.RECORDS_KEY, []))
-           if store.cells.holds(t)}
+           if store.cells.covers(t)}
     if not ran:
         return
     states = {t: line for t, line in store.states().items() if t in ran}
     learned, cells = store.learned_share()
     if not cells:
         others = sorted({r.gpu for r in store.history.runs() if not r.smoke} - {store.store.gpu})
-        held = f" (it holds runs of {', '.join(others)}, never used for this one)" if others else ""
-        terminalreporter.write_line(f"ampbench history: no earlier run of {store.store.gpu}{held}: this run's "
+        elsewhere = f" (it holds runs of {', '.join(others)}, never used for this one)" if others else ""
+        terminalreporter.write_line(f"ampbench history: no earlier run of {store.store.gpu}{elsewhere}: this run's "
                                     f"{what} are learning")
         return
     terminalreporter.write_line(f"ampbench history: device tolerance learned and at most 1% in {learned} of {cells} "
@@ -353,7 +353,7 @@ def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
         device = r.ratio(DEVICE) if isinstance(r, TimedRecord) else None  # a distributed cell's is named alike
         test_id, value = r.test_id or nodeid.split("::")[-1], device.speedup if device else None
         verdict = device.verdict if device else None
-        if not store.cells.holds(test_id) or not isinstance(value, float) or value <= 0:
+        if not store.cells.covers(test_id) or not isinstance(value, float) or value <= 0:
             continue
         status = store.judged(test_id, DEVICE, value, None if verdict is None else str(verdict),
                               not (verdict is not None and verdict.failing))

@@ -144,8 +144,8 @@ class TimedRecord(Record):
     @classmethod
     def _parts(cls, info: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
         if info.get(SCHEMA_KEY) != FLAT_RATIOS_SCHEMA:
-            held = info.get(RATIOS_KEY) if isinstance(info.get(RATIOS_KEY), dict) else {}
-            return {"ratios": {name: RatioFigures.read(figures) for name, figures in held.items()
+            stored = info.get(RATIOS_KEY) if isinstance(info.get(RATIOS_KEY), dict) else {}
+            return {"ratios": {name: RatioFigures.read(figures) for name, figures in stored.items()
                                if isinstance(figures, dict)}}, frozenset({RATIOS_KEY})
         names = [flat for kind in cls.RATIOS.values() for _, flat in _flat(kind)]
         shared = {flat for flat in names if names.count(flat) > 1}  # the record's rounds or confidence, say
@@ -156,7 +156,7 @@ class TimedRecord(Record):
         return {"ratios": ratios}, frozenset(names)
 
     @classmethod
-    def _held(cls, info: Mapping[str, Any], where: str) -> tuple[list[tuple[Mapping, Any, str]], list[str]]:
+    def _stored(cls, info: Mapping[str, Any], where: str) -> tuple[list[tuple[Mapping, Any, str]], list[str]]:
         """(each ratio as `info` holds it: its figures, how they are named there (None: as RatioFigures names
         them) and where it lies; why `info` holds no ratios at all)."""
         if info.get(SCHEMA_KEY) == FLAT_RATIOS_SCHEMA:  # flat, each figure under the name its row gives it
@@ -168,13 +168,13 @@ class TimedRecord(Record):
 
     @classmethod
     def _part_problems(cls, info: Mapping[str, Any], where: str) -> list[str]:
-        held, problems = cls._held(info, where)
+        stored, problems = cls._stored(info, where)
         if problems:
             return problems
-        problems = [p for figures, named, at in held for p in check(figures, field_specs(RatioFigures, named), at)]
+        problems = [p for figures, named, at in stored for p in check(figures, field_specs(RatioFigures, named), at)]
         if problems:
             return list(dict.fromkeys(problems))  # a figure two ratios of schema 1 share is named once
-        return list(dict.fromkeys(p for figures, named, at in held for order in _ordered(named)
+        return list(dict.fromkeys(p for figures, named, at in stored for order in _ordered(named)
                                   for p in check_order(figures, order, at)))
 
 

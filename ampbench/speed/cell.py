@@ -1,4 +1,4 @@
-"""One speed cell from its prepared sides to its record: hold each of its ratios (the kinds of
+"""One speed cell from its prepared sides to its record: check each of its ratios (the kinds of
 ``ampbench.results.ratios.SPEED_RATIOS``: the device-time and the wall-clock speedup, and a compiled
 cell's ratio over its versus side) against this GPU's baseline entry and time it in interleaved rounds
 (``ampbench.speed.ratio``), check the mode really trained, record a new baseline entry when asked, and
@@ -74,7 +74,7 @@ class _Prepared:
     dynamo_prepared: DynamoState | None
 
 
-def _prepare(mode: PrecisionMode, reference: sides.Side, prepare: Callable[[], sides.Side],
+def _prepare(mode: PrecisionMode, fp32: sides.Side, prepare: Callable[[], sides.Side],
              versus: Callable[[], sides.Side] | None) -> _Prepared:
     # the versus side first: its own compilation (compiled amp_bf16 for an fp8 cell) is no part of this
     # cell's compile time, graph breaks or recompiles
@@ -82,17 +82,17 @@ def _prepare(mode: PrecisionMode, reference: sides.Side, prepare: Callable[[], s
     dynamo_before = DynamoState.now() if mode.compile else None
     side = prepare()
     prepared = _Prepared(side, versus_side, dynamo_before, DynamoState.now() if mode.compile else None)
-    sides.recapture_reference(reference)
+    sides.recapture_shared(fp32)
     if versus_side is not None:
-        sides.recapture_reference(versus_side)
+        sides.recapture_shared(versus_side)
     return prepared
 
 
-def _ratio(kind: RatioKind, mode: PrecisionMode, reference: sides.Side, pair: _Prepared) -> Ratio | None:
+def _ratio(kind: RatioKind, mode: PrecisionMode, fp32: sides.Side, pair: _Prepared) -> Ratio | None:
     """The cell's ratio of `kind`: over fp32's side, or over its versus side where the kind is (only a
     compiled cell has one)."""
     if not kind.over:
-        return Ratio.between(kind, reference, pair.side)
+        return Ratio.between(kind, fp32, pair.side)
     if pair.versus is None:
         return None
     return Ratio.between(kind, pair.versus, pair.side, versus_figure(mode), label(versus_of(mode)))
@@ -107,16 +107,16 @@ def _gates(gate: str, ratios: dict[str, Ratio]) -> tuple[str, ...]:
     return gated
 
 
-def judged(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, pair: _Prepared, baseline: SpeedEntry | None,
+def judged(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, pair: _Prepared, baseline: SpeedEntry | None,
            settings: PerfSettings, pol: sides.SpeedPolicy,
            against: Callable[[RatioKind], Reference | None] = lambda kind: None) -> list[Ratio]:
     """The cell's ratios, in their table's order, each checked against what its baseline source gives it
     (`against`, by the ratio's kind: ``ReferenceSource.reference``), then timed: judged where it gates the
     cell, else its first look."""
-    held = {kind.name: ratio.hold(spec.name, label(mode), baseline, against(kind))
-            for kind in SPEED_RATIOS.values() if (ratio := _ratio(kind, mode, reference, pair)) is not None}
-    gates = _gates(settings.gate, held)
-    return [ratio.time(pol, ratio.kind.gate in gates) for ratio in held.values()]
+    checked = {kind.name: ratio.judge_against(spec.name, label(mode), baseline, against(kind))
+               for kind in SPEED_RATIOS.values() if (ratio := _ratio(kind, mode, fp32, pair)) is not None}
+    gates = _gates(settings.gate, checked)
+    return [ratio.time(pol, ratio.kind.gate in gates) for ratio in checked.values()]
 
 
 def _of(ratios: list[Ratio], kind: RatioKind) -> Ratio | None:
@@ -141,40 +141,40 @@ def _message(verdict: Verdict, ratios: list[Ratio], baseline: SpeedEntry | None,
     return message
 
 
-def measure_speed(spec: ModelSpec, mode: PrecisionMode, reference: sides.Side, prepare: Callable[[], sides.Side], *,
+def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepare: Callable[[], sides.Side], *,
                   settings: PerfSettings, device: torch.device, test_id: str, store: ReferenceSource | None,
                   software: dict, peak_tflops: Callable[[str], float | None],
                   prepared: Callable[[SpeedRecord], None],
                   versus: Callable[[], sides.Side] | None = None) -> SpeedCell:
     """Prepare the cell's versus side (`versus`, for a compiled cell: ``modes.versus_of``) and the mode's
     side (`prepare`), tell `prepared` the cell's identity, then time, judge and (under
-    --perf-update-baselines) record the cell against `reference`, fp32's side, and, where compiled,
+    --perf-update-baselines) record the cell against `fp32`, the fp32 side, and, where compiled,
     against its versus side. Every tensor of the cell is released before it returns, but for sides the
     callables keep elsewhere: a failing test keeps its frames, and with them whatever they hold."""
     pol = policy(device, settings)
     t0 = time.perf_counter()
     if (versus is None) != (versus_of(mode) is None):
         raise ValueError(f"{spec.name} {label(mode)}: a versus side is needed exactly where the cell is compiled")
-    pair = _prepare(mode, reference, prepare, versus)
+    pair = _prepare(mode, fp32, prepare, versus)
     prepared_s = time.perf_counter() - t0
     prepared(identity(spec, mode, device, settings.smoke))
     before = sides.parameters_fingerprint(pair.side.trainer)
     baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
     against = (lambda kind: store.reference(test_id, kind, settings.tolerance, baseline)) if store is not None \
         else (lambda kind: None)
-    ratios = judged(spec, mode, reference, pair, baseline, settings, pol, against)
+    ratios = judged(spec, mode, fp32, pair, baseline, settings, pol, against)
     t1 = time.perf_counter()
     trained = _Trained.of(pair.side, before)
     phases = {"prepare": prepared_s, **{f"prepare_{k}": v for k, v in pair.side.prepare_phases.items()},
               **{r.kind.name: r.seconds for r in ratios},
               "trained": time.perf_counter() - t1}
-    cell = SpeedCell(_record(spec, mode, settings, device, reference, pair.side, ratios, baseline, peak_tflops, trained,
+    cell = SpeedCell(_record(spec, mode, settings, device, fp32, pair.side, ratios, baseline, peak_tflops, trained,
                              phases), list(_of(ratios, DEVICE).first.mode_times))
     cell.problems += _problems(spec, mode, pair, ratios, baseline, trained)
     # only a cell that really trained may become a baseline
     if settings.update_baselines and store is not None and not cell.problems:
         _record_baseline(store, test_id, software, settings, pol, baseline, ratios, cell.record)
-    queued_badly = queue_problems(_of(ratios, DEVICE).timing, pair.side, reference)
+    queued_badly = queue_problems(_of(ratios, DEVICE).timing, pair.side, fp32)
     # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer
     pair = None
     for ratio in ratios:
@@ -206,7 +206,7 @@ class _Trained:
 
 
 def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device: torch.device,
-            reference: sides.Side, side: sides.Side, ratios: list[Ratio], baseline: SpeedEntry | None,
+            fp32: sides.Side, side: sides.Side, ratios: list[Ratio], baseline: SpeedEntry | None,
             peak_tflops: Callable[[str], float | None], trained: _Trained, phases: dict[str, float]) -> SpeedRecord:
     """The cell's record: its ratios, what they conclude (the verdict of those that gate it, the message of
     all), its mode's kernels and how they moved against its `baseline`, and its own figures."""
@@ -217,7 +217,7 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
     batch = spec.batch_size_for(settings.smoke)
     (step_s, ref_step_s), (dev_step_s, dev_ref_step_s) = wall.step_seconds(), dev.step_seconds()
     load = host_load(side.profile.busy_ms / 1e3 if side.profile else dev_step_s, step_s)
-    ref_load = host_load(reference.profile.busy_ms / 1e3 if reference.profile else dev_ref_step_s, ref_step_s)
+    ref_load = host_load(fp32.profile.busy_ms / 1e3 if fp32.profile else dev_ref_step_s, ref_step_s)
     tflops = spec.flops_per_sample(side.trainer.config) * batch / dev_step_s / 1e12
     peak = peak_tflops(mode.peak_dtype)
     compile_s = side.first_step_seconds if mode.compile else None
@@ -226,24 +226,24 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
         gated=list(dict.fromkeys(r.kind.gate for r in ratios if r.gated)),
         steps_per_block=wall.first.mode_steps, ref_steps_per_block=wall.first.ref_steps,
         ratios={r.kind.name: r.figures(baseline) for r in ratios}, versus=_over(ratios),
-        **queue_fields(dev.timing, side, reference),
+        **queue_fields(dev.timing, side, fp32),
         kernel_ms=side.profile.kernel_ms if side.profile else None,
-        kernel_ms_ref=reference.profile.kernel_ms if reference.profile else None,
-        kernel_speedup=((reference.profile.kernel_ms / side.profile.kernel_ms)
-                        if side.profile and reference.profile else None),
+        kernel_ms_ref=fp32.profile.kernel_ms if fp32.profile else None,
+        kernel_speedup=((fp32.profile.kernel_ms / side.profile.kernel_ms)
+                        if side.profile and fp32.profile else None),
         kernels=kernels, kernel_changes=changes,
         # how far the eager step waits on the host
         busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
         busy_ms_ref=ref_load.busy_ms, host_overhead_ms_ref=ref_load.overhead_ms, idle_share_ref=ref_load.idle_share,
         host_bound_ref=ref_load.host_bound,
         throughput=batch / step_s, throughput_ref=batch / ref_step_s, device_throughput=batch / dev_step_s,
-        peak_mem_bytes=side.peak_bytes, peak_mem_ref_bytes=reference.peak_bytes,
-        memory_ratio=(side.peak_bytes / reference.peak_bytes) if side.peak_bytes and reference.peak_bytes else None,
+        peak_mem_bytes=side.peak_bytes, peak_mem_ref_bytes=fp32.peak_bytes,
+        memory_ratio=(side.peak_bytes / fp32.peak_bytes) if side.peak_bytes and fp32.peak_bytes else None,
         tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
         recording=settings.update_baselines, weights_moved=trained.moved, final_loss_finite=trained.loss_finite,
         loss_scale=trained.scale, phase_seconds=phases, prepare_s=side.prepare_seconds,
-        ref_prepare_s=reference.prepare_seconds,
-        compile_s=compile_s, ref_compile_s=reference.first_step_seconds if mode.compile else None,
+        ref_prepare_s=fp32.prepare_seconds,
+        compile_s=compile_s, ref_compile_s=fp32.first_step_seconds if mode.compile else None,
         baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), verdict=verdict,
         message=_message(verdict, ratios, baseline, changes))
 
@@ -292,18 +292,18 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Referenc
           baseline: SpeedEntry | None, ratios: list[Ratio], queued_badly: list[str], device: torch.device) -> None:
     """The cell's warnings: how it was measured (first), and what a cell that held should still say."""
     dev, wall, versus = _of(ratios, DEVICE), _of(ratios, WALL), _of(ratios, VERSUS)
-    held = baseline is not None and not settings.update_baselines  # judged against an entry
-    mismatch = measurement_mismatch(baseline, _measured_with(settings)) if held else None
+    judged = baseline is not None and not settings.update_baselines  # judged against an entry
+    mismatch = measurement_mismatch(baseline, _measured_with(settings)) if judged else None
     if mismatch:
         cell.warn_first.append(UserWarning(f"{test_id}: {mismatch}"))
-    if dev.why_unchecked and held:
+    if dev.why_unchecked and judged:
         cell.warn_first.append(UserWarning(f"{test_id}: {dev.why_unchecked}; the wall verdict holds the cell"))
     cell.warn_after += [UserWarning(f"{test_id}: {problem}") for problem in queued_badly]
     for ratio in ratios:
         if ratio.fallback and device.type == "cuda":
             cell.warn_first.append(UserWarning(
                 f"{test_id}: {ratio.named(ratio.kind.called)} from the profiler's kernel sum: {ratio.fallback}"))
-    if versus is not None and versus.check is None and held:
+    if versus is not None and versus.check is None and judged:
         cell.warn_first.append(UserWarning(f"{test_id}: {versus.figure}: {versus.why_unchecked}"))
     if not wall.gated and wall.verdict is Verdict.REGRESSION and dev.verdict in (Verdict.PASS, Verdict.IMPROVED):
         cell.warn_after.append(HostOverhead(f"{test_id}: wall-clock speedup below its line while device time held: "
@@ -315,7 +315,7 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Referenc
             f"`pytest perf/ --perf-tier full --perf-update-baselines`"))
 
 
-def queue_fields(timing: sides.DeviceTiming, side: sides.Side, reference: sides.Side) -> dict:
+def queue_fields(timing: sides.DeviceTiming, side: sides.Side, fp32: sides.Side) -> dict:
     """How the cell's device blocks were queued (``ampbench.speed.held``) and how long the GPU sat idle inside
     a profiled held block of each side: the record's check that no host entered the device time."""
     if timing.queue is None:
@@ -325,17 +325,17 @@ def queue_fields(timing: sides.DeviceTiming, side: sides.Side, reference: sides.
                 device_retried_blocks=q.retried, device_per_replay_blocks=q.per_replay, device_chunk_replays=q.chunk,
                 device_hold_ms=q.hold_s * 1e3,
                 device_block_idle_share=side.idle.share if side.idle else None,
-                device_block_idle_share_ref=reference.idle.share if reference.idle else None,
+                device_block_idle_share_ref=fp32.idle.share if fp32.idle else None,
                 device_block_longest_gap_us=side.idle.longest_gap_us if side.idle else None)
 
 
-def queue_problems(timing: sides.DeviceTiming, side: sides.Side, reference: sides.Side) -> list[str]:
+def queue_problems(timing: sides.DeviceTiming, side: sides.Side, fp32: sides.Side) -> list[str]:
     """What a warning should say of the queueing: blocks timed by events around each replay, or a
     profiled held block in which the GPU idled over IDLE_WARN_SHARE of the time."""
     problems = []
     if timing.queue is not None and timing.queue.stats.per_replay:
         problems.append(f"device time: {timing.queue.stats.describe()}")
-    for name, s in (("the mode", side), ("fp32", reference)):
+    for name, s in (("the mode", side), ("fp32", fp32)):
         if s.graph is not None and s.idle is None:
             problems.append(f"device time: the profiler saw no kernel of a held block of {name}: "
                             "its idle time is unchecked")

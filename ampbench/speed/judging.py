@@ -50,7 +50,7 @@ def decide(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> tupl
         if taken > look.rounds:
             continue
         # out of seconds, or held to a line at or below zero, which no look can decide against
-        if est is not None and (time.perf_counter() - t0 > policy.decide_seconds or not check.holds):
+        if est is not None and (time.perf_counter() - t0 > policy.decide_seconds or not check.has_line):
             break
         timer.rounds(look.rounds - taken)
         est = at_look(timer, look)

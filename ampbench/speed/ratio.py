@@ -1,7 +1,7 @@
 """One ratio of a speed cell, judged: the timer's rounds of its two sides become an estimate with its
-verdict and message, held against the cell's baseline entry. Its kind (``ampbench.results.ratios``: the
+verdict and message, judged against the cell's baseline entry. Its kind (``ampbench.results.ratios``: the
 device-time or wall-clock speedup, a compiled cell's ratio over its versus side, a distributed cell's
-figures) says every name and rule it has; a `Ratio` holds it against the entry (``ratio_check``: one
+figures) says every name and rule it has; a `Ratio` judges it against the entry (``ratio_check``: one
 tolerance rule for every kind), times it (judged where it gates the cell: looked at until it leaves its
 line, a regression confirmed by a second batch; else its first look), and gives its figures for the
 record (``RatioFigures``) and what a recording stores of it.
@@ -25,14 +25,14 @@ from ampbench.stats import min_rounds as fewest_rounds
 from ampbench.verdict import Reference, SpeedupCheck, Verdict
 
 NO_BASELINE = "no baseline for this GPU"
-# A reported figure held against a baseline is looked at after this many rounds first: all of them above
+# A reported figure judged against a baseline is looked at after this many rounds first: all of them above
 # its line ([min, max] of 4 rounds, 87.5%) is a pass, and the rest of its rounds are not taken
 REPORTED_FIRST_LOOK = 4
 
 
 @dataclass
 class Ratio:
-    """One ratio of a cell: held against its baseline, timed, judged."""
+    """One ratio of a cell: checked against its baseline, timed, judged."""
 
     kind: RatioKind
     figure: str = "speedup over fp32"  # what its check's messages call it
@@ -63,7 +63,7 @@ class Ratio:
                        clock=lambda policy: timing.timer(over, side, policy))
         return cls(kind, figure, over_label, clock=lambda policy: sides.fresh_timer(over, side, policy))
 
-    def hold(self, model: str, mode: str, entry: FlatEntry | None, reference: Reference | None) -> "Ratio":
+    def judge_against(self, model: str, mode: str, entry: FlatEntry | None, reference: Reference | None) -> "Ratio":
         """Build its check against `reference`, what its baseline source gives the ratio (``ReferenceSource``),
         where `entry`, the cell's baseline entry, was measured as this run measures it."""
         self.check, self.why_unchecked = ratio_check(self.kind, model, mode, entry, reference, figure=self.figure,
@@ -118,7 +118,7 @@ class Ratio:
 
     def _look(self, policy: sides.SpeedPolicy) -> None:
         """The estimate and how it compares, for a figure that is reported but does not gate the cell:
-        where it is held against a baseline, REPORTED_FIRST_LOOK rounds first, and no more where they all
+        where it is judged against a baseline, REPORTED_FIRST_LOOK rounds first, and no more where they all
         lie above its line (a sequential look, as the judged figures take, spending 2^-4 on a missed
         warning); else the fewest rounds of an interval of `policy.look_confidence`. No extension, no
         confirming batch."""
@@ -130,7 +130,7 @@ class Ratio:
             if len(timer.mode_times) == REPORTED_FIRST_LOOK:
                 est = judging.at_look(timer, look)
                 verdict = check.classify(est)
-                if verdict is Verdict.PASS or not check.holds:  # no more rounds could decide against no line
+                if verdict is Verdict.PASS or not check.has_line:  # no more rounds could decide against no line
                     return self._concluded(est, verdict)
         if len(timer.mode_times) < rounds:
             timer.rounds(rounds - len(timer.mode_times))

@@ -187,21 +187,22 @@ def uses_rnn_dropout_state(model: torch.nn.Module) -> bool:
     return any(isinstance(m, torch.nn.RNNBase) and m.dropout > 0 for m in model.modules())
 
 
-def recapture_reference(reference: Side) -> None:
-    """Capture the shared reference's step again where its graph may point at freed memory.
+def recapture_shared(side: Side) -> None:
+    """Capture a shared side's step again (the fp32 side, a versus side) where its graph may point at
+    freed memory.
 
     cuDNN's RNN dropout keeps one state buffer per device, and the first RNN step after any CUDA
     reseed (every Trainer seeds, so that all modes start from the same weights) frees it and allocates
     a new one. A graph captured before then still writes into the old buffer, memory the allocator has
     since handed to the next trainer, corrupting its weights (docs/design.md). So once the mode's trainer
-    has stepped, the reference is captured anew."""
-    if reference.graph is None or not uses_rnn_dropout_state(reference.trainer.model):
+    has stepped, the shared side is captured anew."""
+    if side.graph is None or not uses_rnn_dropout_state(side.trainer.model):
         return
-    reference.graph = None
+    side.graph = None
     try:
-        reference.graph = capture(reference.trainer)
+        side.graph = capture(side.trainer)
     except CaptureError as exc:
-        reference.capture_failure = str(exc)
+        side.capture_failure = str(exc)
 
 
 def parameters_fingerprint(trainer: Trainer) -> torch.Tensor:
@@ -215,21 +216,21 @@ def loss_scale(trainer: Trainer) -> float | None:
     return float(scaler.get_scale()) if scaler.is_enabled() else None
 
 
-def _block_steps(reference: Side, mode: Side, policy: SpeedPolicy) -> tuple[int, int]:
+def _block_steps(over: Side, mode: Side, policy: SpeedPolicy) -> tuple[int, int]:
     """Training steps per timed block of each side: each block long enough on its own."""
-    return (steps_per_block(reference.step_seconds, policy.block_seconds),
+    return (steps_per_block(over.step_seconds, policy.block_seconds),
             steps_per_block(mode.step_seconds, policy.block_seconds))
 
 
-def fresh_timer(reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
+def fresh_timer(over: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
     """Interleaved wall-clock blocks of eager steps: what eager training gets on this host."""
-    ref_steps, mode_steps = _block_steps(reference, mode, policy)
-    return PairedTimer(wall_block(reference.trainer, ref_steps), wall_block(mode.trainer, mode_steps),
+    ref_steps, mode_steps = _block_steps(over, mode, policy)
+    return PairedTimer(wall_block(over.trainer, ref_steps), wall_block(mode.trainer, mode_steps),
                        ref_steps, mode_steps)
 
 
-def _paired_clocks(reference: Side, mode: Side, ref_steps: int, mode_steps: int, queue: BlockQueue | None = None):
-    return paired_blocks(clock_for(reference.trainer, ref_steps, reference.graph, reference.capture_failure, queue),
+def _paired_clocks(over: Side, mode: Side, ref_steps: int, mode_steps: int, queue: BlockQueue | None = None):
+    return paired_blocks(clock_for(over.trainer, ref_steps, over.graph, over.capture_failure, queue),
                          clock_for(mode.trainer, mode_steps, mode.graph, mode.capture_failure, queue))
 
 
@@ -241,14 +242,14 @@ class DeviceTiming:
     fallback: str | None  # why not by graph replay, where graph replay was wanted
     queue: BlockQueue | None = None  # how the cell's blocks were queued (``ampbench.speed.held``); None off CUDA
 
-    def timer(self, reference: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
-        ref_steps, mode_steps = _block_steps(reference, mode, policy)
-        ref_block, mode_block, _, _ = _paired_clocks(reference, mode, ref_steps, mode_steps, self.queue)
+    def timer(self, over: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
+        ref_steps, mode_steps = _block_steps(over, mode, policy)
+        ref_block, mode_block, _, _ = _paired_clocks(over, mode, ref_steps, mode_steps, self.queue)
         return PairedTimer(ref_block, mode_block, ref_steps, mode_steps)
 
 
-def device_timing(reference: Side, mode: Side) -> DeviceTiming:
-    device = reference.trainer.device
+def device_timing(over: Side, mode: Side) -> DeviceTiming:
+    device = over.trainer.device
     queue = BlockQueue(device) if device.type == "cuda" else None
-    _, _, method, fallback = _paired_clocks(reference, mode, 1, 1, queue)
+    _, _, method, fallback = _paired_clocks(over, mode, 1, 1, queue)
     return DeviceTiming(method, fallback, queue)

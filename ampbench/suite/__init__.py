@@ -21,10 +21,10 @@ from ampbench.suite.memory import (
     test_memory,
     test_oom_recovery,
 )
-from ampbench.suite.speed import _reference_cache, _versus_cache, reference, test_speed, versus_sides
+from ampbench.suite.speed import _fp32_cache, _versus_cache, fp32_side, test_speed, versus_sides
 
 __all__ = [
-    "test_speed", "reference", "versus_sides", "_reference_cache", "_versus_cache",
+    "test_speed", "fp32_side", "versus_sides", "_fp32_cache", "_versus_cache",
     "test_memory", "test_oom_recovery", "memory_reference", "memory_cap_bytes", "needs_cuda", "_memory_references",
     "test_convergence", "test_underflow_without_loss_scaling", "_results",
 ]

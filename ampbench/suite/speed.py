@@ -28,7 +28,7 @@ class InconclusiveSpeed(UserWarning):
 
 
 @pytest.fixture(scope="session")
-def _reference_cache() -> dict:
+def _fp32_cache() -> dict:
     return {}
 
 
@@ -46,24 +46,24 @@ def versus_sides(_versus_cache, perf_device) -> Iterator[VersusSides]:
 
 
 @pytest.fixture
-def reference(model_spec, mode, perf_device, perf_settings, _reference_cache, _versus_cache, fail_on_oom) -> sides.Side:
+def fp32_side(model_spec, mode, perf_device, perf_settings, _fp32_cache, _versus_cache, fail_on_oom) -> sides.Side:
     """The fp32 side of this model's cells, built and warmed up once and shared by its modes, compiled
-    where the cell's mode is (fp8 and the -compiled cells are held against compiled fp32); only the
-    current model's reference (and versus side) is kept, so one model at a time occupies the device."""
+    where the cell's mode is (fp8 and the -compiled cells are timed against compiled fp32); only the
+    current model's fp32 side (and versus side) is kept, so one model at a time occupies the device."""
     key = (model_spec.name, mode.compile)
-    if _reference_cache.get("key") != key:
+    if _fp32_cache.get("key") != key:
         _versus_cache.drop()  # a versus side serves one model's cells of one kind
-        last_model, last_compiled = _reference_cache.get("key", (None, False))
+        last_model, last_compiled = _fp32_cache.get("key", (None, False))
         if last_compiled and last_model != model_spec.name:
             import torch._dynamo
 
             torch._dynamo.reset()  # the last model's compiled graphs: nothing will run them again
-        _reference_cache.clear()
+        _fp32_cache.clear()
         release(perf_device)
         ref_mode = compiled(get_mode(REFERENCE_MODE), mode.compile)
-        side = _prepare(model_spec, ref_mode, perf_device, perf_settings, fail_on_oom, f"{label(ref_mode)} reference")
-        _reference_cache.update(key=key, side=side)
-    return _reference_cache["side"]
+        side = _prepare(model_spec, ref_mode, perf_device, perf_settings, fail_on_oom, f"{label(ref_mode)} side")
+        _fp32_cache.update(key=key, side=side)
+    return _fp32_cache["side"]
 
 
 def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> sides.Side:
@@ -78,7 +78,7 @@ def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> sid
 # speedup must be 1.0) and TF32 run in the full tier (the rows' full_tier_only)
 @pytest.mark.cells(modes_tiered=True)
 @pytest.mark.benchmark(group="speed", **STEP_TIMES)
-def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cell, reference, versus_sides,
+def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cell, fp32_side, versus_sides,
                perf_settings,
                perf_device, baseline_store, software, peak_tflops, fail_on_oom):
     # compiled amp_bf16's own side is kept: the fp8 cells after it are timed against it
@@ -90,7 +90,7 @@ def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cel
         lambda: _prepare(model_spec, versus_mode, perf_device, perf_settings, fail_on_oom,
                          f"{label(versus_mode)} versus"))
     cell = speed_cell.measure_speed(
-        model_spec, mode, reference, prepare, versus=versus,
+        model_spec, mode, fp32_side, prepare, versus=versus,
         settings=perf_settings, device=perf_device, test_id=request.node.name,
         store=baseline_store, software=software, peak_tflops=peak_tflops,
         prepared=lambda identity: record_result(identity, identity=True))
