@@ -16,7 +16,7 @@ import pytest
 
 from ampbench.report.compare import compare_runs
 from ampbench.report import ROW_HEADERS, RunError, build_report, load_run, model_rows, parse_run
-from ampbench.results import MemoryRecord, SpeedRecord
+from ampbench.results import MODE_SIDE, MemoryRecord, SpeedRecord
 from ampbench.verdict import Verdict
 from ampbench.results.ratios import WALL
 from report_runs import DATA, REAL_H100, RUNS, gpu_report_of, gpu_run, png_ok, write_run
@@ -55,8 +55,8 @@ def test_real_h100_capture_has_gpu_figures():
     assert "H100" in run.gpu
     speed = run.of_kind(SpeedRecord)
     assert speed, "an H100 run without speed results"
-    assert all(c.peak_mem_bytes is not None for c in speed), "peak memory missing on a GPU run"
-    assert any(c.tflops_fraction is not None for c in speed)
+    assert all(c.side(MODE_SIDE).peak_mem_bytes is not None for c in speed), "peak memory missing on a GPU run"
+    assert any(c.side(MODE_SIDE).tflops_fraction is not None for c in speed)
     assert {"torch", "cuda", "device"} <= set(run.machine)
 
 

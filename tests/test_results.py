@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.results import (RECORD_TYPES, SCHEMA_VERSION, RatioFigures, Record, RunError, SpeedRecord, Verdict, load_run,
-                              record_type)
+from ampbench.results import (MODE_SIDE, READABLE_SCHEMAS, RECORD_TYPES, SCHEMA_VERSION, VERSUS_SIDE, RatioFigures,
+                              Record, RunError, SpeedRecord, StepFigures, Verdict, load_run, record_type)
 from ampbench.results.ratios import DEVICE, DIST_DEVICE, SCALING, VERSUS, WALL
 from tests import records
 from run_figures import flat_names
@@ -40,7 +40,7 @@ def test_every_cell_of_an_older_run_keeps_its_figures(path):
 
 def test_a_record_writes_plain_json_and_reads_back_equal():
     wall = RatioFigures(speedup=2.0, speedup_low=1.9, speedup_high=2.1, rounds=12, confidence=0.99,
-                        verdict=Verdict.PASS, round_ms=[1.0, 1.1])
+                        verdict=Verdict.PASS, sides={MODE_SIDE: StepFigures(round_ms=[1.0, 1.1])})
     record = SpeedRecord(model="gpt", mode="bf16", device="cuda:0", verdict=Verdict.REGRESSION, gated=["device"],
                          ratios={"wall": wall})
     info = json.loads(json.dumps(record.to_info()))
@@ -48,7 +48,7 @@ def test_a_record_writes_plain_json_and_reads_back_equal():
     assert type(info["verdict"]) is str and info["verdict"] == "regression"
     # a ratio holds what it measured, by name, as a baseline entry does
     assert info["ratios"] == {"wall": {"speedup": 2.0, "speedup_low": 1.9, "speedup_high": 2.1, "rounds": 12,
-                                       "confidence": 0.99, "verdict": "pass", "round_ms": [1.0, 1.1]}}
+                                       "confidence": 0.99, "verdict": "pass", "sides": {"mode": {"round_ms": [1.0, 1.1]}}}}
     assert SpeedRecord.from_info(info, "test_speed[gpt-bf16]") == record.__class__(**{**vars(record), "test_id": "test_speed[gpt-bf16]"})
     assert record.to_info(only_set=True) == {"ampbench_schema": SCHEMA_VERSION, "kind": "speed", **{
         k: v for k, v in info.items() if v is not None and k not in ("ampbench_schema", "kind")}}
@@ -70,9 +70,11 @@ def test_a_run_of_the_first_schema_reads_each_figure_into_its_ratio():
             "device_method": "graph", "versus": "amp_bf16", "versus_speedup": 1.2, "versus_step_ms": 3.0,
             "step_ms": 4.0, "between_run_sd": 0.01}
     record = SpeedRecord.from_info(info)
-    assert record.ratio(WALL) == RatioFigures(speedup=2.0, verdict=Verdict.PASS, step_ms=4.0, between_run_sd=0.01)
+    assert record.ratio(WALL) == RatioFigures(speedup=2.0, verdict=Verdict.PASS, between_run_sd=0.01,
+                                              sides={MODE_SIDE: StepFigures(step_ms=4.0)})
     assert record.ratio(DEVICE) == RatioFigures(speedup=2.5, method="graph")
-    assert record.ratio(VERSUS) == RatioFigures(speedup=1.2, step_ms_ref=3.0) and record.versus == "amp_bf16"
+    assert record.ratio(VERSUS) == RatioFigures(speedup=1.2, sides={VERSUS_SIDE: StepFigures(step_ms=3.0)})
+    assert record.versus == "amp_bf16"
     assert not record.detail and SpeedRecord.from_info(record.to_info()) == record
     # a distributed cell's rounds and confidence were its record's: each of its ratios reads them
     cell = records.distributed(speedup=2.0, speedup_low=1.9, speedup_high=2.1, rounds=8, confidence=0.99,
@@ -120,7 +122,7 @@ def test_another_schema_names_the_file_the_field_and_the_version(tmp_path):
         load_run(path)
     text = str(info.value)
     assert str(path) in text and "benchmarks[4].extra_info.ampbench_schema" in text and "99" in text
-    assert f"reads schema 1, {SCHEMA_VERSION}" in text
+    assert f"reads schema {', '.join(map(str, READABLE_SCHEMAS))}" in text
 
 
 def test_every_failing_outcome_is_recognisably_failing():
