@@ -183,7 +183,7 @@ def _unsearched(doc: dict) -> dict:
 def test_a_run_whose_memory_cells_did_not_search_reports_their_memory_and_no_batch(tmp_path):
     run = parse_run(_unsearched(json.loads(SEARCHED_RUN.read_text())), tmp_path / "quick.json")
     memory = run.of_kind(MemoryRecord)
-    assert memory and all(c.max_batch is None and not c.batch_searched for c in memory)
+    assert memory and all(c.side("mode").max_batch is None and not c.batch_searched for c in memory)
     files = build_report(run)
     assert "memory.png" in files and "max_batch.png" not in files  # no bars of nothing
     html, md = files["index.html"].decode(), files["summary.md"].decode()

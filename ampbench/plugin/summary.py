@@ -129,7 +129,8 @@ def tables() -> dict[type[Record], Table]:
         )),
         MemoryRecord: Table("memory cells ({n}), against fp32", (
             Column("memory ratio", lambda r: _num(r.memory_ratio, ".3f", "x")),
-            Column("largest batch", lambda r: _num(r.max_batch, "d") if isinstance(r.max_batch, int)
+            Column("largest batch", lambda r: _num(r.side(MODE_SIDE).max_batch, "d")
+                   if isinstance(r.side(MODE_SIDE).max_batch, int)
                    else NOT_MEASURED if r.batch_searched else r.NOT_SEARCHED),
             Column("largest-batch ratio", lambda r: _num(r.max_batch_ratio, ".2f", "x")),
             Column("verdict", lambda r: _verdict(r.verdict)),

@@ -180,13 +180,18 @@ class Group:
         """Every key a record of schemas 1 and 2 held of the group."""
         return frozenset(k for names in self._flat() for k in names.values())
 
+    def from_flat(self, values: Mapping[str, Any]) -> Any:
+        """The group of `values`, which name its figures flat, as `flat` does (a record of schemas 1 and 2;
+        a memory cell's figures, which its baseline entry keeps flat)."""
+        if not self.by_side:
+            return self.figures.read(values, self.flat.get)
+        read = {side: self.figures.read(values, names.get) for side, names in self.flat.items()}
+        return {side: figures for side, figures in read.items() if figures}
+
     def read(self, info: Mapping[str, Any], key: str) -> Any:
         """The group of the cell whose extra_info is `info`: its Figures, or its Figures by side."""
         if info.get(SCHEMA_KEY) in FLAT_SIDES_SCHEMAS:
-            if not self.by_side:
-                return self.figures.read(info, self.flat.get)
-            read = {side: self.figures.read(info, names.get) for side, names in self.flat.items()}
-            return {side: figures for side, figures in read.items() if figures}
+            return self.from_flat(info)
         held = info.get(key)
         if not self.by_side:
             return self.figures.read(held) if isinstance(held, dict) else self.figures()
