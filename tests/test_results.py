@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.results import (MODE_SIDE, READABLE_SCHEMAS, RECORD_TYPES, SCHEMA_VERSION, VERSUS_SIDE, RatioFigures,
-                              Record, RunError, SpeedRecord, StepFigures, Verdict, load_run, record_type)
+from ampbench.results import (FP32_SIDE, MODE_SIDE, READABLE_SCHEMAS, RECORD_TYPES, SCHEMA_VERSION, VERSUS_SIDE,
+                              DeviceQueue, RatioFigures, Record, RunError, SpeedRecord, SpeedSide, StepFigures, Verdict,
+                              load_run, record_type)
 from ampbench.results.ratios import DEVICE, DIST_DEVICE, SCALING, VERSUS, WALL
 from tests import records
 from run_figures import flat_names
@@ -148,3 +149,26 @@ def test_the_format_the_report_and_compare_import_no_torch():
     assert run.returncode == 0, run.stderr
     # the mode table's order, and a mode it does not know after them
     assert run.stdout.strip() == "['fp32', 'tf32', 'bf16', 'new_mode']"
+
+
+def test_a_record_of_schema_2_reads_its_flat_sides_into_sides_and_writes_them_nested():
+    info = {"ampbench_schema": 2, "kind": "speed", "ratios": {"wall": {"speedup": 2.0, "step_ms": 4.0, "step_ms_ref": 8.0}},
+            "busy_ms_ref": 1.5, "ref_prepare_s": 3.0, "peak_mem_ref_bytes": 10, "throughput": 5.0,
+            "device_queue": "all 12 blocks held", "device_hold_ms": 50.0}
+    record = SpeedRecord.from_info(info)
+    assert record.side(FP32_SIDE) == SpeedSide(busy_ms=1.5, prepare_s=3.0, peak_mem_bytes=10)
+    assert record.side(MODE_SIDE) == SpeedSide(throughput=5.0) and not record.detail
+    assert record.device_queue == DeviceQueue(text="all 12 blocks held", hold_ms=50.0)
+    assert record.ratio(WALL).side(FP32_SIDE).step_ms == 8.0 and record.ratio(WALL).side(MODE_SIDE).step_ms == 4.0
+    written = json.loads(json.dumps(record.to_info()))
+    assert written["ampbench_schema"] == SCHEMA_VERSION == 3
+    assert written["sides"] == {"mode": {"throughput": 5.0}, "fp32": {"prepare_s": 3.0, "busy_ms": 1.5, "peak_mem_bytes": 10}}
+    assert written["device_queue"] == {"text": "all 12 blocks held", "hold_ms": 50.0}
+    assert written["ratios"]["wall"]["sides"] == {"mode": {"step_ms": 4.0}, "fp32": {"step_ms": 8.0}}
+    assert SpeedRecord.from_info(written) == record
+
+
+def test_a_malformed_side_names_where_it_lies():
+    info = {"ampbench_schema": 3, "kind": "speed", "sides": {"fp32": [1.0]}}
+    assert SpeedRecord.problems(info, "benchmarks[0].extra_info") == [
+        "benchmarks[0].extra_info.sides.fp32 is a list; expected an object"]

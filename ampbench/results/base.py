@@ -134,7 +134,7 @@ def field_specs(cls: type, key: Any = None) -> dict[str, Field]:
 
 
 @dataclass(frozen=True)
-class Figures:
+class FigureGroup:
     """A group of figures a record holds under one key of its own (a side's, the device queue's): declared
     and read as a record's figures are; it writes the figures it holds, and is false where it holds none."""
 
@@ -151,7 +151,7 @@ class Figures:
         return any(getattr(self, name) is not None for name, _, _ in _figures_reading(type(self)))
 
 
-F = TypeVar("F", bound=Figures)
+F = TypeVar("F", bound=FigureGroup)
 _FIGURES_READING: dict[type, tuple] = {}
 
 
@@ -169,7 +169,7 @@ class Group:
     under the names `flat` gives (figure -> key; per side, side -> figure -> key): they read into the
     same figures."""
 
-    figures: type[Figures]
+    figures: type[FigureGroup]
     flat: Mapping[str, Any]
     by_side: bool = False
 
@@ -189,7 +189,7 @@ class Group:
         return {side: figures for side, figures in read.items() if figures}
 
     def read(self, info: Mapping[str, Any], key: str) -> Any:
-        """The group of the cell whose extra_info is `info`: its Figures, or its Figures by side."""
+        """The group of the cell whose extra_info is `info`: its figures, or its figures by side."""
         if info.get(SCHEMA_KEY) in FLAT_SIDES_SCHEMAS:
             return self.from_flat(info)
         held = info.get(key)

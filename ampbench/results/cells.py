@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from ampbench.results.base import Figures, Group, Record, checked, flag, number, part, raw, text
+from ampbench.results.base import FigureGroup, Group, Record, checked, flag, number, part, raw, text
 from ampbench.results.schema import ACCURACY, BOOLEAN, FP32_SIDE, MODE_SIDE, NON_NEGATIVE, POSITIVE, SIDES_KEY
 
 
 @dataclass(frozen=True)
-class MemorySide(Figures):
+class MemorySide(FigureGroup):
     """One side of a memory cell (the mode's, fp32's): its peak at the default batch, and the largest batch
     it fits under the cap where the cell searched it, with the search's grid step, whether it stopped at
     the batch limit, and the samples per second there."""

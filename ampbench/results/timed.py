@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, ClassVar, Mapping
 
-from ampbench.results.base import (Figures, Group, Record, checked, encode, field_specs, flag, number, part, raw,
+from ampbench.results.base import (FigureGroup, Group, Record, checked, encode, field_specs, flag, number, part, raw,
                                    read_fields, reading, scalar, text)
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
 from ampbench.results.schema import (CONFIDENCE, COUNT, FLAT_RATIOS_SCHEMA, FP32_SIDE, MODE_SIDE, NON_NEGATIVE, OBJECT,
@@ -22,7 +22,7 @@ from ampbench.verdict import Verdict
 
 
 @dataclass(frozen=True)
-class StepFigures(Figures):
+class StepFigures(FigureGroup):
     """One side's times in a ratio: the median of its per-step times over the rounds (the ratio is the
     centre of the rounds' paired ratios, so the two sides' need not agree exactly), and its per-step
     milliseconds of every round, in order."""
@@ -205,7 +205,7 @@ def _ordered(named: Any) -> list[tuple[str, ...]]:
 
 
 @dataclass(frozen=True)
-class SpeedSide(Figures):
+class SpeedSide(FigureGroup):
     """One side of a speed cell (the mode's, fp32's): what it cost to prepare, how it was timed, how far
     its eager step waits on the host, its throughput and memory; the mode's TFLOP/s."""
 
@@ -233,7 +233,7 @@ class SpeedSide(Figures):
 
 
 @dataclass(frozen=True)
-class DeviceQueue(Figures):
+class DeviceQueue(FigureGroup):
     """How a timed cell's device blocks were queued ahead of the GPU (``ampbench.speed.held``)."""
 
     text: str | None = text()  # in words: ``QueueStats.describe``
@@ -336,7 +336,7 @@ def cluster_size(name: str, gpu: str) -> int | None:
 
 
 @dataclass(frozen=True)
-class DistributedSide(Figures):
+class DistributedSide(FigureGroup):
     """One side of a distributed cell (the mode's, fp32's) under the same parallelism on N ranks."""
 
     throughput: float | None = number()  # samples/s of all ranks together
