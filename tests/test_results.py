@@ -49,7 +49,8 @@ def test_a_record_writes_plain_json_and_reads_back_equal():
     assert type(info["verdict"]) is str and info["verdict"] == "regression"
     # a ratio holds what it measured, by name, as a baseline entry does
     assert info["ratios"] == {"wall": {"speedup": 2.0, "speedup_low": 1.9, "speedup_high": 2.1, "rounds": 12,
-                                       "confidence": 0.99, "verdict": "pass", "sides": {"mode": {"round_ms": [1.0, 1.1]}}}}
+                                       "confidence": 0.99, "verdict": "pass",
+                                       "sides": {"mode": {"round_ms": [1.0, 1.1]}}}}
     assert SpeedRecord.from_info(info, "test_speed[gpt-bf16]") == record.__class__(**{**vars(record), "test_id": "test_speed[gpt-bf16]"})
     assert record.to_info(only_set=True) == {"ampbench_schema": SCHEMA_VERSION, "kind": "speed", **{
         k: v for k, v in info.items() if v is not None and k not in ("ampbench_schema", "kind")}}
@@ -152,7 +153,8 @@ def test_the_format_the_report_and_compare_import_no_torch():
 
 
 def test_a_record_of_schema_2_reads_its_flat_sides_into_sides_and_writes_them_nested():
-    info = {"ampbench_schema": 2, "kind": "speed", "ratios": {"wall": {"speedup": 2.0, "step_ms": 4.0, "step_ms_ref": 8.0}},
+    info = {"ampbench_schema": 2, "kind": "speed",
+            "ratios": {"wall": {"speedup": 2.0, "step_ms": 4.0, "step_ms_ref": 8.0}},
             "busy_ms_ref": 1.5, "ref_prepare_s": 3.0, "peak_mem_ref_bytes": 10, "throughput": 5.0,
             "device_queue": "all 12 blocks held", "device_hold_ms": 50.0}
     record = SpeedRecord.from_info(info)
@@ -162,7 +164,8 @@ def test_a_record_of_schema_2_reads_its_flat_sides_into_sides_and_writes_them_ne
     assert record.ratio(WALL).side(FP32_SIDE).step_ms == 8.0 and record.ratio(WALL).side(MODE_SIDE).step_ms == 4.0
     written = json.loads(json.dumps(record.to_info()))
     assert written["ampbench_schema"] == SCHEMA_VERSION == 3
-    assert written["sides"] == {"mode": {"throughput": 5.0}, "fp32": {"prepare_s": 3.0, "busy_ms": 1.5, "peak_mem_bytes": 10}}
+    assert written["sides"] == {"mode": {"throughput": 5.0},
+                                "fp32": {"prepare_s": 3.0, "busy_ms": 1.5, "peak_mem_bytes": 10}}
     assert written["device_queue"] == {"text": "all 12 blocks held", "hold_ms": 50.0}
     assert written["ratios"]["wall"]["sides"] == {"mode": {"step_ms": 4.0}, "fp32": {"step_ms": 8.0}}
     assert SpeedRecord.from_info(written) == record

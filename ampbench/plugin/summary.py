@@ -154,7 +154,8 @@ def tables() -> dict[type[Record], Table]:
                    + (f" on {r.nodes} nodes" if isinstance(r.nodes, int) and r.nodes > 1 else "")),
             *_distributed_ratios(),
             Column("comm share", lambda r: _num(r.side(MODE_SIDE).comm_share, ".0%")),
-            Column("idle", lambda r: _num(r.side(MODE_SIDE).idle_share, ".0%")),  # the most idle rank's, of the mode's step
+            # the most idle rank's, of the mode's step
+            Column("idle", lambda r: _num(r.side(MODE_SIDE).idle_share, ".0%")),
             Column("verdict", lambda r: _verdict(r.verdict)),
         )),
     }

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ampbench.report.junit import Run, order_modes
-from ampbench.results import FP32_SIDE, MODE_SIDE, REFERENCE_MODE, VERDICT_ORDER, ConvergenceRecord, MemoryRecord, Record, SpeedRecord
+from ampbench.results import (FP32_SIDE, MODE_SIDE, REFERENCE_MODE, VERDICT_ORDER, ConvergenceRecord, MemoryRecord,
+                              Record, SpeedRecord)
 from ampbench.results.ratios import WALL
 from ampbench.stats import SpeedupEstimate
 from ampbench.report.figure_text import DASH, fmt_accuracy, fmt_bytes, fmt_ms, fmt_number, fmt_rate, fmt_speedup, verdict_label

@@ -24,7 +24,8 @@ from ampbench.results.timed import (DeviceQueue, DistributedRecord, DistributedS
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
 __all__ = [
-    "DISTRIBUTED_RATIOS", "FP32_SIDE", "KINDS", "MODE_SIDE", "SIDES_KEY", "VERSUS_SIDE", "DeviceQueue", "DistributedSide",
+    "DISTRIBUTED_RATIOS", "FP32_SIDE", "KINDS", "MODE_SIDE", "SIDES_KEY", "VERSUS_SIDE", "DeviceQueue",
+    "DistributedSide",
     "SpeedSide", "StepFigures", "READABLE_SCHEMAS", "RECORD_TYPES", "REFERENCE_MODE", "SCHEMA_VERSION", "SPEED_RATIOS",
     "VERDICT_ORDER", "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord",
     "RatioFigures", "RatioKind", "Record", "Run", "RunError", "SpeedRecord", "TimedRecord", "UnderflowRecord", "Verdict", "cluster_name", "cluster_shape", "cluster_size", "cluster_stem", "load_run",

@@ -296,14 +296,16 @@ class SpeedRecord(TimedRecord):
             MODE_SIDE: _legacy("prepare_s compile_s steps_per_block kernel_ms busy_ms host_overhead_ms idle_share "
                                "host_bound throughput device_throughput peak_mem_bytes "
                                "held_block_idle_share=device_block_idle_share "
-                               "held_block_longest_gap_us=device_block_longest_gap_us tflops tflops_peak tflops_fraction"),
+                               "held_block_longest_gap_us=device_block_longest_gap_us "
+                               "tflops tflops_peak tflops_fraction"),
             FP32_SIDE: _legacy("prepare_s=ref_prepare_s compile_s=ref_compile_s steps_per_block=ref_steps_per_block "
                                "kernel_ms=kernel_ms_ref busy_ms=busy_ms_ref host_overhead_ms=host_overhead_ms_ref "
                                "idle_share=idle_share_ref host_bound=host_bound_ref throughput=throughput_ref "
                                "peak_mem_bytes=peak_mem_ref_bytes held_block_idle_share=device_block_idle_share_ref")}),
         "device_queue": Group(DeviceQueue, flat=_legacy(
-            "text=device_queue blocks=device_blocks held_blocks=device_held_blocks retried_blocks=device_retried_blocks "
-            "per_replay_blocks=device_per_replay_blocks chunk_replays=device_chunk_replays hold_ms=device_hold_ms")),
+            "text=device_queue blocks=device_blocks held_blocks=device_held_blocks "
+            "retried_blocks=device_retried_blocks per_replay_blocks=device_per_replay_blocks "
+            "chunk_replays=device_chunk_replays hold_ms=device_hold_ms")),
     }
 
 

@@ -287,7 +287,8 @@ def _record_baseline(store: ReferenceSource, test_id: str, software: dict, setti
         # the entry's figures are the mode's side's, flat: the baseline file's format
         **figures, "throughput": mode_side.throughput, "idle_share": mode_side.idle_share,
         "host_bound": mode_side.host_bound, "batch_size": record.batch_size, "memory_ratio": record.memory_ratio,
-        "peak_mem_bytes": mode_side.peak_mem_bytes, **measured_with, **({"kernels": record.kernels} if record.kernels else {}),
+        "peak_mem_bytes": mode_side.peak_mem_bytes, **measured_with,
+        **({"kernels": record.kernels} if record.kernels else {}),
         **({"compile_s": mode_side.compile_s} if mode_side.compile_s else {}),
     }, software)
 

@@ -179,7 +179,8 @@ class Ratio:
                              between_run_sd=across.between_run_sd,
                              between_run_count=entry.ratio(kind).between_run_count)
         elif kind.over:
-            steps = dict(sides={over_side(kind): StepFigures(step_ms=self.step_seconds()[1] * 1e3)})  # the versus side's
+            # the versus side's step
+            steps = dict(sides={over_side(kind): StepFigures(step_ms=self.step_seconds()[1] * 1e3)})
         return RatioFigures(
             speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds,
             confidence=est.confidence, baseline_speedup=check.expected if check else None,
