@@ -17,7 +17,7 @@ from pathlib import Path
 # this checkout's package, not an installed copy of another checkout's
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ampbench.results import DistributedRecord, load_run  # noqa: E402
+from ampbench.results import FP32_SIDE, MODE_SIDE, DistributedRecord, load_run  # noqa: E402
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, SCALING  # noqa: E402
 
 
@@ -34,12 +34,13 @@ def _f(value, spec: str, suffix: str = "") -> str:
 
 
 def cell_table(kind: str, cells: list[DistributedRecord]) -> list[str]:
-    head = f"{'cell':44} {'device ms':>9} {'ref ms':>8} {'device speedup':>14} {'tolerance':>9} {'verdict':>11} " \
+    head = f"{'cell':44} {'device ms':>9} {'fp32 ms':>8} {'device speedup':>14} {'tolerance':>9} {'verdict':>11} " \
            f"{'eff device':>10} {'eff wall':>8}"
     lines = [f"== {kind} ({len(cells)} cells)", head]
     for c in sorted(cells, key=lambda c: c.test_id):
         device = c.ratio(DIST_DEVICE)
-        lines.append(f"{c.test_id:44} {_f(device.step_ms, '.2f'):>9} {_f(device.step_ms_ref, '.2f'):>8} "
+        lines.append(f"{c.test_id:44} {_f(device.side(MODE_SIDE).step_ms, '.2f'):>9} "
+                     f"{_f(device.side(FP32_SIDE).step_ms, '.2f'):>8} "
                      f"{_f(device.speedup, '.4f', 'x'):>14} {_f(device.tolerance, '.2%'):>9} "
                      f"{str(c.verdict_of(DIST_DEVICE)):>11} "
                      f"{_f(c.ratio(DEVICE_SCALING).speedup, '.1%'):>10} {_f(c.ratio(SCALING).speedup, '.1%'):>8}")
@@ -53,7 +54,8 @@ def transport_table(sockets: list[DistributedRecord], nvlink: list[DistributedRe
              f"{'model mode':24} {'comm':10} {'sockets':>9} {'NVLink':>9} {'sockets/NVLink':>14}"]
     for c in sorted(sockets, key=lambda c: (c.model, c.mode, c.comm)):
         other = by.get((c.model, c.mode, c.comm))
-        s, n = c.ratio(DIST_DEVICE).step_ms, other.ratio(DIST_DEVICE).step_ms if other else None
+        s = c.ratio(DIST_DEVICE).side(MODE_SIDE).step_ms
+        n = other.ratio(DIST_DEVICE).side(MODE_SIDE).step_ms if other else None
         ratio = s / n if isinstance(s, (int, float)) and isinstance(n, (int, float)) and n else None
         lines.append(f"{c.model + ' ' + c.mode:24} {c.comm:10} {_f(s, '.2f'):>9} {_f(n, '.2f'):>9} "
                      f"{_f(ratio, '.2f', 'x'):>14}")

@@ -52,14 +52,25 @@ def page_text(html: str) -> list[str]:
 
 def flat_names(info: dict) -> dict[str, Any]:
     """A cell of the current schema with each figure of a ratio under the name schema 1 gave it
-    (``RatioKind.flat``): what the run JSON held before its ratios were nested."""
-    from ampbench.results import record_type
+    (``RatioKind.flat``), and each figure of a group (a side's, the device queue's) under the name schemas
+    1 and 2 gave it (``Group.flat``): what the run JSON held before its ratios and sides were nested."""
+    from ampbench.results import MODE_SIDE, SIDES_KEY, record_type
     from ampbench.results.schema import KIND_KEY, RATIOS_KEY
+    from ampbench.results.timed import LEGACY_STEPS, OVER
 
-    kinds = record_type(info[KIND_KEY]).RATIOS if RATIOS_KEY in info else {}
-    flat = {k: v for k, v in info.items() if k != RATIOS_KEY}
+    cls = record_type(info[KIND_KEY])
+    kinds = cls.RATIOS if RATIOS_KEY in info else {}
+    flat = {k: v for k, v in info.items() if k != RATIOS_KEY and k not in cls.GROUPS}
     for name, figures in (info.get(RATIOS_KEY) or {}).items():
-        flat.update({kinds[name].flat(f): v for f, v in figures.items() if kinds[name].flat(f)})
+        flat.update({kinds[name].flat(f): v for f, v in figures.items() if f != SIDES_KEY and kinds[name].flat(f)})
+        for side, steps in (figures.get(SIDES_KEY) or {}).items():
+            legacy = LEGACY_STEPS[MODE_SIDE if side == MODE_SIDE else OVER]
+            flat.update({kinds[name].flat(legacy[f]): v for f, v in steps.items() if kinds[name].flat(legacy[f])})
+    for key, group in cls.GROUPS.items():
+        held = info.get(key) or {}
+        for side, figures in (held.items() if group.by_side else [(None, held)]):
+            names = group.flat[side] if group.by_side else group.flat
+            flat.update({names[f]: v for f, v in figures.items() if f in names})
     return flat
 
 

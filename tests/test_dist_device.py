@@ -13,7 +13,7 @@ from ampbench.baselines.schema import BaselineError, validate_entry
 from ampbench.distributed import judging
 from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE, merge_ranks, per_round_max, per_round_min
 from ampbench.report.compare import _speed_change
-from ampbench.results import DistributedRecord
+from ampbench.results import FP32_SIDE, MODE_SIDE, DistributedRecord
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING
 from ampbench.stats import estimate_speedup
 from ampbench.verdict import Verdict, combined
@@ -211,9 +211,9 @@ def test_the_record_carries_device_time_and_compare_reads_it():
     verdicts = judging.verdicts_of(figs, checks)
     ratios = judging.ratio_figures(figs, checks, verdicts, docs)
     assert list(ratios) == ["device", "wall", "scaling"]  # no device scaling efficiency without graphs
-    assert ratios["device"].round_ms == pytest.approx([500.0] * N)  # rank 1's, the less busy
-    assert ratios["device"].ref_round_ms == pytest.approx([1500.0 + 10 * i for i in range(N)])
-    assert ratios["wall"].round_ms == pytest.approx([1000.0] * N) and ratios["wall"].line == checks.speedup.line
+    assert ratios["device"].side(MODE_SIDE).round_ms == pytest.approx([500.0] * N)  # rank 1's, the less busy
+    assert ratios["device"].side(FP32_SIDE).round_ms == pytest.approx([1500.0 + 10 * i for i in range(N)])
+    assert ratios["wall"].side(MODE_SIDE).round_ms == pytest.approx([1000.0] * N) and ratios["wall"].line == checks.speedup.line
     assert ratios["scaling"].verdict is None  # the cell's is its verdict
     record = DistributedRecord(model="gpt", mode="amp_bf16", comm="fp32", verdict=Verdict.PASS, ratios=ratios)
     assert record.estimate(DIST_DEVICE).speedup == pytest.approx(figs.device.speedup)

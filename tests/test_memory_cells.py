@@ -141,7 +141,7 @@ def test_a_cell_without_a_search_has_no_largest_batch_figures_not_zeros():
     assert not {"search_steps", "search_seconds", "cap_bytes", "alloc_conf"} & set(f)
     assert f["weights_bytes"] == 5 * GIB // 8  # the breakdown is still there
     record, j = memory.memory_record(cell, ref, "cuda:0", baseline_of(figures()), 0.03)
-    assert record.max_batch is None and record.max_batch_ratio is None and record.search is None
+    assert record.side("mode").max_batch is None and record.max_batch_ratio is None and record.search is None
     assert not record.batch_searched and not type(record).times_steps(record.to_info())
     assert j.verdict is Verdict.IMPROVED and record.verdict is Verdict.IMPROVED, j.message  # 0.5x against 0.55x
     assert memory.baseline_figures(record) == {"batch_size": 128, "peak_mem_bytes": 5 * GIB, "memory_ratio": 0.5}
@@ -151,7 +151,7 @@ def test_a_searched_cell_has_every_figure_a_baseline_keeps():
     cell, ref = cell_memory("amp_bf16", 6 * GIB, a_search(MIB)), cell_memory("fp32", 10 * GIB, a_search(2 * MIB))
     record, _ = memory.memory_record(cell, ref, "cuda:0", None, 0.03)
     assert record.batch_searched and type(record).times_steps(record.to_info())
-    assert record.max_batch_ratio == pytest.approx(record.max_batch / record.max_batch_ref)
+    assert record.max_batch_ratio == pytest.approx(record.side("mode").max_batch / record.side("fp32").max_batch)
     kept = memory.baseline_figures(record)
     assert set(kept) == set(memory.BASELINE_FIGURES)
     assert all(kept[k] is not None for k in kept if k != "alloc_conf")

@@ -16,7 +16,7 @@ import pytest
 
 from ampbench.report import ROW_HEADERS, RunError, build_report, load_run, model_rows, parse_run
 from ampbench.report.compare import compare_runs
-from ampbench.results import MemoryRecord, SpeedRecord
+from ampbench.results import MODE_SIDE, MemoryRecord, SpeedRecord
 from ampbench.results.ratios import WALL
 from ampbench.verdict import Verdict
 from report_runs import DATA, REAL_H100, RUNS, gpu_report_of, gpu_run, png_ok, write_run
@@ -55,8 +55,8 @@ def test_real_h100_capture_has_gpu_figures():
     assert "H100" in run.gpu
     speed = run.of_kind(SpeedRecord)
     assert speed, "an H100 run without speed results"
-    assert all(c.peak_mem_bytes is not None for c in speed), "peak memory missing on a GPU run"
-    assert any(c.tflops_fraction is not None for c in speed)
+    assert all(c.side(MODE_SIDE).peak_mem_bytes is not None for c in speed), "peak memory missing on a GPU run"
+    assert any(c.side(MODE_SIDE).tflops_fraction is not None for c in speed)
     assert {"torch", "cuda", "device"} <= set(run.machine)
 
 
@@ -185,7 +185,7 @@ def _unsearched(doc: dict) -> dict:
 def test_a_run_whose_memory_cells_did_not_search_reports_their_memory_and_no_batch(tmp_path):
     run = parse_run(_unsearched(json.loads(SEARCHED_RUN.read_text())), tmp_path / "quick.json")
     memory = run.of_kind(MemoryRecord)
-    assert memory and all(c.max_batch is None and not c.batch_searched for c in memory)
+    assert memory and all(c.side("mode").max_batch is None and not c.batch_searched for c in memory)
     files = build_report(run)
     assert "memory.png" in files and "max_batch.png" not in files  # no bars of nothing
     html, md = files["index.html"].decode(), files["summary.md"].decode()

@@ -17,7 +17,7 @@ from ampbench.report import (
     write_report,
 )
 from ampbench.report.compare import compare_runs
-from ampbench.results import MemoryRecord, SpeedRecord
+from ampbench.results import FP32_SIDE, MODE_SIDE, MemoryRecord, SpeedRecord
 from ampbench.results.ratios import DEVICE, WALL
 from ampbench.verdict import Verdict
 from report_runs import DATA, REAL_H100, fixtures_module, write_run
@@ -87,11 +87,11 @@ def test_html_shows_device_time_as_the_gate_the_wall_beside_it_host_bound_cells_
     assert "<code>graph</code> CUDA-graph replay" in device
     regression = next(c for c in speed if c.ratio(DEVICE).verdict == Verdict.REGRESSION)
     assert 'class="v v-regression"' in device and f"{regression.ratio(DEVICE).speedup:.2f}x ✗" in device
-    host = [c for c in speed if c.host_bound is True]
+    host = [c for c in speed if c.side(MODE_SIDE).host_bound is True]
     assert host, "the device run should hold host-bound cells"
     bound = _section(html, f"Host-bound cells ({len(host)})")
     for c in host:
-        assert f"{100 * c.idle_share:.0f}%" in bound and f"<td>{c.mode}</td>" in bound
+        assert f"{100 * c.side(MODE_SIDE).idle_share:.0f}%" in bound and f"<td>{c.mode}</td>" in bound
     changes = _section(html, "Kernel changes against the baseline")
     assert f"<code>{regression.test_id}</code>" in changes
     for line in regression.kernel_changes.split("; "):
@@ -176,8 +176,9 @@ def test_a_row_shows_fp32_from_its_own_rounds_and_fp32_is_no_finding():
         if mode == "fp32":
             assert cells[col["speedup over fp32 [interval]"]].startswith("reference (self-check 0.92x")
             continue
-        assert cells[col["fp32 step, same rounds"]] == fmt_ms(cell.ratio(WALL).step_ms_ref)
+        wall = cell.ratio(WALL)
+        assert cells[col["fp32 step, same rounds"]] == fmt_ms(wall.side(FP32_SIDE).step_ms)
         est = cell.estimate(WALL)
-        assert est.low <= cell.ratio(WALL).step_ms_ref / cell.ratio(WALL).step_ms <= est.high, mode
+        assert est.low <= wall.side(FP32_SIDE).step_ms / wall.side(MODE_SIDE).step_ms <= est.high, mode
     headers, matrix = speedup_matrix(run)
     assert "fp32" not in headers and all(len(r) == len(headers) for r in matrix)

@@ -12,12 +12,19 @@ from pathlib import Path
 import pytest
 
 from ampbench.results import (
+    FP32_SIDE,
+    MODE_SIDE,
+    READABLE_SCHEMAS,
     RECORD_TYPES,
     SCHEMA_VERSION,
+    VERSUS_SIDE,
+    DeviceQueue,
     RatioFigures,
     Record,
     RunError,
     SpeedRecord,
+    SpeedSide,
+    StepFigures,
     Verdict,
     load_run,
     record_type,
@@ -49,7 +56,7 @@ def test_every_cell_of_an_older_run_keeps_its_figures(path):
 
 def test_a_record_writes_plain_json_and_reads_back_equal():
     wall = RatioFigures(speedup=2.0, speedup_low=1.9, speedup_high=2.1, rounds=12, confidence=0.99,
-                        verdict=Verdict.PASS, round_ms=[1.0, 1.1])
+                        verdict=Verdict.PASS, sides={MODE_SIDE: StepFigures(round_ms=[1.0, 1.1])})
     record = SpeedRecord(model="gpt", mode="bf16", device="cuda:0", verdict=Verdict.REGRESSION, gated=["device"],
                          ratios={"wall": wall})
     info = json.loads(json.dumps(record.to_info()))
@@ -57,7 +64,8 @@ def test_a_record_writes_plain_json_and_reads_back_equal():
     assert type(info["verdict"]) is str and info["verdict"] == "regression"
     # a ratio holds what it measured, by name, as a baseline entry does
     assert info["ratios"] == {"wall": {"speedup": 2.0, "speedup_low": 1.9, "speedup_high": 2.1, "rounds": 12,
-                                       "confidence": 0.99, "verdict": "pass", "round_ms": [1.0, 1.1]}}
+                                       "confidence": 0.99, "verdict": "pass",
+                                       "sides": {"mode": {"round_ms": [1.0, 1.1]}}}}
     assert SpeedRecord.from_info(info, "test_speed[gpt-bf16]") == record.__class__(
         **{**vars(record), "test_id": "test_speed[gpt-bf16]"})
     assert record.to_info(only_set=True) == {"ampbench_schema": SCHEMA_VERSION, "kind": "speed", **{
@@ -80,9 +88,11 @@ def test_a_run_of_the_first_schema_reads_each_figure_into_its_ratio():
             "device_method": "graph", "versus": "amp_bf16", "versus_speedup": 1.2, "versus_step_ms": 3.0,
             "step_ms": 4.0, "between_run_sd": 0.01}
     record = SpeedRecord.from_info(info)
-    assert record.ratio(WALL) == RatioFigures(speedup=2.0, verdict=Verdict.PASS, step_ms=4.0, between_run_sd=0.01)
+    assert record.ratio(WALL) == RatioFigures(speedup=2.0, verdict=Verdict.PASS, between_run_sd=0.01,
+                                              sides={MODE_SIDE: StepFigures(step_ms=4.0)})
     assert record.ratio(DEVICE) == RatioFigures(speedup=2.5, method="graph")
-    assert record.ratio(VERSUS) == RatioFigures(speedup=1.2, step_ms_ref=3.0) and record.versus == "amp_bf16"
+    assert record.ratio(VERSUS) == RatioFigures(speedup=1.2, sides={VERSUS_SIDE: StepFigures(step_ms=3.0)})
+    assert record.versus == "amp_bf16"
     assert not record.detail and SpeedRecord.from_info(record.to_info()) == record
     # a distributed cell's rounds and confidence were its record's: each of its ratios reads them
     cell = records.distributed(speedup=2.0, speedup_low=1.9, speedup_high=2.1, rounds=8, confidence=0.99,
@@ -131,7 +141,7 @@ def test_another_schema_names_the_file_the_field_and_the_version(tmp_path):
         load_run(path)
     text = str(info.value)
     assert str(path) in text and "benchmarks[4].extra_info.ampbench_schema" in text and "99" in text
-    assert f"reads schema 1, {SCHEMA_VERSION}" in text
+    assert f"reads schema {', '.join(map(str, READABLE_SCHEMAS))}" in text
 
 
 def test_every_failing_outcome_is_recognisably_failing():
@@ -158,3 +168,28 @@ def test_the_format_the_report_and_compare_import_no_torch():
     assert run.returncode == 0, run.stderr
     # the mode table's order, and a mode it does not know after them
     assert run.stdout.strip() == "['fp32', 'tf32', 'bf16', 'new_mode']"
+
+
+def test_a_record_of_schema_2_reads_its_flat_sides_into_sides_and_writes_them_nested():
+    info = {"ampbench_schema": 2, "kind": "speed",
+            "ratios": {"wall": {"speedup": 2.0, "step_ms": 4.0, "step_ms_ref": 8.0}},
+            "busy_ms_ref": 1.5, "ref_prepare_s": 3.0, "peak_mem_ref_bytes": 10, "throughput": 5.0,
+            "device_queue": "all 12 blocks held", "device_hold_ms": 50.0}
+    record = SpeedRecord.from_info(info)
+    assert record.side(FP32_SIDE) == SpeedSide(busy_ms=1.5, prepare_s=3.0, peak_mem_bytes=10)
+    assert record.side(MODE_SIDE) == SpeedSide(throughput=5.0) and not record.detail
+    assert record.device_queue == DeviceQueue(text="all 12 blocks held", hold_ms=50.0)
+    assert record.ratio(WALL).side(FP32_SIDE).step_ms == 8.0 and record.ratio(WALL).side(MODE_SIDE).step_ms == 4.0
+    written = json.loads(json.dumps(record.to_info()))
+    assert written["ampbench_schema"] == SCHEMA_VERSION == 3
+    assert written["sides"] == {"mode": {"throughput": 5.0},
+                                "fp32": {"prepare_s": 3.0, "busy_ms": 1.5, "peak_mem_bytes": 10}}
+    assert written["device_queue"] == {"text": "all 12 blocks held", "hold_ms": 50.0}
+    assert written["ratios"]["wall"]["sides"] == {"mode": {"step_ms": 4.0}, "fp32": {"step_ms": 8.0}}
+    assert SpeedRecord.from_info(written) == record
+
+
+def test_a_malformed_side_names_where_it_lies():
+    info = {"ampbench_schema": 3, "kind": "speed", "sides": {"fp32": [1.0]}}
+    assert SpeedRecord.problems(info, "benchmarks[0].extra_info") == [
+        "benchmarks[0].extra_info.sides.fp32 is a list; expected an object"]

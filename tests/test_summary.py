@@ -33,10 +33,10 @@ LSTM = records.speed(model="lstm_lm", mode="fp16", device="cuda:0", speedup=2.95
                    device_verdict=Verdict.NO_BASELINE, idle_share=0.031, host_bound=False, device_method="kernels",
                    **INTERVAL)
 FP32 = records.speed(model="gpt", mode="fp32", device="cuda:0", speedup=1.0, speedup_low=0.99, speedup_high=1.01,
-                   device_speedup=1.0, device_speedup_low=0.999,
-                     device_speedup_high=1.001, device_rounds=12, **INTERVAL)
-MEMORY = MemoryRecord(model="gpt", mode="amp_bf16", device="cuda:0", memory_ratio=0.734, max_batch=24,
-                      max_batch_ratio=1.5, verdict=Verdict.PASS)
+                   device_speedup=1.0, device_speedup_low=0.999, device_speedup_high=1.001, device_rounds=12,
+                   **INTERVAL)
+MEMORY = MemoryRecord.of_figures(model="gpt", mode="amp_bf16", device="cuda:0", memory_ratio=0.734, max_batch=24,
+                                 max_batch_ratio=1.5, verdict=Verdict.PASS)
 CONVERGENCE = ConvergenceRecord(model="mnist_cnn", mode="fp16", device="cuda:0", accuracy=0.61, accuracy_ref=0.975,
                                 verdict=Verdict.EXPECTED_LAG, reason="below margin", message="fp16 lags fp32")
 NONFINITE = ConvergenceRecord(model="mnist_cnn", mode="bf16", device="cuda:0", accuracy=0.1, accuracy_ref=0.975,
@@ -162,8 +162,8 @@ def test_convergence(benchmark, record_result):
 
 def test_memory_searched(benchmark, record_result):
     benchmark.pedantic(lambda: None, rounds=2, iterations=1)
-    record_result(MemoryRecord(model="gpt", mode="bf16", device="cuda:0", memory_ratio=0.5, max_batch_searched=True,
-                               max_batch=64, max_batch_ratio=1.9))
+    record_result(MemoryRecord.of_figures(model="gpt", mode="bf16", device="cuda:0", memory_ratio=0.5,
+                                          max_batch_searched=True, max_batch=64, max_batch_ratio=1.9))
 
 
 def test_memory_unsearched(benchmark, record_result):

@@ -18,7 +18,7 @@ from ampbench.models import get_model
 from ampbench.modes import compiled, get_mode, label, versus_figure, versus_of
 from ampbench.report import build_report, render_markdown
 from ampbench.report.speed_cells import COMPILE_GAIN_TITLE, versus_matrices
-from ampbench.results import Run, SpeedRecord, Verdict
+from ampbench.results import VERSUS_SIDE, Run, SpeedRecord, Verdict
 from ampbench.results.ratios import DEVICE, VERSUS
 from ampbench.settings import PerfSettings
 from ampbench.speed import sides
@@ -97,7 +97,7 @@ def test_without_a_baseline_the_ratio_is_measured_and_says_why_it_is_not_judged(
             and "no baseline for this GPU" in vs.message)
     figures = vs.figures()
     assert vs.over == "amp_bf16" and figures.verdict is Verdict.NO_BASELINE
-    assert figures.step_ms_ref == pytest.approx(1300, rel=0.01) and figures.baseline_speedup is None
+    assert figures.side(VERSUS_SIDE).step_ms == pytest.approx(1300, rel=0.01) and figures.baseline_speedup is None
 
 
 @pytest.mark.parametrize("entry, why", [

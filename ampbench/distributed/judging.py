@@ -23,6 +23,8 @@ from ampbench.baselines.store import measurement_mismatch
 from ampbench.distributed.figures import DistFigures, host_bound_verdict, per_round_min
 from ampbench.results import DISTRIBUTED_RATIOS, RatioFigures
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, RatioKind
+from ampbench.results.schema import FP32_SIDE, MODE_SIDE
+from ampbench.results.timed import StepFigures
 from ampbench.settings import GATES
 from ampbench.speed.ratio import ratio_check
 from ampbench.stats import SpeedupEstimate
@@ -147,6 +149,13 @@ def _figures(est: SpeedupEstimate, check: SpeedupCheck | None, verdict: Verdict 
                         tolerance=check.tolerance if check else None, verdict=verdict, **more)
 
 
+def _round_ms(mode: list[float], fp32: list[float], mode_step: float | None = None,
+              fp32_step: float | None = None) -> dict[str, StepFigures]:
+    """A ratio's step and round times by side, in milliseconds: the mode's and fp32's."""
+    return {MODE_SIDE: StepFigures(step_ms=mode_step, round_ms=mode),
+            FP32_SIDE: StepFigures(step_ms=fp32_step, round_ms=fp32)}
+
+
 def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Verdict],
                   docs: list[dict]) -> dict[str, RatioFigures]:
     """The cell's ratios as its ``DistributedRecord`` holds them, by name: the wall-clock speedup with each
@@ -155,8 +164,8 @@ def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Ver
     round's device time per step (the least busy rank's) in milliseconds, and its scaling efficiency."""
     speed, check = figs.speedup, checks.speedup
     ratios = {SPEEDUP: _figures(speed, check, verdicts.get(SPEEDUP), line=check.regression_line if check else None,
-                                round_ms=[t * 1e3 for t in docs[0]["mode_times"]],
-                                ref_round_ms=[t * 1e3 for t in docs[0]["ref_times"]])}
+                                sides=_round_ms([t * 1e3 for t in docs[0]["mode_times"]],
+                                                [t * 1e3 for t in docs[0]["ref_times"]]))}
     if figs.efficiency is not None:
         ratios[EFFICIENCY] = replace(_figures(figs.efficiency, checks.efficiency, None), tolerance=None)
     device = RatioFigures(method=figs.device_method, fallback=figs.device_fallback)
@@ -166,8 +175,7 @@ def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Ver
                            for key in ("device_mode_times", "device_ref_times"))
         device = _figures(est, check, verdicts.get(DEVICE_SPEEDUP), line=check.regression_line if check else None,
                           method=figs.device_method, fallback=figs.device_fallback,
-                          step_ms=figs.device_step_s * 1e3, step_ms_ref=figs.device_step_s_ref * 1e3,
-                          round_ms=mode_ms, ref_round_ms=ref_ms)
+                          sides=_round_ms(mode_ms, ref_ms, figs.device_step_s * 1e3, figs.device_step_s_ref * 1e3))
     ratios[DEVICE_SPEEDUP] = device
     if est is not None and figs.device_efficiency is not None:
         ratios[DEVICE_EFFICIENCY] = _figures(figs.device_efficiency, checks.device_efficiency,

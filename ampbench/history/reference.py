@@ -24,7 +24,7 @@ from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
 from ampbench.history.series import Series
 from ampbench.history.statuses import Status
 from ampbench.history.store import History
-from ampbench.results import RatioKind, Record, record_type
+from ampbench.results import MODE_SIDE, SIDES_KEY, RatioKind, Record, record_type
 from ampbench.results.ratios import DEVICE
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.verdict import Reference
@@ -87,9 +87,10 @@ def prior_for(kind: RatioKind, entry: FlatEntry | None, series: Series) -> sprea
 
 
 def _from_record(latest: Mapping | None, cells: LearnedCells) -> dict:
-    """What an entry takes from `latest`, the cell's latest counted record (its extra_info, of either
-    schema), where the file has no entry of it: ``cells.from_record``, each figure of a ratio read from
-    the record's ratio of that kind."""
+    """What an entry takes from `latest`, the cell's latest counted record (its extra_info, of any schema),
+    where the file has no entry of it: ``cells.from_record``, each figure of a ratio read from the record's
+    ratio of that kind, and each of a side (idle_share, peak_mem_bytes...) from the mode's side: an entry
+    holds the mode's figures flat."""
     if not latest:
         return {}
     record: Record = record_type(latest.get("kind")).from_info(latest)
@@ -98,6 +99,8 @@ def _from_record(latest: Mapping | None, cells: LearnedCells) -> dict:
     for name in cells.from_record:
         pair = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback") if k.entry_key(f) == name), None)
         value = getattr(record.ratio(pair[0]), pair[1]) if pair else record.value(name)
+        if value is None and not pair and SIDES_KEY in record.GROUPS:
+            value = getattr(record.side(MODE_SIDE), name, None)
         if value is not None:
             out[name] = value
     return out

@@ -210,7 +210,7 @@ def memory_record(cell: CellMemory, reference: CellMemory, device: str, baseline
     (whose failures name each figure beyond its tolerance)."""
     figures = memory_figures(cell, reference)
     judgement = judge(cell.model, cell.mode, figures, baseline, tolerance)
-    record = MemoryRecord.build(
+    record = MemoryRecord.of_figures(
         model=cell.model, mode=cell.mode, device=device, **figures,
         search_probes=[[p["batch"], p["peak_bytes"], p["reserved_peak_bytes"], p["seconds"], p["alloc_retries"]]
                        for p in cell.probe_log],
@@ -226,4 +226,4 @@ def baseline_figures(record: MemoryRecord) -> dict:
     """What a baseline entry of test_memory keeps of a cell's record: without a search, the default
     batch's figures only (the merge then keeps the entry's largest batch, see baselines.CARRIED_FIGURES)."""
     names = BASELINE_FIGURES if record.batch_searched else DEFAULT_BATCH_FIGURES
-    return {name: record.value(name) for name in names}
+    return {name: record.entry_value(name) for name in names}

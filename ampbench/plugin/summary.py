@@ -20,6 +20,7 @@ import pytest
 
 from ampbench.results import (
     DISTRIBUTED_RATIOS,
+    MODE_SIDE,
     REFERENCE_MODE,
     SPEED_RATIOS,
     ConvergenceRecord,
@@ -123,13 +124,14 @@ def tables() -> dict[type[Record], Table]:
         SpeedRecord: Table("speed cells ({n}), speedups over fp32 with their intervals", (
             *_speed_ratios(),
             # share of the eager step the device waited for the host
-            Column("idle", lambda r: _num(r.idle_share, ".0%")),
-            Column("host-bound", lambda r: _yes(r.host_bound)),
+            Column("idle", lambda r: _num(r.side(MODE_SIDE).idle_share, ".0%")),
+            Column("host-bound", lambda r: _yes(r.side(MODE_SIDE).host_bound)),
             Column("method", lambda r: r.ratio(DEVICE).method or NOT_MEASURED),
         )),
         MemoryRecord: Table("memory cells ({n}), against fp32", (
             Column("memory ratio", lambda r: _num(r.memory_ratio, ".3f", "x")),
-            Column("largest batch", lambda r: _num(r.max_batch, "d") if isinstance(r.max_batch, int)
+            Column("largest batch", lambda r: _num(r.side(MODE_SIDE).max_batch, "d")
+                   if isinstance(r.side(MODE_SIDE).max_batch, int)
                    else NOT_MEASURED if r.batch_searched else r.NOT_SEARCHED),
             Column("largest-batch ratio", lambda r: _num(r.max_batch_ratio, ".2f", "x")),
             Column("verdict", lambda r: _verdict(r.verdict)),
@@ -153,8 +155,9 @@ def tables() -> dict[type[Record], Table]:
             Column("ranks", lambda r: (_num(r.world_size, "d") if isinstance(r.world_size, int) else NOT_MEASURED)
                    + (f" on {r.nodes} nodes" if isinstance(r.nodes, int) and r.nodes > 1 else "")),
             *_distributed_ratios(),
-            Column("comm share", lambda r: _num(r.comm_share, ".0%")),
-            Column("idle", lambda r: _num(r.idle_share, ".0%")),  # the most idle rank's, of the mode's step
+            Column("comm share", lambda r: _num(r.side(MODE_SIDE).comm_share, ".0%")),
+            # the most idle rank's, of the mode's step
+            Column("idle", lambda r: _num(r.side(MODE_SIDE).idle_share, ".0%")),
             Column("verdict", lambda r: _verdict(r.verdict)),
         )),
     }

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ampbench.report.junit import Run, order_modes
 from ampbench.report.speed_cells import METHOD_LABELS, has_figure, used_methods
-from ampbench.results import MemoryRecord, RatioKind, Record, SpeedRecord
+from ampbench.results import MODE_SIDE, MemoryRecord, RatioKind, Record, SpeedRecord
 from ampbench.results.ratios import DEVICE, WALL
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
@@ -235,7 +235,7 @@ def run_charts(run: Run) -> list[Chart]:
     add(
         "throughput.png", "Throughput",
         "Training samples per second of each mode (log scale: models differ by orders of magnitude).",
-        _grouped_bars(run, SpeedRecord, lambda c: c.throughput, title=f"Throughput — {run.gpu}",
+        _grouped_bars(run, SpeedRecord, lambda c: c.side(MODE_SIDE).throughput, title=f"Throughput — {run.gpu}",
                       ylabel="samples / s", log=True),
     )
     return charts

@@ -18,7 +18,16 @@ from ampbench.report.figure_text import (
     verdict_label,
 )
 from ampbench.report.junit import Run, order_modes
-from ampbench.results import REFERENCE_MODE, VERDICT_ORDER, ConvergenceRecord, MemoryRecord, Record, SpeedRecord
+from ampbench.results import (
+    FP32_SIDE,
+    MODE_SIDE,
+    REFERENCE_MODE,
+    VERDICT_ORDER,
+    ConvergenceRecord,
+    MemoryRecord,
+    Record,
+    SpeedRecord,
+)
 from ampbench.results.ratios import WALL
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
@@ -160,18 +169,18 @@ def _row(run: Run, model: str, mode: str) -> Row | None:
     wall = speed.ratio(WALL) if speed else None  # the table's speedup: the wall clock's, every run has one
     return Row(
         mode=mode,
-        step_ms=wall.step_ms if speed else None,
-        step_ms_ref=wall.step_ms_ref if speed and mode != REFERENCE_MODE else None,
-        throughput=speed.throughput if speed else None,
+        step_ms=wall.side(MODE_SIDE).step_ms if speed else None,
+        step_ms_ref=wall.side(FP32_SIDE).step_ms if speed and mode != REFERENCE_MODE else None,
+        throughput=speed.side(MODE_SIDE).throughput if speed else None,
         speedup=speed.estimate(WALL) if speed else None,
         speedup_value=wall.speedup if speed else None,
         baseline=wall.baseline_speedup if speed else None,
         verdict=speed.verdict if speed else None,
-        peak_mem=_first(mem and mem.peak_mem_bytes, speed and speed.peak_mem_bytes),
+        peak_mem=_first(mem and mem.side(MODE_SIDE).peak_mem_bytes, speed and speed.side(MODE_SIDE).peak_mem_bytes),
         memory_ratio=_first(mem and mem.memory_ratio, speed and speed.memory_ratio),
-        max_batch=mem.max_batch if mem else None,
+        max_batch=mem.side(MODE_SIDE).max_batch if mem else None,
         max_batch_ratio=mem.max_batch_ratio if mem else None,
-        tflops=speed.tflops if speed else None,
+        tflops=speed.side(MODE_SIDE).tflops if speed else None,
         accuracy=conv.accuracy if conv else None,
         memory_verdict=mem.verdict if mem else None,
         convergence=conv.verdict if conv else None,
@@ -193,12 +202,12 @@ def _reference_rows(run: Run) -> dict[str, Row]:
     for a model without an fp32 cell of its own (so its table still reads fp32 first)."""
     rows: dict[str, Row] = {}
     for c in run.of_kind(SpeedRecord):
-        step_ms_ref = c.ratio(WALL).step_ms_ref
-        if c.model not in rows and (step_ms_ref is not None or c.throughput_ref is not None):
+        step_ms, fp32 = c.ratio(WALL).side(FP32_SIDE).step_ms, c.side(FP32_SIDE)
+        if c.model not in rows and (step_ms is not None or fp32.throughput is not None):
             rows[c.model] = Row(
-                mode=REFERENCE_MODE, step_ms=step_ms_ref, step_ms_ref=None, throughput=c.throughput_ref,
+                mode=REFERENCE_MODE, step_ms=step_ms, step_ms_ref=None, throughput=fp32.throughput,
                 speedup=None, speedup_value=None, baseline=None, verdict=None,
-                peak_mem=c.peak_mem_ref_bytes, memory_ratio=None, max_batch=None, max_batch_ratio=None,
+                peak_mem=fp32.peak_mem_bytes, memory_ratio=None, max_batch=None, max_batch_ratio=None,
                 tflops=None, accuracy=None, reference_only=True,
             )
     return rows

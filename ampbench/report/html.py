@@ -31,7 +31,7 @@ from ampbench.report.speed_cells import (
     used_methods,
     versus_matrices,
 )
-from ampbench.results import ConvergenceRecord, MemoryRecord, RatioKind, SpeedRecord
+from ampbench.results import MODE_SIDE, ConvergenceRecord, MemoryRecord, RatioKind, SpeedRecord
 from ampbench.results.ratios import DEVICE, WALL
 from ampbench.verdict import Verdict
 
@@ -188,9 +188,9 @@ def _speed_context(run: Run) -> dict | None:
     host_table = _table(
         ["model", "mode", f"{noun} idle", "host overhead per step", f"{noun} busy per step", "eager step"],
         ([HtmlCell(c.model), HtmlCell(c.mode),
-          HtmlCell(fmt_number(None if c.idle_share is None else 100 * c.idle_share, ".0f", "%")),
-          HtmlCell(fmt_ms(c.host_overhead_ms)), HtmlCell(fmt_ms(c.busy_ms)),
-          HtmlCell(fmt_ms(c.ratio(WALL).step_ms))] for c in host),
+          HtmlCell(fmt_number(None if (m := c.side(MODE_SIDE)).idle_share is None else 100 * m.idle_share, ".0f", "%")),
+          HtmlCell(fmt_ms(m.host_overhead_ms)), HtmlCell(fmt_ms(m.busy_ms)),
+          HtmlCell(fmt_ms(c.ratio(WALL).side(MODE_SIDE).step_ms))] for c in host),
     ) if host else None
     changes = [{"notable": notable(c), "verdict": _verdict_span(v.value if (v := c.ratio(DEVICE).verdict) else None),
                 "test_id": c.test_id,

@@ -26,7 +26,7 @@ from ampbench.report.speed_cells import (
     over_fp32,
     versus_matrices,
 )
-from ampbench.results import RatioKind
+from ampbench.results import MODE_SIDE, RatioKind
 from ampbench.results.ratios import DEVICE, WALL
 from ampbench.verdict import Verdict
 
@@ -98,7 +98,7 @@ def host_bound_lines(run: Run) -> list[str]:
     out = []
     noun = device_noun(run)
     for c in host_bound_cells(run):
-        share, overhead = c.idle_share, c.host_overhead_ms
+        share, overhead = c.side(MODE_SIDE).idle_share, c.side(MODE_SIDE).host_overhead_ms
         out.append(f"- `{c.model}` {c.mode}: the {noun} idles {share:.0%} of the eager step "
                    f"({overhead:.2f} ms per step waiting for the host)" if share is not None and overhead is not None
                    else f"- `{c.model}` {c.mode}")

@@ -12,7 +12,7 @@ from typing import Callable
 from ampbench.modes import MODES, compiled, label
 from ampbench.report.format import VERDICT_ORDER
 from ampbench.report.junit import Run, order_modes
-from ampbench.results import REFERENCE_MODE, SPEED_RATIOS, RatioKind, SpeedRecord
+from ampbench.results import MODE_SIDE, REFERENCE_MODE, SPEED_RATIOS, RatioKind, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
@@ -135,7 +135,7 @@ def _versus_entry(cell: SpeedRecord | None) -> MatrixEntry | None:
 
 def host_bound_cells(run: Run) -> list[SpeedRecord]:
     """Speed cells whose eager step left the device idle more than a tenth of the time."""
-    return [c for c in run.of_kind(SpeedRecord) if c.host_bound is True]
+    return [c for c in run.of_kind(SpeedRecord) if c.side(MODE_SIDE).host_bound is True]
 
 
 def kernel_change_cells(run: Run) -> list[tuple[SpeedRecord, str]]:

@@ -17,11 +17,15 @@ from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
 from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
 from ampbench.results.run import KINDS, RECORD_TYPES, Run, RunError, load_run, order_modes, parse_run, record_type
-from ampbench.results.schema import READABLE_SCHEMAS, SCHEMA_VERSION
+from ampbench.results.schema import FP32_SIDE, MODE_SIDE, READABLE_SCHEMAS, SCHEMA_VERSION, SIDES_KEY, VERSUS_SIDE
 from ampbench.results.timed import (
+                                    DeviceQueue,
                                     DistributedRecord,
+                                    DistributedSide,
                                     RatioFigures,
                                     SpeedRecord,
+                                    SpeedSide,
+                                    StepFigures,
                                     TimedRecord,
                                     cluster_name,
                                     cluster_shape,
@@ -31,8 +35,9 @@ from ampbench.results.timed import (
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
 __all__ = [
-    "DISTRIBUTED_RATIOS", "KINDS", "READABLE_SCHEMAS", "RECORD_TYPES", "REFERENCE_MODE", "SCHEMA_VERSION",
-    "SPEED_RATIOS",
+    "DISTRIBUTED_RATIOS", "FP32_SIDE", "KINDS", "MODE_SIDE", "SIDES_KEY", "VERSUS_SIDE", "DeviceQueue",
+    "DistributedSide",
+    "SpeedSide", "StepFigures", "READABLE_SCHEMAS", "RECORD_TYPES", "REFERENCE_MODE", "SCHEMA_VERSION", "SPEED_RATIOS",
     "VERDICT_ORDER", "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord",
     "RatioFigures", "RatioKind", "Record", "Run", "RunError", "SpeedRecord", "TimedRecord", "UnderflowRecord",
     "Verdict", "cluster_name", "cluster_shape", "cluster_size", "cluster_stem", "load_run",

@@ -20,9 +20,12 @@ from typing import Any, ClassVar, Mapping, TypeVar
 
 from ampbench.results.schema import (
     CELL,
+    FLAT_SIDES_SCHEMAS,
     KIND_KEY,
+    OBJECT,
     SCHEMA_KEY,
     SCHEMA_VERSION,
+    SIDES_KEY,
     STRING,
     VERDICT,
     Field,
@@ -62,9 +65,10 @@ def scalar() -> Any:
     return field(default=None, metadata={_READ: "scalar"})
 
 
-def part() -> Any:
-    """A part of the record that is no key of extra_info: read and written by the record's ``_parts``."""
-    return field(default_factory=dict, metadata={_OWN: True})
+def part(factory: Any = dict) -> Any:
+    """A part of the record that is no key of extra_info: read and written by the record's ``_parts`` (a
+    `Group` of ``Record.GROUPS``, or a timed record's ratios)."""
+    return field(default_factory=factory, metadata={_OWN: True})
 
 
 def raw() -> Any:
@@ -129,6 +133,94 @@ def field_specs(cls: type, key: Any = None) -> dict[str, Field]:
             if _SPEC in f.metadata and (key is None or key(f.name))}
 
 
+@dataclass(frozen=True)
+class FigureGroup:
+    """A group of figures a record holds under one key of its own (a side's, the device queue's): declared
+    and read as a record's figures are; it writes the figures it holds, and is false where it holds none."""
+
+    @classmethod
+    def read(cls: type[F], info: Mapping[str, Any], key: Any = None) -> F:
+        """The figures `info` holds, each under its name or ``key(name)``."""
+        return cls(**read_fields(_figures_reading(cls), info, key)[0])
+
+    def to_info(self) -> dict[str, Any]:
+        return {name: encode(value) for name, _, _ in _figures_reading(type(self))
+                if (value := getattr(self, name)) is not None}
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, name) is not None for name, _, _ in _figures_reading(type(self)))
+
+
+F = TypeVar("F", bound=FigureGroup)
+_FIGURES_READING: dict[type, tuple] = {}
+
+
+def _figures_reading(cls: type) -> tuple[tuple[str, str | None, Any], ...]:
+    # asked for every figure of every cell a reader reads: made once per type
+    if cls not in _FIGURES_READING:
+        _FIGURES_READING[cls] = reading(cls)
+    return _FIGURES_READING[cls]
+
+
+@dataclass(frozen=True)
+class Group:
+    """A key of a record that holds `figures` as an object, or, `by_side`, one such object per side
+    (``{"mode": {...}, "fp32": {...}}``: schema 3). Records of schemas 1 and 2 held the same figures flat,
+    under the names `flat` gives (figure -> key; per side, side -> figure -> key): they read into the
+    same figures."""
+
+    figures: type[FigureGroup]
+    flat: Mapping[str, Any]
+    by_side: bool = False
+
+    def _flat(self) -> list[Mapping[str, str]]:
+        return list(self.flat.values()) if self.by_side else [self.flat]
+
+    def flat_names(self) -> frozenset[str]:
+        """Every key a record of schemas 1 and 2 held of the group."""
+        return frozenset(k for names in self._flat() for k in names.values())
+
+    def from_flat(self, values: Mapping[str, Any]) -> Any:
+        """The group of `values`, which name its figures flat, as `flat` does (a record of schemas 1 and 2;
+        a memory cell's figures, which its baseline entry keeps flat)."""
+        if not self.by_side:
+            return self.figures.read(values, self.flat.get)
+        read = {side: self.figures.read(values, names.get) for side, names in self.flat.items()}
+        return {side: figures for side, figures in read.items() if figures}
+
+    def read(self, info: Mapping[str, Any], key: str) -> Any:
+        """The group of the cell whose extra_info is `info`: its figures, or its figures by side."""
+        if info.get(SCHEMA_KEY) in FLAT_SIDES_SCHEMAS:
+            return self.from_flat(info)
+        held = info.get(key)
+        if not self.by_side:
+            return self.figures.read(held) if isinstance(held, dict) else self.figures()
+        held = held if isinstance(held, dict) else {}
+        return {side: self.figures.read(figures) for side, figures in held.items() if isinstance(figures, dict)}
+
+    def taken(self, info: Mapping[str, Any], key: str) -> frozenset[str]:
+        """The keys of `info` the group reads."""
+        return self.flat_names() if info.get(SCHEMA_KEY) in FLAT_SIDES_SCHEMAS else frozenset({key})
+
+    def to_info(self, value: Any) -> dict[str, Any]:
+        if not self.by_side:
+            return value.to_info()
+        return {side: figures.to_info() for side, figures in value.items() if figures}
+
+    def problems(self, info: Mapping[str, Any], key: str, where: str) -> list[str]:
+        specs = field_specs(self.figures)
+        if info.get(SCHEMA_KEY) in FLAT_SIDES_SCHEMAS:
+            return [p for names in self._flat() for p in check(info, field_specs(self.figures, names.get), where)]
+        problems = check(info, {key: OBJECT}, where)
+        if problems or not isinstance(info.get(key), dict):
+            return problems
+        held, at = info[key], f"{where}.{key}" if where else key
+        if not self.by_side:
+            return check(held, specs, at)
+        problems = check(held, {side: OBJECT for side in held}, at)
+        return problems or [p for side, figures in held.items() for p in check(figures, specs, f"{at}.{side}")]
+
+
 _INFO_FIELDS: dict[type, tuple[dataclasses.Field, ...]] = {}  # Record.info_fields, per record type
 _READING: dict[type, tuple] = {}  # Record._reading, per record type
 
@@ -143,6 +235,9 @@ class Record:
     TIMED: ClassVar[bool] = False
     # checked figures that must be ascending where all are present (an interval holds its estimate)
     ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = ()
+    # the parts that hold a group of figures under one key, by the key (its field's name): a side's figures
+    # by side under "sides", the device queue's under "device_queue"
+    GROUPS: ClassVar[Mapping[str, Group]] = {}
 
     test_id: str = field(default="", metadata={_OWN: True})  # pytest-benchmark's name of the cell
     model: str | None = checked(STRING)
@@ -196,17 +291,31 @@ class Record:
         return info
 
     def _part_info(self, only_set: bool) -> dict[str, Any]:
-        """The keys of extra_info that hold the record's parts (none but a timed record's ratios)."""
-        return {}
+        """The keys of extra_info that hold the record's parts (its groups; a timed record's ratios)."""
+        info = {}
+        for key, group in self.GROUPS.items():
+            value = group.to_info(getattr(self, key))
+            if value or not only_set:
+                info[key] = value or None  # a group of nothing measured is null, as an unmeasured figure is
+        return info
 
     @classmethod
     def _parts(cls, info: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
         """The record's parts read from `info`, by field, and the keys of `info` they took."""
-        return {}, frozenset()
+        parts = {key: group.read(info, key) for key, group in cls.GROUPS.items()}
+        return parts, frozenset(k for key, group in cls.GROUPS.items() for k in group.taken(info, key))
 
     @classmethod
     def _part_problems(cls, info: Mapping[str, Any], where: str) -> list[str]:
-        return []
+        return [p for key, group in cls.GROUPS.items() for p in group.problems(info, key, where)]
+
+    def side(self, name: str) -> Any:
+        """The figures of one side (``schema.MODE_SIDE``, ``schema.FP32_SIDE``) of a record that holds its
+        figures by side; none where it did not measure that side."""
+        group = self.GROUPS.get(SIDES_KEY)
+        if group is None:
+            raise TypeError(f"a {self.kind} record holds no figures by side")
+        return self.sides.get(name) or group.figures()  # type: ignore[attr-defined]
 
     def value(self, name: str) -> Any:
         """A figure by its key: a field, or one kept in `detail`."""

@@ -6,8 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from ampbench.results.base import Record, checked, flag, number, raw, text
-from ampbench.results.schema import ACCURACY, BOOLEAN, NON_NEGATIVE, POSITIVE
+from ampbench.results.base import FigureGroup, Group, Record, checked, flag, number, part, raw, text
+from ampbench.results.schema import ACCURACY, BOOLEAN, FP32_SIDE, MODE_SIDE, NON_NEGATIVE, POSITIVE, SIDES_KEY
+
+
+@dataclass(frozen=True)
+class MemorySide(FigureGroup):
+    """One side of a memory cell (the mode's, fp32's): its peak at the default batch, and the largest batch
+    it fits under the cap where the cell searched it, with the search's grid step, whether it stopped at
+    the batch limit, and the samples per second there."""
+
+    peak_mem_bytes: int | None = number()
+    max_batch: int | None = number()
+    max_batch_step: int | None = number()  # the search's grid step
+    max_batch_limited: bool | None = flag()  # the search stopped at the batch limit, not at the cap
+    max_batch_throughput: float | None = number()
 
 
 @dataclass(frozen=True)
@@ -22,25 +35,17 @@ class MemoryRecord(Record):
     TIMED: ClassVar[bool] = True  # pytest-benchmark times the steps at the largest batch (see times_steps)
 
     batch_size: int | None = number()
-    peak_mem_bytes: int | None = number()
-    peak_mem_ref_bytes: int | None = number()
+    # each side's peak and largest batch, by side (``MemorySide``): the mode's and fp32's
+    sides: Mapping[str, MemorySide] = part()
     memory_ratio: float | None = checked(POSITIVE)
     max_batch_searched: bool | None = flag()  # False: the quick tier measured the default batch only
-    max_batch: int | None = number()
-    max_batch_ref: int | None = number()
     max_batch_ratio: float | None = checked(POSITIVE)
-    max_batch_step: int | None = number()  # the search's grid step
-    max_batch_ref_step: int | None = number()
-    max_batch_limited: bool | None = flag()  # the search stopped at the batch limit, not at the cap
-    max_batch_ref_limited: bool | None = flag()
     max_batch_limit: int | None = number()
     max_batch_confirmed: bool | None = flag()
     max_batch_next_failing: int | None = number()
     max_batch_predicted: int | None = number()
     max_batch_search_start: int | None = number()
     max_batch_peak_bytes: int | None = number()
-    max_batch_throughput: float | None = number()
-    max_batch_throughput_ref: float | None = number()
     max_batch_throughput_ratio: float | None = number()
     max_batch_step_ms: float | None = number()
     search_steps: int | None = number()
@@ -59,6 +64,26 @@ class MemoryRecord(Record):
 
     # what tables show in place of the largest batch of a cell that did not search it
     NOT_SEARCHED: ClassVar[str] = "not searched"
+    # its sides' figures, and the keys records of schemas 1 and 2 (and its baseline entry) give them, flat
+    GROUPS: ClassVar[Mapping[str, Group]] = {SIDES_KEY: Group(MemorySide, by_side=True, flat={
+        MODE_SIDE: {"peak_mem_bytes": "peak_mem_bytes", "max_batch": "max_batch", "max_batch_step": "max_batch_step",
+                    "max_batch_limited": "max_batch_limited", "max_batch_throughput": "max_batch_throughput"},
+        FP32_SIDE: {"peak_mem_bytes": "peak_mem_ref_bytes", "max_batch": "max_batch_ref",
+                    "max_batch_step": "max_batch_ref_step", "max_batch_limited": "max_batch_ref_limited",
+                    "max_batch_throughput": "max_batch_throughput_ref"}})}
+
+    @classmethod
+    def of_figures(cls, **values: Any) -> "MemoryRecord":
+        """The record of a memory cell's figures, named flat as its baseline entry names them
+        (``memory.judging.memory_figures``): each side's into its side."""
+        group = cls.GROUPS[SIDES_KEY]
+        rest = {k: v for k, v in values.items() if k not in group.flat_names()}
+        return cls.build(**rest, sides=group.from_flat(values))
+
+    def entry_value(self, name: str) -> Any:
+        """A figure by the name its baseline entry gives it: a side's figures are the mode's."""
+        value = self.value(name)
+        return getattr(self.side(MODE_SIDE), name, None) if value is None else value
 
     @property
     def batch_searched(self) -> bool:

@@ -18,10 +18,19 @@ from typing import Any, Mapping
 from ampbench.verdict import Verdict
 
 # extra_info["ampbench_schema"] of every cell this version writes, and the versions it reads: schema 1 held a
-# timed cell's ratios flat, each figure under its ratio's prefix; schema 2 holds them by name under RATIOS_KEY
-SCHEMA_VERSION = 2
-READABLE_SCHEMAS = (1, 2)
+# timed cell's ratios flat, each figure under its ratio's prefix; schema 2 holds them by name under RATIOS_KEY;
+# schema 3 holds each side's figures by side under SIDES_KEY (schemas 1 and 2 held them flat, the fp32
+# side's named three ways: ref_prepare_s, busy_ms_ref, peak_mem_ref_bytes), and a group of figures of one
+# thing under one key (the device queue's)
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS = (1, 2, 3)
 FLAT_RATIOS_SCHEMA = 1
+FLAT_SIDES_SCHEMAS = (1, 2)
+
+# where a record holds its figures by side, and the sides' keys there: the cell's mode, the fp32 side (never
+# "ref": docs/glossary.md), a compiled cell's versus side
+SIDES_KEY = "sides"
+MODE_SIDE, FP32_SIDE, VERSUS_SIDE = "mode", "fp32", "versus"
 
 # verdicts that cells of schema 1 wrote before the vocabulary was one: (verdict, reason)
 LEGACY_VERDICTS: dict[str, tuple[Verdict, str]] = {"below margin": (Verdict.REGRESSION, "below margin")}

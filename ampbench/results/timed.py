@@ -12,6 +12,8 @@ from functools import lru_cache
 from typing import Any, ClassVar, Mapping
 
 from ampbench.results.base import (
+    FigureGroup,
+    Group,
     Record,
     checked,
     encode,
@@ -30,17 +32,43 @@ from ampbench.results.schema import (
     CONFIDENCE,
     COUNT,
     FLAT_RATIOS_SCHEMA,
+    FP32_SIDE,
+    MODE_SIDE,
     NON_NEGATIVE,
     OBJECT,
     POSITIVE,
     RATIOS_KEY,
     SCHEMA_KEY,
+    SIDES_KEY,
     VERDICT,
+    VERSUS_SIDE,
     check,
     check_order,
 )
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class StepFigures(FigureGroup):
+    """One side's times in a ratio: the median of its per-step times over the rounds (the ratio is the
+    centre of the rounds' paired ratios, so the two sides' need not agree exactly), and its per-step
+    milliseconds of every round, in order."""
+
+    step_ms: float | None = number()
+    round_ms: list | None = raw()
+
+
+# the names a ratio of schema 1 or 2 gave its sides' step times (schema 1: under its ratio's prefix), by
+# side: the mode's, and the side the ratio is over (fp32's; a compiled cell's versus side)
+OVER = "over"
+LEGACY_STEPS: dict[str, dict[str, str]] = {MODE_SIDE: {"step_ms": "step_ms", "round_ms": "round_ms"},
+                                           OVER: {"step_ms": "step_ms_ref", "round_ms": "ref_round_ms"}}
+
+
+def over_side(kind: RatioKind) -> str:
+    """The side a ratio of `kind` is over: a compiled cell's versus side, or fp32's."""
+    return VERSUS_SIDE if kind.over else FP32_SIDE
 
 
 @dataclass(frozen=True)
@@ -63,29 +91,39 @@ class RatioFigures:
     verdict: Verdict | None = checked(VERDICT)
     method: str | None = text()  # how device time was measured: graph, kernels or wall
     fallback: str | None = text()  # why not by graph replay, where that was wanted
-    # medians of each side's per-step times over the rounds (the ratio is the centre of the rounds' paired
-    # ratios, so the two need not agree exactly): the mode's, and the side it is over
-    step_ms: float | None = number()
-    step_ms_ref: float | None = number()
-    round_ms: list | None = raw()  # per-step milliseconds of every round, in order
-    ref_round_ms: list | None = raw()
     speedup_across_low: float | None = checked(POSITIVE)  # the interval across runs, where a spread was learned
     speedup_across_high: float | None = checked(POSITIVE)
     between_run_sd: float | None = number()
     between_run_count: int | None = number()
+    # each side's step and round times, by side: the mode's, and the side the ratio is over (``over_side``)
+    sides: Mapping[str, StepFigures] = part()
 
     # checked figures that must be ascending where all are present (an interval holds its estimate)
     ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (("speedup_low", "speedup", "speedup_high"),
                                                       ("speedup_across_low", "speedup_across_high"))
 
     @classmethod
-    def read(cls, info: Mapping[str, Any], key: Any = None) -> "RatioFigures":
-        """The ratio `info` holds, each figure under its name or ``key(name)``."""
-        return cls(**read_fields(_FIELDS, info, key)[0])
+    def read(cls, info: Mapping[str, Any], key: Any = None, over: str = FP32_SIDE) -> "RatioFigures":
+        """The ratio `info` holds, each figure under its name or ``key(name)``; `over`: the side it is over,
+        whose step times a record of schema 1 or 2 held flat beside the mode's (``LEGACY_STEPS``)."""
+        stored = info.get(SIDES_KEY) if key is None else None
+        if isinstance(stored, dict):
+            sides = {side: StepFigures.read(figures) for side, figures in stored.items() if isinstance(figures, dict)}
+        else:
+            named = key or (lambda name: name)
+            sides = {side: StepFigures.read(info, lambda name, flat=flat: named(flat[name]))
+                     for side, flat in ((MODE_SIDE, LEGACY_STEPS[MODE_SIDE]), (over, LEGACY_STEPS[OVER]))}
+        return cls(**read_fields(_FIELDS, info, key)[0], sides={side: f for side, f in sides.items() if f})
 
     def to_info(self) -> dict[str, Any]:
         """The figures it holds, under their names."""
-        return {name: encode(value) for name, _, _ in _FIELDS if (value := getattr(self, name)) is not None}
+        info = {name: encode(value) for name, _, _ in _FIELDS if (value := getattr(self, name)) is not None}
+        sides = {side: figures.to_info() for side, figures in self.sides.items() if figures}
+        return {**info, SIDES_KEY: sides} if sides else info
+
+    def side(self, name: str) -> StepFigures:
+        """The step and round times of one side of the ratio; none where it holds none."""
+        return self.sides.get(name) or StepFigures()
 
     def estimate(self, confidence: float | None = None) -> SpeedupEstimate | None:
         """The ratio with its interval; None where incomplete. `confidence`: the record's, where the ratio
@@ -108,8 +146,10 @@ NOTHING = RatioFigures()
 
 @lru_cache(maxsize=None)
 def _flat(kind: RatioKind) -> tuple[tuple[str, str], ...]:
-    """(figure, its name in a record of schema 1) of each figure schema 1 held of `kind`."""
-    return tuple((name, kind.flat(name)) for name, _, _ in _FIELDS if kind.flat(name))
+    """(figure, its name in a record of schema 1) of each figure schema 1 held of `kind` (a side's step times
+    by the names ``LEGACY_STEPS`` gives them)."""
+    names = [name for name, _, _ in _FIELDS] + [flat for side in LEGACY_STEPS.values() for flat in side.values()]
+    return tuple((name, kind.flat(name)) for name in names if kind.flat(name))
 
 
 @dataclass(frozen=True)
@@ -136,24 +176,28 @@ class TimedRecord(Record):
         return own if own is not None else self.verdict
 
     def _part_info(self, only_set: bool) -> dict[str, Any]:
+        info = super()._part_info(only_set)
         if only_set and not self.ratios:
-            return {}
+            return info
         order = [*self.RATIOS, *(name for name in self.ratios if name not in self.RATIOS)]
-        return {RATIOS_KEY: {name: self.ratios[name].to_info() for name in order if name in self.ratios}}
+        return {RATIOS_KEY: {name: self.ratios[name].to_info() for name in order if name in self.ratios}, **info}
 
     @classmethod
     def _parts(cls, info: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
+        groups, taken = super()._parts(info)
         if info.get(SCHEMA_KEY) != FLAT_RATIOS_SCHEMA:
             stored = info.get(RATIOS_KEY) if isinstance(info.get(RATIOS_KEY), dict) else {}
-            return {"ratios": {name: RatioFigures.read(figures) for name, figures in stored.items()
-                               if isinstance(figures, dict)}}, frozenset({RATIOS_KEY})
+            over = {name: over_side(kind) for name, kind in cls.RATIOS.items()}
+            return {**groups, "ratios": {name: RatioFigures.read(figures, over=over.get(name, FP32_SIDE))
+                                         for name, figures in stored.items() if isinstance(figures, dict)}}, \
+                taken | {RATIOS_KEY}
         names = [flat for kind in cls.RATIOS.values() for _, flat in _flat(kind)]
         shared = {flat for flat in names if names.count(flat) > 1}  # the record's rounds or confidence, say
         # a ratio was measured where a figure of its own was: not only one it shares with another
         measured = [kind for kind in cls.RATIOS.values()
                     if any(info.get(flat) is not None for _, flat in _flat(kind) if flat not in shared)]
-        ratios = {kind.name: RatioFigures.read(info, dict(_flat(kind)).get) for kind in measured}
-        return {"ratios": ratios}, frozenset(names)
+        ratios = {kind.name: RatioFigures.read(info, dict(_flat(kind)).get, over_side(kind)) for kind in measured}
+        return {**groups, "ratios": ratios}, taken | frozenset(names)
 
     @classmethod
     def _stored(cls, info: Mapping[str, Any], where: str) -> tuple[list[tuple[Mapping, Any, str]], list[str]]:
@@ -168,6 +212,9 @@ class TimedRecord(Record):
 
     @classmethod
     def _part_problems(cls, info: Mapping[str, Any], where: str) -> list[str]:
+        problems = super()._part_problems(info, where)
+        if problems:
+            return problems
         stored, problems = cls._stored(info, where)
         if problems:
             return problems
@@ -186,6 +233,52 @@ def _ordered(named: Any) -> list[tuple[str, ...]]:
 
 
 @dataclass(frozen=True)
+class SpeedSide(FigureGroup):
+    """One side of a speed cell (the mode's, fp32's): what it cost to prepare, how it was timed, how far
+    its eager step waits on the host, its throughput and memory; the mode's TFLOP/s."""
+
+    prepare_s: float | None = number()
+    # a compiled cell's first step: dynamo and Inductor compiling it, caches cold (--perf-compile)
+    compile_s: float | None = number()
+    steps_per_block: int | None = number()
+    kernel_ms: float | None = number()  # the profiler's kernel sum of a step
+    # how far the eager step waits on the host
+    busy_ms: float | None = number()
+    host_overhead_ms: float | None = number()
+    idle_share: float | None = number()
+    host_bound: bool | None = flag()
+    # samples per second of the eager step (the wall clock's median round), and of the mode's in device time
+    throughput: float | None = number()
+    device_throughput: float | None = number()
+    peak_mem_bytes: int | None = number()
+    # the GPU's idle share inside one profiled held block, and its longest gap: the check that no host
+    # entered the device time
+    held_block_idle_share: float | None = number()
+    held_block_longest_gap_us: float | None = number()
+    tflops: float | None = number()
+    tflops_peak: float | None = number()
+    tflops_fraction: float | None = number()
+
+
+@dataclass(frozen=True)
+class DeviceQueue(FigureGroup):
+    """How a timed cell's device blocks were queued ahead of the GPU (``ampbench.speed.held``)."""
+
+    text: str | None = text()  # in words: ``QueueStats.describe``
+    blocks: int | None = number()
+    held_blocks: int | None = number()
+    retried_blocks: int | None = number()
+    per_replay_blocks: int | None = number()
+    chunk_replays: int | None = number()  # the fewest replays one hold covered, where blocks were split
+    hold_ms: float | None = number()
+
+
+def _legacy(names: str) -> dict[str, str]:
+    """figure -> key pairs, from "figure=key" words (a bare word: the same name)."""
+    return dict(w.split("=") if "=" in w else (w, w) for w in names.split())
+
+
+@dataclass(frozen=True)
 class SpeedRecord(TimedRecord):
     """``test_speed[model-mode]``: the device-time speedup (the gate by default) and the wall-clock
     speedup of eager steps, each with its interval, baseline and verdict (``ratios``; a compiled cell's
@@ -198,44 +291,14 @@ class SpeedRecord(TimedRecord):
     batch_size: int | None = number()
     gate: str | None = text()  # --perf-gate
     gated: list | None = raw()  # the figures that held the cell: "device", "wall"
-    steps_per_block: int | None = number()
-    ref_steps_per_block: int | None = number()
-    # how the device blocks were queued ahead of the GPU (ampbench.speed.held) and the GPU's idle share inside
-    # one profiled held block of each side: the check that no host entered the device time
-    device_queue: str | None = text()
-    device_blocks: int | None = number()
-    device_held_blocks: int | None = number()
-    device_retried_blocks: int | None = number()
-    device_per_replay_blocks: int | None = number()
-    device_chunk_replays: int | None = number()  # the fewest replays one hold covered, where blocks were split
-    device_hold_ms: float | None = number()
-    device_block_idle_share: float | None = number()
-    device_block_idle_share_ref: float | None = number()
-    device_block_longest_gap_us: float | None = number()
-    kernel_ms: float | None = number()
-    kernel_ms_ref: float | None = number()
+    # each side's own figures, by side (``SpeedSide``): the mode's and fp32's
+    sides: Mapping[str, SpeedSide] = part()
+    # how the device blocks were queued ahead of the GPU (``ampbench.speed.held``)
+    device_queue: DeviceQueue = part(lambda: DeviceQueue())
     kernel_speedup: float | None = number()
     kernels: list | None = raw()  # the mode's top kernels, {"name", "ms"} per step
     kernel_changes: str | None = text()
-    # how far the eager step waits on the host
-    busy_ms: float | None = number()
-    host_overhead_ms: float | None = number()
-    idle_share: float | None = number()
-    host_bound: bool | None = flag()
-    busy_ms_ref: float | None = number()
-    host_overhead_ms_ref: float | None = number()
-    idle_share_ref: float | None = number()
-    host_bound_ref: bool | None = flag()
-    # samples per second of each side's eager step (the wall clock's median round), and of the mode's in device time
-    throughput: float | None = number()
-    throughput_ref: float | None = number()
-    device_throughput: float | None = number()
-    peak_mem_bytes: int | None = number()
-    peak_mem_ref_bytes: int | None = number()
     memory_ratio: float | None = number()
-    tflops: float | None = number()
-    tflops_peak: float | None = number()
-    tflops_fraction: float | None = number()
     recording: bool | None = flag()  # this run recorded the cell's baseline
     # a slowdown injected on purpose (ampbench.slowdown): a fraction of the step, or how (torchao's
     # emulated fp8 matmul); no sample of noise
@@ -245,19 +308,33 @@ class SpeedRecord(TimedRecord):
     loss_scale: float | None = number()
     # seconds the cell spent in each phase: preparing its mode's (and versus) side, and that side's
     # preparation by step (prepare_build, ..._warm_up, ..._capture, ..._profile, ..._idle), each ratio's
-    # timing and judging by its kind's name, and the check that the mode trained (fp32's side: ref_prepare_s)
+    # timing and judging by its kind's name, and the check that the mode trained (fp32's side: its sides'
+    # prepare_s)
     phase_seconds: dict | None = raw()
-    prepare_s: float | None = number()
-    ref_prepare_s: float | None = number()
-    # a compiled cell's first step: dynamo and Inductor compiling it, caches cold (--perf-compile)
-    compile_s: float | None = number()
-    ref_compile_s: float | None = number()
     baseline_compile_s: float | None = number()
     # the side a compiled cell's second ratio is over (modes.versus_of): the mode eager (the compile gain),
     # or compiled amp_bf16 for the fp8 modes: "amp_bf16", "amp_bf16 compiled"
     versus: str | None = text()
     cudnn_benchmark: bool | None = flag()
     block_seconds: float | None = number()
+
+    # its grouped figures, and the keys records of schemas 1 and 2 gave them, flat
+    GROUPS: ClassVar[Mapping[str, Group]] = {
+        SIDES_KEY: Group(SpeedSide, by_side=True, flat={
+            MODE_SIDE: _legacy("prepare_s compile_s steps_per_block kernel_ms busy_ms host_overhead_ms idle_share "
+                               "host_bound throughput device_throughput peak_mem_bytes "
+                               "held_block_idle_share=device_block_idle_share "
+                               "held_block_longest_gap_us=device_block_longest_gap_us "
+                               "tflops tflops_peak tflops_fraction"),
+            FP32_SIDE: _legacy("prepare_s=ref_prepare_s compile_s=ref_compile_s steps_per_block=ref_steps_per_block "
+                               "kernel_ms=kernel_ms_ref busy_ms=busy_ms_ref host_overhead_ms=host_overhead_ms_ref "
+                               "idle_share=idle_share_ref host_bound=host_bound_ref throughput=throughput_ref "
+                               "peak_mem_bytes=peak_mem_ref_bytes held_block_idle_share=device_block_idle_share_ref")}),
+        "device_queue": Group(DeviceQueue, flat=_legacy(
+            "text=device_queue blocks=device_blocks held_blocks=device_held_blocks "
+            "retried_blocks=device_retried_blocks per_replay_blocks=device_per_replay_blocks "
+            "chunk_replays=device_chunk_replays hold_ms=device_hold_ms")),
+    }
 
 
 def cluster_name(gpu: str, world_size: int, nodes: int = 1) -> str:
@@ -289,6 +366,20 @@ def cluster_size(name: str, gpu: str) -> int | None:
 
 
 @dataclass(frozen=True)
+class DistributedSide(FigureGroup):
+    """One side of a distributed cell (the mode's, fp32's) under the same parallelism on N ranks."""
+
+    throughput: float | None = number()  # samples/s of all ranks together
+    throughput_per_gpu: float | None = number()
+    # the share of a step in communication kernels, and of that the share overlapped with compute
+    comm_share: float | None = number()
+    comm_overlap: float | None = number()
+    idle_share: float | None = number()  # the most idle rank's share of the step with no kernel running
+    host_bound: bool | None = flag()  # idle_share above hostload.HOST_BOUND_IDLE_SHARE: a drop is not failed
+    steps_per_block: int | None = number()
+
+
+@dataclass(frozen=True)
 class DistributedRecord(TimedRecord):
     """``test_ddp_speed`` / ``test_fsdp2_speed[model-mode-comm]``: a mode's speedup over fp32 under the same
     parallelism on N ranks, in device time (the gate by default, where measured) and in wall clock, its
@@ -300,29 +391,31 @@ class DistributedRecord(TimedRecord):
     comm: str | None = text()  # the communication variant
     world_size: int | None = number()
     nodes: int | None = number()  # the hosts the ranks ran on (torchrun's nodes); absent: one
-    throughput_per_gpu: float | None = number()
-    throughput_per_gpu_ref: float | None = number()
-    throughput: float | None = number()
     batch_size_per_gpu: int | None = number()
-    comm_share: float | None = number()
-    comm_overlap: float | None = number()
-    comm_share_ref: float | None = number()
-    comm_overlap_ref: float | None = number()
-    idle_share: float | None = number()  # the most idle rank's share of the mode's step with no kernel running
-    idle_share_ref: float | None = number()
-    host_bound: bool | None = flag()  # idle_share above hostload.HOST_BOUND_IDLE_SHARE: a drop is not failed
-    device_queue: str | None = text()  # how rank 0's held blocks were queued (``ampbench.speed.held``)
+    # each side's own figures, by side (``DistributedSide``): the mode's and fp32's
+    sides: Mapping[str, DistributedSide] = part()
+    # how rank 0's held blocks were queued (``ampbench.speed.held``)
+    device_queue: DeviceQueue = part(lambda: DeviceQueue())
     gated: list | None = raw()  # the --perf-gate figures that held the cell: "device", "wall"
     recording: bool | None = flag()
     weights_moved: bool | None = flag()
     loss_scale: float | None = number()
     backend: str | None = text()
     strategy: str | None = text()
-    steps_per_block: int | None = number()
-    ref_steps_per_block: int | None = number()
     block_seconds: float | None = number()
     cudnn_benchmark: bool | None = flag()
     launch_s: float | None = number()
+
+    # its grouped figures, and the keys records of schemas 1 and 2 gave them, flat
+    GROUPS: ClassVar[Mapping[str, Group]] = {
+        SIDES_KEY: Group(DistributedSide, by_side=True, flat={
+            MODE_SIDE: _legacy("throughput throughput_per_gpu comm_share comm_overlap idle_share host_bound "
+                               "steps_per_block"),
+            FP32_SIDE: _legacy("throughput_per_gpu=throughput_per_gpu_ref comm_share=comm_share_ref "
+                               "comm_overlap=comm_overlap_ref idle_share=idle_share_ref "
+                               "steps_per_block=ref_steps_per_block")}),
+        "device_queue": Group(DeviceQueue, flat={"text": "device_queue"}),
+    }
 
     @classmethod
     def _parts(cls, info: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:

@@ -25,6 +25,8 @@ from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode, label, versus_figure, versus_of
 from ampbench.results import SPEED_RATIOS, RatioKind, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
+from ampbench.results.schema import FP32_SIDE, MODE_SIDE
+from ampbench.results.timed import DeviceQueue, SpeedSide
 from ampbench.settings import GATES, PerfSettings
 from ampbench.speed import judging, sides
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
@@ -220,30 +222,29 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
     ref_load = host_load(fp32.profile.busy_ms / 1e3 if fp32.profile else dev_ref_step_s, ref_step_s)
     tflops = spec.flops_per_sample(side.trainer.config) * batch / dev_step_s / 1e12
     peak = peak_tflops(mode.peak_dtype)
-    compile_s = side.first_step_seconds if mode.compile else None
+    mode_side = SpeedSide(
+        prepare_s=side.prepare_seconds, compile_s=side.first_step_seconds if mode.compile else None,
+        steps_per_block=wall.first.mode_steps, kernel_ms=side.profile.kernel_ms if side.profile else None,
+        busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
+        throughput=batch / step_s, device_throughput=batch / dev_step_s, peak_mem_bytes=side.peak_bytes,
+        tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
+        **_held_block_fields(dev.timing, side))
+    fp32_side = SpeedSide(
+        prepare_s=fp32.prepare_seconds, compile_s=fp32.first_step_seconds if mode.compile else None,
+        steps_per_block=wall.first.ref_steps, kernel_ms=fp32.profile.kernel_ms if fp32.profile else None,
+        busy_ms=ref_load.busy_ms, host_overhead_ms=ref_load.overhead_ms, idle_share=ref_load.idle_share,
+        host_bound=ref_load.host_bound, throughput=batch / ref_step_s, peak_mem_bytes=fp32.peak_bytes,
+        **_held_block_fields(dev.timing, fp32))
     return SpeedRecord(
         model=spec.name, mode=label(mode), device=str(device), batch_size=batch, gate=settings.gate,
         gated=list(dict.fromkeys(r.kind.gate for r in ratios if r.gated)),
-        steps_per_block=wall.first.mode_steps, ref_steps_per_block=wall.first.ref_steps,
         ratios={r.kind.name: r.figures(baseline) for r in ratios}, versus=_over(ratios),
-        **queue_fields(dev.timing, side, fp32),
-        kernel_ms=side.profile.kernel_ms if side.profile else None,
-        kernel_ms_ref=fp32.profile.kernel_ms if fp32.profile else None,
-        kernel_speedup=((fp32.profile.kernel_ms / side.profile.kernel_ms)
-                        if side.profile and fp32.profile else None),
+        sides={MODE_SIDE: mode_side, FP32_SIDE: fp32_side}, device_queue=device_queue(dev.timing),
+        kernel_speedup=(fp32.profile.kernel_ms / side.profile.kernel_ms) if side.profile and fp32.profile else None,
         kernels=kernels, kernel_changes=changes,
-        # how far the eager step waits on the host
-        busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
-        busy_ms_ref=ref_load.busy_ms, host_overhead_ms_ref=ref_load.overhead_ms, idle_share_ref=ref_load.idle_share,
-        host_bound_ref=ref_load.host_bound,
-        throughput=batch / step_s, throughput_ref=batch / ref_step_s, device_throughput=batch / dev_step_s,
-        peak_mem_bytes=side.peak_bytes, peak_mem_ref_bytes=fp32.peak_bytes,
         memory_ratio=(side.peak_bytes / fp32.peak_bytes) if side.peak_bytes and fp32.peak_bytes else None,
-        tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
         recording=settings.update_baselines, weights_moved=trained.moved, final_loss_finite=trained.loss_finite,
-        loss_scale=trained.scale, phase_seconds=phases, prepare_s=side.prepare_seconds,
-        ref_prepare_s=fp32.prepare_seconds,
-        compile_s=compile_s, ref_compile_s=fp32.first_step_seconds if mode.compile else None,
+        loss_scale=trained.scale, phase_seconds=phases,
         baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), verdict=verdict,
         message=_message(verdict, ratios, baseline, changes))
 
@@ -277,14 +278,16 @@ def _record_baseline(store: ReferenceSource, test_id: str, software: dict, setti
     comparable = judging.comparable_recording(baseline, store.software(test_id), software, measured_with)
     # the spread is kept on other software too; only the level is this recording's
     alike = baseline is not None and measurement_mismatch(baseline, measured_with) is None
-    figures = {}
+    figures, mode_side = {}, record.side(MODE_SIDE)
     for ratio in ratios:
         figures.update(ratio.recorded(baseline, comparable, alike, pol, settings.tolerance))
     store.record(test_id, {
-        **figures, "throughput": record.throughput, "idle_share": record.idle_share, "host_bound": record.host_bound,
-        "batch_size": record.batch_size, "memory_ratio": record.memory_ratio, "peak_mem_bytes": record.peak_mem_bytes,
-        **measured_with, **({"kernels": record.kernels} if record.kernels else {}),
-        **({"compile_s": record.compile_s} if record.compile_s else {}),
+        # the entry's figures are the mode's side's, flat: the baseline file's format
+        **figures, "throughput": mode_side.throughput, "idle_share": mode_side.idle_share,
+        "host_bound": mode_side.host_bound, "batch_size": record.batch_size, "memory_ratio": record.memory_ratio,
+        "peak_mem_bytes": mode_side.peak_mem_bytes, **measured_with,
+        **({"kernels": record.kernels} if record.kernels else {}),
+        **({"compile_s": mode_side.compile_s} if mode_side.compile_s else {}),
     }, software)
 
 
@@ -315,18 +318,22 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Referenc
             f"`pytest perf/ --perf-tier full --perf-update-baselines`"))
 
 
-def queue_fields(timing: sides.DeviceTiming, side: sides.Side, fp32: sides.Side) -> dict:
-    """How the cell's device blocks were queued (``ampbench.speed.held``) and how long the GPU sat idle inside
-    a profiled held block of each side: the record's check that no host entered the device time."""
+def device_queue(timing: sides.DeviceTiming) -> DeviceQueue:
+    """How the cell's device blocks were queued (``ampbench.speed.held``): the record's check that no host
+    entered the device time; none where no block was queued."""
     if timing.queue is None:
-        return {}
+        return DeviceQueue()
     q = timing.queue.stats
-    return dict(device_queue=q.describe(), device_blocks=q.blocks, device_held_blocks=q.held,
-                device_retried_blocks=q.retried, device_per_replay_blocks=q.per_replay, device_chunk_replays=q.chunk,
-                device_hold_ms=q.hold_s * 1e3,
-                device_block_idle_share=side.idle.share if side.idle else None,
-                device_block_idle_share_ref=fp32.idle.share if fp32.idle else None,
-                device_block_longest_gap_us=side.idle.longest_gap_us if side.idle else None)
+    return DeviceQueue(text=q.describe(), blocks=q.blocks, held_blocks=q.held, retried_blocks=q.retried,
+                       per_replay_blocks=q.per_replay, chunk_replays=q.chunk, hold_ms=q.hold_s * 1e3)
+
+
+def _held_block_fields(timing: sides.DeviceTiming, side: sides.Side) -> dict:
+    """How long the GPU sat idle inside a profiled held block of `side`, and its longest gap, where blocks
+    were queued (records of schemas 1 and 2 kept fp32's longest gap out)."""
+    if timing.queue is None or side.idle is None:
+        return {}
+    return dict(held_block_idle_share=side.idle.share, held_block_longest_gap_us=side.idle.longest_gap_us)
 
 
 def queue_problems(timing: sides.DeviceTiming, side: sides.Side, fp32: sides.Side) -> list[str]:

@@ -16,7 +16,8 @@ from typing import Any, Callable
 from ampbench import progress
 from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry, entry_tolerance
 from ampbench.results.ratios import RECORD_AGAIN, RatioKind
-from ampbench.results.timed import RatioFigures
+from ampbench.results.schema import MODE_SIDE
+from ampbench.results.timed import RatioFigures, StepFigures, over_side
 from ampbench.speed import judging, sides
 from ampbench.speed.sequential import Look
 from ampbench.speed.timing import PairedTimer, extend_until_tight
@@ -170,14 +171,16 @@ class Ratio:
         if kind.steps:
             step, ref = self.step_seconds()
             across = self.across_runs(entry)
-            steps = dict(step_ms=step * 1e3, step_ms_ref=ref * 1e3, round_ms=[t * 1e3 for t in self.first.mode_times],
-                         ref_round_ms=[t * 1e3 for t in self.first.ref_times])
+            steps = dict(sides={
+                MODE_SIDE: StepFigures(step_ms=step * 1e3, round_ms=[t * 1e3 for t in self.first.mode_times]),
+                over_side(kind): StepFigures(step_ms=ref * 1e3, round_ms=[t * 1e3 for t in self.first.ref_times])})
             if across is not None:
                 steps.update(speedup_across_low=across.low, speedup_across_high=across.high,
                              between_run_sd=across.between_run_sd,
                              between_run_count=entry.ratio(kind).between_run_count)
         elif kind.over:
-            steps = dict(step_ms_ref=self.step_seconds()[1] * 1e3)  # the versus side's step
+            # the versus side's step
+            steps = dict(sides={over_side(kind): StepFigures(step_ms=self.step_seconds()[1] * 1e3)})
         return RatioFigures(
             speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds,
             confidence=est.confidence, baseline_speedup=check.expected if check else None,

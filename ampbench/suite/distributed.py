@@ -41,6 +41,8 @@ from ampbench.plugin import session, summary
 from ampbench.plugin.nodes import launcher_of
 from ampbench.results import DistributedRecord
 from ampbench.results.ratios import DIST_DEVICE, DIST_WALL
+from ampbench.results.schema import FP32_SIDE, MODE_SIDE
+from ampbench.results.timed import DeviceQueue, DistributedSide
 from ampbench.speed import sides
 from ampbench.suite.outcome import STEP_TIMES, conclude, record_step_times
 from ampbench.verdict import Verdict, combined
@@ -162,8 +164,9 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     record_result(record)
     _tag_injected(request, benchmark, docs)  # on the record just kept, which the run history appends
     # pytest-benchmark's figures: the mode's time per step in each round, on the device where measured
-    record_step_times(benchmark,
-                      [ms / 1e3 for ms in record.ratio(DIST_DEVICE).round_ms or record.ratio(DIST_WALL).round_ms or ()])
+    mode_round_ms = (record.ratio(DIST_DEVICE).side(MODE_SIDE).round_ms
+                     or record.ratio(DIST_WALL).side(MODE_SIDE).round_ms or ())
+    record_step_times(benchmark, [ms / 1e3 for ms in mode_round_ms])
     if settings.update_baselines and store is not None and not problems:
         _record_entry(store, test_id, figs, docs, settings, software, previous=baseline)
 
@@ -241,19 +244,21 @@ def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], se
     """The cell's record: the launch's figures merged over its ranks, and what the cell concluded (its
     ratios among it)."""
     nproc = len(docs)
+    mode = DistributedSide(throughput=figs.throughput_per_gpu * nproc, throughput_per_gpu=figs.throughput_per_gpu,
+                           comm_share=figs.comm_share, comm_overlap=figs.comm_overlap, idle_share=figs.idle_share,
+                           host_bound=figs.host_bound, steps_per_block=docs[0]["mode_steps"])
+    # the ranks' worker documents name fp32's figures as their own protocol does (``speed_worker``)
+    fp32 = DistributedSide(throughput_per_gpu=figs.throughput_per_gpu_ref,
+                           comm_share=mean_over_ranks(docs, "comm_share_ref"),
+                           comm_overlap=mean_over_ranks(docs, "comm_overlap_ref"),
+                           idle_share=max_over_ranks(docs, "idle_share_ref"), steps_per_block=docs[0]["ref_steps"])
     return replace(
-        identity, throughput_per_gpu=figs.throughput_per_gpu, throughput_per_gpu_ref=figs.throughput_per_gpu_ref,
-        throughput=figs.throughput_per_gpu * nproc, batch_size_per_gpu=docs[0]["batch_size"],
-        comm_share=figs.comm_share, comm_overlap=figs.comm_overlap,
-        comm_share_ref=mean_over_ranks(docs, "comm_share_ref"),
-        comm_overlap_ref=mean_over_ranks(docs, "comm_overlap_ref"),
-        idle_share=figs.idle_share, idle_share_ref=max_over_ranks(docs, "idle_share_ref"), host_bound=figs.host_bound,
-        device_queue=docs[0].get("device_queue"), recording=settings.update_baselines,
+        identity, batch_size_per_gpu=docs[0]["batch_size"], sides={MODE_SIDE: mode, FP32_SIDE: fp32},
+        device_queue=DeviceQueue(text=docs[0].get("device_queue")), recording=settings.update_baselines,
         weights_moved=all(d["weights_moved"] for d in docs), loss_scale=docs[0].get("loss_scale"),
         backend=docs[0]["backend"],
-        strategy=docs[0]["strategy"], steps_per_block=docs[0]["mode_steps"], ref_steps_per_block=docs[0]["ref_steps"],
-        block_seconds=settings.block_seconds, cudnn_benchmark=settings.cudnn_benchmark, launch_s=result.seconds,
-        **concluded)
+        strategy=docs[0]["strategy"], block_seconds=settings.block_seconds, cudnn_benchmark=settings.cudnn_benchmark,
+        launch_s=result.seconds, **concluded)
 
 
 def _record_entry(store: ReferenceSource, test_id: str, figs: DistFigures, docs: list[dict], settings, software: dict,
