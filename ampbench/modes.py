@@ -137,7 +137,7 @@ def versus_of(mode: PrecisionMode) -> PrecisionMode | None:
 def shared_versus(precisions: Iterable[str]) -> set[PrecisionMode]:
     """The versus sides of the rows that compile among `precisions`: compiled amp_bf16, which both fp8
     modes are timed against, so that one side serves several cells."""
-    return {versus_of(get_mode(p)) for p in precisions if MODES[p].compile}
+    return {side for p in precisions if MODES[p].compile if (side := versus_of(get_mode(p))) is not None}
 
 
 def versus_figure(mode: PrecisionMode) -> str | None:

@@ -7,7 +7,10 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from statistics import NormalDist, stdev
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def finite_number(value: Any) -> float | None:
@@ -137,7 +140,7 @@ def order_aligned(r: Sequence[float], ref_first: Sequence[bool]) -> tuple[float,
     return centre, aligned
 
 
-def robust_sd(xs: Sequence[float]) -> float:
+def robust_sd(xs: Sequence[float] | np.ndarray) -> float:
     """The standard deviation of one value, from the median absolute deviation (scaled to a normal's
     sd, scipy's ``median_abs_deviation(scale="normal")``): a stray value does not set it."""
     from scipy.stats import median_abs_deviation  # scipy is slow to import; loaded on first use

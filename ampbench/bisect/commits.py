@@ -65,6 +65,7 @@ def _run_git_bisect(wt: Worktree, config_path: Path) -> str:
     script.write_text(SCRIPT.format(root=str(Path(ampbench.__file__).resolve().parents[1])), encoding="utf-8")
     proc = subprocess.Popen(["git", "bisect", "run", sys.executable, str(script), str(config_path)], cwd=wt.path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    assert proc.stdout is not None, "stdout=PIPE gives the process a stdout"
     lines = []
     try:
         for line in proc.stdout:

@@ -47,8 +47,10 @@ def measured_levels(measurer: SuiteMeasurer | CommandMeasurer, tree: Path, revis
     runs: list[dict] = []
     failures = 0
     while len(runs) < repeats:
-        record = bool(runs) and isinstance(measurer, SuiteMeasurer) and measurer.baseline_dir is not None \
-            and not Path(baseline_dir).exists()
+        record = bool(runs) and isinstance(measurer, SuiteMeasurer) and measurer.baseline_dir is not None
+        if record:
+            assert baseline_dir is not None, "the measurer records baselines only once set to baseline_dir below"
+            record = not Path(baseline_dir).exists()
         measurement = measurer(tree, f"good{len(runs) + failures + 1}-{revision[:12]}", record_baseline=record)
         if not measurement.figures:
             failures += 1

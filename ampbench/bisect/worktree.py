@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 from types import FrameType
+from typing import Any, Callable
 
 
 class GitError(RuntimeError):
@@ -55,7 +56,7 @@ class Worktree:
         self.root = Path(tempfile.mkdtemp(prefix="ampbench-bisect-"))
         self.path = self.root / "tree"
         self.scratch = self.root / "scratch"
-        self._previous = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None
 
     def __enter__(self) -> "Worktree":
         self._previous = signal.signal(signal.SIGTERM, _on_sigterm)

@@ -31,7 +31,7 @@ class PlainOSError(OSError):
 
 
 # what stops a path from being written, by errno, completing "<path> ..."
-_PLAIN = {errno.EROFS: "cannot be written: it is on a read-only file system",
+_PLAIN: dict[int | None, str] = {errno.EROFS: "cannot be written: it is on a read-only file system",
           errno.EACCES: "cannot be written: this user may not write there",
           errno.EPERM: "cannot be written: this user may not write there",
           errno.EISDIR: "is a directory; give a file's path",

@@ -133,6 +133,7 @@ class Fit:
 
     def _card_level(self, own: Moments) -> tuple[float, float]:
         """A card's level (best linear unbiased prediction) and its error variance."""
+        assert self.sigma_w is not None, "predict() pools the cards only where sigma_w is known"
         s2, t2 = self.sigma_w ** 2, self.tau ** 2
         weights = [1.0 / (t2 + s2 / g.n) for g in self.cards.values()]
         mean_var = 1.0 / sum(weights)

@@ -137,9 +137,11 @@ def read_version(conn: Connection) -> int | None:
         return None
     value = conn.execute(sa.select(META_TABLE.c.value).where(META_TABLE.c.key == VERSION_KEY)).scalar()
     try:
-        return int(value)
+        if value is not None:
+            return int(value)
     except (TypeError, ValueError):
-        raise SchemaProblem(f"its schema version is {value!r}, not a number: not an ampbench history") from None
+        pass
+    raise SchemaProblem(f"its schema version is {value!r}, not a number: not an ampbench history") from None
 
 
 def check_version(version: int | None) -> None:

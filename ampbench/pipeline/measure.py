@@ -173,7 +173,11 @@ def measure_input_pipeline(
         it = iter(_loader(dataset, batch_size, warmup + 2 * steps + drain, workers, pin, seed))
         for _ in range(warmup):  # worker start-up and the first prefetches stay outside the timing
             feed(*next(it))
-        fed = _samples_per_s(lambda batches=it: feed(*next(batches)), steps, batch_size, device)
+
+        def feed_next(batches: Iterator = it) -> None:
+            feed(*next(batches))
+
+        fed = _samples_per_s(feed_next, steps, batch_size, device)
 
     alone = _loader_alone(it, drain, steps, batch_size)
     del it

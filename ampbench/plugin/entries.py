@@ -47,7 +47,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker, cell = item.get_closest_marker("benchmark"), cell_of(item)
         model = cell[0] if cell else None
         kind = marker.kwargs.get("group") if marker is not None else None
-        if isinstance(kind, str) and model is not None:
+        if isinstance(kind, str) and model is not None and marker is not None:  # a kind comes from a marker
             item.add_marker(pytest.mark.benchmark(**{**marker.kwargs, "group": entry_group(kind, model)}), append=False)
 
 

@@ -34,7 +34,10 @@ def error_record(item: pytest.Item, cell: tuple[str, str], message: str, device:
     from ampbench.results import OtherRecord, Verdict, record_type
 
     info = _identity(item)
-    kind = info.get(KIND_KEY) or item.originalname.removeprefix("test_")
+    kind = info.get(KIND_KEY)
+    if not kind:
+        assert isinstance(item, pytest.Function), "a cell's item has a callspec: a test function's"
+        kind = item.originalname.removeprefix("test_")
     record = record_type(kind).from_info(info, item.nodeid.split("::")[-1])
     if isinstance(record, OtherRecord):
         record = record.with_values(other_kind=kind)

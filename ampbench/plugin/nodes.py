@@ -117,7 +117,8 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         return True
     say(f"following node 0's launches at {nodes.endpoint} with {_world_per_node(config)} rank(s); node 0 runs "
         "the tests and holds the results")
-    base = config._tmp_path_factory.mktemp(f"node{nodes.rank}")
+    # pytest's own factory, which its tmp_path plugin sets on the config; Config's type does not declare it
+    base = config._tmp_path_factory.mktemp(f"node{nodes.rank}")  # type: ignore[attr-defined]
     following = follow(nodes, _world_per_node(config), LAUNCH_ROOT, base, say)
     lines = [f"ampbench: node {nodes.rank} of {nodes.count} ran its ranks in {len(following.launches)} of node 0's "
              "launches and reports no cells of its own: node 0 holds the results"]

@@ -7,7 +7,7 @@ from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
 
 DASH = "-"  # a figure the cell did not measure
-VERDICT_ICONS = {
+VERDICT_ICONS: dict[str, str] = {
     Verdict.PASS: "✅",
     Verdict.IMPROVED: "🚀",
     **{v: "❌" for v in Verdict if v.failing},

@@ -97,7 +97,9 @@ def _speed(cell: SpeedRecord | DistributedRecord) -> tuple[str, str | None, str 
     if not measured:
         return None
     chosen = next((o for o in measured if isinstance(o[4], Verdict) and o[4].needs_a_look), measured[0])
-    return _speedup_line(*chosen[:4])
+    label, value, baseline, line = chosen[:4]
+    assert value is not None, "measured holds the options with a speedup"
+    return _speedup_line(label, value, baseline, line)
 
 
 def _memory(cell: MemoryRecord) -> tuple[str, str | None, str | None] | None:

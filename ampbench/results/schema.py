@@ -154,7 +154,7 @@ def check(mapping: Mapping[str, Any], table: Mapping[str, Field], where: str) ->
 def check_order(mapping: Mapping[str, Any], names: tuple[str, ...], where: str) -> list[str]:
     """A problem where the figures `names`, all present, are not in ascending order (an interval holds
     its estimate)."""
-    values = [mapping.get(n) for n in names]
+    values: list[Any] = [mapping.get(n) for n in names]
     if any(v is None for v in values) or all(a <= b for a, b in zip(values, values[1:])):
         return []
     shown = ", ".join(f"{where}.{n} {v:g}" for n, v in zip(names, values))

@@ -102,7 +102,7 @@ def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: fl
     cell for ever.
     """
     noise = max(first.half_width, relative_spread(first.speedup, second.speedup))
-    if comparable and finite_number(previous):
+    if comparable and previous is not None and finite_number(previous):
         pooled = (first.speedup * second.speedup) ** 0.5
         noise = max(noise, relative_spread(pooled, previous))
     return noise
