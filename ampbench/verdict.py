@@ -6,7 +6,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
+from typing import Callable, Sequence
 
 from ampbench.stats import SpeedupEstimate, finite_number, t_quantile
 
@@ -196,7 +196,7 @@ class Reference:
 COMBINED_ORDER = (Verdict.REGRESSION, Verdict.INCONCLUSIVE, Verdict.IMPROVED, Verdict.PASS)
 
 
-def combined(verdicts: list[Verdict | None]) -> Verdict:
+def combined(verdicts: Sequence[Verdict | None]) -> Verdict:
     """The verdict of a cell from those of its gated ratios (None: a ratio that does not gate it)."""
     return next((v for v in COMBINED_ORDER if v in verdicts), Verdict.NO_BASELINE)
 

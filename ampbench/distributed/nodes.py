@@ -77,6 +77,7 @@ class NodeLauncher:
         out.mkdir(parents=True, exist_ok=True)
         path = out / "plan-node0.json"
         path.write_text(json.dumps(plan))
+        assert self.nodes.endpoint is not None, "several nodes rendezvous at an endpoint (plugin.session checks it)"
         args = ["--out", str(out), "--plan", str(path), "--timeout", str(limit)]
         command = rendezvous_command(PLAN_MODULE, args, nproc, self.nodes.count, self.nodes.endpoint,
                                      launch_id(self.nodes, self.launches), hosts_store=True)
@@ -114,6 +115,7 @@ def follow(nodes: Nodes, nproc: int, root: Path, base: Path, say: Callable[[str]
            tries: int = 2) -> Following:
     """Run this node's ranks of node 0's launches, one after the other, until node 0's last plan;
     `say` gets a line per launch."""
+    assert nodes.endpoint is not None, "several nodes rendezvous at an endpoint (plugin.session checks it)"
     done = Following()
     number = 0
     while True:

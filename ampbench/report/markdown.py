@@ -140,10 +140,10 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
         out.append("")
     device = speedup_matrix(run, DEVICE)
     if _has_values(device[1]):
-        for kind in over_fp32():
-            headers, rows = device if kind is DEVICE else speedup_matrix(run, kind)
+        for ratio_kind in over_fp32():
+            headers, rows = device if ratio_kind is DEVICE else speedup_matrix(run, ratio_kind)
             if _has_values(rows):
-                out += [f"### {kind.title}", "", _md_table(headers, rows), ""]
+                out += [f"### {ratio_kind.title}", "", _md_table(headers, rows), ""]
     else:
         headers, rows = speedup_matrix(run)
         if rows:

@@ -102,7 +102,7 @@ def _group_comms(session: pytest.Session, model: str, mode: str) -> list[str]:
     """Comm variants of every selected cell of this model and mode, in collection order."""
     comms = []
     for item in session.items:
-        cell = getattr(item, "callspec", None) and item.callspec.params.get("dist_cell")
+        cell = (callspec := getattr(item, "callspec", None)) and callspec.params.get("dist_cell")
         if cell and cell[:2] == (model, mode) and cell[2] not in comms:
             comms.append(cell[2])
     return comms
