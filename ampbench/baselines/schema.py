@@ -50,10 +50,10 @@ def is_stamp(value: Any) -> bool:
 def entry_schemas() -> dict[str, dict[str, Rule]]:
     """One schema per kind of entry, keyed by the test id's name before "[": the figures each test reads
     back from its entry (ampbench.suite.speed: the fields of ``entries.SpeedEntry``, its ratios' among them;
-    perf/test_distributed.py: those of ``entries.DistributedEntry``; ampbench.suite.memory with
+    ampbench.suite.distributed: those of ``entries.DistributedEntry``; ampbench.suite.memory with
     memory.judge and memory.search_start; ampbench.suite.convergence), so that a figure a test would
     misread stops the run up front instead. Figures not named here are stored for the report only and
-    are free, so a test can add one without touching this table. perf/test_input_pipeline.py reads no
+    are free, so a test can add one without touching this table. ampbench.suite.pipeline reads no
     baseline; a kind not listed here gets the checks every entry gets. Read off the entries' types when
     asked: a new kind of ratio is a row of its table (``results.ratios``)."""
     return {

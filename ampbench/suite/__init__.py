@@ -1,7 +1,8 @@
 """The suite's cell tests, installed with the package so that a project of its own runs them over its
 models: `speed` (each mode timed against fp32), `memory` (peak memory and the largest batch, on a GPU)
 and `convergence` (held-out accuracy on real digits against fp32's); `distributed` (DDP and FSDP2
-across ranks, collected by this repository's perf/test_distributed.py only, not by the star import below);
+across ranks) and `pipeline` (the DataLoader-fed step of the CIFAR-shaped models), collected by this
+repository's perf/test_distributed.py and perf/test_input_pipeline.py only, not by the star import below;
 `outcome` ends a timed cell's test by its verdict. This repository's perf/test_speed.py, test_memory.py and
 test_convergence.py re-export
 them, and so does a project's own test module::
@@ -10,6 +11,8 @@ them, and so does a project's own test module::
 
 Their fixtures (some private to a module) are in ``__all__`` too: pytest finds a module's fixtures
 among its attributes.
+
+The rule: cells (tests over models x precision modes) in ampbench/suite, each with a perf/ shim; properties in perf/.
 """
 
 from ampbench.suite.convergence import _results, test_convergence, test_underflow_without_loss_scaling
