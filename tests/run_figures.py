@@ -55,8 +55,8 @@ def flat_names(info: dict) -> dict[str, Any]:
     (``RatioKind.flat``), and each figure of a group (a side's, the device queue's) under the name schemas
     1 and 2 gave it (``Group.flat``): what the run JSON held before its ratios and sides were nested."""
     from ampbench.results import MODE_SIDE, SIDES_KEY, record_type
+    from ampbench.results.ratio_figures import LEGACY_STEPS, OVER
     from ampbench.results.schema import KIND_KEY, RATIOS_KEY
-    from ampbench.results.timed import LEGACY_STEPS, OVER
 
     cls = record_type(info[KIND_KEY])
     kinds = cls.RATIOS if RATIOS_KEY in info else {}

@@ -126,7 +126,7 @@ def test_each_name_a_row_gives_is_its_own():
     """Within a table no two kinds share a name, a prefix or a series, and no figure name of schema 1 or of
     a baseline entry stands for two figures of one kind."""
     from ampbench.baselines.entries import RatioEntry
-    from ampbench.results.timed import _FIELDS
+    from ampbench.results.ratio_figures import RATIO_FIELDS as _FIELDS
 
     for ratios in (SPEED_RATIOS, DISTRIBUTED_RATIOS):
         kinds = list(ratios.values())

@@ -22,9 +22,9 @@ from ampbench.baselines.entries import DistributedEntry, RatioEntry, entry_toler
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.distributed.figures import DistFigures, host_bound_verdict, per_round_min
 from ampbench.results import DISTRIBUTED_RATIOS, RatioFigures
+from ampbench.results.ratio_figures import StepFigures
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, RatioKind
 from ampbench.results.schema import FP32_SIDE, MODE_SIDE
-from ampbench.results.timed import StepFigures
 from ampbench.settings import GATES
 from ampbench.speed.ratio import ratio_check
 from ampbench.stats import SpeedupEstimate

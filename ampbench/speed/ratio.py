@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 from ampbench import progress
 from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry, entry_tolerance
+from ampbench.results.ratio_figures import RatioFigures, StepFigures, over_side
 from ampbench.results.ratios import RECORD_AGAIN, RatioKind
 from ampbench.results.schema import MODE_SIDE
-from ampbench.results.timed import RatioFigures, StepFigures, over_side
 from ampbench.speed import judging, sides
 from ampbench.speed.sequential import Look
 from ampbench.speed.timing import PairedTimer, extend_until_tight
