@@ -229,6 +229,15 @@ class SpeedupCheck:
         at or below zero as if a run were judged against it."""
         return self.line if self.has_line else None
 
+    def fails_together(self, speedup: float, verdict: Verdict | None) -> str | None:
+        """Why a run whose own rounds gave `verdict` (not a regression) fails all the same, at `speedup`,
+        below the line together with the runs its history held back before it; None where it does not, or
+        where no history gives the rule. The one place the group rule meets a verdict: the speed cells' and
+        the distributed cells' alike."""
+        if self.held_back is None or verdict is Verdict.REGRESSION:
+            return None
+        return self.held_back(speedup, self.tolerance)
+
     def classify(self, est: SpeedupEstimate) -> Verdict:
         if not self.has_line:
             return Verdict.INCONCLUSIVE

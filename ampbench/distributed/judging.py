@@ -132,11 +132,9 @@ def held_back(verdicts: dict[str, Verdict], checks: CellChecks, figs: DistFigure
     out, why = dict(verdicts), []
     for name, est in estimates(figs).items():
         check = checks.of(name)
-        if check is None or check.held_back is None or verdicts.get(name) is Verdict.REGRESSION:
+        if check is None or (figs.host_bound and not leaves_host_out(name, figs)):
             continue
-        if figs.host_bound and not leaves_host_out(name, figs):
-            continue
-        text = check.held_back(est.speedup, check.tolerance)
+        text = check.fails_together(est.speedup, verdicts.get(name))
         if text:
             out[name] = Verdict.REGRESSION
             why.append(f"{DISTRIBUTED_RATIOS[name].label}: {text}")

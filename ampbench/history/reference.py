@@ -258,9 +258,8 @@ class HistoryBaselines:
         if b is None or b.level is None:
             ref = self.store.reference(test_id, kind, floor, entry)
             return replace(ref, group_failure=group) if ref is not None else None
-        return Reference.of(b.level, b.floor, b.noise, b.between_runs, source=f"{self.history} over {self.store.path}",
-                            method=ratio.method if ratio is not None else None, confidence=b.confidence,
-                            unlearned=b.unlearned, group_failure=group)
+        return b.reference(f"{self.history} over {self.store.path}", ratio.method if ratio is not None else None,
+                           group)
 
     def group_failure(self, test_id: str, kind: RatioKind, value: float, tolerance: float) -> str | None:
         """Why a run of `test_id` whose ratio of `kind` measured `value` fails with the runs held back

@@ -11,7 +11,6 @@ record and ends the test by it (``ampbench.suite.outcome.finish``). Nothing here
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -154,22 +153,22 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     against its versus side. Every tensor of the cell is released before it returns, but for sides the
     callables keep elsewhere: a failing test keeps its frames, and with them whatever they hold."""
     pol = policy(device, settings)
-    t0 = time.perf_counter()
+    clock = sides.Phases()
     if (versus is None) != (versus_of(mode) is None):
         raise ValueError(f"{spec.name} {label(mode)}: a versus side is needed exactly where the cell is compiled")
     pair = _prepare(mode, fp32, prepare, versus)
-    prepared_s = time.perf_counter() - t0
+    clock.end("prepare")
     prepared(identity(spec, mode, device, settings.smoke))
     before = sides.parameters_fingerprint(pair.side.trainer)
     baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
     against = (lambda kind: store.reference(test_id, kind, settings.tolerance, baseline)) if store is not None \
         else (lambda kind: None)
     ratios = judged(spec, mode, fp32, pair, baseline, settings, pol, against)
-    t1 = time.perf_counter()
+    clock.end("ratios")  # each ratio's own seconds are its phase below
     trained = _Trained.of(pair.side, before)
-    phases = {"prepare": prepared_s, **{f"prepare_{k}": v for k, v in pair.side.prepare_phases.items()},
-              **{r.kind.name: r.seconds for r in ratios},
-              "trained": time.perf_counter() - t1}
+    clock.end("trained")
+    phases = {"prepare": clock.seconds["prepare"], **{f"prepare_{k}": v for k, v in pair.side.prepare_phases.items()},
+              **{r.kind.name: r.seconds for r in ratios}, "trained": clock.seconds["trained"]}
     cell = SpeedCell(_record(spec, mode, settings, device, fp32, pair.side, ratios, baseline, peak_tflops, trained,
                              phases), list(_of(ratios, DEVICE).first.mode_times))
     cell.problems += _problems(spec, mode, pair, ratios, baseline, trained)

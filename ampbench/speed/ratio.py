@@ -90,7 +90,7 @@ class Ratio:
         """A regression only when the interval at a look lies wholly below the line and a second,
         independent batch, judged alike, agrees; an interval that straddles the line at every look is
         inconclusive. A run its own batches pass fails where it lies, with the runs its history held back
-        before it, below the line together (``SpeedupCheck.held_back``).
+        before it, below the line together (``SpeedupCheck.fails_together``).
 
         Without a baseline, and in a recording (`policy.tighten_judged`), whose interval becomes the stored
         noise, rounds are added until the interval is half as wide as the cell's own tolerance: a cell whose
@@ -111,8 +111,7 @@ class Ratio:
             if again is not Verdict.REGRESSION:  # two batches disagree: not confirmed
                 verdict = Verdict.INCONCLUSIVE
         judgement = check.describe(est) + (f"; confirming batch {self.confirmation}" if self.confirmation else "")
-        together = (check.held_back(est.speedup, check.tolerance)
-                    if check.held_back and verdict is not Verdict.REGRESSION else None)
+        together = check.fails_together(est.speedup, verdict)
         if together:
             verdict, judgement = Verdict.REGRESSION, f"{judgement}; {together}"
         self._concluded(est, verdict, judgement)

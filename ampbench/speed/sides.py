@@ -136,7 +136,7 @@ def allocated_bytes(device: torch.device) -> int:
 
 
 def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smoke: bool, policy: SpeedPolicy) -> Side:
-    phases = _Phases()
+    phases = Phases()
     prime_libraries(device)
     before = allocated_bytes(device)
     trainer = Trainer(spec, mode, device, smoke=smoke)
@@ -165,8 +165,9 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
     return side
 
 
-class _Phases:
-    """Seconds between the marks of a side's preparation, by the name of the phase each mark ends."""
+class Phases:
+    """Seconds between marks, by the name of the phase each mark ends: a side's preparation, a cell's
+    phases (``speed.cell``'s ``phase_seconds``)."""
 
     def __init__(self) -> None:
         self.start = self.last = time.perf_counter()
