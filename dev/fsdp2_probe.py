@@ -51,7 +51,6 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 # this checkout's package, not an installed copy of another checkout's
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from ampbench import models  # noqa: E402
 from ampbench.distributed.graphed import DDP_STATS_EVERY, EAGER_BEFORE_CAPTURE, own_stream  # noqa: E402
 from ampbench.distributed.variants import device_mesh, fsdp2_units, get_comm  # noqa: E402
