@@ -28,8 +28,9 @@ from ampbench.results.schema import FP32_SIDE, MODE_SIDE
 from ampbench.results.timed import DeviceQueue, SpeedSide
 from ampbench.settings import GATES, PerfSettings
 from ampbench.speed import judging, sides
+from ampbench.speed.clocks import Clock
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
-from ampbench.speed.devicetime import IDLE_WARN_SHARE
+from ampbench.speed.devicetime import IDLE_WARN_SHARE, recapture_shared
 from ampbench.speed.hostload import host_load
 from ampbench.speed.ratio import Ratio
 from ampbench.verdict import HostOverhead, Reference, Verdict, combined, kernel_changes
@@ -83,9 +84,9 @@ def _prepare(mode: PrecisionMode, fp32: sides.Side, prepare: Callable[[], sides.
     dynamo_before = DynamoState.now() if mode.compile else None
     side = prepare()
     prepared = _Prepared(side, versus_side, dynamo_before, DynamoState.now() if mode.compile else None)
-    sides.recapture_shared(fp32)
+    recapture_shared(fp32)
     if versus_side is not None:
-        sides.recapture_shared(versus_side)
+        recapture_shared(versus_side)
     return prepared
 
 
@@ -317,7 +318,7 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Referenc
             f"`pytest perf/ --perf-tier full --perf-update-baselines`"))
 
 
-def device_queue(timing: sides.DeviceTiming) -> DeviceQueue:
+def device_queue(timing: Clock) -> DeviceQueue:
     """How the cell's device blocks were queued (``ampbench.speed.held``): the record's check that no host
     entered the device time; none where no block was queued."""
     if timing.queue is None:
@@ -327,7 +328,7 @@ def device_queue(timing: sides.DeviceTiming) -> DeviceQueue:
                        per_replay_blocks=q.per_replay, chunk_replays=q.chunk, hold_ms=q.hold_s * 1e3)
 
 
-def _held_block_fields(timing: sides.DeviceTiming, side: sides.Side) -> dict:
+def _held_block_fields(timing: Clock, side: sides.Side) -> dict:
     """How long the GPU sat idle inside a profiled held block of `side`, and its longest gap, where blocks
     were queued (records of schemas 1 and 2 kept fp32's longest gap out)."""
     if timing.queue is None or side.idle is None:
@@ -335,7 +336,7 @@ def _held_block_fields(timing: sides.DeviceTiming, side: sides.Side) -> dict:
     return dict(held_block_idle_share=side.idle.share, held_block_longest_gap_us=side.idle.longest_gap_us)
 
 
-def queue_problems(timing: sides.DeviceTiming, side: sides.Side, fp32: sides.Side) -> list[str]:
+def queue_problems(timing: Clock, side: sides.Side, fp32: sides.Side) -> list[str]:
     """What a warning should say of the queueing: blocks timed by events around each replay, or a
     profiled held block in which the GPU idled over IDLE_WARN_SHARE of the time."""
     problems = []

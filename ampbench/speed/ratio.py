@@ -19,6 +19,7 @@ from ampbench.results.ratio_figures import RatioFigures, StepFigures, over_side
 from ampbench.results.ratios import RECORD_AGAIN, RatioKind
 from ampbench.results.schema import MODE_SIDE
 from ampbench.speed import judging, sides
+from ampbench.speed.clocks import CLOCKS, Clock
 from ampbench.speed.sequential import Look
 from ampbench.speed.timing import PairedTimer, extend_until_tight
 from ampbench.stats import SpeedupEstimate, median
@@ -42,7 +43,7 @@ class Ratio:
     fallback: str | None = None  # why not by graph replay, where that was wanted
     # a fresh timer of its two sides under a policy, for each batch; None once released
     clock: Callable[[sides.SpeedPolicy], PairedTimer] | None = None
-    timing: sides.DeviceTiming | None = None  # how its device time is measured; None in wall clock
+    timing: Clock | None = None  # how its two sides are timed
     check: SpeedupCheck | None = None
     why_unchecked: str = ""
     gated: bool = False
@@ -58,11 +59,8 @@ class Ratio:
     def between(cls, kind: RatioKind, over: sides.Side, side: sides.Side, figure: str = "speedup over fp32",
                 over_label: str | None = None) -> "Ratio":
         """The ratio of `side` over `over`, in device time where its kind is (both sides measured alike)."""
-        if kind.same_method:
-            timing = sides.device_timing(over, side)
-            return cls(kind, figure, over_label, timing.method, timing.fallback, timing=timing,
-                       clock=lambda policy: timing.timer(over, side, policy))
-        return cls(kind, figure, over_label, clock=lambda policy: sides.fresh_timer(over, side, policy))
+        clock = CLOCKS[kind.clock](over, side)
+        return cls(kind, figure, over_label, clock.method, clock.fallback, clock=clock.timer, timing=clock)
 
     def judge_against(self, model: str, mode: str, entry: FlatEntry | None, reference: Reference | None) -> "Ratio":
         """Build its check against `reference`, what its baseline source gives the ratio (``ReferenceSource``),

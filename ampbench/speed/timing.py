@@ -1,5 +1,7 @@
 """Timing a precision mode against the fp32 reference: interleaved blocks of training steps in one
-process, timed with CUDA events, with no host sync inside a timed block."""
+process, timed with CUDA events, with no host sync inside a timed block; and the device's synchronisation
+around them (`sync`), kept quiet after a graph capture that failed half-way (`sync_quietly`,
+`end_rng_capture`), which can leave an error and a generator still in capture behind."""
 
 from __future__ import annotations
 
@@ -66,6 +68,28 @@ def steps_per_block(step_seconds: float, target_seconds: float, max_steps: int =
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def end_rng_capture(device: torch.device) -> None:
+    """Take the CUDA random generator out of capture after a failed one. A capture that fails never
+    reaches the generator's end-of-capture step, so every later random draw on the device (a model's
+    initial weights) would fail with "Offset increment outside graph capture"; a trivial capture that
+    succeeds runs that step."""
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            torch.zeros(1, device=device).add_(1)
+        del graph
+    except Exception:  # noqa: BLE001 - the failed capture's own error is the one worth reporting
+        sync_quietly(device)
+
+
+def sync_quietly(device: torch.device) -> None:
+    """Synchronize after a failed capture; a capture that failed half-way can leave an error behind."""
+    try:
+        sync(device)
+    except Exception:  # noqa: BLE001 - the capture's own error is the one worth reporting
+        pass
 
 
 def wall_block(trainer: Trainer, steps: int) -> Callable[[], float]:
