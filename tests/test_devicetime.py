@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ampbench.results.ratios import DEVICE
-from ampbench.speed.clocks import METHODS, DeviceClock, clock_for, paired_blocks
+from ampbench.speed.clocks import METHODS, Clock, DeviceClock, clock_for, paired_blocks
 from ampbench.speed.devicetime import MAX_KERNELS, REST, TOP_KERNELS, KernelProfile, _union_ns, normalise_kernel_name
 from ampbench.speed.hostload import HOST_BOUND_IDLE_SHARE, host_load
 from ampbench.speed.ratio import Ratio
@@ -262,7 +262,7 @@ def _timer() -> PairedTimer:
 
 def first_look(check: SpeedupCheck | None, timer: PairedTimer, policy: SpeedPolicy) -> Ratio:
     """A ratio timed by `timer` that does not gate its cell: its first look."""
-    return Ratio(DEVICE, check=check, clock=lambda _: timer).time(policy, gated=False)
+    return Ratio(DEVICE, check=check, clock=Clock(lambda _: timer)).time(policy, gated=False)
 
 
 @pytest.mark.parametrize("confidence, rounds", [(0.95, 6), (0.99, 8)])

@@ -28,9 +28,9 @@ from ampbench.results.schema import FP32_SIDE, MODE_SIDE
 from ampbench.results.timed import DeviceQueue, SpeedSide
 from ampbench.settings import GATES, PerfSettings
 from ampbench.speed import judging, sides
-from ampbench.speed.clocks import Clock
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
 from ampbench.speed.devicetime import IDLE_WARN_SHARE, recapture_shared
+from ampbench.speed.held import QueueStats
 from ampbench.speed.hostload import host_load
 from ampbench.speed.ratio import Ratio
 from ampbench.verdict import HostOverhead, Reference, Verdict, combined, kernel_changes
@@ -169,14 +169,14 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     trained = _Trained.of(pair.side, before)
     clock.end("trained")
     phases = {"prepare": clock.seconds["prepare"], **{f"prepare_{k}": v for k, v in pair.side.prepare_phases.items()},
-              **{r.kind.name: r.seconds for r in ratios}, "trained": clock.seconds["trained"]}
+              **{r.kind.name: r.measurement.seconds for r in ratios}, "trained": clock.seconds["trained"]}
     cell = SpeedCell(_record(spec, mode, settings, device, fp32, pair.side, ratios, baseline, peak_tflops, trained,
-                             phases), list(_of(ratios, DEVICE).first.mode_times))
+                             phases), list(_of(ratios, DEVICE).measurement.first.mode_times))
     cell.problems += _problems(spec, mode, pair, ratios, baseline, trained)
     # only a cell that really trained may become a baseline
     if settings.update_baselines and store is not None and not cell.problems:
         _record_baseline(store, test_id, software, settings, pol, baseline, ratios, cell.record)
-    queued_badly = queue_problems(_of(ratios, DEVICE).timing, pair.side, fp32)
+    queued_badly = queue_problems(_of(ratios, DEVICE).measurement.queue, pair.side, fp32)
     # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer
     pair = None
     for ratio in ratios:
@@ -224,22 +224,22 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
     peak = peak_tflops(mode.peak_dtype)
     mode_side = SpeedSide(
         prepare_s=side.prepare_seconds, compile_s=side.first_step_seconds if mode.compile else None,
-        steps_per_block=wall.first.mode_steps, kernel_ms=side.profile.kernel_ms if side.profile else None,
+        steps_per_block=wall.measurement.first.mode_steps, kernel_ms=side.profile.kernel_ms if side.profile else None,
         busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
         throughput=batch / step_s, device_throughput=batch / dev_step_s, peak_mem_bytes=side.peak_bytes,
         tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
-        **_held_block_fields(dev.timing, side))
+        **_held_block_fields(dev.measurement.queue, side))
     fp32_side = SpeedSide(
         prepare_s=fp32.prepare_seconds, compile_s=fp32.first_step_seconds if mode.compile else None,
-        steps_per_block=wall.first.ref_steps, kernel_ms=fp32.profile.kernel_ms if fp32.profile else None,
+        steps_per_block=wall.measurement.first.ref_steps, kernel_ms=fp32.profile.kernel_ms if fp32.profile else None,
         busy_ms=ref_load.busy_ms, host_overhead_ms=ref_load.overhead_ms, idle_share=ref_load.idle_share,
         host_bound=ref_load.host_bound, throughput=batch / ref_step_s, peak_mem_bytes=fp32.peak_bytes,
-        **_held_block_fields(dev.timing, fp32))
+        **_held_block_fields(dev.measurement.queue, fp32))
     return SpeedRecord(
         model=spec.name, mode=label(mode), device=str(device), batch_size=batch, gate=settings.gate,
         gated=list(dict.fromkeys(r.kind.gate for r in ratios if r.gated)),
         ratios={r.kind.name: r.figures(baseline) for r in ratios}, versus=_over(ratios),
-        sides={MODE_SIDE: mode_side, FP32_SIDE: fp32_side}, device_queue=device_queue(dev.timing),
+        sides={MODE_SIDE: mode_side, FP32_SIDE: fp32_side}, device_queue=device_queue(dev.measurement.queue),
         kernel_speedup=(fp32.profile.kernel_ms / side.profile.kernel_ms) if side.profile and fp32.profile else None,
         kernels=kernels, kernel_changes=changes,
         memory_ratio=(side.peak_bytes / fp32.peak_bytes) if side.peak_bytes and fp32.peak_bytes else None,
@@ -318,30 +318,30 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Referenc
             f"`pytest perf/ --perf-tier full --perf-update-baselines`"))
 
 
-def device_queue(timing: Clock) -> DeviceQueue:
+def device_queue(queued: QueueStats | None) -> DeviceQueue:
     """How the cell's device blocks were queued (``ampbench.speed.held``): the record's check that no host
     entered the device time; none where no block was queued."""
-    if timing.queue is None:
+    if queued is None:
         return DeviceQueue()
-    q = timing.queue.stats
-    return DeviceQueue(text=q.describe(), blocks=q.blocks, held_blocks=q.held, retried_blocks=q.retried,
-                       per_replay_blocks=q.per_replay, chunk_replays=q.chunk, hold_ms=q.hold_s * 1e3)
+    return DeviceQueue(text=queued.describe(), blocks=queued.blocks, held_blocks=queued.held,
+                       retried_blocks=queued.retried, per_replay_blocks=queued.per_replay, chunk_replays=queued.chunk,
+                       hold_ms=queued.hold_s * 1e3)
 
 
-def _held_block_fields(timing: Clock, side: sides.Side) -> dict:
+def _held_block_fields(queued: QueueStats | None, side: sides.Side) -> dict:
     """How long the GPU sat idle inside a profiled held block of `side`, and its longest gap, where blocks
     were queued (records of schemas 1 and 2 kept fp32's longest gap out)."""
-    if timing.queue is None or side.idle is None:
+    if queued is None or side.idle is None:
         return {}
     return dict(held_block_idle_share=side.idle.share, held_block_longest_gap_us=side.idle.longest_gap_us)
 
 
-def queue_problems(timing: Clock, side: sides.Side, fp32: sides.Side) -> list[str]:
+def queue_problems(queued: QueueStats | None, side: sides.Side, fp32: sides.Side) -> list[str]:
     """What a warning should say of the queueing: blocks timed by events around each replay, or a
     profiled held block in which the GPU idled over IDLE_WARN_SHARE of the time."""
     problems = []
-    if timing.queue is not None and timing.queue.stats.per_replay:
-        problems.append(f"device time: {timing.queue.stats.describe()}")
+    if queued is not None and queued.per_replay:
+        problems.append(f"device time: {queued.describe()}")
     for name, s in (("the mode", side), ("fp32", fp32)):
         if s.graph is not None and s.idle is None:
             problems.append(f"device time: the profiler saw no kernel of a held block of {name}: "
