@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -21,19 +21,19 @@ from ampbench.baselines.source import ReferenceSource
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.device import release
 from ampbench.models.spec import ModelSpec
-from ampbench.modes import PrecisionMode, label, versus_figure, versus_of
-from ampbench.results import SPEED_RATIOS, RatioKind, SpeedRecord
+from ampbench.modes import PrecisionMode, label, versus_of
+from ampbench.results import RatioKind, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.results.schema import FP32_SIDE, MODE_SIDE
 from ampbench.results.timed import DeviceQueue, SpeedSide
-from ampbench.settings import GATES, PerfSettings
+from ampbench.settings import PerfSettings
 from ampbench.speed import judging, sides
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
 from ampbench.speed.devicetime import IDLE_WARN_SHARE, recapture_shared
 from ampbench.speed.held import QueueStats
 from ampbench.speed.hostload import host_load
-from ampbench.speed.ratio import Ratio
-from ampbench.verdict import HostOverhead, Reference, Verdict, combined, kernel_changes
+from ampbench.speed.ratio import Ratio, cell_ratios
+from ampbench.verdict import HostOverhead, Verdict, combined, kernel_changes
 
 
 @dataclass
@@ -90,39 +90,9 @@ def _prepare(mode: PrecisionMode, fp32: sides.Side, prepare: Callable[[], sides.
     return prepared
 
 
-def _ratio(kind: RatioKind, mode: PrecisionMode, fp32: sides.Side, pair: _Prepared) -> Ratio | None:
-    """The cell's ratio of `kind`: over fp32's side, or over its versus side where the kind is (only a
-    compiled cell has one)."""
-    if not kind.over:
-        return Ratio.between(kind, fp32, pair.side)
-    if pair.versus is None:
-        return None
-    return Ratio.between(kind, pair.versus, pair.side, versus_figure(mode), label(versus_of(mode)))
-
-
-def _gates(gate: str, ratios: dict[str, Ratio]) -> tuple[str, ...]:
-    """The --perf-gate figures that hold the cell (settings.GATES): the wall clock's where device time
-    would, but the entry holds none (recorded before device time) while it holds the wall-clock speedup."""
-    gated = GATES[gate]
-    if DEVICE.gate in gated and ratios[DEVICE.name].check is None and ratios[WALL.name].check is not None:
-        return (WALL.gate,)
-    return gated
-
-
-def judged(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, pair: _Prepared, baseline: SpeedEntry | None,
-           settings: PerfSettings, pol: sides.SpeedPolicy,
-           against: Callable[[RatioKind], Reference | None] = lambda kind: None) -> list[Ratio]:
-    """The cell's ratios, in their table's order, each checked against what its baseline source gives it
-    (`against`, by the ratio's kind: ``ReferenceSource.reference``), then timed: judged where it gates the
-    cell, else its first look."""
-    checked = {kind.name: ratio.judge_against(spec.name, label(mode), baseline, against(kind))
-               for kind in SPEED_RATIOS.values() if (ratio := _ratio(kind, mode, fp32, pair)) is not None}
-    gates = _gates(settings.gate, checked)
-    return [ratio.time(pol, ratio.kind.gate in gates) for ratio in checked.values()]
-
-
-def _of(ratios: list[Ratio], kind: RatioKind) -> Ratio | None:
-    return next((r for r in ratios if r.kind is kind), None)
+def _of(ratios: list[Ratio], kind: RatioKind) -> Ratio:
+    """The cell's ratio of `kind`, one every cell has (device time, wall clock)."""
+    return next(r for r in ratios if r.kind is kind)
 
 
 def _over(ratios: list[Ratio]) -> str | None:
@@ -133,7 +103,7 @@ def _over(ratios: list[Ratio]) -> str | None:
 def _message(verdict: Verdict, ratios: list[Ratio], baseline: SpeedEntry | None, changes: str | None) -> str:
     message = "; ".join(r.message for r in ratios)
     across = _of(ratios, WALL).across_runs(baseline)
-    if across:
+    if across and baseline is not None:
         message += f"; wall across runs {judging.describe_across(across, baseline.ratio(WALL).between_run_count)}"
     failing = _named_failures(verdict, ratios)
     if failing:
@@ -164,7 +134,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
     against = (lambda kind: store.reference(test_id, kind, settings.tolerance, baseline)) if store is not None \
         else (lambda kind: None)
-    ratios = judged(spec, mode, fp32, pair, baseline, settings, pol, against)
+    ratios = cell_ratios(spec.name, mode, fp32, pair.side, pair.versus, baseline, settings.gate, pol, against)
     clock.end("ratios")  # each ratio's own seconds are its phase below
     trained = _Trained.of(pair.side, before)
     clock.end("trained")
@@ -178,7 +148,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
         _record_baseline(store, test_id, software, settings, pol, baseline, ratios, cell.record)
     queued_badly = queue_problems(_of(ratios, DEVICE).measurement.queue, pair.side, fp32)
     # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer
-    pair = None
+    del pair
     for ratio in ratios:
         ratio.release()
     release(device)
@@ -186,7 +156,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     return cell
 
 
-def _measured_with(settings: PerfSettings) -> dict[str, object]:
+def _measured_with(settings: PerfSettings) -> dict[str, Any]:
     return {"cudnn_benchmark": settings.cudnn_benchmark, "block_seconds": settings.block_seconds}
 
 
@@ -294,9 +264,10 @@ def _record_baseline(store: ReferenceSource, test_id: str, software: dict, setti
 def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: ReferenceSource | None,
           baseline: SpeedEntry | None, ratios: list[Ratio], queued_badly: list[str], device: torch.device) -> None:
     """The cell's warnings: how it was measured (first), and what a cell that held should still say."""
-    dev, wall, versus = _of(ratios, DEVICE), _of(ratios, WALL), _of(ratios, VERSUS)
+    dev, wall = _of(ratios, DEVICE), _of(ratios, WALL)
+    versus = next((r for r in ratios if r.kind is VERSUS), None)
     judged = baseline is not None and not settings.update_baselines  # judged against an entry
-    mismatch = measurement_mismatch(baseline, _measured_with(settings)) if judged else None
+    mismatch = measurement_mismatch(baseline, _measured_with(settings)) if judged and baseline is not None else None
     if mismatch:
         cell.warn_first.append(UserWarning(f"{test_id}: {mismatch}"))
     if dev.why_unchecked and judged:

@@ -1,21 +1,24 @@
-"""One ratio of a speed cell, through its stages. Its kind (``ampbench.results.ratios``: the device-time or
-wall-clock speedup, a compiled cell's ratio over its versus side, a distributed cell's figures) says every
-name and rule it has, and the clock that times it (``clocks.CLOCKS``). A `Ratio` is built over its two sides
-with that clock (`between`), checked against what its baseline source gives it (`judge_against`:
-``ratio_check``, one tolerance rule for every kind), then measured (``measurement.measure``) and judged
-(``judging.judge``) by `time`, and written (``writers``): its figures for the record and what a recording
-stores of it. Each stage reads what the one before it left and knows nothing of the next.
+"""A speed cell's ratios (`cell_ratios`), each through its stages. Its kind (``ampbench.results.ratios``:
+the device-time or wall-clock speedup, a compiled cell's ratio over its versus side, a distributed cell's
+figures) says every name and rule it has, and the clock that times it (``clocks.CLOCKS``). A `Ratio` is
+built over its two sides with that clock (`between`), checked against what its baseline source gives it
+(`judge_against`: ``ratio_check``, one tolerance rule for every kind), then measured
+(``measurement.measure``) and judged (``judging.judge``) by `time`, and written (``writers``): its figures
+for the record and what a recording stores of it. Each stage reads what the ones before it left, and none
+knows the next.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ampbench import progress
 from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry
+from ampbench.modes import PrecisionMode, label, versus_figure, versus_of
 from ampbench.results.ratio_figures import RatioFigures
-from ampbench.results.ratios import RECORD_AGAIN, RatioKind
+from ampbench.results.ratios import DEVICE, RECORD_AGAIN, SPEED_RATIOS, WALL, RatioKind
+from ampbench.settings import GATES
 from ampbench.speed import judging, sides
 from ampbench.speed.clocks import CLOCKS, Clock
 from ampbench.speed.measurement import Measurement, measure, with_noise
@@ -129,6 +132,41 @@ class Ratio:
     def release(self) -> None:
         """Drop its clock, which holds both sides' trainers (its measurement holds none)."""
         self.clock = None
+
+
+def _between_sides(kind: RatioKind, mode: PrecisionMode, fp32: sides.Side, side: sides.Side,
+                   versus: sides.Side | None) -> Ratio | None:
+    """The cell's ratio of `kind`: over fp32's side, or over its versus side where the kind is (only a
+    compiled cell has one)."""
+    if not kind.over:
+        return Ratio.between(kind, fp32, side)
+    figure, versus_mode = versus_figure(mode), versus_of(mode)
+    if versus is None or figure is None or versus_mode is None:
+        return None
+    return Ratio.between(kind, versus, side, figure, label(versus_mode))
+
+
+def _gates(gate: str, ratios: dict[str, Ratio]) -> tuple[str, ...]:
+    """The --perf-gate figures that hold the cell (settings.GATES): the wall clock's where device time
+    would, but the entry holds none (recorded before device time) while it holds the wall-clock speedup."""
+    gated = GATES[gate]
+    if DEVICE.gate in gated and ratios[DEVICE.name].check is None and ratios[WALL.name].check is not None:
+        return (WALL.gate,)
+    return gated
+
+
+def cell_ratios(model: str, mode: PrecisionMode, fp32: sides.Side, side: sides.Side, versus: sides.Side | None,
+                baseline: SpeedEntry | None, gate: str, policy: sides.SpeedPolicy,
+                against: Callable[[RatioKind], Reference | None] = lambda kind: None) -> list[Ratio]:
+    """A speed cell's ratios, in their table's order (``SPEED_RATIOS``), each built over its sides (the mode's
+    `side`, over `fp32` or its `versus` side), checked against what its baseline source gives it (`against`,
+    by the ratio's kind: ``ReferenceSource.reference``), then timed: judged where it gates the cell under
+    --perf-gate `gate`, else its first look."""
+    checked = {kind.name: ratio.judge_against(model, label(mode), baseline, against(kind))
+               for kind in SPEED_RATIOS.values()
+               if (ratio := _between_sides(kind, mode, fp32, side, versus)) is not None}
+    gates = _gates(gate, checked)
+    return [ratio.time(policy, ratio.kind.gate in gates) for ratio in checked.values()]
 
 
 def ratio_check(kind: RatioKind, model: str, mode: str, entry: FlatEntry | None, reference: Reference | None, *,
