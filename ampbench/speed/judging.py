@@ -60,14 +60,14 @@ def comparable_recording(previous: SpeedEntry | None, previous_software: dict | 
 
 def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: float | None,
                    comparable: bool) -> float:
-    """The noise a baseline is stored with, from robust figures only: the first batch's interval
-    (>= 12 rounds, so one stray round cannot set it), how far the medians of the two batches lie
+    """The noise a baseline is stored with, from robust figures only: the first rounds' interval
+    (>= 12 rounds, so one stray round cannot set it), how far the medians of the two sets of rounds lie
     apart, and, when the entry is re-recorded `comparable`-ly (the same software, measured the same
     way), how far this recording lies from the previous one, so recording twice teaches the suite a
     cell's run-to-run spread. A previous entry measured otherwise (cuDNN autotuning against its
     heuristics) differs by a shift, not by noise, and is not counted (docs/design.md).
 
-    The second batch's own interval is left out: with its 8 rounds it is [min, max], which one stray
+    The second set's own interval is left out: with its 8 rounds it is [min, max], which one stray
     round sets. An old entry's noise is not carried over either, so a noisy recording does not loosen a
     cell for ever.
     """

@@ -10,7 +10,7 @@ knows the next.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ampbench import progress
@@ -41,9 +41,10 @@ class Ratio:
     clock: Clock | None = None  # None once released: it holds both sides' trainers
     check: SpeedupCheck | None = None
     why_unchecked: str = ""
-    measured: Measurement | None = None
-    verdict: Verdict | None = None
-    judgement: str = ""  # how it compares with what it is judged against
+    # once timed (`time`): what its clock measured, and what the judge said of it
+    _measurement: Measurement | None = field(default=None, init=False, repr=False)
+    verdict: Verdict | None = field(default=None, init=False)
+    judgement: str = field(default="", init=False)  # how it compares with what it is judged against
 
     @classmethod
     def between(cls, kind: RatioKind, over: sides.Side, side: sides.Side, figure: str = "speedup over fp32",
@@ -63,8 +64,8 @@ class Ratio:
         """Measure it in interleaved rounds of its two sides (looked at until they decide against its check,
         and confirmed, where it gates the cell; else its first look), then judge the measurement."""
         with progress.scope(self.kind.scope):
-            self.measured = measure(self._clock, policy, self.check, gated)
-        self.verdict, self.judgement = judging.judge(self.measured, self.check)
+            self._measurement = measure(self._clock, policy, self.check, gated)
+        self.verdict, self.judgement = judging.judge(self._measurement, self.check)
         return self
 
     @property
@@ -75,9 +76,9 @@ class Ratio:
 
     @property
     def measurement(self) -> Measurement:
-        if self.measured is None:
+        if self._measurement is None:
             raise RuntimeError(f"the {self.kind.name} ratio is not timed yet")
-        return self.measured
+        return self._measurement
 
     @property
     def estimate(self) -> SpeedupEstimate:
@@ -92,7 +93,7 @@ class Ratio:
     @property
     def gated(self) -> bool:
         """Whether it gates its cell: measured to be judged, not only looked at."""
-        return self.measured is not None and self.measured.gated
+        return self._measurement is not None and self._measurement.gated
 
     @property
     def gated_verdict(self) -> Verdict | None:
@@ -125,8 +126,8 @@ class Ratio:
                  policy: sides.SpeedPolicy, floor: float) -> dict[str, Any]:
         """What a recording stores of it (``writers.entry_figures``), a second set of rounds timed first
         where none was taken (``measurement.with_noise``)."""
-        self.measured = with_noise(self.measurement, self._clock, policy)
-        return entry_figures(self.kind, self.over, self.measured, previous, comparable, measured_alike, floor,
+        self._measurement = with_noise(self.measurement, self._clock, policy)
+        return entry_figures(self.kind, self.over, self._measurement, previous, comparable, measured_alike, floor,
                              policy.rounds.confidence)
 
     def release(self) -> None:

@@ -13,7 +13,7 @@ the cell takes.
 
 The two sides spend apart. A false regression is what the suite must not produce: its side spends
 REGRESSION_ALPHA (1%, one-sided) in all, and a regression must be confirmed by a second, independent
-batch that spends as much again, so a run on its line fails by the rounds' chance at most 1 time in
+set of rounds that spends as much again, so a run on its line fails by the rounds' chance at most 1 time in
 10,000. A false pass lets a real regression of one run through, where later runs and the history still
 catch it; its side spends PASS_ALPHA (5%), most of it at the first look, so that a clear pass stops after
 FIRST_LOOK rounds (all of them above the line), which no regression decision can (2^-5 > 1%).

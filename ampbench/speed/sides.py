@@ -39,11 +39,11 @@ class SpeedPolicy:
     warmup_steps: int  # training steps before anything is timed (cuDNN autotuning, scaler settling)
     warmup_seconds: float  # and at least this long, so the SM clock has left idle
     block_seconds: float  # target length of the faster side's timed block
-    rounds: RoundsPolicy  # rounds of the first (and of a confirming) batch
-    record_rounds: RoundsPolicy  # rounds of the extra batch that measures noise when recording a baseline
+    rounds: RoundsPolicy  # the first rounds (and the confirming ones)
+    record_rounds: RoundsPolicy  # the second rounds that measure noise when recording a baseline
     extend_to: int  # rounds a straddling interval may grow to before it is called inconclusive
     first_look: int = 5  # rounds of a judged figure's first look (``sequential.schedule``)
-    decide_seconds: float = 20.0  # and seconds of looks, per batch, after which it is inconclusive
+    decide_seconds: float = 20.0  # and seconds of looks, per set of rounds, after which it is inconclusive
     # coverage of the interval of a figure that is reported but does not gate the cell (``first_look``)
     look_confidence: float = LOOK_CONFIDENCE
     # rounds added to a judged figure until its interval is tight (`rounds`' target), where off only a
@@ -62,7 +62,7 @@ class SpeedPolicy:
 # --perf-rounds' and --perf-block-seconds' defaults (ampbench.settings says why), read here as speed.DEFAULT_*
 DEFAULT_MIN_ROUNDS = options.DEFAULT_MIN_ROUNDS
 DEFAULT_BLOCK_SECONDS = options.DEFAULT_BLOCK_SECONDS
-# A recording's first batch has at least this many rounds: its interval sets the recorded noise, and
+# A recording's first rounds are at least this many: its interval sets the recorded noise, and
 # with 8 rounds that interval is [min, max], which one stray round would set
 RECORDING_MIN_ROUNDS = 12
 # the fewest rounds of a fixed-size 99% interval: a figure without a baseline takes this many at least
@@ -77,7 +77,7 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
     look = 0.99 if recording else LOOK_CONFIDENCE
     if device.type != "cuda":
         # the smoke pass checks the code path, not the CPU's speed: the fewest rounds that still give
-        # a 99% interval, one batch, no extension, and blocks of a few steps of the tiny smoke shapes
+        # a 99% interval, one set of them, no extension, and blocks of a few steps of the tiny smoke shapes
         # (the blocks' length was most of a small model's cell)
         smoke = RoundsPolicy(8, 8, 1.0, 5.0)
         return SpeedPolicy(2, 0.0, 0.002, smoke, smoke, 8, first_look=min(min_rounds, 8), look_confidence=look)

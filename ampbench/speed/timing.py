@@ -142,7 +142,7 @@ class RoundsPolicy:
     min_rounds: int
     max_rounds: int
     target_half_width: float
-    budget_seconds: float  # wall-clock limit for one batch of rounds
+    budget_seconds: float  # wall-clock limit for one set of rounds
     confidence: float = 0.99
     step: int = 4
 
