@@ -13,6 +13,9 @@ same eager steps wandered 10-23% (the host could not launch kernels as fast as t
   where a step cannot be captured, and one profiled block per side gives each cell its kernel list.
 
 On the CPU there is no device apart from the host: device time is the wall time of the same blocks.
+The clock that times a side's blocks by either is ``clocks.DeviceClock``; here are the captured step (with
+a shared side's step captured again where its graph may point at freed memory, `recapture_shared`), the
+profiled kernels and the idle time inside a held block.
 """
 
 from __future__ import annotations
