@@ -32,6 +32,7 @@ from ampbench.history.replay import Replay
 from ampbench.history.series import Point, Series
 from ampbench.results.ratios import DEVICE
 from ampbench.settings import DEFAULT_TOLERANCE
+from ampbench.speed.clocks import Clock
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.sides import SpeedPolicy
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
@@ -145,7 +146,7 @@ def simulate(cell: CellNoise, scenario: Scenario, seed: int) -> SeriesOutcome:
             held = lambda v, tol, c=card: _held_back(replay, v, c, tol)  # noqa: E731
             check = SpeedupCheck(cell.name, "simulated", learned.level, learned.tolerance, held_back=held)
         clock = lambda _, t=true, r=rng: _rounds(r, t, cell.round_sd)  # noqa: E731
-        ratio = Ratio(DEVICE, check=check, clock=clock).time(POLICY, True)
+        ratio = Ratio(DEVICE, check=check, clock=Clock(clock)).time(POLICY, True)
         est, verdict = ratio.estimate, ratio.verdict
         out.verdicts.append(verdict)
         replay.feed(Point(f"run{i}", f"t{i:04d}", est.speedup, est.low, est.high, not verdict.failing, False, card,

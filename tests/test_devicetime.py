@@ -12,18 +12,8 @@ import pytest
 import torch
 
 from ampbench.results.ratios import DEVICE
-from ampbench.speed.devicetime import (
-    MAX_KERNELS,
-    METHODS,
-    REST,
-    TOP_KERNELS,
-    DeviceClock,
-    KernelProfile,
-    _union_ns,
-    clock_for,
-    normalise_kernel_name,
-    paired_blocks,
-)
+from ampbench.speed.clocks import METHODS, Clock, DeviceClock, clock_for, paired_blocks
+from ampbench.speed.devicetime import MAX_KERNELS, REST, TOP_KERNELS, KernelProfile, _union_ns, normalise_kernel_name
 from ampbench.speed.hostload import HOST_BOUND_IDLE_SHARE, host_load
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.sides import SpeedPolicy, policy_for
@@ -159,10 +149,10 @@ def test_two_sides_measured_the_same_way_keep_their_own_clocks():
 
 @pytest.mark.parametrize("ref_graph, mode_graph", [(True, False), (False, True)])
 def test_a_side_without_a_graph_makes_both_sides_sum_kernels_and_says_why(ref_graph, mode_graph, monkeypatch):
-    import ampbench.speed.devicetime as devicetime
+    import ampbench.speed.clocks as clocks
 
     profiled = []
-    monkeypatch.setattr(devicetime, "profile_steps", lambda trainer, steps,
+    monkeypatch.setattr(clocks, "profile_steps", lambda trainer, steps,
                         queue=None: profiled.append((trainer, steps)) or
                         KernelProfile(steps, 2.0, 1.5, ()))
     ref_t, mode_t = FakeTrainer("cuda"), FakeTrainer("cuda")
@@ -272,7 +262,7 @@ def _timer() -> PairedTimer:
 
 def first_look(check: SpeedupCheck | None, timer: PairedTimer, policy: SpeedPolicy) -> Ratio:
     """A ratio timed by `timer` that does not gate its cell: its first look."""
-    return Ratio(DEVICE, check=check, clock=lambda _: timer).time(policy, gated=False)
+    return Ratio(DEVICE, check=check, clock=Clock(lambda _: timer)).time(policy, gated=False)
 
 
 @pytest.mark.parametrize("confidence, rounds", [(0.95, 6), (0.99, 8)])

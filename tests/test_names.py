@@ -44,6 +44,10 @@ SAME_MEANING = {
     "SCHEMA_VERSION": (("ampbench.baselines.schema", "ampbench.history.schema", "ampbench.results.schema"),
                        "the version of that module's format: a baseline file, the run history, a run's JSON"),
     "R": (("ampbench.results.base", "ampbench.results.run"), "a TypeVar bound to Record, for a kind of cell asked for"),
+    "Measurement": (("ampbench.bisect.measure", "ampbench.speed.measurement"),
+                    "what was measured, before it is judged: a bisect step's figures, a speed ratio's rounds"),
+    "judge": (("ampbench.memory.judging", "ampbench.speed.judging"),
+              "the verdict of measured figures against what they are judged against, with its words"),
 }
 
 

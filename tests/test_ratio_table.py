@@ -1,10 +1,12 @@
 """A kind of ratio is one row of its table (``ampbench.results.ratios``): a row added there, and nothing
-else, is held by the records, the baseline entries, the spread, the history (its series, its rule, the
-`--figure` choices), the report, the summary and the speed cell itself; and every name a row gives is
-the one each reader uses."""
+else but its clock where no clock times it yet (``ampbench.speed.clocks.CLOCKS``), is held by the records,
+the baseline entries, the spread, the history (its series, its rule, the `--figure` choices), the report,
+the summary and the speed cell itself, which times, records, judges and gates on it; and every name a row
+gives is the one each reader uses."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -120,6 +122,84 @@ def test_the_speed_cell_times_and_records_a_new_kind(host):
     assert list(cell.record.ratios) == ["device", "wall", "host"] and host.speedup > 0 and host.side(MODE_SIDE).round_ms
     assert host.verdict is Verdict.NO_BASELINE and "host" not in cell.record.gated  # the device gates
     assert "; host: speedup" in cell.record.message
+
+
+# a speedup over fp32 in a clock of its own (``speed.clocks.CLOCKS``), gating the cell beside device time
+STEADY = replace(WALL, name="steady", prefix="steady_", clock="steady", gate="device", label="steady speedup",
+                 column="steady speedup", title="Speedup over fp32 in a steady clock", noun="steady speedup",
+                 heading="steady", failing="steady speedup over fp32", short="steady", scope="steady clock",
+                 missing="no steady baseline", floor=0.0, stores_tolerance=True, renamed=())
+STEADY_CELL = "test_speed[mlp-amp_bf16]"
+
+
+@pytest.fixture
+def steady(monkeypatch) -> list[float]:
+    """STEADY in the ratio table and its clock among the clocks, for one test: each round takes 16 ms on
+    the side the ratio is over and `level[0]` times less on the mode's, within 0.1%."""
+    from ampbench.speed.clocks import CLOCKS, Clock
+    from ampbench.speed.timing import PairedTimer
+
+    level = [1.6]
+    timers = []
+
+    def clock(over, side) -> Clock:
+        def timer(policy) -> PairedTimer:
+            wobble = itertools.cycle([1.0, 1.001, 0.999])
+            timers.append(PairedTimer(lambda: 0.016 * next(wobble), lambda: 0.016 / level[0] * next(wobble), 1, 1))
+            return timers[-1]
+        return Clock(timer)
+    monkeypatch.setitem(SPEED_RATIOS, STEADY.name, STEADY)
+    monkeypatch.setitem(CLOCKS, STEADY.clock, clock)
+    return level
+
+
+def test_a_gated_kind_with_a_clock_of_its_own_is_timed_judged_recorded_and_written(steady, tmp_path):
+    """A row in the ratio table and its clock, and nothing else: the speed cell times the new kind by its
+    clock, records it into a baseline entry, judges it against the Reference that entry gives, gates on it
+    and writes it into the record."""
+    from ampbench.baselines.store import BaselineStore
+    from ampbench.models import get_model
+    from ampbench.modes import get_mode
+    from ampbench.settings import PerfSettings
+    from ampbench.speed import sides
+    from ampbench.speed.cell import measure_speed, policy
+
+    cpu, spec, amp_bf16 = torch.device("cpu"), get_model("mlp"), get_mode("amp_bf16")
+    settings = PerfSettings(device=cpu, models=("mlp",), precisions=("amp_bf16",), tier="quick", baseline_dir=tmp_path,
+                            update_baselines=False, tolerance=0.005, strict=False, min_rounds=5, memory_cap_gib=None,
+                            data_root=None, loader_workers=0, pin_memory=False, loss_scaler="torch.amp:GradScaler",
+                            block_seconds=0.002, cudnn_benchmark=False, gate="device", compile=(False,))
+
+    def cell(recording: bool) -> SpeedRecord:
+        chosen = replace(settings, update_baselines=recording)
+        store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+        side = lambda mode: sides.prepare_side(spec, mode, cpu, True, policy(cpu, chosen))  # noqa: E731
+        record = measure_speed(spec, amp_bf16, side(get_mode("fp32")), lambda: side(amp_bf16), settings=chosen,
+                               device=cpu, test_id=STEADY_CELL, store=store, software={"torch": "x"},
+                               peak_tflops=lambda dtype: None, prepared=lambda identity: None).record
+        if recording:
+            store.write()
+        return record
+
+    recorded = cell(recording=True).ratio(STEADY)
+    assert recorded.verdict is Verdict.NO_BASELINE and recorded.speedup == pytest.approx(1.6, rel=0.01)
+    entry = SpeedEntry.of(BaselineStore.open(tmp_path, "GPU X", "gpu-x").figures(STEADY_CELL)).ratio(STEADY)
+    assert entry.speedup == pytest.approx(1.6, rel=0.01) and entry.rounds == recorded.rounds + 8  # both sets pooled
+    assert entry.tolerance is not None and entry.noise is not None
+
+    judged = cell(recording=False)
+    held = judged.ratio(STEADY)
+    assert held.verdict is Verdict.PASS and held.baseline_speedup == entry.speedup
+    assert held.tolerance == max(entry.tolerance, UNLEARNED_TOLERANCE)
+    assert held.side(MODE_SIDE).step_ms == pytest.approx(10, rel=0.01)
+    assert f"; steady: {spec.name} amp_bf16: speedup over fp32 1.6" in judged.message
+    assert judged.to_info()["ratios"][STEADY.name]["speedup"] == held.speedup
+
+    steady[0] = 1.44  # a tenth slower: below its line, confirmed by a second set of rounds, and it gates the cell
+    slower = cell(recording=False)
+    assert slower.ratio(STEADY).verdict is Verdict.REGRESSION and slower.verdict is Verdict.REGRESSION
+    assert slower.ratio(STEADY).confirm_speedup == pytest.approx(1.44, rel=0.01)
+    assert "steady speedup over fp32" in slower.message.split(": ")[0]  # named among the failing gated ratios
 
 
 def test_each_name_a_row_gives_is_its_own():

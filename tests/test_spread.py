@@ -4,7 +4,6 @@ each of its ratios, and what a re-recording keeps of it (`ampbench spread` itsel
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +14,7 @@ from ampbench.report import parse_run
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.speed import sides
+from ampbench.speed.clocks import CLOCKS, Clock
 from ampbench.speed.judging import across_runs_of, describe_across
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
@@ -264,9 +264,8 @@ def _rerecorded(monkeypatch, previous: dict | None, method: str = "graph", measu
         wobble = iter([1.0, 1.001, 0.999] * 100)
         return PairedTimer(lambda: 0.0055 * next(wobble), lambda: 0.001 * next(wobble), 1, 1)
 
-    monkeypatch.setattr(sides, "device_timing",
-                        lambda over, side: SimpleNamespace(method=method, fallback=None, timer=timer))
-    monkeypatch.setattr(sides, "fresh_timer", timer)
+    monkeypatch.setitem(CLOCKS, "device", lambda over, side: Clock(timer, method))
+    monkeypatch.setitem(CLOCKS, "wall", lambda over, side: Clock(timer))
     entry = SpeedEntry.of(previous)
     alike = entry is not None and measurement_mismatch(entry, measured_with) is None
     stored = {}

@@ -7,6 +7,7 @@ import pytest
 
 from ampbench.baselines.entries import RatioEntry, SpeedEntry, entry_tolerance, learned_spread
 from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL
+from ampbench.speed.clocks import Clock
 from ampbench.speed.judging import comparable_recording, recorded_noise
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.sides import SpeedPolicy
@@ -142,11 +143,15 @@ def test_ratio_check_is_one_sided():
 
 
 class FakeTimer:
-    """Stands in for PairedTimer where a test needs only its estimates: hands them out as rounds are added."""
+    """Stands in for PairedTimer where a test needs only its estimates: hands them out as rounds are added
+    (its rounds' times, which a measurement keeps, are zeros)."""
+
+    ref_steps = mode_steps = 1
 
     def __init__(self, estimates):
         self.estimates = list(estimates)
         self.mode_times = [0.0] * 12
+        self.ref_times = self.mode_times
 
     def rounds(self, n):
         self.mode_times += [0.0] * n
@@ -176,7 +181,7 @@ def judge(check, first, policy, confirming=None) -> Ratio:
     def clock(_):
         timer = next(timers)
         return timer if timer is not None else pytest.fail("no confirming batch was to be asked for")
-    return Ratio(DEVICE, check=check, clock=clock).time(policy, gated=True)
+    return Ratio(DEVICE, check=check, clock=Clock(clock)).time(policy, gated=True)
 
 
 POLICY = SpeedPolicy(0, 0.0, 0.01, RoundsPolicy(12, 12, 1.0, 1.0), RoundsPolicy(8, 8, 1.0, 1.0), extend_to=24,

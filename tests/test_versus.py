@@ -23,6 +23,7 @@ from ampbench.results.ratios import DEVICE, VERSUS
 from ampbench.settings import PerfSettings
 from ampbench.speed import sides
 from ampbench.speed.cell import measure_speed, policy
+from ampbench.speed.clocks import CLOCKS, Clock
 from ampbench.speed.compiled import VersusSides, served
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
@@ -53,8 +54,9 @@ POLICY = sides.SpeedPolicy(0, 0.0, 0.01, RoundsPolicy(8, 12, 0.001, 5.0), Rounds
 
 
 class FakeTiming:
-    """Stands in for sides.DeviceTiming: each round the versus side takes `versus_s`, the mode `mode_s`,
-    with a little alternating noise, so the ratio's interval is narrow and known."""
+    """Stands in for a device clock (``clocks.device_clock``): each round the versus side takes
+    `versus_s`, the mode `mode_s`, with a little alternating noise, so the ratio's interval is narrow and
+    known."""
 
     method, fallback = "graph", None
 
@@ -69,7 +71,8 @@ class FakeTiming:
 
 def _versus(monkeypatch, mode, versus_s, mode_s, baseline, gated=True):
     timing = FakeTiming(versus_s, mode_s)
-    monkeypatch.setattr(sides, "device_timing", lambda versus, side: timing)
+    monkeypatch.setitem(CLOCKS, "device", lambda versus, side: Clock(
+        lambda policy: timing.timer(versus, side, policy), timing.method, timing.fallback))
     ratio = Ratio.between(VERSUS, object(), object(), versus_figure(mode), label(versus_of(mode)))
     return against_entry(ratio, "gpt", label(mode), SpeedEntry.of(baseline), 0.005).time(POLICY, gated), timing
 

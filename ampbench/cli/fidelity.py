@@ -26,6 +26,7 @@ from ampbench.models.spec import ModelSpec
 from ampbench.modes import MODES, REFERENCE_MODE, PrecisionMode, get_mode
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.speed import sides
+from ampbench.speed.clocks import fresh_timer
 from ampbench.speed.timing import extend_until_tight, sync, time_block
 from ampbench.stats import SpeedupEstimate
 from ampbench.train import memory_format_for
@@ -158,7 +159,7 @@ def harness_speedup(spec: ModelSpec, mode: PrecisionMode, device: torch.device, 
     policy = sides.policy_for(device, sides.DEFAULT_MIN_ROUNDS, DEFAULT_TOLERANCE)
     reference = sides.prepare_side(spec, get_mode(REFERENCE_MODE), device, smoke, policy)
     side = sides.prepare_side(spec, mode, device, smoke, policy)
-    estimate = extend_until_tight(sides.fresh_timer(reference, side, policy), policy.rounds)
+    estimate = extend_until_tight(fresh_timer(reference, side, policy), policy.rounds)
     del reference, side
     release(device)
     return estimate

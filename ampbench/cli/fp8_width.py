@@ -38,6 +38,7 @@ from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode, get_mode, label, versus_of
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.speed import sides
+from ampbench.speed.clocks import device_clock
 from ampbench.speed.timing import extend_until_tight
 from ampbench.stats import SpeedupEstimate
 
@@ -134,8 +135,8 @@ def measure_width(spec: ModelSpec, width: int, mode: PrecisionMode, versus: Prec
     def timed() -> tuple[SpeedupEstimate, str]:
         base = sides.prepare_side(wide, versus, device, smoke, policy)
         side = sides.prepare_side(wide, mode, device, smoke, policy)
-        timing = sides.device_timing(base, side)
-        return extend_until_tight(timing.timer(base, side, policy), policy.rounds), timing.method
+        clock = device_clock(base, side)
+        return extend_until_tight(clock.timer(policy), policy.rounds), clock.method
 
     # both sides, their optimizer states and graph pools are on the card at once: a width that outgrows
     # the card ends that width, not the sweep

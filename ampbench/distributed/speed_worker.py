@@ -54,7 +54,8 @@ from ampbench.distributed.variants import (
 )
 from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
 from ampbench.speed import sides
-from ampbench.speed.devicetime import CapturedStep, CaptureError, DeviceClock, profile_steps
+from ampbench.speed.clocks import DeviceClock
+from ampbench.speed.devicetime import CapturedStep, CaptureError, profile_steps
 from ampbench.speed.timing import PairedTimer, steps_per_block, sync, time_block, wall_block, warm_up
 from ampbench.train import Trainer
 
@@ -144,7 +145,7 @@ def single_side(spec, mode: PrecisionMode, device: torch.device, smoke: bool,
 def single_device_block(single: sides.Side | None, steps: int) -> tuple[Callable[[], float] | None, str | None]:
     """Rank 0's 1-GPU side on the device, as the distributed blocks are timed: its step captured as a
     CUDA graph (in the ranks' capture mode: NCCL's watchdog runs meanwhile) and replayed in held blocks,
-    as a single-GPU cell's (``devicetime.DeviceClock``): a block function of seconds per step, or None
+    as a single-GPU cell's (``clocks.DeviceClock``): a block function of seconds per step, or None
     and why not (no side here, no device time off CUDA, a step that could not be captured). Captured per
     cell, so that its graph's memory goes with the cell's; the other ranks wait for it at the next
     block's start."""

@@ -3,17 +3,19 @@ wall-clock speedup and a compiled cell's ratio over its versus side; the distrib
 scaling efficiencies. A row carries every name the ratio has (its key under a record's ``ratios``, its
 figures in a baseline entry and in a record of the first schema, its series in a run history, its
 column, its matrix and the words of a cell's messages) and every rule (the --perf-gate value that gates
-it, its tolerance's floor and its tolerance until a spread is learned, whether it is measured by a
-device-time method, over the versus side, recorded with its steps).
+it, its tolerance's floor and its tolerance until a spread is learned, the clock that times it, whether
+it is measured by a device-time method, over the versus side, recorded with its steps).
 
 Everything else reads the rows: the records (``timed``), the baseline entries, the spread and the run
-history, the report, the summary and the cells themselves. A new kind of ratio is one row in its table.
-The tables are dicts, read when used, as ``modes.MODES`` is.
+history, the report, the summary and the cells themselves. A new kind of ratio is one row in its table,
+and, where no clock times it yet, its clock (``speed.clocks.CLOCKS``). The tables are dicts, read when
+used, as ``modes.MODES`` is.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ampbench.verdict import UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR
 
@@ -32,6 +34,8 @@ class RatioKind:
     gate: str  # the --perf-gate value that gates it (settings.GATES)
     floor: float = 0.0  # its tolerance's floor beside the user's --perf-tolerance
     unlearned: float = UNLEARNED_TOLERANCE  # its tolerance's floor until a between-run spread is learned
+    # the clock that times its two sides in a speed cell, by its name in ``speed.clocks.CLOCKS``
+    clock: str = "wall"
     same_method: bool = False  # held only against a baseline measured by the same device-time method
     over: bool = False  # a ratio over the versus side (the entry names it under "versus"), not over fp32
     steps: bool = False  # its step and round times are recorded, and its interval across runs
@@ -87,8 +91,9 @@ def ratio_label(kind: RatioKind, cell: object) -> str:
     return kind.label.format(over=getattr(cell, "versus", None))
 
 
-_DEVICE_METHOD = dict(same_method=True, missing="no device-time baseline: " + RECORD_AGAIN,
-                      other_method="device time ", stores_tolerance=True)
+_DEVICE_METHOD: dict[str, Any] = dict(clock="device", same_method=True,
+                                      missing="no device-time baseline: " + RECORD_AGAIN,
+                                      other_method="device time ", stores_tolerance=True)
 
 # a wall-clock speedup on a shared host wanders more than device time (``verdict.WALL_TOLERANCE_FLOOR``)
 WALL = RatioKind(name="wall", prefix="", label="wall-clock speedup", column="wall speedup", gate="wall",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -21,18 +21,19 @@ from ampbench.baselines.source import ReferenceSource
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.device import release
 from ampbench.models.spec import ModelSpec
-from ampbench.modes import PrecisionMode, label, versus_figure, versus_of
-from ampbench.results import SPEED_RATIOS, RatioKind, SpeedRecord
+from ampbench.modes import PrecisionMode, label, versus_of
+from ampbench.results import RatioKind, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.results.schema import FP32_SIDE, MODE_SIDE
 from ampbench.results.timed import DeviceQueue, SpeedSide
-from ampbench.settings import GATES, PerfSettings
+from ampbench.settings import PerfSettings
 from ampbench.speed import judging, sides
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
-from ampbench.speed.devicetime import IDLE_WARN_SHARE
+from ampbench.speed.devicetime import IDLE_WARN_SHARE, recapture_shared
+from ampbench.speed.held import QueueStats
 from ampbench.speed.hostload import host_load
-from ampbench.speed.ratio import Ratio
-from ampbench.verdict import HostOverhead, Reference, Verdict, combined, kernel_changes
+from ampbench.speed.ratio import Ratio, cell_ratios
+from ampbench.verdict import HostOverhead, Verdict, combined, kernel_changes
 
 
 @dataclass
@@ -83,45 +84,15 @@ def _prepare(mode: PrecisionMode, fp32: sides.Side, prepare: Callable[[], sides.
     dynamo_before = DynamoState.now() if mode.compile else None
     side = prepare()
     prepared = _Prepared(side, versus_side, dynamo_before, DynamoState.now() if mode.compile else None)
-    sides.recapture_shared(fp32)
+    recapture_shared(fp32)
     if versus_side is not None:
-        sides.recapture_shared(versus_side)
+        recapture_shared(versus_side)
     return prepared
 
 
-def _ratio(kind: RatioKind, mode: PrecisionMode, fp32: sides.Side, pair: _Prepared) -> Ratio | None:
-    """The cell's ratio of `kind`: over fp32's side, or over its versus side where the kind is (only a
-    compiled cell has one)."""
-    if not kind.over:
-        return Ratio.between(kind, fp32, pair.side)
-    if pair.versus is None:
-        return None
-    return Ratio.between(kind, pair.versus, pair.side, versus_figure(mode), label(versus_of(mode)))
-
-
-def _gates(gate: str, ratios: dict[str, Ratio]) -> tuple[str, ...]:
-    """The --perf-gate figures that hold the cell (settings.GATES): the wall clock's where device time
-    would, but the entry holds none (recorded before device time) while it holds the wall-clock speedup."""
-    gated = GATES[gate]
-    if DEVICE.gate in gated and ratios[DEVICE.name].check is None and ratios[WALL.name].check is not None:
-        return (WALL.gate,)
-    return gated
-
-
-def judged(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, pair: _Prepared, baseline: SpeedEntry | None,
-           settings: PerfSettings, pol: sides.SpeedPolicy,
-           against: Callable[[RatioKind], Reference | None] = lambda kind: None) -> list[Ratio]:
-    """The cell's ratios, in their table's order, each checked against what its baseline source gives it
-    (`against`, by the ratio's kind: ``ReferenceSource.reference``), then timed: judged where it gates the
-    cell, else its first look."""
-    checked = {kind.name: ratio.judge_against(spec.name, label(mode), baseline, against(kind))
-               for kind in SPEED_RATIOS.values() if (ratio := _ratio(kind, mode, fp32, pair)) is not None}
-    gates = _gates(settings.gate, checked)
-    return [ratio.time(pol, ratio.kind.gate in gates) for ratio in checked.values()]
-
-
-def _of(ratios: list[Ratio], kind: RatioKind) -> Ratio | None:
-    return next((r for r in ratios if r.kind is kind), None)
+def _of(ratios: list[Ratio], kind: RatioKind) -> Ratio:
+    """The cell's ratio of `kind`, one every cell has (device time, wall clock)."""
+    return next(r for r in ratios if r.kind is kind)
 
 
 def _over(ratios: list[Ratio]) -> str | None:
@@ -132,7 +103,7 @@ def _over(ratios: list[Ratio]) -> str | None:
 def _message(verdict: Verdict, ratios: list[Ratio], baseline: SpeedEntry | None, changes: str | None) -> str:
     message = "; ".join(r.message for r in ratios)
     across = _of(ratios, WALL).across_runs(baseline)
-    if across:
+    if across and baseline is not None:
         message += f"; wall across runs {judging.describe_across(across, baseline.ratio(WALL).between_run_count)}"
     failing = _named_failures(verdict, ratios)
     if failing:
@@ -163,21 +134,21 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
     against = (lambda kind: store.reference(test_id, kind, settings.tolerance, baseline)) if store is not None \
         else (lambda kind: None)
-    ratios = judged(spec, mode, fp32, pair, baseline, settings, pol, against)
+    ratios = cell_ratios(spec.name, mode, fp32, pair.side, pair.versus, baseline, settings.gate, pol, against)
     clock.end("ratios")  # each ratio's own seconds are its phase below
     trained = _Trained.of(pair.side, before)
     clock.end("trained")
     phases = {"prepare": clock.seconds["prepare"], **{f"prepare_{k}": v for k, v in pair.side.prepare_phases.items()},
-              **{r.kind.name: r.seconds for r in ratios}, "trained": clock.seconds["trained"]}
+              **{r.kind.name: r.measurement.seconds for r in ratios}, "trained": clock.seconds["trained"]}
     cell = SpeedCell(_record(spec, mode, settings, device, fp32, pair.side, ratios, baseline, peak_tflops, trained,
-                             phases), list(_of(ratios, DEVICE).first.mode_times))
+                             phases), list(_of(ratios, DEVICE).measurement.first.mode_times))
     cell.problems += _problems(spec, mode, pair, ratios, baseline, trained)
     # only a cell that really trained may become a baseline
     if settings.update_baselines and store is not None and not cell.problems:
         _record_baseline(store, test_id, software, settings, pol, baseline, ratios, cell.record)
-    queued_badly = queue_problems(_of(ratios, DEVICE).timing, pair.side, fp32)
+    queued_badly = queue_problems(_of(ratios, DEVICE).measurement.queue, pair.side, fp32)
     # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer
-    pair = None
+    del pair
     for ratio in ratios:
         ratio.release()
     release(device)
@@ -185,7 +156,7 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     return cell
 
 
-def _measured_with(settings: PerfSettings) -> dict[str, object]:
+def _measured_with(settings: PerfSettings) -> dict[str, Any]:
     return {"cudnn_benchmark": settings.cudnn_benchmark, "block_seconds": settings.block_seconds}
 
 
@@ -223,22 +194,22 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
     peak = peak_tflops(mode.peak_dtype)
     mode_side = SpeedSide(
         prepare_s=side.prepare_seconds, compile_s=side.first_step_seconds if mode.compile else None,
-        steps_per_block=wall.first.mode_steps, kernel_ms=side.profile.kernel_ms if side.profile else None,
+        steps_per_block=wall.measurement.first.mode_steps, kernel_ms=side.profile.kernel_ms if side.profile else None,
         busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
         throughput=batch / step_s, device_throughput=batch / dev_step_s, peak_mem_bytes=side.peak_bytes,
         tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
-        **_held_block_fields(dev.timing, side))
+        **_held_block_fields(dev.measurement.queue, side))
     fp32_side = SpeedSide(
         prepare_s=fp32.prepare_seconds, compile_s=fp32.first_step_seconds if mode.compile else None,
-        steps_per_block=wall.first.ref_steps, kernel_ms=fp32.profile.kernel_ms if fp32.profile else None,
+        steps_per_block=wall.measurement.first.ref_steps, kernel_ms=fp32.profile.kernel_ms if fp32.profile else None,
         busy_ms=ref_load.busy_ms, host_overhead_ms=ref_load.overhead_ms, idle_share=ref_load.idle_share,
         host_bound=ref_load.host_bound, throughput=batch / ref_step_s, peak_mem_bytes=fp32.peak_bytes,
-        **_held_block_fields(dev.timing, fp32))
+        **_held_block_fields(dev.measurement.queue, fp32))
     return SpeedRecord(
         model=spec.name, mode=label(mode), device=str(device), batch_size=batch, gate=settings.gate,
         gated=list(dict.fromkeys(r.kind.gate for r in ratios if r.gated)),
         ratios={r.kind.name: r.figures(baseline) for r in ratios}, versus=_over(ratios),
-        sides={MODE_SIDE: mode_side, FP32_SIDE: fp32_side}, device_queue=device_queue(dev.timing),
+        sides={MODE_SIDE: mode_side, FP32_SIDE: fp32_side}, device_queue=device_queue(dev.measurement.queue),
         kernel_speedup=(fp32.profile.kernel_ms / side.profile.kernel_ms) if side.profile and fp32.profile else None,
         kernels=kernels, kernel_changes=changes,
         memory_ratio=(side.peak_bytes / fp32.peak_bytes) if side.peak_bytes and fp32.peak_bytes else None,
@@ -293,9 +264,10 @@ def _record_baseline(store: ReferenceSource, test_id: str, software: dict, setti
 def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: ReferenceSource | None,
           baseline: SpeedEntry | None, ratios: list[Ratio], queued_badly: list[str], device: torch.device) -> None:
     """The cell's warnings: how it was measured (first), and what a cell that held should still say."""
-    dev, wall, versus = _of(ratios, DEVICE), _of(ratios, WALL), _of(ratios, VERSUS)
+    dev, wall = _of(ratios, DEVICE), _of(ratios, WALL)
+    versus = next((r for r in ratios if r.kind is VERSUS), None)
     judged = baseline is not None and not settings.update_baselines  # judged against an entry
-    mismatch = measurement_mismatch(baseline, _measured_with(settings)) if judged else None
+    mismatch = measurement_mismatch(baseline, _measured_with(settings)) if judged and baseline is not None else None
     if mismatch:
         cell.warn_first.append(UserWarning(f"{test_id}: {mismatch}"))
     if dev.why_unchecked and judged:
@@ -317,30 +289,30 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Referenc
             f"`pytest perf/ --perf-tier full --perf-update-baselines`"))
 
 
-def device_queue(timing: sides.DeviceTiming) -> DeviceQueue:
+def device_queue(queued: QueueStats | None) -> DeviceQueue:
     """How the cell's device blocks were queued (``ampbench.speed.held``): the record's check that no host
     entered the device time; none where no block was queued."""
-    if timing.queue is None:
+    if queued is None:
         return DeviceQueue()
-    q = timing.queue.stats
-    return DeviceQueue(text=q.describe(), blocks=q.blocks, held_blocks=q.held, retried_blocks=q.retried,
-                       per_replay_blocks=q.per_replay, chunk_replays=q.chunk, hold_ms=q.hold_s * 1e3)
+    return DeviceQueue(text=queued.describe(), blocks=queued.blocks, held_blocks=queued.held,
+                       retried_blocks=queued.retried, per_replay_blocks=queued.per_replay, chunk_replays=queued.chunk,
+                       hold_ms=queued.hold_s * 1e3)
 
 
-def _held_block_fields(timing: sides.DeviceTiming, side: sides.Side) -> dict:
+def _held_block_fields(queued: QueueStats | None, side: sides.Side) -> dict:
     """How long the GPU sat idle inside a profiled held block of `side`, and its longest gap, where blocks
     were queued (records of schemas 1 and 2 kept fp32's longest gap out)."""
-    if timing.queue is None or side.idle is None:
+    if queued is None or side.idle is None:
         return {}
     return dict(held_block_idle_share=side.idle.share, held_block_longest_gap_us=side.idle.longest_gap_us)
 
 
-def queue_problems(timing: sides.DeviceTiming, side: sides.Side, fp32: sides.Side) -> list[str]:
+def queue_problems(queued: QueueStats | None, side: sides.Side, fp32: sides.Side) -> list[str]:
     """What a warning should say of the queueing: blocks timed by events around each replay, or a
     profiled held block in which the GPU idled over IDLE_WARN_SHARE of the time."""
     problems = []
-    if timing.queue is not None and timing.queue.stats.per_replay:
-        problems.append(f"device time: {timing.queue.stats.describe()}")
+    if queued is not None and queued.per_replay:
+        problems.append(f"device time: {queued.describe()}")
     for name, s in (("the mode", side), ("fp32", fp32)):
         if s.graph is not None and s.idle is None:
             problems.append(f"device time: the profiler saw no kernel of a held block of {name}: "

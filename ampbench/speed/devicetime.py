@@ -13,6 +13,9 @@ same eager steps wandered 10-23% (the host could not launch kernels as fast as t
   where a step cannot be captured, and one profiled block per side gives each cell its kernel list.
 
 On the CPU there is no device apart from the host: device time is the wall time of the same blocks.
+The clock that times a side's blocks by either is ``clocks.DeviceClock``; here are the captured step (with
+a shared side's step captured again where its graph may point at freed memory, `recapture_shared`), the
+profiled kernels and the idle time inside a held block.
 """
 
 from __future__ import annotations
@@ -22,13 +25,16 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
 from ampbench.speed.held import TRIES, BlockQueue, events_around, launch_queue_depth
-from ampbench.speed.timing import sync, time_block
+from ampbench.speed.timing import end_rng_capture, sync, sync_quietly
 from ampbench.train import Trainer
+
+if TYPE_CHECKING:  # a side holds its captured step: sides imports this module
+    from ampbench.speed.sides import Side
 
 # Kineto leaves CUPTI attached after a profiling session unless told to tear it down, and an attached
 # CUPTI slows every later kernel launch: wall-clock blocks timed after a cell's profiled block would
@@ -47,8 +53,6 @@ TOP_KERNELS = 20
 KEPT_SHARE = 0.0025
 MAX_KERNELS = 60
 REST = "(other kernels)"
-
-METHODS = ("graph", "kernels", "wall")  # what `DeviceClock.method` can be
 
 
 def _balanced_strip(text: str, opening: str, closing: str) -> str:
@@ -308,76 +312,24 @@ def capture(trainer: Trainer) -> CapturedStep:
     return CapturedStep(trainer)
 
 
-def end_rng_capture(device: torch.device) -> None:
-    """Take the CUDA random generator out of capture after a failed one. A capture that fails never
-    reaches the generator's end-of-capture step, so every later random draw on the device (a model's
-    initial weights) would fail with "Offset increment outside graph capture"; a trivial capture that
-    succeeds runs that step."""
+def uses_rnn_dropout_state(model: torch.nn.Module) -> bool:
+    """Whether a step of `model` runs a cuDNN RNN with dropout, whose state buffer is one per device."""
+    return any(isinstance(m, torch.nn.RNNBase) and m.dropout > 0 for m in model.modules())
+
+
+def recapture_shared(side: Side) -> None:
+    """Capture a shared side's step again (the fp32 side, a versus side) where its graph may point at
+    freed memory.
+
+    cuDNN's RNN dropout keeps one state buffer per device, and the first RNN step after any CUDA
+    reseed (every Trainer seeds, so that all modes start from the same weights) frees it and allocates
+    a new one. A graph captured before then still writes into the old buffer, memory the allocator has
+    since handed to the next trainer, corrupting its weights (docs/design.md). So once the mode's trainer
+    has stepped, the shared side is captured anew."""
+    if side.graph is None or not uses_rnn_dropout_state(side.trainer.model):
+        return
+    side.graph = None
     try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            torch.zeros(1, device=device).add_(1)
-        del graph
-    except Exception:  # noqa: BLE001 - the failed capture's own error is the one worth reporting
-        sync_quietly(device)
-
-
-def sync_quietly(device: torch.device) -> None:
-    """Synchronize after a failed capture; a capture that failed half-way can leave an error behind."""
-    try:
-        sync(device)
-    except Exception:  # noqa: BLE001 - the capture's own error is the one worth reporting
-        pass
-
-
-@dataclass
-class DeviceClock:
-    """Times blocks of one side's training steps on the device; `block()` returns seconds per step.
-    On CUDA each block is queued whole behind `queue`'s hold (``ampbench.speed.held``)."""
-
-    trainer: Trainer
-    method: str  # one of METHODS
-    steps: int  # training steps per timed block
-    graph: CapturedStep | None = None
-    fallback: str | None = None  # why this side is not measured by graph replay, where it could be
-    queue: BlockQueue | None = None  # the cell's hold, shared by both sides; None off CUDA
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"unknown device-time method {self.method!r}; one of {', '.join(METHODS)}")
-        if self.method == "graph" and self.graph is None:
-            raise ValueError("method 'graph' needs a captured step")
-        if self.queue is None and self.method != "wall":
-            self.queue = BlockQueue(self.trainer.device)
-
-    def block(self) -> float:
-        if self.method == "graph":
-            graph, n = self.graph, self.steps
-            return self.queue.replays(graph.replay, n, graph.replay_each_timed, graph.chunk_for(n)) / n
-        if self.method == "kernels":
-            return profile_steps(self.trainer, self.steps, self.queue).kernel_ms / 1e3
-        return time_block(self.trainer.device, lambda: self.trainer.run(self.steps)) / self.steps
-
-
-def clock_for(trainer: Trainer, steps: int, graph: CapturedStep | None, fallback: str | None,
-              queue: BlockQueue | None = None) -> DeviceClock:
-    """The device clock of one side: graph replay where a graph was captured, the profiler's kernel
-    sum where capture failed (`fallback` says why), the wall clock off CUDA."""
-    if trainer.device.type != "cuda":
-        return DeviceClock(trainer, "wall", steps, fallback="no CUDA device: device time is the wall time")
-    if graph is not None:
-        return DeviceClock(trainer, "graph", steps, graph, queue=queue)
-    return DeviceClock(trainer, "kernels", steps, fallback=fallback, queue=queue)
-
-
-def paired_blocks(ref: DeviceClock, mode: DeviceClock) -> tuple[Callable[[], float],
-                                                                Callable[[], float], str, str | None]:
-    """The two sides' block functions measured the same way (a graph on one side and a kernel sum
-    on the other would compare two different things), the method and why it is not a graph."""
-    if ref.method == mode.method:
-        return ref.block, mode.block, ref.method, ref.fallback or mode.fallback
-    # one side could not be captured: both fall back to the kernel sum
-    why = mode.fallback or ref.fallback or "one side could not be captured"
-    ref_k = DeviceClock(ref.trainer, "kernels", ref.steps, fallback=why, queue=ref.queue)
-    mode_k = DeviceClock(mode.trainer, "kernels", mode.steps, fallback=why, queue=mode.queue)
-    return ref_k.block, mode_k.block, "kernels", why
+        side.graph = capture(side.trainer)
+    except CaptureError as exc:
+        side.capture_failure = str(exc)

@@ -1,69 +1,39 @@
-"""How one ratio of a speed cell is judged and recorded, once its two sides can be timed: a judged figure
-is looked at in a group-sequential sign test (``sequential``) until its interval leaves its line or its
-rounds run out (`decide`; ``ratio.Ratio`` confirms a regression by a second batch judged alike); its
-interval across runs (`across_runs_of`); whether a recording measured what its entry did
-(`comparable_recording`), and the noise a recording stores (`recorded_noise`) of its batches pooled."""
+"""How one measured ratio of a speed cell is judged (`judge`: its verdict and judgement, from its
+``measurement.Measurement`` and its check), its interval across runs (`across_runs_of`), whether a
+recording measured what its entry did (`comparable_recording`), and the noise a recording stores
+(`recorded_noise`) of its rounds pooled."""
 
 from __future__ import annotations
-
-import math
-import time
 
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.spread import software_difference
 from ampbench.baselines.store import measurement_mismatch
-from ampbench.speed.sequential import Look, schedule
-from ampbench.speed.sides import SpeedPolicy
+from ampbench.speed.measurement import Measurement, Rounds
+from ampbench.speed.sequential import verdict_at
 from ampbench.speed.timing import PairedTimer
-from ampbench.stats import (
-    SpeedupEstimate,
-    across_runs,
-    estimate_speedup,
-    finite_number,
-    log_ratios,
-    order_aligned,
-    relative_spread,
-    robust_sd,
-)
+from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
 from ampbench.verdict import SpeedupCheck, Verdict
 
-
-def at_look(timer: PairedTimer, look: Look) -> SpeedupEstimate:
-    """The timer's estimate with the bounds of `look` (its rounds must be the look's)."""
-    centre, aligned = order_aligned(log_ratios(timer.ref_times, timer.mode_times), timer.ref_first)
-    low, high = look.bounds(aligned)
-    return SpeedupEstimate(math.exp(centre), math.exp(low), math.exp(high), look.rounds, look.confidence,
-                           round_sd=robust_sd(aligned))
+NO_BASELINE = "no baseline for this GPU"
 
 
-def decide(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> tuple[SpeedupEstimate, Verdict]:
-    """Look at the ratio at each look of its schedule (``sequential.schedule``) until its bounds at a look
-    lie wholly above or below the line, or its rounds (`policy.extend_to`) or seconds
-    (`policy.decide_seconds`) run out: the estimate of the last look taken and its verdict (inconclusive
-    where no look decided). A side a look cannot decide (too few rounds for its error) is no verdict
-    there. A timer that already holds more rounds than a look skips it (what it would spend stays
-    unspent)."""
-    t0 = time.perf_counter()
-    est, verdict = None, Verdict.INCONCLUSIVE
-    for look in schedule(policy.first_look, policy.extend_to):
-        taken = len(timer.mode_times)
-        if taken > look.rounds:
-            continue
-        # out of seconds, or held to a line at or below zero, which no look can decide against
-        if est is not None and (time.perf_counter() - t0 > policy.decide_seconds or not check.has_line):
-            break
-        timer.rounds(look.rounds - taken)
-        est = at_look(timer, look)
-        verdict = check.classify(est)
-        if (verdict is Verdict.REGRESSION and look.regression_rank is None) or (
-                verdict in (Verdict.PASS, Verdict.IMPROVED) and look.pass_rank is None):
-            verdict = Verdict.INCONCLUSIVE
-        if verdict is not Verdict.INCONCLUSIVE:
-            break
-    if est is None:  # more rounds already than any look: the fixed-size interval
-        est = timer.estimate(policy.rounds.confidence)
-        verdict = check.classify(est)
-    return est, verdict
+def judge(measured: Measurement, check: SpeedupCheck | None) -> tuple[Verdict, str]:
+    """The verdict of a measured ratio against `check` (None: there is nothing to judge it against), and its
+    judgement: how it compares, in words. A regression stands only where the confirming rounds, looked at
+    alike, agree; a gated ratio its own rounds pass fails where it lies, with the runs its history held back
+    before it, below the line together (``SpeedupCheck.fails_together``)."""
+    est = measured.estimate
+    if check is None:
+        return Verdict.NO_BASELINE, f"speedup {est}; {NO_BASELINE}"
+    verdict, confirmation = verdict_at(check, est, measured.look), measured.confirmation
+    if verdict is Verdict.REGRESSION and confirmation is not None and verdict_at(
+            check, confirmation, measured.confirmation_look) is not Verdict.REGRESSION:
+        verdict = Verdict.INCONCLUSIVE  # two sets of rounds disagree: not confirmed
+    judgement = check.describe(est) + (f"; confirming batch {confirmation}" if confirmation else "")
+    together = check.fails_together(est.speedup, verdict) if measured.gated else None
+    if together:
+        verdict, judgement = Verdict.REGRESSION, f"{judgement}; {together}"
+    return verdict, judgement
 
 
 def across_runs_of(est: SpeedupEstimate, between_run_sd: float | None) -> SpeedupEstimate | None:
@@ -90,14 +60,14 @@ def comparable_recording(previous: SpeedEntry | None, previous_software: dict | 
 
 def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: float | None,
                    comparable: bool) -> float:
-    """The noise a baseline is stored with, from robust figures only: the first batch's interval
-    (>= 12 rounds, so one stray round cannot set it), how far the medians of the two batches lie
+    """The noise a baseline is stored with, from robust figures only: the first rounds' interval
+    (>= 12 rounds, so one stray round cannot set it), how far the medians of the two sets of rounds lie
     apart, and, when the entry is re-recorded `comparable`-ly (the same software, measured the same
     way), how far this recording lies from the previous one, so recording twice teaches the suite a
     cell's run-to-run spread. A previous entry measured otherwise (cuDNN autotuning against its
     heuristics) differs by a shift, not by noise, and is not counted (docs/design.md).
 
-    The second batch's own interval is left out: with its 8 rounds it is [min, max], which one stray
+    The second set's own interval is left out: with its 8 rounds it is [min, max], which one stray
     round sets. An old entry's noise is not carried over either, so a noisy recording does not loosen a
     cell for ever.
     """
@@ -108,6 +78,7 @@ def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: fl
     return noise
 
 
-def pooled_estimate(a: PairedTimer, b: PairedTimer, confidence: float) -> SpeedupEstimate:
-    return estimate_speedup(a.ref_times + b.ref_times, a.mode_times + b.mode_times, confidence,
+def pooled_estimate(a: Rounds | PairedTimer, b: Rounds | PairedTimer, confidence: float) -> SpeedupEstimate:
+    """Two sets of rounds as one, each in its own order (a set that starts over starts with its reference)."""
+    return estimate_speedup([*a.ref_times, *b.ref_times], [*a.mode_times, *b.mode_times], confidence,
                             ref_first=a.ref_first + b.ref_first)

@@ -13,24 +13,40 @@ the cell takes.
 
 The two sides spend apart. A false regression is what the suite must not produce: its side spends
 REGRESSION_ALPHA (1%, one-sided) in all, and a regression must be confirmed by a second, independent
-batch that spends as much again, so a run on its line fails by the rounds' chance at most 1 time in
+set of rounds that spends as much again, so a run on its line fails by the rounds' chance at most 1 time in
 10,000. A false pass lets a real regression of one run through, where later runs and the history still
 catch it; its side spends PASS_ALPHA (5%), most of it at the first look, so that a clear pass stops after
 FIRST_LOOK rounds (all of them above the line), which no regression decision can (2^-5 > 1%).
+
+The looks are where a ratio's measurement and its judgement meet, and the only place: how many rounds a
+ratio takes depends on how its check classifies them so far (`judged_rounds`: the looks, and the confirming
+rounds a regression at them asks for; `first_look`: the one look of a figure that is only reported). What
+they took is what the measurement holds (``measurement.measure``); its verdict is the judge's, from that
+(``judging.judge``, by `verdict_at`, the rule each look applies).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
+
+from ampbench.speed.sides import SpeedPolicy
+from ampbench.speed.timing import PairedTimer, extend_until_tight
+from ampbench.stats import SpeedupEstimate, log_ratios, order_aligned, robust_sd
+from ampbench.stats import min_rounds as fewest_rounds
+from ampbench.verdict import SpeedupCheck, Verdict
 
 # the rounds of a judged ratio at which it is looked at, after its first look
 LOOKS = (8, 12, 16, 20, 24, 32, 40, 48)
 FIRST_LOOK = 5  # the fewest rounds of a first look: all 5 above the line pass with error 2^-5
 PASS_ALPHA, PASS_RHO = 0.05, 0.15  # what the pass bounds spend in all, and how soon (alpha t^rho)
 REGRESSION_ALPHA, REGRESSION_RHO = 0.01, 0.5
+# A reported figure judged against a baseline is looked at after this many rounds first: all of them above
+# its line ([min, max] of 4 rounds, 87.5%) is a pass, and the rest of its rounds are not taken
+REPORTED_FIRST_LOOK = 4
 
 
 @dataclass(frozen=True)
@@ -100,3 +116,102 @@ def schedule(first: int = FIRST_LOOK, limit: int = LOOKS[-1]) -> tuple[Look, ...
 def errors(looks: Sequence[Look]) -> tuple[float, float]:
     """What a schedule spends in all: (false pass, false regression), each by the union bound."""
     return sum(look.pass_error for look in looks), sum(look.regression_error for look in looks)
+
+
+def at_look(timer: PairedTimer, look: Look) -> SpeedupEstimate:
+    """The timer's estimate with the bounds of `look` (its rounds must be the look's)."""
+    centre, aligned = order_aligned(log_ratios(timer.ref_times, timer.mode_times), timer.ref_first)
+    low, high = look.bounds(aligned)
+    return SpeedupEstimate(math.exp(centre), math.exp(low), math.exp(high), look.rounds, look.confidence,
+                           round_sd=robust_sd(aligned))
+
+
+def verdict_at(check: SpeedupCheck, est: SpeedupEstimate, look: Look | None) -> Verdict:
+    """`check`'s verdict of `est`, an estimate taken at `look` (None: over all of a timer's rounds, a
+    fixed-size interval): a side the look cannot decide (too few rounds for its error) is no verdict there."""
+    verdict = check.classify(est)
+    if look is not None and ((verdict is Verdict.REGRESSION and look.regression_rank is None) or (
+            verdict in (Verdict.PASS, Verdict.IMPROVED) and look.pass_rank is None)):
+        return Verdict.INCONCLUSIVE
+    return verdict
+
+
+def decide(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> tuple[SpeedupEstimate, Look | None]:
+    """Look at the ratio at each look of its schedule until its bounds at a look lie wholly above or below
+    the line, or its rounds (`policy.extend_to`) or seconds (`policy.decide_seconds`) run out: the estimate
+    of the last look taken and that look (its verdict, inconclusive where no look decided, is `verdict_at`
+    them). A timer that already holds more rounds than a look skips it (what it would spend stays unspent);
+    one that holds more than every look gives its fixed-size interval, and no look."""
+    t0 = time.perf_counter()
+    est: SpeedupEstimate | None = None
+    taken_at: Look | None = None
+    for look in schedule(policy.first_look, policy.extend_to):
+        taken = len(timer.mode_times)
+        if taken > look.rounds:
+            continue
+        # out of seconds, or held to a line at or below zero, which no look can decide against
+        if est is not None and (time.perf_counter() - t0 > policy.decide_seconds or not check.has_line):
+            break
+        timer.rounds(look.rounds - taken)
+        est, taken_at = at_look(timer, look), look
+        if verdict_at(check, est, look) is not Verdict.INCONCLUSIVE:
+            break
+    if est is None:
+        return timer.estimate(policy.rounds.confidence), None
+    return est, taken_at
+
+
+@dataclass(frozen=True)
+class Looked:
+    """What the looks took of a ratio's first rounds: their estimate and the look it was taken at (None: over
+    all of them), and the confirming rounds a regression at the looks asked for, with theirs."""
+
+    estimate: SpeedupEstimate
+    look: Look | None = None
+    confirming: PairedTimer | None = None
+    confirmation: SpeedupEstimate | None = None
+    confirmation_look: Look | None = None
+
+
+def judged_rounds(first: PairedTimer, timer: Callable[[SpeedPolicy], PairedTimer], check: SpeedupCheck | None,
+                  policy: SpeedPolicy) -> Looked:
+    """The rounds of a ratio that gates its cell, `first` its first ones and `timer` its clock: looked at
+    (`decide`) until they leave the line, and where they lie below it a second, independent set of rounds
+    from `timer`, looked at alike.
+
+    Without a baseline, and in a recording (`policy.tighten_judged`), whose interval becomes the stored
+    noise, rounds are added until the interval is half as wide as the cell's own tolerance: a cell whose
+    runs spread further needs no tighter interval than its line allows."""
+    rounds = policy.rounds
+    if check is None:
+        return Looked(extend_until_tight(first, rounds))
+    if policy.tighten_judged:
+        est = extend_until_tight(first, replace(rounds, target_half_width=max(rounds.target_half_width,
+                                                                              check.tolerance / 2)))
+        look = None
+    else:
+        est, look = decide(first, check, policy)
+    if verdict_at(check, est, look) is not Verdict.REGRESSION:
+        return Looked(est, look)
+    confirming = timer(policy)  # judged as the first rounds are: rounds cut short confirm nothing
+    confirmation, confirmation_look = decide(confirming, check, policy)
+    return Looked(est, look, confirming, confirmation, confirmation_look)
+
+
+def first_look(timer: PairedTimer, check: SpeedupCheck | None, policy: SpeedPolicy) -> Looked:
+    """The rounds of a figure that is reported but does not gate the cell: where it is judged against a
+    baseline, REPORTED_FIRST_LOOK rounds first, and no more where they all lie above its line (a sequential
+    look, as the judged figures take, spending 2^-4 on a missed warning); else the fewest rounds of an
+    interval of `policy.look_confidence`. No extension, no confirming rounds."""
+    rounds = fewest_rounds(policy.look_confidence)
+    if check is not None and not policy.tighten_judged and REPORTED_FIRST_LOOK < rounds:
+        look = Look(REPORTED_FIRST_LOOK, 1, None, 2.0 ** -REPORTED_FIRST_LOOK, 0.0)
+        timer.rounds(max(0, REPORTED_FIRST_LOOK - len(timer.mode_times)))
+        if len(timer.mode_times) == REPORTED_FIRST_LOOK:
+            est = at_look(timer, look)
+            # no more rounds could decide against no line
+            if check.classify(est) is Verdict.PASS or not check.has_line:
+                return Looked(est, look)
+    if len(timer.mode_times) < rounds:
+        timer.rounds(rounds - len(timer.mode_times))
+    return Looked(timer.estimate(policy.look_confidence))

@@ -1,12 +1,12 @@
 """The two sides of a speed cell, fp32's and the mode's: each trainer built, warmed up, captured as a
-CUDA graph and profiled once (`prepare_side`), the policy of their rounds (`policy_for`), and the clocks
-that time one against the other, in device time (`device_timing`) or wall-clock time (`fresh_timer`).
-How a ratio of them is judged is ``ampbench.speed.judging``."""
+CUDA graph and profiled once (`prepare_side`), and the policy of their rounds (`policy_for`). The clocks
+that time one against the other are ``ampbench.speed.clocks``."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
@@ -21,20 +21,10 @@ from ampbench.speed.devicetime import (
     KernelProfile,
     block_idle,
     capture,
-    clock_for,
-    paired_blocks,
     profile_steps,
 )
 from ampbench.speed.held import PROFILED_HOLD_S, BlockQueue
-from ampbench.speed.timing import (
-    PairedTimer,
-    RoundsPolicy,
-    peak_memory_bytes,
-    steps_per_block,
-    sync,
-    wall_block,
-    warm_up,
-)
+from ampbench.speed.timing import RoundsPolicy, peak_memory_bytes, steps_per_block, sync, warm_up
 from ampbench.train import Trainer
 
 # A figure reported beside the gate (the wall-clock speedup under --perf-gate device) is read, not judged:
@@ -49,11 +39,11 @@ class SpeedPolicy:
     warmup_steps: int  # training steps before anything is timed (cuDNN autotuning, scaler settling)
     warmup_seconds: float  # and at least this long, so the SM clock has left idle
     block_seconds: float  # target length of the faster side's timed block
-    rounds: RoundsPolicy  # rounds of the first (and of a confirming) batch
-    record_rounds: RoundsPolicy  # rounds of the extra batch that measures noise when recording a baseline
+    rounds: RoundsPolicy  # the first rounds (and the confirming ones)
+    record_rounds: RoundsPolicy  # the second rounds that measure noise when recording a baseline
     extend_to: int  # rounds a straddling interval may grow to before it is called inconclusive
     first_look: int = 5  # rounds of a judged figure's first look (``sequential.schedule``)
-    decide_seconds: float = 20.0  # and seconds of looks, per batch, after which it is inconclusive
+    decide_seconds: float = 20.0  # and seconds of looks, per set of rounds, after which it is inconclusive
     # coverage of the interval of a figure that is reported but does not gate the cell (``first_look``)
     look_confidence: float = LOOK_CONFIDENCE
     # rounds added to a judged figure until its interval is tight (`rounds`' target), where off only a
@@ -72,7 +62,7 @@ class SpeedPolicy:
 # --perf-rounds' and --perf-block-seconds' defaults (ampbench.settings says why), read here as speed.DEFAULT_*
 DEFAULT_MIN_ROUNDS = options.DEFAULT_MIN_ROUNDS
 DEFAULT_BLOCK_SECONDS = options.DEFAULT_BLOCK_SECONDS
-# A recording's first batch has at least this many rounds: its interval sets the recorded noise, and
+# A recording's first rounds are at least this many: its interval sets the recorded noise, and
 # with 8 rounds that interval is [min, max], which one stray round would set
 RECORDING_MIN_ROUNDS = 12
 # the fewest rounds of a fixed-size 99% interval: a figure without a baseline takes this many at least
@@ -87,7 +77,7 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
     look = 0.99 if recording else LOOK_CONFIDENCE
     if device.type != "cuda":
         # the smoke pass checks the code path, not the CPU's speed: the fewest rounds that still give
-        # a 99% interval, one batch, no extension, and blocks of a few steps of the tiny smoke shapes
+        # a 99% interval, one set of them, no extension, and blocks of a few steps of the tiny smoke shapes
         # (the blocks' length was most of a small model's cell)
         smoke = RoundsPolicy(8, 8, 1.0, 5.0)
         return SpeedPolicy(2, 0.0, 0.002, smoke, smoke, 8, first_look=min(min_rounds, 8), look_confidence=look)
@@ -183,29 +173,6 @@ class Phases:
         return self.last - self.start
 
 
-def uses_rnn_dropout_state(model: torch.nn.Module) -> bool:
-    """Whether a step of `model` runs a cuDNN RNN with dropout, whose state buffer is one per device."""
-    return any(isinstance(m, torch.nn.RNNBase) and m.dropout > 0 for m in model.modules())
-
-
-def recapture_shared(side: Side) -> None:
-    """Capture a shared side's step again (the fp32 side, a versus side) where its graph may point at
-    freed memory.
-
-    cuDNN's RNN dropout keeps one state buffer per device, and the first RNN step after any CUDA
-    reseed (every Trainer seeds, so that all modes start from the same weights) frees it and allocates
-    a new one. A graph captured before then still writes into the old buffer, memory the allocator has
-    since handed to the next trainer, corrupting its weights (docs/design.md). So once the mode's trainer
-    has stepped, the shared side is captured anew."""
-    if side.graph is None or not uses_rnn_dropout_state(side.trainer.model):
-        return
-    side.graph = None
-    try:
-        side.graph = capture(side.trainer)
-    except CaptureError as exc:
-        side.capture_failure = str(exc)
-
-
 def parameters_fingerprint(trainer: Trainer) -> torch.Tensor:
     """A cheap device-side summary of the weights: changes whenever an optimizer step really lands."""
     return torch.stack([p.detach().float().sum() for p in trainer.model.parameters()])
@@ -213,44 +180,5 @@ def parameters_fingerprint(trainer: Trainer) -> torch.Tensor:
 
 def loss_scale(trainer: Trainer) -> float | None:
     """The scaler's current scale, or None for modes that do not scale the loss."""
-    scaler = trainer.scaler
+    scaler: Any = trainer.scaler  # a GradScaler or the suite's own LossScaler, alike in these two calls
     return float(scaler.get_scale()) if scaler.is_enabled() else None
-
-
-def _block_steps(over: Side, mode: Side, policy: SpeedPolicy) -> tuple[int, int]:
-    """Training steps per timed block of each side: each block long enough on its own."""
-    return (steps_per_block(over.step_seconds, policy.block_seconds),
-            steps_per_block(mode.step_seconds, policy.block_seconds))
-
-
-def fresh_timer(over: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
-    """Interleaved wall-clock blocks of eager steps: what eager training gets on this host."""
-    ref_steps, mode_steps = _block_steps(over, mode, policy)
-    return PairedTimer(wall_block(over.trainer, ref_steps), wall_block(mode.trainer, mode_steps),
-                       ref_steps, mode_steps)
-
-
-def _paired_clocks(over: Side, mode: Side, ref_steps: int, mode_steps: int, queue: BlockQueue | None = None):
-    return paired_blocks(clock_for(over.trainer, ref_steps, over.graph, over.capture_failure, queue),
-                         clock_for(mode.trainer, mode_steps, mode.graph, mode.capture_failure, queue))
-
-
-@dataclass(frozen=True)
-class DeviceTiming:
-    """How a cell's device time is measured: both sides the same way, behind one hold (CUDA)."""
-
-    method: str  # "graph", "kernels" or "wall" (ampbench.speed.devicetime.METHODS)
-    fallback: str | None  # why not by graph replay, where graph replay was wanted
-    queue: BlockQueue | None = None  # how the cell's blocks were queued (``ampbench.speed.held``); None off CUDA
-
-    def timer(self, over: Side, mode: Side, policy: SpeedPolicy) -> PairedTimer:
-        ref_steps, mode_steps = _block_steps(over, mode, policy)
-        ref_block, mode_block, _, _ = _paired_clocks(over, mode, ref_steps, mode_steps, self.queue)
-        return PairedTimer(ref_block, mode_block, ref_steps, mode_steps)
-
-
-def device_timing(over: Side, mode: Side) -> DeviceTiming:
-    device = over.trainer.device
-    queue = BlockQueue(device) if device.type == "cuda" else None
-    _, _, method, fallback = _paired_clocks(over, mode, 1, 1, queue)
-    return DeviceTiming(method, fallback, queue)

@@ -1,5 +1,7 @@
 """Timing a precision mode against the fp32 reference: interleaved blocks of training steps in one
-process, timed with CUDA events, with no host sync inside a timed block."""
+process, timed with CUDA events, with no host sync inside a timed block; and the device's synchronisation
+around them (`sync`), kept quiet after a graph capture that failed half-way (`sync_quietly`,
+`end_rng_capture`), which can leave an error and a generator still in capture behind."""
 
 from __future__ import annotations
 
@@ -68,6 +70,28 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def end_rng_capture(device: torch.device) -> None:
+    """Take the CUDA random generator out of capture after a failed one. A capture that fails never
+    reaches the generator's end-of-capture step, so every later random draw on the device (a model's
+    initial weights) would fail with "Offset increment outside graph capture"; a trivial capture that
+    succeeds runs that step."""
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            torch.zeros(1, device=device).add_(1)
+        del graph
+    except Exception:  # noqa: BLE001 - the failed capture's own error is the one worth reporting
+        sync_quietly(device)
+
+
+def sync_quietly(device: torch.device) -> None:
+    """Synchronize after a failed capture; a capture that failed half-way can leave an error behind."""
+    try:
+        sync(device)
+    except Exception:  # noqa: BLE001 - the capture's own error is the one worth reporting
+        pass
+
+
 def wall_block(trainer: Trainer, steps: int) -> Callable[[], float]:
     """A block of `steps` eager training steps timed from an idle device to the end of its last
     kernel: what eager training gets on this host, launch overhead included; seconds per step."""
@@ -118,7 +142,7 @@ class RoundsPolicy:
     min_rounds: int
     max_rounds: int
     target_half_width: float
-    budget_seconds: float  # wall-clock limit for one batch of rounds
+    budget_seconds: float  # wall-clock limit for one set of rounds
     confidence: float = 0.99
     step: int = 4
 
