@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ampbench.plugin import activation
+from ampbench.plugin import acts
 from ampbench.plugin.session import DISTRIBUTED_STORE_KEY, open_baselines, perf_settings_of
 
 if TYPE_CHECKING:  # the stores load where a GPU run opens them
@@ -19,7 +19,7 @@ WORLD_SIZE_KEY = pytest.StashKey[int]()
 
 @pytest.hookimpl(trylast=True)  # after ampbench.plugin.session has made the settings it reads
 def pytest_configure(config: pytest.Config) -> None:
-    if activation.acts(config):
+    if acts(config):
         configure_world_size(config)
 
 

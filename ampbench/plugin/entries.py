@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ampbench.plugin.activation import acts
+from ampbench.plugin import acts
 from ampbench.plugin.options import follows
 from ampbench.results.run import entry_group, timed_entry
 from ampbench.results.schema import SCHEMA_KEY, UNTIMED_KEY

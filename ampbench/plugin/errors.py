@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ampbench.plugin.activation import acts
+from ampbench.plugin import acts
 from ampbench.plugin.entries import cell_of, item_entry
 from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY, UNTIMED_KEY
 

@@ -1,6 +1,6 @@
 """The history's pytest side: ``--perf-history`` and ``--perf-label``, the store opened and checked before
 the first cell, and the session's run appended at its end. Loaded by ``ampbench.plugin``; it acts where
-ampbench does (``ampbench.plugin.activation``).
+ampbench does (``ampbench.plugin.acts``).
 
 The run goes in whole at the end of the session, after pytest-benchmark has written its JSON: the
 cells' records (``ampbench.plugin.summary.keep_record``), the machine's info, the host's load, the suite's revision
@@ -31,7 +31,7 @@ import pytest
 import ampbench
 from ampbench.files import paths
 from ampbench.files.write import write_atomic
-from ampbench.plugin.activation import acts
+from ampbench.plugin import acts
 from ampbench.plugin.options import follows
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where a history is opened: a run without ampbench's cells opens none

@@ -1,4 +1,4 @@
-"""The session: at configure time (where ampbench acts: ``ampbench.plugin.activation``) the options
+"""The session: at configure time (where ampbench acts: ``ampbench.plugin.acts``) the options
 become one ``PerfSettings`` in ``config.stash``, every usage error found before the first cell (device,
 baseline files, the loss scaler, the world size); cells are parametrized from it, the header and the
 end of the terminal summary say when the run is the CPU smoke pass, and recorded baselines are written
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ampbench.files import paths
-from ampbench.plugin import activation, profiles
+from ampbench.plugin import HOW, acts, profiles
 from ampbench.plugin.options import tier_models, zoo
 from ampbench.plugin.parametrize import cells_for, why_no_cells
 from ampbench.settings import COMPILE_CHOICES, TIERS, Nodes, PerfSettings
@@ -173,7 +173,7 @@ MARKERS = (
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
-    if activation.acts(config):
+    if acts(config):
         configure(config)
 
 
@@ -181,7 +181,7 @@ def perf_settings_of(config: pytest.Config) -> PerfSettings:
     """The session's settings; a usage error in a run where ampbench does not act."""
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None:
-        raise pytest.UsageError(f"ampbench: this run asks for ampbench's cells or settings; {activation.HOW}")
+        raise pytest.UsageError(f"ampbench: this run asks for ampbench's cells or settings; {HOW}")
     return settings
 
 
