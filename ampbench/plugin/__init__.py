@@ -34,7 +34,6 @@ pytest_plugins = (
     "ampbench.plugin.session",
     "ampbench.plugin.fixtures",
     "ampbench.plugin.distributed",
-    "ampbench.plugin.nodes",
     # that the run keeps its results (output paths, options that lose them); the cells' JSON entries and
     # their errors as failing records; the progress line; the run history (--perf-history, --perf-label,
     # each run appended at the session's end)
