@@ -41,7 +41,6 @@ pytest_plugins = (
     "ampbench.plugin.entries",
     "ampbench.plugin.progress",
     "ampbench.plugin.history",
-    "ampbench.plugin.errors",
 )
 
 NAME = "ampbench"
