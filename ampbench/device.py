@@ -9,7 +9,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
@@ -18,6 +18,7 @@ from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode
 from ampbench.results import cluster_stem
 
+T = TypeVar("T")
 
 def resolve(name: str, flag: str = "--perf-device") -> torch.device:
     """'auto' means CUDA where there is one, else the CPU; errors name the option, `flag`, it came from."""
@@ -153,7 +154,7 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def catch_oom(fn: Callable[[], object]) -> tuple[object, str | None]:
+def catch_oom(fn: Callable[[], T]) -> tuple[T | None, str | None]:
     """(fn(), None), or (None, a description) if the device ran out of memory.
 
     The description is built inside the handler and the exception dropped with it: the traceback

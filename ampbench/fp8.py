@@ -154,11 +154,16 @@ MODULE_FILTERS: dict[str, Callable[[nn.Module], ModuleFilter]] = {
 }
 
 
+def _module_filter(mode: PrecisionMode) -> Callable[[nn.Module], ModuleFilter]:
+    assert mode.module_filter is not None, f"{mode.name}: an fp8 row names its module_filter"
+    return MODULE_FILTERS[mode.module_filter]
+
+
 def converted_names(model: nn.Module, mode: PrecisionMode) -> list[str]:
     """The Linear layers `mode` converts to fp8 in `model` (none for a mode without fp8)."""
     if mode.fp8_recipe is None:
         return []
-    keep = MODULE_FILTERS[mode.module_filter](model)
+    keep = _module_filter(mode)(model)
     return [name for name, m in model.named_modules() if keep(m, name)]
 
 
@@ -201,7 +206,7 @@ def convert(model: nn.Module, mode: PrecisionMode) -> list[str]:
     config = float8_config(mode)
     from torchao.float8 import convert_to_float8_training
 
-    convert_to_float8_training(model, config=config, module_filter_fn=MODULE_FILTERS[mode.module_filter](model))
+    convert_to_float8_training(model, config=config, module_filter_fn=_module_filter(mode)(model))
     return names
 
 

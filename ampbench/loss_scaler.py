@@ -48,12 +48,12 @@ class LossScaler:
         enabled: bool = True,
         min_scale: float = 1.0,
     ) -> None:
-        device = torch.device(device)
-        if enabled and device.type == "cuda" and not torch.cuda.is_available():
+        where = torch.device(device)
+        if enabled and where.type == "cuda" and not torch.cuda.is_available():
             warnings.warn("LossScaler is enabled, but CUDA is not available. Disabling.", stacklevel=2)
             enabled = False
         self._enabled = enabled
-        self._device = device
+        self._device = where
         if not (math.isfinite(min_scale) and min_scale > 0):
             raise ValueError(f"min_scale must be positive and finite, got {min_scale}")
         if not (math.isfinite(init_scale) and init_scale > 0):
@@ -68,8 +68,8 @@ class LossScaler:
         self.set_growth_interval(growth_interval)
         self._per_optimizer: dict[int, dict[str, Any]] = defaultdict(_fresh_state)
         if enabled:
-            self._scale = torch.full((), max(float(init_scale), self._min_scale), dtype=torch.float32, device=device)
-            self._growth_tracker = torch.zeros((), dtype=torch.int32, device=device)
+            self._scale = torch.full((), max(float(init_scale), self._min_scale), dtype=torch.float32, device=where)
+            self._growth_tracker = torch.zeros((), dtype=torch.int32, device=where)
 
     # -- the training loop ------------------------------------------------------------------------
 
@@ -138,17 +138,18 @@ class LossScaler:
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("step() has already been called since the last update().")
         if getattr(optimizer, "_step_supports_amp_scaling", False):
-            # fused kernels unscale and skip on the device themselves: no host sync
+            # fused kernels unscale and skip on the device themselves: no host sync. grad_scale and found_inf
+            # are what such an optimizer reads, set as torch.amp.GradScaler sets them: Optimizer declares neither
             if state["stage"] is OptState.READY:
                 state["found_inf"] = self._check_and_unscale(optimizer, torch.ones_like(self._scale))
-                optimizer.grad_scale = self._scale
+                optimizer.grad_scale = self._scale  # type: ignore[attr-defined]
             else:
-                optimizer.grad_scale = None
-            optimizer.found_inf = state["found_inf"]
+                optimizer.grad_scale = None  # type: ignore[attr-defined]
+            optimizer.found_inf = state["found_inf"]  # type: ignore[attr-defined]
             try:
                 retval = optimizer.step(*args, **kwargs)
             finally:
-                del optimizer.grad_scale, optimizer.found_inf
+                del optimizer.grad_scale, optimizer.found_inf  # type: ignore[attr-defined]
         else:
             if state["stage"] is OptState.READY:
                 self.unscale_(optimizer)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import sys
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol, cast
 from unittest import mock
 
 import torch
@@ -40,7 +40,7 @@ def _any_dtensor(params: list) -> bool:
     return dtensor is not None and any(isinstance(p, dtensor.DTensor) for p in params)
 
 
-def _fused_where_possible(cls: type[torch.optim.Optimizer], params, **kwargs):
+def _fused_where_possible(cls: Callable[..., torch.optim.Optimizer], params, **kwargs):
     # fused kernels also take GradScaler's scale and inf flag on the device, so a scaled step needs no
     # host sync; where a build lacks a fused kernel, the multi-tensor (foreach) path is next best.
     params = list(params)
@@ -74,14 +74,29 @@ OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
 }
 
 
-def _static_scaler(device: torch.device):
+class Scaler(Protocol):
+    """What a trainer asks of its loss scaler: torch.amp.GradScaler's methods, which
+    ``ampbench.loss_scaler.LossScaler`` and FSDP2's ShardedGradScaler have too."""
+
+    def scale(self, outputs: Any) -> Any: ...
+
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any: ...
+
+    def update(self, new_scale: Any = None) -> None: ...
+
+    def get_scale(self) -> float: ...
+
+    def is_enabled(self) -> bool: ...
+
+
+def _static_scaler(device: torch.device) -> Scaler:
     from ampbench.loss_scaler import LossScaler
 
     # a static scale: never grows, never backs off, but still skips a step whose gradients overflowed
     return LossScaler(device=device.type, init_scale=STATIC_LOSS_SCALE, growth_factor=1.0, backoff_factor=1.0)
 
 
-LOSS_SCALERS: dict[str, Callable[[torch.device], object]] = {
+LOSS_SCALERS: dict[str, Callable[[torch.device], Scaler]] = {
     "none": lambda device: torch.amp.GradScaler(device.type, enabled=False),
     "dynamic": lambda device: torch.amp.GradScaler(device.type),
     "static": _static_scaler,
@@ -140,7 +155,8 @@ def _norm_input_to_fp32(module: nn.Module, args: tuple) -> tuple:
 
 
 def _norm_output_to_input_dtype(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-    return output.to(module._input_dtype)
+    # the dtype _norm_input_to_fp32 kept on the module, which nn.Module's attribute type does not know
+    return output.to(cast(torch.dtype, module._input_dtype))
 
 
 def flatten_rnn_weights(model: nn.Module) -> None:
@@ -206,7 +222,8 @@ class Trainer:
         # costs about a second per trainer, and a model has eight trainers in a run
         with torch.device(device):
             model = spec.build(self.config)
-        self.model = cast_model(model, mode).to(device=device, memory_format=self.memory_format)
+        # Module.to takes a device and a layout at once (Tensor.to's parser reads both); its overloads list them apart
+        self.model = cast_model(model, mode).to(device=device, memory_format=self.memory_format)  # type: ignore[call-overload]
         flatten_rnn_weights(self.model)
         self.model.train()
         # torchao swaps modules, so it goes before any wrapper and before the optimizer sees parameters

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from ampbench.distributed.loss_scaling_worker import SETUPS, WIDTH
-from ampbench.plugin.nodes import launcher_of
+from ampbench.plugin.distributed import launcher_of
 from perf import strategies as S
 from perf.scalers import reference_trajectory
 from perf.strategies import DistScenario, RankPoison, ScalerConfig

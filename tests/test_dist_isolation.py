@@ -79,7 +79,7 @@ def test_a_crashing_variant_fails_alone_and_an_unsupported_one_skips(crashing_ru
 
 def test_a_crashed_variant_is_an_error_in_the_json_and_the_history(crashing_run):
     """A cell that fails through its launch (no result from every rank) is a failing cell wherever the
-    run is read, as a single-GPU cell that stops with an error is (``ampbench.plugin.errors``)."""
+    run is read, as a single-GPU cell that stops with an error is (``ampbench.plugin.entries``)."""
     run, folder = crashing_run
     document = json.loads((folder / "out.json").read_text())
     # its entry where the cell kept one before the launch failed (beside the benchmarks), else an error's own

@@ -209,7 +209,7 @@ def test_the_end_of_a_run_says_how_far_its_distributed_cells_have_learned(histor
 
     from ampbench.history.reference import DISTRIBUTED_CELLS
     from ampbench.plugin import summary
-    from ampbench.plugin.session import _write_learned
+    from ampbench.plugin.history import write_learned
 
     cell = "test_ddp_speed[gpt-amp_bf16-fp32]"
     for i, v in enumerate((5.50, 5.52, 5.49, 5.51)):
@@ -220,7 +220,7 @@ def test_the_end_of_a_run_says_how_far_its_distributed_cells_have_learned(histor
     lines = []
     reporter = SimpleNamespace(write_line=lambda text, **kw: lines.append(text))
     config = SimpleNamespace(stash={summary.RECORDS_KEY: ran})
-    _write_learned(reporter, HistoryBaselines(store, history, cells=DISTRIBUTED_CELLS), config, "distributed cells")
+    write_learned(reporter, HistoryBaselines(store, history, cells=DISTRIBUTED_CELLS), config, "distributed cells")
     assert lines[0].startswith("ampbench history: device tolerance learned and at most 1% in ")
     assert f"distributed cells of {H100} x2" in lines[0]
     assert lines[1:] == [f"  {cell}: {lines[1].split(': ', 1)[1]}"] and "from 4 runs" in lines[1]
@@ -230,7 +230,7 @@ def test_the_end_of_a_run_names_the_cells_it_holds_back_as_suspect(history, tmp_
     from types import SimpleNamespace
 
     from ampbench.plugin import summary
-    from ampbench.plugin.session import _write_learned
+    from ampbench.plugin.history import write_learned
 
     _append(history, VALUES)
     ran = [(f"perf/test_speed.py::{CELL}", speed_record("resnet50", "amp_bf16", 2.380, device_method="graph")),
@@ -238,7 +238,7 @@ def test_the_end_of_a_run_names_the_cells_it_holds_back_as_suspect(history, tmp_
     lines = []
     reporter = SimpleNamespace(write_line=lambda text, **kw: lines.append(text))
     config = SimpleNamespace(stash={summary.RECORDS_KEY: ran})
-    _write_learned(reporter, _baselines(history, tmp_path), config, "speed cells")
+    write_learned(reporter, _baselines(history, tmp_path), config, "speed cells")
     held = [line for line in lines if "held back as suspect" in line]
     assert held and held[0].startswith("ampbench history: 1 of this run's cells held back as suspect")
     assert lines[-1].startswith(f"  {CELL}: -0.") and "below its level" in lines[-1]

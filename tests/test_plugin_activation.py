@@ -1,5 +1,5 @@
 """The installed plugin (entry point ``pytest11``) in another project's pytest run: it is loaded, and
-acts only where the run asks for it (``ampbench.plugin.activation``); elsewhere it prints nothing and
+acts only where the run asks for it (``ampbench.plugin.acts``); elsewhere it prints nothing and
 imports neither torch nor the history's SQLAlchemy."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.plugin.activation import asked, declared
+from ampbench.plugin import asked, declared
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -58,9 +58,9 @@ def _drive(runs: list[tuple[str, str]]) -> dict[str, dict]:
     import pytest
     from hypothesis import Phase, settings
 
-    from ampbench.plugin import profiles
+    from ampbench.plugin import session
 
-    profiles.register_profiles()
+    session.register_profiles()
     settings.register_profile(
         "teeth", settings.get_profile("ci"), phases=[Phase.explicit, Phase.reuse, Phase.generate], database=None
     )

@@ -94,9 +94,11 @@ def prior_of(kind: RatioKind, entry: FlatEntry) -> Prior | None:
             or count - levels < 1 or centre is None or centre <= 0):
         return None
     m2 = sd * sd * (count - levels)
-    lent = pooled_dof(ratio)
-    if lent:  # the posterior's own part: what the cell's runs gave, without the prior they were pooled with
-        m2 = max(0.0, sd * sd * (count - levels + lent) - lent * float(ratio.between_run_pooled_sd) ** 2)
+    lent, pooled_sd = pooled_dof(ratio), ratio.between_run_pooled_sd
+    # the posterior's own part: what the cell's runs gave, without the prior they were pooled with (a ratio
+    # lent degrees of freedom has their sd)
+    if lent and pooled_sd is not None:
+        m2 = max(0.0, sd * sd * (count - levels + lent) - lent * float(pooled_sd) ** 2)
     if finite_number(ratio.recorded_speedup) is None:
         return Prior(count + 1, math.log(centre), m2, levels + 1, 1)
     return Prior(count, math.log(centre), m2, levels, at_level if isinstance(at_level, int) else None)
@@ -252,7 +254,9 @@ def _samples(entries: Mapping[str, Mapping], typed: dict[str, SpeedEntry], runs:
                 if why:
                     learned.left_out.append((name, cell.test_id, why))
                 if counts:
-                    samples[kind.history].setdefault(cell.test_id, []).append(cell.ratio(kind).speedup)
+                    speedup = cell.ratio(kind).speedup
+                    assert speedup is not None, "a ratio that counts was measured (_figure_why_not)"
+                    samples[kind.history].setdefault(cell.test_id, []).append(speedup)
                     counted[kind.history].setdefault(cell.test_id, []).append(run.datetime or name)
     return samples, counted
 
@@ -270,12 +274,14 @@ def learn_spread(entries: Mapping[str, Mapping], runs: Sequence[Run], add: bool 
         for test_id, values in sorted(samples[kind.history].items()):
             entry = typed[test_id]
             prior = prior_of(kind, entry) if add else None
-            runs = tuple(counted[kind.history][test_id])
+            counted_runs = tuple(counted[kind.history][test_id])
             if prior is None:
-                cells[test_id] = CellSpread(test_id, (recording(kind, entry), *values), runs=runs)
+                recorded = recording(kind, entry)
+                assert recorded is not None, "an entry a run counts towards holds its recording (_figure_why_not)"
+                cells[test_id] = CellSpread(test_id, (recorded, *values), runs=counted_runs)
             else:
                 earlier = tuple(entry.ratio(kind).between_run_runs or ())
-                cells[test_id] = CellSpread(test_id, tuple(values), prior, earlier + runs)
+                cells[test_id] = CellSpread(test_id, tuple(values), prior, earlier + counted_runs)
         learned.figures[kind.history] = cells
     return learned
 

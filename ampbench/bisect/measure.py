@@ -158,7 +158,7 @@ class SuiteMeasurer:
         for cell in self.parsed():
             record = records.get(cell.test_id)
             est = record.estimate(kind) if record is not None else None
-            if est is None:
+            if record is None or est is None:
                 missing.append(cell.test_id)
                 continue
             verdict = record.verdict_of(kind)
@@ -191,7 +191,7 @@ class CommandMeasurer:
         seconds = time.perf_counter() - t0
         lines = output.strip().splitlines()
         try:
-            printed = json.loads(lines[-1]) if lines else None
+            printed: Any = json.loads(lines[-1]) if lines else None
             figure = _figure(printed)
         except (ValueError, TypeError, KeyError) as exc:
             return Measurement({}, seconds, f"step command exited with status {status}; its last line is no "
@@ -207,7 +207,7 @@ def _figure(printed: Any) -> StepFigure:
     if not 0 < values[1] <= values[0] <= values[2]:
         raise ValueError(f"speedup {values[0]} must lie in [low {values[1]}, high {values[2]}], all above 0")
     kernels = printed.get("kernels")
-    return StepFigure(*values, kernels=kernels if isinstance(kernels, list) else None)
+    return StepFigure(values[0], values[1], values[2], kernels=kernels if isinstance(kernels, list) else None)
 
 
 def measurer_of(config: Mapping[str, Any]) -> SuiteMeasurer | CommandMeasurer:

@@ -148,6 +148,7 @@ def measure_width(spec: ModelSpec, width: int, mode: PrecisionMode, versus: Prec
     release(device)
     if oom is not None:
         return WidthPoint(width, None, None, skipped=f"out of memory with both sides on the device ({oom})")
+    assert measured is not None, "catch_oom returns what ran where nothing ran out of memory"
     return WidthPoint(width, *measured)
 
 
@@ -177,6 +178,7 @@ class Crossover:
 
     def __str__(self) -> str:
         a, b = self.below, self.above
+        assert a.estimate is not None and b.estimate is not None, "crossover() brackets with measured points"
         return (f"pays from width {b.width} ({b.estimate.speedup:.3f}x), loses at {a.width} "
                 f"({a.estimate.speedup:.3f}x): crosses 1 near width {self.width:.0f}")
 
@@ -186,14 +188,17 @@ def crossover(points: list[WidthPoint]) -> Crossover | None:
     their intervals; None where the points do not bracket it (all one side, or an interval on 1 between)."""
     measured = sorted((p for p in points if p.estimate is not None), key=lambda p: p.width)
     for a, b in zip(measured, measured[1:]):
-        if a.outcome == "loses" and b.outcome == "pays":
+        # an outcome is a measured point's: the estimates are set
+        if a.outcome == "loses" and b.outcome == "pays" and a.estimate is not None and b.estimate is not None:
             la, lb = math.log(a.estimate.speedup), math.log(b.estimate.speedup)
             return Crossover(a, b, a.width * (b.width / a.width) ** (-la / (lb - la)))
     return None
 
 
 def format_point(model: str, mode: PrecisionMode, point: WidthPoint) -> str:
-    head = f"{model} width {point.width:5d} {label(mode)} over {label(versus_of(mode))}:"
+    versus = versus_of(mode)
+    assert versus is not None, "a swept mode has a side to be timed against (sweep)"
+    head = f"{model} width {point.width:5d} {label(mode)} over {label(versus)}:"
     if point.estimate is None:
         return f"{head} skipped: {point.skipped}"
     return f"{head} {point.estimate} by {point.method}: {point.outcome}"

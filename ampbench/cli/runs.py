@@ -110,7 +110,8 @@ def report(args: argparse.Namespace) -> int:
     # the history first: a store it cannot use ends the report (``command.main``) before any run is read
     history = None if args.history is None else history_store(args, create=False, read_only=True)
     with Progress.for_files("report", [args.run, args.compare]) as progress:
-        run, old = (_read(path, progress) if path else None for path in (args.run, args.compare))
+        run = _read(args.run, progress)
+        old = _read(args.compare, progress) if args.compare else None
         progress.cells(max(len(run.cells), len(old.cells) if old else 0))
         comparison = compare_runs(old, run, **_tolerances(args), progress=progress) if old else None
         failures = failed_tests(args.junit) if args.junit else ()

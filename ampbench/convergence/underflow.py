@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +42,7 @@ class UnderflowReport:
 
     def summary(self) -> str:
         u, s, r = self.unscaled, self.scaled, self.reference
+        assert u.underflow_fraction is not None and s.underflow_fraction is not None, "fp16 runs measure it"
         return (
             f"loss x {self.loss_factor:.3g} puts the median gradient at {self.grad_median:.2e}, below fp16's smallest "
             f"subnormal {FP16_SMALLEST_SUBNORMAL:.2e}. {u.label}: {100 * u.underflow_fraction:.1f}% of gradient "
@@ -77,10 +79,12 @@ def _first_step_underflow(model16: nn.Module, x: torch.Tensor, y: torch.Tensor, 
     nonzero = flushed = 0
     mags = []
     for p16, p32 in zip(model16.parameters(), model32.parameters()):
-        ref = p32.grad != 0
+        g16, g32 = p16.grad, p32.grad
+        assert g16 is not None and g32 is not None, "the backward above gives every parameter its gradient"
+        ref = g32 != 0
         nonzero += int(ref.sum())
-        flushed += int((ref & (p16.grad == 0)).sum())
-        mags.append(p32.grad[ref].abs().flatten())
+        flushed += int((ref & (g16 == 0)).sum())
+        mags.append(g32[ref].abs().flatten())
     model16.zero_grad(set_to_none=True)
     median = float(torch.cat(mags).median()) if mags else float("nan")
     return flushed / max(1, nonzero), median
@@ -123,6 +127,7 @@ def _train_underflow(
             scaled.backward()
             optimizer.step()
         else:
+            assert master is not None, "an fp16 run keeps fp32 master weights"
             scaler.scale(scaled).backward()
             master.grads_to_master()
             scaler.step(optimizer)
@@ -157,11 +162,12 @@ def underflow_demo(
         fit_images(data.train_images.to(device), 1, 8, mean, std), data.train_labels.to(device),
         fit_images(data.test_images.to(device), 1, 8, mean, std), data.test_labels.to(device),
     )
-    common = dict(factor=loss_factor, lr=lr, steps=steps, batch_size=batch_size, seed=seed)
+    common: dict[str, Any] = dict(factor=loss_factor, lr=lr, steps=steps, batch_size=batch_size, seed=seed)
     reference = _train_underflow("fp32", tensors, device, fp16=False, loss_scale=1.0, **common)
     unscaled = _train_underflow("fp16 without loss scaling", tensors, device, fp16=True, loss_scale=1.0, **common)
     scaled = _train_underflow(f"fp16 with loss scale 2^{int(math.log2(loss_scale))}", tensors, device, fp16=True,
                               loss_scale=loss_scale, **common)
     # the unscaled run's first step is the problem's own gradient: loss x loss_factor, nothing more
+    assert unscaled.grad_median is not None, "an fp16 run measures its first step's gradients"
     return UnderflowReport(loss_factor, unscaled.grad_median, steps, reference, unscaled, scaled)
 

@@ -171,14 +171,22 @@ def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Ver
     if est is not None:
         mode_ms, ref_ms = ([t * 1e3 for t in per_round_min(docs, key)]
                            for key in ("device_mode_times", "device_ref_times"))
+        step_s, step_s_ref = _device_steps(figs)
         device = _figures(est, check, verdicts.get(DEVICE_SPEEDUP), line=check.regression_line if check else None,
                           method=figs.device_method, fallback=figs.device_fallback,
-                          sides=_round_ms(mode_ms, ref_ms, figs.device_step_s * 1e3, figs.device_step_s_ref * 1e3))
+                          sides=_round_ms(mode_ms, ref_ms, step_s * 1e3, step_s_ref * 1e3))
     ratios[DEVICE_SPEEDUP] = device
     if est is not None and figs.device_efficiency is not None:
         ratios[DEVICE_EFFICIENCY] = _figures(figs.device_efficiency, checks.device_efficiency,
                                              verdicts.get(DEVICE_EFFICIENCY), method=figs.device_method)
     return {name: ratios[name] for name in DISTRIBUTED_RATIOS if name in ratios}
+
+
+def _device_steps(figs: DistFigures) -> tuple[float, float]:
+    """The mode's and fp32's device time per step, which come with a device-time speedup."""
+    step_s, step_s_ref = figs.device_step_s, figs.device_step_s_ref
+    assert step_s is not None and step_s_ref is not None, "a device-time speedup comes with its step times"
+    return step_s, step_s_ref
 
 
 def device_baseline_figures(figs: DistFigures, floor: float, previous: DistributedEntry | None = None,
@@ -196,16 +204,17 @@ def device_baseline_figures(figs: DistFigures, floor: float, previous: Distribut
     alike = (previous is not None and previous.ratio(DIST_DEVICE).method == figs.device_method
              and previous.world_size == figs.world_size
              and measurement_mismatch(previous, measured_with or {}) is None)
-    kept = previous.ratio(DIST_DEVICE).kept_spread() if alike else RatioEntry()
+    kept = previous.ratio(DIST_DEVICE).kept_spread() if alike and previous is not None else RatioEntry()
+    step_s, step_s_ref = _device_steps(figs)
     ratio = RatioEntry(speedup=est.speedup, ci_low=est.low, ci_high=est.high, rounds=est.rounds, noise=noise,
                        tolerance=entry_tolerance(DIST_DEVICE, floor, kept, noise),
                        method=figs.device_method, fallback=figs.device_fallback,
-                       step_ms=figs.device_step_s * 1e3, step_ms_ref=figs.device_step_s_ref * 1e3,
+                       step_ms=step_s * 1e3, step_ms_ref=step_s_ref * 1e3,
                        **{name: getattr(kept, name) for name in RatioEntry.SPREAD})
     out = ratio.figures(DIST_DEVICE, nulls=("fallback",))
     eff = figs.device_efficiency
     if eff is not None:
-        kept_eff = previous.ratio(DEVICE_SCALING).kept_spread() if alike else RatioEntry()
+        kept_eff = previous.ratio(DEVICE_SCALING).kept_spread() if alike and previous is not None else RatioEntry()
         out.update(RatioEntry(speedup=eff.speedup, ci_low=eff.low, ci_high=eff.high, rounds=eff.rounds,
                               noise=eff.half_width, method=figs.device_method,
                               tolerance=entry_tolerance(DEVICE_SCALING, floor, kept_eff, eff.half_width),
@@ -217,6 +226,7 @@ def device_baseline_figures(figs: DistFigures, floor: float, previous: Distribut
 def _against(check: SpeedupCheck | None, verdict: Verdict | None, pct: bool = False) -> list[str]:
     if check is None:
         return []
+    assert verdict is not None, "a cell held against a check has its verdict"
     fmt = (lambda x: f"{x:.1%}") if pct else (lambda x: f"{x:.3f}x")
     if not check.has_line:
         return [f"against baseline {fmt(check.expected)}, no line: {check.why_no_line()} ({verdict.value})"]

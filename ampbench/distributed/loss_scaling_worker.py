@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 import torch
 import torch.distributed as dist
@@ -64,14 +64,15 @@ def _fsdp2(net: nn.Module, device: torch.device) -> nn.Module:
 
     from ampbench.distributed.variants import device_mesh
 
-    return fully_shard(net, mesh=device_mesh(device))
+    # fully_shard returns the module it was given, which its class makes an FSDPModule too
+    return cast(nn.Module, fully_shard(net, mesh=device_mesh(device)))
 
 
-def _grad_scaler(device: torch.device, **kw):
+def _grad_scaler(device: torch.device, **kw) -> torch.amp.GradScaler:
     return torch.amp.GradScaler(device.type, **kw)
 
 
-def _sharded_grad_scaler(device: torch.device, **kw):
+def _sharded_grad_scaler(device: torch.device, **kw) -> torch.amp.GradScaler:
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
     return ShardedGradScaler(device.type, **kw)
@@ -88,7 +89,7 @@ SCALER_OPTIMIZERS: dict[str, Callable[[list], torch.optim.Optimizer]] = {
 class Setup:
     name: str
     wrap: Callable[[nn.Module, torch.device], nn.Module]
-    scaler: Callable[..., object]
+    scaler: Callable[..., torch.amp.GradScaler]
     optimizer: str  # key of SCALER_OPTIMIZERS
     sharded: bool  # each rank holds a shard of the reduced gradients (FSDP2), not all of them
     agrees: bool = True  # False: a control the properties must catch

@@ -12,13 +12,16 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 import torch
 from torch import nn
 
 from ampbench import models
 from ampbench.modes import MODES, PrecisionMode
+
+if TYPE_CHECKING:  # the trainer loads where a rank trains
+    from ampbench.train import Scaler
 
 _F32, _F16, _BF16 = torch.float32, torch.float16, torch.bfloat16
 
@@ -193,7 +196,7 @@ class Strategy:
     wrap: Callable[[nn.Module, CommVariant, torch.device], nn.Module]
     # loss scalers that replace ampbench.train.LOSS_SCALERS' under this strategy: with sharded
     # gradients, whether any rank overflowed must be agreed across ranks
-    scalers: dict[str, Callable[[torch.device], object]] = field(default_factory=dict)
+    scalers: dict[str, Callable[[torch.device], Scaler]] = field(default_factory=dict)
     # what a host-bound cell's message adds of the strategy's own host cost, measured outside the harness
     host_bound_note: str = ""
 

@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ampbench.results import ConvergenceRecord, MemoryRecord, RatioKind, Run, TimedRecord
+from ampbench.results import (
+    ConvergenceRecord,
+    DistributedRecord,
+    MemoryRecord,
+    RatioKind,
+    Run,
+    SpeedRecord,
+    TimedRecord,
+)
 from ampbench.results.ratios import DEVICE, WALL, ratio_label
 from ampbench.results.run import entry_group
 from ampbench.stats import SpeedupEstimate
@@ -91,11 +99,14 @@ def _speedup(cell: TimedRecord, gate: str) -> RatioKind | None:
 
 def _gated(cell: TimedRecord) -> list[RatioKind]:
     """The speedups that held the cell: as it names them, else as a run of its time judged it."""
-    named = [kind for gate in dict.fromkeys(cell.gated or []) if (kind := _speedup(cell, gate)) is not None]
+    # the two kinds of timed cell, which name the speedups that held them
+    gated = cell.gated if isinstance(cell, (SpeedRecord, DistributedRecord)) else None
+    named = [kind for gate in dict.fromkeys(gated or []) if (kind := _speedup(cell, gate)) is not None]
     if named:
         return named
-    device = _speedup(cell, DEVICE.gate)
-    return [device] if cell.estimate(device) is not None else [_speedup(cell, WALL.gate)]
+    device, wall = _speedup(cell, DEVICE.gate), _speedup(cell, WALL.gate)
+    assert device is not None and wall is not None, "a timed cell has a device-time and a wall-clock speedup"
+    return [device] if cell.estimate(device) is not None else [wall]
 
 
 def _interval(cell: TimedRecord, group: str, kind: RatioKind, est: SpeedupEstimate, verdict: object) -> Figure:
@@ -147,7 +158,9 @@ def _convergence(cell: ConvergenceRecord, group: str) -> tuple[list[Figure], lis
     scale = 100.0 if max(cell.accuracy or 0, cell.accuracy_ref or 0) <= 1 else 1.0
     margin = cell.margin * scale if cell.margin is not None else None
     reference = cell.reference or "fp32"
-    relative = (f"accuracy / {reference}'s", cell.accuracy / cell.accuracy_ref) if cell.accuracy_ref else None
+    # a delta is of both accuracies (``accuracy_delta``)
+    relative = ((f"accuracy / {reference}'s", cell.accuracy / cell.accuracy_ref)
+                if cell.accuracy_ref and cell.accuracy is not None else None)
     return [Figure(cell.test_id, group, "accuracy-gap", f"accuracy against {reference}", delta * scale, unit="pts",
                    tolerance=margin, verdict=str(cell.verdict) if cell.verdict is not None else None,
                    relative=relative)], []

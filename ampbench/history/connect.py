@@ -88,7 +88,10 @@ def shown(url: URL) -> str:
 
 
 def sqlite_path(url: URL) -> Path | None:
-    return Path(url.database) if url.get_backend_name() == "sqlite" else None
+    if url.get_backend_name() != "sqlite":
+        return None
+    assert url.database, "parse_url refuses an in-memory SQLite database"
+    return Path(url.database)
 
 
 def make_engine(url: URL, busy_timeout: float, read_only: bool = False) -> Engine:
@@ -118,6 +121,7 @@ def _read_only_connection(path: Path, busy_timeout: float) -> sqlite3.Connection
 
 
 def _sqlite_engine(url: URL, busy_timeout: float, read_only: bool = False) -> Engine:
+    assert url.database, "parse_url refuses an in-memory SQLite database"
     path = Path(url.database)
     if read_only and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
         engine = sa.create_engine(url, creator=lambda: _read_only_connection(path, busy_timeout))

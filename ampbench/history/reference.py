@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Hashable, Mapping
+from typing import Any, Hashable, Mapping
 
 from ampbench.baselines import spread
 from ampbench.baselines.entries import DistributedEntry, FlatEntry, SpeedEntry
@@ -24,7 +24,7 @@ from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
 from ampbench.history.series import Series
 from ampbench.history.statuses import Status
 from ampbench.history.store import History
-from ampbench.results import MODE_SIDE, SIDES_KEY, RatioKind, Record, record_type
+from ampbench.results import MODE_SIDE, SIDES_KEY, RatioKind, Record, TimedRecord, record_type
 from ampbench.results.ratios import DEVICE
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.verdict import Reference
@@ -73,7 +73,7 @@ def prior_for(kind: RatioKind, entry: FlatEntry | None, series: Series) -> sprea
     exported from this history (or re-recorded over it) lists the history's runs among its own, by their
     times, and counting them twice would shrink the noise for nothing."""
     prior = spread.prior_of(kind, entry) if entry is not None else None
-    listed = entry.ratio(kind).between_run_runs if prior is not None else None
+    listed = entry.ratio(kind).between_run_runs if prior is not None and entry is not None else None
     if prior is None or not isinstance(listed, list):
         return prior
     times = {str(r) for r in listed}
@@ -98,7 +98,11 @@ def _from_record(latest: Mapping | None, cells: LearnedCells) -> dict:
     out = {}
     for name in cells.from_record:
         pair = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback") if k.entry_key(f) == name), None)
-        value = getattr(record.ratio(pair[0]), pair[1]) if pair else record.value(name)
+        if pair:
+            assert isinstance(record, TimedRecord), "a learned cell's record holds ratios: a speed or distributed one"
+            value = getattr(record.ratio(pair[0]), pair[1])
+        else:
+            value = record.value(name)
         if value is None and not pair and SIDES_KEY in record.GROUPS:
             value = getattr(record.side(MODE_SIDE), name, None)
         if value is not None:
@@ -185,6 +189,7 @@ class HistoryBaselines:
                     if cards is not None and cards[0] > b.card_sd and not self._seen(b):  # a card it never ran on
                         b = replace(b, card_sd=cards[0], card_dof=cards[1])
                     self._learned.setdefault(test_id, {})[kind.name] = b
+                    assert b.replay is not None, "learn() keeps the replay its baseline comes from"
                     counted = [b.replay.points[i] for i in b.replay.counted_runs()]
                     self._counted.setdefault(test_id, {})[kind.name] = [p.when for p in counted]
                     if counted:
@@ -198,7 +203,9 @@ class HistoryBaselines:
     def pool(self, kind: RatioKind, own: Mapping[str, CellBaseline]) -> pooling.NoisePrior | None:
         """The prior of the cells' noise of ratio `kind`, fitted over the cells whose own runs learned a
         spread (``pooling.fit_prior``), by model, or else on the other GPU models' files."""
-        variances = {test_id: (b.pooled.sd ** 2, b.pooled.dof) for test_id, b in own.items() if b.spread_shown}
+        # a spread shown is a pooled sd learned (``CellBaseline.spread_shown``)
+        variances = {test_id: (b.pooled.sd ** 2, b.pooled.dof) for test_id, b in own.items()
+                     if b.spread_shown and b.pooled.sd is not None}
         return pooling.fit_prior(variances, {test_id: pooling.group_of(test_id) for test_id in own},
                                  self._elsewhere(kind, list(own)))
 
@@ -242,7 +249,7 @@ class HistoryBaselines:
         run = self._latest.get(test_id)
         return self.history.record(run, test_id) if run else None
 
-    def latest_software(self, test_id: str) -> dict | None:
+    def latest_software(self, test_id: str) -> Mapping[str, Any] | None:
         """The software of the cell's latest counted run: what an exported entry was measured on."""
         run = self._latest.get(test_id)
         return self.history.run(run).software if run else None

@@ -94,7 +94,7 @@ class Replay:
         decisions."""
         pred = self.model.predict(card)
         robust = self.robust_scale(whole) if self.robust else 0.0
-        if pred is None or pred.noise_sd is None or robust <= pred.noise_sd:
+        if pred is None or pred.sd is None or pred.noise_sd is None or robust <= pred.noise_sd:
             return pred
         grown = math.sqrt(pred.sd ** 2 + robust ** 2 - pred.noise_sd ** 2)
         return replace(pred, sd=grown, noise_sd=robust)
@@ -123,10 +123,17 @@ class Replay:
                 self._robust[whole] = float(MAD_TO_SD * np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2)
         return self._robust[whole]
 
+    @property
+    def _origin(self) -> float:
+        """ln of the series' first value, by which the model's values are shifted: set once a run is fed,
+        which any prediction follows."""
+        assert self._shift is not None, "a prediction follows the first run fed"
+        return self._shift
+
     def level(self, card: Hashable) -> float | None:
         """ln of `card`'s level in the current segment; None while it is learning."""
         pred = self.model.predict(card)
-        return None if pred is None else pred.level + self._shift
+        return None if pred is None else pred.level + self._origin
 
     def deviation(self, index: int) -> float | None:
         """ln(value / its card's level) of run `index`, against the model as it stands now."""
@@ -135,12 +142,12 @@ class Replay:
 
     def _count(self, index: int) -> None:
         key = (self.statuses[index].segment, self.points[index].card)
-        self._groups.setdefault(key, Moments()).add(self._logs[index] - self._shift)
+        self._groups.setdefault(key, Moments()).add(self._logs[index] - self._origin)
         self._fit = None
 
     def _uncount(self, index: int) -> None:
         key = (self.statuses[index].segment, self.points[index].card)
-        self._groups[key].remove(self._logs[index] - self._shift)
+        self._groups[key].remove(self._logs[index] - self._origin)
         self._fit = None
 
     # -- feeding runs -----------------------------------------------------------------------------------
@@ -188,11 +195,11 @@ class Replay:
         fail) would be, held against the runs so far; nothing is changed."""
         y = math.log(value)
         pred = self.predict(card)
-        deviation = None if pred is None else y - (pred.level + self._shift)
+        deviation = None if pred is None else y - (pred.level + self._origin)
         sd = None if pred is None else pred.sd
         if not counts:
             return Status(index, self.segment, FAILED, f"its verdict {verdict or 'failed'}", deviation, sd, True)
-        if deviation is None:
+        if pred is None or deviation is None:
             return Status(index, self.segment, COUNTED, "the first run of its level", None, sd)
         reason, alone = self._suspicion(y, card, deviation, pred, verdict)
         return Status(index, self.segment, SUSPECT if reason else COUNTED, reason or "within its noise", deviation, sd,
@@ -239,13 +246,16 @@ class Replay:
         new run's ln value and card), the noise floored by the `whole` segment's robust scale; None where
         a level or the noise is not known."""
         runs = [(self._logs[i], self.points[i].card) for i in members] + ([extra] if extra is not None else [])
-        preds = [self.predict(card, whole) for _, card in runs]
-        if not preds or any(p is None or p.sd is None for p in preds):
+        predicted = [self.predict(card, whole) for _, card in runs]
+        # (level, sd, noise sd, dof) of each run's prediction; sd and noise_sd are known together
+        preds = [(p.level, p.sd, p.noise_sd, p.dof) for p in predicted
+                 if p is not None and p.sd is not None and p.noise_sd is not None]
+        if not predicted or len(preds) < len(predicted):
             return None
-        mean = sum(y - p.level - self._shift for (y, _), p in zip(runs, preds)) / len(runs)
-        errors = sum(p.sd ** 2 - p.noise_sd ** 2 for p in preds) / len(preds)
-        noise = sum(p.noise_sd ** 2 for p in preds) / len(preds)
-        return mean, math.sqrt(max(0.0, errors) + noise / len(runs)), min(p.dof for p in preds)
+        mean = sum(y - level - self._origin for (y, _), (level, *_) in zip(runs, preds)) / len(runs)
+        errors = sum(sd ** 2 - noise_sd ** 2 for _, sd, noise_sd, _ in preds) / len(preds)
+        noise = sum(noise_sd ** 2 for _, _, noise_sd, _ in preds) / len(preds)
+        return mean, math.sqrt(max(0.0, errors) + noise / len(runs)), min(dof for *_, dof in preds)
 
     def _below(self, members: list[int], extra: tuple[float, Hashable] | None = None, side: float = -1.0) -> bool:
         """Whether runs `members` (and `extra`) lie together below their levels (`side` -1; above: +1) by
@@ -344,7 +354,7 @@ class Replay:
         if not held or pred is None or pred.sd is None or not (value > 0):
             return None
         y = math.log(value)
-        deviation = y - pred.level - self._shift
+        deviation = y - pred.level - self._origin
         if deviation >= -t_quantile(FAIL_RUN_SHARE, pred.dof) * pred.sd:
             return None
         if not self._joins_held_back(deviation):

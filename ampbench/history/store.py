@@ -155,9 +155,11 @@ class History:
             if test_id is not None:
                 self._check_cell(conn, run_id, test_id)
             self._check_acceptable(conn, run_id, test_id)
-            values = dict(gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, accepted_at=now())
-            key = conn.execute(ACCEPTANCES_TABLE.insert().values(**values)).inserted_primary_key[0]
-        return Acceptance(id=key, gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, when=values["accepted_at"])
+            accepted_at = now()
+            inserted = conn.execute(ACCEPTANCES_TABLE.insert().values(
+                gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, accepted_at=accepted_at)).inserted_primary_key
+            assert inserted is not None, "an insert of one row has its key"
+        return Acceptance(id=inserted[0], gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, when=accepted_at)
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -198,7 +200,7 @@ class History:
         for r in rows:
             at = accepted.get((r.run_id, r.test_id)) or accepted.get((r.run_id, None))
             restart = at is not None
-            if restart:
+            if at is not None:
                 since[r.test_id] = at
             # a run judged before the change it follows was accepted failed against the level it replaced:
             # the replay holds it to the new level by its value, as any run
@@ -232,7 +234,8 @@ class History:
                    .group_by(CELLS_TABLE.c.run_id))
         with self.transaction() as conn:
             rows = conn.execute(query).all()
-            counts = dict(conn.execute(failing.where(CELLS_TABLE.c.run_id.in_([r.id for r in rows]))).all())
+            failed = conn.execute(failing.where(CELLS_TABLE.c.run_id.in_([r.id for r in rows]))).all()
+            counts: dict[str, int] = dict(failed)
         return [_summary(r, counts.get(r.id, 0)) for r in rows]
 
     def run(self, run_id: str) -> RunSummary:
@@ -241,7 +244,7 @@ class History:
             if row is None:
                 raise self._no_run(conn, run_id)
             failing = conn.execute(sa.select(sa.func.count()).where(CELLS_TABLE.c.run_id == run_id,
-                                                                    CELLS_TABLE.c.verdict.in_(FAILING))).scalar()
+                                                                    CELLS_TABLE.c.verdict.in_(FAILING))).scalar_one()
         return _summary(row, failing)
 
     def record(self, run_id: str, test_id: str) -> dict:
@@ -258,8 +261,8 @@ class History:
     def counts(self) -> tuple[int, int]:
         """(runs, cells) in the store."""
         with self.transaction() as conn:
-            return (conn.execute(sa.select(sa.func.count()).select_from(RUNS_TABLE)).scalar(),
-                    conn.execute(sa.select(sa.func.count()).select_from(CELLS_TABLE)).scalar())
+            return (conn.execute(sa.select(sa.func.count()).select_from(RUNS_TABLE)).scalar_one(),
+                    conn.execute(sa.select(sa.func.count()).select_from(CELLS_TABLE)).scalar_one())
 
     # -- helpers ------------------------------------------------------------------------------------
 

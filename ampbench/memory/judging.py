@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ampbench.baselines.entries import MemoryEntry
 from ampbench.baselines.store import CARRIED_FIGURES
@@ -74,9 +74,13 @@ def search_start(baseline: MemoryEntry | None, cap_bytes: float) -> tuple[int, i
     if not baseline or not same_budget(baseline, cap_bytes, allocator_config()):
         return None
     batch, step = baseline.max_batch, baseline.max_batch_step
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, step)):
+    if not (_positive_int(batch) and _positive_int(step)):
         return None
     return batch, step
+
+
+def _positive_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def judge(model: str, mode: str, figures: dict, baseline: MemoryEntry | None, tolerance: float) -> MemoryJudgement:
@@ -148,7 +152,7 @@ def memory_figures(cell: CellMemory, reference: CellMemory) -> dict:
         raise ValueError(
             f"{cell.model} {cell.mode}: the cell {'searched' if cell.searched else 'did not search'} its largest "
             f"batch and fp32's reference {'did' if reference.searched else 'did not'}; both must be measured alike")
-    figures = {
+    figures: dict[str, Any] = {
         "batch_size": cell.breakdown.batch_size,
         "peak_mem_bytes": cell.peak_bytes,
         "peak_mem_ref_bytes": reference.peak_bytes,
@@ -170,6 +174,9 @@ def memory_figures(cell: CellMemory, reference: CellMemory) -> dict:
 def _search_figures(cell: CellMemory, reference: CellMemory) -> dict:
     """The largest batch's figures of a cell whose search ran, and fp32's beside them."""
     s, r = cell.search, reference.search
+    throughput, throughput_ref = cell.throughput, reference.throughput
+    assert s is not None and r is not None, "called where both cells searched"
+    assert throughput is not None and throughput_ref is not None, "a search is followed by steps timed at its batch"
     return {
         "max_batch": s.max_batch,
         "max_batch_ref": r.max_batch,
@@ -184,9 +191,9 @@ def _search_figures(cell: CellMemory, reference: CellMemory) -> dict:
         "max_batch_predicted": s.predicted,
         "max_batch_search_start": s.started_at,
         "max_batch_peak_bytes": s.peak_at(s.max_batch),
-        "max_batch_throughput": cell.throughput,
-        "max_batch_throughput_ref": reference.throughput,
-        "max_batch_throughput_ratio": cell.throughput / reference.throughput,
+        "max_batch_throughput": throughput,
+        "max_batch_throughput_ref": throughput_ref,
+        "max_batch_throughput_ratio": throughput / throughput_ref,
         "max_batch_step_ms": median(cell.step_seconds) * 1e3,
         "search_steps": s.steps,
         "search_seconds": cell.search_seconds,

@@ -9,7 +9,7 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -147,7 +147,7 @@ class _Prober:
         self.set_batch(None)
         self.trainer.model.zero_grad(set_to_none=True)
         for name in ("_per_optimizer_states", "_per_optimizer"):  # GradScaler, ampbench.loss_scaler.LossScaler
-            states = getattr(self.trainer.scaler, name, None)
+            states: Any = getattr(self.trainer.scaler, name, None)
             if hasattr(states, "clear"):
                 states.clear()
         release(self.device)
@@ -263,14 +263,16 @@ def _base_memory(where: str, device: torch.device, cap_bytes: int, search: bool)
 def _search(run: _CellRun, device: torch.device, cap_bytes: int, base_reserved: int, limit: int,
             start: tuple[int, int] | None) -> None:
     """The largest-batch search from the default batch's breakdown, under the cap."""
-    resident = run.breakdown.resident
+    breakdown, prober = run.breakdown, run.prober
+    assert breakdown is not None and prober is not None, "the search follows the default batch's step"
+    resident = breakdown.resident
     fixed = resident["weights"] + resident["master"] + resident["optimizer_state"]
     with process_memory_limit(device, base_reserved + cap_bytes):
         run.stage = "the largest-batch search"
         t0 = time.perf_counter()
         run.result = find_largest_batch(
-            run.prober.peak, cap_bytes, run.breakdown.batch_size, first_peak=run.breakdown.peak_bytes,
-            fixed_bytes=fixed, limit=limit, on_oom=run.prober.recover,
+            prober.peak, cap_bytes, breakdown.batch_size, first_peak=breakdown.peak_bytes,
+            fixed_bytes=fixed, limit=limit, on_oom=prober.recover,
             start=start[0] if start else None, granularity=start[1] if start else None,
         )
         run.search_seconds = time.perf_counter() - t0
@@ -280,9 +282,10 @@ def _time_largest_batch(run: _CellRun, device: torch.device, timed: Callable[[Ca
     """Steps at the largest batch found, timed with the cap lifted: at that batch cuDNN's heuristic
     workspaces do not fit under the cap, and capped steps would time the allocator's flushes and
     retries, not the mode (docs/design.md, "Where the constants come from")."""
-    run.batch = batch = run.result.max_batch
+    trainer, prober, result = run.trainer, run.prober, run.result
+    assert trainer is not None and prober is not None and result is not None, "the timed steps follow the search"
+    run.batch = batch = result.max_batch
     run.stage = f"steps at the largest batch {batch}"
-    trainer, prober = run.trainer, run.prober
     retries_before = _alloc_retries(device)
     if prober.warm_batch == batch:
         # the search's last step ran at this batch: its algorithms are chosen and its blocks cached
@@ -349,10 +352,12 @@ def measure_memory(
     finally:
         run.trainer = None  # the last reference; release() below frees its memory
         if run.prober is not None:
-            run.prober.trainer = None
+            # the prober is done with: no method of it runs after this
+            run.prober.trainer = None  # type: ignore[assignment]
         release(device)
     if failure is not None:
         raise MemoryMeasurementError(failure)
+    assert run.breakdown is not None and run.prober is not None, "a cell that did not fail measured its default batch"
     events = {k: v - events_before.get(k, 0) for k, v in _allocator_stats(device, _EVENTS).items()}
     return CellMemory(
         model=spec.name, mode=mode.name, breakdown=run.breakdown, search=run.result, cap_bytes=cap_bytes,

@@ -56,7 +56,8 @@ def demonstrate_oom_recovery(spec: ModelSpec, mode: PrecisionMode,
             steady_after = torch.cuda.memory_allocated(device) - start
     finally:
         if prober is not None:
-            prober.trainer = None
+            # the prober is done with: no method of it runs after this
+            prober.trainer = None  # type: ignore[assignment]
         release(device)
     return OomRecovery(
         batch=batch, oom_batch=4 * batch, ran_out=ran_out, peak_before=before, peak_after=after,

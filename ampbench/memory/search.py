@@ -158,12 +158,20 @@ class _Search:
     @property
     def fits(self) -> dict[int, float]:
         """Peak bytes by batch, of every batch that fit."""
-        return {p.batch: p.peak_bytes for p in self.probes if p.fits}
+        # Probe.fits, spelt out: the peak of each is then known to be set
+        return {p.batch: p.peak_bytes for p in self.probes if p.peak_bytes is not None}
 
     @property
     def lo(self) -> int | None:
         """The largest batch that fit."""
         return max((p.batch for p in self.probes if p.fits), default=None)
+
+    @property
+    def fit_lo(self) -> int:
+        """The largest batch that fit, once one has: after ``descend_to_first_fit``."""
+        lo = self.lo
+        assert lo is not None, "the search asks once a batch has fit"
+        return lo
 
     @property
     def hi(self) -> int | None:
@@ -211,7 +219,7 @@ class _Search:
         else:
             self.probe(first_batch)
         self.descend_to_first_fit(first_batch)
-        if self.start is not None and self.start <= self.lo:
+        if self.start is not None and self.start <= self.fit_lo:
             self.start = None  # a start that is no larger than what already fit says nothing: search blind
         if self.start is not None:
             self.settle()  # no second size: the start stands in for the line's prediction
@@ -219,7 +227,8 @@ class _Search:
 
         # the second measured size: half-way to where a line through the fixed-memory prior puts the
         # largest batch, far enough from the first that the line through both holds near the cap
-        lo, y = self.lo, self.fits[self.lo]
+        lo = self.fit_lo
+        y = self.fits[lo]
         slope = (y - self.fixed) / lo if y > self.fixed else y / lo
         second = int(lo + (self.cap - y) / slope) // 2 if slope > 0 else 2 * lo
         if self.limit is not None:
@@ -230,7 +239,7 @@ class _Search:
             self.probe(second)
 
         if self.g is None:  # the grid follows the two-point line's prediction
-            raw = self.raw_aim() or float(self.lo)
+            raw = self.raw_aim() or float(self.fit_lo)
             self.g = granule(min(raw, self.limit) if self.limit is not None else raw, self.resolution)
         self.settle()
         return self.result()
@@ -251,7 +260,7 @@ class _Search:
         misses = 0  # consecutive steps expected to fit that did not
         climbs = 0  # consecutive "next size up" steps that fit after all
         while True:
-            lo, hi = self.lo, self.hi
+            lo, hi = self.fit_lo, self.hi
             if hi is not None and hi - lo <= g:
                 return
             if self.limit is not None and lo >= self.limit:

@@ -2,7 +2,7 @@
 option that would leave it without its results is refused (usage errors naming the flag); at the end,
 pytest-benchmark's JSON and saved run go to a fallback file, named in the summary, where their own path
 cannot be written. A pytest plugin, loaded by ``ampbench.plugin``; it acts where ampbench does
-(``ampbench.plugin.activation``)."""
+(``ampbench.plugin.acts``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pytest
 
 from ampbench.files.write import unwritable_reason, write_text_atomic
-from ampbench.plugin.activation import acts
+from ampbench.plugin import acts
 from ampbench.plugin.entries import cell_of
 from ampbench.plugin.options import follows
 

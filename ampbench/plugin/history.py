@@ -1,6 +1,8 @@
 """The history's pytest side: ``--perf-history`` and ``--perf-label``, the store opened and checked before
-the first cell, and the session's run appended at its end. Loaded by ``ampbench.plugin``; it acts where
-ampbench does (``ampbench.plugin.activation``).
+the first cell, the session's run appended at its end, and the end of the terminal summary saying how far
+the run's cells have learned their tolerances from it (``write_learned``, which ``ampbench.plugin.session``
+calls after its baselines line). Loaded by ``ampbench.plugin``; it acts where ampbench does
+(``ampbench.plugin.acts``).
 
 The run goes in whole at the end of the session, after pytest-benchmark has written its JSON: the
 cells' records (``ampbench.plugin.summary.keep_record``), the machine's info, the host's load, the suite's revision
@@ -31,7 +33,7 @@ import pytest
 import ampbench
 from ampbench.files import paths
 from ampbench.files.write import write_atomic
-from ampbench.plugin.activation import acts
+from ampbench.plugin import acts
 from ampbench.plugin.options import follows
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where a history is opened: a run without ampbench's cells opens none
@@ -236,3 +238,56 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
     if state is not None and state.line:
         terminalreporter.write_line(state.line, red=state.failed, bold=state.failed)
+
+
+def write_learned(terminalreporter, store, config: pytest.Config, what: str) -> None:
+    """How far each cell's device tolerance has been learned from the history (`store`'s cells, `what`
+    the summary calls them), this run's cells."""
+    from ampbench.plugin import summary
+
+    ran = {t for t in (r.test_id or nodeid.split("::")[-1] for nodeid, r in config.stash.get(summary.RECORDS_KEY, []))
+           if store.cells.covers(t)}
+    if not ran:
+        return
+    states = {t: line for t, line in store.states().items() if t in ran}
+    learned, cells = store.learned_share()
+    if not cells:
+        others = sorted({r.gpu for r in store.history.runs() if not r.smoke} - {store.store.gpu})
+        elsewhere = f" (it holds runs of {', '.join(others)}, never used for this one)" if others else ""
+        terminalreporter.write_line(f"ampbench history: no earlier run of {store.store.gpu}{elsewhere}: this run's "
+                                    f"{what} are learning")
+        return
+    terminalreporter.write_line(f"ampbench history: device tolerance learned and at most 1% in {learned} of {cells} "
+                                f"{what} of {store.store.gpu}; this run's cells:")
+    for test_id in sorted(ran):
+        terminalreporter.write_line(f"  {test_id}: {states.get(test_id, 'learning: this run sets the level')}")
+    _write_suspects(terminalreporter, store, config)
+
+
+def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
+    """This run's cells the history holds back as suspect (their device time below their level by more
+    than noise says, or inconclusive below it): not learned from until later runs clear them, or someone
+    accepts the change."""
+    from ampbench.history.statuses import SUSPECT
+    from ampbench.plugin import summary
+    from ampbench.results import TimedRecord
+    from ampbench.results.ratios import DEVICE
+
+    held = []
+    for nodeid, r in config.stash.get(summary.RECORDS_KEY, []):
+        device = r.ratio(DEVICE) if isinstance(r, TimedRecord) else None  # a distributed cell's is named alike
+        test_id, value = r.test_id or nodeid.split("::")[-1], device.speedup if device else None
+        verdict = device.verdict if device else None
+        if not store.cells.covers(test_id) or not isinstance(value, float) or value <= 0:
+            continue
+        status = store.judged(test_id, DEVICE, value, None if verdict is None else str(verdict),
+                              not (verdict is not None and verdict.failing))
+        if status is not None and status.state == SUSPECT:
+            held.append(f"  {test_id}: {status.reason}")
+    if held:
+        terminalreporter.write_line(f"ampbench history: {len(held)} of this run's cells held back as suspect, not "
+                                    "learned from until later runs show their level held (or `ampbench history "
+                                    "accept` makes theirs the level; `ampbench history explain TEST_ID` says more):",
+                                    yellow=True)
+        for line in held:
+            terminalreporter.write_line(line, yellow=True)

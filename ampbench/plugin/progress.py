@@ -1,6 +1,6 @@
 """``--perf-progress``: the one-line progress display (``ampbench.progress``) on pytest's terminal, drawn
 after the current line's dots while a test runs and blanked before pytest writes again. A pytest
-plugin, loaded by ``ampbench.plugin``; it draws where ampbench acts (``ampbench.plugin.activation``)."""
+plugin, loaded by ``ampbench.plugin``; it draws where ampbench acts (``ampbench.plugin.acts``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Iterator
 import pytest
 
 from ampbench import progress
-from ampbench.plugin.activation import acts
+from ampbench.plugin import acts
 
 CHOICES = ("auto", "on", "off")
 _BEFORE = pytest.StashKey["progress.Line | None"]()  # the display this pytest run replaced

@@ -1,8 +1,12 @@
-"""The session: at configure time (where ampbench acts: ``ampbench.plugin.activation``) the options
+"""The session: at configure time (where ampbench acts: ``ampbench.plugin.acts``) the options
 become one ``PerfSettings`` in ``config.stash``, every usage error found before the first cell (device,
 baseline files, the loss scaler, the world size); cells are parametrized from it, the header and the
 end of the terminal summary say when the run is the CPU smoke pass, and recorded baselines are written
-as each test finishes."""
+as each test finishes.
+
+The suite's hypothesis profiles, chosen by $HYPOTHESIS_PROFILE: dev (the default), ci (derandomized, the
+default where $CI is set) and thorough; loaded at configure time, before any test module (and its
+``@given``) is imported."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ampbench.files import paths
-from ampbench.plugin import activation, profiles
+from ampbench.plugin import HOW, acts
 from ampbench.plugin.options import tier_models, zoo
 from ampbench.plugin.parametrize import cells_for, why_no_cells
 from ampbench.settings import COMPILE_CHOICES, TIERS, Nodes, PerfSettings
@@ -138,9 +142,32 @@ def _compile_cold() -> None:
     dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 1024)
 
 
+def register_profiles() -> None:
+    from hypothesis import HealthCheck, settings  # a second or more to import: only where ampbench acts
+
+    settings.register_profile("dev", max_examples=50, deadline=None)
+    settings.register_profile(
+        "ci", max_examples=60, derandomize=True, deadline=None, print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.register_profile(
+        "thorough", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+
+
+def load_profiles() -> None:
+    """Register the profiles and load the one $HYPOTHESIS_PROFILE names."""
+    from hypothesis import settings
+
+    register_profiles()
+    # CI runners set CI=true; there the run must be reproducible
+    default = "ci" if os.environ.get("CI") else "dev"
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", default))
+
+
 def configure(config: pytest.Config) -> None:
     """The session's settings into ``config.stash``, or the usage error that stops the run unmeasured."""
-    profiles.load()
+    load_profiles()
     zoo()  # the zoo, then the project's own models: a broken entry point of theirs is a usage error
     opt = config.option
     device = _resolve_device(opt)
@@ -173,7 +200,7 @@ MARKERS = (
 def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
-    if activation.acts(config):
+    if acts(config):
         configure(config)
 
 
@@ -181,7 +208,7 @@ def perf_settings_of(config: pytest.Config) -> PerfSettings:
     """The session's settings; a usage error in a run where ampbench does not act."""
     settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None:
-        raise pytest.UsageError(f"ampbench: this run asks for ampbench's cells or settings; {activation.HOW}")
+        raise pytest.UsageError(f"ampbench: this run asks for ampbench's cells or settings; {HOW}")
     return settings
 
 
@@ -302,67 +329,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if written is not None:
         terminalreporter.write_line(f"ampbench: baselines written to {written}")
     from ampbench.history.reference import HistoryBaselines
+    from ampbench.plugin.history import write_learned
 
     store = config.stash.get(STORE_KEY, {}).get("store")
     if isinstance(store, HistoryBaselines):  # the history judged this run's speed cells
-        _write_learned(terminalreporter, store, config, "speed cells")
+        write_learned(terminalreporter, store, config, "speed cells")
     distributed = config.stash.get(DISTRIBUTED_STORE_KEY, None)
     if isinstance(distributed, HistoryBaselines):
-        _write_learned(terminalreporter, distributed, config, "distributed cells")
+        write_learned(terminalreporter, distributed, config, "distributed cells")
     line = _smoke_line(config)
     if line:
         # said at the end too: a green CPU run must not read as a benchmark that passed
         terminalreporter.write_line(line, yellow=True, bold=True)
-
-
-def _write_learned(terminalreporter, store, config: pytest.Config, what: str) -> None:
-    """How far each cell's device tolerance has been learned from the history (`store`'s cells, `what`
-    the summary calls them), this run's cells."""
-    from ampbench.plugin import summary
-
-    ran = {t for t in (r.test_id or nodeid.split("::")[-1] for nodeid, r in config.stash.get(summary.RECORDS_KEY, []))
-           if store.cells.covers(t)}
-    if not ran:
-        return
-    states = {t: line for t, line in store.states().items() if t in ran}
-    learned, cells = store.learned_share()
-    if not cells:
-        others = sorted({r.gpu for r in store.history.runs() if not r.smoke} - {store.store.gpu})
-        elsewhere = f" (it holds runs of {', '.join(others)}, never used for this one)" if others else ""
-        terminalreporter.write_line(f"ampbench history: no earlier run of {store.store.gpu}{elsewhere}: this run's "
-                                    f"{what} are learning")
-        return
-    terminalreporter.write_line(f"ampbench history: device tolerance learned and at most 1% in {learned} of {cells} "
-                                f"{what} of {store.store.gpu}; this run's cells:")
-    for test_id in sorted(ran):
-        terminalreporter.write_line(f"  {test_id}: {states.get(test_id, 'learning: this run sets the level')}")
-    _write_suspects(terminalreporter, store, config)
-
-
-def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
-    """This run's cells the history holds back as suspect (their device time below their level by more
-    than noise says, or inconclusive below it): not learned from until later runs clear them, or someone
-    accepts the change."""
-    from ampbench.history.statuses import SUSPECT
-    from ampbench.plugin import summary
-    from ampbench.results import TimedRecord
-    from ampbench.results.ratios import DEVICE
-
-    held = []
-    for nodeid, r in config.stash.get(summary.RECORDS_KEY, []):
-        device = r.ratio(DEVICE) if isinstance(r, TimedRecord) else None  # a distributed cell's is named alike
-        test_id, value = r.test_id or nodeid.split("::")[-1], device.speedup if device else None
-        verdict = device.verdict if device else None
-        if not store.cells.covers(test_id) or not isinstance(value, float) or value <= 0:
-            continue
-        status = store.judged(test_id, DEVICE, value, None if verdict is None else str(verdict),
-                              not (verdict is not None and verdict.failing))
-        if status is not None and status.state == SUSPECT:
-            held.append(f"  {test_id}: {status.reason}")
-    if held:
-        terminalreporter.write_line(f"ampbench history: {len(held)} of this run's cells held back as suspect, not "
-                                    "learned from until later runs show their level held (or `ampbench history "
-                                    "accept` makes theirs the level; `ampbench history explain TEST_ID` says more):",
-                                    yellow=True)
-        for line in held:
-            terminalreporter.write_line(line, yellow=True)

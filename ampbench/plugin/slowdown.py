@@ -167,7 +167,8 @@ def pytest_runtest_call(item: pytest.Item):
     info = item_entry(item)
     if slowdown is not None and info is not None and slowdown.tagged:
         # the cell named, or any cell one of whose trainers was slowed (a compiled cell's versus side)
-        how = slowdown.targets.get((info.get("model"), info.get("mode")))
+        model, mode = info.get("model"), info.get("mode")
+        how = slowdown.targets.get((model, mode)) if isinstance(model, str) and isinstance(mode, str) else None
         if how is not None:
             info[INJECTED_KEY] = _tag(how)
         elif slowdown.applied is not None:
@@ -180,7 +181,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     slowdown = config.stash.get(SLOWDOWN, None)
     if slowdown is None:
         return None
-    cells = ", ".join(f"{m} {p} " + (_tag(how) if how == EMULATE else f"+{how:.1%}")
+    cells = ", ".join(f"{m} {p} " + (EMULATED if how == EMULATE else f"+{how:.1%}")
                       for (m, p), how in slowdown.targets.items())
     return f"ampbench.slowdown: steps slowed on purpose: {cells}"
 

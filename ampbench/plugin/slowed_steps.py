@@ -10,13 +10,13 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from ampbench import fp8, train
-from ampbench.models import get_model
-from ampbench.modes import MODES, get_mode
+from ampbench.models import ModelSpec, get_model
+from ampbench.modes import MODES, PrecisionMode, get_mode
 from ampbench.speed import devicetime, held
 from ampbench.speed.timing import time_block
 
@@ -140,6 +140,14 @@ class _InPlace:
 
 
 _CALIBRATING = object()  # a trainer's marker while its calibration steps run plain
+# what the slowdown keeps on a trainer it slows: its extra work (or _CALIBRATING, or a rank's _InPlace),
+# and whether its fp8 matmuls are emulated
+SPIN_ATTR, EMULATED_ATTR = "_slowdown_spin", "_slowdown_emulated"
+
+
+def _mark(trainer: train.Trainer, name: str, value: object) -> None:
+    """Keep `value` on `trainer` under `name`: the slowdown's own state, which Trainer does not declare."""
+    setattr(trainer, name, value)
 
 
 @dataclass
@@ -172,54 +180,63 @@ class Slowdown:
         self.spins = {cell: how for cell, how in self.targets.items() if not isinstance(how, str)}
         self.emulated = {cell for cell, how in self.targets.items() if how == EMULATE}
 
+    # the methods are replaced on the class, from outside the code they slow: mypy sees an assignment to
+    # a method (method-assign), which is what this does
     def install(self) -> None:
         self.original = train.Trainer.step
-        train.Trainer.step = lambda trainer, *args, **kwargs: self.step(trainer, *args, **kwargs)
+        train.Trainer.step = lambda trainer, *args, **kwargs: self.step(trainer, *args, **kwargs)  # type: ignore[method-assign]
         if self.emulated:
             self.original_init, self.original_config = train.Trainer.__init__, fp8.float8_config
-            train.Trainer.__init__ = lambda trainer, spec, mode, *args, **kwargs: self.init(
+            train.Trainer.__init__ = lambda trainer, spec, mode, *args, **kwargs: self.init(  # type: ignore[method-assign]
                 trainer, spec, mode, *args, **kwargs)
             fp8.float8_config = self.float8_config
 
     def uninstall(self) -> None:
-        train.Trainer.step = self.original
+        assert self.original is not None, "uninstall() follows install()"
+        train.Trainer.step = self.original  # type: ignore[method-assign]
         if self.original_init is not None:
-            train.Trainer.__init__, fp8.float8_config = self.original_init, self.original_config
+            assert self.original_config is not None, "install() keeps both or neither"
+            train.Trainer.__init__ = self.original_init  # type: ignore[method-assign]
+            fp8.float8_config = self.original_config
 
-    def init(self, trainer: train.Trainer, spec, mode, *args, **kwargs) -> None:
+    def init(self, trainer: train.Trainer, spec: ModelSpec, mode: PrecisionMode, *args: Any, **kwargs: Any) -> None:
+        assert self.original_init is not None, "install() keeps Trainer.__init__ where it replaces it"
         self.building = (spec.name, mode.name)
         try:
             self.original_init(trainer, spec, mode, *args, **kwargs)
         finally:
             self.building = None
         if (spec.name, mode.name) in self.emulated:
-            trainer._slowdown_emulated = True
+            _mark(trainer, EMULATED_ATTR, True)
             print(f"\nampbench.slowdown: {spec.name} {mode.name}: {EMULATED} (Float8LinearConfig emulate=True)",
                   flush=True)
 
-    def float8_config(self, mode) -> object:
+    def float8_config(self, mode: PrecisionMode) -> Any:
+        assert self.original_config is not None, "install() keeps fp8.float8_config where it replaces it"
         config = self.original_config(mode)
         if self.building is not None and self.building in self.emulated:
             return dataclasses.replace(config, emulate=True)
         return config
 
-    def step(self, trainer: train.Trainer, *args, **kwargs) -> torch.Tensor:
-        if getattr(trainer, "_slowdown_emulated", False):
+    def step(self, trainer: train.Trainer, *args: Any, **kwargs: Any) -> torch.Tensor:
+        original = self.original
+        assert original is not None, "install() keeps Trainer.step before replacing it"
+        if getattr(trainer, EMULATED_ATTR, False):
             self._applies(EMULATED)
         fraction = self.spins.get((trainer.spec.name, trainer.mode.name))
-        spin = getattr(trainer, "_slowdown_spin", None)
+        spin = getattr(trainer, SPIN_ATTR, None)
         if fraction is None or trainer.device.type not in self.calibrate or spin is _CALIBRATING:
-            return self.original(trainer, *args, **kwargs)
+            return original(trainer, *args, **kwargs)
         if self.in_place and (spin is None or isinstance(spin, _InPlace)):
             return self._step_in_place(trainer, spin or _InPlace(), fraction, args, kwargs)
         if spin is None:
-            trainer._slowdown_spin = _CALIBRATING
+            _mark(trainer, SPIN_ATTR, _CALIBRATING)
             for _ in range(CALIBRATION_STEPS):  # settle before calibrating
-                self.original(trainer, *args, **kwargs)
+                original(trainer, *args, **kwargs)
             spin, how = self.calibrate[trainer.device.type](trainer, fraction)
-            trainer._slowdown_spin = spin
+            _mark(trainer, SPIN_ATTR, spin)
             _announce(trainer, how, fraction)
-        loss = self.original(trainer, *args, **kwargs)
+        loss = original(trainer, *args, **kwargs)
         spin()
         self._applies(fraction)
         return loss
@@ -228,25 +245,29 @@ class Slowdown:
         if self.tagged and self.applied is None:
             self.applied = how
 
-    def _step_in_place(self, trainer: train.Trainer, state: _InPlace, fraction: float, args, kwargs) -> torch.Tensor:
+    def _step_in_place(self, trainer: train.Trainer, state: _InPlace, fraction: float, args: tuple,
+                       kwargs: dict[str, Any]) -> torch.Tensor:
         """One of a rank's first steps: plain while it settles, then timed one by one (each from an idle
         device) until the spin can be sized on them."""
-        trainer._slowdown_spin = state
+        original = self.original
+        assert original is not None, "install() keeps Trainer.step before replacing it"
+        _mark(trainer, SPIN_ATTR, state)
         if state.settled < IN_PLACE_SETTLE:
             state.settled += 1
-            return self.original(trainer, *args, **kwargs)
+            return original(trainer, *args, **kwargs)
         loss = None
 
         def one() -> None:
             nonlocal loss
-            loss = self.original(trainer, *args, **kwargs)
+            loss = original(trainer, *args, **kwargs)
 
         state.times.append(time_block(trainer.device, one))
         if len(state.times) == IN_PLACE_TIMED:
             step_ms = sum(state.times) / len(state.times) * 1e3  # wall clock, as timed in place
             spin, how = _extra_work(trainer.device, step_ms, "wall clock", fraction)
-            trainer._slowdown_spin = spin
+            _mark(trainer, SPIN_ATTR, spin)
             _announce(trainer, how, fraction)
+        assert loss is not None, "time_block ran the step"
         return loss
 
 

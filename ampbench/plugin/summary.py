@@ -37,8 +37,8 @@ from ampbench.results.run import timed_entry
 from ampbench.stats import SpeedupEstimate
 
 PLUGIN_NAME = "ampbench-summary"
-RECORDS_KEY = pytest.StashKey[list]()  # (node id, record) of every cell, in the order they were kept
-FAILED_KEY = pytest.StashKey[dict]()  # node id -> "failed" or "xfailed", for the cells' own tests
+RECORDS_KEY = pytest.StashKey[list[tuple[str, Record]]]()  # (node id, record) of every cell, in the order kept
+FAILED_KEY = pytest.StashKey[dict[str, str]]()  # node id -> "failed" or "xfailed", for the cells' own tests
 SMOKE_SUMMARY = ("smoke run: figures are not comparable (a CPU pass on tiny shapes checks the code path; nothing is "
                  "held against baselines)")
 NOT_MEASURED = "-"
@@ -106,16 +106,23 @@ def _speed_figure(r: SpeedRecord, kind: RatioKind) -> str:
     return "reference" if r.mode == REFERENCE_MODE else _interval(r.estimate(kind))
 
 
+def _speed_columns(kind: RatioKind) -> tuple[Column, Column]:
+    """A speed ratio's figure and its own verdict."""
+    return (Column(kind.column, lambda r: _speed_figure(r, kind)),
+            Column(f"{kind.name} verdict", lambda r: _verdict(r.ratio(kind).verdict)))
+
+
 def _speed_ratios() -> tuple[Column, ...]:
     """A speed cell's ratios over fp32 (its table's rows with a matrix), each with its own verdict."""
-    return tuple(column for kind in SPEED_RATIOS.values() if kind.title for column in (
-        Column(kind.column, lambda r, k=kind: _speed_figure(r, k)),
-        Column(f"{kind.name} verdict", lambda r, k=kind: _verdict(r.ratio(k).verdict))))
+    return tuple(column for kind in SPEED_RATIOS.values() if kind.title for column in _speed_columns(kind))
+
+
+def _distributed_column(kind: RatioKind) -> Column:
+    return Column(kind.column, lambda r: _interval(r.estimate(kind), pct=kind.share))
 
 
 def _distributed_ratios() -> tuple[Column, ...]:
-    return tuple(Column(kind.column, lambda r, k=kind: _interval(r.estimate(k), pct=k.share))
-                 for kind in DISTRIBUTED_RATIOS.values())
+    return tuple(_distributed_column(kind) for kind in DISTRIBUTED_RATIOS.values())
 
 
 def tables() -> dict[type[Record], Table]:
@@ -223,7 +230,8 @@ class SummaryPlugin:
             self.config.stash.setdefault(FAILED_KEY, {})[report.nodeid] = outcome
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        lines = summary_lines(self.config.stash.get(RECORDS_KEY, []), self.config.stash.get(FAILED_KEY, {}))
+        cells = self.config.stash.get(RECORDS_KEY, [])
+        lines = summary_lines(cells, self.config.stash.get(FAILED_KEY, {}))
         if lines:
             terminalreporter.section("ampbench summary")
         for text in lines:

@@ -11,6 +11,7 @@ from ampbench.report.junit import Run, order_modes
 from ampbench.report.speed_cells import METHOD_LABELS, has_figure, used_methods
 from ampbench.results import MODE_SIDE, MemoryRecord, RatioKind, Record, SpeedRecord
 from ampbench.results.ratios import DEVICE, WALL
+from ampbench.results.run import mode_of, model_of
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -97,10 +98,10 @@ def _mode_bars(cells: list, offset: float, value: Callable[[Any], float | None],
     model's tick."""
     bars = _Bars()
     for i, c in enumerate(cells):
-        if c is None:
+        y = None if c is None else value(c)
+        if y is None:  # a model without this mode: the chart keeps only the cells with a value
             continue
         x = i + offset
-        y = value(c)
         bars.xs.append(x)
         bars.ys.append(y)
         bars.hatch.append(bool(hatched and hatched(c)))
@@ -152,13 +153,13 @@ def _grouped_bars(
     """Bars grouped by model, one colour per mode, and the sentence the caption adds where some models
     are left out (CHART_MODELS); None when no cell has a value. Bars of cells for which `hatched` is
     true are drawn hatched (a figure other than the chart's own)."""
-    cells = [c for c in run.of_kind(kind) if value(c) is not None and value(c) > (0 if log else -math.inf)]
+    cells = [c for c in run.of_kind(kind) if (v := value(c)) is not None and v > (0 if log else -math.inf)]
     if not cells:
         return None
-    models, left_out = _first_models(list(dict.fromkeys(c.model for c in cells)), "this figure")
+    models, left_out = _first_models(list(dict.fromkeys(map(model_of, cells))), "this figure")
     drawn = set(models)
     cells = [c for c in cells if c.model in drawn]
-    modes = order_modes(c.mode for c in cells)
+    modes = order_modes(map(mode_of, cells))
     plt = _pyplot()
     width = min(0.8 / max(len(modes), 1), 0.3)
     # as wide as the HTML page's column (about 1220 px at 100 dpi), whatever the number of models

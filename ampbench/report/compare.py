@@ -164,7 +164,8 @@ def _interval_change(new: Record, figure: str, old_est: SpeedupEstimate | None, 
     if recorded is not None and 0 < recorded < 1 and recorded > reference.tolerance:
         reference = replace(reference, tolerance=recorded, rule=BY_OLD_RUN)
     tolerance = reference.tolerance
-    check = reference.check(new.model, new.mode, check_figure)
+    # a record read from a file may lack its model or mode; the check only names them, as str() does
+    check = reference.check(str(new.model), str(new.mode), check_figure)
     return FigureChange(
         **base,
         old=fmt_speedup(old_est),
@@ -187,7 +188,7 @@ def _ratio_change(new: Record, before: float | None, after: float | None, figure
         return FigureChange(**base, change=None, verdict=Verdict.NO_BASELINE, message=f"the old run has no {figure}")
     if after is None:
         return FigureChange(**base, change=None, verdict=Verdict.INCONCLUSIVE, message=f"the new run has no {figure}")
-    check = RatioCheck(new.model, new.mode, figure, expected=before, tolerance=tolerance, worse=worse)
+    check = RatioCheck(str(new.model), str(new.mode), figure, expected=before, tolerance=tolerance, worse=worse)
     change = after / before - 1.0
     failure = check.failure(after)
     if failure is not None:
@@ -231,7 +232,7 @@ def compare_cells(old: Record, new: Record, *, tolerance: float = DEFAULT_TOLERA
     have no figure worth comparing; its verdict says so)."""
     rows = [r for r in _figure_changes(old, new, tolerance, memory_tolerance, accuracy_tolerance) if r is not None]
     newly_failing = new.verdict is not None and new.verdict.failing and not (old.verdict and old.verdict.failing)
-    if newly_failing and not any(r.failing for r in rows):
+    if newly_failing and new.verdict is not None and not any(r.failing for r in rows):
         rows.append(FigureChange(**_base(new, "verdict"), old=verdict_label(old.verdict),
                                  new=verdict_label(new.verdict), change=None, verdict=new.verdict,
                                  message=new.message or f"{new.kind} cell now {new.verdict}"))

@@ -29,6 +29,7 @@ from ampbench.results import (
     SpeedRecord,
 )
 from ampbench.results.ratios import WALL
+from ampbench.results.run import mode_of, model_of
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
 
@@ -144,7 +145,7 @@ def model_rows(run: Run) -> dict[str, list[Row]]:
     the two agree with its speedup (fp32's own cell ran in other rounds)."""
     modes_of: dict[str, list[str]] = {}
     for c in run.cells:
-        modes_of.setdefault(c.model, []).append(c.mode)
+        modes_of.setdefault(model_of(c), []).append(mode_of(c))
     references = _reference_rows(run)
     tables: dict[str, list[Row]] = {}
     for model, met in modes_of.items():
@@ -169,15 +170,16 @@ def _row(run: Run, model: str, mode: str) -> Row | None:
     wall = speed.ratio(WALL) if speed else None  # the table's speedup: the wall clock's, every run has one
     return Row(
         mode=mode,
-        step_ms=wall.side(MODE_SIDE).step_ms if speed else None,
-        step_ms_ref=wall.side(FP32_SIDE).step_ms if speed and mode != REFERENCE_MODE else None,
+        step_ms=wall.side(MODE_SIDE).step_ms if wall is not None else None,
+        step_ms_ref=wall.side(FP32_SIDE).step_ms if wall is not None and mode != REFERENCE_MODE else None,
         throughput=speed.side(MODE_SIDE).throughput if speed else None,
         speedup=speed.estimate(WALL) if speed else None,
-        speedup_value=wall.speedup if speed else None,
-        baseline=wall.baseline_speedup if speed else None,
+        speedup_value=wall.speedup if wall is not None else None,
+        baseline=wall.baseline_speedup if wall is not None else None,
         verdict=speed.verdict if speed else None,
-        peak_mem=_first(mem and mem.side(MODE_SIDE).peak_mem_bytes, speed and speed.side(MODE_SIDE).peak_mem_bytes),
-        memory_ratio=_first(mem and mem.memory_ratio, speed and speed.memory_ratio),
+        peak_mem=_first(mem.side(MODE_SIDE).peak_mem_bytes if mem else None,
+                        speed.side(MODE_SIDE).peak_mem_bytes if speed else None),
+        memory_ratio=_first(mem.memory_ratio if mem else None, speed.memory_ratio if speed else None),
         max_batch=mem.side(MODE_SIDE).max_batch if mem else None,
         max_batch_ratio=mem.max_batch_ratio if mem else None,
         tflops=speed.side(MODE_SIDE).tflops if speed else None,
@@ -185,7 +187,7 @@ def _row(run: Run, model: str, mode: str) -> Row | None:
         memory_verdict=mem.verdict if mem else None,
         convergence=conv.verdict if conv else None,
         messages=messages,
-        across=wall.across() if speed else None,
+        across=wall.across() if wall is not None else None,
         max_batch_searched=mem.batch_searched if mem else True,
     )
 
@@ -203,8 +205,8 @@ def _reference_rows(run: Run) -> dict[str, Row]:
     rows: dict[str, Row] = {}
     for c in run.of_kind(SpeedRecord):
         step_ms, fp32 = c.ratio(WALL).side(FP32_SIDE).step_ms, c.side(FP32_SIDE)
-        if c.model not in rows and (step_ms is not None or fp32.throughput is not None):
-            rows[c.model] = Row(
+        if model_of(c) not in rows and (step_ms is not None or fp32.throughput is not None):
+            rows[model_of(c)] = Row(
                 mode=REFERENCE_MODE, step_ms=step_ms, step_ms_ref=None, throughput=fp32.throughput,
                 speedup=None, speedup_value=None, baseline=None, verdict=None,
                 peak_mem=fp32.peak_mem_bytes, memory_ratio=None, max_batch=None, max_batch_ratio=None,
@@ -220,7 +222,7 @@ def verdict_counts(cells: Iterable[Record]) -> dict[str, dict[Verdict | str, int
         per = counts.setdefault(c.kind, {})
         v = c.verdict or DASH
         per[v] = per.get(v, 0) + 1
-    rank = {v: i for i, v in enumerate(VERDICT_ORDER)}
+    rank: dict[Verdict | str, int] = {v: i for i, v in enumerate(VERDICT_ORDER)}
     return {k: dict(sorted(v.items(), key=lambda kv: rank.get(kv[0], len(rank)))) for k, v in counts.items()}
 
 

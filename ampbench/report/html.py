@@ -33,6 +33,7 @@ from ampbench.report.speed_cells import (
 )
 from ampbench.results import MODE_SIDE, ConvergenceRecord, MemoryRecord, RatioKind, SpeedRecord
 from ampbench.results.ratios import DEVICE, WALL
+from ampbench.results.run import mode_of, model_of
 from ampbench.verdict import Verdict
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
@@ -187,7 +188,7 @@ def _speed_context(run: Run) -> dict | None:
     noun = device_noun(run)
     host_table = _table(
         ["model", "mode", f"{noun} idle", "host overhead per step", f"{noun} busy per step", "eager step"],
-        ([HtmlCell(c.model), HtmlCell(c.mode),
+        ([HtmlCell(model_of(c)), HtmlCell(mode_of(c)),
           HtmlCell(fmt_number(None if (m := c.side(MODE_SIDE)).idle_share is None else 100 * m.idle_share, ".0f", "%")),
           HtmlCell(fmt_ms(m.host_overhead_ms)), HtmlCell(fmt_ms(m.busy_ms)),
           HtmlCell(fmt_ms(c.ratio(WALL).side(MODE_SIDE).step_ms))] for c in host),

@@ -14,6 +14,7 @@ from ampbench.report.format import VERDICT_ORDER
 from ampbench.report.junit import Run, order_modes
 from ampbench.results import MODE_SIDE, REFERENCE_MODE, SPEED_RATIOS, RatioKind, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS
+from ampbench.results.run import mode_of, model_of
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
 
@@ -58,7 +59,7 @@ def matrix(run: Run, kind: RatioKind) -> tuple[list[str], list[tuple[str, list[M
     """(modes, [(model, one entry or None per mode)]): models down, modes across, in the run's order.
     fp32 is every column's reference, not a column of its own."""
     cells = run.of_kind(SpeedRecord)
-    modes = [m for m in order_modes(c.mode for c in cells) if m != REFERENCE_MODE]
+    modes = [m for m in order_modes(mode_of(c) for c in cells) if m != REFERENCE_MODE]
     return modes, _grid(cells, modes, lambda cell: _entry(cell, kind))
 
 
@@ -68,14 +69,14 @@ def _grid(cells: list[SpeedRecord], modes: list[str], entry: Callable[[SpeedReco
     mode is its entry."""
     by_key: dict[tuple[str, str], SpeedRecord] = {}
     for c in cells:
-        by_key.setdefault((c.model, c.mode), c)
+        by_key.setdefault((model_of(c), mode_of(c)), c)
     return [(model,
-             [entry(by_key.get((model, mode))) for mode in modes]) for model in dict.fromkeys(c.model for c in cells)]
+             [entry(by_key.get((model, mode))) for mode in modes]) for model in dict.fromkeys(map(model_of, cells))]
 
 
 def _entry(cell: SpeedRecord | None, kind: RatioKind) -> MatrixEntry | None:
     ratio = cell.ratio(kind) if cell is not None else None
-    if ratio is None or ratio.speedup is None:
+    if cell is None or ratio is None or ratio.speedup is None:
         return None
     # a run from before the device-time gate has one speedup and its verdict under "verdict"
     verdict = cell.verdict_of(kind)
@@ -114,7 +115,7 @@ def versus_matrices(run: Run) -> list[VersusMatrix]:
     out = []
     for versus in sorted(families, key=bool):  # compile gains first
         cells = families[versus]
-        modes = order_modes(c.mode for c in cells)
+        modes = order_modes(mode_of(c) for c in cells)
         rows = _grid(cells, modes, _versus_entry)
         title, note = (COMPILE_GAIN_TITLE, COMPILE_GAIN_NOTE) if not versus else (
             f"Speedup over {versus}, in device time",
@@ -128,6 +129,8 @@ def _versus_entry(cell: SpeedRecord | None) -> MatrixEntry | None:
     if cell is None:
         return None
     ratio = cell.ratio(VERSUS)
+    if ratio.speedup is None:  # a family holds only the cells with a speedup over its versus
+        return None
     verdict = ratio.verdict
     return MatrixEntry(ratio.speedup, cell.estimate(VERSUS), verdict.value if verdict is not None else None,
                        ratio.method)
@@ -142,7 +145,7 @@ def kernel_change_cells(run: Run) -> list[tuple[SpeedRecord, str]]:
     """(cell, its kernel changes against the baseline) for every speed cell that has them: the notable
     ones first (regressions, then inconclusive, improved...), the rest after them in run order."""
     found = [(c, c.kernel_changes) for c in run.of_kind(SpeedRecord) if c.kernel_changes]
-    rank = {v: i for i, v in enumerate(VERDICT_ORDER)}
+    rank: dict[Verdict | None, int] = {v: i for i, v in enumerate(VERDICT_ORDER)}
 
     def order(item: tuple[SpeedRecord, str]) -> tuple[bool, int]:
         verdict = item[0].ratio(DEVICE).verdict

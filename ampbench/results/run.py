@@ -113,7 +113,7 @@ class Run:
 
     def models(self) -> list[str]:
         """Models in the order the run met them, which is the registry's order."""
-        return list(dict.fromkeys(c.model for c in self.cells))
+        return list(dict.fromkeys(model_of(c) for c in self.cells))
 
     def cell(self, kind: type[R], model: str, mode: str) -> R | None:
         """The first cell of `kind` for `model` and `mode`, in run order."""
@@ -154,6 +154,19 @@ def order_modes(modes: Iterable[str]) -> list[str]:
     """`modes` in the mode table's order; modes it lacks (a newer writer's) follow in the order met."""
     seen = list(dict.fromkeys(modes))
     return [m for m in MODES if m in seen] + [m for m in seen if m not in MODES]
+
+
+def model_of(cell: Record) -> str:
+    """The model of a run's cell: every cell of a parsed run names one (``parse_run`` reads it off the test
+    id where the record lacks it)."""
+    assert cell.model is not None, "parse_run gives every cell its model"
+    return cell.model
+
+
+def mode_of(cell: Record) -> str:
+    """The precision mode of a run's cell, which every cell of a parsed run names (``model_of``)."""
+    assert cell.mode is not None, "parse_run gives every cell its mode"
+    return cell.mode
 
 
 UNNAMED = "-"  # the mode of a cell whose test id names none
@@ -298,7 +311,8 @@ def parse_run(document: Any, path: Path | str) -> Run:
         )
     _refuse(path, check(document, DOCUMENT, ""))
     machine_info = document.get("machine_info") or {}
-    machine = machine_info.get("ampbench") if isinstance(machine_info.get("ampbench"), dict) else {}
+    ours = machine_info.get("ampbench")
+    machine: dict = ours if isinstance(ours, dict) else {}
     _refuse(path, check(machine, MACHINE, "machine_info.ampbench"))
     cells: list[Record] = []
     positions: list[str] = []  # where each cell is: "benchmarks[3]", "ampbench_untimed[0]", "ampbench_errors[0]"

@@ -126,7 +126,7 @@ MACHINE = {"device": STRING, "torch": STRING, "cuda": STRING, "driver": STRING, 
 # every entry of "benchmarks"
 BENCHMARK = {"name": Field("string", required=True), "extra_info": OBJECT}
 # the top-level list of cells whose test stopped with an error before pytest-benchmark timed them: entries
-# as in "benchmarks", of verdict "error", without timing (ampbench.plugin.errors)
+# as in "benchmarks", of verdict "error", without timing (ampbench.plugin.entries)
 ERRORS_KEY = "ampbench_errors"
 # extra_info of every ampbench cell, whatever its kind (its figures: the record type of its kind)
 CELL = {"ampbench_schema": Field("integer", required=True), "kind": Field("string", required=True)}

@@ -88,7 +88,8 @@ class TimedRecord(Record):
     def _parts(cls, info: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
         groups, taken = super()._parts(info)
         if info.get(SCHEMA_KEY) != FLAT_RATIOS_SCHEMA:
-            stored = info.get(RATIOS_KEY) if isinstance(info.get(RATIOS_KEY), dict) else {}
+            ratios = info.get(RATIOS_KEY)
+            stored = ratios if isinstance(ratios, dict) else {}
             over = {name: over_side(kind) for name, kind in cls.RATIOS.items()}
             return {**groups, "ratios": {name: RatioFigures.read(figures, over=over.get(name, FP32_SIDE))
                                          for name, figures in stored.items() if isinstance(figures, dict)}}, \
@@ -177,7 +178,11 @@ class DeviceQueue(FigureGroup):
 
 def _legacy(names: str) -> dict[str, str]:
     """figure -> key pairs, from "figure=key" words (a bare word: the same name)."""
-    return dict(w.split("=") if "=" in w else (w, w) for w in names.split())
+    def pair(word: str) -> tuple[str, str]:
+        figure, key = word.split("=") if "=" in word else (word, word)
+        return figure, key
+
+    return dict(pair(w) for w in names.split())
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from ampbench.distributed.speed_worker import failed_comm
 from ampbench.distributed.variants import STRATEGIES, default_cells, get_comm, variants_for
 from ampbench.modes import get_mode
 from ampbench.plugin import session, summary
-from ampbench.plugin.nodes import launcher_of
+from ampbench.plugin.distributed import launcher_of
 from ampbench.results import DistributedRecord
 from ampbench.results.ratios import DIST_DEVICE, DIST_WALL
 from ampbench.results.schema import FP32_SIDE, MODE_SIDE
