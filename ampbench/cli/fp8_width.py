@@ -132,7 +132,7 @@ def measure_width(spec: ModelSpec, width: int, mode: PrecisionMode, versus: Prec
     if why:
         return WidthPoint(width, None, None, skipped=why)
 
-    def timed() -> tuple[SpeedupEstimate, str]:
+    def timed() -> tuple[SpeedupEstimate, str | None]:
         base = sides.prepare_side(wide, versus, device, smoke, policy)
         side = sides.prepare_side(wide, mode, device, smoke, policy)
         clock = device_clock(base, side)
