@@ -27,6 +27,10 @@ DEFAULT_TOLERANCE = 0.005
 # recording, take at least eight (the fewest for a 99% interval).
 DEFAULT_MIN_ROUNDS = 5
 DEFAULT_BLOCK_SECONDS = 0.1
+# --perf-compile-ahead's default on CUDA: compiled sides compiled at once (``speed.ahead``). Each process
+# also starts Inductor's pool of compile workers, which share the host's cores, and holds one side's
+# training state on the GPU (up to 14 GB for the compile tier's models on an H200)
+DEFAULT_COMPILE_AHEAD = 4
 # --perf-gate's choices, and the figures each lets fail a speed cell
 GATES: dict[str, tuple[str, ...]] = {"device": ("device",), "wall": ("wall",), "both": ("device", "wall")}
 # --perf-compile: which of eager and torch.compile'd training the speed cells run
@@ -137,6 +141,8 @@ class PerfSettings:
     cudnn_benchmark: bool  # cuDNN autotuning for the speed tests (memory and convergence never tune)
     gate: str  # which speedup's verdict fails a speed cell: device, wall or both
     compile: tuple[bool, ...] = (False,)  # speed cells run eager (False), compiled (True) or both
+    # compiled sides compiled at once ahead of the first timed cell (``speed.ahead``); 0: each in its cell
+    compile_ahead: int = 0
     nodes: Nodes = Nodes()  # the hosts the distributed cells span
 
     @property

@@ -11,9 +11,11 @@ Its modules, by job: `options` declares the ``--perf-*`` options; `session` turn
 session's settings at configure time (usage errors before the first cell, the hypothesis profiles),
 parametrizes the cells (from `parametrize`), says when the run is the CPU smoke pass and writes recorded
 baselines; `fixtures` are what a cell test takes; `distributed` holds the distributed cells' ranks and the
-hosts their launches span (node 0 runs the tests, the others follow); `checks` refuses options under
-which a run would lose its results; `entries` gives each cell's JSON entry its group, keeps the untimed
-cells beside the timed ones and the cells whose test stopped with an error as failing records;
+hosts their launches span (node 0 runs the tests, the others follow); `compiling` sets Inductor's caches
+for a run with compiled cells and compiles their sides ahead, several at once (``speed.ahead``);
+`checks` refuses options under which a run would lose its results; `entries` gives each cell's JSON
+entry its group, keeps the untimed cells beside the timed ones and the cells whose test stopped with an
+error as failing records;
 `progress` draws the progress line; `summary` writes the end-of-run tables; `history` checks the run
 history's store before the first cell, appends the run at the end and says how far its cells have
 learned. Not loaded with them: `slowdown`, the speed gate's own check, which slows chosen cells on
@@ -34,6 +36,7 @@ pytest_plugins = (
     "ampbench.plugin.session",
     "ampbench.plugin.fixtures",
     "ampbench.plugin.distributed",
+    "ampbench.plugin.compiling",
     # that the run keeps its results (output paths, options that lose them); the cells' JSON entries and
     # their errors as failing records; the progress line; the run history (--perf-history, --perf-label,
     # each run appended at the session's end)

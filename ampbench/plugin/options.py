@@ -13,6 +13,7 @@ from ampbench.modes import MODES
 from ampbench.settings import (
     COMPILE_CHOICES,
     DEFAULT_BLOCK_SECONDS,
+    DEFAULT_COMPILE_AHEAD,
     DEFAULT_MIN_ROUNDS,
     DEFAULT_TOLERANCE,
     GATES,
@@ -129,6 +130,10 @@ def _add_judging(group: Any) -> None:
                     help="speed cells of torch.compile'd training: off (eager only), on (compiled only: the "
                          "fp8 modes and each mode against compiled fp32 and against itself eager, ids ending "
                          "-compiled) or both (default: off; on in the compile tier)")
+    group.addoption("--perf-compile-ahead", metavar="N", default=None, type=number_validator(int, 0, 64),
+                    help="compiled sides compiled at once in processes of their own before the first timed cell, each "
+                         "cold into the run's own Inductor cache, which the cells then read; 0 compiles each in its "
+                         f"cell with the caches off (default: {DEFAULT_COMPILE_AHEAD} on CUDA, 0 on the CPU)")
     group.addoption("--perf-rounds", metavar="N", default=DEFAULT_MIN_ROUNDS,
                     type=number_validator(int, 5, 1000),
                     help="interleaved rounds before the first look at a judged speedup (more follow while its "

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ampbench.files import paths
-from ampbench.plugin import HOW, acts
+from ampbench.plugin import HOW, acts, compiling
 from ampbench.plugin.options import tier_models, zoo
 from ampbench.plugin.parametrize import cells_for, why_no_cells
-from ampbench.settings import COMPILE_CHOICES, TIERS, Nodes, PerfSettings
+from ampbench.settings import COMPILE_CHOICES, DEFAULT_COMPILE_AHEAD, TIERS, Nodes, PerfSettings
 
 if TYPE_CHECKING:  # the stores load where a GPU run opens them
     from ampbench.baselines.source import ReferenceSource
@@ -105,6 +105,8 @@ def _settings(opt, device, baseline_dir: Path) -> PerfSettings:
         cudnn_benchmark=opt.perf_cudnn_benchmark == "on",
         gate=opt.perf_gate,
         compile=COMPILE_CHOICES[opt.perf_compile or tier.compile],
+        compile_ahead=(opt.perf_compile_ahead if opt.perf_compile_ahead is not None
+                       else DEFAULT_COMPILE_AHEAD if device.type == "cuda" else 0),
         nodes=_nodes(opt),
     )
 
@@ -127,19 +129,6 @@ def _nodes(opt) -> Nodes:
     if rank >= count:
         raise pytest.UsageError(f"--perf-node-rank {rank}: the ranks of {count} nodes are 0 to {count - 1}")
     return Nodes(count, rank, endpoint, opt.perf_rdzv_id)
-
-
-def _compile_cold() -> None:
-    # a compiled cell's first step is its compile time, measured cold: Inductor's caches would
-    # otherwise make it a cache read on every run after the first on the runner
-    import torch._dynamo.config as dynamo_config
-    import torch._inductor.config as inductor_config
-
-    inductor_config.force_disable_caches = True
-    # every mode of a model compiles the same forward under other guards (dtypes, autocast): past
-    # dynamo's default limit of 8 graphs per function it would run the rest eager, without a word
-    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 64)
-    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 1024)
 
 
 def register_profiles() -> None:
@@ -177,7 +166,7 @@ def configure(config: pytest.Config) -> None:
         _check_scaler(opt.perf_loss_scaler)
     config.stash[SETTINGS_KEY] = settings = _settings(opt, device, baseline_dir)
     if True in settings.compile:
-        _compile_cold()
+        compiling.set_caches(config, settings)
     config.stash[STORE_KEY] = {}
     from ampbench.plugin import summary  # its records' types: only in a run where ampbench acts
 

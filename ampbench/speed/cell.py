@@ -193,14 +193,14 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
     tflops = spec.flops_per_sample(side.trainer.config) * batch / dev_step_s / 1e12
     peak = peak_tflops(mode.peak_dtype)
     mode_side = SpeedSide(
-        prepare_s=side.prepare_seconds, compile_s=side.first_step_seconds if mode.compile else None,
+        prepare_s=side.prepare_seconds, compile_s=side.compile_seconds if mode.compile else None,
         steps_per_block=wall.measurement.first.mode_steps, kernel_ms=side.profile.kernel_ms if side.profile else None,
         busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
         throughput=batch / step_s, device_throughput=batch / dev_step_s, peak_mem_bytes=side.peak_bytes,
         tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
         **_held_block_fields(dev.measurement.queue, side))
     fp32_side = SpeedSide(
-        prepare_s=fp32.prepare_seconds, compile_s=fp32.first_step_seconds if mode.compile else None,
+        prepare_s=fp32.prepare_seconds, compile_s=fp32.compile_seconds if mode.compile else None,
         steps_per_block=wall.measurement.first.ref_steps, kernel_ms=fp32.profile.kernel_ms if fp32.profile else None,
         busy_ms=ref_load.busy_ms, host_overhead_ms=ref_load.overhead_ms, idle_share=ref_load.idle_share,
         host_bound=ref_load.host_bound, throughput=batch / ref_step_s, peak_mem_bytes=fp32.peak_bytes,
@@ -226,7 +226,7 @@ def _problems(spec: ModelSpec, mode: PrecisionMode, pair: _Prepared, ratios: lis
     problems = compile_problems(mode, pair.dynamo_before, pair.dynamo_prepared,
                                 DynamoState.now() if mode.compile else None)
     slow_compile = compile_time_check(spec.name, label(mode), baseline,
-                                      pair.side.first_step_seconds if mode.compile else None)
+                                      pair.side.compile_seconds if mode.compile else None)
     if slow_compile:
         problems.append(slow_compile)
     for ratio in ratios:

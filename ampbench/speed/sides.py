@@ -14,6 +14,7 @@ from ampbench import settings as options
 from ampbench.device import prime_libraries
 from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode
+from ampbench.speed.ahead import CacheReads
 from ampbench.speed.devicetime import (
     BlockIdle,
     CapturedStep,
@@ -118,7 +119,18 @@ class Side:
     idle: BlockIdle | None = None  # one profiled held block of graph replays: the GPU's idle time inside it
     # the first training step, synchronised: for a compiled mode, dynamo and Inductor compiling the step
     first_step_seconds: float | None = None
+    # a compiled mode's first step read every graph from Inductor's cache (``speed.ahead``: compiled ahead)
+    cache_read: bool = False
+    compiled_ahead_s: float | None = None  # its cold compile, where a process compiled it ahead (``speed.ahead``)
     prepare_phases: dict[str, float] = field(default_factory=dict)  # prepare_seconds by phase, in order
+
+    @property
+    def compile_seconds(self) -> float | None:
+        """Its cold compile: measured ahead where its first step read it from the cache, else that step;
+        None where the step read the cache and nothing measured the compile (a cache read is no compile)."""
+        if self.compiled_ahead_s is not None:
+            return self.compiled_ahead_s
+        return None if self.cache_read else self.first_step_seconds
 
 
 def allocated_bytes(device: torch.device) -> int:
@@ -131,11 +143,14 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
     before = allocated_bytes(device)
     trainer = Trainer(spec, mode, device, smoke=smoke)
     phases.end("build")
+    reads = CacheReads() if mode.compile else None
     trainer.run(1)
     sync(device)
     first = phases.end("first_step")
+    cached = reads is not None and reads.whole()
     step_seconds = warm_up(trainer, min_steps=policy.warmup_steps, min_seconds=policy.warmup_seconds)
-    side = Side(trainer, step_seconds, peak_memory_bytes(trainer, before), 0.0, first_step_seconds=first)
+    side = Side(trainer, step_seconds, peak_memory_bytes(trainer, before), 0.0, first_step_seconds=first,
+                cache_read=cached)
     phases.end("warm_up")
     if device.type == "cuda":
         # after the peak was taken: the graph's private memory pool is no part of the mode's step

@@ -19,6 +19,7 @@ from ampbench.device import release
 from ampbench.modes import REFERENCE_MODE, compiled, get_mode, label, versus_of
 from ampbench.speed import cell as speed_cell
 from ampbench.speed import sides
+from ampbench.speed.ahead import CompileAhead
 from ampbench.speed.compiled import VersusSides, served
 from ampbench.suite.outcome import STEP_TIMES, finish, record_step_times
 
@@ -46,7 +47,8 @@ def versus_sides(_versus_cache, perf_device) -> Iterator[VersusSides]:
 
 
 @pytest.fixture
-def fp32_side(model_spec, mode, perf_device, perf_settings, _fp32_cache, _versus_cache, fail_on_oom) -> sides.Side:
+def fp32_side(model_spec, mode, perf_device, perf_settings, _fp32_cache, _versus_cache, fail_on_oom,
+              compiled_ahead) -> sides.Side:
     """The fp32 side of this model's cells, built and warmed up once and shared by its modes, compiled
     where the cell's mode is (fp8 and the -compiled cells are timed against compiled fp32); only the
     current model's fp32 side (and versus side) is kept, so one model at a time occupies the device."""
@@ -61,17 +63,22 @@ def fp32_side(model_spec, mode, perf_device, perf_settings, _fp32_cache, _versus
         _fp32_cache.clear()
         release(perf_device)
         ref_mode = compiled(get_mode(REFERENCE_MODE), mode.compile)
-        side = _prepare(model_spec, ref_mode, perf_device, perf_settings, fail_on_oom, f"{label(ref_mode)} side")
+        side = _prepare(model_spec, ref_mode, perf_device, perf_settings, fail_on_oom, f"{label(ref_mode)} side",
+                        compiled_ahead)
         _fp32_cache.update(key=key, side=side)
     return _fp32_cache["side"]
 
 
-def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> sides.Side:
-    """A warmed-up side, or this test's failure naming its batch and peak memory if it does not fit."""
+def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str, ahead: CompileAhead | None) -> sides.Side:
+    """A warmed-up side, or this test's failure naming its batch and peak memory if it does not fit; a
+    compiled side that read its compile from the cache reports the cold compile measured `ahead`."""
     policy = speed_cell.policy(device, settings)
     progress.update(f"preparing {label}" + (": compiling its first step" if mode.compile else ""))
-    return fail_on_oom(lambda: sides.prepare_side(model_spec, mode, device, settings.smoke, policy),
+    side = fail_on_oom(lambda: sides.prepare_side(model_spec, mode, device, settings.smoke, policy),
                        f"{model_spec.name} {label}", model_spec.batch_size_for(settings.smoke))
+    if ahead is not None and side.cache_read:
+        side.compiled_ahead_s = ahead.seconds_of(model_spec.name, mode.name)
+    return side
 
 
 # the quick tier spends its time on the 16-bit modes; fp32 against fp32 (a control of the harness, its
@@ -79,16 +86,16 @@ def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str) -> sid
 @pytest.mark.cells(modes_tiered=True)
 @pytest.mark.benchmark(group="speed", **STEP_TIMES)
 def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cell, fp32_side, versus_sides,
-               perf_settings,
-               perf_device, baseline_store, software, peak_tflops, fail_on_oom):
+               perf_settings, perf_device, baseline_store, software, peak_tflops, fail_on_oom, compiled_ahead):
     # compiled amp_bf16's own side is kept: the fp8 cells after it are timed against it
     prepare = lambda: versus_sides.offer(  # noqa: E731
-        model_spec.name, mode, _prepare(model_spec, mode, perf_device, perf_settings, fail_on_oom, label(mode)))
+        model_spec.name, mode, _prepare(model_spec, mode, perf_device, perf_settings, fail_on_oom, label(mode),
+                                        compiled_ahead))
     versus_mode = versus_of(mode)
     versus = None if versus_mode is None else lambda: versus_sides.get(
         model_spec.name, versus_mode,
         lambda: _prepare(model_spec, versus_mode, perf_device, perf_settings, fail_on_oom,
-                         f"{label(versus_mode)} versus"))
+                         f"{label(versus_mode)} versus", compiled_ahead))
     cell = speed_cell.measure_speed(
         model_spec, mode, fp32_side, prepare, versus=versus,
         settings=perf_settings, device=perf_device, test_id=request.node.name,
