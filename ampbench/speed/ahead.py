@@ -25,7 +25,10 @@ import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+
+if TYPE_CHECKING:
+    import torch
 
 # a process still compiling after this long is stopped; its side compiles in its cell
 WORKER_TIMEOUT_S = 900.0
@@ -214,6 +217,7 @@ def compile_one(model: str, mode_name: str, device_name: str, smoke: bool, cudnn
     device = torch.device(device_name)
     configure_backends(device, cudnn_benchmark)
     prime_libraries(device)
+    warm_compiler(device)
     trainer = Trainer(models.get_model(model), compiled(get_mode(mode_name)), device, smoke=smoke)
     start = time.perf_counter()
     trainer.run(1)
@@ -222,6 +226,18 @@ def compile_one(model: str, mode_name: str, device_name: str, smoke: bool, cudnn
     trainer.run(AFTER_FIRST_STEPS)
     sync(device)
     return seconds
+
+
+def warm_compiler(device: torch.device) -> None:
+    """Compile a one-line function first: what a process pays once for its first compile (importing
+    Inductor, starting its pool of compile workers, a C++ compiler's headers on the CPU) is then no part
+    of the side's compile time, as it is none of a side compiled in a session that compiled before it."""
+    import torch
+
+    from ampbench.speed.timing import sync
+
+    torch.compile(lambda x: (x * 2.0).relu().sum())(torch.ones(8, device=device))
+    sync(device)
 
 
 def main(argv: list[str] | None = None) -> int:
