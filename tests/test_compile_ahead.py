@@ -32,6 +32,10 @@ def test_a_cell_that_will_skip_compiles_nothing_and_the_dearest_sides_go_first()
                  lambda model, mode: model == "resnet50",
                  costs={AheadSide("llama", "amp_bf16"): 30.0, AheadSide("llama", "fp32"): 10.0})
     assert sides == [AheadSide("llama", "amp_bf16"), AheadSide("llama", "fp32")]
+    # an fp32 side no entry times goes with its model's dearest side, not after every other
+    sides = plan([("gpt", "amp_bf16"), ("resnet50", "amp_bf16")], _never,
+                 costs={AheadSide("gpt", "amp_bf16"): 20.0, AheadSide("resnet50", "amp_bf16"): 40.0})
+    assert [s.model for s in sides[:2]] == ["resnet50", "resnet50"] and sides[-1] == AheadSide("gpt", "amp_bf16")
 
 
 def test_the_hosts_cores_are_shared_among_the_processes():

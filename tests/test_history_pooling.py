@@ -130,7 +130,9 @@ def test_the_shipped_h200_file_and_its_history_hold_a_cell_to_one_tolerance():
         ratio = typed.ratio(DEVICE)
         assert ratio.between_card_dof and ratio.between_card_sd, test_id  # three cards behind it
         assert entry_tolerance(DEVICE, FLOOR, ratio) == pytest.approx(ratio.tolerance, rel=1e-9), test_id
-        assert 0.005 <= ratio.tolerance < 0.025, test_id
+        # the quick tier's cells from six runs on three cards; the compiled ones from three runs on two,
+        # whose own noise borrows nothing (two degrees of freedom: gpt fp8_tensorwise's 0.5% sd gives 4.9%)
+        assert 0.005 <= ratio.tolerance < (0.06 if typed.versus else 0.025), test_id
 
 
 def test_export_writes_what_the_history_judges_with(tmp_path):
