@@ -17,7 +17,6 @@ import tempfile
 import pytest
 
 from ampbench import progress
-from ampbench.settings import PerfSettings
 from ampbench.speed.ahead import CACHE_ENV, CompileAhead, compile_settings, plan
 
 AHEAD_KEY = pytest.StashKey[CompileAhead]()
@@ -27,8 +26,14 @@ CACHE_KEY = pytest.StashKey[tuple[str, str | None]]()  # the run's cache folder,
 BESIDE_COMPILING = ("convergence",)
 
 
-def set_caches(config: pytest.Config, settings: PerfSettings) -> None:
+@pytest.hookimpl(trylast=True)  # after the session's settings are made (``plugin.session``)
+def pytest_configure(config: pytest.Config) -> None:
     """Inductor's caches for a run that compiles: off, or the run's own empty folder to compile ahead into."""
+    from ampbench.plugin.session import SETTINGS_KEY
+
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or True not in settings.compile:
+        return
     if not settings.compile_ahead:
         compile_settings(None)
         return

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ampbench.files import paths
-from ampbench.plugin import HOW, acts, compiling
+from ampbench.plugin import HOW, acts
 from ampbench.plugin.options import tier_models, zoo
 from ampbench.plugin.parametrize import cells_for, why_no_cells
 from ampbench.settings import COMPILE_CHOICES, DEFAULT_COMPILE_AHEAD, TIERS, Nodes, PerfSettings
@@ -164,9 +164,7 @@ def configure(config: pytest.Config) -> None:
     if not getattr(opt, "help", False):
         _check_baselines(baseline_dir, opt.perf_update_baselines, device)
         _check_scaler(opt.perf_loss_scaler)
-    config.stash[SETTINGS_KEY] = settings = _settings(opt, device, baseline_dir)
-    if True in settings.compile:
-        compiling.set_caches(config, settings)
+    config.stash[SETTINGS_KEY] = _settings(opt, device, baseline_dir)
     config.stash[STORE_KEY] = {}
     from ampbench.plugin import summary  # its records' types: only in a run where ampbench acts
 

@@ -25,16 +25,13 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from ampbench.speed.held import TRIES, BlockQueue, events_around, launch_queue_depth
 from ampbench.speed.timing import end_rng_capture, sync, sync_quietly
 from ampbench.train import Trainer
-
-if TYPE_CHECKING:  # a side holds its captured step: sides imports this module
-    from ampbench.speed.sides import Side
 
 # Kineto leaves CUPTI attached after a profiling session unless told to tear it down, and an attached
 # CUPTI slows every later kernel launch: wall-clock blocks timed after a cell's profiled block would
@@ -317,7 +314,15 @@ def uses_rnn_dropout_state(model: torch.nn.Module) -> bool:
     return any(isinstance(m, torch.nn.RNNBase) and m.dropout > 0 for m in model.modules())
 
 
-def recapture_shared(side: Side) -> None:
+class Recapturable(Protocol):
+    """What `recapture_shared` reads and sets of a side (``sides.Side``, which imports this module)."""
+
+    trainer: Trainer
+    graph: CapturedStep | None
+    capture_failure: str | None
+
+
+def recapture_shared(side: Recapturable) -> None:
     """Capture a shared side's step again (the fp32 side, a versus side) where its graph may point at
     freed memory.
 
