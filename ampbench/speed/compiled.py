@@ -60,6 +60,8 @@ def compile_problems(mode: PrecisionMode, before: DynamoState | None, prepared: 
     not read (reading them imports dynamo)."""
     if not mode.compile:
         return []
+    assert before is not None and prepared is not None and timed is not None, \
+        f"{mode.name} compiled: dynamo's state is read before, after preparing and after timing a compiled cell"
     problems = []
     breaks = prepared.breaks_since(before)
     if breaks:
@@ -91,7 +93,7 @@ class VersusSides:
     def get(self, model: str, mode: PrecisionMode, make: Callable[[], sides.Side]) -> sides.Side:
         """The kept side of `mode`, else the one `make` builds (the kept one dropped first)."""
         key = (model, label(mode))
-        if self.key != key:
+        if self.key != key or self.side is None:
             self.drop()
             self.side, self.key = make(), key
         return self.side
