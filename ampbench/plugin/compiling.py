@@ -86,7 +86,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     ahead = item.config.stash.get(AHEAD_KEY, None)
-    if ahead is None or ahead.seconds:
+    if ahead is None or ahead.finished:
         return
     marker = item.get_closest_marker("cells")
     if marker is not None and marker.kwargs.get("kind") in BESIDE_COMPILING:

@@ -152,6 +152,11 @@ class CompileAhead:
     def done(self) -> int:
         return sum(f.done() for f in self._futures.values())
 
+    @property
+    def finished(self) -> bool:
+        """Whether its outcomes are in: every process ended and waited for."""
+        return self._results is not None
+
     def wait(self, tick: Callable[[int, int], None] | None = None) -> dict[AheadSide, Compiled]:
         """Every side's outcome, once the last process has ended; `tick(done, all)` every second meanwhile."""
         if self._results is None:

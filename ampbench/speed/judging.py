@@ -10,7 +10,6 @@ from ampbench.baselines.spread import software_difference
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.speed.measurement import Measurement, Rounds
 from ampbench.speed.sequential import verdict_at
-from ampbench.speed.timing import PairedTimer
 from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
 from ampbench.verdict import SpeedupCheck, Verdict
 
@@ -78,7 +77,7 @@ def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: fl
     return noise
 
 
-def pooled_estimate(a: Rounds | PairedTimer, b: Rounds | PairedTimer, confidence: float) -> SpeedupEstimate:
+def pooled_estimate(a: Rounds, b: Rounds, confidence: float) -> SpeedupEstimate:
     """Two sets of rounds as one, each in its own order (a set that starts over starts with its reference)."""
     return estimate_speedup([*a.ref_times, *b.ref_times], [*a.mode_times, *b.mode_times], confidence,
                             ref_first=a.ref_first + b.ref_first)
