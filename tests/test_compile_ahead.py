@@ -49,6 +49,7 @@ def test_a_process_that_fails_says_why_and_gives_no_time(tmp_path):
     [(side, outcome)] = run.wait().items()
     assert outcome.seconds is None and "exit status 1" in outcome.error and "no_such_model" in outcome.error
     assert run.seconds_of("no_such_model", "amp_bf16") is None and side in run.failures()
+    assert outcome.describe() == f"no time ({outcome.error})"
 
 
 @pytest.fixture
@@ -73,6 +74,10 @@ def test_a_side_compiled_ahead_is_read_whole_from_the_cache_and_reports_the_cold
                        cache_dir=run_cache).start()
     cold = run.seconds_of("mlp", "amp_bf16")
     assert cold is not None and cold > 0, run.failures()
+    outcome = run.wait()[AheadSide("mlp", "amp_bf16")]
+    assert outcome.starting_s is not None and outcome.process_s is not None
+    assert outcome.process_s > outcome.starting_s + cold, outcome.describe()
+    assert outcome.describe().startswith(f"first step {cold:.1f} s; ")
     ahead.compile_settings(run_cache)
     torch._dynamo.reset()
     device = torch.device("cpu")

@@ -110,8 +110,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             f"in {ahead.seconds:.0f} s")
     failures = ahead.failures()
     terminalreporter.write_line(line + (f"; {len(failures)} compiled in their cells instead" if failures else ""))
-    for side, why in failures.items():
-        terminalreporter.write_line(f"  {side.label}: {why}", yellow=True)
+    for side, outcome in ahead.wait().items():  # each side with -v, the failed ones always
+        if outcome.error is not None or config.get_verbosity() > 0:
+            terminalreporter.write_line(f"  {side.label}: {outcome.describe()}", yellow=outcome.error is not None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

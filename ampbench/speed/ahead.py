@@ -52,10 +52,20 @@ class AheadSide:
 
 @dataclass(frozen=True)
 class Compiled:
-    """What compiling one side ahead gave: its cold first step in seconds, or why there is none."""
+    """What compiling one side ahead gave: its cold first step in seconds, or why there is none; and
+    where its process's time went (starting: imports, the device and the compiler's warm-up; the whole
+    process, as its parent saw it)."""
 
     seconds: float | None = None
     error: str | None = None
+    starting_s: float | None = None
+    process_s: float | None = None
+
+    def describe(self) -> str:
+        if self.seconds is None:
+            return f"no time ({self.error})"
+        return (f"first step {self.seconds:.1f} s; {self.process_s or 0.0:.1f} s in its process, "
+                f"{self.starting_s or 0.0:.1f} s of it starting")
 
 
 class CacheReads:
@@ -192,6 +202,7 @@ class CompileAhead:
         command = [sys.executable, "-m", "ampbench.speed.ahead", "--model", side.model, "--mode", side.mode,
                    "--device", self.device, *(["--smoke"] if self.smoke else []),
                    *(["--cudnn-benchmark"] if self.cudnn_benchmark else [])]
+        began = time.perf_counter()
         process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self._live.add(process)
         if self._stopped:  # stopped while this one started
@@ -208,13 +219,18 @@ class CompileAhead:
         if process.returncode != 0 or not lines:
             tail = (err.strip().splitlines() or ["no output"])[-1]
             return Compiled(error=f"exit status {process.returncode}: {tail[:300]}")
-        return Compiled(seconds=float(json.loads(lines[-1])["compile_s"]))
+        said = json.loads(lines[-1])
+        return Compiled(seconds=float(said["compile_s"]), starting_s=said.get("starting_s"),
+                        process_s=time.perf_counter() - began)
 
 
-def compile_one(model: str, mode_name: str, device_name: str, smoke: bool, cudnn_benchmark: bool = False) -> float:
+def compile_one(model: str, mode_name: str, device_name: str, smoke: bool,
+                cudnn_benchmark: bool = False) -> tuple[float, float]:
     """Build `model`'s trainer in `mode_name` compiled and run its first steps; the first one's seconds,
-    timed as ``sides.prepare_side`` times a side's first step. The backends are set as the session sets
-    them: Inductor's cache key holds some of their settings (the CPU's thread count among them)."""
+    timed as ``sides.prepare_side`` times a side's first step, and the seconds before it. The backends are
+    set as the session sets them: Inductor's cache key holds some of their settings (the CPU's thread count
+    among them)."""
+    began = time.perf_counter()
     import torch
 
     from ampbench import models
@@ -236,7 +252,7 @@ def compile_one(model: str, mode_name: str, device_name: str, smoke: bool, cudnn
     seconds = time.perf_counter() - start
     trainer.run(AFTER_FIRST_STEPS)
     sync(device)
-    return seconds
+    return seconds, start - began
 
 
 def warm_compiler(device: torch.device) -> None:
@@ -263,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="the model's smoke-sized config, as on the CPU")
     parser.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN autotuning, as --perf-cudnn-benchmark on")
     args = parser.parse_args(argv)
-    seconds = compile_one(args.model, args.mode, args.device, args.smoke, args.cudnn_benchmark)
-    print(json.dumps({"compile_s": seconds}))
+    seconds, starting = compile_one(args.model, args.mode, args.device, args.smoke, args.cudnn_benchmark)
+    print(json.dumps({"compile_s": seconds, "starting_s": starting}))
     return 0
 
 
