@@ -100,6 +100,12 @@ def compile_settings(cache_dir: str | None) -> None:
     else:
         os.environ[CACHE_ENV] = cache_dir
         inductor_config.force_disable_caches = False
+        # the cache holds compiled graphs and kernels, never the launch configs a kernel's first run
+        # picks by timing its candidates on the device: picked in a process timing them beside three
+        # others on the same device, a pointwise kernel of gpt fp8_tensorwise ran 3x slower (0.32 -> 1.0
+        # ms) and failed its cell at -3.4%; each cell picks its own, alone on the device, as it would
+        # have with no cache at all
+        inductor_config.autotune_local_cache = False
     # every mode of a model compiles the same forward under other guards (dtypes, autocast): past
     # dynamo's default limit of 8 graphs per function it would run the rest eager, without a word
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 64)
