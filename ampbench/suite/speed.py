@@ -31,7 +31,7 @@ class InconclusiveSpeed(UserWarning):
 # The kept sides last as long as the module of speed cells: once its cells are done their models go, so
 # the tests after it (the memory cells, the out-of-memory demonstration) find the device as they would
 # alone. With gpt's fp32 side still kept, the demonstration's 4x step fit under the cap it must run out
-# under, and test_oom_recovery failed whenever it ran after the speed cells.
+# under, and test_oom_recovery failed when it ran after the speed cells.
 @pytest.fixture(scope="module")
 def _fp32_cache(perf_device) -> Iterator[dict]:
     cache: dict = {}
