@@ -102,18 +102,25 @@ def test_the_report_and_the_summary_show_a_new_kind_in_a_matrix_and_a_column_of_
     assert "host speedup" in header and "host verdict" in header and "1.810x [1.792, 1.828]" in row
 
 
+def _cpu_settings(baseline_dir: Path):
+    """A CPU run of mlp amp_bf16's eager speed cell, gated on device time, in short blocks."""
+    from ampbench.settings import PerfSettings
+
+    return PerfSettings(device=torch.device("cpu"), models=("mlp",), precisions=("amp_bf16",), tier="quick",
+                        baseline_dir=baseline_dir, update_baselines=False, tolerance=0.005, strict=False, min_rounds=5,
+                        memory_cap_gib=None, data_root=None, loader_workers=0, pin_memory=False,
+                        loss_scaler="torch.amp:GradScaler", block_seconds=0.002, cudnn_benchmark=False, gate="device",
+                        compile=(False,))
+
+
 def test_the_speed_cell_times_and_records_a_new_kind(host):
     from ampbench.models import get_model
     from ampbench.modes import get_mode
-    from ampbench.settings import PerfSettings
     from ampbench.speed import sides
     from ampbench.speed.cell import measure_speed, policy
 
     cpu, spec = torch.device("cpu"), get_model("mlp")
-    settings = PerfSettings(device=cpu, models=("mlp",), precisions=("amp_bf16",), tier="quick", baseline_dir=Path("b"),
-                            update_baselines=False, tolerance=0.005, strict=False, min_rounds=5, memory_cap_gib=None,
-                            data_root=None, loader_workers=0, pin_memory=False, loss_scaler="torch.amp:GradScaler",
-                            block_seconds=0.002, cudnn_benchmark=False, gate="device", compile=(False,))
+    settings = _cpu_settings(Path("b"))
     side = lambda mode: sides.prepare_side(spec, mode, cpu, True, policy(cpu, settings))  # noqa: E731
     cell = measure_speed(spec, get_mode("amp_bf16"), side(get_mode("fp32")), lambda: side(get_mode("amp_bf16")),
                          settings=settings, device=cpu, test_id="test_speed[mlp-amp_bf16]", store=None, software={},
@@ -160,15 +167,11 @@ def test_a_gated_kind_with_a_clock_of_its_own_is_timed_judged_recorded_and_writt
     from ampbench.baselines.store import BaselineStore
     from ampbench.models import get_model
     from ampbench.modes import get_mode
-    from ampbench.settings import PerfSettings
     from ampbench.speed import sides
     from ampbench.speed.cell import measure_speed, policy
 
     cpu, spec, amp_bf16 = torch.device("cpu"), get_model("mlp"), get_mode("amp_bf16")
-    settings = PerfSettings(device=cpu, models=("mlp",), precisions=("amp_bf16",), tier="quick", baseline_dir=tmp_path,
-                            update_baselines=False, tolerance=0.005, strict=False, min_rounds=5, memory_cap_gib=None,
-                            data_root=None, loader_workers=0, pin_memory=False, loss_scaler="torch.amp:GradScaler",
-                            block_seconds=0.002, cudnn_benchmark=False, gate="device", compile=(False,))
+    settings = _cpu_settings(tmp_path)
 
     def cell(recording: bool) -> SpeedRecord:
         chosen = replace(settings, update_baselines=recording)

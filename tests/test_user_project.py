@@ -1,6 +1,7 @@
 """A project of the user's own beside the installed suite: its own top-level ``models`` package and
 ``--strict-markers`` leave the suite's cells running (the zoo is ``ampbench.models``, the cell tests'
-markers are the plugin's), and the built package installs no top-level package but ``ampbench``."""
+markers are the plugin's), its tests after the suite's speed cells find none of their trainers left, and
+the built package installs no top-level package but ``ampbench``."""
 
 from __future__ import annotations
 
@@ -55,6 +56,29 @@ def test_strict_markers_accept_the_suites_markers(project):
     result = project.runpytest_subprocess(*ONE_CELL, "--strict-markers", "--collect-only", "-q")
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(["test_own.py::test_speed?mlp-bf16?", "test_own.py::test_convergence*"])
+
+
+AFTER_SPEED = '''
+import gc
+
+from ampbench.train import Trainer
+
+
+def test_no_trainer_of_the_speed_cells_is_left():
+    gc.collect()
+    left = [f"{t.spec.name} {t.mode.name}" for t in gc.get_objects() if isinstance(t, Trainer)]
+    assert not left, f"trainers still alive after the speed cells: {left}"
+'''
+
+
+def test_the_speed_cells_kept_sides_go_with_their_module(project):
+    """The speed cells keep their model's fp32 side (and a versus side) from cell to cell; once their module is
+    done those models go, so the tests after it find the device as they would alone. On an H200 the memory
+    tests' out-of-memory demonstration failed after the speed cells while gpt's fp32 side was still kept."""
+    project.makepyfile(test_a_speed=SUITE, test_b_after=AFTER_SPEED)
+    result = project.runpytest_subprocess(*ONE_CELL, "-q", "-k", "test_speed or no_trainer")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(passed=2)
 
 
 def _setuptools_major() -> int:

@@ -108,9 +108,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         ahead.stop()  # the run ended before any cell waited for them
     line = (f"ampbench: {len(ahead.sides)} compiled sides compiled ahead, {ahead.workers} at a time, "
             f"in {ahead.seconds:.0f} s")
-    failures = ahead.failures()
-    terminalreporter.write_line(line + (f"; {len(failures)} compiled in their cells instead" if failures else ""))
-    for side, outcome in ahead.wait().items():  # each side with -v, the failed ones always
+    outcomes = ahead.wait()
+    failed = sum(outcome.error is not None for outcome in outcomes.values())
+    terminalreporter.write_line(line + (f"; {failed} compiled in their cells instead" if failed else ""))
+    for side, outcome in outcomes.items():  # each side with -v, the failed ones always
         if outcome.error is not None or config.get_verbosity() > 0:
             terminalreporter.write_line(f"  {side.label}: {outcome.describe()}", yellow=outcome.error is not None)
 

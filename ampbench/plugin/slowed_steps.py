@@ -218,9 +218,14 @@ class Slowdown:
             return dataclasses.replace(config, emulate=True)
         return config
 
+    @property
+    def _original_step(self) -> Callable[..., torch.Tensor]:
+        """Trainer.step as it was, which the replaced one calls: kept by install() before replacing it."""
+        assert self.original is not None, "install() keeps Trainer.step before replacing it"
+        return self.original
+
     def step(self, trainer: train.Trainer, *args: Any, **kwargs: Any) -> torch.Tensor:
-        original = self.original
-        assert original is not None, "install() keeps Trainer.step before replacing it"
+        original = self._original_step
         if getattr(trainer, EMULATED_ATTR, False):
             self._applies(EMULATED)
         fraction = self.spins.get((trainer.spec.name, trainer.mode.name))
@@ -249,8 +254,7 @@ class Slowdown:
                        kwargs: dict[str, Any]) -> torch.Tensor:
         """One of a rank's first steps: plain while it settles, then timed one by one (each from an idle
         device) until the spin can be sized on them."""
-        original = self.original
-        assert original is not None, "install() keeps Trainer.step before replacing it"
+        original = self._original_step
         _mark(trainer, SPIN_ATTR, state)
         if state.settled < IN_PLACE_SETTLE:
             state.settled += 1

@@ -124,22 +124,22 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     against its versus side. Every tensor of the cell is released before it returns, but for sides the
     callables keep elsewhere: a failing test keeps its frames, and with them whatever they hold."""
     pol = policy(device, settings)
-    clock = sides.Phases()
+    marks = sides.Phases()
     if (versus is None) != (versus_of(mode) is None):
         raise ValueError(f"{spec.name} {label(mode)}: a versus side is needed exactly where the cell is compiled")
     pair = _prepare(mode, fp32, prepare, versus)
-    clock.end("prepare")
+    marks.end("prepare")
     prepared(identity(spec, mode, device, settings.smoke))
     before = sides.parameters_fingerprint(pair.side.trainer)
     baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
     against = (lambda kind: store.reference(test_id, kind, settings.tolerance, baseline)) if store is not None \
         else (lambda kind: None)
     ratios = cell_ratios(spec.name, mode, fp32, pair.side, pair.versus, baseline, settings.gate, pol, against)
-    clock.end("ratios")  # each ratio's own seconds are its phase below
+    marks.end("ratios")  # each ratio's own seconds are its phase below
     trained = _Trained.of(pair.side, before)
-    clock.end("trained")
-    phases = {"prepare": clock.seconds["prepare"], **{f"prepare_{k}": v for k, v in pair.side.prepare_phases.items()},
-              **{r.kind.name: r.measurement.seconds for r in ratios}, "trained": clock.seconds["trained"]}
+    marks.end("trained")
+    phases = {"prepare": marks.seconds["prepare"], **{f"prepare_{k}": v for k, v in pair.side.prepare_phases.items()},
+              **{r.kind.name: r.measurement.seconds for r in ratios}, "trained": marks.seconds["trained"]}
     cell = SpeedCell(_record(spec, mode, settings, device, fp32, pair.side, ratios, baseline, peak_tflops, trained,
                              phases), list(_of(ratios, DEVICE).measurement.first.mode_times))
     cell.problems += _problems(spec, mode, pair, ratios, baseline, trained)
@@ -154,6 +154,12 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     release(device)
     _warn(cell, test_id, settings, store, baseline, ratios, queued_badly, device)
     return cell
+
+
+def _compile_s(side: sides.Side, mode: PrecisionMode) -> float | None:
+    """A side's cold compile in a compiled cell (``Side.compile_seconds``); none in an eager cell, whose
+    first step compiled nothing."""
+    return side.compile_seconds if mode.compile else None
 
 
 def _measured_with(settings: PerfSettings) -> dict[str, Any]:
@@ -193,14 +199,14 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
     tflops = spec.flops_per_sample(side.trainer.config) * batch / dev_step_s / 1e12
     peak = peak_tflops(mode.peak_dtype)
     mode_side = SpeedSide(
-        prepare_s=side.prepare_seconds, compile_s=side.compile_seconds if mode.compile else None,
+        prepare_s=side.prepare_seconds, compile_s=_compile_s(side, mode),
         steps_per_block=wall.measurement.first.mode_steps, kernel_ms=side.profile.kernel_ms if side.profile else None,
         busy_ms=load.busy_ms, host_overhead_ms=load.overhead_ms, idle_share=load.idle_share, host_bound=load.host_bound,
         throughput=batch / step_s, device_throughput=batch / dev_step_s, peak_mem_bytes=side.peak_bytes,
         tflops=tflops, tflops_peak=peak, tflops_fraction=(tflops / peak) if peak else None,
         **_held_block_fields(dev.measurement.queue, side))
     fp32_side = SpeedSide(
-        prepare_s=fp32.prepare_seconds, compile_s=fp32.compile_seconds if mode.compile else None,
+        prepare_s=fp32.prepare_seconds, compile_s=_compile_s(fp32, mode),
         steps_per_block=wall.measurement.first.ref_steps, kernel_ms=fp32.profile.kernel_ms if fp32.profile else None,
         busy_ms=ref_load.busy_ms, host_overhead_ms=ref_load.overhead_ms, idle_share=ref_load.idle_share,
         host_bound=ref_load.host_bound, throughput=batch / ref_step_s, peak_mem_bytes=fp32.peak_bytes,
@@ -225,8 +231,7 @@ def _problems(spec: ModelSpec, mode: PrecisionMode, pair: _Prepared, ratios: lis
     slowly, a malformed estimate, a mode that did not really train."""
     problems = compile_problems(mode, pair.dynamo_before, pair.dynamo_prepared,
                                 DynamoState.now() if mode.compile else None)
-    slow_compile = compile_time_check(spec.name, label(mode), baseline,
-                                      pair.side.compile_seconds if mode.compile else None)
+    slow_compile = compile_time_check(spec.name, label(mode), baseline, _compile_s(pair.side, mode))
     if slow_compile:
         problems.append(slow_compile)
     for ratio in ratios:

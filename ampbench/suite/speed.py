@@ -36,13 +36,19 @@ class InconclusiveSpeed(UserWarning):
 def _fp32_cache(perf_device) -> Iterator[dict]:
     cache: dict = {}
     yield cache
+    _drop_fp32(cache, perf_device)
+
+
+def _drop_fp32(cache: dict, device, keep_graphs: bool = False) -> None:
+    """Drop the kept fp32 side and, where it was compiled, the compiled graphs (nothing will run them
+    again), unless `keep_graphs` (the next cell's side is the same model's); then free the device."""
     _, was_compiled = cache.get("key", (None, False))
     cache.clear()
-    if was_compiled:
+    if was_compiled and not keep_graphs:
         import torch._dynamo
 
         torch._dynamo.reset()
-    release(perf_device)
+    release(device)
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +76,8 @@ def fp32_side(model_spec, mode, perf_device, perf_settings, _fp32_cache, _versus
     key = (model_spec.name, mode.compile)
     if _fp32_cache.get("key") != key:
         _versus_cache.drop()  # a versus side serves one model's cells of one kind
-        last_model, last_compiled = _fp32_cache.get("key", (None, False))
-        if last_compiled and last_model != model_spec.name:
-            import torch._dynamo
-
-            torch._dynamo.reset()  # the last model's compiled graphs: nothing will run them again
-        _fp32_cache.clear()
-        release(perf_device)
+        last_model, _ = _fp32_cache.get("key", (None, False))
+        _drop_fp32(_fp32_cache, perf_device, keep_graphs=last_model == model_spec.name)
         ref_mode = compiled(get_mode(REFERENCE_MODE), mode.compile)
         side = _prepare(model_spec, ref_mode, perf_device, perf_settings, fail_on_oom, f"{label(ref_mode)} side",
                         compiled_ahead)
