@@ -26,6 +26,12 @@ UNLEARNED_TOLERANCE = 0.03
 # quick tier's noise-limited cells failed an unchanged run 1 time in 200 (docs/design.md, "Runs that do
 # not loosen the gate").
 GATE_CONFIDENCE = 0.998
+# A learned tolerance's quantile is at most this many of its predictive sds. Student's t at the gate's
+# coverage is 22 on 2 degrees of freedom (three runs) and 10 on 3: a spread learned from a few runs of a
+# quiet cell, 0.29% apart, gave a tolerance of 9.8%. Capped at 8, a cell whose runs agree closer than
+# they spread by chance fails an unchanged run 0.6 times in 1,000 from three runs and 0.2 from four, at
+# the noise of the H200's quick cells, and as the t bound from five (dev/bench_few_runs.py)
+FEW_RUNS_QUANTILE = 8.0
 
 
 class Verdict(str, Enum):
@@ -108,14 +114,45 @@ class BetweenRuns:
         """How far another run's speedup may lie from the baseline figure through run-to-run spread
         alone, with `confidence`: a prediction interval for one new value. Its quantile is Student's
         t with `dof` degrees of freedom, because `sd` itself comes from few values: from 3 values
-        the 99% quantile is 9.9, not the normal 2.58 (docs/design.md). A new value differs from the mean of n values by
-        sd x sqrt(1 + 1/n), from one of them (an uncentred recording) by sd x sqrt(2)."""
+        the 99% quantile is 9.9, not the normal 2.58 (docs/design.md); it is at most FEW_RUNS_QUANTILE
+        (``quantile``). A new value differs from the mean of n values by sd x sqrt(1 + 1/n), from one of
+        them (an uncentred recording) by sd x sqrt(2)."""
+        return self.quantile(confidence) * self.predictive_sd
+
+    @property
+    def predictive_sd(self) -> float:
+        """The sd of a new run about the baseline figure: the runs' spread about their mean, and the card's."""
+        return math.sqrt(self._runs_var + self.card_sd ** 2)
+
+    @property
+    def _runs_var(self) -> float:
         factor = math.sqrt(1 + 1 / (self.level_count or self.count)) if self.centred else math.sqrt(2)
-        runs, cards = (factor * self.sd) ** 2, self.card_sd ** 2
-        dof: float = self.dof
+        return (factor * self.sd) ** 2
+
+    @property
+    def bound_dof(self) -> float:
+        """The bound's degrees of freedom: `sd`'s, or with a card term pooled over cells, both terms'
+        combined (Welch-Satterthwaite)."""
+        runs, cards = self._runs_var, self.card_sd ** 2
         if self.card_dof and cards > 0:
-            dof = (runs + cards) ** 2 / (runs ** 2 / max(self.dof, 1) + cards ** 2 / self.card_dof)
-        return t_quantile((1 - confidence) / 2, dof) * math.sqrt(runs + cards)
+            return (runs + cards) ** 2 / (runs ** 2 / max(self.dof, 1) + cards ** 2 / self.card_dof)
+        return self.dof
+
+    def student_quantile(self, confidence: float) -> float:
+        return t_quantile((1 - confidence) / 2, self.bound_dof)
+
+    def quantile(self, confidence: float) -> float:
+        """Student's t on `bound_dof`, at most FEW_RUNS_QUANTILE."""
+        return min(self.student_quantile(confidence), FEW_RUNS_QUANTILE)
+
+    def few_runs(self, confidence: float) -> bool:
+        """Whether the quantile was capped: too few degrees of freedom to learn the bound from."""
+        return self.student_quantile(confidence) > FEW_RUNS_QUANTILE
+
+    def describe_dof(self) -> str:
+        """'3 runs, 2 dof' (with what was borrowed): what the learning rests on."""
+        lent = f" + {self.pooled_dof} pooled" if self.pooled_dof else ""
+        return f"{self.count} runs, {self.count - self.levels}{lent} dof"
 
 
 # What set a tolerance (``Reference.rule``): the learned between-run spread's bound, twice the recorded
@@ -123,6 +160,9 @@ class BetweenRuns:
 # ``ampbench compare``, the tolerance the old run was itself judged with
 BY_SPREAD, BY_NOISE, BY_UNLEARNED, BY_FLOOR, BY_OLD_RUN = (
     "learned spread", "recorded noise", "unlearned", "floor", "the old run's tolerance")
+# A learned spread whose bound its few degrees of freedom capped (FEW_RUNS_QUANTILE), and one held to the
+# tolerance the figure would have unlearned, which a learned one never exceeds (``tolerance_rule``)
+BY_FEW_RUNS, BY_CEILING = "learned spread, few runs", "unlearned ceiling"
 
 
 def tolerance_rule(floor: float, recorded_noise: float | None, between_runs: BetweenRuns | None = None,
@@ -136,14 +176,24 @@ def tolerance_rule(floor: float, recorded_noise: float | None, between_runs: Bet
     previous recording, a between-run figure the learned spread already holds (counting both would
     loosen a cell several times over: docs/design.md). Pass None where no trustworthy spread is known; the
     tolerance is then at least `unlearned` (``UNLEARNED_TOLERANCE`` for a figure held against a baseline).
+
+    A learned tolerance is never looser than the unlearned one (BY_CEILING): learning from a few runs, one
+    stray run among them or a card's spread counted twice must not switch a gate off that the unlearned
+    tolerance would have held. Its quantile is at most FEW_RUNS_QUANTILE (BY_FEW_RUNS).
     """
-    if between_runs is not None:
-        candidates = [(between_runs.bound(confidence), BY_SPREAD)]
-    else:
-        noise = finite_number(recorded_noise)
-        candidates = [(unlearned, BY_UNLEARNED)] + ([(NOISE_MULTIPLIER * noise, BY_NOISE)] if noise is not None else [])
+    noise = finite_number(recorded_noise)
+    unlearned_candidates = [(unlearned, BY_UNLEARNED)] + ([(NOISE_MULTIPLIER * noise, BY_NOISE)]
+                                                          if noise is not None else [])
     # the floor wins a tie: a user's floor is the reason a tolerance is what it is when nothing exceeds it
-    return max([(floor, BY_FLOOR)] + candidates, key=lambda c: (c[0], c[1] == BY_FLOOR))
+    ceiling = max([(floor, BY_FLOOR)] + unlearned_candidates, key=lambda c: (c[0], c[1] == BY_FLOOR))
+    if between_runs is None:
+        return ceiling
+    learned = max((floor, BY_FLOOR), (between_runs.bound(confidence),
+                                      BY_FEW_RUNS if between_runs.few_runs(confidence) else BY_SPREAD),
+                  key=lambda c: (c[0], c[1] == BY_FLOOR))
+    if unlearned > 0 and learned[0] > ceiling[0]:
+        return ceiling[0], BY_CEILING
+    return learned
 
 
 def tolerance_for(floor: float, recorded_noise: float | None, between_runs: BetweenRuns | None = None,
@@ -186,8 +236,22 @@ class Reference:
         """Degrees of freedom of the learned spread's sd, borrowed ones included; None where none is learned."""
         return self.spread.dof if self.spread is not None else None
 
+    @property
+    def why(self) -> str:
+        """Why a learned tolerance is less than its spread's Student bound, in a cell's message ("" where
+        it is not): too few runs to learn from, or held to the unlearned tolerance."""
+        if self.spread is None or self.rule not in (BY_FEW_RUNS, BY_CEILING):
+            return ""
+        spread = self.spread
+        if spread.few_runs(GATE_CONFIDENCE):
+            few = f"too few runs to learn: {spread.describe_dof()}"
+            return few if self.rule == BY_FEW_RUNS else few + "; held to the unlearned tolerance"
+        return (f"held to the unlearned tolerance, below its learned bound of {spread.bound(GATE_CONFIDENCE):.1%} "
+                f"({spread.describe_dof()})")
+
     def check(self, model: str, mode: str, figure: str = "speedup over fp32") -> "SpeedupCheck":
-        return SpeedupCheck(model, mode, self.level, self.tolerance, figure, held_back=self.group_failure)
+        return SpeedupCheck(model, mode, self.level, self.tolerance, figure, held_back=self.group_failure,
+                            why=self.why)
 
 
 # What needs a look first decides a cell of several ratios: a confirmed regression of any ratio fails it
@@ -211,6 +275,7 @@ class SpeedupCheck:
     # why a run of this speedup fails with the runs its history held back before it (speedup, tolerance):
     # a text, or None where it does not (``history.reference.HistoryBaselines.group_failure``)
     held_back: Callable[[float, float], str | None] | None = field(default=None, compare=False, repr=False)
+    why: str = ""  # why the tolerance is held below its learned bound (``Reference.why``), "" where it is not
 
     @property
     def line(self) -> float:
@@ -263,7 +328,8 @@ class SpeedupCheck:
         """The regression line and its tolerance, or why there is none (``has_line``)."""
         if not self.has_line:
             return f"no regression line: {self.why_no_line()}"
-        return f"regression line {self.line:.3f}x (tolerance {self.tolerance:.1%})"
+        why = f": {self.why}" if self.why else ""
+        return f"regression line {self.line:.3f}x (tolerance {self.tolerance:.1%}{why})"
 
     def why_no_line(self) -> str:
         """Why a check has no line (``has_line``)."""

@@ -216,6 +216,32 @@ def test_the_message_names_the_file_and_the_field(tmp_path):
                                "NaN is not a finite positive number")
 
 
+def test_a_learned_spreads_terms_may_be_null_and_read_as_absent(tmp_path):
+    """An export from the history writes null for a card term of 0 and for no pooled prior, where the file
+    held a figure before; the file it wrote loads, its entry records again, and the spread reads as without them."""
+    from ampbench.baselines.entries import SpeedEntry, learned_spread
+
+    nulls = {f"device_{name}": None for name in ("between_card_sd", "between_card_dof", "between_run_pooled_dof",
+                                                 "between_run_pooled_sd")}
+    figures = {"speedup": 2.0, "device_speedup": 2.1, "device_recorded_speedup": 2.12, "device_between_run_sd": 0.01,
+               "device_between_run_count": 6, **nulls}
+    path = write(tmp_path / "gpu-x.json", doc({SPEED: {"figures": figures, "software": {}}}))
+    assert load_document(path)["entries"][SPEED]["figures"] == figures
+    store = BaselineStore.open(tmp_path, "NVIDIA H100 80GB HBM3", "gpu-x")
+    store.record(SPEED, figures, {})
+    store.write()
+    spread = learned_spread(SpeedEntry.from_figures(figures).ratio(DEVICE))
+    assert spread is not None
+    assert (spread.sd, spread.card_sd, spread.pooled_dof, spread.card_dof) == (0.01, 0.0, 0, None)
+    for name, value, problem in [("device_between_card_sd", -0.01, "is not null or a finite number >= 0"),
+                                 ("device_between_card_dof", 0, "0 is not null or an integer >= 1"),
+                                 ("device_between_run_pooled_dof", 1.5, "is not null or an integer >= 1"),
+                                 ("device_between_run_pooled_sd", NAN, "NaN is not null or a finite number >= 0")]:
+        write(path, doc({SPEED: {"figures": {**figures, name: value}}}))
+        with pytest.raises(BaselineError, match=problem):
+            load_document(path)
+
+
 def test_extra_figures_stay_allowed(tmp_path):
     figures = {"speedup": 2.0, "noise": 0.0, "between_run_sd": 0.01, "between_run_count": 3, "device_speedup": 2.1,
                "device_noise": 0.01, "device_tolerance": 0.03, "anything_new": "text", "flag": None,

@@ -1,30 +1,48 @@
 """What the history takes from a run: each kind's figures with their intervals and own verdicts, the
 injected marker, the run's id (the plugin's, or a hash of the file), and `ampbench history import|runs|
-accept` on both stores, malformed files reported one line each with nothing of them written."""
+accept` on both stores, malformed files reported one line each with nothing of them written. A learned
+ratio no measurement gives (1e308, zero, a hundredfold off its cell's level) never reaches a series: an
+imported run holding one is refused whole, a pytest session's is left out with a warning."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
+from datetime import timedelta
 from pathlib import Path
 
+# psycopg before any in-process run: pytester drops the modules a run was first to import, and SQLAlchemy's
+# PostgreSQL dialect would then hold a psycopg whose exceptions are not the ones later raised
+import psycopg  # noqa: F401
 import pytest
 
 from ampbench.cli import main
-from ampbench.history.ingest import bytes_id, cell_row, content_id, figures_of, file_run, import_runs, run_content_id
+from ampbench.history.ingest import (
+    bytes_id,
+    cell_row,
+    checked_run,
+    content_id,
+    figures_of,
+    file_run,
+    import_runs,
+    run_content_id,
+)
 from ampbench.history.store import open_history
 from ampbench.results import (
     ConvergenceRecord,
     MemoryRecord,
     PipelineRecord,
+    RatioFigures,
+    SpeedRecord,
     UnderflowRecord,
     Verdict,
 )
-from history_runs import H100
+from history_runs import H100, START, speed_record, speed_run
 from tests import records
 
-pytest_plugins = ("history_stores",)
+pytest_plugins = ("pytester", "history_stores")
 
 DATA = Path(__file__).parent / "data"
 
@@ -178,3 +196,152 @@ def test_reading_commands_do_not_make_a_store(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["history", "runs", "--history", "postgresq://u:pw@host/db"])
     assert info.value.code == 2 and "--history: history store postgresq://u:***@host/db" in capsys.readouterr().err
+
+
+# -- implausible ratios ---------------------------------------------------------------------------------
+
+def _cell(model: str, device: float, wall: float = 2.0):
+    """A speed cell's record with its device-time and wall-clock speedups, each with a 1% interval."""
+    return records.speed(test_id=f"test_speed[{model}-amp_bf16]", model=model, mode="amp_bf16", device="cuda:0",
+                         verdict=Verdict.PASS, device_verdict=Verdict.PASS, device_speedup=device,
+                         device_speedup_low=device * 0.99, device_speedup_high=device * 1.01, speedup=wall,
+                         speedup_low=wall * 0.99, speedup_high=wall * 1.01)
+
+
+def _bare(model: str, device: float, wall: float) -> SpeedRecord:
+    """A speed cell's record as a cell holds it in memory, its speedups without intervals."""
+    return SpeedRecord(test_id=f"test_speed[{model}-amp_bf16]", model=model, mode="amp_bf16", device="cuda:0",
+                       ratios={"device": RatioFigures(speedup=device), "wall": RatioFigures(speedup=wall)})
+
+
+def _run_file(path: Path, run_id: str, cells, at: int = 0) -> Path:
+    """A run JSON of `cells` on an H100, as the plugin saves one."""
+    machine = {"device": H100, "gpu_slug": "nvidia-h100-80gb-hbm3", "torch": "2.11.0", "run_id": run_id}
+    path.write_text(json.dumps({"machine_info": {"ampbench": machine},
+                                "datetime": (START + timedelta(hours=at)).isoformat(), "commit_info": {},
+                                "benchmarks": [{"name": c.test_id, "extra_info": c.to_info()} for c in cells]}))
+    return path
+
+
+def _values(history, test_id: str, figure: str = "device_speedup") -> list[float]:
+    return [p.value for p in history.series(H100, test_id, figure).points]
+
+
+@pytest.mark.parametrize("value", [1e308, 5000.0, 1e-4])
+def test_an_imported_run_with_a_ratio_out_of_bounds_is_refused_whole(store_url, tmp_path, capsys, value):
+    good = _run_file(tmp_path / "good.json", "good", [_cell("a", 2.0), _cell("b", 3.0)])
+    bad = _run_file(tmp_path / "bad.json", "bad", [_cell("a", 2.1), _cell("b", value)], at=1)
+    assert main(["history", "import", str(good), str(bad), "--history", store_url]) == 2
+    out, err = capsys.readouterr()
+    shown = f"{value:.6g}"
+    assert err.splitlines() == [
+        f"ampbench: error: {bad}: run bad: cell test_speed[b-amp_bf16]: device_speedup {shown} is no plausible ratio; "
+        "expected a finite number within [0.001, 1000]; the run is refused, nothing of it imported"]
+    assert "1 runs imported" in out and "1 unusable" in out
+    history = open_history(store_url)
+    assert [r.id for r in history.runs()] == ["good"], "nothing of the refused run is written"
+    assert _values(history, "test_speed[a-amp_bf16]") == [2.0] and _values(history, "test_speed[b-amp_bf16]") == [3.0]
+
+
+def test_a_run_with_several_implausible_ratios_names_the_first_and_counts_the_rest(tmp_path, capsys):
+    bad = _run_file(tmp_path / "bad.json", "bad", [_cell("a", 1e308, wall=1e300), _cell("b", 2.0)])
+    store = tmp_path / "h.sqlite"
+    assert main(["history", "import", str(bad), "--history", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "cell test_speed[a-amp_bf16]: device_speedup 1e+308 is no plausible ratio" in err
+    assert "(and 1 more such figure); the run is refused" in err
+    assert open_history(str(store)).runs() == []
+
+
+def test_an_imported_ratio_a_hundredfold_off_its_cells_level_refuses_the_run(store_url, tmp_path, capsys):
+    history = open_history(store_url)
+    for i, value in enumerate([2.0, 2.1, 1.9]):
+        history.append(speed_run(f"r{i}", [speed_record("a", "amp_bf16", value)], at=i))
+    high = _run_file(tmp_path / "high.json", "high", [_cell("a", 300.0)], at=5)
+    low = _run_file(tmp_path / "low.json", "low", [_cell("a", 0.015)], at=6)
+    moved = _run_file(tmp_path / "moved.json", "moved", [_cell("a", 5.0)], at=7)  # a real change goes in
+    assert main(["history", "import", str(high), str(low), str(moved), "--history", store_url]) == 2
+    err = capsys.readouterr().err.splitlines()
+    bound = ("is no plausible ratio; expected within 100x of its level 2 on NVIDIA H100 80GB HBM3 (the median of its 3 "
+             "earlier runs): [0.02, 200]; the run is refused, nothing of it imported")
+    assert err == [f"ampbench: error: {high}: run high: cell test_speed[a-amp_bf16]: device_speedup 300 {bound}",
+                   f"ampbench: error: {low}: run low: cell test_speed[a-amp_bf16]: device_speedup 0.015 {bound}"]
+    assert _values(history, "test_speed[a-amp_bf16]") == [2.0, 2.1, 1.9, 5.0]
+    (again,) = import_runs(history, [high])
+    assert not again.appended and "is no plausible ratio" in again.error, "refused again, never 'already there'"
+
+
+def test_a_run_imported_before_it_in_the_same_import_sets_the_level(tmp_path, capsys):
+    first = _run_file(tmp_path / "first.json", "first", [_cell("a", 2.0)])
+    second = _run_file(tmp_path / "second.json", "second", [_cell("a", 2.1)], at=1)
+    off = _run_file(tmp_path / "off.json", "off", [_cell("a", 0.01)], at=2)
+    store = tmp_path / "h.sqlite"
+    assert main(["history", "import", str(first), str(second), str(off), "--history", str(store)]) == 2
+    assert "expected within 100x of its level 2.05 on NVIDIA H100 80GB HBM3 (the median of its 2 earlier runs)" in (
+        capsys.readouterr().err)
+    assert _values(open_history(str(store)), "test_speed[a-amp_bf16]") == [2.0, 2.1]
+
+
+def test_a_sessions_implausible_figures_are_left_out_and_the_rest_of_its_run_appended(store_url):
+    history = open_history(store_url)
+    for i in range(3):
+        history.append(speed_run(f"r{i}", [speed_record(m, "amp_bf16", 2.0) for m in "abcde"], at=i))
+    # a record in memory is not read back through the file's checks: zero, NaN and negative figures reach the end
+    cells = [_cell("a", 1e308), _bare("b", 0.0, 2.0), _bare("c", math.nan, -1.0), _cell("d", 2.05, wall=900.0),
+             _cell("e", 2.02)]
+    row = speed_run("live", cells, at=5)
+    kept, left_out = checked_run(history, row, cells)
+    assert [(i.test_id, i.figure) for i in left_out] == [
+        ("test_speed[a-amp_bf16]", "device_speedup"), ("test_speed[b-amp_bf16]", "device_speedup"),
+        ("test_speed[c-amp_bf16]", "device_speedup"), ("test_speed[c-amp_bf16]", "speedup"),
+        ("test_speed[d-amp_bf16]", "speedup")]
+    assert "expected within 100x of its level 2" in str(left_out[-1])
+    assert history.append(kept)
+    assert {m: _values(history, f"test_speed[{m}-amp_bf16]")[3:] for m in "abcde"} == {
+        "a": [], "b": [], "c": [], "d": [2.05], "e": [2.02]}
+    assert {m: _values(history, f"test_speed[{m}-amp_bf16]", "speedup")[3:] for m in "ade"} == {
+        "a": [2.0], "d": [], "e": [2.0]}
+    assert history.run("live").cells == 5, "every cell of the session is in the history, its record whole"
+
+
+CELL = """
+import pytest
+from ampbench.plugin import summary
+from ampbench.results import RatioFigures, SpeedRecord, Verdict
+
+@pytest.mark.parametrize("speedup", [1e308, 1.5])
+def test_speed(request, benchmark, speedup):
+    record = SpeedRecord(model="mlp", mode="amp_bf16", device="cpu", verdict=Verdict.PASS,
+                         ratios={"device": RatioFigures(speedup=speedup), "wall": RatioFigures(speedup=1.4)})
+    benchmark.extra_info.update(record.to_info())
+    summary.keep_record(request.config, request.node.nodeid, record)
+    benchmark.pedantic(lambda: None, rounds=1)
+"""
+
+
+def test_a_pytest_session_leaves_an_implausible_figure_out_of_the_history_with_a_warning(pytester, tmp_path,
+                                                                                          monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    pytester.makepyfile(CELL)
+    pytester.makeini("[pytest]\nrequired_plugins = ampbench\n")
+    store = tmp_path / "h.sqlite"
+    saved = tmp_path / "run.json"
+    result = pytester.runpytest_inprocess("-p", "ampbench.plugin.history", "-p", "no:cacheprovider",
+                                          "--perf-history", str(store), f"--benchmark-json={saved}")
+    result.assert_outcomes(passed=2)
+    assert result.ret == 0, "the session itself is not failed by a figure the history leaves out"
+    (warning,) = [line for line in result.stdout.lines if line.startswith("ampbench: warning: run ")]
+    assert warning.split(": ", 3)[3] == ("cell test_speed[1e+308]: device_speedup 1e+308 is no plausible ratio; "
+                                         "expected a finite number within [0.001, 1000]; left out of the history")
+    assert any(line.startswith("ampbench: run ") and "(2 cells) appended to the history" in line
+               for line in result.stdout.lines)
+    history = open_history(str(store))
+    assert [p.value for p in history.series("cpu", "test_speed[1e+308]", "device_speedup").points] == []
+    assert [p.value for p in history.series("cpu", "test_speed[1e+308]", "speedup").points] == [1.4]
+    assert [p.value for p in history.series("cpu", "test_speed[1.5]", "device_speedup").points] == [1.5]
+    # its JSON, which holds the figure, is the run the history holds: imported later, it is already there
+    capsys.readouterr()
+    assert main(["history", "import", str(saved), "--history", str(store)]) == 0
+    assert "(2 cells) already in the history" in capsys.readouterr().out

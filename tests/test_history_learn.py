@@ -14,7 +14,7 @@ from ampbench.history.learn import LEARNED, LEARNING, UNLEARNED, learn, percent,
 from ampbench.history.series import Point, Series
 from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL
 from ampbench.settings import DEFAULT_TOLERANCE
-from ampbench.verdict import UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns
+from ampbench.verdict import FEW_RUNS_QUANTILE, UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns
 
 
 def _spread(figures, prefix=""):
@@ -54,11 +54,12 @@ def test_a_restart_moves_the_level_and_keeps_the_noise_pooled_over_both_segments
     # squared deviations 32e-6 (first segment) + 8e-6 (second) over 5 values - 2 segments
     sd = math.sqrt(40e-6 / 3)
     assert (cell.pooled.count, cell.pooled.levels) == (5, 2) and cell.pooled.sd == pytest.approx(sd)
-    assert cell.tolerance == pytest.approx(T999[3] * math.sqrt(1 + 1 / 2) * sd, rel=1e-6)
+    # t(3 df) is 10.2, held at FEW_RUNS_QUANTILE: 3.6%, and that at the unlearned tolerance
+    assert cell.tolerance == pytest.approx(min(FEW_RUNS_QUANTILE * math.sqrt(1 + 1 / 2) * sd, UNLEARNED_TOLERANCE))
     # the first run at the new level: learned still, its noise that of the segment before
     first = learn(series(*before, after[0]))
     assert first.state == LEARNED and first.pooled.sd == pytest.approx(0.004)
-    assert first.tolerance == pytest.approx(T999[2] * math.sqrt(2) * 0.004, rel=1e-6)
+    assert first.tolerance == pytest.approx(min(FEW_RUNS_QUANTILE * math.sqrt(2) * 0.004, UNLEARNED_TOLERANCE))
     assert first.level == pytest.approx(math.exp(0.05))
 
 
@@ -74,8 +75,10 @@ def test_a_failing_or_slowed_run_does_not_count_towards_the_level_or_the_noise()
     ((), LEARNING, UNLEARNED_TOLERANCE),
     ((0.0,), UNLEARNED, UNLEARNED_TOLERANCE),
     ((0.0, 0.004), UNLEARNED, UNLEARNED_TOLERANCE),
-    # from the third run: sd 0.004 (squared deviations 32e-6 over 2 df), t(2 df) x sqrt(1 + 1/3)
-    ((0.0, 0.004, -0.004), LEARNED, T999[2] * math.sqrt(4 / 3) * 0.004),
+    # from the third run: sd 0.004 (squared deviations 32e-6 over 2 df), t(2 df) x sqrt(1 + 1/3), t held at
+    # FEW_RUNS_QUANTILE and the whole never looser than the unlearned tolerance
+    ((0.0, 0.004, -0.004), LEARNED, min(FEW_RUNS_QUANTILE * math.sqrt(4 / 3) * 0.004, UNLEARNED_TOLERANCE)),
+    ((0.0, 0.001, -0.001), LEARNED, FEW_RUNS_QUANTILE * math.sqrt(4 / 3) * 0.001),
 ])
 def test_a_new_gpu_model_learns_first_then_judges_unlearned_then_learned(logs, state, tolerance):
     cell = learn(series(*(point(x) for x in logs)))
@@ -107,10 +110,11 @@ def test_the_sentence_says_how_far_the_tolerance_is_learned_and_where_more_runs_
     a = 0.0014 * math.sqrt(3) / 2  # four ln values +-a: sd 0.0014
     cell = learn(series(*(point(x) for x in (a, -a, a, -a))))
     assert cell.pooled.sd == pytest.approx(0.0014)
-    # now t(3 df) x sqrt(1.25) x sd = 1.6%; after 10 runs t(9 df) x sqrt(1.1) x sd = 0.63%
-    assert cell.tolerance == pytest.approx(T999[3] * math.sqrt(1.25) * 0.0014, rel=1e-6)
+    # now t(3 df) (10.2, held at FEW_RUNS_QUANTILE) x sqrt(1.25) x sd = 1.3%; after 10 runs t(9 df) x
+    # sqrt(1.1) x sd = 0.63%
+    assert cell.tolerance == pytest.approx(FEW_RUNS_QUANTILE * math.sqrt(1.25) * 0.0014, rel=1e-6)
     assert cell.tolerance_after(10) == pytest.approx(T999[9] * math.sqrt(1.1) * 0.0014, rel=1e-6)
-    assert cell.sentence() == "1.6% from 4 runs; about 0.63% after 10"
+    assert cell.sentence() == "1.3% from 4 runs; about 0.63% after 10"
     young = learn(series(point(0.0), point(0.004)))
     assert young.sentence() == ("3% (unlearned) from 2 runs; learned from 3; about "
                                 f"{percent(young.tolerance_after(10))} after 10")

@@ -14,6 +14,7 @@ from ampbench.speed.sides import SpeedPolicy
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import (
+    FEW_RUNS_QUANTILE,
     GATE_CONFIDENCE,
     UNLEARNED_TOLERANCE,
     BetweenRuns,
@@ -75,8 +76,10 @@ def test_tolerance_allows_for_two_runs_with_a_t_quantile_from_few_values():
     assert tolerance_for(0.03, 0.0159, None) == pytest.approx(0.0318)  # no spread learned: twice the noise
     # centred on the mean of the values: a new value lies sd x sqrt(1 + 1/n) from it
     assert BetweenRuns(0.0154, 5, centred=True).bound(0.99) == pytest.approx(4.6041 * 1.2**0.5 * 0.0154, rel=1e-4)
-    # few values, a wide quantile: from 3 values t is 9.92, not z = 2.58
-    assert BetweenRuns(0.001, 3, centred=True).bound(0.99) == pytest.approx(9.9248 * (4 / 3) ** 0.5 * 0.001, rel=1e-4)
+    # few values, a wide quantile: from 3 values t is 9.92, not z = 2.58, and held at FEW_RUNS_QUANTILE
+    three = BetweenRuns(0.001, 3, centred=True)
+    assert three.student_quantile(0.99) == pytest.approx(9.9248, rel=1e-4) and three.few_runs(0.99)
+    assert three.bound(0.99) == pytest.approx(FEW_RUNS_QUANTILE * (4 / 3) ** 0.5 * 0.001, rel=1e-4)
     # a learned spread replaces the recorded noise, which only stood in for it
     assert tolerance_for(0.005, 0.0159, BetweenRuns(0.002, 8, True)) == pytest.approx(
         BetweenRuns(0.002, 8, True).bound(GATE_CONFIDENCE))

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
-from ampbench.baselines.rules import BOOL, STR_OR_NULL, Rule, count, fraction_or_null, non_negative, positive
+from ampbench.baselines.rules import BOOL, STR_OR_NULL, Rule, count, fraction_or_null, non_negative, or_null, positive
 from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, WALL, RatioKind
 from ampbench.stats import finite_number
 from ampbench.verdict import MIN_SPREAD_VALUES, BetweenRuns, Reference, tolerance_for
@@ -36,7 +36,8 @@ class RatioEntry:
     # the figures a re-recording keeps from the entry it replaces (``speed.ratio.Ratio.recorded``)
     SPREAD: ClassVar[tuple[str, ...]] = ("between_run_sd", "between_run_count", "between_run_runs",
                                          "between_run_levels", "between_card_sd", "between_run_pooled_dof",
-                                         "between_run_pooled_sd", "between_card_dof")
+                                         "between_run_pooled_sd", "between_card_dof",
+                                         "between_card_source")
 
     speedup: float | None = figure(positive())
     ci_low: float | None = figure()
@@ -54,14 +55,20 @@ class RatioEntry:
     between_run_levels: int | None = figure(count(1))
     between_run_level_count: int | None = figure(count(1))
     between_run_runs: list | None = figure()  # the datetimes of the runs counted (schema: by its suffix)
+    # The figures below are null where a learning found none: an export from the history writes null for a
+    # card term of 0 and for no pooled prior, and `ampbench spread` for a spread learned afresh; a figure
+    # the entry held before stays in its place as null. Every reader takes null as absent.
     # how far another card of the model lies from the figure beyond the run-to-run spread (``history.model``)
-    between_card_sd: float | None = figure(non_negative())
+    between_card_sd: float | None = figure(or_null(non_negative()))
     # the degrees of freedom and the sd of the prior the noise was pooled with across the GPU model's cells
     # (``history.pooling``): `between_run_sd` is the posterior, on the runs' own degrees of freedom and these
-    between_run_pooled_dof: int | None = figure(count(1))
-    between_run_pooled_sd: float | None = figure(non_negative())
+    between_run_pooled_dof: int | None = figure(or_null(count(1)))
+    between_run_pooled_sd: float | None = figure(or_null(non_negative()))
     # card offsets behind `between_card_sd` where it was pooled over the GPU model's cells
-    between_card_dof: int | None = figure(count(1))
+    between_card_dof: int | None = figure(or_null(count(1)))
+    # where `between_card_sd` comes from: "measured" on the history's cards, "the other GPU models' files"
+    # or "default" where every run came from one card (``history.pooling.CardTerm``)
+    between_card_source: str | None = figure(STR_OR_NULL)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -37,5 +37,11 @@ def fraction_or_null() -> Rule:
     return Rule(lambda v: v is None or (is_number(v) and 0 <= v <= 1), "null or a finite number in [0, 1]")
 
 
+def or_null(rule: Rule) -> Rule:
+    """`rule`, or null: for a figure whose writers write null where nothing was learned of it (a spread
+    between cards measured at 0, no prior pooled in), which its readers take as absent."""
+    return Rule(lambda v: v is None or rule.check(v), f"null or {rule.expected}", rule.required)
+
+
 BOOL = Rule(lambda v: isinstance(v, bool), "true or false")
 STR_OR_NULL = Rule(lambda v: v is None or isinstance(v, str), "a string or null")

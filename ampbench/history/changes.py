@@ -124,7 +124,9 @@ def find_changes(series: Series,
     cuts = change_points(adjusted, noise_scale(adjusted, sd),
                          shape or (PENALTY if sd is not None else PENALTY_OWN_SCALE))
     moved = replay.moved_from()
-    if moved is not None:  # the gate's step, at its first moved run: it replaces a cut ruptures put beside it
+    # the gate's step, at its first moved run: it replaces a cut ruptures put beside it; a step at the first
+    # run is none (a first run held back as a stray lies before no level)
+    if moved is not None and moved > 0:
         cuts = sorted({c for c in cuts if abs(c - moved) > 1} | {moved})
     bounds = [0, *cuts, len(logs)]
     segments = [range(a, b) for a, b in zip(bounds, bounds[1:])]

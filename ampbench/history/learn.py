@@ -22,7 +22,7 @@ from typing import Callable, Hashable
 
 from ampbench.baselines.entries import RatioEntry
 from ampbench.baselines.spread import Prior
-from ampbench.history.pooling import posterior_sd
+from ampbench.history.pooling import CARD_MEASURED, CardTerm, posterior_sd
 from ampbench.history.replay import Replay
 from ampbench.history.series import Series
 from ampbench.results.ratios import of_history
@@ -85,6 +85,9 @@ class CellBaseline:
     lent_dof: int = 0
     lent_sd: float | None = None
     card_dof: int | None = None  # card offsets behind `card_sd` where it was pooled over cells
+    # where `card_sd` comes from for a card the runs never ran on (``pooling.CardTerm.source``); None: the
+    # model's own (0 on a card the runs ran on)
+    card_source: str | None = None
 
     @property
     def level_count(self) -> int:
@@ -98,6 +101,15 @@ class CellBaseline:
         if prior is None or not self.spread_shown:
             return self
         return replace(self, lent_dof=prior[0], lent_sd=prior[1])
+
+    def on_new_card(self, cards: CardTerm) -> "CellBaseline":
+        """The cell judged on a card its runs never ran on, with `cards` as the card term: a term measured
+        on the history's cards where it exceeds the model's own; where every counted run came from one card,
+        the prior's in place of the model's, which is the runs' own spread assumed again
+        (``model.ASSUMED_CARD_SHARE``)."""
+        if cards.source == CARD_MEASURED and cards.sd <= self.card_sd:
+            return self
+        return replace(self, card_sd=cards.sd, card_dof=cards.dof, card_source=cards.source)
 
     @property
     def spread_shown(self) -> bool:
@@ -196,6 +208,7 @@ class CellBaseline:
             ratio = replace(ratio, between_run_sd=self.sd, between_run_count=self.pooled.count,
                             between_run_levels=self.pooled.levels, between_run_level_count=self.level_count,
                             between_card_sd=self.card_sd or None, between_card_dof=self.card_dof,
+                            between_card_source=self.card_source if self.card_sd else None,
                             between_run_pooled_dof=self.lent_dof or None,
                             between_run_pooled_sd=self.lent_sd if self.lent_dof else None)
         return replace(ratio, tolerance=self.tolerance) if stores_tolerance else ratio

@@ -179,3 +179,91 @@ def card_spread(replays: Iterable[Replay]) -> tuple[float, int] | None:
             total += offset ** 2 - (noise or 0.0) ** 2 * (1 / len(runs) + 1 / len(major))
             offsets += 1
     return (math.sqrt(max(0.0, total / offsets)), offsets) if offsets else None
+
+
+# -- what a GPU model with few cells or one card borrows from the other GPU models' files ---------------
+
+TRANSFER = "by the other GPU models' files"
+# the other files' cells a transfer needs beside this GPU model's own, and the residual degrees of
+# freedom its d0 must rest on
+MIN_TRANSFER_RESIDUALS = 2
+
+
+def transfer_prior(variances: Mapping[str, tuple[float, int]],
+                   elsewhere: Mapping[str, Mapping[str, tuple[float, int]]]) -> NoisePrior | None:
+    """The prior of a GPU model whose own cells are too few to fit one (``fit_prior``): each cell's noise
+    relative to the others', as the other GPU models' files hold it, scaled to this model's own cells.
+
+    `variances`: this model's cells (sample variance of ln(value), degrees of freedom); `elsewhere`: per
+    other file, its cells' (variance, degrees of freedom). log sigma^2 of cell c on file f is taken as
+    a_f + g_c (a file's level, a cell's relative noise), fitted by least squares over every file's cells and
+    this model's own; d0 is what the residuals earn beyond their sampling spread, as ``fit_prior`` fits it.
+    None where no cell of this model is on another file, or too few residuals are left to fit d0."""
+    from scipy.special import digamma, polygamma
+
+    tables = {**{f"file{k}": dict(v) for k, v in enumerate(elsewhere.values())}, "": dict(variances)}
+    rows = [(f, c, s2, d) for f, table in tables.items() for c, (s2, d) in table.items()
+            if d >= 1 and s2 > 0 and math.isfinite(s2)]
+    files = sorted({f for f, *_ in rows})
+    cells = sorted({c for _, c, *_ in rows})
+    own = [c for f, c, *_ in rows if f == ""]
+    others = {c for f, c, *_ in rows if f != ""}
+    if not own or not others.intersection(own) or len(files) < 2:
+        return None
+    residual_dof = len(rows) - (len(files) + len(cells) - 1)
+    if residual_dof < MIN_TRANSFER_RESIDUALS:
+        return None
+    d = np.array([float(r[3]) for r in rows])
+    e = np.log([r[2] for r in rows]) - digamma(d / 2) + np.log(d / 2)
+    design = np.zeros((len(rows), len(files) + len(cells) - 1))
+    for i, (f, c, *_) in enumerate(rows):
+        design[i, files.index(f)] = 1.0
+        if cells.index(c):  # the first cell's effect is the reference level
+            design[i, len(files) + cells.index(c) - 1] = 1.0
+    coef, *_ = np.linalg.lstsq(design, e, rcond=None)
+    residual = e - design @ coef
+    excess = float(residual @ residual) / residual_dof - float(np.mean(polygamma(1, d / 2)))
+    d0 = min(2.0 * _trigamma_inverse(excess) if excess > 0 else math.inf, MAX_PRIOR_DOF)
+    lent = int(d0 * PRIOR_DOF_SHARE)
+    if lent < 1:
+        return None
+    offset = float(digamma(d0 / 2) - math.log(d0 / 2))
+    here = float(coef[files.index("")])
+    effect = {c: (float(coef[len(files) + k - 1]) if k else 0.0) for k, c in enumerate(cells)}
+    scale = {c: math.sqrt(math.exp(here + effect[c] + offset)) for c in cells if c in others or c in own}
+    return NoisePrior(lent, scale, len(own), TRANSFER)
+
+
+# the card term of a GPU model whose runs all came from one card, where no other GPU model's file beside
+# its file holds one: the shipped H200 file's term pooled over its cells (0.32% on 57 card offsets,
+# docs/design.md), held on few degrees of freedom, as a guess is
+DEFAULT_CARD_SD, DEFAULT_CARD_DOF = 0.0032, 4
+CARD_MEASURED, CARD_FROM_FILES, CARD_DEFAULT = "measured", "the other GPU models' files", "default"
+
+
+@dataclass(frozen=True)
+class CardTerm:
+    """How far another card of the model lies from a level beyond the run-to-run spread, and where that
+    comes from: measured on the history's cards, the other GPU models' files, or DEFAULT_CARD_SD."""
+
+    sd: float
+    dof: int
+    source: str  # CARD_MEASURED, CARD_FROM_FILES or CARD_DEFAULT
+
+
+def card_prior(files: Iterable[Iterable[tuple[float, int | None]]]) -> CardTerm:
+    """The card term of a GPU model whose runs came from one card: the other files' (each its entries'
+    (between_card_sd, between_card_dof)), pooled by their degrees of freedom; DEFAULT_CARD_SD where none
+    holds one. A file's term pooled over its cells repeats in each entry: each file counts once, its
+    mean variance on its largest dof (an entry that kept no dof counts one)."""
+    total = dof = 0.0
+    for entries in files:
+        terms = [(sd, d) for sd, d in entries if sd > 0 and math.isfinite(sd)]
+        if not terms:
+            continue
+        file_dof = max(d or 1 for _, d in terms)
+        total += file_dof * sum(sd * sd for sd, _ in terms) / len(terms)
+        dof += file_dof
+    if not dof:
+        return CardTerm(DEFAULT_CARD_SD, DEFAULT_CARD_DOF, CARD_DEFAULT)
+    return CardTerm(math.sqrt(total / dof), int(dof), CARD_FROM_FILES)

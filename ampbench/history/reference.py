@@ -14,10 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Hashable, Mapping
+from typing import Any, Hashable, Iterable, Mapping
 
 from ampbench.baselines import spread
-from ampbench.baselines.entries import DistributedEntry, FlatEntry, SpeedEntry
+from ampbench.baselines.entries import DistributedEntry, FlatEntry, RatioEntry, SpeedEntry, learned_spread
 from ampbench.baselines.store import BaselineError, BaselineStore, load_document
 from ampbench.history import pooling
 from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
@@ -27,6 +27,7 @@ from ampbench.history.store import History
 from ampbench.results import MODE_SIDE, SIDES_KEY, RatioKind, Record, TimedRecord, record_type
 from ampbench.results.ratios import DEVICE
 from ampbench.settings import DEFAULT_TOLERANCE
+from ampbench.stats import finite_number
 from ampbench.verdict import Reference
 
 SPEED = "test_speed["
@@ -65,7 +66,7 @@ DISTRIBUTED_CELLS = LearnedCells(("test_ddp_speed[", "test_fsdp2_speed["), Distr
 # the figures an overlay sets in a ratio, in the order an entry that lacked them gains them
 _OVERLAID = ("speedup", "recorded_speedup", "between_run_sd", "between_run_count", "between_run_levels",
              "between_run_level_count", "between_card_sd", "between_card_dof", "between_run_pooled_dof",
-             "between_run_pooled_sd", "tolerance", "between_run_runs")
+             "between_run_pooled_sd", "between_card_source", "tolerance", "between_run_runs")
 
 
 def prior_for(kind: RatioKind, entry: FlatEntry | None, series: Series) -> spread.Prior | None:
@@ -183,11 +184,11 @@ class HistoryBaselines:
                 own = {test_id: learn(series, priors[test_id], self.floor, card=self.card)
                        for test_id, series in serieses.items()}
                 pool = self.pool(kind, own)
-                cards = pooling.card_spread(b.replay for b in own.values() if b.replay is not None)
+                cards = self.card_term(kind, own.values())
                 for test_id in serieses:
                     b = own[test_id].lent((pool.dof, pool.scale[test_id]) if pool and test_id in pool.scale else None)
-                    if cards is not None and cards[0] > b.card_sd and not self._seen(b):  # a card it never ran on
-                        b = replace(b, card_sd=cards[0], card_dof=cards[1])
+                    if cards is not None and not self._seen(b):  # a card it never ran on
+                        b = b.on_new_card(cards)
                     self._learned.setdefault(test_id, {})[kind.name] = b
                     assert b.replay is not None, "learn() keeps the replay its baseline comes from"
                     counted = [b.replay.points[i] for i in b.replay.counted_runs()]
@@ -202,12 +203,28 @@ class HistoryBaselines:
 
     def pool(self, kind: RatioKind, own: Mapping[str, CellBaseline]) -> pooling.NoisePrior | None:
         """The prior of the cells' noise of ratio `kind`, fitted over the cells whose own runs learned a
-        spread (``pooling.fit_prior``), by model, or else on the other GPU models' files."""
+        spread (``pooling.fit_prior``), by model, or else on the other GPU models' files; where the cells
+        are too few for either, each cell's noise relative to the others' on those files, scaled to this
+        model's (``pooling.transfer_prior``)."""
         # a spread shown is a pooled sd learned (``CellBaseline.spread_shown``)
         variances = {test_id: (b.pooled.sd ** 2, b.pooled.dof) for test_id, b in own.items()
                      if b.spread_shown and b.pooled.sd is not None}
-        return pooling.fit_prior(variances, {test_id: pooling.group_of(test_id) for test_id in own},
-                                 self._elsewhere(kind, list(own)))
+        fitted = pooling.fit_prior(variances, {test_id: pooling.group_of(test_id) for test_id in own},
+                                   self._elsewhere(kind, list(own)))
+        return fitted if fitted is not None else pooling.transfer_prior(variances, self._noise_elsewhere(kind))
+
+    def card_term(self, kind: RatioKind, own: Iterable[CellBaseline]) -> pooling.CardTerm | None:
+        """How far a card the cells never ran on lies off: measured where the history's runs of a cell lie
+        on two cards or more (``pooling.card_spread``), else, where every counted run came from one card,
+        the other GPU models' files' term (``pooling.card_prior``), never the runs' own spread counted again;
+        None where no cell has a counted run."""
+        replays = [b.replay for b in own if b.replay is not None]
+        measured = pooling.card_spread(replays)
+        if measured is not None:
+            return pooling.CardTerm(measured[0], measured[1], pooling.CARD_MEASURED)
+        if not any(r.counted_runs() for r in replays):
+            return None
+        return pooling.card_prior(self._cards_elsewhere(kind))
 
     def _other_files(self) -> list[Mapping[str, dict]]:
         """The entries of the other GPU models' baseline files beside this one, read once."""
@@ -223,17 +240,47 @@ class HistoryBaselines:
                     continue  # another GPU's file that does not load is no concern of this GPU's runs
         return self._others
 
+    def _ratios_elsewhere(self, kind: RatioKind) -> list[dict[str, RatioEntry]]:
+        """Per other GPU model's file beside this one, its cells' ratios of `kind` (by test id)."""
+        out = []
+        for entries in self._other_files():
+            ratios = {}
+            for test_id, raw in entries.items():
+                entry = self.cells.entry.of((raw or {}).get("figures")) if self.cells.covers(test_id) else None
+                if entry is not None:
+                    ratios[test_id] = entry.ratio(kind)
+            out.append(ratios)
+        return out
+
     def _elsewhere(self, kind: RatioKind, test_ids: list[str]) -> dict[str, float]:
         """ln of each cell's noise variance of ratio `kind` on the other GPU models' files beside this one
         (the geometric mean over the files that learned it)."""
         logs: dict[str, list[float]] = {}
-        for entries in self._other_files():
+        for ratios in self._ratios_elsewhere(kind):
             for test_id in test_ids:
-                entry = self.cells.entry.of((entries.get(test_id) or {}).get("figures"))
-                sd = entry.ratio(kind).between_run_sd if entry is not None else None
-                if isinstance(sd, (int, float)) and sd > 0:
+                sd = finite_number(ratios[test_id].between_run_sd) if test_id in ratios else None
+                if sd is not None and sd > 0:
                     logs.setdefault(test_id, []).append(2.0 * math.log(sd))
         return {test_id: sum(v) / len(v) for test_id, v in logs.items()}
+
+    def _noise_elsewhere(self, kind: RatioKind) -> dict[str, dict[str, tuple[float, int]]]:
+        """Per other file, its cells' learned noise of ratio `kind`: (variance of ln(value), the runs'
+        own degrees of freedom)."""
+        out = {}
+        for k, ratios in enumerate(self._ratios_elsewhere(kind)):
+            table = {}
+            for test_id, ratio in ratios.items():
+                spread = learned_spread(ratio)
+                if spread is not None and spread.sd > 0:
+                    table[test_id] = (spread.sd ** 2, spread.count - spread.levels)
+            out[str(k)] = table
+        return out
+
+    def _cards_elsewhere(self, kind: RatioKind) -> list[list[tuple[float, int | None]]]:
+        """Per other file, its cells' card terms of ratio `kind`: (between_card_sd, between_card_dof)."""
+        return [[(sd, ratio.between_card_dof) for ratio in ratios.values()
+                 if (sd := finite_number(ratio.between_card_sd)) is not None]
+                for ratios in self._ratios_elsewhere(kind)]
 
     def figures(self, test_id: str) -> dict | None:
         entry = self.store.figures(test_id)

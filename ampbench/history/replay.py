@@ -34,6 +34,7 @@ from ampbench.history.model import Fit, Moments, Prediction, fit
 from ampbench.history.series import Point, Series
 from ampbench.history.statuses import ACCEPTED, COUNTED, EXCLUDED, FAILED, SUSPECT, GroupFailure, Status
 from ampbench.stats import t_quantile
+from ampbench.verdict import NOISE_MULTIPLIER
 
 # the share of clean runs held back as suspect of a drop by their own value, and of a rise (a stray, an
 # improvement): they wait for CLEAR_AFTER more runs. The drop's side is the looser: a step near the
@@ -41,8 +42,16 @@ from ampbench.stats import t_quantile
 SUSPECT_SHARE, ABOVE_SHARE = 0.05, 0.01
 # below this many degrees of freedom of its noise, a run is held back by its value only beyond ABOVE_SHARE
 SETTLED_DOF = 3
-# until a cell's noise is learned, a run this far below its level is suspect: half the unlearned tolerance
+# until a cell's noise is learned (and while it rests on fewer than SETTLED_DOF degrees of freedom), a run
+# this far from its level, either way, is suspect: half the unlearned tolerance, or NOISE_MULTIPLIER times
+# the widest interval of its level's runs and its own where the rounds are that noisy. A stray second run
+# let in (x1.10 of a cell of 0.2% noise) set a spread of 5% and a tolerance of 15%
 YOUNG_LIMIT = 0.015
+# a run let in while the noise was young is a stray, held back, where it lies beyond this one-sided share
+# of the other runs' spread from their level (``Replay._trim``): let in before enough runs came to tell it
+# from noise, it swells the noise, and the tolerance with it
+STRAY_SHARE = 0.001
+STRAY = "a stray"
 # runs that lie together below their level with less chance than this by noise alone have moved
 GROUP_SHARE = 0.005
 CLEAR_AFTER = 2
@@ -77,6 +86,8 @@ class Replay:
         self._groups: dict[tuple[int, Hashable], Moments] = {}
         self._fit: Fit | None = None
         self._robust: dict[bool, float] = {}
+        self._young: set[int] = set()  # runs counted while the noise had fewer than SETTLED_DOF dof
+        self._young_held: set[int] = set()  # runs held back by their own value then
         for point in series.points:
             self.feed(point)
 
@@ -175,13 +186,19 @@ class Replay:
             self._count(index)
             return status
         status = self.preview(point.value, point.card, point.verdict, point.counts, index)
+        young = status.sd is None or self.model.dof < SETTLED_DOF
         self._add(status)
         if status.counts:
             self._count(index)
+            if young:
+                self._young.add(index)
         else:
+            if young and status.alone:
+                self._young_held.add(index)
             self.pending.append(index)
         self._clear()
         self._outvote()
+        self._trim()
         return status
 
     def _add(self, status: Status) -> Status:
@@ -209,19 +226,26 @@ class Replay:
                    verdict: str | None) -> tuple[str | None, bool]:
         """Why a run is suspect (None: it is not), and whether by itself rather than with others."""
         sd = pred.sd
-        if sd is None:  # no noise learned: its own verdict, or a drop past half the unlearned tolerance
+        young = self._young_limit(y)
+        if sd is None:  # no noise learned: its own verdict, or a move past the young limit either way
             if verdict == INCONCLUSIVE and deviation < 0:
                 return f"inconclusive, {deviation:+.2%} below its level, before its noise is learned", True
-            if deviation < -YOUNG_LIMIT:
-                return (f"{deviation:+.2%} below its level, more than {YOUNG_LIMIT:.1%} before its noise is "
+            if abs(deviation) > young:
+                side = "below" if deviation < 0 else "above"
+                return (f"{deviation:+.2%} {side} its level, more than {young:.1%} before its noise is "
                         "learned"), True
             return None, False
         # a young noise, of few degrees of freedom, lies too low now and then: held to it at 5%, a cell whose
-        # first runs agreed by chance held back every run after them for good
+        # first runs agreed by chance held back every run after them for good; held to it at 1% alone, a
+        # stray third run 0.3% apart from two that lay 0.5% apart counts, so the young limit holds too
         limit = t_quantile(SUSPECT_SHARE if pred.dof >= SETTLED_DOF else ABOVE_SHARE, pred.dof) * sd
+        if pred.dof < SETTLED_DOF:
+            limit = min(limit, young)
         if deviation < -limit:
             return f"{deviation:+.2%} below its level, {-deviation / sd:.1f} sd (more than {limit / sd:.1f})", True
         above = t_quantile(ABOVE_SHARE, pred.dof) * sd
+        if pred.dof < SETTLED_DOF:
+            above = min(above, young)
         if deviation > above:  # a stray, or an improvement: it waits, as a drop does, before it moves the noise
             return f"{deviation:+.2%} above its level, {deviation / sd:.1f} sd (more than {above / sd:.1f})", True
         if self._joins_held_back(deviation) and self._below(self._held_below(), (y, card)):
@@ -229,6 +253,40 @@ class Replay:
             return (f"{deviation:+.2%} below its level, nearer the runs held back since {first} than the level, "
                     "and below it with them"), False
         return None, False
+
+    def _young_limit(self, y: float) -> float:
+        """How far from its level a run may lie before the cell's noise is learned: YOUNG_LIMIT, or
+        NOISE_MULTIPLIER times the widest interval half-width of the level's counted runs where wider."""
+        widths = [w for s in self.statuses if s.segment == self.segment and s.counts
+                  and (w := self.points[s.index].half_width) is not None]
+        return max([YOUNG_LIMIT] + [NOISE_MULTIPLIER * w for w in widths])
+
+    def _trim(self) -> None:
+        """Hold back a counted run let in while the noise was young (fewer than SETTLED_DOF degrees of
+        freedom) that lies beyond STRAY_SHARE of the others' spread from their level (its deleted residual,
+        Student's t on their degrees of freedom): a stray that came while too few runs were there to tell it
+        from noise. The furthest first, one as a run comes; once held back so, a run stays a stray."""
+        runs = [s for s in self.statuses if s.segment == self.segment and s.state == COUNTED]
+        young = [s for s in runs if s.index in self._young]
+        if len(runs) < SETTLED_DOF + 2 or not young:
+            return
+        logs = np.array([self._logs[s.index] for s in runs])
+        total, squares, n = float(logs.sum()), float(logs @ logs), len(runs)
+        worst, furthest = None, 0.0
+        for status in young:
+            y = self._logs[status.index]
+            mean = (total - y) / (n - 1)
+            var = max(0.0, (squares - y * y - (n - 1) * mean * mean) / (n - 2))
+            scaled = abs(y - mean) / max(math.sqrt(var * (1 + 1 / (n - 1))), 1e-12)
+            if scaled > t_quantile(STRAY_SHARE, n - 2) and scaled > furthest:
+                worst, furthest = status, scaled
+        if worst is None:
+            return
+        self._uncount(worst.index)
+        worst.state, worst.alone = SUSPECT, True
+        worst.reason = (f"{STRAY}: let in before its noise was learned, {furthest:.1f} sd from the level of the "
+                        f"{n - 1} runs after and around it")
+        self.pending = sorted({*self.pending, worst.index})
 
     def _held_below(self) -> list[int]:
         """The held-back runs that lie below their level (failed, or suspect of a drop)."""
@@ -275,7 +333,7 @@ class Replay:
         later runs count, and with them it lies neither below nor above the level."""
         for index in list(self.pending):
             status = self.statuses[index]
-            if status.state != SUSPECT:
+            if status.state != SUSPECT or status.reason.startswith(STRAY):
                 continue
             # only runs that count vouch for the level: a failed or held-back one is what a step looks like,
             # and a high run before a step is no more cleared by the step's runs than by a failure
@@ -285,12 +343,28 @@ class Replay:
                     break
                 if self.statuses[i].counts:
                     members.append(i)
-            if len(members) < 1 + CLEAR_AFTER or self._below(members) or self._below(members, side=1.0):
+            # a noise of few degrees of freedom would clear anything: a stray second run, cleared by two
+            # runs after it beside a noise of one degree of freedom, moved the level by a third of its size
+            if (len(members) < 1 + CLEAR_AFTER or self.model.dof < SETTLED_DOF or self._below(members)
+                    or self._below(members, side=1.0) or self._still_stray(index)):
                 continue
             status.state = COUNTED
             status.reason += f"; cleared by the {len(members) - 1} runs after it, which show the level held"
             self.pending.remove(index)
             self._count(index)
+
+    def _still_stray(self, index: int) -> bool:
+        """Whether a run held back by its own value while the noise was young (or outvoted then) still lies
+        beyond its noise by itself, now that the noise is learned (the model's own, which the held-back
+        runs do not widen): a group of it and the runs after it dilutes a stray, whose own distance says
+        what it is."""
+        if index not in self._young_held:
+            return False
+        pred = self.model.predict(self.points[index].card)
+        if pred is None or pred.sd is None:
+            return True
+        deviation = self._logs[index] - pred.level - self._origin
+        return abs(deviation) > t_quantile(ABOVE_SHARE, pred.dof) * pred.sd
 
     def _outvote(self) -> None:
         """Hold back a level of one run, before any noise is learned, that YOUNG_OUTVOTE runs held back
@@ -308,6 +382,7 @@ class Replay:
         self._uncount(first.index)
         first.state, first.alone = SUSPECT, True
         first.reason = f"above the {len(young)} runs after it, held back before its noise was learned: outvoted"
+        self._young_held.add(first.index)
         for index in young:
             status = self.statuses[index]
             status.state = COUNTED

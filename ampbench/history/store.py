@@ -161,6 +161,18 @@ class History:
             assert inserted is not None, "an insert of one row has its key"
         return Acceptance(id=inserted[0], gpu=gpu, test_id=test_id, run_id=run_id, reason=reason, when=accepted_at)
 
+    def remove(self, run_ids: Iterable[str]) -> int:
+        """Delete the runs `run_ids` with their cells, figures and acceptances, in one transaction; how many
+        runs were deleted. For a run that must not be learned from: one whose pytest was ended part-way."""
+        ids = list(run_ids)
+        if not ids:
+            return 0
+        with self.transaction(write=True) as conn:
+            # each table by name: a store without foreign keys enforced has no cascade to rely on
+            for table in (FIGURES_TABLE, CELLS_TABLE, ACCEPTANCES_TABLE):
+                conn.execute(table.delete().where(table.c.run_id.in_(ids)))
+            return conn.execute(RUNS_TABLE.delete().where(RUNS_TABLE.c.id.in_(ids))).rowcount
+
     # -- reading ------------------------------------------------------------------------------------
 
     def series(self, gpu: str, test_id: str, figure: str) -> Series:

@@ -9,7 +9,9 @@ cells' records (``ampbench.plugin.summary.keep_record``), the machine's info, th
 and the label. The same run id, label, revision and load go into ``machine_info["ampbench"]``, so that
 the JSON imported later is the same run. A store that fails at the end costs nothing else the run
 wrote: the run is saved beside the default store as a JSON that ``ampbench history import`` loads, the
-terminal says so in red, and the session's exit status is 1.
+terminal says so in red, and the session's exit status is 1. A learned ratio that is no plausible
+measurement (``ingest.checked_run``: 1e308, zero, a hundredfold off the cell's level) is left out of the
+run appended, with a warning naming the cell, the figure and the bound; the rest of the run goes in.
 
 ``off`` turns the history off; an unreachable store, or one that takes no write (read-only, its disk
 full), is a usage error before the first cell, never the history silently off. On the CPU smoke pass the history is off
@@ -23,7 +25,7 @@ import argparse
 import os
 import subprocess
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,6 +57,7 @@ class HistorySession:
     machine: dict | None = None  # machine_info["ampbench"] as pytest-benchmark's JSON has it
     line: str | None = None  # what the terminal summary says about the append
     failed: bool = False
+    left_out: list = field(default_factory=list)  # the figures kept out of the history (``ingest.Implausible``)
 
 
 def history_of(config: pytest.Config) -> History | None:
@@ -202,11 +205,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not records:
         return
     from ampbench.history.connect import HistoryError
-    from ampbench.history.ingest import session_run
+    from ampbench.history.ingest import checked_run, session_run
 
     machine = _machine(config, state)
     run = session_run(records, machine, datetime.now(timezone.utc))
     try:
+        # a figure no measurement gives would move its cell's level past any later run's reach: left out
+        run, state.left_out = checked_run(state.history, run, records)
         appended = state.history.append(run)
     except HistoryError as error:
         state.failed = True
@@ -236,7 +241,11 @@ def _save(config: pytest.Config, records: list, machine: dict, when: str) -> str
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     state = config.stash.get(STATE_KEY, None)
-    if state is not None and state.line:
+    if state is None:
+        return
+    for problem in state.left_out:
+        terminalreporter.write_line(f"ampbench: warning: {problem}; left out of the history", yellow=True)
+    if state.line:
         terminalreporter.write_line(state.line, red=state.failed, bold=state.failed)
 
 
@@ -268,17 +277,21 @@ def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
     """This run's cells the history holds back as suspect (their device time below their level by more
     than noise says, or inconclusive below it): not learned from until later runs clear them, or someone
     accepts the change."""
+    from ampbench.history.ingest import plausible
     from ampbench.history.statuses import SUSPECT
     from ampbench.plugin import summary
     from ampbench.results import TimedRecord
     from ampbench.results.ratios import DEVICE
 
+    state = config.stash.get(STATE_KEY, None)
+    left_out = {(i.test_id, i.figure) for i in state.left_out} if state is not None else set()
     held = []
     for nodeid, r in config.stash.get(summary.RECORDS_KEY, []):
         device = r.ratio(DEVICE) if isinstance(r, TimedRecord) else None  # a distributed cell's is named alike
         test_id, value = r.test_id or nodeid.split("::")[-1], device.speedup if device else None
         verdict = device.verdict if device else None
-        if not store.cells.covers(test_id) or not isinstance(value, float) or value <= 0:
+        # a figure left out of the history is no run of the cell's series: nothing to hold back
+        if not store.cells.covers(test_id) or not plausible(value) or (test_id, DEVICE.history) in left_out:
             continue
         status = store.judged(test_id, DEVICE, value, None if verdict is None else str(verdict),
                               not (verdict is not None and verdict.failing))
