@@ -29,7 +29,7 @@ GATE_CONFIDENCE = 0.998
 # A learned tolerance's quantile is at most this many of its predictive sds. Student's t at the gate's
 # coverage is 22 on 2 degrees of freedom (three runs) and 10 on 3: a spread learned from a few runs of a
 # quiet cell, 0.29% apart, gave a tolerance of 9.8%. Capped at 8, a cell whose runs agree closer than
-# they spread by chance fails an unchanged run 0.6 times in 1,000 from three runs and 0.2 from four, at
+# they spread by chance fails an unchanged run 0.7 times in 1,000 from three runs and 0.2 from four, at
 # the noise of the H200's quick cells, and as the t bound from five (dev/bench_few_runs.py)
 FEW_RUNS_QUANTILE = 8.0
 
