@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ampbench import children
 from ampbench.cli import main, record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +153,7 @@ def test_sigterm_ends_the_run_under_way_which_is_not_learned_and_the_same_comman
     work, out = tmp_path / "rec", tmp_path / "baselines"
     pid_file = _stop_at(monkeypatch, tmp_path, 2, signal.SIGTERM)
     handler = signal.getsignal(signal.SIGTERM)
-    monkeypatch.setattr(record, "GRACE", 60.0)
+    monkeypatch.setattr(children, "GRACE", 60.0)
     started = time.monotonic()
     assert main(["baselines", "record", "--runs", "3", "--dir", str(work), "--baseline-dir", str(out)]) == 143
     assert time.monotonic() - started < 30  # the sleeping run ended on SIGTERM, not after the grace on SIGKILL

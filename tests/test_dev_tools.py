@@ -1,5 +1,5 @@
 """The tools of dev/ still import: they reach deep into the package and nothing else runs them between the
-GPU sessions they serve, so a renamed function would otherwise surface on a rented machine. Each is
+GPU runs they serve, so a renamed function would otherwise surface only on a GPU machine. Each is
 imported as a module (its main not run), each with a command line answers ``--help``, and each shell
 script parses (``bash -n``)."""
 

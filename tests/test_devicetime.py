@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from ampbench.kernel_diff import kernel_changes
 from ampbench.results.ratios import DEVICE
 from ampbench.speed.clocks import METHODS, Clock, DeviceClock, clock_for, paired_blocks
 from ampbench.speed.devicetime import MAX_KERNELS, REST, TOP_KERNELS, KernelProfile, _union_ns, normalise_kernel_name
@@ -19,7 +20,7 @@ from ampbench.speed.ratio import Ratio
 from ampbench.speed.sides import SpeedPolicy, policy_for
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import SpeedupCheck, Verdict, kernel_changes
+from ampbench.verdict import SpeedupCheck, Verdict
 
 # ---------------------------------------------------------------------------------------------------
 # kernel names

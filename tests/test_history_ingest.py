@@ -22,13 +22,13 @@ from ampbench.cli import main
 from ampbench.history.ingest import (
     bytes_id,
     cell_row,
-    checked_run,
     content_id,
     figures_of,
     file_run,
     import_runs,
     run_content_id,
 )
+from ampbench.history.plausible import checked_run
 from ampbench.history.store import open_history
 from ampbench.results import (
     ConvergenceRecord,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,9 +19,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ampbench.bisect.cells import BisectCell, named_cell, pytest_args
+from ampbench.children import end_group
 from ampbench.results.ratios import SPEED_RATIOS
 from ampbench.stats import SpeedupEstimate
 
+STOP_GRACE = 10.0  # seconds a stopped step has to end on SIGTERM before SIGKILL
 COMMAND_CELL = "command"  # the figure a step command prints, where it names no cell
 TAIL_LINES = 15  # of a failed run's output, quoted where it left no figure
 
@@ -79,14 +80,18 @@ class Child:
 
 
 def stop(proc: subprocess.Popen, own_session: bool) -> None:
-    """End `proc` (and its session, where it has its own): SIGTERM, then SIGKILL after 10 s."""
+    """End `proc` (and its session, where it has its own: ``children.end_group``): SIGTERM, then SIGKILL
+    after 10 s."""
     if proc.poll() is not None:
         return
+    if own_session:
+        end_group(proc, STOP_GRACE)
+        return
     try:
-        (os.killpg(proc.pid, signal.SIGTERM) if own_session else proc.terminate())
-        proc.wait(timeout=10)
+        proc.terminate()
+        proc.wait(timeout=STOP_GRACE)
     except subprocess.TimeoutExpired:
-        (os.killpg(proc.pid, signal.SIGKILL) if own_session else proc.kill())
+        proc.kill()
         proc.wait()
     except ProcessLookupError:
         pass

@@ -11,7 +11,7 @@ from typing import Any, Iterator, Mapping
 from ampbench.bisect.judge import Level
 from ampbench.bisect.step import steps_taken
 from ampbench.files.write import write_atomic
-from ampbench.verdict import kernel_changes
+from ampbench.kernel_diff import kernel_changes
 
 RECORD_SCHEMA = 1
 

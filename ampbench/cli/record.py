@@ -19,15 +19,14 @@ import re
 import shlex
 import signal
 import sqlite3
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
+from ampbench.children import STOPPED, Signals, Stopped, run_owned
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.cli.values import whole_number
 from ampbench.files import paths
@@ -43,9 +42,6 @@ DEFAULT_TESTS = "perf/test_speed.py"
 STOPPING = {2: "interrupted", 3: "an internal error", 4: "a usage error", 5: "no test collected"}
 STORE = "history.sqlite"  # the recording's history, in its folder
 LOCK = "record.lock"  # holds the recorder's pid; its flock is what keeps a second recorder out
-GRACE = 5.0  # seconds a stopped run's processes have to end on SIGTERM before SIGKILL
-# a recorder ended by a signal exits as a shell reports a process that signal killed
-STOPPED: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 SHOWN_RUNS = 10  # runs the summary names before it counts the rest
 
 
@@ -127,98 +123,6 @@ def hold(directory: Path) -> int:
     return fd
 
 
-# -- signals and the pytest child -----------------------------------------------------------------------
-
-class Stopped(BaseException):
-    """SIGINT or SIGTERM reached the recorder. A BaseException, as KeyboardInterrupt is, so that no
-    `except Exception` on its way swallows it."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class _Signals:
-    """SIGINT and SIGTERM made into Stopped while the recording runs, the handlers before put back after.
-    The pytest child runs in a session of its own, so a terminal's Ctrl-C reaches the recorder alone and
-    ending the child is the recorder's to do. While a child is being started the signal waits (`held`):
-    raised inside Popen, it would leave a child that nothing ends."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._holding = False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _Signals:
-        if threading.current_thread() is threading.main_thread():  # only the main thread may set handlers
-            self._previous = {sig: signal.signal(sig, self._handle) for sig in STOPPED}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if self.signum is not None:
-            return  # a second signal while the first one's stop is under way
-        self.signum = signum
-        if not self._holding:
-            raise Stopped(signum)
-
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        self._holding = True
-        try:
-            yield
-        finally:
-            self._holding = False
-        if self.signum is not None:
-            raise Stopped(self.signum)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # a process of it is there, not this user's to signal
-        return True
-    return True
-
-
-def end_group(proc: subprocess.Popen) -> None:
-    """End `proc` and every process of its group (it leads a session of its own): SIGTERM, then SIGKILL
-    to what is left after GRACE seconds. pytest's own children (a compile worker, a writer it started)
-    would otherwise outlive it and could still append to the history."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-        deadline = time.monotonic() + GRACE
-        while proc.poll() is None or _group_alive(proc.pid):
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-        else:
-            return
-
-
-def _run_child(cmd: Sequence[str], log: Path, signals: _Signals) -> int:
-    """`cmd`'s exit status, its output in `log`; a Stopped ends it with its group first."""
-    proc = None
-    with log.open("w") as out:
-        try:
-            with signals.held():
-                proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ),
-                                        start_new_session=True)
-            return proc.wait()
-        except Stopped:
-            if proc is not None:
-                end_group(proc)
-            raise
-
-
 # -- which runs count -----------------------------------------------------------------------------------
 
 @contextmanager
@@ -294,7 +198,7 @@ class _Recording:
                 named = f"{run.label} ({run.id})" if run.label else run.id
                 print(f"ampbench: left out: run {named} of {self.args.dir} {why}")
 
-    def record(self, signals: _Signals) -> int:
+    def record(self, signals: Signals) -> int:
         args = self.args
         empty = args.dir / "no-baselines"
         empty.mkdir(exist_ok=True)
@@ -314,7 +218,7 @@ class _Recording:
             print(f"ampbench: run {step} of {args.runs}: {shlex.join(cmd[1:])}", flush=True)
             start, log = time.monotonic(), args.dir / f"run-{number}.log"
             self.before, self.running = {r.id for r in runs}, step
-            status = _run_child(cmd, log, signals)
+            status = run_owned(cmd, log, signals)
             self.running = None
             print(f"ampbench: run {step} of {args.runs}: {_outcome(log)} ({time.monotonic() - start:.0f} s)",
                   flush=True)
@@ -414,7 +318,7 @@ def command(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     recording = _Recording(args)
     try:
-        with _Signals() as signals:
+        with Signals() as signals:
             try:
                 return recording.record(signals)
             except Stopped as stop:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Mapping
+from typing import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -230,7 +230,7 @@ def transfer_prior(variances: Mapping[str, tuple[float, int]],
     offset = float(digamma(d0 / 2) - math.log(d0 / 2))
     here = float(coef[files.index("")])
     effect = {c: (float(coef[len(files) + k - 1]) if k else 0.0) for k, c in enumerate(cells)}
-    scale = {c: math.sqrt(math.exp(here + effect[c] + offset)) for c in cells if c in others or c in own}
+    scale = {c: math.sqrt(math.exp(here + effect[c] + offset)) for c in cells}
     return NoisePrior(lent, scale, len(own), TRANSFER)
 
 
@@ -249,6 +249,18 @@ class CardTerm:
     sd: float
     dof: int
     source: str  # CARD_MEASURED, CARD_FROM_FILES or CARD_DEFAULT
+
+
+def card_term(replays: Sequence[Replay], files: Iterable[Iterable[tuple[float, int | None]]]) -> CardTerm | None:
+    """The card term of a GPU model's cells for a card they never ran on: measured where the runs of a
+    cell lie on two cards or more (``card_spread``); else, where every counted run came from one card, the
+    other GPU models' `files`' (``card_prior``); None where no cell has a counted run."""
+    measured = card_spread(replays)
+    if measured is not None:
+        return CardTerm(measured[0], measured[1], CARD_MEASURED)
+    if not any(r.counted_runs() for r in replays):
+        return None
+    return card_prior(files)
 
 
 def card_prior(files: Iterable[Iterable[tuple[float, int | None]]]) -> CardTerm:

@@ -146,6 +146,7 @@ class HistoryBaselines:
     _latest: dict[str, str] = field(default_factory=dict, repr=False)  # test id: its latest counted run
     _counted: dict[str, dict[str, list[str]]] = field(default_factory=dict, repr=False)  # their times, by ratio
     _others: list[Mapping[str, dict]] | None = field(default=None, repr=False)  # the other GPU models' entries
+    _others_ratios: dict[str, list[dict[str, RatioEntry]]] = field(default_factory=dict, repr=False)  # by kind
 
     # the file's own face, for the callers that record and write
     @property
@@ -214,17 +215,9 @@ class HistoryBaselines:
         return fitted if fitted is not None else pooling.transfer_prior(variances, self._noise_elsewhere(kind))
 
     def card_term(self, kind: RatioKind, own: Iterable[CellBaseline]) -> pooling.CardTerm | None:
-        """How far a card the cells never ran on lies off: measured where the history's runs of a cell lie
-        on two cards or more (``pooling.card_spread``), else, where every counted run came from one card,
-        the other GPU models' files' term (``pooling.card_prior``), never the runs' own spread counted again;
-        None where no cell has a counted run."""
-        replays = [b.replay for b in own if b.replay is not None]
-        measured = pooling.card_spread(replays)
-        if measured is not None:
-            return pooling.CardTerm(measured[0], measured[1], pooling.CARD_MEASURED)
-        if not any(r.counted_runs() for r in replays):
-            return None
-        return pooling.card_prior(self._cards_elsewhere(kind))
+        """How far a card the cells never ran on lies off (``pooling.card_term``): measured on the history's
+        cards, else the other GPU models' files' term, never the runs' own spread counted again."""
+        return pooling.card_term([b.replay for b in own if b.replay is not None], self._cards_elsewhere(kind))
 
     def _other_files(self) -> list[Mapping[str, dict]]:
         """The entries of the other GPU models' baseline files beside this one, read once."""
@@ -241,16 +234,13 @@ class HistoryBaselines:
         return self._others
 
     def _ratios_elsewhere(self, kind: RatioKind) -> list[dict[str, RatioEntry]]:
-        """Per other GPU model's file beside this one, its cells' ratios of `kind` (by test id)."""
-        out = []
-        for entries in self._other_files():
-            ratios = {}
-            for test_id, raw in entries.items():
-                entry = self.cells.entry.of((raw or {}).get("figures")) if self.cells.covers(test_id) else None
-                if entry is not None:
-                    ratios[test_id] = entry.ratio(kind)
-            out.append(ratios)
-        return out
+        """Per other GPU model's file beside this one, its cells' ratios of `kind` (by test id), read once."""
+        if kind.name not in self._others_ratios:
+            self._others_ratios[kind.name] = [
+                {test_id: entry.ratio(kind) for test_id, raw in entries.items() if self.cells.covers(test_id)
+                 and (entry := self.cells.entry.of((raw or {}).get("figures"))) is not None}
+                for entries in self._other_files()]
+        return self._others_ratios[kind.name]
 
     def _elsewhere(self, kind: RatioKind, test_ids: list[str]) -> dict[str, float]:
         """ln of each cell's noise variance of ratio `kind` on the other GPU models' files beside this one

@@ -24,13 +24,13 @@ which the runs lie together below the level, two runs or more, is where the gate
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Hashable
 
 import numpy as np
 
 from ampbench.baselines.spread import Prior
-from ampbench.history.model import Fit, Moments, Prediction, fit
+from ampbench.history.counted import CountedRuns
+from ampbench.history.model import Prediction
 from ampbench.history.series import Point, Series
 from ampbench.history.statuses import ACCEPTED, COUNTED, EXCLUDED, FAILED, SUSPECT, GroupFailure, Status
 from ampbench.stats import t_quantile
@@ -51,7 +51,6 @@ YOUNG_LIMIT = 0.015
 # of the other runs' spread from their level (``Replay._trim``): let in before enough runs came to tell it
 # from noise, it swells the noise, and the tolerance with it
 STRAY_SHARE = 0.001
-STRAY = "a stray"
 # runs that lie together below their level with less chance than this by noise alone have moved
 GROUP_SHARE = 0.005
 CLEAR_AFTER = 2
@@ -59,9 +58,6 @@ CLEAR_AFTER = 2
 # that lay high (a wide interval over a network: every later run inconclusive below it) would otherwise
 # hold back every run after it for good, and the cell would never learn a tolerance
 YOUNG_OUTVOTE = 1 + CLEAR_AFTER
-# the fewest runs of a segment whose successive differences give a robust scale (``Replay.robust_scale``)
-ROBUST_RUNS = 5
-MAD_TO_SD = 1.482602218505602  # a normal's sd over its median absolute deviation, 1 / Phi^-1(3/4)
 # a drop the held-back runs show passes only where they show it within the tolerance at this confidence
 WITHIN_SHARE = 0.05
 # a run fails with the held-back runs only where it lies beyond its noise by itself (this one-sided share),
@@ -70,96 +66,17 @@ WITHIN_SHARE = 0.05
 FAIL_RUN_SHARE, FAIL_SHARE = 0.05, 0.001
 INCONCLUSIVE = "inconclusive"
 
-class Replay:
+
+class Replay(CountedRuns):
     """The series' runs replayed in order (``feed``); `prior` a baseline file's spread of other runs."""
 
     def __init__(self, series: Series, prior: Prior | None = None, robust: bool = True):
-        self.series = series  # its name and figure; `points` grows as runs are fed
-        self.prior = prior
-        self.robust = robust  # the runs' robust scale floors the noise of the replay's decisions
-        self.points: list[Point] = []
-        self.statuses: list[Status] = []
-        self.segment = 0
-        self.pending: list[int] = []  # held-back runs of the current segment, not cleared
-        self._logs: list[float] = []
-        self._shift: float | None = None
-        self._groups: dict[tuple[int, Hashable], Moments] = {}
-        self._fit: Fit | None = None
-        self._robust: dict[bool, float] = {}
+        super().__init__(series, prior, robust)
         self._young: set[int] = set()  # runs counted while the noise had fewer than SETTLED_DOF dof
         self._young_held: set[int] = set()  # runs held back by their own value then
+        self._strays: set[int] = set()  # runs counted young, held back as strays for good (``_trim``)
         for point in series.points:
             self.feed(point)
-
-    # -- the model of the runs counted so far ------------------------------------------------------------
-
-    @property
-    def model(self) -> Fit:
-        if self._fit is None:
-            self._fit = fit(self._groups, self.segment, self.prior)
-        return self._fit
-
-    def predict(self, card: Hashable, whole: bool = False) -> Prediction | None:
-        """The model's prediction for a new run on `card` (levels shifted; ``level`` gives ln), its sd at
-        least the runs' own robust scale (``robust_scale``, of the `whole` segment) for the replay's
-        decisions."""
-        pred = self.model.predict(card)
-        robust = self.robust_scale(whole) if self.robust else 0.0
-        if pred is None or pred.sd is None or pred.noise_sd is None or robust <= pred.noise_sd:
-            return pred
-        grown = math.sqrt(pred.sd ** 2 + robust ** 2 - pred.noise_sd ** 2)
-        return replace(pred, sd=grown, noise_sd=robust)
-
-    def robust_scale(self, whole: bool = False) -> float:
-        """How far the segment's runs move from one to the next, held back or not, up to its first failed
-        run (or, `whole`, all of them): the median absolute deviation of successive differences of ln
-        value, over sqrt 2 (0 with fewer than ROBUST_RUNS runs). A step moves one difference, a stray two, so
-        neither sets it; where the counted runs by chance lie closer than the runs do (three runs within
-        0.03% of a cell whose runs move by 0.25%), it keeps every later run from being held back as suspect
-        for good. Up to the first failure for holding runs back (a step's runs, wider spread over the
-        cards, must not widen what lets them in); the whole segment for failing a run with the runs held
-        back, which must never rest on a noise narrower than the runs show."""
-        if whole not in self._robust:
-            logs = []
-            for s in self.statuses:
-                if s.segment != self.segment or s.state == EXCLUDED:
-                    continue
-                if s.state == FAILED and not whole:  # the gate said the level moved here
-                    break
-                logs.append(self._logs[s.index])
-            self._robust[whole] = 0.0
-            if len(logs) >= ROBUST_RUNS:
-                diffs = np.diff(np.asarray(logs))
-                # the MAD scaled to a normal's sd (``stats.robust_sd``), in numpy: the replay asks once a run
-                self._robust[whole] = float(MAD_TO_SD * np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2)
-        return self._robust[whole]
-
-    @property
-    def _origin(self) -> float:
-        """ln of the series' first value, by which the model's values are shifted: set once a run is fed,
-        which any prediction follows."""
-        assert self._shift is not None, "a prediction follows the first run fed"
-        return self._shift
-
-    def level(self, card: Hashable) -> float | None:
-        """ln of `card`'s level in the current segment; None while it is learning."""
-        pred = self.model.predict(card)
-        return None if pred is None else pred.level + self._origin
-
-    def deviation(self, index: int) -> float | None:
-        """ln(value / its card's level) of run `index`, against the model as it stands now."""
-        level = self.level(self.points[index].card)
-        return None if level is None else self._logs[index] - level
-
-    def _count(self, index: int) -> None:
-        key = (self.statuses[index].segment, self.points[index].card)
-        self._groups.setdefault(key, Moments()).add(self._logs[index] - self._origin)
-        self._fit = None
-
-    def _uncount(self, index: int) -> None:
-        key = (self.statuses[index].segment, self.points[index].card)
-        self._groups[key].remove(self._logs[index] - self._origin)
-        self._fit = None
 
     # -- feeding runs -----------------------------------------------------------------------------------
 
@@ -226,7 +143,7 @@ class Replay:
                    verdict: str | None) -> tuple[str | None, bool]:
         """Why a run is suspect (None: it is not), and whether by itself rather than with others."""
         sd = pred.sd
-        young = self._young_limit(y)
+        young = self._young_limit() if sd is None or pred.dof < SETTLED_DOF else math.inf
         if sd is None:  # no noise learned: its own verdict, or a move past the young limit either way
             if verdict == INCONCLUSIVE and deviation < 0:
                 return f"inconclusive, {deviation:+.2%} below its level, before its noise is learned", True
@@ -238,14 +155,10 @@ class Replay:
         # a young noise, of few degrees of freedom, lies too low now and then: held to it at 5%, a cell whose
         # first runs agreed by chance held back every run after them for good; held to it at 1% alone, a
         # stray third run 0.3% apart from two that lay 0.5% apart counts, so the young limit holds too
-        limit = t_quantile(SUSPECT_SHARE if pred.dof >= SETTLED_DOF else ABOVE_SHARE, pred.dof) * sd
-        if pred.dof < SETTLED_DOF:
-            limit = min(limit, young)
+        limit = min(t_quantile(SUSPECT_SHARE if pred.dof >= SETTLED_DOF else ABOVE_SHARE, pred.dof) * sd, young)
         if deviation < -limit:
             return f"{deviation:+.2%} below its level, {-deviation / sd:.1f} sd (more than {limit / sd:.1f})", True
-        above = t_quantile(ABOVE_SHARE, pred.dof) * sd
-        if pred.dof < SETTLED_DOF:
-            above = min(above, young)
+        above = min(t_quantile(ABOVE_SHARE, pred.dof) * sd, young)
         if deviation > above:  # a stray, or an improvement: it waits, as a drop does, before it moves the noise
             return f"{deviation:+.2%} above its level, {deviation / sd:.1f} sd (more than {above / sd:.1f})", True
         if self._joins_held_back(deviation) and self._below(self._held_below(), (y, card)):
@@ -254,7 +167,7 @@ class Replay:
                     "and below it with them"), False
         return None, False
 
-    def _young_limit(self, y: float) -> float:
+    def _young_limit(self) -> float:
         """How far from its level a run may lie before the cell's noise is learned: YOUNG_LIMIT, or
         NOISE_MULTIPLIER times the widest interval half-width of the level's counted runs where wider."""
         widths = [w for s in self.statuses if s.segment == self.segment and s.counts
@@ -272,19 +185,20 @@ class Replay:
             return
         logs = np.array([self._logs[s.index] for s in runs])
         total, squares, n = float(logs.sum()), float(logs @ logs), len(runs)
-        worst, furthest = None, 0.0
+        worst, furthest = None, t_quantile(STRAY_SHARE, n - 2)
         for status in young:
             y = self._logs[status.index]
             mean = (total - y) / (n - 1)
             var = max(0.0, (squares - y * y - (n - 1) * mean * mean) / (n - 2))
             scaled = abs(y - mean) / max(math.sqrt(var * (1 + 1 / (n - 1))), 1e-12)
-            if scaled > t_quantile(STRAY_SHARE, n - 2) and scaled > furthest:
+            if scaled > furthest:
                 worst, furthest = status, scaled
         if worst is None:
             return
         self._uncount(worst.index)
+        self._strays.add(worst.index)
         worst.state, worst.alone = SUSPECT, True
-        worst.reason = (f"{STRAY}: let in before its noise was learned, {furthest:.1f} sd from the level of the "
+        worst.reason = (f"a stray: let in before its noise was learned, {furthest:.1f} sd from the level of the "
                         f"{n - 1} runs after and around it")
         self.pending = sorted({*self.pending, worst.index})
 
@@ -324,16 +238,12 @@ class Replay:
         mean, sd, dof = group
         return side * mean > t_quantile(GROUP_SHARE, dof) * sd
 
-    def _members(self, start: int) -> list[int]:
-        """The runs of the current segment from `start` on that are samples of the cell."""
-        return [s.index for s in self.statuses[start:] if s.state != EXCLUDED and s.segment == self.segment]
-
     def _clear(self) -> None:
         """Clear each held-back suspect run whose later runs show the level did not move: CLEAR_AFTER
         later runs count, and with them it lies neither below nor above the level."""
         for index in list(self.pending):
             status = self.statuses[index]
-            if status.state != SUSPECT or status.reason.startswith(STRAY):
+            if status.state != SUSPECT or index in self._strays:
                 continue
             # only runs that count vouch for the level: a failed or held-back one is what a step looks like,
             # and a high run before a step is no more cleared by the step's runs than by a failure
@@ -458,11 +368,3 @@ class Replay:
                                                     and s.segment == self.segment)})
             self._fit = None
         return held
-
-    def counted_runs(self) -> list[int]:
-        """The runs that count, in order."""
-        return [s.index for s in self.statuses if s.counts]
-
-    def as_series(self) -> Series:
-        """The runs fed so far, as a series."""
-        return Series(self.series.gpu, self.series.test_id, self.series.figure, tuple(self.points))

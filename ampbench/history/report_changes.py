@@ -12,8 +12,8 @@ from typing import Any
 
 from ampbench.history.changes import Change
 from ampbench.history.rows import RunFacts
+from ampbench.kernel_diff import kernel_changes
 from ampbench.stats import median
-from ampbench.verdict import kernel_changes
 
 # the software layers in the order a reader looks for them; others a run records follow, sorted
 SOFTWARE_ORDER = ("torch", "cuda", "cudnn", "driver", "triton", "torchao")
@@ -74,7 +74,7 @@ def describe_change(change: Change, before: RunFacts, after: RunFacts,
                     kernels_before: Sequence[Mapping[str, Any]] | None = None,
                     kernels_after: Sequence[Mapping[str, Any]] | None = None, top: int = 5) -> list[str]:
     """The lines of one change: what moved and where, the runs around it, what differs between them, and
-    the kernels of the two segments (``segment_kernels``) that moved most (``verdict.kernel_changes``)."""
+    the kernels of the two segments (``segment_kernels``) that moved most (``kernel_diff.kernel_changes``)."""
     if (before.id, after.id) != (change.run_before.run_id, change.run_after.run_id):
         raise ValueError(f"runs {before.id} and {after.id} are not the runs around the change "
                          f"({change.run_before.run_id} and {change.run_after.run_id})")

@@ -10,7 +10,7 @@ and the label. The same run id, label, revision and load go into ``machine_info[
 the JSON imported later is the same run. A store that fails at the end costs nothing else the run
 wrote: the run is saved beside the default store as a JSON that ``ampbench history import`` loads, the
 terminal says so in red, and the session's exit status is 1. A learned ratio that is no plausible
-measurement (``ingest.checked_run``: 1e308, zero, a hundredfold off the cell's level) is left out of the
+measurement (``plausible.checked_run``: 1e308, zero, a hundredfold off the cell's level) is left out of the
 run appended, with a warning naming the cell, the figure and the bound; the rest of the run goes in.
 
 ``off`` turns the history off; an unreachable store, or one that takes no write (read-only, its disk
@@ -57,7 +57,7 @@ class HistorySession:
     machine: dict | None = None  # machine_info["ampbench"] as pytest-benchmark's JSON has it
     line: str | None = None  # what the terminal summary says about the append
     failed: bool = False
-    left_out: list = field(default_factory=list)  # the figures kept out of the history (``ingest.Implausible``)
+    left_out: list = field(default_factory=list)  # the figures kept out of the history (``plausible.Implausible``)
 
 
 def history_of(config: pytest.Config) -> History | None:
@@ -205,7 +205,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not records:
         return
     from ampbench.history.connect import HistoryError
-    from ampbench.history.ingest import checked_run, session_run
+    from ampbench.history.ingest import session_run
+    from ampbench.history.plausible import checked_run
 
     machine = _machine(config, state)
     run = session_run(records, machine, datetime.now(timezone.utc))
@@ -277,7 +278,7 @@ def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
     """This run's cells the history holds back as suspect (their device time below their level by more
     than noise says, or inconclusive below it): not learned from until later runs clear them, or someone
     accepts the change."""
-    from ampbench.history.ingest import plausible
+    from ampbench.history.plausible import plausible
     from ampbench.history.statuses import SUSPECT
     from ampbench.plugin import summary
     from ampbench.results import TimedRecord

@@ -65,7 +65,7 @@ _MOVED = re.compile(r"(?P<name>.+?) (?P<a>\d+(?:\.\d+)?)->(?P<b>\d+(?:\.\d+)?) m
 
 
 def parse_changes(text: str | None) -> list[MovedKernel]:
-    """The kernels of a cell's ``kernel_changes`` (``verdict.kernel_changes``' text: 'new: A 1.3 ms, ...;
+    """The kernels of a cell's ``kernel_changes`` (``kernel_diff.kernel_changes``' text: 'new: A 1.3 ms, ...;
     vanished: ...; changed: B 3.6->4.2 ms (+0.6)'; normalised names hold no ', ' nor '; '); the lump of
     kernels below the profile's cut, '(other kernels)', is none of them."""
     found = []

@@ -20,6 +20,7 @@ from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.source import ReferenceSource
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.device import release
+from ampbench.kernel_diff import kernel_changes
 from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode, label, versus_of
 from ampbench.results import RatioKind, SpeedRecord
@@ -33,7 +34,7 @@ from ampbench.speed.devicetime import IDLE_WARN_SHARE, recapture_shared
 from ampbench.speed.held import QueueStats
 from ampbench.speed.hostload import host_load
 from ampbench.speed.ratio import Ratio, cell_ratios
-from ampbench.verdict import HostOverhead, Verdict, combined, kernel_changes
+from ampbench.verdict import HostOverhead, Verdict, combined
 
 
 @dataclass
