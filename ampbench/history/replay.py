@@ -30,7 +30,7 @@ import numpy as np
 
 from ampbench.baselines.spread import Prior
 from ampbench.history.counted import CountedRuns
-from ampbench.history.model import Prediction
+from ampbench.history.model import SD_FLOOR, Prediction
 from ampbench.history.series import Point, Series
 from ampbench.history.statuses import ACCEPTED, COUNTED, EXCLUDED, FAILED, SUSPECT, GroupFailure, Status
 from ampbench.stats import t_quantile
@@ -185,12 +185,14 @@ class Replay(CountedRuns):
             return
         logs = np.array([self._logs[s.index] for s in runs])
         total, squares, n = float(logs.sum()), float(logs @ logs), len(runs)
+        # runs agree no closer than their rounds measure them: the widest interval half-width floors the sd
+        precision = max([SD_FLOOR] + [w for s in runs if (w := self.points[s.index].half_width) is not None])
         worst, furthest = None, t_quantile(STRAY_SHARE, n - 2)
         for status in young:
             y = self._logs[status.index]
             mean = (total - y) / (n - 1)
             var = max(0.0, (squares - y * y - (n - 1) * mean * mean) / (n - 2))
-            scaled = abs(y - mean) / max(math.sqrt(var * (1 + 1 / (n - 1))), 1e-12)
+            scaled = abs(y - mean) / max(math.sqrt(var * (1 + 1 / (n - 1))), precision)
             if scaled > furthest:
                 worst, furthest = status, scaled
         if worst is None:
