@@ -114,7 +114,10 @@ def test_three_close_first_runs_do_not_hold_back_every_run_after_them_for_good()
     rng = np.random.default_rng(3)
     logs = [0.0, 0.0001, -0.0001, *(SD * rng.standard_normal(17))]  # the first three agree by chance
     replay = Replay(series(logs))
-    assert sum(s.state == SUSPECT for s in replay.statuses) <= 2, [s.reason for s in replay.statuses]
+    # the two held while the noise was young, and the run at 12 (+0.74%), 6 sds of the noise these draws
+    # show (0.12%), held as a stray above its level is: kept out, not cleared by the runs after it
+    assert sum(s.state == SUSPECT for s in replay.statuses) <= 3, [s.reason for s in replay.statuses]
+    assert all(s.state == COUNTED for s in replay.statuses[13:]), [s.reason for s in replay.statuses]
 
 
 def test_a_card_of_many_runs_is_held_to_its_own_level_and_a_new_card_to_the_segments():

@@ -69,6 +69,7 @@ def test_no_learned_tolerance_is_looser_than_the_unlearned_one(history: ShortHis
 @given(short_histories(min_runs=8, noise=(0.0015, 0.01), later=3))
 @example(ShortHistory(0.00390625, (0.0, 0.0, 0.0, 0.0, 3.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0), 0, -0.0234375))
 @example(ShortHistory(0.001953125, (0.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0), 4, 0.017578125))
+@example(ShortHistory(0.001953125, (0.0, -2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0), 4, 0.017578125))
 @example(ShortHistory(0.002, (0.3, 0.0, -0.4, 0.1, 0.2, -0.1, 0.5, 0.0, 1.0, -0.5, 0.0, 0.3, 0.0, 0.0),
                       1, math.log(1.10)))
 @example(ShortHistory(0.0078125, (0.0, 0.0, 0.0, 0.0, -2.0, 0.0, -2.0, 0.0, 1.0, 0.0, 0.0), None, 0.0))

@@ -33,6 +33,7 @@ from ampbench.history.counted import CountedRuns
 from ampbench.history.model import SD_FLOOR, Prediction
 from ampbench.history.series import Point, Series
 from ampbench.history.statuses import ACCEPTED, COUNTED, EXCLUDED, FAILED, SUSPECT, GroupFailure, Status
+from ampbench.printable import plural
 from ampbench.stats import t_quantile
 from ampbench.verdict import NOISE_MULTIPLIER
 
@@ -201,7 +202,7 @@ class Replay(CountedRuns):
         self._strays.add(worst.index)
         worst.state, worst.alone = SUSPECT, True
         worst.reason = (f"a stray: let in before its noise was learned, {furthest:.1f} sd from the level of the "
-                        f"{n - 1} runs after and around it")
+                        f"{plural(n - 1, 'run')} after and around it")
         self.pending = sorted({*self.pending, worst.index})
 
     def _held_below(self) -> list[int]:
@@ -261,22 +262,29 @@ class Replay(CountedRuns):
                     or self._below(members, side=1.0) or self._still_stray(index)):
                 continue
             status.state = COUNTED
-            status.reason += f"; cleared by the {len(members) - 1} runs after it, which show the level held"
+            status.reason += f"; cleared by the {plural(len(members) - 1, 'run')} after it, which show the level held"
             self.pending.remove(index)
             self._count(index)
 
     def _still_stray(self, index: int) -> bool:
-        """Whether a run held back by its own value while the noise was young (or outvoted then) still lies
-        beyond its noise by itself, now that the noise is learned (the model's own, which the held-back
-        runs do not widen): a group of it and the runs after it dilutes a stray, whose own distance says
-        what it is."""
-        if index not in self._young_held:
+        """Whether a run held back by its own value, while the noise was young (or outvoted then) or above
+        its level at any age, still lies beyond its noise by itself, now that the noise is learned (the
+        model's own, which the held-back runs do not widen): a group of it and the runs after it dilutes a
+        stray, whose own distance says what it is. (A run 8.5 sd above its level, cleared by the two runs
+        at the level after it, widened the noise by half, and a drop of 8 sds then passed.) A run held
+        below its level by itself, once the noise is learned, is cleared by its group: it passed its gate."""
+        young = index in self._young_held
+        if not (young or self.statuses[index].alone):
             return False
         pred = self.model.predict(self.points[index].card)
         if pred is None or pred.sd is None:
-            return True
+            return young
         deviation = self._logs[index] - pred.level - self._origin
-        return abs(deviation) > t_quantile(ABOVE_SHARE, pred.dof) * pred.sd
+        if not young and deviation <= 0:
+            return False
+        # held above once the noise is learned: kept out only as a stray is (STRAY_SHARE), for one clean
+        # run in a hundred lies beyond ABOVE_SHARE, and keeping those out would narrow the noise
+        return abs(deviation) > t_quantile(ABOVE_SHARE if young else STRAY_SHARE, pred.dof) * pred.sd
 
     def _outvote(self) -> None:
         """Hold back a level of one run, before any noise is learned, that YOUNG_OUTVOTE runs held back
@@ -293,12 +301,13 @@ class Replay(CountedRuns):
         first = counted[0]
         self._uncount(first.index)
         first.state, first.alone = SUSPECT, True
-        first.reason = f"above the {len(young)} runs after it, held back before its noise was learned: outvoted"
+        first.reason = (f"above the {plural(len(young), 'run')} after it, held back before its noise was learned: "
+                        "outvoted")
         self._young_held.add(first.index)
         for index in young:
             status = self.statuses[index]
             status.state = COUNTED
-            status.reason += f"; counted: {len(young)} runs outvote a level of one run"
+            status.reason += f"; counted: {plural(len(young), 'run')} outvote a level of one run"
             self.pending.remove(index)
             self._count(index)
         self.pending = sorted({*self.pending, first.index})
