@@ -1,6 +1,9 @@
 """The torch releases the package declares, each tested on the CPU: one nox session per release installs
 torch and torchvision from PyTorch's CPU wheels, then the project as the README says (``pip install -e .``),
-and runs the CPU smoke pass (``pytest perf/``) and the tests of tests/ that exercise torch itself.
+and runs the CPU smoke pass (``pytest perf/``) and the tests of tests/ that exercise torch itself. The
+newest release installs the fp8 extra too (``pip install -e ".[fp8]"``: torchao, a 3 MB wheel without
+dependencies that imports on the CPU), so that the fp8 modes' torchao code runs against the newest torch
+(tests/test_fp8.py, perf/test_fp8_numerics.py), while the oldest release checks the install without it.
 
     nox -l                              # the sessions
     nox -s "smoke(torch='2.11')"        # the oldest release pyproject.toml admits (the GPU image's)
@@ -30,6 +33,10 @@ CPU_WHEELS = "https://download.pytorch.org/whl/cpu"
 TORCHVISION_FOR = {"2.11": "0.26", "2.12": "0.27", "2.13": "0.28", "2.14": "0.29", "newest": None}
 # the oldest and the newest: what CI runs (`nox -t ci` in .ci/run)
 CI_RELEASES = ("2.11", "newest")
+# the releases installed with the fp8 extra: the newest, as a fresh `pip install -e ".[fp8]"` pairs them (the
+# extra's torchao has no dependencies, so pip keeps the torch above); every other release runs without torchao,
+# as the plain install the README leads with does, and its fp8 cells skip saying so
+FP8_RELEASES = ("newest",)
 
 # the harness's fast tests that exercise torch itself (models, training steps, loss scalers, the
 # profiler's traces, the data loaders, torchao's pairing); the smoke pass covers distributed launches,
@@ -81,7 +88,11 @@ def _install_torch(session: nox.Session, release: str) -> None:
 def smoke(session: nox.Session, torch: str) -> None:
     """The CPU smoke pass and torch's own tests on one torch release."""
     _install_torch(session, torch)
-    session.install("-e", ".")  # README: Install (pip keeps the torch above, which the range admits)
+    # README: Install (pip keeps the torch above, which the range admits)
+    session.install("-e", ".[fp8]" if torch in FP8_RELEASES else ".")
+    if torch in FP8_RELEASES:
+        # torchao installed but not pairing with this torch would only skip the fp8 tests: fail here instead
+        session.run("python", "-c", "import sys; from ampbench.fp8 import torchao_problem; sys.exit(torchao_problem())")
     # the pair really works together: a torchvision built for another torch has no operators
     session.run("python", "-c", "import torch, torchvision, torchvision.ops; "
                 "print('torch', torch.__version__, 'torchvision', torchvision.__version__)")

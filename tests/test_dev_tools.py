@@ -1,7 +1,8 @@
-"""The tools of dev/ still import: they reach deep into the package and nothing else runs them between the
-GPU runs they serve, so a renamed function would otherwise surface only on a GPU machine. Each is
-imported as a module (its main not run), each with a command line answers ``--help``, and each shell
-script parses (``bash -n``)."""
+"""The tools of dev/, which run the suite's stages and probes on a GPU machine (gpu_run.sh,
+history_series.sh, two_nodes.sh, bisect_check.sh, fsdp2_probe.py, held_check.py) and compute the tables
+of docs/ from simulations and recorded runs (bench_*.py, dashboard_check.py, dist_table.py), start as
+their usage lines say with the package as it is: each imports as a module without running anything, each
+with a command line answers ``--help``, and each shell script parses (``bash -n``)."""
 
 from __future__ import annotations
 

@@ -18,9 +18,9 @@ import ampbench
 from ampbench.bisect import levels as good_side
 from ampbench.bisect.judge import BAD, Level
 from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec, stop
-from ampbench.bisect.outcome import kept_on_interrupt, step_rows
-from ampbench.bisect.step import SCRIPT, progress, run_step, steps_taken
-from ampbench.bisect.worktree import GitError, Worktree, commit_sha, git, subject
+from ampbench.bisect.outcome import bad_side_why, kept_on_interrupt, step_rows
+from ampbench.bisect.step import SCRIPT, progress, run_step, say_removed, steps_taken
+from ampbench.bisect.worktree import GitError, Worktree, commit_sha, git, repository, subject
 
 _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.MULTILINE)
 _CANDIDATES = re.compile(r"first bad commit could be any of:\n((?:[0-9a-f]{40}\n?)+)")
@@ -74,7 +74,7 @@ def _run_git_bisect(wt: Worktree, config_path: Path) -> str:
                 print(line.rstrip("\n"), flush=True)
         proc.wait()
     except BaseException:
-        stop(proc, own_session=True)
+        stop(proc)
         raise
     return "".join(lines)
 
@@ -83,6 +83,7 @@ def bisect_commits(repo: Path, good_rev: str, bad_rev: str, measurer: SuiteMeasu
                    plan: Plan) -> tuple[dict[str, Any], dict[str, Level]]:
     """Bisect `repo` between `good_rev` and `bad_rev`: (the record of every step and the outcome, the
     levels). GitError where the revisions do not make a bisect."""
+    repo = repository(repo)  # git on PATH, and a repository: said first, plainly
     t0 = time.perf_counter()
     good, bad = commit_sha(repo, good_rev), commit_sha(repo, bad_rev)
     if good == bad:
@@ -94,6 +95,7 @@ def bisect_commits(repo: Path, good_rev: str, bad_rev: str, measurer: SuiteMeasu
              "temporary folder")
     record: dict[str, Any] = {"unit": "commit", "good": good, "bad": bad, "cells": list(measurer.cells)}
     with Worktree(repo, good) as wt, kept_on_interrupt(record, wt.scratch / "steps.jsonl", t0):
+        say_removed(wt)
         measurer.log_dir = str(wt.scratch / "logs")
         if isinstance(measurer, SuiteMeasurer):
             measurer.tolerance = plan.tolerance
@@ -107,9 +109,9 @@ def bisect_commits(repo: Path, good_rev: str, bad_rev: str, measurer: SuiteMeasu
         first, why = None, None
         if plan.check_bad:
             wt.checkout(bad)
-            code, _ = run_step(config, wt.path, bad, subject(repo, bad), kind="bad side")
+            code, step = run_step(config, wt.path, bad, subject(repo, bad), kind="bad side")
             if code != BAD:
-                why = f"the bad side {bad[:12]} does not regress against the good side's level"
+                why = bad_side_why(bad[:12], step)
         if why is None:
             git(wt.path, "bisect", "start", bad, good)
             output = _run_git_bisect(wt, config_path)

@@ -42,7 +42,8 @@ def measured_levels(measurer: SuiteMeasurer | CommandMeasurer, tree: Path, revis
     """Each cell's level from `repeats` measurements at the good side (checked out in `tree`), and a record
     of each. Given `baseline_dir`, on a GPU the second measurement also records the good side's baselines
     there, which the suite's gate then holds every step against; the CPU smoke pass records none. A
-    measurement that left no figure is taken again, `repeats` times at most."""
+    measurement that left no figure is taken again, `repeats` times at most; one that ran past the step
+    timeout is not: the level cannot be set."""
     figures: dict[str, list[StepFigure]] = {}
     runs: list[dict] = []
     failures = 0
@@ -55,6 +56,8 @@ def measured_levels(measurer: SuiteMeasurer | CommandMeasurer, tree: Path, revis
         if not measurement.figures:
             failures += 1
             say(f"good side {revision[:12]}: no figure ({measurement.seconds:.1f} s): {measurement.problem}")
+            if measurement.timed_out:  # each measurement more would hang as long: the level cannot be set
+                raise LevelError(f"the good side {revision[:12]}: {measurement.problem}")
             if failures >= repeats:
                 raise LevelError(f"the good side {revision[:12]} gave no figure in {failures} measurements: "
                                  f"{measurement.problem}")

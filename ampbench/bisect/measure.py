@@ -5,7 +5,10 @@ The suite runs as the tree's own code: the tree leads PYTHONPATH, so the ampbenc
 one measured, and pytest runs with ``--perf-history off`` (a bisect's runs are no sample of the cell's
 history) and writes its run with ``--benchmark-json``, whose speed records this reads
 (``ampbench.results``). A step command prints its figures as the last line of its standard output, a
-JSON object: ``{"speedup": 1.62, "low": 1.60, "high": 1.64}`` (optionally "cell", "kernels").
+JSON object: ``{"speedup": 1.62, "low": 1.60, "high": 1.64}`` (optionally "cell", "kernels"), and exits 0.
+
+Each measurement's process runs in a session of its own and is ended with its whole process group where
+it outlives the step timeout, or where the bisect is stopped (``ampbench.children.end_group``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from ampbench.results.ratios import SPEED_RATIOS
 from ampbench.stats import SpeedupEstimate
 
 STOP_GRACE = 10.0  # seconds a stopped step has to end on SIGTERM before SIGKILL
+# the grace of a measurement that ``git bisect run``'s step started: shorter than STOP_GRACE, so that when the
+# driver ends the step, the step has ended its own measurement's group before the driver's SIGKILL comes
+STEP_GRACE = 4.0
 COMMAND_CELL = "command"  # the figure a step command prints, where it names no cell
 TAIL_LINES = 15  # of a failed run's output, quoted where it left no figure
 
@@ -54,47 +60,50 @@ class Measurement:
     seconds: float
     problem: str | None = None  # why a cell has no figure: a crash, a usage error, a record missing
     device: str | None = None  # the suite's device ("cpu", "NVIDIA H200"), where the run names it
+    timed_out: bool = False  # ended at the step timeout: measuring it again would only hang as long again
+
+
+class TimedOut(Exception):
+    """A measurement's process outlived its timeout, and its process group was ended."""
+
+    def __init__(self, timeout: float, output: str):
+        super().__init__(f"timed out after {timeout:g} s (--step-timeout)")
+        self.timeout = timeout
+        self.output = output
 
 
 @dataclass(frozen=True)
 class Child:
-    """A process a measurement starts; with `own_session`, in a session of its own, so that an interrupt
-    ends it with all of its children (the bisect's driver); without, in its parent's, which the driver
-    ends as a whole (the step that ``git bisect run`` starts)."""
+    """A process a measurement starts, in a session of its own, so that ending it ends all of its children
+    too (a shell's commands, pytest's compile workers): at `timeout` seconds, where set, or when the process
+    that started it is interrupted, each with `grace` seconds between SIGTERM and SIGKILL."""
 
-    own_session: bool = True
+    timeout: float | None = None
+    grace: float = STOP_GRACE
 
     def run(self, argv: Sequence[str] | str, cwd: Path, env: Mapping[str, str], log: Path,
             shell: bool = False) -> tuple[int, str]:
-        """(exit status, its output) of `argv` run in `cwd`; the output is written to `log` as well."""
+        """(exit status, its output) of `argv` run in `cwd`; the output is written to `log` as well.
+        TimedOut, with the output, where it runs past the timeout."""
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w", encoding="utf-8") as out:
             proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT,
-                                    shell=shell, start_new_session=self.own_session)
+                                    shell=shell, start_new_session=True)
             try:
-                status = proc.wait()
+                status = proc.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                stop(proc, self.grace)
+                raise TimedOut(self.timeout or 0.0, log.read_text(encoding="utf-8", errors="replace")) from None
             except BaseException:
-                stop(proc, self.own_session)
+                stop(proc, self.grace)
                 raise
         return status, log.read_text(encoding="utf-8", errors="replace")
 
 
-def stop(proc: subprocess.Popen, own_session: bool) -> None:
-    """End `proc` (and its session, where it has its own: ``children.end_group``): SIGTERM, then SIGKILL
-    after 10 s."""
-    if proc.poll() is not None:
-        return
-    if own_session:
-        end_group(proc, STOP_GRACE)
-        return
-    try:
-        proc.terminate()
-        proc.wait(timeout=STOP_GRACE)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    except ProcessLookupError:
-        pass
+def stop(proc: subprocess.Popen, grace: float = STOP_GRACE) -> None:
+    """End `proc` and its process group (it leads a session of its own: ``children.end_group``): SIGTERM,
+    then SIGKILL after `grace` seconds."""
+    end_group(proc, grace)
 
 
 def tree_env(tree: Path, extra_path: Sequence[str] = ()) -> dict[str, str]:
@@ -124,7 +133,11 @@ class SuiteMeasurer:
     # --perf-tolerance: a cell without a baseline takes rounds until its interval is half this wide
     tolerance: float | None = None
     log_dir: str = "."
-    own_session: bool = True
+    timeout: float | None = None  # seconds one measurement may take (--step-timeout); None: no limit
+    grace: float = STOP_GRACE
+
+    def child(self) -> Child:
+        return Child(self.timeout, self.grace)
 
     def parsed(self) -> list[BisectCell]:
         return [named_cell(c) for c in self.cells]
@@ -140,12 +153,17 @@ class SuiteMeasurer:
         if self.baseline_dir is not None:
             argv += (["--perf-baseline-dir", self.baseline_dir]
                      + (["--perf-update-baselines"] if record_baseline else []))
+        log = Path(self.log_dir) / f"{label}.log"
         t0 = time.perf_counter()
-        status, output = Child(self.own_session).run(argv, tree, tree_env(tree), Path(self.log_dir) / f"{label}.log")
+        try:
+            status, output = self.child().run(argv, tree, tree_env(tree), log)
+        except TimedOut as exc:
+            return Measurement({}, time.perf_counter() - t0, f"pytest {exc}; its process group was ended ({log}):\n"
+                                                             f"{_tail(exc.output)}", timed_out=True)
         seconds = time.perf_counter() - t0
         if not run_json.exists():
-            return Measurement({}, seconds, f"pytest exited with status {status} and wrote no run "
-                                            f"({Path(self.log_dir) / f'{label}.log'}):\n{_tail(output)}")
+            return Measurement({}, seconds, f"pytest exited with status {status} and wrote no run ({log}):\n"
+                                            f"{_tail(output)}")
         return self.read(run_json, seconds)
 
     def read(self, run_json: Path, seconds: float) -> Measurement:
@@ -179,8 +197,12 @@ class CommandMeasurer:
 
     command: str
     log_dir: str = "."
-    own_session: bool = True
     python: str | None = None  # the interpreter a package bisect installed into: first on PATH
+    timeout: float | None = None  # seconds one measurement may take (--step-timeout); None: no limit
+    grace: float = STOP_GRACE
+
+    def child(self) -> Child:
+        return Child(self.timeout, self.grace)
 
     @property
     def cells(self) -> list[str]:
@@ -190,9 +212,13 @@ class CommandMeasurer:
         env = tree_env(tree)
         if self.python is not None:
             env["PATH"] = os.pathsep.join([str(Path(self.python).parent), env.get("PATH", "")])
+        log = Path(self.log_dir) / f"{label}.log"
         t0 = time.perf_counter()
-        status, output = Child(self.own_session).run(self.command, tree, env, Path(self.log_dir) / f"{label}.log",
-                                                     shell=True)
+        try:
+            status, output = self.child().run(self.command, tree, env, log, shell=True)
+        except TimedOut as exc:
+            return Measurement({}, time.perf_counter() - t0, f"step command {exc}; its process group was ended:\n"
+                                                             f"{_tail(exc.output)}", timed_out=True)
         seconds = time.perf_counter() - t0
         lines = output.strip().splitlines()
         try:
@@ -202,6 +228,11 @@ class CommandMeasurer:
             return Measurement({}, seconds, f"step command exited with status {status}; its last line is no "
                                             f"figure ({exc}), expected {{\"speedup\": S, \"low\": L, \"high\": H}}:\n"
                                             f"{_tail(output)}")
+        if status != 0:
+            # a command that failed measured nothing it can vouch for, whatever its last line says
+            return Measurement({}, seconds, f"step command exited with status {status}, a failed step, though it "
+                                            f"printed the figure {figure}; a step's figure counts only where it "
+                                            f"exits 0:\n{_tail(output)}")
         return Measurement({str(printed.get("cell") or COMMAND_CELL): figure}, seconds)
 
 

@@ -56,6 +56,15 @@ def report_lines(record: Mapping[str, Any], levels: Mapping[str, Level]) -> list
     return lines
 
 
+def bad_side_why(label: str, step: Mapping[str, Any]) -> str:
+    """Why a bad side that was not judged bad names no first bad step: it held its level, or it gave no
+    figure (a failed or timed-out measurement), named by the problem of its last attempt."""
+    problem = (step.get("attempts") or [{}])[-1].get("problem")
+    if step["answer"] == "skip" and problem:
+        return f"the bad side {label} could not be judged: {problem.splitlines()[0]}"
+    return f"the bad side {label} does not regress against the good side's level"
+
+
 def write_record(path: Path, record: Mapping[str, Any]) -> None:
     write_atomic(Path(path), {"schema_version": RECORD_SCHEMA, **record})
 

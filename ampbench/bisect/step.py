@@ -1,6 +1,7 @@
 """One bisect step: the cells measured at a commit (or in a package version's environment), judged against
 the good side's levels, measured once more where inconclusive, and answered as ``git bisect run`` reads
-an exit status: 0 good, 1 bad, 125 skip (inconclusive twice, or no figure twice). Each step appends its
+an exit status: 0 good, 1 bad, 125 skip (inconclusive twice, or no figure twice, or no figure once where
+the measurement ran past the step timeout: a second would only hang as long). Each step appends its
 record to the bisect's steps file (one JSON object a line), which the driver reads back.
 
 ``git bisect run`` starts it as a script (`SCRIPT`, written beside the configuration), which imports the
@@ -23,8 +24,9 @@ from ampbench.bisect.judge import (
     describe_cells,
     judge_step,
 )
-from ampbench.bisect.measure import Measurement, measurer_of
-from ampbench.bisect.worktree import git
+from ampbench.bisect.measure import STEP_GRACE, STOP_GRACE, Measurement, measurer_of
+from ampbench.bisect.worktree import Worktree, git
+from ampbench.children import STOPPED, Signals, Stopped
 from ampbench.verdict import Verdict
 
 ABORT = 128  # git bisect run stops at a status above 127: a fault of the step itself, not of the commit
@@ -42,6 +44,12 @@ sys.exit(step_main(sys.argv[1]))
 
 def progress(line: str) -> None:
     print(f"ampbench bisect: {line}", flush=True)
+
+
+def say_removed(worktree: Worktree) -> None:
+    for path in worktree.removed:
+        progress(f"removed the worktree {path}, left registered by a bisect that was killed before it could "
+                 "remove it")
 
 
 def commit_of(tree: Path) -> tuple[str, str]:
@@ -77,13 +85,14 @@ def step_verdict(code: int, verdicts: Mapping[str, Verdict]) -> Verdict:
     return Verdict.ERROR if all(v is Verdict.ERROR for v in verdicts.values()) else Verdict.INCONCLUSIVE
 
 
-def run_step(config: Mapping[str, Any], tree: Path, revision: str, subject: str, own_session: bool = True,
-             kind: str = "step") -> tuple[int, dict]:
+def run_step(config: Mapping[str, Any], tree: Path, revision: str, subject: str, kind: str = "step",
+             grace: float = STOP_GRACE) -> tuple[int, dict]:
     """Measure `revision` (checked out in `tree`, or installed where the configuration's measurer runs),
-    judge it, and append its record to the steps file: (its answer, the record)."""
+    judge it, and append its record to the steps file: (its answer, the record). `grace`: the seconds a
+    measurement that is ended has between SIGTERM and SIGKILL."""
     levels = {cell: Level.from_json(data) for cell, data in config["levels"].items()}
     measurer = measurer_of(config)
-    measurer.own_session = own_session
+    measurer.grace = grace
     number = sum(1 for s in steps_taken(config) if s["kind"] == kind) + 1
     code, seconds, attempts = SKIP, 0.0, []
     for attempt in (1, 2):
@@ -97,7 +106,7 @@ def run_step(config: Mapping[str, Any], tree: Path, revision: str, subject: str,
                  f"{again} -> {ANSWERS[code]} ({measurement.seconds:.1f} s)")
         if measurement.problem:
             progress(f"  {measurement.problem}")
-        if code != SKIP:
+        if code != SKIP or measurement.timed_out:
             break
     record = {"step": number, "kind": kind, "commit": revision, "subject": subject,
               "verdict": str(step_verdict(code, verdicts)), "answer": ANSWERS[code],
@@ -108,13 +117,19 @@ def run_step(config: Mapping[str, Any], tree: Path, revision: str, subject: str,
 
 
 def step_main(config_path: str) -> int:
-    """The step ``git bisect run`` calls, in the worktree at the commit under test."""
-    try:
-        config = json.loads(Path(config_path).read_text(encoding="utf-8"))
-        tree = Path.cwd()
-        sha, subject = commit_of(tree)
-        code, _ = run_step(config, tree, sha, subject, own_session=False)
-        return code
-    except Exception as exc:  # noqa: BLE001 - any fault of the step stops the bisect, never reads as a bad commit
-        print(f"ampbench bisect: the step failed, stopping the bisect: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return ABORT
+    """The step ``git bisect run`` calls, in the worktree at the commit under test. Its measurement runs in
+    a session of its own (so that a timeout ends all of it); when the bisect's driver ends this step
+    (SIGTERM to ``git bisect run``'s group), the step ends its measurement first, within STEP_GRACE."""
+    with Signals():
+        try:
+            config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+            tree = Path.cwd()
+            sha, subject = commit_of(tree)
+            code, _ = run_step(config, tree, sha, subject, grace=STEP_GRACE)
+            return code
+        except Stopped as stopped:
+            return STOPPED[stopped.signum]
+        except Exception as exc:  # noqa: BLE001 - any fault of the step stops the bisect, never reads as a bad commit
+            print(f"ampbench bisect: the step failed, stopping the bisect: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            return ABORT

@@ -24,9 +24,9 @@ from ampbench.bisect import levels as good_side
 from ampbench.bisect.commits import Plan, tighten
 from ampbench.bisect.judge import BAD, GOOD, Level
 from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec
-from ampbench.bisect.outcome import kept_on_interrupt, step_rows
-from ampbench.bisect.step import progress, run_step, steps_taken
-from ampbench.bisect.worktree import Worktree, commit_sha
+from ampbench.bisect.outcome import bad_side_why, kept_on_interrupt, step_rows
+from ampbench.bisect.step import progress, run_step, say_removed, steps_taken
+from ampbench.bisect.worktree import Worktree, commit_sha, repository
 
 INHERIT_PTH = "ampbench-bisect-inherited.pth"
 
@@ -76,18 +76,20 @@ def _use(config: dict, measurer: SuiteMeasurer | CommandMeasurer, python: str) -
     Path(config["path"]).write_text(json.dumps(config), encoding="utf-8")
 
 
-def _step(config: dict, measurer, envs: Environments, tree: Path, version: str, kind: str = "step") -> int:
+def _step(config: dict, measurer, envs: Environments, tree: Path, version: str,
+          kind: str = "step") -> tuple[int, dict]:
+    """(the answer, the record) of `version`'s step."""
     label = f"{envs.package}=={version}"
     try:
         _use(config, measurer, envs.python(version))
     except InstallError as exc:
         progress(f"{kind}: {label}: skipped, its environment could not be made: {exc}")
+        record = {"step": 0, "kind": kind, "commit": label, "subject": "", "verdict": "error", "answer": "skip",
+                  "cells": {}, "seconds": 0.0, "attempts": [{"problem": str(exc)}]}
         with open(config["steps_file"], "a", encoding="utf-8") as out:
-            out.write(json.dumps({"step": 0, "kind": kind, "commit": label, "subject": "", "verdict": "error",
-                                  "answer": "skip", "cells": {}, "seconds": 0.0,
-                                  "attempts": [{"problem": str(exc)}]}) + "\n")
-        return 125
-    return run_step(config, tree, label, "", kind=kind)[0]
+            out.write(json.dumps(record) + "\n")
+        return 125, record
+    return run_step(config, tree, label, "", kind=kind)
 
 
 def _next(low: int, high: int, skipped: set[int]) -> int | None:
@@ -101,6 +103,7 @@ def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
                     pip_args: list[str]) -> tuple[dict[str, Any], dict[str, Level]]:
     """Bisect `versions` of `package` (oldest first: the first good, the last bad) with the project at
     `rev` of `repo`: (the record of every step and the outcome, the levels)."""
+    repo = repository(repo)  # git on PATH, and a repository: said first, plainly
     t0 = time.perf_counter()
     sha = commit_sha(repo, rev)
     progress(f"{len(versions)} versions of {package}, {versions[0]} (good) to {versions[-1]} (bad); the project at "
@@ -108,6 +111,7 @@ def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
     record: dict[str, Any] = {"unit": "version", "package": package, "versions": versions, "project": sha,
                               "cells": list(measurer.cells)}
     with Worktree(repo, sha) as wt, kept_on_interrupt(record, wt.scratch / "steps.jsonl", t0):
+        say_removed(wt)
         envs = Environments(wt.scratch / "envs", package, wt.path, pip_args)
         measurer.log_dir = str(wt.scratch / "logs")
         measurer.python = envs.python(versions[0])
@@ -126,10 +130,12 @@ def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
         skipped: set[int] = set()
         low, high = 0, len(versions) - 1
         why = None
-        if plan.check_bad and _step(config, measurer, envs, wt.path, versions[-1], "bad side") != BAD:
-            why = f"the bad side {package}=={versions[-1]} does not regress against the good side's level"
+        if plan.check_bad:
+            code, step = _step(config, measurer, envs, wt.path, versions[-1], "bad side")
+            if code != BAD:
+                why = bad_side_why(f"{package}=={versions[-1]}", step)
         while why is None and (index := _next(low, high, skipped)) is not None:
-            code = _step(config, measurer, envs, wt.path, versions[index])
+            code, _ = _step(config, measurer, envs, wt.path, versions[index])
             if code == GOOD:
                 low = index
             elif code == BAD:

@@ -4,6 +4,7 @@ which runs ``ampbench.bisect``'s commit or package bisect, prints the outcome an
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -18,6 +19,21 @@ _repeats = whole_number(1, 20)
 
 
 _tolerance = fraction(0.9, "0.005 for 0.5%")
+
+# an hour: far beyond a healthy measurement of a few cells (the suite's includes its compiles and its rounds
+# until the interval is tight), and still an end to a hung one the same day
+DEFAULT_STEP_TIMEOUT = 3600.0
+
+
+def _seconds(value: str) -> float | None:
+    """--step-timeout: seconds above 0, or 0 for no limit (None)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a number of seconds, got {value!r}") from None
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise argparse.ArgumentTypeError(f"expects seconds above 0, or 0 for no limit, got {value}")
+    return seconds or None
 
 
 def _versions(value: str) -> list[str]:
@@ -82,6 +98,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-command", default=None, metavar="CMD",
                    help="measure with this shell command, run in the tree at each step, instead of the suite: "
                         "its last line of output is {\"speedup\": S, \"low\": L, \"high\": H}")
+    p.add_argument("--step-timeout", type=_seconds, default=DEFAULT_STEP_TIMEOUT, metavar="SECONDS",
+                   help="end a measurement (one pytest run or step command, the good side's included) that runs "
+                        "longer than this, with its whole process group; a step that timed out is a failed step, "
+                        "named so, and git bisect skips its commit; a good side that timed out stops the bisect "
+                        f"(default: {DEFAULT_STEP_TIMEOUT:g}, an hour, far beyond a healthy measurement of a few "
+                        "cells, compiles included; 0 for no limit)")
     p.add_argument("--package", default=None, metavar="NAME",
                    help="bisect the versions of this package instead of commits (pip install NAME==V)")
     p.add_argument("--versions", type=_versions, default=None, metavar="V1,V2,...",
@@ -130,9 +152,9 @@ def command(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"ampbench bisect: error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    measurer = (CommandMeasurer(args.step_command) if args.step_command is not None else
+    measurer = (CommandMeasurer(args.step_command, timeout=args.step_timeout) if args.step_command is not None else
                 SuiteMeasurer(list(args.cells), sys.executable, args.test_file, args.gate,
-                              shlex.split(args.pytest_args)))
+                              shlex.split(args.pytest_args), timeout=args.step_timeout))
     plan = Plan(args.repeats, args.tolerance, args.check_bad, args.history, args.gpu, args.suite_baseline)
     try:
         if args.package is not None:
