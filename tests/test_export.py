@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -185,7 +186,9 @@ def test_the_example_dashboard_workflow_exports_a_format_and_charts_the_gpu_work
     command = next(line.strip() for line in workflow.splitlines() if line.strip().startswith("ampbench export"))
     args = command.split()[1:]
     assert args[args.index("--format") + 1] == "github" and "tool: customBiggerIsBetter" in workflow
-    artifact = workflow.split("--name ")[1].split()[0]
+    # the artifact it fetches: by actions/download-artifact's `name:`, or by `gh run download --name`
+    fetched = re.search(r"uses: actions/download-artifact@\S+\n\s+with:\n(?:\s+[\w-]+:.*\n)*?\s+name: (\S+)", workflow)
+    artifact = fetched.group(1) if fetched else workflow.split("--name ")[1].split()[0]
     assert f"name: {artifact}\n" in gpu and "out.json" in gpu  # the artifact the GPU workflow uploads
     from ampbench.cli.args import build_parser
     parsed = build_parser().parse_args(args)

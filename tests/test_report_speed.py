@@ -174,7 +174,7 @@ def test_a_row_shows_fp32_from_its_own_rounds_and_fp32_is_no_finding():
     for mode, cells in rows.items():
         cell = run.cell(SpeedRecord, "mlp", mode)
         if mode == "fp32":
-            assert cells[col["speedup over fp32 [interval]"]].startswith("reference (self-check 0.92x")
+            assert cells[col["wall-clock speedup [interval]"]].startswith("reference (self-check 0.92x")
             continue
         wall = cell.ratio(WALL)
         assert cells[col["fp32 step, same rounds"]] == fmt_ms(wall.side(FP32_SIDE).step_ms)

@@ -16,8 +16,10 @@ from ampbench.history.learn import learn
 from ampbench.history.store import open_history
 from ampbench.report import build_report, load_run
 from ampbench.report import trends as trends_module
+from ampbench.report.sparklines import THIS_RUN
 from ampbench.report.trends import read_trends, trend_figure
-from ampbench.results import Verdict
+from ampbench.results import SpeedRecord, Verdict
+from ampbench.results.ratios import DEVICE
 from history_runs import H100, speed_record, speed_run
 
 RUN = Path(__file__).parent / "data" / "h100_speed_device.json"  # an H100 run holding these cells
@@ -203,9 +205,13 @@ def test_the_summary_draws_the_last_runs_of_each_cell_that_moved_or_fails(store,
     # resnet50 amp_fp16 stepped down in the history and fails in the run; gpt amp_bf16 held steady, and
     # mlp amp_fp16 passes without a change: neither is listed
     assert len(rows) == 1 and rows[0].startswith(f"| `{STEPPED}` | regression | `")
-    line = rows[0].split("`")[3]
-    assert len(line) == RUNS and set(line) <= set(sparkline_bars())
-    assert min(line[:K - 1]) > max(line[K - 1:])  # the slowed runs' bars lie below the earlier ones', oldest first
+    # the history's runs, oldest first, then this run's own figure (no run of the history), marked apart
+    history, own = rows[0].split("`")[3].split(THIS_RUN)
+    assert len(history) == RUNS and len(own) == 1 and set(history + own) <= set(sparkline_bars())
+    first, last = rows[0].split(" | ")[3].split(" → ")
+    assert float(first.rstrip("x")) > float(last.rstrip("x"))  # the history stepped down
+    this = load_run(RUN).cell(SpeedRecord, "resnet50", "amp_fp16").ratio(DEVICE).speedup
+    assert rows[0].split(" | ")[4].startswith(f"{this:.3f}x")
 
 
 def sparkline_bars() -> str:

@@ -3,15 +3,15 @@ the one the suite judges (``figures``), never one side's time."""
 
 from ampbench.export.figures import Figure, Figures, cell_margins, gated_figures
 from ampbench.export.formats import (
-                                     CONBENCH_REFUSAL,
-                                     MARGIN_MEASURE,
-                                     ExportError,
-                                     bmf,
-                                     github,
-                                     github_margin,
-                                     pytest_benchmark,
+    CONBENCH_REFUSAL,
+    MARGIN_MEASURE,
+    ExportError,
+    bmf,
+    github,
+    github_margin,
+    over_the_line,
+    pytest_benchmark,
 )
 
 __all__ = ["CONBENCH_REFUSAL", "MARGIN_MEASURE", "ExportError", "Figure", "Figures", "bmf", "cell_margins",
-           "gated_figures",
-           "github", "github_margin", "pytest_benchmark"]
+           "gated_figures", "github", "github_margin", "over_the_line", "pytest_benchmark"]

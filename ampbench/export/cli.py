@@ -11,11 +11,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ampbench.export.figures import gated_figures
-from ampbench.export.formats import ExportError, bmf, conbench, github, github_margin, pytest_benchmark
+from ampbench.export.figures import cell_margins, gated_figures
+from ampbench.export.formats import (
+    ExportError,
+    bmf,
+    conbench,
+    github,
+    github_margin,
+    over_the_line,
+    pytest_benchmark,
+)
 from ampbench.files.write import same_file, write_text_atomic
 from ampbench.results import load_run
 from ampbench.results.run import RunError
+
+# ampbench.cli.exits' statuses, as literals: importing that package would import this module back
+_OK, _FAILS, _BAD_INPUT = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -35,9 +46,10 @@ FORMATS: dict[str, Format] = {
                   "with its interval as lower_value and upper_value, and the cell's gate-margin (above 1: it fails)",
                   bmf),
     "github": Format("github-action-benchmark's customBiggerIsBetter list, the interval's half-width in range", github),
-    "github-margin": Format("github-action-benchmark's customSmallerIsBetter list of each cell's gate margin, floored "
-                            "at 1 (1: at or inside its regression line); alert-threshold 100% alerts as a cell "
-                            "crosses it", github_margin),
+    "github-margin": Format("github-action-benchmark's customSmallerIsBetter list: per cell its line (1), then its "
+                            "gate margin floored at 1, under one name, so that at alert-threshold 100% the action "
+                            "alerts each failing cell in every run it fails (never on a cell's first report: "
+                            "--fail-on-margin does)", github_margin),
     "pytest-benchmark": Format("the run JSON in the current layout (a group on every entry, the untimed cells beside "
                                "the benchmarks), for pytest-benchmark compare and the dashboards' pytest readers",
                                pytest_benchmark, whole_run=True),
@@ -61,13 +73,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "among the benchmarks).",
         epilog="Formats: " + "; ".join(f"{name}: {'refused: ' * fmt.refused}{fmt.what}"
                                        for name, fmt in FORMATS.items())
-               + ". Exit status: 0 written, 2 bad usage, an unusable file or a refused format.",
+               + ". Exit status: 0 written, 1 with --fail-on-margin where a cell's gate margin is above 1 "
+                 "(written all the same), 2 bad usage, an unusable file or a refused format.",
     )
     exp.add_argument("run", type=Path, metavar="RUN.json", help="benchmark JSON of the run to export")
     exp.add_argument("--format", required=True, choices=tuple(FORMATS), metavar="FORMAT",
                      help=", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0])
     exp.add_argument("-o", "--output", type=Path, metavar="FILE", default=None,
                      help="write to FILE (default: standard output)")
+    exp.add_argument("--fail-on-margin", action="store_true",
+                     help="after writing, exit 1 where a cell's gate margin is above 1 (its gate fails it), naming "
+                          "each on stderr: the check a dashboard cannot make on a cell's first report. A run "
+                          "without baselines (no cell held to a line) is refused")
     exp.set_defaults(handler=command)
 
 
@@ -88,20 +105,37 @@ def _document(args: argparse.Namespace) -> Any:
     return document
 
 
+def _over_the_line(args: argparse.Namespace) -> list[str]:
+    """--fail-on-margin: the cells of the run past their line; ExportError where none is held to one."""
+    figures = gated_figures(load_run(args.run))
+    if not cell_margins(figures):
+        raise ExportError(f"--fail-on-margin: no cell of {args.run} is held to a regression line (a run without "
+                          "baselines), so there is no gate margin to check")
+    return over_the_line(figures)
+
+
 def command(args: argparse.Namespace) -> int:
     if args.output is not None and same_file(args.output, args.run):
         print(f"ampbench export: error: -o {args.output} is RUN.json itself, which the export would replace; "
               "give another output file", file=sys.stderr)
-        return 2
+        return _BAD_INPUT
     try:
         document = _document(args)
+        failing = _over_the_line(args) if args.fail_on_margin else []
     except (ExportError, RunError) as exc:
         print(f"ampbench export: error: {exc}", file=sys.stderr)
-        return 2
+        return _BAD_INPUT
     text = json.dumps(document, indent=1, allow_nan=False) + "\n"
     if args.output is None:
         sys.stdout.write(text)
     else:
         write_text_atomic(args.output, text)
         print(f"ampbench export: {args.format} of {args.run} written to {args.output}", file=sys.stderr)
-    return 0
+    for line in failing:
+        print(f"ampbench export: FAILS: {line}", file=sys.stderr)
+    if failing:
+        n = len(failing)
+        print(f"ampbench export: --fail-on-margin: {n} cell{'s' * (n != 1)} past {'their' if n != 1 else 'its'} "
+              "line", file=sys.stderr)
+        return _FAILS
+    return _OK

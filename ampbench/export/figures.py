@@ -97,7 +97,7 @@ def _speedup(cell: TimedRecord, gate: str) -> RatioKind | None:
     return next((k for k in cell.RATIOS.values() if k.gate == gate and not k.over and not k.share), None)
 
 
-def _gated(cell: TimedRecord) -> list[RatioKind]:
+def gating_speedups(cell: TimedRecord) -> list[RatioKind]:
     """The speedups that held the cell: as it names them, else as a run of its time judged it."""
     # the two kinds of timed cell, which name the speedups that held them
     gated = cell.gated if isinstance(cell, (SpeedRecord, DistributedRecord)) else None
@@ -121,7 +121,7 @@ def _speedups(cell: TimedRecord, group: str) -> tuple[list[Figure], list[str]]:
     """The speedups that held the cell, each with its interval and verdict, then its ratios over a versus
     side (a compiled cell's), which gate it beside them."""
     figures, missing = [], []
-    for kind in _gated(cell):
+    for kind in gating_speedups(cell):
         est = cell.estimate(kind)
         if est is None:
             missing.append(kind.label)

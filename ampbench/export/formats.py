@@ -9,12 +9,15 @@
   ``range`` the interval's half-width as "± x", which the action reads. Every value is one where bigger
   is better: the memory figure is fp32's peak over the mode's, the accuracy one the mode's accuracy over
   its reference's (a ratio, where the action divides one run's value by the other's).
-- ``github-margin``: github-action-benchmark's ``customSmallerIsBetter`` list of each cell's gate margin
-  (``Figure.margin``, the cell's worst figure's), floored at 1. The action alerts where a value exceeds
-  the previous run's by more than ``alert-threshold``; it knows no absolute limit. Floored, every cell at
-  or inside its line charts at 1, so at ``alert-threshold: 100%`` the ratio to the previous point passes
-  1 exactly where a cell crosses its line, or, failing already, sinks further past it; the margin itself
-  is in each entry's ``extra``.
+- ``github-margin``: github-action-benchmark's ``customSmallerIsBetter`` list that makes the action hold
+  each cell's gate margin to its line. The action knows no absolute limit: it divides each entry's value
+  by the first entry of the same name in the previous run (src/write.ts, ``findAlerts``). So each cell
+  has two entries under one name: first its line, 1, then its margin, floored at 1. The previous run's
+  first entry of that name is always the line, so at ``alert-threshold: 100%`` the action alerts where
+  the margin exceeds 1: on each failing cell, in every run it fails, and on no other. It cannot alert on
+  a cell's first report (no previous entry of its name, or no previous run at all): ``ampbench export
+  --fail-on-margin`` fails the job there. Its chart draws the line before each run's margin; the margin
+  itself is in each entry's ``extra``.
 - ``pytest-benchmark``: the run JSON itself in the current layout, for pytest-benchmark's ``compare`` and
   the dashboards' pytest readers: each cell written by the current schema (a timed cell's ratios by
   name), each entry with its group, the cells that time no step (or whose entries have no ``stats``:
@@ -43,6 +46,8 @@ CONBENCH_REFUSAL = (
 
 # the measure of a cell's gate margin in BMF, and what its entry is called in github-margin
 MARGIN_MEASURE = "gate-margin"
+MARGIN_UNIT = "tolerances"
+LINE = 1.0  # a gate margin on the regression line; above it the gate fails the cell
 
 
 class ExportError(ValueError):
@@ -104,18 +109,29 @@ def github(figures: Figures) -> list[dict[str, Any]]:
 
 
 def github_margin(figures: Figures) -> list[dict[str, Any]]:
-    """github-action-benchmark's customSmallerIsBetter: one entry per cell held to a line, its gate margin
-    floored at 1 (the module's docstring says why)."""
+    """github-action-benchmark's customSmallerIsBetter: per cell held to a line, its line (1) then its gate
+    margin floored at 1, under one name (the module's docstring says why)."""
     worst = cell_margins(figures)
     for test_id in dict.fromkeys(f.test_id for f in figures.figures if f.test_id not in worst):
         figures.left_out.append((test_id, "no gate margin: none of its figures is held to a line (no baseline)"))
     out = []
     for test_id, f in worst.items():
         margin = float(f.margin or 0.0)
-        out.append({"name": f"{test_id} {MARGIN_MEASURE}", "value": max(margin, 1.0), "unit": "tolerances",
+        name = f"{test_id} {MARGIN_MEASURE}"
+        # the action compares each entry with the first of its name in the previous run: this one
+        out.append({"name": name, "value": LINE, "unit": MARGIN_UNIT,
+                    "extra": "the line (1): the next run's margin of this cell is divided by it"})
+        out.append({"name": name, "value": max(margin, LINE), "unit": MARGIN_UNIT,
                     "extra": f"gate margin: {margin:.3f} of its {f.label} (0: on its baseline, 1: on its line, "
                              f"above 1: it fails)\n{_extra(f)}"})
     return out
+
+
+def over_the_line(figures: Figures) -> list[str]:
+    """One line per cell whose gate margin is above 1 (its gate fails it), naming the figure: what
+    ``ampbench export --fail-on-margin`` prints before it exits 1."""
+    return [f"{test_id}: gate margin {float(f.margin or 0.0):.3f} of its {f.label} (above 1: past its line)"
+            for test_id, f in cell_margins(figures).items() if float(f.margin or 0.0) > LINE]
 
 
 def pytest_benchmark(document: dict) -> dict:

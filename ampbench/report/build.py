@@ -29,9 +29,10 @@ if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its ty
 
 def build_report(run: Run, comparison: "Comparison | None" = None,
                  failures: Sequence[tuple[str, str]] = (), progress: Progress = QUIET,
-                 trends: "Trends | None" = None) -> dict[str, bytes]:
+                 trends: "Trends | None" = None, paired_table: Sequence[str] = ()) -> dict[str, bytes]:
     """Every file of the report, by name, in memory: nothing touches the disk until all are made.
-    `trends` (``report.trends.read_trends``) adds a trend chart per cell and the tolerances learned."""
+    `trends` (``report.trends.read_trends``) adds a trend chart per cell and the tolerances learned;
+    `paired_table` (``render_markdown``'s) leads summary.md."""
     progress("drawing the charts")
     charts = run_charts(run)
     compare_charts = []
@@ -50,7 +51,7 @@ def build_report(run: Run, comparison: "Comparison | None" = None,
     files["index.html"] = render_html(run, charts, comparison, compare_charts, failures,
                                       trends, trend_charts).encode("utf-8")
     progress("rendering summary.md")
-    files["summary.md"] = render_markdown(run, comparison, failures, trends).encode("utf-8")
+    files["summary.md"] = render_markdown(run, comparison, failures, trends, paired_table).encode("utf-8")
     return files
 
 

@@ -3,6 +3,7 @@ compare``): the fmt_* helpers, verdict labels with their icons, and DASH for a f
 
 from __future__ import annotations
 
+from ampbench.printable import plural  # noqa: F401 - the report's modules read it from here
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Verdict
 
@@ -56,10 +57,6 @@ def fmt_accuracy(value: float | None) -> str:
         return DASH
     # the suite may write a fraction or a percentage
     return f"{value:.2%}" if value <= 1.0 else f"{value:.2f}%"
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def verdict_label(verdict: Verdict | str | None) -> str:

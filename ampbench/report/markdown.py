@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from ampbench.report.figure_text import DASH, VERDICT_ICONS, plural, verdict_label
 from ampbench.report.format import (
@@ -16,6 +16,7 @@ from ampbench.report.format import (
     verdict_counts,
 )
 from ampbench.report.junit import Run
+from ampbench.report.md_text import md_code, md_text
 from ampbench.report.needs_look import needs_a_look
 from ampbench.report.speed_cells import (
     MatrixEntry,
@@ -39,18 +40,15 @@ def _flag_md(text: str, verdict: Verdict | None) -> str:
     return f"{text} {VERDICT_ICONS[verdict]}" if verdict in NEEDS_A_LOOK else text
 
 
-def _md_escape(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _md_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
-    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+    """A table of plain-text cells: each is escaped (``md_text``), so nothing of a run's text is markup."""
+    lines = ["| " + " | ".join(md_text(h) for h in headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def _counts_line(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{n} {verdict_label(v)}" for v, n in counts.items())
+    return ", ".join(f"{n} {md_text(verdict_label(v))}" for v, n in counts.items())
 
 
 def speedup_matrix(run: Run, kind: RatioKind = WALL) -> tuple[list[str], list[list[str]]]:
@@ -99,44 +97,50 @@ def host_bound_lines(run: Run) -> list[str]:
     noun = device_noun(run)
     for c in host_bound_cells(run):
         share, overhead = c.side(MODE_SIDE).idle_share, c.side(MODE_SIDE).host_overhead_ms
-        out.append(f"- `{c.model}` {c.mode}: the {noun} idles {share:.0%} of the eager step "
+        cell = f"- {md_code(c.model)} {md_text(c.mode)}"
+        out.append(f"{cell}: the {noun} idles {share:.0%} of the eager step "
                    f"({overhead:.2f} ms per step waiting for the host)" if share is not None and overhead is not None
-                   else f"- `{c.model}` {c.mode}")
+                   else cell)
     return out
 
 
 def kernel_change_lines(run: Run) -> list[str]:
     """The kernel changes of every speed cell whose device verdict is not a plain pass."""
-    return [f"- `{c.test_id}` ({v.value if (v := c.ratio(DEVICE).verdict) else DASH}): {_md_escape(text)}"
+    return [f"- {md_code(c.test_id)} ({v.value if (v := c.ratio(DEVICE).verdict) else DASH}): {md_text(text)}"
             for c, text in kernel_change_cells(run) if notable(c)]
 
 
 def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: Sequence[tuple[str, str]] = (),
-                    trends: "Trends | None" = None) -> str:
+                    trends: "Trends | None" = None, paired_table: Sequence[str] = ()) -> str:
     """summary.md: the verdicts and the speedup matrix, short enough for $GITHUB_STEP_SUMMARY; with
-    `trends`, a sparkline of the last runs of each cell that moved or fails, and how far each cell's
-    tolerance has been learned."""
-    out = [f"## ampbench: {run.gpu}", ""]
+    `trends`, a sparkline of the last runs of each cell that moved or fails, ending in this run's own
+    figure, and how far each cell's tolerance has been learned. `paired_table`: the Markdown lines of a
+    paired comparison of a pull request's base and head, measured together; the summary leads with them,
+    under its title, as the pull request's comment should."""
+    out = [f"## ampbench: {md_text(run.gpu)}", ""]
+    out += [*paired_table, ""] if paired_table else []
     if run.smoke:
         out += [f"> **{SMOKE_NOTE}**", ""]
-    out.append(" · ".join(f"{k} {v}" for k, v in run.software() if k != "device"))
+    out.append(" · ".join(md_text(f"{k} {v}") for k, v in run.software() if k != "device"))
     out.append("")
     counts = verdict_counts(run.cells)
     for kind in run.kinds():
-        out.append(f"- **{kind}** ({plural(sum(counts[kind].values()), 'cell')}): {_counts_line(counts[kind])}")
+        n = plural(sum(counts[kind].values()), "cell")
+        out.append(f"- **{md_text(kind)}** ({n}): {_counts_line(counts[kind])}")
     if not run.cells:
         out.append("- no ampbench results in this run (every test skipped?)")
     out.append("")
     if failures:
         out += [f"### Failed tests ({len(failures)})", ""]
-        out += [f"- `{name}`: {_md_escape(msg)}" for name, msg in failures]
+        out += [f"- {md_code(name)}: {md_text(msg)}" for name, msg in failures]
         out.append("")
     if run.foreign:
-        out += [f"> {foreign_note(run)}", ""]
+        out += [f"> {md_text(foreign_note(run))}", ""]
     flagged = needs_a_look(run)
     if flagged:
         out += ["### Needs a look", ""]
-        out += [f"- {verdict_label(f.cell.verdict)} `{f.cell.test_id}`: {_md_escape(f.summary)}" for f in flagged]
+        out += [f"- {md_text(verdict_label(f.cell.verdict))} {md_code(f.cell.test_id)}: {md_text(f.summary)}"
+                for f in flagged]
         out.append("")
     device = speedup_matrix(run, DEVICE)
     if _has_values(device[1]):
@@ -167,15 +171,16 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
     if tables:
         out += ["<details><summary>Per-model tables</summary>", ""]
         for model, model_table in tables.items():
-            out += [f"#### {model}", "", _md_table(ROW_HEADERS, (r.marked_cells(_flag_md) for r in model_table)), ""]
+            cells = [r.marked_cells(_flag_md) for r in model_table]
+            out += [f"#### {md_text(model)}", "", _md_table(ROW_HEADERS, cells), ""]
         out += [f"_{SPEEDUP_NOTE}_", "", "</details>", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
 def render_comparison_markdown(comparison: "Comparison") -> list[str]:
-    out = [f"### Compared with {comparison.old.label}", ""]
+    out = [f"### Compared with {md_text(comparison.old.label)}", ""]
     if comparison.notes:
-        out += [f"> {n}" for n in comparison.notes] + [""]
+        out += [f"> {md_text(n)}" for n in comparison.notes] + [""]
     out.append(f"{_counts_line(comparison.counts())}")
     out.append("")
     changed = [r for r in comparison.rows if r.verdict != Verdict.PASS]

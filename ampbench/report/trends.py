@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ampbench.history.changes import Change, find_changes
@@ -20,6 +21,7 @@ from ampbench.history.series import Series
 from ampbench.history.statuses import ACCEPTED, COUNTED, EXCLUDED, FAILED, SUSPECT
 from ampbench.report.charts import Chart, _png, _pyplot
 from ampbench.report.junit import Run
+from ampbench.report.md_text import md_code, md_text
 from ampbench.results import SpeedRecord
 from ampbench.results.ratios import DEVICE
 
@@ -276,12 +278,22 @@ def html_context(trends: Trends, charts: Sequence[Chart], figure: Any) -> dict:
                       for cell, chart in zip(trends.cells, charts)]}
 
 
+def store_label(store: str) -> str:
+    """How summary.md (a pull request's comment) names a store: an SQLite file by its name alone, a server
+    by its kind and database, never the runner's folders, a host or a user."""
+    if "://" not in store:
+        return PurePath(store).name or "the history"
+    scheme, rest = store.split("://", 1)
+    database = rest.rsplit("/", 1)[-1].split("?", 1)[0] if "/" in rest else ""
+    return f"{scheme.split('+', 1)[0]} database {database}".strip() if database else f"a {scheme} server"
+
+
 def markdown_lines(trends: Trends) -> list[str]:
     """summary.md's "Tolerance learned" table."""
-    out = [f"### Tolerance learned ({trends.gpu}, history {trends.store})", ""]
+    out = [f"### Tolerance learned ({md_text(trends.gpu)}, history {md_code(store_label(trends.store))})", ""]
     if not trends.cells:
         return out + ["No cell of this run has a device-time series in the history.", ""]
     out += ["| cell | runs | tolerance | changes |", "| --- | --- | --- | --- |"]
-    out += [f"| `{c.test_id}` | {len(c.series.points)} | {c.learned.sentence()} | {changes_text(c)} |"
-            for c in trends.cells]
+    out += [f"| {md_code(c.test_id, in_table=True)} | {len(c.series.points)} | {md_text(c.learned.sentence())} "
+            f"| {md_text(changes_text(c))} |" for c in trends.cells]
     return out + ([""] + [trends.note] if trends.note else []) + [""]
