@@ -58,7 +58,8 @@ def test_example_ci_workflow_runs_the_suite_and_keeps_what_matters():
         assert needed in workflow, needed
     assert "--perf-history" in workflow and "history.sqlite" in workflow  # a history kept on the runner
     fleet = (ROOT / "examples" / "github-actions-gpu-fleet.yml").read_text()
-    for needed in ("services:", "postgres", "--perf-history", "ampbench history changes", "--history"):
+    for needed in ("secrets.AMPBENCH_HISTORY_URL", "postgres", "--perf-history", "ampbench history changes",
+                   "--history"):
         assert needed in fleet, needed
 
 

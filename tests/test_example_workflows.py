@@ -1,9 +1,11 @@
 """The example workflows (examples/*.yml) as GitHub's current runners run them: actionlint and
-action-validator find nothing (each where it is installed), each job installs into a Python of its own
-(actions/setup-python or a venv: the
-runners' system Python is externally managed, PEP 668), the dashboard installs only what `ampbench export`
-imports and charts the commit the suite measured, and the dashboard's own shell steps run here as far as
-they can without GitHub: the gh-pages step against a local origin, the export step in a fresh venv."""
+action-validator find nothing (each where it is installed), every action runs on node24, each job installs
+into a Python of its own (actions/setup-python or a venv: the runners' system Python is externally managed,
+PEP 668), none needs `gh`, no run of main is cancelled by `concurrency`, the fleet shares one database, the
+dashboard installs only what `ampbench export` imports and charts the commit the suite measured, and the
+dashboard's own shell steps run here as far as they can without GitHub: the gh-pages step against a local
+origin, the export step in a fresh venv from the package index. tests/test_workflow_steps.py runs every
+job's steps offline, as a runner's non-root user."""
 
 from __future__ import annotations
 
@@ -22,12 +24,16 @@ EXAMPLES = ROOT / "examples"
 WORKFLOWS = sorted(EXAMPLES.glob("*.yml"))
 DASHBOARD = EXAMPLES / "github-actions-dashboard.yml"
 HEAD_SHA = "${{ github.event.workflow_run.head_sha }}"
-# the oldest major version of each action GitHub's runners still run (older ones run on retired Node releases)
-CURRENT = {"actions/checkout": 4, "actions/setup-python": 5, "actions/upload-artifact": 4,
-           "actions/download-artifact": 4, "benchmark-action/github-action-benchmark": 1,
-           "marocchino/sticky-pull-request-comment": 2}
+FLEET = EXAMPLES / "github-actions-gpu-fleet.yml"
+# the oldest major version of each action that runs on node24 (each action.yml's `runs.using`); the
+# versions before run on node20, which GitHub's runners retire
+CURRENT = {"actions/checkout": 5, "actions/setup-python": 6, "actions/upload-artifact": 6,
+           "actions/download-artifact": 7, "actions/github-script": 8, "benchmark-action/github-action-benchmark": 1,
+           "marocchino/sticky-pull-request-comment": 3}
 
 yaml = pytest.importorskip("yaml", reason="the workflows are read with PyYAML (pip install -e '.[examples]')")
+
+from workflow_expressions import Evaluator, truthy  # noqa: E402
 
 
 def load(path: Path) -> dict:
@@ -116,6 +122,55 @@ def test_the_dashboard_charts_the_commit_measured_on_an_existing_gh_pages():
     assert f"--format github-margin -o {margins['with']['output-file-path']}" in export
 
 
+def test_no_step_needs_gh():
+    """The previous run and the dashboard's artifact come by actions/download-artifact with a run id and the
+    job's token: `gh` is on no self-hosted runner by default, and an old one rejects the flags."""
+    for path in WORKFLOWS:
+        for job, step in steps(path):
+            for line in step.get("run", "").splitlines():
+                assert not re.search(r"(^|[;&|(`]|\$\()\s*gh\s", line), f"{path.name} {job}: {line.strip()!r} runs gh"
+
+
+def _concurrency(path: Path, event_name: str, run_id: str, number: int = 0) -> list[tuple[str, bool]]:
+    """Each concurrency group a run of `path` joins (the workflow's, each job's), with its cancel-in-progress."""
+    doc = load(path)
+    github = {"event_name": event_name, "run_id": run_id, "ref": "refs/heads/main", "workflow": doc["name"],
+              "event": {"pull_request": {"number": number}} if number else {}}
+    found = []
+    for spec in (doc, *doc["jobs"].values()):
+        if "concurrency" in spec:
+            given = spec["concurrency"]
+            given = given if isinstance(given, dict) else {"group": given}
+            evaluator = Evaluator({"github": github, "matrix": {"host": "gpu-host-1"}, "inputs": {}, "vars": {}})
+            found.append((evaluator.interpolate(str(given["group"])),
+                          truthy(evaluator.value(given.get("cancel-in-progress", False)))))
+    return found
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_concurrency_never_cancels_a_run_of_main(path):
+    """GitHub keeps one pending run per concurrency group and cancels it when another queues: two pushes
+    to main never share a group, and no push shares one with a pull request or cancels in progress."""
+    pushes = [_concurrency(path, "push", run_id) for run_id in ("101", "102")]
+    groups = {group for run in pushes for group, _ in run}
+    assert len(groups) == sum(map(len, pushes)), f"{path.name}: pushes share a group: {pushes}"
+    assert not any(cancel for run in pushes for _, cancel in run), f"{path.name}: a push cancels: {pushes}"
+    if "pull_request" in load(path)["on"]:
+        pulls = [_concurrency(path, "pull_request", run_id, number=7) for run_id in ("201", "202")]
+        assert pulls[0] == pulls[1] and all(cancel for _, cancel in pulls[0]), pulls  # the newest push of a PR wins
+        assert not groups & {group for group, _ in pulls[0]}
+
+
+def test_the_fleet_runs_on_every_gpu_host_into_one_database():
+    """One job per GPU host (its runner, one job at a time, keeps the host's runs apart), every one writing
+    into the one database the secret names; a service container's volume would be a history per host."""
+    job = load(FLEET)["jobs"]["perf"]
+    assert "services" not in job and job["env"]["AMPBENCH_HISTORY"] == "${{ secrets.AMPBENCH_HISTORY_URL }}"
+    assert "${{ matrix.host }}" in job["runs-on"] and len(job["strategy"]["matrix"]["host"]) > 1
+    labels = yaml.safe_load((EXAMPLES / "actionlint.yaml").read_text())["self-hosted-runner"]["labels"]
+    assert set(job["strategy"]["matrix"]["host"]) <= set(labels)
+
+
 def _bash(script: str, cwd: Path, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -162,6 +217,8 @@ def test_the_export_step_runs_in_a_fresh_venv_without_torch(tmp_path):
     if done.returncode != 0 and any(text in done.stdout + done.stderr for text in unreachable):
         pytest.skip("the package index is out of reach: pip cannot install the export's SQLAlchemy")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # pip logs a dependency conflict as ERROR where an install follows the package's without its torch
+    assert not [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("ERROR")], done.stderr
     figures, margins = json.loads((src / "figures.json").read_text()), json.loads((src / "margins.json").read_text())
     assert figures and margins and all(entry["value"] >= 1 for entry in margins)
     python = str(venv / "bin" / "python")
