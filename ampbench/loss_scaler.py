@@ -264,3 +264,28 @@ def load_scaler_factory(spec: str) -> Callable[..., Any]:
     if not callable(obj):
         raise ValueError(f"loss scaler {spec!r}: {attr!r} is a {type(obj).__name__}, not callable")
     return obj
+
+
+# what the loss-scaling tests call on a scaler (perf/test_loss_scaling.py), GradScaler's interface
+SCALER_METHODS = ("scale", "unscale_", "step", "update", "state_dict", "load_state_dict")
+A_SCALER = ("a loss scaler is a callable that takes torch.amp.GradScaler's keyword arguments (device, init_scale, "
+            "growth_factor, backoff_factor, growth_interval) and returns an object with GradScaler's methods "
+            f"({', '.join(SCALER_METHODS)}), e.g. torch.amp:GradScaler or ampbench.loss_scaler:LossScaler")
+
+
+def check_scaler_factory(spec: str, factory: Callable[..., Any], device: str) -> None:
+    """ValueError where `factory` (what `spec` names) makes no loss scaler: called once on `device` with
+    GradScaler's default arguments, as the loss-scaling tests call it, it must return an object with
+    GradScaler's methods (``SCALER_METHODS``). A callable of another kind (a function of other
+    arguments) fails here, naming `spec`, instead of as a TypeError in every test."""
+    try:
+        scaler = factory(device=device, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,
+                         growth_interval=2000)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the call, the tests could not make a scaler
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise ValueError(f"loss scaler {spec!r}: calling it as the tests do failed ({type(exc).__name__}"
+                         f"{': ' + first if first else ''}); {A_SCALER}") from None
+    missing = [name for name in SCALER_METHODS if not callable(getattr(scaler, name, None))]
+    if missing:
+        raise ValueError(f"loss scaler {spec!r}: it returns a {type(scaler).__name__}, without "
+                         f"{', '.join(missing)}; {A_SCALER}")

@@ -35,7 +35,7 @@ _SPECS: tuple[ModelSpec, ...] = (
     llama.SPEC,
 )
 REGISTRY: dict[str, ModelSpec] = {spec.name: spec for spec in _SPECS}
-assert len(REGISTRY) == len(_SPECS), f"duplicate model names in {[spec.name for spec in _SPECS]}"
+assert len({name.casefold() for name in REGISTRY}) == len(_SPECS), f"duplicate model names in {list(REGISTRY)}"
 
 
 def spec_of_entry_point(name: str, value: str, load) -> ModelSpec:
@@ -59,14 +59,19 @@ _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
 def register(spec: ModelSpec, where: str) -> None:
-    """Add a project's own model after the zoo; ModelEntryPointError where the name is taken or is one
-    that --perf-models and the test ids cannot name."""
+    """Add a project's own model after the zoo; ModelEntryPointError where the name is taken, in any case
+    (``MLP`` beside ``mlp`` would be two cells that a reader, a case-insensitive file system and a
+    dashboard take for one), or is one that --perf-models and the test ids cannot name."""
     if not isinstance(spec.name, str) or not _NAME.fullmatch(spec.name):
         raise ModelEntryPointError(
             f"{where}: model name {spec.name!r} cannot be named by --perf-models or in a test id; a model name is "
             "ASCII letters, digits and '_', beginning with a letter (e.g. 'lenet_5')")
-    if spec.name in REGISTRY:
+    taken = next((name for name in REGISTRY if name.casefold() == spec.name.casefold()), None)
+    if taken == spec.name:
         raise ModelEntryPointError(f"{where}: model {spec.name!r} is already registered; choose another name")
+    if taken is not None:
+        raise ModelEntryPointError(f"{where}: model {spec.name!r} differs from the registered {taken!r} only in "
+                                   "case; model names are unique in any case: choose another name")
     REGISTRY[spec.name] = spec
 
 

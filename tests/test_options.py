@@ -44,6 +44,13 @@ from perf_options import ROOT, option_parser, run_pytest, usage_error
          ["--loss-scaler: loss scaler 'nosuch.module:Foo': cannot import module"]),
         (["--loss-scaler", "torch.amp:NoSuchScaler"],
          ["--loss-scaler: loss scaler", "has no attribute 'NoSuchScaler'"]),
+        # a callable that is no scaler: said with what a scaler must be, not as a TypeError in each test
+        (["--loss-scaler", "os:getcwd"],
+         ["--loss-scaler: loss scaler 'os:getcwd': calling it as the tests do failed (TypeError",
+          "a loss scaler is a callable that takes torch.amp.GradScaler's keyword arguments"]),
+        (["--loss-scaler", "builtins:dict"],
+         ["--loss-scaler: loss scaler 'builtins:dict': it returns a dict, without scale, unscale_, step, state_dict",
+          "e.g. torch.amp:GradScaler or ampbench.loss_scaler:LossScaler"]),
     ],
 )
 def test_usage_errors(args, expected):

@@ -1,6 +1,7 @@
 """ampbench.plugin.checks: a run that would lose its results stops before the first test (an output path
-that cannot be written, pytest-xdist's -n, --benchmark-skip), and a results file that cannot be
-written at the end goes to a fallback the summary names."""
+that cannot be written, --benchmark-skip), and a results file that cannot be written at the end goes to a
+fallback the summary names, the run failing. Cells on pytest-xdist's workers fail to collect, saying why,
+while other tests run there."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.plugin.checks import fallback_paths
+from ampbench.plugin.checks import fallback_paths, workers_problem
 
 pytest_plugins = ("pytester",)
 
@@ -23,13 +24,6 @@ def test_cell(benchmark):
     Path("ran").touch()
     benchmark.extra_info["speedup"] = 2.0
     benchmark.pedantic(lambda: None, rounds=2)
-"""
-
-
-# pytest-xdist's -n as its plugin declares it (a lowercase short option: the private _addoption, as xdist)
-XDIST_STAND_IN = """
-def pytest_addoption(parser):
-    parser.getgroup("xdist")._addoption("-n", "--numprocesses", dest="numprocesses", metavar="N", default=None)
 """
 
 
@@ -63,17 +57,46 @@ def test_an_output_path_that_cannot_be_written_stops_the_run_before_any_test(pyt
 
 
 @pytest.mark.parametrize("args, words", [
-    (["-n", "2"], "-n 2: pytest-xdist's workers keep their results to themselves"),
     (["--benchmark-skip"], "--benchmark-skip: every ampbench cell is a benchmark"),
     (["--benchmark-disable", "--benchmark-json", "out.json"], "--benchmark-disable with --benchmark-json out.json"),
-], ids=["xdist", "skip", "disable"])
+], ids=["skip", "disable"])
 def test_options_that_lose_the_results_are_refused(pytester, args, words):
-    if args[0] == "-n" and importlib.util.find_spec("xdist") is None:
-        # where pytest-xdist is not installed, a stand-in gives pytest its -n, as the real one would
-        pytester.makepyfile(fake_xdist=XDIST_STAND_IN)
-        pytester.syspathinsert()
-        args = ["-p", "fake_xdist", *args]
     assert refused(pytester, *args).startswith(f"ERROR: {words}")
+
+
+CELL_AND_TEST = """
+import pytest
+
+@pytest.mark.parametrize("model_name, mode_name", [("mlp", "bf16")])
+def test_cell(model_name, mode_name):
+    pass
+"""
+
+
+def test_cells_on_xdist_workers_fail_to_collect_saying_why_and_other_tests_run_there(pytester):
+    from types import SimpleNamespace
+
+    pytester.makeini("[pytest]\nrequired_plugins = ampbench\n")
+    items = pytester.getitems(pytester.makepyfile(CELL_AND_TEST))
+    worker = SimpleNamespace(workerinput={"workerid": "gw0"}, option=SimpleNamespace())
+    problem = workers_problem(worker, items)  # type: ignore[arg-type]
+    assert problem is not None and problem.startswith(f"{items[0].nodeid}, an ampbench cell, cannot run on "
+                                                      "pytest-xdist's workers (-n, --tx)")
+    assert "run the cells without -n" in problem
+    assert workers_problem(SimpleNamespace(option=SimpleNamespace()), items) is None  # no worker: a run of its own
+    plain = pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    assert workers_problem(worker, pytester.getitems(plain)) is None  # the harness's own tests run under -n
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist is not installed")
+def test_a_run_under_xdist_runs_its_tests_and_refuses_its_cells(pytester):
+    pytester.makeini("[pytest]\nrequired_plugins = ampbench\n")
+    pytester.makepyfile(test_cells=CELL_AND_TEST, test_plain="def test_plain():\n    pass\n")
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--perf-device", "cpu",
+                                           "--perf-history", "off")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*test_cells.py::test_cell[[]mlp-bf16[]], an ampbench cell, cannot run on "
+                                 "pytest-xdist's workers*", "*1 passed, 1 error*"])
 
 
 def test_a_json_that_cannot_be_written_at_the_end_goes_beside_it_and_the_summary_says_where(pytester):
@@ -85,10 +108,10 @@ def pytest_runtest_logfinish():
     Path("out.json").mkdir()
 """)
     result = run(pytester, "--benchmark-json", "out.json")
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()  # no step may read the JSON as there
     fallback = pytester.path / f"out-{os.getpid()}.json"
     result.stdout.fnmatch_lines([f"ampbench: --benchmark-json out.json could not be written (*); "
-                                 f"the results are in {fallback}"])
+                                 f"the results are in {fallback}; the run fails"])
     assert json.loads(fallback.read_text())["benchmarks"][0]["extra_info"] == {"speedup": 2.0}
 
 
@@ -102,10 +125,10 @@ def pytest_runtest_logfinish():
     Path("store").write_text("")
 """)
     result = run(pytester, "--benchmark-save", "nightly", "--benchmark-storage", "store")
-    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     fallback = pytester.path / f"ampbench-results-{os.getpid()}.json"
     result.stdout.fnmatch_lines([f"ampbench: the saved run nightly (--benchmark-storage *store) could not be written "
-                                 f"(*); the results are in {fallback}"])
+                                 f"(*); the results are in {fallback}; the run fails"])
     assert json.loads(fallback.read_text())["benchmarks"][0]["name"] == "test_cell"
 
 

@@ -31,6 +31,8 @@ import re
 
 import pytest
 
+# pytest marks each for assertion rewriting as it loads it, in this order: none imports one after it at
+# its top (that one would be loaded unrewritten, and every pytest run of the environment would warn)
 pytest_plugins = (
     "ampbench.plugin.options",
     "ampbench.plugin.session",

@@ -1,8 +1,15 @@
 """A run keeps its results: before the first cell, every file the run will write is checked and every
-option that would leave it without its results is refused (usage errors naming the flag); at the end,
-pytest-benchmark's JSON and saved run go to a fallback file, named in the summary, where their own path
-cannot be written. A pytest plugin, loaded by ``ampbench.plugin``; it acts where ampbench does
-(``ampbench.plugin.acts``)."""
+option that would leave it without its results is refused (usage errors naming the flag), and so is a
+--benchmark-json that would replace one of the suite's own inputs; at the end, pytest-benchmark's JSON and
+saved run go to a fallback file, named in the summary, where their own path cannot be written, and the
+session fails, the JSON an earlier run left at that path removed so that no later step reads it as this
+run's. A refused session (a usage error after the session started) writes no JSON and leaves none from
+before. A pytest plugin, loaded by ``ampbench.plugin``; it acts where ampbench does
+(``ampbench.plugin.acts``).
+
+This module imports none of the modules ``ampbench.plugin`` loads after it (``entries``) at its top:
+pytest marks each for assertion rewriting as it loads it, and one imported before then is not rewritten
+and warns in every pytest run of the environment (an error under ``-W error``)."""
 
 from __future__ import annotations
 
@@ -17,25 +24,20 @@ from typing import Any, Callable
 
 import pytest
 
+from ampbench.files import paths
 from ampbench.files.write import unwritable_reason, write_text_atomic
+from ampbench.outputs import replaced_input
 from ampbench.plugin import acts
-from ampbench.plugin.entries import cell_of
 from ampbench.plugin.options import follows
 
 # lines for the end of the session: where results went that could not go where they were asked to
 FALLBACK_KEY = pytest.StashKey[list]()
+LOST_KEY = pytest.StashKey[bool]()  # a results file was not written where asked: the session fails
 
 
 def _refuse_lost_results(opt: argparse.Namespace) -> None:
-    """Options under which the tests pass and the results vanish."""
-    workers = getattr(opt, "numprocesses", None)
-    if workers:
-        raise pytest.UsageError(
-            f"-n {workers}: pytest-xdist's workers keep their results to themselves, so pytest-benchmark writes "
-            "no JSON and the ampbench summary sees no cell; run without -n (cells are timed one at a time anyway)")
-    if getattr(opt, "tx", None):
-        raise pytest.UsageError(f"--tx {opt.tx[0]}: pytest-xdist's workers keep their results to themselves; run "
-                                "without it")
+    """Options under which the tests pass and the results vanish. pytest-xdist's workers are refused
+    where they would run cells (``workers_problem``, at collection): other tests run under them."""
     if getattr(opt, "benchmark_disable", False) and getattr(opt, "benchmark_json", None) is not None:
         raise pytest.UsageError(
             f"--benchmark-disable with --benchmark-json {opt.benchmark_json}: a disabled benchmark writes no JSON; "
@@ -78,6 +80,38 @@ def output_problems(opt: argparse.Namespace) -> list[str]:
     return problems
 
 
+def _history_files(store: str | None) -> list[Path]:
+    """The files of the SQLite store --perf-history names (with SQLite's own beside it); none for a
+    server, or with the history off."""
+    if not store or store == "off":
+        return []
+    from ampbench.history.connect import HistoryError, parse_url, sqlite_path
+
+    try:
+        path = sqlite_path(parse_url(store))
+    except HistoryError:
+        return []  # the option's own check says what is wrong with it
+    return [] if path is None else [Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")]
+
+
+def overwrite_problems(config: pytest.Config) -> list[str]:
+    """A --benchmark-json that would replace one of the suite's own inputs (``outputs.replaced_input``):
+    the run history, a file of the baseline folder or of ampbench's state folder (.ampbench/), or an
+    existing file that is no earlier run's JSON (a test module, a database)."""
+    opt, root = config.option, config.rootpath
+    target = getattr(opt, "benchmark_json", None)
+    if not isinstance(target, (str, os.PathLike)):
+        return []
+    files = [("the run history", path) for path in _history_files(getattr(opt, "perf_history", None))]
+    folders = [("the baseline folder", root / paths.BASELINE_DIR),
+               ("ampbench's state folder", root / paths.HISTORY.parent)]
+    baseline_dir = getattr(opt, "perf_baseline_dir", None)
+    if baseline_dir is not None:
+        folders.insert(0, ("the baseline folder (--perf-baseline-dir)", Path(baseline_dir)))
+    what = replaced_input(Path(target), files, folders)
+    return [f"--benchmark-json {target} would overwrite {what}; give a path of its own"] if what else []
+
+
 CPU_WHEELS = "https://download.pytorch.org/whl/cpu"
 _PAIR_CHECKED = pytest.StashKey[bool]()
 
@@ -112,6 +146,36 @@ def pytest_configure(config: pytest.Config) -> None:
         check_run(config)
 
 
+def workers_problem(config: pytest.Config, collected: list) -> str | None:
+    """Why `collected` (what a collector collected) may not run on pytest-xdist's worker, or None: a worker
+    that runs cells keeps their results to itself (pytest-benchmark writes no JSON, the summary and the
+    history see no cell), and cells timed side by side share the device they are timed on. The
+    harness's own tests, which are no cells, run under -n."""
+    if not hasattr(config, "workerinput"):  # no worker: the run is not spread (-n 0, or no pytest-xdist)
+        return None
+    from ampbench.plugin.entries import cell_of  # loaded by ampbench.plugin before any hook runs
+
+    cells = [item.nodeid for item in collected if isinstance(item, pytest.Function) and cell_of(item) is not None]
+    if not cells:
+        return None
+    more = f" and {len(cells) - 1} more cell(s) of ampbench" if len(cells) > 1 else ", an ampbench cell,"
+    return (f"{cells[0]}{more} cannot run on pytest-xdist's workers (-n, --tx): they would time cells side by side "
+            "on one device and keep the results to themselves (no JSON, no summary, no history); run the cells "
+            "without -n (other tests may run with it)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """On a pytest-xdist worker, a module (or class) of cells fails to collect, saying why
+    (``workers_problem``): its cells never run, and the worker's other tests do."""
+    report = yield
+    if report.passed and isinstance(report.result, list) and acts(collector.config):
+        problem = workers_problem(collector.config, report.result)
+        if problem:
+            report.outcome, report.longrepr, report.result = "failed", problem, []
+    return report
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """A broken torch/torchvision pair as one usage error before the first test, not a traceback per test.
@@ -119,6 +183,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     that a run of neither pays for importing it."""
     if not acts(config) or "torchvision.ops" in sys.modules:
         return
+    from ampbench.plugin.entries import cell_of
+
     if session.testsfailed or any(cell_of(item) is not None for item in items):
         config.stash[_PAIR_CHECKED] = True
         problem = torch_pair_problem()
@@ -153,7 +219,7 @@ def check_run(config: pytest.Config) -> None:
             "its JSON; run with it on")
     _refuse_lost_results(config.option)
     # a node that only follows node 0's launches writes none of the run's files: node 0's are the run's
-    problems = [] if follows(config) else output_problems(config.option)
+    problems = [] if follows(config) else [*output_problems(config.option), *overwrite_problems(config)]
     if problems:
         raise pytest.UsageError("; ".join(problems) + "; nothing was measured")
 
@@ -170,24 +236,26 @@ def fallback_paths(requested: Path, pid: int | None = None) -> list[Path]:
 
 
 def save_or_fall_back(write: Callable[[], None], text: str, requested: Path, what: str,
-                      tell: Callable[[str], None]) -> Path:
+                      tell: Callable[[str], None]) -> Path | None:
     """`write()` of `requested`, or, where it fails, `text` written to the first fallback path that
-    takes it, and `tell` a line saying where (`what`: the flag and its value); the path written.
-    Raises the first failure where no fallback takes it either."""
+    takes it, and `tell` a line saying where (`what`: the flag and its value); the path written, or None
+    where no fallback took it either (the line says so)."""
     try:
         write()
         return requested
     except OSError as exc:
-        failure = exc
-    why = failure.strerror or str(failure)
-    for path in fallback_paths(requested):
+        why = exc.strerror or str(exc)
+    tried = fallback_paths(requested)
+    for path in tried:
         try:
             write_text_atomic(path, text)
         except OSError:
             continue
         tell(f"ampbench: {what} could not be written ({why}); the results are in {path}")
         return path
-    raise failure
+    tell(f"ampbench: {what} could not be written ({why}), nor could any fallback ({', '.join(map(str, tried))}): "
+         "the results are lost")
+    return None
 
 
 def _dumps(output_json: dict) -> str:
@@ -197,25 +265,61 @@ def _dumps(output_json: dict) -> str:
     return safe_dumps(output_json, ensure_ascii=True, indent=4)
 
 
-def _keep_json(session: Any, tell: Callable[[str], None]) -> None:
-    """--benchmark-json: written atomically (through a symlink to its real file), else to a fallback."""
+def drop_stale(path: Path) -> str:
+    """Remove the file an earlier run left at `path`, so that no later step reads it as this run's; what
+    became of it, in words ('' where there was none). A folder there is left alone."""
+    if not (path.is_symlink() or path.is_file()):
+        return ""
+    try:
+        path.unlink()  # a link itself, not the file it leads to
+    except OSError as exc:
+        return f"; the earlier {path} could not be removed ({exc.strerror or exc}) and is NOT this run's"
+    return f"; the earlier {path} was removed"
+
+
+def _refused(session: pytest.Session) -> bool:
+    """Whether the session ended in a usage error after it started (cells collected under a broken
+    torch/torchvision pair, say): nothing it measured holds."""
+    return session.exitstatus == pytest.ExitCode.USAGE_ERROR
+
+
+def _keep_json(bench: Any, session: pytest.Session, tell: Callable[[str], None]) -> None:
+    """--benchmark-json: written atomically (through a symlink to its real file), else to a fallback, the
+    session failing and the earlier file at the path removed; none written for a refused session."""
+    config = session.config
 
     def save_json(output_json: dict) -> None:
-        target, text = Path(session.json), _dumps(output_json)
+        target = Path(bench.json)
+        if _refused(session):
+            tell(f"ampbench: --benchmark-json {target} not written: the run was refused{drop_stale(target)}")
+            return
+        text = _dumps(output_json)
         written = save_or_fall_back(lambda: write_text_atomic(target, text), text, target,
                                     f"--benchmark-json {target}", tell)
-        session.logger.info(f"Wrote benchmark data in: {written}", purple=True)
+        if written == target:
+            bench.logger.info(f"Wrote benchmark data in: {written}", purple=True)
+            return
+        config.stash[LOST_KEY] = True
+        lines = config.stash[FALLBACK_KEY]
+        lines[-1] += drop_stale(target) + "; the run fails"
 
-    session.save_json = save_json
+    bench.save_json = save_json
 
 
-def _keep_saved_run(storage: Any, tell: Callable[[str], None]) -> None:
-    """--benchmark-save and -autosave into a folder: to a fallback where the folder fails."""
-    save = storage.save
+def _keep_saved_run(storage: Any, session: pytest.Session, tell: Callable[[str], None]) -> None:
+    """--benchmark-save and -autosave into a folder: to a fallback where the folder fails, the session
+    failing; none saved for a refused session."""
+    save, config = storage.save, session.config
 
     def save_run(output_json: dict, name: str) -> None:
-        save_or_fall_back(lambda: save(output_json, name), _dumps(output_json), Path(str(storage)) / f"{name}.json",
-                          f"the saved run {name} (--benchmark-storage {storage})", tell)
+        what = f"the saved run {name} (--benchmark-storage {storage})"
+        if _refused(session):
+            tell(f"ampbench: {what} not written: the run was refused")
+            return
+        requested = Path(str(storage)) / f"{name}.json"
+        if save_or_fall_back(lambda: save(output_json, name), _dumps(output_json), requested, what, tell) != requested:
+            config.stash[LOST_KEY] = True
+            config.stash[FALLBACK_KEY][-1] += "; the run fails"
 
     storage.save = save_run
 
@@ -229,10 +333,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     tell = lambda line: config.stash.setdefault(FALLBACK_KEY, []).append(line)  # noqa: E731
     if hasattr(bench, "save_json") and isinstance(bench.json, (str, os.PathLike)):  # version 4 opens a file
-        _keep_json(bench, tell)
+        _keep_json(bench, session, tell)
     storage = getattr(bench, "storage", None)
     if storage is not None and hasattr(storage, "get"):  # a folder (a FileStorage), not a server
-        _keep_saved_run(storage, tell)
+        _keep_saved_run(storage, session, tell)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A results file not written where asked fails the session (pytest-benchmark wrote its files in its
+    own wrapper of this hook, before this runs): a step after it must not go on as if it were there."""
+    if session.config.stash.get(LOST_KEY, False) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:

@@ -4,6 +4,12 @@ pytest-benchmark's format (its own ``compare``, github-action-benchmark, Bencher
 - every cell's entry has a ``group``: its kind, from the test's ``benchmark`` marker (``speed``,
   ``memory``, ``convergence``, ``input pipeline``, ``distributed``, ``underflow``), and its model, added
   here at collection (``speed: resnet50``);
+- every cell's entry has the ``params`` ``model_name`` and ``mode_name`` (``CELL_PARAMS``), which a
+  distributed cell's test names in one ``dist_cell`` (model, mode, comm variant), kept beside them: so
+  ``pytest-benchmark compare --group-by param:mode_name`` groups every cell. The other parameters are
+  their kind's own axes (a speed cell's ``compiled_cell``, a distributed cell's ``dist_cell``): grouped
+  by one of them, a run of several kinds has entries without it, and ``--group-by group`` or
+  ``param:mode_name`` is the grouping for such a run;
 - ``benchmarks`` holds only entries whose figures are training-step times (``Record.times_steps``);
   a cell that times none (a convergence run, a loader measurement, a memory cell that searched no
   largest batch) keeps its entry, without ``stats``, in the document's ``ampbench_untimed`` list, where
@@ -34,14 +40,25 @@ _KEPT = pytest.StashKey[list]()  # the entry of every cell that wrote a record, 
 _OWN_INFO = pytest.StashKey[dict]()  # the extra_info of a cell that times no step (no benchmark fixture)
 
 
+# the parameters every cell's entry in the run JSON names its cell by
+CELL_PARAMS = ("model_name", "mode_name")
+
+
+def with_cell_params(params: Any) -> Any:
+    """`params` of a cell's test with its ``model_name`` and ``mode_name``: a distributed cell's test
+    names them first in its ``dist_cell`` (model, mode, comm variant), which is kept; anything else as
+    it is."""
+    dist = params.get("dist_cell") if isinstance(params, dict) else None
+    if isinstance(dist, (tuple, list)) and len(dist) >= 2 and not all(k in params for k in CELL_PARAMS):
+        return {**params, "model_name": dist[0], "mode_name": dist[1]}
+    return params
+
+
 def cell_of(item: pytest.Item) -> tuple[str, str] | None:
-    """(model, mode) of a cell test's item: its ``model_name`` and ``mode_name``, or the first two of a
-    distributed ``dist_cell`` (model, mode, comm variant); None for a test that is no cell."""
-    params = getattr(getattr(item, "callspec", None), "params", {})
+    """(model, mode) of a cell test's item: its ``model_name`` and ``mode_name`` (``with_cell_params``);
+    None for a test that is no cell."""
+    params = with_cell_params(getattr(getattr(item, "callspec", None), "params", {}))
     model, mode = params.get("model_name"), params.get("mode_name")
-    dist = params.get("dist_cell")
-    if isinstance(dist, (tuple, list)) and len(dist) >= 2:
-        model, mode = dist[0], dist[1]
     return (model, mode) if isinstance(model, str) and isinstance(mode, str) else None
 
 
@@ -111,6 +128,9 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
     output_json["benchmarks"] = [b for b in output_json["benchmarks"] if timed_entry(b)]
     if untimed:
         output_json[UNTIMED_KEY] = untimed
+    for entry in (*output_json["benchmarks"], *untimed):
+        if isinstance(entry, dict) and "params" in entry:
+            entry["params"] = with_cell_params(entry["params"])
     _write_errors(config, output_json)  # once the untimed cells are beside the benchmarks
 
 

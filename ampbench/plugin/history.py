@@ -67,10 +67,17 @@ def history_of(config: pytest.Config) -> History | None:
 
 
 def history_option(value: str) -> str:
-    """--perf-history's type: off, a path or a database URL the history runs on (reached at configure)."""
+    """--perf-history's type: off, a path or a database URL the history runs on (reached at configure),
+    never a store that dies with the run (an in-memory SQLite database: ``outputs.memory_store_problem``)."""
     from ampbench.history.connect import store_url
+    from ampbench.outputs import memory_store_problem
 
-    return OFF if value.strip().lower() == OFF else store_url(value)
+    if value.strip().lower() == OFF:
+        return OFF
+    problem = memory_store_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{problem}, or off to run without a history")
+    return store_url(value)
 
 
 def label_option(value: str) -> str:

@@ -72,11 +72,14 @@ def _check_baselines(directory: Path, update: bool, device) -> None:
         raise pytest.UsageError(f"--perf-update-baselines: {reason}; nothing was measured")
 
 
-def _check_scaler(spec: str) -> None:
-    from ampbench.loss_scaler import load_scaler_factory
+def _check_scaler(spec: str, device) -> None:
+    """A --loss-scaler that names no loss scaler, as a usage error naming the flag, the name and what a
+    scaler must be (``loss_scaler.check_scaler_factory``): at the start, not as a collection error or a
+    TypeError in each loss-scaling test."""
+    from ampbench.loss_scaler import check_scaler_factory, load_scaler_factory
 
-    try:  # at the start: where the loss-scaling tests are collected, a bad scaler is a collection error
-        load_scaler_factory(spec)
+    try:
+        check_scaler_factory(spec, load_scaler_factory(spec), device.type)
     except ValueError as exc:
         raise pytest.UsageError(f"--loss-scaler: {exc}") from None
 
@@ -131,6 +134,9 @@ def _nodes(opt) -> Nodes:
     return Nodes(count, rank, endpoint, opt.perf_rdzv_id)
 
 
+PROFILES = ("dev", "ci", "thorough")  # the suite's hypothesis profiles (hypothesis's own "default" is there too)
+
+
 def register_profiles() -> None:
     from hypothesis import HealthCheck, settings  # a second or more to import: only where ampbench acts
 
@@ -145,13 +151,22 @@ def register_profiles() -> None:
 
 
 def load_profiles() -> None:
-    """Register the profiles and load the one $HYPOTHESIS_PROFILE names."""
+    """Register the profiles and load the one $HYPOTHESIS_PROFILE names; a usage error listing them where
+    it names none of them."""
     from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
 
     register_profiles()
     # CI runners set CI=true; there the run must be reproducible
     default = "ci" if os.environ.get("CI") else "dev"
-    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", default))
+    name = os.environ.get("HYPOTHESIS_PROFILE", default)
+    try:  # asked first: hypothesis's load_profile makes an unknown name current before it refuses it
+        settings.get_profile(name)
+    except InvalidArgument:
+        raise pytest.UsageError(f"HYPOTHESIS_PROFILE={name}: no such hypothesis profile; the profiles are "
+                                f"{', '.join(PROFILES)} and hypothesis's own default (unset: dev, or ci where $CI "
+                                "is set)") from None
+    settings.load_profile(name)
 
 
 def configure(config: pytest.Config) -> None:
@@ -163,7 +178,7 @@ def configure(config: pytest.Config) -> None:
     baseline_dir = opt.perf_baseline_dir if opt.perf_baseline_dir is not None else config.rootpath / paths.BASELINE_DIR
     if not getattr(opt, "help", False):
         _check_baselines(baseline_dir, opt.perf_update_baselines, device)
-        _check_scaler(opt.perf_loss_scaler)
+        _check_scaler(opt.perf_loss_scaler, device)
     config.stash[SETTINGS_KEY] = _settings(opt, device, baseline_dir)
     config.stash[STORE_KEY] = {}
     from ampbench.plugin import summary  # its records' types: only in a run where ampbench acts

@@ -239,10 +239,19 @@ class SummaryPlugin:
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_benchmark_group_stats(self, config: pytest.Config, benchmarks: list[dict], group_by: str):
-        """pytest-benchmark's table without the ampbench cells whose figures are no step times."""
+        """pytest-benchmark's table without the ampbench cells whose figures are no step times, every cell
+        named by its model_name and mode_name (``entries.with_cell_params``: a distributed cell's too)."""
         from pytest_benchmark.plugin import pytest_benchmark_group_stats as group_stats
 
-        return group_stats(config=config, benchmarks=[b for b in benchmarks if timed_entry(b)], group_by=group_by)
+        from ampbench.plugin.entries import with_cell_params
+
+        timed = [b for b in benchmarks if timed_entry(b)]
+        for bench in timed:  # this run's (pytest-benchmark's Metadata) and those it compares with (dicts)
+            if isinstance(bench, dict):
+                bench["params"] = with_cell_params(bench.get("params"))
+            else:
+                bench.params = with_cell_params(getattr(bench, "params", None))
+        return group_stats(config=config, benchmarks=timed, group_by=group_by)
 
 
 def register_summary(config: pytest.Config) -> None:
