@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.metadata
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ import torch
 from ampbench import fp8
 from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode
-from ampbench.results import cluster_stem
+from ampbench.results import cluster_stem, model_slug
 
 T = TypeVar("T")
 
@@ -115,11 +114,8 @@ def device_name(device: torch.device) -> str:
 
 
 def gpu_slug(name: str) -> str:
-    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3': the baseline file's stem."""
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    if not slug:
-        raise ValueError(f"cannot make a file name from device name {name!r}")
-    return slug
+    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3': the baseline file's stem (``results.model_slug``)."""
+    return model_slug(name)
 
 
 def cluster_slug(name: str, count: int, nodes: int = 1) -> str:

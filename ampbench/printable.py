@@ -30,3 +30,9 @@ def printable(text: str) -> str:
     '\\n'); the rest, non-ASCII letters included, as it is."""
     return "".join(ch.encode("unicode_escape", "backslashreplace").decode("ascii")
                    if unicodedata.category(ch) in _HIDDEN else ch for ch in text)
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """'1 run', '2 runs': `count` with its noun, `nouns` where the plural is not the noun and an s
+    ('1 entry', '3 entries')."""
+    return f"{count} {noun}" if count == 1 else f"{count} {nouns or noun + 's'}"

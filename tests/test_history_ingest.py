@@ -169,7 +169,7 @@ def test_the_history_command(store_url, tmp_path, capsys):
     assert main(["history", "import", str(DATA / "h100_speed_device.json"), str(bad), *store]) == 2
     out, err = capsys.readouterr()
     assert f"ampbench: error: {bad}: is truncated" in err and len(err.splitlines()) == 1
-    assert "ampbench: 1 runs imported into" in out and "1 unusable" in out
+    assert "ampbench: 1 run imported into" in out and "1 unusable" in out
     assert main(["history", "import", str(DATA / "h100_speed_device.json"), *store]) == 0
     assert "(35 cells) already in the history" in capsys.readouterr().out
     run_id = file_run(DATA / "h100_speed_device.json").id
@@ -190,8 +190,9 @@ def test_the_history_command(store_url, tmp_path, capsys):
 def test_reading_commands_do_not_make_a_store(tmp_path, capsys):
     missing = tmp_path / "none.sqlite"
     assert main(["history", "runs", "--history", str(missing)]) == 2
-    assert capsys.readouterr().err == (f"ampbench: error: history {missing}: no such file; a `pytest perf/` run or "
-                                       "`ampbench history import` makes one, or give --history\n")
+    assert capsys.readouterr().err == (f"ampbench: error: history {missing}: no such file; a `pytest perf/` run on a "
+                                       "GPU (on the CPU, one given --perf-history) or `ampbench history import "
+                                       "RUN.json` makes one, or give --history\n")
     assert not missing.exists()
     with pytest.raises(SystemExit) as info:
         main(["history", "runs", "--history", "postgresq://u:pw@host/db"])
@@ -237,7 +238,7 @@ def test_an_imported_run_with_a_ratio_out_of_bounds_is_refused_whole(store_url, 
     assert err.splitlines() == [
         f"ampbench: error: {bad}: run bad: cell test_speed[b-amp_bf16]: device_speedup {shown} is no plausible ratio; "
         "expected a finite number within [0.001, 1000]; the run is refused, nothing of it imported"]
-    assert "1 runs imported" in out and "1 unusable" in out
+    assert "1 run imported" in out and "1 unusable" in out
     history = open_history(store_url)
     assert [r.id for r in history.runs()] == ["good"], "nothing of the refused run is written"
     assert _values(history, "test_speed[a-amp_bf16]") == [2.0] and _values(history, "test_speed[b-amp_bf16]") == [3.0]

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 
 from ampbench.baselines.entries import DistributedEntry, FlatEntry, MemoryEntry, SpeedEntry
 from ampbench.baselines.store import entry_kind, load_document
+from ampbench.printable import plural
 from ampbench.results.ratios import DEVICE, DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, WALL, RatioKind
 
 NOT_RECORDED = "-"
@@ -228,7 +229,7 @@ def render_document(document: dict, source: str | None = None) -> str:
         modes = _ordered((m for _, m in cells), mode_order)
         keys = [(m, md) for m in models for md in modes if (m, md) in cells]
         columns = table.columns_for([cells[k] for k in keys])
-        lines += ["", f"## {table.title} ({len(keys)} cells)", ""]
+        lines += ["", f"## {table.title} ({plural(len(keys), 'cell')})", ""]
         if table.note:
             lines += [table.note, ""]
         rows = [[f"`{m}`", f"`{md}`" if md else NOT_RECORDED] + [fmt(shown(cell)) for _, shown, fmt in columns]

@@ -32,8 +32,9 @@ from ampbench.baselines.schema import (  # noqa: F401 - the file format's names,
     validate,
     validate_entry,
 )
-from ampbench.files.read import DuplicateKey, UnreadableFile, read_text, unique_keys
+from ampbench.files.read import DuplicateKey, OverlongInteger, UnreadableFile, parse_json, read_text
 from ampbench.files.write import write_atomic
+from ampbench.results.clusters import is_stem
 from ampbench.results.ratios import RatioKind
 from ampbench.verdict import Reference
 
@@ -75,9 +76,11 @@ def load_document(path: Path) -> dict:
     except UnreadableFile as exc:
         raise BaselineError(path, "<file>", exc.problem) from None
     try:
-        document = json.loads(text, object_pairs_hook=unique_keys)
+        document = parse_json(text)
     except DuplicateKey as exc:
         raise BaselineError(path, exc.key, exc.problem) from None
+    except OverlongInteger as exc:
+        raise BaselineError(path, "<file>", exc.problem) from None
     except json.JSONDecodeError as exc:
         stripped = text.rstrip()
         # an error at the very end, or an object that never closes, means the text stops early (a copy
@@ -104,6 +107,10 @@ class BaselineStore:
 
     @classmethod
     def open(cls, directory: Path, gpu: str, slug: str) -> "BaselineStore":
+        if not is_stem(slug):  # '../x' or '/etc/x' would name a file outside `directory`
+            raise BaselineError(Path(directory) / f"{slug}.json", None,
+                                f"{slug!r} is no baseline file's stem (lowercase letters, digits and dashes, as a GPU "
+                                "model's name makes them): nothing is read or written by it")
         path = Path(directory) / f"{slug}.json"
         if not path.exists():
             return cls(path=path, gpu=gpu)

@@ -21,7 +21,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ampbench",
         description="Reports and comparisons of ampbench runs, i.e. of the JSON written by "
-                    "`pytest perf/ --benchmark-json RUN.json`; the per-GPU baseline files; the fidelity check.",
+                    "`pytest perf/ --benchmark-json RUN.json`, and their export to dashboards; the per-GPU baseline "
+                    "files (show, merge, export from the history, record); the run history; the fidelity and fp8 "
+                    "width checks; bisecting a slowdown.",
         epilog="Exit status: 0 fine, 1 a failing verdict: a regression, a non-finite or failed-reference convergence "
                "cell (or an inconclusive verdict under --strict, a test the new run lost, a fidelity difference "
                "beyond --target), 2 bad usage, a file that is not a usable ampbench run or baseline file, or runs "

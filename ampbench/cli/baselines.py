@@ -18,6 +18,7 @@ from ampbench.cli.history import history_store, with_store
 from ampbench.files.paths import BASELINE_DIR
 from ampbench.files.write import described, same_file, write_atomic, write_text_atomic
 from ampbench.history.connect import HistoryError
+from ampbench.printable import plural
 from ampbench.report import load_run
 
 
@@ -49,9 +50,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     spr.add_argument("--dry-run", action="store_true", help="print what would be stored, write nothing")
     spr.set_defaults(handler=spread)
 
-    bas = sub.add_parser("baselines", help="show or merge baseline files (baselines/<gpu-slug>.json)",
+    bas = sub.add_parser("baselines", help="the per-GPU baseline files (baselines/<gpu-slug>.json): show, merge, "
+                                           "export from the history, record",
                          description="Show or merge the per-GPU baseline files that pytest --perf-update-baselines "
-                                     "writes.")
+                                     "writes, export them from the run history, or record them from N runs.")
     bas_sub = bas.add_subparsers(dest="baselines_command", required=True, metavar="ACTION")
     shw = bas_sub.add_parser(
         "show", help="render a baseline file as Markdown",
@@ -163,7 +165,8 @@ def merge(args: argparse.Namespace) -> int:
         print(f"ampbench: error: baseline files of different GPUs: {shown}", file=sys.stderr)
         return EXIT_BAD_INPUT
     entries, given = latest_entries(documents)
-    print(f"ampbench: {len(entries)} entries: " + ", ".join(f"{n} from {p}" for p, n in zip(paths, given)))
+    print(f"ampbench: {plural(len(entries), 'entry', 'entries')}: "
+          + ", ".join(f"{n} from {p}" for p, n in zip(paths, given)))
     if args.dry_run:
         print(f"ampbench: --dry-run: {args.baseline} left as it was")
         return EXIT_OK
@@ -184,6 +187,6 @@ def export(args: argparse.Namespace) -> int:
         print(f"ampbench baselines export: {shown}", file=sys.stderr)
         return EXIT_BAD_INPUT
     for path, written in files:
-        print(f"ampbench: {written} {'entry' if written == 1 else 'entries'} written from the history {args.history} "
+        print(f"ampbench: {plural(written, 'entry', 'entries')} written from the history {args.history} "
               f"to {path}")
     return EXIT_OK

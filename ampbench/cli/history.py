@@ -14,7 +14,7 @@ from ampbench.cli.values import whole_number
 from ampbench.files import paths
 from ampbench.history.connect import store_url
 from ampbench.history.ingest import FIGURES
-from ampbench.printable import one_line, printable
+from ampbench.printable import one_line, plural, printable
 from ampbench.results import MemoryRecord
 from ampbench.results.ratios import DEVICE, history_figures
 
@@ -43,10 +43,20 @@ def _reason(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _folder(value: str) -> Path:
+    """An existing folder a command reads from: a misspelt one would read as a folder without files."""
+    path = Path(value)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{value}: no such folder")
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value}: not a folder")
+    return path
+
+
 def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--history", type=store_url, default=str(paths.HISTORY), metavar="URL",
                    help="the history: an SQLite file (a path or sqlite:///PATH) or postgresql://USER:PASSWORD@HOST/DB "
-                        f"(default: {paths.HISTORY}, where `pytest perf/` run from this folder appends)")
+                        f"(default: {paths.HISTORY}, where a `pytest perf/` run on a GPU from this folder appends)")
     return p
 
 
@@ -61,10 +71,12 @@ def history_store(args: argparse.Namespace, *, create: bool, read_only: bool) ->
 def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     """`ampbench history` and its actions; the actions' subparsers, for more actions."""
     his = sub.add_parser("history",
-                         help="the run history: import saved runs, list runs, explain a cell, accept a change",
-                         description="The history every `pytest perf/` run appends to (--perf-history): import "
-                                     "saved run JSONs into it, list its runs, explain what it decided of a cell, list "
-                                     "its changes, accept a moved cell's new level.")
+                         help="the run history: import saved runs, list runs, explain a cell, list its changes, "
+                              "accept a change",
+                         description="The history every `pytest perf/` run on a GPU appends to (--perf-history; on "
+                                     "the CPU only where it is given): import saved run JSONs into it, list its runs, "
+                                     "explain what it decided of a cell, list its changes, accept a moved cell's new "
+                                     "level.")
     actions = his.add_subparsers(dest="history_command", required=True, metavar="ACTION")
     imp = with_store(actions.add_parser(
         "import", help="append saved runs (pytest --benchmark-json files) to the history",
@@ -108,9 +120,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                      help="the GPU model (or N of one) of its series (default: the only one it has runs on)")
     exp.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=figures(),
                      help=f"the figure whose series is explained (default: {DEVICE.history})")
-    exp.add_argument("--baseline-dir", metavar="DIR", type=Path, default=paths.BASELINE_DIR,
+    exp.add_argument("--baseline-dir", metavar="DIR", type=_folder, default=None,
                      help="where the baseline file whose spread the gate pools in lives (default: "
-                          f"{paths.BASELINE_DIR}/)")
+                          f"{paths.BASELINE_DIR}/, where there is one)")
     exp.set_defaults(handler=_explain)
     chg = with_store(actions.add_parser(
         "changes", help="list where each cell's figures moved to another level, and across what",
@@ -144,17 +156,19 @@ def _import(args: argparse.Namespace) -> int:
             print(printable(f"ampbench: error: {o.error}"), file=sys.stderr)
         else:
             done = "imported" if o.appended else "already in the history"
-            print(printable(f"{o.path}: run {o.run_id} ({o.cells} cells) {done}"))
+            print(printable(f"{o.path}: run {o.run_id} ({plural(o.cells, 'cell')}) {done}"))
     added = sum(o.appended for o in outcomes)
     bad = sum(o.error is not None for o in outcomes)
     there = len(outcomes) - added - bad
-    print(f"ampbench: {added} runs imported into {history.name}, {there} already there"
+    print(f"ampbench: {plural(added, 'run')} imported into {history.name}, {there} already there"
           + (f", {bad} unusable" if bad else ""))
     return EXIT_BAD_INPUT if bad else EXIT_OK
 
 
 def _runs(args: argparse.Namespace) -> int:
     history = history_store(args, create=False, read_only=True)
+    if args.gpu is not None:
+        history.check_gpu(args.gpu)
     runs = history.runs(gpu=args.gpu, limit=args.limit)
     if not runs:
         print(f"ampbench: no runs in {history.name}" + (f" on {args.gpu}" if args.gpu else ""))
@@ -188,8 +202,9 @@ def _explain(args: argparse.Namespace) -> int:
     from ampbench.history.explain import explain
 
     history = history_store(args, create=False, read_only=True)
+    baseline_dir = paths.BASELINE_DIR if args.baseline_dir is None else args.baseline_dir
     print("\n".join(printable(line) for line in explain(history, args.test_id, args.gpu,
-                                                        args.figure, args.baseline_dir)))
+                                                        args.figure, baseline_dir)))
     return EXIT_OK
 
 

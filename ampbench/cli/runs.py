@@ -12,9 +12,9 @@ from pathlib import Path
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.cli.history import history_store
 from ampbench.cli.values import relative
-from ampbench.files.write import same_file
+from ampbench.files.write import append_text, same_file
 from ampbench.history.connect import store_url
-from ampbench.printable import printable
+from ampbench.printable import plural, printable
 from ampbench.progress import Progress
 from ampbench.report import Run, build_report, failed_tests, load_run, render_comparison_markdown, write_report
 from ampbench.report.compare import (
@@ -119,13 +119,13 @@ def report(args: argparse.Namespace) -> int:
         files = build_report(run, comparison, failures, progress, trends)
         progress("writing the report")
         written = write_report(args.output, files)
-    print(f"ampbench: report of {args.run} ({len(run.cells)} results, {printable(run.gpu)}) written to "
+    print(f"ampbench: report of {args.run} ({plural(len(run.cells), 'result')}, {printable(run.gpu)}) written to "
           f"{written}/index.html in {time.perf_counter() - t0:.1f} s")
     if not run.cells:
         print(f"ampbench: {args.run} holds no cell: every test of its run was skipped or deselected (on the CPU, "
               "the memory and GPU-only cells skip), so there is nothing to judge")
     if trends is not None:
-        print(printable(f"ampbench: trends of {len(trends.cells)} cells on {trends.gpu} "
+        print(printable(f"ampbench: trends of {plural(len(trends.cells), 'cell')} on {trends.gpu} "
                         f"from the history {trends.store}"))
     own = [c for c in run.cells if c.verdict is not None and c.verdict.failing]
     for c in own:
@@ -150,6 +150,8 @@ def _trends(history, run: Run, gpu: str | None, progress: Progress):
 
     progress(f"reading the history {history.name}")
     try:
+        if gpu is not None:
+            history.check_gpu(gpu)
         return read_trends(history, run, gpu)
     finally:
         history.release()
@@ -167,8 +169,9 @@ def compare(args: argparse.Namespace) -> int:
         comparison = compare_runs(old, new, **_tolerances(args), progress=progress)
         progress("writing the table")
         text = format_text(comparison, all_rows=not args.changes_only)
+        # the whole table first, appended in one write: a full disk leaves none of it (files.write.append_text)
+        markdown = "\n".join(render_comparison_markdown(comparison)) + "\n" if args.markdown is not None else None
     sys.stdout.write("\n".join(printable(line) for line in text.split("\n")))  # a run file's text, never acted on
-    if args.markdown is not None:
-        with open(args.markdown, "a", encoding="utf-8") as f:
-            f.write("\n".join(render_comparison_markdown(comparison)) + "\n")
+    if markdown is not None:
+        append_text(args.markdown, markdown)
     return EXIT_REGRESSION if comparison.failed(args.strict, args.allow_missing) else EXIT_OK

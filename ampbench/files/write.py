@@ -7,8 +7,10 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 from ampbench.files.read import special_kind
@@ -75,6 +77,32 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise write_error(exc, path) from None
 
 
+# how old a writer's temp file beside its target must be to be taken for one a killed writer left: writing
+# a file takes seconds; a writer an hour into one is gone
+STALE_TEMP_S = 3600.0
+
+
+def remove_stale_temps(path: Path, now: float | None = None) -> list[Path]:
+    """Remove the temp files a writer of `path` killed mid-write left beside it ('.<name>.XXXXXXXX.tmp', as
+    ``write_text_atomic`` names them, full-size and never read), where older than STALE_TEMP_S; those
+    removed. A younger one may be another writer's, still writing."""
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[A-Za-z0-9_]{{8}}\.tmp")
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    try:
+        candidates = [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)]
+    except OSError:
+        return removed
+    for stale in candidates:
+        try:
+            if now - stale.lstat().st_mtime > STALE_TEMP_S and stat.S_ISREG(stale.lstat().st_mode):
+                stale.unlink()
+                removed.append(stale)
+        except OSError:  # gone already, or not ours to remove
+            continue
+    return removed
+
+
 def _write_text_atomic(path: Path, text: str) -> None:
     """Write `text` to `path` through a temp file in the same folder, fsync and rename, keeping an
     existing file's mode and, where permitted, its owner and group (mkstemp makes the temp file 0600);
@@ -92,6 +120,7 @@ def _write_text_atomic(path: Path, text: str) -> None:
         raise PlainOSError(errno.EISDIR if kind == "a directory" else errno.EEXIST,
                            _PLAIN[errno.EISDIR] if kind == "a directory" else f"is {kind}, not a regular file",
                            str(path))
+    remove_stale_temps(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -108,6 +137,28 @@ def _write_text_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def append_text(path: Path | str, text: str) -> None:
+    """Append `text` to `path` (made where missing) in one write, so that a reader of the file (a CI job's
+    step summary) gets all of it or nothing: where the disk fills part-way, the part appended is cut off
+    again. An OSError names `path` in plain words (``write_error``)."""
+    data = text.encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            start, written = os.fstat(fd).st_size, 0
+            try:
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+            except BaseException:
+                if written and stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.ftruncate(fd, start)  # no half a table: the file as it was before
+                raise
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise write_error(exc, path) from None
 
 
 def unwritable_reason(path: Path, make_parents: bool = True) -> str | None:

@@ -15,12 +15,17 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sqlite3
+import sys
+import tempfile
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.engine import URL, Engine, make_url
+
+from ampbench.outputs import memory_store_problem
 
 BACKENDS = ("sqlite", "postgresql")
 DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another's lock on an SQLite store
@@ -65,9 +70,11 @@ def parse_url(text: str) -> URL:
         raise HistoryError(f"history store {shown(url)}: unknown database {backend!r}; give {EXAMPLES}")
     if backend == "postgresql" and url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
-    if backend == "sqlite" and not url.database:
-        raise HistoryError(f"history store {shown(url)}: an in-memory SQLite database keeps nothing; give a file, "
-                           "sqlite:///PATH")
+    memory = memory_store_problem(text) if backend == "sqlite" else None
+    if memory or (backend == "sqlite" and not url.database):
+        # a database that dies with its connection: what is appended to it is gone when the command ends
+        raise HistoryError(memory or f"history store {text!r}: an in-memory SQLite database keeps nothing; give a "
+                                     "file, sqlite:///PATH")
     return url
 
 
@@ -107,24 +114,57 @@ def make_engine(url: URL, busy_timeout: float, read_only: bool = False) -> Engin
                            f"({_first_line(error)}); PostgreSQL runs on psycopg: postgresql://...") from None
 
 
-def _read_only_connection(path: Path, busy_timeout: float) -> sqlite3.Connection:
-    uri = path.absolute().as_uri()
-    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=busy_timeout, check_same_thread=False)
-    try:
-        conn.execute("PRAGMA schema_version").fetchone()
-    except sqlite3.OperationalError:
-        conn.close()
-        # a WAL store where SQLite cannot make the shared-memory file readers meet in (a read-only
-        # folder or mount): nothing can write there either, so the file is read as it lies
-        conn = sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=busy_timeout, check_same_thread=False)
-    return conn
+WAL_HEADER_BYTES = 32  # a WAL file this short holds no page: nothing beside the store is left to read
+
+
+class _ReadOnlyStore:
+    """The connections of a store its reader may not write (a read-only file, folder or mount). SQLite reads
+    a WAL store through a shared-memory file beside it (``-shm``), which it cannot make there. Where the
+    store's last writer was killed before it checkpointed, its last runs lie in the ``-wal`` file: reading
+    the store as it lies (``immutable``) would silently leave them out, so the store and its WAL are read
+    from a copy in a temp folder (removed when the command ends), with a warning."""
+
+    def __init__(self, path: Path, busy_timeout: float):
+        self.path, self.busy_timeout = path, busy_timeout
+        self.copy: tempfile.TemporaryDirectory | None = None  # made at the first connection that needs it
+
+    def _connect(self, path: Path, query: str) -> sqlite3.Connection:
+        uri = path.absolute().as_uri() + (f"?{query}" if query else "")
+        return sqlite3.connect(uri, uri=True, timeout=self.busy_timeout, check_same_thread=False)
+
+    def __call__(self) -> sqlite3.Connection:
+        if self.copy is not None:
+            return self._connect(Path(self.copy.name) / self.path.name, "")
+        conn = None
+        try:
+            conn = self._connect(self.path, "mode=ro")
+            conn.execute("PRAGMA schema_version").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            if conn is not None:
+                conn.close()
+        wal = self.path.with_name(self.path.name + "-wal")
+        try:
+            pending = wal.stat().st_size > WAL_HEADER_BYTES
+        except OSError:
+            pending = False
+        if not pending:  # every committed run is in the file: it is read as it lies
+            return self._connect(self.path, "immutable=1")
+        self.copy = tempfile.TemporaryDirectory(prefix="ampbench-history-")
+        copy = Path(self.copy.name) / self.path.name
+        shutil.copyfile(self.path, copy)
+        shutil.copyfile(wal, copy.with_name(wal.name))
+        print(f"ampbench: warning: history {self.path}: its last writer did not checkpoint, so the runs it appended "
+              f"last may lie only in {wal.name}, which SQLite cannot replay where this user may not write: read from "
+              "a copy of the two (opening the store once with write access folds them in)", file=sys.stderr)
+        return self._connect(copy, "")
 
 
 def _sqlite_engine(url: URL, busy_timeout: float, read_only: bool = False) -> Engine:
     assert url.database, "parse_url refuses an in-memory SQLite database"
     path = Path(url.database)
     if read_only and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
-        engine = sa.create_engine(url, creator=lambda: _read_only_connection(path, busy_timeout))
+        engine = sa.create_engine(url, creator=_ReadOnlyStore(path, busy_timeout))
     else:
         engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
 
@@ -154,15 +194,30 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0].strip() if text else type(error).__name__
 
 
-def problem(error: BaseException, url: URL, busy_timeout: float) -> str:
-    """What a database failure says about the store, in a few words."""
+def is_locked(error: BaseException) -> bool:
+    """Whether a database failure is SQLite's lock timeout: another writer held the store throughout."""
+    cause = getattr(error, "orig", None) or error
+    return isinstance(cause, sqlite3.Error) and any(w in _first_line(cause) for w in ("locked", "busy"))
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def problem(error: BaseException, url: URL, busy_timeout: float, waited: float | None = None) -> str:
+    """What a database failure says about the store, in a few words; `waited`: how long the command has
+    waited for the store's lock in all, where it knows (a command may try more than once)."""
     cause = getattr(error, "orig", None) or error
     text = _first_line(cause)
     if url.password:
         text = text.replace(str(url.password), "***")
     if isinstance(cause, sqlite3.Error):
-        if "locked" in text or "busy" in text:
-            return f"locked by another writer for more than {busy_timeout:g} s; try again when it has finished"
+        if is_locked(error):
+            if waited is None:
+                return f"locked by another writer for more than {busy_timeout:g} s; try again when it has finished"
+            tries = f" (in tries of up to {busy_timeout:g} s each)" if waited > 1.5 * busy_timeout else ""
+            return (f"locked by another writer: waited {_seconds(waited)} for it{tries}; try again when it has "
+                    "finished")
         if "not a database" in text or "malformed" in text:
             return f"not a usable SQLite database ({text}): a corrupt or foreign file; move it aside"
         if "unable to open" in text:
@@ -174,5 +229,5 @@ def problem(error: BaseException, url: URL, busy_timeout: float) -> str:
     return text
 
 
-def history_error(error: BaseException, url: URL, busy_timeout: float) -> HistoryError:
-    return HistoryError(f"history {shown(url)}: {problem(error, url, busy_timeout)}")
+def history_error(error: BaseException, url: URL, busy_timeout: float, waited: float | None = None) -> HistoryError:
+    return HistoryError(f"history {shown(url)}: {problem(error, url, busy_timeout, waited)}")

@@ -19,6 +19,7 @@ from ampbench.history.report_changes import shown_change
 from ampbench.history.series import Series
 from ampbench.history.statuses import SUSPECT
 from ampbench.history.store import History
+from ampbench.printable import plural
 from ampbench.results.ratios import DEVICE
 
 
@@ -94,7 +95,7 @@ def explain(history: History, test_id: str, gpu: str | None = None, figure: str 
     replay = replay_of(history, gpu, test_id, figure, baseline_dir)
     points, statuses = replay.points, replay.statuses
     states = Counter(s.state for s in statuses)
-    lines = [f"{test_id} {figure} on {gpu}: {len(points)} runs: "
+    lines = [f"{test_id} {figure} on {gpu}: {plural(len(points), 'run')}: "
              + ", ".join(f"{n} {state}" for state, n in states.most_common())]
     lines += ["", "runs (oldest first):"]
     for s, p in zip(statuses, points):
@@ -119,11 +120,12 @@ def _noise_lines(replay: Replay) -> list[str]:
     m = replay.model
     lines = ["noise (sd of ln value):"]
     if m.sigma is None:
-        lines.append(f"  not learned: {m.count} counted value(s) in {m.levels} group(s), no degree of freedom")
+        lines.append(f"  not learned: {plural(m.count, 'counted value')} in {plural(m.levels, 'group')}, no degree of "
+                     "freedom")
     else:
         file = f", {m.prior_count} of them from the baseline file" if m.prior_count else ""
-        lines.append(f"  about each segment's level: {percent(m.sigma)} from {m.count} values{file}, "
-                     f"{m.levels} levels, {m.dof} degrees of freedom")
+        lines.append(f"  about each segment's level: {percent(m.sigma)} from {plural(m.count, 'value')}{file}, "
+                     f"{plural(m.levels, 'level')}, {plural(m.dof, 'degree')} of freedom")
     if m.sigma_w is not None:
         lines.append(f"  within a card: {percent(m.sigma_w)}, {m.dof_w} degrees of freedom in {m.groups} "
                      f"(segment, card) groups; between cards: {percent(m.tau)}")
@@ -144,7 +146,7 @@ def _level_lines(replay: Replay, floor: float) -> list[str]:
         pred = replay.model.predict(card)
         how = "its own level" if pred is not None and pred.own_card else "the segment's level"
         sd = f"predicted sd {percent(pred.sd)}" if pred is not None and pred.sd is not None else "no noise learned"
-        lines.append(f"  {_short(card)}: {b.level:.4g} ({how}, {len(b.level_runs)} runs), {sd}, "
+        lines.append(f"  {_short(card)}: {b.level:.4g} ({how}, {plural(len(b.level_runs), 'run')}), {sd}, "
                      f"tolerance {percent(b.tolerance)} ({b.state}), line {b.level * (1 - b.tolerance):.4g}")
     if replay.pending:
         lines.append("held back now: " + ", ".join(f"#{i + 1} {replay.points[i].run_id}" for i in replay.pending))

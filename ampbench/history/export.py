@@ -15,15 +15,26 @@ from ampbench.baselines.store import BaselineStore
 from ampbench.history.model import NEW_CARD
 from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, HistoryBaselines, LearnedCells
 from ampbench.history.store import History
-from ampbench.results import cluster_name, cluster_shape, cluster_stem
+from ampbench.results import cluster_name, cluster_shape, cluster_stem, slug_problem
 
 # what a baseline entry's software names (the plugin's `software` fixture keeps the same)
 SOFTWARE = ("torch", "cuda", "cudnn", "driver", "device", "capability", "inductor", "triton", "torchao")
 
 
 def model_slugs(history: History) -> dict[str, str]:
-    """The GPU models the history holds GPU runs of, with their slugs."""
-    return {r.gpu: r.gpu_slug for r in history.runs() if not r.smoke}
+    """The GPU models the history holds GPU runs of, with their slugs; a HistoryError where a run carries a
+    slug its GPU's name does not make (a file imported before slugs were checked): its baseline file
+    would be written outside the folder, or into another GPU's."""
+    slugs = {}
+    for r in history.runs():
+        if r.smoke:
+            continue
+        problem = slug_problem(r.gpu_slug, r.gpu)
+        if problem is not None:
+            raise history.fail(f"run {r.id} ({r.source}): {problem}; no baseline file is written from it (remove the "
+                               "run, or import its file again with its gpu_slug mended)")
+        slugs[r.gpu] = r.gpu_slug
+    return slugs
 
 
 def gpu_of(history: History, gpu: str | None) -> tuple[str, str]:

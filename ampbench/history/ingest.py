@@ -18,11 +18,12 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from ampbench.baselines.spread import INJECTED_KEY
+from ampbench.history.admit import admission, clash
 from ampbench.history.plausible import Implausible, Levels, out_of_bounds, refused
 from ampbench.history.rows import CellRow, FigureRow, RunRow, iso_utc
 from ampbench.results import (
@@ -36,6 +37,8 @@ from ampbench.results import (
     TimedRecord,
     cluster_name,
     load_run,
+    model_slug,
+    slug_problem,
 )
 
 # what the plugin adds to machine_info["ampbench"] for the history
@@ -97,12 +100,10 @@ def cell_row(record: Record, gpu: str | None = None) -> CellRow:
 
 
 def _slug(gpu: str, machine: Mapping[str, Any]) -> str:
+    """The stem of the GPU's baseline file: the one its name makes, whatever a run's file says (an import
+    refuses one that differs: ``admit``)."""
     slug = machine.get("gpu_slug")
-    if isinstance(slug, str) and slug:
-        return slug
-    from ampbench.device import gpu_slug  # torch, for the rare run JSON without a slug
-
-    return gpu_slug(gpu)
+    return slug if isinstance(slug, str) and slug_problem(slug, gpu) is None else model_slug(gpu)
 
 
 def _text(value: Any) -> str | None:
@@ -136,16 +137,6 @@ def session_run(records: Iterable[Record], machine: Mapping[str, Any], when: dat
     """The run of a pytest session: its records, and machine_info["ampbench"] holding RUN_KEYS."""
     run = Run(path=Path("pytest"), machine=dict(machine), datetime=None, commit={}, cells=list(records))
     return run_row(run, run_id=str(machine["run_id"]), when=iso_utc(when), source="pytest")
-
-
-def _when(run: Run, path: Path) -> str:
-    """The run's time as pytest-benchmark wrote it; the file's modification time where it wrote none."""
-    if run.datetime:
-        try:
-            return iso_utc(datetime.fromisoformat(run.datetime.replace("Z", "+00:00")))
-        except ValueError:
-            pass
-    return iso_utc(datetime.fromtimestamp(path.stat().st_mtime, timezone.utc))
 
 
 CONTENT_PREFIX = "sha256-"  # the id of a run known by its content (the plugin's are UUIDs)
@@ -192,10 +183,15 @@ def former_ids(path: Path) -> tuple[str, ...]:
 
 
 def _file_row(path: Path) -> tuple[RunRow, list[Implausible]]:
-    """A saved run JSON as the history holds it, with its learned ratios out of bounds (``out_of_bounds``)."""
+    """A saved run JSON as the history holds it, with its learned ratios out of bounds (``out_of_bounds``);
+    RunError where the history cannot file it (``admit.admission``)."""
     run = load_run(path)  # the file is valid JSON from here on
+    when, problems = admission(run)
+    if when is None or problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise RunError(path, "; ".join(problems[:3]) + more + ": the history does not file it")
     own = _text(run.machine.get("run_id"))
-    row = run_row(run, run_id=own or "", when=_when(run, path), source=path.name)
+    row = run_row(run, run_id=own or "", when=when, source=path.name)
     row = row if own else replace(row, id=run_content_id(row))
     return row, out_of_bounds(run.cells, row.id)
 
@@ -255,6 +251,11 @@ def append_runs(history: History, read: list[tuple[Path, RunRow | Refused | str]
             outcomes.append(Imported(path, None, False, error=got))
             continue
         row, problems = (got.row, got.problems) if isinstance(got, Refused) else (got, [])
+        # a run id of the plugin's names one run: another run carrying it is refused, not taken for it
+        other = None if row.id.startswith(CONTENT_PREFIX) or not history.has_run(row.id) else clash(history, row)
+        if other is not None:
+            outcomes.append(Imported(path, row.id, False, cells=len(row.cells), error=f"{path}: {other}"))
+            continue
         # a store an older ampbench filled knows a file without a run id by another hash of it
         there = row.id.startswith(CONTENT_PREFIX) and any(history.has_run(i) for i in former_ids(path))
         if not there and not problems:

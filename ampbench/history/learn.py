@@ -25,6 +25,7 @@ from ampbench.baselines.spread import Prior
 from ampbench.history.pooling import CARD_MEASURED, CardTerm, posterior_sd
 from ampbench.history.replay import Replay
 from ampbench.history.series import Series
+from ampbench.printable import plural
 from ampbench.results.ratios import of_history
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.verdict import GATE_CONFIDENCE, MIN_SPREAD_VALUES, BetweenRuns, Reference, tolerance_for
@@ -176,10 +177,11 @@ class CellBaseline:
         if self.lent_dof and self.state == LEARNED:
             from_file += f"; pooled with the GPU model's other cells ({self.lent_dof} degrees of freedom)"
         if self.state == LEARNING:
-            kept = (f"; noise {percent(self.pooled.sd)} from {self.pooled.count} runs kept{from_file}"
+            kept = (f"; noise {percent(self.pooled.sd)} from {plural(self.pooled.count, 'run')} kept{from_file}"
                     if self.pooled.sd is not None else "")
             return f"learning: the next accepted run sets the level{kept}"
-        head = (f"{percent(self.tolerance)} from {self.pooled.count} runs{from_file}" if self.state == LEARNED else
+        head = (f"{percent(self.tolerance)} from {plural(self.pooled.count, 'run')}{from_file}"
+                if self.state == LEARNED else
                 f"{percent(self.tolerance)} (unlearned) from {own} run{'s' * (own != 1)}; learned from "
                 f"{own + MIN_SPREAD_VALUES - 1 - self.pooled.dof}")
         ahead = self.tolerance_after(PROJECT_TO) if self.pooled.count < PROJECT_TO else None

@@ -13,6 +13,7 @@ from typing import Any
 from ampbench.history.changes import Change
 from ampbench.history.rows import RunFacts
 from ampbench.kernel_diff import kernel_changes
+from ampbench.printable import plural
 from ampbench.stats import median
 
 # the software layers in the order a reader looks for them; others a run records follow, sorted
@@ -83,7 +84,7 @@ def describe_change(change: Change, before: RunFacts, after: RunFacts,
     lines = [f"{series.test_id} {series.figure} on {series.gpu}: {change.level_before:.4g} -> "
              f"{change.level_after:.4g} ({shown_change(change.step)}) from run #{change.index + 1} of "
              f"{len(series.points)}, "
-             f"{len(change.before)} runs before and {len(change.after)} after{accepted}",
+             f"{plural(len(change.before), 'run')} before and {len(change.after)} after{accepted}",
              _run_line("before", before, change.index - 1), _run_line("after", after, change.index)]
     differ = differences(before, after)
     lines.append("  differs: " + "; ".join(differ) if differ else

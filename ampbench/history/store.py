@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from contextlib import contextmanager
 from difflib import get_close_matches
 from typing import Any, Iterable, Iterator
@@ -24,6 +25,7 @@ from ampbench.history.connect import (
     WRITE,
     HistoryError,
     history_error,
+    is_locked,
     make_engine,
     parse_url,
     shown,
@@ -45,9 +47,13 @@ from ampbench.history.schema import (
     read_version,
 )
 from ampbench.history.series import Point, Series
+from ampbench.printable import plural
 from ampbench.verdict import Verdict
 
 FAILING = tuple(v.value for v in Verdict if v.failing)
+# what puts runs into a store: a CPU run (a smoke pass) keeps no history unless it is named
+MAKES_ONE = ("a `pytest perf/` run on a GPU (on the CPU, one given --perf-history) or `ampbench history import "
+             "RUN.json` makes one")
 # free disk an SQLite store needs before a run: a full tier's run with its kernel tables takes a few MB,
 # and a WAL checkpoint writes the pages again
 MIN_FREE_BYTES = 32 * 2**20
@@ -58,6 +64,7 @@ class History:
 
     def __init__(self, engine: Engine, url: URL, busy_timeout: float = DEFAULT_BUSY_TIMEOUT):
         self.engine, self.url, self.busy_timeout = engine, url, busy_timeout
+        self.lock_waited = 0.0  # seconds its transactions have waited for another writer's lock, in all
 
     @property
     def name(self) -> str:
@@ -75,6 +82,7 @@ class History:
     def transaction(self, write: bool = False) -> Iterator[Connection]:
         """A connection in a transaction, committed at the end of the block; `write` takes SQLite's write
         lock at its start. A database failure inside is a HistoryError naming the store."""
+        began = time.monotonic()
         try:
             with self.engine.connect() as conn:
                 conn.execution_options(**{WRITE: write})
@@ -83,7 +91,9 @@ class History:
         except SchemaProblem as problem:
             raise self.fail(str(problem)) from None
         except (exc.SQLAlchemyError, OSError) as error:
-            raise history_error(error, self.url, self.busy_timeout) from None
+            if is_locked(error):  # the message says how long the command waited in all, not one try's limit
+                self.lock_waited += time.monotonic() - began
+            raise history_error(error, self.url, self.busy_timeout, self.lock_waited or None) from None
 
     def prepare(self, create: bool, read_only: bool = False) -> None:
         """Check the schema version; create an empty store's tables where `create`, migrate an older one
@@ -96,11 +106,11 @@ class History:
         if version == SCHEMA_VERSION:
             return
         if version is None and not create:
-            raise self.fail("holds no history yet; a `pytest perf/` run or `ampbench history import` makes one")
+            raise self.fail(f"holds no history yet; {MAKES_ONE}")
         if read_only:
             raise self.fail(f"holds history schema {version}, older than this ampbench's {SCHEMA_VERSION}; this "
-                            "command only reads and leaves it as it is: a `pytest perf/` run or `ampbench history "
-                            "import` migrates it")
+                            "command only reads and leaves it as it is: a `pytest perf/` run on a GPU or `ampbench "
+                            "history import` migrates it")
         with self.transaction(write=True) as conn:
             bring_up_to_date(conn)  # reads the version again under the lock: another writer may have been first
 
@@ -138,8 +148,8 @@ class History:
             # a writer beside this one may have appended the same run between the check and the insert
             try:
                 there = self.has_run(run.id)
-            except HistoryError:
-                raise error from None
+            except HistoryError as again:  # its message tells the whole wait, where both waited for the lock
+                raise (again if self.lock_waited else error) from None
             if there:
                 return False
             raise
@@ -231,6 +241,22 @@ class History:
                      .where(RUNS_TABLE.c.smoke.is_(False)).distinct().order_by(FIGURES_TABLE.c.gpu))
             return list(conn.execute(query).scalars())
 
+    def run_gpus(self) -> list[str]:
+        """The GPU models (and "cpu", for smoke runs) the store holds runs on, sorted."""
+        with self.transaction() as conn:
+            return list(conn.execute(sa.select(RUNS_TABLE.c.gpu).distinct().order_by(RUNS_TABLE.c.gpu)).scalars())
+
+    def check_gpu(self, gpu: str, option: str = "--gpu") -> None:
+        """HistoryError where the store holds no run or series on `gpu`, naming those it holds: a misspelt
+        GPU would read as "no runs" or "no trends"."""
+        held = sorted(set(self.run_gpus()) | set(self.series_gpus()))
+        if gpu in held:
+            return
+        near = get_close_matches(gpu, held, n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        raise self.fail(f"{option} {gpu!r}: no run on that GPU; {hint}it holds runs on "
+                        f"{', '.join(repr(g) for g in held) or 'none'}")
+
     def cells(self, gpu: str) -> list[str]:
         """The test ids with figures on GPU model `gpu`, sorted."""
         with self.transaction() as conn:
@@ -269,6 +295,17 @@ class History:
         """The cell's kernel summary (its mode's top kernels, {"name", "ms"} per step); [] where it has none."""
         kernels = self.record(run_id, test_id).get("kernels")
         return [k for k in kernels if isinstance(k, dict)] if isinstance(kernels, list) else []
+
+    def figures_of_run(self, run_id: str) -> dict[str, dict[str, float]]:
+        """Each cell's figures in run `run_id`, by test id: {test_id: {figure: value}}; a cell without
+        figures is there with none."""
+        with self.transaction() as conn:
+            cells = conn.execute(sa.select(CELLS_TABLE.c.test_id).where(CELLS_TABLE.c.run_id == run_id)).scalars()
+            figures: dict[str, dict[str, float]] = {t: {} for t in cells}
+            for r in conn.execute(sa.select(FIGURES_TABLE.c.test_id, FIGURES_TABLE.c.figure, FIGURES_TABLE.c.value)
+                                  .where(FIGURES_TABLE.c.run_id == run_id)):
+                figures.setdefault(r.test_id, {})[r.figure] = r.value
+        return figures
 
     def counts(self) -> tuple[int, int]:
         """(runs, cells) in the store."""
@@ -313,7 +350,7 @@ class History:
         if record is None:
             ids = conn.execute(sa.select(CELLS_TABLE.c.test_id).where(CELLS_TABLE.c.run_id == run_id)).scalars().all()
             near = get_close_matches(test_id, ids, n=1)
-            hint = f" (did you mean {near[0]}?)" if near else f" (it holds {len(ids)} cells)"
+            hint = f" (did you mean {near[0]}?)" if near else f" (it holds {plural(len(ids), 'cell')})"
             raise self.fail(f"run {run_id} has no cell {test_id!r}{hint}")
         return record
 
@@ -363,8 +400,7 @@ def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT
             raise HistoryError(f"history {path}: is a folder; give the SQLite file's path")
         if not path.exists():
             if not create:
-                raise HistoryError(f"history {path}: no such file; a `pytest perf/` run or `ampbench history "
-                                   "import` makes one, or give --history")
+                raise HistoryError(f"history {path}: no such file; {MAKES_ONE}, or give --history")
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:

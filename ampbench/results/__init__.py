@@ -15,7 +15,15 @@ each), `timed` and `cells` (the records per kind), `run` (the reader).
 from ampbench.modes import REFERENCE_MODE
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
-from ampbench.results.clusters import cluster_name, cluster_shape, cluster_size, cluster_stem
+from ampbench.results.clusters import (
+    cluster_name,
+    cluster_shape,
+    cluster_size,
+    cluster_stem,
+    is_stem,
+    model_slug,
+    slug_problem,
+)
 from ampbench.results.ratio_figures import RatioFigures, StepFigures
 from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
 from ampbench.results.run import KINDS, RECORD_TYPES, Run, RunError, load_run, order_modes, parse_run, record_type
@@ -29,6 +37,7 @@ __all__ = [
     "SpeedSide", "StepFigures", "READABLE_SCHEMAS", "RECORD_TYPES", "REFERENCE_MODE", "SCHEMA_VERSION", "SPEED_RATIOS",
     "VERDICT_ORDER", "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord",
     "RatioFigures", "RatioKind", "Record", "Run", "RunError", "SpeedRecord", "TimedRecord", "UnderflowRecord",
-    "Verdict", "cluster_name", "cluster_shape", "cluster_size", "cluster_stem", "load_run",
+    "Verdict", "cluster_name", "cluster_shape", "cluster_size", "cluster_stem", "is_stem", "load_run", "model_slug",
+    "slug_problem",
     "order_modes", "parse_run", "record_type",
 ]

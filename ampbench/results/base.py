@@ -111,13 +111,17 @@ def read_fields(fields: tuple[tuple[str, str | None, Any], ...], info: Mapping[s
     """The values of `fields` (``reading``) in `info`, each under its name or ``key(name)`` (where that is
     "", absent), and the reason a legacy verdict carried. Never raises: a checked value that does not fit
     is read as None (``problems`` says why, where asked)."""
+    # once per figure of every cell a reader reads: a figure absent (most are, of any one cell) costs a look-up
     values: dict[str, Any] = {}
     reason = None
+    get = info.get
     for name, how, spec in fields:
         at = key(name) if key else name
-        raw = info.get(at) if at else None
-        if how == "checked":
-            raw = raw if raw is not None and spec.problem(raw) is None else None
+        raw = get(at) if at else None
+        if raw is None:
+            values[name] = None
+        elif how == "checked":
+            raw = raw if spec.problem(raw) is None else None
             if spec is VERDICT:
                 raw, legacy = read_verdict(raw)
                 reason = reason or legacy
@@ -127,10 +131,18 @@ def read_fields(fields: tuple[tuple[str, str | None, Any], ...], info: Mapping[s
     return values, reason
 
 
+_SPECS: dict[type, dict[str, Field]] = {}  # field_specs of a type, its figures under their own names
+
+
 def field_specs(cls: type, key: Any = None) -> dict[str, Field]:
     """The schema Field of each checked figure `cls` declares, by its name (or ``key(name)``)."""
-    return {key(f.name) if key else f.name: f.metadata[_SPEC] for f in dataclasses.fields(cls)
-            if _SPEC in f.metadata and (key is None or key(f.name))}
+    if key is None and cls in _SPECS:  # asked once per figure group of every cell a reader checks
+        return _SPECS[cls]
+    specs = {key(f.name) if key else f.name: f.metadata[_SPEC] for f in dataclasses.fields(cls)
+             if _SPEC in f.metadata and (key is None or key(f.name))}
+    if key is None:
+        _SPECS[cls] = specs
+    return specs
 
 
 @dataclass(frozen=True)
@@ -148,7 +160,10 @@ class FigureGroup:
                 if (value := getattr(self, name)) is not None}
 
     def __bool__(self) -> bool:
-        return any(getattr(self, name) is not None for name, _, _ in _figures_reading(type(self)))
+        for name, _, _ in _figures_reading(type(self)):
+            if getattr(self, name) is not None:
+                return True
+        return False
 
 
 F = TypeVar("F", bound=FigureGroup)
@@ -328,8 +343,7 @@ class Record:
         problems = check(info, CELL, where)
         if problems:
             return problems
-        problems = check(info, {f.name: f.metadata[_SPEC] for f in cls.info_fields() if _SPEC in f.metadata}, where)
-        problems += cls._part_problems(info, where)
+        problems = check(info, field_specs(cls), where) + cls._part_problems(info, where)
         if problems:
             return problems
         return [p for names in cls.ORDERED for p in check_order(info, names, where)]

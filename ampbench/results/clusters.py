@@ -4,6 +4,42 @@ history's commands find a file without importing torch."""
 
 from __future__ import annotations
 
+import re
+
+# a baseline file's stem: lowercase letters and digits in words joined by single dashes, so that it names
+# a file in the baseline folder and nothing outside it
+_STEM = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+
+
+def model_slug(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3': the baseline file stem of a GPU model (here, not
+    beside the device code, so that importing and exporting runs check it without torch); ValueError where
+    the name makes none."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    if not slug:
+        raise ValueError(f"cannot make a file name from device name {name!r}")
+    return slug
+
+
+def slug_problem(slug: object, gpu: str) -> str | None:
+    """Why `slug`, as a run or a history carries it, is not the file stem of GPU model `gpu` (``model_slug``):
+    a stem that reaches outside the baseline folder ('../x', '/etc/x') or names another GPU's file would be
+    written there. None where it is."""
+    try:
+        made = model_slug(gpu)
+    except ValueError as exc:
+        return str(exc)
+    if slug == made:
+        return None
+    if not isinstance(slug, str) or not _STEM.fullmatch(slug):
+        return f"its gpu_slug {slug!r} is no file stem (lowercase letters, digits and dashes); {gpu!r} makes {made!r}"
+    return f"its gpu_slug {slug!r} is not the stem of its GPU {gpu!r}, which makes {made!r}"
+
+
+def is_stem(stem: str) -> bool:
+    """Whether `stem` names a file in a folder and nothing else: lowercase words joined by dashes."""
+    return bool(_STEM.fullmatch(stem))
+
 
 def cluster_name(gpu: str, world_size: int, nodes: int = 1) -> str:
     """What N GPUs of one model are called where one GPU's name would be: in a baseline file's header and

@@ -106,7 +106,7 @@ class RatioFigures:
         value, low, high = self.speedup, self.speedup_low, self.speedup_high
         if value is None or low is None or high is None or min(value, low, high) <= 0:
             return None
-        level = next((c for c in (self.confidence, confidence) if c is not None), 0.99)
+        level = self.confidence if self.confidence is not None else confidence if confidence is not None else 0.99
         return SpeedupEstimate(value, low, high, int(self.rounds) if self.rounds is not None else 0, level)
 
     def across(self) -> tuple[float, float] | None:

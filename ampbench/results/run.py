@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
-from ampbench.files.read import DuplicateKey, UnreadableFile, read_text, unique_keys
+from ampbench.files.read import DuplicateKey, OverlongInteger, UnreadableFile, parse_json, read_text
 from ampbench.modes import MODES
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
@@ -242,9 +242,11 @@ def load_run(path: Path | str) -> Run:
     except UnreadableFile as exc:
         raise RunError(path, exc.problem) from None
     try:
-        document = json.loads(text, object_pairs_hook=unique_keys)
+        document = parse_json(text)
     except DuplicateKey as exc:
         raise RunError(path, str(exc)) from None
+    except OverlongInteger as exc:
+        raise RunError(path, exc.problem) from None
     except json.JSONDecodeError as exc:
         raise RunError(path, _truncation_problem(text, exc)) from None
     except RecursionError:

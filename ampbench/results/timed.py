@@ -54,6 +54,23 @@ def _flat(kind: RatioKind) -> tuple[tuple[str, str], ...]:
     return tuple((name, kind.flat(name)) for name in names if kind.flat(name))
 
 
+@lru_cache(maxsize=None)
+def _own_kind(kinds: tuple[RatioKind, ...]) -> RatioKind | None:
+    """The kind of a record's table (`kinds`: its ``RATIOS``) whose figures are the record's own (no
+    prefix): asked for every estimate a report reads, so found once per table."""
+    return next((k for k in kinds if not k.prefix), None)
+
+
+@lru_cache(maxsize=None)
+def _flat_names(kinds: tuple[RatioKind, ...]) -> tuple[frozenset[str], dict[RatioKind, tuple[str, ...]]]:
+    """Every name schema 1 gave a figure of a record's kinds of ratio (`kinds`: its ``RATIOS``), and per
+    kind the names of its own figures: not those it shares with another kind (the record's rounds or
+    confidence, say). Once per table, not per cell; a table that gains a kind is another table."""
+    names = [flat for kind in kinds for _, flat in _flat(kind)]
+    shared = {flat for flat in names if names.count(flat) > 1}
+    return frozenset(names), {kind: tuple(flat for _, flat in _flat(kind) if flat not in shared) for kind in kinds}
+
+
 @dataclass(frozen=True)
 class TimedRecord(Record):
     """A cell timed in interleaved rounds: its ratios by name, of the kinds its table (``RATIOS``) rows."""
@@ -69,7 +86,7 @@ class TimedRecord(Record):
 
     def estimate(self, kind: RatioKind) -> SpeedupEstimate | None:
         """The ratio of `kind` with its interval, as the suite measured it; None where incomplete."""
-        own = next((k for k in self.RATIOS.values() if not k.prefix), None)
+        own = _own_kind(tuple(self.RATIOS.values()))
         return self.ratio(kind).estimate(self.ratio(own).confidence if own is not None else None)
 
     def verdict_of(self, kind: RatioKind) -> Verdict | None:
@@ -94,13 +111,11 @@ class TimedRecord(Record):
             return {**groups, "ratios": {name: RatioFigures.read(figures, over=over.get(name, FP32_SIDE))
                                          for name, figures in stored.items() if isinstance(figures, dict)}}, \
                 taken | {RATIOS_KEY}
-        names = [flat for kind in cls.RATIOS.values() for _, flat in _flat(kind)]
-        shared = {flat for flat in names if names.count(flat) > 1}  # the record's rounds or confidence, say
+        names, own = _flat_names(tuple(cls.RATIOS.values()))
         # a ratio was measured where a figure of its own was: not only one it shares with another
-        measured = [kind for kind in cls.RATIOS.values()
-                    if any(info.get(flat) is not None for _, flat in _flat(kind) if flat not in shared)]
+        measured = [kind for kind in cls.RATIOS.values() if any(info.get(flat) is not None for flat in own[kind])]
         ratios = {kind.name: RatioFigures.read(info, dict(_flat(kind)).get, over_side(kind)) for kind in measured}
-        return {**groups, "ratios": ratios}, taken | frozenset(names)
+        return {**groups, "ratios": ratios}, taken | names
 
     @classmethod
     def _stored(cls, info: Mapping[str, Any], where: str) -> tuple[list[tuple[Mapping, Any, str]], list[str]]:
