@@ -169,6 +169,15 @@ def test_an_earlier_runs_json_an_empty_file_or_a_new_path_is_written(tmp_path):
     assert replaced_input(tmp_path / "new.json", [], []) is None
 
 
+def test_an_empty_file_with_sqlites_own_beside_it_is_a_database_not_a_place_for_json(tmp_path):
+    # another store whose writer has not checkpointed: its main file may be empty, its runs in the -wal
+    for suffix in ("-wal", "-journal"):
+        store = tmp_path / f"other{suffix}.sqlite"
+        store.write_text("")
+        Path(f"{store}{suffix}").write_bytes(b"runs not yet checkpointed")
+        assert "no benchmark JSON" in overwrites(tmp_path, store, history=str(tmp_path / "h.sqlite")), suffix
+
+
 def test_a_json_over_a_test_module_stops_the_run_before_any_test(pytester):
     module = pytester.makepyfile(BENCH)
     result = run(pytester, "--benchmark-json", module.name)
