@@ -62,7 +62,7 @@ def output_problems(opt: argparse.Namespace) -> list[str]:
     """One usage error per output path of the run that cannot be written, each naming its flag."""
     problems = []
     target = getattr(opt, "benchmark_json", None)
-    if isinstance(target, (str, os.PathLike)):  # pytest-benchmark 4 opens the file itself, at parsing
+    if isinstance(target, (str, os.PathLike)):  # before 5.3, pytest-benchmark opened it at parsing
         reason = unwritable_reason(Path(target), make_parents=False)  # it writes into the folder as it is
         if reason:
             problems.append(f"--benchmark-json {target}: {reason}")
@@ -332,7 +332,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if bench is None or not acts(config):
         return
     tell = lambda line: config.stash.setdefault(FALLBACK_KEY, []).append(line)  # noqa: E731
-    if hasattr(bench, "save_json") and isinstance(bench.json, (str, os.PathLike)):  # version 4 opens a file
+    if hasattr(bench, "save_json") and isinstance(bench.json, (str, os.PathLike)):  # before 5.3: an open file
         _keep_json(bench, session, tell)
     storage = getattr(bench, "storage", None)
     if storage is not None and hasattr(storage, "get"):  # a folder (a FileStorage), not a server
