@@ -201,6 +201,20 @@ def tolerance_for(floor: float, recorded_noise: float | None, between_runs: Betw
     return tolerance_rule(floor, recorded_noise, between_runs, confidence, unlearned)[0]
 
 
+# A level set by a few measurements of one side, a bisect's good side: too few for a spread's Student bound
+BY_RANGE = "the good side's range"
+RANGE_CEILING = 0.9  # a tolerance above it leaves no line worth judging against
+
+
+def range_rule(floor: float, values: Sequence[float], level: float) -> tuple[float, str]:
+    """The tolerance of `level`, set by a few measurements of one side (`values`), and its rule: the user's
+    floor, or how far apart the values lie relative to the level where that is wider (a step at an unchanged
+    commit lands as far from the level as the good side's runs land from each other), at most
+    RANGE_CEILING. A rule of its own beside `tolerance_rule`: a bisect's few good runs learn no spread."""
+    spread = (max(values) - min(values)) / level
+    return min(max(floor, spread), RANGE_CEILING), BY_RANGE
+
+
 @dataclass(frozen=True)
 class Reference:
     """What one figure of a cell is judged against, as its baseline source gives it: a baseline file's
@@ -272,7 +286,8 @@ class SpeedupCheck:
     tolerance: float  # relative; the line is expected x (1 - tolerance)
     figure: str = "speedup over fp32"  # what messages call the ratio (a compiled cell has a second one)
     # why a run of this speedup fails with the runs its history held back before it (speedup, tolerance):
-    # a text, or None where it does not (``history.reference.HistoryBaselines.group_failure``)
+    # a text, or None where it does not (``history.reference.HistoryBaselines.group_failure``;
+    # the judge applies it: ``gate.judge.grouped``)
     held_back: Callable[[float, float], str | None] | None = field(default=None, compare=False, repr=False)
     why: str = ""  # why the tolerance is held below its learned bound (``Reference.why``), "" where it is not
 
@@ -292,15 +307,6 @@ class SpeedupCheck:
         """The line a record stores: none where the check has no line, so that no report quotes a line
         at or below zero as if a run were judged against it."""
         return self.line if self.has_line else None
-
-    def fails_together(self, speedup: float, verdict: Verdict | None) -> str | None:
-        """Why a run whose own rounds gave `verdict` (not a regression) fails all the same, at `speedup`,
-        below the line together with the runs its history held back before it; None where it does not, or
-        where no history gives the rule. The one place the group rule meets a verdict: the speed cells' and
-        the distributed cells' alike."""
-        if self.held_back is None or verdict is Verdict.REGRESSION:
-            return None
-        return self.held_back(speedup, self.tolerance)
 
     def classify(self, est: SpeedupEstimate) -> Verdict:
         if not self.has_line:

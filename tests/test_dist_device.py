@@ -185,8 +185,8 @@ def test_a_regression_the_confirming_launch_does_not_repeat_is_inconclusive():
     checks = checks_of(_entry(device=4.0), figs)
     verdicts = judging.verdicts_of(figs, checks)
     faster = merge_ranks(_docs(dev_mode_1=[0.37] * N), 0.99)  # ~4.1x
-    assert judging.confirmed(verdicts, checks, faster)[judging.DEVICE_SPEEDUP] is Verdict.INCONCLUSIVE
-    assert judging.confirmed(verdicts, checks, figs)[judging.DEVICE_SPEEDUP] is Verdict.REGRESSION
+    assert judging.confirmed_by_launch(verdicts, checks, faster)[judging.DEVICE_SPEEDUP] is Verdict.INCONCLUSIVE
+    assert judging.confirmed_by_launch(verdicts, checks, figs)[judging.DEVICE_SPEEDUP] is Verdict.REGRESSION
 
 
 def test_the_recorded_device_figures_round_trip_through_the_entry_and_its_schema(tmp_path: Path):

@@ -43,7 +43,7 @@ def replayed(values: list[float], noise: float, lent: int = 0) -> tuple[list[str
             reference = cell.reference("the history")
             tolerances.append(reference.tolerance)
             # the group rule holds a run its own rounds did not fail: passed or inconclusive
-            # (``verdict.SpeedupCheck.fails_together``)
+            # (``gate.judge.grouped``)
             if high < reference.line or replay.group_failure(value, CARD, reference.tolerance):
                 verdict, counts = "regression", False
             elif low < reference.line:

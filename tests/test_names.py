@@ -45,9 +45,9 @@ SAME_MEANING = {
     "SCHEMA_VERSION": (("ampbench.baselines.schema", "ampbench.history.schema", "ampbench.results.schema"),
                        "the version of that module's format: a baseline file, the run history, a run's JSON"),
     "R": (("ampbench.results.base", "ampbench.results.run"), "a TypeVar bound to Record, for a kind of cell asked for"),
-    "Measurement": (("ampbench.bisect.measure", "ampbench.speed.measurement"),
+    "Measurement": (("ampbench.bisect.measure", "ampbench.gate.measurement"),
                     "what was measured, before it is judged: a bisect step's figures, a speed ratio's rounds"),
-    "judge": (("ampbench.memory.judging", "ampbench.speed.judging"),
+    "judge": (("ampbench.memory.judging", "ampbench.gate.judge"),
               "the verdict of measured figures against what they are judged against, with its words"),
 }
 

@@ -10,12 +10,12 @@ import pytest
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.spread import learn_spread, software_difference, spread_kinds, with_spread
 from ampbench.baselines.store import measurement_mismatch
+from ampbench.gate.writers import across_runs_of, describe_across
 from ampbench.report import parse_run
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.speed import sides
 from ampbench.speed.clocks import CLOCKS, Clock
-from ampbench.speed.judging import across_runs_of, describe_across
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.stats import SpeedupEstimate, log_sd

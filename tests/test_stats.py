@@ -162,7 +162,7 @@ def test_order_alignment_needs_an_order_per_round_and_two_of_each():
 
 def test_each_timer_of_a_pooled_estimate_keeps_its_own_order():
     # an odd first batch: the second batch starts again with the reference first
-    from ampbench.speed.judging import pooled_estimate
+    from ampbench.gate.measurement import pooled_estimate
     from ampbench.speed.timing import PairedTimer
 
     def timer(n):

@@ -1,7 +1,8 @@
-"""The run history and the baseline files work without torch: `ampbench history ...` and `ampbench
-baselines ...` run on a machine that reads and judges runs but trains nothing (a dashboard host, a CI job
-that only gates), so no module of theirs may pull torch in, through any chain of imports. Each module is
-imported in a fresh interpreter, since this one has torch loaded already."""
+"""The run history, the baseline files and the gate work without torch: `ampbench history ...` and
+`ampbench baselines ...` run on a machine that reads and judges runs but trains nothing (a dashboard host, a
+CI job that only gates), and the gate judges every timed figure, a comparison of two runs too; so no
+module of theirs may pull torch in, through any chain of imports. Each module is imported in a fresh
+interpreter, since this one has torch loaded already."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TORCH_FREE = ("history", "baselines")
+TORCH_FREE = ("history", "baselines", "gate")
 
 
 def _modules() -> list[str]:

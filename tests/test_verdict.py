@@ -6,9 +6,9 @@ from dataclasses import replace
 import pytest
 
 from ampbench.baselines.entries import RatioEntry, SpeedEntry, entry_tolerance, learned_spread
+from ampbench.gate.writers import comparable_recording, recorded_noise
 from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL
 from ampbench.speed.clocks import Clock
-from ampbench.speed.judging import comparable_recording, recorded_noise
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.sides import SpeedPolicy
 from ampbench.speed.timing import PairedTimer, RoundsPolicy

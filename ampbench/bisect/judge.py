@@ -3,11 +3,12 @@ suite's one vocabulary (``ampbench.verdict.Verdict``), and the cells' verdicts t
 answer to ``git bisect run``: good (0), bad (1) or skip (125).
 
 The level is the geometric mean of the good side's speedups, and its line lies below it by the
-tolerance: the user's floor, or the spread of the good side's own values where that is wider, since a
-step at an unchanged commit lands as far from the level as the good runs land from each other. A step's
-cell regresses where its whole interval lies below the line (``SpeedupCheck.classify``) or where the
-suite's gate says so (where it held the cell against a baseline the good side recorded); it holds where
-its interval lies wholly above the line; between, it is inconclusive.
+tolerance of the range rule (``verdict.range_rule``): the user's floor, or the spread of the good side's
+own values where that is wider. A level is judged against as every figure is, through its
+``verdict.Reference`` and the gate's judge (``gate.judge.verdict_of``): a step's cell regresses where its
+whole interval lies below the line or where the suite's gate says so (where it held the cell against a
+baseline the good side recorded); it holds where its interval lies wholly above the line; between, it is
+inconclusive.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 from ampbench.bisect.measure import Measurement, StepFigure
-from ampbench.verdict import SpeedupCheck, Verdict
+from ampbench.gate.judge import verdict_of
+from ampbench.verdict import BY_RANGE, Reference, SpeedupCheck, Verdict, range_rule
 
 GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's exit statuses
 ANSWERS = {GOOD: "good", BAD: "bad", SKIP: "skip"}
@@ -39,8 +41,13 @@ class Level:
     def line(self) -> float:
         return self.speedup * (1.0 - self.tolerance)
 
+    @property
+    def reference(self) -> Reference:
+        """What a step's figure of the cell is judged against: the level, by the range rule."""
+        return Reference(self.speedup, self.tolerance, BY_RANGE, self.source)
+
     def check(self) -> SpeedupCheck:
-        return SpeedupCheck(self.cell, "", self.speedup, self.tolerance, figure="speedup against the good side")
+        return self.reference.check(self.cell, "", figure="speedup against the good side")
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "values": list(self.values), "line": self.line}
@@ -61,9 +68,8 @@ def level_of(cell: str, figures: Sequence[StepFigure], floor: float, source: str
     if not values:
         raise ValueError(f"{cell}: no figure of the good side to set its level")
     speedup = math.exp(sum(math.log(v) for v in values) / len(values))
-    spread = (max(values) - min(values)) / speedup
     kernels = next((f.kernels for f in figures if f.kernels), None)
-    return Level(cell, speedup, min(max(floor, spread), 0.9), values, source, kernels)
+    return Level(cell, speedup, range_rule(floor, values, speedup)[0], values, source, kernels)
 
 
 def judge_cell(figure: StepFigure | None, level: Level) -> Verdict:
@@ -72,7 +78,7 @@ def judge_cell(figure: StepFigure | None, level: Level) -> Verdict:
         return Verdict.ERROR
     if figure.verdict == Verdict.REGRESSION.value:
         return Verdict.REGRESSION
-    return level.check().classify(figure.estimate())
+    return verdict_of(level.check(), figure.estimate())
 
 
 def answer(verdicts: Mapping[str, Verdict]) -> int:

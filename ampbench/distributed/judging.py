@@ -1,9 +1,10 @@
 """A distributed cell's judging: its four figures (the device-time speedup, the wall-clock speedup under
 the same parallelism, the scaling efficiency in device time and in wall clock) held against the cell's
 baseline source's ``verdict.Reference`` of each, as the single-GPU cells' are
-(``speed.ratio.ratio_check``), which of them gate the cell (--perf-gate), and the cell's message, its
-ratios as its record holds them and its device-time baseline figures. The kinds of ratio are the rows of
-``results.ratios.DISTRIBUTED_RATIOS``.
+(``speed.ratio.ratio_check``), and judged by the gate's judge (``gate.judge``: each figure's verdict, its
+confirmation, the group rule and which figures gate the cell, --perf-gate); the cell's message, and its
+ratios as its record holds them and its device-time baseline figures (``gate.writers``). The kinds of ratio
+are the rows of ``results.ratios.DISTRIBUTED_RATIOS``.
 
 Device time (the speedup, and the scaling efficiency where rank 0's 1-GPU side was replayed as a graph
 too) gates by default, the wall-clock figures are reported beside it; under --perf-gate wall or both
@@ -21,11 +22,12 @@ from typing import Any, Callable, Mapping
 from ampbench.baselines.entries import DistributedEntry, RatioEntry, entry_tolerance
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.distributed.figures import DistFigures, host_bound_verdict, per_round_min
+from ampbench.gate import judge
+from ampbench.gate.writers import judged_figures, stored_ratio
 from ampbench.results import DISTRIBUTED_RATIOS, RatioFigures
 from ampbench.results.ratio_figures import StepFigures
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, RatioKind
 from ampbench.results.schema import FP32_SIDE, MODE_SIDE
-from ampbench.settings import GATES
 from ampbench.speed.ratio import ratio_check
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Reference, SpeedupCheck, Verdict
@@ -70,18 +72,10 @@ def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str
 
 
 def gates_of(gate: str, checks: CellChecks, figs: DistFigures) -> tuple[str, ...]:
-    """The --perf-gate figures (settings.GATES) that hold the cell: the wall clock's alone where device
-    time would gate but the run measured none (gloo ranks), or its entry holds none (recorded before
-    device time) while it holds the wall-clock speedup."""
-    gates = GATES[gate]
-    unchecked = figs.device is None or (checks.device is None and checks.speedup is not None)
-    if DIST_DEVICE.gate in gates and unchecked:
-        return (DIST_WALL.gate,)
-    return gates
-
-
-def _judge(check: SpeedupCheck | None, est: SpeedupEstimate) -> Verdict:
-    return check.classify(est) if check is not None else Verdict.NO_BASELINE
+    """The --perf-gate figures that hold the cell (``gate.judge.gates``): the wall clock's alone where device
+    time would gate but the run measured none (gloo ranks), or its entry holds none (recorded before device
+    time) while it holds the wall-clock speedup."""
+    return judge.gates(gate, checks.device, checks.speedup, device_measured=figs.device is not None)
 
 
 def estimates(figs: DistFigures) -> dict[str, SpeedupEstimate]:
@@ -102,7 +96,7 @@ def leaves_host_out(name: str, figs: DistFigures) -> bool:
 def verdicts_of(figs: DistFigures, checks: CellChecks) -> dict[str, Verdict]:
     """Each measured figure's verdict; a host-bound step's drop in a figure that carries the hosts' pace
     (the wall clock, or device time from the profiler) is inconclusive."""
-    out = {name: _judge(checks.of(name), est) for name, est in estimates(figs).items()}
+    out = {name: judge.verdict_of(checks.of(name), est) for name, est in estimates(figs).items()}
     return {name: v if leaves_host_out(name, figs) else host_bound_verdict(v, figs.host_bound)
             for name, v in out.items()}
 
@@ -112,21 +106,16 @@ def gated_verdicts(verdicts: dict[str, Verdict], gates: tuple[str, ...]) -> list
     return [v for name, v in verdicts.items() if DISTRIBUTED_RATIOS[name].gate in gates]
 
 
-def confirmed(verdicts: dict[str, Verdict], checks: CellChecks, second: DistFigures) -> dict[str, Verdict]:
+def confirmed_by_launch(verdicts: dict[str, Verdict], checks: CellChecks, second: DistFigures) -> dict[str, Verdict]:
     """`verdicts` with each regression that the confirming launch's figures (`second`) do not repeat
-    made inconclusive."""
+    made inconclusive (``gate.judge.confirmed``)."""
     again = estimates(second)
-    out = dict(verdicts)
-    for name, v in verdicts.items():
-        est = again.get(name)
-        if v is Verdict.REGRESSION and (est is None or _judge(checks.of(name), est) is not Verdict.REGRESSION):
-            out[name] = Verdict.INCONCLUSIVE
-    return out
+    return {name: judge.confirmed(v, checks.of(name), again.get(name)) for name, v in verdicts.items()}
 
 
 def held_back(verdicts: dict[str, Verdict], checks: CellChecks, figs: DistFigures) -> tuple[dict[str, Verdict], str]:
     """`verdicts` with the history's group rule applied as a single-GPU cell's ratio applies it
-    (``speed.ratio.Ratio``): a figure its own launches did not fail fails where it lies below the line
+    (``gate.judge.grouped``): a figure its own launches did not fail fails where it lies below the line
     together with the runs the history held back before it (``verdict.Reference.group_failure``); and the
     reasons, for the message. A figure that carries a host-bound step's pace is left as it is."""
     out, why = dict(verdicts), []
@@ -134,17 +123,11 @@ def held_back(verdicts: dict[str, Verdict], checks: CellChecks, figs: DistFigure
         check = checks.of(name)
         if check is None or (figs.host_bound and not leaves_host_out(name, figs)):
             continue
-        text = check.fails_together(est.speedup, verdicts.get(name))
+        text = judge.grouped(check, est.speedup, verdicts.get(name))[1]
         if text:
             out[name] = Verdict.REGRESSION
             why.append(f"{DISTRIBUTED_RATIOS[name].label}: {text}")
     return out, "; ".join(why)
-
-
-def _figures(est: SpeedupEstimate, check: SpeedupCheck | None, verdict: Verdict | None, **more: Any) -> RatioFigures:
-    return RatioFigures(speedup=est.speedup, speedup_low=est.low, speedup_high=est.high, rounds=est.rounds,
-                        confidence=est.confidence, baseline_speedup=check.expected if check else None,
-                        tolerance=check.tolerance if check else None, verdict=verdict, **more)
 
 
 def _round_ms(mode: list[float], fp32: list[float], mode_step: float | None = None,
@@ -161,24 +144,26 @@ def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Ver
     device time's method and why not a graph in every run, and, where measured, its speedup with each
     round's device time per step (the least busy rank's) in milliseconds, and its scaling efficiency."""
     speed, check = figs.speedup, checks.speedup
-    ratios = {SPEEDUP: _figures(speed, check, verdicts.get(SPEEDUP), line=check.regression_line if check else None,
-                                sides=_round_ms([t * 1e3 for t in docs[0]["mode_times"]],
-                                                [t * 1e3 for t in docs[0]["ref_times"]]))}
+    ratios = {SPEEDUP: judged_figures(speed, check, verdicts.get(SPEEDUP),
+                                      line=check.regression_line if check else None,
+                                      sides=_round_ms([t * 1e3 for t in docs[0]["mode_times"]],
+                                                      [t * 1e3 for t in docs[0]["ref_times"]]))}
     if figs.efficiency is not None:
-        ratios[EFFICIENCY] = replace(_figures(figs.efficiency, checks.efficiency, None), tolerance=None)
+        ratios[EFFICIENCY] = replace(judged_figures(figs.efficiency, checks.efficiency, None), tolerance=None)
     device = RatioFigures(method=figs.device_method, fallback=figs.device_fallback)
     est, check = figs.device, checks.device
     if est is not None:
         mode_ms, ref_ms = ([t * 1e3 for t in per_round_min(docs, key)]
                            for key in ("device_mode_times", "device_ref_times"))
         step_s, step_s_ref = _device_steps(figs)
-        device = _figures(est, check, verdicts.get(DEVICE_SPEEDUP), line=check.regression_line if check else None,
-                          method=figs.device_method, fallback=figs.device_fallback,
-                          sides=_round_ms(mode_ms, ref_ms, step_s * 1e3, step_s_ref * 1e3))
+        device = judged_figures(est, check, verdicts.get(DEVICE_SPEEDUP),
+                                line=check.regression_line if check else None,
+                                method=figs.device_method, fallback=figs.device_fallback,
+                                sides=_round_ms(mode_ms, ref_ms, step_s * 1e3, step_s_ref * 1e3))
     ratios[DEVICE_SPEEDUP] = device
     if est is not None and figs.device_efficiency is not None:
-        ratios[DEVICE_EFFICIENCY] = _figures(figs.device_efficiency, checks.device_efficiency,
-                                             verdicts.get(DEVICE_EFFICIENCY), method=figs.device_method)
+        ratios[DEVICE_EFFICIENCY] = judged_figures(figs.device_efficiency, checks.device_efficiency,
+                                                   verdicts.get(DEVICE_EFFICIENCY), method=figs.device_method)
     return {name: ratios[name] for name in DISTRIBUTED_RATIOS if name in ratios}
 
 
@@ -206,20 +191,15 @@ def device_baseline_figures(figs: DistFigures, floor: float, previous: Distribut
              and measurement_mismatch(previous, measured_with or {}) is None)
     kept = previous.ratio(DIST_DEVICE).kept_spread() if alike and previous is not None else RatioEntry()
     step_s, step_s_ref = _device_steps(figs)
-    ratio = RatioEntry(speedup=est.speedup, ci_low=est.low, ci_high=est.high, rounds=est.rounds, noise=noise,
-                       tolerance=entry_tolerance(DIST_DEVICE, floor, kept, noise),
-                       method=figs.device_method, fallback=figs.device_fallback,
-                       step_ms=step_s * 1e3, step_ms_ref=step_s_ref * 1e3,
-                       **{name: getattr(kept, name) for name in RatioEntry.SPREAD})
+    ratio = stored_ratio(est, noise, entry_tolerance(DIST_DEVICE, floor, kept, noise), kept,
+                         method=figs.device_method, fallback=figs.device_fallback,
+                         step_ms=step_s * 1e3, step_ms_ref=step_s_ref * 1e3)
     out = ratio.figures(DIST_DEVICE, nulls=("fallback",))
     eff = figs.device_efficiency
     if eff is not None:
         kept_eff = previous.ratio(DEVICE_SCALING).kept_spread() if alike and previous is not None else RatioEntry()
-        out.update(RatioEntry(speedup=eff.speedup, ci_low=eff.low, ci_high=eff.high, rounds=eff.rounds,
-                              noise=eff.half_width, method=figs.device_method,
-                              tolerance=entry_tolerance(DEVICE_SCALING, floor, kept_eff, eff.half_width),
-                              **{name: getattr(kept_eff, name) for name in RatioEntry.SPREAD}
-                              ).figures(DEVICE_SCALING))
+        out.update(stored_ratio(eff, eff.half_width, entry_tolerance(DEVICE_SCALING, floor, kept_eff, eff.half_width),
+                                kept_eff, method=figs.device_method).figures(DEVICE_SCALING))
     return out
 
 

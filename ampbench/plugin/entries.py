@@ -4,7 +4,7 @@ pytest-benchmark's format (its own ``compare``, github-action-benchmark, Bencher
 - every cell's entry has a ``group``: its kind, from the test's ``benchmark`` marker (``speed``,
   ``memory``, ``convergence``, ``input pipeline``, ``distributed``, ``underflow``), and its model, added
   here at collection (``speed: resnet50``);
-- every cell's entry has the ``params`` ``model_name`` and ``mode_name`` (``CELL_PARAMS``), which a
+- every cell's entry has the ``params`` ``model_name`` and ``mode_name`` (``results.schema.CELL_PARAMS``), which a
   distributed cell's test names in one ``dist_cell`` (model, mode, comm variant), kept beside them: so
   ``pytest-benchmark compare --group-by param:mode_name`` groups every cell. The other parameters are
   their kind's own axes (a speed cell's ``compiled_cell``, a distributed cell's ``dist_cell``): grouped
@@ -34,24 +34,10 @@ import pytest
 from ampbench.plugin import acts
 from ampbench.plugin.options import follows
 from ampbench.results.run import entry_group, timed_entry
-from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY, UNTIMED_KEY
+from ampbench.results.schema import ERRORS_KEY, KIND_KEY, SCHEMA_KEY, UNTIMED_KEY, with_cell_params
 
 _KEPT = pytest.StashKey[list]()  # the entry of every cell that wrote a record, in run order
 _OWN_INFO = pytest.StashKey[dict]()  # the extra_info of a cell that times no step (no benchmark fixture)
-
-
-# the parameters every cell's entry in the run JSON names its cell by
-CELL_PARAMS = ("model_name", "mode_name")
-
-
-def with_cell_params(params: Any) -> Any:
-    """`params` of a cell's test with its ``model_name`` and ``mode_name``: a distributed cell's test
-    names them first in its ``dist_cell`` (model, mode, comm variant), which is kept; anything else as
-    it is."""
-    dist = params.get("dist_cell") if isinstance(params, dict) else None
-    if isinstance(dist, (tuple, list)) and len(dist) >= 2 and not all(k in params for k in CELL_PARAMS):
-        return {**params, "model_name": dist[0], "mode_name": dist[1]}
-    return params
 
 
 def cell_of(item: pytest.Item) -> tuple[str, str] | None:

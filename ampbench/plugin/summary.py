@@ -34,6 +34,7 @@ from ampbench.results import (
 )
 from ampbench.results.ratios import DEVICE
 from ampbench.results.run import timed_entry
+from ampbench.results.schema import with_cell_params
 from ampbench.stats import SpeedupEstimate
 
 PLUGIN_NAME = "ampbench-summary"
@@ -240,10 +241,8 @@ class SummaryPlugin:
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_benchmark_group_stats(self, config: pytest.Config, benchmarks: list[dict], group_by: str):
         """pytest-benchmark's table without the ampbench cells whose figures are no step times, every cell
-        named by its model_name and mode_name (``entries.with_cell_params``: a distributed cell's too)."""
+        named by its model_name and mode_name (``results.schema.with_cell_params``: a distributed cell's too)."""
         from pytest_benchmark.plugin import pytest_benchmark_group_stats as group_stats
-
-        from ampbench.plugin.entries import with_cell_params
 
         timed = [b for b in benchmarks if timed_entry(b)]
         for bench in timed:  # this run's (pytest-benchmark's Metadata) and those it compares with (dicts)

@@ -1,12 +1,14 @@
 """Per-test verdicts between two runs, with the statistics the suite's own tests use: the old run's
-speedup plays the baseline, the new run's interval is classified against the old run as its
-`Reference`, whose tolerance follows from the noise the old run was measured with."""
+speedup plays the baseline, and the new run's interval is judged by the gate's judge
+(``gate.judge.verdict_of``) against the old run as its `Reference`, whose tolerance follows from the noise the
+old run was measured with."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from ampbench.gate.judge import verdict_of
 from ampbench.progress import QUIET, Progress
 from ampbench.report.figure_text import fmt_number, fmt_pct, fmt_speedup, verdict_label
 from ampbench.results import (
@@ -171,7 +173,7 @@ def _interval_change(new: Record, figure: str, old_est: SpeedupEstimate | None, 
         old=fmt_speedup(old_est),
         new=fmt_speedup(new_est),
         change=check.drop(new_est),
-        verdict=check.classify(new_est),
+        verdict=verdict_of(check, new_est),
         message=check.describe(new_est),
         change_low=new_est.low / check.expected - 1.0,
         change_high=new_est.high / check.expected - 1.0,

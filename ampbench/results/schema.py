@@ -159,3 +159,17 @@ def check_order(mapping: Mapping[str, Any], names: tuple[str, ...], where: str) 
         return []
     shown = ", ".join(f"{where}.{n} {v:g}" for n, v in zip(names, values))
     return [f"{shown}: out of order; expected {' <= '.join(names)}"]
+
+
+# the parameters every cell's entry in the run JSON names its cell by
+CELL_PARAMS = ("model_name", "mode_name")
+
+
+def with_cell_params(params: Any) -> Any:
+    """`params` of a cell's test with its ``model_name`` and ``mode_name``: a distributed cell's test
+    names them first in its ``dist_cell`` (model, mode, comm variant), which is kept; anything else as
+    it is."""
+    dist = params.get("dist_cell") if isinstance(params, dict) else None
+    if isinstance(dist, (tuple, list)) and len(dist) >= 2 and not all(k in params for k in CELL_PARAMS):
+        return {**params, "model_name": dist[0], "mode_name": dist[1]}
+    return params

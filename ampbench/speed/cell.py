@@ -20,6 +20,8 @@ from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.source import ReferenceSource
 from ampbench.baselines.store import measurement_mismatch
 from ampbench.device import release
+from ampbench.gate.measurement import QueueStats
+from ampbench.gate.writers import comparable_recording, describe_across
 from ampbench.kernel_diff import kernel_changes
 from ampbench.models.spec import ModelSpec
 from ampbench.modes import PrecisionMode, label, versus_of
@@ -28,10 +30,9 @@ from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.results.schema import FP32_SIDE, MODE_SIDE
 from ampbench.results.timed import DeviceQueue, SpeedSide
 from ampbench.settings import PerfSettings
-from ampbench.speed import judging, sides
+from ampbench.speed import sides
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
 from ampbench.speed.devicetime import IDLE_WARN_SHARE, recapture_shared
-from ampbench.speed.held import QueueStats
 from ampbench.speed.hostload import host_load
 from ampbench.speed.ratio import Ratio, cell_ratios
 from ampbench.verdict import HostOverhead, Verdict, combined
@@ -105,7 +106,7 @@ def _message(verdict: Verdict, ratios: list[Ratio], baseline: SpeedEntry | None,
     message = "; ".join(r.message for r in ratios)
     across = _of(ratios, WALL).across_runs(baseline)
     if across and baseline is not None:
-        message += f"; wall across runs {judging.describe_across(across, baseline.ratio(WALL).between_run_count)}"
+        message += f"; wall across runs {describe_across(across, baseline.ratio(WALL).between_run_count)}"
     failing = _named_failures(verdict, ratios)
     if failing:
         message = f"{failing}: {message}"
@@ -251,7 +252,7 @@ def _record_baseline(store: ReferenceSource, test_id: str, software: dict, setti
                      record: SpeedRecord) -> None:
     """Queue the cell's new entry; `baseline` is still the one it replaces (record() only queues)."""
     measured_with = _measured_with(settings)
-    comparable = judging.comparable_recording(baseline, store.software(test_id), software, measured_with)
+    comparable = comparable_recording(baseline, store.software(test_id), software, measured_with)
     # the spread is kept on other software too; only the level is this recording's
     alike = baseline is not None and measurement_mismatch(baseline, measured_with) is None
     figures, mode_side = {}, record.side(MODE_SIDE)

@@ -24,10 +24,11 @@ between steps included) and adds one event pair per chunk, not one per step.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+from ampbench.gate.measurement import QueueStats
 
 # The shortest hold: a few graph launches of a short step take tens of microseconds, and a hold far
 # longer than the launches costs only its own length in wall time per block.
@@ -66,33 +67,6 @@ def spin_cycles_per_second(device: torch.device) -> float:
 def spin(device: torch.device, seconds: float) -> None:
     """Queue a kernel that keeps the current stream busy for about `seconds`."""
     torch.cuda._sleep(max(1, int(seconds * spin_cycles_per_second(device))))
-
-
-@dataclass
-class QueueStats:
-    """How a cell's device blocks were queued: what its record says of them."""
-
-    blocks: int = 0  # blocks timed
-    held: int = 0  # of which queued whole behind a hold
-    retried: int = 0  # tries that missed and were timed again
-    per_replay: int = 0  # blocks timed by events around each replay
-    hold_s: float = HOLD_FLOOR_S  # the hold's length now
-    launch_s: float = 0.0  # the longest host time one block's launches took
-    chunk: int | None = None  # the fewest replays one hold covered, where blocks were split to fit the queue
-    why: str | None = None  # why blocks fell back to events around each replay
-
-    def describe(self) -> str:
-        if self.blocks == 0:
-            return "no block timed"
-        text = f"{self.held} of {self.blocks} blocks queued whole behind a hold (up to {self.hold_s * 1e3:.1f} ms)"
-        if self.chunk is not None:
-            text += f" in held chunks of {self.chunk}+ replays (a whole block does not fit the launch queue)"
-        if self.retried:
-            text += f", {self.retried} timed again after the host fell behind"
-        text += f"; launches took up to {self.launch_s * 1e3:.1f} ms"
-        if self.per_replay:
-            text += f"; {self.per_replay} by events around each replay: {self.why}"
-        return text
 
 
 class BlockQueue:

@@ -3,7 +3,7 @@ the device-time or wall-clock speedup, a compiled cell's ratio over its versus s
 figures) says every name and rule it has, and the clock that times it (``clocks.CLOCKS``). A `Ratio` is
 built over its two sides with that clock (`between`), checked against what its baseline source gives it
 (`judge_against`: ``ratio_check``, one tolerance rule for every kind), then measured
-(``measurement.measure``) and judged (``judging.judge``) by `time`, and written (``writers``): its figures
+(``measurement.measure``) and judged (``gate.judge.judge``) by `time`, and written (``gate.writers``): its figures
 for the record and what a recording stores of it. Each stage reads what the ones before it left, and none
 knows the next.
 """
@@ -15,14 +15,15 @@ from typing import Any, Callable
 
 from ampbench import progress
 from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry
+from ampbench.gate.judge import gates, judge
+from ampbench.gate.measurement import Measurement
+from ampbench.gate.writers import across_runs_of, entry_figures, record_figures
 from ampbench.modes import PrecisionMode, label, versus_figure, versus_of
 from ampbench.results.ratio_figures import RatioFigures
 from ampbench.results.ratios import DEVICE, RECORD_AGAIN, SPEED_RATIOS, WALL, RatioKind
-from ampbench.settings import GATES
-from ampbench.speed import judging, sides
+from ampbench.speed import sides
 from ampbench.speed.clocks import CLOCKS, Clock
-from ampbench.speed.measurement import Measurement, measure, with_noise
-from ampbench.speed.writers import entry_figures, record_figures
+from ampbench.speed.measurement import measure, with_noise
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Reference, SpeedupCheck, Verdict
 
@@ -65,7 +66,7 @@ class Ratio:
         and confirmed, where it gates the cell; else its first look), then judge the measurement."""
         with progress.scope(self.kind.scope):
             self._measurement = measure(self._clock, policy, self.check, gated)
-        self.verdict, self.judgement = judging.judge(self._measurement, self.check)
+        self.verdict, self.judgement = judge(self._measurement, self.check)
         return self
 
     @property
@@ -112,19 +113,19 @@ class Ratio:
     def across_runs(self, entry: FlatEntry | None) -> SpeedupEstimate | None:
         """Its estimate widened by the between-run spread its baseline `entry` learned (None where none)."""
         spread = entry.ratio(self.kind) if entry is not None else RatioEntry()
-        return judging.across_runs_of(self.estimate, spread.between_run_sd)
+        return across_runs_of(self.estimate, spread.between_run_sd)
 
     def step_seconds(self) -> tuple[float, float]:
         """The median per-step time of the mode and of the side it is over, across its first rounds."""
         return self.measurement.first.step_seconds()
 
     def figures(self, entry: SpeedEntry | None = None) -> RatioFigures:
-        """Its figures as the cell's record holds them (``writers.record_figures``)."""
+        """Its figures as the cell's record holds them (``gate.writers.record_figures``)."""
         return record_figures(self.kind, self.measurement, self.verdict, self.check, entry)
 
     def recorded(self, previous: SpeedEntry | None, comparable: bool, measured_alike: bool,
                  policy: sides.SpeedPolicy, floor: float) -> dict[str, Any]:
-        """What a recording stores of it (``writers.entry_figures``), a second set of rounds timed first
+        """What a recording stores of it (``gate.writers.entry_figures``), a second set of rounds timed first
         where none was taken (``measurement.with_noise``)."""
         self._measurement = with_noise(self.measurement, self._clock, policy)
         return entry_figures(self.kind, self.over, self._measurement, previous, comparable, measured_alike, floor,
@@ -147,15 +148,6 @@ def _between_sides(kind: RatioKind, mode: PrecisionMode, fp32: sides.Side, side:
     return Ratio.between(kind, versus, side, figure, label(versus_mode))
 
 
-def _gates(gate: str, ratios: dict[str, Ratio]) -> tuple[str, ...]:
-    """The --perf-gate figures that hold the cell (settings.GATES): the wall clock's where device time
-    would, but the entry holds none (recorded before device time) while it holds the wall-clock speedup."""
-    gated = GATES[gate]
-    if DEVICE.gate in gated and ratios[DEVICE.name].check is None and ratios[WALL.name].check is not None:
-        return (WALL.gate,)
-    return gated
-
-
 def cell_ratios(model: str, mode: PrecisionMode, fp32: sides.Side, side: sides.Side, versus: sides.Side | None,
                 baseline: SpeedEntry | None, gate: str, policy: sides.SpeedPolicy,
                 against: Callable[[RatioKind], Reference | None] = lambda kind: None) -> list[Ratio]:
@@ -166,8 +158,8 @@ def cell_ratios(model: str, mode: PrecisionMode, fp32: sides.Side, side: sides.S
     checked = {kind.name: ratio.judge_against(model, label(mode), baseline, against(kind))
                for kind in SPEED_RATIOS.values()
                if (ratio := _between_sides(kind, mode, fp32, side, versus)) is not None}
-    gates = _gates(gate, checked)
-    return [ratio.time(policy, ratio.kind.gate in gates) for ratio in checked.values()]
+    gated = gates(gate, checked[DEVICE.name].check, checked[WALL.name].check)
+    return [ratio.time(policy, ratio.kind.gate in gated) for ratio in checked.values()]
 
 
 def ratio_check(kind: RatioKind, model: str, mode: str, entry: FlatEntry | None, reference: Reference | None, *,

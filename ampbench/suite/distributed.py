@@ -151,7 +151,7 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     confirmation = None
     if Verdict.REGRESSION in judging.gated_verdicts(verdicts, gates):
         confirmation = _confirmation(request, settings, nproc, dist_cell, fail, what, confidence)
-        verdicts = judging.confirmed(verdicts, checks, confirmation)
+        verdicts = judging.confirmed_by_launch(verdicts, checks, confirmation)
     verdicts, together = judging.held_back(verdicts, checks, figs)
     verdict = combined(judging.gated_verdicts(verdicts, gates))
     message = judging.cell_message(what, figs, checks, verdicts, confirmation, gpu=perf_device.type == "cuda",

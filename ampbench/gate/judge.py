@@ -1,0 +1,78 @@
+"""The judge every timed figure passes through: a speed cell's ratios, a distributed cell's figures, a
+bisect step's cells and two runs compared (``ampbench compare``) alike.
+
+A figure's verdict is its check's (``verdict.SpeedupCheck``, built from its ``verdict.Reference``) of its
+estimate, taken at a look of the sequential test where one stopped its rounds (`verdict_of`). A
+regression stands only where a second, independent set of rounds, looked at alike, finds it too
+(`confirmed`); a figure its own rounds did not fail fails all the same where it lies below the line together
+with the runs its history held back before it (`grouped`). `gates` says which figures of the table of
+ratios (``results.ratios``) gate their cell. `judge` is all of it for one measured ratio, with its words.
+"""
+
+from __future__ import annotations
+
+from ampbench.gate.looks import Look, verdict_at
+from ampbench.gate.measurement import Measurement
+from ampbench.results.ratios import DEVICE, WALL
+from ampbench.settings import GATES
+from ampbench.stats import SpeedupEstimate
+from ampbench.verdict import SpeedupCheck, Verdict
+
+NO_BASELINE = "no baseline for this GPU"
+
+
+def verdict_of(check: SpeedupCheck | None, est: SpeedupEstimate, look: Look | None = None) -> Verdict:
+    """`check`'s verdict of `est` (None: nothing to judge it against), an estimate taken at `look` (None:
+    over all of its rounds, a fixed-size interval)."""
+    return verdict_at(check, est, look) if check is not None else Verdict.NO_BASELINE
+
+
+def confirmed(verdict: Verdict, check: SpeedupCheck | None, confirmation: SpeedupEstimate | None,
+              look: Look | None = None) -> Verdict:
+    """`verdict` once a confirming set of rounds was taken: a regression that the confirmation (taken at
+    `look`; None: the confirming rounds gave no such figure) does not repeat is inconclusive."""
+    if verdict is Verdict.REGRESSION and (
+            confirmation is None or verdict_of(check, confirmation, look) is not Verdict.REGRESSION):
+        return Verdict.INCONCLUSIVE  # two sets of rounds disagree: not confirmed
+    return verdict
+
+
+def grouped(check: SpeedupCheck, speedup: float, verdict: Verdict | None) -> tuple[Verdict | None, str]:
+    """`verdict`, or a regression where a run whose own rounds did not fail lies, at `speedup`, below the
+    line together with the runs its history held back before it, and why ("" where it does not, or where no
+    history gives the rule): the one place the group rule meets a verdict."""
+    rule = check.held_back
+    if rule is None or verdict is Verdict.REGRESSION:
+        return verdict, ""
+    why = rule(speedup, check.tolerance)
+    return (Verdict.REGRESSION, why) if why else (verdict, "")
+
+
+def gates(gate: str, device: SpeedupCheck | None, wall: SpeedupCheck | None,
+          device_measured: bool = True) -> tuple[str, ...]:
+    """The --perf-gate figures (settings.GATES) that gate a cell, from the checks of its device-time and
+    wall-clock figures: the wall clock's alone where device time would gate but the run measured none
+    (gloo ranks on the CPU), or its baseline entry holds none (recorded before device time) while it
+    holds the wall-clock speedup."""
+    gated = GATES[gate]
+    if DEVICE.gate in gated and (not device_measured or (device is None and wall is not None)):
+        return (WALL.gate,)
+    return gated
+
+
+def judge(measured: Measurement, check: SpeedupCheck | None) -> tuple[Verdict, str]:
+    """The verdict of a measured ratio against `check` (None: there is nothing to judge it against), and its
+    judgement: how it compares, in words. A regression stands only where the confirming rounds agree
+    (`confirmed`); a gated ratio its own rounds pass fails where the group rule says so (`grouped`)."""
+    est = measured.estimate
+    if check is None:
+        return Verdict.NO_BASELINE, f"speedup {est}; {NO_BASELINE}"
+    verdict, confirmation = verdict_at(check, est, measured.look), measured.confirmation
+    if confirmation is not None:
+        verdict = confirmed(verdict, check, confirmation, measured.confirmation_look)
+    judgement = check.describe(est) + (f"; confirming batch {confirmation}" if confirmation else "")
+    if measured.gated:
+        why = grouped(check, est.speedup, verdict)[1]
+        if why:
+            verdict, judgement = Verdict.REGRESSION, f"{judgement}; {why}"
+    return verdict, judgement
