@@ -112,6 +112,12 @@ MODES: dict[str, PrecisionMode] = {
 REFERENCE_MODE = "fp32"
 
 
+def order_modes(modes: Iterable[str]) -> list[str]:
+    """`modes` in the mode table's order; modes it lacks (a newer writer's) follow in the order met."""
+    seen = list(dict.fromkeys(modes))
+    return [m for m in MODES if m in seen] + [m for m in seen if m not in MODES]
+
+
 def compiled(mode: PrecisionMode, compile: bool = True) -> PrecisionMode:
     """The same row with torch.compile on (or off): the mode as a compiled cell trains it."""
     return dataclasses.replace(mode, compile=compile)

@@ -9,7 +9,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ampbench.modes import MODES, versus_of
 
@@ -173,6 +173,22 @@ def names_validator(valid: Callable[[], list[str]], what: str) -> Callable[[str]
         return names
 
     return parse
+
+
+_T = TypeVar("_T")
+
+
+def value_error_type(parse: Callable[[str], _T]) -> Callable[[str], _T]:
+    """A type= function that runs `parse` and makes its ValueError the option's error, in its own words:
+    argparse would say only "invalid value" of a ValueError."""
+
+    def checked(value: str) -> _T:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return checked
 
 
 def number_validator(kind: type, low: float, high: float | None = None, *,

@@ -13,8 +13,17 @@ from ampbench.baselines.show import render_file
 from ampbench.baselines.spread import learn_spread, with_spread
 from ampbench.baselines.store import BaselineError, latest_entries, load_document
 from ampbench.cli import record as record_cli
+from ampbench.cli.common_args import (
+    add_baseline_dir,
+    add_baseline_file,
+    add_dry_run,
+    add_gpu,
+    add_history,
+    add_output,
+    add_runs,
+)
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
-from ampbench.cli.history import history_store, with_store
+from ampbench.cli.history import history_store
 from ampbench.files.paths import BASELINE_DIR
 from ampbench.files.write import described, same_file, write_atomic, write_text_atomic
 from ampbench.history.connect import HistoryError
@@ -39,15 +48,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "alarm). Cells with an injected slowdown and the run that recorded the baseline do not count. "
                     "The file is rewritten atomically; other figures and entries are kept.",
     )
-    spr.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to add the spread to")
-    spr.add_argument("runs", type=Path, nargs="+", metavar="RUN.json",
-                     help="benchmark JSON of independent runs of the suite on that GPU, unchanged software")
+    add_baseline_file(spr, "the baseline file to add the spread to")
+    add_runs(spr, "benchmark JSON of independent runs of the suite on that GPU, unchanged software")
     spr.add_argument("--add", action="store_true",
                      help="add these runs to the spread each entry already holds (its count, centre and sd, which "
                           "pool exactly with new values) instead of learning it from these runs alone: for runs made "
                           "since, when the earlier runs' JSON is gone. A run the entry lists as counted is not "
                           "counted again (default: off)")
-    spr.add_argument("--dry-run", action="store_true", help="print what would be stored, write nothing")
+    add_dry_run(spr, "print what would be stored, write nothing")
     spr.set_defaults(handler=spread)
 
     bas = sub.add_parser("baselines", help="the per-GPU baseline files (baselines/<gpu-slug>.json): show, merge, "
@@ -61,10 +69,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "per kind of test (speed, memory, convergence) with one row per model and precision mode. "
                     "A figure an entry lacks shows as '-'. The pages under docs/results/ are made with this.",
     )
-    shw.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to render")
+    add_baseline_file(shw, "the baseline file to render")
     shw.add_argument("--format", choices=("md",), default="md", help="output format (default: md)")
-    shw.add_argument("-o", "--output", type=Path, metavar="FILE", default=None,
-                     help="write to FILE (atomically) instead of standard output")
+    add_output(shw, "FILE", "write to FILE (atomically) instead of standard output")
     shw.set_defaults(handler=show)
     mrg = bas_sub.add_parser(
         "merge", help="merge baseline files of one GPU, recorded by separate runs, test by test",
@@ -75,12 +82,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "file must be of the same GPU. BASELINE.json is rewritten atomically; it is created where it "
                     "does not exist yet.",
     )
-    mrg.add_argument("baseline", type=Path, metavar="BASELINE.json", help="the baseline file to merge into")
+    add_baseline_file(mrg, "the baseline file to merge into")
     mrg.add_argument("recorded", type=Path, nargs="+", metavar="RECORDED.json",
                      help="baseline files written by --perf-update-baselines on other runs")
-    mrg.add_argument("--dry-run", action="store_true", help="print what would be merged, write nothing")
+    add_dry_run(mrg, "print what would be merged, write nothing")
     mrg.set_defaults(handler=merge)
-    exp = with_store(bas_sub.add_parser(
+    exp = add_history(bas_sub.add_parser(
         "export", help="write a GPU's baseline files from the run history",
         description="Write DIR/<gpu-slug>.json from the history: each speed cell with counted runs gets the level "
                     "of its runs since its last accepted change and the between-run spread of all of them, pooled "
@@ -88,10 +95,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "distributed cells go the same way into DIR/<gpu-slug>-x<N>.json, one per GPU count the "
                     "history holds. The files stay what CI without a history reads and what a review sees.",
         epilog="Exit status: 0 written, 2 the store, an unknown GPU or a file that cannot be written."))
-    exp.add_argument("--gpu", metavar="NAME", default=None,
-                     help="the GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: the history's only one)")
-    exp.add_argument("--baseline-dir", type=Path, metavar="DIR", default=BASELINE_DIR,
-                     help=f"folder of the baseline files (default: {BASELINE_DIR})")
+    add_gpu(exp, "the GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: the history's only one)")
+    add_baseline_dir(exp, f"folder of the baseline files (default: {BASELINE_DIR})")
     exp.add_argument("--kernels-only", action="store_true",
                      help="change nothing but the entries' kernel lists: each takes its latest counted run's, where "
                           "that run ran the software the entry names (default: the whole entry from the history)")

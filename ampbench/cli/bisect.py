@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+from ampbench.cli.common_args import add_gpu
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.cli.values import fraction, whole_number
 from ampbench.settings import DEFAULT_TOLERANCE
@@ -77,7 +78,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--history", metavar="URL", default=None,
                    help="take each cell's level from this run history (read only) instead of measuring the good "
                         "side: its latest counted runs on --gpu")
-    p.add_argument("--gpu", metavar="NAME", default=None, help="with --history: the GPU model (default: its only one)")
+    add_gpu(p, "with --history: the GPU model (default: its only one)")
     p.add_argument("--suite-baseline", action="store_true",
                    help="on a GPU, record the good side's baseline into a temporary folder and let the suite's gate "
                         "judge each step against it as well; its tolerance is at least 3%% until a spread is learned, "

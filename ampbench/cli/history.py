@@ -9,14 +9,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ampbench.cli.common_args import add_baseline_dir, add_gpu, add_history, add_runs
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.cli.values import whole_number
 from ampbench.files import paths
-from ampbench.history.connect import store_url
 from ampbench.history.ingest import FIGURES
 from ampbench.printable import one_line, plural, printable
 from ampbench.results import MemoryRecord
 from ampbench.results.ratios import DEVICE, history_figures
+from ampbench.settings import value_error_type
 
 if TYPE_CHECKING:  # SQLAlchemy only where a command opens a history
     from ampbench.history.store import History
@@ -37,10 +38,7 @@ _limit = whole_number(1, MAX_LIMIT)
 
 
 def _reason(value: str) -> str:
-    try:
-        return one_line(value, MAX_REASON)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return one_line(value, MAX_REASON)
 
 
 def _folder(value: str) -> Path:
@@ -51,13 +49,6 @@ def _folder(value: str) -> Path:
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"{value}: not a folder")
     return path
-
-
-def with_store(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    p.add_argument("--history", type=store_url, default=str(paths.HISTORY), metavar="URL",
-                   help="the history: an SQLite file (a path or sqlite:///PATH) or postgresql://USER:PASSWORD@HOST/DB "
-                        f"(default: {paths.HISTORY}, where a `pytest perf/` run on a GPU from this folder appends)")
-    return p
 
 
 def history_store(args: argparse.Namespace, *, create: bool, read_only: bool) -> History:
@@ -78,26 +69,25 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                                      "explain what it decided of a cell, list its changes, accept a moved cell's new "
                                      "level.")
     actions = his.add_subparsers(dest="history_command", required=True, metavar="ACTION")
-    imp = with_store(actions.add_parser(
+    imp = add_history(actions.add_parser(
         "import", help="append saved runs (pytest --benchmark-json files) to the history",
         description="Append each RUN.json to the history, each in one transaction. A run already there (the "
                     "run the plugin appended, or a file imported before) is left as it is; a file that is not a "
                     "usable run is reported and nothing of it is written, the others are imported.",
         epilog="Exit status: 0 every file imported or already there, 2 a file unusable or the store."))
-    imp.add_argument("runs", type=Path, nargs="+", metavar="RUN.json", help="benchmark JSON of saved runs")
+    add_runs(imp, "benchmark JSON of saved runs")
     imp.set_defaults(handler=_import)
-    runs = with_store(actions.add_parser(
+    runs = add_history(actions.add_parser(
         "runs", help="list the history's runs, newest first",
         description="List the runs in the history, newest first: id, time (UTC), GPU, cells, failing cells, "
                     "cells held back as suspect (device time: below their level by more than noise says, not "
                     "learned from until later runs clear them or the change is accepted), label, suite revision "
                     "and where each came from."))
-    runs.add_argument("--gpu", metavar="NAME", default=None,
-                      help="only runs on this GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: every GPU)")
+    add_gpu(runs, "only runs on this GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: every GPU)")
     runs.add_argument("--limit", type=_limit, metavar="N", default=DEFAULT_LIMIT,
                       help=f"at most N runs (default: {DEFAULT_LIMIT})")
     runs.set_defaults(handler=_runs)
-    acc = with_store(actions.add_parser(
+    acc = add_history(actions.add_parser(
         "accept", help="accept a moved cell's new level from a run on",
         description="Record that a cell's new level, from RUN_ID on, is intended (an upgrade, a deliberate "
                     "change): its reference level restarts at that run, its learned noise is kept. Without "
@@ -106,25 +96,23 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     acc.add_argument("run_id", metavar="RUN_ID", help="the run the new level starts from (`ampbench history runs`)")
     acc.add_argument("--cell", metavar="TEST_ID", default=None,
                      help="the cell, e.g. 'test_speed[resnet50-amp_bf16]' (default: every cell of the run)")
-    acc.add_argument("--reason", metavar="TEXT", required=True, type=_reason,
+    acc.add_argument("--reason", metavar="TEXT", required=True, type=value_error_type(_reason),
                      help=f"why the new level is intended: one line of at most {MAX_REASON} characters")
     acc.set_defaults(handler=_accept)
-    exp = with_store(actions.add_parser(
+    exp = add_history(actions.add_parser(
         "explain", help="what the history decided of one cell, with its numbers",
         description="List every run of a cell's series as the gate replays it (counted, held back as suspect, "
                     "failed, and why), its level segments, the noise within and between cards, each card's "
                     "level and tolerance (and a new card's), and the changes found.",
         epilog="Exit status: 0 explained, 2 an unknown cell or GPU, or the store."))
     exp.add_argument("test_id", metavar="TEST_ID", help="the cell, e.g. 'test_speed[gpt-amp_fp16]'")
-    exp.add_argument("--gpu", metavar="NAME", default=None,
-                     help="the GPU model (or N of one) of its series (default: the only one it has runs on)")
+    add_gpu(exp, "the GPU model (or N of one) of its series (default: the only one it has runs on)")
     exp.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=figures(),
                      help=f"the figure whose series is explained (default: {DEVICE.history})")
-    exp.add_argument("--baseline-dir", metavar="DIR", type=_folder, default=None,
-                     help="where the baseline file whose spread the gate pools in lives (default: "
-                          f"{paths.BASELINE_DIR}/, where there is one)")
+    add_baseline_dir(exp, "where the baseline file whose spread the gate pools in lives (default: "
+                          f"{paths.BASELINE_DIR}/, where there is one)", default=None, type=_folder)
     exp.set_defaults(handler=_explain)
-    chg = with_store(actions.add_parser(
+    chg = add_history(actions.add_parser(
         "changes", help="list where each cell's figures moved to another level, and across what",
         description="Find the change points in each cell's series (ruptures' PELT, its penalty fitted to the "
                     "cell's noise) and list each with the runs around it, what differs between them (label, "
@@ -132,7 +120,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                     "time moved most between the two segments.",
         epilog="Exit status: 0 listed (with or without changes), 2 a cell the history holds no series of, or the "
                "store."))
-    chg.add_argument("--gpu", metavar="NAME", default=None, help="only this GPU model (default: every one)")
+    add_gpu(chg, "only this GPU model (default: every one)")
     chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
     chg.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=("all", *figures()),
                      help=f"the figure whose series are looked at, or all (default: {DEVICE.history})")

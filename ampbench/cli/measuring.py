@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ampbench.cli.common_args import add_device
 from ampbench.cli.values import relative, whole_number
 
 _count = whole_number(1, 100)
@@ -36,8 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     fid.add_argument("cells", nargs="*", metavar="MODEL:MODE",
                      help="cells to check (default: resnet50 and gpt, each in amp_bf16 and amp_fp16)")
-    fid.add_argument("--device", default="auto", metavar="DEVICE",
-                     help="auto, cpu, cuda or cuda:N (default: auto, CUDA where torch sees it)")
+    add_device(fid)
     fid.add_argument("--repeats", type=_count, default=2, metavar="N",
                      help="measurements of each side per cell, alternating; the medians are compared (default: 2)")
     fid.add_argument("--target", type=relative, default=0.03, metavar="FRACTION",
@@ -67,8 +67,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="model widths to measure (default: llama 1024,1536,2048,3072,4096; gpt 768,1536,2304)")
     fw.add_argument("--mode", default="fp8_tensorwise", choices=("fp8_tensorwise", "fp8_rowwise"),
                     metavar="MODE", help="fp8_tensorwise or fp8_rowwise (default: fp8_tensorwise)")
-    fw.add_argument("--device", default="auto", metavar="DEVICE",
-                    help="auto, cpu, cuda or cuda:N (default: auto, CUDA where torch sees it)")
+    add_device(fw)
     fw.add_argument("--json", type=Path, default=None, metavar="PATH",
                     help="also write every width's figures and the crossover to PATH (default: none)")
     fw.set_defaults(handler=_fp8_width)

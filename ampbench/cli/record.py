@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ampbench.children import STOPPED, Signals, Stopped, run_owned
+from ampbench.cli.common_args import add_baseline_dir
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.cli.values import whole_number
 from ampbench.files import paths
@@ -69,8 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"runs to learn from, 3 to 100 (default: {DEFAULT_RUNS})")
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR, metavar="DIR",
                    help=f"the recording's folder: its history, each run's JSON and log (default: {DEFAULT_DIR})")
-    p.add_argument("--baseline-dir", type=Path, default=paths.BASELINE_DIR, metavar="DIR",
-                   help=f"where the file is written (default: {paths.BASELINE_DIR})")
+    add_baseline_dir(p, f"where the file is written (default: {paths.BASELINE_DIR})")
     p.add_argument("--tests", default=DEFAULT_TESTS, metavar="PATH",
                    help=f"the pytest target of each run (default: {DEFAULT_TESTS})")
     p.add_argument("--include-other-runs", action="store_true",

@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+from ampbench.cli.common_args import add_gpu, add_history, add_output, add_runs
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.cli.history import history_store
 from ampbench.cli.values import relative
 from ampbench.files.write import append_text, same_file
-from ampbench.history.connect import store_url
 from ampbench.printable import plural, printable
 from ampbench.progress import Progress
 from ampbench.report import Run, build_report, failed_tests, load_run, render_comparison_markdown, write_report
@@ -56,20 +56,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "The report is written to a temporary folder and moved into place at the end, so a failure leaves "
                     "no partial report.",
     )
-    rep.add_argument("run", type=Path, metavar="RUN.json", help="benchmark JSON of the run to report on")
+    add_runs(rep, "benchmark JSON of the run to report on", dest="run", nargs=None)
     rep.add_argument("--compare", type=Path, metavar="OLD.json", default=None,
                      help="an older run of the same suite to compare with (e.g. the last run on main)")
-    rep.add_argument("-o", "--output", type=Path, metavar="DIR", default=Path("report"),
-                     help="folder for the report; an earlier report there is replaced, a folder holding anything "
-                          "the report did not write is refused (default: report)")
+    add_output(rep, "DIR", "folder for the report; an earlier report there is replaced, a folder holding anything "
+                           "the report did not write is refused (default: report)", default=Path("report"))
     rep.add_argument("--junit", type=Path, metavar="JUNIT.xml", default=None,
                      help="pytest's --junitxml file of the same run: its failed tests are listed at the top")
-    rep.add_argument("--history", type=store_url, metavar="URL", default=None,
-                     help="a run history (an SQLite file, sqlite:///PATH or postgresql://...): add a trend chart of "
-                          "each speed cell's device-time speedup over its runs and the tolerance learned "
-                          "(default: none, no trends)")
-    rep.add_argument("--gpu", metavar="NAME", default=None,
-                     help="with --history: the GPU model whose runs are drawn (default: the run's own)")
+    add_history(rep, "a run history (an SQLite file, sqlite:///PATH or postgresql://...): add a trend chart of each "
+                     "speed cell's device-time speedup over its runs and the tolerance learned (default: none, no "
+                     "trends)", default=None)
+    add_gpu(rep, "with --history: the GPU model whose runs are drawn (default: the run's own)")
     rep.add_argument("--fail-on-regression", action="store_true",
                      help="exit with status 1 when a verdict fails (a regression, non-finite training, an fp32 "
                           "reference "

@@ -36,7 +36,8 @@ import ampbench
 from ampbench.files import paths
 from ampbench.files.write import write_atomic
 from ampbench.plugin import acts
-from ampbench.plugin.options import follows
+from ampbench.plugin.options import GROUP, follows
+from ampbench.settings import value_error_type
 
 if TYPE_CHECKING:  # SQLAlchemy is imported where a history is opened: a run without ampbench's cells opens none
     from ampbench.history.store import History
@@ -80,17 +81,17 @@ def history_option(value: str) -> str:
     return store_url(value)
 
 
-def label_option(value: str) -> str:
+def _label(value: str) -> str:
     from ampbench.printable import one_line
 
-    try:
-        return one_line(value, MAX_LABEL)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return one_line(value, MAX_LABEL)
+
+
+label_option = value_error_type(_label)  # --perf-label's type: one line (``printable.one_line``)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("perf", "ampbench: mixed-precision training performance")
+    group = parser.getgroup(*GROUP)
     group.addoption("--perf-history", metavar="URL|off", default=None, type=history_option,
                     help="the run history each run is appended to: an SQLite file (a path or sqlite:///PATH), "
                          "postgresql://USER:PASSWORD@HOST/DB for a fleet of runners, or off; a store that cannot be "

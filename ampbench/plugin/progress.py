@@ -12,13 +12,14 @@ import pytest
 
 from ampbench import progress
 from ampbench.plugin import acts
+from ampbench.plugin.options import GROUP
 
 CHOICES = ("auto", "on", "off")
 _BEFORE = pytest.StashKey["progress.Line | None"]()  # the display this pytest run replaced
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("perf", "ampbench: mixed-precision training performance")
+    group = parser.getgroup(*GROUP)
     group.addoption("--perf-progress", metavar="AUTO|ON|OFF", default="auto", type=str.lower, choices=CHOICES,
                     help="a line of progress while a cell measures (its rounds, a memory search's steps): auto "
                          "draws it where the output is a terminal, without -q, -s or $CI (default: auto)")

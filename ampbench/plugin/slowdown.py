@@ -40,7 +40,6 @@ documents are where that cell's record takes its tag.
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import pytest
@@ -50,7 +49,9 @@ from ampbench.distributed.launch import WORKER_PLUGINS_ENV, worker_plugins
 from ampbench.modes import MODES, REFERENCE_MODE
 from ampbench.plugin import summary
 from ampbench.plugin.entries import cell_of, item_entry
+from ampbench.plugin.options import GROUP
 from ampbench.plugin.slowed_steps import EMULATE, EMULATED, ENV, UNTAGGED_ENV, Cell, Slowdown, parse
+from ampbench.settings import value_error_type
 
 SLOWDOWN = pytest.StashKey[Slowdown]()
 # the environment pytest_configure set for worker processes, undone at unconfigure
@@ -89,16 +90,9 @@ def worker_configure() -> Slowdown | None:
     return slowdown
 
 
-def _spec_type(value: str) -> dict[Cell, float | str]:
-    try:
-        return parse(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("perf", "ampbench: mixed-precision training performance")
-    group.addoption("--perf-slowdown", metavar="MODEL:MODE:FRACTION[,...]", default=None, type=_spec_type,
+    group = parser.getgroup(*GROUP)
+    group.addoption("--perf-slowdown", metavar="MODEL:MODE:FRACTION[,...]", default=None, type=value_error_type(parse),
                     help="extra work worth FRACTION of each training step added to MODEL's MODE, or, with "
                          f"{EMULATE} in place of FRACTION, an fp8 MODE's matmuls in torchao's emulation, to show "
                          f"the speed gate catches a slowdown (default: ${ENV}, else none)")

@@ -15,8 +15,8 @@ from ampbench.files.write import write_error
 from ampbench.progress import QUIET, Progress
 from ampbench.report.charts import comparison_chart, run_charts
 from ampbench.report.html import render_html
-from ampbench.report.junit import Run
 from ampbench.report.markdown import render_markdown
+from ampbench.results import Run
 
 if TYPE_CHECKING:  # compare imports the run reader; rendering only needs its types
     from ampbench.report.compare import Comparison

@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ampbench.report.junit import Run, order_modes
+from ampbench.modes import order_modes
 from ampbench.report.speed_cells import METHOD_LABELS, has_figure, used_methods
-from ampbench.results import MODE_SIDE, MemoryRecord, RatioKind, Record, SpeedRecord
+from ampbench.results import MODE_SIDE, MemoryRecord, RatioKind, Record, Run, SpeedRecord
 from ampbench.results.ratios import DEVICE, WALL
 from ampbench.results.run import mode_of, model_of
 from ampbench.verdict import VERDICT_ORDER, Verdict

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ampbench.export.figures import gating_speedups
+from ampbench.modes import order_modes
 from ampbench.report.figure_text import (
     DASH,
     fmt_accuracy,
@@ -18,7 +19,6 @@ from ampbench.report.figure_text import (
     fmt_speedup,
     verdict_label,
 )
-from ampbench.report.junit import Run, order_modes
 from ampbench.results import (
     FP32_SIDE,
     MODE_SIDE,
@@ -27,6 +27,7 @@ from ampbench.results import (
     ConvergenceRecord,
     MemoryRecord,
     Record,
+    Run,
     SpeedRecord,
 )
 from ampbench.results.ratios import WALL

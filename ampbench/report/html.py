@@ -17,7 +17,6 @@ from ampbench.report.format import (
     model_rows,
     verdict_counts,
 )
-from ampbench.report.junit import Run
 from ampbench.report.needs_look import Flagged, needs_a_look
 from ampbench.report.speed_cells import (
     METHOD_LABELS,
@@ -31,7 +30,7 @@ from ampbench.report.speed_cells import (
     used_methods,
     versus_matrices,
 )
-from ampbench.results import MODE_SIDE, ConvergenceRecord, MemoryRecord, RatioKind, SpeedRecord
+from ampbench.results import MODE_SIDE, ConvergenceRecord, MemoryRecord, RatioKind, Run, SpeedRecord
 from ampbench.results.ratios import DEVICE, WALL
 from ampbench.results.run import mode_of, model_of
 from ampbench.verdict import Verdict

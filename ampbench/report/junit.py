@@ -1,5 +1,5 @@
-"""What a report is made from: a run as ``ampbench.results`` reads it, and the failed tests of the same
-run's JUnit XML. Nothing here imports torch or pytest."""
+"""The failed tests of a run's JUnit XML (``pytest --junitxml FILE``), which a report lists at its top.
+Nothing here imports torch or pytest."""
 
 from __future__ import annotations
 
@@ -7,11 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from ampbench.files.read import UnreadableFile, read_text
-from ampbench.report.figure_text import DASH
-from ampbench.results import Run, RunError, order_modes
-
-__all__ = ["DASH", "Run", "RunError", "failed_tests", "order_modes"]
-
+from ampbench.results import RunError
 
 
 def failed_tests(junit: Path | str) -> list[tuple[str, str]]:

@@ -15,7 +15,6 @@ from ampbench.report.format import (
     model_rows,
     verdict_counts,
 )
-from ampbench.report.junit import Run
 from ampbench.report.md_text import md_code, md_text
 from ampbench.report.needs_look import needs_a_look
 from ampbench.report.speed_cells import (
@@ -27,7 +26,7 @@ from ampbench.report.speed_cells import (
     over_fp32,
     versus_matrices,
 )
-from ampbench.results import MODE_SIDE, RatioKind
+from ampbench.results import MODE_SIDE, RatioKind, Run
 from ampbench.results.ratios import DEVICE, WALL
 from ampbench.verdict import Verdict
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from ampbench.report.junit import Run
 from ampbench.report.md_text import md_code, md_text
-from ampbench.results import SpeedRecord
+from ampbench.results import Run, SpeedRecord
 from ampbench.results.ratios import DEVICE
 from ampbench.verdict import Verdict
 

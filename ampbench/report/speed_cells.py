@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ampbench.modes import MODES, compiled, label
+from ampbench.modes import MODES, compiled, label, order_modes
 from ampbench.report.format import VERDICT_ORDER
-from ampbench.report.junit import Run, order_modes
-from ampbench.results import MODE_SIDE, REFERENCE_MODE, SPEED_RATIOS, RatioKind, SpeedRecord
+from ampbench.results import MODE_SIDE, REFERENCE_MODE, SPEED_RATIOS, RatioKind, Run, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS
 from ampbench.results.run import mode_of, model_of
 from ampbench.stats import SpeedupEstimate

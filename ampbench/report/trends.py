@@ -20,9 +20,8 @@ from ampbench.history.report_changes import SOFTWARE_ORDER
 from ampbench.history.series import Series
 from ampbench.history.statuses import ACCEPTED, COUNTED, EXCLUDED, FAILED, SUSPECT
 from ampbench.report.charts import Chart, _png, _pyplot
-from ampbench.report.junit import Run
 from ampbench.report.md_text import md_code, md_text
-from ampbench.results import SpeedRecord
+from ampbench.results import Run, SpeedRecord
 from ampbench.results.ratios import DEVICE
 
 if TYPE_CHECKING:  # the store needs SQLAlchemy; a report without --history never imports it

@@ -12,7 +12,7 @@ record machinery), `ratios` (the table of the kinds of ratio a timed cell holds,
 each), `timed` and `cells` (the records per kind), `run` (the reader).
 """
 
-from ampbench.modes import REFERENCE_MODE
+from ampbench.modes import REFERENCE_MODE, order_modes
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
 from ampbench.results.clusters import (
@@ -26,7 +26,7 @@ from ampbench.results.clusters import (
 )
 from ampbench.results.ratio_figures import RatioFigures, StepFigures
 from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
-from ampbench.results.run import KINDS, RECORD_TYPES, Run, RunError, load_run, order_modes, parse_run, record_type
+from ampbench.results.run import KINDS, RECORD_TYPES, Run, RunError, load_run, parse_run, record_type
 from ampbench.results.schema import FP32_SIDE, MODE_SIDE, READABLE_SCHEMAS, SCHEMA_VERSION, SIDES_KEY, VERSUS_SIDE
 from ampbench.results.timed import DeviceQueue, DistributedRecord, DistributedSide, SpeedRecord, SpeedSide, TimedRecord
 from ampbench.verdict import VERDICT_ORDER, Verdict

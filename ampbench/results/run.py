@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from ampbench.files.read import DuplicateKey, OverlongInteger, UnreadableFile, parse_json, read_text
-from ampbench.modes import MODES
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
 from ampbench.results.schema import (
@@ -148,12 +147,6 @@ class Run:
         if self.datetime:
             pairs.append(("run", self.datetime[:19].replace("T", " ")))
         return [(k, str(v)) for k, v in pairs if v not in (None, "")]
-
-
-def order_modes(modes: Iterable[str]) -> list[str]:
-    """`modes` in the mode table's order; modes it lacks (a newer writer's) follow in the order met."""
-    seen = list(dict.fromkeys(modes))
-    return [m for m in MODES if m in seen] + [m for m in seen if m not in MODES]
 
 
 def model_of(cell: Record) -> str:
