@@ -6,8 +6,8 @@ recording measured what its entry did (`comparable_recording`), and the noise a 
 from __future__ import annotations
 
 from ampbench.baselines.entries import SpeedEntry
+from ampbench.baselines.file import measurement_mismatch
 from ampbench.baselines.spread import software_difference
-from ampbench.baselines.store import measurement_mismatch
 from ampbench.speed.measurement import Measurement, Rounds
 from ampbench.speed.sequential import verdict_at
 from ampbench.stats import SpeedupEstimate, across_runs, estimate_speedup, finite_number, relative_spread
@@ -78,6 +78,6 @@ def recorded_noise(first: SpeedupEstimate, second: SpeedupEstimate, previous: fl
 
 
 def pooled_estimate(a: Rounds, b: Rounds, confidence: float) -> SpeedupEstimate:
-    """Two sets of rounds as one, each in its own order (a set that starts over starts with its reference)."""
+    """Two sets of rounds as one, each in its own order (a set that starts over starts with the side it is over)."""
     return estimate_speedup([*a.ref_times, *b.ref_times], [*a.mode_times, *b.mode_times], confidence,
                             ref_first=a.ref_first + b.ref_first)
