@@ -4,7 +4,7 @@ Everything that differs between modes lives in a ``PrecisionMode`` row; the trai
 (``ampbench.train``) reads the row and never branches on a mode's name.
 
 The table imports no torch: a report or a comparison, made where only the JSON is, takes the modes'
-order and the reference from it. Rows name their dtypes; torch resolves them on first use.
+order and the fp32 side from it. Rows name their dtypes; torch resolves them on first use.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class PrecisionMode:
     module_filter: str | None = None  # key of ampbench.fp8.MODULE_FILTERS: which Linear layers the recipe converts
     compile: bool = False  # torch.compile the model, after any fp8 conversion (fp8 casts are only fast fused)
     # whose accuracy test_convergence holds this mode's against, compiled as this mode is
-    parity_reference: str = "fp32"
+    parity_mode: str = "fp32"
     # its speed cells run in the full tier only: fp32's own (a control of the harness) and TF32's, which
     # has no 16-bit arithmetic; the quick tier spends its time on the modes that do
     full_tier_only: bool = False
@@ -59,7 +59,7 @@ class PrecisionMode:
         """TF32 on or off for matmuls and cuDNN for the duration, restored afterwards.
 
         PyTorch's default turns TF32 on for cuDNN convolutions, so an fp32 run that does not set
-        this is really half TF32; the reference and the mode run interleaved, so the flags are
+        this is really half TF32; the fp32 side and the mode run interleaved, so the flags are
         set around every block rather than once per process.
         """
         import torch
@@ -102,14 +102,14 @@ MODES: dict[str, PrecisionMode] = {
         # keeps and everything else run in bf16, so compiled amp_bf16 is what fp8 must beat
         PrecisionMode(name="fp8_tensorwise", param_dtype_name=_F32, peak_dtype="fp8", autocast_dtype_name=_BF16,
                       needs=("fp8", "torchao"), fp8_recipe="tensorwise", module_filter="inner_linears",
-                      compile=True, parity_reference="amp_bf16"),
+                      compile=True, parity_mode="amp_bf16"),
         PrecisionMode(name="fp8_rowwise", param_dtype_name=_F32, peak_dtype="fp8", autocast_dtype_name=_BF16,
                       needs=("fp8", "torchao"), fp8_recipe="rowwise", module_filter="inner_linears",
-                      compile=True, parity_reference="amp_bf16"),
+                      compile=True, parity_mode="amp_bf16"),
     )
 }
 
-REFERENCE_MODE = "fp32"
+FP32_MODE = "fp32"
 
 
 def order_modes(modes: Iterable[str]) -> list[str]:
@@ -123,20 +123,20 @@ def compiled(mode: PrecisionMode, compile: bool = True) -> PrecisionMode:
     return dataclasses.replace(mode, compile=compile)
 
 
-def parity_reference_of(mode: PrecisionMode) -> PrecisionMode:
+def parity_mode_of(mode: PrecisionMode) -> PrecisionMode:
     """The mode whose accuracy `mode`'s is held against, compiled as `mode` is."""
-    return compiled(get_mode(mode.parity_reference), mode.compile)
+    return compiled(get_mode(mode.parity_mode), mode.compile)
 
 
 def versus_of(mode: PrecisionMode) -> PrecisionMode | None:
     """The side a compiled cell's second ratio times `mode` against; None for an eager cell, which has
     one ratio. A mode compiled where its row is eager is held against itself eager (the ratio is its
-    compile gain); a row that always compiles (fp8) against its parity reference compiled (fp8's speedup
+    compile gain); a row that always compiles (fp8) against its parity mode compiled (fp8's speedup
     over compiled amp_bf16, what fp8 adds where compile already paid)."""
     if not mode.compile:
         return None
     if MODES[mode.name].compile:
-        return parity_reference_of(mode)
+        return parity_mode_of(mode)
     return compiled(mode, False)
 
 

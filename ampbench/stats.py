@@ -26,13 +26,13 @@ def normal_quantile(confidence: float) -> float:
     return NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
-def log_ratios(reference: Sequence[float], mode: Sequence[float]) -> list[float]:
+def log_ratios(over: Sequence[float], mode: Sequence[float]) -> list[float]:
     """r_i = ln(t_ref_i / t_mode_i) per round: positive when the mode is faster."""
-    if len(reference) != len(mode):
-        raise ValueError(f"paired timings differ in length: {len(reference)} reference vs {len(mode)} mode")
-    if any(t <= 0 for t in (*reference, *mode)):
+    if len(over) != len(mode):
+        raise ValueError(f"paired timings differ in length: {len(over)} reference vs {len(mode)} mode")
+    if any(t <= 0 for t in (*over, *mode)):
         raise ValueError("timings must be positive")
-    return [math.log(r / m) for r, m in zip(reference, mode)]
+    return [math.log(r / m) for r, m in zip(over, mode)]
 
 
 def median(xs: Sequence[float]) -> float:
@@ -148,21 +148,21 @@ def robust_sd(xs: Sequence[float] | np.ndarray) -> float:
     return float(median_abs_deviation(xs, scale="normal"))
 
 
-def reference_first(k: int) -> bool:
-    """Whether round k (from 0) runs the reference first, as ``timing.PairedTimer`` runs them: even ones."""
+def over_first(k: int) -> bool:
+    """Whether round k (from 0) runs the side it is over first, as ``timing.PairedTimer`` runs them: even ones."""
     return k % 2 == 0
 
 
 def alternating(n: int) -> list[bool]:
-    """Which of n rounds ran the reference first (``reference_first``)."""
-    return [reference_first(i) for i in range(n)]
+    """Which of n rounds ran the side they are over first (``over_first``)."""
+    return [over_first(i) for i in range(n)]
 
 
-def estimate_speedup(reference: Sequence[float], mode: Sequence[float], confidence: float = 0.99,
+def estimate_speedup(over: Sequence[float], mode: Sequence[float], confidence: float = 0.99,
                      ref_first: Sequence[bool] | None = None) -> SpeedupEstimate:
-    """Speedup of `mode` over `reference` from paired per-round times, with an interval; `ref_first`
-    says which rounds ran the reference first (default: the even ones, ``alternating``)."""
-    r = log_ratios(reference, mode)
+    """Speedup of `mode` over `over` from paired per-round times, with an interval; `ref_first`
+    says which rounds ran `over` first (default: the even ones, ``alternating``)."""
+    r = log_ratios(over, mode)
     centre, aligned = order_aligned(r, alternating(len(r)) if ref_first is None else ref_first)
     lo, hi = median_interval(aligned, confidence)
     return SpeedupEstimate(math.exp(centre), math.exp(lo), math.exp(hi), len(r),

@@ -41,7 +41,7 @@ class Verdict(str, Enum):
     IMPROVED = "improved"  # better than the baseline by more than the tolerance
     REGRESSION = "regression"  # worse than the baseline beyond its tolerance (confirmed, where timed)
     NON_FINITE = "non-finite"  # NaN or inf in the loss or the weights: no figure of the cell means anything
-    REFERENCE_FAILED = "reference failed"  # fp32 itself did not learn, so parity with it says nothing
+    PARITY_FAILED = "reference failed"  # fp32 itself did not learn, so parity with it says nothing
     ERROR = "error"  # the cell's test stopped with an error (or failed) before its figures reached a verdict
     INCONCLUSIVE = "inconclusive"  # the interval straddles the line after more rounds
     INPUT_BOUND = "input-bound"  # the host's DataLoader caps the step rate: a finding about the host
@@ -74,10 +74,10 @@ class Verdict(str, Enum):
         return self.failing or self.warns
 
 
-_FAILING = frozenset({Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.REFERENCE_FAILED, Verdict.ERROR})
+_FAILING = frozenset({Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.PARITY_FAILED, Verdict.ERROR})
 _WARNING = frozenset({Verdict.INCONCLUSIVE, Verdict.INPUT_BOUND})
 # what needs a look first: the order verdicts are counted and listed in
-VERDICT_ORDER = (Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.REFERENCE_FAILED, Verdict.ERROR, Verdict.INCONCLUSIVE,
+VERDICT_ORDER = (Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.PARITY_FAILED, Verdict.ERROR, Verdict.INCONCLUSIVE,
                  Verdict.INPUT_BOUND, Verdict.EXPECTED_LAG, Verdict.IMPROVED, Verdict.PASS, Verdict.NO_BASELINE)
 
 
@@ -219,7 +219,7 @@ def range_rule(floor: float, values: Sequence[float], level: float) -> tuple[flo
 class Reference:
     """What one figure of a cell is judged against, as its baseline source gives it: a baseline file's
     entry (``baselines.entries.entry_reference``), the run history's learning of the cell
-    (``history.reference.HistoryBaselines.reference``), or an older run (``ampbench compare``). Its
+    (``history.baseline_source.HistoryBaselines.reference``), or an older run (``ampbench compare``). Its
     tolerance is computed once, here (`of`), and every check of the figure reads it (`check`)."""
 
     level: float  # the baseline figure: a speedup over fp32 or a versus side, a scaling efficiency
@@ -227,18 +227,18 @@ class Reference:
     rule: str  # what set the tolerance (BY_*)
     source: str  # where the level comes from: the baseline file, the history over it, the old run
     method: str | None = None  # how its device time was measured, for a figure in device time
-    noise: float | None = None  # the recording's relative half-width, which stands in for a spread
+    recorded_noise: float | None = None  # the recording's relative half-width, which stands in for a spread
     spread: BetweenRuns | None = None  # the learned between-run (and between-card) spread, its dof
     # why a run of this figure fails with the runs its history held back before it (value, tolerance): a
     # text, or None where it does not; only a history gives one (``replay.Replay.group_failure``)
     group_failure: Callable[[float, float], str | None] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def of(cls, level: float, floor: float, noise: float | None, spread: BetweenRuns | None, *, source: str,
+    def of(cls, level: float, floor: float, recorded_noise: float | None, spread: BetweenRuns | None, *, source: str,
            method: str | None = None, confidence: float = GATE_CONFIDENCE, unlearned: float = 0.0,
            group_failure: Callable[[float, float], str | None] | None = None) -> "Reference":
-        tolerance, rule = tolerance_rule(floor, noise, spread, confidence, unlearned)
-        return cls(level, tolerance, rule, source, method, finite_number(noise), spread, group_failure)
+        tolerance, rule = tolerance_rule(floor, recorded_noise, spread, confidence, unlearned)
+        return cls(level, tolerance, rule, source, method, finite_number(recorded_noise), spread, group_failure)
 
     @property
     def line(self) -> float:
@@ -263,7 +263,7 @@ class Reference:
                 f"({spread.describe_dof()})")
 
     def check(self, model: str, mode: str, figure: str = "speedup over fp32") -> "SpeedupCheck":
-        return SpeedupCheck(model, mode, self.level, self.tolerance, figure, held_back=self.group_failure,
+        return SpeedupCheck(model, mode, self.level, self.tolerance, figure, group_failure=self.group_failure,
                             why=self.why)
 
 
@@ -286,9 +286,9 @@ class SpeedupCheck:
     tolerance: float  # relative; the line is expected x (1 - tolerance)
     figure: str = "speedup over fp32"  # what messages call the ratio (a compiled cell has a second one)
     # why a run of this speedup fails with the runs its history held back before it (speedup, tolerance):
-    # a text, or None where it does not (``history.reference.HistoryBaselines.group_failure``;
+    # a text, or None where it does not (``history.baseline_source.HistoryBaselines.group_failure``;
     # the judge applies it: ``gate.judge.grouped``)
-    held_back: Callable[[float, float], str | None] | None = field(default=None, compare=False, repr=False)
+    group_failure: Callable[[float, float], str | None] | None = field(default=None, compare=False, repr=False)
     why: str = ""  # why the tolerance is held below its learned bound (``Reference.why``), "" where it is not
 
     @property

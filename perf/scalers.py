@@ -74,7 +74,7 @@ def parametrize_cases(metafunc: pytest.Metafunc) -> None:
 GRAD = 2.0**-4  # the unscaled gradient of the driving steps: scaled by any fp32 scale it stays finite
 
 
-def reference_trajectory(cfg: ScalerConfig, overflows: list[bool], min_scale: float = 0.0) -> list[tuple[float, int]]:
+def expected_trajectory(cfg: ScalerConfig, overflows: list[bool], min_scale: float = 0.0) -> list[tuple[float, int]]:
     """(scale, growth tracker) after each update() of a dynamic loss scaler with fp32 arithmetic:
     overflow -> scale * backoff, tracker 0; clean -> tracker + 1, and when it reaches the interval the
     scale grows by growth_factor if the product is finite (else stays put) and the tracker restarts at 0;

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from ampbench.distributed.loss_scaling_worker import SETUPS, WIDTH
 from ampbench.plugin.distributed import launcher_of
 from perf import strategies as S
-from perf.scalers import reference_trajectory
+from perf.scalers import expected_trajectory
 from perf.strategies import DistScenario, RankPoison, ScalerConfig
 
 pytestmark = pytest.mark.torchrun
@@ -108,7 +108,7 @@ def test_one_rank_overflow_skips_on_every_rank(setup: str, scaling_run, perf_wor
     failures, lone_overflows = [], 0
     for i, scenario in enumerate(scenarios):
         overflows = [s.rank is not None for s in scenario.steps]
-        expected = reference_trajectory(scenario.cfg, overflows)
+        expected = expected_trajectory(scenario.cfg, overflows)
         for k, overflow in enumerate(overflows):
             recs = [r[i][k] for r in per_rank]
             lone_overflows += overflow and sum(r["local_overflow"] for r in recs) == 1

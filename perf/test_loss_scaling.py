@@ -26,12 +26,12 @@ from perf.scalers import (
     accepted_grad_dtypes,
     bit_identical,
     drive,
+    expected_trajectory,
     f32_mul,
     make_optimizer,
     min_scale_of,
     one_param_setup,
     parametrize_cases,
-    reference_trajectory,
     scale_and_tracker,
     snapshot,
     violated_by_torch,
@@ -50,13 +50,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @example(cfg=ScalerConfig(2.0**127, 2.0, 0.5, 1), overflows=[False] * 3).via(
     "growth at the fp32 cap must not reach inf")
 @example(cfg=ScalerConfig(1.0, 2.0, 2.0**-100, 3), overflows=[True] * 3 + [False] * 3).via("backoff underflowing fp32")
-def test_trajectory_matches_reference(case: Case, perf_device: torch.device,
+def test_trajectory_matches_the_expected_one(case: Case, perf_device: torch.device,
                                       cfg: ScalerConfig, overflows: list[bool]) -> None:
     """For any sequence of clean and overflowing steps and any valid factors and growth interval, the
-    scale and growth tracker after every update() equal reference_trajectory() exactly (fp32 arithmetic,
+    scale and growth tracker after every update() equal expected_trajectory() exactly (fp32 arithmetic,
     the scaler's own floor if it has one); the scale is never inf or NaN."""
     scaler, opt, param = one_param_setup(case, cfg, perf_device)
-    expected = reference_trajectory(case.adapt(cfg), overflows, min_scale_of(scaler))
+    expected = expected_trajectory(case.adapt(cfg), overflows, min_scale_of(scaler))
     for i, overflow in enumerate(overflows):
         drive(scaler, opt, param, overflow)
         got = scale_and_tracker(scaler)

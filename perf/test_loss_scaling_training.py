@@ -71,11 +71,11 @@ def test_clean_training_equals_fp32(
     most 5 steps. Clipping after unscale_ is clipping of the unscaled gradients."""
     cfg = case.adapt(cfg)
     model, x, y = _tiny_regression(seed, perf_device)
-    reference = _train(copy.deepcopy(model), x, y, opt_name, steps, None, clip=clip)
+    unscaled = _train(copy.deepcopy(model), x, y, opt_name, steps, None, clip=clip)
     scaler = case.make(perf_device, cfg)
     scaled = _train(model, x, y, opt_name, steps, scaler, clip=clip)
     pow2 = all(math.frexp(f)[0] == 0.5 for f in (cfg.init_scale, cfg.growth_factor))
-    for r, s in zip(reference, scaled):
+    for r, s in zip(unscaled, scaled):
         if pow2:
             assert bit_identical(r, s), f"max diff {(r - s).abs().max().item()} at power-of-two scales"
         else:

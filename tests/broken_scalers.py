@@ -107,10 +107,10 @@ class AllowsUnscaleTwice(LossScaler):
 
 # which property of perf/test_loss_scaling.py must catch each
 CAUGHT_BY: dict[str, str] = {
-    "NoBackoff": "test_trajectory_matches_reference",
+    "NoBackoff": "test_trajectory_matches_the_expected_one",
     "StepNotSkipped": "test_skipped_step_leaves_state_bit_identical",
     "NaNNotSeen": "test_overflow_detected_iff_nonfinite",
-    "OffByOneGrowth": "test_trajectory_matches_reference",
+    "OffByOneGrowth": "test_trajectory_matches_the_expected_one",
     "GrowsToInf": "test_scale_stays_put_at_growth_cap",
     "ForgetsTrackerOnLoad": "test_state_dict_round_trip",
     "SkipsEveryOptimizer": "test_only_the_overflowing_optimizer_skips",

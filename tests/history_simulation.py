@@ -143,8 +143,8 @@ def simulate(cell: CellNoise, scenario: Scenario, seed: int) -> SeriesOutcome:
             true += rng.choice((-1.0, 1.0)) * rng.uniform(4.0, 8.0) * cell.between_sd
         check = None
         if learned.level is not None:
-            held = lambda v, tol, c=card: _held_back(replay, v, c, tol)  # noqa: E731
-            check = SpeedupCheck(cell.name, "simulated", learned.level, learned.tolerance, held_back=held)
+            rule = lambda v, tol, c=card: _group_failure(replay, v, c, tol)  # noqa: E731
+            check = SpeedupCheck(cell.name, "simulated", learned.level, learned.tolerance, group_failure=rule)
         clock = lambda _, t=true, r=rng: _rounds(r, t, cell.round_sd)  # noqa: E731
         ratio = Ratio(DEVICE, check=check, clock=Clock(clock)).time(POLICY, True)
         est, verdict = ratio.estimate, ratio.verdict
@@ -170,7 +170,7 @@ def widening(cell: CellNoise, scenario: Scenario, seed: int) -> tuple[SeriesOutc
     return moved, moved.tolerance_after - control.tolerance_after
 
 
-def _held_back(replay: Replay, value: float, card: str, tolerance: float) -> str | None:
+def _group_failure(replay: Replay, value: float, card: str, tolerance: float) -> str | None:
     failure = replay.group_failure(value, card, tolerance)
     return None if failure is None else failure.describe(replay.points)
 

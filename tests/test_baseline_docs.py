@@ -134,7 +134,7 @@ def test_real_h100_baseline_has_resnet50_amp_bf16():
 def test_committed_results_page_is_current(slug):
     """docs/results/ is generated: the committed page matches what the command makes of the baseline file."""
     page = ROOT / "docs" / "results" / f"{slug}.md"
+    from ampbench.baselines.file import load_document
     from ampbench.baselines.show import render_document as render
-    from ampbench.baselines.store import load_document
     assert page.read_text() == render(load_document(ROOT / "baselines" / f"{slug}.json"),
                                       source=f"baselines/{slug}.json")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines.store import BaselineError, BaselineStore
+from ampbench.baselines.file import BaselineError, BaselineFile
 from ampbench.cli import main
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.files import write
@@ -66,7 +66,7 @@ def test_export_writes_the_file_its_gpus_name_makes(tmp_path, capsys):
 @pytest.mark.parametrize("stem", ["../x", "/etc/x", "a/b", "", "UPPER", "x.json"])
 def test_a_baseline_store_refuses_a_stem_that_is_no_file_name(tmp_path, stem):
     with pytest.raises(BaselineError, match="is no baseline file's stem"):
-        BaselineStore.open(tmp_path, "NVIDIA H100 80GB HBM3", stem)
+        BaselineFile.open(tmp_path, "NVIDIA H100 80GB HBM3", stem)
 
 
 # -- a writer's temp file ---------------------------------------------------------------------------------

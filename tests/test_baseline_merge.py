@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines.store import SCHEMA_VERSION, latest_entries, load_document
+from ampbench.baselines.file import SCHEMA_VERSION, latest_entries, load_document
 from ampbench.cli import main
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 

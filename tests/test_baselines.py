@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines.store import (
+from ampbench.baselines.file import (
     SCHEMA_VERSION,
     BaselineError,
-    BaselineStore,
+    BaselineFile,
     load_document,
     validate_directory,
 )
@@ -41,13 +41,13 @@ def test_slug():
 
 
 def test_missing_file_is_an_empty_store(tmp_path):
-    store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    store = BaselineFile.open(tmp_path, "GPU X", "gpu-x")
     assert not store.exists and store.figures("test_speed[a-b]") is None
 
 
 def test_record_merges_and_keeps_other_entries(tmp_path):
     path = write(tmp_path / "gpu-x.json", doc({"test_speed[a-fp32]": {"figures": {"speedup": 1.0}, "software": {}}}))
-    store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    store = BaselineFile.open(tmp_path, "GPU X", "gpu-x")
     store.record("test_speed[a-bf16]", {"speedup": 2.5, "noise": 0.01}, {"torch": "2.11"})
     # someone else wrote the file meanwhile: their entry must survive our write too
     on_disk = json.loads(path.read_text())
@@ -76,7 +76,7 @@ def test_a_recording_without_the_largest_batch_keeps_the_old_entrys(tmp_path):
     stored stays, with its cap, and says when it was measured."""
     path = write(tmp_path / "gpu-x.json", doc({MEMORY: {"figures": FULL_MEMORY, "software": {"torch": "2.10"},
                                                         "recorded": "2026-01-01T00:00:00Z"}}))
-    store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    store = BaselineFile.open(tmp_path, "GPU X", "gpu-x")
     store.record(MEMORY, QUICK_MEMORY, {"torch": "2.11"})
     store.write()
     entry = load_document(path)["entries"][MEMORY]
@@ -104,7 +104,7 @@ def test_only_the_named_groups_are_carried(tmp_path):
     path = write(tmp_path / "gpu-x.json", doc({
         SPEED: {"figures": {"speedup": 2.0, "compile_s": 30.0}, "software": {}, "recorded": "2026-01-01T00:00:00Z"},
         MEMORY: {"figures": QUICK_MEMORY, "software": {}, "recorded": "2026-01-01T00:00:00Z"}}))
-    store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    store = BaselineFile.open(tmp_path, "GPU X", "gpu-x")
     store.record(SPEED, {"speedup": 2.1}, {})
     store.record(MEMORY, dict(QUICK_MEMORY, memory_ratio=0.58), {})
     store.write()
@@ -129,7 +129,7 @@ def test_malformed_files_name_file_and_field(tmp_path, document, field):
     path = write(tmp_path / "gpu-x.json", document)
     before = path.read_text()
     with pytest.raises(BaselineError) as info:
-        BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+        BaselineFile.open(tmp_path, "GPU X", "gpu-x")
     assert info.value.field == field and str(path) in str(info.value)
     assert path.read_text() == before
 
@@ -138,16 +138,16 @@ def test_truncated_json_is_named(tmp_path):
     path = tmp_path / "gpu-x.json"
     path.write_text('{"schema_version": 1, "gpu": "g", "entr')
     with pytest.raises(BaselineError, match="is truncated: the JSON stops at line 1"):
-        BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+        BaselineFile.open(tmp_path, "GPU X", "gpu-x")
     path.write_text('{"schema_version": 1, oops}')
     with pytest.raises(BaselineError) as info:
-        BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+        BaselineFile.open(tmp_path, "GPU X", "gpu-x")
     assert str(info.value).endswith(
         "is not valid JSON (Expecting property name enclosed in double quotes at line 1 column 23)")
 
 
 def test_record_refuses_nested_figures(tmp_path):
-    store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    store = BaselineFile.open(tmp_path, "GPU X", "gpu-x")
     with pytest.raises(BaselineError, match="not a number, string, boolean or null"):
         store.record(SPEED, {"speedup": 2.0, "curve": [1.0, 2.0]}, {})
 
@@ -227,7 +227,7 @@ def test_a_learned_spreads_terms_may_be_null_and_read_as_absent(tmp_path):
                "device_between_run_count": 6, **nulls}
     path = write(tmp_path / "gpu-x.json", doc({SPEED: {"figures": figures, "software": {}}}))
     assert load_document(path)["entries"][SPEED]["figures"] == figures
-    store = BaselineStore.open(tmp_path, "NVIDIA H100 80GB HBM3", "gpu-x")
+    store = BaselineFile.open(tmp_path, "NVIDIA H100 80GB HBM3", "gpu-x")
     store.record(SPEED, figures, {})
     store.write()
     spread = learned_spread(SpeedEntry.from_figures(figures).ratio(DEVICE))
@@ -257,7 +257,7 @@ def test_extra_figures_stay_allowed(tmp_path):
 
 
 def test_record_holds_an_entry_to_its_schema_and_takes_kernels(tmp_path):
-    store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    store = BaselineFile.open(tmp_path, "GPU X", "gpu-x")
     with pytest.raises(BaselineError, match="speedup.*NaN is not a finite positive number"):
         store.record(SPEED, {"speedup": NAN}, {})
     with pytest.raises(BaselineError, match="peak_mem_bytes.*missing"):
@@ -359,7 +359,7 @@ def test_the_committed_baseline_files_read_as_typed_entries_and_save_back_byte_i
     import json
 
     from ampbench.baselines.entries import DistributedEntry, SpeedEntry
-    from ampbench.baselines.store import load_document
+    from ampbench.baselines.file import load_document
     from ampbench.files.write import write_atomic
 
     root = Path(__file__).resolve().parents[1] / "baselines"

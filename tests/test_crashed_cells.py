@@ -22,7 +22,7 @@ from ampbench.results import RatioFigures, SpeedRecord, Verdict
 
 
 @pytest.fixture
-def broken_reference():
+def broken_parity_mode():
     raise RuntimeError("expected scalar type BFloat16 but found Float")
 
 
@@ -35,7 +35,7 @@ def test_memory(model_name, mode_name):
     raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
 
-def test_convergence(model_name, mode_name, broken_reference):
+def test_convergence(model_name, mode_name, broken_parity_mode):
     pass
 
 

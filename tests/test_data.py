@@ -171,7 +171,7 @@ def test_parity_check(accuracy, curve, outcome):
         assert "steps [1]" in message
 
 
-def test_parity_needs_a_reference_that_learned():
+def test_parity_needs_a_parity_mode_that_learned():
     check = parity.ParityCheck("mnist_cnn", "bf16", accuracy_ref=0.4, margin=0.03, min_accuracy=0.9)
     got, message = check.judge(_result(0.41))
-    assert got is parity.Outcome.REFERENCE_FAILED and "budget is too small" in message
+    assert got is parity.Outcome.PARITY_FAILED and "budget is too small" in message

@@ -243,7 +243,7 @@ def _blocks(ref_seconds, mode_seconds, log=None):
     return ref, mode
 
 
-def test_paired_timer_puts_the_reference_first_in_even_rounds_and_the_mode_first_in_odd_ones():
+def test_paired_timer_puts_the_side_it_is_over_first_in_even_rounds_and_the_mode_first_in_odd_ones():
     log: list[str] = []
     timer = PairedTimer(*_blocks([2.0], [1.0], log), ref_steps=1, mode_steps=2)
     timer.rounds(3)

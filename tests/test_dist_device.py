@@ -22,7 +22,7 @@ from tests.references import file_reference
 
 
 def checks_of(entry, figs, floor=0.005):
-    """The cell's checks against `entry`, the baseline file its source (``ReferenceSource.reference``)."""
+    """The cell's checks against `entry`, the baseline file its source (``BaselineSource.reference``)."""
     return judging.cell_checks(entry, figs, "gpt", "amp_bf16 fp32 x2", lambda kind: file_reference(kind, floor, entry))
 
 
@@ -143,8 +143,8 @@ def test_a_figure_whose_tolerance_leaves_no_line_is_inconclusive_and_says_why():
     is unlearned at 120%, and that leaves no line."""
     figs = merge_ranks(_docs(), 0.99)
     spread = {"device_between_run_sd": 0.2, "device_between_run_count": 5}  # 18% sd as learned there
-    held = DistributedEntry.from_figures({**_entry(device=3.0).to_figures(), **spread})
-    assert checks_of(held, figs).device.tolerance == pytest.approx(0.03)
+    spread_only = DistributedEntry.from_figures({**_entry(device=3.0).to_figures(), **spread})
+    assert checks_of(spread_only, figs).device.tolerance == pytest.approx(0.03)
     wide = DistributedEntry.from_figures({**_entry(device=3.0).to_figures(), **spread, "device_noise": 0.6})
     verdict, _, verdicts = _verdict(wide, figs)
     assert verdicts[judging.DEVICE_SPEEDUP] is Verdict.INCONCLUSIVE and verdict is Verdict.INCONCLUSIVE
@@ -286,12 +286,12 @@ def test_the_device_scaling_efficiency_gates_beside_the_device_speedup_and_round
     figs = merge_ranks(_graph_docs([0.45] * N), 0.99)  # device speedup ~3.0x, device efficiency 90%
     entry_figures = {"speedup": 2.0, "rounds": 12, "noise": 0.005, "world_size": 2, "device_speedup": 3.0,
                      "device_noise": 0.002, "device_tolerance": 0.02, "device_method": "graph"}
-    held = {"device_scaling_speedup": 0.95, "device_scaling_noise": 0.002, "device_scaling_method": "graph"}
-    verdict, gates, verdicts = _verdict(DistributedEntry.from_figures({**entry_figures, **held}), figs)
+    learned_scaling = {"device_scaling_speedup": 0.95, "device_scaling_noise": 0.002, "device_scaling_method": "graph"}
+    verdict, gates, verdicts = _verdict(DistributedEntry.from_figures({**entry_figures, **learned_scaling}), figs)
     assert gates == ("device",) and verdicts[judging.DEVICE_SPEEDUP] is Verdict.PASS
     assert verdicts[judging.DEVICE_EFFICIENCY] is Verdict.REGRESSION and verdict is Verdict.REGRESSION
-    held["device_scaling_speedup"] = 0.9
-    assert _verdict(DistributedEntry.from_figures({**entry_figures, **held}), figs)[0] is Verdict.PASS
+    learned_scaling["device_scaling_speedup"] = 0.9
+    assert _verdict(DistributedEntry.from_figures({**entry_figures, **learned_scaling}), figs)[0] is Verdict.PASS
     # recorded as it is held: its figures under device_scaling_, valid in a baseline file
     recorded = judging.device_baseline_figures(figs, 0.005)
     assert recorded["device_scaling_speedup"] == pytest.approx(0.9) and recorded["device_scaling_method"] == "graph"

@@ -49,8 +49,8 @@ def test_variants_apply_by_fields():
     assert names["amp_fp16"] == ["fp32", "bf16_hook", "fp16_hook", "fsdp2_fp32"]
     for low in ("fp16_master", "fp16", "bf16"):  # low-precision parameters: only DDP in their own dtype
         assert names[low] == ["fp32"], low
-    for v in COMM_VARIANTS.values():  # a reference is fp32 reduction under the same parallelism
-        ref = COMM_VARIANTS[v.reference]
+    for v in COMM_VARIANTS.values():  # an fp32 side is fp32 reduction under the same parallelism
+        ref = COMM_VARIANTS[v.fp32_comm]
         assert ref.strategy == v.strategy and ref.ddp_hook is None and ref.param_dtype is None
         assert ref.applies_to(MODES["fp32"])
 

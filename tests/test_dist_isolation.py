@@ -90,8 +90,8 @@ def test_a_crashed_variant_is_an_error_in_the_json_and_the_history(crashing_run)
     assert (crashed["kind"], crashed["verdict"], crashed["comm"]) == ("distributed", "error", "bf16_hook"), crashed
     assert crashed["message"].startswith("the test failed: Failed: mlp amp_bf16 bf16_hook (x2): no result from every "
                                          "rank")
-    held = {b["name"]: b["extra_info"]["verdict"] for b in document["benchmarks"]}
-    assert held == {"test_ddp_speed[mlp-amp_bf16-fp32]": "no baseline"}  # the CPU ranks' cell that ran
+    stored = {b["name"]: b["extra_info"]["verdict"] for b in document["benchmarks"]}
+    assert stored == {"test_ddp_speed[mlp-amp_bf16-fp32]": "no baseline"}  # the CPU ranks' cell that ran
     import sqlite3
 
     with sqlite3.connect(folder / "h.sqlite") as db:

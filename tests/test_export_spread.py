@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ampbench.baselines.store import load_document
+from ampbench.baselines.file import load_document
 from ampbench.cli import main
 
 RUN = Path(__file__).parent / "data" / "h100_speed_device.json"  # a quick-tier run on an H100

@@ -15,7 +15,7 @@ from torch import nn
 
 from ampbench import device as devices
 from ampbench import fp8, models
-from ampbench.modes import MODES, compiled, get_mode, label, parity_reference_of
+from ampbench.modes import MODES, compiled, get_mode, label, parity_mode_of
 from ampbench.train import Trainer
 
 ROOT = Path(__file__).parent.parent
@@ -43,13 +43,13 @@ def test_fp8_rows_name_what_the_trainer_needs():
     # the modes before fp8 keep their behaviour: no conversion, no compile, held against fp32
     for m in MODES.values():
         if m.fp8_recipe is None:
-            assert not m.compile and m.module_filter is None and m.parity_reference == "fp32", m.name
+            assert not m.compile and m.module_filter is None and m.parity_mode == "fp32", m.name
 
 
-def test_parity_reference_is_compiled_like_the_mode():
-    ref = parity_reference_of(get_mode("fp8_rowwise"))
+def test_parity_mode_is_compiled_like_the_mode():
+    ref = parity_mode_of(get_mode("fp8_rowwise"))
     assert (ref.name, ref.compile, label(ref)) == ("amp_bf16", True, "amp_bf16 compiled")
-    assert parity_reference_of(get_mode("amp_fp16")) == get_mode("fp32")
+    assert parity_mode_of(get_mode("amp_fp16")) == get_mode("fp32")
     assert label(get_mode("fp8_tensorwise")) == "fp8_tensorwise"  # compiled by its row: nothing to add
     assert label(compiled(get_mode("amp_fp16"), False)) == "amp_fp16"
 

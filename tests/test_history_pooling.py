@@ -13,7 +13,7 @@ import pytest
 from scipy.stats import norm
 
 from ampbench.baselines.entries import SpeedEntry, entry_tolerance
-from ampbench.baselines.store import BaselineStore
+from ampbench.baselines.file import BaselineFile
 from ampbench.history.learn import learn
 from ampbench.history.model import NEW_CARD
 from ampbench.history.pooling import COMMON, GROUPS, card_spread, fit_prior, group_of
@@ -139,7 +139,7 @@ def test_export_writes_what_the_history_judges_with(tmp_path):
     """Three cells of four runs on one card and one on another: the file's tolerance of each is the one the
     history's overlay holds a run on a new card to, and a cell whose own runs have not learned a spread
     borrows nothing."""
-    from ampbench.history.reference import HistoryBaselines
+    from ampbench.history.baseline_source import HistoryBaselines
 
     class Runs:
         def __init__(self, serieses):
@@ -155,7 +155,7 @@ def test_export_writes_what_the_history_judges_with(tmp_path):
         logs = list(math.log(2.0) + 0.0008 * rng.standard_normal(4)) + [math.log(2.0) + 0.003]
         serieses[test_id] = _series(test_id, logs, ["a"] * 4 + ["b"])
     serieses["test_speed[m0-young]"] = _series("test_speed[m0-young]", [0.7, 0.7005], ["a", "a"])
-    store = BaselineStore(tmp_path / "x.json", "simulated GPU")
+    store = BaselineFile(tmp_path / "x.json", "simulated GPU")
     learned = HistoryBaselines(store, Runs(serieses), card=NEW_CARD).learned()
     lent = [b[DEVICE.name] for t, b in learned.items() if t != "test_speed[m0-young]"]
     assert all(b.lent_dof >= 1 and b.card_dof == 6 for b in lent)
@@ -168,7 +168,7 @@ def test_export_writes_what_the_history_judges_with(tmp_path):
 
 
 def test_the_distributed_cells_pool_their_noise_the_same_way(tmp_path):
-    from ampbench.history.reference import DISTRIBUTED_CELLS, HistoryBaselines
+    from ampbench.history.baseline_source import DISTRIBUTED_CELLS, HistoryBaselines
 
     kinds = {kind.history: kind for kind in DISTRIBUTED_CELLS.ratios}
     assert DEVICE.history in kinds
@@ -182,6 +182,6 @@ def test_the_distributed_cells_pool_their_noise_the_same_way(tmp_path):
                     for t in (f"test_ddp_speed[{m}-{mode}-fp32]" for m in ("gpt", "resnet50")
                               for mode in ("amp_bf16", "amp_fp16", "bf16", "fp16"))}
 
-    store = BaselineStore(tmp_path / "x-x2.json", "simulated GPU x2")
+    store = BaselineFile(tmp_path / "x-x2.json", "simulated GPU x2")
     learned = HistoryBaselines(store, Runs(), cells=DISTRIBUTED_CELLS, card=NEW_CARD).learned()
     assert len(learned) == 8 and all(b[DEVICE.name].lent_dof >= 1 for b in learned.values())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.baselines.store import BaselineError, load_document, validate_directory
+from ampbench.baselines.file import BaselineError, load_document, validate_directory
 from ampbench.cli import main
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.files.read import UnreadableFile, read_text

@@ -160,27 +160,27 @@ def test_a_searched_cell_has_every_figure_a_baseline_keeps():
 def test_a_quick_recording_leaves_the_next_full_run_its_largest_batch(tmp_path, monkeypatch):
     """Recorded by the full tier, then by the quick tier: the entry still starts the next search and
     holds its largest batch, under the cap it was found under."""
-    from ampbench.baselines.store import BaselineStore
+    from ampbench.baselines.file import BaselineFile
 
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
     test_id = "test_memory[resnet50-amp_bf16]"
     full, quick_ref = figures(cap_bytes=24 * GIB), cell_memory("fp32", 10 * GIB, None)
-    store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+    store = BaselineFile.open(tmp_path, "GPU X", "gpu-x")
     store.record(test_id, baseline_of(full).to_figures(), {})
     store.write()
     quick, _ = memory.memory_record(cell_memory("amp_bf16", 5 * GIB, None), quick_ref, "cuda:0",
                                     MemoryEntry.of(store.figures(test_id)), 0.03)
     store.record(test_id, memory.baseline_figures(quick), {})
     store.write()
-    entry = MemoryEntry.of(BaselineStore.open(tmp_path, "GPU X", "gpu-x").figures(test_id))
+    entry = MemoryEntry.of(BaselineFile.open(tmp_path, "GPU X", "gpu-x").figures(test_id))
     assert entry.memory_ratio == 0.5 and entry.cap_bytes == 24 * GIB
     assert memory.search_start(entry, 24 * GIB) == (1456, 16)
     j = judge("resnet50", "amp_bf16", figures(cap_bytes=24 * GIB, max_batch=1296, max_batch_ratio=1.62), entry, 0.03)
     assert any("largest batch 1296 against baseline 1456" in m for m in j.failures)
 
 
-def test_a_cell_and_its_reference_are_measured_alike():
+def test_a_cell_and_its_fp32_side_are_measured_alike():
     with pytest.raises(ValueError,
                        match="resnet50 amp_bf16: the cell did not search its largest batch and fp32's reference did"):
         memory.memory_figures(cell_memory("amp_bf16", 6 * GIB, None), cell_memory("fp32", 10 * GIB, a_search(MIB)))

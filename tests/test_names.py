@@ -121,7 +121,7 @@ UNRESOLVED = {
     ("ampbench/plugin/session.py", "config.stash"): "pytest.Config's stash, an attribute of each instance",
     ("ampbench/plugin/summary.py", "config.stash"): "pytest.Config's stash, an attribute of each instance",
     # for the ratio table's work (issue 40): these comments name modules that no longer exist
-    ("ampbench/baselines/store.py", "baseline_schema.ENTRY_SCHEMAS"): "to fix: baselines.schema's entry tables",
+    ("ampbench/baselines/file.py", "baseline_schema.ENTRY_SCHEMAS"): "to fix: baselines.schema's entry tables",
     ("ampbench/history/learn.py", "speed_cell._checks"): "to fix: the speed cell's checks, speed.cell",
 }
 
@@ -318,3 +318,82 @@ def test_a_record_key_means_one_thing_in_every_kind():
             kinds[key].add(type(value).__name__ if not isinstance(value, (int, float)) or isinstance(value, bool)
                            else "number")
     assert {k: sorted(v) for k, v in kinds.items() if len(v) > 1} == {}
+
+
+# -- the word "reference" -----------------------------------------------------------------------------
+
+# names of the package that say "reference" without standing for a ``verdict.Reference``, each with why it
+# stays: format (the run JSON, a baseline file), which no rename of code changes; docs/glossary.md, "Names in
+# code that use a word otherwise", keeps the same list. The fp32 side is fp32_*, the parity mode parity_*.
+REFERENCE_FORMAT = {
+    "ampbench.results.cells.ConvergenceRecord.reference": "the run JSON's key \"reference\" of a convergence "
+                                                          "record (the parity mode), written from its field",
+}
+REFERENCE_WORD = re.compile("reference", re.IGNORECASE)
+
+
+def _annotated_reference(annotation: ast.expr | None) -> bool:
+    """Whether an annotation names the Reference type (``Reference``, ``Reference | None``, ...)."""
+    return annotation is not None and re.search(r"\bReference\b", ast.unparse(annotation)) is not None
+
+
+def _reference_names(tree: ast.Module, module: str) -> dict[str, bool]:
+    """Every public name a module gives with "reference" in it (its top level's, its classes' members and
+    fields, its public functions' parameters), by qualified name: whether it stands for a Reference (the
+    class itself, or a name its annotation types as one)."""
+    found: dict[str, bool] = {}
+
+    def function(node: ast.FunctionDef | ast.AsyncFunctionDef, where: str) -> None:
+        if node.name.startswith("_"):
+            return
+        if REFERENCE_WORD.search(node.name):
+            found[f"{where}.{node.name}"] = _annotated_reference(node.returns)
+        for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+            if REFERENCE_WORD.search(arg.arg):
+                found[f"{where}.{node.name}({arg.arg})"] = _annotated_reference(arg.annotation)
+
+    def body(nodes: list[ast.stmt], where: str) -> None:
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                function(node, where)
+            elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                if REFERENCE_WORD.search(node.name):
+                    found[f"{where}.{node.name}"] = f"{where}.{node.name}" == "ampbench.verdict.Reference"
+                body(node.body, f"{where}.{node.name}")
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                if not node.target.id.startswith("_") and REFERENCE_WORD.search(node.target.id):
+                    found[f"{where}.{node.target.id}"] = _annotated_reference(node.annotation)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    for name in target.elts if isinstance(target, ast.Tuple) else [target]:
+                        if isinstance(name, ast.Name) and not name.id.startswith("_") \
+                                and REFERENCE_WORD.search(name.id):
+                            found[f"{where}.{name.id}"] = False
+
+    body(tree.body, module)
+    return found
+
+
+def test_the_reference_scan_tells_the_type_from_other_senses():
+    tree = ast.parse("class Reference: pass\nREFERENCE_SIDE = 'fp32'\n"
+                     "class Source:\n    def reference(self, kind: str) -> Reference | None: ...\n"
+                     "    reference_name: str = 'fp32'\n"
+                     "def check(reference: Reference, over_reference: list[float]) -> None: ...\n")
+    assert _reference_names(tree, "ampbench.verdict") == {
+        "ampbench.verdict.Reference": True, "ampbench.verdict.REFERENCE_SIDE": False,
+        "ampbench.verdict.Source.reference": True, "ampbench.verdict.Source.reference_name": False,
+        "ampbench.verdict.check(reference)": True, "ampbench.verdict.check(over_reference)": False}
+
+
+def test_reference_names_only_the_reference_type():
+    """A name that says "reference" stands for a ``verdict.Reference`` (docs/glossary.md): the type, or a
+    function, field or parameter its annotation types as one; the fp32 side is fp32_*, the parity mode
+    parity_*, a baseline source a source. Only the format-bound names of REFERENCE_FORMAT stay otherwise."""
+    names: dict[str, bool] = {}
+    for module, path in _modules().items():
+        names |= _reference_names(ast.parse(path.read_text(encoding="utf-8")), module)
+    assert names.get("ampbench.verdict.Reference") is True, "the scan finds the type"
+    other = sorted(n for n, is_type in names.items() if not is_type and n not in REFERENCE_FORMAT)
+    assert other == [], "a name says reference for something else: rename it, or list it in REFERENCE_FORMAT with why"
+    stale = sorted(n for n in REFERENCE_FORMAT if n not in names)
+    assert stale == [], "REFERENCE_FORMAT lists a name the package no longer gives: drop its entry"

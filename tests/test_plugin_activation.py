@@ -21,7 +21,7 @@ PLAIN = """
 def test_plain():
     assert 1 + 1 == 2
 """
-# what the run held at its end, written where the test reads it
+# what the run had imported at its end, written where the test reads it
 REPORTER = """
 import json, sys
 
@@ -50,19 +50,19 @@ def test_the_package_registers_the_plugin_by_entry_point():
 
 
 def test_a_run_without_ampbench_tests_sees_nothing_of_it(tmp_path):
-    run, held = _run(tmp_path)
+    run, read_back = _run(tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert held["plugin"] == "ampbench.plugin", "the plugin was not loaded by its entry point"
+    assert read_back["plugin"] == "ampbench.plugin", "the plugin was not loaded by its entry point"
     # pytest's own header names the installed plugin ("plugins: ampbench-0.1.0"); the plugin says nothing
     assert "ampbench:" not in run.stdout + run.stderr and "ampbench summary" not in run.stdout, run.stdout
-    assert not held["torch"] and not held["sqlalchemy"], held
+    assert not read_back["torch"] and not read_back["sqlalchemy"], read_back
 
 
 def test_a_run_that_declares_it_gets_the_suite(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\nrequired_plugins = ampbench\n")
-    run, held = _run(tmp_path)
+    run, read_back = _run(tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.count("ampbench: CPU smoke pass") == 2 and held["torch"], run.stdout
+    assert run.stdout.count("ampbench: CPU smoke pass") == 2 and read_back["torch"], run.stdout
 
 
 def test_an_ampbench_option_turns_it_on_and_its_usage_errors_stay(tmp_path):

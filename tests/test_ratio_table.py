@@ -19,9 +19,9 @@ from ampbench.baselines.schema import BaselineError, validate_entry
 from ampbench.baselines.spread import spread_kinds
 from ampbench.cli import history as history_cli
 from ampbench.cli.args import build_parser
+from ampbench.history.baseline_source import SPEED_CELLS
 from ampbench.history.ingest import figures_of
 from ampbench.history.learn import rule_for
-from ampbench.history.reference import SPEED_CELLS
 from ampbench.plugin.summary import table
 from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
@@ -123,7 +123,7 @@ def test_the_speed_cell_times_and_records_a_new_kind(host):
     settings = _cpu_settings(Path("b"))
     side = lambda mode: sides.prepare_side(spec, mode, cpu, True, policy(cpu, settings))  # noqa: E731
     cell = measure_speed(spec, get_mode("amp_bf16"), side(get_mode("fp32")), lambda: side(get_mode("amp_bf16")),
-                         settings=settings, device=cpu, test_id="test_speed[mlp-amp_bf16]", store=None, software={},
+                         settings=settings, device=cpu, test_id="test_speed[mlp-amp_bf16]", source=None, software={},
                          peak_tflops=lambda dtype: None, prepared=lambda identity: None)
     host = cell.record.ratio(HOST)
     assert list(cell.record.ratios) == ["device", "wall", "host"] and host.speedup > 0 and host.side(MODE_SIDE).round_ms
@@ -164,7 +164,7 @@ def test_a_gated_kind_with_a_clock_of_its_own_is_timed_judged_recorded_and_writt
     """A row in the ratio table and its clock, and nothing else: the speed cell times the new kind by its
     clock, records it into a baseline entry, judges it against the Reference that entry gives, gates on it
     and writes it into the record."""
-    from ampbench.baselines.store import BaselineStore
+    from ampbench.baselines.file import BaselineFile
     from ampbench.models import get_model
     from ampbench.modes import get_mode
     from ampbench.speed import sides
@@ -175,10 +175,10 @@ def test_a_gated_kind_with_a_clock_of_its_own_is_timed_judged_recorded_and_writt
 
     def cell(recording: bool) -> SpeedRecord:
         chosen = replace(settings, update_baselines=recording)
-        store = BaselineStore.open(tmp_path, "GPU X", "gpu-x")
+        store = BaselineFile.open(tmp_path, "GPU X", "gpu-x")
         side = lambda mode: sides.prepare_side(spec, mode, cpu, True, policy(cpu, chosen))  # noqa: E731
         record = measure_speed(spec, amp_bf16, side(get_mode("fp32")), lambda: side(amp_bf16), settings=chosen,
-                               device=cpu, test_id=STEADY_CELL, store=store, software={"torch": "x"},
+                               device=cpu, test_id=STEADY_CELL, source=store, software={"torch": "x"},
                                peak_tflops=lambda dtype: None, prepared=lambda identity: None).record
         if recording:
             store.write()
@@ -186,7 +186,7 @@ def test_a_gated_kind_with_a_clock_of_its_own_is_timed_judged_recorded_and_writt
 
     recorded = cell(recording=True).ratio(STEADY)
     assert recorded.verdict is Verdict.NO_BASELINE and recorded.speedup == pytest.approx(1.6, rel=0.01)
-    entry = SpeedEntry.of(BaselineStore.open(tmp_path, "GPU X", "gpu-x").figures(STEADY_CELL)).ratio(STEADY)
+    entry = SpeedEntry.of(BaselineFile.open(tmp_path, "GPU X", "gpu-x").figures(STEADY_CELL)).ratio(STEADY)
     assert entry.speedup == pytest.approx(1.6, rel=0.01) and entry.rounds == recorded.rounds + 8  # both sets pooled
     assert entry.tolerance is not None and entry.noise is not None
 

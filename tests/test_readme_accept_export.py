@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ampbench.baselines.entries import SpeedEntry, learned_spread
-from ampbench.baselines.store import load_document
+from ampbench.baselines.file import load_document
 from ampbench.cli import main
 from ampbench.files import paths
 from ampbench.history.store import open_history

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from ampbench.baselines.entries import DistributedEntry, SpeedEntry, entry_reference, entry_tolerance
-from ampbench.baselines.store import BaselineStore
+from ampbench.baselines.file import BaselineFile
 from ampbench.distributed import judging
 from ampbench.distributed.figures import DistFigures
-from ampbench.history.reference import HistoryBaselines
+from ampbench.history.baseline_source import HistoryBaselines
 from ampbench.history.store import open_history
 from ampbench.results import Verdict
 from ampbench.results.ratios import DEVICE, DIST_DEVICE, WALL
@@ -53,7 +53,7 @@ def test_a_check_is_built_from_its_reference_alone():
                        group_failure=lambda value, tolerance: "with two runs held back" if value < 2.95 else None)
     check = ref.check("gpt", "amp_fp16")
     assert (check.expected, check.tolerance, check.line) == (3.0, ref.tolerance, ref.line)
-    assert check.held_back(2.9, check.tolerance) == "with two runs held back"
+    assert check.group_failure(2.9, check.tolerance) == "with two runs held back"
 
 
 def _entry(speedup=2.4, noise=0.004):
@@ -63,7 +63,7 @@ def _entry(speedup=2.4, noise=0.004):
 
 
 def test_the_file_gives_its_entry_as_a_reference(tmp_path):
-    store = BaselineStore(path=tmp_path / "nvidia-h100.json", gpu=H100, entries={CELL: {"figures": _entry()}},
+    store = BaselineFile(path=tmp_path / "nvidia-h100.json", gpu=H100, entries={CELL: {"figures": _entry()}},
                           exists=True)
     entry = SpeedEntry.of(store.figures(CELL))
     ref = store.reference(CELL, DEVICE, 0.005, entry)
@@ -77,7 +77,7 @@ def _history(tmp_path, values):
     history = open_history(f"sqlite:///{tmp_path / 'history.sqlite'}")
     for i, v in enumerate(values):
         history.append(speed_run(f"run{i}", [speed_record("resnet50", "amp_bf16", v, device_method="graph")], at=i))
-    store = BaselineStore(path=tmp_path / "nvidia-h100.json", gpu=H100, entries={}, exists=False)
+    store = BaselineFile(path=tmp_path / "nvidia-h100.json", gpu=H100, entries={}, exists=False)
     return HistoryBaselines(store, history)
 
 
@@ -91,7 +91,7 @@ def test_the_history_computes_a_learned_tolerance_once_and_its_file_agrees(tmp_p
     # the overlay the export writes gives the same tolerance by the file's rule
     assert entry_tolerance(DEVICE, 0.005, entry.ratio(DEVICE)) == pytest.approx(ref.tolerance, rel=1e-12)
     # the history's rule for runs it held back comes with it
-    assert ref.group_failure is not None and ref.check("resnet50", "amp_bf16").held_back is not None
+    assert ref.group_failure is not None and ref.check("resnet50", "amp_bf16").group_failure is not None
 
 
 def test_a_cell_the_history_has_not_learned_is_judged_by_its_entry_with_the_group_rule(tmp_path):
@@ -120,5 +120,5 @@ def test_a_distributed_cell_reads_its_references_and_the_group_rule():
     assert checks.device is not None and checks.device.expected == 3.0
     verdicts = judging.verdicts_of(_dist(2.99), checks)
     assert verdicts[judging.DEVICE_SPEEDUP] is Verdict.PASS  # its own launch stays within the tolerance
-    together, why = judging.held_back(verdicts, checks, _dist(2.99))
+    together, why = judging.apply_group_rule(verdicts, checks, _dist(2.99))
     assert together[judging.DEVICE_SPEEDUP] is Verdict.REGRESSION and "run-3 and run-4" in why

@@ -187,7 +187,7 @@ def test_each_per_model_row_puts_the_gated_speedup_beside_the_speed_verdict(name
     for model, rows in model_rows(run).items():
         for row in rows:
             cell = run.cell(SpeedRecord, model, row.mode)
-            if cell is None or row.reference_only:
+            if cell is None or row.fp32_only:
                 continue
             est = cell.estimate(kind)
             cells = row.cells()

@@ -145,7 +145,7 @@ def test_another_schema_names_the_file_the_field_and_the_version(tmp_path):
 
 
 def test_every_failing_outcome_is_recognisably_failing():
-    assert {v for v in Verdict if v.failing} == {Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.REFERENCE_FAILED,
+    assert {v for v in Verdict if v.failing} == {Verdict.REGRESSION, Verdict.NON_FINITE, Verdict.PARITY_FAILED,
                                                 Verdict.ERROR}
     assert {v for v in Verdict if v.warns} == {Verdict.INCONCLUSIVE, Verdict.INPUT_BOUND}
     assert not any(v.failing and v.warns for v in Verdict)

@@ -80,7 +80,7 @@ def test_a_cpu_cell_measured_now_writes_every_figure_the_cpu_run_of_before_wrote
     side = lambda mode: sides.prepare_side(spec, mode, cpu, True, policy(cpu, settings))  # noqa: E731
     cell = measure_speed(spec, compiled(amp_bf16), side(get_mode("fp32")), lambda: side(amp_bf16),
                          versus=lambda: side(amp_bf16), settings=settings, device=cpu,
-                         test_id="test_speed[mlp-amp_bf16-compiled]", store=None, software={},
+                         test_id="test_speed[mlp-amp_bf16-compiled]", source=None, software={},
                          peak_tflops=lambda dtype: None, prepared=lambda identity: None)
     before = _cells(json.loads((DATA / "cpu_fresh.json").read_text()))["test_speed[mlp-amp_bf16-compiled]"]
     now = flat_names(json.loads(json.dumps(cell.record.to_info())))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = "perf/test_loss_scaling.py"
-REFERENCE = "torch.amp:GradScaler"
+GRADSCALER = "torch.amp:GradScaler"
 
 
 def _run_suites(runs: list[tuple[str, str]], storage: Path) -> dict[str, dict]:
@@ -41,11 +41,11 @@ def test_broken_scalers_fail_and_gradscaler_passes(tmp_path: Path) -> None:
 
     runs = [(f"tests.broken_scalers:{name}", f"tested and {prop}") for name, prop in CAUGHT_BY.items()]
     every_prop = " or ".join(sorted(set(CAUGHT_BY.values())))
-    runs.append((REFERENCE, f"tested and ({every_prop})"))
+    runs.append((GRADSCALER, f"tested and ({every_prop})"))
     results = _run_suites(runs, tmp_path)
 
-    reference = results[REFERENCE]
-    assert reference["exit"] == 0 and not reference["failed"], f"GradScaler failed {reference}"
+    gradscaler = results[GRADSCALER]
+    assert gradscaler["exit"] == 0 and not gradscaler["failed"], f"GradScaler failed {gradscaler}"
     escaped = []
     for name, prop in CAUGHT_BY.items():
         r = results[f"tests.broken_scalers:{name}"]

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from ampbench.baselines.entries import SpeedEntry
+from ampbench.baselines.file import measurement_mismatch
 from ampbench.baselines.spread import learn_spread, software_difference, spread_kinds, with_spread
-from ampbench.baselines.store import measurement_mismatch
 from ampbench.gate.writers import across_runs_of, describe_across
 from ampbench.report import parse_run
 from ampbench.results.ratios import DEVICE, VERSUS, WALL

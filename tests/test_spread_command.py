@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ampbench.baselines.entries import SpeedEntry, entry_tolerance
+from ampbench.baselines.file import load_document
 from ampbench.baselines.spread import learn_spread, with_spread
-from ampbench.baselines.store import load_document
 from ampbench.cli import main
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.files.write import write_atomic

@@ -238,10 +238,10 @@ def test_a_check_whose_line_is_at_or_below_zero_judges_nothing():
 def test_a_run_that_passes_alone_fails_with_the_runs_its_history_held_back():
     said = []
 
-    def held_back(speedup, tolerance):
+    def group_failure(speedup, tolerance):
         said.append((speedup, tolerance))
         return "with the 2 runs held back before it it lies -6% below the level"
-    check = replace(CHECK, held_back=held_back)
+    check = replace(CHECK, group_failure=group_failure)
     out = judge(check, rounds_of(*ABOVE), POLICY)
     assert out.verdict is Verdict.REGRESSION and "held back before it" in out.judgement
     assert said == [(pytest.approx(2.0, rel=0.01), 0.05)]
@@ -290,7 +290,7 @@ def test_one_stray_round_in_the_short_batch_does_not_set_the_noise():
 
 def test_a_baseline_measured_another_way_is_named():
     from ampbench.baselines.entries import SpeedEntry
-    from ampbench.baselines.store import measurement_mismatch
+    from ampbench.baselines.file import measurement_mismatch
 
     same = {"cudnn_benchmark": True, "block_seconds": 0.1}
     # entries recorded before the settings were stored count as the defaults they were measured with

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ampbench.baselines.entries import SpeedEntry
-from ampbench.baselines.store import BaselineError, measurement_mismatch, validate_entry
+from ampbench.baselines.file import BaselineError, measurement_mismatch, validate_entry
 from ampbench.models import get_model
 from ampbench.modes import compiled, get_mode, label, versus_figure, versus_of
 from ampbench.report import build_report, render_markdown
@@ -173,7 +173,7 @@ def test_a_baseline_file_with_an_unusable_ratio_is_refused():
 # -- the cell, end to end on the CPU: real trainers, a baseline the ratio cannot meet ------------------
 
 class FakeStore:
-    """The parts of a BaselineStore that measure_speed reads and writes."""
+    """The parts of a BaselineFile that measure_speed reads and writes."""
 
     exists, path = True, Path("baselines/test.json")
 
@@ -210,7 +210,7 @@ def _cell(store: FakeStore, settings: PerfSettings):
     identities = []
     cell = measure_speed(spec, compiled(AMP_BF16), side(get_mode("fp32")), lambda: side(AMP_BF16),
                          versus=lambda: side(AMP_BF16), settings=settings, device=CPU,
-                         test_id="test_speed[mlp-amp_bf16-compiled]", store=store, software={"torch": "x"},
+                         test_id="test_speed[mlp-amp_bf16-compiled]", source=store, software={"torch": "x"},
                          peak_tflops=lambda dtype: None, prepared=identities.append)
     return cell, identities
 
@@ -252,7 +252,7 @@ def test_an_eager_cell_has_no_versus_side():
     spec = get_model("mlp")
     with pytest.raises(ValueError, match="a versus side is needed exactly where the cell is compiled"):
         measure_speed(spec, AMP_BF16, None, lambda: None, versus=lambda: None, settings=_settings(), device=CPU,
-                      test_id="t", store=None, software={}, peak_tflops=lambda d: None, prepared=lambda r: None)
+                      test_id="t", source=None, software={}, peak_tflops=lambda d: None, prepared=lambda r: None)
 
 
 # -- the versus sides kept between cells ---------------------------------------------------------------

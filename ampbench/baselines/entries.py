@@ -99,7 +99,7 @@ class RatioEntry:
 
 
 # how a speed cell was measured, as its entry stores it; entries recorded before these were stored
-# were measured with these values (``store.measurement_mismatch``)
+# were measured with these values (``file.measurement_mismatch``)
 MEASURED_WITH = ("cudnn_benchmark", "block_seconds")
 
 
@@ -182,7 +182,7 @@ class FlatEntry:
         return dataclasses.replace(self, ratios={**self.ratios, kind.name: ratio}, keys=tuple(keys))
 
     def measured_with(self) -> dict[str, object]:
-        """The measurement settings the entry names (``store.measurement_mismatch`` defaults the rest)."""
+        """The measurement settings the entry names (``file.measurement_mismatch`` defaults the rest)."""
         return {name: value for name in MEASURED_WITH if (value := getattr(self, name, None)) is not None}
 
     @classmethod
@@ -250,7 +250,7 @@ class MemoryEntry(FlatEntry):
 
 @dataclass(frozen=True)
 class ConvergenceEntry(FlatEntry):
-    """``test_convergence[model-mode]``: the accuracy the mode must stay within `margin` of its reference's
+    """``test_convergence[model-mode]``: the accuracy the mode must stay within `margin` of its parity mode's
     (a person may set the margin; null or absent: the budget's default)."""
 
     margin: float | None = figure(fraction_or_null())

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ampbench.baselines.entries import DistributedEntry, FlatEntry, MemoryEntry, SpeedEntry
-from ampbench.baselines.store import entry_kind, load_document
+from ampbench.baselines.file import entry_kind, load_document
 from ampbench.printable import plural
 from ampbench.results.ratios import DEVICE, DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, WALL, RatioKind
 
@@ -101,7 +101,7 @@ CONVERGENCE_FIRST = ("accuracy", "accuracy_ref", "margin", "within_margin", "fin
 
 @dataclass(frozen=True)
 class KindTable:
-    """How one kind of entry (``store.entry_kind``) is tabled."""
+    """How one kind of entry (``file.entry_kind``) is tabled."""
 
     title: str
     note: str | None = None  # a paragraph above the table

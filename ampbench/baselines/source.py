@@ -1,8 +1,8 @@
-"""Where a cell's reference comes from: the face of a store of baseline entries that the cells, their
-harness and the plugin read and record through. Two stores show it: the committed file of one GPU model
-(or of N GPUs), ``baselines.store.BaselineStore``, and the run history over that file,
-``history.reference.HistoryBaselines``, which learns each speed or distributed cell's level and tolerance
-from its runs and records and writes to the file it wraps. A cell annotated with ``ReferenceSource``
+"""Where what a cell is judged against comes from: the face of a source of baseline entries that the cells,
+their harness and the plugin read and record through. Two sources show it: the committed file of one GPU model
+(or of N GPUs), ``baselines.file.BaselineFile``, and the run history over that file,
+``history.baseline_source.HistoryBaselines``, which learns each speed or distributed cell's level and tolerance
+from its runs and records and writes to the file it wraps. A cell annotated with ``BaselineSource``
 takes either. Both give a cell's figure its ``verdict.Reference``: the level, the tolerance computed once,
 and, from the history alone, the rule that fails a run with the runs held back before it."""
 
@@ -17,8 +17,8 @@ from ampbench.verdict import Reference
 
 
 @runtime_checkable
-class ReferenceSource(Protocol):
-    """A store of baseline entries by test id: each entry's figures and the software they were measured
+class BaselineSource(Protocol):
+    """A source of baseline entries by test id: each entry's figures and the software they were measured
     on, and this run's new entries, queued by `record` and written by `write`."""
 
     @property
@@ -27,14 +27,14 @@ class ReferenceSource(Protocol):
 
     @property
     def exists(self) -> bool:
-        """Whether there is a reference at all (the file, or for the history, a learned cell)."""
+        """Whether there is anything to judge against at all (the file, or for the history, a learned cell)."""
 
     @property
     def pending(self) -> dict[str, dict]:
         """The entries recorded since the last `write`, by test id."""
 
     def figures(self, test_id: str) -> dict | None:
-        """The entry's figures a cell is held against; None where the store has no entry."""
+        """The entry's figures a cell is held against; None where the source has no entry."""
 
     def reference(self, test_id: str, kind: RatioKind, floor: float, entry: FlatEntry | None) -> Reference | None:
         """What the cell's ratio of `kind` is judged against under the user's `floor`: its level and its

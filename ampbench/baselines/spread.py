@@ -32,7 +32,7 @@ from functools import cached_property
 from typing import Mapping, Sequence
 
 from ampbench.baselines.entries import FlatEntry, SpeedEntry, entry_tolerance, pooled_dof
-from ampbench.baselines.store import measurement_mismatch
+from ampbench.baselines.file import measurement_mismatch
 from ampbench.results import SPEED_RATIOS, RatioKind, Run, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.settings import DEFAULT_TOLERANCE

@@ -9,9 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ampbench.baselines.file import BaselineError, latest_entries, load_document
 from ampbench.baselines.show import render_file
 from ampbench.baselines.spread import learn_spread, with_spread
-from ampbench.baselines.store import BaselineError, latest_entries, load_document
 from ampbench.cli import record as record_cli
 from ampbench.cli.common_args import (
     add_baseline_dir,

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Sequence
 
-from ampbench.baselines.store import BaselineError
+from ampbench.baselines.file import BaselineError
 from ampbench.cli.args import build_parser
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_PIPE_CLOSED
 from ampbench.files.write import PlainOSError, described, plain_problem

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 EXIT_OK = 0
-# a failing verdict (a regression, a non-finite or failed reference cell, a cell whose test stopped with
+# a failing verdict (a regression, a non-finite or parity-failed convergence cell, a cell whose test stopped with
 # an error; under --strict also an inconclusive one), a test the new run lost, a fidelity difference
 EXIT_REGRESSION = 1
 EXIT_BAD_INPUT = 2  # bad usage or unusable input, like argparse's own usage errors

@@ -23,7 +23,7 @@ from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
 from ampbench.device import configure_backends, release, resolve
 from ampbench.models import get_model
 from ampbench.models.spec import ModelSpec
-from ampbench.modes import MODES, REFERENCE_MODE, PrecisionMode, get_mode
+from ampbench.modes import FP32_MODE, MODES, PrecisionMode, get_mode
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.speed import sides
 from ampbench.speed.clocks import fresh_timer
@@ -157,10 +157,10 @@ def harness_speedup(spec: ModelSpec, mode: PrecisionMode, device: torch.device, 
     options: both sides built and warmed up by ``sides.prepare_side``, interleaved blocks, rounds until
     the interval is tight."""
     policy = sides.policy_for(device, sides.DEFAULT_MIN_ROUNDS, DEFAULT_TOLERANCE)
-    reference = sides.prepare_side(spec, get_mode(REFERENCE_MODE), device, smoke, policy)
+    fp32 = sides.prepare_side(spec, get_mode(FP32_MODE), device, smoke, policy)
     side = sides.prepare_side(spec, mode, device, smoke, policy)
-    estimate = extend_until_tight(fresh_timer(reference, side, policy), policy.rounds)
-    del reference, side
+    estimate = extend_until_tight(fresh_timer(fp32, side, policy), policy.rounds)
+    del fp32, side
     release(device)
     return estimate
 

@@ -1,4 +1,4 @@
-"""Parity: a mode's accuracy held against its reference's (fp32's, or compiled amp_bf16's for fp8) by
+"""Parity: a mode's accuracy held against its parity mode's (fp32's, or compiled amp_bf16's for fp8) by
 ``ParityCheck``, and ``parity_cell`` turning that into the convergence cell's record and how its test
 ends."""
 
@@ -17,14 +17,14 @@ class Outcome(str, Enum):
     PASS = "pass"  # within the margin of fp32's accuracy, loss finite throughout
     BELOW_MARGIN = "below margin"  # learned less than fp32 by more than the margin
     NONFINITE = "non-finite"  # NaN or inf in the loss curve or the weights
-    REFERENCE_FAILED = "reference failed"  # fp32 itself did not learn; parity would mean nothing
+    PARITY_FAILED = "reference failed"  # fp32 itself did not learn; parity would mean nothing
 
 
 # each outcome in the suite's one vocabulary, and what a failing test says first
 VERDICTS = {Outcome.PASS: Verdict.PASS, Outcome.BELOW_MARGIN: Verdict.REGRESSION,
-            Outcome.NONFINITE: Verdict.NON_FINITE, Outcome.REFERENCE_FAILED: Verdict.REFERENCE_FAILED}
+            Outcome.NONFINITE: Verdict.NON_FINITE, Outcome.PARITY_FAILED: Verdict.PARITY_FAILED}
 FAILURE_PREFIXES = {Outcome.NONFINITE: "non-finite training", Outcome.BELOW_MARGIN: "convergence regression",
-                    Outcome.REFERENCE_FAILED: "{reference} reference did not learn"}
+                    Outcome.PARITY_FAILED: "{parity} reference did not learn"}
 
 
 # Modes allowed to lag fp32, and why; a lagging cell of these is reported as an expected failure
@@ -42,10 +42,10 @@ EXPECTED_TO_LAG: dict[str, str] = {
 class ParityCheck:
     model: str
     mode: str
-    accuracy_ref: float  # the reference's accuracy, same data, seed and budget
-    margin: float  # absolute accuracy a mode may lose against the reference
-    min_accuracy: float  # the reference's floor
-    reference: str = "fp32"  # the mode held against (ampbench.modes.label of its parity_reference)
+    accuracy_ref: float  # the parity mode's accuracy, same data, seed and budget
+    margin: float  # absolute accuracy a mode may lose against the parity mode
+    min_accuracy: float  # the parity mode's floor
+    parity_label: str = "fp32"  # the parity mode, as ``ampbench.modes.label`` names it
 
     @property
     def line(self) -> float:
@@ -59,9 +59,9 @@ class ParityCheck:
                      f"{' ...' if len(result.nonfinite_steps) > 10 else ''} of {result.steps}"
                      if result.nonfinite_steps else "loss finite but weights NaN/inf")
             return Outcome.NONFINITE, f"{head}; {where}"
-        ref = self.reference
+        ref = self.parity_label
         if self.accuracy_ref < self.min_accuracy:
-            return Outcome.REFERENCE_FAILED, (
+            return Outcome.PARITY_FAILED, (
                 f"{head}; the {ref} reference reached only {self.accuracy_ref:.4f}, below the floor "
                 f"{self.min_accuracy:.2f}, so the budget is too small for parity to mean anything")
         if result.accuracy < self.line:
@@ -86,7 +86,7 @@ class ParityCell:
         return self.record.verdict is Verdict.EXPECTED_LAG
 
     def failure(self) -> str:
-        prefix = FAILURE_PREFIXES[self.outcome].format(reference=self.record.reference or "fp32")
+        prefix = FAILURE_PREFIXES[self.outcome].format(parity=self.record.reference or "fp32")
         return f"{prefix}: {self.record.message}"
 
     def baseline_figures(self) -> dict:
@@ -98,14 +98,14 @@ class ParityCell:
                 "within_margin": self.outcome is Outcome.PASS}
 
 
-def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget: Budget,
+def parity_cell(result: ConvergenceResult, parity: ConvergenceResult, budget: Budget,
                 baseline: ConvergenceEntry | None,
-                device: str, seed: int, reference_label: str = "fp32") -> ParityCell:
-    """Hold a mode's training against its reference's (fp32's, or the mode's parity_reference, named
-    `reference_label`), with the margin of its baseline entry (the budget's default where it holds none)."""
+                device: str, seed: int, parity_label: str = "fp32") -> ParityCell:
+    """Hold a mode's training against its parity mode's (fp32's, or the mode's ``parity_mode``, named
+    `parity_label`), with the margin of its baseline entry (the budget's default where it holds none)."""
     baseline_margin = baseline.margin if baseline is not None else None
     margin = float(baseline_margin) if baseline_margin is not None else budget.margin
-    check = ParityCheck(result.model, result.mode, reference.accuracy, margin, budget.min_accuracy, reference_label)
+    check = ParityCheck(result.model, result.mode, parity.accuracy, margin, budget.min_accuracy, parity_label)
     outcome, message = check.judge(result)
     lag_reason = EXPECTED_TO_LAG.get(result.mode)
     verdict, reason = VERDICTS[outcome], (outcome.value if outcome is Outcome.BELOW_MARGIN else None)
@@ -114,7 +114,7 @@ def parity_cell(result: ConvergenceResult, reference: ConvergenceResult, budget:
     record = ConvergenceRecord(
         model=result.model, mode=result.mode, device=device, data=result.data, image_shape=list(result.image_shape),
         steps=result.steps, batch_size=result.batch_size, seed=seed, accuracy=result.accuracy,
-        accuracy_ref=reference.accuracy, reference=reference_label, margin=margin, min_accuracy=budget.min_accuracy,
+        accuracy_ref=parity.accuracy, reference=parity_label, margin=margin, min_accuracy=budget.min_accuracy,
         loss_curve=result.loss_curve,
         nonfinite_steps=result.nonfinite_steps, train_seconds=result.seconds,
         baseline_margin=baseline_margin, expected_to_lag=bool(lag_reason),

@@ -36,12 +36,12 @@ class UnderflowReport:
     loss_factor: float  # the problem's loss is multiplied by this, shrinking every gradient with it
     grad_median: float  # median |gradient| of the first step in fp32 (nonzero elements)
     steps: int
-    reference: UnderflowRun  # fp32
+    fp32: UnderflowRun
     unscaled: UnderflowRun  # fp16 compute, no loss scaling
     scaled: UnderflowRun  # fp16 compute, static loss scale
 
     def summary(self) -> str:
-        u, s, r = self.unscaled, self.scaled, self.reference
+        u, s, r = self.unscaled, self.scaled, self.fp32
         assert u.underflow_fraction is not None and s.underflow_fraction is not None, "fp16 runs measure it"
         return (
             f"loss x {self.loss_factor:.3g} puts the median gradient at {self.grad_median:.2e}, below fp16's smallest "
@@ -53,7 +53,7 @@ class UnderflowReport:
 
     def record(self, device: str) -> UnderflowRecord:
         """The demonstration's record: the same run without and with a loss scale, and fp32's."""
-        ref, bare, scaled = self.reference, self.unscaled, self.scaled
+        ref, bare, scaled = self.fp32, self.unscaled, self.scaled
         return UnderflowRecord(
             model="mlp_64_64_10", device=device, data="digits", steps=self.steps, loss_factor=self.loss_factor,
             grad_median=self.grad_median, fp16_smallest_subnormal=FP16_SMALLEST_SUBNORMAL, loss_scale=scaled.loss_scale,
@@ -163,11 +163,11 @@ def underflow_demo(
         fit_images(data.test_images.to(device), 1, 8, mean, std), data.test_labels.to(device),
     )
     common: dict[str, Any] = dict(factor=loss_factor, lr=lr, steps=steps, batch_size=batch_size, seed=seed)
-    reference = _train_underflow("fp32", tensors, device, fp16=False, loss_scale=1.0, **common)
+    fp32 = _train_underflow("fp32", tensors, device, fp16=False, loss_scale=1.0, **common)
     unscaled = _train_underflow("fp16 without loss scaling", tensors, device, fp16=True, loss_scale=1.0, **common)
     scaled = _train_underflow(f"fp16 with loss scale 2^{int(math.log2(loss_scale))}", tensors, device, fp16=True,
                               loss_scale=loss_scale, **common)
     # the unscaled run's first step is the problem's own gradient: loss x loss_factor, nothing more
     assert unscaled.grad_median is not None, "an fp16 run measures its first step's gradients"
-    return UnderflowReport(loss_factor, unscaled.grad_median, steps, reference, unscaled, scaled)
+    return UnderflowReport(loss_factor, unscaled.grad_median, steps, fp32, unscaled, scaled)
 

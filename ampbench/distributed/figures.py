@@ -28,7 +28,7 @@ NO_DEVICE = "gloo ranks on the CPU run no kernels: no device time"
 
 @dataclass(frozen=True)
 class DistFigures:
-    speedup: SpeedupEstimate  # the mode over the fp32 reference, both under the same parallelism
+    speedup: SpeedupEstimate  # the mode over the fp32 side, both under the same parallelism
     efficiency: SpeedupEstimate | None  # N-GPU samples/s / (N x 1-GPU samples/s), per round
     throughput_per_gpu: float  # samples/s per GPU of the mode (median round)
     throughput_per_gpu_ref: float

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 from ampbench.baselines.entries import DistributedEntry, RatioEntry, entry_tolerance
-from ampbench.baselines.store import measurement_mismatch
+from ampbench.baselines.file import measurement_mismatch
 from ampbench.distributed.figures import DistFigures, host_bound_verdict, per_round_min
 from ampbench.gate import judge
 from ampbench.gate.writers import judged_figures, stored_ratio
@@ -57,7 +57,7 @@ class CellChecks:
 def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str, what: str,
                 against: Callable[[RatioKind], Reference | None]) -> CellChecks:
     """The checks of the cell's figures against what its baseline source gives each (`against`, by the
-    figure's kind: ``ReferenceSource.reference``); the device time's only where the run measured one, and
+    figure's kind: ``BaselineSource.reference``); the device time's only where the run measured one, and
     only against a baseline measured by the same method."""
     def check(kind: RatioKind, figure: str = "speedup over fp32", method: str | None = None) -> tuple:
         return ratio_check(kind, model, what, baseline, against(kind), figure=figure, method=method)
@@ -113,7 +113,8 @@ def confirmed_by_launch(verdicts: dict[str, Verdict], checks: CellChecks, second
     return {name: judge.confirmed(v, checks.of(name), again.get(name)) for name, v in verdicts.items()}
 
 
-def held_back(verdicts: dict[str, Verdict], checks: CellChecks, figs: DistFigures) -> tuple[dict[str, Verdict], str]:
+def apply_group_rule(verdicts: dict[str, Verdict], checks: CellChecks,
+                     figs: DistFigures) -> tuple[dict[str, Verdict], str]:
     """`verdicts` with the history's group rule applied as a single-GPU cell's ratio applies it
     (``gate.judge.grouped``): a figure its own launches did not fail fails where it lies below the line
     together with the runs the history held back before it (``verdict.Reference.group_failure``); and the

@@ -3,7 +3,7 @@
     torchrun --nproc-per-node 2 --standalone -m ampbench.distributed.speed_worker \\
         --model resnet50 --mode amp_bf16 --comm fp32,bf16_hook --out DIR
 
-Per comm variant, the fp32 reference (the same parallelism, fp32 reduction) and the mode alternate in
+Per comm variant, the fp32 side (the same parallelism, fp32 reduction) and the mode alternate in
 rounds as in ``PairedTimer``, every rank starting each block together; rank 0 also times, between
 rounds, the same mode on its GPU alone (a plain ``Trainer``), the 1-GPU side of the scaling
 efficiency, in wall clock and, on CUDA, as held replays of its step captured as a CUDA graph
@@ -52,7 +52,7 @@ from ampbench.distributed.variants import (
     get_comm,
     kernels_from_trace,
 )
-from ampbench.modes import REFERENCE_MODE, PrecisionMode, compiled, get_mode
+from ampbench.modes import FP32_MODE, PrecisionMode, compiled, get_mode
 from ampbench.speed import sides
 from ampbench.speed.clocks import DeviceClock
 from ampbench.speed.devicetime import CapturedStep, CaptureError, profile_steps
@@ -189,7 +189,7 @@ def profiled_trace(trainer: Trainer, steps: int, activities: list) -> dict:
     rank a different time, and a first step traced from it would show the rank that started first
     waiting in its NCCL kernels for the others, as communication. And kineto tears CUPTI down after a
     session (TEARDOWN_CUPTI, which ampbench.speed.devicetime sets) from the next CUDA call on, on a thread of
-    its own: a session started back to back with the last one (the reference's after the mode's) can
+    its own: a session started back to back with the last one (the fp32 side's after the mode's) can
     lose its GPU events to that teardown, which the unprofiled step gives time to finish."""
     from torch.profiler import profile, schedule
 
@@ -228,11 +228,11 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
     rank, world = dist.get_rank(), dist.get_world_size()
     if not variant.applies_to(mode):
         raise ValueError(f"comm variant {variant.name} does not apply to mode {mode.name}")
-    # fp32 compiled where the mode compiles (fp8), as in the single-GPU suite: an eager reference would
+    # fp32 compiled where the mode compiles (fp8), as in the single-GPU suite: an eager fp32 side would
     # fold the compile gain into the mode's speedup
-    ref_mode = compiled(get_mode(REFERENCE_MODE), mode.compile)
+    ref_mode = compiled(get_mode(FP32_MODE), mode.compile)
     injected(clear=True)
-    ref = build(spec, ref_mode, get_comm(variant.reference), device, args.smoke)
+    ref = build(spec, ref_mode, get_comm(variant.fp32_comm), device, args.smoke)
     trainer = build(spec, mode, variant, device, args.smoke)
     ref_step, mode_step = warm_together(ref, policy), warm_together(trainer, policy)
     timer = ranked_timer(ref, trainer, steps_per_block(ref_step, policy.block_seconds),
@@ -261,7 +261,7 @@ def run_cell(args, spec, mode: PrecisionMode, variant: CommVariant, device: torc
     last_loss = trainer.run(1)
     doc = {
         "rank": rank, "world_size": world, "model": spec.name, "mode": mode.name, "comm": variant.name,
-        "strategy": variant.strategy, "reference_comm": variant.reference, "device": device_name(device),
+        "strategy": variant.strategy, "reference_comm": variant.fp32_comm, "device": device_name(device),
         "backend": dist.get_backend(), "batch_size": trainer.batch_size, "smoke": args.smoke,
         "ref_steps": timer.ref_steps, "mode_steps": timer.mode_steps, "single_steps": single_steps or None,
         "ref_times": timer.ref_times, "mode_times": timer.mode_times, "single_times": single_times or None,

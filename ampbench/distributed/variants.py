@@ -39,7 +39,7 @@ class CommVariant:
 
     name: str  # key in COMM_VARIANTS and the last part of a test id
     strategy: str  # key of STRATEGIES: "ddp" or "fsdp2"
-    reference: str  # the variant the fp32 reference trains with: the same parallelism, fp32 reduction
+    fp32_comm: str  # the variant the fp32 side trains with: the same parallelism, fp32 reduction
     ddp_hook: str | None = None  # name in ddp_comm_hooks.default_hooks; None: DDP's fp32 all-reduce
     param_dtype: torch.dtype | None = None  # FSDP2 MixedPrecisionPolicy: dtype parameters are gathered in
     reduce_dtype: torch.dtype | None = None  # FSDP2 MixedPrecisionPolicy: dtype gradients are reduced in

@@ -1,7 +1,7 @@
 """The gated figures of a run, one ``Figure`` per figure that holds a cell: each speedup that gates a speed
 or distributed cell with its interval, a compiled cell's ratio over its versus side, a memory cell's
 ratio to fp32 (and its largest batch's, where searched) and a convergence cell's accuracy against its
-reference. What a dashboard should chart: the figure the suite judges, not one side's time.
+parity mode's. What a dashboard should chart: the figure the suite judges, not one side's time.
 
 A cell with no such figure (the input pipeline's rates, the underflow demonstration, a cell whose test
 failed before it measured) is named in ``Figures.left_out`` with the reason, never dropped silently.
@@ -59,7 +59,7 @@ class Figure:
           stays at or under 1, as its verdict stays short of a regression.
         - a memory ratio (larger is worse): ``(value / baseline - 1) / tolerance``, ``RatioCheck``'s
           worsening over its tolerance.
-        - an accuracy gap in points: ``-gap / tolerance``, the points lost against the reference over
+        - an accuracy gap in points: ``-gap / tolerance``, the points lost against the parity mode over
           the points the cell may lose (its parity margin)."""
         tol = self.tolerance
         if tol is None or tol <= 0:
@@ -157,11 +157,11 @@ def _convergence(cell: ConvergenceRecord, group: str) -> tuple[list[Figure], lis
     # accuracies are written as fractions (by older writers, percentages): the gap is in points
     scale = 100.0 if max(cell.accuracy or 0, cell.accuracy_ref or 0) <= 1 else 1.0
     margin = cell.margin * scale if cell.margin is not None else None
-    reference = cell.reference or "fp32"
+    parity = cell.reference or "fp32"
     # a delta is of both accuracies (``accuracy_delta``)
-    relative = ((f"accuracy / {reference}'s", cell.accuracy / cell.accuracy_ref)
+    relative = ((f"accuracy / {parity}'s", cell.accuracy / cell.accuracy_ref)
                 if cell.accuracy_ref and cell.accuracy is not None else None)
-    return [Figure(cell.test_id, group, "accuracy-gap", f"accuracy against {reference}", delta * scale, unit="pts",
+    return [Figure(cell.test_id, group, "accuracy-gap", f"accuracy against {parity}", delta * scale, unit="pts",
                    tolerance=margin, verdict=str(cell.verdict) if cell.verdict is not None else None,
                    relative=relative)], []
 

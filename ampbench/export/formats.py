@@ -8,7 +8,7 @@
 - ``github``: github-action-benchmark's ``customBiggerIsBetter`` list (name, value, unit, range, extra),
   ``range`` the interval's half-width as "± x", which the action reads. Every value is one where bigger
   is better: the memory figure is fp32's peak over the mode's, the accuracy one the mode's accuracy over
-  its reference's (a ratio, where the action divides one run's value by the other's).
+  its parity mode's (a ratio, where the action divides one run's value by the other's).
 - ``github-margin``: github-action-benchmark's ``customSmallerIsBetter`` list that makes the action hold
   each cell's gate margin to its line. The action knows no absolute limit: it divides each entry's value
   by the first entry of the same name in the previous run (src/write.ts, ``findAlerts``). So each cell
@@ -69,7 +69,7 @@ def bmf(figures: Figures) -> dict[str, dict[str, dict[str, float]]]:
 
 def _bigger_is_better(f: Figure) -> tuple[str, float, float | None] | None:
     """(label, value, ± half-width) of `f` where bigger is better; None where it has none (an accuracy
-    gap against a reference that learned nothing)."""
+    gap against a parity mode that learned nothing)."""
     if f.relative is not None:
         return (*f.relative, None)
     return (f.label, f.value, f.half_width) if f.bigger_is_better and f.unit == "x" else None

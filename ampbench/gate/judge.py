@@ -41,7 +41,7 @@ def grouped(check: SpeedupCheck, speedup: float, verdict: Verdict | None) -> tup
     """`verdict`, or a regression where a run whose own rounds did not fail lies, at `speedup`, below the
     line together with the runs its history held back before it, and why ("" where it does not, or where no
     history gives the rule): the one place the group rule meets a verdict."""
-    rule = check.held_back
+    rule = check.group_failure
     if rule is None or verdict is Verdict.REGRESSION:
         return verdict, ""
     why = rule(speedup, check.tolerance)

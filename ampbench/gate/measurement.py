@@ -63,7 +63,7 @@ class Rounds:
 
 
 def pooled_estimate(a: Rounds, b: Rounds, confidence: float) -> SpeedupEstimate:
-    """Two sets of rounds as one, each in its own order (a set that starts over starts with its reference)."""
+    """Two sets of rounds as one, each in its own order (a set that starts over starts with the side it is over)."""
     return estimate_speedup([*a.ref_times, *b.ref_times], [*a.mode_times, *b.mode_times], confidence,
                             ref_first=a.ref_first + b.ref_first)
 

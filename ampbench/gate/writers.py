@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ampbench.baselines.entries import RatioEntry, SpeedEntry, entry_tolerance
+from ampbench.baselines.file import measurement_mismatch
 from ampbench.baselines.spread import software_difference
-from ampbench.baselines.store import measurement_mismatch
 from ampbench.gate.measurement import Measurement, pooled_estimate
 from ampbench.results.ratio_figures import RatioFigures, StepFigures, over_side
 from ampbench.results.ratios import RatioKind

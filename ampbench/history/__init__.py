@@ -1,5 +1,5 @@
 """The run history: every run of the suite appended to a store (an SQLite file, or PostgreSQL for a
-fleet of runners), so that a cell's reference level, its noise and its changes are learned from the
+fleet of runners), so that a cell's level, its noise and its changes are learned from the
 runs of the user's own runners.
 
 The modules, by job:
@@ -12,9 +12,9 @@ The modules, by job:
 - `series`: a cell's figure over runs (Series of Points), what the analysis reads;
 - `replay`: which runs of a series count, which are held back as suspect and why (`statuses`), and
   `model`: the level per card and the noise the counted runs give;
-- `learn`: a cell's reference level and learned tolerance from its series;
+- `learn`: a cell's level and learned tolerance from its series;
 - `changes`: change points in a cell's series;
-- `reference`: the history as the verdicts' baselines, over the committed file;
+- `baseline_source`: the history as the verdicts' baseline source, over the committed file;
 - `export`, `list_changes`, `report_changes`: a baseline file, and the changes listed, from the history;
 - `explain`: what the history decided of one cell (simulated histories of the gate are tests/history_simulation.py).
 Its commands (``ampbench history import|runs|accept|explain|changes``) are ``ampbench.cli.history``.

@@ -30,8 +30,8 @@ def replay_of(history: History, gpu: str, test_id: str, figure: str, baseline_di
 
 
 def _prior(history: History, gpu: str, test_id: str, figure: str, series: Series, baseline_dir: Path | None):
-    from ampbench.baselines.store import BaselineError, BaselineStore
-    from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, prior_for
+    from ampbench.baselines.file import BaselineError, BaselineFile
+    from ampbench.history.baseline_source import DISTRIBUTED_CELLS, SPEED_CELLS, prior_for
 
     cells = DISTRIBUTED_CELLS if DISTRIBUTED_CELLS.covers(test_id) else SPEED_CELLS
     kinds = {kind.history: kind for kind in cells.ratios}  # the ratios its entry holds, by their series
@@ -41,7 +41,7 @@ def _prior(history: History, gpu: str, test_id: str, figure: str, series: Series
     if slug is None:
         return None
     try:
-        store = BaselineStore.open(baseline_dir, gpu, slug)
+        store = BaselineFile.open(baseline_dir, gpu, slug)
     except BaselineError:
         return None
     return prior_for(kinds[figure], cells.entry.of(store.figures(test_id)), series)

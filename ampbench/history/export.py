@@ -1,5 +1,5 @@
 """``ampbench baselines export``: the reviewable baseline files written from the history. Each speed cell
-the history has counted runs of gets its level and learned spread (``reference.overlay``), the software
+the history has counted runs of gets its level and learned spread (``baseline_source.overlay``), the software
 of its latest counted run, and, where the file had no entry of it, how its latest run measured it; every
 other entry of the file is kept as it is. The distributed cells go the same way into the file of their N
 GPUs (``<slug>-x<N>.json``, ``<slug>-x<N>-<M>nodes.json`` over M hosts), one per GPU count and node
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ampbench.baselines.store import BaselineStore
+from ampbench.baselines.file import BaselineFile
+from ampbench.history.baseline_source import DISTRIBUTED_CELLS, SPEED_CELLS, HistoryBaselines, LearnedCells
 from ampbench.history.model import NEW_CARD
-from ampbench.history.reference import DISTRIBUTED_CELLS, SPEED_CELLS, HistoryBaselines, LearnedCells
 from ampbench.history.store import History
 from ampbench.results import cluster_name, cluster_shape, cluster_stem, slug_problem
 
@@ -79,7 +79,7 @@ def write_baselines(history: History, gpu: str | None,
 
 def _export_one(history: History, name: str, slug: str, cells: LearnedCells, directory: Path,
                 device: str) -> tuple[Path, int] | None:
-    store = BaselineStore.open(directory, name, slug)
+    store = BaselineFile.open(directory, name, slug)
     learned = HistoryBaselines(store, history, cells=cells, card=NEW_CARD)  # a file serves any card
     written = 0
     for test_id in sorted(learned.learned()):
@@ -105,7 +105,7 @@ def _kernels_of(history: History, name: str, slug: str, cells: LearnedCells, dir
     software; nothing else of them changed."""
     from ampbench.baselines.spread import software_difference
 
-    store = BaselineStore.open(directory, name, slug)
+    store = BaselineFile.open(directory, name, slug)
     learned = HistoryBaselines(store, history, cells=cells, card=NEW_CARD)
     written = 0
     for test_id in sorted(learned.learned()):

@@ -1,4 +1,4 @@
-"""A cell's reference level and tolerance, learned from its run history (a ``Series``) by its replay.
+"""A cell's level and tolerance, learned from its run history (a ``Series``) by its replay.
 
 The replay (``replay.Replay``) decides which runs count: a failed run never does, a suspect one (below its
 level by more than noise says) waits until later runs clear it. The counted runs are the model's
@@ -75,7 +75,7 @@ class CellBaseline:
     first: float | None  # the value of the first of them: the run the level starts from
     pooled: Pooled  # the noise, over every counted run (and the prior's values)
     prior_count: int  # values of those from a baseline file's spread
-    noise: float | None  # the widest interval half-width at the level: the recorded noise until learned
+    recorded_noise: float | None  # the widest interval half-width at the level: the recorded noise until learned
     floor: float
     unlearned: float
     confidence: float
@@ -151,14 +151,15 @@ class CellBaseline:
     @property
     def tolerance(self) -> float:
         """The relative drop that counts as a regression against `level`, by the verdicts' rule."""
-        return tolerance_for(self.floor, self.noise, self.between_runs, self.confidence, self.unlearned)
+        return tolerance_for(self.floor, self.recorded_noise, self.between_runs, self.confidence, self.unlearned)
 
     def reference(self, source: str, method: str | None = None,
                   group_failure: Callable[[float, float], str | None] | None = None) -> Reference:
         """What a run of the cell is judged against at its learned level (`level` must be known): the
         tolerance by the same rule and inputs as `tolerance`, with what set it."""
         assert self.level is not None, "a cell still learning has no level to judge against"
-        return Reference.of(self.level, self.floor, self.noise, self.between_runs, source=source, method=method,
+        return Reference.of(self.level, self.floor, self.recorded_noise, self.between_runs, source=source,
+                            method=method,
                             confidence=self.confidence, unlearned=self.unlearned, group_failure=group_failure)
 
     def tolerance_after(self, runs: int) -> float | None:
@@ -168,7 +169,7 @@ class CellBaseline:
             return None if self.pooled.sd is None else self.tolerance
         added = runs - self.pooled.count
         between = self._between(runs, self.level_count + added)
-        return tolerance_for(self.floor, self.noise, between, self.confidence, self.unlearned)
+        return tolerance_for(self.floor, self.recorded_noise, between, self.confidence, self.unlearned)
 
     def sentence(self) -> str:
         """How far the tolerance has been learned, for the summary: '0.9% from 4 runs; about 0.6% after 10'."""
@@ -187,12 +188,12 @@ class CellBaseline:
         ahead = self.tolerance_after(PROJECT_TO) if self.pooled.count < PROJECT_TO else None
         if ahead is not None and percent(ahead) != percent(self.tolerance):
             head += f"; about {percent(ahead)} after {PROJECT_TO}"
-        held = self.held_back()
+        held = self.held_back_runs()
         if held:
             head += f"; {len(held)} run{'s' * (len(held) != 1)} held back as suspect"
         return head
 
-    def held_back(self) -> list[tuple[str, str]]:
+    def held_back_runs(self) -> list[tuple[str, str]]:
         """(run id, why) of each run of the current level held back as suspect or failed."""
         if self.replay is None:
             return []
@@ -223,7 +224,7 @@ def percent(x: float) -> str:
 
 def learn(series: Series, prior: Prior | None = None, floor: float = DEFAULT_TOLERANCE,
           confidence: float = GATE_CONFIDENCE, card: Hashable = None) -> CellBaseline:
-    """`series`' reference level and noise for a run on `card` (its UUID, None for runs that recorded
+    """`series`' level and noise for a run on `card` (its UUID, None for runs that recorded
     none; ``model.NEW_CARD``: a card the history has not seen, as a baseline file serves any), the noise
     pooled with `prior` (a baseline file's spread, ``spread.prior_of``) where given; pass a prior only
     where its runs are not in the series. What follows a change the history found and nobody accepted

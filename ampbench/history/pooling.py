@@ -218,7 +218,7 @@ def transfer_prior(variances: Mapping[str, tuple[float, int]],
     design = np.zeros((len(rows), len(files) + len(cells) - 1))
     for i, (f, c, *_) in enumerate(rows):
         design[i, files.index(f)] = 1.0
-        if cells.index(c):  # the first cell's effect is the reference level
+        if cells.index(c):  # the first cell's effect is the base level
             design[i, len(files) + cells.index(c) - 1] = 1.0
     coef, *_ = np.linalg.lstsq(design, e, rcond=None)
     residual = e - design @ coef

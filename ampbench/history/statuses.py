@@ -28,7 +28,7 @@ class Status:
         return self.state in (COUNTED, ACCEPTED)
 
     @property
-    def held_back(self) -> bool:
+    def is_held_back(self) -> bool:
         return self.state in (SUSPECT, FAILED)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ampbench.baselines.entries import MemoryEntry
-from ampbench.baselines.store import CARRIED_FIGURES
+from ampbench.baselines.file import CARRIED_FIGURES
 from ampbench.memory.search import gib
 from ampbench.results import MemoryRecord
 from ampbench.stats import median
@@ -144,23 +144,23 @@ def judge(model: str, mode: str, figures: dict, baseline: MemoryEntry | None, to
     return MemoryJudgement(verdict, "; ".join(parts), failures)
 
 
-def memory_figures(cell: CellMemory, reference: CellMemory) -> dict:
+def memory_figures(cell: CellMemory, fp32: CellMemory) -> dict:
     """The figures of a memory cell, as test_memory's extra_info carries them and baselines store them
     (scalars only; the probe log is added by the test). Without a search the largest batch's figures
     are left out, not zeroed: ``max_batch_searched`` says why they are missing."""
-    if cell.searched != reference.searched:
+    if cell.searched != fp32.searched:
         raise ValueError(
             f"{cell.model} {cell.mode}: the cell {'searched' if cell.searched else 'did not search'} its largest "
-            f"batch and fp32's reference {'did' if reference.searched else 'did not'}; both must be measured alike")
+            f"batch and fp32's reference {'did' if fp32.searched else 'did not'}; both must be measured alike")
     figures: dict[str, Any] = {
         "batch_size": cell.breakdown.batch_size,
         "peak_mem_bytes": cell.peak_bytes,
-        "peak_mem_ref_bytes": reference.peak_bytes,
-        "memory_ratio": cell.peak_bytes / reference.peak_bytes,
+        "peak_mem_ref_bytes": fp32.peak_bytes,
+        "memory_ratio": cell.peak_bytes / fp32.peak_bytes,
         "max_batch_searched": cell.searched,
     }
     if cell.searched:
-        figures.update(_search_figures(cell, reference))
+        figures.update(_search_figures(cell, fp32))
     figures.update({
         "cell_seconds": cell.seconds,
         "warmup_steps": cell.warmup_steps,
@@ -171,10 +171,10 @@ def memory_figures(cell: CellMemory, reference: CellMemory) -> dict:
     return figures
 
 
-def _search_figures(cell: CellMemory, reference: CellMemory) -> dict:
+def _search_figures(cell: CellMemory, fp32: CellMemory) -> dict:
     """The largest batch's figures of a cell whose search ran, and fp32's beside them."""
-    s, r = cell.search, reference.search
-    throughput, throughput_ref = cell.throughput, reference.throughput
+    s, r = cell.search, fp32.search
+    throughput, throughput_ref = cell.throughput, fp32.throughput
     assert s is not None and r is not None, "called where both cells searched"
     assert throughput is not None and throughput_ref is not None, "a search is followed by steps timed at its batch"
     return {
@@ -211,11 +211,11 @@ SEARCH_FIGURES = CARRIED_FIGURES["test_memory"]
 BASELINE_FIGURES = DEFAULT_BATCH_FIGURES + SEARCH_FIGURES
 
 
-def memory_record(cell: CellMemory, reference: CellMemory, device: str, baseline: MemoryEntry | None,
+def memory_record(cell: CellMemory, fp32: CellMemory, device: str, baseline: MemoryEntry | None,
                   tolerance: float) -> tuple[MemoryRecord, MemoryJudgement]:
     """The record of a memory cell, judged against its baseline entry, and the judgement it carries
     (whose failures name each figure beyond its tolerance)."""
-    figures = memory_figures(cell, reference)
+    figures = memory_figures(cell, fp32)
     judgement = judge(cell.model, cell.mode, figures, baseline, tolerance)
     record = MemoryRecord.of_figures(
         model=cell.model, mode=cell.mode, device=device, **figures,

@@ -58,7 +58,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     from ampbench import device as devices
     from ampbench import models
     from ampbench.modes import compiled, get_mode
-    from ampbench.plugin.session import baseline_store_of, perf_settings_of
+    from ampbench.plugin.session import baseline_source_of, perf_settings_of
     from ampbench.speed.ahead import AheadSide
 
     settings = perf_settings_of(config)
@@ -69,7 +69,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return devices.cell_unsupported_reason(compiled(get_mode(mode)), settings.device, spec,
                                                spec.config_for(settings.smoke)) is not None
 
-    store = baseline_store_of(config)
+    store = baseline_source_of(config)
     costs = {}
     for test_id, model, mode in cells:  # the dearest first: a long compile started last leaves the others idle
         known = (store.figures(test_id) if store is not None else None) or {}

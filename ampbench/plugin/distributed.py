@@ -15,10 +15,10 @@ import pytest
 
 from ampbench.plugin import acts
 from ampbench.plugin.options import follows
-from ampbench.plugin.session import DISTRIBUTED_STORE_KEY, SETTINGS_KEY, open_baselines, perf_settings_of
+from ampbench.plugin.session import DISTRIBUTED_SOURCE_KEY, SETTINGS_KEY, open_baselines, perf_settings_of
 
 if TYPE_CHECKING:  # the stores load where a GPU run opens them
-    from ampbench.baselines.source import ReferenceSource
+    from ampbench.baselines.source import BaselineSource
 
 WORLD_SIZE_KEY = pytest.StashKey[int]()
 
@@ -60,11 +60,11 @@ def perf_world_size(pytestconfig: pytest.Config, perf_device) -> int:
 
 
 @pytest.fixture(scope="session")
-def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_world_size) -> ReferenceSource | None:
+def distributed_baseline_source(pytestconfig: pytest.Config, perf_settings, perf_world_size) -> BaselineSource | None:
     """Baselines of N GPUs of this model, baselines/<gpu-slug>-x<N>.json (-x<N>-<M>nodes.json over M
     hosts, whose collectives cross a network), with each cell's speedups
     learned from its runs on N GPUs where a history is kept; None on the CPU. The tests write what they
-    record themselves (the session's teardown hook writes only the 1-GPU store)."""
+    record themselves (the session's teardown hook writes only the 1-GPU baseline file)."""
     from ampbench import device as devices
     from ampbench.plugin.history import history_of
     from ampbench.results import cluster_name
@@ -72,17 +72,17 @@ def distributed_baseline_store(pytestconfig: pytest.Config, perf_settings, perf_
     if perf_settings.device.type != "cuda":
         return None
     name, nodes = devices.device_name(perf_settings.device), perf_settings.nodes.count
-    store = open_baselines(perf_settings.baseline_dir, cluster_name(name, perf_world_size, nodes),
+    baseline_file = open_baselines(perf_settings.baseline_dir, cluster_name(name, perf_world_size, nodes),
                            devices.cluster_slug(name, perf_world_size, nodes))
     history = history_of(pytestconfig)
     if history is None:
-        return store
-    from ampbench.history.reference import DISTRIBUTED_CELLS, HistoryBaselines
+        return baseline_file
+    from ampbench.history.baseline_source import DISTRIBUTED_CELLS, HistoryBaselines
 
     # the run row's card is the first GPU's: a distributed series is filed by it too
-    learned = HistoryBaselines(store, history, perf_settings.tolerance, cells=DISTRIBUTED_CELLS,
+    learned = HistoryBaselines(baseline_file, history, perf_settings.tolerance, cells=DISTRIBUTED_CELLS,
                                card=devices.card_uuid(perf_settings.device))
-    pytestconfig.stash[DISTRIBUTED_STORE_KEY] = learned  # the end of the run says how far its cells have learned
+    pytestconfig.stash[DISTRIBUTED_SOURCE_KEY] = learned  # the end of the run says how far its cells have learned
     return learned
 
 

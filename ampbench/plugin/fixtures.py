@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ampbench.plugin.session import baseline_store_of, perf_settings_of
+from ampbench.plugin.session import baseline_source_of, perf_settings_of
 from ampbench.settings import PerfSettings
 
 if TYPE_CHECKING:  # the records, and the summary that keeps them, load where a cell runs
-    from ampbench.baselines.source import ReferenceSource
+    from ampbench.baselines.source import BaselineSource
     from ampbench.results import Record
 
 
@@ -89,8 +89,8 @@ def model_spec(model_name: str):
 
 
 @pytest.fixture(scope="session")
-def baseline_store(pytestconfig: pytest.Config) -> ReferenceSource | None:
-    return baseline_store_of(pytestconfig)
+def baseline_source(pytestconfig: pytest.Config) -> BaselineSource | None:
+    return baseline_source_of(pytestconfig)
 
 
 @pytest.fixture(scope="session")

@@ -258,31 +258,31 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(state.line, red=state.failed, bold=state.failed)
 
 
-def write_learned(terminalreporter, store, config: pytest.Config, what: str) -> None:
-    """How far each cell's device tolerance has been learned from the history (`store`'s cells, `what`
+def write_learned(terminalreporter, source, config: pytest.Config, what: str) -> None:
+    """How far each cell's device tolerance has been learned from the history (`source`'s cells, `what`
     the summary calls them), this run's cells."""
     from ampbench.plugin import summary
 
     ran = {t for t in (r.test_id or nodeid.split("::")[-1] for nodeid, r in config.stash.get(summary.RECORDS_KEY, []))
-           if store.cells.covers(t)}
+           if source.cells.covers(t)}
     if not ran:
         return
-    states = {t: line for t, line in store.states().items() if t in ran}
-    learned, cells = store.learned_share()
+    states = {t: line for t, line in source.states().items() if t in ran}
+    learned, cells = source.learned_share()
     if not cells:
-        others = sorted({r.gpu for r in store.history.runs() if not r.smoke} - {store.store.gpu})
+        others = sorted({r.gpu for r in source.history.runs() if not r.smoke} - {source.file.gpu})
         elsewhere = f" (it holds runs of {', '.join(others)}, never used for this one)" if others else ""
-        terminalreporter.write_line(f"ampbench history: no earlier run of {store.store.gpu}{elsewhere}: this run's "
+        terminalreporter.write_line(f"ampbench history: no earlier run of {source.file.gpu}{elsewhere}: this run's "
                                     f"{what} are learning")
         return
     terminalreporter.write_line(f"ampbench history: device tolerance learned and at most 1% in {learned} of {cells} "
-                                f"{what} of {store.store.gpu}; this run's cells:")
+                                f"{what} of {source.file.gpu}; this run's cells:")
     for test_id in sorted(ran):
         terminalreporter.write_line(f"  {test_id}: {states.get(test_id, 'learning: this run sets the level')}")
-    _write_suspects(terminalreporter, store, config)
+    _write_suspects(terminalreporter, source, config)
 
 
-def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
+def _write_suspects(terminalreporter, source, config: pytest.Config) -> None:
     """This run's cells the history holds back as suspect (their device time below their level by more
     than noise says, or inconclusive below it): not learned from until later runs clear them, or someone
     accepts the change."""
@@ -300,9 +300,9 @@ def _write_suspects(terminalreporter, store, config: pytest.Config) -> None:
         test_id, value = r.test_id or nodeid.split("::")[-1], device.speedup if device else None
         verdict = device.verdict if device else None
         # a figure left out of the history is no run of the cell's series: nothing to hold back
-        if not store.cells.covers(test_id) or not plausible(value) or (test_id, DEVICE.history) in left_out:
+        if not source.cells.covers(test_id) or not plausible(value) or (test_id, DEVICE.history) in left_out:
             continue
-        status = store.judged(test_id, DEVICE, value, None if verdict is None else str(verdict),
+        status = source.judged(test_id, DEVICE, value, None if verdict is None else str(verdict),
                               not (verdict is not None and verdict.failing))
         if status is not None and status.state == SUSPECT:
             held.append(f"  {test_id}: {status.reason}")

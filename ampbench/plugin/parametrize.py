@@ -80,7 +80,7 @@ def cells_for(s: PerfSettings, marker: Mapping, named_models: Sequence[str] | No
         return Cells(("model_name", "mode_name"), cells, [f"{m}-{p}" for m, p in cells])
     # the compile axis: a mode whose row compiles (fp8) exists only compiled, and keeps its own id; every
     # other mode runs eager, compiled (id ending -compiled), or both, by --perf-compile. Model-major, then
-    # eager before compiled, so each model's fp32 reference is built once per kind
+    # eager before compiled, so each model's fp32 side is built once per kind
     kinds = sorted(set(s.compile) | {MODES[p].compile for p in precisions if MODES[p].compile})
     # among the compiled cells, a mode the rows that compile are timed against (amp_bf16, fp8's versus)
     # comes straight before them, so its compiled side serves them and is compiled once

@@ -23,13 +23,13 @@ from ampbench.plugin.parametrize import cells_for, why_no_cells
 from ampbench.settings import COMPILE_CHOICES, DEFAULT_COMPILE_AHEAD, TIERS, Nodes, PerfSettings
 
 if TYPE_CHECKING:  # the stores load where a GPU run opens them
-    from ampbench.baselines.source import ReferenceSource
-    from ampbench.baselines.store import BaselineStore
+    from ampbench.baselines.file import BaselineFile
+    from ampbench.baselines.source import BaselineSource
 
 SETTINGS_KEY = pytest.StashKey[PerfSettings]()
-STORE_KEY = pytest.StashKey[dict]()  # lazily opened BaselineStore, under "store"
-# the distributed cells' store of N GPUs where the history judged them (``plugin.distributed``)
-DISTRIBUTED_STORE_KEY = pytest.StashKey[object]()
+SOURCE_KEY = pytest.StashKey[dict]()  # the lazily opened baseline source, under "source"
+# the distributed cells' baseline source of N GPUs where the history judged them (``plugin.distributed``)
+DISTRIBUTED_SOURCE_KEY = pytest.StashKey[object]()
 SMOKE_LINE = "CPU smoke pass: nothing is held against baselines"
 
 
@@ -54,7 +54,7 @@ def _check_baselines(directory: Path, update: bool, device) -> None:
     the first cell: a bad file or a folder that cannot be written otherwise surfaces only after
     minutes of measuring, or never (off CUDA no file is read)."""
     from ampbench import device as devices
-    from ampbench.baselines.store import BaselineError, validate_directory
+    from ampbench.baselines.file import BaselineError, validate_directory
     from ampbench.files.write import unwritable_reason
 
     try:
@@ -180,7 +180,7 @@ def configure(config: pytest.Config) -> None:
         _check_baselines(baseline_dir, opt.perf_update_baselines, device)
         _check_scaler(opt.perf_loss_scaler, device)
     config.stash[SETTINGS_KEY] = _settings(opt, device, baseline_dir)
-    config.stash[STORE_KEY] = {}
+    config.stash[SOURCE_KEY] = {}
     from ampbench.plugin import summary  # its records' types: only in a run where ampbench acts
 
     summary.register_summary(config)
@@ -271,39 +271,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
-def baseline_store_of(config: pytest.Config) -> ReferenceSource | None:
+def baseline_source_of(config: pytest.Config) -> BaselineSource | None:
     """This GPU's baselines, opened once per session; None on the CPU (the smoke pass holds nothing
     against baselines). A malformed file ends the session with a message naming file and field, and
     is never overwritten."""
-    cache = config.stash[STORE_KEY]
-    if "store" not in cache:
+    cache = config.stash[SOURCE_KEY]
+    if "source" not in cache:
         s = perf_settings_of(config)
-        cache["store"] = None if s.device.type != "cuda" else _open_store(config, s)
-    return cache["store"]
+        cache["source"] = None if s.device.type != "cuda" else _open_source(config, s)
+    return cache["source"]
 
 
-def open_baselines(directory: Path, gpu: str, slug: str) -> BaselineStore:
-    """The ``BaselineStore`` of `slug` in `directory`; a malformed file ends the session with a message
+def open_baselines(directory: Path, gpu: str, slug: str) -> BaselineFile:
+    """The ``BaselineFile`` of `slug` in `directory`; a malformed file ends the session with a message
     naming file and field (exit status 4), and is never overwritten."""
-    from ampbench.baselines.store import BaselineError, BaselineStore
+    from ampbench.baselines.file import BaselineError, BaselineFile
 
     try:
-        return BaselineStore.open(directory, gpu, slug)
+        return BaselineFile.open(directory, gpu, slug)
     except BaselineError as exc:
         pytest.exit(f"ampbench: {exc}; fix or move the file (nothing was written)", returncode=4)
 
 
-def _open_store(config: pytest.Config, s: PerfSettings) -> ReferenceSource:
+def _open_source(config: pytest.Config, s: PerfSettings) -> BaselineSource:
     from ampbench import device as devices
-    from ampbench.history.reference import HistoryBaselines
+    from ampbench.history.baseline_source import HistoryBaselines
     from ampbench.plugin.history import history_of
 
     name = devices.device_name(s.device)
-    store = open_baselines(s.baseline_dir, name, devices.gpu_slug(name))
+    baseline_file = open_baselines(s.baseline_dir, name, devices.gpu_slug(name))
     history = history_of(config)
     # with a history, a speed cell's level and noise are learned from its runs on this GPU model, for this card
-    return HistoryBaselines(store, history, s.tolerance,
-                            card=devices.card_uuid(s.device)) if history is not None else store
+    return HistoryBaselines(baseline_file, history, s.tolerance,
+                            card=devices.card_uuid(s.device)) if history is not None else baseline_file
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-benchmark's hook: a run without its plugin knows no such hook
@@ -318,25 +318,25 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Write what a test recorded as soon as it is done: a session killed half-way through a long
     recording (a CI job's time limit, a lost runner) keeps every cell it finished."""
-    store = item.config.stash.get(STORE_KEY, {}).get("store")
-    if store is not None and store.pending and perf_settings_of(item.config).update_baselines:
-        store.write()
-        item.config.stash[STORE_KEY]["written"] = store.path
+    source = item.config.stash.get(SOURCE_KEY, {}).get("source")
+    if source is not None and source.pending and perf_settings_of(item.config).update_baselines:
+        source.write()
+        item.config.stash[SOURCE_KEY]["written"] = source.path
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if SETTINGS_KEY not in config.stash:
         return
-    written = config.stash.get(STORE_KEY, {}).get("written")
+    written = config.stash.get(SOURCE_KEY, {}).get("written")
     if written is not None:
         terminalreporter.write_line(f"ampbench: baselines written to {written}")
-    from ampbench.history.reference import HistoryBaselines
+    from ampbench.history.baseline_source import HistoryBaselines
     from ampbench.plugin.history import write_learned
 
-    store = config.stash.get(STORE_KEY, {}).get("store")
-    if isinstance(store, HistoryBaselines):  # the history judged this run's speed cells
-        write_learned(terminalreporter, store, config, "speed cells")
-    distributed = config.stash.get(DISTRIBUTED_STORE_KEY, None)
+    source = config.stash.get(SOURCE_KEY, {}).get("source")
+    if isinstance(source, HistoryBaselines):  # the history judged this run's speed cells
+        write_learned(terminalreporter, source, config, "speed cells")
+    distributed = config.stash.get(DISTRIBUTED_SOURCE_KEY, None)
     if isinstance(distributed, HistoryBaselines):
         write_learned(terminalreporter, distributed, config, "distributed cells")
     line = _smoke_line(config)

@@ -46,7 +46,7 @@ import pytest
 
 from ampbench.baselines.spread import INJECTED_KEY
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV, worker_plugins
-from ampbench.modes import MODES, REFERENCE_MODE
+from ampbench.modes import FP32_MODE, MODES
 from ampbench.plugin import summary
 from ampbench.plugin.entries import cell_of, item_entry
 from ampbench.plugin.options import GROUP
@@ -126,13 +126,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def trained_by(item: pytest.Item) -> set[Cell]:
     """The (model, mode)s an ampbench cell trains, from its parameters: its own, and the sides it is
-    held against (fp32, the parity reference: a compiled fp8 cell's amp_bf16); none for a test that
+    held against (fp32, the parity mode: a compiled fp8 cell's amp_bf16); none for a test that
     is no cell."""
     cell = cell_of(item)
     if cell is None or cell[1] not in MODES:
         return set()
     model, mode = cell
-    return {(model, mode), (model, REFERENCE_MODE), (model, MODES[mode].parity_reference)}
+    return {(model, mode), (model, FP32_MODE), (model, MODES[mode].parity_mode)}
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

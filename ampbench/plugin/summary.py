@@ -20,8 +20,8 @@ import pytest
 
 from ampbench.results import (
     DISTRIBUTED_RATIOS,
+    FP32_MODE,
     MODE_SIDE,
-    REFERENCE_MODE,
     SPEED_RATIOS,
     ConvergenceRecord,
     DistributedRecord,
@@ -104,7 +104,7 @@ class Table:
 
 def _speed_figure(r: SpeedRecord, kind: RatioKind) -> str:
     # fp32 against itself checks the method; its "speedup" is no finding
-    return "reference" if r.mode == REFERENCE_MODE else _interval(r.estimate(kind))
+    return "reference" if r.mode == FP32_MODE else _interval(r.estimate(kind))
 
 
 def _speed_columns(kind: RatioKind) -> tuple[Column, Column]:
@@ -148,7 +148,7 @@ def tables() -> dict[type[Record], Table]:
             Column("accuracy", lambda r: _num(r.accuracy, ".4f")),
             Column("fp32", lambda r: _num(r.accuracy_ref, ".4f")),
             Column("delta",
-                   lambda r: "reference" if r.mode == REFERENCE_MODE else _points(r.accuracy_delta, r.accuracy_ref)),
+                   lambda r: "reference" if r.mode == FP32_MODE else _points(r.accuracy_delta, r.accuracy_ref)),
             Column("verdict", lambda r: _verdict(r.verdict) + (f" ({r.reason})" if r.reason else "")),
         )),
         PipelineRecord: Table("input-pipeline cells ({n}), samples/s", (

@@ -46,8 +46,8 @@ from ampbench.report.html import HTML_ICONS, OTHER_VERDICT_CLASS, VERDICT_CLASSE
 from ampbench.report.junit import failed_tests
 from ampbench.report.markdown import render_comparison_markdown, render_markdown, speedup_matrix
 from ampbench.results import (
+    FP32_MODE,
     KINDS,
-    REFERENCE_MODE,
     SCHEMA_VERSION,
     VERDICT_ORDER,
     Run,
@@ -59,7 +59,7 @@ from ampbench.results import (
 
 __all__ = [
     "DASH", "HTML_ICONS", "KINDS", "MODE_COLORS", "NEEDS_A_LOOK", "OTHER_VERDICT_CLASS",
-    "REFERENCE_MODE", "REPORT_MARKER", "ROW_HEADERS", "SCHEMA_VERSION", "SMOKE_NOTE", "VERDICT_CLASSES",
+    "FP32_MODE", "REPORT_MARKER", "ROW_HEADERS", "SCHEMA_VERSION", "SMOKE_NOTE", "VERDICT_CLASSES",
     "VERDICT_COLORS", "VERDICT_ICONS", "VERDICT_ORDER", "Chart", "HtmlCell", "Row", "Run", "RunError", "attention",
     "build_report", "comparison_chart", "failed_tests", "fmt_accuracy", "fmt_bytes", "fmt_ms", "fmt_number",
     "fmt_pct", "fmt_rate", "fmt_speedup", "foreign_note", "load_run", "model_rows", "order_modes", "parse_run",

@@ -145,7 +145,7 @@ def _grouped_bars(
     interval: Callable[[Any], tuple[float, float] | None] | None = None,
     marker: Callable[[Any], float | None] | None = None,
     marker_label: str = "",
-    reference_line: float | None = None,
+    unity_line: float | None = None,
     log: bool = False,
     hatched: Callable[[Any], bool] | None = None,
     hatched_label: str = "",
@@ -176,17 +176,17 @@ def _grouped_bars(
         marked = marked or bool(bars.mx)
     if any_hatched:
         ax.bar([0], [0], width=0, color="#bbb", hatch="///", edgecolor="#fff", label=hatched_label)
-    _finish_axes(ax, models, ylabel, title, crowded, reference_line, log)
+    _finish_axes(ax, models, ylabel, title, crowded, unity_line, log)
     ax.legend(ncol=min(len(modes) + (1 if marked else 0) + (1 if any_hatched else 0), 9), fontsize=8, frameon=False,
               loc="upper center", bbox_to_anchor=(0.5, -0.22 if crowded else -0.12))
     return _png(fig), left_out
 
 
-def _finish_axes(ax, models: list[str], ylabel: str, title: str, crowded: bool, reference_line: float | None,
+def _finish_axes(ax, models: list[str], ylabel: str, title: str, crowded: bool, unity_line: float | None,
                  log: bool) -> None:
-    """The reference line, scale, ticks, labels and grid of a bar chart over `models`."""
-    if reference_line is not None:
-        ax.axhline(reference_line, color="#444", linestyle="--", linewidth=1, zorder=1)
+    """The 1x line, scale, ticks, labels and grid of a bar chart over `models`."""
+    if unity_line is not None:
+        ax.axhline(unity_line, color="#444", linestyle="--", linewidth=1, zorder=1)
     if log:
         ax.set_yscale("log")
     ax.set_xticks(range(len(models)))
@@ -225,13 +225,13 @@ def run_charts(run: Run) -> list[Chart]:
         "memory.png", "Peak memory against fp32",
         "Peak allocated memory of one training step, as a fraction of fp32's; below 1 the mode saves memory.",
         _grouped_bars(run, mem_kind, lambda c: c.memory_ratio, title=f"Peak memory / fp32 — {run.gpu}",
-                      ylabel="memory ratio (x)", reference_line=1.0),
+                      ylabel="memory ratio (x)", unity_line=1.0),
     )
     add(
         "max_batch.png", "Largest batch against fp32",
         "Largest batch that fits in memory, as a multiple of fp32's.",
         _grouped_bars(run, MemoryRecord, lambda c: c.max_batch_ratio, title=f"Largest batch / fp32 — {run.gpu}",
-                      ylabel="largest batch (x fp32)", reference_line=1.0),
+                      ylabel="largest batch (x fp32)", unity_line=1.0),
     )
     add(
         "throughput.png", "Throughput",
@@ -271,7 +271,7 @@ def _speedup_chart(run: Run) -> tuple[str, str, tuple[bytes, str] | None]:
     drawn = _grouped_bars(run, SpeedRecord, lambda c: c.ratio(figure(c)).speedup, title=f"{title} — {run.gpu}",
                           ylabel="speedup (x)", interval=interval,
                           marker=lambda c: c.ratio(figure(c)).baseline_speedup,
-                          marker_label="baseline", reference_line=1.0,
+                          marker_label="baseline", unity_line=1.0,
                           hatched=(lambda c: figure(c) is WALL) if mixed else None, hatched_label="wall clock")
     return title, caption, drawn
 

@@ -20,9 +20,9 @@ from ampbench.report.figure_text import (
     verdict_label,
 )
 from ampbench.results import (
+    FP32_MODE,
     FP32_SIDE,
     MODE_SIDE,
-    REFERENCE_MODE,
     VERDICT_ORDER,
     ConvergenceRecord,
     MemoryRecord,
@@ -77,7 +77,7 @@ class Row:
     memory_verdict: Verdict | None = None
     convergence: Verdict | None = None  # the convergence verdict
     messages: tuple[str, ...] = ()
-    reference_only: bool = False  # built from the fp32 figures a speed cell carries, not a cell of its own
+    fp32_only: bool = False  # built from the fp32 figures a speed cell carries, not a cell of its own
     across: tuple[float, float] | None = None  # the speedup's interval across runs, where known
     max_batch_searched: bool = True  # False: the memory cell measured the default batch only (quick tier)
     # the speedups the speed verdict judges, each (its clock, its estimate, its value, its baseline):
@@ -87,9 +87,9 @@ class Row:
     def cells(self) -> list[str]:
         """The row as text, in the order of ROW_HEADERS."""
         speed = fmt_speedup(self.speedup, self.speedup_value)
-        if self.reference_only:
+        if self.fp32_only:
             speed = "reference"
-        elif self.mode == REFERENCE_MODE and speed != DASH:
+        elif self.mode == FP32_MODE and speed != DASH:
             # fp32 against itself checks the method; a "speedup" of it is no finding
             speed = f"reference (self-check {speed})"
         elif self.across is not None:
@@ -104,9 +104,9 @@ class Row:
         elif not self.max_batch_searched:
             batch = MemoryRecord.NOT_SEARCHED
         gated = "; ".join(f"{fmt_speedup(est, value)} ({clock})" for clock, est, value, _ in self.gated)
-        if self.reference_only:
+        if self.fp32_only:
             gated = "reference"
-        elif self.mode == REFERENCE_MODE and self.gated:
+        elif self.mode == FP32_MODE and self.gated:
             gated = f"self-check {gated}"
         baseline = (fmt_number(self.baseline, ".2f", "x") if len(self.gated) < 2 else
                     "; ".join(f"{fmt_number(b, '.2f', 'x')} ({clock})" for clock, _, _, b in self.gated))
@@ -163,12 +163,12 @@ def model_rows(run: Run) -> dict[str, list[Row]]:
     modes_of: dict[str, list[str]] = {}
     for c in run.cells:
         modes_of.setdefault(model_of(c), []).append(mode_of(c))
-    references = _reference_rows(run)
+    references = _fp32_rows(run)
     tables: dict[str, list[Row]] = {}
     for model, met in modes_of.items():
         modes = order_modes(met)
         rows = [row for row in (_row(run, model, mode) for mode in modes) if row is not None]
-        if rows and REFERENCE_MODE not in modes and model in references:
+        if rows and FP32_MODE not in modes and model in references:
             rows.insert(0, references[model])
         if rows:
             tables[model] = rows
@@ -190,7 +190,7 @@ def _row(run: Run, model: str, mode: str) -> Row | None:
     return Row(
         mode=mode,
         step_ms=wall.side(MODE_SIDE).step_ms if wall is not None else None,
-        step_ms_ref=wall.side(FP32_SIDE).step_ms if wall is not None and mode != REFERENCE_MODE else None,
+        step_ms_ref=wall.side(FP32_SIDE).step_ms if wall is not None and mode != FP32_MODE else None,
         throughput=speed.side(MODE_SIDE).throughput if speed else None,
         speedup=speed.estimate(WALL) if speed else None,
         speedup_value=wall.speedup if wall is not None else None,
@@ -219,18 +219,18 @@ def _first(*values: float | None) -> float | None:
     return None
 
 
-def _reference_rows(run: Run) -> dict[str, Row]:
-    """Per model, the fp32 line from the reference figures its first speed cell that has them carries,
+def _fp32_rows(run: Run) -> dict[str, Row]:
+    """Per model, the fp32 line from the fp32 side's figures its first speed cell that has them carries,
     for a model without an fp32 cell of its own (so its table still reads fp32 first)."""
     rows: dict[str, Row] = {}
     for c in run.of_kind(SpeedRecord):
         step_ms, fp32 = c.ratio(WALL).side(FP32_SIDE).step_ms, c.side(FP32_SIDE)
         if model_of(c) not in rows and (step_ms is not None or fp32.throughput is not None):
             rows[model_of(c)] = Row(
-                mode=REFERENCE_MODE, step_ms=step_ms, step_ms_ref=None, throughput=fp32.throughput,
+                mode=FP32_MODE, step_ms=step_ms, step_ms_ref=None, throughput=fp32.throughput,
                 speedup=None, speedup_value=None, baseline=None, verdict=None,
                 peak_mem=fp32.peak_mem_bytes, memory_ratio=None, max_batch=None, max_batch_ratio=None,
-                tflops=None, accuracy=None, reference_only=True,
+                tflops=None, accuracy=None, fp32_only=True,
             )
     return rows
 

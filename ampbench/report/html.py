@@ -104,11 +104,11 @@ def _chips(counts: Mapping[str, int]) -> list[dict]:
     return [{"count": n, "verdict": v, "cls": verdict_class(v)} for v, n in counts.items()]
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[HtmlCell]], reference: Iterable[bool] = ()) -> dict:
-    flags = list(reference)
+def _table(headers: Sequence[str], rows: Iterable[Sequence[HtmlCell]], fp32_rows: Iterable[bool] = ()) -> dict:
+    flags = list(fp32_rows)
     return {"headers": list(headers),
             "rows": [{"cells": list(r),
-                      "reference": flags[i] if i < len(flags) else False} for i, r in enumerate(rows)]}
+                      "fp32": flags[i] if i < len(flags) else False} for i, r in enumerate(rows)]}
 
 
 def _figure(chart: Chart) -> dict:
@@ -126,7 +126,7 @@ def _run_tables(run: Run) -> dict:
             cells = [_flag_cell(c, flags[i]) if i in flags else HtmlCell(c) for i, c in enumerate(r.cells())]
             cells[verdict_col] = _verdict_cell(r.verdict)
             body.append(cells)
-        models.append((model, _table(ROW_HEADERS, body, [r.reference_only for r in rows])))
+        models.append((model, _table(ROW_HEADERS, body, [r.fp32_only for r in rows])))
     others = [c for c in run.cells if not isinstance(c, (SpeedRecord, MemoryRecord, ConvergenceRecord))]
     other_table = _table(
         ["test", "kind", "verdict", "message"],

@@ -53,7 +53,7 @@ def _counts_line(counts: Mapping[str, int]) -> str:
 def speedup_matrix(run: Run, kind: RatioKind = WALL) -> tuple[list[str], list[list[str]]]:
     """Models down, modes across, each cell 'speedup icon': the whole run at one glance, in one ratio over
     fp32 (the wall-clock speedup of eager steps by default; DEVICE: device time, the gate's figure), each
-    with its verdict where the cell wrote one apart. fp32 is the reference of every column, not a column."""
+    with its verdict where the cell wrote one apart. fp32 is the side of every column's ratio, not a column."""
     modes, entries = matrix(run, kind)
     rows = []
     for model, row in entries:

@@ -115,8 +115,8 @@ def _convergence(cell: ConvergenceRecord) -> tuple[str, str | None, str | None] 
     if cell.accuracy is None or cell.accuracy_ref is None:
         return None
     scale = 100.0 if max(cell.accuracy, cell.accuracy_ref) <= 1 else 1.0
-    reference = cell.reference or "fp32"
-    change = f"{(cell.accuracy - cell.accuracy_ref) * scale:+.1f} pts vs {reference}'s {cell.accuracy_ref * scale:.1f}%"
+    parity = cell.reference or "fp32"
+    change = f"{(cell.accuracy - cell.accuracy_ref) * scale:+.1f} pts vs {parity}'s {cell.accuracy_ref * scale:.1f}%"
     line = f"line {(cell.accuracy_ref - cell.margin) * scale:.1f}%" if cell.margin is not None else None
     return f"accuracy {cell.accuracy * scale:.1f}%", change, line
 

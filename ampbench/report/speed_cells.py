@@ -11,7 +11,7 @@ from typing import Callable
 
 from ampbench.modes import MODES, compiled, label, order_modes
 from ampbench.report.format import VERDICT_ORDER
-from ampbench.results import MODE_SIDE, REFERENCE_MODE, SPEED_RATIOS, RatioKind, Run, SpeedRecord
+from ampbench.results import FP32_MODE, MODE_SIDE, SPEED_RATIOS, RatioKind, Run, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS
 from ampbench.results.run import mode_of, model_of
 from ampbench.stats import SpeedupEstimate
@@ -56,9 +56,9 @@ def used_methods(run: Run) -> list[str]:
 
 def matrix(run: Run, kind: RatioKind) -> tuple[list[str], list[tuple[str, list[MatrixEntry | None]]]]:
     """(modes, [(model, one entry or None per mode)]): models down, modes across, in the run's order.
-    fp32 is every column's reference, not a column of its own."""
+    fp32 is the side every column's ratio is over, not a column of its own."""
     cells = run.of_kind(SpeedRecord)
-    modes = [m for m in order_modes(mode_of(c) for c in cells) if m != REFERENCE_MODE]
+    modes = [m for m in order_modes(mode_of(c) for c in cells) if m != FP32_MODE]
     return modes, _grid(cells, modes, lambda cell: _entry(cell, kind))
 
 

@@ -148,7 +148,7 @@ def _short_date(when: str) -> str:
 
 
 def segment_levels(series: Series) -> list[tuple[range, float]]:
-    """Each segment between restarts with its reference level (``learn``'s, of its counted runs)."""
+    """Each segment between restarts with its level (``learn``'s, of its counted runs)."""
     levels = []
     for seg in series.segments():
         level = learn(Series(series.gpu, series.test_id, series.figure, series.points[seg.start:seg.stop])).level

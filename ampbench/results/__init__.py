@@ -12,7 +12,7 @@ record machinery), `ratios` (the table of the kinds of ratio a timed cell holds,
 each), `timed` and `cells` (the records per kind), `run` (the reader).
 """
 
-from ampbench.modes import REFERENCE_MODE, order_modes
+from ampbench.modes import FP32_MODE, order_modes
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
 from ampbench.results.clusters import (
@@ -34,7 +34,7 @@ from ampbench.verdict import VERDICT_ORDER, Verdict
 __all__ = [
     "DISTRIBUTED_RATIOS", "FP32_SIDE", "KINDS", "MODE_SIDE", "SIDES_KEY", "VERSUS_SIDE", "DeviceQueue",
     "DistributedSide",
-    "SpeedSide", "StepFigures", "READABLE_SCHEMAS", "RECORD_TYPES", "REFERENCE_MODE", "SCHEMA_VERSION", "SPEED_RATIOS",
+    "SpeedSide", "StepFigures", "READABLE_SCHEMAS", "RECORD_TYPES", "FP32_MODE", "SCHEMA_VERSION", "SPEED_RATIOS",
     "VERDICT_ORDER", "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord",
     "RatioFigures", "RatioKind", "Record", "Run", "RunError", "SpeedRecord", "TimedRecord", "UnderflowRecord",
     "Verdict", "cluster_name", "cluster_shape", "cluster_size", "cluster_stem", "is_stem", "load_run", "model_slug",

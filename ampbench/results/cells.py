@@ -110,7 +110,7 @@ class ConvergenceRecord(Record):
     seed: int | None = number()
     accuracy: float | None = checked(ACCURACY)
     accuracy_ref: float | None = checked(ACCURACY)
-    reference: str | None = text()  # the mode held against: "fp32", or "amp_bf16 compiled" for fp8
+    reference: str | None = text()  # the parity mode: "fp32", or "amp_bf16 compiled" for fp8
     margin: float | None = number()
     min_accuracy: float | None = number()
     loss_curve: list | None = raw()

@@ -119,7 +119,7 @@ def plan(cells: Iterable[tuple[str, str]], skips: Callable[[str, str], bool],
     `skips` (model, mode: the cell would skip), the dearest first where `costs` knows them (the longest
     compile last would leave the other processes idle: on an H200, ten sides compiled 4 at a time took
     178 s with the fp32 sides, whose cost no entry held, started last)."""
-    from ampbench.modes import REFERENCE_MODE, compiled, get_mode, versus_of
+    from ampbench.modes import FP32_MODE, compiled, get_mode, versus_of
 
     sides: dict[AheadSide, None] = {}
     for model, mode_name in cells:
@@ -127,7 +127,7 @@ def plan(cells: Iterable[tuple[str, str]], skips: Callable[[str, str], bool],
             continue
         mode = compiled(get_mode(mode_name))
         versus = versus_of(mode)
-        for name in (REFERENCE_MODE, mode_name, *([versus.name] if versus is not None and versus.compile else [])):
+        for name in (FP32_MODE, mode_name, *([versus.name] if versus is not None and versus.compile else [])):
             sides.setdefault(AheadSide(model, name), None)
     known = dict(costs or {})
     # a side without a cost of its own (the fp32 side: a baseline entry holds its mode's compile time)

@@ -17,8 +17,8 @@ from typing import Any, Callable
 import torch
 
 from ampbench.baselines.entries import SpeedEntry
-from ampbench.baselines.source import ReferenceSource
-from ampbench.baselines.store import measurement_mismatch
+from ampbench.baselines.file import measurement_mismatch
+from ampbench.baselines.source import BaselineSource
 from ampbench.device import release
 from ampbench.gate.measurement import QueueStats
 from ampbench.gate.writers import comparable_recording, describe_across
@@ -116,7 +116,7 @@ def _message(verdict: Verdict, ratios: list[Ratio], baseline: SpeedEntry | None,
 
 
 def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepare: Callable[[], sides.Side], *,
-                  settings: PerfSettings, device: torch.device, test_id: str, store: ReferenceSource | None,
+                  settings: PerfSettings, device: torch.device, test_id: str, source: BaselineSource | None,
                   software: dict, peak_tflops: Callable[[str], float | None],
                   prepared: Callable[[SpeedRecord], None],
                   versus: Callable[[], sides.Side] | None = None) -> SpeedCell:
@@ -133,8 +133,8 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     marks.end("prepare")
     prepared(identity(spec, mode, device, settings.smoke))
     before = sides.parameters_fingerprint(pair.side.trainer)
-    baseline = SpeedEntry.of(store.figures(test_id)) if store is not None else None
-    against = (lambda kind: store.reference(test_id, kind, settings.tolerance, baseline)) if store is not None \
+    baseline = SpeedEntry.of(source.figures(test_id)) if source is not None else None
+    against = (lambda kind: source.reference(test_id, kind, settings.tolerance, baseline)) if source is not None \
         else (lambda kind: None)
     ratios = cell_ratios(spec.name, mode, fp32, pair.side, pair.versus, baseline, settings.gate, pol, against)
     marks.end("ratios")  # each ratio's own seconds are its phase below
@@ -146,15 +146,15 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
                              phases), list(_of(ratios, DEVICE).measurement.first.mode_times))
     cell.problems += _problems(spec, mode, pair, ratios, baseline, trained)
     # only a cell that really trained may become a baseline
-    if settings.update_baselines and store is not None and not cell.problems:
-        _record_baseline(store, test_id, software, settings, pol, baseline, ratios, cell.record)
+    if settings.update_baselines and source is not None and not cell.problems:
+        _record_baseline(source, test_id, software, settings, pol, baseline, ratios, cell.record)
     queued_badly = queue_problems(_of(ratios, DEVICE).measurement.queue, pair.side, fp32)
     # freed before the test can fail: pytest keeps a failed test's frames, and with them its trainer
     del pair
     for ratio in ratios:
         ratio.release()
     release(device)
-    _warn(cell, test_id, settings, store, baseline, ratios, queued_badly, device)
+    _warn(cell, test_id, settings, source, baseline, ratios, queued_badly, device)
     return cell
 
 
@@ -247,18 +247,18 @@ def _problems(spec: ModelSpec, mode: PrecisionMode, pair: _Prepared, ratios: lis
     return problems
 
 
-def _record_baseline(store: ReferenceSource, test_id: str, software: dict, settings: PerfSettings,
+def _record_baseline(source: BaselineSource, test_id: str, software: dict, settings: PerfSettings,
                      pol: sides.SpeedPolicy, baseline: SpeedEntry | None, ratios: list[Ratio],
                      record: SpeedRecord) -> None:
     """Queue the cell's new entry; `baseline` is still the one it replaces (record() only queues)."""
     measured_with = _measured_with(settings)
-    comparable = comparable_recording(baseline, store.software(test_id), software, measured_with)
+    comparable = comparable_recording(baseline, source.software(test_id), software, measured_with)
     # the spread is kept on other software too; only the level is this recording's
     alike = baseline is not None and measurement_mismatch(baseline, measured_with) is None
     figures, mode_side = {}, record.side(MODE_SIDE)
     for ratio in ratios:
         figures.update(ratio.recorded(baseline, comparable, alike, pol, settings.tolerance))
-    store.record(test_id, {
+    source.record(test_id, {
         # the entry's figures are the mode's side's, flat: the baseline file's format
         **figures, "throughput": mode_side.throughput, "idle_share": mode_side.idle_share,
         "host_bound": mode_side.host_bound, "batch_size": record.batch_size, "memory_ratio": record.memory_ratio,
@@ -268,7 +268,7 @@ def _record_baseline(store: ReferenceSource, test_id: str, software: dict, setti
     }, software)
 
 
-def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: ReferenceSource | None,
+def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, source: BaselineSource | None,
           baseline: SpeedEntry | None, ratios: list[Ratio], queued_badly: list[str], device: torch.device) -> None:
     """The cell's warnings: how it was measured (first), and what a cell that held should still say."""
     dev, wall = _of(ratios, DEVICE), _of(ratios, WALL)
@@ -290,9 +290,9 @@ def _warn(cell: SpeedCell, test_id: str, settings: PerfSettings, store: Referenc
         cell.warn_after.append(HostOverhead(f"{test_id}: wall-clock speedup below its line while device time held: "
                                             f"{wall.judgement}; the host that launches the steps is "
                                             "slower or busier"))
-    if store is not None and not store.exists and not settings.update_baselines:
+    if source is not None and not source.exists and not settings.update_baselines:
         cell.warn_after.append(UserWarning(
-            f"no baseline file {store.path}; measured {dev.estimate} in device time. Record one with "
+            f"no baseline file {source.path}; measured {dev.estimate} in device time. Record one with "
             f"`pytest perf/ --perf-tier full --perf-update-baselines`"))
 
 

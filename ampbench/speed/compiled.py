@@ -83,7 +83,7 @@ class VersusSides:
     on an H100, so a side that several cells are timed against (`served`: compiled amp_bf16) is compiled
     once, and where its own compiled cell ran, that cell's side is the one kept; every other versus side
     (a mode eager, for one compiled cell's compile gain) serves one cell and goes. So at most the
-    reference, the mode and one versus side occupy the device."""
+    fp32 side, the mode and one versus side occupy the device."""
 
     def __init__(self, served: set[str]) -> None:
         self.served = served

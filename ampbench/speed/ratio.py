@@ -55,7 +55,7 @@ class Ratio:
         return cls(kind, figure, over_label, clock.method, clock.fallback, clock)
 
     def judge_against(self, model: str, mode: str, entry: FlatEntry | None, reference: Reference | None) -> "Ratio":
-        """Build its check against `reference`, what its baseline source gives the ratio (``ReferenceSource``),
+        """Build its check against `reference`, what its baseline source gives the ratio (``BaselineSource``),
         where `entry`, the cell's baseline entry, was measured as this run measures it."""
         self.check, self.why_unchecked = ratio_check(self.kind, model, mode, entry, reference, figure=self.figure,
                                                      over=self.over, method=self.method)
@@ -153,7 +153,7 @@ def cell_ratios(model: str, mode: PrecisionMode, fp32: sides.Side, side: sides.S
                 against: Callable[[RatioKind], Reference | None] = lambda kind: None) -> list[Ratio]:
     """A speed cell's ratios, in their table's order (``SPEED_RATIOS``), each built over its sides (the mode's
     `side`, over `fp32` or its `versus` side), checked against what its baseline source gives it (`against`,
-    by the ratio's kind: ``ReferenceSource.reference``), then timed: judged where it gates the cell under
+    by the ratio's kind: ``BaselineSource.reference``), then timed: judged where it gates the cell under
     --perf-gate `gate`, else its first look."""
     checked = {kind.name: ratio.judge_against(model, label(mode), baseline, against(kind))
                for kind in SPEED_RATIOS.values()

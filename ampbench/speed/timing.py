@@ -1,4 +1,4 @@
-"""Timing a precision mode against the fp32 reference: interleaved blocks of training steps in one
+"""Timing a precision mode against the fp32 side: interleaved blocks of training steps in one
 process, timed with CUDA events, with no host sync inside a timed block; and the device's synchronisation
 around them (`sync`), kept quiet after a graph capture that failed half-way (`sync_quietly`,
 `end_rng_capture`), which can leave an error and a generator still in capture behind."""
@@ -20,7 +20,7 @@ from ampbench.stats import (
     estimate_speedup,
     median,
     min_rounds,
-    reference_first,
+    over_first,
 )
 from ampbench.train import Trainer
 
@@ -100,32 +100,32 @@ def wall_block(trainer: Trainer, steps: int) -> Callable[[], float]:
 
 @dataclass
 class PairedTimer:
-    """Round k times one block of the reference and one of the mode, reference first in even rounds
+    """Round k times one block of the side it is over and one of the mode, that side first in even rounds
     and mode first in odd ones, so drift and order effects fall on both sides alike (and the estimate
     takes the two orders as two groups: ``stats.order_aligned``). A block is any
     function that trains and returns seconds per step (``wall_block``, or a device clock's block);
     each holds enough steps that the ramp from an idle device is small against it."""
 
-    reference: Callable[[], float]  # one timed block of the reference side, seconds per step
+    over: Callable[[], float]  # one timed block of the side the ratio is over, seconds per step
     mode: Callable[[], float]  # one timed block of the mode, seconds per step
-    ref_steps: int  # training steps per reference block
+    ref_steps: int  # training steps per block of the side it is over
     mode_steps: int  # training steps per mode block: each side's block is long enough on its own
     ref_times: list[float] = field(default_factory=list)  # seconds per step, one per round
     mode_times: list[float] = field(default_factory=list)
 
     @property
     def ref_first(self) -> list[bool]:
-        """Which of its rounds so far ran the reference first."""
+        """Which of its rounds so far ran the side it is over first."""
         return alternating(len(self.mode_times))
 
     def rounds(self, n: int) -> None:
         for _ in range(n):
-            if reference_first(len(self.mode_times)):
-                self.ref_times.append(self.reference())
+            if over_first(len(self.mode_times)):
+                self.ref_times.append(self.over())
                 self.mode_times.append(self.mode())
             else:
                 self.mode_times.append(self.mode())
-                self.ref_times.append(self.reference())
+                self.ref_times.append(self.over())
             if progress.active():
                 so_far = median(self.ref_times) / median(self.mode_times)
                 progress.update(f"round {len(self.mode_times)}, {so_far:.3f}x so far", often=True)

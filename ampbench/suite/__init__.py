@@ -17,9 +17,9 @@ The rule: cells (tests over models x precision modes) in ampbench/suite, each wi
 
 from ampbench.suite.convergence import _results, test_convergence, test_underflow_without_loss_scaling
 from ampbench.suite.memory import (
-    _memory_references,
+    _fp32_memories,
+    fp32_memory,
     memory_cap_bytes,
-    memory_reference,
     needs_cuda,
     test_memory,
     test_oom_recovery,
@@ -28,6 +28,6 @@ from ampbench.suite.speed import _fp32_cache, _versus_cache, fp32_side, test_spe
 
 __all__ = [
     "test_speed", "fp32_side", "versus_sides", "_fp32_cache", "_versus_cache",
-    "test_memory", "test_oom_recovery", "memory_reference", "memory_cap_bytes", "needs_cuda", "_memory_references",
+    "test_memory", "test_oom_recovery", "fp32_memory", "memory_cap_bytes", "needs_cuda", "_fp32_memories",
     "test_convergence", "test_underflow_without_loss_scaling", "_results",
 ]

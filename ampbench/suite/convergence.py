@@ -3,7 +3,7 @@
 ``test_convergence[model-mode]``: each mode trains from the fp32 cell's seed, on the same real digits in
 the same order, for the same budget, and must reach fp32's held-out accuracy within a margin (held in
 this GPU's baseline file as ``margin``; ``ampbench.convergence.training`` has the budgets), with a finite loss
-throughout. The fp8 modes are held against compiled amp_bf16 instead (their ``parity_reference``):
+throughout. The fp8 modes are held against compiled amp_bf16 instead (their ``parity_mode``):
 fp8 changes only the converted Linear layers of a model that otherwise trains in bf16, and mnist_cnn's
 hidden layer (9216 x 128) is one torchao converts; WRN-28-10's only Linear layer is its head, so its fp8
 cells skip. Pure fp16 (``fp16``, Apex O3) may lag as it did in "Mixed Precision Training on Tesla T4 and P100" (2019):
@@ -22,14 +22,14 @@ from ampbench.baselines.entries import ConvergenceEntry
 from ampbench.convergence import parity, training, underflow
 from ampbench.convergence.images import load_digits
 from ampbench.device import release
-from ampbench.modes import label, parity_reference_of
+from ampbench.modes import label, parity_mode_of
 
 SEED = 0
 
 
 @pytest.fixture(scope="session")
 def _results() -> dict:
-    """(model, mode, compiled) -> ConvergenceResult of the current model's cells, the references among them."""
+    """(model, mode, compiled) -> ConvergenceResult of the current model's cells, the parity modes' among them."""
     return {}
 
 
@@ -47,7 +47,7 @@ def _train(model_spec, mode, device, smoke, budget):
 # the zoo models that take images and train in seconds (ModelSpec.convergence), in the runs each names
 @pytest.mark.cells(kind="convergence")
 @pytest.mark.benchmark(group="convergence")  # no timing: its figure is an accuracy
-def test_convergence(record_result, model_spec, mode, perf_settings, perf_device, baseline_store, software, _results,
+def test_convergence(record_result, model_spec, mode, perf_settings, perf_device, baseline_source, software, _results,
                      fail_on_oom):
     smoke = perf_settings.smoke
     test_id = f"test_convergence[{model_spec.name}-{mode.name}]"
@@ -55,12 +55,12 @@ def test_convergence(record_result, model_spec, mode, perf_settings, perf_device
     what = f"{model_spec.name} {mode.name}"
 
     # fp32 for most modes; compiled amp_bf16 for fp8, which keeps the rest of the model in bf16
-    ref_mode = parity_reference_of(mode)
+    ref_mode = parity_mode_of(mode)
     ref_key = (model_spec.name, ref_mode.name, ref_mode.compile)
     ref = _results.get(ref_key)
     if ref is None and ref_mode != mode:
-        # the reference's own cell did not run first (filtered out by --perf-precisions, or a compiled
-        # reference that has no cell): train it here
+        # the parity mode's own cell did not run first (filtered out by --perf-precisions, or a compiled
+        # parity mode that has no cell): train it here
         ref = fail_on_oom(lambda: _train(model_spec, ref_mode, perf_device, smoke, budget),
                           f"{model_spec.name} {label(ref_mode)} reference", budget.batch_size)
         _remember(_results, ref_key, ref)
@@ -72,11 +72,11 @@ def test_convergence(record_result, model_spec, mode, perf_settings, perf_device
     ref = ref if ref is not None else result
     release(perf_device)
 
-    baseline = ConvergenceEntry.of(baseline_store.figures(test_id)) if baseline_store is not None else None
+    baseline = ConvergenceEntry.of(baseline_source.figures(test_id)) if baseline_source is not None else None
     cell = parity.parity_cell(result, ref, budget, baseline, str(perf_device), SEED, label(ref_mode))
     record_result(cell.record)
-    if perf_settings.update_baselines and baseline_store is not None:
-        baseline_store.record(test_id, cell.baseline_figures(), software)
+    if perf_settings.update_baselines and baseline_source is not None:
+        baseline_source.record(test_id, cell.baseline_figures(), software)
 
     if cell.outcome is parity.Outcome.PASS:
         return
@@ -90,7 +90,7 @@ def test_underflow_without_loss_scaling(record_result, perf_device):
     """The same fp16 run twice, differing only in the loss scale: without one the gradients flush to
     zero and nothing is learned; with one (2^16) it learns what fp32 learns."""
     report: underflow.UnderflowReport = underflow.underflow_demo(perf_device, seed=SEED)
-    ref, bare, scaled = report.reference, report.unscaled, report.scaled
+    ref, bare, scaled = report.fp32, report.unscaled, report.scaled
     summary = report.summary()
     record_result(report.record(str(perf_device)))
     print(summary)

@@ -1,5 +1,5 @@
 """Mixed precision past one GPU: each precision mode under DDP and FSDP2, per communication variant,
-timed against the fp32 reference under the same parallelism, and held against the baselines of this
+timed against the fp32 side under the same parallelism, and held against the baselines of this
 GPU model in this count (``baselines/<gpu-slug>-x<N>.json``). This repository's perf/test_distributed.py
 collects these tests; ``from ampbench.suite import *`` does not (a project's own models need no ranks).
 
@@ -28,7 +28,7 @@ import pytest
 
 from ampbench import models
 from ampbench.baselines.entries import DistributedEntry
-from ampbench.baselines.source import ReferenceSource
+from ampbench.baselines.source import BaselineSource
 from ampbench.baselines.spread import INJECTED_KEY
 from ampbench.device import cell_unsupported_reason
 from ampbench.distributed import judging
@@ -114,13 +114,13 @@ def _rank_docs(out: Path, comm: str, nproc: int) -> list[dict] | None:
 
 
 def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
-                distributed_baseline_store, software, _launches) -> None:
+                distributed_baseline_source, software, _launches) -> None:
     model, mode_name, comm = dist_cell
     spec = models.get_model(model)
     reason = cell_unsupported_reason(get_mode(mode_name), perf_device, spec, spec.config_for(perf_settings.smoke))
     if reason:
         pytest.skip(reason)
-    settings, nproc, store = perf_settings, perf_world_size, distributed_baseline_store
+    settings, nproc, source = perf_settings, perf_world_size, distributed_baseline_source
     test_id = f"{request.node.originalname}[{model}-{mode_name}-{comm}]"
     nodes = settings.nodes.count
     what = f"{model} {mode_name} {comm} (x{nproc}" + (f" on {nodes} nodes)" if nodes > 1 else ")")
@@ -142,17 +142,17 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
 
     confidence = 0.99
     figs = merge_ranks(docs, confidence)
-    baseline = DistributedEntry.of(store.figures(test_id)) if store is not None else None
+    baseline = DistributedEntry.of(source.figures(test_id)) if source is not None else None
     checks = judging.cell_checks(baseline, figs, model, f"{mode_name} {comm} x{nproc}",
-                                 lambda kind: store.reference(test_id, kind, settings.tolerance, baseline)
-                                 if store is not None else None)
+                                 lambda kind: source.reference(test_id, kind, settings.tolerance, baseline)
+                                 if source is not None else None)
     gates = judging.gates_of(settings.gate, checks, figs)
     verdicts = judging.verdicts_of(figs, checks)
     confirmation = None
     if Verdict.REGRESSION in judging.gated_verdicts(verdicts, gates):
         confirmation = _confirmation(request, settings, nproc, dist_cell, fail, what, confidence)
         verdicts = judging.confirmed_by_launch(verdicts, checks, confirmation)
-    verdicts, together = judging.held_back(verdicts, checks, figs)
+    verdicts, together = judging.apply_group_rule(verdicts, checks, figs)
     verdict = combined(judging.gated_verdicts(verdicts, gates))
     message = judging.cell_message(what, figs, checks, verdicts, confirmation, gpu=perf_device.type == "cuda",
                                    note=STRATEGIES[get_comm(comm).strategy].host_bound_note)
@@ -167,13 +167,13 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
     mode_round_ms = (record.ratio(DIST_DEVICE).side(MODE_SIDE).round_ms
                      or record.ratio(DIST_WALL).side(MODE_SIDE).round_ms or ())
     record_step_times(benchmark, [ms / 1e3 for ms in mode_round_ms])
-    if settings.update_baselines and store is not None and not problems:
-        _record_entry(store, test_id, figs, docs, settings, software, previous=baseline)
+    if settings.update_baselines and source is not None and not problems:
+        _record_entry(source, test_id, figs, docs, settings, software, previous=baseline)
 
     conclude(verdict, problems, what, message, strict=settings.strict, kind="distributed speed",
              inconclusive=InconclusiveDistributedSpeed)
-    if store is not None and not store.exists and not settings.update_baselines:
-        warnings.warn(UserWarning(f"no baseline file {store.path}; {message}. Record one with "
+    if source is not None and not source.exists and not settings.update_baselines:
+        warnings.warn(UserWarning(f"no baseline file {source.path}; {message}. Record one with "
                                   f"`pytest perf/test_distributed.py --perf-update-baselines`"))
 
 
@@ -261,14 +261,14 @@ def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], se
         launch_s=result.seconds, **concluded)
 
 
-def _record_entry(store: ReferenceSource, test_id: str, figs: DistFigures, docs: list[dict], settings, software: dict,
+def _record_entry(source: BaselineSource, test_id: str, figs: DistFigures, docs: list[dict], settings, software: dict,
                      previous: DistributedEntry | None) -> None:
     """Record the cell's entry and write the file at once: a session cut short keeps every cell it finished.
     A re-recording measured alike keeps the device time's learned spread of `previous`, the entry the cell
     was judged against (``judging.device_baseline_figures``)."""
     eff = figs.efficiency
     measured_with = {"block_seconds": settings.block_seconds, "cudnn_benchmark": settings.cudnn_benchmark}
-    store.record(test_id, {
+    source.record(test_id, {
         "speedup": figs.speedup.speedup, "ci_low": figs.speedup.low, "ci_high": figs.speedup.high,
         "rounds": figs.speedup.rounds, "noise": figs.speedup.half_width,
         "throughput_per_gpu": figs.throughput_per_gpu, "throughput_per_gpu_ref": figs.throughput_per_gpu_ref,
@@ -280,7 +280,7 @@ def _record_entry(store: ReferenceSource, test_id: str, figs: DistFigures, docs:
         "cudnn_benchmark": settings.cudnn_benchmark,
         **judging.device_baseline_figures(figs, settings.tolerance, previous, measured_with),
     }, software)
-    store.write()
+    source.write()
 
 
 def _strategy_test(strategy: str, doc: str):
@@ -289,9 +289,9 @@ def _strategy_test(strategy: str, doc: str):
     @pytest.mark.strategy(strategy)
     @pytest.mark.benchmark(group="distributed", **STEP_TIMES)
     def test(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
-             distributed_baseline_store, software, _launches):
+             distributed_baseline_source, software, _launches):
         _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, perf_device, perf_world_size,
-                    distributed_baseline_store, software, _launches)
+                    distributed_baseline_source, software, _launches)
 
     test.__doc__ = doc
     return test

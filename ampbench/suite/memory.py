@@ -17,11 +17,11 @@ import pytest
 
 from ampbench import memory
 from ampbench.baselines.entries import MemoryEntry
-from ampbench.baselines.source import ReferenceSource
+from ampbench.baselines.source import BaselineSource
 from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
 from ampbench.models import get_model
-from ampbench.modes import REFERENCE_MODE, get_mode
+from ampbench.modes import FP32_MODE, get_mode
 from ampbench.settings import TIERS
 from ampbench.verdict import Verdict
 
@@ -51,7 +51,7 @@ def memory_cap_bytes(perf_settings, perf_device) -> int | None:
 
 
 @pytest.fixture(scope="session")
-def _memory_references() -> dict:
+def _fp32_memories() -> dict:
     """model name -> fp32's CellMemory (figures only, no tensors), or the message of its failure."""
     return {}
 
@@ -77,23 +77,23 @@ def _test_id(model: str, mode: str) -> str:
     return f"test_memory[{model}-{mode}]"
 
 
-def _baseline(baseline_store: ReferenceSource | None, model: str, mode: str) -> MemoryEntry | None:
-    return MemoryEntry.of(baseline_store.figures(_test_id(model, mode))) if baseline_store is not None else None
+def _baseline(baseline_source: BaselineSource | None, model: str, mode: str) -> MemoryEntry | None:
+    return MemoryEntry.of(baseline_source.figures(_test_id(model, mode))) if baseline_source is not None else None
 
 
 @pytest.fixture
-def memory_reference(needs_cuda, model_spec, mode, perf_device, perf_settings, memory_cap_bytes,
-                     baseline_store, _memory_references) -> CellMemory | None:
+def fp32_memory(needs_cuda, model_spec, mode, perf_device, perf_settings, memory_cap_bytes,
+                     baseline_source, _fp32_memories) -> CellMemory | None:
     """fp32's figures for this model, measured once per session and shared by its modes, with the
     search where the tier runs it, as the cells are; None in the fp32 cell itself, which measures them
     (with the benchmark fixture) and leaves them here."""
-    if mode.name == REFERENCE_MODE:
+    if mode.name == FP32_MODE:
         return None
-    if model_spec.name not in _memory_references:
-        _memory_references[model_spec.name] = _measure(
-            model_spec, get_mode(REFERENCE_MODE), perf_device, perf_settings, memory_cap_bytes,
-            _baseline(baseline_store, model_spec.name, REFERENCE_MODE))
-    ref = _memory_references[model_spec.name]
+    if model_spec.name not in _fp32_memories:
+        _fp32_memories[model_spec.name] = _measure(
+            model_spec, get_mode(FP32_MODE), perf_device, perf_settings, memory_cap_bytes,
+            _baseline(baseline_source, model_spec.name, FP32_MODE))
+    ref = _fp32_memories[model_spec.name]
     if isinstance(ref, str):
         pytest.fail(f"{model_spec.name} fp32 reference could not be measured: {ref}", pytrace=False)
     return ref
@@ -101,8 +101,8 @@ def memory_reference(needs_cuda, model_spec, mode, perf_device, perf_settings, m
 
 # a memory cell is timed only where it searched its largest batch: its steps there (the full tier)
 @pytest.mark.benchmark(group="memory")
-def test_memory(benchmark, record_result, model_spec, mode, memory_reference, perf_settings, perf_device,
-                memory_cap_bytes, baseline_store, software, _memory_references):
+def test_memory(benchmark, record_result, model_spec, mode, fp32_memory, perf_settings, perf_device,
+                memory_cap_bytes, baseline_source, software, _fp32_memories):
     """Peak memory and its ratio to fp32, and under the full tier the confirmed largest batch and its
     ratio, throughput there; held against this GPU's baseline. pytest-benchmark times the steps at the
     largest batch; a cell that searched none hands it no timing (its record is kept all the same)."""
@@ -111,17 +111,17 @@ def test_memory(benchmark, record_result, model_spec, mode, memory_reference, pe
     def timed(step, rounds: int) -> None:
         benchmark.pedantic(step, rounds=rounds, iterations=1, warmup_rounds=0)
 
-    baseline = _baseline(baseline_store, spec.name, mode.name)  # where the search starts, and what it is held to
+    baseline = _baseline(baseline_source, spec.name, mode.name)  # where the search starts, and what it is held to
     cell = _measure(spec, mode, perf_device, settings, memory_cap_bytes, baseline, timed)
-    if memory_reference is None:  # this is the fp32 cell
-        _memory_references[spec.name] = cell
+    if fp32_memory is None:  # this is the fp32 cell
+        _fp32_memories[spec.name] = cell
     if isinstance(cell, str):
         pytest.fail(cell, pytrace=False)
-    record, judgement = memory.memory_record(cell, memory_reference or cell, str(perf_device), baseline,
+    record, judgement = memory.memory_record(cell, fp32_memory or cell, str(perf_device), baseline,
                                              settings.tolerance)
     record_result(record)
-    if settings.update_baselines and baseline_store is not None:
-        baseline_store.record(_test_id(spec.name, mode.name), memory.baseline_figures(record), software)
+    if settings.update_baselines and baseline_source is not None:
+        baseline_source.record(_test_id(spec.name, mode.name), memory.baseline_figures(record), software)
 
     s = cell.search
     assert s is None or s.confirmed, (
@@ -129,9 +129,9 @@ def test_memory(benchmark, record_result, model_spec, mode, memory_reference, pe
         f"{s.max_batch + s.granularity} or below ran out of memory ({s.describe()})")
     if judgement.verdict is Verdict.REGRESSION:
         pytest.fail("memory regression: " + "; ".join(judgement.failures) + f" ({judgement.message})", pytrace=False)
-    if baseline_store is not None and not baseline_store.exists and not settings.update_baselines:
+    if baseline_source is not None and not baseline_source.exists and not settings.update_baselines:
         warnings.warn(UserWarning(
-            f"no baseline file {baseline_store.path}; {judgement.message}. Record one with "
+            f"no baseline file {baseline_source.path}; {judgement.message}. Record one with "
             f"`pytest perf/ --perf-tier full --perf-update-baselines`"))
 
 

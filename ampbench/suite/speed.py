@@ -16,7 +16,7 @@ import pytest
 
 from ampbench import progress
 from ampbench.device import release
-from ampbench.modes import REFERENCE_MODE, compiled, get_mode, label, versus_of
+from ampbench.modes import FP32_MODE, compiled, get_mode, label, versus_of
 from ampbench.speed import cell as speed_cell
 from ampbench.speed import sides
 from ampbench.speed.ahead import CompileAhead
@@ -78,7 +78,7 @@ def fp32_side(model_spec, mode, perf_device, perf_settings, _fp32_cache, _versus
         _versus_cache.drop()  # a versus side serves one model's cells of one kind
         last_model, _ = _fp32_cache.get("key", (None, False))
         _drop_fp32(_fp32_cache, perf_device, keep_graphs=last_model == model_spec.name)
-        ref_mode = compiled(get_mode(REFERENCE_MODE), mode.compile)
+        ref_mode = compiled(get_mode(FP32_MODE), mode.compile)
         side = _prepare(model_spec, ref_mode, perf_device, perf_settings, fail_on_oom, f"{label(ref_mode)} side",
                         compiled_ahead)
         _fp32_cache.update(key=key, side=side)
@@ -102,7 +102,7 @@ def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str, ahead:
 @pytest.mark.cells(modes_tiered=True)
 @pytest.mark.benchmark(group="speed", **STEP_TIMES)
 def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cell, fp32_side, versus_sides,
-               perf_settings, perf_device, baseline_store, software, peak_tflops, fail_on_oom, compiled_ahead):
+               perf_settings, perf_device, baseline_source, software, peak_tflops, fail_on_oom, compiled_ahead):
     # compiled amp_bf16's own side is kept: the fp8 cells after it are timed against it
     prepare = lambda: versus_sides.offer(  # noqa: E731
         model_spec.name, mode, _prepare(model_spec, mode, perf_device, perf_settings, fail_on_oom, label(mode),
@@ -115,7 +115,7 @@ def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cel
     cell = speed_cell.measure_speed(
         model_spec, mode, fp32_side, prepare, versus=versus,
         settings=perf_settings, device=perf_device, test_id=request.node.name,
-        store=baseline_store, software=software, peak_tflops=peak_tflops,
+        source=baseline_source, software=software, peak_tflops=peak_tflops,
         prepared=lambda identity: record_result(identity, identity=True))
     record_result(cell.record)
     record_step_times(benchmark, cell.device_step_seconds)

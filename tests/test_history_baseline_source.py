@@ -1,4 +1,4 @@
-"""A speed cell judged against its history (ampbench.history.reference): the level of its counted runs
+"""A speed cell judged against its history (ampbench.history.baseline_source): the level of its counted runs
 since the last accepted change, the noise pooled over all of them (and a baseline file's spread from other
 runs), learning on a GPU model with no file, and the file still the judge of a cell the history lacks."""
 
@@ -9,8 +9,8 @@ import math
 import pytest
 
 from ampbench.baselines.entries import SpeedEntry
-from ampbench.baselines.store import BaselineStore
-from ampbench.history.reference import HistoryBaselines, overlay
+from ampbench.baselines.file import BaselineFile
+from ampbench.history.baseline_source import HistoryBaselines, overlay
 from ampbench.history.store import open_history
 from ampbench.results import Verdict
 from ampbench.results.ratios import DEVICE
@@ -38,7 +38,7 @@ def _append(history, values, start=0, verdict=Verdict.PASS):
 
 
 def _baselines(history, tmp_path, entries=None) -> HistoryBaselines:
-    store = BaselineStore(path=tmp_path / "nvidia-h100.json", gpu=H100, entries=entries or {}, exists=bool(entries))
+    store = BaselineFile(path=tmp_path / "nvidia-h100.json", gpu=H100, entries=entries or {}, exists=bool(entries))
     return HistoryBaselines(store, history)
 
 
@@ -105,7 +105,7 @@ def test_an_overlay_without_any_level_is_the_file_entry():
 
 
 def test_baselines_export_writes_the_file_from_the_history_spread_included(history, tmp_path, capsys):
-    from ampbench.baselines.store import load_document
+    from ampbench.baselines.file import load_document
     from ampbench.cli import main
 
     url, out = f"sqlite:///{tmp_path / 'history.sqlite'}", tmp_path / "baselines"
@@ -135,7 +135,7 @@ def _ddp_record(speedup: float, world_size: int, verdict=Verdict.PASS):
 
 def test_a_distributed_cell_learns_from_its_runs_on_as_many_gpus_and_no_others(history, tmp_path):
     from ampbench.baselines.entries import DistributedEntry
-    from ampbench.history.reference import DISTRIBUTED_CELLS
+    from ampbench.history.baseline_source import DISTRIBUTED_CELLS
     from ampbench.results.ratios import DIST_DEVICE
 
     cell = "test_ddp_speed[gpt-amp_bf16-fp32]"
@@ -144,7 +144,7 @@ def test_a_distributed_cell_learns_from_its_runs_on_as_many_gpus_and_no_others(h
     # four GPUs make another series: their speedup (and their noise) is no sample of two GPUs'
     for i, v in enumerate((4.0, 4.6, 4.2)):
         history.append(speed_run(f"x4-{i}", [_ddp_record(v, 4)], at=10 + i))
-    two = BaselineStore(path=tmp_path / "nvidia-h100-x2.json", gpu=f"{H100} x2", entries={}, exists=False)
+    two = BaselineFile(path=tmp_path / "nvidia-h100-x2.json", gpu=f"{H100} x2", entries={}, exists=False)
     learned = HistoryBaselines(two, history, cells=DISTRIBUTED_CELLS)
     entry = DistributedEntry.of(learned.figures(cell))
     assert entry.ratio(DIST_DEVICE).speedup == pytest.approx(math.exp(sum(map(math.log,
@@ -162,7 +162,7 @@ def test_a_distributed_cell_learns_its_device_scaling_efficiency_and_its_method(
     """The scaling efficiency in device time gates beside the device speedup, so the history learns it
     as it learns the speedup; a record that named its method on the device speedup alone still gives it."""
     from ampbench.baselines.entries import DistributedEntry
-    from ampbench.history.reference import DISTRIBUTED_CELLS
+    from ampbench.history.baseline_source import DISTRIBUTED_CELLS
     from ampbench.results.ratios import DEVICE_SCALING
 
     cell, effs = "test_ddp_speed[gpt-amp_bf16-fp32]", (0.891, 0.893, 0.890, 0.892, 0.891)
@@ -174,11 +174,11 @@ def test_a_distributed_cell_learns_its_device_scaling_efficiency_and_its_method(
             speedup_low=v * 0.7, speedup_high=v * 0.9, device_scaling_efficiency=e,
             device_scaling_efficiency_low=e - 0.001, device_scaling_efficiency_high=e + 0.001)
         history.append(speed_run(f"x4-{i}", [rec], at=i))
-    four = BaselineStore(path=tmp_path / "nvidia-h100-x4.json", gpu=f"{H100} x4", entries={}, exists=False)
+    four = BaselineFile(path=tmp_path / "nvidia-h100-x4.json", gpu=f"{H100} x4", entries={}, exists=False)
     entry = DistributedEntry.of(HistoryBaselines(four, history, cells=DISTRIBUTED_CELLS).figures(cell))
-    held = entry.ratio(DEVICE_SCALING)
-    assert held.speedup == pytest.approx(math.exp(sum(map(math.log, effs)) / len(effs)))
-    assert held.between_run_count == 5 and held.method == "graph"
+    learned = entry.ratio(DEVICE_SCALING)
+    assert learned.speedup == pytest.approx(math.exp(sum(map(math.log, effs)) / len(effs)))
+    assert learned.between_run_count == 5 and learned.method == "graph"
     check, why = entry_check(Ratio(DEVICE_SCALING, "scaling efficiency", method="graph"), "gpt", "amp_bf16 fp32 x4",
                              entry, 0.005)
     assert check is not None, why
@@ -187,7 +187,7 @@ def test_a_distributed_cell_learns_its_device_scaling_efficiency_and_its_method(
 
 def test_baselines_export_writes_the_file_of_each_gpu_count_the_history_holds(history, tmp_path, capsys):
     """A runner of two GPUs runs the speed cells and the distributed ones in one session: both files."""
-    from ampbench.baselines.store import load_document
+    from ampbench.baselines.file import load_document
     from ampbench.cli import main
 
     url, out = f"sqlite:///{tmp_path / 'history.sqlite'}", tmp_path / "baselines"
@@ -207,14 +207,14 @@ def test_baselines_export_writes_the_file_of_each_gpu_count_the_history_holds(hi
 def test_the_end_of_a_run_says_how_far_its_distributed_cells_have_learned(history, tmp_path):
     from types import SimpleNamespace
 
-    from ampbench.history.reference import DISTRIBUTED_CELLS
+    from ampbench.history.baseline_source import DISTRIBUTED_CELLS
     from ampbench.plugin import summary
     from ampbench.plugin.history import write_learned
 
     cell = "test_ddp_speed[gpt-amp_bf16-fp32]"
     for i, v in enumerate((5.50, 5.52, 5.49, 5.51)):
         history.append(speed_run(f"x2-{i}", [_ddp_record(v, 2)], at=i))
-    store = BaselineStore(path=tmp_path / "nvidia-h100-x2.json", gpu=f"{H100} x2", entries={}, exists=False)
+    store = BaselineFile(path=tmp_path / "nvidia-h100-x2.json", gpu=f"{H100} x2", entries={}, exists=False)
     ran = [(f"perf/test_distributed.py::{cell}", _ddp_record(5.5, 2)),
            ("perf/test_speed.py::test_speed[gpt-amp_bf16]", speed_record("gpt", "amp_bf16", 5.6))]
     lines = []
@@ -239,8 +239,8 @@ def test_the_end_of_a_run_names_the_cells_it_holds_back_as_suspect(history, tmp_
     reporter = SimpleNamespace(write_line=lambda text, **kw: lines.append(text))
     config = SimpleNamespace(stash={summary.RECORDS_KEY: ran})
     write_learned(reporter, _baselines(history, tmp_path), config, "speed cells")
-    held = [line for line in lines if "held back as suspect" in line]
-    assert held and held[0].startswith("ampbench history: 1 of this run's cells held back as suspect")
+    suspects = [line for line in lines if "held back as suspect" in line]
+    assert suspects and suspects[0].startswith("ampbench history: 1 of this run's cells held back as suspect")
     assert lines[-1].startswith(f"  {CELL}: -0.") and "below its level" in lines[-1]
 
 
@@ -271,7 +271,7 @@ def test_history_explain_of_a_distributed_cell_pools_in_the_file_of_its_n_gpus(h
     cell = "test_ddp_speed[gpt-amp_bf16-fp32]"
     for i, v in enumerate((5.50, 5.52, 5.49)):
         history.append(speed_run(f"x2-{i}", [_ddp_record(v, 2)], at=i))
-    two = BaselineStore.open(tmp_path, f"{H100} x2", "nvidia-h100-80gb-hbm3-x2")
+    two = BaselineFile.open(tmp_path, f"{H100} x2", "nvidia-h100-80gb-hbm3-x2")
     two.record(cell, {"speedup": 5.0, "world_size": 2, "device_speedup": 5.5, "device_method": "profiler",
                       "device_between_run_sd": 0.003, "device_between_run_count": 20, "device_between_run_runs": []},
                {"torch": "2.11.0"})

@@ -18,7 +18,7 @@ from typing import Any, Hashable, Iterable, Mapping
 
 from ampbench.baselines import spread
 from ampbench.baselines.entries import DistributedEntry, FlatEntry, RatioEntry, SpeedEntry, learned_spread
-from ampbench.baselines.store import BaselineError, BaselineStore, load_document
+from ampbench.baselines.file import BaselineError, BaselineFile, load_document
 from ampbench.history import pooling
 from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
 from ampbench.history.series import Series
@@ -137,7 +137,7 @@ class HistoryBaselines:
     (which it wraps: recording and writing go to the file as before); the distributed cells' over the
     file of N GPUs, with `cells` DISTRIBUTED_CELLS."""
 
-    store: BaselineStore
+    file: BaselineFile
     history: History
     floor: float = DEFAULT_TOLERANCE
     cells: LearnedCells = SPEED_CELLS
@@ -151,24 +151,24 @@ class HistoryBaselines:
     # the file's own face, for the callers that record and write
     @property
     def path(self) -> Path:
-        return self.store.path
+        return self.file.path
 
     @property
     def exists(self) -> bool:
-        return self.store.exists or bool(self.learned())
+        return self.file.exists or bool(self.learned())
 
     @property
     def pending(self) -> dict:
-        return self.store.pending
+        return self.file.pending
 
     def record(self, test_id: str, figures: dict, software: dict) -> None:
-        self.store.record(test_id, figures, software)
+        self.file.record(test_id, figures, software)
 
     def write(self) -> Path:
-        return self.store.write()
+        return self.file.write()
 
     def software(self, test_id: str) -> dict | None:
-        return self.store.software(test_id)
+        return self.file.software(test_id)
 
     def learned(self) -> dict[str, dict[str, CellBaseline]]:
         """Every cell's ratios learned from the history (by test id, then the ratio's name), read once: each
@@ -178,9 +178,9 @@ class HistoryBaselines:
             self._learned = {}
             for kind in self.cells.ratios:
                 serieses = {test_id: series for test_id, series in
-                            self.history.series_of(self.store.gpu, kind.history).items()
+                            self.history.series_of(self.file.gpu, kind.history).items()
                             if self.cells.covers(test_id) and series.points}
-                priors = {test_id: prior_for(kind, self.cells.entry.of(self.store.figures(test_id)), series)
+                priors = {test_id: prior_for(kind, self.cells.entry.of(self.file.figures(test_id)), series)
                           for test_id, series in serieses.items()}
                 own = {test_id: learn(series, priors[test_id], self.floor, card=self.card)
                        for test_id, series in serieses.items()}
@@ -223,9 +223,9 @@ class HistoryBaselines:
         """The entries of the other GPU models' baseline files beside this one, read once."""
         if self._others is None:
             self._others = []
-            folder = self.store.path.parent
+            folder = self.file.path.parent
             for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
-                if path.resolve() == self.store.path.resolve():
+                if path.resolve() == self.file.path.resolve():
                     continue
                 try:
                     self._others.append(load_document(path)["entries"])
@@ -273,7 +273,7 @@ class HistoryBaselines:
                 for ratios in self._ratios_elsewhere(kind)]
 
     def figures(self, test_id: str) -> dict | None:
-        entry = self.store.figures(test_id)
+        entry = self.file.figures(test_id)
         learned = self.learned().get(test_id)
         if not learned or not self.cells.covers(test_id):
             return entry
@@ -300,9 +300,9 @@ class HistoryBaselines:
             if b is not None and b.replay is not None else None
         ratio = entry.ratio(kind) if entry is not None else None
         if b is None or b.level is None:
-            ref = self.store.reference(test_id, kind, floor, entry)
+            ref = self.file.reference(test_id, kind, floor, entry)
             return replace(ref, group_failure=group) if ref is not None else None
-        return b.reference(f"{self.history} over {self.store.path}", ratio.method if ratio is not None else None,
+        return b.reference(f"{self.history} over {self.file.path}", ratio.method if ratio is not None else None,
                            group)
 
     def group_failure(self, test_id: str, kind: RatioKind, value: float, tolerance: float) -> str | None:

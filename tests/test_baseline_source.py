@@ -1,4 +1,4 @@
-"""Where a cell's reference comes from (``ampbench.baselines.source.ReferenceSource``): the committed
+"""Where a cell's reference comes from (``ampbench.baselines.source.BaselineSource``): the committed
 file's store and the run history over it both are one, member by member, with the protocol's
 parameters, so that a cell annotated with the protocol takes either."""
 
@@ -8,31 +8,31 @@ import inspect
 
 import pytest
 
-from ampbench.baselines.source import ReferenceSource
-from ampbench.baselines.store import BaselineStore
-from ampbench.history.reference import HistoryBaselines
+from ampbench.baselines.file import BaselineFile
+from ampbench.baselines.source import BaselineSource
+from ampbench.history.baseline_source import HistoryBaselines
 from ampbench.history.store import open_history
 
 MEMBERS = ("path", "exists", "pending", "figures", "reference", "software", "record", "write")
 
 
 def _stores(tmp_path):
-    store = BaselineStore(path=tmp_path / "gpu-x.json", gpu="GPU X")
+    store = BaselineFile(path=tmp_path / "gpu-x.json", gpu="GPU X")
     return {"file": store, "history": HistoryBaselines(store, open_history(f"sqlite:///{tmp_path / 'h.sqlite'}"))}
 
 
 def test_the_protocol_names_what_the_cells_read_and_record():
-    members = {n for n, v in vars(ReferenceSource).items()
+    members = {n for n, v in vars(BaselineSource).items()
                if not n.startswith("_") and (callable(v) or isinstance(v, property))}
     assert members == set(MEMBERS)
 
 
 @pytest.mark.parametrize("kind", ["file", "history"])
-def test_both_stores_are_reference_sources(tmp_path, kind):
+def test_both_stores_are_baseline_sources(tmp_path, kind):
     store = _stores(tmp_path)[kind]
-    assert isinstance(store, ReferenceSource)
+    assert isinstance(store, BaselineSource)
     for name in MEMBERS:
-        declared = getattr(ReferenceSource, name)
+        declared = getattr(BaselineSource, name)
         if isinstance(declared, property):
             continue  # an attribute or a property; isinstance saw it
         got = inspect.signature(getattr(type(store), name)).parameters
@@ -42,7 +42,7 @@ def test_both_stores_are_reference_sources(tmp_path, kind):
 
 @pytest.mark.parametrize("kind", ["file", "history"])
 def test_a_recorded_entry_is_written_and_read_back_through_the_protocol(tmp_path, kind):
-    store: ReferenceSource = _stores(tmp_path)[kind]
+    store: BaselineSource = _stores(tmp_path)[kind]
     figures = {"margin": 0.03, "accuracy": 0.97, "accuracy_ref": 0.98, "reference": "fp32", "steps": 10,
                "batch_size": 16, "data": "digits", "finite": True, "within_margin": True}
     assert not store.exists and store.figures("test_convergence[mlp-bf16]") is None

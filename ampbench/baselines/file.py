@@ -96,7 +96,7 @@ def load_document(path: Path) -> dict:
 
 
 @dataclass
-class BaselineStore:
+class BaselineFile:
     """The baselines of one GPU model, plus what this run wants to record into them."""
 
     path: Path
@@ -106,7 +106,7 @@ class BaselineStore:
     pending: dict[str, dict] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, directory: Path, gpu: str, slug: str) -> "BaselineStore":
+    def open(cls, directory: Path, gpu: str, slug: str) -> "BaselineFile":
         if not is_stem(slug):  # '../x' or '/etc/x' would name a file outside `directory`
             raise BaselineError(Path(directory) / f"{slug}.json", None,
                                 f"{slug!r} is no baseline file's stem (lowercase letters, digits and dashes, as a GPU "
