@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Sequence
+from typing import Protocol, Sequence
 
 from ampbench.stats import SpeedupEstimate, finite_number, t_quantile
 
@@ -201,6 +201,15 @@ def tolerance_for(floor: float, recorded_noise: float | None, between_runs: Betw
     return tolerance_rule(floor, recorded_noise, between_runs, confidence, unlearned)[0]
 
 
+class GroupRule(Protocol):
+    """The group rule of one figure of a cell: why a run whose own rounds did not fail it, at `value`, fails
+    all the same under `tolerance`, below the line together with the runs its history held back before it;
+    None where it does not. Only a history gives one (``history.baseline_source.CellGroupRule``); the judge
+    applies it (``gate.judge.grouped``)."""
+
+    def __call__(self, value: float, tolerance: float) -> str | None: ...
+
+
 # A level set by a few measurements of one side, a bisect's good side: too few for a spread's Student bound
 BY_RANGE = "the good side's range"
 RANGE_CEILING = 0.9  # a tolerance above it leaves no line worth judging against
@@ -231,12 +240,12 @@ class Reference:
     spread: BetweenRuns | None = None  # the learned between-run (and between-card) spread, its dof
     # why a run of this figure fails with the runs its history held back before it (value, tolerance): a
     # text, or None where it does not; only a history gives one (``replay.Replay.group_failure``)
-    group_failure: Callable[[float, float], str | None] | None = field(default=None, compare=False, repr=False)
+    group_failure: GroupRule | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, level: float, floor: float, recorded_noise: float | None, spread: BetweenRuns | None, *, source: str,
            method: str | None = None, confidence: float = GATE_CONFIDENCE, unlearned: float = 0.0,
-           group_failure: Callable[[float, float], str | None] | None = None) -> "Reference":
+           group_failure: GroupRule | None = None) -> "Reference":
         tolerance, rule = tolerance_rule(floor, recorded_noise, spread, confidence, unlearned)
         return cls(level, tolerance, rule, source, method, finite_number(recorded_noise), spread, group_failure)
 
@@ -288,7 +297,7 @@ class SpeedupCheck:
     # why a run of this speedup fails with the runs its history held back before it (speedup, tolerance):
     # a text, or None where it does not (``history.baseline_source.HistoryBaselines.group_failure``;
     # the judge applies it: ``gate.judge.grouped``)
-    group_failure: Callable[[float, float], str | None] | None = field(default=None, compare=False, repr=False)
+    group_failure: GroupRule | None = field(default=None, compare=False, repr=False)
     why: str = ""  # why the tolerance is held below its learned bound (``Reference.why``), "" where it is not
 
     @property

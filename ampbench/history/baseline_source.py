@@ -131,6 +131,19 @@ def overlay(entry: Mapping | None, learned: Mapping[str, CellBaseline], latest: 
     return typed.to_figures()
 
 
+
+@dataclass(frozen=True)
+class CellGroupRule:
+    """The group rule of one cell's figure of `kind` (``verdict.GroupRule``), from its history's replay of
+    the runs held back before this one (``HistoryBaselines.group_failure``)."""
+
+    source: "HistoryBaselines"
+    test_id: str
+    kind: RatioKind
+
+    def __call__(self, value: float, tolerance: float) -> str | None:
+        return self.source.group_failure(self.test_id, self.kind, value, tolerance)
+
 @dataclass
 class HistoryBaselines:
     """The speed cells' baseline entries as the history has learned them, over the GPU's baseline file
@@ -296,8 +309,7 @@ class HistoryBaselines:
         history (learned under the history's own floor), else its entry in the file (`entry`, as `figures`
         gives it, under `floor`); with the rule that fails a run with the runs held back before it."""
         b = self.learned().get(test_id, {}).get(kind.name) if self.cells.covers(test_id) else None
-        group = (lambda value, tolerance: self.group_failure(test_id, kind, value, tolerance)) \
-            if b is not None and b.replay is not None else None
+        group = CellGroupRule(self, test_id, kind) if b is not None and b.replay is not None else None
         ratio = entry.ratio(kind) if entry is not None else None
         if b is None or b.level is None:
             ref = self.file.reference(test_id, kind, floor, entry)

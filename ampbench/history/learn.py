@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Hashable
+from typing import Hashable
 
 from ampbench.baselines.entries import RatioEntry
 from ampbench.baselines.spread import Prior
@@ -28,7 +28,7 @@ from ampbench.history.series import Series
 from ampbench.printable import plural
 from ampbench.results.ratios import of_history
 from ampbench.settings import DEFAULT_TOLERANCE
-from ampbench.verdict import GATE_CONFIDENCE, MIN_SPREAD_VALUES, BetweenRuns, Reference, tolerance_for
+from ampbench.verdict import GATE_CONFIDENCE, MIN_SPREAD_VALUES, BetweenRuns, GroupRule, Reference, tolerance_for
 
 LEARNING, UNLEARNED, LEARNED = "learning", "unlearned", "learned"
 Lent = tuple[int, float]  # a pooled prior a cell borrows: its degrees of freedom d0 and its sd s0
@@ -154,7 +154,7 @@ class CellBaseline:
         return tolerance_for(self.floor, self.recorded_noise, self.between_runs, self.confidence, self.unlearned)
 
     def reference(self, source: str, method: str | None = None,
-                  group_failure: Callable[[float, float], str | None] | None = None) -> Reference:
+                  group_failure: GroupRule | None = None) -> Reference:
         """What a run of the cell is judged against at its learned level (`level` must be known): the
         tolerance by the same rule and inputs as `tolerance`, with what set it."""
         assert self.level is not None, "a cell still learning has no level to judge against"
