@@ -13,7 +13,7 @@ from ampbench.baselines.source import BaselineSource
 from ampbench.history.baseline_source import HistoryBaselines
 from ampbench.history.store import open_history
 
-MEMBERS = ("path", "exists", "pending", "figures", "reference", "software", "record", "write")
+MEMBERS = ("path", "exists", "pending", "figures", "entry", "reference", "software", "record", "write")
 
 
 def _stores(tmp_path):

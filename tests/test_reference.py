@@ -65,12 +65,13 @@ def _entry(speedup=2.4, noise=0.004):
 def test_the_file_gives_its_entry_as_a_reference(tmp_path):
     store = BaselineFile(path=tmp_path / "nvidia-h100.json", gpu=H100, entries={CELL: {"figures": _entry()}},
                           exists=True)
-    entry = SpeedEntry.of(store.figures(CELL))
-    ref = store.reference(CELL, DEVICE, 0.005, entry)
+    entry = store.entry(CELL)
+    assert entry == SpeedEntry.of(store.figures(CELL))  # read by its cell's type
+    ref = store.reference(CELL, DEVICE, 0.005)
     assert ref == entry_reference(DEVICE, 0.005, entry.ratio(DEVICE), str(store.path))
     assert (ref.level, ref.method, ref.source) == (2.4, "graph", str(store.path))
     assert ref.tolerance == entry_tolerance(DEVICE, 0.005, entry.ratio(DEVICE)) == UNLEARNED_TOLERANCE
-    assert store.reference(CELL, DEVICE, 0.005, None) is None  # no entry, nothing to judge against
+    assert store.reference("test_speed[gpt-amp_bf16]", DEVICE, 0.005) is None  # no entry, nothing to judge against
 
 
 def _history(tmp_path, values):
@@ -83,8 +84,9 @@ def _history(tmp_path, values):
 
 def test_the_history_computes_a_learned_tolerance_once_and_its_file_agrees(tmp_path):
     learned = _history(tmp_path, VALUES)
-    entry = SpeedEntry.of(learned.figures(CELL))
-    ref = learned.reference(CELL, DEVICE, 0.005, entry)
+    entry = learned.entry(CELL)
+    assert entry == SpeedEntry.of(learned.figures(CELL))  # the file's, with what the history learned over it
+    ref = learned.reference(CELL, DEVICE, 0.005)
     cell = learned.learned()[CELL][DEVICE.name]
     assert ref.rule == BY_SPREAD and ref.tolerance == cell.tolerance and ref.level == cell.level
     assert ref.source.endswith("over " + str(learned.path)) and ref.method == "graph"
@@ -96,10 +98,9 @@ def test_the_history_computes_a_learned_tolerance_once_and_its_file_agrees(tmp_p
 
 def test_a_cell_the_history_has_not_learned_is_judged_by_its_entry_with_the_group_rule(tmp_path):
     one = _history(tmp_path, VALUES[:1])
-    entry = SpeedEntry.of(one.figures(CELL))
-    ref = one.reference(CELL, DEVICE, 0.005, entry)
+    ref = one.reference(CELL, DEVICE, 0.005)
     assert ref.rule == BY_UNLEARNED and ref.tolerance == UNLEARNED_TOLERANCE
-    assert one.reference("test_speed[gpt-amp_bf16]", DEVICE, 0.005, None) is None
+    assert one.reference("test_speed[gpt-amp_bf16]", DEVICE, 0.005) is None
 
 
 def _dist(device: float) -> DistFigures:

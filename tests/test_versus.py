@@ -177,17 +177,20 @@ class FakeStore:
 
     exists, path = True, Path("baselines/test.json")
 
-    def __init__(self, entry: dict | None):
-        self.entry, self.recorded = entry, {}
+    def __init__(self, figures: dict | None):
+        self.stored, self.recorded = figures, {}
 
     def figures(self, test_id):
-        return self.entry
+        return self.stored
+
+    def entry(self, test_id):
+        return SpeedEntry.of(self.stored)
 
     def software(self, test_id):
         return None
 
-    def reference(self, test_id, kind, floor, entry):
-        return file_reference(kind, floor, entry)
+    def reference(self, test_id, kind, floor):
+        return file_reference(kind, floor, self.entry(test_id))
 
     def record(self, test_id, figures, software):
         self.recorded[test_id] = figures

@@ -256,6 +256,27 @@ class ConvergenceEntry(FlatEntry):
     margin: float | None = figure(fraction_or_null())
 
 
+
+# the type of entry of each kind of cell, by its test's name (``entry_kind``); a cell of a kind not listed
+# (the input pipeline's) reads no baseline
+ENTRY_TYPES: Mapping[str, type[FlatEntry]] = {
+    "test_speed": SpeedEntry, "test_memory": MemoryEntry, "test_convergence": ConvergenceEntry,
+    "test_ddp_speed": DistributedEntry, "test_fsdp2_speed": DistributedEntry,
+}
+
+
+def entry_kind(test_id: str) -> str:
+    """'test_speed[mlp-fp32]' -> 'test_speed': the key of its schema and of its type (`ENTRY_TYPES`)."""
+    return test_id.split("[", 1)[0]
+
+
+def entry_of(test_id: str, figures: Mapping[str, Any] | None) -> FlatEntry | None:
+    """The entry of `test_id` read by its cell's type from its `figures` (None: no entry, or a kind of cell
+    that reads none)."""
+    kind = ENTRY_TYPES.get(entry_kind(test_id))
+    return kind.of(figures) if kind is not None else None
+
+
 # -- the tolerance a ratio entry gives (the one rule of ``ampbench.verdict.tolerance_for``) --------------
 
 def entry_tolerance(kind: RatioKind, floor: float, ratio: RatioEntry | None, noise: float | None = None) -> float:

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping
 
-from ampbench.baselines.entries import FlatEntry, entry_reference
+from ampbench.baselines.entries import FlatEntry, entry_of, entry_reference
 from ampbench.baselines.schema import (  # noqa: F401 - the file format's names, read from here too
     SCHEMA_VERSION,
     STAMP_FORMAT,
@@ -121,9 +121,13 @@ class BaselineFile:
         entry = self.entries.get(test_id)
         return entry["figures"] if entry else None
 
-    def reference(self, test_id: str, kind: RatioKind, floor: float, entry: FlatEntry | None) -> Reference | None:
-        """What the cell's ratio of `kind` is judged against: `entry` (its entry in this file, read by the
-        cell's entry type) under the user's `floor`; None where the entry holds no such figure."""
+    def entry(self, test_id: str) -> FlatEntry | None:
+        return entry_of(test_id, self.figures(test_id))
+
+    def reference(self, test_id: str, kind: RatioKind, floor: float) -> Reference | None:
+        """What the cell's ratio of `kind` is judged against: its entry in this file under the user's
+        `floor`; None where the entry holds no such figure."""
+        entry = self.entry(test_id)
         return entry_reference(kind, floor, entry.ratio(kind) if entry is not None else None, str(self.path))
 
     def software(self, test_id: str) -> dict | None:

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ampbench.baselines.entries import ConvergenceEntry, DistributedEntry, MemoryEntry, SpeedEntry
+from ampbench.baselines.entries import ENTRY_TYPES, MemoryEntry, entry_kind
 from ampbench.baselines.rules import Rule, is_number  # noqa: F401 - Rule is read from here too
 
 SCHEMA_VERSION = 1
@@ -56,13 +56,9 @@ def entry_schemas() -> dict[str, dict[str, Rule]]:
     are free, so a test can add one without touching this table. ampbench.suite.pipeline reads no
     baseline; a kind not listed here gets the checks every entry gets. Read off the entries' types when
     asked: a new kind of ratio is a row of its table (``results.ratios``)."""
-    return {
-        "test_speed": SpeedEntry.rules(),
-        "test_memory": {**MemoryEntry.rules(), "max_batch_recorded": Rule(is_stamp, STAMP_EXPECTED)},
-        "test_convergence": ConvergenceEntry.rules(),
-        "test_ddp_speed": DistributedEntry.rules(),
-        "test_fsdp2_speed": DistributedEntry.rules(),
-    }
+    schemas = {kind: entry.rules() for kind, entry in ENTRY_TYPES.items()}
+    schemas["test_memory"] = {**MemoryEntry.rules(), "max_batch_recorded": Rule(is_stamp, STAMP_EXPECTED)}
+    return schemas
 
 
 def _describe(value: Any) -> str:
@@ -97,11 +93,6 @@ def figure_problem(rules: dict[str, Rule], name: str, value: Any) -> str | None:
     if rule is not None and not rule.check(value):
         return f"{_describe(value)} is not {rule.expected}"
     return None
-
-
-def entry_kind(test_id: str) -> str:
-    """'test_speed[mlp-fp32]' -> 'test_speed': the key of its schema."""
-    return test_id.split("[", 1)[0]
 
 
 def validate_entry(test_id: str, entry: Any, path: Path, schemas: dict | None = None) -> None:

@@ -34,12 +34,14 @@ class BaselineSource(Protocol):
         """The entries recorded since the last `write`, by test id."""
 
     def figures(self, test_id: str) -> dict | None:
-        """The entry's figures a cell is held against; None where the source has no entry."""
+        """The entry's figures as the file stores them; None where the source has no entry."""
 
-    def reference(self, test_id: str, kind: RatioKind, floor: float, entry: FlatEntry | None) -> Reference | None:
+    def entry(self, test_id: str) -> FlatEntry | None:
+        """The cell's entry, read by its cell's type (``entries.entry_of``); None where there is none."""
+
+    def reference(self, test_id: str, kind: RatioKind, floor: float) -> Reference | None:
         """What the cell's ratio of `kind` is judged against under the user's `floor`: its level and its
-        tolerance, computed once; `entry` is the cell's entry as `figures` gives it, read by its type.
-        None where there is no such figure."""
+        tolerance, computed once. None where there is no such figure."""
 
     def software(self, test_id: str) -> dict | None:
         """The software the entry was measured on; None where it has no entry."""

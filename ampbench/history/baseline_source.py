@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any, Hashable, Iterable, Mapping
 
 from ampbench.baselines import spread
-from ampbench.baselines.entries import DistributedEntry, FlatEntry, RatioEntry, SpeedEntry, learned_spread
+from ampbench.baselines.entries import (
+    DistributedEntry,
+    FlatEntry,
+    RatioEntry,
+    SpeedEntry,
+    entry_of,
+    entry_reference,
+    learned_spread,
+)
 from ampbench.baselines.file import BaselineError, BaselineFile, load_document
 from ampbench.history import pooling
 from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
@@ -304,15 +312,20 @@ class HistoryBaselines:
         run = self._latest.get(test_id)
         return self.history.run(run).software if run else None
 
-    def reference(self, test_id: str, kind: RatioKind, floor: float, entry: FlatEntry | None) -> Reference | None:
+    def entry(self, test_id: str) -> FlatEntry | None:
+        """The cell's entry as this run reads it: the file's, with what the history learned over it (`figures`)."""
+        return entry_of(test_id, self.figures(test_id))
+
+    def reference(self, test_id: str, kind: RatioKind, floor: float) -> Reference | None:
         """What the cell's ratio of `kind` is judged against: the level and spread its runs taught the
-        history (learned under the history's own floor), else its entry in the file (`entry`, as `figures`
-        gives it, under `floor`); with the rule that fails a run with the runs held back before it."""
+        history (learned under the history's own floor), else its entry (`entry`) under `floor`; with the
+        rule that fails a run with the runs held back before it."""
         b = self.learned().get(test_id, {}).get(kind.name) if self.cells.covers(test_id) else None
         group = CellGroupRule(self, test_id, kind) if b is not None and b.replay is not None else None
+        entry = self.entry(test_id)
         ratio = entry.ratio(kind) if entry is not None else None
         if b is None or b.level is None:
-            ref = self.file.reference(test_id, kind, floor, entry)
+            ref = entry_reference(kind, floor, ratio, str(self.file.path))
             return replace(ref, group_failure=group) if ref is not None else None
         return b.reference(f"{self.history} over {self.file.path}", ratio.method if ratio is not None else None,
                            group)

@@ -133,8 +133,9 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     marks.end("prepare")
     prepared(identity(spec, mode, device, settings.smoke))
     before = sides.parameters_fingerprint(pair.side.trainer)
-    baseline = SpeedEntry.of(source.figures(test_id)) if source is not None else None
-    against = (lambda kind: source.reference(test_id, kind, settings.tolerance, baseline)) if source is not None \
+    entry = source.entry(test_id) if source is not None else None
+    baseline = entry if isinstance(entry, SpeedEntry) else None
+    against = (lambda kind: source.reference(test_id, kind, settings.tolerance)) if source is not None \
         else (lambda kind: None)
     ratios = cell_ratios(spec.name, mode, fp32, pair.side, pair.versus, baseline, settings.gate, pol, against)
     marks.end("ratios")  # each ratio's own seconds are its phase below

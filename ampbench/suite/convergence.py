@@ -72,7 +72,8 @@ def test_convergence(record_result, model_spec, mode, perf_settings, perf_device
     ref = ref if ref is not None else result
     release(perf_device)
 
-    baseline = ConvergenceEntry.of(baseline_source.figures(test_id)) if baseline_source is not None else None
+    entry = baseline_source.entry(test_id) if baseline_source is not None else None
+    baseline = entry if isinstance(entry, ConvergenceEntry) else None
     cell = parity.parity_cell(result, ref, budget, baseline, str(perf_device), SEED, label(ref_mode))
     record_result(cell.record)
     if perf_settings.update_baselines and baseline_source is not None:

@@ -142,9 +142,10 @@ def _speed_cell(request, benchmark, record_result, dist_cell, perf_settings, per
 
     confidence = 0.99
     figs = merge_ranks(docs, confidence)
-    baseline = DistributedEntry.of(source.figures(test_id)) if source is not None else None
+    entry = source.entry(test_id) if source is not None else None
+    baseline = entry if isinstance(entry, DistributedEntry) else None
     checks = judging.cell_checks(baseline, figs, model, f"{mode_name} {comm} x{nproc}",
-                                 lambda kind: source.reference(test_id, kind, settings.tolerance, baseline)
+                                 lambda kind: source.reference(test_id, kind, settings.tolerance)
                                  if source is not None else None)
     gates = judging.gates_of(settings.gate, checks, figs)
     verdicts = judging.verdicts_of(figs, checks)

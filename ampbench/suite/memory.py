@@ -78,7 +78,8 @@ def _test_id(model: str, mode: str) -> str:
 
 
 def _baseline(baseline_source: BaselineSource | None, model: str, mode: str) -> MemoryEntry | None:
-    return MemoryEntry.of(baseline_source.figures(_test_id(model, mode))) if baseline_source is not None else None
+    entry = baseline_source.entry(_test_id(model, mode)) if baseline_source is not None else None
+    return entry if isinstance(entry, MemoryEntry) else None
 
 
 @pytest.fixture
