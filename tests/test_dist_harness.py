@@ -359,7 +359,7 @@ def test_a_host_bound_fsdp2_cell_says_that_fsdp2_s_own_host_is_the_cause():
 
     note = STRATEGIES["fsdp2"].host_bound_note
     assert note and not STRATEGIES["ddp"].host_bound_note
-    unchecked = CellChecks(None, None, None)
+    unchecked = CellChecks()
     bound = cell_message("gpt amp_bf16 fsdp2_fp32 x2", figs(0.36), unchecked, {}, None, gpu=True, note=note)
     assert "host-bound" in bound and note in bound
     busy = cell_message("gpt amp_bf16 fsdp2_fp32 x2", figs(0.02), unchecked, {}, None, gpu=True, note=note)

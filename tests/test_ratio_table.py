@@ -1,8 +1,10 @@
 """A kind of ratio is one row of its table (``ampbench.results.ratios``): a row added there, and nothing
 else but its clock where no clock times it yet (``ampbench.speed.clocks.CLOCKS``), is held by the records,
 the baseline entries, the spread, the history (its series, its rule, the `--figure` choices), the report,
-the summary and the speed cell itself, which times, records, judges and gates on it; and every name a row
-gives is the one each reader uses."""
+the summary and the speed cell itself, which times, records, judges and gates on it; a row added to the
+distributed table, reading a figure the cell measured (``ampbench.distributed.clocks.DIST_CLOCKS``), is
+checked, judged, gated and written by the distributed cell; and every name a row gives is the one each
+reader uses."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from ampbench.plugin.summary import table
 from ampbench.report.html import render_html
 from ampbench.report.markdown import render_markdown
 from ampbench.results import MODE_SIDE, SPEED_RATIOS, RatioFigures, Run, SpeedRecord, Verdict
-from ampbench.results.ratios import DEVICE, DISTRIBUTED_RATIOS, WALL, history_figures, of_history
+from ampbench.results.ratios import DEVICE, DIST_WALL, DISTRIBUTED_RATIOS, WALL, history_figures, of_history
 from ampbench.speed.ratio import Ratio
 from ampbench.verdict import UNLEARNED_TOLERANCE
 from run_figures import page_text
@@ -221,3 +223,93 @@ def test_each_name_a_row_gives_is_its_own():
             flat = [kind.flat(f) for f, _, _ in _FIELDS if kind.flat(f)]
             keys = [kind.entry_key(f) for f in RatioEntry.names() if kind.entry_key(f)]
             assert len(set(flat)) == len(flat) and len(set(keys)) == len(keys), kind.name
+
+
+# a second wall-clock speedup of a distributed cell, reading the wall clock's estimate (its distributed clock,
+# ``ampbench.distributed.clocks.DIST_CLOCKS``), under names and words of its own; it gates under --perf-gate wall
+SPAN = replace(DIST_WALL, name="span", prefix="span_", label="span speedup", column="span speedup",
+               heading="span speedup", noun="span speedup", renamed=())
+
+
+@pytest.fixture
+def span(monkeypatch) -> None:
+    monkeypatch.setitem(DISTRIBUTED_RATIOS, SPAN.name, SPAN)
+
+
+def _rank_docs(mode_s: float = 1.0) -> list[dict]:
+    """Two ranks' documents: wall clock 2.0 s over `mode_s` per round, device time by the profiler about 3x."""
+    rounds = 8
+    return [{"rank": rank, "world_size": 2, "batch_size": 8, "ref_times": [2.0] * rounds,
+             "mode_times": [mode_s] * rounds, "single_times": None, "idle_share": None, "device_method": "kernels",
+             "device_fallback": "profiled", "device_ref_times": [1.5 + 0.01 * i for i in range(rounds)],
+             "device_mode_times": [0.5] * rounds} for rank in range(2)]
+
+
+def test_a_distributed_cell_checks_judges_gates_and_writes_a_new_kind(span, monkeypatch):
+    """A row in the distributed table whose figure the run measured, and nothing else: the cell checks it
+    against its baseline source's Reference, judges, confirms and group-rules it, gates on it under its row's
+    gate, and writes it into the record's ratios and the message; the other figures are as they were."""
+    from ampbench.baselines.entries import DistributedEntry
+    from ampbench.distributed import judging
+    from ampbench.distributed.figures import merge_ranks
+    from ampbench.results import DistributedRecord
+    from ampbench.verdict import Reference, combined
+    from tests.references import file_reference
+
+    docs = _rank_docs()
+    figs = merge_ranks(docs, 0.99)  # wall 2.0x, device ~3.07x
+    entry = DistributedEntry.from_figures({"speedup": 2.0, "noise": 0.001, "world_size": 2, "device_speedup": 3.0,
+                                           "device_noise": 0.001, "device_method": "kernels",
+                                           "span_speedup": 2.5, "span_noise": 0.001})
+    assert entry.ratio(SPAN).speedup == 2.5 and not entry.detail
+
+    def judged(against=lambda kind: file_reference(kind, 0.005, entry)) -> tuple:
+        checks = judging.cell_checks(entry, figs, "gpt", "amp_bf16 fp32 x2", against)
+        verdicts = judging.verdicts_of(figs, checks)
+        message = judging.cell_message("gpt amp_bf16 fp32 (x2)", figs, checks, verdicts, None, gpu=True)
+        return checks, verdicts, judging.ratio_figures(figs, checks, verdicts, docs), message
+
+    checks, verdicts, ratios, message = judged()
+    assert checks.of(SPAN.name).expected == 2.5 and checks.of(SPAN.name).tolerance == UNLEARNED_TOLERANCE
+    assert verdicts == {"device": Verdict.PASS, "wall": Verdict.PASS, "span": Verdict.REGRESSION}
+    # gated by its row's gate: not where device time holds the cell, where the wall clock's do
+    assert combined(judging.gated_verdicts(verdicts, judging.gates_of("device", checks, figs))) is Verdict.PASS
+    assert combined(judging.gated_verdicts(verdicts, judging.gates_of("wall", checks, figs))) is Verdict.REGRESSION
+    # a confirming launch that does not repeat the drop leaves it inconclusive; one that does, a regression
+    faster = merge_ranks(_rank_docs(mode_s=0.78), 0.99)  # ~2.56x
+    assert judging.confirmed_by_launch(verdicts, checks, faster)[SPAN.name] is Verdict.INCONCLUSIVE
+    assert judging.confirmed_by_launch(verdicts, checks, figs)[SPAN.name] is Verdict.REGRESSION
+
+    span_part = f"; span speedup {figs.speedup}; against baseline 2.500x, line 2.425x (regression)"
+    assert span_part in message
+    assert list(ratios) == ["device", "wall", "span"]
+    held = ratios[SPAN.name]
+    assert held.speedup == figs.speedup.speedup and held.baseline_speedup == 2.5 and held.verdict is Verdict.REGRESSION
+    assert held.line == checks.of(SPAN.name).line
+    assert held.side(MODE_SIDE).round_ms == ratios["wall"].side(MODE_SIDE).round_ms  # read by the wall clock
+    record = DistributedRecord(model="gpt", mode="amp_bf16", comm="fp32", verdict=Verdict.PASS, ratios=ratios)
+    info = json.loads(json.dumps(record.to_info()))
+    assert list(info["ratios"]) == ["device", "wall", "span"] and info["ratios"]["span"]["speedup"] == held.speedup
+    assert DistributedRecord.from_info(info) == record and record.verdict_of(SPAN) is Verdict.REGRESSION
+
+    # nothing else changed: without the row, the same figures, verdicts, message and recording
+    with monkeypatch.context() as m:
+        m.delitem(DISTRIBUTED_RATIOS, SPAN.name)
+        plain_checks, plain_verdicts, plain_ratios, plain_message = judged()
+        plain_recorded = judging.device_baseline_figures(figs, 0.005)
+    assert dict(plain_checks.checks) == {name: c for name, c in checks.checks.items() if name != SPAN.name}
+    assert plain_verdicts == {name: v for name, v in verdicts.items() if name != SPAN.name}
+    assert plain_ratios == {name: r for name, r in ratios.items() if name != SPAN.name}
+    assert plain_message == message.replace(span_part, "")
+    assert judging.device_baseline_figures(figs, 0.005) == plain_recorded
+
+    # the group rule of its history's Reference fails it where its own launch passed
+    def grouped(kind):
+        if kind is not SPAN:
+            return file_reference(kind, 0.005, entry)
+        return Reference.of(2.0, 0.005, 0.001, None, source="history",
+                            group_failure=lambda value, tolerance: "below the line with run-3 and run-4")
+    checks, verdicts, _, _ = judged(grouped)
+    assert verdicts[SPAN.name] is Verdict.PASS
+    together, why = judging.apply_group_rule(verdicts, checks, figs)
+    assert together[SPAN.name] is Verdict.REGRESSION and why == "span speedup: below the line with run-3 and run-4"

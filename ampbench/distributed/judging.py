@@ -1,10 +1,12 @@
-"""A distributed cell's judging: its four figures (the device-time speedup, the wall-clock speedup under
-the same parallelism, the scaling efficiency in device time and in wall clock) held against the cell's
-baseline source's ``verdict.Reference`` of each, as the single-GPU cells' are
-(``speed.ratio.ratio_check``), and judged by the gate's judge (``gate.judge``: each figure's verdict, its
-confirmation, the group rule and which figures gate the cell, --perf-gate); the cell's message, and its
-ratios as its record holds them and its device-time baseline figures (``gate.writers``). The kinds of ratio
-are the rows of ``results.ratios.DISTRIBUTED_RATIOS``.
+"""A distributed cell's judging: each of its figures, one per row of ``results.ratios.DISTRIBUTED_RATIOS``
+that the run measured (the device-time speedup, the wall-clock speedup under the same parallelism, the
+scaling efficiency in device time and in wall clock), held against the cell's baseline source's
+``verdict.Reference`` of it, as the single-GPU cells' are (``speed.ratio.ratio_check``), and judged by the
+gate's judge (``gate.judge``: each figure's verdict, its confirmation, the group rule and which figures
+gate the cell, --perf-gate); the cell's message, and its ratios as its record holds them and its
+device-time baseline figures (``gate.writers``). Which of the cell's figures a row is, its distributed
+clock, is ``clocks.DIST_CLOCKS``'s entry of the name the row gives; every check, verdict and written
+figure is keyed by the row's name, so a row added to the table is judged and written as the others are.
 
 Device time (the speedup, and the scaling efficiency where rank 0's 1-GPU side was replayed as a graph
 too) gates by default, the wall-clock figures are reported beside it; under --perf-gate wall or both
@@ -16,59 +18,74 @@ and device time where it is the profiler's busy time rather than graph replays (
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ampbench.baselines.entries import DistributedEntry, RatioEntry, entry_tolerance
 from ampbench.baselines.file import measurement_mismatch
-from ampbench.distributed.figures import DistFigures, host_bound_verdict, per_round_min
+from ampbench.distributed.clocks import DIST_CLOCKS
+from ampbench.distributed.figures import DistFigures, host_bound_verdict
 from ampbench.gate import judge
 from ampbench.gate.writers import judged_figures, stored_ratio
 from ampbench.results import DISTRIBUTED_RATIOS, RatioFigures
-from ampbench.results.ratio_figures import StepFigures
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, RatioKind
-from ampbench.results.schema import FP32_SIDE, MODE_SIDE
 from ampbench.speed.ratio import ratio_check
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Reference, SpeedupCheck, Verdict
 
-# the figures' names, as the record's ratios and the gates name them
+# the names of the figures the gate rule and the message name apart, as the record's ratios and the gates name them
 DEVICE_SPEEDUP, SPEEDUP = DIST_DEVICE.name, DIST_WALL.name
 EFFICIENCY, DEVICE_EFFICIENCY = SCALING.name, DEVICE_SCALING.name
-DEVICE_FIGURES = (DEVICE_SPEEDUP, DEVICE_EFFICIENCY)  # by graph replays they leave the host out (``leaves_host_out``)
 
 
 @dataclass(frozen=True)
 class CellChecks:
-    """The checks of a cell's figures against its baseline entry (None: unchecked), and why its
-    device-time figure is unchecked where the entry has no such baseline."""
+    """The checks of a cell's measured figures against its baseline entry, by their kind's name (None:
+    unchecked), and why each unchecked one is."""
 
-    device: SpeedupCheck | None
-    speedup: SpeedupCheck | None
-    efficiency: SpeedupCheck | None
-    device_why: str = ""
-    device_efficiency: SpeedupCheck | None = None
+    checks: Mapping[str, SpeedupCheck | None] = field(default_factory=dict)
+    why: Mapping[str, str] = field(default_factory=dict)
 
     def of(self, name: str) -> SpeedupCheck | None:
-        return {DEVICE_SPEEDUP: self.device, SPEEDUP: self.speedup, EFFICIENCY: self.efficiency,
-                DEVICE_EFFICIENCY: self.device_efficiency}[name]
+        return self.checks.get(name)
+
+    @property
+    def device(self) -> SpeedupCheck | None:
+        """The device-time speedup's check: with the wall clock's, it says which figures gate the cell."""
+        return self.of(DEVICE_SPEEDUP)
+
+    @property
+    def speedup(self) -> SpeedupCheck | None:
+        """The wall-clock speedup's check."""
+        return self.of(SPEEDUP)
+
+    @property
+    def device_why(self) -> str:
+        """Why the device-time speedup is unchecked ("" where it is checked or was not measured)."""
+        return self.why.get(DEVICE_SPEEDUP, "")
+
+
+def estimate_of(kind: RatioKind, figs: DistFigures) -> SpeedupEstimate | None:
+    """The cell's figure of `kind`, read by its distributed clock (None where the run measured none)."""
+    return DIST_CLOCKS[kind.clock].estimate(figs)
+
+
+def _method(kind: RatioKind, figs: DistFigures) -> str | None:
+    """How the run measured a figure of `kind`: its device-time method, for a figure in device time."""
+    return figs.device_method if kind.same_method else None
 
 
 def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str, what: str,
                 against: Callable[[RatioKind], Reference | None]) -> CellChecks:
-    """The checks of the cell's figures against what its baseline source gives each (`against`, by the
-    figure's kind: ``BaselineSource.reference``); the device time's only where the run measured one, and
-    only against a baseline measured by the same method."""
-    def check(kind: RatioKind, figure: str = "speedup over fp32", method: str | None = None) -> tuple:
-        return ratio_check(kind, model, what, baseline, against(kind), figure=figure, method=method)
-
-    speed, eff = check(DIST_WALL)[0], check(SCALING)[0]
-    if figs.device is None:
-        return CellChecks(None, speed, eff)
-    device, why = check(DIST_DEVICE, method=figs.device_method)
-    device_eff = (check(DEVICE_SCALING, "scaling efficiency", figs.device_method)[0]
-                  if figs.device_efficiency is not None else None)
-    return CellChecks(device, speed, eff, why, device_eff)
+    """The checks of the cell's measured figures against what its baseline source gives each (`against`,
+    by the figure's kind: ``BaselineSource.reference``); a figure in device time only against a baseline
+    measured by the same method."""
+    checks, why = {}, {}
+    for name, kind in DISTRIBUTED_RATIOS.items():
+        if estimate_of(kind, figs) is not None:
+            checks[name], why[name] = ratio_check(kind, model, what, baseline, against(kind),
+                                                  figure=DIST_CLOCKS[kind.clock].figure, method=_method(kind, figs))
+    return CellChecks(checks, why)
 
 
 def gates_of(gate: str, checks: CellChecks, figs: DistFigures) -> tuple[str, ...]:
@@ -79,18 +96,17 @@ def gates_of(gate: str, checks: CellChecks, figs: DistFigures) -> tuple[str, ...
 
 
 def estimates(figs: DistFigures) -> dict[str, SpeedupEstimate]:
-    """The cell's figures that were measured, by name."""
-    named = {DEVICE_SPEEDUP: figs.device, SPEEDUP: figs.speedup, EFFICIENCY: figs.efficiency,
-             DEVICE_EFFICIENCY: figs.device_efficiency}
-    return {name: est for name, est in named.items() if est is not None}
+    """The cell's figures that were measured, by their kind's name, in their table's order."""
+    return {name: est for name, kind in DISTRIBUTED_RATIOS.items() if (est := estimate_of(kind, figs)) is not None}
 
 
 def leaves_host_out(name: str, figs: DistFigures) -> bool:
-    """Whether figure `name` is free of the hosts' pace. Graph replays are: a queued block holds no host.
-    The profiler's busy time of eager steps is not: where a peer's host lags, a rank's NCCL kernels spin
-    waiting for it, and that wait is busy time (``graphed``). In a host-bound step it is most of the
-    figure (FSDP2 with a dynamic loss scale on four H200s: 18% run-to-run sd against DDP's 0.3% by graph)."""
-    return name in DEVICE_FIGURES and figs.device_method == "graph"
+    """Whether figure `name` is free of the hosts' pace. A figure in device time (``RatioKind.same_method``)
+    by graph replays is: a queued block holds no host. The profiler's busy time of eager steps is not: where
+    a peer's host lags, a rank's NCCL kernels spin waiting for it, and that wait is busy time (``graphed``).
+    In a host-bound step it is most of the figure (FSDP2 with a dynamic loss scale on four H200s: 18%
+    run-to-run sd against DDP's 0.3% by graph)."""
+    return DISTRIBUTED_RATIOS[name].same_method and figs.device_method == "graph"
 
 
 def verdicts_of(figs: DistFigures, checks: CellChecks) -> dict[str, Verdict]:
@@ -131,76 +147,61 @@ def apply_group_rule(verdicts: dict[str, Verdict], checks: CellChecks,
     return out, "; ".join(why)
 
 
-def _round_ms(mode: list[float], fp32: list[float], mode_step: float | None = None,
-              fp32_step: float | None = None) -> dict[str, StepFigures]:
-    """A ratio's step and round times by side, in milliseconds: the mode's and fp32's."""
-    return {MODE_SIDE: StepFigures(step_ms=mode_step, round_ms=mode),
-            FP32_SIDE: StepFigures(step_ms=fp32_step, round_ms=fp32)}
-
-
 def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Verdict],
                   docs: list[dict]) -> dict[str, RatioFigures]:
-    """The cell's ratios as its ``DistributedRecord`` holds them, by name: the wall-clock speedup with each
-    round's step time (rank 0's) and its line; the scaling efficiency (its verdict is the cell's); the
-    device time's method and why not a graph in every run, and, where measured, its speedup with each
-    round's device time per step (the least busy rank's) in milliseconds, and its scaling efficiency."""
-    speed, check = figs.speedup, checks.speedup
-    ratios = {SPEEDUP: judged_figures(speed, check, verdicts.get(SPEEDUP),
-                                      line=check.regression_line if check else None,
-                                      sides=_round_ms([t * 1e3 for t in docs[0]["mode_times"]],
-                                                      [t * 1e3 for t in docs[0]["ref_times"]]))}
-    if figs.efficiency is not None:
-        ratios[EFFICIENCY] = replace(judged_figures(figs.efficiency, checks.efficiency, None), tolerance=None)
-    device = RatioFigures(method=figs.device_method, fallback=figs.device_fallback)
-    est, check = figs.device, checks.device
-    if est is not None:
-        mode_ms, ref_ms = ([t * 1e3 for t in per_round_min(docs, key)]
-                           for key in ("device_mode_times", "device_ref_times"))
-        step_s, step_s_ref = _device_steps(figs)
-        device = judged_figures(est, check, verdicts.get(DEVICE_SPEEDUP),
-                                line=check.regression_line if check else None,
-                                method=figs.device_method, fallback=figs.device_fallback,
-                                sides=_round_ms(mode_ms, ref_ms, step_s * 1e3, step_s_ref * 1e3))
-    ratios[DEVICE_SPEEDUP] = device
-    if est is not None and figs.device_efficiency is not None:
-        ratios[DEVICE_EFFICIENCY] = judged_figures(figs.device_efficiency, checks.device_efficiency,
-                                                   verdicts.get(DEVICE_EFFICIENCY), method=figs.device_method)
-    return {name: ratios[name] for name in DISTRIBUTED_RATIOS if name in ratios}
-
-
-def _device_steps(figs: DistFigures) -> tuple[float, float]:
-    """The mode's and fp32's device time per step, which come with a device-time speedup."""
-    step_s, step_s_ref = figs.device_step_s, figs.device_step_s_ref
-    assert step_s is not None and step_s_ref is not None, "a device-time speedup comes with its step times"
-    return step_s, step_s_ref
+    """The cell's ratios as its ``DistributedRecord`` holds them, by name, in their table's order: each
+    measured figure judged, with its line, how its device time was measured and its rounds by side where
+    its clock keeps them (the wall clock's step time, rank 0's; the device time per step, the least busy
+    rank's; in milliseconds); a figure whose verdict is the cell's (``RatioKind.own_verdict``) without its
+    own verdict and tolerance. A figure in device time that stores why it fell back is written in every
+    run, its method and why not a graph where it was not measured."""
+    ratios = {}
+    for name, kind in DISTRIBUTED_RATIOS.items():
+        est, clock, check = estimate_of(kind, figs), DIST_CLOCKS[kind.clock], checks.of(name)
+        how: dict[str, Any] = {"method": _method(kind, figs)} if kind.same_method else {}
+        if kind.stores_fallback:
+            how["fallback"] = figs.device_fallback
+        if est is None:
+            if kind.stores_fallback:
+                ratios[name] = RatioFigures(**how)
+            continue
+        if not kind.share:  # a share is written without a line: the report reads the speedups' (``report.needs_look``)
+            how["line"] = check.regression_line if check else None
+        if clock.sides is not None:
+            how["sides"] = clock.sides(figs, docs)
+        judged = judged_figures(est, check, verdicts.get(name) if kind.own_verdict else None, **how)
+        ratios[name] = judged if kind.own_verdict else replace(judged, tolerance=None)
+    return ratios
 
 
 def device_baseline_figures(figs: DistFigures, floor: float, previous: DistributedEntry | None = None,
                             measured_with: Mapping[str, object] | None = None) -> dict[str, Any]:
-    """What a recording stores of the device-time speedup (nothing where none was measured): the
-    figure, its interval and noise, how it was measured, and the tolerance it gives. A re-recording
-    measured alike (`previous` measured it by the same method on as many GPUs, with the same settings
-    `measured_with`) keeps the between-run spread `previous` learned, as a single-GPU cell's does
+    """What a recording stores of the figures in device time (``RatioKind.same_method``; nothing where none
+    was measured): each figure, its interval and noise, how it was measured (why not by graph where its row
+    stores that, its step times where its clock has them), and the tolerance it gives. A re-recording
+    measured alike (`previous` measured device time by the same method on as many GPUs, with the same
+    settings `measured_with`) keeps the between-run spread `previous` learned, as a single-GPU cell's does
     (``speed.ratio.Ratio.recorded``): the recording opens another level, and the tolerance allows for
-    the spread."""
-    est = figs.device
-    if est is None:
+    the spread. The wall-clock figures are the cell's to record (``suite.distributed``)."""
+    measured = {kind: est for kind in DISTRIBUTED_RATIOS.values()
+                if kind.same_method and (est := estimate_of(kind, figs)) is not None}
+    if not measured:
         return {}
-    noise = est.half_width
     alike = (previous is not None and previous.ratio(DIST_DEVICE).method == figs.device_method
              and previous.world_size == figs.world_size
              and measurement_mismatch(previous, measured_with or {}) is None)
-    kept = previous.ratio(DIST_DEVICE).kept_spread() if alike and previous is not None else RatioEntry()
-    step_s, step_s_ref = _device_steps(figs)
-    ratio = stored_ratio(est, noise, entry_tolerance(DIST_DEVICE, floor, kept, noise), kept,
-                         method=figs.device_method, fallback=figs.device_fallback,
-                         step_ms=step_s * 1e3, step_ms_ref=step_s_ref * 1e3)
-    out = ratio.figures(DIST_DEVICE, nulls=("fallback",))
-    eff = figs.device_efficiency
-    if eff is not None:
-        kept_eff = previous.ratio(DEVICE_SCALING).kept_spread() if alike and previous is not None else RatioEntry()
-        out.update(stored_ratio(eff, eff.half_width, entry_tolerance(DEVICE_SCALING, floor, kept_eff, eff.half_width),
-                                kept_eff, method=figs.device_method).figures(DEVICE_SCALING))
+    out: dict[str, Any] = {}
+    for kind, est in measured.items():
+        noise, steps = est.half_width, DIST_CLOCKS[kind.clock].steps
+        kept = previous.ratio(kind).kept_spread() if alike and previous is not None else RatioEntry()
+        how: dict[str, Any] = {"method": figs.device_method}
+        if kind.stores_fallback:
+            how["fallback"] = figs.device_fallback
+        if steps is not None:
+            step_s, step_s_ref = steps(figs)
+            how.update(step_ms=step_s * 1e3, step_ms_ref=step_s_ref * 1e3)
+        ratio = stored_ratio(est, noise, entry_tolerance(kind, floor, kept, noise), kept, **how)
+        out.update(ratio.figures(kind, nulls=("fallback",) if kind.stores_fallback else ()))
     return out
 
 
@@ -214,30 +215,55 @@ def _against(check: SpeedupCheck | None, verdict: Verdict | None, pct: bool = Fa
     return [f"against baseline {fmt(check.expected)}, line {fmt(check.line)} ({verdict.value})"]
 
 
+def _shown(kind: RatioKind, est: SpeedupEstimate) -> str:
+    """A figure as the message shows it: a share as a percentage with its interval, a factor as its estimate."""
+    return f"{est.speedup:.1%} [{est.low:.1%}, {est.high:.1%}]" if kind.share else str(est)
+
+
+def _by_heading(kind: RatioKind, figs: DistFigures, est: SpeedupEstimate) -> str:
+    """A figure introduced by its row's heading (``RatioKind.heading``)."""
+    heading = kind.heading.format(method=_method(kind, figs), figure=DIST_CLOCKS[kind.clock].figure, over=None)
+    return f"{heading} {_shown(kind, est)}"
+
+
+# how the message introduces the figures whose words no row gives as the message says them: its lead names
+# the parallelism and the method, the wall clock beside device time is named by its clock alone, and the
+# device-time scaling efficiency's heading names its method, which the message leaves to the lead
+_SAID: dict[str, Callable[[DistFigures, SpeedupEstimate], str]] = {
+    DEVICE_SPEEDUP: lambda figs, est: (f"device-time speedup over fp32 under the same parallelism "
+                                       f"({figs.device_method}) {est}"),
+    SPEEDUP: lambda figs, est: (f"wall clock {est}" if figs.device is not None
+                                else f"speedup over fp32 under the same parallelism {est}"),
+    DEVICE_EFFICIENCY: lambda figs, est: f"scaling efficiency in device time {_shown(DEVICE_SCALING, est)}",
+    # beside the device time's, the wall clock's is named by its clock
+    EFFICIENCY: lambda figs, est: (("wall-clock " if figs.device_efficiency is not None else "")
+                                   + _by_heading(SCALING, figs, est)),
+}
+
+
+def _in_message(kind: RatioKind) -> tuple[bool, bool]:
+    """Where the message says a figure: the speedups before the scaling efficiencies, each in device time
+    before wall clock."""
+    return kind.share, kind.gate != DIST_DEVICE.gate
+
+
 def cell_message(what: str, figs: DistFigures, checks: CellChecks, verdicts: dict[str, Verdict],
                  confirmation: DistFigures | None, gpu: bool, note: str = "") -> str:
-    """The cell's message: its device-time speedup where measured, then the wall-clock one, the scaling
-    efficiency, throughput, NCCL's share and whether the step is host-bound; a CPU run's ranks are
-    processes, and it names them so. `note`: what a host-bound cell adds of its strategy's own host cost."""
+    """The cell's message: each measured figure (``_in_message``: its device-time speedup where measured,
+    then the wall-clock one, the scaling efficiencies) against its baseline, then throughput, NCCL's share
+    and whether the step is host-bound; a CPU run's ranks are processes, and it names them so. `note`:
+    what a host-bound cell adds of its strategy's own host cost."""
     rank = "GPU" if gpu else "rank"
-    parts = [f"{what}: "]
-    if figs.device is not None:
-        parts[0] += f"device-time speedup over fp32 under the same parallelism ({figs.device_method}) {figs.device}"
-        parts += (_against(checks.device, verdicts.get(DEVICE_SPEEDUP))
-                  or ([checks.device_why] if checks.device_why else []))
-        parts.append(f"wall clock {figs.speedup}")
-    else:
-        parts[0] += f"speedup over fp32 under the same parallelism {figs.speedup}"
-    parts += _against(checks.speedup, verdicts.get(SPEEDUP))
-    if figs.device_efficiency is not None:
-        e = figs.device_efficiency
-        parts.append(f"scaling efficiency in device time {e.speedup:.1%} [{e.low:.1%}, {e.high:.1%}]")
-        parts += _against(checks.device_efficiency, verdicts.get(DEVICE_EFFICIENCY), pct=True)
-    if figs.efficiency is not None:
-        e = figs.efficiency
-        parts.append(f"{'wall-clock ' if figs.device_efficiency is not None else ''}scaling efficiency "
-                     f"{e.speedup:.1%} [{e.low:.1%}, {e.high:.1%}]")
-        parts += _against(checks.efficiency, verdicts.get(EFFICIENCY), pct=True)
+    parts = []
+    for kind in sorted(DISTRIBUTED_RATIOS.values(), key=_in_message):
+        est = estimate_of(kind, figs)
+        if est is None:
+            continue
+        said = _SAID.get(kind.name)
+        parts.append(said(figs, est) if said is not None else _by_heading(kind, figs, est))
+        parts += _against(checks.of(kind.name), verdicts.get(kind.name), pct=kind.share)
+        if kind.name == DEVICE_SPEEDUP and checks.device is None and checks.device_why:
+            parts.append(checks.device_why)  # why the figure that would gate the cell is unchecked
     parts.append(f"{figs.throughput_per_gpu:.1f} samples/s per {rank}")
     if figs.comm_share is not None:
         overlap = f", {figs.comm_overlap:.0%} of it overlapped" if figs.comm_overlap is not None else ""
@@ -251,4 +277,4 @@ def cell_message(what: str, figs: DistFigures, checks: CellChecks, verdicts: dic
         parts.append(f"confirming launch {confirmation.device or confirmation.speedup}")
     if not checks.speedup and not checks.device:
         parts.append(f"no baseline for this {'GPU model' if gpu else 'device'} and {rank} count")
-    return "; ".join(parts)
+    return f"{what}: " + "; ".join(parts)

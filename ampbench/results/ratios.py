@@ -4,12 +4,13 @@ scaling efficiencies. A row carries every name the ratio has (its key under a re
 figures in a baseline entry and in a record of the first schema, its series in a run history, its
 column, its matrix and the words of a cell's messages) and every rule (the --perf-gate value that gates
 it, its tolerance's floor and its tolerance until a spread is learned, the clock that times it, whether
-it is measured by a device-time method, over the versus side, recorded with its steps).
+it is measured by a device-time method, over the versus side, recorded with its steps, judged apart from
+its cell).
 
 Everything else reads the rows: the records (``timed``), the baseline entries, the spread and the run
 history, the report, the summary and the cells themselves. A new kind of ratio is one row in its table,
-and, where no clock times it yet, its clock (``speed.clocks.CLOCKS``). The tables are dicts, read when
-used, as ``modes.MODES`` is.
+and, where no clock times it yet, its clock (``speed.clocks.CLOCKS``; a distributed cell's,
+``distributed.clocks.DIST_CLOCKS``). The tables are dicts, read when used, as ``modes.MODES`` is.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class RatioKind:
     gate: str  # the --perf-gate value that gates it (settings.GATES)
     floor: float = 0.0  # its tolerance's floor beside the user's --perf-tolerance
     unlearned: float = UNLEARNED_TOLERANCE  # its tolerance's floor until a between-run spread is learned
-    # the clock that times its two sides in a speed cell, by its name in ``speed.clocks.CLOCKS``
+    # the clock that times its two sides in a speed cell, by its name in ``speed.clocks.CLOCKS``; in a
+    # distributed cell, which of the cell's figures it is, by its name in ``distributed.clocks.DIST_CLOCKS``
     clock: str = "wall"
     same_method: bool = False  # held only against a baseline measured by the same device-time method
     over: bool = False  # a ratio over the versus side (the entry names it under "versus"), not over fp32
@@ -43,6 +45,8 @@ class RatioKind:
     stores_fallback: bool = False  # a recording stores why its device time fell back (null where none)
     learned: bool = True  # a run history learns its level and noise: its series is a `history --figure`
     share: bool = False  # shown as a percentage (a scaling efficiency), not as a factor
+    # a distributed cell's record holds its verdict and tolerance apart; where not, its verdict is the cell's
+    own_verdict: bool = True
     heading: str = ""  # how a cell's message introduces it
     failing: str = ""  # what a failing cell's message calls it
     short: str = ""  # what a malformed estimate is called
@@ -129,8 +133,9 @@ DIST_WALL = RatioKind(name="wall", prefix="", label="wall-clock speedup", column
                       noun="wall-clock speedup", missing="no baseline", renamed=(("verdict", "wall_verdict"),))
 # its scaling efficiency, N-GPU samples/s over N x 1-GPU ones: its verdict is the cell's
 SCALING = RatioKind(name="scaling", prefix="scaling_", label="scaling efficiency", column="scaling efficiency",
-                    gate="wall", learned=False, share=True, heading="scaling efficiency", failing="scaling efficiency",
-                    short="scaling efficiency", noun="scaling efficiency", missing="no baseline",
+                    gate="wall", clock="scaling", learned=False, share=True, own_verdict=False,
+                    heading="scaling efficiency", failing="scaling efficiency", short="scaling efficiency",
+                    noun="scaling efficiency", missing="no baseline",
                     renamed=(("speedup", "scaling_efficiency"), ("speedup_low", "scaling_efficiency_low"),
                              ("speedup_high", "scaling_efficiency_high"), ("rounds", "rounds"),
                              ("confidence", "confidence"), ("baseline_speedup", "baseline_scaling_efficiency"),
@@ -148,7 +153,8 @@ DEVICE_SCALING = RatioKind(name="device_scaling", prefix="device_scaling_", labe
                                     ("speedup_high", "device_scaling_efficiency_high"), ("rounds", "device_rounds"),
                                     ("confidence", "confidence"),
                                     ("baseline_speedup", "baseline_device_scaling_efficiency")),
-                           **{**_DEVICE_METHOD, "missing": "no device-time scaling baseline: " + RECORD_AGAIN})
+                           **{**_DEVICE_METHOD, "clock": "device_scaling",
+                              "missing": "no device-time scaling baseline: " + RECORD_AGAIN})
 
 # a speed cell's ratios, in the order the cell times them; a distributed cell's, in the order it judges them
 SPEED_RATIOS: dict[str, RatioKind] = {k.name: k for k in (DEVICE, WALL, VERSUS)}
