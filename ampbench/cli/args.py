@@ -17,18 +17,20 @@ from ampbench.export import cli as export_cli
 COMMAND_MODULES: tuple[ModuleType, ...] = (catalog, runs, baselines, measuring, history_cli, export_cli, bisect_cli)
 
 
+# what each command's help says of it (argparse fills the text to the terminal's width)
+_AMPBENCH_ABOUT = """Reports and comparisons of ampbench runs, i.e. of the JSON written by `pytest perf/
+--benchmark-json RUN.json`, and their export to dashboards; the per-GPU baseline files (show, merge, export from the
+history, record); the run history; the fidelity and fp8 width checks; bisecting a slowdown."""
+
+_AMPBENCH_EXITS = """Exit status: 0 fine, 1 a failing verdict: a regression, a non-finite or failed-reference
+convergence cell (or an inconclusive verdict under --strict, a test the new run lost, a fidelity difference beyond
+--target), 2 bad usage, a file that is not a usable ampbench run or baseline file, or runs from different devices."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ampbench",
-        description="Reports and comparisons of ampbench runs, i.e. of the JSON written by "
-                    "`pytest perf/ --benchmark-json RUN.json`, and their export to dashboards; the per-GPU baseline "
-                    "files (show, merge, export from the history, record); the run history; the fidelity and fp8 "
-                    "width checks; bisecting a slowdown.",
-        epilog="Exit status: 0 fine, 1 a failing verdict: a regression, a non-finite or failed-reference convergence "
-               "cell (or an inconclusive verdict under --strict, a test the new run lost, a fidelity difference "
-               "beyond --target), 2 bad usage, a file that is not a usable ampbench run or baseline file, or runs "
-               "from different devices.",
-    )
+        description=_AMPBENCH_ABOUT, epilog=_AMPBENCH_EXITS)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.add_parser(sub)

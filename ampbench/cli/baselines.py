@@ -30,24 +30,43 @@ from ampbench.history.connect import HistoryError
 from ampbench.printable import plural
 from ampbench.report import load_run
 
+# what each command's help says of it (argparse fills the text to the terminal's width)
+_SPREAD_ABOUT = """For every speed entry of BASELINE.json, gather the recorded speedup and the speedup of each
+RUN.json made on the same GPU and software (driver, torch, CUDA, cuDNN) and measured the same way, and store the
+standard deviation of their logarithms as the entry's between_run_sd (with between_run_count values behind it); the
+entry's speedup becomes the geometric mean of those values, the recording's own kept as recorded_speedup. Each run
+is one value. The device-time speedup's spread is learned the same way into the device_ figures, from runs whose
+device time was measured by the entry's method (device_method), and device_tolerance is refreshed. A cell's
+tolerance then allows for that spread (Student's t with count - 1 degrees of freedom), and the suite reports each
+speedup's 99% interval across runs as well as within its own run. Pass every run to count, all of unchanged software
+and code: the figures are replaced, not accumulated (unless --add), and a cell that failed in such a run counts (it
+was a false alarm). Cells with an injected slowdown and the run that recorded the baseline do not count. The file is
+rewritten atomically; other figures and entries are kept."""
+
+_BASELINES_ABOUT = """Show or merge the per-GPU baseline files that pytest --perf-update-baselines writes, export
+them from the run history, or record them from N runs."""
+
+_SHOW_ABOUT = """Render BASELINE.json as Markdown: the GPU and the software it was recorded on, then a table per
+kind of test (speed, memory, convergence) with one row per model and precision mode. A figure an entry lacks shows
+as '-'. The pages under docs/results/ are made with this."""
+
+_MERGE_ABOUT = """Merge RECORDED.json files into BASELINE.json test by test: where several files hold the same test,
+the entry recorded last wins; a test only one file holds is kept. For baselines recorded in parts (by model, on
+several runners) by runs that each started from the committed file, so that each part's file also holds the other
+parts' older entries. Every file must be of the same GPU. BASELINE.json is rewritten atomically; it is created where
+it does not exist yet."""
+
+_EXPORT_ABOUT = """Write DIR/<gpu-slug>.json from the history: each speed cell with counted runs gets the level of
+its runs since its last accepted change and the between-run spread of all of them, pooled with the file's own spread
+from other runs; the file's other entries are kept. The distributed cells go the same way into
+DIR/<gpu-slug>-x<N>.json, one per GPU count the history holds. The files stay what CI without a history reads and
+what a review sees."""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     spr = sub.add_parser(
         "spread", help="learn each speed cell's run-to-run spread from saved runs into a baseline file",
-        description="For every speed entry of BASELINE.json, gather the recorded speedup and the speedup of each "
-                    "RUN.json made on the same GPU and software (driver, torch, CUDA, cuDNN) and measured the same "
-                    "way, and store the standard deviation of their logarithms as the entry's between_run_sd (with "
-                    "between_run_count values behind it); the entry's speedup becomes the geometric mean of those "
-                    "values, the recording's own kept as recorded_speedup. Each run is one value. The device-time "
-                    "speedup's spread is learned the same way into the device_ figures, from runs whose device time "
-                    "was measured by the entry's method (device_method), and device_tolerance is refreshed. A "
-                    "cell's tolerance then allows for that spread (Student's t with count - 1 degrees of freedom), "
-                    "and the suite reports each speedup's 99% interval across runs as well as within its own run. "
-                    "Pass every run to count, all of unchanged software and code: the figures are replaced, not "
-                    "accumulated (unless --add), and a cell that failed in such a run counts (it was a false "
-                    "alarm). Cells with an injected slowdown and the run that recorded the baseline do not count. "
-                    "The file is rewritten atomically; other figures and entries are kept.",
-    )
+        description=_SPREAD_ABOUT)
     add_baseline_file(spr, "the baseline file to add the spread to")
     add_runs(spr, "benchmark JSON of independent runs of the suite on that GPU, unchanged software")
     spr.add_argument("--add", action="store_true",
@@ -60,28 +79,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     bas = sub.add_parser("baselines", help="the per-GPU baseline files (baselines/<gpu-slug>.json): show, merge, "
                                            "export from the history, record",
-                         description="Show or merge the per-GPU baseline files that pytest --perf-update-baselines "
-                                     "writes, export them from the run history, or record them from N runs.")
+                         description=_BASELINES_ABOUT)
     bas_sub = bas.add_subparsers(dest="baselines_command", required=True, metavar="ACTION")
     shw = bas_sub.add_parser(
         "show", help="render a baseline file as Markdown",
-        description="Render BASELINE.json as Markdown: the GPU and the software it was recorded on, then a table "
-                    "per kind of test (speed, memory, convergence) with one row per model and precision mode. "
-                    "A figure an entry lacks shows as '-'. The pages under docs/results/ are made with this.",
-    )
+        description=_SHOW_ABOUT)
     add_baseline_file(shw, "the baseline file to render")
     shw.add_argument("--format", choices=("md",), default="md", help="output format (default: md)")
     add_output(shw, "FILE", "write to FILE (atomically) instead of standard output")
     shw.set_defaults(handler=show)
     mrg = bas_sub.add_parser(
         "merge", help="merge baseline files of one GPU, recorded by separate runs, test by test",
-        description="Merge RECORDED.json files into BASELINE.json test by test: where several files hold the "
-                    "same test, the entry recorded last wins; a test only one file holds is kept. For baselines "
-                    "recorded in parts (by model, on several runners) by runs that each started from the "
-                    "committed file, so that each part's file also holds the other parts' older entries. Every "
-                    "file must be of the same GPU. BASELINE.json is rewritten atomically; it is created where it "
-                    "does not exist yet.",
-    )
+        description=_MERGE_ABOUT)
     add_baseline_file(mrg, "the baseline file to merge into")
     mrg.add_argument("recorded", type=Path, nargs="+", metavar="RECORDED.json",
                      help="baseline files written by --perf-update-baselines on other runs")
@@ -89,11 +98,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mrg.set_defaults(handler=merge)
     exp = add_history(bas_sub.add_parser(
         "export", help="write a GPU's baseline files from the run history",
-        description="Write DIR/<gpu-slug>.json from the history: each speed cell with counted runs gets the level "
-                    "of its runs since its last accepted change and the between-run spread of all of them, pooled "
-                    "with the file's own spread from other runs; the file's other entries are kept. The "
-                    "distributed cells go the same way into DIR/<gpu-slug>-x<N>.json, one per GPU count the "
-                    "history holds. The files stay what CI without a history reads and what a review sees.",
+        description=_EXPORT_ABOUT,
         epilog="Exit status: 0 written, 2 the store, an unknown GPU or a file that cannot be written."))
     add_gpu(exp, "the GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: the history's only one)")
     add_baseline_dir(exp, f"folder of the baseline files (default: {BASELINE_DIR})")

@@ -26,6 +26,20 @@ _tolerance = fraction(0.9, "0.005 for 0.5%")
 DEFAULT_STEP_TIMEOUT = 3600.0
 
 
+# what each command's help says of it (argparse fills the text to the terminal's width)
+_BISECT_ABOUT = """Measure the CELLs at --good until their level is known (--repeats times, or take it from
+--history), check that --bad regresses against it, then run `git bisect run` in a git worktree in a temporary folder
+(your checkout is never touched) with a step that runs the cells at each commit, as pytest with --benchmark-json and
+--perf-history off, and answers good, bad (the speedup's interval lies below the good level's line, or, with
+--suite-baseline, the suite's gate says regression) or skip (inconclusive, measured again and still inconclusive).
+With --package, the versions of a package are bisected instead, each in a virtual environment of its own. Prints the
+first bad commit with each cell's drop, its interval and the kernels that moved, and writes every step to --record."""
+
+_BISECT_EXITS = """Exit status: 0 a first bad commit or version named, 1 none named (the bad side holds its level,
+or only skipped steps are left), 2 bad usage, revisions or a git command that failed, 130 interrupted (the worktree
+removed, the repository as it was, the steps taken until then written to --record)."""
+
+
 def _seconds(value: str) -> float | None:
     """--step-timeout: seconds above 0, or 0 for no limit (None)."""
     try:
@@ -47,21 +61,7 @@ def _versions(value: str) -> list[str]:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "bisect", help="find the commit (or package version) that made speed cells slower",
-        description="Measure the CELLs at --good until their level is known (--repeats times, or take it from "
-                    "--history), check that --bad regresses against it, then run `git bisect run` in a git "
-                    "worktree in a temporary folder (your checkout is never touched) with a step that runs the "
-                    "cells at each commit, as pytest with --benchmark-json and --perf-history off, and answers "
-                    "good, bad (the speedup's interval lies below the good level's line, or, with --suite-baseline, "
-                    "the suite's gate says regression) or skip (inconclusive, measured again and still "
-                    "inconclusive). With "
-                    "--package, the versions of a package are bisected instead, each in a virtual environment "
-                    "of its own. Prints the first bad commit with each cell's drop, its interval and the kernels "
-                    "that moved, and writes every step to --record.",
-        epilog="Exit status: 0 a first bad commit or version named, 1 none named (the bad side holds its level, "
-               "or only skipped steps are left), 2 bad usage, revisions or a git command that failed, 130 "
-               "interrupted (the worktree removed, the repository as it was, the steps taken until then written "
-               "to --record).",
-    )
+        description=_BISECT_ABOUT, epilog=_BISECT_EXITS)
     p.add_argument("cells", nargs="*", metavar="CELL",
                    help="speed cells, as test ids (test_speed[gpt-amp_fp16], test_speed[gpt-amp_bf16-compiled]) or "
                         "MODEL:MODE (gpt:amp_fp16); none with --step-command")

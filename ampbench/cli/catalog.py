@@ -13,13 +13,15 @@ from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.modes import MODES, PrecisionMode
 from ampbench.settings import TIERS
 
+# what each command's help says of it (argparse fills the text to the terminal's width)
+_LIST_ABOUT = """List the models (tier, batch on a GPU and on the CPU, whether the CPU smoke pass and the compile
+tier run them, the published benchmark each reproduces) and the precision modes (dtypes, loss scaling, tiers, what
+each needs of the device: compute capability, torchao, torch.compile)."""
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     lst = sub.add_parser("list", help="the models and precision modes a run can name",
-                         description="List the models (tier, batch on a GPU and on the CPU, whether the CPU smoke "
-                                     "pass and the compile tier run them, the published benchmark each reproduces) "
-                                     "and the precision modes (dtypes, loss scaling, tiers, what each needs of the "
-                                     "device: compute capability, torchao, torch.compile).")
+                         description=_LIST_ABOUT)
     lst.add_argument("--json", action="store_true", help="print them as JSON (default: two tables)")
     lst.set_defaults(handler=command)
 

@@ -27,6 +27,35 @@ MAX_REASON = 500  # characters of an acceptance's reason: a sentence or two, one
 MAX_LIMIT = 10**9  # more runs than any history holds, and within the databases' integers
 
 
+# what each command's help says of it (argparse fills the text to the terminal's width)
+_HISTORY_ABOUT = """The history every `pytest perf/` run on a GPU appends to (--perf-history; on the CPU only where
+it is given): import saved run JSONs into it, list its runs, explain what it decided of a cell, list its changes,
+accept a moved cell's new level."""
+
+_IMPORT_ABOUT = """Append each RUN.json to the history, each in one transaction. A run already there (the run the
+plugin appended, or a file imported before) is left as it is; a file that is not a usable run is reported and
+nothing of it is written, the others are imported."""
+
+_RUNS_ABOUT = """List the runs in the history, newest first: id, time (UTC), GPU, cells, failing cells, cells held
+back as suspect (device time: below their level by more than noise says, not learned from until later runs clear
+them or the change is accepted), label, suite revision and where each came from."""
+
+_ACCEPT_ABOUT = """Record that a cell's new level, from RUN_ID on, is intended (an upgrade, a deliberate change):
+its reference level restarts at that run, its learned noise is kept. Without --cell, every cell of the run is
+accepted."""
+
+_EXPLAIN_ABOUT = """List every run of a cell's series as the gate replays it (counted, held back as suspect, failed,
+and why), its level segments, the noise within and between cards, each card's level and tolerance (and a new
+card's), and the changes found."""
+
+_CHANGES_ABOUT = """Find the change points in each cell's series (ruptures' PELT, its penalty fitted to the cell's
+noise) and list each with the runs around it, what differs between them (label, suite revision, torch, CUDA, cuDNN,
+driver, Triton, torchao, card) and the kernels whose time moved most between the two segments."""
+
+_CHANGES_EXITS = """Exit status: 0 listed (with or without changes), 2 a cell the history holds no series of, or the
+store."""
+
+
 def figures() -> tuple[str, ...]:
     """The series `--figure` names (`history changes` looks at all of them by default): each ratio's a
     history learns (``results.ratios.history_figures``: the gated device-time ones first, then the
@@ -64,34 +93,24 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     his = sub.add_parser("history",
                          help="the run history: import saved runs, list runs, explain a cell, list its changes, "
                               "accept a change",
-                         description="The history every `pytest perf/` run on a GPU appends to (--perf-history; on "
-                                     "the CPU only where it is given): import saved run JSONs into it, list its runs, "
-                                     "explain what it decided of a cell, list its changes, accept a moved cell's new "
-                                     "level.")
+                         description=_HISTORY_ABOUT)
     actions = his.add_subparsers(dest="history_command", required=True, metavar="ACTION")
     imp = add_history(actions.add_parser(
         "import", help="append saved runs (pytest --benchmark-json files) to the history",
-        description="Append each RUN.json to the history, each in one transaction. A run already there (the "
-                    "run the plugin appended, or a file imported before) is left as it is; a file that is not a "
-                    "usable run is reported and nothing of it is written, the others are imported.",
+        description=_IMPORT_ABOUT,
         epilog="Exit status: 0 every file imported or already there, 2 a file unusable or the store."))
     add_runs(imp, "benchmark JSON of saved runs")
     imp.set_defaults(handler=_import)
     runs = add_history(actions.add_parser(
         "runs", help="list the history's runs, newest first",
-        description="List the runs in the history, newest first: id, time (UTC), GPU, cells, failing cells, "
-                    "cells held back as suspect (device time: below their level by more than noise says, not "
-                    "learned from until later runs clear them or the change is accepted), label, suite revision "
-                    "and where each came from."))
+        description=_RUNS_ABOUT))
     add_gpu(runs, "only runs on this GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: every GPU)")
     runs.add_argument("--limit", type=_limit, metavar="N", default=DEFAULT_LIMIT,
                       help=f"at most N runs (default: {DEFAULT_LIMIT})")
     runs.set_defaults(handler=_runs)
     acc = add_history(actions.add_parser(
         "accept", help="accept a moved cell's new level from a run on",
-        description="Record that a cell's new level, from RUN_ID on, is intended (an upgrade, a deliberate "
-                    "change): its reference level restarts at that run, its learned noise is kept. Without "
-                    "--cell, every cell of the run is accepted.",
+        description=_ACCEPT_ABOUT,
         epilog="Exit status: 0 accepted, 2 an unknown run or cell, or the store."))
     acc.add_argument("run_id", metavar="RUN_ID", help="the run the new level starts from (`ampbench history runs`)")
     acc.add_argument("--cell", metavar="TEST_ID", default=None,
@@ -101,9 +120,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     acc.set_defaults(handler=_accept)
     exp = add_history(actions.add_parser(
         "explain", help="what the history decided of one cell, with its numbers",
-        description="List every run of a cell's series as the gate replays it (counted, held back as suspect, "
-                    "failed, and why), its level segments, the noise within and between cards, each card's "
-                    "level and tolerance (and a new card's), and the changes found.",
+        description=_EXPLAIN_ABOUT,
         epilog="Exit status: 0 explained, 2 an unknown cell or GPU, or the store."))
     exp.add_argument("test_id", metavar="TEST_ID", help="the cell, e.g. 'test_speed[gpt-amp_fp16]'")
     add_gpu(exp, "the GPU model (or N of one) of its series (default: the only one it has runs on)")
@@ -114,12 +131,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     exp.set_defaults(handler=_explain)
     chg = add_history(actions.add_parser(
         "changes", help="list where each cell's figures moved to another level, and across what",
-        description="Find the change points in each cell's series (ruptures' PELT, its penalty fitted to the "
-                    "cell's noise) and list each with the runs around it, what differs between them (label, "
-                    "suite revision, torch, CUDA, cuDNN, driver, Triton, torchao, card) and the kernels whose "
-                    "time moved most between the two segments.",
-        epilog="Exit status: 0 listed (with or without changes), 2 a cell the history holds no series of, or the "
-               "store."))
+        description=_CHANGES_ABOUT,
+        epilog=_CHANGES_EXITS))
     add_gpu(chg, "only this GPU model (default: every one)")
     chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
     chg.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=("all", *figures()),

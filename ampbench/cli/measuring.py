@@ -13,6 +13,22 @@ from ampbench.cli.values import relative, whole_number
 _count = whole_number(1, 100)
 
 
+# what each command's help says of it (argparse fills the text to the terminal's width)
+_FIDELITY_ABOUT = """For each MODEL:MODE cell, measure the wall-clock speedup over fp32 the way the speed tests do
+and the way a plain, hand-written training loop with the same good practice does (channels_last for convnets on
+CUDA, the fused optimizer), alternating in one process, --repeats times each, and print both and their difference.
+Only the autocast modes have a plain loop. Without a CUDA device it stops at once, saying so: the models would run
+their smoke shapes, whose figures only show that the check works (--force runs them)."""
+
+_FIDELITY_EXITS = """Exit status: 0 every difference within --target, 1 one beyond it, 2 bad usage; 0 without a CUDA
+device, where nothing is measured, or with --force the smoke shapes' differences are no finding."""
+
+_FP8_WIDTH_ABOUT = """Build MODEL at each width (its depth, tokens and head width kept; heads and feed-forward
+scaled with it), time --mode against compiled amp_bf16 in device time the way a compiled speed cell does, print each
+width's speedup with its 99% interval as it is measured, and the width where it crosses 1. Each width compiles both
+sides: about a minute per width on an H100."""
+
+
 def _widths(value: str) -> tuple[int, ...]:
     try:
         widths = tuple(int(w) for w in value.split(","))
@@ -26,15 +42,7 @@ def _widths(value: str) -> tuple[int, ...]:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     fid = sub.add_parser(
         "fidelity", help="check that the harness measures the speedup a plain training loop gets",
-        description="For each MODEL:MODE cell, measure the wall-clock speedup over fp32 the way the speed tests "
-                    "do and the way a plain, hand-written training loop with the same good practice does "
-                    "(channels_last for convnets on CUDA, the fused optimizer), alternating in one process, "
-                    "--repeats times each, and print both and their difference. Only the autocast modes have a "
-                    "plain loop. Without a CUDA device it stops at once, saying so: the models would run their "
-                    "smoke shapes, whose figures only show that the check works (--force runs them).",
-        epilog="Exit status: 0 every difference within --target, 1 one beyond it, 2 bad usage; 0 without a CUDA "
-               "device, where nothing is measured, or with --force the smoke shapes' differences are no finding.",
-    )
+        description=_FIDELITY_ABOUT, epilog=_FIDELITY_EXITS)
     fid.add_argument("cells", nargs="*", metavar="MODEL:MODE",
                      help="cells to check (default: resnet50 and gpt, each in amp_bf16 and amp_fp16)")
     add_device(fid)
@@ -55,11 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     fw = sub.add_parser(
         "fp8-width", help="measure the width at which fp8 training starts to pay on this GPU",
-        description="Build MODEL at each width (its depth, tokens and head width kept; heads and feed-forward "
-                    "scaled with it), time --mode against compiled amp_bf16 in device time the way a compiled "
-                    "speed cell does, print each width's speedup with its 99% interval as it is measured, and "
-                    "the width where it crosses 1. Each width compiles both sides: about a minute per width on "
-                    "an H100.",
+        description=_FP8_WIDTH_ABOUT,
         epilog="Exit status: 0 measured, 2 bad usage or a mode this device cannot run.",
     )
     fw.add_argument("model", metavar="MODEL", help="a decoder with a width rule: llama or gpt")

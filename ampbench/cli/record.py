@@ -49,23 +49,26 @@ SHOWN_RUNS = 10  # runs the summary names before it counts the rest
 _runs = whole_number(3, 100, " (a spread needs three runs)")
 
 
+# what each command's help says of it (argparse fills the text to the terminal's width)
+_RECORD_ABOUT = """Run the speed cells --runs times, each run a pytest process of its own appending to the
+recording's history (DIR/history.sqlite), then write BASELINE_DIR/<gpu-slug>.json from it as `baselines export`
+does: each cell's level and noise learned from the runs and pooled across the GPU model's cells. An interrupted
+recording resumes: the runs DIR's history holds count. Only runs of the recording's GPU model and software (torch,
+CUDA, cuDNN, driver, Triton, torchao, compute capability) count and are learned from: those of the first run this
+command makes, or, where DIR holds enough runs already, of its latest run; DIR's other runs are named and left out.
+One recorder at a time uses DIR. SIGINT or SIGTERM ends the run under way with its processes, and nothing of that
+run is learned. Arguments after -- go to every pytest run (e.g. -- --perf-models gpt,mlp)."""
+
+_RECORD_EXITS = """Exit status: 0 written, 2 a run that stopped the recording (pytest's usage or internal error, no
+GPU, another stack than the recording's first run), DIR in use by another recorder or a file that cannot be written,
+130 or 143 stopped by SIGINT or SIGTERM; the runs taken so far stay in DIR."""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "record", help="record a GPU's baseline file from N fresh runs, its tolerances learned from them",
-        description="Run the speed cells --runs times, each run a pytest process of its own appending to the "
-                    "recording's history (DIR/history.sqlite), then write BASELINE_DIR/<gpu-slug>.json from "
-                    "it as `baselines export` does: each cell's level and noise learned from the runs and pooled "
-                    "across the GPU model's cells. An interrupted recording resumes: the runs DIR's history "
-                    "holds count. Only runs of the recording's GPU model and software (torch, CUDA, cuDNN, "
-                    "driver, Triton, torchao, compute capability) count and are learned from: those of the "
-                    "first run this command makes, or, where DIR holds enough runs already, of its latest run; "
-                    "DIR's other runs are named and left out. One recorder at a time uses DIR. SIGINT or "
-                    "SIGTERM ends the run under way with its processes, and nothing of that run is learned. "
-                    "Arguments after -- go to every pytest run (e.g. -- --perf-models gpt,mlp).",
-        epilog="Exit status: 0 written, 2 a run that stopped the recording (pytest's usage or internal error, "
-               "no GPU, another stack than the recording's first run), DIR in use by another recorder or a "
-               "file that cannot be written, 130 or 143 stopped by SIGINT or SIGTERM; the runs taken so far "
-               "stay in DIR.")
+        description=_RECORD_ABOUT,
+        epilog=_RECORD_EXITS)
     p.add_argument("--runs", type=_runs, default=DEFAULT_RUNS, metavar="N",
                    help=f"runs to learn from, 3 to 100 (default: {DEFAULT_RUNS})")
     p.add_argument("--dir", type=Path, default=DEFAULT_DIR, metavar="DIR",

@@ -26,6 +26,16 @@ from ampbench.report.compare import (
 )
 from ampbench.verdict import Verdict
 
+# what each command's help says of it (argparse fills the text to the terminal's width)
+_REPORT_ABOUT = """Write DIR/index.html (one self-contained file: open it in a browser), DIR/summary.md (for a CI
+job summary, e.g. >> $GITHUB_STEP_SUMMARY) and PNG charts of speedup, memory, largest batch and throughput. With
+--compare, also the change of every test against an older run, with its verdict. The report is written to a
+temporary folder and moved into place at the end, so a failure leaves no partial report."""
+
+_COMPARE_ABOUT = """Hold every test of NEW.json against the same test in OLD.json with the suite's statistics: OLD's
+speedup is the baseline, NEW's 99% interval must not lie wholly below baseline x (1 - tolerance). Memory ratio,
+largest batch and accuracy are held to relative tolerances."""
+
 
 def _add_tolerances(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", type=relative, default=DEFAULT_TOLERANCE, metavar="FRACTION",
@@ -50,12 +60,7 @@ def _add_tolerances(p: argparse.ArgumentParser) -> None:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     rep = sub.add_parser(
         "report", help="turn a run into DIR/index.html, DIR/summary.md and PNG charts",
-        description="Write DIR/index.html (one self-contained file: open it in a browser), DIR/summary.md (for a CI "
-                    "job summary, e.g. >> $GITHUB_STEP_SUMMARY) and PNG charts of speedup, memory, largest batch and "
-                    "throughput. With --compare, also the change of every test against an older run, with its verdict. "
-                    "The report is written to a temporary folder and moved into place at the end, so a failure leaves "
-                    "no partial report.",
-    )
+        description=_REPORT_ABOUT)
     add_runs(rep, "benchmark JSON of the run to report on", dest="run", nargs=None)
     rep.add_argument("--compare", type=Path, metavar="OLD.json", default=None,
                      help="an older run of the same suite to compare with (e.g. the last run on main)")
@@ -76,10 +81,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     cmp_ = sub.add_parser(
         "compare", help="per-test verdicts of NEW.json against OLD.json; exit status 1 on a regression",
-        description="Hold every test of NEW.json against the same test in OLD.json with the suite's statistics: "
-                    "OLD's speedup is the baseline, NEW's 99% interval must not lie wholly below baseline x "
-                    "(1 - tolerance). Memory ratio, largest batch and accuracy are held to relative tolerances.",
-    )
+        description=_COMPARE_ABOUT)
     cmp_.add_argument("old", type=Path, metavar="OLD.json", help="the earlier run (the baseline)")
     cmp_.add_argument("new", type=Path, metavar="NEW.json", help="the run to judge")
     cmp_.add_argument("--changes-only", action="store_true", help="list only tests whose verdict is not pass")

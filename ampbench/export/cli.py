@@ -29,6 +29,13 @@ from ampbench.results.run import RunError
 _OK, _FAILS, _BAD_INPUT = 0, 1, 2
 
 
+# what each command's help says of it (argparse fills the text to the terminal's width)
+_EXPORT_ABOUT = """Write the figures that hold each cell of RUN.json (each gating speedup with its interval, a
+compiled cell's ratio over its versus side, the memory ratio, the accuracy against the reference) in a dashboard's
+format. Cells without such a figure are named on stderr. Runs written by older versions are read as they are
+(entries without stats, untimed cells among the benchmarks)."""
+
+
 @dataclass(frozen=True)
 class Format:
     """A format ``--format`` names: what it is (the epilog says it) and what writes it."""
@@ -66,11 +73,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     names = [_named(name, fmt) for name, fmt in FORMATS.items()]
     exp = sub.add_parser(
         "export", help="the run's gated figures for a dashboard: Bencher (bmf), github-action-benchmark (github)",
-        description="Write the figures that hold each cell of RUN.json (each gating speedup with its interval, a "
-                    "compiled cell's ratio over its versus side, the memory ratio, the accuracy against the "
-                    "reference) in a dashboard's format. Cells without such a figure are named on stderr. Runs "
-                    "written by older versions are read as they are (entries without stats, untimed cells "
-                    "among the benchmarks).",
+        description=_EXPORT_ABOUT,
         epilog="Formats: " + "; ".join(f"{name}: {'refused: ' * fmt.refused}{fmt.what}"
                                        for name, fmt in FORMATS.items())
                + ". Exit status: 0 written, 1 with --fail-on-margin where a cell's gate margin is above 1 "
