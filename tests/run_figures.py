@@ -52,8 +52,8 @@ def page_text(html: str) -> list[str]:
 
 def flat_names(info: dict) -> dict[str, Any]:
     """A cell of the current schema with each figure of a ratio under the name schema 1 gave it
-    (``RatioKind.flat``), and each figure of a group (a side's, the device queue's) under the name schemas
-    1 and 2 gave it (``Group.flat``): what the run JSON held before its ratios and sides were nested."""
+    (``RatioKind.flat``), and each figure of a group (a side's, the device queue's, a memory cell's search)
+    under the name older schemas gave it (``Group.flat``): what the run JSON held before it was nested."""
     from ampbench.results import MODE_SIDE, SIDES_KEY, record_type
     from ampbench.results.ratio_figures import LEGACY_STEPS, OVER
     from ampbench.results.schema import KIND_KEY, RATIOS_KEY

@@ -3,6 +3,8 @@ largest-batch search, and where its memory goes (the tensor accounting runs on a
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from ampbench import memory, models
 from ampbench.baselines.entries import MemoryEntry
 from ampbench.memory import find_largest_batch, judge
 from ampbench.modes import get_mode
+from ampbench.results import MemoryRecord, MemorySearch
 from ampbench.train import Trainer
 from ampbench.verdict import Verdict
 from memory_steps import GIB, MIB, FakeStep, linear
@@ -141,7 +144,8 @@ def test_a_cell_without_a_search_has_no_largest_batch_figures_not_zeros():
     assert not {"search_steps", "search_seconds", "cap_bytes", "alloc_conf"} & set(f)
     assert f["weights_bytes"] == 5 * GIB // 8  # the breakdown is still there
     record, j = memory.memory_record(cell, ref, "cuda:0", baseline_of(figures()), 0.03)
-    assert record.side("mode").max_batch is None and record.max_batch_ratio is None and record.search is None
+    assert record.side("mode").max_batch is None and record.max_batch_ratio is None
+    assert record.max_batch_search.text is None and record.max_batch_search.cap_bytes is None
     assert not record.batch_searched and not type(record).times_steps(record.to_info())
     assert j.verdict is Verdict.IMPROVED and record.verdict is Verdict.IMPROVED, j.message  # 0.5x against 0.55x
     assert memory.baseline_figures(record) == {"batch_size": 128, "peak_mem_bytes": 5 * GIB, "memory_ratio": 0.5}
@@ -155,6 +159,32 @@ def test_a_searched_cell_has_every_figure_a_baseline_keeps():
     kept = memory.baseline_figures(record)
     assert set(kept) == set(memory.BASELINE_FIGURES)
     assert all(kept[k] is not None for k in kept if k != "alloc_conf")
+
+
+def test_a_searched_cell_holds_its_search_under_one_key():
+    cell, ref = cell_memory("amp_bf16", 6 * GIB, a_search(MIB)), cell_memory("fp32", 10 * GIB, a_search(2 * MIB))
+    record, _ = memory.memory_record(cell, ref, "cuda:0", None, 0.03)
+    info = json.loads(json.dumps(record.to_info()))
+    search = info["max_batch_search"]
+    assert search["cap_bytes"] == 24 * GIB and search["text"] == cell.search.describe()
+    assert search["steps"] == cell.search.steps and search["confirmed"] is True and search["seconds"] == 3.0
+    assert not {"search", "search_steps", "cap_bytes", "alloc_conf", "max_batch_limit"} & set(info)
+    assert MemoryRecord.from_info(info, record.test_id) == record
+
+
+def test_a_memory_record_of_schema_3_reads_its_flat_search_into_the_search():
+    info = {"ampbench_schema": 3, "kind": "memory", "max_batch_searched": True, "max_batch_ratio": 1.5,
+            "sides": {"mode": {"max_batch": 96}}, "search": "largest batch 96", "search_steps": 5,
+            "search_seconds": 2.0, "max_batch_limit": 4096, "max_batch_confirmed": True, "cap_bytes": 24 * GIB,
+            "alloc_conf": None, "search_probes": [[96, 1, 2, 0.1, 0]], "max_batch_step_ms": 4.0}
+    record = MemoryRecord.from_info(info)
+    assert record.max_batch_search == MemorySearch(
+        text="largest batch 96", steps=5, seconds=2.0, limit=4096, confirmed=True, cap_bytes=24 * GIB,
+        probes=[[96, 1, 2, 0.1, 0]], step_ms=4.0)
+    assert not record.detail and record.entry_value("cap_bytes") == 24 * GIB
+    written = json.loads(json.dumps(record.to_info()))
+    assert written["max_batch_search"]["steps"] == 5 and "search_steps" not in written
+    assert MemoryRecord.from_info(written) == record
 
 
 def test_a_quick_recording_leaves_the_next_full_run_its_largest_batch(tmp_path, monkeypatch):

@@ -231,6 +231,9 @@ REF_KEYS = {
 # the largest a speed record may grow at its top level: its figures of a side and of its device queue are
 # nested (schema 3)
 SPEED_TOP_LEVEL_KEYS = 30
+# the largest a memory record may grow at its top level: its figures of a side and of its largest-batch
+# search are nested (schema 4)
+MEMORY_TOP_LEVEL_KEYS = 20
 
 
 def _keys(value: object, path: str = "") -> list[str]:
@@ -262,7 +265,7 @@ def _written_now() -> dict[str, dict]:
 
     out = {}
     for cls in RECORD_TYPES:
-        values = {k: v for k, v in filled(cls).items() if k not in ("sides", "device_queue", "ratios")}
+        values = {k: v for k, v in filled(cls).items() if k not in (*cls.GROUPS, "ratios")}
         groups = {}
         for key, group in cls.GROUPS.items():
             figures = group.figures(**filled(group.figures))
@@ -281,6 +284,11 @@ def _written_now() -> dict[str, dict]:
 def test_a_speed_record_written_now_has_at_most_30_keys_at_its_top_level():
     info = _written_now()["speed"]
     assert len(info) <= SPEED_TOP_LEVEL_KEYS, sorted(info)
+
+
+def test_a_memory_record_written_now_has_at_most_20_keys_at_its_top_level():
+    info = _written_now()["memory"]
+    assert len(info) <= MEMORY_TOP_LEVEL_KEYS, sorted(info)
 
 
 def test_no_record_key_spells_the_fp32_side_as_ref():

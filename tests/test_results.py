@@ -181,7 +181,7 @@ def test_a_record_of_schema_2_reads_its_flat_sides_into_sides_and_writes_them_ne
     assert record.device_queue == DeviceQueue(text="all 12 blocks held", hold_ms=50.0)
     assert record.ratio(WALL).side(FP32_SIDE).step_ms == 8.0 and record.ratio(WALL).side(MODE_SIDE).step_ms == 4.0
     written = json.loads(json.dumps(record.to_info()))
-    assert written["ampbench_schema"] == SCHEMA_VERSION == 3
+    assert written["ampbench_schema"] == SCHEMA_VERSION == 4
     assert written["sides"] == {"mode": {"throughput": 5.0},
                                 "fp32": {"prepare_s": 3.0, "busy_ms": 1.5, "peak_mem_bytes": 10}}
     assert written["device_queue"] == {"text": "all 12 blocks held", "hold_ms": 50.0}

@@ -48,7 +48,7 @@ class MemoryJudgement:
 
 
 def summary(model: str, mode: str, f: dict) -> str:
-    """One line of what a memory cell measured, from its figures (the keys of test_memory's extra_info)."""
+    """One line of what a memory cell measured, from its figures (``memory_figures``)."""
     head = f"{model} {mode}: peak {gib(f['peak_mem_bytes'])} at batch {f['batch_size']} ({f['memory_ratio']:.3f}x fp32)"
     if not searched(f):
         return f"{head}; {NOT_SEARCHED}"
@@ -145,9 +145,10 @@ def judge(model: str, mode: str, figures: dict, baseline: MemoryEntry | None, to
 
 
 def memory_figures(cell: CellMemory, fp32: CellMemory) -> dict:
-    """The figures of a memory cell, as test_memory's extra_info carries them and baselines store them
-    (scalars only; the probe log is added by the test). Without a search the largest batch's figures
-    are left out, not zeroed: ``max_batch_searched`` says why they are missing."""
+    """The figures of a memory cell, named flat as baselines store them (scalars only; the probe log is
+    added by the test): its record nests a side's and the search's (``MemoryRecord.of_figures``). Without
+    a search the largest batch's figures are left out, not zeroed: ``max_batch_searched`` says why they
+    are missing."""
     if cell.searched != fp32.searched:
         raise ValueError(
             f"{cell.model} {cell.mode}: the cell {'searched' if cell.searched else 'did not search'} its largest "

@@ -14,7 +14,7 @@ each), `timed` and `cells` (the records per kind), `run` (the reader).
 
 from ampbench.modes import FP32_MODE, order_modes
 from ampbench.results.base import OtherRecord, Record
-from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
+from ampbench.results.cells import ConvergenceRecord, MemoryRecord, MemorySearch, PipelineRecord, UnderflowRecord
 from ampbench.results.clusters import (
     cluster_name,
     cluster_shape,
@@ -33,7 +33,7 @@ from ampbench.verdict import VERDICT_ORDER, Verdict
 
 __all__ = [
     "DISTRIBUTED_RATIOS", "FP32_SIDE", "KINDS", "MODE_SIDE", "SIDES_KEY", "VERSUS_SIDE", "DeviceQueue",
-    "DistributedSide",
+    "DistributedSide", "MemorySearch",
     "SpeedSide", "StepFigures", "READABLE_SCHEMAS", "RECORD_TYPES", "FP32_MODE", "SCHEMA_VERSION", "SPEED_RATIOS",
     "VERDICT_ORDER", "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord",
     "RatioFigures", "RatioKind", "Record", "Run", "RunError", "SpeedRecord", "TimedRecord", "UnderflowRecord",

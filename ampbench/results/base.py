@@ -180,24 +180,25 @@ def _figures_reading(cls: type) -> tuple[tuple[str, str | None, Any], ...]:
 @dataclass(frozen=True)
 class Group:
     """A key of a record that holds `figures` as an object, or, `by_side`, one such object per side
-    (``{"mode": {...}, "fp32": {...}}``: schema 3). Records of schemas 1 and 2 held the same figures flat,
-    under the names `flat` gives (figure -> key; per side, side -> figure -> key): they read into the
-    same figures."""
+    (``{"mode": {...}, "fp32": {...}}``: schema 3). Records of the schemas `flat_schemas` (1 and 2; 1 to 3
+    for a memory cell's search, nested in schema 4) held the same figures flat, under the names `flat`
+    gives (figure -> key; per side, side -> figure -> key): they read into the same figures."""
 
     figures: type[FigureGroup]
     flat: Mapping[str, Any]
     by_side: bool = False
+    flat_schemas: tuple[int, ...] = FLAT_SIDES_SCHEMAS
 
     def _flat(self) -> list[Mapping[str, str]]:
         return list(self.flat.values()) if self.by_side else [self.flat]
 
     def flat_names(self) -> frozenset[str]:
-        """Every key a record of schemas 1 and 2 held of the group."""
+        """Every key a record of a schema that held the group flat held of it."""
         return frozenset(k for names in self._flat() for k in names.values())
 
     def from_flat(self, values: Mapping[str, Any]) -> Any:
-        """The group of `values`, which name its figures flat, as `flat` does (a record of schemas 1 and 2;
-        a memory cell's figures, which its baseline entry keeps flat)."""
+        """The group of `values`, which name its figures flat, as `flat` does (a record of a schema that held
+        the group flat; a memory cell's figures, which its baseline entry keeps flat)."""
         if not self.by_side:
             return self.figures.read(values, self.flat.get)
         read = {side: self.figures.read(values, names.get) for side, names in self.flat.items()}
@@ -205,7 +206,7 @@ class Group:
 
     def read(self, info: Mapping[str, Any], key: str) -> Any:
         """The group of the cell whose extra_info is `info`: its figures, or its figures by side."""
-        if info.get(SCHEMA_KEY) in FLAT_SIDES_SCHEMAS:
+        if info.get(SCHEMA_KEY) in self.flat_schemas:
             return self.from_flat(info)
         held = info.get(key)
         if not self.by_side:
@@ -215,7 +216,7 @@ class Group:
 
     def taken(self, info: Mapping[str, Any], key: str) -> frozenset[str]:
         """The keys of `info` the group reads."""
-        return self.flat_names() if info.get(SCHEMA_KEY) in FLAT_SIDES_SCHEMAS else frozenset({key})
+        return self.flat_names() if info.get(SCHEMA_KEY) in self.flat_schemas else frozenset({key})
 
     def to_info(self, value: Any) -> dict[str, Any]:
         if not self.by_side:
@@ -224,7 +225,7 @@ class Group:
 
     def problems(self, info: Mapping[str, Any], key: str, where: str) -> list[str]:
         specs = field_specs(self.figures)
-        if info.get(SCHEMA_KEY) in FLAT_SIDES_SCHEMAS:
+        if info.get(SCHEMA_KEY) in self.flat_schemas:
             return [p for names in self._flat() for p in check(info, field_specs(self.figures, names.get), where)]
         problems = check(info, {key: OBJECT}, where)
         if problems or not isinstance(info.get(key), dict):
@@ -251,7 +252,8 @@ class Record:
     # checked figures that must be ascending where all are present (an interval holds its estimate)
     ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = ()
     # the parts that hold a group of figures under one key, by the key (its field's name): a side's figures
-    # by side under "sides", the device queue's under "device_queue"
+    # by side under "sides", the device queue's under "device_queue", a memory cell's search under
+    # "max_batch_search"
     GROUPS: ClassVar[Mapping[str, Group]] = {}
 
     test_id: str = field(default="", metadata={_OWN: True})  # pytest-benchmark's name of the cell

@@ -7,7 +7,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
 from ampbench.results.base import FigureGroup, Group, Record, checked, flag, number, part, raw, text
-from ampbench.results.schema import ACCURACY, BOOLEAN, FP32_SIDE, MODE_SIDE, NON_NEGATIVE, POSITIVE, SIDES_KEY
+from ampbench.results.schema import (
+    ACCURACY,
+    BOOLEAN,
+    FLAT_SEARCH_SCHEMAS,
+    FP32_SIDE,
+    MODE_SIDE,
+    NON_NEGATIVE,
+    POSITIVE,
+    SIDES_KEY,
+)
 
 
 @dataclass(frozen=True)
@@ -24,10 +33,39 @@ class MemorySide(FigureGroup):
 
 
 @dataclass(frozen=True)
+class MemorySearch(FigureGroup):
+    """How a memory cell's largest-batch search of the mode went (``ampbench.memory.search.SearchResult``):
+    the budget it ran under, the batch limit, where it started, the line's prediction, the first batch that
+    ran out of memory, whether a real step confirmed the largest batch, its steps and seconds, each probe,
+    and the peak, step time and allocator retries of the mode's steps at the largest batch."""
+
+    cap_bytes: int | None = number()  # the cap the allocator enforced during the search
+    alloc_conf: str | None = text()  # PYTORCH_CUDA_ALLOC_CONF: it moves the largest batch
+    text: str | None = text()  # in words: ``ampbench.memory.search.SearchResult.describe``
+    limit: int | None = number()
+    start: int | None = number()  # the baseline's largest batch it started from; None: it searched blind
+    predicted: int | None = number()
+    next_failing: int | None = number()
+    confirmed: bool | None = flag()
+    steps: int | None = number()
+    seconds: float | None = number()
+    # [batch, peak bytes, reserved peak bytes, seconds, alloc retries] per step the cell took, the default
+    # batch's first (the search's first point): a cell that did not search holds that one
+    probes: list | None = raw()
+    peak_bytes: int | None = number()
+    step_ms: float | None = number()  # the steps timed at the largest batch, the cap lifted
+    timed_alloc_retries: int | None = number()
+
+
+# the key of a memory record that holds its search (``MemorySearch``)
+SEARCH_KEY = "max_batch_search"
+
+
+@dataclass(frozen=True)
 class MemoryRecord(Record):
     """``test_memory[model-mode]``: the peak of a training step and its ratio to fp32's, the confirmed
-    largest batch under the memory cap and its ratio to fp32's, and the throughput there (the largest
-    batch's figures are None where the cell did not search it: the quick tier). Where a step's memory
+    largest batch under the memory cap and its ratio to fp32's, the throughput there, and how the search
+    went (the largest batch's figures are None where the cell did not search it: the quick tier). Where a step's memory
     goes (weights, gradients, masters, optimizer state, activations...) and the allocator's counters
     are open-ended, and kept in `detail`."""
 
@@ -37,53 +75,59 @@ class MemoryRecord(Record):
     batch_size: int | None = number()
     # each side's peak and largest batch, by side (``MemorySide``): the mode's and fp32's
     sides: Mapping[str, MemorySide] = part()
+    # how the largest-batch search went (``MemorySearch``); a cell that did not search holds its probe only
+    max_batch_search: MemorySearch = part(lambda: MemorySearch())
     memory_ratio: float | None = checked(POSITIVE)
-    max_batch_searched: bool | None = flag()  # False: the quick tier measured the default batch only
+    # False: the quick tier measured the default batch only. A key of its own, beside the search: whether
+    # pytest-benchmark timed the cell is read off it (``times_steps``) in a run of any schema
+    max_batch_searched: bool | None = flag()
     max_batch_ratio: float | None = checked(POSITIVE)
-    max_batch_limit: int | None = number()
-    max_batch_confirmed: bool | None = flag()
-    max_batch_next_failing: int | None = number()
-    max_batch_predicted: int | None = number()
-    max_batch_search_start: int | None = number()
-    max_batch_peak_bytes: int | None = number()
     max_batch_throughput_ratio: float | None = number()
-    max_batch_step_ms: float | None = number()
-    search_steps: int | None = number()
-    search_seconds: float | None = number()
     cell_seconds: float | None = number()
     warmup_steps: int | None = number()
-    cap_bytes: int | None = number()
-    alloc_conf: str | None = text()
     cudnn_benchmark: bool | None = flag()
-    max_batch_timed_alloc_retries: int | None = number()
-    search_probes: list | None = raw()  # [batch, peak bytes, reserved peak bytes, seconds, alloc retries] per step
-    search: str | None = text()
     baseline_memory_ratio: float | None = number()
     baseline_max_batch: int | None = number()
     tolerance: float | None = checked(NON_NEGATIVE)
 
     # what tables show in place of the largest batch of a cell that did not search it
     NOT_SEARCHED: ClassVar[str] = "not searched"
-    # its sides' figures, and the keys records of schemas 1 and 2 (and its baseline entry) give them, flat
-    GROUPS: ClassVar[Mapping[str, Group]] = {SIDES_KEY: Group(MemorySide, by_side=True, flat={
-        MODE_SIDE: {"peak_mem_bytes": "peak_mem_bytes", "max_batch": "max_batch", "max_batch_step": "max_batch_step",
-                    "max_batch_limited": "max_batch_limited", "max_batch_throughput": "max_batch_throughput"},
-        FP32_SIDE: {"peak_mem_bytes": "peak_mem_ref_bytes", "max_batch": "max_batch_ref",
-                    "max_batch_step": "max_batch_ref_step", "max_batch_limited": "max_batch_ref_limited",
-                    "max_batch_throughput": "max_batch_throughput_ref"}})}
+    # its sides' figures, and the keys records of schemas 1 and 2 (and its baseline entry) give them, flat;
+    # its search's, and the keys records of schemas 1 to 3 (and its baseline entry: the budget) give them
+    GROUPS: ClassVar[Mapping[str, Group]] = {
+        SIDES_KEY: Group(MemorySide, by_side=True, flat={
+            MODE_SIDE: {"peak_mem_bytes": "peak_mem_bytes", "max_batch": "max_batch",
+                        "max_batch_step": "max_batch_step", "max_batch_limited": "max_batch_limited",
+                        "max_batch_throughput": "max_batch_throughput"},
+            FP32_SIDE: {"peak_mem_bytes": "peak_mem_ref_bytes", "max_batch": "max_batch_ref",
+                        "max_batch_step": "max_batch_ref_step", "max_batch_limited": "max_batch_ref_limited",
+                        "max_batch_throughput": "max_batch_throughput_ref"}}),
+        SEARCH_KEY: Group(MemorySearch, flat_schemas=FLAT_SEARCH_SCHEMAS, flat={
+            "cap_bytes": "cap_bytes", "alloc_conf": "alloc_conf", "text": "search", "limit": "max_batch_limit",
+            "start": "max_batch_search_start", "predicted": "max_batch_predicted",
+            "next_failing": "max_batch_next_failing", "confirmed": "max_batch_confirmed", "steps": "search_steps",
+            "seconds": "search_seconds", "probes": "search_probes", "peak_bytes": "max_batch_peak_bytes",
+            "step_ms": "max_batch_step_ms", "timed_alloc_retries": "max_batch_timed_alloc_retries"}),
+    }
 
     @classmethod
     def of_figures(cls, **values: Any) -> "MemoryRecord":
         """The record of a memory cell's figures, named flat as its baseline entry names them
-        (``memory.judging.memory_figures``): each side's into its side."""
-        group = cls.GROUPS[SIDES_KEY]
-        rest = {k: v for k, v in values.items() if k not in group.flat_names()}
-        return cls.build(**rest, sides=group.from_flat(values))
+        (``memory.judging.memory_figures``): each side's into its side, the search's into the search."""
+        grouped = frozenset(k for group in cls.GROUPS.values() for k in group.flat_names())
+        rest = {k: v for k, v in values.items() if k not in grouped}
+        return cls.build(**rest, **{key: group.from_flat(values) for key, group in cls.GROUPS.items()})
 
     def entry_value(self, name: str) -> Any:
-        """A figure by the name its baseline entry gives it: a side's figures are the mode's."""
+        """A figure by the name its baseline entry gives it: the search's budget is the search's, a side's
+        figures are the mode's."""
         value = self.value(name)
-        return getattr(self.side(MODE_SIDE), name, None) if value is None else value
+        if value is not None:
+            return value
+        search = {key: figure for figure, key in self.GROUPS[SEARCH_KEY].flat.items()}
+        if name in search:
+            return getattr(self.max_batch_search, search[name])
+        return getattr(self.side(MODE_SIDE), name, None)
 
     @property
     def batch_searched(self) -> bool:

@@ -21,11 +21,13 @@ from ampbench.verdict import Verdict
 # timed cell's ratios flat, each figure under its ratio's prefix; schema 2 holds them by name under RATIOS_KEY;
 # schema 3 holds each side's figures by side under SIDES_KEY (schemas 1 and 2 held them flat, the fp32
 # side's named three ways: ref_prepare_s, busy_ms_ref, peak_mem_ref_bytes), and a group of figures of one
-# thing under one key (the device queue's)
-SCHEMA_VERSION = 3
-READABLE_SCHEMAS = (1, 2, 3)
+# thing under one key (the device queue's); schema 4 holds a memory cell's largest-batch search under one
+# key too (schemas 1 to 3 held its figures flat: max_batch_limit, search_steps, cap_bytes...)
+SCHEMA_VERSION = 4
+READABLE_SCHEMAS = (1, 2, 3, 4)
 FLAT_RATIOS_SCHEMA = 1
 FLAT_SIDES_SCHEMAS = (1, 2)
+FLAT_SEARCH_SCHEMAS = (1, 2, 3)
 
 # where a record holds its figures by side, and the sides' keys there: the cell's mode, the fp32 side (never
 # "ref": docs/glossary.md), a compiled cell's versus side
