@@ -14,11 +14,18 @@ from ampbench.distributed import judging
 from ampbench.distributed.figures import GRAPH_FALLBACK, NO_DEVICE, merge_ranks, per_round_max, per_round_min
 from ampbench.report.compare import _speed_change
 from ampbench.results import FP32_SIDE, MODE_SIDE, DistributedRecord
-from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING
+from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, DISTRIBUTED_RATIOS, SCALING
 from ampbench.stats import estimate_speedup
 from ampbench.verdict import Verdict, combined
 from tests import records
 from tests.references import file_reference
+
+
+def device_recorded(figs, floor=0.005, previous=None, measured_with=None) -> dict:
+    """What a recording stores of the figures in device time (``judging.recorded_ratios``' rows of them)."""
+    rows = judging.recorded_ratios(figs, floor, previous, measured_with)
+    return {key: value for name, row in rows.items() if DISTRIBUTED_RATIOS[name].same_method
+            for key, value in row.items()}
 
 
 def checks_of(entry, figs, floor=0.005):
@@ -192,7 +199,7 @@ def test_a_regression_the_confirming_launch_does_not_repeat_is_inconclusive():
 def test_the_recorded_device_figures_round_trip_through_the_entry_and_its_schema(tmp_path: Path):
     figs = merge_ranks(_docs(), 0.99)
     stored = {"speedup": 2.0, "ci_low": 1.9, "ci_high": 2.1, "rounds": 8, "noise": 0.01,
-              **judging.device_baseline_figures(figs, 0.005)}
+              **device_recorded(figs, 0.005)}
     assert stored["device_method"] == "kernels" and stored["device_fallback"] == GRAPH_FALLBACK
     assert stored["device_speedup"] == figs.device.speedup and stored["device_tolerance"] >= 0.005
     entry = DistributedEntry.from_figures(json.loads(json.dumps(stored)))
@@ -204,7 +211,7 @@ def test_the_recorded_device_figures_round_trip_through_the_entry_and_its_schema
         validate_entry("test_fsdp2_speed[gpt-amp_bf16-fsdp2_fp32]", {"figures": {**stored, "device_speedup": -1.0}},
                        tmp_path / "b.json")
     gloo = merge_ranks([_doc(0, [2.0] * N, [1.0] * N), _doc(1, [2.0] * N, [1.0] * N)], 0.99)
-    assert judging.device_baseline_figures(gloo, 0.005) == {}
+    assert device_recorded(gloo, 0.005) == {}
 
 
 def test_the_record_carries_device_time_and_compare_reads_it():
@@ -250,7 +257,7 @@ def test_a_re_recording_measured_alike_keeps_the_learned_spread_and_opens_a_leve
                "device_recorded_speedup": 4.25, "device_between_run_sd": 0.003, "device_between_run_count": 8}
     previous = DistributedEntry.from_figures(learned)
     alike = {"block_seconds": 0.1}
-    kept = judging.device_baseline_figures(figs, 0.005, previous, alike)
+    kept = device_recorded(figs, 0.005, previous, alike)
     assert kept["device_between_run_sd"] == 0.003 and kept["device_between_run_count"] == 8
     assert kept["device_speedup"] == figs.device.speedup
     assert kept["device_tolerance"] < UNLEARNED_TOLERANCE
@@ -259,7 +266,7 @@ def test_a_re_recording_measured_alike_keeps_the_learned_spread_and_opens_a_leve
     # another method, another GPU count or other settings: nothing of the old spread is the new figure's
     for other, settings in ((dict(learned, device_method="held"), alike), (dict(learned, world_size=4), alike),
                             (learned, {"block_seconds": 0.2})):
-        fresh = judging.device_baseline_figures(figs, 0.005, DistributedEntry.from_figures(other), settings)
+        fresh = device_recorded(figs, 0.005, DistributedEntry.from_figures(other), settings)
         assert "device_between_run_sd" not in fresh and fresh["device_tolerance"] >= UNLEARNED_TOLERANCE
 
 
@@ -293,7 +300,7 @@ def test_the_device_scaling_efficiency_gates_beside_the_device_speedup_and_round
     learned_scaling["device_scaling_speedup"] = 0.9
     assert _verdict(DistributedEntry.from_figures({**entry_figures, **learned_scaling}), figs)[0] is Verdict.PASS
     # recorded as it is held: its figures under device_scaling_, valid in a baseline file
-    recorded = judging.device_baseline_figures(figs, 0.005)
+    recorded = device_recorded(figs, 0.005)
     assert recorded["device_scaling_speedup"] == pytest.approx(0.9) and recorded["device_scaling_method"] == "graph"
     entry = DistributedEntry.from_figures({**entry_figures, **recorded})
     assert entry.ratio(DEVICE_SCALING).speedup == pytest.approx(0.9)

@@ -296,12 +296,14 @@ def test_a_distributed_cell_checks_judges_gates_and_writes_a_new_kind(span, monk
     with monkeypatch.context() as m:
         m.delitem(DISTRIBUTED_RATIOS, SPAN.name)
         plain_checks, plain_verdicts, plain_ratios, plain_message = judged()
-        plain_recorded = judging.device_baseline_figures(figs, 0.005)
+        plain_recorded = judging.recorded_ratios(figs, 0.005)
     assert dict(plain_checks.checks) == {name: c for name, c in checks.checks.items() if name != SPAN.name}
     assert plain_verdicts == {name: v for name, v in verdicts.items() if name != SPAN.name}
     assert plain_ratios == {name: r for name, r in ratios.items() if name != SPAN.name}
     assert plain_message == message.replace(span_part, "")
-    assert judging.device_baseline_figures(figs, 0.005) == plain_recorded
+    recorded = judging.recorded_ratios(figs, 0.005)
+    assert list(recorded) == ["device", "wall", "scaling", "span"]  # a scaling efficiency unmeasured: null
+    assert {name: row for name, row in recorded.items() if name != SPAN.name} == plain_recorded
 
     # the group rule of its history's Reference fails it where its own launch passed
     def grouped(kind):
@@ -313,3 +315,41 @@ def test_a_distributed_cell_checks_judges_gates_and_writes_a_new_kind(span, monk
     assert verdicts[SPAN.name] is Verdict.PASS
     together, why = judging.apply_group_rule(verdicts, checks, figs)
     assert together[SPAN.name] is Verdict.REGRESSION and why == "span speedup: below the line with run-3 and run-4"
+
+
+def test_a_recorded_distributed_entry_holds_a_new_kind_under_its_prefix(span, tmp_path):
+    """Recording a cell writes the new row's figures into its baseline entry under the row's prefix, after
+    the cell's own figures, and the entry validates and reads the row back; the other figures keep their
+    places."""
+    from types import SimpleNamespace
+
+    from ampbench.baselines.entries import DistributedEntry
+    from ampbench.distributed.figures import merge_ranks
+    from ampbench.suite.distributed import _record_entry
+
+    recorded = []
+
+    class Source:
+        def record(self, test_id: str, figures: dict, software: dict) -> None:
+            recorded.append(figures)
+
+        def write(self) -> None:
+            pass
+
+    docs = _rank_docs()
+    docs[0]["single_times"] = [0.9] * len(docs[0]["mode_times"])  # rank 0's 1-GPU side: a scaling efficiency
+    figs = merge_ranks(docs, 0.99)
+    settings = SimpleNamespace(block_seconds=0.1, cudnn_benchmark=False, tolerance=0.005)
+    _record_entry(Source(), "test_ddp_speed[gpt-amp_bf16-fp32]", figs, docs, settings, {}, previous=None)
+    (figures,) = recorded
+    span_keys = ["span_speedup", "span_ci_low", "span_ci_high", "span_rounds", "span_noise"]
+    assert list(figures)[-len(span_keys):] == span_keys and list(figures)[:5] == ["speedup", "ci_low", "ci_high",
+                                                                                  "rounds", "noise"]
+    assert [figures[k] for k in span_keys] == [figs.speedup.speedup, figs.speedup.low, figs.speedup.high,
+                                               figs.speedup.rounds, figs.speedup.half_width]
+    stored = json.loads(json.dumps(figures))
+    validate_entry("test_ddp_speed[gpt-amp_bf16-fp32]", {"figures": stored}, tmp_path / "b.json")
+    entry = DistributedEntry.from_figures(stored)
+    assert entry.ratio(SPAN).speedup == figs.speedup.speedup and entry.ratio(SPAN).rounds == figs.speedup.rounds
+    assert entry.ratio(DIST_WALL) == entry.ratio(SPAN) and not any(k.startswith("span_") for k in entry.detail)
+    assert entry.to_figures() == stored and list(entry.to_figures()) == list(stored)

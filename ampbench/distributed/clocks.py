@@ -23,13 +23,15 @@ Sides = Callable[[DistFigures, Sequence[dict]], dict[str, StepFigures]]
 @dataclass(frozen=True)
 class DistClock:
     """How a distributed cell reads one kind of ratio: its estimate (None where the run measured none),
-    what its check's messages call it, its step and round times by side for the record, and the mode's and
-    fp32's time per step for a recording (None: the clock kept none)."""
+    what its check's messages call it, its step and round times by side for the record, the mode's and
+    fp32's time per step for a recording (None: the clock kept none), and whether a recording stores its
+    rounds."""
 
     estimate: Callable[[DistFigures], SpeedupEstimate | None]
     figure: str = "speedup over fp32"
     sides: Sides | None = None
     steps: Callable[[DistFigures], tuple[float, float]] | None = None
+    rounds: bool = True
 
 
 def device_steps(figs: DistFigures) -> tuple[float, float]:
@@ -63,6 +65,8 @@ def _device_sides(figs: DistFigures, docs: Sequence[dict]) -> dict[str, StepFigu
 DIST_CLOCKS: dict[str, DistClock] = {
     "device": DistClock(lambda figs: figs.device, sides=_device_sides, steps=device_steps),
     "wall": DistClock(lambda figs: figs.speedup, sides=_wall_sides),
-    "scaling": DistClock(lambda figs: figs.efficiency),
+    # the efficiency's rounds are the wall clock's (its 1-GPU side is paired with the same N-GPU rounds),
+    # which an entry stores once, as the wall-clock speedup's
+    "scaling": DistClock(lambda figs: figs.efficiency, rounds=False),
     "device_scaling": DistClock(lambda figs: figs.device_efficiency, figure="scaling efficiency"),
 }

@@ -3,8 +3,8 @@ that the run measured (the device-time speedup, the wall-clock speedup under the
 scaling efficiency in device time and in wall clock), held against the cell's baseline source's
 ``verdict.Reference`` of it, as the single-GPU cells' are (``speed.ratio.ratio_check``), and judged by the
 gate's judge (``gate.judge``: each figure's verdict, its confirmation, the group rule and which figures
-gate the cell, --perf-gate); the cell's message, and its ratios as its record holds them and its
-device-time baseline figures (``gate.writers``). Which of the cell's figures a row is, its distributed
+gate the cell, --perf-gate); the cell's message, and its ratios as its record holds them and as a
+recorded baseline entry stores them (``gate.writers``). Which of the cell's figures a row is, its distributed
 clock, is ``clocks.DIST_CLOCKS``'s entry of the name the row gives; every check, verdict and written
 figure is keyed by the row's name, so a row added to the table is judged and written as the others are.
 
@@ -174,34 +174,49 @@ def ratio_figures(figs: DistFigures, checks: CellChecks, verdicts: dict[str, Ver
     return ratios
 
 
-def device_baseline_figures(figs: DistFigures, floor: float, previous: DistributedEntry | None = None,
-                            measured_with: Mapping[str, object] | None = None) -> dict[str, Any]:
-    """What a recording stores of the figures in device time (``RatioKind.same_method``; nothing where none
-    was measured): each figure, its interval and noise, how it was measured (why not by graph where its row
-    stores that, its step times where its clock has them), and the tolerance it gives. A re-recording
-    measured alike (`previous` measured device time by the same method on as many GPUs, with the same
-    settings `measured_with`) keeps the between-run spread `previous` learned, as a single-GPU cell's does
-    (``speed.ratio.Ratio.recorded``): the recording opens another level, and the tolerance allows for
-    the spread. The wall-clock figures are the cell's to record (``suite.distributed``)."""
-    measured = {kind: est for kind in DISTRIBUTED_RATIOS.values()
-                if kind.same_method and (est := estimate_of(kind, figs)) is not None}
-    if not measured:
-        return {}
+# the figures a wall-clock row's recording names even where the run measured none, as null (a scaling
+# efficiency without rank 0's 1-GPU side): every recording names them, and a reader takes null as absent. A
+# figure in device time the run did not measure is left out, as entries recorded before device time lack it.
+_WALL_NULLS = ("speedup", "ci_low", "ci_high", "noise")
+
+
+def _stored(kind: RatioKind, est: SpeedupEstimate, figs: DistFigures, floor: float, kept: RatioEntry) -> RatioEntry:
+    """A measured figure of `kind` as a recording stores it (``recorded_ratios``)."""
+    noise, clock = est.half_width, DIST_CLOCKS[kind.clock]
+    how: dict[str, Any] = {"method": figs.device_method} if kind.same_method else {}
+    if kind.stores_fallback:
+        how["fallback"] = figs.device_fallback
+    if clock.steps is not None:
+        step_s, step_s_ref = clock.steps(figs)
+        how.update(step_ms=step_s * 1e3, step_ms_ref=step_s_ref * 1e3)
+    tolerance = entry_tolerance(kind, floor, kept, noise) if kind.stores_tolerance else None
+    ratio = stored_ratio(est, noise, tolerance, kept, **how)
+    return ratio if clock.rounds else replace(ratio, rounds=None)
+
+
+def recorded_ratios(figs: DistFigures, floor: float, previous: DistributedEntry | None = None,
+                     measured_with: Mapping[str, object] | None = None) -> dict[str, dict[str, Any]]:
+    """What a recording stores of each row's figure, by the row's name, in the table's order, under the
+    names its entry gives them: each figure, its interval and noise, how it was measured (the device-time
+    method, why not by graph where its row stores that, its step times where its clock has them, its rounds
+    where its clock keeps them), and the tolerance it gives where its row stores that. A wall-clock figure
+    the run did not measure is written null (`_WALL_NULLS`), one in device time (``RatioKind.same_method``)
+    not at all. A re-recording measured alike (`previous` measured device time by the same method on as many
+    GPUs, with the same settings `measured_with`) keeps the between-run spread `previous` learned of each
+    figure in device time, as a single-GPU cell's does (``speed.ratio.Ratio.recorded``): the recording
+    opens another level, and the tolerance allows for the spread."""
     alike = (previous is not None and previous.ratio(DIST_DEVICE).method == figs.device_method
              and previous.world_size == figs.world_size
              and measurement_mismatch(previous, measured_with or {}) is None)
-    out: dict[str, Any] = {}
-    for kind, est in measured.items():
-        noise, steps = est.half_width, DIST_CLOCKS[kind.clock].steps
-        kept = previous.ratio(kind).kept_spread() if alike and previous is not None else RatioEntry()
-        how: dict[str, Any] = {"method": figs.device_method}
-        if kind.stores_fallback:
-            how["fallback"] = figs.device_fallback
-        if steps is not None:
-            step_s, step_s_ref = steps(figs)
-            how.update(step_ms=step_s * 1e3, step_ms_ref=step_s_ref * 1e3)
-        ratio = stored_ratio(est, noise, entry_tolerance(kind, floor, kept, noise), kept, **how)
-        out.update(ratio.figures(kind, nulls=("fallback",) if kind.stores_fallback else ()))
+    out: dict[str, dict[str, Any]] = {}
+    for name, kind in DISTRIBUTED_RATIOS.items():
+        est = estimate_of(kind, figs)
+        if est is None and kind.same_method:
+            continue
+        nulls = (("fallback",) if kind.stores_fallback else ()) + (() if kind.same_method else _WALL_NULLS)
+        kept = previous.ratio(kind).kept_spread() if kind.same_method and alike and previous else RatioEntry()
+        ratio = _stored(kind, est, figs, floor, kept) if est is not None else RatioEntry()
+        out[name] = ratio.figures(kind, nulls=nulls)
     return out
 
 

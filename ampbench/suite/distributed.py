@@ -265,21 +265,21 @@ def _record(identity: DistributedRecord, figs: DistFigures, docs: list[dict], se
 def _record_entry(source: BaselineSource, test_id: str, figs: DistFigures, docs: list[dict], settings, software: dict,
                      previous: DistributedEntry | None) -> None:
     """Record the cell's entry and write the file at once: a session cut short keeps every cell it finished.
-    A re-recording measured alike keeps the device time's learned spread of `previous`, the entry the cell
-    was judged against (``judging.device_baseline_figures``)."""
-    eff = figs.efficiency
+    Its ratios' figures are each row's (``judging.recorded_ratios``); a re-recording measured alike keeps
+    the device time's learned spread of `previous`, the entry the cell was judged against."""
     measured_with = {"block_seconds": settings.block_seconds, "cudnn_benchmark": settings.cudnn_benchmark}
+    rows = judging.recorded_ratios(figs, settings.tolerance, previous, measured_with)
+    # the figures keep the places entries have always given them, so a re-recorded file differs only in
+    # its values: the wall-clock speedup's first, the scaling efficiency's after throughput, every other
+    # row's after the cell's own figures
+    wall, scaling = rows.pop(judging.SPEEDUP), rows.pop(judging.EFFICIENCY)
     source.record(test_id, {
-        "speedup": figs.speedup.speedup, "ci_low": figs.speedup.low, "ci_high": figs.speedup.high,
-        "rounds": figs.speedup.rounds, "noise": figs.speedup.half_width,
-        "throughput_per_gpu": figs.throughput_per_gpu, "throughput_per_gpu_ref": figs.throughput_per_gpu_ref,
-        "scaling_efficiency": eff.speedup if eff else None, "scaling_efficiency_low": eff.low if eff else None,
-        "scaling_efficiency_high": eff.high if eff else None, "scaling_noise": eff.half_width if eff else None,
-        "comm_share": figs.comm_share, "comm_overlap": figs.comm_overlap, "idle_share": figs.idle_share,
+        **wall, "throughput_per_gpu": figs.throughput_per_gpu, "throughput_per_gpu_ref": figs.throughput_per_gpu_ref,
+        **scaling, "comm_share": figs.comm_share, "comm_overlap": figs.comm_overlap, "idle_share": figs.idle_share,
         "world_size": len(docs),
         "batch_size": docs[0]["batch_size"], "block_seconds": settings.block_seconds,
         "cudnn_benchmark": settings.cudnn_benchmark,
-        **judging.device_baseline_figures(figs, settings.tolerance, previous, measured_with),
+        **{key: value for row in rows.values() for key, value in row.items()},
     }, software)
     source.write()
 
