@@ -1,5 +1,5 @@
 """Which precision modes run on the GPUs users' CI runs on, and what a skip says where one cannot: each
-card's compute capability mocked on a machine without CUDA (``device.CAPABILITIES``), as the README's
+card's compute capability mocked on a machine without CUDA (``device.CAPABILITIES``), as docs/design.md's
 table of GPUs states it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ampbench import device as devices
 from ampbench import fp8
 from ampbench.modes import MODES
 
-# the README's table: a card of each capability, and the modes that skip on it (torchao installed)
+# design.md's table: a card of each capability, and the modes that skip on it (torchao installed)
 CARDS = {
     "Tesla T4": ((7, 5), {"tf32", "amp_bf16", "bf16", "fp8_tensorwise", "fp8_rowwise"}),
     "A100": ((8, 0), {"fp8_tensorwise", "fp8_rowwise"}),
