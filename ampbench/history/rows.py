@@ -5,6 +5,7 @@ Nothing here imports SQLAlchemy: the report's change listings read these types w
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
@@ -29,6 +30,11 @@ class FigureRow:
     high: float | None
     verdict: str | None  # the figure's own verdict where the cell wrote one apart, else the cell's
 
+    def values(self, run: "RunRow", cell: "CellRow") -> dict:
+        """Its row of the figures table."""
+        return dict(run_id=run.id, test_id=cell.test_id, figure=self.name, gpu=cell.gpu or run.gpu, value=self.value,
+                    low=self.low, high=self.high, verdict=self.verdict)
+
 
 @dataclass(frozen=True)
 class CellRow:
@@ -43,6 +49,11 @@ class CellRow:
     # the GPU its figures' series are filed under where not the run's: a distributed cell's N GPUs
     # ("NVIDIA H200 x2"), so that two world sizes never share a series
     gpu: str | None = None
+
+    def values(self, run_id: str) -> dict:
+        """Its row of the cells table."""
+        return dict(run_id=run_id, test_id=self.test_id, kind=self.kind, model=self.model, mode=self.mode,
+                    verdict=self.verdict, injected=self.injected, record=json.dumps(dict(self.record)))
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,14 @@ class RunRow(RunFacts):
 
     cells: tuple[CellRow, ...] = ()
 
+    def values(self) -> dict:
+        """Its row of the runs table, stamped with the time it is appended."""
+        return dict(id=self.id, run_at=self.when, gpu=self.gpu, gpu_slug=self.gpu_slug, card_uuid=self.card_uuid,
+                    world_size=self.world_size, smoke=self.smoke, label=self.label,
+                    suite_revision=self.suite_revision, software=json.dumps(dict(self.software), sort_keys=True),
+                    host_load=None if self.host_load is None else json.dumps(dict(self.host_load), sort_keys=True),
+                    source=self.source, cell_count=len(self.cells), appended_at=now())
+
 
 @dataclass(frozen=True)
 class RunSummary(RunFacts):
@@ -76,6 +95,15 @@ class RunSummary(RunFacts):
 
     cells: int = 0
     failing: int = 0  # cells whose verdict fails
+
+    @classmethod
+    def of_row(cls, row: Any, failing: int) -> "RunSummary":
+        """The summary of a row of the runs table, with its count of failing cells."""
+        return cls(id=row.id, when=row.run_at, gpu=row.gpu, gpu_slug=row.gpu_slug, card_uuid=row.card_uuid,
+                   world_size=row.world_size, smoke=bool(row.smoke), label=row.label,
+                   suite_revision=row.suite_revision, software=json.loads(row.software),
+                   host_load=json.loads(row.host_load) if row.host_load else None, source=row.source,
+                   cells=row.cell_count, failing=failing)
 
 
 @dataclass(frozen=True)

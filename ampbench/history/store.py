@@ -31,7 +31,7 @@ from ampbench.history.connect import (
     shown,
     sqlite_path,
 )
-from ampbench.history.rows import Acceptance, CellRow, FigureRow, RunRow, RunSummary, now
+from ampbench.history.rows import Acceptance, RunRow, RunSummary, now
 from ampbench.history.schema import (
     ACCEPTANCES_TABLE,
     CELLS_TABLE,
@@ -138,10 +138,10 @@ class History:
             with self.transaction(write=True) as conn:
                 if conn.execute(sa.select(RUNS_TABLE.c.id).where(RUNS_TABLE.c.id == run.id)).first() is not None:
                     return False
-                conn.execute(RUNS_TABLE.insert(), [_run_values(run)])
+                conn.execute(RUNS_TABLE.insert(), [run.values()])
                 if run.cells:
-                    conn.execute(CELLS_TABLE.insert(), [_cell_values(run.id, c) for c in run.cells])
-                figures = [_figure_values(run, c, f) for c in run.cells for f in c.figures]
+                    conn.execute(CELLS_TABLE.insert(), [c.values(run.id) for c in run.cells])
+                figures = [f.values(run, c) for c in run.cells for f in c.figures]
                 if figures:
                     conn.execute(FIGURES_TABLE.insert(), figures)
         except HistoryError as error:
@@ -274,7 +274,7 @@ class History:
             rows = conn.execute(query).all()
             failed = conn.execute(failing.where(CELLS_TABLE.c.run_id.in_([r.id for r in rows]))).all()
             counts: dict[str, int] = dict(failed)
-        return [_summary(r, counts.get(r.id, 0)) for r in rows]
+        return [RunSummary.of_row(r, counts.get(r.id, 0)) for r in rows]
 
     def run(self, run_id: str) -> RunSummary:
         with self.transaction() as conn:
@@ -283,7 +283,7 @@ class History:
                 raise self._no_run(conn, run_id)
             failing = conn.execute(sa.select(sa.func.count()).where(CELLS_TABLE.c.run_id == run_id,
                                                                     CELLS_TABLE.c.verdict.in_(FAILING))).scalar_one()
-        return _summary(row, failing)
+        return RunSummary.of_row(row, failing)
 
     def record(self, run_id: str, test_id: str) -> dict:
         """The cell's whole record as the run wrote it (its extra_info)."""
@@ -359,32 +359,6 @@ def _counts(row: Any, accepted: bool) -> bool:
     if row.smoke or row.injected:
         return False
     return accepted or row.verdict not in FAILING
-
-
-def _run_values(run: RunRow) -> dict:
-    return dict(id=run.id, run_at=run.when, gpu=run.gpu, gpu_slug=run.gpu_slug, card_uuid=run.card_uuid,
-                world_size=run.world_size, smoke=run.smoke, label=run.label, suite_revision=run.suite_revision,
-                software=json.dumps(dict(run.software), sort_keys=True),
-                host_load=None if run.host_load is None else json.dumps(dict(run.host_load), sort_keys=True),
-                source=run.source, cell_count=len(run.cells), appended_at=now())
-
-
-def _cell_values(run_id: str, cell: CellRow) -> dict:
-    return dict(run_id=run_id, test_id=cell.test_id, kind=cell.kind, model=cell.model, mode=cell.mode,
-                verdict=cell.verdict, injected=cell.injected, record=json.dumps(dict(cell.record)))
-
-
-def _figure_values(run: RunRow, cell: CellRow, figure: FigureRow) -> dict:
-    return dict(run_id=run.id, test_id=cell.test_id, figure=figure.name, gpu=cell.gpu or run.gpu, value=figure.value,
-                low=figure.low, high=figure.high, verdict=figure.verdict)
-
-
-def _summary(row: Any, failing: int) -> RunSummary:
-    return RunSummary(id=row.id, when=row.run_at, gpu=row.gpu, gpu_slug=row.gpu_slug, card_uuid=row.card_uuid,
-                      world_size=row.world_size, smoke=bool(row.smoke), label=row.label,
-                      suite_revision=row.suite_revision, software=json.loads(row.software),
-                      host_load=json.loads(row.host_load) if row.host_load else None, source=row.source,
-                      cells=row.cell_count, failing=failing)
 
 
 def open_history(url: str, *, create: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
