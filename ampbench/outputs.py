@@ -40,13 +40,13 @@ def _real(path: Path) -> Path:
 
 # the files SQLite keeps beside a database: where one lies beside a file, the file is that database, even
 # an empty one (a store whose writer has not checkpointed yet holds its runs in the -wal alone)
-_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 def _is_run_json(path: Path) -> bool:
     """Whether `path` holds what a run's --benchmark-json wrote, or nothing at all (an empty file made to
     be written, as ``mktemp`` makes one, or an empty JSON object), and is no SQLite database."""
-    if any(Path(f"{path}{suffix}").exists() for suffix in _SQLITE_SIDE_FILES):
+    if any(Path(f"{path}{suffix}").exists() for suffix in SQLITE_SIDE_FILES):
         return False
     try:
         with open(path, "rb") as handle:

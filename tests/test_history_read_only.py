@@ -57,19 +57,6 @@ def test_a_store_its_reader_may_not_write_is_read(tmp_path, monkeypatch, capsys,
     assert path.read_bytes() == before
 
 
-@pytest.fixture
-def read_only_mount(tmp_path):
-    """A folder remounted read-only (tmpfs), where this user may mount; else the test skips."""
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a read-only folder needs root")
-    if subprocess.run(["mount", "-t", "tmpfs", "none", str(folder)], capture_output=True).returncode != 0:
-        pytest.skip("this machine does not let root mount a tmpfs")
-    yield folder
-    subprocess.run(["umount", "--lazy", str(folder)], check=True)  # the commands leave their pools to exit
-
-
 def test_a_store_on_a_read_only_mount_is_read_by_every_read_command(tmp_path, read_only_mount, capsys):
     path = read_only_mount / "history.sqlite"
     _series(tmp_path / "history.sqlite")

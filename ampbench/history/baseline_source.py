@@ -168,6 +168,9 @@ class HistoryBaselines:
     _counted: dict[str, dict[str, list[str]]] = field(default_factory=dict, repr=False)  # their times, by ratio
     _others: list[Mapping[str, dict]] | None = field(default=None, repr=False)  # the other GPU models' entries
     _others_ratios: dict[str, list[dict[str, RatioEntry]]] = field(default_factory=dict, repr=False)  # by kind
+    # each cell's entry as read (`entry`): a cell asks for it and for each ratio's reference, and the
+    # overlay reads the cell's latest record from the store; a write changes the file under it
+    _entries: dict[str, FlatEntry | None] = field(default_factory=dict, repr=False)
 
     # the file's own face, for the callers that record and write
     @property
@@ -186,6 +189,7 @@ class HistoryBaselines:
         self.file.record(test_id, figures, software)
 
     def write(self) -> Path:
+        self._entries.clear()
         return self.file.write()
 
     def software(self, test_id: str) -> dict | None:
@@ -314,7 +318,9 @@ class HistoryBaselines:
 
     def entry(self, test_id: str) -> FlatEntry | None:
         """The cell's entry as this run reads it: the file's, with what the history learned over it (`figures`)."""
-        return entry_of(test_id, self.figures(test_id))
+        if test_id not in self._entries:
+            self._entries[test_id] = entry_of(test_id, self.figures(test_id))
+        return self._entries[test_id]
 
     def reference(self, test_id: str, kind: RatioKind, floor: float) -> Reference | None:
         """What the cell's ratio of `kind` is judged against: the level and spread its runs taught the

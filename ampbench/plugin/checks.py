@@ -26,7 +26,7 @@ import pytest
 
 from ampbench.files import paths
 from ampbench.files.write import unwritable_reason, write_text_atomic
-from ampbench.outputs import replaced_input
+from ampbench.outputs import SQLITE_SIDE_FILES, replaced_input
 from ampbench.plugin import acts
 from ampbench.plugin.options import follows
 
@@ -91,7 +91,7 @@ def _history_files(store: str | None) -> list[Path]:
         path = sqlite_path(parse_url(store))
     except HistoryError:
         return []  # the option's own check says what is wrong with it
-    return [] if path is None else [Path(f"{path}{suffix}") for suffix in ("", "-wal", "-shm", "-journal")]
+    return [] if path is None else [Path(f"{path}{suffix}") for suffix in ("", *SQLITE_SIDE_FILES)]
 
 
 def overwrite_problems(config: pytest.Config) -> list[str]:
