@@ -4,17 +4,13 @@ which runs ``ampbench.bisect``'s commit or package bisect, prints the outcome an
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 from ampbench.cli.common_args import add_gpu
-from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION
-from ampbench.cli.values import fraction, whole_number
+from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION
+from ampbench.cli.values import fraction, seconds_or_none, whole_number
 from ampbench.settings import DEFAULT_TOLERANCE
-
-EXIT_INTERRUPTED = 130  # the shell's status of a command ended by Ctrl-C
-
 
 _repeats = whole_number(1, 20)
 
@@ -38,17 +34,6 @@ first bad commit with each cell's drop, its interval and the kernels that moved,
 _BISECT_EXITS = """Exit status: 0 a first bad commit or version named, 1 none named (the bad side holds its level,
 or only skipped steps are left), 2 bad usage, revisions or a git command that failed, 130 interrupted (the worktree
 removed, the repository as it was, the steps taken until then written to --record)."""
-
-
-def _seconds(value: str) -> float | None:
-    """--step-timeout: seconds above 0, or 0 for no limit (None)."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expects a number of seconds, got {value!r}") from None
-    if not (seconds >= 0 and math.isfinite(seconds)):
-        raise argparse.ArgumentTypeError(f"expects seconds above 0, or 0 for no limit, got {value}")
-    return seconds or None
 
 
 def _versions(value: str) -> list[str]:
@@ -99,7 +84,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-command", default=None, metavar="CMD",
                    help="measure with this shell command, run in the tree at each step, instead of the suite: "
                         "its last line of output is {\"speedup\": S, \"low\": L, \"high\": H}")
-    p.add_argument("--step-timeout", type=_seconds, default=DEFAULT_STEP_TIMEOUT, metavar="SECONDS",
+    p.add_argument("--step-timeout", type=seconds_or_none, default=DEFAULT_STEP_TIMEOUT, metavar="SECONDS",
                    help="end a measurement (one pytest run or step command, the good side's included) that runs "
                         "longer than this, with its whole process group; a step that timed out is a failed step, "
                         "named so, and git bisect skips its commit; a good side that timed out stops the bisect "

@@ -4,6 +4,7 @@ the option expects (argparse puts the option's name before it)."""
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Callable
 
 
@@ -39,3 +40,14 @@ def fraction(high: float, example: str) -> Callable[[str], float]:
 
 # a relative difference, as report's and compare's tolerances and fidelity's --target take it
 relative = fraction(1, "0.03 for 3%")
+
+
+def seconds_or_none(value: str) -> float | None:
+    """A timeout: seconds above 0, or 0 for no limit (None)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a number of seconds, got {value!r}") from None
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise argparse.ArgumentTypeError(f"expects seconds above 0, or 0 for no limit, got {value}")
+    return seconds or None

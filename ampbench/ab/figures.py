@@ -1,0 +1,82 @@
+"""The figures an A/B run gates, one frozen row each (`PairedKind`): a speed cell's device-time speedup
+over fp32, the mode's own device time per step (base against head on one card, it sees what a ratio cannot:
+a change that slows fp32 and the mode alike), and a memory cell's peak, which is exact. A row names the
+record kind it is read from, how one run's value and its own noise are read (`Side`), and the rule it is
+judged by (``ab.paired.PairRule``). A new figure is one row in `PAIRED_FIGURES`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from ampbench.ab.paired import PairRule, Side
+from ampbench.results import MODE_SIDE, SPEED_RATIOS, MemoryRecord, Record, SpeedRecord
+from ampbench.stats import normal_quantile
+
+# The median of n rounds has a standard error about sqrt(pi / 2) times a mean's (a normal's efficiency)
+MEDIAN_SE = math.sqrt(math.pi / 2)
+
+
+@dataclass(frozen=True)
+class PairedKind:
+    """One figure an A/B run compares: its key in a paired record's ``figures``, what messages call it, its
+    unit, the record kind it is read from and how, and its rule."""
+
+    name: str
+    label: str
+    unit: str
+    record: type[Record]
+    read: Callable[[Record], Side | None]
+    rule: PairRule
+
+
+def _speedup(record: Record) -> Side | None:
+    """The device-time speedup over fp32, with the sd its own interval implies."""
+    est = record.estimate(SPEED_RATIOS["device"]) if isinstance(record, SpeedRecord) else None
+    if est is None:
+        return None
+    half = (math.log(est.high) - math.log(est.low)) / 2
+    return Side(est.speedup, half / normal_quantile(est.confidence))
+
+
+def _step_time(record: Record) -> Side | None:
+    """The mode's device time per step (ms), the median of its rounds, with the median's sd from them."""
+    if not isinstance(record, SpeedRecord):
+        return None
+    side = record.ratio(SPEED_RATIOS["device"]).side(MODE_SIDE)
+    rounds = [r for r in side.round_ms or () if isinstance(r, (int, float)) and r > 0]
+    if side.step_ms is None or side.step_ms <= 0 or len(rounds) < 2:
+        return None
+    logs = [math.log(r) for r in rounds]
+    mean = sum(logs) / len(logs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    return Side(side.step_ms, MEDIAN_SE * sd / math.sqrt(len(logs)))
+
+
+def _peak_memory(record: Record) -> Side | None:
+    """The mode's peak bytes of a training step: exact, no noise of its own."""
+    if not isinstance(record, MemoryRecord):
+        return None
+    peak = record.side(MODE_SIDE).peak_mem_bytes
+    return Side(float(peak), 0.0) if peak else None
+
+
+# The rules' tolerances and between-process priors (``ab.paired``'s constants say why each is what it is)
+SPEEDUP = PairedKind("speedup", "device-time speedup over fp32", "x", SpeedRecord, _speedup,
+                     PairRule(tolerance=0.0025, lower_is_better=False, prior_sd=0.0005, prior_dof=4))
+STEP_TIME = PairedKind("step_time", "device time per step", "ms", SpeedRecord, _step_time,
+                       PairRule(tolerance=0.0025, lower_is_better=True, prior_sd=0.0005, prior_dof=4))
+PEAK_MEMORY = PairedKind("peak_memory", "peak memory", "bytes", MemoryRecord, _peak_memory,
+                         PairRule(tolerance=0.005, lower_is_better=True, prior_sd=0.0, prior_dof=4))
+
+PAIRED_FIGURES: dict[str, PairedKind] = {k.name: k for k in (SPEEDUP, STEP_TIME, PEAK_MEMORY)}
+
+
+def sides_of(record: Record) -> Mapping[str, Side]:
+    """Each figure `record` holds, by its row's name: none where the run measured none of it."""
+    found = {}
+    for kind in PAIRED_FIGURES.values():
+        if isinstance(record, kind.record) and (side := kind.read(record)) is not None:
+            found[kind.name] = side
+    return found
