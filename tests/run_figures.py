@@ -67,6 +67,9 @@ def flat_names(info: dict) -> dict[str, Any]:
             legacy = LEGACY_STEPS[MODE_SIDE if side == MODE_SIDE else OVER]
             flat.update({kinds[name].flat(legacy[f]): v for f, v in steps.items() if kinds[name].flat(legacy[f])})
     for key, group in cls.GROUPS.items():
+        if not group.flat:  # nested in every schema that held it (a paired cell's figures): as it is
+            flat.update({key: info[key]} if key in info else {})
+            continue
         held = info.get(key) or {}
         for side, figures in (held.items() if group.by_side else [(None, held)]):
             names = group.flat[side] if group.by_side else group.flat

@@ -58,6 +58,8 @@ REFUSED = {
     "no cell": (lambda d: d.update(benchmarks=[]), "holds no cell"),
     "an unknown kind": (lambda d: _cells(d)[0].update(kind="bandwidth"),
                         "cells of unknown kind bandwidth; the history files speed, memory, convergence"),
+    "an A/B run": (lambda d: d.update(benchmarks=json.loads((DATA / "paired_h100.json").read_text())["benchmarks"]),
+                   "is an A/B run (ampbench ab): its cells hold head over base, not one tree's figures"),
     "an unknown mode": (lambda d: _cells(d)[1].update(mode="fp64"),
                         "cells of unknown mode fp64; the modes are fp32, tf32, amp_fp16"),
     "a slug outside the folder": (lambda d: _machine(d).update(gpu_slug="../../etc/evil"),

@@ -1,7 +1,7 @@
 """One key, one meaning, in the records a run writes: no record key spells the fp32 side as "ref", a side
 is keyed one way in every record, a top-level key holds one kind of value in every kind of record, and the
 speed and memory records stay nested (their figures of a side, a device queue, a largest-batch search are
-groups), each under a cap of top-level keys."""
+groups), as the paired record does (its figures by name), each under a cap of top-level keys."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ SPEED_TOP_LEVEL_KEYS = 30
 # the largest a memory record may grow at its top level: its figures of a side and of its largest-batch
 # search are nested (schema 4)
 MEMORY_TOP_LEVEL_KEYS = 20
+# the largest a paired record (an A/B run's cell) may grow at its top level: its figures are nested by name
+PAIRED_TOP_LEVEL_KEYS = 20
 
 
 def _keys(value: object, path: str = "") -> list[str]:
@@ -75,6 +77,11 @@ def test_a_speed_record_written_now_has_at_most_30_keys_at_its_top_level():
 def test_a_memory_record_written_now_has_at_most_20_keys_at_its_top_level():
     info = _written_now()["memory"]
     assert len(info) <= MEMORY_TOP_LEVEL_KEYS, sorted(info)
+
+
+def test_a_paired_record_written_now_has_at_most_20_keys_at_its_top_level():
+    info = _written_now()["paired"]
+    assert len(info) <= PAIRED_TOP_LEVEL_KEYS, sorted(info)
 
 
 def test_no_record_key_spells_the_fp32_side_as_ref():

@@ -1,7 +1,9 @@
 """The gated figures of a run, one ``Figure`` per figure that holds a cell: each speedup that gates a speed
 or distributed cell with its interval, a compiled cell's ratio over its versus side, a memory cell's
 ratio to fp32 (and its largest batch's, where searched) and a convergence cell's accuracy against its
-parity mode's. What a dashboard should chart: the figure the suite judges, not one side's time.
+parity mode's; each figure of an A/B run's paired cell, head's value with its interval over base's (the
+value of a figure where smaller is better also as base over head, for a dashboard where bigger is).
+What a dashboard should chart: the figure the suite judges, not one side's time.
 
 A cell with no such figure (the input pipeline's rates, the underflow demonstration, a cell whose test
 failed before it measured) is named in ``Figures.left_out`` with the reason, never dropped silently.
@@ -16,6 +18,7 @@ from ampbench.results import (
     ConvergenceRecord,
     DistributedRecord,
     MemoryRecord,
+    PairedRecord,
     RatioKind,
     Run,
     SpeedRecord,
@@ -39,7 +42,7 @@ class Figure:
     high: float | None = None
     confidence: float | None = None
     bigger_is_better: bool = True
-    unit: str = "x"  # "x" for a ratio, "pts" for accuracy points
+    unit: str = "x"  # "x" for a ratio, "pts" for accuracy points; a paired figure's own ("ms", "bytes")
     tolerance: float | None = None  # how far the run let it fall: relative for a ratio, in points for a gap
     baseline: float | None = None
     verdict: str | None = None
@@ -58,7 +61,8 @@ class Figure:
           (``SpeedupCheck.classify``), so a point estimate below the line whose interval still reaches it
           stays at or under 1, as its verdict stays short of a regression.
         - a memory ratio (larger is worse): ``(value / baseline - 1) / tolerance``, ``RatioCheck``'s
-          worsening over its tolerance.
+          worsening over its tolerance; where the figure has an interval (a paired step time), of its lower
+          end, so that it lies above 1 exactly where the whole interval lies past the line.
         - an accuracy gap in points: ``-gap / tolerance``, the points lost against the parity mode over
           the points the cell may lose (its parity margin)."""
         tol = self.tolerance
@@ -69,7 +73,7 @@ class Figure:
         if self.baseline is None or self.baseline <= 0:
             return None
         if not self.bigger_is_better:
-            return (self.value / self.baseline - 1.0) / tol
+            return ((self.low if self.low is not None else self.value) / self.baseline - 1.0) / tol
         if tol >= 1.0 or self.high is None:
             return None
         return (1.0 - self.high / self.baseline) / tol
@@ -166,6 +170,26 @@ def _convergence(cell: ConvergenceRecord, group: str) -> tuple[list[Figure], lis
                    relative=relative)], []
 
 
+def _paired(cell: PairedRecord, group: str) -> tuple[list[Figure], list[str]]:
+    """Each figure of a paired cell: head's value, its interval (base's value times the interval of head over
+    base), base's value as its baseline, the tolerance and verdict the pairs gave it."""
+    figures, missing = [], []
+    for name, f in cell.named_figures():
+        label = f.label or name.replace("_", " ")
+        if f.head is None or f.base is None or f.head <= 0 or f.base <= 0:
+            missing.append(label)
+            continue
+        low, high = ((f.base * (1 + f.change_low), f.base * (1 + f.change_high))
+                     if f.change_low is not None and f.change_high is not None else (None, None))
+        lower = f.lower_is_better is True
+        figures.append(Figure(cell.test_id, group, f"paired-{name.replace('_', '-')}", f"{label}, head", f.head,
+                              low, high, f.confidence, bigger_is_better=not lower, unit=f.unit or "x",
+                              tolerance=f.tolerance, baseline=f.base,
+                              verdict=str(f.verdict) if f.verdict is not None else None,
+                              relative=(f"{label}, base over head", f.base / f.head) if lower else None))
+    return figures, missing
+
+
 def gated_figures(run: Run) -> Figures:
     """Every gated figure of `run`, in run order, and the cells without one."""
     out = Figures(run)
@@ -177,6 +201,8 @@ def gated_figures(run: Run) -> Figures:
             figures, missing = _memory(cell, group)
         elif isinstance(cell, ConvergenceRecord):
             figures, missing = _convergence(cell, group)
+        elif isinstance(cell, PairedRecord):
+            figures, missing = _paired(cell, group)
         else:
             out.left_out.append((cell.test_id, f"no figure gates {cell.kind.replace('_', ' ')} cells"))
             continue

@@ -8,7 +8,9 @@
 - ``github``: github-action-benchmark's ``customBiggerIsBetter`` list (name, value, unit, range, extra),
   ``range`` the interval's half-width as "± x", which the action reads. Every value is one where bigger
   is better: the memory figure is fp32's peak over the mode's, the accuracy one the mode's accuracy over
-  its parity mode's (a ratio, where the action divides one run's value by the other's).
+  its parity mode's (a ratio, where the action divides one run's value by the other's). An A/B run's
+  paired cell gives one entry per figure: head's speedup as it is, and of a figure where smaller is
+  better (a step time, peak memory) base's value over head's.
 - ``github-margin``: github-action-benchmark's ``customSmallerIsBetter`` list that makes the action hold
   each cell's gate margin to its line. The action knows no absolute limit: it divides each entry's value
   by the first entry of the same name in the previous run (src/write.ts, ``findAlerts``). So each cell
@@ -76,7 +78,7 @@ def _bigger_is_better(f: Figure) -> tuple[str, float, float | None] | None:
 
 
 def _extra(f: Figure) -> str:
-    shown = f"{f.value:+.2f} pts" if f.unit == "pts" else f"{f.value:.4f}x"
+    shown = {"pts": f"{f.value:+.2f} pts", "x": f"{f.value:.4f}x"}.get(f.unit, f"{f.value:.6g} {f.unit}")
     lines = [f"group: {f.group}", f"gated figure: {f.label} {shown}"]
     if f.low is not None and f.high is not None:
         lines.append(f"interval: {f.low:.4g}-{f.high:.4g}"

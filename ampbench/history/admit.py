@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ampbench.history.rows import RunRow, iso_utc
 from ampbench.modes import MODES
 from ampbench.printable import plural
-from ampbench.results import KINDS, OtherRecord, Run, model_slug, slug_problem
+from ampbench.results import KINDS, OtherRecord, PairedRecord, Run, model_slug, slug_problem
 from ampbench.results.run import UNNAMED
 
 if TYPE_CHECKING:
@@ -70,9 +70,14 @@ def _cell_problems(run: Run) -> list[str]:
     if not run.cells:
         return ["holds no cell: every test of its run was skipped, deselected or not ampbench's; nothing to file"]
     problems = []
+    filed = [k for k in KINDS if k != PairedRecord.KIND]
     kinds = sorted({c.kind or "(none)" for c in run.cells if isinstance(c, OtherRecord)})
     if kinds:
-        problems.append(f"cells of unknown kind {', '.join(kinds)}; the history files {', '.join(KINDS)}")
+        problems.append(f"cells of unknown kind {', '.join(kinds)}; the history files {', '.join(filed)}")
+    # an A/B run's figures are of two trees at once: no series of one tree's cell may learn from them
+    if run.of_kind(PairedRecord):
+        problems.append("is an A/B run (ampbench ab): its cells hold head over base, not one tree's figures; the "
+                        f"history files runs of the suite ({', '.join(filed)})")
     modes = sorted({str(c.mode) for c in run.cells if c.mode not in KNOWN_MODES})
     if modes:
         problems.append(f"cells of unknown mode {', '.join(modes)}; the modes are {', '.join(MODES)} (and each "

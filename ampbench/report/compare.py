@@ -1,7 +1,12 @@
 """Per-test verdicts between two runs, with the statistics the suite's own tests use: the old run's
 speedup plays the baseline, and the new run's interval is judged by the gate's judge
 (``gate.judge.verdict_of``) against the old run as its `Reference`, whose tolerance follows from the noise the
-old run was measured with."""
+old run was measured with.
+
+A cell of an A/B run (``PairedRecord``) is a comparison already: head over base, measured together in
+pairs on one card. Its figures are not judged again against an older run: each is one row that shows the
+old run's change of it beside the new run's, each with its interval, under the new run's own verdict of
+it (``_paired_changes``)."""
 
 from __future__ import annotations
 
@@ -10,12 +15,13 @@ from typing import Callable
 
 from ampbench.gate.judge import verdict_of
 from ampbench.progress import QUIET, Progress
-from ampbench.report.figure_text import fmt_number, fmt_pct, fmt_speedup, verdict_label
+from ampbench.report.figure_text import DASH, fmt_change, fmt_number, fmt_pct, fmt_speedup, verdict_label
 from ampbench.results import (
     VERDICT_ORDER,
     ConvergenceRecord,
     DistributedRecord,
     MemoryRecord,
+    PairedRecord,
     Record,
     Run,
     SpeedRecord,
@@ -204,9 +210,29 @@ def _ratio(value: float | None) -> str:
     return fmt_number(value, ".3f", "x")
 
 
+def _paired_changes(old: Record | None, new: PairedRecord) -> list[FigureChange]:
+    """Each figure of a paired cell: the old run's change of it (where the old run is an A/B run too) and the
+    new run's, under the new run's verdict of it. A change of head over base against another run's change over
+    other trees says nothing its own pairs did not: the pairs are the comparison (the module's docstring)."""
+    before = dict(old.named_figures()) if isinstance(old, PairedRecord) else {}
+    rows = []
+    for name, f in new.named_figures():
+        o = before.get(name)
+        verdict = f.verdict or new.verdict or Verdict.NO_BASELINE
+        rows.append(FigureChange(**_base(new, f"{f.label or name}, head over base"),
+                                 old=fmt_change(o.change, o.change_low, o.change_high) if o else DASH,
+                                 new=fmt_change(f.change, f.change_low, f.change_high), change=None,
+                                 verdict=verdict, message=f.message or new.message or f"{new.test_id}: {verdict}",
+                                 tolerance=f.tolerance))
+    return rows
+
+
 def _figure_changes(old: Record, new: Record, tolerance: float, memory_tolerance: float,
                     accuracy_tolerance: float) -> list[FigureChange | None]:
-    """The figures of one kind of cell, old against new (none for kinds without a figure to hold)."""
+    """The figures of one kind of cell, old against new (none for kinds without a figure to hold); a paired
+    cell's own verdicts, whatever the old run holds of it (``_paired_changes``)."""
+    if isinstance(new, PairedRecord):
+        return list(_paired_changes(old, new))
     if isinstance(new, SpeedRecord) and isinstance(old, SpeedRecord):
         return [_speed_change(old, new, tolerance), _versus_change(old, new, tolerance)]
     if isinstance(new, DistributedRecord) and isinstance(old, DistributedRecord):
@@ -262,6 +288,9 @@ def compare_runs(old: Run, new: Run, *, tolerance: float = DEFAULT_TOLERANCE,
     for done, cell in enumerate(new.cells):
         progress("comparing", done, len(new.cells))
         before = old_by_id.get(cell.test_id)
+        if isinstance(cell, PairedRecord):  # its own verdicts, whether or not the old run measured it
+            rows += _paired_changes(before, cell)
+            continue
         if before is None:
             rows.append(FigureChange(**_base(cell, "-"), old="-", new="present", change=None, verdict=NEW,
                                message="not in the old run"))

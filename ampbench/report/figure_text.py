@@ -63,3 +63,22 @@ def verdict_label(verdict: Verdict | str | None) -> str:
     if not verdict:
         return DASH
     return f"{VERDICT_ICONS.get(verdict, '')} {verdict}".strip()
+
+
+# how a figure of each unit a paired cell names is shown: a ratio, a time, memory; a time to 4 digits, as
+# base and head lie a fraction of a percent apart
+_BY_UNIT = {"x": lambda v: fmt_number(v, ".3f", "x"), "ms": lambda v: fmt_number(v, ".4g", " ms"), "bytes": fmt_bytes}
+
+
+def fmt_value(value: float | None, unit: str | None) -> str:
+    """A figure in its own unit (``PairedFigure.unit``); a unit this version does not know, after the number."""
+    shown = _BY_UNIT.get(unit or "")
+    return shown(value) if shown is not None else fmt_number(value, ".4g", f" {unit}" if unit else "")
+
+
+def fmt_change(change: float | None, low: float | None = None, high: float | None = None) -> str:
+    """A relative change with its interval where both ends are known: "-0.62% [-0.76%, -0.48%]"."""
+    if change is None:
+        return DASH
+    interval = f" [{low:+.2%}, {high:+.2%}]" if low is not None and high is not None else ""
+    return f"{change:+.2%}{interval}"

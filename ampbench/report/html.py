@@ -18,6 +18,7 @@ from ampbench.report.format import (
     verdict_counts,
 )
 from ampbench.report.needs_look import Flagged, needs_a_look
+from ampbench.report.paired_cells import PAIRED_HEADERS, PAIRED_TITLE, paired_rows, trees
 from ampbench.report.speed_cells import (
     METHOD_LABELS,
     MatrixEntry,
@@ -30,7 +31,7 @@ from ampbench.report.speed_cells import (
     used_methods,
     versus_matrices,
 )
-from ampbench.results import MODE_SIDE, ConvergenceRecord, MemoryRecord, RatioKind, Run, SpeedRecord
+from ampbench.results import MODE_SIDE, ConvergenceRecord, MemoryRecord, PairedRecord, RatioKind, Run, SpeedRecord
 from ampbench.results.ratios import DEVICE, WALL
 from ampbench.results.run import mode_of, model_of
 from ampbench.verdict import Verdict
@@ -127,7 +128,8 @@ def _run_tables(run: Run) -> dict:
             cells[verdict_col] = _verdict_cell(r.verdict)
             body.append(cells)
         models.append((model, _table(ROW_HEADERS, body, [r.fp32_only for r in rows])))
-    others = [c for c in run.cells if not isinstance(c, (SpeedRecord, MemoryRecord, ConvergenceRecord))]
+    # a paired cell has its own table (``_paired_context``)
+    others = [c for c in run.cells if not isinstance(c, (SpeedRecord, MemoryRecord, ConvergenceRecord, PairedRecord))]
     other_table = _table(
         ["test", "kind", "verdict", "message"],
         ([HtmlCell(c.test_id), HtmlCell(c.kind), _verdict_cell(c.verdict), HtmlCell(c.message or DASH)]
@@ -204,6 +206,15 @@ def _speed_context(run: Run) -> dict | None:
         "kernel_changes": [c for c in changes if c["notable"]],
         "kernel_drift": [c for c in changes if not c["notable"]],
     }
+
+
+def _paired_context(run: Run) -> dict | None:
+    """An A/B run's paired cells, as summary.md has them: one row per figure of each cell, its verdict marked."""
+    rows = paired_rows(run)
+    if not rows:
+        return None
+    body = [[*(HtmlCell(c) for c in r.cells()), _verdict_cell(r.verdict.value if r.verdict else None)] for r in rows]
+    return {"title": PAIRED_TITLE, "trees": trees(run), "table": _table(PAIRED_HEADERS, body)}
 
 
 def _comparison_context(comparison: "Comparison", charts: Sequence[Chart]) -> dict:
@@ -284,6 +295,7 @@ def render_html(run: Run, charts: Sequence[Chart], comparison: "Comparison | Non
         failures=list(failures),
         smoke_note=SMOKE_NOTE if run.smoke else None,
         flagged=[_flagged(f) for f in needs_a_look(run)],
+        paired=_paired_context(run),
         speed=_speed_context(run),
         comparison=_comparison_context(comparison, compare_charts) if comparison is not None else None,
         charts=[_figure(c) for c in charts],

@@ -17,6 +17,7 @@ from ampbench.report.format import (
 )
 from ampbench.report.md_text import md_code, md_text
 from ampbench.report.needs_look import needs_a_look
+from ampbench.report.paired_cells import PAIRED_HEADERS, PAIRED_TITLE, paired_rows, trees
 from ampbench.report.speed_cells import (
     MatrixEntry,
     host_bound_cells,
@@ -109,15 +110,26 @@ def kernel_change_lines(run: Run) -> list[str]:
             for c, text in kernel_change_cells(run) if notable(c)]
 
 
+def paired_lines(run: Run) -> list[str]:
+    """The table of an A/B run's paired cells (``paired_cells.paired_rows``), under the trees it held against
+    each other; none where the run holds no paired cell."""
+    rows = paired_rows(run)
+    if not rows:
+        return []
+    return [f"### {PAIRED_TITLE}", "", f"_{md_text(trees(run))}_", "",
+            _md_table(PAIRED_HEADERS, ([*r.cells(), verdict_label(r.verdict)] for r in rows)), ""]
+
+
 def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: Sequence[tuple[str, str]] = (),
                     trends: "Trends | None" = None, paired_table: Sequence[str] = ()) -> str:
     """summary.md: the verdicts and the speedup matrix, short enough for $GITHUB_STEP_SUMMARY; with
     `trends`, a sparkline of the last runs of each cell that moved or fails, ending in this run's own
     figure, and how far each cell's tolerance has been learned. `paired_table`: the Markdown lines of a
     paired comparison of a pull request's base and head, measured together; the summary leads with them,
-    under its title, as the pull request's comment should."""
+    under its title, as the pull request's comment should. Without them, an A/B run's own paired cells lead
+    it (``paired_lines``)."""
     out = [f"## ampbench: {md_text(run.gpu)}", ""]
-    out += [*paired_table, ""] if paired_table else []
+    out += [*paired_table, ""] if paired_table else paired_lines(run)
     if run.smoke:
         out += [f"> **{SMOKE_NOTE}**", ""]
     out.append(" · ".join(md_text(f"{k} {v}") for k, v in run.software() if k != "device"))

@@ -8,8 +8,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ampbench.report.figure_text import fmt_change, fmt_value
 from ampbench.report.format import attention
-from ampbench.results import ConvergenceRecord, DistributedRecord, MemoryRecord, Record, Run, SpeedRecord
+from ampbench.results import (
+    ConvergenceRecord,
+    DistributedRecord,
+    MemoryRecord,
+    PairedRecord,
+    Record,
+    Run,
+    SpeedRecord,
+)
 from ampbench.results.ratios import ratio_label
 from ampbench.verdict import Verdict
 
@@ -121,6 +130,18 @@ def _convergence(cell: ConvergenceRecord) -> tuple[str, str | None, str | None] 
     return f"accuracy {cell.accuracy * scale:.1f}%", change, line
 
 
+def _paired(cell: PairedRecord) -> tuple[str, str | None, str | None] | None:
+    """The figure that decided a paired cell (``PairedRecord.deciding``): head's value, its change over base
+    with the interval, and the tolerance it was held to."""
+    deciding = cell.deciding()
+    if deciding is None:
+        return None
+    name, f = deciding
+    change = f"{fmt_change(f.change, f.change_low, f.change_high)} vs base {fmt_value(f.base, f.unit)}"
+    line = f"tolerance {f.tolerance:.2%}" if f.tolerance is not None else None
+    return f"{f.label or name} head {fmt_value(f.head, f.unit)}", change if f.change is not None else None, line
+
+
 def flag_cell(cell: Record) -> Flagged:
     """The line of one cell that needs a look, and its details."""
     if isinstance(cell, (SpeedRecord, DistributedRecord)):
@@ -129,6 +150,8 @@ def flag_cell(cell: Record) -> Flagged:
         shown = _memory(cell)
     elif isinstance(cell, ConvergenceRecord):
         shown = _convergence(cell)
+    elif isinstance(cell, PairedRecord):
+        shown = _paired(cell)
     else:
         shown = None
     text = getattr(cell, "kernel_changes", None)

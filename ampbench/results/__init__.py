@@ -2,14 +2,16 @@
 how it is read back. The one owner of the schema version, the verdict vocabulary and the keys.
 
 A test builds a typed record of its kind (``SpeedRecord``, ``MemoryRecord``, ``ConvergenceRecord``,
-``PipelineRecord``, ``DistributedRecord``, ``UnderflowRecord``) and writes ``record.to_info()``; the
-report, compare, spread, the terminal summary and every tool read a run with ``load_run`` and get the
-same records back (``from_info``), never key strings. Every verdict is a ``Verdict``, whose members say
-whether they fail (``failing``) or deserve a look (``warns``). Nothing here imports torch or pytest.
+``PipelineRecord``, ``DistributedRecord``, ``UnderflowRecord``; an A/B run writes ``PairedRecord``) and writes
+``record.to_info()``; the report, compare, spread, the terminal summary and every tool read a run with
+``load_run`` and get the same records back (``from_info``), never key strings. Every verdict is a
+``Verdict``, whose members say whether they fail (``failing``) or deserve a look (``warns``).
+Nothing here imports torch or pytest.
 
 The modules, by job: `schema` (the version, the frame of a run JSON, the field specs), `base` (the
 record machinery), `ratios` (the table of the kinds of ratio a timed cell holds, and every name of
-each), `timed` and `cells` (the records per kind), `run` (the reader).
+each), `timed`, `cells` and `paired` (the records per kind), `run` (the reader), `paired_run` (the run
+JSON an A/B run writes).
 """
 
 from ampbench.modes import FP32_MODE, order_modes
@@ -24,6 +26,7 @@ from ampbench.results.clusters import (
     model_slug,
     slug_problem,
 )
+from ampbench.results.paired import PAIRED_FIGURES, PairedFigure, PairedRecord
 from ampbench.results.ratio_figures import RatioFigures, StepFigures
 from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
 from ampbench.results.run import KINDS, RECORD_TYPES, Run, RunError, load_run, parse_run, record_type
@@ -33,7 +36,7 @@ from ampbench.verdict import VERDICT_ORDER, Verdict
 
 __all__ = [
     "DISTRIBUTED_RATIOS", "FP32_SIDE", "KINDS", "MODE_SIDE", "SIDES_KEY", "VERSUS_SIDE", "DeviceQueue",
-    "DistributedSide", "MemorySearch",
+    "DistributedSide", "MemorySearch", "PAIRED_FIGURES", "PairedFigure", "PairedRecord",
     "SpeedSide", "StepFigures", "READABLE_SCHEMAS", "RECORD_TYPES", "FP32_MODE", "SCHEMA_VERSION", "SPEED_RATIOS",
     "VERDICT_ORDER", "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord",
     "RatioFigures", "RatioKind", "Record", "Run", "RunError", "SpeedRecord", "TimedRecord", "UnderflowRecord",

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from ampbench.files.read import DuplicateKey, OverlongInteger, UnreadableFile, parse_json, read_text
 from ampbench.results.base import OtherRecord, Record
 from ampbench.results.cells import ConvergenceRecord, MemoryRecord, PipelineRecord, UnderflowRecord
+from ampbench.results.paired import PairedRecord
 from ampbench.results.schema import (
     BENCHMARK,
     DOCUMENT,
@@ -27,7 +28,7 @@ from ampbench.stats import finite_number
 
 # every kind of cell, in the order reports list them
 RECORD_TYPES: tuple[type[Record], ...] = (SpeedRecord, MemoryRecord, ConvergenceRecord, PipelineRecord,
-                                          DistributedRecord, UnderflowRecord)
+                                          DistributedRecord, UnderflowRecord, PairedRecord)
 KINDS = tuple(t.KIND for t in RECORD_TYPES)
 _BY_KIND = {t.KIND: t for t in RECORD_TYPES}
 R = TypeVar("R", bound=Record)
