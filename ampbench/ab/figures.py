@@ -29,6 +29,7 @@ class PairedKind:
     record: type[Record]
     read: Callable[[Record], Side | None]
     rule: PairRule
+    shown: Callable[[float], str]  # one side's value in a table
 
 
 def _speedup(record: Record) -> Side | None:
@@ -64,12 +65,16 @@ def _peak_memory(record: Record) -> Side | None:
 
 # The rules' tolerances and between-process priors (``ab.paired``'s constants say why each is what it is)
 SPEEDUP = PairedKind("speedup", "device-time speedup over fp32", "x", SpeedRecord, _speedup,
-                     PairRule(tolerance=0.0025, lower_is_better=False, prior_sd=0.0005, prior_dof=4))
+                     PairRule(tolerance=0.0025, lower_is_better=False, prior_sd=0.0005, prior_dof=4),
+                     lambda v: f"{v:.3f}x")
 STEP_TIME = PairedKind("step_time", "device time per step", "ms", SpeedRecord, _step_time,
-                       PairRule(tolerance=0.0025, lower_is_better=True, prior_sd=0.0005, prior_dof=4))
+                       PairRule(tolerance=0.0025, lower_is_better=True, prior_sd=0.0005, prior_dof=4),
+                       lambda v: f"{v:.4g} ms")
 PEAK_MEMORY = PairedKind("peak_memory", "peak memory", "bytes", MemoryRecord, _peak_memory,
-                         PairRule(tolerance=0.005, lower_is_better=True, prior_sd=0.0, prior_dof=4))
+                         PairRule(tolerance=0.005, lower_is_better=True, prior_sd=0.0, prior_dof=4),
+                         lambda v: f"{v / 2 ** 20:.1f} MiB")
 
+# in the order every reader lists them (``results.paired.FIGURE_ORDER``)
 PAIRED_FIGURES: dict[str, PairedKind] = {k.name: k for k in (SPEEDUP, STEP_TIME, PEAK_MEMORY)}
 
 

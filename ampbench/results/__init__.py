@@ -26,7 +26,7 @@ from ampbench.results.clusters import (
     model_slug,
     slug_problem,
 )
-from ampbench.results.paired import PAIRED_FIGURES, PairedFigure, PairedRecord
+from ampbench.results.paired import FIGURE_ORDER, PairedFigure, PairedRecord
 from ampbench.results.ratio_figures import RatioFigures, StepFigures
 from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
 from ampbench.results.run import KINDS, RECORD_TYPES, Run, RunError, load_run, parse_run, record_type
@@ -36,7 +36,7 @@ from ampbench.verdict import VERDICT_ORDER, Verdict
 
 __all__ = [
     "DISTRIBUTED_RATIOS", "FP32_SIDE", "KINDS", "MODE_SIDE", "SIDES_KEY", "VERSUS_SIDE", "DeviceQueue",
-    "DistributedSide", "MemorySearch", "PAIRED_FIGURES", "PairedFigure", "PairedRecord",
+    "DistributedSide", "MemorySearch", "FIGURE_ORDER", "PairedFigure", "PairedRecord",
     "SpeedSide", "StepFigures", "READABLE_SCHEMAS", "RECORD_TYPES", "FP32_MODE", "SCHEMA_VERSION", "SPEED_RATIOS",
     "VERDICT_ORDER", "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord",
     "RatioFigures", "RatioKind", "Record", "Run", "RunError", "SpeedRecord", "TimedRecord", "UnderflowRecord",

@@ -20,9 +20,10 @@ from ampbench.results.schema import BOOLEAN, CONFIDENCE, NON_NEGATIVE, VERDICT, 
 from ampbench.verdict import COMBINED_ORDER, Verdict
 
 # the key of a paired record that holds its figures by name, and the names of those an A/B run measures, in
-# the order every reader lists them: a speed cell's two, then a memory cell's
+# the order every reader lists them: a speed cell's two, then a memory cell's (``ab.figures.PAIRED_FIGURES``
+# rows them in this order)
 FIGURES_KEY = "figures"
-PAIRED_FIGURES = ("speedup", "step_time", "peak_memory")
+FIGURE_ORDER = ("speedup", "step_time", "peak_memory")
 # head / base - 1 of a figure that is a positive value on both sides lies above -1
 CHANGE = Field("number", above=-1)
 
@@ -87,10 +88,10 @@ class PairedRecord(Record):
                 for p in check_order(figure, names, f"{where}.{FIGURES_KEY}.{name}")]
 
     def named_figures(self) -> list[tuple[str, PairedFigure]]:
-        """(name, figure) of each figure the cell holds: those of PAIRED_FIGURES in their order, then any other
+        """(name, figure) of each figure the cell holds: those of FIGURE_ORDER in their order, then any other
         (a newer writer's) in the record's."""
-        known = [(name, self.figures[name]) for name in PAIRED_FIGURES if name in self.figures]
-        return known + [(name, f) for name, f in self.figures.items() if name not in PAIRED_FIGURES]
+        known = [(name, self.figures[name]) for name in FIGURE_ORDER if name in self.figures]
+        return known + [(name, f) for name, f in self.figures.items() if name not in FIGURE_ORDER]
 
     def deciding(self) -> tuple[str, PairedFigure] | None:
         """The figure whose verdict decided the cell's (the worst, ``verdict.combined``'s order; of two alike,
