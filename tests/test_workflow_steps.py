@@ -7,6 +7,7 @@ step that fails, naming it with its output; a step's continue-on-error hides not
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES, DATA = ROOT / "examples", ROOT / "tests" / "data"
 GPU, FLEET, DASHBOARD = (EXAMPLES / f"github-actions-{name}.yml" for name in ("gpu", "gpu-fleet", "dashboard"))
 RECORDED = DATA / "h100_run.json"  # a clean run: its report passes --fail-on-regression
+PAIRED = DATA / "paired_h100.json"  # an A/B run: a regression, a pass, an inconclusive and an improved cell
 JUNIT = ('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" failures="0" '
          'skipped="0" tests="0"/></testsuites>')
 NVIDIA_SMI = ("#!/bin/sh\necho 'name, driver_version, clocks.sm [MHz], clocks.max.sm [MHz]'\n"
@@ -122,7 +124,8 @@ def test_the_gpu_workflow_on_a_push_to_main(machine: Machine, job_root: Path):
     run = JobRun(GPU, "perf", machine, job_root, "push", {"ref": "refs/heads/main"},
                  artifacts={"ampbench-run": {"out.json": recorded(job_root, RECORDED, "previous.json")}},
                  api=gpu_api(previous=True), replace=suite_stand_in(GPU, recorded(job_root, RECORDED, "out.json")))
-    passed(run, run.run(), skipped=frozenset({"Comment on the pull request"}))
+    passed(run, run.run(), skipped=frozenset({"Comment on the pull request",
+                                              "Compare with the pull request's base on this card"}))
     assert (run.home / ".ampbench" / "history.sqlite").stat().st_size > 0
     listed = next(call for call in run.api_calls if call["method"] == "actions.listWorkflowRuns")["params"]
     assert (listed["workflow_id"], listed["branch"], listed["status"]) == (77, "main", "success")
@@ -131,15 +134,30 @@ def test_the_gpu_workflow_on_a_push_to_main(machine: Machine, job_root: Path):
     assert "Compared with" in summary and "## ampbench:" in summary
 
 
+def passing_pairs(root: Path) -> Path:
+    """The recorded A/B run's cells that pass or improved: what `ampbench ab` writes for a clean pull request."""
+    document = json.loads(PAIRED.read_text())
+    document["benchmarks"] = [b for b in document["benchmarks"] if b["extra_info"]["verdict"] in ("pass", "improved")]
+    (root / "recorded").mkdir(exist_ok=True)
+    path = root / "recorded" / "ab.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
 @needs_node
 def test_the_gpu_workflow_on_a_pull_request(machine: Machine, job_root: Path):
-    """A pull request leaves the history alone, compares with nothing where main kept no run, and posts
-    its summary as the comment."""
-    run = JobRun(GPU, "perf", machine, job_root, "pull_request", {"number": 7, "pull_request": {"number": 7}},
-                 api=gpu_api(previous=False), replace=suite_stand_in(GPU, recorded(job_root, RECORDED, "out.json")))
-    passed(run, run.run(), skipped=frozenset({"Fetch the last successful run on main"}))
+    """A pull request runs the A/B run against its base (not the suite), leaves the history alone, compares
+    with no run of main, and posts its summary, the paired table, as the comment."""
+    ab = next(step["run"] for step in load(GPU)["jobs"]["perf"]["steps"] if step.get("id") == "ab")
+    assert 'ampbench ab --base "$BASE_SHA"' in ab and "-o out.json" in ab
+    run = JobRun(GPU, "perf", machine, job_root, "pull_request",
+                 {"number": 7, "pull_request": {"number": 7, "base": {"sha": "0" * 40}}},
+                 api=gpu_api(previous=False), replace={"ab": f"cp {passing_pairs(job_root)} out.json\n"})
+    passed(run, run.run(), skipped=frozenset({"Run the suite", "Find the last successful run on main",
+                                              "Fetch the last successful run on main"}))
     assert (run.home / ".ampbench").is_dir() and not (run.home / ".ampbench" / "history.sqlite").exists()
     assert run.comments and run.comments[0] == (run.workspace / "report" / "summary.md").read_text()
+    assert "Head over base" in run.comments[0]
 
 
 def test_in_the_suggested_container_the_history_lies_in_its_volume(tmp_path):
