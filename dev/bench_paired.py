@@ -160,9 +160,7 @@ def decide(c: Cells, bounds: Bounds, max_pairs: int, tol: float, rho: float = PA
         b = bounds(c, look.pairs, look.pass_error, look.regression_error)
         if b is not None:
             low, high = b
-            # one pair decides a pass alone: a change either way (improved too) waits for another pair
-            passes = (low >= line) & (look.can_change | (low <= math.log1p(tol)))
-            now = np.where((high < line) & look.can_change, REGRESSION, np.where(passes, PASS, INCONCLUSIVE))
+            now = np.where((high < line) & look.can_fail, REGRESSION, np.where(low >= line, PASS, INCONCLUSIVE))
             new = open_ & (now != INCONCLUSIVE)
             verdict[new], used[new] = now[new], look.pairs
             open_ &= ~new

@@ -14,8 +14,8 @@ the runs' own errors carry it), and a cell whose pairs disagree widens its own i
 The looks (1, 2, ... pairs up to `max_pairs`) spend each side's error by an alpha-spending function (Lan
 and DeMets; the power family alpha t^rho, t the pairs over `max_pairs`), as ``gate.looks`` does for
 rounds, and the union bound keeps the errors of all looks within each side's alpha however many looks a
-cell takes (`pair_errors`). A change beyond the tolerance needs MIN_CHANGE_PAIRS pairs: one stray run
-never fails a cell. docs/design.md, "Paired A/B: the operating characteristic", gives the simulated behaviour
+cell takes (`pair_errors`). A regression needs MIN_REGRESSION_PAIRS pairs: one stray run never fails a
+cell. docs/design.md, "Paired A/B: the operating characteristic", gives the simulated behaviour
 (``dev/bench_paired.py``) that chose these constants.
 """
 
@@ -39,10 +39,11 @@ PAIRED_PASS_ALPHA, PAIRED_PASS_RHO = 0.05, 0.15
 # later one (0.031% at the sixth): a clear drop fails at 2 pairs all the same, and a drop of twice the
 # tolerance, which needs 4-6 pairs, fails a quiet cell 3 times in 4 where rho 0.5 fails it 3 in 5.
 PAIRED_REGRESSION_ALPHA, PAIRED_REGRESSION_RHO = 0.001, 2.0
-# The fewest pairs a change beyond the tolerance needs, either way: a single stray run (1 in 50 are 1-3% off
-# on a busy card) must not fail a cell, as the suite's own regression needs a confirming set of rounds; nor
-# pass one, a stray base run making a slower head look better (a pass within the tolerance needs one pair).
-MIN_CHANGE_PAIRS = 2
+# The fewest pairs a regression needs: a single stray run (1 in 50 are 1-3% off on a busy card) must not
+# fail a cell, as the suite's own regression needs a confirming set of rounds. A pass or an improvement
+# needs one: holding back a first pair that looks too good (a stray base run) would make the verdict
+# better for a worse head (from inconclusive to pass), and a false pass is the pass side's 5% to spend.
+MIN_REGRESSION_PAIRS = 2
 # The dof of a run's stated sd of ln(value): it comes from the run's own rounds or interval (5-48 rounds),
 # taken as 10, so that a cell whose runs state too small an error is not judged on the normal quantile.
 RUN_SD_DOF = 10.0
@@ -112,7 +113,7 @@ class PairLook:
     pairs: int
     pass_error: float
     regression_error: float
-    can_change: bool
+    can_fail: bool
 
     @property
     def confidence(self) -> float:
@@ -131,17 +132,17 @@ def pair_schedule(max_pairs: int = MAX_PAIRS, regression_rho: float = PAIRED_REG
         t = n / max_pairs
         pass_error = PAIRED_PASS_ALPHA * t ** PAIRED_PASS_RHO - spent_pass
         regression_error = PAIRED_REGRESSION_ALPHA * t ** regression_rho - spent_regression
-        can_change = n >= MIN_CHANGE_PAIRS
+        can_fail = n >= MIN_REGRESSION_PAIRS
         spent_pass += pass_error
-        spent_regression += regression_error if can_change else 0.0
-        looks.append(PairLook(n, pass_error, regression_error, can_change))
+        spent_regression += regression_error if can_fail else 0.0
+        looks.append(PairLook(n, pass_error, regression_error, can_fail))
     return tuple(looks)
 
 
 def pair_errors(looks: Sequence[PairLook]) -> tuple[float, float]:
     """What a schedule spends in all: (false pass, false regression), each by the union bound."""
     return (sum(look.pass_error for look in looks),
-            sum(look.regression_error for look in looks if look.can_change))
+            sum(look.regression_error for look in looks if look.can_fail))
 
 
 @dataclass(frozen=True)
@@ -265,9 +266,9 @@ def _message(verdict: Verdict, est: PairedEstimate, oriented: SpeedupEstimate, r
                f"tolerance of {tol}"
     ruled = _ruled_out(rule, oriented.low)
     could = "no " + worse + " is ruled out" if math.isinf(ruled) else f"a {worse} beyond {_percent(ruled)} is ruled out"
-    if not look.can_change and (oriented.high < 1.0 - rule.tolerance or oriented.low > 1.0 + rule.tolerance):
-        return (f"inconclusive: {head}; beyond the tolerance of {tol}, but one pair decides no change either "
-                f"way (a stray run may be all it shows): another pair decides")
+    if not look.can_fail and oriented.high < 1.0 - rule.tolerance:
+        return (f"inconclusive: {head}; beyond the tolerance of {tol}, but one pair fails no cell (a stray run "
+                f"may be all it shows): another pair decides")
     return f"inconclusive: {head}; {could}, one of {tol} (the tolerance) is not"
 
 
@@ -275,16 +276,16 @@ def judge_pairs(pairs: Sequence[Pair], rule: PairRule, max_pairs: int, *, model:
                 source: str) -> PairedVerdict:
     """The verdict of one figure from its pairs so far, at the look of len(pairs) pairs of a schedule of
     `max_pairs`: the judge's (``gate.judge.verdict_of``) of the oriented estimate against a Reference at
-    level 1.0, the base; a regression or an improvement before MIN_CHANGE_PAIRS pairs is inconclusive
-    (another pair decides)."""
+    level 1.0, the base; a regression before MIN_REGRESSION_PAIRS pairs is inconclusive (another pair
+    decides)."""
     _check_pairs(pairs, rule, max_pairs)
     look = pair_schedule(max_pairs)[len(pairs) - 1]
     mean, low, high = oriented_bounds(pairs, rule, look)
     oriented = SpeedupEstimate(math.exp(mean), math.exp(low), math.exp(high), len(pairs), look.confidence)
     baseline = Reference(level=1.0, tolerance=rule.tolerance, rule=BY_PAIRED, source=source)
     verdict = verdict_of(baseline.check(model, mode, figure=figure), oriented)
-    if verdict in (Verdict.REGRESSION, Verdict.IMPROVED) and not look.can_change:
-        verdict = Verdict.INCONCLUSIVE  # one pair, one stray run of either side: another pair decides
+    if verdict is Verdict.REGRESSION and not look.can_fail:
+        verdict = Verdict.INCONCLUSIVE  # one pair may be one stray run: another pair decides
     if rule.lower_is_better:  # the figure's own direction: head / base
         own = PairedEstimate(math.exp(-mean), math.exp(-high), math.exp(-low), len(pairs), look.confidence)
     else:
