@@ -213,6 +213,9 @@ class GroupRule(Protocol):
 # A level set by a few measurements of one side, a bisect's good side: too few for a spread's Student bound
 BY_RANGE = "the good side's range"
 RANGE_CEILING = 0.9  # a tolerance above it leaves no line worth judging against
+# A level of 1.0 that is the base side itself, ``ampbench ab``'s pairs of base and head runs: the tolerance
+# is the figure's rule's (``ab.paired.PairRule``), the pairs' own spread sets the interval instead
+BY_PAIRED = "paired with the base"
 
 
 def range_rule(floor: float, values: Sequence[float], level: float) -> tuple[float, str]:

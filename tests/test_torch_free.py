@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TORCH_FREE = ("history", "baselines", "gate")
+TORCH_FREE = ("history", "baselines", "gate", "ab")
 
 
 def _modules() -> list[str]:
