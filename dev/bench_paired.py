@@ -33,7 +33,7 @@ from ampbench.ab.paired import (  # noqa: E402
     SPEEDUP_RULE,
     Pair,
     PairRule,
-    Side,
+    RunValue,
     judge_pairs,
     pair_schedule,
 )
@@ -176,7 +176,7 @@ def check_against_module(rng: np.random.Generator, cells: int = 300) -> None:
         verdict = INCONCLUSIVE
         for n in range(1, MAX_PAIRS + 1):
             sds = [math.sqrt(c.within_var[i, k] / 2) for k in range(n)]  # only the pair's sum counts
-            pairs = [Pair(Side(1.0, sds[k]), Side(math.exp(c.d[i, k]), sds[k])) for k in range(n)]
+            pairs = [Pair(RunValue(1.0, sds[k]), RunValue(math.exp(c.d[i, k]), sds[k])) for k in range(n)]
             v = judge_pairs(pairs, SPEEDUP_RULE, MAX_PAIRS, model="m", mode="amp", figure="f", source="base").verdict
             verdict = {"regression": REGRESSION, "pass": PASS, "improved": PASS}.get(v.value, INCONCLUSIVE)
             if verdict != INCONCLUSIVE:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from ampbench.ab.paired import MAX_PAIRS, Pair, Side
+from ampbench.ab.paired import MAX_PAIRS, Pair, RunValue
 
 LEVEL = 2.0  # the figure's value on the base side
 
@@ -24,7 +24,7 @@ class PairHistory:
 
     def pairs(self, shift: float = 0.0) -> list[Pair]:
         """The pairs, every head value moved by a further ln `shift`."""
-        return [Pair(Side(LEVEL * math.exp(b), sd), Side(LEVEL * math.exp(h + self.drop + shift), sd))
+        return [Pair(RunValue(LEVEL * math.exp(b), sd), RunValue(LEVEL * math.exp(h + self.drop + shift), sd))
                 for b, h, sd in zip(self.base, self.head, self.sds)]
 
 

@@ -21,7 +21,7 @@ from ampbench.ab.paired import (
     STEP_TIME_RULE,
     Pair,
     PairRule,
-    Side,
+    RunValue,
     judge_pairs,
     pair_errors,
     pair_schedule,
@@ -42,7 +42,7 @@ def judged(pairs: list[Pair], rule: PairRule = SPEEDUP_RULE, figure: str = SPEED
 
 def quiet(head_factor: float, n: int, sd: float = 0.0002, jitter: float = 0.0002) -> list[Pair]:
     """n pairs of a quiet cell, the head `head_factor` of the base, each pair a little apart."""
-    return [Pair(Side(2.0, sd), Side(2.0 * head_factor * math.exp(jitter * (-1) ** i), sd)) for i in range(n)]
+    return [Pair(RunValue(2.0, sd), RunValue(2.0 * head_factor * math.exp(jitter * (-1) ** i), sd)) for i in range(n)]
 
 
 # -- what a few pairs decide -----------------------------------------------------------------------
@@ -68,17 +68,17 @@ def test_one_pair_fails_nothing_but_improves():
 
 
 def test_an_exact_figure_decides_at_once():
-    same = [Pair(Side(1e9), Side(1e9))]
+    same = [Pair(RunValue(1e9), RunValue(1e9))]
     result = judged(same, PEAK_MEMORY_RULE, "peak memory")
     assert result.verdict is Verdict.PASS
     assert result.estimate.low == result.estimate.ratio == result.estimate.high == 1.0
-    grown = [Pair(Side(1e9), Side(1.05e9))] * MIN_REGRESSION_PAIRS
+    grown = [Pair(RunValue(1e9), RunValue(1.05e9))] * MIN_REGRESSION_PAIRS
     assert judged(grown, PEAK_MEMORY_RULE, "peak memory").verdict is Verdict.REGRESSION
     assert "a growth of at least 5.0%" in judged(grown, PEAK_MEMORY_RULE, "peak memory").message
 
 
 def test_a_lower_is_better_figure_is_oriented_its_own_way():
-    slower = [Pair(Side(0.010, 0.0002), Side(0.0102 * math.exp(0.0002 * (-1) ** i), 0.0002)) for i in range(2)]
+    slower = [Pair(RunValue(0.010, 0.0002), RunValue(0.0102 * math.exp(0.0002 * (-1) ** i), 0.0002)) for i in range(2)]
     result = judged(slower, STEP_TIME_RULE, STEP)
     assert result.verdict is Verdict.REGRESSION
     assert result.estimate.ratio == pytest.approx(1.02, rel=1e-6)  # head / base of a step time
@@ -105,7 +105,7 @@ def test_pairs_are_checked():
     with pytest.raises(ValueError, match="more than the 2"):
         judged(quiet(1.0, 3), max_pairs=2)
     with pytest.raises(ValueError, match="finite value > 0"):
-        judged([Pair(Side(0.0), Side(1.0))])
+        judged([Pair(RunValue(0.0), RunValue(1.0))])
 
 
 # -- the schedule ----------------------------------------------------------------------------------

@@ -49,8 +49,6 @@ SAME_MEANING = {
                     "what was measured, before it is judged: a bisect step's figures, a speed ratio's rounds"),
     "judge": (("ampbench.memory.judging", "ampbench.gate.judge"),
               "the verdict of measured figures against what they are judged against, with its words"),
-    "Side": (("ampbench.speed.sides", "ampbench.ab.paired"),
-             "one side of a paired comparison: a speed ratio's warmed-up trainer, an A/B pair's run of a tree"),
 }
 
 

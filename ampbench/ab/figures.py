@@ -1,7 +1,7 @@
 """The figures an A/B run gates, one frozen row each (`PairedKind`): a speed cell's device-time speedup
 over fp32, the mode's own device time per step (base against head on one card, it sees what a ratio cannot:
 a change that slows fp32 and the mode alike), and a memory cell's peak, which is exact. A row names the
-record kind it is read from, how one run's value and its own noise are read (`Side`), and the rule it is
+record kind it is read from, how one run's value and its own noise are read (`RunValue`), and the rule it is
 judged by (``ab.paired.PairRule``). A new figure is one row in `PAIRED_FIGURES`."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from ampbench.ab.paired import PairRule, Side
+from ampbench.ab.paired import PEAK_MEMORY_RULE, SPEEDUP_RULE, STEP_TIME_RULE, PairRule, RunValue
 from ampbench.results import MODE_SIDE, SPEED_RATIOS, MemoryRecord, Record, SpeedRecord
 from ampbench.stats import normal_quantile
 
@@ -27,21 +27,21 @@ class PairedKind:
     label: str
     unit: str
     record: type[Record]
-    read: Callable[[Record], Side | None]
+    read: Callable[[Record], RunValue | None]
     rule: PairRule
     shown: Callable[[float], str]  # one side's value in a table
 
 
-def _speedup(record: Record) -> Side | None:
+def _speedup(record: Record) -> RunValue | None:
     """The device-time speedup over fp32, with the sd its own interval implies."""
     est = record.estimate(SPEED_RATIOS["device"]) if isinstance(record, SpeedRecord) else None
     if est is None:
         return None
     half = (math.log(est.high) - math.log(est.low)) / 2
-    return Side(est.speedup, half / normal_quantile(est.confidence))
+    return RunValue(est.speedup, half / normal_quantile(est.confidence))
 
 
-def _step_time(record: Record) -> Side | None:
+def _step_time(record: Record) -> RunValue | None:
     """The mode's device time per step (ms), the median of its rounds, with the median's sd from them."""
     if not isinstance(record, SpeedRecord):
         return None
@@ -52,33 +52,33 @@ def _step_time(record: Record) -> Side | None:
     logs = [math.log(r) for r in rounds]
     mean = sum(logs) / len(logs)
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
-    return Side(side.step_ms, MEDIAN_SE * sd / math.sqrt(len(logs)))
+    return RunValue(side.step_ms, MEDIAN_SE * sd / math.sqrt(len(logs)))
 
 
-def _peak_memory(record: Record) -> Side | None:
+def _peak_memory(record: Record) -> RunValue | None:
     """The mode's peak bytes of a training step: exact, no noise of its own."""
     if not isinstance(record, MemoryRecord):
         return None
     peak = record.side(MODE_SIDE).peak_mem_bytes
-    return Side(float(peak), 0.0) if peak else None
+    return RunValue(float(peak), 0.0) if peak else None
 
 
-# The rules' tolerances and between-process priors (``ab.paired``'s constants say why each is what it is)
-SPEEDUP = PairedKind("speedup", "device-time speedup over fp32", "x", SpeedRecord, _speedup,
-                     PairRule(tolerance=0.0025, lower_is_better=False, prior_sd=0.0005, prior_dof=4),
+# each rule's tolerance and between-process prior: ``ab.paired``'s constants say why each is what it is
+PAIRED_SPEEDUP = PairedKind("speedup", "device-time speedup over fp32", "x", SpeedRecord, _speedup,
+                     SPEEDUP_RULE,
                      lambda v: f"{v:.3f}x")
-STEP_TIME = PairedKind("step_time", "device time per step", "ms", SpeedRecord, _step_time,
-                       PairRule(tolerance=0.0025, lower_is_better=True, prior_sd=0.0005, prior_dof=4),
+PAIRED_STEP_TIME = PairedKind("step_time", "device time per step", "ms", SpeedRecord, _step_time,
+                       STEP_TIME_RULE,
                        lambda v: f"{v:.4g} ms")
-PEAK_MEMORY = PairedKind("peak_memory", "peak memory", "bytes", MemoryRecord, _peak_memory,
-                         PairRule(tolerance=0.005, lower_is_better=True, prior_sd=0.0, prior_dof=4),
+PAIRED_PEAK_MEMORY = PairedKind("peak_memory", "peak memory", "bytes", MemoryRecord, _peak_memory,
+                         PEAK_MEMORY_RULE,
                          lambda v: f"{v / 2 ** 20:.1f} MiB")
 
 # in the order every reader lists them (``results.paired.FIGURE_ORDER``)
-PAIRED_FIGURES: dict[str, PairedKind] = {k.name: k for k in (SPEEDUP, STEP_TIME, PEAK_MEMORY)}
+PAIRED_FIGURES: dict[str, PairedKind] = {k.name: k for k in (PAIRED_SPEEDUP, PAIRED_STEP_TIME, PAIRED_PEAK_MEMORY)}
 
 
-def sides_of(record: Record) -> Mapping[str, Side]:
+def sides_of(record: Record) -> Mapping[str, RunValue]:
     """Each figure `record` holds, by its row's name: none where the run measured none of it."""
     found = {}
     for kind in PAIRED_FIGURES.values():

@@ -53,7 +53,7 @@ MAX_PAIRS = 6
 
 
 @dataclass(frozen=True)
-class Side:
+class RunValue:
     """One run's figure of a cell: its value (> 0) and the sd of ln(value) within that run, from its own
     interval or rounds (0.0 for an exact figure, a peak of memory)."""
 
@@ -65,8 +65,8 @@ class Side:
 class Pair:
     """A base run and a head run of one cell, taken back to back on one card."""
 
-    base: Side
-    head: Side
+    base: RunValue
+    head: RunValue
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def write(path: Path, outcome: AbOutcome, trees: Mapping[str, Tree], commit_info
     return write_paired_run(path, records, outcome.machine_info, commit_info)
 
 
-def table(outcome: AbOutcome) -> list[str]:
+def result_lines(outcome: AbOutcome) -> list[str]:
     """One line per figure of each cell: base, head, change with its interval, pairs, verdict."""
     rows = [("cell", "figure", "base", "head", "change [interval]", "pairs", "verdict")]
     for cell in outcome.cells.values():

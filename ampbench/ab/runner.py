@@ -19,16 +19,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ampbench.ab.figures import PAIRED_FIGURES, sides_of
-from ampbench.ab.paired import Pair, PairedVerdict, Side, judge_pairs
+from ampbench.ab.paired import MAX_PAIRS, Pair, PairedVerdict, RunValue, judge_pairs
 from ampbench.ab.trees import Tree
-from ampbench.bisect.measure import Child, TimedOut, tree_env
+from ampbench.bisect.measure import TAIL_LINES, Child, TimedOut, tree_env
 from ampbench.results import Record
 from ampbench.results.run import RunError, mode_of, model_of
 from ampbench.verdict import Verdict, combined
 
 BASE, HEAD = "base", "head"
-DEFAULT_MAX_PAIRS = 6
-TAIL_LINES = 15  # of a failed run's output, quoted in the cell's problem
 
 
 class AbError(RuntimeError):
@@ -75,7 +73,7 @@ class AbPlan:
     selection: list[str]
     pytest_args: list[str]
     work: Path  # the runs' JSON files, logs and the empty baseline folder
-    max_pairs: int = DEFAULT_MAX_PAIRS
+    max_pairs: int = MAX_PAIRS
     seed: int | None = None
     timeout: float | None = None  # seconds one process may take; None: no limit
 
@@ -189,7 +187,7 @@ def run_pairs(trees: Mapping[str, Tree], plan: AbPlan, say: Callable[[str], None
 
 def _add_pair(cell: CellPairs, found: Mapping[str, Mapping[str, tuple[Record, str]]], problems: Mapping[str, str],
               index: int) -> None:
-    sides: dict[str, Mapping[str, Side]] = {}
+    sides: dict[str, Mapping[str, RunValue]] = {}
     for side in (BASE, HEAD):
         entry = found.get(side, {}).get(cell.name)
         if entry is None:

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from ampbench.ab.cells import TEST_FILES
+from ampbench.ab.paired import MAX_PAIRS
 from ampbench.cli.common_args import add_output
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION
 from ampbench.cli.values import seconds_or_none, whole_number
@@ -45,8 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the head side (default: the working tree, uncommitted changes included)")
     p.add_argument("--repo", type=Path, default=Path("."), metavar="DIR",
                    help="the git repository (default: the current folder's)")
-    p.add_argument("--max-pairs", type=whole_number(1, MAX_PAIRS_LIMIT), default=6, metavar="N",
-                   help="the most pairs a cell takes before it is called inconclusive (default: 6)")
+    p.add_argument("--max-pairs", type=whole_number(1, MAX_PAIRS_LIMIT), default=MAX_PAIRS, metavar="N",
+                   help="the most pairs a cell takes before it is called inconclusive; the looks spend their errors "
+                        f"over this many (default: {MAX_PAIRS})")
     p.add_argument("--tests", default=" ".join(TEST_FILES), metavar="PATHS",
                    help="the test files, in the repository, that collect the cells (default: '%(default)s'; a "
                         "project of its own: its module with `from ampbench.suite import *`)")
@@ -72,7 +74,7 @@ def _say(text: str) -> None:
 
 def command(args: argparse.Namespace) -> int:
     from ampbench.ab.cells import selection
-    from ampbench.ab.result import table, write
+    from ampbench.ab.result import result_lines, write
     from ampbench.ab.runner import AbError, AbPlan, run_pairs
     from ampbench.ab.trees import Trees
     from ampbench.bisect.versions import InstallError
@@ -101,7 +103,7 @@ def command(args: argparse.Namespace) -> int:
         except (GitError, InstallError, AbError) as exc:
             print(f"ampbench ab: error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    for line in table(outcome):
+    for line in result_lines(outcome):
         print(line)
     _say(f"{len(outcome.cells)} cells, {outcome.runs} runs in {outcome.seconds:.0f} s; written to {args.output}")
     verdicts = [c.verdict for c in outcome.cells.values()]
