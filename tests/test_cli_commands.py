@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ampbench.cli import args as cli_args
-from ampbench.cli import baselines, bisect, catalog, history, measuring, record, runs
+from ampbench.cli import ab, baselines, bisect, catalog, history, measuring, record, runs
 from ampbench.cli.args import COMMAND_MODULES, build_parser
 from ampbench.cli.command import main
 from ampbench.export import cli as export_cli
@@ -48,7 +48,7 @@ def test_the_table_of_command_modules_declares_every_subcommand_in_order():
     declared = [name for module in COMMAND_MODULES for name in _declared(module)]
     assert declared == list(_choices(build_parser()))
     assert declared == ["list", "report", "compare", "spread", "baselines", "fidelity", "fp8-width", "history",
-                        "export", "bisect"]
+                        "export", "bisect", "ab"]
     # the table only lists: every option is declared by the module that runs it
     assert ".add_argument(" not in inspect.getsource(cli_args)
 
@@ -56,7 +56,7 @@ def test_the_table_of_command_modules_declares_every_subcommand_in_order():
 def test_every_subcommand_runs_a_handler_of_the_module_that_declares_it():
     leaves = list(_leaves(build_parser()))
     handlers = {p.prog: p.get_default("handler") for p in leaves}
-    assert len(leaves) == 17 and all(callable(h) for h in handlers.values()), handlers
+    assert len(leaves) == 18 and all(callable(h) for h in handlers.values()), handlers
     assert len(set(handlers.values())) == len(handlers), "two subcommands share a handler: a dispatch by name"
     for prog, handler in handlers.items():
         module = sys.modules[handler.__module__]
@@ -75,6 +75,7 @@ def test_every_subcommand_runs_a_handler_of_the_module_that_declares_it():
     (history, "_changes", ["history", "changes"]),
     (export_cli, "command", ["export", "r.json", "--format", "bmf"]),
     (bisect, "command", ["bisect"]),
+    (ab, "command", ["ab", "--base", "main"]),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_main_runs_the_handler_the_parser_set(monkeypatch, module, name, argv):
     seen = []
