@@ -22,9 +22,9 @@ from ampbench.bisect.judge import SKIP
 from ampbench.bisect.levels import LevelError, measured_levels
 from ampbench.bisect.measure import CommandMeasurer, Measurement
 from ampbench.bisect.step import run_step
-from ampbench.bisect.worktree import PREFIX, RUNNING_LOCK, TREE, Worktree
 from ampbench.cli import main
 from ampbench.cli.args import build_parser
+from ampbench.worktree import PREFIX, RUNNING_LOCK, TREE, Worktree
 from tests.test_bisect import ROOT, _git, make_repo
 
 # a step that prints a steady figure, or, where the commit holds "hang", writes its pid to argv[1] and hangs

@@ -17,10 +17,11 @@ from typing import Any
 import ampbench
 from ampbench.bisect import levels as good_side
 from ampbench.bisect.judge import BAD, Level
-from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec, stop
+from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec
 from ampbench.bisect.outcome import bad_side_why, kept_on_interrupt, step_rows
 from ampbench.bisect.step import SCRIPT, progress, run_step, say_removed, steps_taken
-from ampbench.bisect.worktree import GitError, Worktree, commit_sha, git, repository, subject
+from ampbench.children import STOP_GRACE, end_group
+from ampbench.worktree import GitError, Worktree, commit_sha, git, repository, subject
 
 _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.MULTILINE)
 _CANDIDATES = re.compile(r"first bad commit could be any of:\n((?:[0-9a-f]{40}\n?)+)")
@@ -74,7 +75,7 @@ def _run_git_bisect(wt: Worktree, config_path: Path) -> str:
                 print(line.rstrip("\n"), flush=True)
         proc.wait()
     except BaseException:
-        stop(proc)
+        end_group(proc, STOP_GRACE)
         raise
     return "".join(lines)
 

@@ -15,23 +15,24 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from ampbench.bisect.cells import BisectCell, named_cell, pytest_args
-from ampbench.children import end_group
+from ampbench.children import STOP_GRACE, TAIL_LINES, Child, TimedOut, tree_env
 from ampbench.results.ratios import SPEED_RATIOS
 from ampbench.stats import SpeedupEstimate
 
-STOP_GRACE = 10.0  # seconds a stopped step has to end on SIGTERM before SIGKILL
 # the grace of a measurement that ``git bisect run``'s step started: shorter than STOP_GRACE, so that when the
 # driver ends the step, the step has ended its own measurement's group before the driver's SIGKILL comes
 STEP_GRACE = 4.0
 COMMAND_CELL = "command"  # the figure a step command prints, where it names no cell
-TAIL_LINES = 15  # of a failed run's output, quoted where it left no figure
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
 
 
 @dataclass(frozen=True)
@@ -61,61 +62,6 @@ class Measurement:
     problem: str | None = None  # why a cell has no figure: a crash, a usage error, a record missing
     device: str | None = None  # the suite's device ("cpu", "NVIDIA H200"), where the run names it
     timed_out: bool = False  # ended at the step timeout: measuring it again would only hang as long again
-
-
-class TimedOut(Exception):
-    """A measurement's process outlived its timeout, and its process group was ended."""
-
-    def __init__(self, timeout: float, output: str):
-        super().__init__(f"timed out after {timeout:g} s (--step-timeout)")
-        self.timeout = timeout
-        self.output = output
-
-
-@dataclass(frozen=True)
-class Child:
-    """A process a measurement starts, in a session of its own, so that ending it ends all of its children
-    too (a shell's commands, pytest's compile workers): at `timeout` seconds, where set, or when the process
-    that started it is interrupted, each with `grace` seconds between SIGTERM and SIGKILL."""
-
-    timeout: float | None = None
-    grace: float = STOP_GRACE
-
-    def run(self, argv: Sequence[str] | str, cwd: Path, env: Mapping[str, str], log: Path,
-            shell: bool = False) -> tuple[int, str]:
-        """(exit status, its output) of `argv` run in `cwd`; the output is written to `log` as well.
-        TimedOut, with the output, where it runs past the timeout."""
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "w", encoding="utf-8") as out:
-            proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT,
-                                    shell=shell, start_new_session=True)
-            try:
-                status = proc.wait(timeout=self.timeout)
-            except subprocess.TimeoutExpired:
-                stop(proc, self.grace)
-                raise TimedOut(self.timeout or 0.0, log.read_text(encoding="utf-8", errors="replace")) from None
-            except BaseException:
-                stop(proc, self.grace)
-                raise
-        return status, log.read_text(encoding="utf-8", errors="replace")
-
-
-def stop(proc: subprocess.Popen, grace: float = STOP_GRACE) -> None:
-    """End `proc` and its process group (it leads a session of its own: ``children.end_group``): SIGTERM,
-    then SIGKILL after `grace` seconds."""
-    end_group(proc, grace)
-
-
-def tree_env(tree: Path, extra_path: Sequence[str] = ()) -> dict[str, str]:
-    """The environment a measurement runs in: the tree's code first on PYTHONPATH."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), *extra_path, *filter(None, [env.get("PYTHONPATH")])])
-    env.pop("PYTEST_ADDOPTS", None)  # the bisect names every option a step needs
-    return env
-
-
-def _tail(text: str) -> str:
-    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
 
 
 @dataclass

@@ -24,10 +24,10 @@ from ampbench.bisect.judge import (
     describe_cells,
     judge_step,
 )
-from ampbench.bisect.measure import STEP_GRACE, STOP_GRACE, Measurement, measurer_of
-from ampbench.bisect.worktree import Worktree, git
-from ampbench.children import STOPPED, Signals, Stopped
+from ampbench.bisect.measure import STEP_GRACE, Measurement, measurer_of
+from ampbench.children import STOP_GRACE, STOPPED, Signals, Stopped
 from ampbench.verdict import Verdict
+from ampbench.worktree import Worktree, git
 
 ABORT = 128  # git bisect run stops at a status above 127: a fault of the step itself, not of the commit
 # a step that cannot even start must stop the bisect: Python's own exit status for it, 1, reads as bad

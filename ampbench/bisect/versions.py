@@ -3,20 +3,13 @@ torchao, ...) that pip installs, each in a virtual environment of its own, the p
 the repository at one revision) installed there with --no-deps. The first version is the good side,
 the last the bad side; the versions between are bisected in Python, the way ``git bisect`` goes
 through commits: halving, and stepping past a version whose step is skipped.
-
-An environment inherits the packages of the bisect's own interpreter (a ``.pth`` file naming its
-site-packages, read after the environment's own), so that only the package under test is installed
-into it; pip installs the version asked for into the environment, which comes first.
+The environments are ``ampbench.environments.Environments``.
 """
 
 from __future__ import annotations
 
 import json
-import site
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,47 +19,8 @@ from ampbench.bisect.judge import BAD, GOOD, Level
 from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec
 from ampbench.bisect.outcome import bad_side_why, kept_on_interrupt, step_rows
 from ampbench.bisect.step import progress, run_step, say_removed, steps_taken
-from ampbench.bisect.worktree import Worktree, commit_sha, repository
-
-INHERIT_PTH = "ampbench-bisect-inherited.pth"
-
-
-class InstallError(RuntimeError):
-    """pip could not make a version's environment: the message names the version and what pip said."""
-
-
-@dataclass
-class Environments:
-    """One virtual environment per version of `package` under `root`, made on first use."""
-
-    root: Path
-    package: str
-    project: Path
-    pip_args: list[str] = field(default_factory=list)  # --find-links DIR, --no-index, --index-url URL
-    made: dict[str, str] = field(default_factory=dict)
-
-    def _pip(self, python: str, *args: str) -> None:
-        done = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
-                               "--disable-pip-version-check", *args], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise InstallError(f"pip install {' '.join(args)}: exit status {done.returncode}: "
-                               + "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:]))
-
-    def python(self, version: str) -> str:
-        """The interpreter of `version`'s environment, which holds it and the project."""
-        if version in self.made:
-            return self.made[version]
-        folder = self.root / f"{self.package}-{version}"
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, capture_output=True)
-        python = str(folder / "bin" / "python")
-        own = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-        inherited = [p for p in [*site.getsitepackages(), site.getusersitepackages()] if Path(p).is_dir()]
-        Path(own, INHERIT_PTH).write_text("".join(f"{p}\n" for p in inherited), encoding="utf-8")
-        self._pip(python, *self.pip_args, f"{self.package}=={version}")
-        self._pip(python, "--no-deps", "--no-build-isolation", str(self.project))
-        self.made[version] = python
-        return python
+from ampbench.environments import Environments, InstallError
+from ampbench.worktree import Worktree, commit_sha, repository
 
 
 def _use(config: dict, measurer: SuiteMeasurer | CommandMeasurer, python: str) -> None:

@@ -126,8 +126,9 @@ def command(args: argparse.Namespace) -> int:
     from ampbench.bisect.levels import LevelError
     from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer
     from ampbench.bisect.outcome import BisectInterrupted, report_lines, write_record
-    from ampbench.bisect.versions import InstallError, bisect_versions
-    from ampbench.bisect.worktree import GitError
+    from ampbench.bisect.versions import bisect_versions
+    from ampbench.environments import InstallError
+    from ampbench.worktree import GitError
 
     problem = _usage(args)
     if problem is None:
