@@ -66,9 +66,9 @@ class Measurement:
 
 @dataclass
 class SuiteMeasurer:
-    """The suite's speed cells run by pytest in the tree; `baseline_dir`, where set, is the folder of
-    baselines the suite's gate holds them against (the good side's, recorded by the bisect). Without one
-    the suite judges nothing and measures each cell until its interval is as tight as `tolerance` asks."""
+    """The suite's speed cells run by pytest in the tree. `baseline_dir`: the baseline folder it runs with;
+    the bisect gives it an empty one, so that the suite judges nothing (the tree's own baselines are no part
+    of a bisect) and measures each cell until its interval is as tight as `tolerance` asks."""
 
     cells: list[str]
     python: str
@@ -88,7 +88,7 @@ class SuiteMeasurer:
     def parsed(self) -> list[BisectCell]:
         return [named_cell(c) for c in self.cells]
 
-    def __call__(self, tree: Path, label: str, record_baseline: bool = False) -> Measurement:
+    def __call__(self, tree: Path, label: str) -> Measurement:
         run_json = Path(self.log_dir) / f"{label}.json"
         run_json.unlink(missing_ok=True)
         argv = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -97,8 +97,7 @@ class SuiteMeasurer:
         if self.tolerance is not None:
             argv += ["--perf-tolerance", f"{min(self.tolerance, 0.9):.6g}"]
         if self.baseline_dir is not None:
-            argv += (["--perf-baseline-dir", self.baseline_dir]
-                     + (["--perf-update-baselines"] if record_baseline else []))
+            argv += ["--perf-baseline-dir", self.baseline_dir]
         log = Path(self.log_dir) / f"{label}.log"
         t0 = time.perf_counter()
         try:
@@ -154,7 +153,7 @@ class CommandMeasurer:
     def cells(self) -> list[str]:
         return [COMMAND_CELL]
 
-    def __call__(self, tree: Path, label: str, record_baseline: bool = False) -> Measurement:
+    def __call__(self, tree: Path, label: str) -> Measurement:
         env = tree_env(tree)
         if self.python is not None:
             env["PATH"] = os.pathsep.join([str(Path(self.python).parent), env.get("PATH", "")])

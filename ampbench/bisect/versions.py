@@ -2,8 +2,10 @@
 torchao, ...) that pip installs, each in a virtual environment of its own, the project (a worktree of
 the repository at one revision) installed there with --no-deps. The first version is the good side,
 the last the bad side; the versions between are bisected in Python, the way ``git bisect`` goes
-through commits: halving, and stepping past a version whose step is skipped.
-The environments are ``ampbench.environments.Environments``.
+through commits: halving, and stepping past a version whose step is skipped. Each step is paired
+against the good side (``bisect.pairs``): the same project tree, run by the first version's interpreter,
+measured beside the version under test on the same card. The environments are
+``ampbench.environments.Environments``, removed with the worktree's temporary folder.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ampbench.bisect import levels as good_side
-from ampbench.bisect.commits import Plan, tighten
-from ampbench.bisect.judge import BAD, GOOD, Level
+from ampbench.bisect.commits import Plan, paired_config, prepare
+from ampbench.bisect.judge import BAD, GOOD, SKIP
 from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec
 from ampbench.bisect.outcome import bad_side_why, kept_on_interrupt, step_rows
+from ampbench.bisect.pairs import GoodSide, pair_rule
 from ampbench.bisect.step import progress, run_step, say_removed, steps_taken
 from ampbench.environments import Environments, InstallError
 from ampbench.worktree import Worktree, commit_sha, repository
@@ -39,10 +41,10 @@ def _step(config: dict, measurer, envs: Environments, tree: Path, version: str,
     except InstallError as exc:
         progress(f"{kind}: {label}: skipped, its environment could not be made: {exc}")
         record = {"step": 0, "kind": kind, "commit": label, "subject": "", "verdict": "error", "answer": "skip",
-                  "cells": {}, "seconds": 0.0, "attempts": [{"problem": str(exc)}]}
+                  "cells": {}, "seconds": 0.0, "pairs": [], "problem": str(exc)}
         with open(config["steps_file"], "a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")
-        return 125, record
+        return SKIP, record
     return run_step(config, tree, label, "", kind=kind)
 
 
@@ -54,9 +56,9 @@ def _next(low: int, high: int, skipped: set[int]) -> int | None:
 
 def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
                     measurer: SuiteMeasurer | CommandMeasurer, plan: Plan,
-                    pip_args: list[str]) -> tuple[dict[str, Any], dict[str, Level]]:
+                    pip_args: list[str]) -> dict[str, Any]:
     """Bisect `versions` of `package` (oldest first: the first good, the last bad) with the project at
-    `rev` of `repo`: (the record of every step and the outcome, the levels)."""
+    `rev` of `repo`: the record of every step and the outcome."""
     repo = repository(repo)  # git on PATH, and a repository: said first, plainly
     t0 = time.perf_counter()
     sha = commit_sha(repo, rev)
@@ -67,20 +69,11 @@ def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
     with Worktree(repo, sha) as wt, kept_on_interrupt(record, wt.scratch / "steps.jsonl", t0):
         say_removed(wt)
         envs = Environments(wt.scratch / "envs", package, wt.path, pip_args)
-        measurer.log_dir = str(wt.scratch / "logs")
-        measurer.python = envs.python(versions[0])
-        if isinstance(measurer, SuiteMeasurer):
-            measurer.tolerance = plan.tolerance
-        levels, good_runs = good_side.measured_levels(measurer, wt.path, f"{package}=={versions[0]}", plan.repeats,
-                                                      plan.tolerance,
-                                                      wt.scratch / "baselines" if plan.suite_baseline else None,
-                                                      progress)
-        tighten(measurer, levels)
-        for level in levels.values():
-            progress(str(level))
-        config = {"measurer": measurer_spec(measurer), "levels": {c: lv.to_json() for c, lv in levels.items()},
-                  "steps_file": str(wt.scratch / "steps.jsonl"), "path": str(wt.scratch / "config.json")}
-        record.update(levels=config["levels"], good_runs=good_runs)
+        prepare(measurer, plan, wt.scratch)
+        good = GoodSide(str(wt.path), envs.python(versions[0]), f"{package}=={versions[0]}")
+        config = {**paired_config(plan, good), "steps_file": str(wt.scratch / "steps.jsonl"),
+                  "path": str(wt.scratch / "config.json")}
+        record.update(max_pairs=plan.max_pairs, tolerance=pair_rule(plan.tolerance).tolerance)
         skipped: set[int] = set()
         low, high = 0, len(versions) - 1
         why = None
@@ -104,4 +97,4 @@ def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
             first = {"commit": f"{package}=={versions[high]}", "subject": ""}
         record.update(first_bad=first, why=why, steps=step_rows(steps_taken(config)),
                       seconds=time.perf_counter() - t0)
-    return record, levels
+    return record
