@@ -33,7 +33,7 @@ from ampbench.stats import normal_quantile
 from ampbench.verdict import Verdict
 
 LOST_PAIRS = 2  # pairs without a figure of a cell that give it up: one may be a stray crash, two are the commit's
-FIGURE = "speedup against the good side"
+_FIGURE = "speedup against the good side"
 _GOOD, _HEAD = "good", "head"  # the sides' keys in a pair's record
 _SIDE_WORDS = {_GOOD: "the good side", _HEAD: "this commit"}
 
@@ -192,7 +192,7 @@ def paired_step(measurer: SuiteMeasurer | CommandMeasurer, good: GoodSide, tree:
             cell = cells[name]
             _add_pair(cell, found, index)
             if cell.problem is None and cell.pairs:
-                cell.judged = judge_pairs(cell.pairs, rule, max_pairs, model=name, mode=label, figure=FIGURE,
+                cell.judged = judge_pairs(cell.pairs, rule, max_pairs, model=name, mode=label, figure=_FIGURE,
                                           source=f"the good side's {len(cell.pairs)} runs")
         pairs.append({"pair": index, "order": order, "seconds": time.perf_counter() - started,
                       "good": _shown(found[_GOOD].figures) if _GOOD in found else {},
