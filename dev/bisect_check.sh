@@ -10,7 +10,7 @@
 # that 600 s gave it then.
 #   dev/bisect_check.sh
 #   CELL=resnet50:amp_bf16 FRACTION=0.02 OUT=/tmp/bisect dev/bisect_check.sh
-#   CELL=mlp:bf16 FRACTION=20 BISECT_ARGS="--pytest-args '--perf-device cpu' --tolerance 0.85" dev/bisect_check.sh
+#   CELL=mlp:bf16 FRACTION=20 BISECT_ARGS="--pytest-args '--perf-device cpu' --tolerance 0.5" dev/bisect_check.sh
 # (BISECT_ARGS: more arguments for `ampbench bisect`; the last line tries the mechanics on the CPU)
 # The record of every step is written to $OUT/bisect.json, the bisect's output to $OUT/bisect.log
 # (default OUT: bisect-check-out/ in the checkout).

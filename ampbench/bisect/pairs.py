@@ -11,7 +11,8 @@ Why pairs and not a level measured once: the card drifts between the good side's
 the same drift, and the pairs' own spread, not a level's, sets the interval.
 
 A pair that left no figure of a cell on one side adds nothing to it; `LOST_PAIRS` such pairs, or one
-measurement past the step timeout, and the cell is given up: an error, and the step is skipped.
+measurement past the step timeout, and the cell is given up: an error, and the step is skipped. Each pair's
+order, both sides' figures and the cells' verdicts at its look are kept in the step's record.
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ def paired_step(measurer: SuiteMeasurer | CommandMeasurer, good: GoodSide, tree:
         pairs.append({"pair": index, "order": order, "seconds": time.perf_counter() - started,
                       "good": _shown(found[_GOOD].figures) if _GOOD in found else {},
                       "head": _shown(found[_HEAD].figures) if _HEAD in found else {},
-                      "problems": {side: m.problem for side, m in found.items() if m.problem}})
+                      "problems": {side: m.problem for side, m in found.items() if m.problem},
+                      "verdicts": {name: str(cells[name].verdict) for name in todo}})  # at this look
         first = " then ".join(_SIDE_WORDS[sides[letter][0]] for letter in order)
         say(f"pair {index} of at most {max_pairs} ({first}, {time.perf_counter() - started:.1f} s): "
             + "; ".join(cells[name].described() for name in todo))
