@@ -1,7 +1,8 @@
 """Child processes a command owns: each started in a session of its own and ended with its whole process
 group (SIGTERM, then SIGKILL after a grace), and the command's own SIGINT and SIGTERM turned into
 `Stopped` while they run, so that no child outlives the command that started it. ``ampbench baselines
-record`` runs its pytest children through it; ``ampbench bisect`` ends its own (``bisect.measure.stop``)."""
+record`` runs its pytest children through it; ``ampbench bisect`` and ``ampbench ab`` run theirs as a `Child`,
+with a timeout, in an environment whose PYTHONPATH the tree under test leads (`tree_env`)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 GRACE = 5.0  # seconds a group has to end on SIGTERM before SIGKILL
+STOP_GRACE = 10.0  # seconds a stopped measurement (a `Child`) has to end on SIGTERM before SIGKILL
+TAIL_LINES = 15  # of a failed run's output, quoted where it left no figure
 # SIGINT and SIGTERM, with the status a shell reports for a process that signal killed
 STOPPED: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -108,3 +112,49 @@ def run_owned(cmd: Sequence[str], log: Path, signals: Signals, grace: float | No
             if proc is not None:
                 end_group(proc, grace)
             raise
+
+
+class TimedOut(Exception):
+    """A child's process outlived its timeout, and its process group was ended."""
+
+    def __init__(self, timeout: float, output: str):
+        super().__init__(f"timed out after {timeout:g} s (--step-timeout)")
+        self.timeout = timeout
+        self.output = output
+
+
+@dataclass(frozen=True)
+class Child:
+    """A process a command starts (a bisect's measurement, an A/B run's side), in a session of its own, so
+    that ending it ends all of its children too (a shell's commands, pytest's compile workers): at `timeout`
+    seconds, where set, or when the process that started it is interrupted, each with `grace` seconds between
+    SIGTERM and SIGKILL."""
+
+    timeout: float | None = None
+    grace: float = STOP_GRACE
+
+    def run(self, argv: Sequence[str] | str, cwd: Path, env: Mapping[str, str], log: Path,
+            shell: bool = False) -> tuple[int, str]:
+        """(exit status, its output) of `argv` run in `cwd`; the output is written to `log` as well.
+        TimedOut, with the output, where it runs past the timeout."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "w", encoding="utf-8") as out:
+            proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT,
+                                    shell=shell, start_new_session=True)
+            try:
+                status = proc.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                end_group(proc, self.grace)
+                raise TimedOut(self.timeout or 0.0, log.read_text(encoding="utf-8", errors="replace")) from None
+            except BaseException:
+                end_group(proc, self.grace)
+                raise
+        return status, log.read_text(encoding="utf-8", errors="replace")
+
+
+def tree_env(tree: Path, extra_path: Sequence[str] = ()) -> dict[str, str]:
+    """The environment a tree's code runs in: the tree's code first on PYTHONPATH."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *extra_path, *filter(None, [env.get("PYTHONPATH")])])
+    env.pop("PYTEST_ADDOPTS", None)  # the command names every option its runs need
+    return env

@@ -1,7 +1,9 @@
 """``ampbench bisect`` on the CPU, in real git repositories made here: the commit a slowdown was planted
-in is named, with the steps recorded; the suite's own cell is measured at each commit (the slowdown
-plugin planted in a commit's conftest); package versions are bisected, each in its own environment, from
-wheels built here; an interrupt (Ctrl-C, SIGTERM) leaves the repository as it was."""
+in is named, with the steps and their pairs recorded; each step is paired with the good side's own
+worktree, in balanced order, and that worktree is removed at the end; the suite's own cell is measured at
+each commit (the slowdown plugin planted in a commit's conftest); package versions are bisected, each in
+its own environment, from wheels built here; an interrupt (Ctrl-C, SIGTERM) leaves the repository as it
+was, both worktrees removed."""
 
 from __future__ import annotations
 
@@ -25,8 +27,11 @@ from ampbench.verdict import Verdict
 ROOT = Path(__file__).resolve().parents[1]
 
 # times a planted delay: the speedup of a 2 ms sleep over the same sleep plus the delay delay.txt holds
-MEASURE = '''import json, pathlib, statistics, time
+MEASURE = '''import json, os, pathlib, statistics, time
 {import_delay}
+if os.environ.get("SIDES_LOG"):  # which tree measured, at which commit: the pairing test reads it
+    with open(os.environ["SIDES_LOG"], "a") as log:
+        log.write(os.getcwd() + " " + pathlib.Path("note.txt").read_text())
 if pathlib.Path("hang").exists():
     time.sleep(120)
 if pathlib.Path("broken").exists():
@@ -93,14 +98,12 @@ def test_cells_are_named_by_test_id_or_model_and_mode():
     assert args[2:] == ["--perf-models", "gpt,mlp", "--perf-precisions", "amp_fp16,bf16", "--perf-compile", "off"]
 
 
-def test_a_step_is_bad_below_the_line_good_above_it_and_skipped_between():
+def test_a_step_held_to_the_historys_level_is_bad_below_its_line_good_above_it_and_skipped_between():
     level = level_of("c", [StepFigure(2.0, 1.98, 2.02), StepFigure(2.02, 2.0, 2.04)], 0.01, "measured")
     assert level.tolerance == pytest.approx(0.01)  # the good runs' spread (1%) is no wider than the floor
     assert judge_cell(StepFigure(1.9, 1.88, 1.92), level) is Verdict.REGRESSION
     assert judge_cell(StepFigure(2.0, 1.99, 2.01), level) is Verdict.PASS
     assert judge_cell(StepFigure(1.99, 1.96, 2.02), level) is Verdict.INCONCLUSIVE
-    # the suite's gate, holding the cell against the good side's baseline, says regression: bad
-    assert judge_cell(StepFigure(2.0, 1.99, 2.01, verdict="regression"), level) is Verdict.REGRESSION
     assert answer({"a": Verdict.PASS, "b": Verdict.REGRESSION}) == BAD
     assert answer({"a": Verdict.PASS, "b": Verdict.IMPROVED}) == GOOD
     assert answer({"a": Verdict.PASS, "b": Verdict.INCONCLUSIVE}) == SKIP
@@ -118,7 +121,7 @@ def test_the_planted_commit_is_named_and_every_step_recorded(delay_repo, tmp_pat
     out = capsys.readouterr().out
     assert status == 0, out
     assert f"first bad commit: {shas[4]} 'change 4 (the slow one)'" in out
-    assert "ampbench bisect: step 1:" in out and "against line" in out
+    assert "ampbench bisect: step 1:" in out and "pair 1 of at most 6" in out
     assert "kernels: kernels per step +4.000 ms against the good side; new: planted_delay 4.000 ms" in out
     record = json.loads(record_path.read_text())
     assert record["first_bad"] == {"commit": shas[4], "subject": "change 4 (the slow one)"}
@@ -127,15 +130,46 @@ def test_the_planted_commit_is_named_and_every_step_recorded(delay_repo, tmp_pat
     assert record["steps"][0]["kind"] == "bad side" and record["steps"][0]["answer"] == "bad"
     for step in steps:
         cell = step["cells"]["command"]
-        assert step["answer"] == ("bad" if shas.index(step["commit"]) >= 4 else "good")
+        bad = shas.index(step["commit"]) >= 4
+        assert step["answer"] == ("bad" if bad else "good")
         assert step["verdict"] in ("regression", "pass") and step["seconds"] > 0
-        assert cell["low"] <= cell["speedup"] <= cell["high"]
-    assert (len(record["good_runs"]) == 3
-            and record["levels"]["command"]["line"] < record["levels"]["command"]["speedup"])
+        assert cell["ratio_low"] <= cell["ratio"] <= cell["ratio_high"] and cell["pairs"] == len(step["pairs"])
+        assert cell["pairs"] >= (2 if bad else 1), "a regression needs two pairs, a pass one"
+        assert (cell["drop"] < -0.3) == bad
+    assert record["max_pairs"] == 6 and record["tolerance"] == 0.3 and "levels" not in record
     assert repo_state(repo) == before
 
 
-def test_a_bad_side_that_holds_its_level_names_no_commit(delay_repo, tmp_path, capsys):
+def test_each_step_is_paired_with_the_good_tree_in_balanced_order(delay_repo, tmp_path, monkeypatch, capsys):
+    repo, shas = delay_repo
+    before = repo_state(repo)
+    sides = tmp_path / "sides.log"
+    monkeypatch.setenv("SIDES_LOG", str(sides))
+    status = main(["bisect", "--repo", str(repo), "--good", shas[0], "--bad", shas[-1], "--step-command", STEP,
+                   "--tolerance", "0.3", "--record", str(tmp_path / "b.json")])
+    assert status == 0, capsys.readouterr().out
+    record = json.loads((tmp_path / "b.json").read_text())
+    measured = [line.rsplit(" ", 2) for line in sides.read_text().splitlines()]  # [tree, "change", i]
+    good_tree = measured[0][0] if measured[0][2] == "0" else measured[1][0]
+    trees = {tree for tree, _, _ in measured}
+    assert len(trees) == 2 and Path(good_tree).name == "tree", "the good side has a worktree of its own"
+    runs = iter(measured)
+    for step in record["steps"]:
+        orders = [p["order"] for p in step["pairs"]]
+        assert all(orders[i:i + 2] in (["AB", "BA"], ["BA", "AB"]) for i in range(0, len(orders) - 1, 2))
+        for pair in step["pairs"]:  # each pair: the good tree at the good commit and this commit's tree
+            for letter in pair["order"]:
+                tree, _, change = next(runs)
+                if letter == "A":
+                    assert (tree, change) == (good_tree, "0")
+                else:
+                    assert tree != good_tree and shas[int(change)] == step["commit"]
+            assert set(pair["good"]) == set(pair["head"]) == set(pair["verdicts"]) == {"command"}
+    assert next(runs, None) is None, "every measurement is one side of a recorded pair"
+    assert not Path(good_tree).exists() and repo_state(repo) == before, "the good tree is removed at the end"
+
+
+def test_a_bad_side_that_does_not_regress_names_no_commit(delay_repo, tmp_path, capsys):
     repo, shas = delay_repo
     status = main(["bisect", "--repo", str(repo), "--good", shas[0], "--bad", shas[3], "--step-command", STEP,
                    "--tolerance", "0.3", "--record", str(tmp_path / "b.json")])
@@ -152,7 +186,7 @@ def test_revisions_that_make_no_bisect_are_refused(delay_repo, capsys):
     assert main(["bisect", "--repo", str(repo), "--good", shas[0]]) == 2
     assert "name one or more CELLs" in capsys.readouterr().err
     assert main(["bisect", "--repo", str(repo), "--good", shas[0], "--step-command", STEP, "--history", "h.db"]) == 2
-    assert "--history and --suite-baseline hold the suite's cells" in capsys.readouterr().err
+    assert "--history holds the suite's cells" in capsys.readouterr().err
     assert main(["bisect", "gpt:fp9", "--repo", str(repo), "--good", shas[0]]) == 2
     assert "unknown precision mode 'fp9'" in capsys.readouterr().err
 
@@ -171,7 +205,8 @@ def test_steps_without_a_figure_are_skipped_and_no_commit_is_named(tmp_path, cap
     record = json.loads(record_path.read_text())
     assert record["first_bad"] is None
     assert {s["answer"] for s in record["steps"]} == {"skip"}
-    assert all(len(s["attempts"]) == 2 and s["verdict"] == "error" for s in record["steps"])
+    # a pair without the commit's figure adds nothing: the second such pair gives the cell up
+    assert all(len(s["pairs"]) == 2 and s["verdict"] == "error" for s in record["steps"])
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -193,20 +228,20 @@ def test_an_interrupt_leaves_the_repository_as_it_was(tmp_path, how):
     seen = []
     for line in proc.stdout:  # into git bisect run: its first step hangs
         seen.append(line)
-        if "line" in line and "level" in line:
+        if "each step paired against the good side" in line:
             break
-    time.sleep(2)
+    time.sleep(3)
     assert proc.poll() is None, "".join(seen)
+    assert len(_git(repo, "worktree", "list").splitlines()) == 3, "the bisect's worktree and the good side's"
     proc.send_signal(how)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, "".join(seen) + out
-    assert "interrupted; the worktree is removed" in out
+    assert "interrupted; the worktrees are removed" in out
     assert repo_state(repo) == before
     assert (repo / "note.txt").read_text() == "an edit of the user's, not committed\n"
-    assert list(scratch.iterdir()) == [], "the temporary worktree must be removed"
+    assert list(scratch.iterdir()) == [], "both temporary worktrees must be removed"
     record = json.loads((tmp_path / "b.json").read_text())
     assert record["interrupted"] is True and record["first_bad"] is None and record["steps"] == []
-    assert len(record["good_runs"]) == 3
 
 
 def _suite_env(monkeypatch) -> None:
@@ -226,9 +261,11 @@ def test_the_suites_cell_is_measured_at_each_commit_and_the_planted_one_named(tm
     shas = make_repo(repo, 6, 3, {"pyproject.toml": PROJECT, "perf/test_ampbench.py": SUITE, "conftest.py": "\n"},
                      {"conftest.py": PLANTED})
     record_path = tmp_path / "bisect.json"
+    # the CPU smoke pass states wide intervals (a good side's run may say [0.2, 8]x): a line at half the good
+    # side's speedup lies far enough above the 20-fold stall's ratio for its pairs to fail it within six
     status = main(["bisect", "test_speed[mlp-bf16]", "--repo", str(repo), "--good", shas[0], "--bad", shas[-1],
-                   "--test-file", "perf/test_ampbench.py", "--pytest-args", "--perf-device cpu", "--repeats", "2",
-                   "--tolerance", "0.85", "--record", str(record_path)])
+                   "--test-file", "perf/test_ampbench.py", "--pytest-args", "--perf-device cpu",
+                   "--tolerance", "0.5", "--record", str(record_path)])
     out = capsys.readouterr().out
     assert status == 0, out
     assert f"first bad commit: {shas[3]} 'change 3 (the slow one)'" in out, out
@@ -236,8 +273,7 @@ def test_the_suites_cell_is_measured_at_each_commit_and_the_planted_one_named(tm
     record = json.loads(record_path.read_text())
     first = next(s for s in reversed(record["steps"]) if s["commit"] == shas[3])
     cell = first["cells"]["test_speed[mlp-bf16]"]
-    assert cell["verdict"] == "regression" and cell["drop"] < -0.85
-    assert cell["suite_verdict"] == "no baseline"  # the CPU smoke pass holds nothing against baselines
+    assert cell["verdict"] == "regression" and cell["drop"] < -0.85 and cell["pairs"] >= 2
 
 
 WHEEL = '[project]\nname = "tinypkg"\nversion = "{version}"\n[tool.setuptools]\npackages = ["tinypkg"]\n'
@@ -265,7 +301,7 @@ def test_package_versions_are_bisected_each_in_its_own_environment(tmp_path, cap
     record_path = tmp_path / "bisect.json"
     status = main(["bisect", "--repo", str(repo), "--package", "tinypkg", "--versions", "1.0,1.1,1.2,1.3,1.4",
                    "--pip-args", f"--no-index --find-links {wheels}", "--step-command", "python measure.py",
-                   "--tolerance", "0.3", "--repeats", "2", "--record", str(record_path)])
+                   "--tolerance", "0.3", "--record", str(record_path)])
     out = capsys.readouterr().out
     assert status == 0, out
     assert "first bad version: tinypkg==1.2" in out
@@ -306,15 +342,38 @@ def test_the_suite_runs_the_named_cells_with_the_bisects_options(tmp_path):
     fake.chmod(0o755)
     measurer = SuiteMeasurer(["gpt:amp_fp16"], str(fake), pytest_args=["-p", "ampbench.slowdown"],
                              baseline_dir=str(tmp_path / "baselines"), tolerance=0.01, log_dir=str(tmp_path / "logs"))
-    measurement = measurer(tmp_path, "good2-abc", record_baseline=True)
+    measurement = measurer(tmp_path, "good2-abc")
     argv = (tmp_path / "argv").read_text().splitlines()
     assert argv[:6] == ["-m", "pytest", "-q", "-p", "no:cacheprovider", "perf/test_speed.py::test_speed[gpt-amp_fp16]"]
     joined = " ".join(argv)
     for part in ("--perf-models gpt --perf-precisions amp_fp16 --perf-compile off", "--perf-gate device",
                  "--perf-history off", f"--benchmark-json {tmp_path / 'logs' / 'good2-abc.json'}",
                  "-p ampbench.slowdown", "--perf-tolerance 0.01",
-                 f"--perf-baseline-dir {tmp_path / 'baselines'} --perf-update-baselines"):
+                 f"--perf-baseline-dir {tmp_path / 'baselines'}"):
         assert part in joined
+    assert "--perf-update-baselines" not in joined
     assert measurement.figures == {}
     assert measurement.problem.startswith("pytest exited with status 4 and wrote no run")
     assert f"PYTHONPATH={tmp_path}" in measurement.problem  # the tree's own code first
+
+
+def test_a_step_held_to_the_historys_level_is_measured_once_where_decided_and_twice_where_not(tmp_path):
+    from ampbench.bisect.step import run_step
+
+    (tmp_path / "figure.py").write_text('import json, sys\nv = float(sys.argv[1])\n'
+                                        'print(json.dumps({"speedup": v, "low": v * 0.99, "high": v * 1.01}))\n')
+    level = level_of("command", [StepFigure(2.0, 1.99, 2.01)], 0.05, "history: 1 run on a card")
+
+    def held(value: float) -> tuple[int, dict]:
+        config = {"measurer": {"kind": "command", "command": f"{sys.executable} figure.py {value}",
+                               "log_dir": str(tmp_path)},
+                  "levels": {"command": level.to_json()}, "steps_file": str(tmp_path / "steps.jsonl")}
+        return run_step(config, tmp_path, "a" * 40, "s")
+
+    code, record = held(2.0)
+    assert code == GOOD and len(record["attempts"]) == 1 and "pairs" not in record
+    assert record["cells"]["command"]["good_speedup"] == pytest.approx(2.0)
+    code, record = held(1.0)
+    assert code == BAD and record["cells"]["command"]["drop"] == pytest.approx(-0.5)
+    code, record = held(1.9)  # its interval straddles the line at 1.9
+    assert code == SKIP and len(record["attempts"]) == 2

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from ampbench.bisect.judge import SKIP
-from ampbench.bisect.levels import LevelError, measured_levels
-from ampbench.bisect.measure import CommandMeasurer, Measurement
+from ampbench.bisect.measure import CommandMeasurer, Measurement, StepFigure
+from ampbench.bisect.pairs import GoodSide, pair_rule, paired_step
 from ampbench.bisect.step import run_step
-from ampbench.bisect.worktree import PREFIX, RUNNING_LOCK, TREE, Worktree
 from ampbench.cli import main
 from ampbench.cli.args import build_parser
+from ampbench.worktree import PREFIX, RUNNING_LOCK, TREE, Worktree
 from tests.test_bisect import ROOT, _git, make_repo
 
 # a step that prints a steady figure, or, where the commit holds "hang", writes its pid to argv[1] and hangs
@@ -94,7 +94,7 @@ def test_a_hung_step_is_a_failed_step_naming_the_timeout(hang_repo, tmp_path, ca
             "out after 4 s (--step-timeout)") in out, out
     bad_side = json.loads((tmp_path / "bad.json").read_text())["steps"][0]
     assert (bad_side["kind"], bad_side["verdict"], bad_side["answer"]) == ("bad side", "error", "skip")
-    assert len(bad_side["attempts"]) == 1, "a timed-out measurement is not taken again"
+    assert len(bad_side["pairs"]) == 1, "a timed-out measurement is not taken again"
     assert _gone(int(pid_file.read_text()))
     # under git bisect run: the step's measurement is ended, and its commit skipped, named as timed out
     pid_file.unlink()
@@ -106,9 +106,9 @@ def test_a_hung_step_is_a_failed_step_naming_the_timeout(hang_repo, tmp_path, ca
     record = json.loads((tmp_path / "b.json").read_text())
     (hung,) = record["steps"]
     assert (hung["commit"], hung["verdict"], hung["answer"]) == (shas[1], "error", "skip")
-    assert len(hung["attempts"]) == 1
-    assert hung["attempts"][0]["problem"].startswith("step command timed out after 4 s (--step-timeout); its "
-                                                     "process group was ended")
+    assert len(hung["pairs"]) == 1
+    assert hung["problem"].startswith("step command timed out after 4 s (--step-timeout); its process group was "
+                                      "ended")
     assert _gone(int(pid_file.read_text()))
 
 
@@ -131,16 +131,39 @@ def test_an_interrupted_bisect_ends_the_measurement_its_step_started(hang_repo, 
     assert _gone(pid), "the hung measurement outlived the bisect"
 
 
-def test_a_good_side_that_times_out_stops_at_once():
+def test_a_good_side_that_times_out_ends_the_step_skipped():
     calls = []
 
-    def measurer(tree, label, record_baseline=False):
-        calls.append(label)
-        return Measurement({}, 3.0, "step command timed out after 3 s (--step-timeout)", timed_out=True)
+    def measurer(tree, label):
+        calls.append((str(tree), label))
+        if str(tree) == "good":
+            return Measurement({}, 3.0, "step command timed out after 3 s (--step-timeout)", timed_out=True)
+        return Measurement({"command": StepFigure(1.0, 0.99, 1.01)}, 1.0)
 
-    with pytest.raises(LevelError, match=r"the good side abc: step command timed out after 3 s"):
-        measured_levels(measurer, Path("."), "abc", 3, 0.01, None, lambda line: None)  # type: ignore[arg-type]
-    assert len(calls) == 1
+    found = paired_step(measurer, GoodSide("good", None, "abc"), Path("head"), "step1",  # type: ignore[arg-type]
+                        pair_rule(0.01), 6, lambda line: None)
+    assert found.code == SKIP and len(found.pairs) == 1 and len(calls) <= 2, "no pair after a timeout"
+    assert found.problem.startswith("the good side abc: step command timed out after 3 s")
+    assert found.cells["command"].problem.startswith("pair 1 left no figure: the good side: step command timed out")
+
+
+def test_a_step_stops_at_its_first_regression_and_takes_pairs_only_while_undecided():
+    orders = []
+
+    def steady(head: float):
+        def measurer(tree, label):
+            orders.append(str(tree))
+            speedup = head if str(tree) == "head" else 1.0
+            return Measurement({"command": StepFigure(speedup, speedup * 0.999, speedup * 1.001)}, 0.1)
+        return measurer
+
+    bad = paired_step(steady(0.5), GoodSide("good", None, "abc"), Path("head"), "s", pair_rule(0.01), 6,
+                      lambda line: None)  # type: ignore[arg-type]
+    assert bad.code == 1 and len(bad.pairs) == 2, "a regression needs two pairs, and no more"
+    assert sorted(orders) == ["good", "good", "head", "head"]
+    same = paired_step(steady(1.0), GoodSide("good", None, "abc"), Path("head"), "s", pair_rule(0.01), 6,
+                       lambda line: None)  # type: ignore[arg-type]
+    assert same.code == 0 and len(same.pairs) == 1, "a quiet unchanged cell passes at its first pair"
 
 
 def test_step_timeout_takes_seconds_or_zero_for_none():
@@ -164,14 +187,13 @@ def test_a_step_command_that_fails_is_a_failed_step_whatever_it_printed(tmp_path
                                      "figure 1.000x [0.990, 1.010]")
     ok = CommandMeasurer(f"{sys.executable} exits.py 0", log_dir=str(tmp_path))(tmp_path, "s2")
     assert set(ok.figures) == {"command"} and ok.problem is None
-    # judged as a step: no figure to hold against the level, so git bisect skips the commit
+    # judged as a step: no figure to pair with the good side's, so git bisect skips the commit
     config = {"measurer": {"kind": "command", "command": failing, "log_dir": str(tmp_path)},
-              "levels": {"command": {"cell": "command", "speedup": 1.0, "tolerance": 0.01, "values": [1.0],
-                                     "source": "measured"}},
+              "good": {"tree": str(tmp_path), "python": None, "label": "g"}, "tolerance": 0.01, "max_pairs": 6,
               "steps_file": str(tmp_path / "steps.jsonl")}
     answer, record = run_step(config, tmp_path, "a" * 40, "s")
-    assert answer == SKIP and record["verdict"] == "error"
-    assert "exited with status 3" in record["attempts"][-1]["problem"]
+    assert answer == SKIP and record["verdict"] == "error" and len(record["pairs"]) == 2
+    assert "exited with status 3" in record["problem"]
 
 
 def _leftover(repo: Path, sha: str, parent: Path) -> Path:

@@ -1,6 +1,7 @@
 """The run history, the baseline files and the gate work without torch: `ampbench history ...` and
 `ampbench baselines ...` run on a machine that reads and judges runs but trains nothing (a dashboard host, a
-CI job that only gates), and the gate judges every timed figure, a comparison of two runs too; so no
+CI job that only gates), and the gate judges every timed figure, a comparison of two runs too; an A/B run
+and a bisect run the suite in the processes they start, never in their own; so no
 module of theirs may pull torch in, through any chain of imports. Each module is imported in a fresh
 interpreter, since this one has torch loaded already."""
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TORCH_FREE = ("history", "baselines", "gate", "ab")
+TORCH_FREE = ("history", "baselines", "gate", "ab", "bisect")
 
 
 def _modules() -> list[str]:

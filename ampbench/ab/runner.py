@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ampbench.ab.figures import PAIRED_FIGURES, sides_of
 from ampbench.ab.paired import MAX_PAIRS, Pair, PairedVerdict, RunValue, judge_pairs
 from ampbench.ab.trees import Tree
-from ampbench.bisect.measure import TAIL_LINES, Child, TimedOut, tree_env
+from ampbench.children import TAIL_LINES, Child, TimedOut, tree_env
 from ampbench.results import Record
 from ampbench.results.run import RunError, mode_of, model_of
 from ampbench.verdict import Verdict, combined

@@ -14,8 +14,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from ampbench.bisect.versions import Environments
-from ampbench.bisect.worktree import Worktree, commit_sha, git, repository
+from ampbench.environments import Environments
+from ampbench.worktree import Worktree, commit_sha, git, repository
 
 WORKING_TREE = "working tree"
 # a side named as a package at a version: pip's NAME==VERSION

@@ -1,7 +1,9 @@
-"""The commit bisect: in a worktree of the user's repository (``worktree``), the good side's level is
-measured (or read from the history), the bad side is checked to regress against it, and ``git bisect
-run`` calls the step (``step``) at each commit it picks. Its outcome is the commit git names, with the
-figures of the step that found it bad (``outcome``)."""
+"""The commit bisect: in a worktree of the user's repository (``ampbench.worktree``), the bad side is checked
+to regress against the good side, and ``git bisect run`` calls the step (``step``) at each commit it picks.
+The good side is a second worktree, at the good commit, kept for the whole bisect: every step is paired
+against it (``pairs``); with ``--history``, a step is held to the history's level instead. Both worktrees
+are removed however the bisect ends. Its outcome is the commit git names, with the figures of the step
+that found it bad (``outcome``)."""
 
 from __future__ import annotations
 
@@ -10,17 +12,21 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import ampbench
+from ampbench.ab.paired import MAX_PAIRS
 from ampbench.bisect import levels as good_side
 from ampbench.bisect.judge import BAD, Level
-from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec, stop
+from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec
 from ampbench.bisect.outcome import bad_side_why, kept_on_interrupt, step_rows
+from ampbench.bisect.pairs import GoodSide, pair_rule
 from ampbench.bisect.step import SCRIPT, progress, run_step, say_removed, steps_taken
-from ampbench.bisect.worktree import GitError, Worktree, commit_sha, git, repository, subject
+from ampbench.children import STOP_GRACE, end_group
+from ampbench.worktree import GitError, Worktree, commit_sha, git, repository, subject
 
 _FIRST_BAD = re.compile(r"^([0-9a-f]{40}) is the first bad commit", re.MULTILINE)
 _CANDIDATES = re.compile(r"first bad commit could be any of:\n((?:[0-9a-f]{40}\n?)+)")
@@ -30,33 +36,47 @@ _CANDIDATES = re.compile(r"first bad commit could be any of:\n((?:[0-9a-f]{40}\n
 class Plan:
     """What the user asked of a bisect beside the revisions and the measurer."""
 
-    repeats: int = 3  # measurements of the good side that set its level
-    tolerance: float = 0.005  # the floor of each level's tolerance
-    check_bad: bool = True  # measure the bad side first: a bad side that holds its level names no commit
-    history: str | None = None  # a run history to take the levels from instead of measuring
+    tolerance: float = 0.005  # the least drop that is bad (the speedup's paired rule's own where wider)
+    check_bad: bool = True  # measure the bad side first: a bad side that does not regress names no commit
+    history: str | None = None  # a run history to take the levels from, instead of pairing with the good side
     gpu: str | None = None  # the history's GPU model
-    # on a GPU, the good side's baselines recorded for the suite's gate to judge each step by as well
-    suite_baseline: bool = False
+    max_pairs: int = MAX_PAIRS  # the most pairs a step's undecided cell takes
 
 
 def tighten(measurer: SuiteMeasurer | CommandMeasurer, levels: dict[str, Level]) -> None:
-    """The suite measures each step's cells until their intervals are as tight as the levels' lines ask."""
+    """The suite measures each held step's cells until their intervals are as tight as the levels' lines ask."""
     if isinstance(measurer, SuiteMeasurer) and levels:
         measurer.tolerance = min(level.tolerance for level in levels.values())
 
 
-def _levels(plan: Plan, measurer: SuiteMeasurer | CommandMeasurer, wt: Worktree, good: str) -> tuple[dict, list]:
-    if plan.history is not None:
-        gate = measurer.gate if isinstance(measurer, SuiteMeasurer) else "device"
-        found = good_side.history_levels(plan.history, plan.gpu, good_side.keys_of(measurer), plan.tolerance, gate)
-        for level in found.values():
-            progress(str(level))
-        return found, []
-    found, runs = good_side.measured_levels(measurer, wt.path, good, plan.repeats, plan.tolerance,
-                                            wt.scratch / "baselines" if plan.suite_baseline else None, progress)
-    for level in found.values():
+def prepare(measurer: SuiteMeasurer | CommandMeasurer, plan: Plan, scratch: Path) -> None:
+    """Logs in the scratch folder; the suite judges nothing itself (an empty baseline folder, as each side
+    of an A/B run) and takes rounds until its interval is as tight as the bisect's tolerance asks."""
+    measurer.log_dir = str(scratch / "logs")
+    if isinstance(measurer, SuiteMeasurer):
+        empty = scratch / "no-baselines"
+        empty.mkdir(parents=True, exist_ok=True)
+        measurer.baseline_dir = str(empty)
+        measurer.tolerance = pair_rule(plan.tolerance).tolerance
+
+
+def history_config(plan: Plan, measurer: SuiteMeasurer | CommandMeasurer) -> dict[str, Any]:
+    """The steps' configuration of a bisect held to the history's levels (read, and said, here)."""
+    assert plan.history is not None, "a bisect without --history pairs its steps"
+    gate = measurer.gate if isinstance(measurer, SuiteMeasurer) else "device"
+    levels = good_side.history_levels(plan.history, plan.gpu, good_side.keys_of(measurer), plan.tolerance, gate)
+    for level in levels.values():
         progress(str(level))
-    return found, runs
+    tighten(measurer, levels)
+    return {"levels": {c: lv.to_json() for c, lv in levels.items()}}
+
+
+def paired_config(plan: Plan, good: GoodSide) -> dict[str, Any]:
+    """The steps' configuration of a bisect paired against `good`."""
+    rule = pair_rule(plan.tolerance)
+    progress(f"each step paired against the good side {good.label} ({good.tree}), on the same card, at most "
+             f"{plan.max_pairs} pairs a step; tolerance {rule.tolerance:.2%}")
+    return {"good": asdict(good), "tolerance": plan.tolerance, "max_pairs": plan.max_pairs}
 
 
 def _run_git_bisect(wt: Worktree, config_path: Path) -> str:
@@ -74,15 +94,15 @@ def _run_git_bisect(wt: Worktree, config_path: Path) -> str:
                 print(line.rstrip("\n"), flush=True)
         proc.wait()
     except BaseException:
-        stop(proc)
+        end_group(proc, STOP_GRACE)
         raise
     return "".join(lines)
 
 
 def bisect_commits(repo: Path, good_rev: str, bad_rev: str, measurer: SuiteMeasurer | CommandMeasurer,
-                   plan: Plan) -> tuple[dict[str, Any], dict[str, Level]]:
-    """Bisect `repo` between `good_rev` and `bad_rev`: (the record of every step and the outcome, the
-    levels). GitError where the revisions do not make a bisect."""
+                   plan: Plan) -> dict[str, Any]:
+    """Bisect `repo` between `good_rev` and `bad_rev`: the record of every step and the outcome. GitError
+    where the revisions do not make a bisect."""
     repo = repository(repo)  # git on PATH, and a repository: said first, plainly
     t0 = time.perf_counter()
     good, bad = commit_sha(repo, good_rev), commit_sha(repo, bad_rev)
@@ -91,21 +111,24 @@ def bisect_commits(repo: Path, good_rev: str, bad_rev: str, measurer: SuiteMeasu
     if subprocess.run(["git", "merge-base", "--is-ancestor", good, bad], cwd=repo).returncode != 0:
         raise GitError(f"--good {good_rev} ({good[:12]}) is no ancestor of --bad {bad_rev} ({bad[:12]})")
     count = int(git(repo, "rev-list", "--count", f"{good}..{bad}"))
-    progress(f"{count} commits after the good side {good[:12]}, up to the bad side {bad[:12]}; worktree in a "
-             "temporary folder")
+    progress(f"{count} commits after the good side {good[:12]}, up to the bad side {bad[:12]}; worktrees in "
+             "temporary folders")
     record: dict[str, Any] = {"unit": "commit", "good": good, "bad": bad, "cells": list(measurer.cells)}
-    with Worktree(repo, good) as wt, kept_on_interrupt(record, wt.scratch / "steps.jsonl", t0):
+    with ExitStack() as stack:
+        wt = stack.enter_context(Worktree(repo, good))
+        stack.enter_context(kept_on_interrupt(record, wt.scratch / "steps.jsonl", t0))
         say_removed(wt)
-        measurer.log_dir = str(wt.scratch / "logs")
-        if isinstance(measurer, SuiteMeasurer):
-            measurer.tolerance = plan.tolerance
-        levels, good_runs = _levels(plan, measurer, wt, good)
-        tighten(measurer, levels)
-        config = {"measurer": measurer_spec(measurer), "levels": {c: lv.to_json() for c, lv in levels.items()},
-                  "steps_file": str(wt.scratch / "steps.jsonl")}
+        prepare(measurer, plan, wt.scratch)
+        if plan.history is not None:
+            config = history_config(plan, measurer)
+            record.update(levels=config["levels"])
+        else:  # the good side's tree for the whole bisect, removed with the other (the stack closes both)
+            good_tree = stack.enter_context(Worktree(repo, good))
+            config = paired_config(plan, GoodSide(str(good_tree.path), None, good[:12]))
+            record.update(max_pairs=plan.max_pairs, tolerance=pair_rule(plan.tolerance).tolerance)
+        config.update(measurer=measurer_spec(measurer), steps_file=str(wt.scratch / "steps.jsonl"))
         config_path = wt.scratch / "config.json"
         config_path.write_text(json.dumps(config), encoding="utf-8")
-        record.update(levels={c: lv.to_json() for c, lv in levels.items()}, good_runs=good_runs)
         first, why = None, None
         if plan.check_bad:
             wt.checkout(bad)
@@ -125,4 +148,4 @@ def bisect_commits(repo: Path, good_rev: str, bad_rev: str, measurer: SuiteMeasu
                        else "git bisect run stopped without naming one:\n" + "\n".join(output.splitlines()[-5:]))
         record.update(first_bad=first, why=why, steps=step_rows(steps_taken(config)),
                       seconds=time.perf_counter() - t0)
-    return record, levels
+    return record

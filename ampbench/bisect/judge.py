@@ -1,14 +1,13 @@
-"""How a bisect step is judged: each cell's figure held against the good side's level (`Level`), in the
-suite's one vocabulary (``ampbench.verdict.Verdict``), and the cells' verdicts turned into the step's
-answer to ``git bisect run``: good (0), bad (1) or skip (125).
+"""A step's answer to ``git bisect run`` from its cells' verdicts, in the suite's one vocabulary
+(``ampbench.verdict.Verdict``): bad (1) where any cell regressed, good (0) where every cell passed or
+improved, skip (125) otherwise; and how a step held to the history's level (``bisect --history``: no good
+tree to pair with) judges each cell's figure against that level (`Level`).
 
-The level is the geometric mean of the good side's speedups, and its line lies below it by the
-tolerance of the range rule (``verdict.range_rule``): the user's floor, or the spread of the good side's
-own values where that is wider. A level is judged against as every figure is, through its
-``verdict.Reference`` and the gate's judge (``gate.judge.verdict_of``): a step's cell regresses where its
-whole interval lies below the line or where the suite's gate says so (where it held the cell against a
-baseline the good side recorded); it holds where its interval lies wholly above the line; between, it is
-inconclusive.
+The level is the geometric mean of the history's speedups, and its line lies below it by the tolerance of
+the range rule (``verdict.range_rule``): the user's floor, or the spread of the history's own values where
+that is wider. A level is judged against as every figure is, through its ``verdict.Reference`` and the
+gate's judge (``gate.judge.verdict_of``): a step's cell regresses where its whole interval lies below the
+line; it holds where its interval lies wholly above the line; between, it is inconclusive.
 """
 
 from __future__ import annotations
@@ -27,14 +26,14 @@ ANSWERS = {GOOD: "good", BAD: "bad", SKIP: "skip"}
 
 @dataclass(frozen=True)
 class Level:
-    """A cell's level on the good side: its speedup, the tolerance of its line, the values behind it
-    and where they came from, and the good side's kernels (where measured)."""
+    """A cell's level in the history: its speedup, the tolerance of its line, the values behind it and where
+    they came from, and the kernels of its latest run (where the history holds them)."""
 
     cell: str
     speedup: float
     tolerance: float
     values: tuple[float, ...]
-    source: str  # "measured 3 times at 1a2b3c4", "history sqlite:///...: 8 runs"
+    source: str  # "history: 8 runs on NVIDIA H100 80GB HBM3"
     kernels: list | None = None
 
     @property
@@ -63,10 +62,10 @@ class Level:
 
 
 def level_of(cell: str, figures: Sequence[StepFigure], floor: float, source: str) -> Level:
-    """The level of `cell` from the good side's figures of it; ValueError where there are none."""
+    """The level of `cell` from the history's figures of it; ValueError where there are none."""
     values = tuple(f.speedup for f in figures)
     if not values:
-        raise ValueError(f"{cell}: no figure of the good side to set its level")
+        raise ValueError(f"{cell}: no figure to set its level")
     speedup = math.exp(sum(math.log(v) for v in values) / len(values))
     kernels = next((f.kernels for f in figures if f.kernels), None)
     return Level(cell, speedup, range_rule(floor, values, speedup)[0], values, source, kernels)
@@ -76,8 +75,6 @@ def judge_cell(figure: StepFigure | None, level: Level) -> Verdict:
     """One cell of a step: ERROR where it has no figure."""
     if figure is None:
         return Verdict.ERROR
-    if figure.verdict == Verdict.REGRESSION.value:
-        return Verdict.REGRESSION
     return verdict_of(level.check(), figure.estimate())
 
 

@@ -1,21 +1,14 @@
-"""The good side's level of each cell: measured there a few times, or read from the run history (reading
-only: a bisect never writes to it)."""
+"""The level of each cell read from the run history, for ``bisect --history`` (reading only: a bisect never
+writes to it), and the cells a measurer's figures are named by. A bisect without a history sets no level:
+its steps are paired against the good side (``bisect.pairs``)."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Callable
 
 from ampbench.bisect.cells import named_cell
 from ampbench.bisect.judge import Level, level_of
-from ampbench.bisect.measure import (
-    COMMAND_CELL,
-    CommandMeasurer,
-    Measurement,
-    StepFigure,
-    SuiteMeasurer,
-)
+from ampbench.bisect.measure import COMMAND_CELL, CommandMeasurer, StepFigure, SuiteMeasurer
 from ampbench.results.ratios import SPEED_RATIOS
 
 HISTORY_RUNS = 10  # the latest counted runs of the history's level a bisect's level takes
@@ -30,54 +23,6 @@ def keys_of(measurer: SuiteMeasurer | CommandMeasurer) -> list[str]:
     if isinstance(measurer, SuiteMeasurer):
         return [named_cell(c).test_id for c in measurer.cells]
     return [COMMAND_CELL]
-
-
-def on_gpu(measurement: Measurement) -> bool:
-    return bool(measurement.device) and str(measurement.device).split(":")[0] != "cpu"
-
-
-def measured_levels(measurer: SuiteMeasurer | CommandMeasurer, tree: Path, revision: str, repeats: int,
-                    floor: float, baseline_dir: Path | None,
-                    say: Callable[[str], None]) -> tuple[dict[str, Level], list[dict]]:
-    """Each cell's level from `repeats` measurements at the good side (checked out in `tree`), and a record
-    of each. Given `baseline_dir`, on a GPU the second measurement also records the good side's baselines
-    there, which the suite's gate then holds every step against; the CPU smoke pass records none. A
-    measurement that left no figure is taken again, `repeats` times at most; one that ran past the step
-    timeout is not: the level cannot be set."""
-    figures: dict[str, list[StepFigure]] = {}
-    runs: list[dict] = []
-    failures = 0
-    while len(runs) < repeats:
-        record = bool(runs) and isinstance(measurer, SuiteMeasurer) and measurer.baseline_dir is not None
-        if record:
-            assert baseline_dir is not None, "the measurer records baselines only once set to baseline_dir below"
-            record = not Path(baseline_dir).exists()
-        measurement = measurer(tree, f"good{len(runs) + failures + 1}-{revision[:12]}", record_baseline=record)
-        if not measurement.figures:
-            failures += 1
-            say(f"good side {revision[:12]}: no figure ({measurement.seconds:.1f} s): {measurement.problem}")
-            if measurement.timed_out:  # each measurement more would hang as long: the level cannot be set
-                raise LevelError(f"the good side {revision[:12]}: {measurement.problem}")
-            if failures >= repeats:
-                raise LevelError(f"the good side {revision[:12]} gave no figure in {failures} measurements: "
-                                 f"{measurement.problem}")
-            continue
-        if (isinstance(measurer, SuiteMeasurer) and baseline_dir is not None and measurer.baseline_dir is None
-                and on_gpu(measurement)):
-            measurer.baseline_dir = str(baseline_dir)  # the next measurement records the good side's baselines
-        for cell, figure in measurement.figures.items():
-            figures.setdefault(cell, []).append(figure)
-        runs.append({"cells": {c: {"speedup": f.speedup, "low": f.low, "high": f.high, "verdict": f.verdict}
-                               for c, f in measurement.figures.items()},
-                     "seconds": measurement.seconds, "recorded_baseline": record})
-        shown = "; ".join(f"{c} {f}" for c, f in measurement.figures.items())
-        say(f"good side {revision[:12]}, measurement {len(runs)} of {repeats}: {shown} ({measurement.seconds:.1f} s)"
-            + (", recorded as the suite's baseline" if record else ""))
-    source = f"measured {len(runs)} times at {revision[:12]}"
-    missing = [c for c in keys_of(measurer) if c not in figures] if isinstance(measurer, SuiteMeasurer) else []
-    if missing:
-        raise LevelError(f"the good side {revision[:12]} gave no figure of {', '.join(missing)}")
-    return {cell: level_of(cell, found, floor, source) for cell, found in figures.items()}, runs
 
 
 def history_levels(url: str, gpu: str | None, keys: list[str], floor: float, gate: str = "device",

@@ -15,23 +15,24 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from ampbench.bisect.cells import BisectCell, named_cell, pytest_args
-from ampbench.children import end_group
+from ampbench.children import STOP_GRACE, TAIL_LINES, Child, TimedOut, tree_env
 from ampbench.results.ratios import SPEED_RATIOS
 from ampbench.stats import SpeedupEstimate
 
-STOP_GRACE = 10.0  # seconds a stopped step has to end on SIGTERM before SIGKILL
 # the grace of a measurement that ``git bisect run``'s step started: shorter than STOP_GRACE, so that when the
 # driver ends the step, the step has ended its own measurement's group before the driver's SIGKILL comes
 STEP_GRACE = 4.0
 COMMAND_CELL = "command"  # the figure a step command prints, where it names no cell
-TAIL_LINES = 15  # of a failed run's output, quoted where it left no figure
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
 
 
 @dataclass(frozen=True)
@@ -63,66 +64,11 @@ class Measurement:
     timed_out: bool = False  # ended at the step timeout: measuring it again would only hang as long again
 
 
-class TimedOut(Exception):
-    """A measurement's process outlived its timeout, and its process group was ended."""
-
-    def __init__(self, timeout: float, output: str):
-        super().__init__(f"timed out after {timeout:g} s (--step-timeout)")
-        self.timeout = timeout
-        self.output = output
-
-
-@dataclass(frozen=True)
-class Child:
-    """A process a measurement starts, in a session of its own, so that ending it ends all of its children
-    too (a shell's commands, pytest's compile workers): at `timeout` seconds, where set, or when the process
-    that started it is interrupted, each with `grace` seconds between SIGTERM and SIGKILL."""
-
-    timeout: float | None = None
-    grace: float = STOP_GRACE
-
-    def run(self, argv: Sequence[str] | str, cwd: Path, env: Mapping[str, str], log: Path,
-            shell: bool = False) -> tuple[int, str]:
-        """(exit status, its output) of `argv` run in `cwd`; the output is written to `log` as well.
-        TimedOut, with the output, where it runs past the timeout."""
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "w", encoding="utf-8") as out:
-            proc = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdout=out, stderr=subprocess.STDOUT,
-                                    shell=shell, start_new_session=True)
-            try:
-                status = proc.wait(timeout=self.timeout)
-            except subprocess.TimeoutExpired:
-                stop(proc, self.grace)
-                raise TimedOut(self.timeout or 0.0, log.read_text(encoding="utf-8", errors="replace")) from None
-            except BaseException:
-                stop(proc, self.grace)
-                raise
-        return status, log.read_text(encoding="utf-8", errors="replace")
-
-
-def stop(proc: subprocess.Popen, grace: float = STOP_GRACE) -> None:
-    """End `proc` and its process group (it leads a session of its own: ``children.end_group``): SIGTERM,
-    then SIGKILL after `grace` seconds."""
-    end_group(proc, grace)
-
-
-def tree_env(tree: Path, extra_path: Sequence[str] = ()) -> dict[str, str]:
-    """The environment a measurement runs in: the tree's code first on PYTHONPATH."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(tree), *extra_path, *filter(None, [env.get("PYTHONPATH")])])
-    env.pop("PYTEST_ADDOPTS", None)  # the bisect names every option a step needs
-    return env
-
-
-def _tail(text: str) -> str:
-    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
-
-
 @dataclass
 class SuiteMeasurer:
-    """The suite's speed cells run by pytest in the tree; `baseline_dir`, where set, is the folder of
-    baselines the suite's gate holds them against (the good side's, recorded by the bisect). Without one
-    the suite judges nothing and measures each cell until its interval is as tight as `tolerance` asks."""
+    """The suite's speed cells run by pytest in the tree. `baseline_dir`: the baseline folder it runs with;
+    the bisect gives it an empty one, so that the suite judges nothing (the tree's own baselines are no part
+    of a bisect) and measures each cell until its interval is as tight as `tolerance` asks."""
 
     cells: list[str]
     python: str
@@ -142,7 +88,7 @@ class SuiteMeasurer:
     def parsed(self) -> list[BisectCell]:
         return [named_cell(c) for c in self.cells]
 
-    def __call__(self, tree: Path, label: str, record_baseline: bool = False) -> Measurement:
+    def __call__(self, tree: Path, label: str) -> Measurement:
         run_json = Path(self.log_dir) / f"{label}.json"
         run_json.unlink(missing_ok=True)
         argv = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -151,8 +97,7 @@ class SuiteMeasurer:
         if self.tolerance is not None:
             argv += ["--perf-tolerance", f"{min(self.tolerance, 0.9):.6g}"]
         if self.baseline_dir is not None:
-            argv += (["--perf-baseline-dir", self.baseline_dir]
-                     + (["--perf-update-baselines"] if record_baseline else []))
+            argv += ["--perf-baseline-dir", self.baseline_dir]
         log = Path(self.log_dir) / f"{label}.log"
         t0 = time.perf_counter()
         try:
@@ -208,7 +153,7 @@ class CommandMeasurer:
     def cells(self) -> list[str]:
         return [COMMAND_CELL]
 
-    def __call__(self, tree: Path, label: str, record_baseline: bool = False) -> Measurement:
+    def __call__(self, tree: Path, label: str) -> Measurement:
         env = tree_env(tree)
         if self.python is not None:
             env["PATH"] = os.pathsep.join([str(Path(self.python).parent), env.get("PATH", "")])

@@ -1,6 +1,6 @@
-"""What a bisect ends with: the first bad step (a commit or a package version) with each cell's drop, its
-interval and the kernels that moved against the good side, as lines to print, and the record of every
-step written to a JSON file."""
+"""What a bisect ends with: the first bad step (a commit or a package version) with each cell's drop against
+the good side (its pairs' ratio and interval, or its figure against the history's level) and the kernels that
+moved against the good side, as lines to print, and the record of every step written to a JSON file."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from ampbench.bisect.judge import Level
 from ampbench.bisect.step import steps_taken
 from ampbench.files.write import write_atomic
 from ampbench.kernel_diff import kernel_changes
@@ -21,28 +20,34 @@ def first_bad_step(steps: list[dict], revision: str) -> dict | None:
     return next((s for s in reversed(steps) if s["commit"] == revision and s["answer"] == "bad"), None)
 
 
-def moved(level: Level, cell: Mapping[str, Any]) -> str:
+def moved(cell: Mapping[str, Any]) -> str:
     """The kernels that moved between the good side's list and the step's, or why none is named."""
-    if not level.kernels or not cell.get("kernels"):
+    if not cell.get("good_kernels") or not cell.get("kernels"):
         return ("no kernel lists to compare (the CPU smoke pass lists none, a step command lists them where it prints "
                 "them)")
-    return kernel_changes(level.kernels, cell["kernels"], against="the good side") or "no kernel moved"
+    return kernel_changes(cell["good_kernels"], cell["kernels"], against="the good side") or "no kernel moved"
 
 
-def cell_lines(step: dict, levels: Mapping[str, Level]) -> list[str]:
+def cell_lines(step: Mapping[str, Any]) -> list[str]:
+    """Each cell of a step: paired, head over the good side after its pairs; held, against the level's line."""
     lines = []
     for name, cell in step["cells"].items():
-        level = levels[name]
         if "speedup" not in cell:
             lines.append(f"  {name}: no figure ({cell['verdict']})")
             continue
-        lines.append(f"  {name}: {cell['speedup']:.3f}x [{cell['low']:.3f}, {cell['high']:.3f}] against the good "
-                     f"side's {level.speedup:.3f}x: {cell['drop']:+.1%} (line {level.line:.3f}x), {cell['verdict']}")
-        lines.append(f"    kernels: {moved(level, cell)}")
+        if "ratio" in cell:
+            lines.append(f"  {name}: {cell['ratio']:.3f}x [{cell['ratio_low']:.3f}, {cell['ratio_high']:.3f}] of the "
+                         f"good side after {cell['pairs']} pairs: {cell['drop']:+.1%} ({cell['speedup']:.3f}x against "
+                         f"the good side's {cell['good_speedup']:.3f}x), {cell['verdict']}")
+        else:
+            lines.append(f"  {name}: {cell['speedup']:.3f}x [{cell['low']:.3f}, {cell['high']:.3f}] against the good "
+                         f"side's {cell['good_speedup']:.3f}x: {cell['drop']:+.1%} (line {cell['line']:.3f}x), "
+                         f"{cell['verdict']}")
+        lines.append(f"    kernels: {moved(cell)}")
     return lines
 
 
-def report_lines(record: Mapping[str, Any], levels: Mapping[str, Level]) -> list[str]:
+def report_lines(record: Mapping[str, Any]) -> list[str]:
     """The bisect's outcome in words: the first bad step and its cells, or why none was named."""
     bisect_steps = [s for s in record["steps"] if s["kind"] == "step"]
     spent = f"{len(bisect_steps)} bisect steps, {record['seconds']:.0f} s in all"
@@ -52,17 +57,19 @@ def report_lines(record: Mapping[str, Any], levels: Mapping[str, Level]) -> list
     lines = [f"first bad {record['unit']}: {first['commit']} {first['subject']!r} ({spent})"]
     step = first_bad_step(record["steps"], first["commit"])
     if step is not None:
-        lines += cell_lines(step, levels)
+        lines += cell_lines(step)
     return lines
 
 
 def bad_side_why(label: str, step: Mapping[str, Any]) -> str:
-    """Why a bad side that was not judged bad names no first bad step: it held its level, or it gave no
-    figure (a failed or timed-out measurement), named by the problem of its last attempt."""
-    problem = (step.get("attempts") or [{}])[-1].get("problem")
-    if step["answer"] == "skip" and problem:
+    """Why a bad side that was not judged bad names no first bad step: it does not regress against the good
+    side (or the history's level), or it gave no figure (a failed or timed-out measurement), named by the
+    problem of its last measurement."""
+    problem = step.get("problem")
+    if step["answer"] == "skip" and problem and step["verdict"] == "error":
         return f"the bad side {label} could not be judged: {problem.splitlines()[0]}"
-    return f"the bad side {label} does not regress against the good side's level"
+    against = "the good side's level" if "attempts" in step else "the good side"
+    return f"the bad side {label} does not regress against {against}"
 
 
 def write_record(path: Path, record: Mapping[str, Any]) -> None:
@@ -70,10 +77,11 @@ def write_record(path: Path, record: Mapping[str, Any]) -> None:
 
 
 def step_rows(steps: list[dict]) -> list[dict]:
-    """Each step as the record keeps it: its commit, verdict, figures and seconds (the kernel lists are
-    kept once, in the step's cells)."""
-    return [{key: step[key] for key in ("step", "kind", "commit", "subject", "verdict", "answer", "cells", "seconds",
-                                        "attempts")} for step in steps]
+    """Each step as the record keeps it: its commit, verdict, figures and seconds, and its pairs (a paired
+    step) or its attempts (a step held to the history's level)."""
+    keys = ("step", "kind", "commit", "subject", "verdict", "answer", "cells", "seconds", "problem", "pairs",
+            "attempts")
+    return [{key: step[key] for key in keys if key in step} for step in steps]
 
 
 class BisectInterrupted(KeyboardInterrupt):

@@ -2,71 +2,27 @@
 torchao, ...) that pip installs, each in a virtual environment of its own, the project (a worktree of
 the repository at one revision) installed there with --no-deps. The first version is the good side,
 the last the bad side; the versions between are bisected in Python, the way ``git bisect`` goes
-through commits: halving, and stepping past a version whose step is skipped.
-
-An environment inherits the packages of the bisect's own interpreter (a ``.pth`` file naming its
-site-packages, read after the environment's own), so that only the package under test is installed
-into it; pip installs the version asked for into the environment, which comes first.
+through commits: halving, and stepping past a version whose step is skipped. Each step is paired
+against the good side (``bisect.pairs``): the same project tree, run by the first version's interpreter,
+measured beside the version under test on the same card. The environments are
+``ampbench.environments.Environments``, removed with the worktree's temporary folder.
 """
 
 from __future__ import annotations
 
 import json
-import site
-import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ampbench.bisect import levels as good_side
-from ampbench.bisect.commits import Plan, tighten
-from ampbench.bisect.judge import BAD, GOOD, Level
+from ampbench.bisect.commits import Plan, paired_config, prepare
+from ampbench.bisect.judge import BAD, GOOD, SKIP
 from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer, measurer_spec
 from ampbench.bisect.outcome import bad_side_why, kept_on_interrupt, step_rows
+from ampbench.bisect.pairs import GoodSide, pair_rule
 from ampbench.bisect.step import progress, run_step, say_removed, steps_taken
-from ampbench.bisect.worktree import Worktree, commit_sha, repository
-
-INHERIT_PTH = "ampbench-bisect-inherited.pth"
-
-
-class InstallError(RuntimeError):
-    """pip could not make a version's environment: the message names the version and what pip said."""
-
-
-@dataclass
-class Environments:
-    """One virtual environment per version of `package` under `root`, made on first use."""
-
-    root: Path
-    package: str
-    project: Path
-    pip_args: list[str] = field(default_factory=list)  # --find-links DIR, --no-index, --index-url URL
-    made: dict[str, str] = field(default_factory=dict)
-
-    def _pip(self, python: str, *args: str) -> None:
-        done = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
-                               "--disable-pip-version-check", *args], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise InstallError(f"pip install {' '.join(args)}: exit status {done.returncode}: "
-                               + "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:]))
-
-    def python(self, version: str) -> str:
-        """The interpreter of `version`'s environment, which holds it and the project."""
-        if version in self.made:
-            return self.made[version]
-        folder = self.root / f"{self.package}-{version}"
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, capture_output=True)
-        python = str(folder / "bin" / "python")
-        own = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-        inherited = [p for p in [*site.getsitepackages(), site.getusersitepackages()] if Path(p).is_dir()]
-        Path(own, INHERIT_PTH).write_text("".join(f"{p}\n" for p in inherited), encoding="utf-8")
-        self._pip(python, *self.pip_args, f"{self.package}=={version}")
-        self._pip(python, "--no-deps", "--no-build-isolation", str(self.project))
-        self.made[version] = python
-        return python
+from ampbench.environments import Environments, InstallError
+from ampbench.worktree import Worktree, commit_sha, repository
 
 
 def _use(config: dict, measurer: SuiteMeasurer | CommandMeasurer, python: str) -> None:
@@ -85,10 +41,10 @@ def _step(config: dict, measurer, envs: Environments, tree: Path, version: str,
     except InstallError as exc:
         progress(f"{kind}: {label}: skipped, its environment could not be made: {exc}")
         record = {"step": 0, "kind": kind, "commit": label, "subject": "", "verdict": "error", "answer": "skip",
-                  "cells": {}, "seconds": 0.0, "attempts": [{"problem": str(exc)}]}
+                  "cells": {}, "seconds": 0.0, "pairs": [], "problem": str(exc)}
         with open(config["steps_file"], "a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")
-        return 125, record
+        return SKIP, record
     return run_step(config, tree, label, "", kind=kind)
 
 
@@ -100,9 +56,9 @@ def _next(low: int, high: int, skipped: set[int]) -> int | None:
 
 def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
                     measurer: SuiteMeasurer | CommandMeasurer, plan: Plan,
-                    pip_args: list[str]) -> tuple[dict[str, Any], dict[str, Level]]:
+                    pip_args: list[str]) -> dict[str, Any]:
     """Bisect `versions` of `package` (oldest first: the first good, the last bad) with the project at
-    `rev` of `repo`: (the record of every step and the outcome, the levels)."""
+    `rev` of `repo`: the record of every step and the outcome."""
     repo = repository(repo)  # git on PATH, and a repository: said first, plainly
     t0 = time.perf_counter()
     sha = commit_sha(repo, rev)
@@ -113,20 +69,11 @@ def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
     with Worktree(repo, sha) as wt, kept_on_interrupt(record, wt.scratch / "steps.jsonl", t0):
         say_removed(wt)
         envs = Environments(wt.scratch / "envs", package, wt.path, pip_args)
-        measurer.log_dir = str(wt.scratch / "logs")
-        measurer.python = envs.python(versions[0])
-        if isinstance(measurer, SuiteMeasurer):
-            measurer.tolerance = plan.tolerance
-        levels, good_runs = good_side.measured_levels(measurer, wt.path, f"{package}=={versions[0]}", plan.repeats,
-                                                      plan.tolerance,
-                                                      wt.scratch / "baselines" if plan.suite_baseline else None,
-                                                      progress)
-        tighten(measurer, levels)
-        for level in levels.values():
-            progress(str(level))
-        config = {"measurer": measurer_spec(measurer), "levels": {c: lv.to_json() for c, lv in levels.items()},
-                  "steps_file": str(wt.scratch / "steps.jsonl"), "path": str(wt.scratch / "config.json")}
-        record.update(levels=config["levels"], good_runs=good_runs)
+        prepare(measurer, plan, wt.scratch)
+        good = GoodSide(str(wt.path), envs.python(versions[0]), f"{package}=={versions[0]}")
+        config = {**paired_config(plan, good), "steps_file": str(wt.scratch / "steps.jsonl"),
+                  "path": str(wt.scratch / "config.json")}
+        record.update(max_pairs=plan.max_pairs, tolerance=pair_rule(plan.tolerance).tolerance)
         skipped: set[int] = set()
         low, high = 0, len(versions) - 1
         why = None
@@ -150,4 +97,4 @@ def bisect_versions(repo: Path, rev: str, package: str, versions: list[str],
             first = {"commit": f"{package}=={versions[high]}", "subject": ""}
         record.update(first_bad=first, why=why, steps=step_rows(steps_taken(config)),
                       seconds=time.perf_counter() - t0)
-    return record, levels
+    return record

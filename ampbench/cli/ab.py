@@ -77,8 +77,8 @@ def command(args: argparse.Namespace) -> int:
     from ampbench.ab.result import result_lines, write
     from ampbench.ab.runner import AbError, AbPlan, run_pairs
     from ampbench.ab.trees import Trees
-    from ampbench.bisect.versions import InstallError
-    from ampbench.bisect.worktree import GitError, git
+    from ampbench.environments import InstallError
+    from ampbench.worktree import GitError, git
 
     try:
         chosen = selection(list(args.cells), shlex.split(args.tests))

@@ -7,12 +7,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from ampbench.ab.paired import MAX_PAIRS
 from ampbench.cli.common_args import add_gpu
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION
 from ampbench.cli.values import fraction, seconds_or_none, whole_number
 from ampbench.settings import DEFAULT_TOLERANCE
 
-_repeats = whole_number(1, 20)
+_pairs = whole_number(1, 20)
 
 
 _tolerance = fraction(0.9, "0.005 for 0.5%")
@@ -23,16 +24,18 @@ DEFAULT_STEP_TIMEOUT = 3600.0
 
 
 # what each command's help says of it (argparse fills the text to the terminal's width)
-_BISECT_ABOUT = """Measure the CELLs at --good until their level is known (--repeats times, or take it from
---history), check that --bad regresses against it, then run `git bisect run` in a git worktree in a temporary folder
-(your checkout is never touched) with a step that runs the cells at each commit, as pytest with --benchmark-json and
---perf-history off, and answers good, bad (the speedup's interval lies below the good level's line, or, with
---suite-baseline, the suite's gate says regression) or skip (inconclusive, measured again and still inconclusive).
-With --package, the versions of a package are bisected instead, each in a virtual environment of its own. Prints the
-first bad commit with each cell's drop, its interval and the kernels that moved, and writes every step to --record."""
+_BISECT_ABOUT = """Check that --bad regresses against --good, then run `git bisect run` in a git worktree in a
+temporary folder (your checkout is never touched), with a second worktree at --good kept for the whole bisect: each
+step runs the CELLs as pytest (--benchmark-json, --perf-history off, no baselines) in pairs of fresh processes, the
+good tree and the commit under test back to back on the same card in balanced order (ABBA or BAAB), and judges each
+cell's pairs as `ampbench ab` does; undecided cells take another pair, up to --max-pairs. A step is bad where any
+cell regresses beyond --tolerance, good where every cell passes, skipped otherwise. With --history, each step is
+held to the history's level instead. With --package, the versions of a package are bisected, each in a virtual
+environment of its own, paired against the first version's. Prints the first bad commit with each cell's drop
+against the good side, its interval and the kernels that moved, and writes every step and its pairs to --record."""
 
-_BISECT_EXITS = """Exit status: 0 a first bad commit or version named, 1 none named (the bad side holds its level,
-or only skipped steps are left), 2 bad usage, revisions or a git command that failed, 130 interrupted (the worktree
+_BISECT_EXITS = """Exit status: 0 a first bad commit or version named, 1 none named (the bad side does not regress,
+or only skipped steps are left), 2 bad usage, revisions or a git command that failed, 130 interrupted (the worktrees
 removed, the repository as it was, the steps taken until then written to --record)."""
 
 
@@ -55,23 +58,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bad", metavar="REV", default="HEAD", help="a later revision where they are slow (default: HEAD)")
     p.add_argument("--repo", type=Path, default=Path("."), metavar="DIR",
                    help="the git repository (default: the current folder's)")
-    p.add_argument("--repeats", type=_repeats, default=3, metavar="N",
-                   help="measurements of the good side that set each cell's level (default: 3)")
+    p.add_argument("--max-pairs", type=_pairs, default=MAX_PAIRS, metavar="N",
+                   help="the most pairs (good side, then commit, or the other way round) a step's undecided cell "
+                        f"takes; a clear step is decided in one or two (default: {MAX_PAIRS})")
     p.add_argument("--tolerance", type=_tolerance, default=DEFAULT_TOLERANCE, metavar="FRACTION",
-                   help="the least relative drop below the good level that is bad; the good side's own spread "
-                        f"widens it (default: {DEFAULT_TOLERANCE})")
+                   help="the least relative drop against the good side that is bad; the paired speedup's own "
+                        "tolerance (0.25%%) where smaller, the history's spread where wider "
+                        f"(default: {DEFAULT_TOLERANCE})")
     p.add_argument("--history", metavar="URL", default=None,
-                   help="take each cell's level from this run history (read only) instead of measuring the good "
-                        "side: its latest counted runs on --gpu")
+                   help="hold each step to a level from this run history (read only), its latest counted runs on "
+                        "--gpu, instead of pairing it with the good side")
     add_gpu(p, "with --history: the GPU model (default: its only one)")
-    p.add_argument("--suite-baseline", action="store_true",
-                   help="on a GPU, record the good side's baseline into a temporary folder and let the suite's gate "
-                        "judge each step against it as well; its tolerance is at least 3%% until a spread is learned, "
-                        "and a cell it judges stops at its first decisive look (default: off, the suite measures "
-                        "each cell until its interval is half the level's tolerance wide and the bisect judges it)")
     p.add_argument("--no-check-bad", dest="check_bad", action="store_false",
-                   help="do not measure the bad side before bisecting (default: measured, and a bad side that "
-                        "holds its level stops the bisect)")
+                   help="do not pair the bad side with the good side before bisecting (default: paired, and a "
+                        "bad side that does not regress stops the bisect)")
     p.add_argument("--record", type=Path, default=Path("bisect.json"), metavar="PATH",
                    help="the JSON record of every step (default: bisect.json)")
     p.add_argument("--test-file", default="perf/test_speed.py", metavar="PATH",
@@ -85,9 +85,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="measure with this shell command, run in the tree at each step, instead of the suite: "
                         "its last line of output is {\"speedup\": S, \"low\": L, \"high\": H}")
     p.add_argument("--step-timeout", type=seconds_or_none, default=DEFAULT_STEP_TIMEOUT, metavar="SECONDS",
-                   help="end a measurement (one pytest run or step command, the good side's included) that runs "
+                   help="end a measurement (one pytest run or step command, either side of a pair) that runs "
                         "longer than this, with its whole process group; a step that timed out is a failed step, "
-                        "named so, and git bisect skips its commit; a good side that timed out stops the bisect "
+                        "named so, and git bisect skips its commit "
                         f"(default: {DEFAULT_STEP_TIMEOUT:g}, an hour, far beyond a healthy measurement of a few "
                         "cells, compiles included; 0 for no limit)")
     p.add_argument("--package", default=None, metavar="NAME",
@@ -113,8 +113,10 @@ def _usage(args: argparse.Namespace) -> str | None:
         return "name one or more CELLs (test_speed[gpt-amp_fp16] or gpt:amp_fp16), or give --step-command"
     if args.step_command is not None and args.cells:
         return "--step-command measures its own figure: name no CELL with it"
-    if args.step_command is not None and (args.history is not None or args.suite_baseline):
-        return "--history and --suite-baseline hold the suite's cells: name CELLs instead of --step-command"
+    if args.step_command is not None and args.history is not None:
+        return "--history holds the suite's cells: name CELLs instead of --step-command"
+    if args.package is not None and args.history is not None:
+        return "--history holds the commits' steps to its level: a package bisect pairs each version with the first"
     return None
 
 
@@ -126,8 +128,9 @@ def command(args: argparse.Namespace) -> int:
     from ampbench.bisect.levels import LevelError
     from ampbench.bisect.measure import CommandMeasurer, SuiteMeasurer
     from ampbench.bisect.outcome import BisectInterrupted, report_lines, write_record
-    from ampbench.bisect.versions import InstallError, bisect_versions
-    from ampbench.bisect.worktree import GitError
+    from ampbench.bisect.versions import bisect_versions
+    from ampbench.environments import InstallError
+    from ampbench.worktree import GitError
 
     problem = _usage(args)
     if problem is None:
@@ -141,26 +144,26 @@ def command(args: argparse.Namespace) -> int:
     measurer = (CommandMeasurer(args.step_command, timeout=args.step_timeout) if args.step_command is not None else
                 SuiteMeasurer(list(args.cells), sys.executable, args.test_file, args.gate,
                               shlex.split(args.pytest_args), timeout=args.step_timeout))
-    plan = Plan(args.repeats, args.tolerance, args.check_bad, args.history, args.gpu, args.suite_baseline)
+    plan = Plan(args.tolerance, args.check_bad, args.history, args.gpu, args.max_pairs)
     try:
         if args.package is not None:
-            record, levels = bisect_versions(args.repo, args.rev, args.package, args.versions, measurer, plan,
+            record = bisect_versions(args.repo, args.rev, args.package, args.versions, measurer, plan,
                                              shlex.split(args.pip_args))
         else:
-            record, levels = bisect_commits(args.repo, args.good, args.bad, measurer, plan)
+            record = bisect_commits(args.repo, args.good, args.bad, measurer, plan)
     except BisectInterrupted as exc:
         write_record(args.record, exc.record)
-        print(f"ampbench bisect: interrupted; the worktree is removed and the repository is as it was; the "
+        print(f"ampbench bisect: interrupted; the worktrees are removed and the repository is as it was; the "
               f"{len(exc.record['steps'])} steps taken written to {args.record}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        print("ampbench bisect: interrupted; the worktree is removed and the repository is as it was",
+        print("ampbench bisect: interrupted; the worktrees are removed and the repository is as it was",
               file=sys.stderr)
         return EXIT_INTERRUPTED
     except (GitError, LevelError, InstallError) as exc:
         print(f"ampbench bisect: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    for line in report_lines(record, levels):
+    for line in report_lines(record):
         print(f"ampbench bisect: {line}")
     write_record(args.record, record)
     print(f"ampbench bisect: every step written to {args.record}")

@@ -1,7 +1,7 @@
-"""The git worktree a bisect runs in, under a temporary folder: made detached at a revision, and removed
-at the end, on an error, on Ctrl-C and on SIGTERM, so that the user's checkout (its HEAD, index, working
-files, branches and worktree list) is as it was. ``git bisect`` keeps its state (refs/bisect/*,
-BISECT_LOG) per worktree: it goes with the worktree.
+"""The git worktree a bisect (or an A/B run's side at a revision) runs in, under a temporary folder: made
+detached at a revision, and removed at the end, on an error, on Ctrl-C and on SIGTERM, so that the user's
+checkout (its HEAD, index, working files, branches and worktree list) is as it was. ``git bisect`` keeps its
+state (refs/bisect/*, BISECT_LOG) per worktree: it goes with the worktree.
 
 A bisect killed outright (SIGKILL, a machine that went down) cannot remove its worktree. Its folder is
 named ``ampbench-bisect-*/tree`` and holds a lock file that its bisect keeps locked while it runs, so the
