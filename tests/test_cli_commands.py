@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ampbench.cli import args as cli_args
 from ampbench.cli import ab, baselines, bisect, catalog, history, measuring, record, runs
+from ampbench.cli import args as cli_args
 from ampbench.cli.args import COMMAND_MODULES, build_parser
 from ampbench.cli.command import main
 from ampbench.export import cli as export_cli
