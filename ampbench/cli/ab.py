@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ampbench.ab.cells import TEST_FILES
 from ampbench.ab.paired import MAX_PAIRS
-from ampbench.cli.common_args import add_output
+from ampbench.cli.common_args import add_output, add_pytest_args
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION
 from ampbench.cli.values import seconds_or_none, whole_number
 
@@ -52,8 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tests", default=" ".join(TEST_FILES), metavar="PATHS",
                    help="the test files, in the repository, that collect the cells (default: '%(default)s'; a "
                         "project of its own: its module with `from ampbench.suite import *`)")
-    p.add_argument("--pytest-args", default="", metavar="ARGS",
-                   help="more arguments for each pytest run, e.g. '--perf-tier full' or '--perf-require-gpu'")
+    add_pytest_args(p, "--perf-tier full --perf-require-gpu")
     p.add_argument("--pip-args", default="", metavar="ARGS",
                    help="with PACKAGE==VERSION: more arguments for pip install, e.g. '--find-links DIR --no-index'")
     p.add_argument("--run-timeout", type=seconds_or_none, default=DEFAULT_RUN_TIMEOUT, metavar="SECONDS",

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ampbench.ab.paired import MAX_PAIRS
-from ampbench.cli.common_args import add_gpu
+from ampbench.cli.common_args import add_gpu, add_pytest_args
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_REGRESSION
 from ampbench.cli.values import fraction, seconds_or_none, whole_number
 from ampbench.settings import DEFAULT_TOLERANCE
@@ -79,8 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "perf/test_speed.py; a project of its own: its module with `from ampbench.suite import *`)")
     p.add_argument("--gate", choices=("device", "wall"), default="device",
                    help="the speedup judge_step, as --perf-gate (default: device)")
-    p.add_argument("--pytest-args", default="", metavar="ARGS",
-                   help="more arguments for each pytest run, e.g. '-p ampbench.slowdown --perf-device cuda:1'")
+    add_pytest_args(p, "-p ampbench.slowdown --perf-device cuda:1")
     p.add_argument("--step-command", default=None, metavar="CMD",
                    help="measure with this shell command, run in the tree at each step, instead of the suite: "
                         "its last line of output is {\"speedup\": S, \"low\": L, \"high\": H}")

@@ -62,3 +62,12 @@ def add_runs(parser: argparse.ArgumentParser, help: str, dest: str = "runs", nar
 def add_baseline_file(parser: argparse.ArgumentParser, help: str) -> None:
     """BASELINE.json: the baseline file a command reads or rewrites."""
     parser.add_argument("baseline", type=Path, metavar="BASELINE.json", help=help)
+
+
+def add_pytest_args(parser: argparse.ArgumentParser, example: str) -> None:
+    """--pytest-args ARGS: more arguments for each pytest process a command starts, split as a shell would.
+    argparse takes a lone value that starts with a dash for an option of its own: such a value is given with
+    ``=``, as the help says."""
+    parser.add_argument("--pytest-args", default="", metavar="ARGS",
+                        help=f"more arguments for each pytest run, e.g. '{example}'; a single flag is given with "
+                             "=, as --pytest-args=--perf-require-gpu")
