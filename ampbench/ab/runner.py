@@ -123,66 +123,100 @@ def _records(document: dict, path: Path) -> tuple[dict[str, tuple[Record, str]],
     return found, run.machine.get("device") or run.gpu
 
 
+@dataclass
+class _Runs:
+    """What the processes of an A/B run have told so far: the card they ran on, the head's machine, how many."""
+
+    device: str | None = None
+    machine_info: dict[str, Any] = field(default_factory=dict)
+    count: int = 0
+
+
+def _run_pair(trees: Mapping[str, Tree], args: Sequence[str], plan: AbPlan, index: int, order: str,
+              runs: _Runs) -> tuple[dict[str, dict[str, tuple[Record, str]]], dict[str, str]]:
+    """One pair's two processes, in `order`: each side's records by test id, and why a side has none."""
+    found: dict[str, dict[str, tuple[Record, str]]] = {}
+    problems: dict[str, str] = {}
+    for letter in order:
+        side = BASE if letter == "A" else HEAD
+        label = f"pair{index}-{side}"
+        document, problem = run_side(trees[side], args, plan, label)
+        runs.count += 1
+        if document is None:
+            problems[side] = problem
+            continue
+        try:
+            found[side], device = _records(document, plan.work / f"{label}.json")
+        except RunError as exc:
+            problems[side] = str(exc)
+            continue
+        if runs.device is not None and device != runs.device:
+            raise AbError(f"the {side}'s run of pair {index} ran on {device}, the run before on {runs.device}: "
+                          "an A/B run compares two trees on one card")
+        runs.device = device
+        if side == HEAD:
+            runs.machine_info = dict(document.get("machine_info") or {})
+    return found, problems
+
+
+def _first_cells(found: Mapping[str, Mapping[str, tuple[Record, str]]],
+                 problems: Mapping[str, str]) -> dict[str, CellPairs]:
+    """The cells the first pair measured, on either side (a cell one side lost is an error, not left out)."""
+    cells = {}
+    for name in dict.fromkeys([*found.get(BASE, {}), *found.get(HEAD, {})]):
+        record, node = found.get(HEAD, {}).get(name) or found[BASE][name]
+        cells[name] = CellPairs(name, node, model_of(record), mode_of(record))
+    if not cells:
+        said = "; ".join(f"{side}: {problem}" for side, problem in problems.items())
+        raise AbError(f"the first pair measured no cell: {said}" if said else
+                      "the first pair measured no cell the A/B run gates (speed or memory cells)")
+    return cells
+
+
+def _judge(cell: CellPairs, max_pairs: int) -> None:
+    """Each figure of the cell judged on its pairs so far."""
+    cell.verdicts = {name: judge_pairs(pairs, PAIRED_FIGURES[name].rule, max_pairs, model=cell.model, mode=cell.mode,
+                                       figure=PAIRED_FIGURES[name].label, source=f"the base's {len(pairs)} runs")
+                     for name, pairs in cell.pairs.items()}
+
+
+def _leave_out_ungated(cells: dict[str, CellPairs], say: Callable[[str], None]) -> None:
+    """Drop the cells whose runs hold no figure the table gates (a memory cell on the CPU: no allocator to read
+    a peak from); AbError where none is left."""
+    ungated = [name for name, cell in cells.items() if cell.problem is None and not cell.pairs]
+    for name in ungated:
+        del cells[name]
+    if ungated:
+        say(f"{len(ungated)} cells hold no figure the A/B run gates, left out: {', '.join(ungated)}")
+    if not cells:
+        raise AbError("the first pair measured no figure the A/B run gates (a speed cell's device time, a memory "
+                      "cell's peak)")
+
+
 def run_pairs(trees: Mapping[str, Tree], plan: AbPlan, say: Callable[[str], None]) -> AbOutcome:
     """Pairs of base and head runs until every cell is decided or has taken `plan.max_pairs` pairs."""
-    rng = random.Random(plan.seed)
-    orders = balanced_orders(plan.max_pairs, rng)
+    orders = balanced_orders(plan.max_pairs, random.Random(plan.seed))
     cells: dict[str, CellPairs] = {}
-    device, machine_info, runs, t0 = None, {}, 0, time.perf_counter()
+    runs, taken, t0 = _Runs(), 0, time.perf_counter()
     for index, order in enumerate(orders, start=1):
         todo = [c for c in cells.values() if not c.decided]
         if index > 1 and not todo:
             break
-        args = plan.selection if index == 1 else [c.node for c in todo]
         started = time.perf_counter()
-        found: dict[str, dict[str, tuple[Record, str]]] = {}
-        problems: dict[str, str] = {}
-        for letter in order:
-            side = BASE if letter == "A" else HEAD
-            document, problem = run_side(trees[side], args, plan, f"pair{index}-{side}")
-            runs += 1
-            if document is None:
-                problems[side] = problem
-                continue
-            try:
-                found[side], run_device = _records(document, plan.work / f"pair{index}-{side}.json")
-            except RunError as exc:
-                problems[side] = str(exc)
-                continue
-            if device is None:
-                device = run_device
-            elif run_device != device:
-                raise AbError(f"the {side}'s run of pair {index} ran on {run_device}, the run before on {device}: "
-                              "an A/B run compares two trees on one card")
-            if side == HEAD:
-                machine_info = dict(document.get("machine_info") or {})
+        found, problems = _run_pair(trees, plan.selection if index == 1 else [c.node for c in todo], plan, index,
+                                    order, runs)
         if index == 1:
-            names = dict.fromkeys([*found.get(BASE, {}), *found.get(HEAD, {})])
-            for name in names:
-                record, node = (found.get(HEAD, {}).get(name) or found[BASE][name])
-                cells[name] = CellPairs(name, node, model_of(record), mode_of(record))
-            if not cells:
-                raise AbError("the first pair measured no cell: " + "; ".join(
-                    f"{side}: {problem}" for side, problem in problems.items()) if problems else
-                    "the first pair measured no cell the A/B run gates (speed or memory cells)")
-        for cell in (cells.values() if index == 1 else todo):
+            cells = _first_cells(found, problems)
+            todo = list(cells.values())
+        for cell in todo:
             _add_pair(cell, found, problems, index)
             if cell.problem is None:
-                cell.verdicts = {name: judge_pairs(pairs, PAIRED_FIGURES[name].rule, plan.max_pairs,
-                                                   model=cell.model, mode=cell.mode, figure=PAIRED_FIGURES[name].label,
-                                                   source=f"the base's {len(pairs)} runs")
-                                 for name, pairs in cell.pairs.items()}
+                _judge(cell, plan.max_pairs)
         if index == 1:
-            ungated = [name for name, cell in cells.items() if cell.problem is None and not cell.pairs]
-            for name in ungated:  # a memory cell on the CPU: no allocator to read a peak from
-                del cells[name]
-            if ungated:
-                say(f"{len(ungated)} cells hold no figure the A/B run gates, left out: {', '.join(ungated)}")
-            if not cells:
-                raise AbError("the first pair measured no figure the A/B run gates (a speed cell's device time, a "
-                              "memory cell's peak)")
+            _leave_out_ungated(cells, say)
+        taken = index
         say(_progress(index, order, cells, time.perf_counter() - started, plan.max_pairs))
-    return AbOutcome(cells, orders[:index], device, machine_info, time.perf_counter() - t0, runs)
+    return AbOutcome(cells, orders[:taken], runs.device, runs.machine_info, time.perf_counter() - t0, runs.count)
 
 
 def _add_pair(cell: CellPairs, found: Mapping[str, Mapping[str, tuple[Record, str]]], problems: Mapping[str, str],
