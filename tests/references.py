@@ -4,8 +4,9 @@ that check a ratio without a store."""
 from __future__ import annotations
 
 from ampbench.baselines.entries import FlatEntry, entry_reference
+from ampbench.gate.judge import ratio_check
 from ampbench.results import RatioKind
-from ampbench.speed.ratio import Ratio, ratio_check
+from ampbench.speed.ratio import Ratio
 from ampbench.verdict import Reference, SpeedupCheck
 
 SOURCE = "the baseline file"

@@ -1,7 +1,7 @@
 """A distributed cell's judging: each of its figures, one per row of ``results.ratios.DISTRIBUTED_RATIOS``
 that the run measured (the device-time speedup, the wall-clock speedup under the same parallelism, the
 scaling efficiency in device time and in wall clock), held against the cell's baseline source's
-``verdict.Reference`` of it, as the single-GPU cells' are (``speed.ratio.ratio_check``), and judged by the
+``verdict.Reference`` of it, as the single-GPU cells' are (``gate.judge.ratio_check``), and judged by the
 gate's judge (``gate.judge``: each figure's verdict, its confirmation, the group rule and which figures
 gate the cell, --perf-gate); the cell's message, and its ratios as its record holds them and as a
 recorded baseline entry stores them (``gate.writers``). Which of the cell's figures a row is, its distributed
@@ -29,7 +29,6 @@ from ampbench.gate import judge
 from ampbench.gate.writers import judged_figures, stored_ratio
 from ampbench.results import DISTRIBUTED_RATIOS, RatioFigures
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, RatioKind
-from ampbench.speed.ratio import ratio_check
 from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Reference, SpeedupCheck, Verdict
 
@@ -83,7 +82,7 @@ def cell_checks(baseline: DistributedEntry | None, figs: DistFigures, model: str
     checks, why = {}, {}
     for name, kind in DISTRIBUTED_RATIOS.items():
         if estimate_of(kind, figs) is not None:
-            checks[name], why[name] = ratio_check(kind, model, what, baseline, against(kind),
+            checks[name], why[name] = judge.ratio_check(kind, model, what, baseline, against(kind),
                                                   figure=DIST_CLOCKS[kind.clock].figure, method=_method(kind, figs))
     return CellChecks(checks, why)
 

@@ -1,22 +1,24 @@
 """The judge every timed figure passes through: a speed cell's ratios, a distributed cell's figures, a
 bisect step's cells and two runs compared (``ampbench compare``) alike.
 
-A figure's verdict is its check's (``verdict.SpeedupCheck``, built from its ``verdict.Reference``) of its
-estimate, taken at a look of the sequential test where one stopped its rounds (`verdict_of`). A
-regression stands only where a second, independent set of rounds, looked at alike, finds it too
-(`confirmed`); a figure its own rounds did not fail fails all the same where it lies below the line together
-with the runs its history held back before it (`grouped`). `gates` says which figures of the table of
-ratios (``results.ratios``) gate their cell. `judge` is all of it for one measured ratio, with its words.
+A figure's check (``verdict.SpeedupCheck``) is made here from the ``verdict.Reference`` its baseline source
+gives it, or not, and why (`ratio_check`). Its verdict is that check's of its estimate, taken at a look of
+the sequential test where one stopped its rounds (`verdict_of`). A regression stands only where a second,
+independent set of rounds, looked at alike, finds it too (`confirmed`); a figure its own rounds did not fail
+fails all the same where it lies below the line together with the runs its history held back before it
+(`grouped`). `gates` says which figures of the table of ratios (``results.ratios``) gate their cell. `judge`
+is all of it for one measured ratio, with its words.
 """
 
 from __future__ import annotations
 
+from ampbench.baselines.entries import FlatEntry
 from ampbench.gate.looks import Look, verdict_at
 from ampbench.gate.measurement import Measurement
-from ampbench.results.ratios import DEVICE, WALL
+from ampbench.results.ratios import DEVICE, RECORD_AGAIN, WALL, RatioKind
 from ampbench.settings import GATES
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import SpeedupCheck, Verdict
+from ampbench.verdict import Reference, SpeedupCheck, Verdict
 
 NO_BASELINE = "no baseline for this GPU"
 
@@ -76,3 +78,22 @@ def judge(measured: Measurement, check: SpeedupCheck | None) -> tuple[Verdict, s
         if why:
             verdict, judgement = Verdict.REGRESSION, f"{judgement}; {why}"
     return verdict, judgement
+
+
+def ratio_check(kind: RatioKind, model: str, mode: str, entry: FlatEntry | None, reference: Reference | None, *,
+                figure: str = "speedup over fp32", over: str | None = None,
+                method: str | None = None) -> tuple[SpeedupCheck | None, str]:
+    """The check of a ratio of `kind` (of `figure`, over the side `over`, its device time measured by
+    `method`) against `reference`, or None and why not: the cell's baseline `entry` is missing, holds no
+    such figure, was over another side, or measured it otherwise. The tolerance is the reference's."""
+    def named(template: str) -> str:
+        return template.format(method=method, figure=figure, over=over)
+
+    if entry is None:
+        return None, named(kind.no_entry)
+    if (kind.over and getattr(entry, "versus", None) != over) or reference is None:
+        return None, named(kind.missing)
+    if kind.same_method and reference.method != method:
+        return None, (f"{kind.other_method}measured by {reference.method} in the baseline and by {method} here: "
+                      + RECORD_AGAIN)
+    return reference.check(model, mode, figure), ""

@@ -135,9 +135,8 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     before = sides.parameters_fingerprint(pair.side.trainer)
     entry = source.entry(test_id) if source is not None else None
     baseline = entry if isinstance(entry, SpeedEntry) else None
-    against = (lambda kind: source.reference(test_id, kind, settings.tolerance)) if source is not None \
-        else (lambda kind: None)
-    ratios = cell_ratios(spec.name, mode, fp32, pair.side, pair.versus, baseline, settings.gate, pol, against)
+    ratios = cell_ratios(spec.name, mode, fp32, pair.side, pair.versus, baseline, settings.gate, pol, source, test_id,
+                         settings.tolerance)
     marks.end("ratios")  # each ratio's own seconds are its phase below
     trained = _Trained.of(pair.side, before)
     marks.end("trained")

@@ -2,7 +2,7 @@
 the device-time or wall-clock speedup, a compiled cell's ratio over its versus side, a distributed cell's
 figures) says every name and rule it has, and the clock that times it (``clocks.CLOCKS``). A `Ratio` is
 built over its two sides with that clock (`between`), checked against what its baseline source gives it
-(`judge_against`: ``ratio_check``, one tolerance rule for every kind), then measured
+(`judge_against`: ``gate.judge.ratio_check``, one tolerance rule for every kind), then measured
 (``measurement.measure``) and judged (``gate.judge.judge``) by `time`, and written (``gate.writers``): its figures
 for the record and what a recording stores of it. Each stage reads what the ones before it left, and none
 knows the next.
@@ -11,16 +11,17 @@ knows the next.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ampbench import progress
 from ampbench.baselines.entries import FlatEntry, RatioEntry, SpeedEntry
-from ampbench.gate.judge import gates, judge
+from ampbench.baselines.source import BaselineSource
+from ampbench.gate.judge import gates, judge, ratio_check
 from ampbench.gate.measurement import Measurement
 from ampbench.gate.writers import across_runs_of, entry_figures, record_figures
 from ampbench.modes import PrecisionMode, label, versus_figure, versus_of
 from ampbench.results.ratio_figures import RatioFigures
-from ampbench.results.ratios import DEVICE, RECORD_AGAIN, SPEED_RATIOS, WALL, RatioKind
+from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL, RatioKind
 from ampbench.speed import sides
 from ampbench.speed.clocks import CLOCKS, Clock
 from ampbench.speed.measurement import measure, with_noise
@@ -150,32 +151,17 @@ def _between_sides(kind: RatioKind, mode: PrecisionMode, fp32: sides.Side, side:
 
 def cell_ratios(model: str, mode: PrecisionMode, fp32: sides.Side, side: sides.Side, versus: sides.Side | None,
                 baseline: SpeedEntry | None, gate: str, policy: sides.SpeedPolicy,
-                against: Callable[[RatioKind], Reference | None] = lambda kind: None) -> list[Ratio]:
+                source: BaselineSource | None = None, test_id: str = "", floor: float = 0.0) -> list[Ratio]:
     """A speed cell's ratios, in their table's order (``SPEED_RATIOS``), each built over its sides (the mode's
-    `side`, over `fp32` or its `versus` side), checked against what its baseline source gives it (`against`,
-    by the ratio's kind: ``BaselineSource.reference``), then timed: judged where it gates the cell under
-    --perf-gate `gate`, else its first look."""
+    `side`, over `fp32` or its `versus` side), checked against what the cell's baseline `source` gives it under
+    `floor` (``BaselineSource.reference`` of `test_id`, by the ratio's kind; nothing without a source), then
+    timed: judged where it gates the cell under --perf-gate `gate`, else its first look."""
+    # asked here, where each ratio takes it, so that the cell only hands its source on
+    def against(kind: RatioKind) -> Reference | None:
+        return source.reference(test_id, kind, floor) if source is not None else None
+
     checked = {kind.name: ratio.judge_against(model, label(mode), baseline, against(kind))
                for kind in SPEED_RATIOS.values()
                if (ratio := _between_sides(kind, mode, fp32, side, versus)) is not None}
     gated = gates(gate, checked[DEVICE.name].check, checked[WALL.name].check)
     return [ratio.time(policy, ratio.kind.gate in gated) for ratio in checked.values()]
-
-
-def ratio_check(kind: RatioKind, model: str, mode: str, entry: FlatEntry | None, reference: Reference | None, *,
-                figure: str = "speedup over fp32", over: str | None = None,
-                method: str | None = None) -> tuple[SpeedupCheck | None, str]:
-    """The check of a ratio of `kind` (of `figure`, over the side `over`, its device time measured by
-    `method`) against `reference`, or None and why not: the cell's baseline `entry` is missing, holds no
-    such figure, was over another side, or measured it otherwise. The tolerance is the reference's."""
-    def named(template: str) -> str:
-        return template.format(method=method, figure=figure, over=over)
-
-    if entry is None:
-        return None, named(kind.no_entry)
-    if (kind.over and getattr(entry, "versus", None) != over) or reference is None:
-        return None, named(kind.missing)
-    if kind.same_method and reference.method != method:
-        return None, (f"{kind.other_method}measured by {reference.method} in the baseline and by {method} here: "
-                      + RECORD_AGAIN)
-    return reference.check(model, mode, figure), ""
