@@ -139,7 +139,7 @@ def apply_group_rule(verdicts: dict[str, Verdict], checks: CellChecks,
         check = checks.of(name)
         if check is None or (figs.host_bound and not leaves_host_out(name, figs)):
             continue
-        text = judge.grouped(check, est.speedup, verdicts.get(name))[1]
+        text = judge.grouped(check, est.speedup, verdicts.get(name))
         if text:
             out[name] = Verdict.REGRESSION
             why.append(f"{DISTRIBUTED_RATIOS[name].label}: {text}")

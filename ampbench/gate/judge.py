@@ -39,15 +39,15 @@ def confirmed(verdict: Verdict, check: SpeedupCheck | None, confirmation: Speedu
     return verdict
 
 
-def grouped(check: SpeedupCheck, speedup: float, verdict: Verdict | None) -> tuple[Verdict | None, str]:
-    """`verdict`, or a regression where a run whose own rounds did not fail lies, at `speedup`, below the
-    line together with the runs its history held back before it, and why ("" where it does not, or where no
-    history gives the rule): the one place the group rule meets a verdict."""
+def grouped(check: SpeedupCheck, speedup: float, verdict: Verdict | None) -> str:
+    """Why a run whose own rounds did not fail (its `verdict` is no regression) fails all the same, at
+    `speedup`, below the line together with the runs its history held back before it: "" where it does not,
+    or where no history gives the rule. The one place the group rule meets a verdict; its caller makes the
+    verdict a regression where this says why."""
     rule = check.group_failure
     if rule is None or verdict is Verdict.REGRESSION:
-        return verdict, ""
-    why = rule(speedup, check.tolerance)
-    return (Verdict.REGRESSION, why) if why else (verdict, "")
+        return ""
+    return rule(speedup, check.tolerance) or ""
 
 
 def gates(gate: str, device: SpeedupCheck | None, wall: SpeedupCheck | None,
@@ -74,7 +74,7 @@ def judge(measured: Measurement, check: SpeedupCheck | None) -> tuple[Verdict, s
         verdict = confirmed(verdict, check, confirmation, measured.confirmation_look)
     judgement = check.describe(est) + (f"; confirming batch {confirmation}" if confirmation else "")
     if measured.gated:
-        why = grouped(check, est.speedup, verdict)[1]
+        why = grouped(check, est.speedup, verdict)
         if why:
             verdict, judgement = Verdict.REGRESSION, f"{judgement}; {why}"
     return verdict, judgement
