@@ -117,8 +117,8 @@ def run_owned(cmd: Sequence[str], log: Path, signals: Signals, grace: float | No
 class TimedOut(Exception):
     """A child's process outlived its timeout, and its process group was ended."""
 
-    def __init__(self, timeout: float, output: str):
-        super().__init__(f"timed out after {timeout:g} s (--step-timeout)")
+    def __init__(self, timeout: float, output: str, flag: str = "--step-timeout"):
+        super().__init__(f"timed out after {timeout:g} s ({flag})")
         self.timeout = timeout
         self.output = output
 
@@ -132,6 +132,7 @@ class Child:
 
     timeout: float | None = None
     grace: float = STOP_GRACE
+    flag: str = "--step-timeout"  # the option that set the timeout, named where it ends a process
 
     def run(self, argv: Sequence[str] | str, cwd: Path, env: Mapping[str, str], log: Path,
             shell: bool = False) -> tuple[int, str]:
@@ -145,7 +146,8 @@ class Child:
                 status = proc.wait(timeout=self.timeout)
             except subprocess.TimeoutExpired:
                 end_group(proc, self.grace)
-                raise TimedOut(self.timeout or 0.0, log.read_text(encoding="utf-8", errors="replace")) from None
+                raise TimedOut(self.timeout or 0.0, log.read_text(encoding="utf-8", errors="replace"),
+                               self.flag) from None
             except BaseException:
                 end_group(proc, self.grace)
                 raise
@@ -158,3 +160,38 @@ def tree_env(tree: Path, extra_path: Sequence[str] = ()) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *extra_path, *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTEST_ADDOPTS", None)  # the command names every option its runs need
     return env
+
+
+def tail(text: str) -> str:
+    """The last TAIL_LINES lines of a child's output: what a problem quotes of a run that left no figure."""
+    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
+
+
+@dataclass(frozen=True)
+class PytestRun:
+    """How a pytest child ended: its exit status (None: ended at its timeout) and why it left no run JSON,
+    with the tail of its output (None where it wrote one)."""
+
+    status: int | None
+    problem: str | None
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status is None
+
+
+def run_pytest(child: Child, python: str, tree: Path, args: Sequence[str], after: Sequence[str], run_json: Path,
+               log: Path) -> PytestRun:
+    """pytest run by `python` in `tree` (its code first on PYTHONPATH) on `args`, with the run history off and
+    its run written to `run_json`, then `after` (options that may override those before them): the one way
+    a bisect's measurement and an A/B run's side start the suite."""
+    run_json.unlink(missing_ok=True)
+    argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, "--perf-history", "off",
+            "--benchmark-json", str(run_json), *after]
+    try:
+        status, output = child.run(argv, tree, tree_env(tree), log)
+    except TimedOut as exc:
+        return PytestRun(None, f"pytest {exc}; its process group was ended ({log}):\n{tail(exc.output)}")
+    if not run_json.exists():
+        return PytestRun(status, f"pytest exited with status {status} and wrote no run ({log}):\n{tail(output)}")
+    return PytestRun(status, None)

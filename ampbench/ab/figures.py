@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 
 from ampbench.ab.paired import PEAK_MEMORY_RULE, SPEEDUP_RULE, STEP_TIME_RULE, PairRule, RunValue
 from ampbench.results import MODE_SIDE, SPEED_RATIOS, MemoryRecord, Record, SpeedRecord
-from ampbench.stats import normal_quantile
+from ampbench.stats import log_sd
 
 # The median of n rounds has a standard error about sqrt(pi / 2) times a mean's (a normal's efficiency)
 MEDIAN_SE = math.sqrt(math.pi / 2)
@@ -21,7 +21,8 @@ MEDIAN_SE = math.sqrt(math.pi / 2)
 @dataclass(frozen=True)
 class PairedKind:
     """One figure an A/B run compares: its key in a paired record's ``figures``, what messages call it, its
-    unit, the record kind it is read from and how, and its rule."""
+    unit (which says how it is shown: ``report.figure_text.fmt_value``), the record kind it is read from and
+    how, and its rule."""
 
     name: str
     label: str
@@ -29,7 +30,6 @@ class PairedKind:
     record: type[Record]
     read: Callable[[Record], RunValue | None]
     rule: PairRule
-    shown: Callable[[float], str]  # one side's value in a table
 
 
 def _speedup(record: Record) -> RunValue | None:
@@ -37,8 +37,7 @@ def _speedup(record: Record) -> RunValue | None:
     est = record.estimate(SPEED_RATIOS["device"]) if isinstance(record, SpeedRecord) else None
     if est is None:
         return None
-    half = (math.log(est.high) - math.log(est.low)) / 2
-    return RunValue(est.speedup, half / normal_quantile(est.confidence))
+    return RunValue.of_interval(est.speedup, est.low, est.high, est.confidence)
 
 
 def _step_time(record: Record) -> RunValue | None:
@@ -46,13 +45,10 @@ def _step_time(record: Record) -> RunValue | None:
     if not isinstance(record, SpeedRecord):
         return None
     side = record.ratio(SPEED_RATIOS["device"]).side(MODE_SIDE)
-    rounds = [r for r in side.round_ms or () if isinstance(r, (int, float)) and r > 0]
+    rounds = [r for r in side.round_ms or () if isinstance(r, (int, float)) and r > 0 and math.isfinite(r)]
     if side.step_ms is None or side.step_ms <= 0 or len(rounds) < 2:
         return None
-    logs = [math.log(r) for r in rounds]
-    mean = sum(logs) / len(logs)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
-    return RunValue(side.step_ms, MEDIAN_SE * sd / math.sqrt(len(logs)))
+    return RunValue(side.step_ms, MEDIAN_SE * log_sd(rounds) / math.sqrt(len(rounds)))
 
 
 def _peak_memory(record: Record) -> RunValue | None:
@@ -64,15 +60,9 @@ def _peak_memory(record: Record) -> RunValue | None:
 
 
 # each rule's tolerance and between-process prior: ``ab.paired``'s constants say why each is what it is
-PAIRED_SPEEDUP = PairedKind("speedup", "device-time speedup over fp32", "x", SpeedRecord, _speedup,
-                     SPEEDUP_RULE,
-                     lambda v: f"{v:.3f}x")
-PAIRED_STEP_TIME = PairedKind("step_time", "device time per step", "ms", SpeedRecord, _step_time,
-                       STEP_TIME_RULE,
-                       lambda v: f"{v:.4g} ms")
-PAIRED_PEAK_MEMORY = PairedKind("peak_memory", "peak memory", "bytes", MemoryRecord, _peak_memory,
-                         PEAK_MEMORY_RULE,
-                         lambda v: f"{v / 2 ** 20:.1f} MiB")
+PAIRED_SPEEDUP = PairedKind("speedup", "device-time speedup over fp32", "x", SpeedRecord, _speedup, SPEEDUP_RULE)
+PAIRED_STEP_TIME = PairedKind("step_time", "device time per step", "ms", SpeedRecord, _step_time, STEP_TIME_RULE)
+PAIRED_PEAK_MEMORY = PairedKind("peak_memory", "peak memory", "bytes", MemoryRecord, _peak_memory, PEAK_MEMORY_RULE)
 
 # in the order every reader lists them (``results.paired.FIGURE_ORDER``)
 PAIRED_FIGURES: dict[str, PairedKind] = {k.name: k for k in (PAIRED_SPEEDUP, PAIRED_STEP_TIME, PAIRED_PEAK_MEMORY)}

@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from ampbench.gate.judge import verdict_of
-from ampbench.stats import SpeedupEstimate, coverage_percent, t_quantile
+from ampbench.stats import SpeedupEstimate, coverage_percent, normal_quantile, t_quantile
 from ampbench.verdict import BY_PAIRED, Reference, Verdict
 
 # A false pass lets a change through that later pairs or the run history may still catch: the pass side
@@ -59,6 +59,11 @@ class RunValue:
 
     value: float
     sd: float = 0.0
+
+    @classmethod
+    def of_interval(cls, value: float, low: float, high: float, confidence: float) -> "RunValue":
+        """A figure with the sd of ln(value) its own two-sided interval [low, high] at `confidence` implies."""
+        return cls(value, (math.log(high) - math.log(low)) / 2 / normal_quantile(confidence))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ampbench.ab.figures import PAIRED_FIGURES, sides_of
 from ampbench.ab.paired import MAX_PAIRS, Pair, PairedVerdict, RunValue, judge_pairs
 from ampbench.ab.trees import Tree
-from ampbench.children import TAIL_LINES, Child, TimedOut, tree_env
+from ampbench.children import Child, run_pytest
 from ampbench.results import Record
 from ampbench.results.run import RunError, mode_of, model_of
 from ampbench.verdict import Verdict, combined
@@ -88,27 +88,18 @@ class AbOutcome:
     runs: int
 
 
-def _tail(text: str) -> str:
-    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
-
-
 def run_side(tree: Tree, args: Sequence[str], plan: AbPlan, label: str) -> tuple[dict | None, str]:
     """One process of one side: its run JSON as a document (None where it wrote none) and, where it wrote
-    none or failed, what its output ends with."""
+    none or failed, why."""
     run_json, log = plan.work / f"{label}.json", plan.work / f"{label}.log"
-    run_json.unlink(missing_ok=True)
     empty = plan.work / "no-baselines"
     empty.mkdir(parents=True, exist_ok=True)
-    argv = [tree.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, "--perf-history", "off",
-            "--perf-baseline-dir", str(empty), "--benchmark-json", str(run_json), *plan.pytest_args]
-    try:
-        status, output = Child(plan.timeout).run(argv, tree.path, tree_env(tree.path), log)
-    except TimedOut as exc:
-        return None, f"timed out after {exc.timeout:g} s; its process group was ended ({log}):\n{_tail(exc.output)}"
-    if not run_json.exists():
-        return None, f"pytest exited with status {status} and wrote no run ({log}):\n{_tail(output)}"
-    return json.loads(run_json.read_text(encoding="utf-8")), "" if status == 0 else f"pytest exited with status " \
-                                                                                    f"{status} ({log})"
+    ran = run_pytest(Child(plan.timeout, flag="--run-timeout"), tree.python, tree.path, args,
+                     ["--perf-baseline-dir", str(empty), *plan.pytest_args], run_json, log)
+    if ran.problem is not None:
+        return None, ran.problem
+    said = "" if ran.status == 0 else f"pytest exited with status {ran.status} ({log})"
+    return json.loads(run_json.read_text(encoding="utf-8")), said
 
 
 def _records(document: dict, path: Path) -> tuple[dict[str, tuple[Record, str]], str | None]:
@@ -120,7 +111,7 @@ def _records(document: dict, path: Path) -> tuple[dict[str, tuple[Record, str]],
              if isinstance(b, dict)}
     kinds = tuple({k.record for k in PAIRED_FIGURES.values()})
     found = {r.test_id: (r, str(nodes.get(r.test_id) or r.test_id)) for r in run.cells if isinstance(r, kinds)}
-    return found, run.machine.get("device") or run.gpu
+    return found, run.gpu
 
 
 @dataclass

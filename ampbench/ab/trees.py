@@ -24,11 +24,18 @@ _PINNED = re.compile(r"^(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-
 
 @dataclass(frozen=True)
 class Tree:
-    """One side: the folder its cells run in, the interpreter they run with, and what it is, in words."""
+    """One side: the folder its cells run in, the interpreter they run with, what it is in words, and the
+    commit its code is at (with whether it has uncommitted changes), as a run's commit_info names it."""
 
     path: Path
     python: str
     described: str
+    commit: str = ""
+    dirty: bool = False
+
+    @property
+    def commit_info(self) -> dict[str, object]:
+        return {"id": self.commit, "dirty": self.dirty}
 
 
 def side_kind(spec: str | None) -> str:
@@ -70,19 +77,20 @@ class Trees:
         self._stack.close()
 
     def _working(self) -> Tree:
-        dirty = git(self.repo, "status", "--porcelain", "--untracked-files=no", check=False)
-        sha = git(self.repo, "rev-parse", "--short=12", "HEAD", check=False)
-        state = f"{sha} with uncommitted changes" if dirty else sha
-        return Tree(self.repo, sys.executable, f"{WORKING_TREE} ({state})" if state else WORKING_TREE)
+        dirty = bool(git(self.repo, "status", "--porcelain", "--untracked-files=no", check=False))
+        sha = git(self.repo, "rev-parse", "HEAD", check=False)
+        state = f"{sha[:12]} with uncommitted changes" if dirty else sha[:12]
+        return Tree(self.repo, sys.executable, f"{WORKING_TREE} ({state})" if state else WORKING_TREE, sha, dirty)
 
     def _revision(self, sha: str, spec: str) -> Tree:
         tree = self._stack.enter_context(Worktree(self.repo, sha))
         named = f" ({spec})" if not sha.startswith(spec) else ""
-        return Tree(tree.path, sys.executable, f"{sha[:12]}{named}")
+        return Tree(tree.path, sys.executable, f"{sha[:12]}{named}", sha)
 
     def _package(self, package: str, version: str) -> Tree:
         """The head's code (the other side's where the head is the package) with `package` at `version`."""
         other = next((t for t in self.sides.values()), None) or self._working()
         root = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="ampbench-ab-envs-")))
         envs = Environments(root, package, other.path, list(self.pip_args))
-        return Tree(other.path, envs.python(version), f"{package}=={version} on {other.described}")
+        return Tree(other.path, envs.python(version), f"{package}=={version} on {other.described}", other.commit,
+                    other.dirty)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ampbench.bisect.cells import BisectCell, named_cell, pytest_args
-from ampbench.children import STOP_GRACE, TAIL_LINES, Child, TimedOut, tree_env
+from ampbench.children import STOP_GRACE, Child, TimedOut, run_pytest, tail, tree_env
 from ampbench.results.ratios import SPEED_RATIOS
 from ampbench.stats import SpeedupEstimate
 
@@ -29,10 +29,6 @@ from ampbench.stats import SpeedupEstimate
 # driver ends the step, the step has ended its own measurement's group before the driver's SIGKILL comes
 STEP_GRACE = 4.0
 COMMAND_CELL = "command"  # the figure a step command prints, where it names no cell
-
-
-def _tail(text: str) -> str:
-    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
 
 
 @dataclass(frozen=True)
@@ -89,26 +85,18 @@ class SuiteMeasurer:
         return [named_cell(c) for c in self.cells]
 
     def __call__(self, tree: Path, label: str) -> Measurement:
-        run_json = Path(self.log_dir) / f"{label}.json"
-        run_json.unlink(missing_ok=True)
-        argv = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                *pytest_args(self.parsed(), self.test_file),
-                "--perf-gate", self.gate, "--perf-history", "off", "--benchmark-json", str(run_json), *self.pytest_args]
+        run_json, log = Path(self.log_dir) / f"{label}.json", Path(self.log_dir) / f"{label}.log"
+        after = list(self.pytest_args)
         if self.tolerance is not None:
-            argv += ["--perf-tolerance", f"{min(self.tolerance, 0.9):.6g}"]
+            after += ["--perf-tolerance", f"{min(self.tolerance, 0.9):.6g}"]
         if self.baseline_dir is not None:
-            argv += ["--perf-baseline-dir", self.baseline_dir]
-        log = Path(self.log_dir) / f"{label}.log"
+            after += ["--perf-baseline-dir", self.baseline_dir]
         t0 = time.perf_counter()
-        try:
-            status, output = self.child().run(argv, tree, tree_env(tree), log)
-        except TimedOut as exc:
-            return Measurement({}, time.perf_counter() - t0, f"pytest {exc}; its process group was ended ({log}):\n"
-                                                             f"{_tail(exc.output)}", timed_out=True)
+        ran = run_pytest(self.child(), self.python, tree, [*pytest_args(self.parsed(), self.test_file),
+                                                            "--perf-gate", self.gate], after, run_json, log)
         seconds = time.perf_counter() - t0
-        if not run_json.exists():
-            return Measurement({}, seconds, f"pytest exited with status {status} and wrote no run ({log}):\n"
-                                            f"{_tail(output)}")
+        if ran.problem is not None:
+            return Measurement({}, seconds, ran.problem, timed_out=ran.timed_out)
         return self.read(run_json, seconds)
 
     def read(self, run_json: Path, seconds: float) -> Measurement:
@@ -133,7 +121,7 @@ class SuiteMeasurer:
             figures[cell.test_id] = StepFigure(est.speedup, est.low, est.high, est.confidence, est.rounds,
                                            None if verdict is None else str(verdict), record.kernels)
         problem = f"the run holds no {kind.noun} of {', '.join(missing)}" if missing else None
-        return Measurement(figures, seconds, problem, run.machine.get("device") or run.gpu)
+        return Measurement(figures, seconds, problem, run.gpu)
 
 
 @dataclass
@@ -163,7 +151,7 @@ class CommandMeasurer:
             status, output = self.child().run(self.command, tree, env, log, shell=True)
         except TimedOut as exc:
             return Measurement({}, time.perf_counter() - t0, f"step command {exc}; its process group was ended:\n"
-                                                             f"{_tail(exc.output)}", timed_out=True)
+                                                             f"{tail(exc.output)}", timed_out=True)
         seconds = time.perf_counter() - t0
         lines = output.strip().splitlines()
         try:
@@ -172,12 +160,12 @@ class CommandMeasurer:
         except (ValueError, TypeError, KeyError) as exc:
             return Measurement({}, seconds, f"step command exited with status {status}; its last line is no "
                                             f"figure ({exc}), expected {{\"speedup\": S, \"low\": L, \"high\": H}}:\n"
-                                            f"{_tail(output)}")
+                                            f"{tail(output)}")
         if status != 0:
             # a command that failed measured nothing it can vouch for, whatever its last line says
             return Measurement({}, seconds, f"step command exited with status {status}, a failed step, though it "
                                             f"printed the figure {figure}; a step's figure counts only where it "
-                                            f"exits 0:\n{_tail(output)}")
+                                            f"exits 0:\n{tail(output)}")
         return Measurement({str(printed.get("cell") or COMMAND_CELL): figure}, seconds)
 
 

@@ -17,7 +17,6 @@ order, both sides' figures and the cells' verdicts at its look are kept in the s
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -30,7 +29,7 @@ from ampbench.bisect.cells import named_cell
 from ampbench.bisect.judge import answer
 from ampbench.bisect.levels import keys_of
 from ampbench.bisect.measure import COMMAND_CELL, CommandMeasurer, Measurement, StepFigure, SuiteMeasurer
-from ampbench.stats import normal_quantile
+from ampbench.stats import geometric_mean
 from ampbench.verdict import Verdict
 
 LOST_PAIRS = 2  # pairs without a figure of a cell that give it up: one may be a stray crash, two are the commit's
@@ -58,12 +57,7 @@ def pair_rule(tolerance: float) -> PairRule:
 def run_value(figure: StepFigure) -> RunValue:
     """One run's figure as the paired statistic reads it: its speedup and the sd of ln(speedup) its own
     interval implies (as ``ab.figures`` reads a run's record)."""
-    half = (math.log(figure.high) - math.log(figure.low)) / 2
-    return RunValue(figure.speedup, half / normal_quantile(figure.confidence))
-
-
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+    return RunValue.of_interval(figure.speedup, figure.low, figure.high, figure.confidence)
 
 
 @dataclass
@@ -97,8 +91,8 @@ class StepCell:
         if self.judged is not None:
             est = self.judged.estimate
             out.update(ratio=est.ratio, ratio_low=est.low, ratio_high=est.high, confidence=est.confidence,
-                       drop=est.ratio - 1, speedup=_geomean([f.speedup for f in self.head]),
-                       good_speedup=_geomean([f.speedup for f in self.good]),
+                       drop=est.ratio - 1, speedup=geometric_mean([f.speedup for f in self.head]),
+                       good_speedup=geometric_mean([f.speedup for f in self.good]),
                        kernels=next((f.kernels for f in reversed(self.head) if f.kernels), None),
                        good_kernels=next((f.kernels for f in reversed(self.good) if f.kernels), None),
                        message=self.judged.message)

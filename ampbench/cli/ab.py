@@ -73,11 +73,12 @@ def _say(text: str) -> None:
 
 def command(args: argparse.Namespace) -> int:
     from ampbench.ab.cells import selection
-    from ampbench.ab.result import result_lines, write
+    from ampbench.ab.result import paired_records, result_lines
     from ampbench.ab.runner import AbError, AbPlan, run_pairs
     from ampbench.ab.trees import Trees
     from ampbench.environments import InstallError
-    from ampbench.worktree import GitError, git
+    from ampbench.results.paired_run import write_paired_run
+    from ampbench.worktree import GitError
 
     try:
         chosen = selection(list(args.cells), shlex.split(args.tests))
@@ -92,17 +93,15 @@ def command(args: argparse.Namespace) -> int:
                 for side, tree in trees.sides.items():
                     _say(f"{side}: {tree.described}")
                 outcome = run_pairs(trees.sides, plan, _say)
-                head = trees.sides["head"]
-                commit = {"id": git(head.path, "rev-parse", "HEAD", check=False),
-                          "dirty": bool(git(head.path, "status", "--porcelain", "--untracked-files=no", check=False))}
-                write(args.output, outcome, trees.sides, commit)
+                records = paired_records(outcome, trees.sides)
+                write_paired_run(args.output, records, outcome.machine_info, trees.sides["head"].commit_info)
         except KeyboardInterrupt:
             _say("interrupted; worktrees and environments removed, your checkout as it was")
             return EXIT_INTERRUPTED
         except (GitError, InstallError, AbError) as exc:
             print(f"ampbench ab: error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
-    for line in result_lines(outcome):
+    for line in result_lines(records):
         print(line)
     _say(f"{len(outcome.cells)} cells, {outcome.runs} runs in {outcome.seconds:.0f} s; written to {args.output}")
     verdicts = [c.verdict for c in outcome.cells.values()]
