@@ -240,15 +240,13 @@ def _by_heading(kind: RatioKind, figs: DistFigures, est: SpeedupEstimate) -> str
     return f"{heading} {_shown(kind, est)}"
 
 
-# how the message introduces the figures whose row's heading is not what the message says: its lead names
-# the parallelism and the method, the wall clock beside device time is named by its clock alone, and the
-# device-time scaling efficiency's heading names its method, which the message leaves to the lead: it is
-# called as a failing cell calls it (``RatioKind.failing``), without one
+# how the message introduces the figures whose row's heading is not what the message says: each by its row's
+# words as a failing cell calls it (``RatioKind.failing``): the lead names the parallelism, and the method
+# after it, which the device-time scaling efficiency's heading would name again; the wall clock beside
+# device time is named by its clock alone
 _SAID: dict[str, Callable[[DistFigures, SpeedupEstimate], str]] = {
-    DEVICE_SPEEDUP: lambda figs, est: (f"device-time speedup over fp32 under the same parallelism "
-                                       f"({figs.device_method}) {est}"),
-    SPEEDUP: lambda figs, est: (f"wall clock {est}" if figs.device is not None
-                                else f"speedup over fp32 under the same parallelism {est}"),
+    DEVICE_SPEEDUP: lambda figs, est: f"{DIST_DEVICE.failing} ({figs.device_method}) {est}",
+    SPEEDUP: lambda figs, est: f"wall clock {est}" if figs.device is not None else f"{DIST_WALL.failing} {est}",
     DEVICE_EFFICIENCY: lambda figs, est: f"{DEVICE_SCALING.failing} {_shown(DEVICE_SCALING, est)}",
     # beside the device time's, the wall clock's is named by its clock
     EFFICIENCY: lambda figs, est: (("wall-clock " if figs.device_efficiency is not None else "")

@@ -123,13 +123,13 @@ VERSUS = RatioKind(name="versus", prefix="versus_", label="speedup over {over}",
 # the gate by default
 DIST_DEVICE = RatioKind(name="device", prefix="device_", label="device speedup", column="device speedup",
                         gate="device", stores_fallback=True, heading="device time ({method})",
-                        failing="device-time speedup under the same parallelism", short="device-time",
+                        failing="device-time speedup over fp32 under the same parallelism", short="device-time",
                         noun="device-time speedup", called="device time", renamed=(("confidence", "confidence"),),
                         **_DEVICE_METHOD)
 # its wall-clock figures, timed by its launch and judged there: reported beside its device time, gating
 # under --perf-gate wall or both, or where its entry holds no device time
 DIST_WALL = RatioKind(name="wall", prefix="", label="wall-clock speedup", column="wall speedup", gate="wall",
-                      heading="speedup", failing="speedup under the same parallelism", short="speedup",
+                      heading="speedup", failing="speedup over fp32 under the same parallelism", short="speedup",
                       noun="wall-clock speedup", missing="no baseline", renamed=(("verdict", "wall_verdict"),))
 # its scaling efficiency, N-GPU samples/s over N x 1-GPU ones: its verdict is the cell's
 SCALING = RatioKind(name="scaling", prefix="scaling_", label="scaling efficiency", column="scaling efficiency",
