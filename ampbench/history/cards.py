@@ -111,9 +111,9 @@ def fp32_step(record: SpeedRecord) -> tuple[float | None, str | None]:
     return (step if step is not None and step > 0 else None), ratio.method
 
 
-def fleet_times(history: History, gpu: str) -> list[FleetTime]:
-    """Every fp32 device step time the history holds of `gpu`'s speed cells on a named card (its UUID),
-    oldest first; smoke runs and cells slowed on purpose left out."""
+def fleet_times(history: History, gpu: str, test_id: str | None = None) -> list[FleetTime]:
+    """Every fp32 device step time the history holds of `gpu`'s speed cells (of `test_id`, where given) on a
+    named card (its UUID), oldest first; smoke runs and cells slowed on purpose left out."""
     import sqlalchemy as sa
 
     from ampbench.history.schema import CELLS_TABLE, RUNS_TABLE
@@ -124,13 +124,16 @@ def fleet_times(history: History, gpu: str) -> list[FleetTime]:
              .where(RUNS_TABLE.c.gpu == gpu, RUNS_TABLE.c.smoke.is_(False), RUNS_TABLE.c.card_uuid.is_not(None),
                     CELLS_TABLE.c.kind == SpeedRecord.KIND, CELLS_TABLE.c.injected.is_(False))
              .order_by(RUNS_TABLE.c.run_at, RUNS_TABLE.c.id))
+    if test_id is not None:  # a cell asks for its own: the other cells' records are not parsed
+        query = query.where(CELLS_TABLE.c.test_id == test_id)
     with history.transaction() as conn:
         rows = conn.execute(query).all()
     out = []
     for r in rows:
         step, method = fp32_step(SpeedRecord.from_info(json.loads(r.record), r.test_id))
         if step is not None:
-            out.append(FleetTime(r.test_id, r.card_uuid, r.id, r.run_at, step, method, stack_of(json.loads(r.software))))
+            stack = stack_of(json.loads(r.software))
+            out.append(FleetTime(r.test_id, r.card_uuid, r.id, r.run_at, step, method, stack))
     return out
 
 
