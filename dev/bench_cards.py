@@ -3,9 +3,11 @@ model: how often a card like the others is named an outlier card, and how often 
 slow, is named one.
 
 Each simulated card's ln(fp32 ms per step) is the model's level, plus its own offset (sd `between`, the
-spread of a model's cards: 0.3% and 1% as the suite's fleets, 3% wider than SPREAD_FLOOR allows for), plus each run's error (sd 0.3%, the fp32 device time's run to run). The card
-under test has `runs` runs; each other card has 1 to 5. Where `file` is on, a baseline file's figure
-(one more card's single run) joins the others.
+spread of a model's cards: 0.3% and 1%, cards that agree closely; 3%, wider than SPREAD_FLOOR allows for),
+plus each run's error (sd 0.3%, an assumed run-to-run noise of the fp32 device time, to measure on a GPU).
+The card under test has `runs` runs; each other card has 1 to 5. Where `file` is on, a baseline file's
+figure (one more card's single run) joins the others. The last column puts a second 1.5x card among the
+others: it must not hide an 8% slow one.
 
     python dev/bench_cards.py               # the table of docs/design.md, "Card admission" (~2 min)
     python dev/bench_cards.py --fleets 2000 # quicker, coarser

@@ -114,3 +114,13 @@ def test_a_cell_without_a_history_holds_its_card_to_the_baseline_files_fp32_step
     assert admit(_record(60.0), CELL, None, SOFTWARE, None).unchecked.startswith("no baseline file or history")
     assert admit(records.speed(CELL, device_speedup=5.6), CELL, file, SOFTWARE, None).unchecked == \
         "no fp32 device time was measured"
+
+
+def test_an_entry_the_history_learned_without_a_file_entry_carries_the_fp32_device_step(tmp_path):
+    """What `ampbench baselines export` writes of a cell the file lacks: the latest counted run's fp32 step,
+    the level a cell without a history holds its card to."""
+    history = open_history(f"sqlite:///{tmp_path / 'history.sqlite'}")
+    _fill(history)
+    figures = HistoryBaselines(_file(tmp_path), history).figures(CELL)
+    assert figures is not None and figures["device_step_ms_ref"] == 90.0, figures  # the anonymous run: the latest
+    assert "device_step_ms" not in figures  # the mode's step, which these records do not hold

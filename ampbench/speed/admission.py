@@ -39,10 +39,10 @@ def admit(record: SpeedRecord, test_id: str, source: BaselineSource | None, soft
     if source is None:
         return CardFigures(uuid=uuid, step_ms=step, runs=1, unchecked="no baseline file or history to compare with")
     history = source.history if isinstance(source, HistoryBaselines) else None
-    file = source.file if isinstance(source, HistoryBaselines) else source
-    file_ms = _file_level(file, test_id, method, software) if isinstance(file, BaselineFile) else None
+    file = source.file if isinstance(source, HistoryBaselines) else source if isinstance(source, BaselineFile) else None
+    file_ms = _file_level(file, test_id, method, software) if file is not None else None
     times = []
-    if history is not None and uuid is not None and file.gpu:
+    if history is not None and file is not None and uuid is not None and file.gpu:
         try:
             times = [t for t in fleet_times(history, file.gpu, test_id)
                      if t.method == method and t.stack == stack_of(software)]
