@@ -6,9 +6,9 @@ run's summary; the cell's comparison against a baseline file and a history.
 The rates dev/bench_cards.py simulates (5000 fleets a row; the card's runs 1 or 3, each other card's 1 to 5,
 run-to-run noise 0.3%; docs/design.md, "Card admission"): a card like the others is named an outlier card
 in none of the fleets whose cards lie 0.3% apart and in at most 0.1% of those 1% apart, a card 8% slow in
-every fleet 0.3% apart and in 94% to 99% of those 1% apart (94% against a baseline file's level alone),
-a 1.5x card in every fleet. A second 1.5x card among the others does not hide an 8% slow card where the
-others are 0.3% apart, and hides it in under 10% of the fleets 1% apart."""
+every fleet 0.3% apart and in 95% to 99% of those 1% apart (about 95% against a baseline file's level
+alone), a 1.5x card in every fleet. A second 1.5x card among the others does not hide an 8% slow card
+where the others are 0.3% apart, and hides it in under 10% of the fleets 1% apart."""
 
 from __future__ import annotations
 
