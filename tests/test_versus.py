@@ -18,7 +18,7 @@ from ampbench.models import get_model
 from ampbench.modes import compiled, get_mode, label, versus_figure, versus_of
 from ampbench.report import build_report, render_markdown
 from ampbench.report.speed_cells import COMPILE_GAIN_TITLE, versus_matrices
-from ampbench.results import VERSUS_SIDE, Run, SpeedRecord, Verdict
+from ampbench.results import FP32_SIDE, VERSUS_SIDE, Run, SpeedRecord, Verdict
 from ampbench.results.ratios import DEVICE, VERSUS
 from ampbench.settings import PerfSettings
 from ampbench.speed import sides
@@ -239,6 +239,9 @@ def test_under_the_wall_gate_the_ratio_is_reported_but_holds_nothing():
              "versus_speedup": 100.0, "versus_method": "wall"}
     record = _cell(FakeStore(entry), _settings(gate="wall"))[0].record
     assert record.ratio(VERSUS).verdict is Verdict.REGRESSION and record.verdict is not Verdict.REGRESSION
+    # card admission reads the cell's fp32 step; a source that is no baseline file or history holds no level
+    assert record.card.step_ms == record.ratio(DEVICE).side(FP32_SIDE).step_ms > 0, record.card
+    assert record.card.outlier is None and record.card.unchecked.startswith("no other card's fp32 step")
 
 
 def test_recording_a_compiled_cell_stores_its_second_ratio():

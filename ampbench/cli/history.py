@@ -1,6 +1,7 @@
 """``ampbench history``: import saved runs into the history, list its runs, explain a cell, list its
-changes, accept a moved cell's new level. The arguments (``add_parser``, called by ``ampbench.cli.args``)
-and the actions, each its parser's handler; a store's HistoryError ends them in ``command.main``."""
+changes, accept a moved cell's new level, list the fleet's cards. The arguments (``add_parser``, called by
+``ampbench.cli.args``) and the actions, each its parser's handler; a store's HistoryError ends them in
+``command.main``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ampbench.cli.common_args import add_baseline_dir, add_gpu, add_history, add
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
 from ampbench.cli.values import whole_number
 from ampbench.files import paths
+from ampbench.history.cards import OUTLIER_Z, SPREAD_FLOOR
 from ampbench.history.ingest import FIGURES
 from ampbench.printable import one_line, plural, printable
 from ampbench.results import MemoryRecord
@@ -30,7 +32,7 @@ MAX_LIMIT = 10**9  # more runs than any history holds, and within the databases'
 # what each command's help says of it (argparse fills the text to the terminal's width)
 _HISTORY_ABOUT = """The history every `pytest perf/` run on a GPU appends to (--perf-history; on the CPU only where
 it is given): import saved run JSONs into it, list its runs, explain what it decided of a cell, list its changes,
-accept a moved cell's new level."""
+accept a moved cell's new level, list the fleet's cards."""
 
 _IMPORT_ABOUT = """Append each RUN.json to the history, each in one transaction. A run already there (the run the
 plugin appended, or a file imported before) is left as it is; a file that is not a usable run is reported and
@@ -51,6 +53,11 @@ card's), and the changes found."""
 _CHANGES_ABOUT = """Find the change points in each cell's series (ruptures' PELT, its penalty fitted to the cell's
 noise) and list each with the runs around it, what differs between them (label, suite revision, torch, CUDA, cuDNN,
 driver, Triton, torchao, card) and the kernels whose time moved most between the two segments."""
+
+_CARDS_ABOUT = f"""List the fleet's cards per GPU model from the history: each card (its UUID) in each speed cell, its
+runs, its median fp32 device time per step, how far that lies from the median of the model's other cards (on the
+software and device-time method of the cell's latest run), in spreads, and whether that names it an outlier card
+(beyond {OUTLIER_Z} spreads; the spread is the other cards' robust sd, at least {SPREAD_FLOOR:.1%})."""
 
 _CHANGES_EXITS = """Exit status: 0 listed (with or without changes), 2 a cell the history holds no series of, or the
 store."""
@@ -92,7 +99,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     """`ampbench history` and its actions; the actions' subparsers, for more actions."""
     his = sub.add_parser("history",
                          help="the run history: import saved runs, list runs, explain a cell, list its changes, "
-                              "accept a change",
+                              "accept a change, list the cards",
                          description=_HISTORY_ABOUT)
     actions = his.add_subparsers(dest="history_command", required=True, metavar="ACTION")
     imp = add_history(actions.add_parser(
@@ -138,6 +145,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     chg.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=("all", *figures()),
                      help=f"the figure whose series are looked at, or all (default: {DEVICE.history})")
     chg.set_defaults(handler=_changes)
+    crd = add_history(actions.add_parser(
+        "cards", help="list the fleet's cards per GPU model, and the outlier cards",
+        description=_CARDS_ABOUT,
+        epilog="Exit status: 0 listed (with or without outlier cards), 2 an unknown GPU, or the store."))
+    add_gpu(crd, "only this GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: every GPU model)")
+    crd.set_defaults(handler=_cards)
     return actions
 
 
@@ -227,6 +240,35 @@ def _changes(args: argparse.Namespace) -> int:
             print("\n".join(printable(line) for line in describe(history, change)))
     where = f"{args.gpu}" if args.gpu else "every GPU model"
     print(f"ampbench: {found} change{'s' * (found != 1)} in {', '.join(looked_at)} of {where} in {history.name}")
+    return EXIT_OK
+
+
+def _cards(args: argparse.Namespace) -> int:
+    from ampbench.history.cards import fleet  # reads a store: SQLAlchemy
+
+    history = history_store(args, create=False, read_only=True)
+    if args.gpu is not None:
+        history.check_gpu(args.gpu)
+    gpus = [args.gpu] if args.gpu is not None else [g for g in history.run_gpus() if g != "cpu"]
+    header = ("cell", "card", "runs", "fp32 ms/step", "vs level", "spreads", "outlier")
+    outliers: set[str] = set()
+    for gpu in gpus:
+        rows = fleet(history, gpu)
+        if not rows:
+            print(printable(f"ampbench: {gpu}: no speed cell of a run that names its card (UUID) holds an fp32 "
+                            "device time"))
+            continue
+        table = [tuple(printable(t) for t in (
+            r.test_id, r.card, str(r.runs), f"{r.step_ms:.3f}",
+            f"{r.standing.off:+.2%}" if r.standing else "-", f"{r.standing.z:+.1f}" if r.standing else "-",
+            ("yes" if r.standing.outlier else "no") if r.standing else "- (the only card)")) for r in rows]
+        outliers |= {r.card for r in rows if r.standing is not None and r.standing.outlier}
+        widths = [max(len(t) for t in column) for column in zip(header, *table)]
+        print(printable(f"{gpu}: {plural(len({r.card for r in rows}), 'card')}"))
+        for row in (header, *table):
+            print("  " + "  ".join(t.ljust(w) for t, w in zip(row, widths)).rstrip())
+    named = ", ".join(sorted(outliers)) if outliers else "none"
+    print(printable(f"ampbench: outlier cards in {history.name}: {named}"))
     return EXIT_OK
 
 

@@ -33,6 +33,7 @@ from ampbench.history.series import Series
 from ampbench.history.statuses import Status
 from ampbench.history.store import History
 from ampbench.results import MODE_SIDE, SIDES_KEY, RatioKind, Record, TimedRecord, record_type
+from ampbench.results.ratio_figures import over_side
 from ampbench.results.ratios import DEVICE
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.stats import finite_number
@@ -42,7 +43,9 @@ SPEED = "test_speed["
 # what an entry takes from the cell's latest counted run where the baseline file has no entry of it:
 # how its figures were measured, and what its messages compare (the kernels); names of an entry's figures
 FROM_RECORD = ("device_method", "device_fallback", "versus", "versus_method", "kernels", "batch_size",
-               "cudnn_benchmark", "block_seconds", "idle_share", "host_bound", "memory_ratio", "peak_mem_bytes")
+               "cudnn_benchmark", "block_seconds", "idle_share", "host_bound", "memory_ratio", "peak_mem_bytes",
+               # each side's device step (ms): the fp32 one is the level card admission holds a card to
+               "device_step_ms", "device_step_ms_ref")
 # what a distributed entry takes from the cell's latest counted run where the file has none of it
 FROM_DISTRIBUTED_RECORD = ("device_method", "device_fallback", "device_scaling_method", "world_size", "batch_size",
                            "block_seconds", "cudnn_benchmark", "scaling_efficiency", "comm_share")
@@ -106,10 +109,13 @@ def _from_record(latest: Mapping | None, cells: LearnedCells) -> dict:
     kinds = cells.entry.RATIOS.values()
     out = {}
     for name in cells.from_record:
-        pair = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback") if k.entry_key(f) == name), None)
+        pair = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback", "step_ms", "step_ms_ref")
+                     if k.entry_key(f) == name), None)
         if pair:
             assert isinstance(record, TimedRecord), "a learned cell's record holds ratios: a speed or distributed one"
-            value = getattr(record.ratio(pair[0]), pair[1])
+            ratio = record.ratio(pair[0])
+            value = (ratio.side(MODE_SIDE if pair[1] == "step_ms" else over_side(pair[0])).step_ms
+                     if pair[1].startswith("step_ms") else getattr(ratio, pair[1]))
         else:
             value = record.value(name)
         if value is None and not pair and SIDES_KEY in record.GROUPS:

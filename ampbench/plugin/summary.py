@@ -201,6 +201,25 @@ def needs_a_look_lines(cells: Iterable[tuple[str, Record]], outcomes: dict[str, 
     return [f"ampbench: cells that need a look ({len(lines)})", *lines] if lines else []
 
 
+def outlier_card_lines(records: Iterable[Record]) -> list[str]:
+    """One line per outlier card (``history.cards``) and one per cell it was named in, with its figures:
+    its fp32 step, its model's level and how far off it lies. It informs; no cell failed of it."""
+    cards: dict[str, list[SpeedRecord]] = {}
+    for r in records:
+        if isinstance(r, SpeedRecord) and r.card.outlier:
+            cards.setdefault(r.card.uuid or "a card without a UUID", []).append(r)
+    lines = []
+    for uuid, named in cards.items():
+        lines.append(f"ampbench: an outlier card: {uuid}, in {len(named)} cell{'s' * (len(named) != 1)} (its fp32 "
+                     "device time per step beyond the spread of its GPU model's cards; no cell failed of it)")
+        for r in named:
+            c = r.card
+            lines.append(f"  {r.test_id}: fp32 step {_num(c.step_ms, '.3f', ' ms')} against the model's "
+                         f"{_num(c.level_ms, '.3f', ' ms')} from {c.cards} card(s): {_num(c.off, '+.1%')}, "
+                         f"{_num(c.z, '+.1f')} spreads of {_num(c.spread, '.1%')} ({c.source})")
+    return lines
+
+
 def summary_lines(cells: Sequence[tuple[str, Record]], outcomes: dict[str, str]) -> list[str]:
     """Everything the summary writes: the smoke note on a CPU run, a table per kind, the cells that
     need a look; no lines where no ampbench cell ran."""
@@ -214,7 +233,8 @@ def summary_lines(cells: Sequence[tuple[str, Record]], outcomes: dict[str, str])
     for kind in tables():
         rows = table(kind, [r for r in records if type(r) is kind])
         lines += [*rows, ""] if rows else []
-    return lines + needs_a_look_lines(cells, outcomes)
+    cards = outlier_card_lines(records)
+    return lines + ([*cards, ""] if cards else []) + needs_a_look_lines(cells, outcomes)
 
 
 # -- the plugin ------------------------------------------------------------------------------------

@@ -31,11 +31,19 @@ from ampbench.results.ratio_figures import RatioFigures, StepFigures
 from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, RatioKind
 from ampbench.results.run import KINDS, RECORD_TYPES, Run, RunError, load_run, parse_run, record_type
 from ampbench.results.schema import FP32_SIDE, MODE_SIDE, READABLE_SCHEMAS, SCHEMA_VERSION, SIDES_KEY, VERSUS_SIDE
-from ampbench.results.timed import DeviceQueue, DistributedRecord, DistributedSide, SpeedRecord, SpeedSide, TimedRecord
+from ampbench.results.timed import (
+    CardFigures,
+    DeviceQueue,
+    DistributedRecord,
+    DistributedSide,
+    SpeedRecord,
+    SpeedSide,
+    TimedRecord,
+)
 from ampbench.verdict import VERDICT_ORDER, Verdict
 
 __all__ = [
-    "DISTRIBUTED_RATIOS", "FP32_SIDE", "KINDS", "MODE_SIDE", "SIDES_KEY", "VERSUS_SIDE", "DeviceQueue",
+    "CardFigures", "DISTRIBUTED_RATIOS", "FP32_SIDE", "KINDS", "MODE_SIDE", "SIDES_KEY", "VERSUS_SIDE", "DeviceQueue",
     "DistributedSide", "MemorySearch", "FIGURE_ORDER", "PairedFigure", "PairedRecord",
     "SpeedSide", "StepFigures", "READABLE_SCHEMAS", "RECORD_TYPES", "FP32_MODE", "SCHEMA_VERSION", "SPEED_RATIOS",
     "VERDICT_ORDER", "ConvergenceRecord", "DistributedRecord", "MemoryRecord", "OtherRecord", "PipelineRecord",

@@ -191,6 +191,25 @@ class DeviceQueue(FigureGroup):
     hold_ms: float | None = number()
 
 
+@dataclass(frozen=True)
+class CardFigures(FigureGroup):
+    """Card admission (``history.cards``): this card's fp32 device time per step against its GPU model's
+    level, from the baseline file and the history's other cards; `outlier` names an outlier card. It
+    informs: no verdict rests on it."""
+
+    uuid: str | None = text()
+    step_ms: float | None = number()  # the card's level: the median of its runs' fp32 step, this run's among them
+    runs: int | None = number()
+    level_ms: float | None = number()  # the model's level: the median of its other cards'
+    cards: int | None = number()  # levels behind it (the baseline file's as one)
+    off: float | None = number()  # step_ms / level_ms - 1
+    z: float | None = number()  # how many spreads the card lies off
+    spread: float | None = number()  # the sd of ln the distance is measured in
+    outlier: bool | None = flag()
+    source: str | None = text()  # where the level came from
+    unchecked: str | None = text()  # why the card was not compared, where it was not
+
+
 def _legacy(names: str) -> dict[str, str]:
     """figure -> key pairs, from "figure=key" words (a bare word: the same name)."""
     def pair(word: str) -> tuple[str, str]:
@@ -239,6 +258,8 @@ class SpeedRecord(TimedRecord):
     versus: str | None = text()
     cudnn_benchmark: bool | None = flag()
     block_seconds: float | None = number()
+    # this card's fp32 step against its GPU model's level (``CardFigures``); none in a record written before
+    card: CardFigures = part(lambda: CardFigures())
 
     # its grouped figures, and the keys records of schemas 1 and 2 gave them, flat
     GROUPS: ClassVar[Mapping[str, Group]] = {
@@ -256,6 +277,7 @@ class SpeedRecord(TimedRecord):
             "text=device_queue blocks=device_blocks held_blocks=device_held_blocks "
             "retried_blocks=device_retried_blocks per_replay_blocks=device_per_replay_blocks "
             "chunk_replays=device_chunk_replays hold_ms=device_hold_ms")),
+        "card": Group(CardFigures, flat={}),
     }
 
 

@@ -11,7 +11,7 @@ record and ends the test by it (``ampbench.suite.outcome.finish``). Nothing here
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -19,7 +19,7 @@ import torch
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.file import measurement_mismatch
 from ampbench.baselines.source import BaselineSource
-from ampbench.device import release
+from ampbench.device import card_uuid, release
 from ampbench.gate.measurement import QueueStats
 from ampbench.gate.writers import comparable_recording, describe_across
 from ampbench.kernel_diff import kernel_changes
@@ -31,6 +31,7 @@ from ampbench.results.schema import FP32_SIDE, MODE_SIDE
 from ampbench.results.timed import DeviceQueue, SpeedSide
 from ampbench.settings import PerfSettings
 from ampbench.speed import sides
+from ampbench.speed.admission import admit
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
 from ampbench.speed.devicetime import IDLE_WARN_SHARE, recapture_shared
 from ampbench.speed.hostload import host_load
@@ -142,8 +143,10 @@ def measure_speed(spec: ModelSpec, mode: PrecisionMode, fp32: sides.Side, prepar
     marks.end("trained")
     phases = {"prepare": marks.seconds["prepare"], **{f"prepare_{k}": v for k, v in pair.side.prepare_phases.items()},
               **{r.kind.name: r.measurement.seconds for r in ratios}, "trained": marks.seconds["trained"]}
-    cell = SpeedCell(_record(spec, mode, settings, device, fp32, pair.side, ratios, baseline, peak_tflops, trained,
-                             phases), list(_of(ratios, DEVICE).measurement.first.mode_times))
+    record = _record(spec, mode, settings, device, fp32, pair.side, ratios, baseline, peak_tflops, trained, phases)
+    # the card's fp32 step against its model's level: it informs, the verdict is the ratios'
+    card = admit(record, test_id, source, software, card_uuid(device) if device.type == "cuda" else None)
+    cell = SpeedCell(replace(record, card=card), list(_of(ratios, DEVICE).measurement.first.mode_times))
     cell.problems += _problems(spec, mode, pair, ratios, baseline, trained)
     # only a cell that really trained may become a baseline
     if settings.update_baselines and source is not None and not cell.problems:
