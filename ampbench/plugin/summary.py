@@ -135,6 +135,8 @@ def tables() -> dict[type[Record], Table]:
             Column("idle", lambda r: _num(r.side(MODE_SIDE).idle_share, ".0%")),
             Column("host-bound", lambda r: _yes(r.side(MODE_SIDE).host_bound)),
             Column("method", lambda r: r.ratio(DEVICE).method or NOT_MEASURED),
+            # reported, never gated (docs/design.md, "Clocks and energy")
+            Column("energy/fp32", lambda r: _num(r.energy.ratio if r.energy else None, ".2f", "x")),
         )),
         MemoryRecord: Table("memory cells ({n}), against fp32", (
             Column("memory ratio", lambda r: _num(r.memory_ratio, ".3f", "x")),
@@ -201,6 +203,27 @@ def needs_a_look_lines(cells: Iterable[tuple[str, Record]], outcomes: dict[str, 
     return [f"ampbench: cells that need a look ({len(lines)})", *lines] if lines else []
 
 
+def conditions_lines(records: Sequence[Record]) -> list[str]:
+    """The card's conditions over each speed cell's device-time blocks, per side, and its energy per step
+    (``gate.conditions``); where no cell's were read, why, once."""
+    speed = [r for r in records if isinstance(r, SpeedRecord) and r.conditions is not None]
+    read = [r for r in speed if r.conditions and r.conditions.get("read")]
+    if not read:
+        why = next((r.conditions.get("why_unread") for r in speed if r.conditions), None)
+        return [f"ampbench: clocks and energy not read: {why}", ""] if why else []
+    lines = [f"ampbench: the card's clocks and energy over the device-time blocks ({len(read)} cells)"]
+    for r in read:
+        conditions = r.conditions or {}
+        text = f"  {r.model} {r.mode}: {conditions.get('summary') or 'no block read'}"
+        flagged = conditions.get("flagged")
+        text += f"; {flagged} rounds flagged" if flagged else ""
+        if r.energy is not None:
+            text += (f"; {r.energy.mode_j:.3g} J per step against fp32's {r.energy.fp32_j:.3g} J "
+                     f"({r.energy.ratio:.2f}x)")
+        lines.append(text)
+    return [*lines, ""]
+
+
 def summary_lines(cells: Sequence[tuple[str, Record]], outcomes: dict[str, str]) -> list[str]:
     """Everything the summary writes: the smoke note on a CPU run, a table per kind, the cells that
     need a look; no lines where no ampbench cell ran."""
@@ -214,7 +237,7 @@ def summary_lines(cells: Sequence[tuple[str, Record]], outcomes: dict[str, str])
     for kind in tables():
         rows = table(kind, [r for r in records if type(r) is kind])
         lines += [*rows, ""] if rows else []
-    return lines + needs_a_look_lines(cells, outcomes)
+    return lines + conditions_lines(records) + needs_a_look_lines(cells, outcomes)
 
 
 # -- the plugin ------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, ClassVar, Mapping
 
+from ampbench.nvml import Energy
 from ampbench.results.base import (
     FigureGroup,
     Group,
@@ -239,6 +240,15 @@ class SpeedRecord(TimedRecord):
     versus: str | None = text()
     cudnn_benchmark: bool | None = flag()
     block_seconds: float | None = number()
+    # the card's clocks, throttle reasons and energy over the device-time ratio's blocks, read from NVML
+    # (``gate.conditions.conditions_info``): {"read": false, "why_unread"} where none was; absent from records
+    # written before they were read
+    conditions: dict | None = raw()
+
+    @property
+    def energy(self) -> Energy | None:
+        """Each side's energy per training step and their ratio, where the card's counter was read."""
+        return Energy.from_info((self.conditions or {}).get("energy"))
 
     # its grouped figures, and the keys records of schemas 1 and 2 gave them, flat
     GROUPS: ClassVar[Mapping[str, Group]] = {

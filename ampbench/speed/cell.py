@@ -11,7 +11,7 @@ record and ends the test by it (``ampbench.suite.outcome.finish``). Nothing here
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -20,6 +20,7 @@ from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.file import measurement_mismatch
 from ampbench.baselines.source import BaselineSource
 from ampbench.device import release
+from ampbench.gate.conditions import conditions_info
 from ampbench.gate.measurement import QueueStats
 from ampbench.gate.writers import comparable_recording, describe_across
 from ampbench.kernel_diff import kernel_changes
@@ -31,6 +32,7 @@ from ampbench.results.schema import FP32_SIDE, MODE_SIDE
 from ampbench.results.timed import DeviceQueue, SpeedSide
 from ampbench.settings import PerfSettings
 from ampbench.speed import sides
+from ampbench.speed.clocks import conditions_reader
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
 from ampbench.speed.devicetime import IDLE_WARN_SHARE, recapture_shared
 from ampbench.speed.hostload import host_load
@@ -50,8 +52,13 @@ class SpeedCell:
 
 
 def policy(device: torch.device, settings: PerfSettings) -> sides.SpeedPolicy:
-    return sides.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds,
-                            recording=settings.update_baselines)
+    return replace(sides.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds,
+                                    recording=settings.update_baselines), read_conditions=settings.nvml)
+
+
+def _why_unread(settings: PerfSettings, device: torch.device) -> str | None:
+    """Why the card's conditions were not read (``ampbench.nvml``), where they were not; None where they could be."""
+    return "not asked for (--perf-nvml off)" if not settings.nvml else conditions_reader(device)[1]
 
 
 def _named_failures(verdict: Verdict, ratios: list[Ratio]) -> str:
@@ -223,7 +230,8 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
         memory_ratio=(side.peak_bytes / fp32.peak_bytes) if side.peak_bytes and fp32.peak_bytes else None,
         recording=settings.update_baselines, weights_moved=trained.moved, final_loss_finite=trained.loss_finite,
         loss_scale=trained.scale, phase_seconds=phases,
-        baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), verdict=verdict,
+        baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings),
+        conditions=conditions_info(dev.measurement, _why_unread(settings, device)), verdict=verdict,
         message=_message(verdict, ratios, baseline, changes))
 
 
