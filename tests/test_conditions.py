@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import ampbench.speed.held as held
 from ampbench import nvml
-from ampbench.gate.conditions import CLOCK_GAP, CONDITIONS, conditions_info, describe, energy_of, round_flag
+from ampbench.gate.conditions import CLOCK_GAP, CONDITIONS, conditions_info, conditions_text, energy_of, round_flag
 from ampbench.gate.judge import judge
 from ampbench.gate.measurement import Measurement, Rounds
 from ampbench.nvml import THROTTLES, BlockConditions, Energy, Reading
@@ -157,7 +157,7 @@ def test_the_record_keeps_each_round_and_an_old_record_reads_without_them():
     measured = _measured(_rounds([STEADY_MHZ] * 4 + [1755.0] * 4, reasons=POWER_CAP))
     info = conditions_info(measured, None)
     assert info["read"] and len(info["rounds"]) == 8 and info["flagged"] == 4
-    assert info["summary"] == describe([measured.first])
+    assert info["summary"] == conditions_text([measured.first])
     assert "fp32 blocks at 1980 MHz" in info["summary"] and "power cap in 4 of 8 rounds" in info["summary"]
     assert BlockConditions.from_info(info["rounds"][5]["mode"]).sm_mhz == 1755.0
     record = SpeedRecord.from_info({"ampbench_schema": 4, "model": "gpt", "mode": "amp_bf16", "conditions": info})
@@ -288,3 +288,81 @@ def test_the_timer_keeps_each_sides_conditions_per_round():
     assert timer.ref_conditions == [ref] * 4 and timer.mode_conditions == [mode] * 4
     rounds = Rounds.of(timer)
     assert rounds.ref_conditions == (ref,) * 4 and CONDITIONS.flags([rounds]) == [round_flag(ref, mode)] * 4
+
+
+# -- the report, the exports, the baseline file ------------------------------------------------------------
+
+def _run_with_energy():
+    """The synthetic H100 run, its gpt amp_bf16 cell's card read: energy per step 0.3x fp32's."""
+    import json
+    from pathlib import Path
+
+    from ampbench.results import parse_run
+
+    doc = json.loads((Path(__file__).parent / "data" / "synthetic_h100_device.json").read_text())
+    cell = next(b for b in doc["benchmarks"] if b["name"] == "test_speed[gpt-amp_bf16]")
+    cell["extra_info"]["conditions"] = conditions_info(_measured(_rounds([STEADY_MHZ] * 8)), None)
+    return parse_run(doc, "run.json")
+
+
+def test_the_report_and_the_exports_carry_the_energy_ungated():
+    from ampbench.export import bmf, cell_margins, gated_figures
+    from ampbench.report.html import render_html
+    from ampbench.report.markdown import render_markdown
+    from ampbench.report.speed_cells import ENERGY_TITLE
+
+    run = _run_with_energy()
+    energy = [f for f in gated_figures(run).figures if f.measure == "energy-ratio"]
+    assert len(energy) == 1 and energy[0].test_id == "test_speed[gpt-amp_bf16]"
+    assert energy[0].value == pytest.approx(0.3) and energy[0].tolerance is None and energy[0].verdict is None
+    assert energy[0].margin is None and cell_margins(gated_figures(run))["test_speed[gpt-amp_bf16]"].measure \
+        != "energy-ratio", "a figure held to no line gives no margin"
+    assert "energy-ratio" in bmf(gated_figures(run))["test_speed[gpt-amp_bf16]"]
+    markdown = render_markdown(run)
+    assert f"### {ENERGY_TITLE}" in markdown and "| gpt | amp_bf16 | 1 | 0.3 | 0.30x |" in markdown
+    assert ENERGY_TITLE.replace("'", "&#39;") in render_html(run, [])
+
+
+def test_a_run_without_reads_has_no_energy_anywhere():
+    from ampbench.export import gated_figures
+    from ampbench.report.markdown import render_markdown
+    from ampbench.report.speed_cells import ENERGY_TITLE
+
+    run = _run_with_energy()
+    old = [c.with_values(conditions=None) if isinstance(c, SpeedRecord) else c for c in run.cells]
+    from dataclasses import replace
+
+    run = replace(run, cells=old)
+    assert not [f for f in gated_figures(run).figures if f.measure == "energy-ratio"]
+    assert ENERGY_TITLE not in render_markdown(run)
+
+
+def test_a_baseline_entry_keeps_the_energy_ratio_as_it_keeps_the_memory_ratio():
+    from ampbench.baselines.entries import SpeedEntry
+
+    assert SpeedEntry.from_figures({"speedup": 2.0, "energy_ratio": 0.3}).energy_ratio == 0.3
+
+
+@pytest.mark.parametrize("nvml_on, why", [(True, "no CUDA device"), (False, "not asked for (--perf-nvml off)")])
+def test_a_cpu_speed_cell_records_once_why_its_card_was_not_read(nvml_on, why):
+    from pathlib import Path
+
+    from ampbench.models import get_model
+    from ampbench.modes import get_mode
+    from ampbench.settings import PerfSettings
+    from ampbench.speed import sides
+    from ampbench.speed.cell import measure_speed, policy
+
+    cpu, spec = torch.device("cpu"), get_model("mlp")
+    settings = PerfSettings(device=cpu, models=("mlp",), precisions=("amp_bf16",), tier="quick",
+                            baseline_dir=Path("b"), update_baselines=False, tolerance=0.005, strict=False,
+                            min_rounds=5, memory_cap_gib=None, data_root=None, loader_workers=0, pin_memory=False,
+                            loss_scaler="torch.amp:GradScaler", block_seconds=0.002, cudnn_benchmark=False,
+                            gate="device", nvml=nvml_on)
+    assert policy(cpu, settings).read_conditions is nvml_on
+    side = lambda mode: sides.prepare_side(spec, mode, cpu, True, policy(cpu, settings))  # noqa: E731
+    cell = measure_speed(spec, get_mode("amp_bf16"), side(get_mode("fp32")), lambda: side(get_mode("amp_bf16")),
+                         settings=settings, device=cpu, test_id="test_speed[mlp-amp_bf16]", source=None, software={},
+                         peak_tflops=lambda dtype: None, prepared=lambda identity: None)
+    assert cell.record.conditions == {"read": False, "why_unread": why} and cell.record.energy is None
+    assert "conditions" in cell.record.to_info()

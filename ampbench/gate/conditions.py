@@ -130,7 +130,7 @@ def energy_of(sets: Sequence[Rounds]) -> Energy | None:
     return Energy(ref_j / sum(s[0] for *_, s in both), mode_j / sum(s[1] for *_, s in both), len(both))
 
 
-def describe(sets: Sequence[Rounds], check: ConditionsCheck = CONDITIONS) -> str:
+def conditions_text(sets: Sequence[Rounds], check: ConditionsCheck = CONDITIONS) -> str:
     """The conditions of a ratio's rounds per side, in words: "fp32 blocks at 1980 MHz, mode blocks at 1755 MHz,
     power cap in 4 of 12 rounds"; "" where none was read."""
     p = _Paired.of(sets)
@@ -152,7 +152,7 @@ def describe(sets: Sequence[Rounds], check: ConditionsCheck = CONDITIONS) -> str
 def conditions_info(measured: Measurement, why_unread: str | None, check: ConditionsCheck = CONDITIONS
                     ) -> dict[str, Any]:
     """A speed record's ``conditions``: of the device-time ratio's rounds, each side's block per round (and the
-    round's flag), the rounds flagged, the words of `describe`, and the energy per step (``nvml.Energy``);
+    round's flag), the rounds flagged, the words of `conditions_text`, and the energy per step (``nvml.Energy``);
     where nothing was read, only why (`why_unread`)."""
     sets = [r for r in (measured.first, measured.confirming) if r is not None]
     p = _Paired.of(sets)
@@ -168,4 +168,4 @@ def conditions_info(measured: Measurement, why_unread: str | None, check: Condit
     energy = energy_of(sets)
     return {"read": True, "clock_gap": check.gap, "rounds": rounds, "confirming_from": len(measured.first.mode_times)
             if measured.confirming is not None else None, "flagged": sum(f is not None for f in flags),
-            "summary": describe(sets, check), "energy": energy.to_info() if energy is not None else None}
+            "summary": conditions_text(sets, check), "energy": energy.to_info() if energy is not None else None}

@@ -273,6 +273,7 @@ def _record_baseline(source: BaselineSource, test_id: str, software: dict, setti
         "peak_mem_bytes": mode_side.peak_mem_bytes, **measured_with,
         **({"kernels": record.kernels} if record.kernels else {}),
         **({"compile_s": mode_side.compile_s} if mode_side.compile_s else {}),
+        **({"energy_ratio": record.energy.ratio} if record.energy is not None else {}),
     }, software)
 
 

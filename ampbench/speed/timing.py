@@ -113,7 +113,7 @@ class PairedTimer:
     mode_steps: int  # training steps per mode block: each side's block is long enough on its own
     ref_times: list[float] = field(default_factory=list)  # seconds per step, one per round
     mode_times: list[float] = field(default_factory=list)
-    # the card's conditions over the block just timed (``held.BlockQueue.last``), asked after each block
+    # the card's conditions over the block just timed (the last block of ``held.BlockQueue``), asked after each block
     # returns, outside its timed region; None where they are not read
     conditions: Callable[[], BlockConditions | None] | None = None
     ref_conditions: list[BlockConditions | None] = field(default_factory=list)  # one per round, where read
