@@ -79,7 +79,9 @@ class BlockConditions:
 
     def to_info(self) -> dict[str, Any]:
         """As a record holds it: each figure as [start, end]."""
-        pair = lambda name: [getattr(self.start, name), getattr(self.end, name)]  # noqa: E731
+        def pair(name: str) -> list[Any]:
+            return [getattr(self.start, name), getattr(self.end, name)]
+
         return {"sm_mhz": pair("sm_mhz"), "mem_mhz": pair("mem_mhz"), "reasons": pair("reasons"),
                 "temp_c": pair("temp_c"), "power_w": pair("power_w"), "energy_mj": self.energy_mj}
 

@@ -135,8 +135,6 @@ def tables() -> dict[type[Record], Table]:
             Column("idle", lambda r: _num(r.side(MODE_SIDE).idle_share, ".0%")),
             Column("host-bound", lambda r: _yes(r.side(MODE_SIDE).host_bound)),
             Column("method", lambda r: r.ratio(DEVICE).method or NOT_MEASURED),
-            # reported, never gated (docs/design.md, "Clocks and energy")
-            Column("energy/fp32", lambda r: _num(r.energy.ratio if r.energy else None, ".2f", "x")),
         )),
         MemoryRecord: Table("memory cells ({n}), against fp32", (
             Column("memory ratio", lambda r: _num(r.memory_ratio, ".3f", "x")),
@@ -206,14 +204,13 @@ def needs_a_look_lines(cells: Iterable[tuple[str, Record]], outcomes: dict[str, 
 def conditions_lines(records: Sequence[Record]) -> list[str]:
     """The card's conditions over each speed cell's device-time blocks, per side, and its energy per step
     (``gate.conditions``); where no cell's were read, why, once."""
-    speed = [r for r in records if isinstance(r, SpeedRecord) and r.conditions is not None]
-    read = [r for r in speed if r.conditions and r.conditions.get("read")]
+    speed = [(r, r.conditions) for r in records if isinstance(r, SpeedRecord) and isinstance(r.conditions, dict)]
+    read = [(r, c) for r, c in speed if c.get("read")]
     if not read:
-        why = next((r.conditions.get("why_unread") for r in speed if r.conditions), None)
+        why = next((c.get("why_unread") for _, c in speed if c.get("why_unread")), None)
         return [f"ampbench: clocks and energy not read: {why}", ""] if why else []
     lines = [f"ampbench: the card's clocks and energy over the device-time blocks ({len(read)} cells)"]
-    for r in read:
-        conditions = r.conditions or {}
+    for r, conditions in read:
         text = f"  {r.model} {r.mode}: {conditions.get('summary') or 'no block read'}"
         flagged = conditions.get("flagged")
         text += f"; {flagged} rounds flagged" if flagged else ""

@@ -248,7 +248,7 @@ class SpeedRecord(TimedRecord):
     @property
     def energy(self) -> Energy | None:
         """Each side's energy per training step and their ratio, where the card's counter was read."""
-        return Energy.from_info((self.conditions or {}).get("energy"))
+        return Energy.from_info(self.conditions.get("energy")) if isinstance(self.conditions, dict) else None
 
     # its grouped figures, and the keys records of schemas 1 and 2 gave them, flat
     GROUPS: ClassVar[Mapping[str, Group]] = {
