@@ -366,3 +366,41 @@ def test_a_cpu_speed_cell_records_once_why_its_card_was_not_read(nvml_on, why):
                          peak_tflops=lambda dtype: None, prepared=lambda identity: None)
     assert cell.record.conditions == {"read": False, "why_unread": why} and cell.record.energy is None
     assert "conditions" in cell.record.to_info()
+
+
+def _recorded_cells():
+    """(test id, fp32's and the mode's device round times in seconds per step, the check it was judged by) of
+    each speed cell of a real quick-tier run on an H100."""
+    from pathlib import Path
+
+    from ampbench.results import load_run
+    from ampbench.results.ratios import DEVICE
+    from ampbench.results.schema import FP32_SIDE, MODE_SIDE
+
+    run = load_run(Path(__file__).parent / "data" / "h100_speed_device.json")
+    for cell in run.of_kind(SpeedRecord):
+        device = cell.ratio(DEVICE)
+        ref, mode = device.side(FP32_SIDE).round_ms, device.side(MODE_SIDE).round_ms
+        if cell.mode != "fp32" and ref and mode and device.baseline_speedup and device.tolerance is not None:
+            yield (cell.test_id, [t / 1e3 for t in ref], [t / 1e3 for t in mode],
+                   SpeedupCheck(cell.model, cell.mode, device.baseline_speedup, device.tolerance))
+
+
+def test_a_recorded_run_whose_mode_blocks_lose_their_clock_is_never_failed_by_it():
+    """The H100 run's own rounds, under a fake NVML trace: fp32's blocks at 1980 MHz, the mode's at 1980 in its
+    first round and 10% lower under a power cap after, each dropped block's time lengthened by its clock."""
+    low, failed_unread, cells = 1782.0, 0, 0
+    for test_id, ref, mode, check in _recorded_cells():
+        n = len(mode)
+        mhz = [STEADY_MHZ] + [low] * (n - 1)
+        dropped = Rounds(tuple(ref), tuple(t * STEADY_MHZ / m for t, m in zip(mode, mhz)), 10, 10,
+                         tuple(_block(STEADY_MHZ) for _ in range(n)),
+                         tuple(_block(m, POWER_CAP if m != STEADY_MHZ else 0) for m in mhz))
+        steady = Rounds(tuple(ref), tuple(mode), 10, 10, tuple(_block(STEADY_MHZ) for _ in range(n)),
+                        tuple(_block(STEADY_MHZ) for _ in range(n)))
+        failed_unread += judge(_unread_measurement(_measured(dropped)), check)[0] is Verdict.REGRESSION
+        verdict, judgement = judge(_measured(dropped), check)
+        assert verdict is not Verdict.REGRESSION, f"{test_id}: {judgement}"
+        assert judge(_measured(steady), check) == judge(_unread_measurement(_measured(steady)), check), test_id
+        cells += 1
+    assert cells >= 20 and failed_unread >= cells // 2, "the drop fails most cells where the clocks are not read"
