@@ -144,6 +144,8 @@ class PerfSettings:
     # compiled sides compiled at once ahead of the first timed cell (``speed.ahead``); 0: each in its cell
     compile_ahead: int = 0
     nodes: Nodes = Nodes()  # the hosts the distributed cells span
+    # the card's clocks, throttle reasons and energy read from NVML around each device-time block (--perf-nvml)
+    nvml: bool = True
 
     @property
     def smoke(self) -> bool:

@@ -213,6 +213,9 @@ class SpeedEntry(FlatEntry):
     throughput: float | None = figure()
     idle_share: float | None = figure()
     host_bound: bool | None = figure()
+    # the mode's energy per training step over fp32's (``nvml.Energy``), where the card's counter was read:
+    # recorded, never judged (docs/design.md, "Clocks and energy")
+    energy_ratio: float | None = figure(positive())
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """The gated figures of a run, one ``Figure`` per figure that holds a cell: each speedup that gates a speed
 or distributed cell with its interval, a compiled cell's ratio over its versus side, a memory cell's
 ratio to fp32 (and its largest batch's, where searched) and a convergence cell's accuracy against its
-parity mode's; each figure of an A/B run's paired cell, head's value with its interval over base's (the
-value of a figure where smaller is better also as base over head, for a dashboard where bigger is).
+parity mode's; a speed cell's energy per step over fp32's, reported beside them and held to no line (never
+gated, until its run-to-run noise is measured: docs/design.md, "Clocks and energy"); each figure of an A/B
+run's paired cell, head's value with its interval over base's (the value of a figure where smaller is
+better also as base over head, for a dashboard where bigger is).
 What a dashboard should chart: the figure the suite judges, not one side's time.
 
 A cell with no such figure (the input pipeline's rates, the underflow demonstration, a cell whose test
@@ -138,6 +140,15 @@ def _speedups(cell: TimedRecord, group: str) -> tuple[list[Figure], list[str]]:
     return figures, missing
 
 
+def _energy(cell: SpeedRecord, group: str) -> list[Figure]:
+    """The cell's energy per step over fp32's, where its card's energy counter was read: no tolerance, no verdict."""
+    energy = cell.energy
+    if energy is None:
+        return []
+    return [Figure(cell.test_id, group, "energy-ratio", "energy per step / fp32's", energy.ratio,
+                   bigger_is_better=False, relative=("fp32's energy per step / the mode's", 1.0 / energy.ratio))]
+
+
 def _memory(cell: MemoryRecord, group: str) -> tuple[list[Figure], list[str]]:
     figures, missing = [], []
     verdict = str(cell.verdict) if cell.verdict is not None else None
@@ -197,6 +208,7 @@ def gated_figures(run: Run) -> Figures:
         group = entry_group(cell.kind, cell.model)
         if isinstance(cell, TimedRecord):
             figures, missing = _speedups(cell, group)
+            figures += _energy(cell, group) if isinstance(cell, SpeedRecord) else []
         elif isinstance(cell, MemoryRecord):
             figures, missing = _memory(cell, group)
         elif isinstance(cell, ConvergenceRecord):

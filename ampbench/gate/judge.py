@@ -6,13 +6,16 @@ gives it, or not, and why (`ratio_check`). Its verdict is that check's of its es
 the sequential test where one stopped its rounds (`verdict_of`). A regression stands only where a second,
 independent set of rounds, looked at alike, finds it too (`confirmed`); a figure its own rounds did not fail
 fails all the same where it lies below the line together with the runs its history held back before it
-(`grouped`). `gates` says which figures of the table of ratios (``results.ratios``) gate their cell. `judge`
-is all of it for one measured ratio, with its words.
+(`grouped`); a regression found in rounds the card ran under different clocks or a throttle stands only where
+cycle space and the rounds at steady clocks agree (``gate.conditions.ConditionsCheck``). `gates` says which
+figures of the table of ratios (``results.ratios``) gate their cell. `judge` is all of it for one measured
+ratio, with its words.
 """
 
 from __future__ import annotations
 
 from ampbench.baselines.entries import FlatEntry
+from ampbench.gate.conditions import CONDITIONS
 from ampbench.gate.looks import Look, verdict_at
 from ampbench.gate.measurement import Measurement
 from ampbench.results.ratios import DEVICE, RECORD_AGAIN, WALL, RatioKind
@@ -65,14 +68,17 @@ def gates(gate: str, device: SpeedupCheck | None, wall: SpeedupCheck | None,
 def judge(measured: Measurement, check: SpeedupCheck | None) -> tuple[Verdict, str]:
     """The verdict of a measured ratio against `check` (None: there is nothing to judge it against), and its
     judgement: how it compares, in words. A regression stands only where the confirming rounds agree
-    (`confirmed`); a gated ratio its own rounds pass fails where the group rule says so (`grouped`)."""
+    (`confirmed`) and the card's clocks do not explain it (``gate.conditions.ConditionsCheck``); a gated ratio
+    its own rounds pass fails where the group rule says so (`grouped`)."""
     est = measured.estimate
     if check is None:
         return Verdict.NO_BASELINE, f"speedup {est}; {NO_BASELINE}"
     verdict, confirmation = verdict_at(check, est, measured.look), measured.confirmation
     if confirmation is not None:
         verdict = confirmed(verdict, check, confirmation, measured.confirmation_look)
+    verdict, clocks = CONDITIONS.judge(verdict, check, measured)
     judgement = check.describe(est) + (f"; confirming batch {confirmation}" if confirmation else "")
+    judgement += f"; {clocks}" if clocks else ""
     if measured.gated:
         why = grouped(check, est.speedup, verdict)
         if why:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, Sequence
 
+from ampbench.nvml import BlockConditions
 from ampbench.stats import SpeedupEstimate, alternating, estimate_speedup, median
 
 if TYPE_CHECKING:
@@ -44,10 +45,15 @@ class Rounds:
     mode_times: tuple[float, ...]
     ref_steps: int
     mode_steps: int
+    # the card's conditions over each side's block, one per round, where NVML was read (``ampbench.nvml``)
+    ref_conditions: tuple[BlockConditions | None, ...] = ()
+    mode_conditions: tuple[BlockConditions | None, ...] = ()
 
     @classmethod
     def of(cls, timer: Timed) -> "Rounds":
-        return cls(tuple(timer.ref_times), tuple(timer.mode_times), timer.ref_steps, timer.mode_steps)
+        # a timer that reads no conditions (a wall clock's, a distributed rank's) holds none
+        return cls(tuple(timer.ref_times), tuple(timer.mode_times), timer.ref_steps, timer.mode_steps,
+                   tuple(getattr(timer, "ref_conditions", ())), tuple(getattr(timer, "mode_conditions", ())))
 
     @property
     def ref_first(self) -> list[bool]:

@@ -147,6 +147,11 @@ def _add_judging(group: Any) -> None:
                     help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per "
                          "convnet and dtype on an H100, off uses cuDNN's heuristics as PyTorch does by default; "
                          "baselines record which (default: off)")
+    group.addoption("--perf-nvml", metavar="ON|OFF", default="on", type=str.lower, choices=("on", "off"),
+                    help="read the card's SM and memory clocks, throttle reasons, temperature, power and energy "
+                         "counter from NVML (nvidia-ml-py, the nvml extra) at each device-time block's start and "
+                         "end, outside its timed region; a regression in rounds under unsteady clocks must then "
+                         "hold in cycle space too (default: on)")
 
 
 def _add_memory_and_inputs(group: Any) -> None:

@@ -106,6 +106,7 @@ def _settings(opt, device, baseline_dir: Path) -> PerfSettings:
         loss_scaler=opt.perf_loss_scaler,
         block_seconds=opt.perf_block_seconds,
         cudnn_benchmark=opt.perf_cudnn_benchmark == "on",
+        nvml=opt.perf_nvml == "on",
         gate=opt.perf_gate,
         compile=COMPILE_CHOICES[opt.perf_compile or tier.compile],
         compile_ahead=(opt.perf_compile_ahead if opt.perf_compile_ahead is not None

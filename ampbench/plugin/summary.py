@@ -220,6 +220,26 @@ def outlier_card_lines(records: Iterable[Record]) -> list[str]:
     return lines
 
 
+def conditions_lines(records: Sequence[Record]) -> list[str]:
+    """The card's conditions over each speed cell's device-time blocks, per side, and its energy per step
+    (``gate.conditions``); where no cell's were read, why, once."""
+    speed = [(r, r.conditions) for r in records if isinstance(r, SpeedRecord) and isinstance(r.conditions, dict)]
+    read = [(r, c) for r, c in speed if c.get("read")]
+    if not read:
+        why = next((c.get("why_unread") for _, c in speed if c.get("why_unread")), None)
+        return [f"ampbench: clocks and energy not read: {why}", ""] if why else []
+    lines = [f"ampbench: the card's clocks and energy over the device-time blocks ({len(read)} cells)"]
+    for r, conditions in read:
+        text = f"  {r.model} {r.mode}: {conditions.get('summary') or 'no block read'}"
+        flagged = conditions.get("flagged")
+        text += f"; {flagged} rounds flagged" if flagged else ""
+        if r.energy is not None:
+            text += (f"; {r.energy.mode_j:.3g} J per step against fp32's {r.energy.fp32_j:.3g} J "
+                     f"({r.energy.ratio:.2f}x)")
+        lines.append(text)
+    return [*lines, ""]
+
+
 def summary_lines(cells: Sequence[tuple[str, Record]], outcomes: dict[str, str]) -> list[str]:
     """Everything the summary writes: the smoke note on a CPU run, a table per kind, the cells that
     need a look; no lines where no ampbench cell ran."""
@@ -234,7 +254,7 @@ def summary_lines(cells: Sequence[tuple[str, Record]], outcomes: dict[str, str])
         rows = table(kind, [r for r in records if type(r) is kind])
         lines += [*rows, ""] if rows else []
     cards = outlier_card_lines(records)
-    return lines + ([*cards, ""] if cards else []) + needs_a_look_lines(cells, outcomes)
+    return lines + conditions_lines(records) + ([*cards, ""] if cards else []) + needs_a_look_lines(cells, outcomes)
 
 
 # -- the plugin ------------------------------------------------------------------------------------

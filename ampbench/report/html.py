@@ -20,8 +20,13 @@ from ampbench.report.format import (
 from ampbench.report.needs_look import Flagged, needs_a_look
 from ampbench.report.paired_cells import PAIRED_HEADERS, PAIRED_TITLE, paired_rows, trees
 from ampbench.report.speed_cells import (
+    ENERGY_HEADERS,
+    ENERGY_NOTE,
+    ENERGY_TITLE,
     METHOD_LABELS,
     MatrixEntry,
+    energy_cells,
+    energy_row,
     has_figure,
     host_bound_cells,
     kernel_change_cells,
@@ -194,6 +199,9 @@ def _speed_context(run: Run) -> dict | None:
           HtmlCell(fmt_ms(m.host_overhead_ms)), HtmlCell(fmt_ms(m.busy_ms)),
           HtmlCell(fmt_ms(c.ratio(WALL).side(MODE_SIDE).step_ms))] for c in host),
     ) if host else None
+    energy = energy_cells(run)
+    energy_table = _table(ENERGY_HEADERS, ([HtmlCell(t) for t in energy_row(c, e)] for c, e in energy)) if energy \
+        else None
     changes = [{"notable": notable(c), "verdict": _verdict_span(v.value if (v := c.ratio(DEVICE).verdict) else None),
                 "test_id": c.test_id,
                 "lines": text.split("; ")} for c, text in kernel_change_cells(run)]
@@ -202,6 +210,7 @@ def _speed_context(run: Run) -> dict | None:
         "methods": [(m, METHOD_LABELS[m]) for m in used_methods(run)],
         "host_bound": host_table,
         "host_bound_count": len(host),
+        "energy": energy_table, "energy_title": ENERGY_TITLE, "energy_note": ENERGY_NOTE,
         "device_noun": noun,
         "kernel_changes": [c for c in changes if c["notable"]],
         "kernel_drift": [c for c in changes if not c["notable"]],

@@ -19,7 +19,12 @@ from ampbench.report.md_text import md_code, md_text
 from ampbench.report.needs_look import needs_a_look
 from ampbench.report.paired_cells import PAIRED_HEADERS, PAIRED_TITLE, paired_rows, trees
 from ampbench.report.speed_cells import (
+    ENERGY_HEADERS,
+    ENERGY_NOTE,
+    ENERGY_TITLE,
     MatrixEntry,
+    energy_cells,
+    energy_row,
     host_bound_cells,
     kernel_change_cells,
     matrix,
@@ -167,6 +172,10 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
     host = host_bound_lines(run)
     if host:
         out += [f"### Host-bound cells ({len(host)})", "", *host, ""]
+    energy = energy_cells(run)
+    if energy:
+        out += [f"### {ENERGY_TITLE}", "", _md_table(ENERGY_HEADERS, (energy_row(c, e) for c, e in energy)), "",
+                f"_{ENERGY_NOTE}_", ""]
     changes = kernel_change_lines(run)
     if changes:
         out += ["### Kernel changes against the baseline", "", *changes, ""]

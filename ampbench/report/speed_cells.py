@@ -1,8 +1,8 @@
 """The speed figures that summary.md and index.html both show, as data: a matrix per ratio over fp32 (the
 device-time and wall-clock speedups: the rows of ``results.ratios`` with a title), those of compiled
-cells' second ratios (compile gains, fp8 over compiled amp_bf16), the host-bound cells and the kernel
-changes. Each page only formats what is chosen here, so the two never disagree on which cells are
-listed or which verdict a figure carries."""
+cells' second ratios (compile gains, fp8 over compiled amp_bf16), the host-bound cells, each cell's energy
+per step against fp32's and the kernel changes. Each page only formats what is chosen here, so the two never
+disagree on which cells are listed or which verdict a figure carries."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ampbench.modes import MODES, compiled, label, order_modes
+from ampbench.nvml import Energy
 from ampbench.report.format import VERDICT_ORDER
 from ampbench.results import FP32_MODE, MODE_SIDE, SPEED_RATIOS, RatioKind, Run, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS
@@ -138,6 +139,23 @@ def _versus_entry(cell: SpeedRecord | None) -> MatrixEntry | None:
 def host_bound_cells(run: Run) -> list[SpeedRecord]:
     """Speed cells whose eager step left the device idle more than a tenth of the time."""
     return [c for c in run.of_kind(SpeedRecord) if c.side(MODE_SIDE).host_bound is True]
+
+
+ENERGY_TITLE = "Energy per training step against fp32's"
+ENERGY_NOTE = ("Joules per step from NVML's total-energy counter over each side's device-time blocks; below 1.00x the "
+               "mode saves energy. Reported, not gated, until its run-to-run noise is measured.")
+ENERGY_HEADERS = ("model", "mode", "fp32 J/step", "mode J/step", "energy / fp32's")
+
+
+def energy_cells(run: Run) -> list[tuple[SpeedRecord, Energy]]:
+    """(cell, its energy per step) of every speed cell whose card's energy counter was read, fp32's own
+    cells left out (their ratio is fp32 over itself), in run order."""
+    return [(c, e) for c in run.of_kind(SpeedRecord) if mode_of(c) != FP32_MODE and (e := c.energy) is not None]
+
+
+def energy_row(cell: SpeedRecord, energy: Energy) -> list[str]:
+    """A row of the energy table, as `ENERGY_HEADERS` names its columns."""
+    return [model_of(cell), mode_of(cell), f"{energy.fp32_j:.3g}", f"{energy.mode_j:.3g}", f"{energy.ratio:.2f}x"]
 
 
 def kernel_change_cells(run: Run) -> list[tuple[SpeedRecord, str]]:

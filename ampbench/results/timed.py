@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, ClassVar, Mapping
 
+from ampbench.nvml import Energy
 from ampbench.results.base import (
     FigureGroup,
     Group,
@@ -260,6 +261,15 @@ class SpeedRecord(TimedRecord):
     block_seconds: float | None = number()
     # this card's fp32 step against its GPU model's level (``CardFigures``); none in a record written before
     card: CardFigures = part(lambda: CardFigures())
+    # the card's clocks, throttle reasons and energy over the device-time ratio's blocks, read from NVML
+    # (``gate.conditions.conditions_info``): {"read": false, "why_unread"} where none was; absent from records
+    # written before they were read
+    conditions: dict | None = raw()
+
+    @property
+    def energy(self) -> Energy | None:
+        """Each side's energy per training step and their ratio, where the card's counter was read."""
+        return Energy.from_info(self.conditions.get("energy")) if isinstance(self.conditions, dict) else None
 
     # its grouped figures, and the keys records of schemas 1 and 2 gave them, flat
     GROUPS: ClassVar[Mapping[str, Group]] = {

@@ -20,6 +20,7 @@ from ampbench.baselines.entries import SpeedEntry
 from ampbench.baselines.file import measurement_mismatch
 from ampbench.baselines.source import BaselineSource
 from ampbench.device import card_uuid, release
+from ampbench.gate.conditions import conditions_info
 from ampbench.gate.measurement import QueueStats
 from ampbench.gate.writers import comparable_recording, describe_across
 from ampbench.kernel_diff import kernel_changes
@@ -32,6 +33,7 @@ from ampbench.results.timed import DeviceQueue, SpeedSide
 from ampbench.settings import PerfSettings
 from ampbench.speed import sides
 from ampbench.speed.admission import admit
+from ampbench.speed.clocks import conditions_reader
 from ampbench.speed.compiled import DynamoState, compile_problems, compile_time_check
 from ampbench.speed.devicetime import IDLE_WARN_SHARE, recapture_shared
 from ampbench.speed.hostload import host_load
@@ -51,8 +53,13 @@ class SpeedCell:
 
 
 def policy(device: torch.device, settings: PerfSettings) -> sides.SpeedPolicy:
-    return sides.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds,
-                            recording=settings.update_baselines)
+    return replace(sides.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds,
+                                    recording=settings.update_baselines), read_conditions=settings.nvml)
+
+
+def _why_unread(settings: PerfSettings, device: torch.device) -> str | None:
+    """Why the card's conditions were not read (``ampbench.nvml``), where they were not; None where they could be."""
+    return "not asked for (--perf-nvml off)" if not settings.nvml else conditions_reader(device)[1]
 
 
 def _named_failures(verdict: Verdict, ratios: list[Ratio]) -> str:
@@ -226,7 +233,8 @@ def _record(spec: ModelSpec, mode: PrecisionMode, settings: PerfSettings, device
         memory_ratio=(side.peak_bytes / fp32.peak_bytes) if side.peak_bytes and fp32.peak_bytes else None,
         recording=settings.update_baselines, weights_moved=trained.moved, final_loss_finite=trained.loss_finite,
         loss_scale=trained.scale, phase_seconds=phases,
-        baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings), verdict=verdict,
+        baseline_compile_s=baseline.compile_s if baseline else None, **_measured_with(settings),
+        conditions=conditions_info(dev.measurement, _why_unread(settings, device)), verdict=verdict,
         message=_message(verdict, ratios, baseline, changes))
 
 
@@ -268,6 +276,7 @@ def _record_baseline(source: BaselineSource, test_id: str, software: dict, setti
         "peak_mem_bytes": mode_side.peak_mem_bytes, **measured_with,
         **({"kernels": record.kernels} if record.kernels else {}),
         **({"compile_s": mode_side.compile_s} if mode_side.compile_s else {}),
+        **({"energy_ratio": record.energy.ratio} if record.energy is not None else {}),
     }, software)
 
 

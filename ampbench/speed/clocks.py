@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
+from ampbench.device import card_uuid
+from ampbench.nvml import Reader, reader_for
 from ampbench.speed.devicetime import CapturedStep, profile_steps
 from ampbench.speed.held import BlockQueue
 from ampbench.speed.sides import Side, SpeedPolicy
@@ -104,8 +108,17 @@ def _paired_clocks(over: Side, mode: Side, ref_steps: int, mode_steps: int,
                          clock_for(mode.trainer, mode_steps, mode.graph, mode.capture_failure, queue))
 
 
+def conditions_reader(device: torch.device) -> tuple[Reader | None, str | None]:
+    """NVML's reader of `device`'s card (``ampbench.nvml``), or None and why not."""
+    if device.type != "cuda":
+        return None, "no CUDA device"
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return reader_for(card_uuid(device), index)
+
+
 def device_clock(over: Side, mode: Side) -> Clock:
-    """Both sides in device time, measured the same way (``paired_blocks``), behind one hold (CUDA)."""
+    """Both sides in device time, measured the same way (``paired_blocks``), behind one hold (CUDA); where its
+    policy reads them, the card's conditions over each block (NVML's reads, taken by the hold's queue)."""
     device = over.trainer.device
     queue = BlockQueue(device) if device.type == "cuda" else None
     _, _, method, fallback = _paired_clocks(over, mode, 1, 1, queue)
@@ -113,7 +126,11 @@ def device_clock(over: Side, mode: Side) -> Clock:
     def timer(policy: SpeedPolicy) -> PairedTimer:
         ref_steps, mode_steps = _block_steps(over, mode, policy)
         ref_block, mode_block, _, _ = _paired_clocks(over, mode, ref_steps, mode_steps, queue)
-        return PairedTimer(ref_block, mode_block, ref_steps, mode_steps)
+        taken = None
+        if queue is not None and policy.read_conditions:
+            queue.reader = conditions_reader(device)[0]
+            taken = (lambda: queue.last) if queue.reader is not None else None
+        return PairedTimer(ref_block, mode_block, ref_steps, mode_steps, conditions=taken)
     return Clock(timer, method, fallback, queue)
 
 

@@ -19,6 +19,11 @@ ahead falls back to events around each replay, summed, which leave out any wait 
 cell's record says so (``device_queue``). Events around each replay were the alternative for every
 block; the hold keeps the figure the one the baselines hold (back-to-back replays, the GPU's ramp
 between steps included) and adds one event pair per chunk, not one per step.
+
+Where the queue has an NVML reader (``ampbench.nvml``), each held chunk is read twice: once the GPU has left
+the hold and begun the chunk, and after the end event is synchronized. Both reads come after the whole
+chunk was queued, so nothing the host does in them can enter the figure (the guarantee above), and NVML asks
+the driver, never the stream: the reads add no work to the timed region. A block's reads are `last`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Callable
 import torch
 
 from ampbench.gate.measurement import QueueStats
+from ampbench.nvml import BlockConditions, Reader, Reading
 
 # The shortest hold: a few graph launches of a short step take tens of microseconds, and a hold far
 # longer than the launches costs only its own length in wall time per block.
@@ -77,6 +83,18 @@ class BlockQueue:
         self.device = device
         self.stats = QueueStats(hold_s=hold_s)
         self.fallen_back = False
+        self.reader: Reader | None = None  # NVML's, where the card's conditions are read (``ampbench.nvml``)
+        self.last: BlockConditions | None = None  # the last block's conditions, where read
+        self._reads: list[tuple[Reading, Reading]] = []  # (start, end) of each held chunk of the block so far
+
+    def _began(self, start: torch.cuda.Event) -> Reading | None:
+        """The card's state once it has left the hold and begun the block (the block is queued whole: this
+        wait and the read are host time outside the figure); None where nothing is read."""
+        if self.reader is None:
+            return None
+        while not start.query():
+            time.sleep(0.0001)
+        return self.reader.read()
 
     def time(self, launch: Callable[[], object]) -> tuple[float, bool]:
         """Seconds from the start to the end event of one held block of `launch`'s work, and whether
@@ -89,7 +107,10 @@ class BlockQueue:
         end.record()
         queued = not start.query()  # the GPU was still spinning when the last launch was queued
         launched_s = time.perf_counter() - t0
+        began = self._began(start) if queued else None
         end.synchronize()
+        if began is not None and self.reader is not None:
+            self._reads.append((began, self.reader.read()))  # after the end event: the block is done
         self.stats.launch_s = max(self.stats.launch_s, launched_s)
         # the next hold covers these launches with room to spare; after a miss, at least twice this one
         grown = HOLD_MARGIN * launched_s if queued else max(2 * self.stats.hold_s, HOLD_MARGIN * launched_s)
@@ -103,6 +124,7 @@ class BlockQueue:
         each timed again behind longer holds where the host fell behind; else `per_replay(n)` (events
         around each replay, summed) for what is left, with the reason kept."""
         self.stats.blocks += 1
+        self._reads = []
         size = steps if chunk is None else max(1, min(chunk, steps))
         total, done = 0.0, 0
         while not self.fallen_back and done < steps:
@@ -115,6 +137,8 @@ class BlockQueue:
                                   "longer)")
                 break
             total, done = total + seconds, done + n
+        # a block partly timed by events around each replay has reads of part of it only: none is kept
+        self.last = BlockConditions.of(self._reads) if done == steps else None
         if done == steps:
             self.stats.held += 1
             if size < steps:
@@ -137,7 +161,9 @@ class BlockQueue:
         """Launch `launch`'s work behind a hold, untimed (the profiler reads its kernels); whether it was
         queued whole. A profiled block is not retried: a kernel's own duration has no host in it."""
         self.stats.blocks += 1
+        self._reads = []
         _, queued = self.time(launch)
+        self.last = BlockConditions.of(self._reads)
         if queued:
             self.stats.held += 1
         return queued

@@ -53,6 +53,9 @@ class SpeedPolicy:
     # share of `block_seconds` in the blocks of a reported figure's first look (``Ratio.time``): it is
     # read, not judged, and a half-length block still holds a fast step many times over
     look_block_share: float = 0.5
+    # the card's clocks, throttle reasons and energy read from NVML around each device-time block
+    # (``ampbench.nvml``, --perf-nvml)
+    read_conditions: bool = False
 
     def for_look(self) -> "SpeedPolicy":
         """The policy of a reported figure's timer: shorter blocks; a recording keeps its own, since its

@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 
 from ampbench import progress
+from ampbench.nvml import BlockConditions
 from ampbench.stats import (
     SpeedupEstimate,
     alternating,
@@ -112,6 +113,11 @@ class PairedTimer:
     mode_steps: int  # training steps per mode block: each side's block is long enough on its own
     ref_times: list[float] = field(default_factory=list)  # seconds per step, one per round
     mode_times: list[float] = field(default_factory=list)
+    # the card's conditions over the block just timed (the last block of ``held.BlockQueue``), asked after each block
+    # returns, outside its timed region; None where they are not read
+    conditions: Callable[[], BlockConditions | None] | None = None
+    ref_conditions: list[BlockConditions | None] = field(default_factory=list)  # one per round, where read
+    mode_conditions: list[BlockConditions | None] = field(default_factory=list)
 
     @property
     def ref_first(self) -> list[bool]:
@@ -121,17 +127,22 @@ class PairedTimer:
     def rounds(self, n: int) -> None:
         for _ in range(n):
             if over_first(len(self.mode_times)):
-                self.ref_times.append(self.over())
-                self.mode_times.append(self.mode())
+                self._timed(self.over, self.ref_times, self.ref_conditions)
+                self._timed(self.mode, self.mode_times, self.mode_conditions)
             else:
-                self.mode_times.append(self.mode())
-                self.ref_times.append(self.over())
+                self._timed(self.mode, self.mode_times, self.mode_conditions)
+                self._timed(self.over, self.ref_times, self.ref_conditions)
             if progress.active():
                 so_far = median(self.ref_times) / median(self.mode_times)
                 progress.update(f"round {len(self.mode_times)}, {so_far:.3f}x so far", often=True)
 
     def estimate(self, confidence: float) -> SpeedupEstimate:
         return estimate_speedup(self.ref_times, self.mode_times, confidence, self.ref_first)
+
+    def _timed(self, block: Callable[[], float], times: list[float], conditions: list[BlockConditions | None]) -> None:
+        times.append(block())
+        if self.conditions is not None:
+            conditions.append(self.conditions())
 
 
 @dataclass(frozen=True)
