@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """False failures of tolerances learned from a few runs, under the learned-tolerance caps
-(ampbench.verdict: the t quantile at most FEW_RUNS_QUANTILE, the tolerance at most the unlearned one),
+(ampbench.tolerance: the t quantile at most FEW_RUNS_QUANTILE, the tolerance at most the unlearned one),
 simulated on the run-to-run noise of the H200's quick speed cells (tests/test_history_pooling.py SIGMA),
 scaled by a noise level:
 

@@ -7,7 +7,8 @@ from ampbench.baselines.entries import FlatEntry, entry_reference
 from ampbench.gate.judge import ratio_check
 from ampbench.results import RatioKind
 from ampbench.speed.ratio import Ratio
-from ampbench.verdict import Reference, SpeedupCheck
+from ampbench.tolerance import Reference
+from ampbench.verdict import SpeedupCheck
 
 SOURCE = "the baseline file"
 

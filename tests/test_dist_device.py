@@ -250,7 +250,7 @@ def test_the_message_leads_with_device_time_where_measured():
 
 def test_a_re_recording_measured_alike_keeps_the_learned_spread_and_opens_a_level():
     from ampbench.baselines.entries import entry_tolerance
-    from ampbench.verdict import UNLEARNED_TOLERANCE
+    from ampbench.tolerance import UNLEARNED_TOLERANCE
 
     figs = merge_ranks(_docs(), 0.99)
     learned = {"speedup": 2.0, "world_size": 2, "block_seconds": 0.1, "device_speedup": 4.2, "device_method": "kernels",

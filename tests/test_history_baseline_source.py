@@ -15,7 +15,7 @@ from ampbench.history.store import open_history
 from ampbench.results import Verdict
 from ampbench.results.ratios import DEVICE
 from ampbench.speed.ratio import Ratio
-from ampbench.verdict import UNLEARNED_TOLERANCE
+from ampbench.tolerance import UNLEARNED_TOLERANCE
 from history_runs import H100, speed_record, speed_run
 from tests import records
 from tests.references import entry_check

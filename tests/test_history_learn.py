@@ -14,7 +14,7 @@ from ampbench.history.learn import LEARNED, LEARNING, UNLEARNED, learn, percent,
 from ampbench.history.series import Point, Series
 from ampbench.results.ratios import DEVICE, SPEED_RATIOS, WALL
 from ampbench.settings import DEFAULT_TOLERANCE
-from ampbench.verdict import FEW_RUNS_QUANTILE, UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns
+from ampbench.tolerance import FEW_RUNS_QUANTILE, UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR, BetweenRuns
 
 
 def _spread(figures, prefix=""):
@@ -23,7 +23,7 @@ def _spread(figures, prefix=""):
     return learned_spread(None if figures is None else RatioEntry.read(figures, kind))
 
 
-# Student's t 99.9% quantiles (two-sided 99.8%, ``verdict.GATE_CONFIDENCE``), by degrees of freedom
+# Student's t 99.9% quantiles (two-sided 99.8%, ``tolerance.GATE_CONFIDENCE``), by degrees of freedom
 T999 = {2: 22.32712, 3: 10.21453, 4: 7.173182, 9: 4.296806, 21: 3.527154}
 
 

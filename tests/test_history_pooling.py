@@ -21,7 +21,7 @@ from ampbench.history.replay import Replay
 from ampbench.history.series import Point, Series
 from ampbench.results.ratios import DEVICE
 from ampbench.stats import t_quantile
-from ampbench.verdict import BetweenRuns
+from ampbench.tolerance import BetweenRuns
 
 ROOT = Path(__file__).resolve().parent.parent
 # the quick tier's 25 cells' run-to-run sd on one H200 (four runs each), by model: what the prior meets

@@ -17,7 +17,7 @@ from ampbench.history.learn import learned_from
 from ampbench.history.model import NEW_CARD
 from ampbench.history.replay import Replay
 from ampbench.history.series import Point, Series
-from ampbench.verdict import NOISE_MULTIPLIER, UNLEARNED_TOLERANCE
+from ampbench.tolerance import NOISE_MULTIPLIER, UNLEARNED_TOLERANCE
 from tests.history_strategies import ShortHistory, short_histories
 
 CARD = "GPU-0"

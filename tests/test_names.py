@@ -222,7 +222,7 @@ def test_a_name_that_does_not_exist_is_found():
 
 # -- the word "reference" -----------------------------------------------------------------------------
 
-# names of the package that say "reference" without standing for a ``verdict.Reference``, each with why it
+# names of the package that say "reference" without standing for a ``tolerance.Reference``, each with why it
 # stays: format (the run JSON, a baseline file), which no rename of code changes; docs/glossary.md, "Names in
 # code that use a word otherwise", keeps the same list. The fp32 side is fp32_*, the parity mode parity_*.
 REFERENCE_FORMAT = {
@@ -258,7 +258,7 @@ def _reference_names(tree: ast.Module, module: str) -> dict[str, bool]:
                 function(node, where)
             elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 if REFERENCE_WORD.search(node.name):
-                    found[f"{where}.{node.name}"] = f"{where}.{node.name}" == "ampbench.verdict.Reference"
+                    found[f"{where}.{node.name}"] = f"{where}.{node.name}" == "ampbench.tolerance.Reference"
                 body(node.body, f"{where}.{node.name}")
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 if not node.target.id.startswith("_") and REFERENCE_WORD.search(node.target.id):
@@ -279,20 +279,20 @@ def test_the_reference_scan_tells_the_type_from_other_senses():
                      "class Source:\n    def reference(self, kind: str) -> Reference | None: ...\n"
                      "    reference_name: str = 'fp32'\n"
                      "def check(reference: Reference, over_reference: list[float]) -> None: ...\n")
-    assert _reference_names(tree, "ampbench.verdict") == {
-        "ampbench.verdict.Reference": True, "ampbench.verdict.REFERENCE_SIDE": False,
-        "ampbench.verdict.Source.reference": True, "ampbench.verdict.Source.reference_name": False,
-        "ampbench.verdict.check(reference)": True, "ampbench.verdict.check(over_reference)": False}
+    assert _reference_names(tree, "ampbench.tolerance") == {
+        "ampbench.tolerance.Reference": True, "ampbench.tolerance.REFERENCE_SIDE": False,
+        "ampbench.tolerance.Source.reference": True, "ampbench.tolerance.Source.reference_name": False,
+        "ampbench.tolerance.check(reference)": True, "ampbench.tolerance.check(over_reference)": False}
 
 
 def test_reference_names_only_the_reference_type():
-    """A name that says "reference" stands for a ``verdict.Reference`` (docs/glossary.md): the type, or a
+    """A name that says "reference" stands for a ``tolerance.Reference`` (docs/glossary.md): the type, or a
     function, field or parameter its annotation types as one; the fp32 side is fp32_*, the parity mode
     parity_*, a baseline source a source. Only the format-bound names of REFERENCE_FORMAT stay otherwise."""
     names: dict[str, bool] = {}
     for module, path in _modules().items():
         names |= _reference_names(ast.parse(path.read_text(encoding="utf-8")), module)
-    assert names.get("ampbench.verdict.Reference") is True, "the scan finds the type"
+    assert names.get("ampbench.tolerance.Reference") is True, "the scan finds the type"
     other = sorted(n for n, is_type in names.items() if not is_type and n not in REFERENCE_FORMAT)
     assert other == [], "a name says reference for something else: rename it, or list it in REFERENCE_FORMAT with why"
     stale = sorted(n for n in REFERENCE_FORMAT if n not in names)

@@ -30,7 +30,7 @@ from ampbench.report.markdown import render_markdown
 from ampbench.results import MODE_SIDE, SPEED_RATIOS, RatioFigures, Run, SpeedRecord, Verdict
 from ampbench.results.ratios import DEVICE, DIST_WALL, DISTRIBUTED_RATIOS, WALL, history_figures, of_history
 from ampbench.speed.ratio import Ratio
-from ampbench.verdict import UNLEARNED_TOLERANCE
+from ampbench.tolerance import UNLEARNED_TOLERANCE
 from run_figures import page_text
 from tests.references import entry_check
 
@@ -253,7 +253,8 @@ def test_a_distributed_cell_checks_judges_gates_and_writes_a_new_kind(span, monk
     from ampbench.distributed import judging
     from ampbench.distributed.figures import merge_ranks
     from ampbench.results import DistributedRecord
-    from ampbench.verdict import Reference, combined
+    from ampbench.tolerance import Reference
+    from ampbench.verdict import combined
     from tests.references import file_reference
 
     docs = _rank_docs()

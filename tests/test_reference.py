@@ -1,5 +1,5 @@
 """One `Reference` per judged figure: the baseline file, the run history and `ampbench compare` each give
-what a figure is judged against, its tolerance computed once (``verdict.tolerance_rule``) with what set it,
+what a figure is judged against, its tolerance computed once (``tolerance.tolerance_rule``) with what set it,
 and the distributed cells read it and the history's group rule as the single-GPU cells do."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ampbench.history.store import open_history
 from ampbench.results import Verdict
 from ampbench.results.ratios import DEVICE, DIST_DEVICE, WALL
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import (
+from ampbench.tolerance import (
     BY_FLOOR,
     BY_NOISE,
     BY_SPREAD,

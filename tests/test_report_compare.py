@@ -12,7 +12,8 @@ from ampbench.report import build_report, load_run, parse_run, render_comparison
 from ampbench.report.compare import MISSING, NEW, compare_runs
 from ampbench.results import SpeedRecord
 from ampbench.results.ratios import WALL
-from ampbench.verdict import SpeedupCheck, Verdict, tolerance_for
+from ampbench.tolerance import tolerance_for
+from ampbench.verdict import SpeedupCheck, Verdict
 from report_runs import gpu_run, png_ok
 
 # ---------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from ampbench.speed.clocks import CLOCKS, Clock
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.stats import SpeedupEstimate, log_sd
-from ampbench.verdict import UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
+from ampbench.tolerance import UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
 from spread_runs import (
     GPT,
     SOFTWARE,

@@ -19,7 +19,7 @@ from ampbench.report import parse_run
 from ampbench.results.ratios import DEVICE, WALL
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.stats import log_sd
-from ampbench.verdict import BetweenRuns
+from ampbench.tolerance import BetweenRuns
 from spread_runs import (
     GPT,
     MEASURED,

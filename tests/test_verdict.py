@@ -13,16 +13,8 @@ from ampbench.speed.ratio import Ratio
 from ampbench.speed.sides import SpeedPolicy
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import (
-    FEW_RUNS_QUANTILE,
-    GATE_CONFIDENCE,
-    UNLEARNED_TOLERANCE,
-    BetweenRuns,
-    RatioCheck,
-    SpeedupCheck,
-    Verdict,
-    tolerance_for,
-)
+from ampbench.tolerance import FEW_RUNS_QUANTILE, GATE_CONFIDENCE, UNLEARNED_TOLERANCE, BetweenRuns, tolerance_for
+from ampbench.verdict import RatioCheck, SpeedupCheck, Verdict
 from tests.references import entry_check
 
 

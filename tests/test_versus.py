@@ -27,7 +27,7 @@ from ampbench.speed.clocks import CLOCKS, Clock
 from ampbench.speed.compiled import VersusSides, served
 from ampbench.speed.ratio import Ratio
 from ampbench.speed.timing import PairedTimer, RoundsPolicy
-from ampbench.verdict import UNLEARNED_TOLERANCE
+from ampbench.tolerance import UNLEARNED_TOLERANCE
 from tests import records
 from tests.references import against_entry, entry_check, file_reference
 

@@ -28,7 +28,8 @@ from typing import Sequence
 
 from ampbench.gate.judge import verdict_of
 from ampbench.stats import SpeedupEstimate, coverage_percent, normal_quantile, t_quantile
-from ampbench.verdict import BY_PAIRED, Reference, Verdict
+from ampbench.tolerance import BY_PAIRED, Reference
+from ampbench.verdict import Verdict
 
 # A false pass lets a change through that later pairs or the run history may still catch: the pass side
 # spends 5% in all, most of it at the first look (rho 0.15: 3.8% of it at the first of 6), so that one

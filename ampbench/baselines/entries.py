@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Mapping
 from ampbench.baselines.rules import BOOL, STR_OR_NULL, Rule, count, fraction_or_null, non_negative, or_null, positive
 from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, WALL, RatioKind
 from ampbench.stats import finite_number
-from ampbench.verdict import MIN_SPREAD_VALUES, BetweenRuns, Reference, tolerance_for
+from ampbench.tolerance import MIN_SPREAD_VALUES, BetweenRuns, Reference, tolerance_for
 
 _RULE = "rule"  # field metadata: what a file's value must be
 _APART = "apart"  # field metadata: what the entry keeps apart from its own figures (its ratios, detail, order)
@@ -280,7 +280,7 @@ def entry_of(test_id: str, figures: Mapping[str, Any] | None) -> FlatEntry | Non
     return kind.of(figures) if kind is not None else None
 
 
-# -- the tolerance a ratio entry gives (the one rule of ``ampbench.verdict.tolerance_for``) --------------
+# -- the tolerance a ratio entry gives (the one rule of ``ampbench.tolerance.tolerance_for``) --------------
 
 def entry_tolerance(kind: RatioKind, floor: float, ratio: RatioEntry | None, noise: float | None = None) -> float:
     """The tolerance of a ratio of `kind` held against its baseline entry (``entries.RatioEntry``): its

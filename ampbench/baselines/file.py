@@ -36,7 +36,7 @@ from ampbench.files.read import DuplicateKey, OverlongInteger, UnreadableFile, p
 from ampbench.files.write import write_atomic
 from ampbench.results.clusters import is_stem
 from ampbench.results.ratios import RatioKind
-from ampbench.verdict import Reference
+from ampbench.tolerance import Reference
 
 # Figures an update of an entry keeps from the entry it replaces, by kind of entry: where the update has
 # none of a group's figures, the old entry's are carried over whole, stamped `<first name>_recorded` with

@@ -3,7 +3,7 @@ their harness and the plugin read and record through. Two sources show it: the c
 (or of N GPUs), ``baselines.file.BaselineFile``, and the run history over that file,
 ``history.baseline_source.HistoryBaselines``, which learns each speed or distributed cell's level and tolerance
 from its runs and records and writes to the file it wraps. A cell annotated with ``BaselineSource``
-takes either. Both give a cell's figure its ``verdict.Reference``: the level, the tolerance computed once,
+takes either. Both give a cell's figure its ``tolerance.Reference``: the level, the tolerance computed once,
 and, from the history alone, the rule that fails a run with the runs held back before it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from ampbench.baselines.entries import FlatEntry
 from ampbench.results.ratios import RatioKind
-from ampbench.verdict import Reference
+from ampbench.tolerance import Reference
 
 
 @runtime_checkable

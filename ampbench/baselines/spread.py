@@ -9,7 +9,7 @@ measured the same way, and ``with_spread`` stores their log standard deviation i
 their geometric mean (the recording's own value kept as ``recorded_speedup``). The device-time speedup
 is learned in the same pass into the ``device_`` figures, and a compiled cell's ratio over its versus
 side into the ``versus_`` ones (every ratio of a speed entry, ``spread_kinds``). The verdict's tolerance then
-allows for that spread (``verdict.BetweenRuns``), and the suite reports each speedup's interval across
+allows for that spread (``tolerance.BetweenRuns``), and the suite reports each speedup's interval across
 runs too (``stats.across_runs``).
 
 ``--add`` (``learn_spread(..., add=True)``) adds runs to the spread an entry already holds instead: its

@@ -4,8 +4,8 @@ improved, skip (125) otherwise; and how a step held to the history's level (``bi
 tree to pair with) judges each cell's figure against that level (`Level`).
 
 The level is the geometric mean of the history's speedups, and its line lies below it by the tolerance of
-the range rule (``verdict.range_rule``): the user's floor, or the spread of the history's own values where
-that is wider. A level is judged against as every figure is, through its ``verdict.Reference`` and the
+the range rule (``tolerance.range_rule``): the user's floor, or the spread of the history's own values where
+that is wider. A level is judged against as every figure is, through its ``tolerance.Reference`` and the
 gate's judge (``gate.judge.verdict_of``): a step's cell regresses where its whole interval lies below the
 line; it holds where its interval lies wholly above the line; between, it is inconclusive.
 """
@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 
 from ampbench.bisect.measure import Measurement, StepFigure
 from ampbench.gate.judge import verdict_of
-from ampbench.verdict import BY_RANGE, Reference, SpeedupCheck, Verdict, range_rule
+from ampbench.tolerance import BY_RANGE, Reference, range_rule
+from ampbench.verdict import SpeedupCheck, Verdict
 
 GOOD, BAD, SKIP = 0, 1, 125  # git bisect run's exit statuses
 ANSWERS = {GOOD: "good", BAD: "bad", SKIP: "skip"}

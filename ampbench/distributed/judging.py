@@ -1,7 +1,7 @@
 """A distributed cell's judging: each of its figures, one per row of ``results.ratios.DISTRIBUTED_RATIOS``
 that the run measured (the device-time speedup, the wall-clock speedup under the same parallelism, the
 scaling efficiency in device time and in wall clock), held against the cell's baseline source's
-``verdict.Reference`` of it, as the single-GPU cells' are (``gate.judge.ratio_check``), and judged by the
+``tolerance.Reference`` of it, as the single-GPU cells' are (``gate.judge.ratio_check``), and judged by the
 gate's judge (``gate.judge``: each figure's verdict, its confirmation, the group rule and which figures
 gate the cell, --perf-gate); the cell's message, and its ratios as its record holds them and as a
 recorded baseline entry stores them (``gate.writers``). Which of the cell's figures a row is, its distributed
@@ -30,7 +30,8 @@ from ampbench.gate.writers import judged_figures, stored_ratio
 from ampbench.results import DISTRIBUTED_RATIOS, RatioFigures
 from ampbench.results.ratios import DEVICE_SCALING, DIST_DEVICE, DIST_WALL, SCALING, RatioKind
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import Reference, SpeedupCheck, Verdict
+from ampbench.tolerance import Reference
+from ampbench.verdict import SpeedupCheck, Verdict
 
 # the names of the figures the gate rule and the message name apart, as the record's ratios and the gates name them
 DEVICE_SPEEDUP, SPEEDUP = DIST_DEVICE.name, DIST_WALL.name
@@ -132,7 +133,7 @@ def apply_group_rule(verdicts: dict[str, Verdict], checks: CellChecks,
                      figs: DistFigures) -> tuple[dict[str, Verdict], str]:
     """`verdicts` with the history's group rule applied as a single-GPU cell's ratio applies it
     (``gate.judge.grouped``): a figure its own launches did not fail fails where it lies below the line
-    together with the runs the history held back before it (``verdict.Reference.group_failure``); and the
+    together with the runs the history held back before it (``tolerance.Reference.group_failure``); and the
     reasons, for the message. A figure that carries a host-bound step's pace is left as it is."""
     out, why = dict(verdicts), []
     for name, est in estimates(figs).items():

@@ -21,7 +21,7 @@ from ampbench.stats import SpeedupEstimate, estimate_speedup, median, min_rounds
 from ampbench.verdict import SpeedupCheck, Verdict
 
 # Two sides of a round whose SM clocks lie further apart than this (|ln(a/b)|) ran on different cards, in
-# effect. It is the tolerance a figure has until its spread is learned (``verdict.UNLEARNED_TOLERANCE``):
+# effect. It is the tolerance a figure has until its spread is learned (``tolerance.UNLEARNED_TOLERANCE``):
 # a clock gap below it cannot by itself carry a ratio across its line. How often idle and busy cards cross it
 # is to be measured (docs/design.md, "Clocks and energy").
 CLOCK_GAP = 0.03

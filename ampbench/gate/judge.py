@@ -1,7 +1,7 @@
 """The judge every timed figure passes through: a speed cell's ratios, a distributed cell's figures, a
 bisect step's cells and two runs compared (``ampbench compare``) alike.
 
-A figure's check (``verdict.SpeedupCheck``) is made here from the ``verdict.Reference`` its baseline source
+A figure's check (``verdict.SpeedupCheck``) is made here from the ``tolerance.Reference`` its baseline source
 gives it, or not, and why (`ratio_check`). Its verdict is that check's of its estimate, taken at a look of
 the sequential test where one stopped its rounds (`verdict_of`). A regression stands only where a second,
 independent set of rounds, looked at alike, finds it too (`confirmed`); a figure its own rounds did not fail
@@ -21,7 +21,8 @@ from ampbench.gate.measurement import Measurement
 from ampbench.results.ratios import DEVICE, RECORD_AGAIN, WALL, RatioKind
 from ampbench.settings import GATES
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import Reference, SpeedupCheck, Verdict
+from ampbench.tolerance import Reference
+from ampbench.verdict import SpeedupCheck, Verdict
 
 NO_BASELINE = "no baseline for this GPU"
 

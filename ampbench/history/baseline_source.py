@@ -37,7 +37,7 @@ from ampbench.results.ratio_figures import over_side
 from ampbench.results.ratios import DEVICE
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.stats import finite_number
-from ampbench.verdict import Reference
+from ampbench.tolerance import Reference
 
 SPEED = "test_speed["
 # what an entry takes from the cell's latest counted run where the baseline file has no entry of it:

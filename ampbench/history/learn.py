@@ -6,7 +6,7 @@ level by more than noise says) waits until later runs clear it. The counted runs
 spread between cards, and the level of the run's card in the current segment, pooled toward the
 segment's level where the card has few runs. The suite judges ratios by their relative change, so all of
 it works on ln(value). A baseline file's spread (``spread.Prior``) may be pooled in as further levels.
-The tolerance is the bound the verdicts use (``verdict.tolerance_for`` with ``BetweenRuns``): the
+The tolerance is the bound the verdicts use (``tolerance.tolerance_for`` with ``BetweenRuns``): the
 unlearned floor until the noise rests on MIN_SPREAD_VALUES values at one level, then Student's t
 prediction bound for a run on this card.
 
@@ -28,7 +28,8 @@ from ampbench.history.series import Series
 from ampbench.printable import plural
 from ampbench.results.ratios import of_history
 from ampbench.settings import DEFAULT_TOLERANCE
-from ampbench.verdict import GATE_CONFIDENCE, MIN_SPREAD_VALUES, BetweenRuns, GroupRule, Reference, tolerance_for
+from ampbench.tolerance import GATE_CONFIDENCE, MIN_SPREAD_VALUES, BetweenRuns, Reference, tolerance_for
+from ampbench.verdict import GroupRule
 
 LEARNING, UNLEARNED, LEARNED = "learning", "unlearned", "learned"
 Lent = tuple[int, float]  # a pooled prior a cell borrows: its degrees of freedom d0 and its sd s0

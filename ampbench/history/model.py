@@ -10,7 +10,7 @@ Two views of it, each a calibrated prediction for the runs it is used for:
   and the total noise sigma pooled over each segment's deviations from its own mean (n - segments
   degrees of freedom, a baseline file's spread pooled in as levels of its own). Runs drawn from a fleet
   of cards carry the cards' spread in sigma, so a new run on any of them is predicted with
-  sigma^2 (1 + 1/n): the single-level rule the verdicts use (``verdict.BetweenRuns``).
+  sigma^2 (1 + 1/n): the single-level rule the verdicts use (``tolerance.BetweenRuns``).
 - **A card's own level**, once the card has CARD_RUNS counted runs in the segment and the within-card
   noise sigma_w (each (segment, card) group's deviations from its own mean) has CARD_DOF degrees of
   freedom: the card's best linear unbiased prediction, its runs' mean pulled toward the segment's by

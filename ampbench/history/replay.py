@@ -35,7 +35,7 @@ from ampbench.history.series import Point, Series
 from ampbench.history.statuses import ACCEPTED, COUNTED, EXCLUDED, FAILED, SUSPECT, GroupFailure, Status
 from ampbench.printable import plural
 from ampbench.stats import t_quantile
-from ampbench.verdict import NOISE_MULTIPLIER
+from ampbench.tolerance import NOISE_MULTIPLIER
 
 # the share of clean runs held back as suspect of a drop by their own value, and of a rise (a stray, an
 # improvement): they wait for CLEAR_AFTER more runs. The drop's side is the looser: a step near the

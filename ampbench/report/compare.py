@@ -29,7 +29,8 @@ from ampbench.results import (
 from ampbench.results.ratios import DEVICE, VERSUS, WALL
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import BY_OLD_RUN, RatioCheck, Reference, Verdict
+from ampbench.tolerance import BY_OLD_RUN, Reference
+from ampbench.verdict import RatioCheck, Verdict
 
 DEFAULT_MEMORY_TOLERANCE = 0.05  # memory ratio and largest batch: allocator rounding moves them a little
 DEFAULT_ACCURACY_TOLERANCE = 0.02  # relative; short convergence runs wander this much between seeds

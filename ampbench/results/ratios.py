@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ampbench.verdict import UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR
+from ampbench.tolerance import UNLEARNED_TOLERANCE, WALL_TOLERANCE_FLOOR
 
 RECORD_AGAIN = "record with --perf-update-baselines"
 
@@ -72,7 +72,7 @@ class RatioKind:
 
     def rule(self, floor: float) -> tuple[float, float]:
         """(the floor, the unlearned tolerance) of its tolerance under the user's `floor`: what every
-        verdict of it, from a baseline file or a history, holds it to (``verdict.tolerance_for``)."""
+        verdict of it, from a baseline file or a history, holds it to (``tolerance.tolerance_for``)."""
         return max(floor, self.floor), self.unlearned
 
     @property
@@ -99,7 +99,7 @@ _DEVICE_METHOD: dict[str, Any] = dict(clock="device", same_method=True,
                                       missing="no device-time baseline: " + RECORD_AGAIN,
                                       other_method="device time ", stores_tolerance=True)
 
-# a wall-clock speedup on a shared host wanders more than device time (``verdict.WALL_TOLERANCE_FLOOR``)
+# a wall-clock speedup on a shared host wanders more than device time (``tolerance.WALL_TOLERANCE_FLOOR``)
 WALL = RatioKind(name="wall", prefix="", label="wall-clock speedup", column="wall speedup", gate="wall",
                  floor=WALL_TOLERANCE_FLOOR, steps=True, heading="wall", failing="wall-clock speedup over fp32",
                  short="wall-clock", noun="wall-clock speedup", scope="wall clock",

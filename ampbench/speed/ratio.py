@@ -26,7 +26,8 @@ from ampbench.speed import sides
 from ampbench.speed.clocks import CLOCKS, Clock
 from ampbench.speed.measurement import measure, with_noise
 from ampbench.stats import SpeedupEstimate
-from ampbench.verdict import Reference, SpeedupCheck, Verdict
+from ampbench.tolerance import Reference
+from ampbench.verdict import SpeedupCheck, Verdict
 
 
 @dataclass
