@@ -22,7 +22,6 @@ from ampbench.baselines.entries import (
     FlatEntry,
     RatioEntry,
     SpeedEntry,
-    entry_of,
     entry_reference,
     learned_spread,
 )
@@ -125,25 +124,29 @@ def _from_record(latest: Mapping | None, cells: LearnedCells) -> dict:
     return out
 
 
-def overlay(entry: Mapping | None, learned: Mapping[str, CellBaseline], latest: Mapping | None,
-            counted: Mapping[str, list[str]], cells: LearnedCells = SPEED_CELLS) -> dict | None:
-    """`entry` (the file's figures, or None) with each ratio's level and spread from `learned` (by the
-    ratio's name), its runs listed by their times as ``ampbench spread`` lists them; the measurement's
-    description from `latest`, the latest counted record, where the file has no entry. None where
-    nothing is known: the cell is learning."""
-    known = {kind: learned[kind.name] for kind in cells.ratios
-             if kind.name in learned and learned[kind.name].level is not None}
+def _known(learned: Mapping[str, CellBaseline], cells: LearnedCells) -> dict[RatioKind, CellBaseline]:
+    """The ratios of `learned` whose level the history has learned."""
+    return {kind: learned[kind.name] for kind in cells.ratios
+            if kind.name in learned and learned[kind.name].level is not None}
+
+
+def overlay(entry: FlatEntry | None, learned: Mapping[str, CellBaseline], latest: Mapping | None,
+            counted: Mapping[str, list[str]], cells: LearnedCells = SPEED_CELLS) -> FlatEntry | None:
+    """`entry` (the file's, or None) with each ratio's level and spread from `learned` (by the ratio's name),
+    its runs listed by their times as ``ampbench spread`` lists them; the measurement's description from
+    `latest`, the latest counted record, where the file has no entry. None where nothing is known: the
+    cell is learning."""
+    known = _known(learned, cells)
     if not known:
-        return dict(entry) if entry is not None else None
+        return entry
     if entry is None and not any(not kind.prefix for kind in known):
         return None  # an entry is held by its wall-clock figure too (speed.cell's gates)
-    typed = cells.entry.from_figures(entry if entry is not None else _from_record(latest, cells))
+    typed = entry if entry is not None else cells.entry.from_figures(_from_record(latest, cells))
     for kind, b in known.items():
         ratio = b.into(typed.ratio(kind), stores_tolerance=kind.stores_tolerance)
         ratio = replace(ratio, between_run_runs=list(counted.get(kind.name, [])))
         typed = typed.with_ratio(kind, ratio, _OVERLAID)
-    return typed.to_figures()
-
+    return typed
 
 
 @dataclass(frozen=True)
@@ -303,13 +306,17 @@ class HistoryBaselines:
                  if (sd := finite_number(ratio.between_card_sd)) is not None]
                 for ratios in self._ratios_elsewhere(kind)]
 
+    def _learned_of(self, test_id: str) -> Mapping[str, CellBaseline]:
+        """What the history learned of the cell's ratios (by name): nothing for a cell of another kind."""
+        return self.learned().get(test_id, {}) if self.cells.covers(test_id) else {}
+
     def figures(self, test_id: str) -> dict | None:
-        entry = self.file.figures(test_id)
-        learned = self.learned().get(test_id)
-        if not learned or not self.cells.covers(test_id):
-            return entry
-        latest = self.latest_record(test_id)
-        return overlay(entry, learned, latest, self._counted.get(test_id, {}), self.cells)
+        """The cell's entry as a file holds it, what ``ampbench baselines export`` writes: the file's own
+        figures where the history has learned no level of the cell."""
+        if not _known(self._learned_of(test_id), self.cells):
+            return self.file.figures(test_id)
+        entry = self.entry(test_id)
+        return entry.to_figures() if entry is not None else None
 
     def latest_record(self, test_id: str) -> dict | None:
         """The record of the cell's latest counted run (its extra_info), or None."""
@@ -323,9 +330,11 @@ class HistoryBaselines:
         return self.history.run(run).software if run else None
 
     def entry(self, test_id: str) -> FlatEntry | None:
-        """The cell's entry as this run reads it: the file's, with what the history learned over it (`figures`)."""
+        """The cell's entry as this run reads it: the file's, with what the history learned over it (`overlay`)."""
         if test_id not in self._entries:
-            self._entries[test_id] = entry_of(test_id, self.figures(test_id))
+            entry, learned = self.file.entry(test_id), self._learned_of(test_id)
+            self._entries[test_id] = (overlay(entry, learned, self.latest_record(test_id),
+                                              self._counted.get(test_id, {}), self.cells) if learned else entry)
         return self._entries[test_id]
 
     def reference(self, test_id: str, kind: RatioKind, floor: float) -> Reference | None:
