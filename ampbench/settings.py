@@ -144,6 +144,11 @@ class PerfSettings:
     # compiled sides compiled at once ahead of the first timed cell (``speed.ahead``); 0: each in its cell
     compile_ahead: int = 0
     nodes: Nodes = Nodes()  # the hosts the distributed cells span
+    # --perf-memory-limit: the run behaves as if the card had this much memory (``memory.limit``); None: the card's
+    memory_limit_gib: float | None = None
+    # --perf-time-budget: seconds the whole run may take, and when they run out (``time.monotonic``); None: unbounded
+    time_budget_s: float | None = None
+    deadline: float | None = None
 
     @property
     def smoke(self) -> bool:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ampbench.device import cudnn_heuristics, first_line, is_out_of_memory, prime_libraries, release
+from ampbench.memory import limit
 from ampbench.memory.breakdown import _EVENTS, Breakdown, _alloc_retries, _allocator_stats, resident_bytes
 from ampbench.memory.search import GIB, SearchError, SearchResult, find_largest_batch, gib
 from ampbench.models.spec import ModelSpec
@@ -89,8 +90,9 @@ def process_memory_limit(device: torch.device, limit_bytes: int) -> Iterator[flo
     index = device.index if device.index is not None else torch.cuda.current_device()
     _, total = torch.cuda.mem_get_info(index)
     getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-    previous = float(getter(index)) if getter is not None else 1.0
-    fraction = min(1.0, limit_bytes / total)
+    previous = float(getter(index)) if getter is not None else (limit.fraction_of(device) or 1.0)
+    # under --perf-memory-limit the cap never lifts the run's limit
+    fraction = limit.limited_fraction(device, min(1.0, limit_bytes / total))
     torch.cuda.set_per_process_memory_fraction(fraction, index)
     try:
         yield fraction

@@ -20,6 +20,7 @@ from ampbench.baselines.entries import MemoryEntry
 from ampbench.baselines.source import BaselineSource
 from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
+from ampbench.memory.limit import limit_bytes
 from ampbench.models import get_model
 from ampbench.modes import FP32_MODE, get_mode
 from ampbench.settings import TIERS
@@ -34,13 +35,17 @@ def _searches(settings) -> bool:
 
 @pytest.fixture(scope="session")
 def memory_cap_bytes(perf_settings, perf_device) -> int | None:
-    """--perf-memory-cap in bytes, or 90% of the card's total memory up to 24 GiB (less where the card
-    is shared); None off CUDA."""
+    """--perf-memory-cap in bytes, or 90% of the card's total memory (or of --perf-memory-limit) up to
+    24 GiB (less where the card is shared); None off CUDA."""
     if perf_device.type != "cuda":
         return None
     release(perf_device)
     cap = memory.cap_bytes_for(perf_device, perf_settings.memory_cap_gib)
     nominal = memory.nominal_cap_bytes(perf_device)
+    if perf_settings.memory_limit_gib is not None:
+        # the card is the limit: its default cap is the limit's share (a given cap was checked against it)
+        nominal = memory.nominal_cap_for(limit_bytes(perf_settings.memory_limit_gib))
+        cap = min(cap, nominal) if perf_settings.memory_cap_gib is None else cap
     # the cap bounds the search only: without one a lowered cap changes nothing worth a warning
     if _searches(perf_settings) and perf_settings.memory_cap_gib is None and cap < nominal:
         warnings.warn(UserWarning(
