@@ -31,19 +31,42 @@ def perf_device(perf_settings: PerfSettings):
 
 
 @pytest.fixture
-def fail_on_oom(perf_device):
+def fail_on_oom(perf_device, perf_settings):
     """``fail_on_oom(fn, what, batch)``: fn(), or this test's failure naming `what`, its batch and the
-    peak memory when the device runs out, after the failed work's memory is released."""
+    peak memory when the device runs out, after the failed work's memory is released. Under
+    --perf-memory-limit running out is the limit's doing, not the cell's: the test is skipped, saying
+    what it needed and the limit."""
     from ampbench import device as devices
 
     def run(fn, what: str, batch: int):
         result, oom = devices.catch_oom(fn)
         if oom:  # outside the handler: a failure raised inside it would keep the failed frames alive
             devices.release(perf_device)
+            if perf_settings.memory_limit_gib is not None:
+                pytest.skip(limited_oom_reason(what, batch, oom, perf_settings.memory_limit_gib))
             pytest.fail(f"{what}: out of memory at batch {batch}: {oom}", pytrace=False)
         return result
 
     return run
+
+
+def limited_oom_reason(what: str, batch: int, oom: str, limit_gib: float) -> str:
+    """The skip of a cell that ran out of memory under --perf-memory-limit: its need and the limit."""
+    return f"{what} at batch {batch} needs more than the limit ({oom}); the limit is {limit_gib:.2f} GiB"
+
+
+@pytest.fixture
+def fits_in_memory(request: pytest.FixtureRequest, perf_settings, perf_device, baseline_source, model_spec,
+                   mode) -> None:
+    """Skip a speed or memory cell whose batch does not fit --perf-memory-limit (without one, the card),
+    before it builds anything: its need from this GPU's recorded peaks, else, under a limit, from a probe
+    of each eager side (``memory.fit``)."""
+    from ampbench.plugin.fitting import cell_misfit
+
+    why = cell_misfit(request.node.name, request.node.originalname, perf_settings, perf_device, baseline_source,
+                      model_spec, mode)
+    if why:
+        pytest.skip(why)
 
 
 @pytest.fixture

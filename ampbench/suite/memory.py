@@ -20,6 +20,7 @@ from ampbench.baselines.entries import MemoryEntry
 from ampbench.baselines.source import BaselineSource
 from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
+from ampbench.memory.probe import OUT_OF_MEMORY
 from ampbench.memory.limit import limit_bytes
 from ampbench.models import get_model
 from ampbench.modes import FP32_MODE, get_mode
@@ -67,6 +68,13 @@ def needs_cuda(perf_device) -> None:
         pytest.skip(memory.NO_CUDA_REASON)
 
 
+def _skip_where_limited(failure: str, settings) -> None:
+    """Under --perf-memory-limit a cell that ran out of memory is skipped, saying what it needed and the
+    limit; without one it fails as it always has."""
+    if settings.memory_limit_gib is not None and OUT_OF_MEMORY in failure:
+        pytest.skip(f"{failure}; needs more than the limit of {settings.memory_limit_gib:.2f} GiB")
+
+
 def _measure(spec, mode, device, settings, cap, baseline: MemoryEntry | None, timed=None) -> CellMemory | str:
     """The cell's measurement, or a failure message naming model, mode, batch and figures. The search,
     where this tier runs it, starts at `baseline`'s largest batch where it was recorded under this cap
@@ -88,8 +96,8 @@ def _baseline(baseline_source: BaselineSource | None, model: str, mode: str) -> 
 
 
 @pytest.fixture
-def fp32_memory(needs_cuda, model_spec, mode, perf_device, perf_settings, memory_cap_bytes,
-                     baseline_source, _fp32_memories) -> CellMemory | None:
+def fp32_memory(needs_cuda, fits_in_memory, model_spec, mode, perf_device, perf_settings, memory_cap_bytes,
+                baseline_source, _fp32_memories) -> CellMemory | None:
     """fp32's figures for this model, measured once per session and shared by its modes, with the
     search where the tier runs it, as the cells are; None in the fp32 cell itself, which measures them
     (with the benchmark fixture) and leaves them here."""
@@ -101,13 +109,14 @@ def fp32_memory(needs_cuda, model_spec, mode, perf_device, perf_settings, memory
             _baseline(baseline_source, model_spec.name, FP32_MODE))
     ref = _fp32_memories[model_spec.name]
     if isinstance(ref, str):
+        _skip_where_limited(ref, perf_settings)
         pytest.fail(f"{model_spec.name} fp32 reference could not be measured: {ref}", pytrace=False)
     return ref
 
 
 # a memory cell is timed only where it searched its largest batch: its steps there (the full tier)
 @pytest.mark.benchmark(group="memory")
-def test_memory(benchmark, record_result, model_spec, mode, fp32_memory, perf_settings, perf_device,
+def test_memory(benchmark, record_result, model_spec, mode, fits_in_memory, fp32_memory, perf_settings, perf_device,
                 memory_cap_bytes, baseline_source, software, _fp32_memories):
     """Peak memory and its ratio to fp32, and under the full tier the confirmed largest batch and its
     ratio, throughput there; held against this GPU's baseline. pytest-benchmark times the steps at the
@@ -122,6 +131,7 @@ def test_memory(benchmark, record_result, model_spec, mode, fp32_memory, perf_se
     if fp32_memory is None:  # this is the fp32 cell
         _fp32_memories[spec.name] = cell
     if isinstance(cell, str):
+        _skip_where_limited(cell, perf_settings)
         pytest.fail(cell, pytrace=False)
     record, judgement = memory.memory_record(cell, fp32_memory or cell, str(perf_device), baseline,
                                              settings.tolerance)

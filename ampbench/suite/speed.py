@@ -68,11 +68,12 @@ def versus_sides(_versus_cache, perf_device) -> Iterator[VersusSides]:
 
 
 @pytest.fixture
-def fp32_side(model_spec, mode, perf_device, perf_settings, _fp32_cache, _versus_cache, fail_on_oom,
+def fp32_side(fits_in_memory, model_spec, mode, perf_device, perf_settings, _fp32_cache, _versus_cache, fail_on_oom,
               compiled_ahead) -> sides.Side:
     """The fp32 side of this model's cells, built and warmed up once and shared by its modes, compiled
     where the cell's mode is (fp8 and the -compiled cells are timed against compiled fp32); only the
-    current model's fp32 side (and versus side) is kept, so one model at a time occupies the device."""
+    current model's fp32 side (and versus side) is kept, so one model at a time occupies the device. A cell
+    whose sides do not fit the memory it is given is skipped first (`fits_in_memory`)."""
     key = (model_spec.name, mode.compile)
     if _fp32_cache.get("key") != key:
         _versus_cache.drop()  # a versus side serves one model's cells of one kind
