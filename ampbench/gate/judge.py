@@ -21,6 +21,8 @@ from ampbench.stats import SpeedupEstimate
 from ampbench.verdict import Reference, SpeedupCheck, Verdict
 
 NO_BASELINE = "no baseline for this GPU"
+# a ratio whose looks --perf-time-budget stopped: what its judgement adds
+BUDGET_CUT = "--perf-time-budget ran out before its rounds decided: inconclusive, never a pass"
 
 
 def verdict_of(check: SpeedupCheck | None, est: SpeedupEstimate, look: Look | None = None) -> Verdict:
@@ -73,6 +75,12 @@ def judge(measured: Measurement, check: SpeedupCheck | None) -> tuple[Verdict, s
     if confirmation is not None:
         verdict = confirmed(verdict, check, confirmation, measured.confirmation_look)
     judgement = check.describe(est) + (f"; confirming batch {confirmation}" if confirmation else "")
+    if measured.cut_short:
+        # a look that decides stops the rounds before the budget can: a cut measurement decided nothing, and
+        # the budget never makes a pass of it
+        if verdict in (Verdict.PASS, Verdict.IMPROVED, Verdict.REGRESSION):
+            verdict = Verdict.INCONCLUSIVE
+        judgement += f"; {BUDGET_CUT}"
     if measured.gated:
         why = grouped(check, est.speedup, verdict)
         if why:

@@ -51,7 +51,7 @@ class SpeedCell:
 
 def policy(device: torch.device, settings: PerfSettings) -> sides.SpeedPolicy:
     return sides.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds,
-                            recording=settings.update_baselines)
+                            recording=settings.update_baselines, deadline=settings.deadline)
 
 
 def _named_failures(verdict: Verdict, ratios: list[Ratio]) -> str:
