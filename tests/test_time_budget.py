@@ -130,3 +130,18 @@ def test_the_job_sums_its_cells():
     job = jobtime.estimate(cells, policy, slowdown=2)
     assert job.fewest_s == pytest.approx(sum(jobtime.cell_time(c, policy, 2).fewest_s for c in cells))
     assert [c.name for c in job.cells] == ["m1", "m2", "m3"] and job.slowdown == 2
+
+
+def test_the_summary_models_a_real_h100_runs_speed_cells():
+    from pathlib import Path
+
+    from ampbench.results.run import load_run
+
+    run = load_run(Path(__file__).parent / "data" / "h100_speed_device.json")
+    cells = jobtime.cells_of_records(run.cells)
+    assert cells and all(c.fp32_step_s > 0 and c.mode_step_s > 0 for c in cells)
+    assert sum(c.builds_fp32 for c in cells) == len({c.name.split()[0] for c in cells})  # one fp32 side a model
+    line = jobtime.summary_line(run.cells, _cuda_policy())
+    assert line is not None and f"{len(cells)} speed cells" in line and "15x slower" in line
+    assert "modelled, not measured" in line
+    assert jobtime.summary_line([], _cuda_policy()) is None

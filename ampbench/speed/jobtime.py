@@ -132,3 +132,42 @@ def out_of_budget(cell: CellSteps, policy: SpeedPolicy, deadline: float | None) 
         return None
     return (f"{cell.name} not run: {BUDGET_FLAG} has {max(0.0, left):.1f} s left and the cell's fewest rounds take "
             f"about {need:.1f} s (not a pass: no verdict)")
+
+
+# The slowdown the summary models the speed cells on: a T4-class card against an H100, the figure the
+# quick tier's time is planned for (docs/design.md); an assumption until a slow card measures it.
+SLOW_CARD = 15.0
+
+
+def cells_of_records(records: Sequence[object]) -> list[CellSteps]:
+    """The speed cells of a run's records, in run order, each with its device-time step times (the first of
+    a model builds its fp32 side); a cell without them (an error, the CPU's wall clock only) is left out."""
+    from ampbench.results import SpeedRecord
+    from ampbench.results.ratios import DEVICE
+    from ampbench.results.schema import FP32_SIDE, MODE_SIDE
+
+    cells, built = [], set()
+    for r in records:
+        if not isinstance(r, SpeedRecord):
+            continue
+        ratio = r.ratio(DEVICE)
+        mode, over = ratio.sides.get(MODE_SIDE), ratio.sides.get(FP32_SIDE)
+        if mode is None or over is None or not mode.step_ms or not over.step_ms:
+            continue
+        cells.append(CellSteps(f"{r.model} {r.mode}", over.step_ms / 1e3, mode.step_ms / 1e3,
+                               builds_fp32=r.model not in built, judged=ratio.baseline_speedup is not None))
+        built.add(r.model)
+    return cells
+
+
+def summary_line(records: Sequence[object], policy: SpeedPolicy, slowdown: float = SLOW_CARD) -> str | None:
+    """The run summary's line: the speed cells' modelled seconds on this card and on one `slowdown` times
+    slower, from their own step times; None where no cell has them."""
+    cells = cells_of_records(records)
+    if not cells:
+        return None
+    here, slow = estimate(cells, policy), estimate(cells, policy, slowdown)
+    return (f"ampbench: time model of the {len(cells)} speed cells' steps (ampbench.speed.jobtime): "
+            f"{here.fewest_s:.0f} s at their fewest rounds here ({here.most_s:.0f} s at most); on a card "
+            f"{slowdown:g}x slower {slow.fewest_s:.0f} s ({slow.most_s:.0f} s at most), modelled, not measured; "
+            "model builds and compiles left out")
