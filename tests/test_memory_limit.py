@@ -107,8 +107,8 @@ def test_a_speed_cells_need_is_both_sides_recorded_peaks():
 def test_a_recorded_peak_at_another_batch_says_nothing():
     entries = {"test_memory[gpt-fp32]": entry_of("test_memory[gpt-fp32]",
                                                  {"peak_mem_bytes": 9 * GIB, "memory_ratio": 1.0, "batch_size": 16})}
-    assert fit.recorded_need(entries.get, None, [fit.Side("fp32", "test_memory[gpt-fp32]")], 8) is None
-    need = fit.recorded_need(entries.get, None, [fit.Side("fp32", "test_memory[gpt-fp32]")], 16)
+    assert fit.recorded_need(entries.get, None, [fit.KeptSide("fp32", "test_memory[gpt-fp32]")], 8) is None
+    need = fit.recorded_need(entries.get, None, [fit.KeptSide("fp32", "test_memory[gpt-fp32]")], 16)
     assert need is not None and need.peaks == (9 * GIB,)
 
 

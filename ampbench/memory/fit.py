@@ -26,7 +26,7 @@ def gib_text(n: float) -> str:
 
 
 @dataclass(frozen=True)
-class Side:
+class KeptSide:
     """One trainer a cell keeps alive: what it is called in a message, and the test id of the memory
     cell that recorded its peak (eager sides only; None for a compiled side)."""
 
@@ -79,7 +79,7 @@ def recorded_memory_peak(entry: object, batch: int) -> int | None:
     return int(entry.peak_mem_bytes)
 
 
-def recorded_need(entry_of: Callable[[str], object], speed_test_id: str | None, sides: Sequence[Side],
+def recorded_need(entry_of: Callable[[str], object], speed_test_id: str | None, sides: Sequence[KeptSide],
                   batch: int) -> Need | None:
     """The cell's need from recorded peaks: the speed cell's own entry (both its sides at once) where it
     names one, else each side's memory cell; None where any side has none."""

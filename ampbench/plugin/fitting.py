@@ -21,16 +21,16 @@ def _memory_id(model: str, mode: PrecisionMode) -> str | None:
     return None if mode.compile else f"test_memory[{model}-{mode.name}]"
 
 
-def cell_sides(test: str, model: str, mode: PrecisionMode) -> list[tuple[PrecisionMode, fit.Side]]:
+def cell_sides(test: str, model: str, mode: PrecisionMode) -> list[tuple[PrecisionMode, fit.KeptSide]]:
     """The trainers a cell of `test` keeps alive at once: a speed cell's fp32 side (compiled where the cell
     is), its mode's, and a compiled cell's versus side; a memory cell's one trainer. None for other tests."""
     if test == "test_memory":
-        return [(mode, fit.Side(label(mode), _memory_id(model, mode)))]
+        return [(mode, fit.KeptSide(label(mode), _memory_id(model, mode)))]
     if test != "test_speed":
         return []
     ref = compiled(get_mode(FP32_MODE), mode.compile)
     modes = [ref, mode] + ([v] if (v := versus_of(mode)) is not None else [])
-    return [(m, fit.Side(label(m), _memory_id(model, m))) for m in modes]
+    return [(m, fit.KeptSide(label(m), _memory_id(model, m))) for m in modes]
 
 
 def _probe(spec: Any, mode: PrecisionMode, device: Any, smoke: bool) -> tuple[int, bool]:

@@ -8,7 +8,7 @@ What can outlive a cell, read off the fixtures' scopes and caches:
   (``speed.compiled.VersusSides``); the other caches hold figures, no tensors (``suite.memory._fp32_memories``,
   ``suite.convergence._results``);
 - a failed cell's frames: pytest keeps the last failure's exception for post-mortem debugging
-  (``sys.last_value``, ``sys.last_traceback``) until the next test's call, after that test's setup has built
+  (sys's last_value and last_traceback) until the next test's call, after that test's setup has built
   its sides. Those frames hold the failed cell's trainers, and a failing speed cell's fixtures the fp32
   side its cache has since dropped, so the next model's side was built beside the last one's;
 - reference cycles of a failed step (its traceback) until the collector runs, and the allocator's cached

@@ -20,8 +20,8 @@ from ampbench.baselines.entries import MemoryEntry
 from ampbench.baselines.source import BaselineSource
 from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
-from ampbench.memory.probe import OUT_OF_MEMORY
 from ampbench.memory.limit import limit_bytes
+from ampbench.memory.probe import OUT_OF_MEMORY
 from ampbench.models import get_model
 from ampbench.modes import FP32_MODE, get_mode
 from ampbench.settings import TIERS

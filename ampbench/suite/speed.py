@@ -16,9 +16,9 @@ import pytest
 
 from ampbench import progress
 from ampbench.baselines.entries import SpeedEntry
-from ampbench.results.ratios import DEVICE
 from ampbench.device import release
 from ampbench.modes import FP32_MODE, compiled, get_mode, label, versus_of
+from ampbench.results.ratios import DEVICE
 from ampbench.speed import cell as speed_cell
 from ampbench.speed import jobtime, sides
 from ampbench.speed.ahead import CompileAhead
