@@ -101,6 +101,7 @@ def fp32_memory(needs_cuda, fits_in_memory, model_spec, mode, perf_device, perf_
     """fp32's figures for this model, measured once per session and shared by its modes, with the
     search where the tier runs it, as the cells are; None in the fp32 cell itself, which measures them
     (with the benchmark fixture) and leaves them here."""
+    fits_in_memory()
     if mode.name == FP32_MODE:
         return None
     if model_spec.name not in _fp32_memories:
@@ -116,7 +117,7 @@ def fp32_memory(needs_cuda, fits_in_memory, model_spec, mode, perf_device, perf_
 
 # a memory cell is timed only where it searched its largest batch: its steps there (the full tier)
 @pytest.mark.benchmark(group="memory")
-def test_memory(benchmark, record_result, model_spec, mode, fits_in_memory, fp32_memory, perf_settings, perf_device,
+def test_memory(benchmark, record_result, model_spec, mode, fp32_memory, perf_settings, perf_device,
                 memory_cap_bytes, baseline_source, software, _fp32_memories):
     """Peak memory and its ratio to fp32, and under the full tier the confirmed largest batch and its
     ratio, throughput there; held against this GPU's baseline. pytest-benchmark times the steps at the

@@ -83,6 +83,8 @@ def fp32_side(fits_in_memory, model_spec, mode, perf_device, perf_settings, _fp3
         _versus_cache.drop()  # a versus side serves one model's cells of one kind
         last_model, _ = _fp32_cache.get("key", (None, False))
         _drop_fp32(_fp32_cache, perf_device, keep_graphs=last_model == model_spec.name)
+    fits_in_memory()  # nothing of another model is held now
+    if "side" not in _fp32_cache:
         ref_mode = compiled(get_mode(FP32_MODE), mode.compile)
         side = _prepare(model_spec, ref_mode, perf_device, perf_settings, fail_on_oom, f"{label(ref_mode)} side",
                         compiled_ahead)
