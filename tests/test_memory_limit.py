@@ -130,7 +130,7 @@ class _Settings:
 def test_without_a_record_each_eager_side_is_probed_once(monkeypatch, card):
     calls = []
 
-    def fake_probe(spec, mode, device, smoke=False):
+    def fake_probe(spec, mode, device, smoke=False, **trains):
         calls.append(mode.name)
         return (10 * GIB if mode.name == "fp32" else 7 * GIB), False
 
@@ -146,7 +146,7 @@ def test_without_a_record_each_eager_side_is_probed_once(monkeypatch, card):
 
 
 def test_a_probe_that_runs_out_says_the_need_is_more(monkeypatch, card):
-    monkeypatch.setattr(probe, "probe_peak", lambda spec, mode, device, smoke=False: (14 * GIB, True))
+    monkeypatch.setattr(probe, "probe_peak", lambda spec, mode, device, smoke=False, **trains: (14 * GIB, True))
     monkeypatch.setattr(fitting, "_probed", {})
     why = fitting.cell_misfit("test_memory[gpt-fp32]", "test_memory", _Settings(15.0), torch.device("cuda", 0),
                               None, _Spec(), get_mode("fp32"))
@@ -190,3 +190,25 @@ def test_an_out_of_memory_under_a_limit_reads_as_a_need():
     text = limited_oom_reason("gpt fp32 side", 8, "peak memory 10.05 GiB; CUDA out of memory", 15.0)
     assert text.startswith("gpt fp32 side at batch 8 needs more than the limit (peak memory 10.05 GiB")
     assert text.endswith("the limit is 15.00 GiB")
+
+
+def test_a_convergence_cell_is_probed_at_the_batch_and_config_it_trains_at(monkeypatch, card):
+    from ampbench.convergence import training
+    from ampbench.models import get_model
+
+    asked = []
+
+    def fake_probe(spec, mode, device, smoke=False, config=None, batch_size=None):
+        asked.append((mode.name, config, batch_size))
+        return 16 * GIB, True
+
+    monkeypatch.setattr(probe, "probe_peak", fake_probe)
+    monkeypatch.setattr(fitting, "_probed", {})
+    spec, cuda = get_model("mnist_cnn"), torch.device("cuda", 0)
+    why = fitting.cell_misfit("test_convergence[mnist_cnn-fp16]", "test_convergence", _Settings(15.0), cuda, None,
+                              spec, get_mode("fp16"))
+    batch = training.budget_for("mnist_cnn", cuda).batch_size
+    assert asked == [("fp16", training.image_config(spec, False, num_classes=10)[0], batch)]
+    assert why is not None and why.startswith(f"mnist_cnn fp16 at batch {batch} needs more than")
+    assert fitting.cell_misfit("test_convergence[mnist_cnn-fp16]", "test_convergence", _Settings(None), cuda, None,
+                               spec, get_mode("fp16")) is None

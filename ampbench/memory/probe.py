@@ -373,8 +373,10 @@ def measure_memory(
     )
 
 
-def probe_peak(spec: ModelSpec, mode: PrecisionMode, device: torch.device, *, smoke: bool = False) -> tuple[int, bool]:
-    """One training step's peak at the default batch, once the optimizer holds its state, as the memory
+def probe_peak(spec: ModelSpec, mode: PrecisionMode, device: torch.device, *, smoke: bool = False,
+               config: Any = None, batch_size: int | None = None) -> tuple[int, bool]:
+    """One training step's peak at the default batch (or `batch_size`, of `config` where given, as a
+    convergence cell trains), once the optimizer holds its state, as the memory
     cells measure it (``warm_up_optimizer``, then ``peak_memory_bytes`` over what was allocated before the
     trainer): (peak bytes, False), or (the peak when it ran out, True) where it does not fit. Whatever
     it made is released before it returns."""
@@ -387,7 +389,7 @@ def probe_peak(spec: ModelSpec, mode: PrecisionMode, device: torch.device, *, sm
     peak = 0
     try:
         with cudnn_heuristics():
-            trainer = Trainer(spec, mode, device, smoke=smoke)
+            trainer = Trainer(spec, mode, device, smoke=smoke, config=config, batch_size=batch_size)
             warm_up_optimizer(trainer)
             peak = peak_memory_bytes(trainer, base) or 0
     except Exception as exc:  # noqa: BLE001 - out of memory is the answer; anything else propagates
