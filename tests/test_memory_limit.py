@@ -212,3 +212,17 @@ def test_a_convergence_cell_is_probed_at_the_batch_and_config_it_trains_at(monke
     assert why is not None and why.startswith(f"mnist_cnn fp16 at batch {batch} needs more than")
     assert fitting.cell_misfit("test_convergence[mnist_cnn-fp16]", "test_convergence", _Settings(None), cuda, None,
                                spec, get_mode("fp16")) is None
+
+
+def test_a_limited_run_appends_to_no_history_unless_one_is_named(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from ampbench.plugin import history
+
+    monkeypatch.setattr(history, "_device", lambda config: torch.device("cuda", 0))
+    config = SimpleNamespace(option=SimpleNamespace(perf_history=None, perf_memory_limit=15.0, perf_device="auto"),
+                             rootpath=tmp_path)
+    assert history._open(config) is None
+    config.option.perf_history = str(tmp_path / "named.sqlite")
+    opened = history._open(config)
+    assert opened is not None and (tmp_path / "named.sqlite").exists()

@@ -60,8 +60,9 @@ def fits_in_memory(request: pytest.FixtureRequest, perf_settings, perf_device, b
                    mode) -> Callable[[], None]:
     """``fits_in_memory()``: skip this speed, memory or convergence cell where its batch does not fit
     --perf-memory-limit (without one, the card): its need from this GPU's recorded peaks, else, under a
-    limit, from a probe of each eager side (``memory.fit``, ``plugin.fitting``). Called before the cell builds anything and once nothing of another
-    model is held (a probe beside the last model's kept side would run out for that side's sake)."""
+    limit, from a probe of each eager side (``memory.fit``, ``plugin.fitting``). Called before the cell
+    builds anything and once nothing of another model is held (a probe beside the last model's kept side
+    would run out for that side's sake)."""
 
     def check() -> None:
         from ampbench.plugin.fitting import cell_misfit

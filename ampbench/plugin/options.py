@@ -167,8 +167,9 @@ def _add_memory_and_inputs(group: Any) -> None:
                     help="run the whole suite as if the card had this much memory, in GiB: caps the CUDA caching "
                          "allocator (per-process memory fraction) and cuBLAS's and cuDNN's workspaces; a cell whose "
                          "batch does not fit is skipped saying what it needs. For a shared card, or to try a 16 or "
-                         "24 GB card's memory on a larger one; no more than the card has; on the CPU recorded but "
-                         "without effect (default: none, the whole card)")
+                         "24 GB card's memory on a larger one; no more than the card has; a limited run records no "
+                         "baselines and appends to no history unless --perf-history names one; on the CPU recorded "
+                         "but without effect (default: none, the whole card)")
     group.addoption("--perf-data-root", metavar="DIR", default=None,
                     type=directory_validator(must_exist=True),
                     help="folder holding CIFAR-10 (cifar-10-batches-py, python pickles) for the input-pipeline test "
