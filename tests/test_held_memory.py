@@ -1,5 +1,5 @@
 """What a cell leaves behind, let go at its teardown (``plugin.held``), on a machine without CUDA: the
-post-mortem references to a failed cell's frames, the cuBLAS workspaces under a limit, and the summary's
+post-mortem exception with a failed cell's frames, the cuBLAS workspaces under a limit, and the summary's
 line of what the cells found held."""
 
 from __future__ import annotations

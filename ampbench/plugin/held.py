@@ -17,7 +17,7 @@ What can outlive a cell, read off the fixtures' scopes and caches:
   on a stream of torch's pool. Under --perf-memory-limit they are given back too, and the next side primes
   its own again (``device.prime_libraries``) before it measures, so its figures count them as before.
 
-So at each cell's teardown, after its fixtures' own: the post-mortem references are dropped, the collector
+So at each cell's teardown, after its fixtures' own: the post-mortem exception is dropped, the collector
 runs, under a limit the cuBLAS workspaces go, and the allocator's cache is emptied. Nothing measured
 changes: every peak is taken over what was allocated before its trainer, and every timing is of replays.
 Each cell's entry says what was reserved and allocated when it started (``held_memory``), so a GPU run
