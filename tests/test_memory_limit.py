@@ -226,3 +226,39 @@ def test_a_limited_run_appends_to_no_history_unless_one_is_named(monkeypatch, tm
     config.option.perf_history = str(tmp_path / "named.sqlite")
     opened = history._open(config)
     assert opened is not None and (tmp_path / "named.sqlite").exists()
+
+
+OOM_CELL = '''
+import torch
+
+
+def test_speed(model_name, mode_name, fail_on_oom):
+    def step():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    fail_on_oom(step, f"{model_name} fp32 side", 512)
+'''
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_an_out_of_memory_in_a_cell_skips_under_a_limit_and_fails_as_before_without(tmp_path, limited):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\nrequired_plugins = ["ampbench"]\n')
+    (tmp_path / "test_cells.py").write_text(OOM_CELL)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    env.pop("PYTEST_ADDOPTS", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "--perf-device", "cpu",
+                          "--perf-models", "mlp", "--perf-precisions", "bf16", "--perf-history", "off",
+                          *(["--perf-memory-limit", "15"] if limited else [])],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    if limited:
+        assert run.returncode == 0 and "1 skipped" in out, out
+        assert "mlp fp32 side at batch 512 needs more than the limit" in out and "the limit is 15.00 GiB" in out
+        assert out.count(limit.CPU_NOTE) == 1  # said once, in the header
+    else:
+        assert run.returncode == 1 and "mlp fp32 side: out of memory at batch 512" in out, out
