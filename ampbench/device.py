@@ -199,6 +199,12 @@ def prime_libraries(device: torch.device) -> None:
     _primed.add(device)
 
 
+def unprime(device: torch.device) -> None:
+    """Forget that `device`'s long-lived library allocations exist, once they were given back
+    (``plugin.held``): the next ``prime_libraries`` makes them again, before anything is measured."""
+    _primed.discard(device)
+
+
 # matmul dtype of the peak measurement -> (tensor dtype, TF32 on)
 PEAK_DTYPES: dict[str, tuple[torch.dtype, bool]] = {
     "fp32": (torch.float32, False),

@@ -146,6 +146,11 @@ class PerfSettings:
     nodes: Nodes = Nodes()  # the hosts the distributed cells span
     # the card's clocks, throttle reasons and energy read from NVML around each device-time block (--perf-nvml)
     nvml: bool = True
+    # --perf-memory-limit: the run behaves as if the card had this much memory (``memory.limit``); None: the card's
+    memory_limit_gib: float | None = None
+    # --perf-time-budget: seconds the whole run may take, and when they run out (``time.monotonic``); None: unbounded
+    time_budget_s: float | None = None
+    deadline: float | None = None
 
     @property
     def smoke(self) -> bool:

@@ -1,8 +1,10 @@
 """Which precision modes run on the GPUs users' CI runs on, and what a skip says where one cannot: each
 card's compute capability mocked on a machine without CUDA (``device.CAPABILITIES``), as docs/design.md's
-table of GPUs states it."""
+table of GPUs and README.md's state it."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -65,3 +67,30 @@ def test_fp16_runs_on_every_card_of_the_table_and_fp32_needs_nothing(card):
         device = card(name)
         assert devices.unsupported_reason(MODES["amp_fp16"], device) is None
         assert devices.unsupported_reason(MODES["fp32"], device) is None
+
+
+def _readme_gpu_rows() -> list[tuple[list[tuple[int, int]], set[str]]]:
+    """README.md's table of GPUs: each row's capabilities and the modes it says skip."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    table = text.split("### GPUs", 1)[1].split("\n\n", 2)[1]
+    rows = []
+    for line in table.splitlines()[2:]:
+        _, _, memory, skips, _, _ = line.split("|")
+        caps = [tuple(int(n) for n in c.split(".")) for c in re.findall(r"\b(\d\.\d)\b,", memory)]
+        named = set(re.findall(r"[a-z0-9_]+", skips.split(";")[0]))
+        skipped = {m for m in MODES if m in named or (m.startswith("fp8_") and "fp8" in named)}
+        rows.append((caps, skipped))
+    return rows
+
+
+def test_the_readmes_table_of_gpus_says_what_each_capability_skips(card, monkeypatch):
+    rows = _readme_gpu_rows()
+    assert len(rows) >= 4 and {c for caps, _ in rows for c in caps} >= {(7, 5), (8, 0), (8, 6), (8, 9), (9, 0)}
+    for caps, skipped in rows:
+        for cap in caps:
+            device = card("H100")
+            monkeypatch.setattr(devices, "_capability", lambda d, cap=cap: cap)
+            found = {mode.name for mode in MODES.values() if devices.unsupported_reason(mode, device)}
+            assert found == skipped, f"README.md's row for {cap}: says {sorted(skipped)} skip, the code {sorted(found)}"

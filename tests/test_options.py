@@ -204,7 +204,8 @@ def float_options() -> list[str]:
 
 
 def test_the_float_options_are_found():
-    assert set(float_options()) == {"--perf-tolerance", "--perf-block-seconds", "--perf-memory-cap"}
+    assert set(float_options()) == {"--perf-tolerance", "--perf-block-seconds", "--perf-memory-cap",
+                                   "--perf-memory-limit", "--perf-time-budget"}
 
 
 @pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "Infinity"])

@@ -25,6 +25,8 @@ from ampbench.tolerance import Reference
 from ampbench.verdict import SpeedupCheck, Verdict
 
 NO_BASELINE = "no baseline for this GPU"
+# a ratio whose looks --perf-time-budget stopped: what its judgement adds
+BUDGET_CUT = "--perf-time-budget ran out before its rounds decided: inconclusive, never a pass"
 
 
 def verdict_of(check: SpeedupCheck | None, est: SpeedupEstimate, look: Look | None = None) -> Verdict:
@@ -80,6 +82,12 @@ def judge(measured: Measurement, check: SpeedupCheck | None) -> tuple[Verdict, s
     verdict, clocks = CONDITIONS.judge(verdict, check, measured)
     judgement = check.describe(est) + (f"; confirming batch {confirmation}" if confirmation else "")
     judgement += f"; {clocks}" if clocks else ""
+    if measured.cut_short:
+        # a look that decides stops the rounds before the budget can: a cut measurement decided nothing, and
+        # the budget never makes a pass of it
+        if verdict in (Verdict.PASS, Verdict.IMPROVED, Verdict.REGRESSION):
+            verdict = Verdict.INCONCLUSIVE
+        judgement += f"; {BUDGET_CUT}"
     if measured.gated:
         why = grouped(check, est.speedup, verdict)
         if why:

@@ -121,6 +121,7 @@ class Measurement:
     fallback: str | None = None  # why not by graph replay, where that was wanted
     queue: QueueStats | None = None  # how its device blocks were queued; None where none was
     seconds: float = 0.0  # spent measuring it: the cell's phase_seconds
+    cut_short: bool = False  # the run's time budget (--perf-time-budget) stopped its looks undecided
 
     @property
     def second(self) -> Rounds | None:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ampbench.device import cudnn_heuristics, first_line, is_out_of_memory, prime_libraries, release
+from ampbench.memory import limit
 from ampbench.memory.breakdown import _EVENTS, Breakdown, _alloc_retries, _allocator_stats, resident_bytes
 from ampbench.memory.search import GIB, SearchError, SearchResult, find_largest_batch, gib
 from ampbench.models.spec import ModelSpec
@@ -52,6 +53,10 @@ NO_CUDA_REASON = (
     "set_per_process_memory_fraction); on the CPU the search logic is covered by tests/test_memory_search.py"
 )
 
+# what a memory cell's failure says where it ran out of memory (``suite.memory`` skips it under a limit)
+OUT_OF_MEMORY = "out of memory during"
+
+
 class MemoryMeasurementError(RuntimeError):
     """A memory cell could not be measured (out of memory where it must fit, a cap the card cannot
     give); the message names model, mode, batch and the figures seen."""
@@ -89,8 +94,9 @@ def process_memory_limit(device: torch.device, limit_bytes: int) -> Iterator[flo
     index = device.index if device.index is not None else torch.cuda.current_device()
     _, total = torch.cuda.mem_get_info(index)
     getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-    previous = float(getter(index)) if getter is not None else 1.0
-    fraction = min(1.0, limit_bytes / total)
+    # under --perf-memory-limit the cap never lifts the run's limit, nor does restoring the fraction after it
+    previous = limit.limited_fraction(device, float(getter(index)) if getter is not None else 1.0)
+    fraction = limit.limited_fraction(device, min(1.0, limit_bytes / total))
     torch.cuda.set_per_process_memory_fraction(fraction, index)
     try:
         yield fraction
@@ -304,7 +310,7 @@ def _failure(exc: Exception, where: str, run: _CellRun, device: torch.device, ba
         return f"{where}: {exc}"
     if is_out_of_memory(exc):
         peak = torch.cuda.max_memory_allocated(device) - base_allocated
-        return f"{where}: out of memory during {run.stage} (batch {run.batch}, peak {gib(peak)}): {first_line(exc)}"
+        return f"{where}: {OUT_OF_MEMORY} {run.stage} (batch {run.batch}, peak {gib(peak)}): {first_line(exc)}"
     return None
 
 
@@ -365,3 +371,33 @@ def measure_memory(
         search_seconds=run.search_seconds, allocator_events=events, timed_alloc_retries=run.timed_retries,
         seconds=time.perf_counter() - t_start,
     )
+
+
+def probe_peak(spec: ModelSpec, mode: PrecisionMode, device: torch.device, *, smoke: bool = False,
+               config: Any = None, batch_size: int | None = None) -> tuple[int, bool]:
+    """One training step's peak at the default batch (or `batch_size`, of `config` where given, as a
+    convergence cell trains), once the optimizer holds its state, as the memory
+    cells measure it (``warm_up_optimizer``, then ``peak_memory_bytes`` over what was allocated before the
+    trainer): (peak bytes, False), or (the peak when it ran out, True) where it does not fit. Whatever
+    it made is released before it returns."""
+    prime_libraries(device)
+    release(device)
+    base = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    trainer: Trainer | None = None
+    ran_out = False
+    peak = 0
+    try:
+        with cudnn_heuristics():
+            trainer = Trainer(spec, mode, device, smoke=smoke, config=config, batch_size=batch_size)
+            warm_up_optimizer(trainer)
+            peak = peak_memory_bytes(trainer, base) or 0
+    except Exception as exc:  # noqa: BLE001 - out of memory is the answer; anything else propagates
+        if not is_out_of_memory(exc):
+            raise
+        ran_out = True
+        peak = torch.cuda.max_memory_allocated(device) - base
+    finally:
+        trainer = None
+        release(device)
+    return peak, ran_out

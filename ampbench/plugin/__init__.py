@@ -15,7 +15,7 @@ hosts their launches span (node 0 runs the tests, the others follow); `compiling
 for a run with compiled cells and compiles their sides ahead, several at once (``speed.ahead``);
 `checks` refuses options under which a run would lose its results; `entries` gives each cell's JSON
 entry its group, keeps the untimed cells beside the timed ones and the cells whose test stopped with an
-error as failing records;
+error as failing records; `held` lets go of what a cell leaves behind and records what each cell found held;
 `progress` draws the progress line; `summary` writes the end-of-run tables; `history` checks the run
 history's store before the first cell, appends the run at the end and says how far its cells have
 learned. Not loaded with them: `slowdown`, the speed gate's own check, which slows chosen cells on
@@ -44,6 +44,7 @@ pytest_plugins = (
     # each run appended at the session's end)
     "ampbench.plugin.checks",
     "ampbench.plugin.entries",
+    "ampbench.plugin.held",
     "ampbench.plugin.progress",
     "ampbench.plugin.history",
 )

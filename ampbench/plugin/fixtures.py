@@ -4,7 +4,7 @@ turn an out-of-memory into the test's failure."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import pytest
 
@@ -31,19 +31,48 @@ def perf_device(perf_settings: PerfSettings):
 
 
 @pytest.fixture
-def fail_on_oom(perf_device):
+def fail_on_oom(perf_device, perf_settings):
     """``fail_on_oom(fn, what, batch)``: fn(), or this test's failure naming `what`, its batch and the
-    peak memory when the device runs out, after the failed work's memory is released."""
+    peak memory when the device runs out, after the failed work's memory is released. Under
+    --perf-memory-limit running out is the limit's doing, not the cell's: the test is skipped, saying
+    what it needed and the limit."""
     from ampbench import device as devices
 
     def run(fn, what: str, batch: int):
         result, oom = devices.catch_oom(fn)
         if oom:  # outside the handler: a failure raised inside it would keep the failed frames alive
             devices.release(perf_device)
+            if perf_settings.memory_limit_gib is not None:
+                pytest.skip(limited_oom_reason(what, batch, oom, perf_settings.memory_limit_gib))
             pytest.fail(f"{what}: out of memory at batch {batch}: {oom}", pytrace=False)
         return result
 
     return run
+
+
+def limited_oom_reason(what: str, batch: int, oom: str, limit_gib: float) -> str:
+    """The skip of a cell that ran out of memory under --perf-memory-limit: its need and the limit."""
+    return f"{what} at batch {batch} needs more than the limit ({oom}); the limit is {limit_gib:.2f} GiB"
+
+
+@pytest.fixture
+def fits_in_memory(request: pytest.FixtureRequest, perf_settings, perf_device, baseline_source, model_spec,
+                   mode) -> Callable[[], None]:
+    """``fits_in_memory()``: skip this speed, memory or convergence cell where its batch does not fit
+    --perf-memory-limit (without one, the card): its need from this GPU's recorded peaks, else, under a
+    limit, from a probe of each eager side (``memory.fit``, ``plugin.fitting``). Called before the cell
+    builds anything and once nothing of another model is held (a probe beside the last model's kept side
+    would run out for that side's sake)."""
+
+    def check() -> None:
+        from ampbench.plugin.fitting import cell_misfit
+
+        why = cell_misfit(request.node.name, request.node.originalname, perf_settings, perf_device,
+                          baseline_source, model_spec, mode)
+        if why:
+            pytest.skip(why)
+
+    return check
 
 
 @pytest.fixture
@@ -104,17 +133,23 @@ def software(perf_device) -> dict:
 
 
 @pytest.fixture(scope="session")
-def peak_tflops(perf_device):
-    """Measured matmul peak per dtype name, each measured once per session on first use."""
+def peak_tflops(perf_device, perf_settings):
+    """Measured matmul peak per dtype name, each measured once per session on first use. Its matrices are
+    made while a speed cell's sides are alive: under --perf-memory-limit a peak that does not fit beside
+    them is not measured (None: the record leaves its TFLOP/s share out), rather than failing the cell."""
     from ampbench import device as devices
 
-    cache: dict[str, float] = {}
+    cache: dict[str, float | None] = {}
 
     def get(dtype_name: str) -> float | None:
         if perf_device.type != "cuda":
             return None
         if dtype_name not in cache:
-            cache[dtype_name] = devices.measure_peak_tflops(perf_device, dtype_name)
+            if perf_settings.memory_limit_gib is None:
+                cache[dtype_name] = devices.measure_peak_tflops(perf_device, dtype_name)
+            else:
+                cache[dtype_name], _ = devices.catch_oom(lambda: devices.measure_peak_tflops(perf_device, dtype_name))
+                devices.release(perf_device)
         return cache[dtype_name]
 
     return get

@@ -143,6 +143,11 @@ def _add_judging(group: Any) -> None:
                     type=number_validator(float, 0.0, 10.0, low_open=True),
                     help="target length of each side's timed block in a speed round on CUDA; a block holds whole "
                          f"steps, at least one (default: {DEFAULT_BLOCK_SECONDS})")
+    group.addoption("--perf-time-budget", metavar="SECONDS", default=None,
+                    type=number_validator(float, 0.0, low_open=True),
+                    help="seconds the whole run may take, from its start: a speed cell whose fewest rounds no longer "
+                         "fit is not run, and one that runs out of time takes fewer rounds, its verdict then "
+                         "inconclusive, never a pass (default: none)")
     group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="off", type=str.lower, choices=("on", "off"),
                     help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per "
                          "convnet and dtype on an H100, off uses cuDNN's heuristics as PyTorch does by default; "
@@ -159,8 +164,17 @@ def _add_memory_and_inputs(group: Any) -> None:
     group.addoption("--perf-memory-cap", metavar="GIB", default=None,
                     type=number_validator(float, 0.0, low_open=True),
                     help="GPU memory the largest-batch search (full tier) may use, in GiB, on top of what the session "
-                         "already holds (default: 90%% of the card's total memory, at most 24 GiB, or 95%% of its free "
+                         "already holds: a budget of that search only, no more than --perf-memory-limit (default: 90%% "
+                         "of the card's total memory, or of --perf-memory-limit, at most 24 GiB, or 95%% of its free "
                          "memory where less is free)")
+    group.addoption("--perf-memory-limit", metavar="GIB", default=None,
+                    type=number_validator(float, 0.0, low_open=True),
+                    help="run the whole suite as if the card had this much memory, in GiB: caps the CUDA caching "
+                         "allocator (per-process memory fraction) and cuBLAS's and cuDNN's workspaces; a cell whose "
+                         "batch does not fit is skipped saying what it needs. For a shared card, or to try a 16 or "
+                         "24 GB card's memory on a larger one; no more than the card has; a limited run records no "
+                         "baselines and appends to no history unless --perf-history names one; on the CPU recorded "
+                         "but without effect (default: none, the whole card)")
     group.addoption("--perf-data-root", metavar="DIR", default=None,
                     type=directory_validator(must_exist=True),
                     help="folder holding CIFAR-10 (cifar-10-batches-py, python pickles) for the input-pipeline test "

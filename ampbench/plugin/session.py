@@ -11,6 +11,7 @@ default where $CI is set) and thorough; loaded at configure time, before any tes
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ SETTINGS_KEY = pytest.StashKey[PerfSettings]()
 SOURCE_KEY = pytest.StashKey[dict]()  # the lazily opened baseline source, under "source"
 # the distributed cells' baseline source of N GPUs where the history judged them (``plugin.distributed``)
 DISTRIBUTED_SOURCE_KEY = pytest.StashKey[object]()
+LIMIT_NOTE_KEY = pytest.StashKey[object]()  # what --perf-memory-limit did, said once in the header
 SMOKE_LINE = "CPU smoke pass: nothing is held against baselines"
 
 
@@ -112,7 +114,36 @@ def _settings(opt, device, baseline_dir: Path) -> PerfSettings:
         compile_ahead=(opt.perf_compile_ahead if opt.perf_compile_ahead is not None
                        else DEFAULT_COMPILE_AHEAD if device.type == "cuda" else 0),
         nodes=_nodes(opt),
+        memory_limit_gib=opt.perf_memory_limit,
+        time_budget_s=opt.perf_time_budget,
+        deadline=time.monotonic() + opt.perf_time_budget if opt.perf_time_budget is not None else None,
     )
+
+
+def _check_memory_options(opt) -> None:
+    """--perf-memory-cap and --perf-update-baselines against --perf-memory-limit: the search's budget lies
+    inside the limit, and a limited run's figures (cuDNN's algorithms chosen under a workspace cap) are no
+    card's baselines."""
+    limit = opt.perf_memory_limit
+    if limit is None:
+        return
+    if opt.perf_memory_cap is not None and opt.perf_memory_cap > limit:
+        raise pytest.UsageError(f"--perf-memory-cap {opt.perf_memory_cap:g}: the largest-batch search's budget "
+                                f"cannot exceed --perf-memory-limit {limit:g}")
+    if opt.perf_update_baselines:
+        raise pytest.UsageError("--perf-update-baselines with --perf-memory-limit: a limited run's figures are "
+                                "not the card's; record without the limit")
+
+
+def _apply_memory_limit(opt, device) -> str | None:
+    """The limit set on the device before anything runs on it (cuBLAS reads its workspace's size once);
+    what the header says of it."""
+    from ampbench.memory import limit
+
+    try:
+        return limit.apply(device, opt.perf_memory_limit)
+    except limit.LimitError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _nodes(opt) -> Nodes:
@@ -178,8 +209,10 @@ def configure(config: pytest.Config) -> None:
     device = _resolve_device(opt)
     baseline_dir = opt.perf_baseline_dir if opt.perf_baseline_dir is not None else config.rootpath / paths.BASELINE_DIR
     if not getattr(opt, "help", False):
+        _check_memory_options(opt)
         _check_baselines(baseline_dir, opt.perf_update_baselines, device)
         _check_scaler(opt.perf_loss_scaler, device)
+        config.stash[LIMIT_NOTE_KEY] = _apply_memory_limit(opt, device)
     config.stash[SETTINGS_KEY] = _settings(opt, device, baseline_dir)
     config.stash[SOURCE_KEY] = {}
     from ampbench.plugin import summary  # its records' types: only in a run where ampbench acts
@@ -224,8 +257,8 @@ def _smoke_line(config: pytest.Config) -> str | None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    line = _smoke_line(config)
-    return [line] if line else []
+    lines = [_smoke_line(config), config.stash.get(LIMIT_NOTE_KEY, None)]
+    return [f"ampbench: {line}" if line.startswith("--") else line for line in lines if isinstance(line, str)]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -313,7 +346,15 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     if settings is not None:
         from ampbench import device as devices
 
-        machine_info["ampbench"] = devices.machine_info(settings.device)
+        machine_info["ampbench"] = {**devices.machine_info(settings.device), **run_limits(settings)}
+
+
+def run_limits(settings: PerfSettings) -> dict:
+    """What a limited run's JSON says of its limits (nothing where it ran unlimited): a run at 15 GiB is
+    not read as the card's."""
+    limits = {"memory_limit_gib": settings.memory_limit_gib, "time_budget_s": settings.time_budget_s}
+    kept = {k: v for k, v in limits.items() if v is not None}
+    return {"limits": kept} if kept else {}
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:

@@ -257,6 +257,20 @@ def summary_lines(cells: Sequence[tuple[str, Record]], outcomes: dict[str, str])
     return lines + conditions_lines(records) + ([*cards, ""] if cards else []) + needs_a_look_lines(cells, outcomes)
 
 
+def _time_model(config: pytest.Config, records: Sequence[Record]) -> list[str]:
+    """The time model's line (``speed.jobtime.summary_line``) on a CUDA run; none on the CPU."""
+    from ampbench.plugin.session import SETTINGS_KEY
+
+    settings = config.stash.get(SETTINGS_KEY, None)
+    if settings is None or settings.device.type != "cuda":
+        return []
+    from ampbench.speed import jobtime
+    from ampbench.speed.cell import policy
+
+    line = jobtime.summary_line(records, policy(settings.device, settings))
+    return [line] if line else []
+
+
 # -- the plugin ------------------------------------------------------------------------------------
 
 class SummaryPlugin:
@@ -275,7 +289,7 @@ class SummaryPlugin:
         lines = summary_lines(cells, self.config.stash.get(FAILED_KEY, {}))
         if lines:
             terminalreporter.section("ampbench summary")
-        for text in lines:
+        for text in lines + _time_model(self.config, [r for _, r in cells]):
             terminalreporter.write_line(text)
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)

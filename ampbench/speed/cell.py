@@ -54,7 +54,8 @@ class SpeedCell:
 
 def policy(device: torch.device, settings: PerfSettings) -> sides.SpeedPolicy:
     return replace(sides.policy_for(device, settings.min_rounds, settings.tolerance, settings.block_seconds,
-                                    recording=settings.update_baselines), read_conditions=settings.nvml)
+                                    recording=settings.update_baselines, deadline=settings.deadline),
+                   read_conditions=settings.nvml)
 
 
 def _why_unread(settings: PerfSettings, device: torch.device) -> str | None:

@@ -39,7 +39,7 @@ def measure(clock: Clock, policy: SpeedPolicy, check: SpeedupCheck | None, gated
     return Measurement(gated, Rounds.of(first), looked.estimate, looked.look,
                        Rounds.of(looked.confirming) if looked.confirming is not None else None,
                        looked.confirmation, looked.confirmation_look, method=clock.method, fallback=clock.fallback,
-                       queue=_queued(clock.queue), seconds=time.perf_counter() - t0)
+                       queue=_queued(clock.queue), seconds=time.perf_counter() - t0, cut_short=looked.cut_short)
 
 
 def with_noise(measured: Measurement, clock: Clock, policy: SpeedPolicy) -> Measurement:

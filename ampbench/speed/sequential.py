@@ -31,12 +31,20 @@ def at_look(timer: PairedTimer, look: Look) -> SpeedupEstimate:
                            round_sd=robust_sd(aligned))
 
 
-def decide(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> tuple[SpeedupEstimate, Look | None]:
+def out_of_time(policy: SpeedPolicy) -> bool:
+    """Whether --perf-time-budget has run out (``SpeedPolicy.deadline``)."""
+    return policy.deadline is not None and time.monotonic() >= policy.deadline
+
+
+def decide(timer: PairedTimer, check: SpeedupCheck,
+           policy: SpeedPolicy) -> tuple[SpeedupEstimate, Look | None, bool]:
     """Look at the ratio at each look of its schedule until its bounds at a look lie wholly above or below
-    the line, or its rounds (`policy.extend_to`) or seconds (`policy.decide_seconds`) run out: the estimate
-    of the last look taken and that look (its verdict, inconclusive where no look decided, is `verdict_at`
-    them). A timer that already holds more rounds than a look skips it (what it would spend stays unspent);
-    one that holds more than every look gives its fixed-size interval, and no look."""
+    the line, or its rounds (`policy.extend_to`) or seconds (`policy.decide_seconds`, the run's budget)
+    run out: the estimate of the last look taken, that look (its verdict, inconclusive where no look
+    decided, is `verdict_at` them), and whether the budget stopped the looks. A timer that already holds
+    more rounds than a look skips it (what it would spend stays unspent); one that holds more than every
+    look gives its fixed-size interval, and no look. The first look is always taken: the budget stops only
+    the looks after it, so a pass is only ever a look's."""
     t0 = time.perf_counter()
     est: SpeedupEstimate | None = None
     taken_at: Look | None = None
@@ -44,6 +52,8 @@ def decide(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> tupl
         taken = len(timer.mode_times)
         if taken > look.rounds:
             continue
+        if est is not None and out_of_time(policy):
+            return est, taken_at, True
         # out of seconds, or held to a line at or below zero, which no look can decide against
         if est is not None and (time.perf_counter() - t0 > policy.decide_seconds or not check.has_line):
             break
@@ -52,8 +62,8 @@ def decide(timer: PairedTimer, check: SpeedupCheck, policy: SpeedPolicy) -> tupl
         if verdict_at(check, est, look) is not Verdict.INCONCLUSIVE:
             break
     if est is None:
-        return timer.estimate(policy.rounds.confidence), None
-    return est, taken_at
+        return timer.estimate(policy.rounds.confidence), None, False
+    return est, taken_at, False
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,7 @@ class Looked:
     confirming: PairedTimer | None = None
     confirmation: SpeedupEstimate | None = None
     confirmation_look: Look | None = None
+    cut_short: bool = False  # the run's time budget stopped the looks, or the confirming set, undecided
 
 
 def judged_rounds(first: PairedTimer, timer: Callable[[SpeedPolicy], PairedTimer], check: SpeedupCheck | None,
@@ -85,12 +96,16 @@ def judged_rounds(first: PairedTimer, timer: Callable[[SpeedPolicy], PairedTimer
                                                                               check.tolerance / 2)))
         look = None
     else:
-        est, look = decide(first, check, policy)
+        est, look, cut = decide(first, check, policy)
+        if cut:
+            return Looked(est, look, cut_short=True)
     if verdict_at(check, est, look) is not Verdict.REGRESSION:
         return Looked(est, look)
+    if out_of_time(policy):  # no time for a confirming set: an unconfirmed regression is inconclusive
+        return Looked(est, look, cut_short=True)
     confirming = timer(policy)  # judged as the first rounds are: rounds cut short confirm nothing
-    confirmation, confirmation_look = decide(confirming, check, policy)
-    return Looked(est, look, confirming, confirmation, confirmation_look)
+    confirmation, confirmation_look, cut = decide(confirming, check, policy)
+    return Looked(est, look, confirming, confirmation, confirmation_look, cut_short=cut)
 
 
 def first_look(timer: PairedTimer, check: SpeedupCheck | None, policy: SpeedPolicy) -> Looked:

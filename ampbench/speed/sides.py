@@ -56,6 +56,9 @@ class SpeedPolicy:
     # the card's clocks, throttle reasons and energy read from NVML around each device-time block
     # (``ampbench.nvml``, --perf-nvml)
     read_conditions: bool = False
+    # when --perf-time-budget runs out (``time.monotonic``): a judged ratio's looks stop there, undecided
+    # (``sequential.decide``); None: no budget
+    deadline: float | None = None
 
     def for_look(self) -> "SpeedPolicy":
         """The policy of a reported figure's timer: shorter blocks; a recording keeps its own, since its
@@ -76,7 +79,8 @@ FIXED_MIN_ROUNDS = 8
 PROFILE_STEPS = 3
 
 def policy_for(device: torch.device, min_rounds: int, tolerance: float,
-               block_seconds: float = DEFAULT_BLOCK_SECONDS, recording: bool = False) -> SpeedPolicy:
+               block_seconds: float = DEFAULT_BLOCK_SECONDS, recording: bool = False,
+               deadline: float | None = None) -> SpeedPolicy:
     # a recording's first look at an unjudged figure becomes that figure's stored noise, read as 99%
     look = 0.99 if recording else LOOK_CONFIDENCE
     if device.type != "cuda":
@@ -84,7 +88,8 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
         # a 99% interval, one set of them, no extension, and blocks of a few steps of the tiny smoke shapes
         # (the blocks' length was most of a small model's cell)
         smoke = RoundsPolicy(8, 8, 1.0, 5.0)
-        return SpeedPolicy(2, 0.0, 0.002, smoke, smoke, 8, first_look=min(min_rounds, 8), look_confidence=look)
+        return SpeedPolicy(2, 0.0, 0.002, smoke, smoke, 8, first_look=min(min_rounds, 8), look_confidence=look,
+                           deadline=deadline)
     first_look = min_rounds
     # a figure without a baseline, and a recording, keep a fixed-size interval of at least 99%
     min_rounds = max(min_rounds, RECORDING_MIN_ROUNDS if recording else FIXED_MIN_ROUNDS)
@@ -105,6 +110,7 @@ def policy_for(device: torch.device, min_rounds: int, tolerance: float,
         first_look=first_look,
         look_confidence=look,
         tighten_judged=recording,
+        deadline=deadline,
     )
 
 

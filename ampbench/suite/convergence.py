@@ -48,7 +48,8 @@ def _train(model_spec, mode, device, smoke, budget):
 @pytest.mark.cells(kind="convergence")
 @pytest.mark.benchmark(group="convergence")  # no timing: its figure is an accuracy
 def test_convergence(record_result, model_spec, mode, perf_settings, perf_device, baseline_source, software, _results,
-                     fail_on_oom):
+                     fail_on_oom, fits_in_memory):
+    fits_in_memory()
     smoke = perf_settings.smoke
     test_id = f"test_convergence[{model_spec.name}-{mode.name}]"
     budget = training.budget_for(model_spec.name, perf_device)

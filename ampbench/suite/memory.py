@@ -20,6 +20,8 @@ from ampbench.baselines.entries import MemoryEntry
 from ampbench.baselines.source import BaselineSource
 from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
+from ampbench.memory.limit import limit_bytes
+from ampbench.memory.probe import OUT_OF_MEMORY
 from ampbench.models import get_model
 from ampbench.modes import FP32_MODE, get_mode
 from ampbench.settings import TIERS
@@ -34,13 +36,17 @@ def _searches(settings) -> bool:
 
 @pytest.fixture(scope="session")
 def memory_cap_bytes(perf_settings, perf_device) -> int | None:
-    """--perf-memory-cap in bytes, or 90% of the card's total memory up to 24 GiB (less where the card
-    is shared); None off CUDA."""
+    """--perf-memory-cap in bytes, or 90% of the card's total memory (or of --perf-memory-limit) up to
+    24 GiB (less where the card is shared); None off CUDA."""
     if perf_device.type != "cuda":
         return None
     release(perf_device)
     cap = memory.cap_bytes_for(perf_device, perf_settings.memory_cap_gib)
     nominal = memory.nominal_cap_bytes(perf_device)
+    if perf_settings.memory_limit_gib is not None:
+        # the card is the limit: its default cap is the limit's share (a given cap was checked against it)
+        nominal = memory.nominal_cap_for(limit_bytes(perf_settings.memory_limit_gib))
+        cap = min(cap, nominal) if perf_settings.memory_cap_gib is None else cap
     # the cap bounds the search only: without one a lowered cap changes nothing worth a warning
     if _searches(perf_settings) and perf_settings.memory_cap_gib is None and cap < nominal:
         warnings.warn(UserWarning(
@@ -60,6 +66,13 @@ def _fp32_memories() -> dict:
 def needs_cuda(perf_device) -> None:
     if perf_device.type != "cuda":
         pytest.skip(memory.NO_CUDA_REASON)
+
+
+def _skip_where_limited(failure: str, settings) -> None:
+    """Under --perf-memory-limit a cell that ran out of memory is skipped, saying what it needed and the
+    limit; without one it fails as it always has."""
+    if settings.memory_limit_gib is not None and OUT_OF_MEMORY in failure:
+        pytest.skip(f"{failure}; needs more than the limit of {settings.memory_limit_gib:.2f} GiB")
 
 
 def _measure(spec, mode, device, settings, cap, baseline: MemoryEntry | None, timed=None) -> CellMemory | str:
@@ -83,11 +96,12 @@ def _baseline(baseline_source: BaselineSource | None, model: str, mode: str) -> 
 
 
 @pytest.fixture
-def fp32_memory(needs_cuda, model_spec, mode, perf_device, perf_settings, memory_cap_bytes,
-                     baseline_source, _fp32_memories) -> CellMemory | None:
+def fp32_memory(needs_cuda, fits_in_memory, model_spec, mode, perf_device, perf_settings, memory_cap_bytes,
+                baseline_source, _fp32_memories) -> CellMemory | None:
     """fp32's figures for this model, measured once per session and shared by its modes, with the
     search where the tier runs it, as the cells are; None in the fp32 cell itself, which measures them
     (with the benchmark fixture) and leaves them here."""
+    fits_in_memory()
     if mode.name == FP32_MODE:
         return None
     if model_spec.name not in _fp32_memories:
@@ -96,6 +110,7 @@ def fp32_memory(needs_cuda, model_spec, mode, perf_device, perf_settings, memory
             _baseline(baseline_source, model_spec.name, FP32_MODE))
     ref = _fp32_memories[model_spec.name]
     if isinstance(ref, str):
+        _skip_where_limited(ref, perf_settings)
         pytest.fail(f"{model_spec.name} fp32 reference could not be measured: {ref}", pytrace=False)
     return ref
 
@@ -117,6 +132,7 @@ def test_memory(benchmark, record_result, model_spec, mode, fp32_memory, perf_se
     if fp32_memory is None:  # this is the fp32 cell
         _fp32_memories[spec.name] = cell
     if isinstance(cell, str):
+        _skip_where_limited(cell, perf_settings)
         pytest.fail(cell, pytrace=False)
     record, judgement = memory.memory_record(cell, fp32_memory or cell, str(perf_device), baseline,
                                              settings.tolerance)

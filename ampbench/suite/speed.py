@@ -15,10 +15,12 @@ from typing import Iterator
 import pytest
 
 from ampbench import progress
+from ampbench.baselines.entries import SpeedEntry
 from ampbench.device import release
 from ampbench.modes import FP32_MODE, compiled, get_mode, label, versus_of
+from ampbench.results.ratios import DEVICE
 from ampbench.speed import cell as speed_cell
-from ampbench.speed import sides
+from ampbench.speed import jobtime, sides
 from ampbench.speed.ahead import CompileAhead
 from ampbench.speed.compiled import VersusSides, served
 from ampbench.suite.outcome import STEP_TIMES, finish, record_step_times
@@ -68,16 +70,21 @@ def versus_sides(_versus_cache, perf_device) -> Iterator[VersusSides]:
 
 
 @pytest.fixture
-def fp32_side(model_spec, mode, perf_device, perf_settings, _fp32_cache, _versus_cache, fail_on_oom,
+def fp32_side(fits_in_memory, model_spec, mode, perf_device, perf_settings, _fp32_cache, _versus_cache, fail_on_oom,
               compiled_ahead) -> sides.Side:
     """The fp32 side of this model's cells, built and warmed up once and shared by its modes, compiled
     where the cell's mode is (fp8 and the -compiled cells are timed against compiled fp32); only the
-    current model's fp32 side (and versus side) is kept, so one model at a time occupies the device."""
+    current model's fp32 side (and versus side) is kept, so one model at a time occupies the device. A cell
+    whose sides do not fit the memory it is given is skipped first (`fits_in_memory`)."""
     key = (model_spec.name, mode.compile)
+    if jobtime.remaining_s(perf_settings.deadline) <= 0:
+        pytest.skip(f"{model_spec.name} {label(mode)} not run: {jobtime.BUDGET_FLAG} is spent (not a pass: no verdict)")
     if _fp32_cache.get("key") != key:
         _versus_cache.drop()  # a versus side serves one model's cells of one kind
         last_model, _ = _fp32_cache.get("key", (None, False))
         _drop_fp32(_fp32_cache, perf_device, keep_graphs=last_model == model_spec.name)
+    fits_in_memory()  # nothing of another model is held now
+    if "side" not in _fp32_cache:
         ref_mode = compiled(get_mode(FP32_MODE), mode.compile)
         side = _prepare(model_spec, ref_mode, perf_device, perf_settings, fail_on_oom, f"{label(ref_mode)} side",
                         compiled_ahead)
@@ -97,6 +104,19 @@ def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str, ahead:
     return side
 
 
+def _out_of_budget(model_spec, mode, fp32_side: sides.Side, settings, device, source, test_id: str) -> str | None:
+    """Why the cell is not run under --perf-time-budget: its fewest rounds no longer fit (``speed.jobtime``),
+    its mode's step taken from its baseline entry where it holds one, else as long as fp32's."""
+    if settings.deadline is None:
+        return None
+    entry = source.entry(test_id) if source is not None else None
+    step_ms = entry.ratio(DEVICE).step_ms if isinstance(entry, SpeedEntry) else None
+    mode_s = step_ms / 1e3 if isinstance(step_ms, (int, float)) and step_ms > 0 else fp32_side.step_seconds
+    cell = jobtime.CellSteps(f"{model_spec.name} {label(mode)}", fp32_side.step_seconds, mode_s, builds_fp32=False,
+                             judged=entry is not None)
+    return jobtime.out_of_budget(cell, speed_cell.policy(device, settings), settings.deadline)
+
+
 # the quick tier spends its time on the 16-bit modes; fp32 against fp32 (a control of the harness, its
 # speedup must be 1.0) and TF32 run in the full tier (the rows' full_tier_only)
 @pytest.mark.cells(modes_tiered=True)
@@ -112,6 +132,9 @@ def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cel
         model_spec.name, versus_mode,
         lambda: _prepare(model_spec, versus_mode, perf_device, perf_settings, fail_on_oom,
                          f"{label(versus_mode)} versus", compiled_ahead))
+    why = _out_of_budget(model_spec, mode, fp32_side, perf_settings, perf_device, baseline_source, request.node.name)
+    if why:
+        pytest.skip(why)
     cell = speed_cell.measure_speed(
         model_spec, mode, fp32_side, prepare, versus=versus,
         settings=perf_settings, device=perf_device, test_id=request.node.name,
