@@ -3,11 +3,12 @@ sides under different conditions (`round_flag`), whether a regression holds in c
 at steady clocks (`ConditionsCheck`, which the judge asks: ``gate.judge.judge``), a cell's energy per step
 (`energy_of`), and what its record and the run's summary say of them (`conditions_info`).
 
-A round is flagged where its two sides' SM clocks lie more than `CLOCK_GAP` apart, or where either side's
-block ran under a power or thermal throttle (``nvml.THROTTLES``). A card that throttles during one side's
-blocks moves the ratio by the clock alone: device time x SM clock (cycles per step) takes the clock out, so
-a regression stands only where its cycles agree and so do the rounds at steady clocks; otherwise it is
-inconclusive and says why. Rounds without reads, or none flagged, leave the verdict as it was.
+A round is flagged where its two sides' SM clocks lie more than `CLOCK_GAP` apart, or where one side's block
+ran under a power or thermal throttle (``nvml.THROTTLES``) the other's did not. A card that throttles during
+one side's blocks moves the ratio by the clock alone: device time x SM clock (cycles per step) takes the
+clock out, so a regression stands only where its cycles agree and so do the rounds at steady clocks (where
+they are enough to judge; else the cycles decide); otherwise it is inconclusive and says why. Rounds
+without reads, or none flagged, leave the verdict as it was.
 """
 
 from __future__ import annotations
@@ -35,9 +36,15 @@ def round_flag(ref: BlockConditions | None, mode: BlockConditions | None, gap: f
     why = []
     if relative_spread(ref.sm_mhz, mode.sm_mhz) > gap:
         why.append(f"SM clock {ref.sm_mhz:.0f} MHz against the mode's {mode.sm_mhz:.0f}")
-    throttles = dict.fromkeys((*ref.throttles, *mode.throttles))
-    if throttles:
-        why.append(" and ".join(throttles))
+    # a throttle both sides ran under held both alike (a card at its power cap through every heavy block):
+    # the ratio compares like with like; one that only one side ran under moved that side alone
+    one_side = [t for t in dict.fromkeys((*ref.throttles, *mode.throttles))
+                if (t in ref.throttles) != (t in mode.throttles)]
+    if one_side:
+        why.append(" and ".join(one_side) + (" in the mode's blocks only" if all(t in mode.throttles for t in one_side)
+                                             else " in fp32's blocks only" if not any(t in mode.throttles
+                                                                                         for t in one_side)
+                                             else " in one side's blocks only"))
     return "; ".join(why) or None
 
 
@@ -80,7 +87,8 @@ class _Paired:
 class ConditionsCheck:
     """The card's say in a ratio's verdict: a regression found in rounds some of which ran under different
     clocks or a throttle stands only where it holds in cycle space (device time x SM clock, over the rounds
-    read) and in the rounds at steady clocks; otherwise it is inconclusive, and says the clocks explain it."""
+    read) and in the rounds at steady clocks, where those are enough to judge; otherwise it is inconclusive,
+    and says the clocks explain it."""
 
     gap: float = CLOCK_GAP
 
@@ -106,7 +114,9 @@ class ConditionsCheck:
         cycles = p.estimate(read, confidence, cycles=True)
         steady = p.estimate([i for i in read if flags[i] is None], confidence)
         in_cycles = cycles is not None and check.classify(cycles) is Verdict.REGRESSION
-        at_steady = steady is not None and check.classify(steady) is Verdict.REGRESSION
+        # too few steady rounds to judge leave cycle space to decide: a card whose every round is flagged must
+        # still fail a regression its cycles show, or the reads would switch its gate off
+        at_steady = steady is None or check.classify(steady) is Verdict.REGRESSION
         said = (f"in cycle space {cycles if cycles is not None else 'too few rounds'}; "
                 f"at steady clocks {steady if steady is not None else 'too few rounds'}")
         if in_cycles and at_steady:
