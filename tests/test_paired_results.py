@@ -8,6 +8,8 @@ inconclusive speed cell and an improved memory cell."""
 from __future__ import annotations
 
 import json
+import math
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -255,3 +257,55 @@ def test_export_cli_writes_the_paired_figures(tmp_path):
     untimed, written = exported["ampbench_untimed"], _document()["benchmarks"]  # they time no step: beside them
     assert exported["benchmarks"] == [] and [b["name"] for b in untimed] == [b["name"] for b in written]
     assert [b["extra_info"] for b in untimed] == [b["extra_info"] for b in written]
+
+
+# ---------------------------------------------------------------------------------------------------
+# what an A/A run teaches: dev/calibrate_paired.py
+
+
+def _calibrator():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("calibrate_paired", DATA.parents[1] / "dev" / "calibrate_paired.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("calibrate_paired", module)  # its dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _aa_record(i: int, base: list[float], head: list[float], sd: float) -> PairedRecord:
+    figure = PairedFigure(label="device-time speedup over fp32", unit="x", lower_is_better=False, base=1.0, head=1.0,
+                          change=0.0, change_low=-0.001, change_high=0.001, confidence=0.99, tolerance=0.0025,
+                          pairs=len(base), verdict=Verdict.PASS, message="", base_runs=base, head_runs=head,
+                          base_sds=[sd] * len(base), head_sds=[sd] * len(head))
+    return PairedRecord.build(test_id=f"test_speed[m{i}-amp_bf16]", model=f"m{i}", mode="amp_bf16", device="GPU",
+                              verdict=Verdict.PASS, message="", cell=f"test_speed[m{i}-amp_bf16]", base="a",
+                              head="b", pairs=len(base), order="AB" * len(base), figures={"speedup": figure})
+
+
+def test_an_aa_run_teaches_the_between_process_sd_less_the_runs_own_error():
+    """Simulated A/A cells, each at a level of its own: every run of a fresh process lands tau = 0.1% off in
+    ln, plus its own error of 0.05% that the run states; the calibration finds tau, not the runs' whole spread."""
+    import numpy as np
+
+    rng, tau, own = np.random.default_rng(7), 0.001, 0.0005
+    records = []
+    for i in range(40):
+        level = float(rng.uniform(1.5, 6.0))
+        draw = lambda: [level * float(np.exp(rng.normal(0, tau) + rng.normal(0, own))) for _ in range(6)]  # noqa: E731
+        records.append(_aa_record(i, draw(), draw(), own))
+    found = _calibrator().calibrate(records, "speedup")
+    assert found is not None and (found.cells, found.pairs, found.dof) == (40, 240, 200)
+    assert found.run_sd == pytest.approx(own)
+    assert found.tau == pytest.approx(tau, rel=0.15), found
+    assert found.sd_d == pytest.approx(math.sqrt(2 * (tau ** 2 + own ** 2)), rel=0.15)
+
+
+def test_an_ab_run_keeps_each_runs_own_sd_beside_its_value(tmp_path):
+    """What the calibration reads of a run, through the writer and the reader."""
+    path = write_paired_run(tmp_path / "ab.json", [_aa_record(0, [1.62, 1.621], [1.61, 1.611], 0.0004)],
+                            machine_info={}, commit_info={})
+    figure = load_run(path).cells[0].figures["speedup"]
+    assert figure.base_sds == [0.0004, 0.0004] and figure.head_sds == [0.0004, 0.0004]
+    assert figure.base_runs == [1.62, 1.621] and figure.head_runs == [1.61, 1.611]

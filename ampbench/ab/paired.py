@@ -89,9 +89,9 @@ class PairRule:
 
 # The default rules, one per kind of figure. prior_sd is the sd of ln(value) between two fresh processes
 # of one cell on one card beyond each run's own error; recalibrate it from A/A runs (the sd of their
-# log ratios, less the runs' own variances, over 2), and keep prior_dof near the number of A/A pairs
-# behind it, at most ~8: a prior worth more dof fails A/A cells whose processes spread 4 times as far
-# (dev/bench_paired.py prints the cost).
+# log ratios, less the runs' own variances, over 2: dev/calibrate_paired.py), and keep prior_dof near the
+# number of A/A pairs behind it, at most ~8: a prior worth more dof fails A/A cells whose processes spread
+# 4 times as far (dev/bench_paired.py prints the cost).
 #
 # Device-time speedup over fp32: a ratio of two clocks of one process, so most of what moves between
 # processes cancels; H100 runs of one cell agree within 0.02-0.4% (gpt 0.02-0.16%). Tolerance 0.25%: a

@@ -26,7 +26,8 @@ def paired_figure(name: str, cell: CellPairs, judged: PairedVerdict) -> PairedFi
                         base=geometric_mean(base), head=geometric_mean(head), change=est.ratio - 1,
                         change_low=est.low - 1, change_high=est.high - 1, confidence=est.confidence,
                         tolerance=kind.rule.tolerance, pairs=est.pairs, verdict=judged.verdict,
-                        message=judged.message, base_runs=base, head_runs=head)
+                        message=judged.message, base_runs=base, head_runs=head,
+                        base_sds=[p.base.sd for p in pairs], head_sds=[p.head.sd for p in pairs])
 
 
 def paired_record(cell: CellPairs, outcome: AbOutcome, trees: Mapping[str, Tree]) -> PairedRecord:

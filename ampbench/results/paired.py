@@ -49,6 +49,10 @@ class PairedFigure(FigureGroup):
     message: str | None = text()
     base_runs: list | None = raw()  # each base run's value, in the order the pairs ran
     head_runs: list | None = raw()
+    # each run's own sd of ln(value) (from its interval; 0 for an exact figure), in the same order: with the
+    # runs, what an A/A comparison teaches the between-process prior (``ab.paired.PairRule.prior_sd``)
+    base_sds: list | None = raw()
+    head_sds: list | None = raw()
 
     # an interval holds its estimate
     ORDERED: ClassVar[tuple[tuple[str, ...], ...]] = (("change_low", "change", "change_high"),)
