@@ -13,7 +13,7 @@ import torch
 
 from ampbench import train
 from ampbench.distributed.launch import WORKER_PLUGINS_ENV
-from ampbench.models import get_model
+from ampbench.models import REGISTRY, get_model
 from ampbench.modes import MODES
 from ampbench.plugin import slowdown, slowed_steps
 
@@ -27,8 +27,26 @@ def test_parse_reads_several_cells():
     assert slowed_steps.parse("") == {}
 
 
+def test_a_star_names_every_model_or_mode_and_a_later_item_overrides_it():
+    """'*:*:14': every cell's steps 15 times their own time, a card that much slower, as the run's time goes."""
+    every = slowed_steps.parse("*:*:14")
+    assert set(every) == {(m, p) for m in REGISTRY for p in MODES} and set(every.values()) == {14.0}
+    some = slowed_steps.parse("gpt:*:0.5, *:*:2, mlp:fp32:0.1")
+    assert some[("mlp", "fp32")] == 0.1 and some[("gpt", "amp_bf16")] == 2.0 and len(some) == len(every)
+    assert slowed_steps.parse("*:fp32:0.2") == {(m, "fp32"): 0.2 for m in REGISTRY}
+
+
+def test_the_header_counts_a_wildcards_cells_rather_than_naming_each(pytester):
+    pytester.makeconftest("")
+    result = pytester.runpytest("-p", "ampbench.slowdown", "--perf-slowdown", "*:*:14", "--co")
+    header = [line for line in result.outlines if line.startswith("ampbench.slowdown:")]
+    assert header == [f"ampbench.slowdown: steps slowed on purpose: {len(REGISTRY) * len(MODES)} cells (+1400.0%)"]
+
+
 @pytest.mark.parametrize("spec, expected", [
     ("mlp:fp32", "'mlp:fp32' is not MODEL:MODE:FRACTION"),
+    ("*:*:emulate", "emulate names one fp8 mode, not \\*"),
+    ("*:fp9:0.1", "unknown precision mode 'fp9'"),
     ("resnet51:fp32:0.1", "unknown model 'resnet51'"),
     ("mlp:fp8:0.1", "unknown precision mode 'fp8'; valid modes: fp32"),
     ("mlp:fp32:much", "the fraction 'much' is not a number"),

@@ -50,10 +50,11 @@ from ampbench.modes import FP32_MODE, MODES
 from ampbench.plugin import summary
 from ampbench.plugin.entries import cell_of, item_entry
 from ampbench.plugin.options import GROUP
-from ampbench.plugin.slowed_steps import EMULATE, EMULATED, ENV, UNTAGGED_ENV, Cell, Slowdown, parse
+from ampbench.plugin.slowed_steps import ANY, EMULATE, EMULATED, ENV, UNTAGGED_ENV, Cell, Slowdown, parse
 from ampbench.settings import value_error_type
 
 SLOWDOWN = pytest.StashKey[Slowdown]()
+HEADER_CELLS = 8  # the most slowed cells the header names one by one
 # the environment pytest_configure set for worker processes, undone at unconfigure
 _WORKER_ENV = pytest.StashKey[pytest.MonkeyPatch]()
 
@@ -95,7 +96,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--perf-slowdown", metavar="MODEL:MODE:FRACTION[,...]", default=None, type=value_error_type(parse),
                     help="extra work worth FRACTION of each training step added to MODEL's MODE, or, with "
                          f"{EMULATE} in place of FRACTION, an fp8 MODE's matmuls in torchao's emulation, to show "
-                         f"the speed gate catches a slowdown (default: ${ENV}, else none)")
+                         f"the speed gate catches a slowdown; {ANY} for MODEL or MODE names every one "
+                         f"('{ANY}:{ANY}:14': a card 15 times slower, as the run's time goes) (default: ${ENV}, "
+                         "else none)")
     group.addoption("--perf-slowdown-untagged", action="store_true", default=False,
                     help="leave the slowed cells' records untagged, as a real regression comes: the run history "
                          "judges and learns from them as from any run (default: tagged, never a sample of the "
@@ -175,8 +178,10 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     slowdown = config.stash.get(SLOWDOWN, None)
     if slowdown is None:
         return None
-    cells = ", ".join(f"{m} {p} " + (EMULATED if how == EMULATE else f"+{how:.1%}")
-                      for (m, p), how in slowdown.targets.items())
-    return f"ampbench.slowdown: steps slowed on purpose: {cells}"
+    said = [f"{m} {p} " + (EMULATED if how == EMULATE else f"+{how:.1%}") for (m, p), how in slowdown.targets.items()]
+    if len(said) > HEADER_CELLS:  # a wildcard's every cell: how many, and by how much
+        hows = dict.fromkeys(EMULATED if how == EMULATE else f"+{how:.1%}" for how in slowdown.targets.values())
+        said = [f"{len(said)} cells ({', '.join(hows)})"]
+    return f"ampbench.slowdown: steps slowed on purpose: {', '.join(said)}"
 
 

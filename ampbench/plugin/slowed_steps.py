@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from ampbench import fp8, train
-from ampbench.models import ModelSpec, get_model
+from ampbench.models import REGISTRY, ModelSpec, get_model
 from ampbench.modes import MODES, PrecisionMode, get_mode
 from ampbench.speed import devicetime, held
 from ampbench.speed.timing import time_block
@@ -31,11 +31,15 @@ Cell = tuple[str, str]  # (model, precision mode)
 EMULATE = "emulate"
 # how extra_info and the header name it
 EMULATED = "torchao's emulated fp8 matmul"
+# a spec's MODEL or MODE that names every one (``parse``)
+ANY = "*"
 
 
 def parse(spec: str) -> dict[Cell, float | str]:
     """'MODEL:MODE:FRACTION|emulate[,...]' -> {(model, mode): fraction or EMULATE}; ValueError saying
-    what is wrong."""
+    what is wrong. MODEL or MODE `ANY` names every model or mode: '*:*:14' makes each step of every cell,
+    both sides of each ratio, 15 times its own time, a card that much slower at everything, as far as the
+    time a run takes goes (its ratios stay as they were). A later item overrides an earlier one."""
     targets: dict[Cell, float | str] = {}
     for item in filter(None, (s.strip() for s in spec.split(","))):
         parts = item.split(":")
@@ -43,24 +47,32 @@ def parse(spec: str) -> dict[Cell, float | str]:
             raise ValueError(f"{item!r} is not MODEL:MODE:FRACTION, e.g. resnet50:amp_fp16:0.01")
         model, mode, fraction = parts
         try:
-            get_model(model), get_mode(mode)
+            models = list(REGISTRY) if model == ANY else [get_model(model).name]
+            modes = list(MODES) if mode == ANY else [get_mode(mode).name]
         except KeyError as exc:
             raise ValueError(f"{item!r}: {exc.args[0]}") from None
-        if fraction == EMULATE:
-            if get_mode(mode).fp8_recipe is None:
-                fp8_modes = ", ".join(m.name for m in MODES.values() if m.fp8_recipe)
-                raise ValueError(f"{item!r}: {EMULATE} slows an fp8 mode's matmuls ({fp8_modes}); {mode} has none")
-            targets[(model, mode)] = EMULATE
-            continue
-        try:
-            value = float(fraction)
-        except ValueError:
-            raise ValueError(f"{item!r}: the fraction {fraction!r} is not a number (nor {EMULATE}, "
-                             "for an fp8 mode)") from None
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{item!r}: the fraction must be a finite number above 0, e.g. 0.01 for 1%")
-        targets[(model, mode)] = value
+        if fraction == EMULATE and mode == ANY:
+            raise ValueError(f"{item!r}: {EMULATE} names one fp8 mode, not {ANY}")
+        value = _fraction(item, mode, fraction)
+        targets.update({(m, p): value for m in models for p in modes})
     return targets
+
+
+def _fraction(item: str, mode: str, fraction: str) -> float | str:
+    """An item's FRACTION (or EMULATE, for an fp8 mode), or ValueError saying what is wrong."""
+    if fraction == EMULATE:
+        if get_mode(mode).fp8_recipe is None:
+            fp8_modes = ", ".join(m.name for m in MODES.values() if m.fp8_recipe)
+            raise ValueError(f"{item!r}: {EMULATE} slows an fp8 mode's matmuls ({fp8_modes}); {mode} has none")
+        return EMULATE
+    try:
+        value = float(fraction)
+    except ValueError:
+        raise ValueError(f"{item!r}: the fraction {fraction!r} is not a number (nor {EMULATE}, "
+                         "for an fp8 mode)") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{item!r}: the fraction must be a finite number above 0, e.g. 0.01 for 1%")
+    return value
 
 
 def _device_ms_per_step(trainer: train.Trainer) -> tuple[float, str]:
