@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ampbench.cli.common_args import add_baseline_dir, add_gpu, add_history, add_runs
 from ampbench.cli.exits import EXIT_BAD_INPUT, EXIT_OK
@@ -59,8 +59,7 @@ runs, its median fp32 device time per step, how far that lies from the median of
 software and device-time method of the cell's latest run), in spreads, and whether that names it an outlier card
 (beyond {OUTLIER_Z} spreads; the spread is the other cards' robust sd, at least {SPREAD_FLOOR:.1%})."""
 
-_CHANGES_EXITS = """Exit status: 0 listed (with or without changes), 2 a cell the history holds no series of, or the
-store."""
+_CHANGES_EXITS = "0 listed (with or without changes), 2 a cell the history holds no series of, or the store."
 
 
 def figures() -> tuple[str, ...]:
@@ -95,6 +94,16 @@ def history_store(args: argparse.Namespace, *, create: bool, read_only: bool) ->
     return open_history(args.history, create=create, read_only=read_only)
 
 
+def _command(actions: argparse._SubParsersAction, name: str, help: str, about: str, exits: str | None,
+             handler: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """One `history` action: its help, description and exit statuses (None: the command's usual ones), the
+    --history it reads, and the function it runs."""
+    parser = add_history(actions.add_parser(name, help=help, description=about,
+                                            epilog=f"Exit status: {exits}" if exits else None))
+    parser.set_defaults(handler=handler)
+    return parser
+
+
 def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     """`ampbench history` and its actions; the actions' subparsers, for more actions."""
     his = sub.add_parser("history",
@@ -102,55 +111,37 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                               "accept a change, list the cards",
                          description=_HISTORY_ABOUT)
     actions = his.add_subparsers(dest="history_command", required=True, metavar="ACTION")
-    imp = add_history(actions.add_parser(
-        "import", help="append saved runs (pytest --benchmark-json files) to the history",
-        description=_IMPORT_ABOUT,
-        epilog="Exit status: 0 every file imported or already there, 2 a file unusable or the store."))
+    imp = _command(actions, "import", "append saved runs (pytest --benchmark-json files) to the history",
+                   _IMPORT_ABOUT, "0 every file imported or already there, 2 a file unusable or the store.", _import)
     add_runs(imp, "benchmark JSON of saved runs")
-    imp.set_defaults(handler=_import)
-    runs = add_history(actions.add_parser(
-        "runs", help="list the history's runs, newest first",
-        description=_RUNS_ABOUT))
+    runs = _command(actions, "runs", "list the history's runs, newest first", _RUNS_ABOUT, None, _runs)
     add_gpu(runs, "only runs on this GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: every GPU)")
     runs.add_argument("--limit", type=_limit, metavar="N", default=DEFAULT_LIMIT,
                       help=f"at most N runs (default: {DEFAULT_LIMIT})")
-    runs.set_defaults(handler=_runs)
-    acc = add_history(actions.add_parser(
-        "accept", help="accept a moved cell's new level from a run on",
-        description=_ACCEPT_ABOUT,
-        epilog="Exit status: 0 accepted, 2 an unknown run or cell, or the store."))
+    acc = _command(actions, "accept", "accept a moved cell's new level from a run on",
+                   _ACCEPT_ABOUT, "0 accepted, 2 an unknown run or cell, or the store.", _accept)
     acc.add_argument("run_id", metavar="RUN_ID", help="the run the new level starts from (`ampbench history runs`)")
     acc.add_argument("--cell", metavar="TEST_ID", default=None,
                      help="the cell, e.g. 'test_speed[resnet50-amp_bf16]' (default: every cell of the run)")
     acc.add_argument("--reason", metavar="TEXT", required=True, type=value_error_type(_reason),
                      help=f"why the new level is intended: one line of at most {MAX_REASON} characters")
-    acc.set_defaults(handler=_accept)
-    exp = add_history(actions.add_parser(
-        "explain", help="what the history decided of one cell, with its numbers",
-        description=_EXPLAIN_ABOUT,
-        epilog="Exit status: 0 explained, 2 an unknown cell or GPU, or the store."))
+    exp = _command(actions, "explain", "what the history decided of one cell, with its numbers",
+                   _EXPLAIN_ABOUT, "0 explained, 2 an unknown cell or GPU, or the store.", _explain)
     exp.add_argument("test_id", metavar="TEST_ID", help="the cell, e.g. 'test_speed[gpt-amp_fp16]'")
     add_gpu(exp, "the GPU model (or N of one) of its series (default: the only one it has runs on)")
     exp.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=figures(),
                      help=f"the figure whose series is explained (default: {DEVICE.history})")
     add_baseline_dir(exp, "where the baseline file whose spread the gate pools in lives (default: "
                           f"{paths.BASELINE_DIR}/, where there is one)", default=None, type=_folder)
-    exp.set_defaults(handler=_explain)
-    chg = add_history(actions.add_parser(
-        "changes", help="list where each cell's figures moved to another level, and across what",
-        description=_CHANGES_ABOUT,
-        epilog=_CHANGES_EXITS))
+    chg = _command(actions, "changes", "list where each cell's figures moved to another level, and across what",
+                   _CHANGES_ABOUT, _CHANGES_EXITS, _changes)
     add_gpu(chg, "only this GPU model (default: every one)")
     chg.add_argument("--cell", metavar="TEST_ID", default=None, help="only this cell (default: every cell)")
     chg.add_argument("--figure", metavar="NAME", default=DEVICE.history, choices=("all", *figures()),
                      help=f"the figure whose series are looked at, or all (default: {DEVICE.history})")
-    chg.set_defaults(handler=_changes)
-    crd = add_history(actions.add_parser(
-        "cards", help="list the fleet's cards per GPU model, and the outlier cards",
-        description=_CARDS_ABOUT,
-        epilog="Exit status: 0 listed (with or without outlier cards), 2 an unknown GPU, or the store."))
+    crd = _command(actions, "cards", "list the fleet's cards per GPU model, and the outlier cards",
+                   _CARDS_ABOUT, "0 listed (with or without outlier cards), 2 an unknown GPU, or the store.", _cards)
     add_gpu(crd, "only this GPU model, e.g. 'NVIDIA H100 80GB HBM3' (default: every GPU model)")
-    crd.set_defaults(handler=_cards)
     return actions
 
 
