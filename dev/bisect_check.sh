@@ -14,6 +14,10 @@
 # (BISECT_ARGS: more arguments for `ampbench bisect`; the last line tries the mechanics on the CPU)
 # The record of every step is written to $OUT/bisect.json, the bisect's output to $OUT/bisect.log
 # (default OUT: bisect-check-out/ in the checkout).
+# Where one command may run only so long: LIMIT=540 ends the bisect after 540 s (SIGTERM: the steps taken are
+# written to the record), and RESUME=1 with the same OUT goes on from them (`ampbench bisect --resume`); the
+# ten commits are made with fixed dates, so a checkout copied again gives the same commits. The target's time
+# is then the steps' own seconds, summed over the calls.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,6 +47,8 @@ grep -q '^addopts = "-ra"$' pyproject.toml || { echo "pyproject.toml: no line ad
 git init -q -b main
 git config user.email bisect-check@example.com
 git config user.name bisect-check
+# fixed dates: the same files make the same commits in every call, which --resume needs
+export GIT_AUTHOR_DATE="2000-01-01T00:00:00Z" GIT_COMMITTER_DATE="2000-01-01T00:00:00Z"
 git add -A && git commit -q -m "base: the checkout under test"
 for i in $(seq 1 10); do
   echo "change $i" >> BISECT_CHECK.txt
@@ -57,10 +63,19 @@ PLANTED=$(git rev-parse HEAD~4)
 echo "bisect_check: ten commits on the checkout in $WORK/repo; planted: $PLANTED ($(git log -1 --format=%s "$PLANTED"))"
 
 eval "extra=(${BISECT_ARGS:-})"
+[ "${RESUME:-0}" = 1 ] && extra+=(--resume)
+limit=()
+[ "${LIMIT:-0}" -gt 0 ] && limit=(timeout -s TERM "$LIMIT")
 start=$(date +%s)
-PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m ampbench bisect "$CELL" --repo "$WORK/repo" \
-  --good HEAD~10 --bad HEAD --record "$OUT/bisect.json" "${extra[@]}" 2>&1 | tee "$OUT/bisect.log" || true
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "${limit[@]}" "$PYTHON" -m ampbench bisect "$CELL" \
+  --repo "$WORK/repo" --good HEAD~10 --bad HEAD --record "$OUT/bisect.json" "${extra[@]}" 2>&1 \
+  | tee -a "$OUT/bisect.log" || true
 seconds=$(( $(date +%s) - start ))
+if "$PYTHON" -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("interrupted") else 1)' \
+    "$OUT/bisect.json" 2>/dev/null; then
+  echo "bisect_check: cut short after $seconds s; go on with RESUME=1 and the same OUT ($OUT)"
+  exit 3
+fi
 
 "$PYTHON" - "$OUT/bisect.json" "$PLANTED" "$seconds" "$MAX_STEPS" "$MAX_SECONDS" <<'EOF'
 import json, sys
@@ -76,6 +91,7 @@ for step in record["steps"]:  # each cell: head over the good side after its pai
     print(f"bisect_check: {step['kind']} {step['step']}: {step['commit'][:12]} {step['subject']!r}: {cells} -> "
           f"{step['answer']} ({step['seconds']:.0f} s)")
 steps = sum(1 for s in record["steps"] if s["kind"] == "step")
+seconds = max(seconds, round(sum(s.get("seconds", 0) for s in record["steps"])))  # over the calls, where resumed
 found = (record.get("first_bad") or {}).get("commit")
 met = found == planted and steps <= max_steps and seconds <= max_seconds
 print(f"bisect_check: named {found or 'no commit'} (planted {planted}) in {steps} bisect steps and {seconds} s "

@@ -41,6 +41,38 @@ class Plan:
     history: str | None = None  # a run history to take the levels from, instead of pairing with the good side
     gpu: str | None = None  # the history's GPU model
     max_pairs: int = MAX_PAIRS  # the most pairs a step's undecided cell takes
+    # the record of an earlier run of the same bisect (--resume): its steps are taken as they were, not measured
+    resume: dict[str, Any] | None = None
+
+
+def resumed_steps(resume: dict[str, Any] | None, good: str, bad: str, cells: list[str]) -> list[dict]:
+    """The steps of `resume`, an earlier record of this bisect (the same good and bad commits and cells), to
+    go on from; GitError saying how it differs where it is another's."""
+    if resume is None:
+        return []
+    if resume.get("unit") != "commit":
+        raise GitError("--resume goes on from a commit bisect's record; this one is of "
+                       f"{resume.get('unit') or 'no known'} bisect")
+    theirs = {"good": resume.get("good"), "bad": resume.get("bad"), "cells": resume.get("cells")}
+    ours = {"good": good, "bad": bad, "cells": cells}
+    differ = [f"{k} {str(theirs[k])[:40]} (now {str(ours[k])[:40]})" for k in ours if theirs[k] != ours[k]]
+    if differ:
+        raise GitError(f"--resume: the record is of another bisect: its {', '.join(differ)}")
+    steps = resume.get("steps")
+    if not isinstance(steps, list) or not all(isinstance(s, dict) and {"kind", "commit", "answer"} <= set(s)
+                                               for s in steps):
+        raise GitError("--resume: the record holds no readable steps")
+    return steps
+
+
+def _marked(wt: Worktree, steps: list[dict]) -> str:
+    """Tell git bisect the answers the resumed `steps` gave (good, bad or skip) before it picks a commit; what
+    it said to the last, which names the first bad commit where those answers already find it."""
+    said = ""
+    for step in steps:
+        if step["kind"] == "step":
+            said = git(wt.path, "bisect", step["answer"], step["commit"])
+    return said
 
 
 def tighten(measurer: SuiteMeasurer | CommandMeasurer, levels: dict[str, Level]) -> None:
@@ -129,15 +161,21 @@ def bisect_commits(repo: Path, good_rev: str, bad_rev: str, measurer: SuiteMeasu
         config.update(measurer=measurer_spec(measurer), steps_file=str(wt.scratch / "steps.jsonl"))
         config_path = wt.scratch / "config.json"
         config_path.write_text(json.dumps(config), encoding="utf-8")
+        resumed = resumed_steps(plan.resume, good, bad, list(measurer.cells))
+        if resumed:  # its steps go first in the steps file: the record keeps them, later steps count on from them
+            (wt.scratch / "steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in resumed), encoding="utf-8")
+            progress(f"going on from {len(resumed)} steps of the record, none measured again")
         first, why = None, None
-        if plan.check_bad:
+        if plan.check_bad and not any(s["kind"] == "bad side" and s["answer"] == "bad" for s in resumed):
             wt.checkout(bad)
             code, step = run_step(config, wt.path, bad, subject(repo, bad), kind="bad side")
             if code != BAD:
                 why = bad_side_why(bad[:12], step)
         if why is None:
             git(wt.path, "bisect", "start", bad, good)
-            output = _run_git_bisect(wt, config_path)
+            output = _marked(wt, resumed)
+            if not _FIRST_BAD.search(output):
+                output = _run_git_bisect(wt, config_path)
             found = _FIRST_BAD.search(output)
             if found is not None:
                 first = {"commit": found[1], "subject": subject(repo, found[1])}

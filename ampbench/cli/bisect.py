@@ -74,6 +74,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "bad side that does not regress stops the bisect)")
     p.add_argument("--record", type=Path, default=Path("bisect.json"), metavar="PATH",
                    help="the JSON record of every step (default: bisect.json)")
+    p.add_argument("--resume", action="store_true",
+                   help="go on from the steps --record holds, of an earlier run of the same bisect (the same "
+                        "--good, --bad and CELLs) that was interrupted or ran out of time: its steps are not "
+                        "measured again, and the record written holds them first (default: start afresh)")
     p.add_argument("--test-file", default="perf/test_speed.py", metavar="PATH",
                    help="the module, in the repository, that collects the suite's speed test (default: "
                         "perf/test_speed.py; a project of its own: its module with `from ampbench.suite import *`)")
@@ -116,7 +120,24 @@ def _usage(args: argparse.Namespace) -> str | None:
         return "--history holds the suite's cells: name CELLs instead of --step-command"
     if args.package is not None and args.history is not None:
         return "--history holds the commits' steps to its level: a package bisect pairs each version with the first"
+    if args.resume and args.package is not None:
+        return "--resume goes on from a commit bisect's record; a package bisect starts afresh"
     return None
+
+
+def _resumed(args: argparse.Namespace) -> tuple[dict | None, str | None]:
+    """The earlier record --resume goes on from, or why there is none to read."""
+    import json
+
+    if not args.resume:
+        return None, None
+    try:
+        record = json.loads(args.record.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, f"--resume: no record at {args.record} to go on from (--record names it)"
+    except (OSError, ValueError) as exc:
+        return None, f"--resume: {args.record} is no readable record: {exc}"
+    return (record, None) if isinstance(record, dict) else (None, f"--resume: {args.record} holds no bisect record")
 
 
 def command(args: argparse.Namespace) -> int:
@@ -137,13 +158,16 @@ def command(args: argparse.Namespace) -> int:
             [named_cell(c) for c in args.cells]
         except ValueError as exc:
             problem = str(exc)
+    resume = None
+    if problem is None:
+        resume, problem = _resumed(args)
     if problem is not None:
         print(f"ampbench bisect: error: {problem}", file=sys.stderr)
         return EXIT_BAD_INPUT
     measurer = (CommandMeasurer(args.step_command, timeout=args.step_timeout) if args.step_command is not None else
                 SuiteMeasurer(list(args.cells), sys.executable, args.test_file, args.gate,
                               shlex.split(args.pytest_args), timeout=args.step_timeout))
-    plan = Plan(args.tolerance, args.check_bad, args.history, args.gpu, args.max_pairs)
+    plan = Plan(args.tolerance, args.check_bad, args.history, args.gpu, args.max_pairs, resume)
     try:
         if args.package is not None:
             record = bisect_versions(args.repo, args.rev, args.package, args.versions, measurer, plan,
