@@ -36,7 +36,7 @@ against the good side, its interval and the kernels that moved, and writes every
 
 _BISECT_EXITS = """Exit status: 0 a first bad commit or version named, 1 none named (the bad side does not regress,
 or only skipped steps are left), 2 bad usage, revisions or a git command that failed, 130 interrupted (the worktrees
-removed, the repository as it was, the steps taken until then written to --record)."""
+removed, the repository as it was, the steps taken until then written to --record, which --resume goes on from)."""
 
 
 def _versions(value: str) -> list[str]:
