@@ -1,5 +1,5 @@
 """--perf-memory-limit on a machine without CUDA: the option and its usage errors, what the limit sets on a
-mocked card (the allocator's fraction, cuBLAS's and cuDNN's workspace variables), the record of it in the
+mocked card (the allocator's fraction, cuDNN's workspace variable), the record of it in the
 run's machine info, and the cells that do not fit it: skipped with their need and the limit, before they
 build anything or where they run out of memory."""
 
@@ -59,20 +59,20 @@ def card(monkeypatch):
     return fractions
 
 
-def test_the_limit_caps_the_allocator_and_both_workspaces(card):
+def test_the_limit_caps_the_allocator_and_cudnns_workspace_and_leaves_cublas_at_torchs_size(card):
     env: dict[str, str] = {}
     note = limit.apply(torch.device("cuda", 0), 15.0, env)
     assert card == [(15 / 80, 0)]
-    assert env == {"CUBLAS_WORKSPACE_CONFIG": ":4096:8", "CUDNN_CONV_WSCAP_DBG": str(15 * 1024 // 16)}
+    assert env == {"CUDNN_CONV_WSCAP_DBG": str(15 * 1024 // 16)}
     assert note is not None and "15 of 80.0 GiB" in note
     assert limit.fraction_of(torch.device("cuda", 0)) == 15 / 80
 
 
 def test_a_workspace_variable_the_user_set_is_left_alone(card):
-    env = {"CUBLAS_WORKSPACE_CONFIG": ":16:8"}
+    env = {"CUDNN_CONV_WSCAP_DBG": "64"}
     note = limit.apply(torch.device("cuda", 0), 22.0, env)
-    assert env["CUBLAS_WORKSPACE_CONFIG"] == ":16:8" and "CUDNN_CONV_WSCAP_DBG" in env
-    assert note is not None and "CUBLAS_WORKSPACE_CONFIG left as set" in note
+    assert env == {"CUDNN_CONV_WSCAP_DBG": "64"}
+    assert note is not None and "CUDNN_CONV_WSCAP_DBG left as set" in note
 
 
 def test_a_limit_above_the_cards_memory_names_the_flag_and_the_memory(card):

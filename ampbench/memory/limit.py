@@ -1,17 +1,20 @@
 """``--perf-memory-limit``: the whole run behaves as if the card had that much memory. It is how a user
 shares a card, and how a 16 or 24 GB card's memory is tried on a larger one.
 
-Three things allocate a training step's memory, and each is capped:
+Two things allocate a training step's memory by the run's choice, and each is capped:
 
 - the CUDA caching allocator, which holds every tensor: ``torch.cuda.set_per_process_memory_fraction``
   makes it refuse to reserve more than the limit (the CUDA context and the driver's own memory lie outside
   it, as they lie outside a smaller card's usable memory);
-- cuBLAS's workspace, one per handle and stream, kept for the life of the process: its size comes from
-  ``CUBLAS_WORKSPACE_CONFIG``, read once when cuBLAS first runs, so it is set at configure time, before any
-  matmul. Uncapped it grows with each stream a graph capture uses, memory no cell's peak shows;
 - cuDNN's convolution workspace: its heuristics pick algorithms by speed, some with workspaces of
   gigabytes, which under a limit turn a step that fits into an out-of-memory error (or an allocator flush
   per convolution); ``CUDNN_CONV_WSCAP_DBG`` (MiB) makes cuDNN choose among those that fit the cap.
+
+cuBLAS's workspace is left at torch's size for the card's architecture (``CUBLAS_WORKSPACE_CONFIG`` unset:
+32 MiB per handle and stream from Hopper on, about 8 MiB before, what NVIDIA recommends for each), which a
+smaller card of the same generation would use too: setting it would cap nothing on Hopper and grow it on
+older cards. What it costs under a limit is one workspace per stream a graph capture used, kept for the
+process's life; those are freed between cells (``ampbench.plugin.held``).
 
 A variable the user set is left alone: they chose it. The allocator's fraction is the limit over the
 card's total memory; a limit above the card's memory is a usage error (``LimitError``), and on the CPU the
@@ -27,8 +30,6 @@ import torch
 from ampbench.memory.search import GIB
 
 FLAG = "--perf-memory-limit"
-# cuBLAS: 8 buffers of 4096 KiB (32 MiB) per handle and stream, ":SIZE_KIB:COUNT"
-CUBLAS_ENV, CUBLAS_LIMITED = "CUBLAS_WORKSPACE_CONFIG", ":4096:8"
 # cuDNN: a convolution's workspace at most this share of the limit (a 15 GiB limit allows 960 MiB), enough for
 # the heuristics' fast algorithms at the zoo's batches while leaving the step its memory
 CUDNN_ENV, CUDNN_WORKSPACE_SHARE = "CUDNN_CONV_WSCAP_DBG", 1 / 16
@@ -48,8 +49,7 @@ def limit_bytes(limit_gib: float) -> int:
 
 def workspace_environment(limit_gib: float, environ: MutableMapping[str, str]) -> dict[str, str]:
     """The workspace variables to set for `limit_gib`: each one `environ` does not set already."""
-    wanted = {CUBLAS_ENV: CUBLAS_LIMITED,
-              CUDNN_ENV: str(max(1, int(limit_gib * 1024 * CUDNN_WORKSPACE_SHARE)))}
+    wanted = {CUDNN_ENV: str(max(1, int(limit_gib * 1024 * CUDNN_WORKSPACE_SHARE)))}
     return {k: v for k, v in wanted.items() if k not in environ}
 
 
@@ -76,7 +76,7 @@ def apply(device: torch.device, limit_gib: float | None,
     fraction = limit_bytes(limit_gib) / total
     torch.cuda.set_per_process_memory_fraction(fraction, index)
     _fractions[index] = fraction
-    kept = sorted({CUBLAS_ENV, CUDNN_ENV} - set(set_now))
+    kept = sorted({CUDNN_ENV} - set(set_now))
     return (f"{FLAG} {limit_gib:g}: the allocator holds at most {limit_gib:g} of {total / GIB:.1f} GiB"
             + (f"; {', '.join(kept)} left as set" if kept else ""))
 

@@ -170,7 +170,7 @@ def _add_memory_and_inputs(group: Any) -> None:
     group.addoption("--perf-memory-limit", metavar="GIB", default=None,
                     type=number_validator(float, 0.0, low_open=True),
                     help="run the whole suite as if the card had this much memory, in GiB: caps the CUDA caching "
-                         "allocator (per-process memory fraction) and cuBLAS's and cuDNN's workspaces; a cell whose "
+                         "allocator (per-process memory fraction) and cuDNN's convolution workspace; a cell whose "
                          "batch does not fit is skipped saying what it needs. For a shared card, or to try a 16 or "
                          "24 GB card's memory on a larger one; no more than the card has; a limited run records no "
                          "baselines and appends to no history unless --perf-history names one; on the CPU recorded "

@@ -136,8 +136,8 @@ def _check_memory_options(opt) -> None:
 
 
 def _apply_memory_limit(opt, device) -> str | None:
-    """The limit set on the device before anything runs on it (cuBLAS reads its workspace's size once);
-    what the header says of it."""
+    """The limit set on the device before anything runs on it (cuDNN reads its workspace cap once); what the
+    header says of it."""
     from ampbench.memory import limit
 
     try:
