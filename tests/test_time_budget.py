@@ -145,3 +145,29 @@ def test_the_summary_models_a_real_h100_runs_speed_cells():
     assert line is not None and f"{len(cells)} speed cells" in line and "15x slower" in line
     assert "modelled, not measured" in line
     assert jobtime.summary_line([], _cuda_policy()) is None
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+def test_a_cell_the_budget_leaves_unrun_skips_saying_so_and_fails_under_strict(tmp_path, strict):
+    """The suite's own speed cell, on the CPU, under a budget spent before it starts: skipped as not run, never
+    a pass; under --perf-strict a failure, as an inconclusive verdict is there."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\nrequired_plugins = ["ampbench"]\n')
+    (tmp_path / "test_cells.py").write_text("from ampbench.suite import *  # noqa: F403\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    env.pop("PYTEST_ADDOPTS", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsf", "--perf-device", "cpu",
+                          "--perf-models", "mlp", "--perf-precisions", "bf16", "--perf-history", "off",
+                          "--perf-time-budget", "1e-9", "-k", "test_speed", *(["--perf-strict"] if strict else [])],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert "mlp bf16 not run: --perf-time-budget is spent (not a pass: no verdict)" in out, out
+    if strict:
+        assert run.returncode == 1 and "(--perf-strict)" in out and "skipped" not in out, out
+    else:
+        assert run.returncode == 0 and "1 skipped" in out and "passed" not in out, out
