@@ -126,3 +126,26 @@ def test_the_summary_names_an_outlier_card_with_its_figures_once_for_its_cells()
     assert "test_speed[gpt-bf16]: fp32 step 60.000 ms against the model's 40.000 ms from 4 card(s): +50.0%, " \
            "+27.0 spreads of 1.5% (history.sqlite)" in lines[2]
     assert outlier_card_lines([fine]) == []
+
+
+def test_the_report_lists_each_cell_of_an_outlier_card_with_its_figures():
+    import json
+    from pathlib import Path
+
+    from ampbench.report.html import render_html
+    from ampbench.report.markdown import render_markdown
+    from ampbench.report.speed_cells import OUTLIER_TITLE
+    from ampbench.results import parse_run
+
+    doc = json.loads((Path(__file__).parent / "data" / "synthetic_h100_device.json").read_text())
+    cell = next(b for b in doc["benchmarks"] if b["name"] == "test_speed[gpt-amp_bf16]")
+    record = next(c for c in parse_run(doc, "run.json").cells if c.test_id == cell["name"])
+    cell["extra_info"] = {**record.to_info(), "card": OUTLIER.to_info()}  # as this version writes it
+    run = parse_run(doc, "run.json")
+    markdown = render_markdown(run)
+    assert f"### {OUTLIER_TITLE}" in markdown
+    assert "| GPU-slow | test_speed[gpt-amp_bf16] | 60.000 | 40.000 | +50.0% | +27.0 | history.sqlite |" in markdown
+    html = render_html(run, [])
+    assert OUTLIER_TITLE in html and "GPU-slow" in html
+    del cell["extra_info"]["card"]
+    assert OUTLIER_TITLE not in render_markdown(parse_run(doc, "run.json")), "a run of no outlier card has no table"

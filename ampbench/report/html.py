@@ -24,6 +24,9 @@ from ampbench.report.speed_cells import (
     ENERGY_NOTE,
     ENERGY_TITLE,
     METHOD_LABELS,
+    OUTLIER_HEADERS,
+    OUTLIER_NOTE,
+    OUTLIER_TITLE,
     MatrixEntry,
     energy_cells,
     energy_row,
@@ -32,6 +35,8 @@ from ampbench.report.speed_cells import (
     kernel_change_cells,
     matrix,
     notable,
+    outlier_cells,
+    outlier_row,
     over_fp32,
     used_methods,
     versus_matrices,
@@ -202,6 +207,9 @@ def _speed_context(run: Run) -> dict | None:
     energy = energy_cells(run)
     energy_table = _table(ENERGY_HEADERS, ([HtmlCell(t) for t in energy_row(c, e)] for c, e in energy)) if energy \
         else None
+    outliers = outlier_cells(run)
+    outlier_table = _table(OUTLIER_HEADERS, ([HtmlCell(t) for t in outlier_row(c)] for c in outliers)) \
+        if outliers else None
     changes = [{"notable": notable(c), "verdict": _verdict_span(v.value if (v := c.ratio(DEVICE).verdict) else None),
                 "test_id": c.test_id,
                 "lines": text.split("; ")} for c, text in kernel_change_cells(run)]
@@ -211,6 +219,7 @@ def _speed_context(run: Run) -> dict | None:
         "host_bound": host_table,
         "host_bound_count": len(host),
         "energy": energy_table, "energy_title": ENERGY_TITLE, "energy_note": ENERGY_NOTE,
+        "outliers": outlier_table, "outlier_title": OUTLIER_TITLE, "outlier_note": OUTLIER_NOTE,
         "device_noun": noun,
         "kernel_changes": [c for c in changes if c["notable"]],
         "kernel_drift": [c for c in changes if not c["notable"]],

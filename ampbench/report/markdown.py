@@ -22,6 +22,9 @@ from ampbench.report.speed_cells import (
     ENERGY_HEADERS,
     ENERGY_NOTE,
     ENERGY_TITLE,
+    OUTLIER_HEADERS,
+    OUTLIER_NOTE,
+    OUTLIER_TITLE,
     MatrixEntry,
     energy_cells,
     energy_row,
@@ -29,6 +32,8 @@ from ampbench.report.speed_cells import (
     kernel_change_cells,
     matrix,
     notable,
+    outlier_cells,
+    outlier_row,
     over_fp32,
     versus_matrices,
 )
@@ -176,6 +181,10 @@ def render_markdown(run: Run, comparison: "Comparison | None" = None, failures: 
     if energy:
         out += [f"### {ENERGY_TITLE}", "", _md_table(ENERGY_HEADERS, (energy_row(c, e) for c, e in energy)), "",
                 f"_{ENERGY_NOTE}_", ""]
+    outliers = outlier_cells(run)
+    if outliers:
+        out += [f"### {OUTLIER_TITLE}", "", _md_table(OUTLIER_HEADERS, (outlier_row(c) for c in outliers)), "",
+                f"_{OUTLIER_NOTE}_", ""]
     changes = kernel_change_lines(run)
     if changes:
         out += ["### Kernel changes against the baseline", "", *changes, ""]

@@ -11,6 +11,7 @@ from typing import Callable
 
 from ampbench.modes import MODES, compiled, label, order_modes
 from ampbench.nvml import Energy
+from ampbench.report.figure_text import fmt_number
 from ampbench.report.format import VERDICT_ORDER
 from ampbench.results import FP32_MODE, MODE_SIDE, SPEED_RATIOS, RatioKind, Run, SpeedRecord
 from ampbench.results.ratios import DEVICE, VERSUS
@@ -156,6 +157,24 @@ def energy_cells(run: Run) -> list[tuple[SpeedRecord, Energy]]:
 def energy_row(cell: SpeedRecord, energy: Energy) -> list[str]:
     """A row of the energy table, as `ENERGY_HEADERS` names its columns."""
     return [model_of(cell), mode_of(cell), f"{energy.fp32_j:.3g}", f"{energy.mode_j:.3g}", f"{energy.ratio:.2f}x"]
+
+
+OUTLIER_TITLE = "Outlier cards"
+OUTLIER_NOTE = ("A card whose fp32 device time per step lies beyond the spread of its GPU model's other cards (card "
+                "admission): named so that a fleet's slow card is found; no cell failed of it.")
+OUTLIER_HEADERS = ("card", "cell", "fp32 ms/step", "model's level", "off", "spreads", "level from")
+
+
+def outlier_cells(run: Run) -> list[SpeedRecord]:
+    """The speed cells whose card was named an outlier card, in run order."""
+    return [c for c in run.of_kind(SpeedRecord) if c.card.outlier]
+
+
+def outlier_row(cell: SpeedRecord) -> list[str]:
+    """A row of the outlier cards' table, as `OUTLIER_HEADERS` names its columns."""
+    c = cell.card
+    return [c.uuid or "-", cell.test_id, fmt_number(c.step_ms, ".3f"), fmt_number(c.level_ms, ".3f"),
+            fmt_number(None if c.off is None else 100 * c.off, "+.1f", "%"), fmt_number(c.z, "+.1f"), c.source or "-"]
 
 
 def kernel_change_cells(run: Run) -> list[tuple[SpeedRecord, str]]:
