@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
 from ampbench.baselines.rules import BOOL, STR_OR_NULL, Rule, count, fraction_or_null, non_negative, or_null, positive
+from ampbench.results import MODE_SIDE, SIDES_KEY, Record, TimedRecord, record_type
+from ampbench.results.ratio_figures import over_side
 from ampbench.results.ratios import DISTRIBUTED_RATIOS, SPEED_RATIOS, WALL, RatioKind
 from ampbench.stats import finite_number
 from ampbench.tolerance import MIN_SPREAD_VALUES, BetweenRuns, Reference, tolerance_for
@@ -107,6 +109,30 @@ def _apart() -> Any:
     return field(default_factory=dict, metadata={_APART: True})
 
 
+def _record_figures(kinds: Iterable[RatioKind], latest: Mapping[str, Any] | None,
+                    names: tuple[str, ...]) -> dict[str, Any]:
+    """`names`' figures of the record `latest`, by the entry's keys (``FlatEntry.from_record``)."""
+    if not latest:
+        return {}
+    record: Record = record_type(latest.get("kind")).from_info(latest)
+    out = {}
+    for name in names:
+        pair = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback", "step_ms", "step_ms_ref")
+                     if k.entry_key(f) == name), None)
+        if pair:
+            assert isinstance(record, TimedRecord), "a learned cell's record holds ratios: a speed or distributed one"
+            ratio = record.ratio(pair[0])
+            value = (ratio.side(MODE_SIDE if pair[1] == "step_ms" else over_side(pair[0])).step_ms
+                     if pair[1].startswith("step_ms") else getattr(ratio, pair[1]))
+        else:
+            value = record.value(name)
+        if value is None and not pair and SIDES_KEY in record.GROUPS:
+            value = getattr(record.side(MODE_SIDE), name, None)
+        if value is not None:
+            out[name] = value
+    return out
+
+
 @dataclass(frozen=True)
 class FlatEntry:
     """An entry whose records map onto flat figures: its own fields, its ratios (by name, of the kinds of
@@ -153,6 +179,14 @@ class FlatEntry:
     def of(cls, figures: Mapping[str, Any] | None):
         """`from_figures`, None for no entry."""
         return None if figures is None else cls.from_figures(figures)
+
+    @classmethod
+    def from_record(cls, latest: Mapping[str, Any] | None, names: tuple[str, ...]):
+        """The entry a cell's latest counted record gives where the file has none of it (`latest`: the record's
+        extra_info, of any schema): the figures `names` names, each of a ratio read from the record's ratio of
+        that kind, each of a side (idle_share, peak_mem_bytes...) from the mode's side, as an entry holds the
+        mode's figures flat; the history's learning is laid over it (``history.baseline_source.overlay``)."""
+        return cls.from_figures(_record_figures(cls.RATIOS.values(), latest, names))
 
     def _flat(self) -> dict[str, Any]:
         flat = {name: getattr(self, name) for name in self._own()}

@@ -31,8 +31,7 @@ from ampbench.history.learn import LEARNED, LEARNING, CellBaseline, learn
 from ampbench.history.series import Series
 from ampbench.history.statuses import Status
 from ampbench.history.store import History
-from ampbench.results import MODE_SIDE, SIDES_KEY, RatioKind, Record, TimedRecord, record_type
-from ampbench.results.ratio_figures import over_side
+from ampbench.results import RatioKind
 from ampbench.results.ratios import DEVICE
 from ampbench.settings import DEFAULT_TOLERANCE
 from ampbench.stats import finite_number
@@ -97,33 +96,6 @@ def prior_for(kind: RatioKind, entry: FlatEntry | None, series: Series) -> sprea
     return rest if rest.count - rest.levels >= 1 else None
 
 
-def _from_record(latest: Mapping | None, cells: LearnedCells) -> dict:
-    """What an entry takes from `latest`, the cell's latest counted record (its extra_info, of any schema),
-    where the file has no entry of it: ``cells.from_record``, each figure of a ratio read from the record's
-    ratio of that kind, and each of a side (idle_share, peak_mem_bytes...) from the mode's side: an entry
-    holds the mode's figures flat."""
-    if not latest:
-        return {}
-    record: Record = record_type(latest.get("kind")).from_info(latest)
-    kinds = cells.entry.RATIOS.values()
-    out = {}
-    for name in cells.from_record:
-        pair = next(((k, f) for k in kinds for f in ("speedup", "method", "fallback", "step_ms", "step_ms_ref")
-                     if k.entry_key(f) == name), None)
-        if pair:
-            assert isinstance(record, TimedRecord), "a learned cell's record holds ratios: a speed or distributed one"
-            ratio = record.ratio(pair[0])
-            value = (ratio.side(MODE_SIDE if pair[1] == "step_ms" else over_side(pair[0])).step_ms
-                     if pair[1].startswith("step_ms") else getattr(ratio, pair[1]))
-        else:
-            value = record.value(name)
-        if value is None and not pair and SIDES_KEY in record.GROUPS:
-            value = getattr(record.side(MODE_SIDE), name, None)
-        if value is not None:
-            out[name] = value
-    return out
-
-
 def _known(learned: Mapping[str, CellBaseline], cells: LearnedCells) -> dict[RatioKind, CellBaseline]:
     """The ratios of `learned` whose level the history has learned."""
     return {kind: learned[kind.name] for kind in cells.ratios
@@ -141,7 +113,7 @@ def overlay(entry: FlatEntry | None, learned: Mapping[str, CellBaseline], latest
         return entry
     if entry is None and not any(not kind.prefix for kind in known):
         return None  # an entry is held by its wall-clock figure too (speed.cell's gates)
-    typed = entry if entry is not None else cells.entry.from_figures(_from_record(latest, cells))
+    typed = entry if entry is not None else cells.entry.from_record(latest, cells.from_record)
     for kind, b in known.items():
         ratio = b.into(typed.ratio(kind), stores_tolerance=kind.stores_tolerance)
         ratio = replace(ratio, between_run_runs=list(counted.get(kind.name, [])))
@@ -333,8 +305,10 @@ class HistoryBaselines:
         """The cell's entry as this run reads it: the file's, with what the history learned over it (`overlay`)."""
         if test_id not in self._entries:
             entry, learned = self.file.entry(test_id), self._learned_of(test_id)
-            self._entries[test_id] = (overlay(entry, learned, self.latest_record(test_id),
-                                              self._counted.get(test_id, {}), self.cells) if learned else entry)
+            if learned:  # the latest counted record describes the measurement only where the file has no entry
+                latest = self.latest_record(test_id) if entry is None else None
+                entry = overlay(entry, learned, latest, self._counted.get(test_id, {}), self.cells)
+            self._entries[test_id] = entry
         return self._entries[test_id]
 
     def reference(self, test_id: str, kind: RatioKind, floor: float) -> Reference | None:
