@@ -201,7 +201,7 @@ def prime_libraries(device: torch.device) -> None:
 
 def unprime(device: torch.device) -> None:
     """Forget that `device`'s long-lived library allocations exist, once they were given back
-    (``plugin.held``): the next ``prime_libraries`` makes them again, before anything is measured."""
+    (``plugin.leftover``): the next ``prime_libraries`` makes them again, before anything is measured."""
     _primed.discard(device)
 
 

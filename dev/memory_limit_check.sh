@@ -2,8 +2,8 @@
 # The main job, pytest perf/, under --perf-memory-limit 15, 22 and 38 (a T4's, an L4's or A10G's, an A100
 # 40GB's usable memory) and without it, on a GPU machine: one benchmark JSON, JUnit XML and log per limit
 # into $OUT (default: memory-limit-out/ in the repository), then a table of passes, skips, failures and
-# errors per limit, each skip's reason under a limit, and the memory each run's cells found held when they
-# started (the entries' held_memory).
+# errors per limit, each skip's reason under a limit, and the memory each run's cells found left over when they
+# started (the entries' memory_at_start).
 #   bash dev/memory_limit_check.sh
 #   LIMITS="15 none" PYTEST_ARGS="--perf-models resnet50,gpt" bash dev/memory_limit_check.sh
 set -uo pipefail
@@ -33,7 +33,7 @@ from pathlib import Path
 
 out, limits = Path(sys.argv[1]), sys.argv[2:]
 GIB = 2**30
-print(f"\n{'limit':>6}  {'passed':>6}  {'skipped':>7}  {'failed':>6}  {'errors':>6}  {'held before a cell, most (GiB reserved)':>40}")
+print(f"\n{'limit':>6}  {'passed':>6}  {'skipped':>7}  {'failed':>6}  {'errors':>6}  {'left over at a cell start, most (GiB)':>40}")
 details = []
 for limit in limits:
     counts = {"passed": 0, "skipped": 0, "failed": 0, "errors": 0}
@@ -56,7 +56,7 @@ for limit in limits:
     if doc.exists():
         data = json.loads(doc.read_text())
         for entry in data.get("benchmarks", []) + data.get("ampbench_untimed", []):
-            reading = (entry.get("extra_info") or {}).get("held_memory")
+            reading = (entry.get("extra_info") or {}).get("memory_at_start")
             if reading:
                 held.append((reading["reserved_bytes"] / GIB, reading["allocated_bytes"] / GIB, entry.get("name")))
     most = max(held) if held else None
@@ -67,7 +67,7 @@ for limit, skips, held in details:
     print(f"\n--- limit {limit}: skips ({len(skips)})")
     for name, message in skips:
         print(f"  {name}: {message[:300]}")
-    print(f"--- limit {limit}: held before each cell (GiB reserved, allocated)")
+    print(f"--- limit {limit}: left over when each cell started (GiB reserved, allocated)")
     for reserved, allocated, name in held:
         print(f"  {reserved:6.2f} {allocated:6.2f}  {name}")
 EOF

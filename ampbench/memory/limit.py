@@ -14,7 +14,7 @@ cuBLAS's workspace is left at torch's size for the card's architecture (``CUBLAS
 32 MiB per handle and stream from Hopper on, about 8 MiB before, what NVIDIA recommends for each), which a
 smaller card of the same generation would use too: setting it would cap nothing on Hopper and grow it on
 older cards. What it costs under a limit is one workspace per stream a graph capture used, kept for the
-process's life; those are freed between cells (``ampbench.plugin.held``).
+process's life; those are freed between cells (``ampbench.plugin.leftover``).
 
 A variable the user set is left alone: they chose it. The allocator's fraction is the limit over the
 card's total memory; a limit above the card's memory is a usage error (``LimitError``), and on the CPU the

@@ -44,7 +44,7 @@ pytest_plugins = (
     # each run appended at the session's end)
     "ampbench.plugin.checks",
     "ampbench.plugin.entries",
-    "ampbench.plugin.held",
+    "ampbench.plugin.leftover",
     "ampbench.plugin.progress",
     "ampbench.plugin.history",
 )

@@ -1,6 +1,6 @@
-"""What a cell leaves behind, let go at its teardown (``plugin.held``), on a machine without CUDA: the
+"""What a cell leaves behind, let go at its teardown (``plugin.leftover``), on a machine without CUDA: the
 post-mortem exception with a failed cell's frames, the cuBLAS workspaces under a limit, and the summary's
-line of what the cells found held."""
+line of what the cells found left over."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import weakref
 import torch
 
 from ampbench import device as devices
-from ampbench.plugin import held
+from ampbench.plugin import leftover
 
 
 class _Trainer:
@@ -32,7 +32,7 @@ def test_a_failed_cells_frames_are_let_go():
     del trainer
     gc.collect()
     assert alive() is not None, "the premise: the kept traceback holds the failed frame's trainer"
-    held.release_between_cells(torch.device("cpu"), limited=False)
+    leftover.release_between_cells(torch.device("cpu"), limited=False)
     assert alive() is None
     assert not hasattr(sys, "last_value") and not hasattr(sys, "last_traceback")
 
@@ -43,17 +43,17 @@ def test_under_a_limit_the_cublas_workspaces_go_and_the_next_side_primes_again(m
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
     cuda = torch.device("cuda", 0)
     monkeypatch.setattr(devices, "_primed", {cuda})
-    held.release_between_cells(cuda, limited=False)
+    leftover.release_between_cells(cuda, limited=False)
     assert cleared == [] and devices._primed == {cuda} and emptied == [1]
-    held.release_between_cells(cuda, limited=True)
+    leftover.release_between_cells(cuda, limited=True)
     assert cleared == [1] and devices._primed == set() and emptied == [1, 1]
 
 
-def test_the_summary_names_the_cell_that_found_the_most_held():
+def test_the_summary_names_the_cell_that_found_the_most_left_over():
     gib = 2**30
     readings = [("perf/test_speed.py::test_speed[mlp-amp_bf16]", {"reserved_bytes": gib, "allocated_bytes": 0}),
                 ("perf/test_speed.py::test_speed[gpt-amp_bf16]",
                  {"reserved_bytes": 10 * gib, "allocated_bytes": 9 * gib})]
-    assert held.held_line(readings) == ("ampbench: memory held before a cell: at most 10.00 GiB reserved (9.00 GiB "
-                                        "allocated), before test_speed[gpt-amp_bf16]")
-    assert held.held_line([]) is None
+    assert leftover.leftover_line(readings) == ("ampbench: memory left over when a cell started: at most 10.00 GiB "
+                                                "reserved (9.00 GiB allocated), before test_speed[gpt-amp_bf16]")
+    assert leftover.leftover_line([]) is None

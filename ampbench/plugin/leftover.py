@@ -1,4 +1,4 @@
-"""Memory held between cells: what each cell finds reserved when it starts, and what is let go when a cell
+"""Memory left over between cells: what each cell finds reserved when it starts, and what is let go when a cell
 ends.
 
 What can outlive a cell, read off the fixtures' scopes and caches:
@@ -20,8 +20,8 @@ What can outlive a cell, read off the fixtures' scopes and caches:
 So at each cell's teardown, after its fixtures' own: the post-mortem exception is dropped, the collector
 runs, under a limit the cuBLAS workspaces go, and the allocator's cache is emptied. Nothing measured
 changes: every peak is taken over what was allocated before its trainer, and every timing is of replays.
-Each cell's entry says what was reserved and allocated when it started (``held_memory``), so a GPU run
-shows what is held.
+Each cell's entry says what was reserved and allocated when it started (``memory_at_start``), so a GPU run
+shows what is left over.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import pytest
 
 from ampbench.plugin.entries import cell_of, item_entry
 
-HELD_KEY = "held_memory"  # the entry's key: bytes reserved and allocated when the cell started
+LEFTOVER_KEY = "memory_at_start"  # the entry's key: bytes reserved and allocated when the cell started
 _READING = pytest.StashKey[dict]()
 _READINGS = pytest.StashKey[list]()  # (nodeid, reading) of each cell, in run order
 
@@ -97,19 +97,19 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     if reading is not None:
         item.config.stash.setdefault(_READINGS, []).append((item.nodeid, reading))
         if entry is not None:
-            entry[HELD_KEY] = reading
+            entry[LEFTOVER_KEY] = reading
 
 
-def held_line(readings: list[tuple[str, dict[str, int]]]) -> str | None:
+def leftover_line(readings: list[tuple[str, dict[str, int]]]) -> str | None:
     """The summary's line: the most any cell found reserved when it started, and which."""
     if not readings:
         return None
     nodeid, most = max(readings, key=lambda r: r[1]["reserved_bytes"])
-    return (f"ampbench: memory held before a cell: at most {most['reserved_bytes'] / 2**30:.2f} GiB reserved "
-            f"({most['allocated_bytes'] / 2**30:.2f} GiB allocated), before {nodeid.split('::')[-1]}")
+    return (f"ampbench: memory left over when a cell started: at most {most['reserved_bytes'] / 2**30:.2f} GiB "
+            f"reserved ({most['allocated_bytes'] / 2**30:.2f} GiB allocated), before {nodeid.split('::')[-1]}")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    line = held_line(config.stash.get(_READINGS, []))
+    line = leftover_line(config.stash.get(_READINGS, []))
     if line:
         terminalreporter.write_line(line)
