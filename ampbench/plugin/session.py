@@ -217,7 +217,7 @@ def configure(config: pytest.Config) -> None:
     config.stash[SOURCE_KEY] = {}
     from ampbench.plugin import summary  # its records' types: only in a run where ampbench acts
 
-    summary.register_summary(config)
+    summary.register_summary(config, config.stash[SETTINGS_KEY])
 
 
 # the markers of the suite's cell tests (ampbench.suite, perf/), registered in every run: a project

@@ -35,6 +35,7 @@ from ampbench.results import (
 from ampbench.results.ratios import DEVICE
 from ampbench.results.run import timed_entry
 from ampbench.results.schema import with_cell_params
+from ampbench.settings import PerfSettings
 from ampbench.stats import SpeedupEstimate
 
 PLUGIN_NAME = "ampbench-summary"
@@ -257,11 +258,8 @@ def summary_lines(cells: Sequence[tuple[str, Record]], outcomes: dict[str, str])
     return lines + conditions_lines(records) + ([*cards, ""] if cards else []) + needs_a_look_lines(cells, outcomes)
 
 
-def _time_model(config: pytest.Config, records: Sequence[Record]) -> list[str]:
+def _time_model(settings: PerfSettings | None, records: Sequence[Record]) -> list[str]:
     """The time model's line (``speed.jobtime.summary_line``) on a CUDA run; none on the CPU."""
-    from ampbench.plugin.session import SETTINGS_KEY
-
-    settings = config.stash.get(SETTINGS_KEY, None)
     if settings is None or settings.device.type != "cuda":
         return []
     from ampbench.speed import jobtime
@@ -276,8 +274,9 @@ def _time_model(config: pytest.Config, records: Sequence[Record]) -> list[str]:
 class SummaryPlugin:
     """The hooks, with the session's config at hand (its state lives in ``config.stash``)."""
 
-    def __init__(self, config: pytest.Config):
+    def __init__(self, config: pytest.Config, settings: PerfSettings | None = None):
         self.config = config
+        self.settings = settings  # the session's, handed over where it registers the summary
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "call" and (report.failed or hasattr(report, "wasxfail")):
@@ -289,7 +288,7 @@ class SummaryPlugin:
         lines = summary_lines(cells, self.config.stash.get(FAILED_KEY, {}))
         if lines:
             terminalreporter.section("ampbench summary")
-        for text in lines + _time_model(self.config, [r for _, r in cells]):
+        for text in lines + _time_model(self.settings, [r for _, r in cells]):
             terminalreporter.write_line(text)
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -307,7 +306,8 @@ class SummaryPlugin:
         return group_stats(config=config, benchmarks=timed, group_by=group_by)
 
 
-def register_summary(config: pytest.Config) -> None:
-    """Register the summary as ``ampbench-summary``, unless ``-p no:ampbench-summary`` blocked the name."""
+def register_summary(config: pytest.Config, settings: PerfSettings | None = None) -> None:
+    """Register the summary as ``ampbench-summary``, unless ``-p no:ampbench-summary`` blocked the name;
+    `settings`, the session's, tell it the device (and policy) its time model is of."""
     if not config.pluginmanager.is_blocked(PLUGIN_NAME):
-        config.pluginmanager.register(SummaryPlugin(config), PLUGIN_NAME)
+        config.pluginmanager.register(SummaryPlugin(config, settings), PLUGIN_NAME)
