@@ -33,3 +33,11 @@ def blocks(draw: st.DrawFn, reason: st.SearchStrategy[int] | None = None) -> Blo
     """One block's conditions: a start and an end read, and its energy."""
     return BlockConditions(draw(readings(reason=reason)), draw(readings(reason=reason)),
                            draw(st.none() | st.floats(0.0, 1e6)))
+
+
+POWER_CAP = 0x4  # NVML's SW power cap reason bit
+
+
+def block_read(sm_mhz: float, reasons: int = 0, energy_mj: float | None = None) -> BlockConditions:
+    reading = Reading(sm_mhz, 2619.0, reasons, 60.0, 500.0, None)
+    return BlockConditions(reading, reading, energy_mj)

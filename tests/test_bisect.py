@@ -23,59 +23,9 @@ from ampbench.bisect.judge import BAD, GOOD, SKIP, Level, answer, judge_cell, le
 from ampbench.bisect.measure import StepFigure
 from ampbench.cli import main
 from ampbench.verdict import Verdict
+from tests.bisect_repos import FROM_FILE, MEASURE, STEP, _git, make_repo, repo_state
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# times a planted delay: the speedup of a 2 ms sleep over the same sleep plus the delay delay.txt holds
-MEASURE = '''import json, os, pathlib, statistics, time
-{import_delay}
-if os.environ.get("SIDES_LOG"):  # which tree measured, at which commit: the pairing test reads it
-    with open(os.environ["SIDES_LOG"], "a") as log:
-        log.write(os.getcwd() + " " + pathlib.Path("note.txt").read_text())
-if pathlib.Path("hang").exists():
-    time.sleep(120)
-if pathlib.Path("broken").exists():
-    raise SystemExit("no figure here")
-def timed(extra):
-    t = time.perf_counter(); time.sleep(0.002 + extra); return time.perf_counter() - t
-ratios = sorted(timed(0) / timed(DELAY) for _ in range(7))
-kernels = [{{"name": "sleep", "ms": 2.0}}] + ([{{"name": "planted_delay", "ms": DELAY * 1e3}}] if DELAY else [])
-print(json.dumps({{"speedup": statistics.median(ratios), "low": ratios[1], "high": ratios[-2], "kernels": kernels}}))
-'''
-FROM_FILE = 'DELAY = float(pathlib.Path("delay.txt").read_text())'
-STEP = f"{sys.executable} measure.py"
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def make_repo(path: Path, commits: int, planted: int, files: dict[str, str], plant: dict[str, str]) -> list[str]:
-    """A repository of `commits` commits holding `files`, `plant`'s files written at commit `planted`:
-    the shas, oldest first."""
-    path.mkdir()
-    _git(path, "init", "-q", "-b", "main")
-    _git(path, "config", "user.email", "bisect@example.com")
-    _git(path, "config", "user.name", "bisect")
-    shas = []
-    for i in range(commits):
-        for name, text in (files if i == 0 else plant if i == planted else {}).items():
-            (path / name).parent.mkdir(parents=True, exist_ok=True)
-            (path / name).write_text(text)
-        (path / "note.txt").write_text(f"change {i}\n")
-        _git(path, "add", "-A")
-        _git(path, "commit", "-q", "-m", f"change {i}" + (" (the slow one)" if i == planted else ""))
-        shas.append(_git(path, "rev-parse", "HEAD"))
-    return shas
-
-
-def repo_state(repo: Path) -> dict[str, str]:
-    """What the bisect must leave as it was: HEAD, the index and working files, the refs, the worktrees."""
-    return {what: _git(repo, *args) for what, args in {
-        "head": ("rev-parse", "HEAD"), "branch": ("symbolic-ref", "HEAD"), "status": ("status", "--porcelain"),
-        "refs": ("for-each-ref",), "worktrees": ("worktree", "list", "--porcelain"),
-        "index": ("ls-files", "--stage")}.items()}
-
 
 @pytest.fixture
 def delay_repo(tmp_path):
@@ -167,47 +117,6 @@ def test_each_step_is_paired_with_the_good_tree_in_balanced_order(delay_repo, tm
             assert set(pair["good"]) == set(pair["head"]) == set(pair["verdicts"]) == {"command"}
     assert next(runs, None) is None, "every measurement is one side of a recorded pair"
     assert not Path(good_tree).exists() and repo_state(repo) == before, "the good tree is removed at the end"
-
-
-def test_a_resumed_bisect_measures_no_step_again_and_names_the_same_commit(delay_repo, tmp_path, monkeypatch,
-                                                                          capsys):
-    """A bisect cut short (an interrupt, a job's time limit) leaves its steps in --record; --resume goes on
-    from them: the bad side and the steps taken are told to git bisect as they were, not measured again."""
-    repo, shas = delay_repo
-    before = repo_state(repo)
-    full, cut = tmp_path / "full.json", tmp_path / "cut.json"
-    args = ["bisect", "--repo", str(repo), "--good", shas[0], "--bad", shas[-1], "--step-command", STEP,
-            "--tolerance", "0.3"]
-    assert main([*args, "--record", str(full)]) == 0, capsys.readouterr().out
-    record = json.loads(full.read_text())
-    taken = record["steps"][:2]  # the bad side and the first step, as an interrupted run leaves them
-    cut.write_text(json.dumps({**record, "steps": taken, "first_bad": None, "interrupted": True}))
-    sides = tmp_path / "sides.log"
-    monkeypatch.setenv("SIDES_LOG", str(sides))
-    capsys.readouterr()
-    assert main([*args, "--record", str(cut), "--resume"]) == 0
-    out = capsys.readouterr().out
-    assert "going on from 2 steps of the record, none measured again" in out
-    assert f"first bad commit: {shas[4]} 'change 4 (the slow one)'" in out
-    resumed = json.loads(cut.read_text())
-    assert resumed["steps"][:2] == taken, "the record keeps the steps it went on from, first"
-    measured = {line.rsplit(" ", 2)[2] for line in sides.read_text().splitlines()} - {"0"}
-    later = [s for s in resumed["steps"][2:] if s["kind"] == "step"]
-    assert measured == {str(shas.index(s["commit"])) for s in later}, "only the later steps' commits are measured"
-    assert all(s["commit"] != taken[1]["commit"] for s in later) and later[0]["step"] == 2
-    assert repo_state(repo) == before
-
-
-def test_resume_refuses_another_bisects_record(delay_repo, tmp_path, capsys):
-    repo, shas = delay_repo
-    record = tmp_path / "b.json"
-    args = ["bisect", "--repo", str(repo), "--good", shas[0], "--bad", shas[-1], "--step-command", STEP,
-            "--record", str(record), "--resume"]
-    assert main(args) == 2 and "--resume: no record at" in capsys.readouterr().err
-    record.write_text(json.dumps({"unit": "commit", "good": shas[1], "bad": shas[-1], "cells": ["command"],
-                                  "steps": []}))
-    assert main(args) == 2
-    assert f"--resume: the record is of another bisect: its good {shas[1]}" in capsys.readouterr().err
 
 
 def test_a_bad_side_that_does_not_regress_names_no_commit(delay_repo, tmp_path, capsys):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ampbench.baselines.entries import entry_of
-from ampbench.memory import fit, limit, probe
+from ampbench.memory import fit, limit, peak, probe
 from ampbench.modes import get_mode
 from ampbench.plugin import fitting
 from ampbench.plugin.fixtures import limited_oom_reason
@@ -134,7 +134,7 @@ def test_without_a_record_each_eager_side_is_probed_once(monkeypatch, card):
         calls.append(mode.name)
         return (10 * GIB if mode.name == "fp32" else 7 * GIB), False
 
-    monkeypatch.setattr(probe, "probe_peak", fake_probe)
+    monkeypatch.setattr(peak, "probe_peak", fake_probe)
     monkeypatch.setattr(fitting, "_probed", {})
     cuda = torch.device("cuda", 0)
     why = fitting.cell_misfit("test_speed[gpt-amp_fp16]", "test_speed", _Settings(15.0), cuda, None, _Spec(),
@@ -146,7 +146,7 @@ def test_without_a_record_each_eager_side_is_probed_once(monkeypatch, card):
 
 
 def test_a_probe_that_runs_out_says_the_need_is_more(monkeypatch, card):
-    monkeypatch.setattr(probe, "probe_peak", lambda spec, mode, device, smoke=False, **trains: (14 * GIB, True))
+    monkeypatch.setattr(peak, "probe_peak", lambda spec, mode, device, smoke=False, **trains: (14 * GIB, True))
     monkeypatch.setattr(fitting, "_probed", {})
     why = fitting.cell_misfit("test_memory[gpt-fp32]", "test_memory", _Settings(15.0), torch.device("cuda", 0),
                               None, _Spec(), get_mode("fp32"))
@@ -154,7 +154,7 @@ def test_a_probe_that_runs_out_says_the_need_is_more(monkeypatch, card):
 
 
 def test_without_a_limit_nothing_is_probed_and_only_a_need_past_the_card_skips(monkeypatch, card):
-    monkeypatch.setattr(probe, "probe_peak", lambda *a, **k: pytest.fail("probed without a limit"))
+    monkeypatch.setattr(peak, "probe_peak", lambda *a, **k: pytest.fail("probed without a limit"))
     cuda = torch.device("cuda", 0)
     assert fitting.cell_misfit("test_speed[gpt-fp16]", "test_speed", _Settings(None), cuda, None, _Spec(),
                                get_mode("fp16")) is None
@@ -202,7 +202,7 @@ def test_a_convergence_cell_is_probed_at_the_batch_and_config_it_trains_at(monke
         asked.append((mode.name, config, batch_size))
         return 16 * GIB, True
 
-    monkeypatch.setattr(probe, "probe_peak", fake_probe)
+    monkeypatch.setattr(peak, "probe_peak", fake_probe)
     monkeypatch.setattr(fitting, "_probed", {})
     spec, cuda = get_model("mnist_cnn"), torch.device("cuda", 0)
     why = fitting.cell_misfit("test_convergence[mnist_cnn-fp16]", "test_convergence", _Settings(15.0), cuda, None,

@@ -1,6 +1,6 @@
 """Whether a cell's batch fits the memory it is given (``--perf-memory-limit``, else the card), decided
 before the cell builds anything: from the peaks this GPU model's baseline file recorded, else from a short
-probe (``probe.probe_peak``). A cell that does not fit is skipped with its need and the limit, "resnet50
+probe (``peak.probe_peak``). A cell that does not fit is skipped with its need and the limit, "resnet50
 fp32 at batch 128 needs 19.30 GiB; the limit is 15.00 GiB", instead of failing with an out-of-memory error.
 
 A speed cell keeps its sides alive together (fp32's, the mode's, and a compiled cell's versus side), so

@@ -38,7 +38,7 @@ def cell_sides(test: str, model: str, mode: PrecisionMode) -> list[tuple[Precisi
 def _probe(spec: Any, mode: PrecisionMode, device: Any, smoke: bool,
            trains: tuple[Any, int] | None = None) -> tuple[int, bool]:
     """`mode`'s probed peak at the model's default batch, or at `trains` (config, batch)."""
-    from ampbench.memory.probe import probe_peak
+    from ampbench.memory.peak import probe_peak
 
     batch = trains[1] if trains else spec.batch_size_for(smoke)
     key = (spec.name, label(mode), batch, "convergence" if trains else "default")
