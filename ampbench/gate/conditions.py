@@ -94,21 +94,23 @@ class ConditionsCheck:
 
     def flags(self, sets: Sequence[Rounds]) -> list[str | None]:
         """Each round's flag (`round_flag`), over `sets` in turn."""
-        p = _Paired.of(sets)
+        return self._flags(_Paired.of(sets))
+
+    def _flags(self, p: _Paired) -> list[str | None]:
         return [round_flag(r, m, self.gap) for r, m in zip(p.ref_conditions, p.mode_conditions)]
 
     def judge(self, verdict: Verdict, check: SpeedupCheck, measured: Measurement) -> tuple[Verdict, str]:
         """`verdict` (the rounds' own, confirmed where it is a regression) with the card's say, and what it
         adds to the judgement ("" where no round was flagged)."""
-        sets = [r for r in (measured.first, measured.confirming) if r is not None]
-        flags = self.flags(sets)
+        p = _Paired.of(_sets(measured))
+        flags = self._flags(p)
         flagged = [f for f in flags if f is not None]
         if not flagged:
             return verdict, ""
         note = f"{len(flagged)} of {len(flags)} rounds under unsteady clocks ({flagged[0]})"
         if verdict is not Verdict.REGRESSION:
             return verdict, note
-        p, confidence = _Paired.of(sets), measured.estimate.confidence
+        confidence = measured.estimate.confidence
         read = [i for i, (r, m) in enumerate(zip(p.ref_conditions, p.mode_conditions))
                 if r is not None and m is not None]
         cycles = p.estimate(read, confidence, cycles=True)
@@ -127,10 +129,18 @@ class ConditionsCheck:
 CONDITIONS = ConditionsCheck()  # the judge's
 
 
+def _sets(measured: Measurement) -> list[Rounds]:
+    """A measurement's sets of rounds: its first, and its confirming set where it took one."""
+    return [r for r in (measured.first, measured.confirming) if r is not None]
+
+
 def energy_of(sets: Sequence[Rounds]) -> Energy | None:
     """The energy per step of each side over the rounds of `sets` where both sides' counter was read; None
     where no round was."""
-    p = _Paired.of(sets)
+    return _energy(_Paired.of(sets), sets)
+
+
+def _energy(p: _Paired, sets: Sequence[Rounds]) -> Energy | None:
     steps = [(r.ref_steps, r.mode_steps) for r in sets for _ in r.mode_times]
     both = [(r.energy_mj, m.energy_mj, s) for r, m, s in zip(p.ref_conditions, p.mode_conditions, steps)
             if r is not None and m is not None and r.energy_mj is not None and m.energy_mj is not None]
@@ -143,7 +153,10 @@ def energy_of(sets: Sequence[Rounds]) -> Energy | None:
 def conditions_text(sets: Sequence[Rounds], check: ConditionsCheck = CONDITIONS) -> str:
     """The conditions of a ratio's rounds per side, in words: "fp32 blocks at 1980 MHz, mode blocks at 1755 MHz,
     power cap in 4 of 12 rounds"; "" where none was read."""
-    p = _Paired.of(sets)
+    return _text(_Paired.of(sets), check)
+
+
+def _text(p: _Paired, check: ConditionsCheck) -> str:
     read = [(r, m) for r, m in zip(p.ref_conditions, p.mode_conditions) if r is not None and m is not None]
     if not read:
         return ""
@@ -164,18 +177,18 @@ def conditions_info(measured: Measurement, why_unread: str | None, check: Condit
     """A speed record's ``conditions``: of the device-time ratio's rounds, each side's block per round (and the
     round's flag), the rounds flagged, the words of `conditions_text`, and the energy per step (``nvml.Energy``);
     where nothing was read, only why (`why_unread`)."""
-    sets = [r for r in (measured.first, measured.confirming) if r is not None]
+    sets = _sets(measured)
     p = _Paired.of(sets)
     if not any(c is not None for c in (*p.ref_conditions, *p.mode_conditions)):
         return {"read": False, "why_unread": why_unread or "no block was read"}
-    flags = check.flags(sets)
+    flags = check._flags(p)
 
     def block(c: BlockConditions | None) -> dict[str, Any] | None:
         return c.to_info() if c is not None else None
 
     rounds = [{"fp32": block(r), "mode": block(m), "flag": f}
               for r, m, f in zip(p.ref_conditions, p.mode_conditions, flags)]
-    energy = energy_of(sets)
+    energy = _energy(p, sets)
     return {"read": True, "clock_gap": check.gap, "rounds": rounds, "confirming_from": len(measured.first.mode_times)
             if measured.confirming is not None else None, "flagged": sum(f is not None for f in flags),
-            "summary": conditions_text(sets, check), "energy": energy.to_info() if energy is not None else None}
+            "summary": _text(p, check), "energy": energy.to_info() if energy is not None else None}

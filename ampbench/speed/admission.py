@@ -20,8 +20,8 @@ from ampbench.results.timed import CardFigures
 
 def _file_level(file: BaselineFile, test_id: str, method: str | None, software: dict) -> float | None:
     """The entry's recorded fp32 device step (ms), where it was timed by `method` on this run's stack."""
-    entry = SpeedEntry.of(file.figures(test_id))
-    if entry is None or entry.ratio(DEVICE).method != method:
+    entry = file.entry(test_id)
+    if not isinstance(entry, SpeedEntry) or entry.ratio(DEVICE).method != method:
         return None
     if stack_of(file.software(test_id)) != stack_of(software):
         return None
@@ -38,8 +38,8 @@ def admit(record: SpeedRecord, test_id: str, source: BaselineSource | None, soft
         return CardFigures(uuid=uuid, unchecked="no fp32 device time was measured")
     if source is None:
         return CardFigures(uuid=uuid, step_ms=step, runs=1, unchecked="no baseline file or history to compare with")
-    history = source.history if isinstance(source, HistoryBaselines) else None
-    file = source.file if isinstance(source, HistoryBaselines) else source if isinstance(source, BaselineFile) else None
+    history, file = ((source.history, source.file) if isinstance(source, HistoryBaselines)
+                     else (None, source if isinstance(source, BaselineFile) else None))
     file_ms = _file_level(file, test_id, method, software) if file is not None else None
     times = []
     if history is not None and file is not None and uuid is not None and file.gpu:

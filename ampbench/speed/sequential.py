@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ampbench.gate.looks import REPORTED_FIRST_LOOK, Look, schedule, verdict_at
+from ampbench.speed.jobtime import remaining_s
 from ampbench.speed.sides import SpeedPolicy
 from ampbench.speed.timing import PairedTimer, extend_until_tight
 from ampbench.stats import SpeedupEstimate, log_ratios, order_aligned, robust_sd
@@ -33,7 +34,7 @@ def at_look(timer: PairedTimer, look: Look) -> SpeedupEstimate:
 
 def out_of_time(policy: SpeedPolicy) -> bool:
     """Whether --perf-time-budget has run out (``SpeedPolicy.deadline``)."""
-    return policy.deadline is not None and time.monotonic() >= policy.deadline
+    return remaining_s(policy.deadline) <= 0
 
 
 def decide(timer: PairedTimer, check: SpeedupCheck,
