@@ -5,6 +5,8 @@ build anything or where they run out of memory."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -12,7 +14,7 @@ from ampbench.baselines.entries import entry_of
 from ampbench.memory import fit, limit, peak, probe
 from ampbench.modes import get_mode
 from ampbench.plugin import fitting
-from ampbench.plugin.fixtures import limited_oom_reason
+from ampbench.plugin.fixtures import out_of_memory
 from ampbench.plugin.session import LIMIT_NOTE_KEY, SETTINGS_KEY, run_limits
 from perf_options import configure, usage_error
 
@@ -186,10 +188,25 @@ def test_a_compiled_cell_keeps_three_sides_and_is_never_probed(monkeypatch, card
     assert fitting.probed_need(_Spec(), [compiled(get_mode("amp_bf16"))], torch.device("cuda", 0), False) is None
 
 
-def test_an_out_of_memory_under_a_limit_reads_as_a_need():
-    text = limited_oom_reason("gpt fp32 side", 8, "peak memory 10.05 GiB; CUDA out of memory", 15.0)
-    assert text.startswith("gpt fp32 side at batch 8 needs more than the limit (peak memory 10.05 GiB")
-    assert text.endswith("the limit is 15.00 GiB")
+def test_an_out_of_memory_under_a_limit_reads_as_a_need_and_fails_without_one():
+    failure = "gpt fp32 side: out of memory at batch 8: peak memory 10.05 GiB; CUDA out of memory"
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        out_of_memory(failure, 15.0)
+    assert str(skipped.value) == failure + "; it needs more than the limit of 15.00 GiB"
+    with pytest.raises(pytest.fail.Exception) as failed:
+        out_of_memory(failure, None)
+    assert str(failed.value) == failure
+
+
+@pytest.mark.parametrize("oom", [True, False])
+def test_a_memory_cell_skips_under_a_limit_only_where_it_ran_out_of_memory(oom):
+    from ampbench.memory import MemoryMeasurementError
+    from ampbench.suite.memory import _fail
+
+    settings = SimpleNamespace(memory_limit_gib=15.0)
+    error = MemoryMeasurementError("gpt fp32: the search failed", out_of_memory=oom)
+    with pytest.raises(pytest.skip.Exception if oom else pytest.fail.Exception):
+        _fail(error, settings, str(error))
 
 
 def test_a_convergence_cell_is_probed_at_the_batch_and_config_it_trains_at(monkeypatch, card):
@@ -258,7 +275,7 @@ def test_an_out_of_memory_in_a_cell_skips_under_a_limit_and_fails_as_before_with
     out = run.stdout + run.stderr
     if limited:
         assert run.returncode == 0 and "1 skipped" in out, out
-        assert "mlp fp32 side at batch 512 needs more than the limit" in out and "the limit is 15.00 GiB" in out
+        assert "mlp fp32 side: out of memory at batch 512" in out and "needs more than the limit of 15.00 GiB" in out
         assert out.count(limit.CPU_NOTE) == 1  # said once, in the header
     else:
         assert run.returncode == 1 and "mlp fp32 side: out of memory at batch 512" in out, out

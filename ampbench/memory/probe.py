@@ -53,13 +53,18 @@ NO_CUDA_REASON = (
     "set_per_process_memory_fraction); on the CPU the search logic is covered by tests/test_memory_search.py"
 )
 
-# what a memory cell's failure says where it ran out of memory (``suite.memory`` skips it under a limit)
+# what a memory cell's failure says where it ran out of memory
 OUT_OF_MEMORY = "out of memory during"
 
 
 class MemoryMeasurementError(RuntimeError):
     """A memory cell could not be measured (out of memory where it must fit, a cap the card cannot
-    give); the message names model, mode, batch and the figures seen."""
+    give); the message names model, mode, batch and the figures seen. `out_of_memory` tells the first
+    kind, which a memory limit explains (``plugin.fixtures.out_of_memory``), from the others."""
+
+    def __init__(self, message: str, *, out_of_memory: bool = False) -> None:
+        super().__init__(message)
+        self.out_of_memory = out_of_memory
 
 
 def nominal_cap_for(total_bytes: int) -> int:
@@ -304,13 +309,16 @@ def _time_largest_batch(run: _CellRun, device: torch.device, timed: Callable[[Ca
     run.timed_retries = _alloc_retries(device) - retries_before
 
 
-def _failure(exc: Exception, where: str, run: _CellRun, device: torch.device, base_allocated: int) -> str | None:
+def _failure(exc: Exception, where: str, run: _CellRun, device: torch.device,
+             base_allocated: int) -> MemoryMeasurementError | None:
     """The report of an out-of-memory error or a failed search; None for any other error."""
     if isinstance(exc, SearchError):
-        return f"{where}: {exc}"
+        return MemoryMeasurementError(f"{where}: {exc}")
     if is_out_of_memory(exc):
         peak = torch.cuda.max_memory_allocated(device) - base_allocated
-        return f"{where}: {OUT_OF_MEMORY} {run.stage} (batch {run.batch}, peak {gib(peak)}): {first_line(exc)}"
+        return MemoryMeasurementError(
+            f"{where}: {OUT_OF_MEMORY} {run.stage} (batch {run.batch}, peak {gib(peak)}): {first_line(exc)}",
+            out_of_memory=True)
     return None
 
 
@@ -362,7 +370,7 @@ def measure_memory(
             run.prober.trainer = None  # type: ignore[assignment]
         release(device)
     if failure is not None:
-        raise MemoryMeasurementError(failure)
+        raise failure
     assert run.breakdown is not None and run.prober is not None, "a cell that did not fail measured its default batch"
     events = {k: v - events_before.get(k, 0) for k, v in _allocator_stats(device, _EVENTS).items()}
     return CellMemory(

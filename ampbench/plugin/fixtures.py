@@ -4,7 +4,7 @@ turn an out-of-memory into the test's failure."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NoReturn
 
 import pytest
 
@@ -42,17 +42,19 @@ def fail_on_oom(perf_device, perf_settings):
         result, oom = devices.catch_oom(fn)
         if oom:  # outside the handler: a failure raised inside it would keep the failed frames alive
             devices.release(perf_device)
-            if perf_settings.memory_limit_gib is not None:
-                pytest.skip(limited_oom_reason(what, batch, oom, perf_settings.memory_limit_gib))
-            pytest.fail(f"{what}: out of memory at batch {batch}: {oom}", pytrace=False)
+            out_of_memory(f"{what}: out of memory at batch {batch}: {oom}", perf_settings.memory_limit_gib)
         return result
 
     return run
 
 
-def limited_oom_reason(what: str, batch: int, oom: str, limit_gib: float) -> str:
-    """The skip of a cell that ran out of memory under --perf-memory-limit: its need and the limit."""
-    return f"{what} at batch {batch} needs more than the limit ({oom}); the limit is {limit_gib:.2f} GiB"
+def out_of_memory(failure: str, limit_gib: float | None) -> NoReturn:
+    """The one outcome of a cell that ran out of memory, whichever fixture or cell it ran in: under
+    --perf-memory-limit running out is the limit's doing, not the cell's, and the cell is skipped with
+    what it needed and the limit; without one it fails with `failure` (model, side, batch, peak)."""
+    if limit_gib is not None:
+        pytest.skip(f"{failure}; it needs more than the limit of {limit_gib:.2f} GiB")
+    pytest.fail(failure, pytrace=False)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ logic is tested on the CPU in tests/test_memory_search.py).
 from __future__ import annotations
 
 import warnings
+from typing import NoReturn
 
 import pytest
 
@@ -21,9 +22,9 @@ from ampbench.baselines.source import BaselineSource
 from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
 from ampbench.memory.limit import limit_bytes
-from ampbench.memory.probe import OUT_OF_MEMORY
 from ampbench.models import get_model
 from ampbench.modes import FP32_MODE, get_mode
+from ampbench.plugin.fixtures import out_of_memory
 from ampbench.settings import TIERS
 from ampbench.verdict import Verdict
 
@@ -58,7 +59,7 @@ def memory_cap_bytes(perf_settings, perf_device) -> int | None:
 
 @pytest.fixture(scope="session")
 def _fp32_memories() -> dict:
-    """model name -> fp32's CellMemory (figures only, no tensors), or the message of its failure."""
+    """model name -> fp32's CellMemory (figures only, no tensors), or its failure (no traceback)."""
     return {}
 
 
@@ -68,14 +69,16 @@ def needs_cuda(perf_device) -> None:
         pytest.skip(memory.NO_CUDA_REASON)
 
 
-def _skip_where_limited(failure: str, settings) -> None:
-    """Under --perf-memory-limit a cell that ran out of memory is skipped, saying what it needed and the
-    limit; without one it fails as it always has."""
-    if settings.memory_limit_gib is not None and OUT_OF_MEMORY in failure:
-        pytest.skip(f"{failure}; needs more than the limit of {settings.memory_limit_gib:.2f} GiB")
+def _fail(failure: MemoryMeasurementError, settings, message: str) -> NoReturn:
+    """A cell that could not be measured fails with `message`; one that ran out of memory takes the
+    suite's one out-of-memory outcome (a skip with its need under --perf-memory-limit)."""
+    if failure.out_of_memory:
+        out_of_memory(message, settings.memory_limit_gib)
+    pytest.fail(message, pytrace=False)
 
 
-def _measure(spec, mode, device, settings, cap, baseline: MemoryEntry | None, timed=None) -> CellMemory | str:
+def _measure(spec, mode, device, settings, cap, baseline: MemoryEntry | None,
+             timed=None) -> CellMemory | MemoryMeasurementError:
     """The cell's measurement, or a failure message naming model, mode, batch and figures. The search,
     where this tier runs it, starts at `baseline`'s largest batch where it was recorded under this cap
     (see ``memory.search_start``)."""
@@ -83,7 +86,7 @@ def _measure(spec, mode, device, settings, cap, baseline: MemoryEntry | None, ti
         return memory.measure_memory(spec, mode, device, cap, smoke=settings.smoke, timed=timed,
                                      start=memory.search_start(baseline, cap), search=_searches(settings))
     except MemoryMeasurementError as exc:
-        return str(exc)
+        return exc.with_traceback(None)  # kept for the mode cells: its frames would keep the failed work alive
 
 
 def _test_id(model: str, mode: str) -> str:
@@ -109,9 +112,8 @@ def fp32_memory(needs_cuda, fits_in_memory, model_spec, mode, perf_device, perf_
             model_spec, get_mode(FP32_MODE), perf_device, perf_settings, memory_cap_bytes,
             _baseline(baseline_source, model_spec.name, FP32_MODE))
     ref = _fp32_memories[model_spec.name]
-    if isinstance(ref, str):
-        _skip_where_limited(ref, perf_settings)
-        pytest.fail(f"{model_spec.name} fp32 reference could not be measured: {ref}", pytrace=False)
+    if isinstance(ref, MemoryMeasurementError):
+        _fail(ref, perf_settings, f"{model_spec.name} fp32 side could not be measured: {ref}")
     return ref
 
 
@@ -131,9 +133,8 @@ def test_memory(benchmark, record_result, model_spec, mode, fp32_memory, perf_se
     cell = _measure(spec, mode, perf_device, settings, memory_cap_bytes, baseline, timed)
     if fp32_memory is None:  # this is the fp32 cell
         _fp32_memories[spec.name] = cell
-    if isinstance(cell, str):
-        _skip_where_limited(cell, perf_settings)
-        pytest.fail(cell, pytrace=False)
+    if isinstance(cell, MemoryMeasurementError):
+        _fail(cell, perf_settings, str(cell))
     record, judgement = memory.memory_record(cell, fp32_memory or cell, str(perf_device), baseline,
                                              settings.tolerance)
     record_result(record)
