@@ -166,6 +166,13 @@ def catch_oom(fn: Callable[[], T]) -> tuple[T | None, str | None]:
         return None, f"peak memory {peak:.2f} GiB; {first_line(exc)}"
 
 
+def card_memory_gib(device: torch.device) -> float | None:
+    """The card's whole memory in GiB; None off CUDA."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).total_memory / 2**30
+
+
 def release(device: torch.device) -> None:
     """Collect reference cycles (a failed step's traceback and frames form them) and give the
     allocator's cached blocks back, so the next cell starts from the same allocator state."""

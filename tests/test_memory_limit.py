@@ -198,6 +198,17 @@ def test_an_out_of_memory_under_a_limit_reads_as_a_need_and_fails_without_one():
     assert str(failed.value) == failure
 
 
+def test_an_out_of_memory_on_a_card_no_baseline_of_this_gpu_has_is_the_cards_size():
+    failure = "gpt fp32 side: out of memory at batch 8: peak memory 14.60 GiB; CUDA out of memory"
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        out_of_memory(failure, None, 14.58)
+    assert str(skipped.value) == (failure + "; it needs more than this card's 14.58 GiB, and no baseline of this "
+                                  "GPU has it")
+    with pytest.raises(pytest.skip.Exception) as limited:  # a limit names itself, not the card
+        out_of_memory(failure, 12.0, 14.58)
+    assert "the limit of 12.00 GiB" in str(limited.value)
+
+
 @pytest.mark.parametrize("oom", [True, False])
 def test_a_memory_cell_skips_under_a_limit_only_where_it_ran_out_of_memory(oom):
     from ampbench.memory import MemoryMeasurementError

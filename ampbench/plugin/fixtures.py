@@ -31,29 +31,36 @@ def perf_device(perf_settings: PerfSettings):
 
 
 @pytest.fixture
-def fail_on_oom(perf_device, perf_settings):
-    """``fail_on_oom(fn, what, batch)``: fn(), or this test's failure naming `what`, its batch and the
-    peak memory when the device runs out, after the failed work's memory is released. Under
-    --perf-memory-limit running out is the limit's doing, not the cell's: the test is skipped, saying
-    what it needed and the limit."""
+def fail_on_oom(request: pytest.FixtureRequest, perf_device, perf_settings, baseline_source):
+    """``fail_on_oom(fn, what, batch)``: fn(), or this test's out-of-memory outcome (``out_of_memory``)
+    naming `what`, its batch and the peak memory when the device runs out, after the failed work's memory
+    is released."""
     from ampbench import device as devices
 
     def run(fn, what: str, batch: int):
         result, oom = devices.catch_oom(fn)
         if oom:  # outside the handler: a failure raised inside it would keep the failed frames alive
             devices.release(perf_device)
-            out_of_memory(f"{what}: out of memory at batch {batch}: {oom}", perf_settings.memory_limit_gib)
+            recorded = baseline_source is not None and baseline_source.entry(request.node.name) is not None
+            out_of_memory(f"{what}: out of memory at batch {batch}: {oom}", perf_settings.memory_limit_gib,
+                          None if recorded else devices.card_memory_gib(perf_device))
         return result
 
     return run
 
 
-def out_of_memory(failure: str, limit_gib: float | None) -> NoReturn:
-    """The one outcome of a cell that ran out of memory, whichever fixture or cell it ran in: under
-    --perf-memory-limit running out is the limit's doing, not the cell's, and the cell is skipped with
-    what it needed and the limit; without one it fails with `failure` (model, side, batch, peak)."""
+def out_of_memory(failure: str, limit_gib: float | None, card_gib: float | None = None) -> NoReturn:
+    """The one outcome of a cell that ran out of memory, whichever fixture or cell it ran in. Under
+    --perf-memory-limit running out is the limit's doing, not the cell's: the cell is skipped with what it
+    needed and the limit. Without one, on a card of `card_gib` where no baseline of this GPU has the cell
+    (a card smaller than those the suite was recorded on, a T4's 16 GB), it is the card's size: skipped
+    the same way. Where this GPU's baseline has it, the cell fit before, and running out fails it with
+    `failure` (model, side, batch, peak)."""
     if limit_gib is not None:
         pytest.skip(f"{failure}; it needs more than the limit of {limit_gib:.2f} GiB")
+    if card_gib is not None:
+        pytest.skip(f"{failure}; it needs more than this card's {card_gib:.2f} GiB, and no baseline of "
+                    f"this GPU has it")
     pytest.fail(failure, pytrace=False)
 
 

@@ -19,7 +19,7 @@ import pytest
 from ampbench import memory
 from ampbench.baselines.entries import MemoryEntry
 from ampbench.baselines.source import BaselineSource
-from ampbench.device import release
+from ampbench.device import card_memory_gib, release
 from ampbench.memory import CellMemory, MemoryMeasurementError
 from ampbench.memory.limit import limit_bytes
 from ampbench.models import get_model
@@ -69,11 +69,12 @@ def needs_cuda(perf_device) -> None:
         pytest.skip(memory.NO_CUDA_REASON)
 
 
-def _fail(failure: MemoryMeasurementError, settings, message: str) -> NoReturn:
+def _fail(failure: MemoryMeasurementError, settings, message: str, card_gib: float | None = None) -> NoReturn:
     """A cell that could not be measured fails with `message`; one that ran out of memory takes the
-    suite's one out-of-memory outcome (a skip with its need under --perf-memory-limit)."""
+    suite's one out-of-memory outcome (a skip with its need under --perf-memory-limit, or on a card of
+    `card_gib` where no baseline of this GPU has the cell)."""
     if failure.out_of_memory:
-        out_of_memory(message, settings.memory_limit_gib)
+        out_of_memory(message, settings.memory_limit_gib, card_gib)
     pytest.fail(message, pytrace=False)
 
 
@@ -113,7 +114,9 @@ def fp32_memory(needs_cuda, fits_in_memory, model_spec, mode, perf_device, perf_
             _baseline(baseline_source, model_spec.name, FP32_MODE))
     ref = _fp32_memories[model_spec.name]
     if isinstance(ref, MemoryMeasurementError):
-        _fail(ref, perf_settings, f"{model_spec.name} fp32 side could not be measured: {ref}")
+        unrecorded = _baseline(baseline_source, model_spec.name, FP32_MODE) is None
+        _fail(ref, perf_settings, f"{model_spec.name} fp32 side could not be measured: {ref}",
+              card_memory_gib(perf_device) if unrecorded else None)
     return ref
 
 
@@ -134,7 +137,7 @@ def test_memory(benchmark, record_result, model_spec, mode, fp32_memory, perf_se
     if fp32_memory is None:  # this is the fp32 cell
         _fp32_memories[spec.name] = cell
     if isinstance(cell, MemoryMeasurementError):
-        _fail(cell, perf_settings, str(cell))
+        _fail(cell, perf_settings, str(cell), card_memory_gib(perf_device) if baseline is None else None)
     record, judgement = memory.memory_record(cell, fp32_memory or cell, str(perf_device), baseline,
                                              settings.tolerance)
     record_result(record)
