@@ -149,8 +149,8 @@ def test_the_summary_models_a_real_h100_runs_speed_cells():
 
 @pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
 def test_a_cell_the_budget_leaves_unrun_skips_saying_so_and_fails_under_strict(tmp_path, strict):
-    """The suite's own speed cell, on the CPU, under a budget spent before it starts: skipped as not run, never
-    a pass; under --perf-strict a failure, as an inconclusive verdict is there."""
+    """The suite's own cells of every kind, on the CPU, under a budget spent before they start: skipped as not
+    run, never a pass; under --perf-strict failures, as an inconclusive verdict is there."""
     import os
     import subprocess
     import sys
@@ -163,11 +163,13 @@ def test_a_cell_the_budget_leaves_unrun_skips_saying_so_and_fails_under_strict(t
     env.pop("PYTEST_ADDOPTS", None)
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsf", "--perf-device", "cpu",
                           "--perf-models", "mlp", "--perf-precisions", "bf16", "--perf-history", "off",
-                          "--perf-time-budget", "1e-9", "-k", "test_speed", *(["--perf-strict"] if strict else [])],
+                          "--perf-time-budget", "1e-9", "-k", "test_speed or test_memory",
+                          *(["--perf-strict"] if strict else [])],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr
-    assert "mlp bf16 not run: --perf-time-budget is spent (not a pass: no verdict)" in out, out
+    for test in ("test_speed", "test_memory"):
+        assert f"{test}[mlp-bf16] not run: --perf-time-budget is spent (not a pass: no verdict)" in out, out
     if strict:
         assert run.returncode == 1 and "(--perf-strict)" in out and "skipped" not in out, out
     else:
-        assert run.returncode == 0 and "1 skipped" in out and "passed" not in out, out
+        assert run.returncode == 0 and "2 skipped" in out and "passed" not in out, out

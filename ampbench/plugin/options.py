@@ -145,8 +145,9 @@ def _add_judging(group: Any) -> None:
                          f"steps, at least one (default: {DEFAULT_BLOCK_SECONDS})")
     group.addoption("--perf-time-budget", metavar="SECONDS", default=None,
                     type=number_validator(float, 0.0, low_open=True),
-                    help="seconds the whole run may take, from its start: a speed cell whose fewest rounds no longer "
-                         "fit is not run (skipped; failed under --perf-strict), and one that runs out of time takes "
+                    help="seconds the whole run may take, from its start: once spent no cell begins, a speed cell "
+                         "whose fewest rounds no longer fit is not run (skipped; failed under --perf-strict), and one "
+                         "that runs out of time takes "
                          "fewer rounds, its verdict then inconclusive, never a pass (default: none)")
     group.addoption("--perf-cudnn-benchmark", metavar="ON|OFF", default="off", type=str.lower, choices=("on", "off"),
                     help="cuDNN autotuning in the speed tests: on finds the fastest algorithm per shape at 10-25 s per "

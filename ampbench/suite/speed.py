@@ -18,6 +18,7 @@ from ampbench import progress
 from ampbench.baselines.entries import SpeedEntry
 from ampbench.device import release
 from ampbench.modes import FP32_MODE, compiled, get_mode, label, versus_of
+from ampbench.plugin.budget import not_run
 from ampbench.results.ratios import DEVICE
 from ampbench.speed import cell as speed_cell
 from ampbench.speed import jobtime, sides
@@ -77,9 +78,6 @@ def fp32_side(fits_in_memory, model_spec, mode, perf_device, perf_settings, _fp3
     current model's fp32 side (and versus side) is kept, so one model at a time occupies the device. A cell
     whose sides do not fit the memory it is given is skipped first (`fits_in_memory`)."""
     key = (model_spec.name, mode.compile)
-    if jobtime.remaining_s(perf_settings.deadline) <= 0:
-        _not_run(f"{model_spec.name} {label(mode)} not run: {jobtime.BUDGET_FLAG} is spent (not a pass: no verdict)",
-                 perf_settings.strict)
     if _fp32_cache.get("key") != key:
         _versus_cache.drop()  # a versus side serves one model's cells of one kind
         last_model, _ = _fp32_cache.get("key", (None, False))
@@ -103,14 +101,6 @@ def _prepare(model_spec, mode, device, settings, fail_on_oom, label: str, ahead:
     if ahead is not None and side.cache_read:
         side.compiled_ahead_s = ahead.seconds_of(model_spec.name, mode.name)
     return side
-
-
-def _not_run(why: str, strict: bool) -> None:
-    """A cell the time budget leaves unrun: skipped, saying so, as an undecided cell warns; under --perf-strict
-    it fails as an inconclusive verdict does, so that a budget never lets an unmeasured cell through there."""
-    if strict:
-        pytest.fail(f"{why} (--perf-strict)", pytrace=False)
-    pytest.skip(why)
 
 
 def _out_of_budget(model_spec, mode, fp32_side: sides.Side, settings, device, source, test_id: str) -> str | None:
@@ -143,7 +133,7 @@ def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cel
                          f"{label(versus_mode)} versus", compiled_ahead))
     why = _out_of_budget(model_spec, mode, fp32_side, perf_settings, perf_device, baseline_source, request.node.name)
     if why:
-        _not_run(why, perf_settings.strict)
+        not_run(why, perf_settings.strict)
     cell = speed_cell.measure_speed(
         model_spec, mode, fp32_side, prepare, versus=versus,
         settings=perf_settings, device=perf_device, test_id=request.node.name,
