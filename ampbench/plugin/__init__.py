@@ -39,14 +39,13 @@ pytest_plugins = (
     "ampbench.plugin.fixtures",
     "ampbench.plugin.distributed",
     "ampbench.plugin.compiling",
-    # --perf-time-budget: a cell not begun once it is spent is not run
-    "ampbench.plugin.budget",
     # that the run keeps its results (output paths, options that lose them); the cells' JSON entries and
     # their errors as failing records; the progress line; the run history (--perf-history, --perf-label,
     # each run appended at the session's end)
     "ampbench.plugin.checks",
     "ampbench.plugin.entries",
     "ampbench.plugin.leftover",
+    "ampbench.plugin.budget",  # --perf-time-budget: once it is spent no cell begins
     "ampbench.plugin.progress",
     "ampbench.plugin.history",
 )

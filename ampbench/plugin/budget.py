@@ -11,9 +11,6 @@ from typing import NoReturn
 
 import pytest
 
-from ampbench.plugin.entries import cell_of
-from ampbench.speed.jobtime import BUDGET_FLAG, remaining_s
-
 
 def not_run(why: str, strict: bool) -> NoReturn:
     """A cell the time budget leaves unrun: skipped with `why`; a failure under --perf-strict."""
@@ -24,11 +21,17 @@ def not_run(why: str, strict: bool) -> NoReturn:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Before the cell's fixtures build anything (a side's warm-up is seconds on a slow card)."""
+    """Before the cell's fixtures build anything (a side's warm-up is seconds on a slow card). Its imports are
+    here: the plugin's modules are imported by pytest in order, and torch only where a run acts."""
     from ampbench.plugin.session import SETTINGS_KEY
 
     settings = item.config.stash.get(SETTINGS_KEY, None)
-    if settings is None or settings.deadline is None or cell_of(item) is None:
+    if settings is None or settings.deadline is None:
+        return
+    from ampbench.plugin.entries import cell_of
+    from ampbench.speed.jobtime import BUDGET_FLAG, remaining_s
+
+    if cell_of(item) is None:
         return
     if remaining_s(settings.deadline) <= 0:
         not_run(f"{item.name} not run: {BUDGET_FLAG} is spent (not a pass: no verdict)", settings.strict)
