@@ -36,6 +36,20 @@ def test_a_star_names_every_model_or_mode_and_a_later_item_overrides_it():
     assert slowed_steps.parse("*:fp32:0.2") == {(m, "fp32"): 0.2 for m in REGISTRY}
 
 
+def test_a_wildcard_needs_no_cell_it_names_to_be_trained_and_a_named_cell_does(pytester):
+    """'*:*:14' over a run of some models: the cells it names that the run does not train are no error (it
+    names every model and mode); a cell named one by one that the run does not train still is."""
+    assert slowed_steps.parse("*:*:14").broad == set(slowed_steps.parse("*:*:14"))
+    assert ("gpt", "amp_fp16") not in slowed_steps.parse("*:*:14,gpt:amp_fp16:0.1").broad
+    pytester.makepyfile(test_cells="from ampbench.suite import *  # noqa: F403\n")
+    args = ("-p", "ampbench.slowdown", "--perf-device", "cpu", "--perf-models", "mlp", "--perf-history", "off",
+            "-k", "test_speed", "--co")
+    assert pytester.runpytest_subprocess(*args, "--perf-slowdown", "*:*:14").ret == pytest.ExitCode.OK
+    refused = pytester.runpytest_subprocess(*args, "--perf-slowdown", "*:*:14,gpt:amp_fp16:0.1")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*no cell of this run trains gpt:amp_fp16;*"])
+
+
 def test_the_header_counts_a_wildcards_cells_rather_than_naming_each(pytester):
     pytester.makeconftest("")
     result = pytester.runpytest("-p", "ampbench.slowdown", "--perf-slowdown", "*:*:14", "--co")

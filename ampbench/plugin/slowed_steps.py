@@ -35,12 +35,19 @@ EMULATED = "torchao's emulated fp8 matmul"
 ANY = "*"
 
 
-def parse(spec: str) -> dict[Cell, float | str]:
+class Targets(dict[Cell, float | str]):
+    """{(model, mode): fraction or EMULATE}, and which of them only a wildcard named (`broad`): a run need not
+    train every cell '*:*:14' names, only those named one by one."""
+
+    broad: frozenset[Cell] = frozenset()
+
+
+def parse(spec: str) -> Targets:
     """'MODEL:MODE:FRACTION|emulate[,...]' -> {(model, mode): fraction or EMULATE}; ValueError saying
     what is wrong. MODEL or MODE `ANY` names every model or mode: '*:*:14' makes each step of every cell,
     both sides of each ratio, 15 times its own time, a card that much slower at everything, as far as the
     time a run takes goes (its ratios stay as they were). A later item overrides an earlier one."""
-    targets: dict[Cell, float | str] = {}
+    targets, broad, named = Targets(), set(), set()
     for item in filter(None, (s.strip() for s in spec.split(","))):
         parts = item.split(":")
         if len(parts) != 3:
@@ -54,7 +61,10 @@ def parse(spec: str) -> dict[Cell, float | str]:
         if fraction == EMULATE and mode == ANY:
             raise ValueError(f"{item!r}: {EMULATE} names one fp8 mode, not {ANY}")
         value = _fraction(item, mode, fraction)
-        targets.update({(m, p): value for m in models for p in modes})
+        cells = [(m, p) for m in models for p in modes]
+        targets.update(dict.fromkeys(cells, value))
+        (broad if ANY in (model, mode) else named).update(cells)
+    targets.broad = frozenset(broad - named)
     return targets
 
 
