@@ -162,15 +162,18 @@ def prepare_side(spec: ModelSpec, mode: PrecisionMode, device: torch.device, smo
                 cache_read=cached)
     phases.end("warm_up")
     if device.type == "cuda":
+        # the profiled eager steps before the capture: after it, their activations would be allocated beside
+        # the graph's private pool, which holds as much again, and a side would need twice its step's peak
+        # (an out-of-memory error on a card a cell's peaks fit)
+        side.profile = profile_steps(trainer,
+                                     steps_per_block(step_seconds, policy.block_seconds, max_steps=PROFILE_STEPS))
+        phases.end("profile")
         # after the peak was taken: the graph's private memory pool is no part of the mode's step
         try:
             side.graph = capture(trainer)
         except CaptureError as exc:
             side.capture_failure = str(exc)
         phases.end("capture")
-        side.profile = profile_steps(trainer,
-                                     steps_per_block(step_seconds, policy.block_seconds, max_steps=PROFILE_STEPS))
-        phases.end("profile")
         if side.graph is not None:
             block = steps_per_block(step_seconds, policy.block_seconds)
             side.idle = block_idle(side.graph, block, BlockQueue(device, hold_s=PROFILED_HOLD_S))
