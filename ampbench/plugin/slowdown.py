@@ -145,7 +145,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     cells = set().union(*map(trained_by, session.items))
     if slowdown is None or not cells:
         return
-    broad = getattr(slowdown.targets, "broad", frozenset())  # named by a wildcard: need not all be trained
+    # named by a wildcard: need not all be trained
+    broad: frozenset[tuple[str, str]] = getattr(slowdown.targets, "broad", frozenset())
     missing = [f"{model}:{mode}" for model, mode in slowdown.targets if (model, mode) not in cells | broad]
     if missing:
         raise pytest.UsageError(f"{slowdown.source}: no cell of this run trains {', '.join(missing)}; run it "

@@ -47,7 +47,7 @@ def parse(spec: str) -> Targets:
     what is wrong. MODEL or MODE `ANY` names every model or mode: '*:*:14' makes each step of every cell,
     both sides of each ratio, 15 times its own time, a card that much slower at everything, as far as the
     time a run takes goes (its ratios stay as they were). A later item overrides an earlier one."""
-    targets, broad, named = Targets(), set(), set()
+    targets, broad, named = Targets(), set[Cell](), set[Cell]()
     for item in filter(None, (s.strip() for s in spec.split(","))):
         parts = item.split(":")
         if len(parts) != 3:
