@@ -290,3 +290,41 @@ def test_an_out_of_memory_in_a_cell_skips_under_a_limit_and_fails_as_before_with
         assert out.count(limit.CPU_NOTE) == 1  # said once, in the header
     else:
         assert run.returncode == 1 and "mlp fp32 side: out of memory at batch 512" in out, out
+
+
+OOM_IN_ROUNDS = '''
+import pytest
+import torch
+
+from ampbench.speed import cell
+
+
+@pytest.fixture(autouse=True)
+def rounds_run_out(monkeypatch):
+    def measure_speed(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 392.00 MiB")
+    monkeypatch.setattr(cell, "measure_speed", measure_speed)
+'''
+
+
+def test_a_speed_cell_that_runs_out_in_its_rounds_skips_under_a_limit(tmp_path):
+    """Both sides built, then an eager step of the rounds runs out beside their graph pools: the suite's own
+    speed cell takes the one out-of-memory outcome, not torch's error."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\nrequired_plugins = ["ampbench"]\n')
+    (tmp_path / "conftest.py").write_text(OOM_IN_ROUNDS)
+    (tmp_path / "test_cells.py").write_text("from ampbench.suite import *  # noqa: F403\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    env.pop("PYTEST_ADDOPTS", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", "--perf-device", "cpu",
+                          "--perf-models", "mlp", "--perf-precisions", "bf16", "--perf-history", "off",
+                          "--perf-memory-limit", "15", "-k", "test_speed"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0 and "1 skipped" in out, out
+    assert "mlp bf16 beside its fp32 side: out of memory at batch" in out and "limit of 15.00 GiB" in out, out

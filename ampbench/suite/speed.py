@@ -134,11 +134,14 @@ def test_speed(request, benchmark, record_result, model_spec, mode, compiled_cel
     why = _out_of_budget(model_spec, mode, fp32_side, perf_settings, perf_device, baseline_source, request.node.name)
     if why:
         not_run(why, perf_settings.strict)
-    cell = speed_cell.measure_speed(
+    # the rounds run eager steps too (the wall-clock figure), beside both sides' graph pools: running out there
+    # takes the one out-of-memory outcome, as building a side does
+    cell = fail_on_oom(lambda: speed_cell.measure_speed(
         model_spec, mode, fp32_side, prepare, versus=versus,
         settings=perf_settings, device=perf_device, test_id=request.node.name,
         source=baseline_source, software=software, peak_tflops=peak_tflops,
-        prepared=lambda identity: record_result(identity, identity=True))
+        prepared=lambda identity: record_result(identity, identity=True)),
+        f"{model_spec.name} {label(mode)} beside its fp32 side", model_spec.batch_size_for(perf_settings.smoke))
     record_result(cell.record)
     record_step_times(benchmark, cell.device_step_seconds)
     finish(cell.record.verdict, cell.problems, f"{model_spec.name} {label(mode)}", cell.record.message,
