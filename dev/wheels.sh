@@ -3,8 +3,8 @@
 # it where an index is reachable, copy $DIR over, and install there as a user would:
 #   pip install --no-index --find-links wheels --no-build-isolation -e '.[nvml,fp8]'
 #   PY=3.12 DIR=wheels dev/wheels.sh            # the GPU machine's Python (default 3.12)
-#   EXTRA="sqlalchemy>=2.0 psycopg[binary]>=3.1 ruptures>=1.1 jinja2>=3.1 nvidia-ml-py>=12 torchao>=0.17 setuptools>=69" \
-#     dev/wheels.sh   # only these: what an image with torch, numpy, scipy, scikit-learn, matplotlib and pytest lacks
+#   EXTRA="pytest-benchmark>=5.3 sqlalchemy>=2.0 psycopg[binary]>=3.1 ruptures>=1.1 jinja2>=3.1 nvidia-ml-py>=12 torchao>=0.17 setuptools>=69" \
+#     dev/wheels.sh   # only these: what an image with torch, numpy, scipy, scikit-learn, matplotlib, pytest and an older pytest-benchmark lacks
 # torch and torchvision are left out: the machine's own CUDA build is kept (the README's Install); setuptools
 # is in, for the editable install without build isolation.
 set -euo pipefail
