@@ -41,12 +41,20 @@ def fail_on_oom(request: pytest.FixtureRequest, perf_device, perf_settings, base
         result, oom = devices.catch_oom(fn)
         if oom:  # outside the handler: a failure raised inside it would keep the failed frames alive
             devices.release(perf_device)
-            recorded = baseline_source is not None and baseline_source.entry(request.node.name) is not None
+            entry = baseline_source.entry(request.node.name) if baseline_source is not None else None
             out_of_memory(f"{what}: out of memory at batch {batch}: {oom}", perf_settings.memory_limit_gib,
-                          None if recorded else devices.card_memory_gib(perf_device))
+                          card_where_unrecorded(entry, perf_device))
         return result
 
     return run
+
+
+def card_where_unrecorded(entry: object | None, device) -> float | None:
+    """`out_of_memory`'s `card_gib`: the card's memory where this GPU's baseline has no `entry` for the cell,
+    None where it has one (the cell fit this GPU before)."""
+    from ampbench.device import card_memory_gib
+
+    return card_memory_gib(device) if entry is None else None
 
 
 def out_of_memory(failure: str, limit_gib: float | None, card_gib: float | None = None) -> NoReturn:

@@ -19,12 +19,12 @@ import pytest
 from ampbench import memory
 from ampbench.baselines.entries import MemoryEntry
 from ampbench.baselines.source import BaselineSource
-from ampbench.device import card_memory_gib, release
+from ampbench.device import release
 from ampbench.memory import CellMemory, MemoryMeasurementError
 from ampbench.memory.limit import limit_bytes
 from ampbench.models import get_model
 from ampbench.modes import FP32_MODE, get_mode
-from ampbench.plugin.fixtures import out_of_memory
+from ampbench.plugin.fixtures import card_where_unrecorded, out_of_memory
 from ampbench.settings import TIERS
 from ampbench.verdict import Verdict
 
@@ -108,15 +108,14 @@ def fp32_memory(needs_cuda, fits_in_memory, model_spec, mode, perf_device, perf_
     fits_in_memory()
     if mode.name == FP32_MODE:
         return None
+    baseline = _baseline(baseline_source, model_spec.name, FP32_MODE)
     if model_spec.name not in _fp32_memories:
         _fp32_memories[model_spec.name] = _measure(
-            model_spec, get_mode(FP32_MODE), perf_device, perf_settings, memory_cap_bytes,
-            _baseline(baseline_source, model_spec.name, FP32_MODE))
+            model_spec, get_mode(FP32_MODE), perf_device, perf_settings, memory_cap_bytes, baseline)
     ref = _fp32_memories[model_spec.name]
     if isinstance(ref, MemoryMeasurementError):
-        unrecorded = _baseline(baseline_source, model_spec.name, FP32_MODE) is None
         _fail(ref, perf_settings, f"{model_spec.name} fp32 side could not be measured: {ref}",
-              card_memory_gib(perf_device) if unrecorded else None)
+              card_where_unrecorded(baseline, perf_device))
     return ref
 
 
@@ -137,7 +136,7 @@ def test_memory(benchmark, record_result, model_spec, mode, fp32_memory, perf_se
     if fp32_memory is None:  # this is the fp32 cell
         _fp32_memories[spec.name] = cell
     if isinstance(cell, MemoryMeasurementError):
-        _fail(cell, perf_settings, str(cell), card_memory_gib(perf_device) if baseline is None else None)
+        _fail(cell, perf_settings, str(cell), card_where_unrecorded(baseline, perf_device))
     record, judgement = memory.memory_record(cell, fp32_memory or cell, str(perf_device), baseline,
                                              settings.tolerance)
     record_result(record)
